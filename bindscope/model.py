@@ -1,0 +1,329 @@
+"""The ``Model`` wrapper: one nnsight ``TransformersModel`` plus the family's head geometry."""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from bindscope.errors import InputError
+from bindscope.families import Family, dims_from_config
+from bindscope.interventions import run_layers
+from bindscope.interventions.heads import Head, normalize_heads
+
+DEFAULT_BATCH_SIZE = 16
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A left-padded batch and where each text sits in it.
+
+    Attributes:
+        indices: Positions of these texts in the caller's list.
+        input_ids: ``[b, n]`` token ids, left-padded.
+        attention_mask: ``[b, n]``, 0 on padding.
+        position_ids: ``[b, n]``, counted from each text's first real token.
+        lengths: Real (unpadded) length of each row.
+    """
+
+    indices: list[int]
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    lengths: list[int]
+
+    @property
+    def inputs(self) -> dict[str, torch.Tensor]:
+        """Keyword inputs for ``model.nnsight.trace(**batch.inputs)``."""
+        return {
+            "input_ids": self.input_ids,
+            "attention_mask": self.attention_mask,
+            "position_ids": self.position_ids,
+        }
+
+    def pad(self, row: int) -> int:
+        """Number of pad tokens in front of ``row``."""
+        return self.input_ids.shape[1] - self.lengths[row]
+
+
+class Model:
+    """A causal language model wrapped for attention capture and head ablation.
+
+    Build it with ``bindscope.load_model``. The uniform layout is
+    ``model.nnsight.model.layers[i].self_attn.o_proj`` for every family.
+    """
+
+    def __init__(
+        self,
+        hf_model,
+        tokenizer,
+        *,
+        family: Family,
+        name: str,
+        revision: str | None = None,
+        prepend_bos: bool | None = None,
+        nnsight_model=None,
+        remote: bool = False,
+    ) -> None:
+        from nnsight import TransformersModel
+
+        dims = dims_from_config(hf_model.config)
+        self.hf = hf_model
+        self.family = family.name
+        self.family_row = family
+        self.name = name
+        self.revision = revision
+        self.remote = remote
+        self.n_layers, self.n_heads = dims.n_layers, dims.n_heads
+        self.n_kv_heads, self.head_dim = dims.n_kv_heads, dims.head_dim
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.tokenizer = tokenizer
+        self.nnsight = nnsight_model or TransformersModel(
+            hf_model, tokenizer=tokenizer, rename=dict(family.rename)
+        )
+        probe = tokenizer("a", add_special_tokens=True)["input_ids"]
+        self.tokenizer_adds_bos = tokenizer.bos_token_id is not None and (
+            probe[:1] == [tokenizer.bos_token_id]
+        )
+        self.prepend_bos = self.tokenizer_adds_bos if prepend_bos is None else prepend_bos
+        if self.prepend_bos and tokenizer.bos_token_id is None:
+            raise InputError(f"{name}: prepend_bos=True but the tokenizer has no BOS token")
+        self._call_label: str | None = None
+
+    # -- tokenization -------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, offsets: bool = False):
+        """Token ids of one text as the model sees it (BOS handled per ``prepend_bos``).
+
+        With ``offsets=True`` returns ``(ids, [(start, end), ...])`` character offsets; a
+        prepended BOS gets ``(0, 0)``.
+        """
+        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=offsets)
+        ids = list(enc["input_ids"])
+        spans = [tuple(o) for o in enc["offset_mapping"]] if offsets else []
+        if self.prepend_bos:
+            ids, spans = [self.tokenizer.bos_token_id, *ids], [(0, 0), *spans]
+        return (ids, spans) if offsets else ids
+
+    def encode(self, texts: Sequence[str] | Sequence[Sequence[int]]) -> Batch:
+        """Left-pad texts (or pre-tokenized id lists) into one batch."""
+        rows = [t if not isinstance(t, str) else self.tokenize(t) for t in _check_texts(texts)]
+        return self._pad(list(range(len(rows))), rows)
+
+    def _pad(self, indices: list[int], rows: list[list[int]]) -> Batch:
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            if not row:
+                raise InputError(f"{self.name}: text #{indices[i]} tokenizes to nothing")
+            ids[i, width - len(row) :] = torch.tensor(row)
+            mask[i, width - len(row) :] = 1
+        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        return Batch(indices, ids, mask, position_ids, [len(r) for r in rows])
+
+    def batches(
+        self,
+        texts: Sequence[str] | Sequence[Sequence[int]],
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> Iterator[Batch]:
+        """Yield left-padded batches, grouping texts of similar length to cut padding."""
+        rows = [t if not isinstance(t, str) else self.tokenize(t) for t in _check_texts(texts)]
+        order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            yield self._pad(chunk, [rows[i] for i in chunk])
+
+    # -- heads and attention implementation ----------------------------------------------
+
+    def check_heads(self, heads) -> tuple[Head, ...]:
+        """Validate ``(layer, head)`` pairs against this model (raises ``HeadSpecError``)."""
+        return normalize_heads(
+            heads, n_layers=self.n_layers, n_heads=self.n_heads, model_name=self.name
+        )
+
+    @property
+    def attn_implementation(self) -> str:
+        """The attention implementation the model runs now."""
+        return self.hf.config._attn_implementation
+
+    @property
+    def capture_mode(self) -> str:
+        """``eager`` (weights returned by the module) or ``recompute`` (from q and k)."""
+        return "eager" if self.attn_implementation == "eager" else "recompute"
+
+    @contextlib.contextmanager
+    def eager(self) -> Iterator[None]:
+        """Run the body under eager attention and restore the previous implementation."""
+        previous = self.attn_implementation
+        if previous != "eager":
+            self.hf.set_attn_implementation("eager")
+        try:
+            yield
+        finally:
+            if previous != "eager":
+                self.hf.set_attn_implementation(previous)
+
+    @property
+    def attention_call_label(self) -> str:
+        """The ``.source`` label of the attention-function call (version-robust lookup)."""
+        if self._call_label is None:
+            listing = str(self.nnsight.model.layers[0].self_attn.source)
+            labels = [
+                line.split()[0]
+                for line in listing.splitlines()
+                if line.strip().startswith("attention_interface_")
+            ]
+            if not labels:
+                raise RuntimeError(
+                    f"{self.name} ({self.family}): no attention_interface call found in "
+                    f"{self.nnsight.model.layers[0].self_attn.path}.forward; cannot recompute "
+                    "probabilities. Use eager attention (model.eager())."
+                )
+            self._call_label = labels[-1]  # the last one is the call, earlier ones assignments
+        return self._call_label
+
+    # -- high-level calls -----------------------------------------------------------------
+
+    @torch.no_grad()
+    def attention_probs(
+        self,
+        texts: Sequence[str],
+        *,
+        layers: Iterable[int] | None = None,
+        ablate=None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> list[torch.Tensor]:
+        """Post-softmax attention per text: ``[n_layers_selected, H, n, n]`` float32.
+
+        Args:
+            texts: Prompts.
+            layers: Layer indices to return (default all), ascending in the output.
+            ablate: ``(layer, head)`` pairs zero-ablated during the pass.
+        """
+        wanted = sorted(set(range(self.n_layers) if layers is None else layers))
+        for layer in wanted:
+            if not 0 <= layer < self.n_layers:
+                self.check_heads([(layer, 0)])  # raises with the range in the message
+        spec = self.check_heads(ablate)
+        out: list[torch.Tensor | None] = [None] * len(_check_texts(texts))
+        with self.eager():
+            for batch in self.batches(texts, batch_size=batch_size):
+                found: dict[int, torch.Tensor] = {}
+                with self.nnsight.trace(**batch.inputs) as tracer:
+                    run_layers(self, capture=wanted, zero=spec or None, into=found)
+                    tracer.stop()  # later layers cannot change the captured probabilities
+                stacked = torch.stack([found[layer] for layer in wanted], 1)  # [b, L', H, n, n]
+                for row, index in enumerate(batch.indices):
+                    pad = batch.pad(row)
+                    out[index] = stacked[row, :, :, pad:, pad:].float().contiguous()
+        return out  # type: ignore[return-value]
+
+    @torch.no_grad()
+    def logits(
+        self, texts: Sequence[str], *, ablate=None, batch_size: int = DEFAULT_BATCH_SIZE
+    ) -> list[torch.Tensor]:
+        """Next-token logits ``[n, vocab]`` per text, padding removed."""
+        spec = self.check_heads(ablate)
+        out: list[torch.Tensor | None] = [None] * len(_check_texts(texts))
+        for batch in self.batches(texts, batch_size=batch_size):
+            with self.nnsight.trace(**batch.inputs):
+                if spec:
+                    run_layers(self, zero=spec)
+                logits = self.nnsight.lm_head.output.save()  # [b, n, V]
+            for row, index in enumerate(batch.indices):
+                out[index] = logits[row, batch.pad(row) :].float()
+        return out  # type: ignore[return-value]
+
+    def generate(
+        self,
+        texts: Sequence[str],
+        *,
+        max_new_tokens: int,
+        ablate=None,
+        per_row=None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> list[str]:
+        """Greedy continuations (prompt excluded), ablating on every decoding step."""
+        return [
+            self.tokenizer.decode(ids, skip_special_tokens=True)
+            for ids in self.generate_ids(
+                texts,
+                max_new_tokens=max_new_tokens,
+                ablate=ablate,
+                per_row=per_row,
+                batch_size=batch_size,
+            )
+        ]
+
+    @torch.no_grad()
+    def generate_ids(
+        self,
+        texts: Sequence[str] | Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int,
+        ablate=None,
+        per_row=None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> list[list[int]]:
+        """Greedy new token ids per text, cut at the first end-of-sequence token.
+
+        ``per_row`` gives one head list per text (different ablations in one batch).
+        """
+        texts = _check_texts(texts)
+        if per_row is not None and len(per_row) != len(texts):
+            raise InputError(f"per_row has {len(per_row)} entries for {len(texts)} texts")
+        spec = self.check_heads(ablate)
+        rows_spec = [self.check_heads(r) for r in per_row] if per_row is not None else None
+        out: list[list[int] | None] = [None] * len(texts)
+        eos = self.hf.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
+        for batch in self.batches(texts, batch_size=batch_size):
+            kwargs = {
+                "max_new_tokens": max_new_tokens,
+                "do_sample": False,
+                "pad_token_id": self.tokenizer.pad_token_id,
+            }
+            batch_rows = [rows_spec[i] for i in batch.indices] if rows_spec else None
+            inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*was never reached.*")
+                with self.nnsight.generate(**kwargs) as tracer:
+                    with tracer.invoke(**inputs):
+                        if spec or batch_rows:
+                            for _ in tracer.all():
+                                run_layers(self, zero=spec or None, zero_per_row=batch_rows)
+                    with tracer.invoke():
+                        result = tracer.result.save()
+            new = result[:, batch.input_ids.shape[1] :].tolist()
+            for row, index in enumerate(batch.indices):
+                ids = []
+                for token in new[row]:
+                    if token in eos_ids:
+                        break
+                    ids.append(token)
+                out[index] = ids
+        return out  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        rev = f"@{self.revision}" if self.revision else ""
+        return (
+            f"Model({self.name}{rev}, family={self.family}, layers={self.n_layers}, "
+            f"heads={self.n_heads}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim})"
+        )
+
+
+def _check_texts(texts) -> list:
+    if isinstance(texts, str):
+        raise InputError(
+            "pass a list of texts, e.g. ['In web accessibility, alt text is'], not a string"
+        )
+    texts = list(texts)
+    if not texts:
+        raise InputError("the list of texts is empty; pass at least one prompt")
+    return texts

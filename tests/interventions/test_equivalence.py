@@ -1,0 +1,135 @@
+"""Capture and ablation equal independent computations on every family."""
+
+from __future__ import annotations
+
+import torch
+
+from bindscope.interventions import capture_attention, head_means, mean_ablate, zero_ablate
+from tests.conftest import PROMPTS
+from tests.reference import hf_eager_attentions, pre_hooks, prob_zero
+
+HEADS = [(0, 1), (1, 0), (1, 3), (2, 2)]
+
+
+def test_probs_equal_hf_output_attentions_single_and_batched(tiny):
+    batched = tiny.attention_probs(PROMPTS)  # one left-padded batch
+    for text, got in zip(PROMPTS, batched):
+        single = tiny.attention_probs([text])[0]
+        ref = hf_eager_attentions(tiny, tiny.tokenize(text))
+        assert (
+            got.shape == ref.shape == (tiny.n_layers, tiny.n_heads, len(ref[0, 0]), len(ref[0, 0]))
+        )
+        assert (single - ref).abs().max() <= 1e-6
+        assert (got - ref).abs().max() <= 1e-5  # batching noise only
+        assert (got.sum(-1) - 1).abs().max() < 1e-5
+        assert got.triu(1).abs().max() == 0
+    # attention is peaked, so the comparisons above could fail
+    assert batched[2].max(-1).values.mean() > 0.3
+
+
+def test_layers_argument_selects_and_orders(tiny):
+    full = tiny.attention_probs(PROMPTS[:1])[0]
+    some = tiny.attention_probs(PROMPTS[:1], layers=[2, 0])[0]
+    assert torch.equal(some, full[[0, 2]])
+
+
+def test_zero_ablation_equals_prob_zeroing(tiny):
+    ablated = tiny.logits(PROMPTS, ablate=HEADS)
+    clean = tiny.logits(PROMPTS)
+    for text, got, base in zip(PROMPTS, ablated, clean):
+        with prob_zero(tiny.hf, HEADS), torch.no_grad():
+            ref = tiny.hf(torch.tensor([tiny.tokenize(text)])).logits[0]
+        assert (got - ref).abs().max() <= 1e-5
+        assert (got - base).abs().max() > 1e-3  # the ablation did something
+
+
+def test_no_ablation_is_bit_identical(tiny):
+    for text in PROMPTS:
+        ids = tiny.tokenize(text)
+        with torch.no_grad():
+            plain = tiny.hf(torch.tensor([ids])).logits[0]
+        assert torch.equal(tiny.logits([text], ablate=[])[0], plain)
+
+
+def test_per_row_head_sets_equal_separate_runs(tiny):
+    rows = [HEADS[:2], [], HEADS[2:]]
+    batch = tiny.encode(PROMPTS)
+    with torch.no_grad(), tiny.nnsight.trace(**batch.inputs):
+        zero_ablate(tiny, per_row=rows)
+        logits = tiny.nnsight.lm_head.output.save()
+    for r, (text, heads) in enumerate(zip(PROMPTS, rows)):
+        alone = tiny.logits([text], ablate=heads)[0]
+        assert (logits[r, batch.pad(r) :] - alone).abs().max() <= 1e-4
+
+
+def test_capture_and_ablation_compose_in_one_trace(tiny):
+    batch = tiny.encode(PROMPTS[:2])
+    probs = []
+    with tiny.eager(), torch.no_grad(), tiny.nnsight.trace(**batch.inputs):
+        for layer in range(tiny.n_layers):
+            zero_ablate(tiny, [(0, 1)], layers=[layer])
+            probs += capture_attention(tiny, [layer])
+    reference = tiny.attention_probs(PROMPTS[:2], ablate=[(0, 1)])
+    for r in range(2):
+        pad = batch.pad(r)
+        got = torch.stack([p[r, :, pad:, pad:] for p in probs])
+        assert (got - reference[r]).abs().max() <= 1e-6
+    clean = tiny.attention_probs(PROMPTS[:1])[0]
+    assert torch.equal(reference[0][0], clean[0])  # layer 0 is upstream of its own ablation
+    assert (reference[0][1:] - clean[1:]).abs().max() > 1e-4  # later layers changed
+
+
+def test_recompute_fallback_matches_eager(tiny):
+    from transformers import AutoModelForCausalLM  # noqa: F401  (sdpa model switch below)
+
+    eager = tiny.attention_probs(PROMPTS)
+    previous = tiny.attn_implementation
+    tiny.hf.set_attn_implementation("sdpa")
+    try:
+        assert tiny.capture_mode == "recompute"
+        batch = tiny.encode(PROMPTS)
+        with torch.no_grad(), tiny.nnsight.trace(**batch.inputs):
+            found = capture_attention(tiny)
+        for r, ref in enumerate(eager):
+            pad = batch.pad(r)
+            got = torch.stack([p[r, :, pad:, pad:] for p in found])
+            assert (got - ref).abs().max() <= 1e-5
+    finally:
+        tiny.hf.set_attn_implementation(previous)
+
+
+def test_generation_under_ablation_equals_pre_hooks(tiny):
+    texts = PROMPTS[:2]
+    got = tiny.generate_ids(texts, max_new_tokens=6, ablate=HEADS)
+    clean = tiny.generate_ids(texts, max_new_tokens=6)
+    for text, ids in zip(texts, got):
+        prompt = torch.tensor([tiny.tokenize(text)])
+        with pre_hooks(tiny.hf, tiny.family, HEADS, tiny.n_heads, tiny.head_dim), torch.no_grad():
+            ref = tiny.hf.generate(
+                prompt,
+                attention_mask=torch.ones_like(prompt),
+                max_new_tokens=6,
+                do_sample=False,
+                pad_token_id=tiny.tokenizer.pad_token_id,
+            )[0, prompt.shape[1] :].tolist()
+        eos = tiny.tokenizer.eos_token_id
+        ref = ref[: ref.index(eos)] if eos in ref else ref
+        assert ids == ref
+    assert got != clean or tiny.family == "never"  # ablation changed some continuation
+
+
+def test_mean_ablation_equals_pre_hook_replacement(tiny):
+    means = head_means(tiny, PROMPTS, HEADS)
+    assert means.n_positions == sum(len(tiny.tokenize(t)) for t in PROMPTS)
+    batch = tiny.encode(PROMPTS[:1])
+    with torch.no_grad(), tiny.nnsight.trace(**batch.inputs):
+        mean_ablate(tiny, means, HEADS)
+        logits = tiny.nnsight.lm_head.output.save()
+    with (
+        pre_hooks(tiny.hf, tiny.family, HEADS, tiny.n_heads, tiny.head_dim, means.means),
+        torch.no_grad(),
+    ):
+        ref = tiny.hf(batch.input_ids).logits
+    assert (logits - ref).abs().max() <= 1e-5
+    zeroed = tiny.logits(PROMPTS[:1], ablate=HEADS)[0]
+    assert (logits[0] - zeroed).abs().max() > 1e-4  # mean is not zero

