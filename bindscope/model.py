@@ -93,6 +93,8 @@ class Model:
         if self.prepend_bos and tokenizer.bos_token_id is None:
             raise InputError(f"{name}: prepend_bos=True but the tokenizer has no BOS token")
         self._call_label: str | None = None
+        # Extra keyword arguments for every trace/generate call (``remote=True`` on NDIF).
+        self.trace_options: dict = {}
 
     # -- tokenization -------------------------------------------------------------------
 
@@ -215,7 +217,7 @@ class Model:
         with self.eager():
             for batch in self.batches(texts, batch_size=batch_size):
                 found: dict[int, torch.Tensor] = {}
-                with self.nnsight.trace(**batch.inputs) as tracer:
+                with self.nnsight.trace(**batch.inputs, **self.trace_options) as tracer:
                     run_layers(self, capture=wanted, zero=spec or None, into=found)
                     tracer.stop()  # later layers cannot change the captured probabilities
                 stacked = torch.stack([found[layer] for layer in wanted], 1)  # [b, L', H, n, n]
@@ -232,7 +234,7 @@ class Model:
         spec = self.check_heads(ablate)
         out: list[torch.Tensor | None] = [None] * len(_check_texts(texts))
         for batch in self.batches(texts, batch_size=batch_size):
-            with self.nnsight.trace(**batch.inputs):
+            with self.nnsight.trace(**batch.inputs, **self.trace_options):
                 if spec:
                     run_layers(self, zero=spec)
                 logits = self.nnsight.lm_head.output.save()  # [b, n, V]
@@ -290,10 +292,12 @@ class Model:
                 "pad_token_id": self.tokenizer.pad_token_id,
             }
             batch_rows = [rows_spec[i] for i in batch.indices] if rows_spec else None
+            if batch_rows is not None and not any(batch_rows):
+                batch_rows = None
             inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*was never reached.*")
-                with self.nnsight.generate(**kwargs) as tracer:
+                with self.nnsight.generate(**kwargs, **self.trace_options) as tracer:
                     with tracer.invoke(**inputs):
                         if spec or batch_rows:
                             for _ in tracer.all():

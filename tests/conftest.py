@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import string
 
 import pytest
 import torch
@@ -39,7 +40,7 @@ def _train_tokenizer(kind: str):
         tk.normalizer = normalizers.Replace(" ", "▁")
         tk.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first")
         tk.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first")
-        alphabet = []
+        alphabet = list(string.ascii_letters + string.digits + string.punctuation + "▁")
     trainer = trainers.BpeTrainer(
         vocab_size=700, special_tokens=special, initial_alphabet=alphabet, show_progress=False
     )

@@ -103,7 +103,7 @@ def head_means(model, texts: Sequence[str], heads, *, batch_size: int = 16) -> H
     count = 0
     for batch in model.batches(texts, batch_size=batch_size):
         saved: dict[int, torch.Tensor] = {}
-        with model.nnsight.trace(**batch.inputs) as tracer:
+        with model.nnsight.trace(**batch.inputs, **model.trace_options) as tracer:
             for layer in layers:
                 x = ops.attention_module(model.nnsight, layer).o_proj.input  # [b, s, H*hd]
                 saved[layer] = x.detach().clone().save()

@@ -1,0 +1,7 @@
+"""Pure tensor maths: BSI, EB, EB*, behaviour scores and statistics."""
+
+from __future__ import annotations
+
+from bindscope.metrics.binding import BindingResult, binding, bsi_from_probs, summarize
+
+__all__ = ["BindingResult", "binding", "bsi_from_probs", "summarize"]

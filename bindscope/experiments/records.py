@@ -1,0 +1,164 @@
+"""Result records: JSON Lines written as they finish, resumable, with provenance.
+
+Every experiment writes ``OUT/<experiment>/records.jsonl`` (one line per experiment, model,
+revision, prompt and condition) and ``OUT/<experiment>/summary.json`` (aggregates and
+statistics, recomputable from the records with ``bindscope summarize OUT``). The schema is
+documented in ``docs/records.md``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from bindscope.errors import RecordFileError
+
+SCHEMA = "bindscope.result/1"
+REQUIRED = ("schema", "experiment", "key", "model", "condition", "metrics", "provenance")
+
+
+def record_key(
+    experiment: str, model: str, revision: str | None, prompt_key: str, condition: str
+) -> str:
+    """The unique key of one result line."""
+    return "|".join([experiment, model, revision or "main", prompt_key, condition])
+
+
+def provenance(model, *, prompt_set=None, seed: int | None = None, **extra) -> dict:
+    """Versions, model identity and run settings stored with every record."""
+    import nnsight
+    import torch
+    import transformers
+
+    import bindscope
+
+    out = {
+        "bindscope": bindscope.__version__,
+        "nnsight": getattr(nnsight, "__version__", "?"),
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "model": model.name,
+        "revision": model.revision,
+        "family": model.family,
+        "dtype": str(next(model.hf.parameters()).dtype).replace("torch.", ""),
+        "device": str(next(model.hf.parameters()).device),
+        "attn_implementation": model.attn_implementation,
+        "capture": "eager",
+        "remote": bool(getattr(model, "remote", False)),
+        "seed": seed,
+        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    if prompt_set is not None:
+        out["prompt_set"] = prompt_set.name
+        out["prompt_sha256"] = prompt_set.sha256
+    out.update(extra)
+    return out
+
+
+def _clean(value):
+    """Make a value JSON-safe: NaN/inf become null."""
+    if isinstance(value, float):
+        return None if math.isnan(value) or math.isinf(value) else value
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+class RecordWriter:
+    """Append result records to a JSON Lines file, fsync'd line by line.
+
+    A rerun opens the same file, reads the finished keys and lets the caller skip them;
+    ``force=True`` starts the file afresh. A line cut off by a crash is dropped on resume.
+    """
+
+    def __init__(self, path: str | Path, *, force: bool = False) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if force and self.path.exists():
+            self.path.unlink()
+        self.done: set[str] = set()
+        if self.path.exists():
+            good = []
+            for record in read_records(self.path, tolerate_tail=True):
+                self.done.add(record["key"])
+                good.append(json.dumps(record, sort_keys=True))
+            # rewrite without a torn last line so appends stay valid JSON Lines
+            self.path.write_text("".join(line + "\n" for line in good), "utf-8")
+        self._file = self.path.open("a", encoding="utf-8")
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.done
+
+    def write(self, record: dict) -> None:
+        """Validate and append one record, flushing it to disk before returning."""
+        record = _clean({"schema": SCHEMA, **record})
+        missing = [k for k in REQUIRED if k not in record]
+        if missing:
+            raise ValueError(f"result record lacks {missing}: {record.get('key')}")
+        self._file.write(json.dumps(record, sort_keys=True) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self.done.add(record["key"])
+
+    def write_many(self, records: Iterable[dict]) -> None:
+        for record in records:
+            self.write(record)
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def read_records(path: str | Path, *, tolerate_tail: bool = False) -> Iterator[dict]:
+    """Read and validate a records file.
+
+    Raises:
+        RecordFileError: A line is not JSON or lacks a required field (file and line named).
+            With ``tolerate_tail``, only an unterminated last line (a crash mid-write) is
+            skipped.
+    """
+    path = Path(path)
+    text = path.read_text("utf-8")
+    lines = text.split("\n")
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            last = number == len(lines) and not text.endswith("\n")
+            if tolerate_tail and last:
+                return
+            raise RecordFileError(
+                f"{path}:{number}: not valid JSON ({exc.msg}); delete the line or rerun "
+                "with --force"
+            ) from None
+        if not isinstance(record, dict):
+            raise RecordFileError(f"{path}:{number}: a record must be a JSON object")
+        missing = [k for k in REQUIRED if k not in record]
+        if missing:
+            raise RecordFileError(f"{path}:{number}: record lacks field(s) {missing}")
+        if record["schema"] != SCHEMA:
+            raise RecordFileError(
+                f"{path}:{number}: schema {record['schema']!r}, expected {SCHEMA!r}"
+            )
+        yield record
+
+
+def write_summary(path: str | Path, summary: dict) -> None:
+    """Write a summary JSON atomically."""
+    path = Path(path)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(_clean(summary), indent=2, sort_keys=True) + "\n", "utf-8")
+    tmp.replace(path)

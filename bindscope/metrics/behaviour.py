@@ -1,0 +1,313 @@
+"""Behaviour on a term: recognition (choice log-probs) and generation (greedy + rubric).
+
+Recognition scores each choice by the mean log-probability per token of ``" " + choice``
+right after the prompt; the prediction is the arg-max. The prompt runs once per record and
+its key/value cache is shared by all choices (``strategy="shared_prefix"``), which gives
+the same numbers as one forward pass per choice (``strategy="full"``, the published way).
+Generation is greedy with the record's ``max_tokens`` and is scored by the term's keyword
+rubric: ``max(0, min(1, hits / 3) - 0.2 * contradictions)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from bindscope.errors import InputError
+from bindscope.interventions import ops, run_layers
+from bindscope.prompts.records import PromptRecord, load_json
+
+
+@dataclass(frozen=True)
+class RecognitionResult:
+    """Choice scores for one recognition record."""
+
+    key: str
+    scores: tuple[float, ...]
+    prediction: int
+    correct: int
+
+    def to_dict(self) -> dict:
+        return {
+            "key": self.key,
+            "choice_scores": list(self.scores),
+            "prediction": self.prediction,
+            "score": self.correct,
+        }
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """A greedy continuation and its rubric score."""
+
+    key: str
+    text: str
+    score: float
+    hits: tuple[str, ...]
+    contradictions: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return {
+            "key": self.key,
+            "text": self.text,
+            "score": self.score,
+            "hits": list(self.hits),
+            "contradictions": list(self.contradictions),
+        }
+
+
+def _rows_for(records, per_record, ablate, model):
+    if per_record is not None:
+        if len(per_record) != len(records):
+            raise InputError(
+                f"per_record has {len(per_record)} head lists for {len(records)} records"
+            )
+        return [model.check_heads(h) for h in per_record]
+    spec = model.check_heads(ablate)
+    return [spec] * len(records)
+
+
+def _ablate_rows(model, rows):
+    if any(rows):
+        if all(r == rows[0] for r in rows):
+            run_layers(model, zero=rows[0])
+        else:
+            run_layers(model, zero_per_row=rows)
+
+
+@torch.no_grad()
+def recognition(
+    model,
+    records: Sequence[PromptRecord],
+    *,
+    ablate=None,
+    per_record=None,
+    batch_size: int = 16,
+    strategy: str = "shared_prefix",
+    progress: bool = False,
+) -> list[RecognitionResult]:
+    """Score every recognition record's choices in batched forward passes.
+
+    Args:
+        ablate: Heads zero-ablated for all records.
+        per_record: Instead, one head list per record (different ablations in one batch).
+        strategy: ``shared_prefix`` (prompt once, choices on its cache) or ``full``
+            (every prompt + choice sequence in full; the reference).
+    """
+    from tqdm.auto import tqdm
+
+    records = list(records)
+    for r in records:
+        if r.task != "recognition":
+            raise InputError(f"{r.source or r.key}: recognition() got a {r.task} record")
+    rows = _rows_for(records, per_record, ablate, model)
+    prompts = [model.tokenize(r.template) for r in records]
+    choices = [
+        [model.tokenizer(" " + c, add_special_tokens=False)["input_ids"] for c in r.choices]
+        for r in records
+    ]
+    scores: list[list[float] | None] = [None] * len(records)
+    score_batch = _shared_prefix_batch if strategy == "shared_prefix" else _full_batch
+    if strategy not in ("shared_prefix", "full"):
+        raise ValueError("strategy must be 'shared_prefix' or 'full'")
+    batches = list(model.batches(prompts, batch_size=batch_size))
+    for batch in tqdm(batches, desc="recognition", unit="batch", disable=not progress):
+        found = score_batch(
+            model, batch, [choices[i] for i in batch.indices], [rows[i] for i in batch.indices]
+        )
+        for index, values in zip(batch.indices, found):
+            scores[index] = values
+    out = []
+    for record, values in zip(records, scores):
+        prediction = max(range(len(values)), key=lambda i: (values[i], -i))
+        out.append(
+            RecognitionResult(
+                record.key, tuple(values), prediction, int(prediction == record.answer_idx)
+            )
+        )
+    return out
+
+
+def _targets(positions: list[list[int]], ids: list[list[int]]):
+    width = max(len(p) for p in positions)
+    index = torch.zeros(len(ids), width, dtype=torch.long)
+    target = torch.zeros(len(ids), width, dtype=torch.long)
+    weight = torch.zeros(len(ids), width)
+    for r, (pos, tok) in enumerate(zip(positions, ids)):
+        index[r, : len(pos)] = torch.tensor(pos)
+        target[r, : len(tok)] = torch.tensor(tok)
+        weight[r, : len(tok)] = 1.0 / len(tok)
+    return index, target, weight
+
+
+def _full_batch(model, batch, choices, rows):
+    """Every (prompt + choice) sequence in full, one row each."""
+    seqs, positions, targets, seq_rows, owner = [], [], [], [], []
+    for r, index_choices in enumerate(choices):
+        prompt = batch.input_ids[r, batch.pad(r) :].tolist()
+        for c in index_choices:
+            seqs.append(prompt + c)
+            targets.append(c)
+            seq_rows.append(rows[r])
+            owner.append(r)
+    full = model._pad(list(range(len(seqs))), seqs)
+    positions = [
+        [full.pad(s) + len(seqs[s]) - len(targets[s]) - 1 + i for i in range(len(targets[s]))]
+        for s in range(len(seqs))
+    ]
+    index, target, weight = _targets(positions, targets)
+    with model.nnsight.trace(**full.inputs, **model.trace_options):
+        _ablate_rows(model, seq_rows)
+        logits = model.nnsight.lm_head.output  # [b*C, n, V]
+        sums = ops.choice_logprob_sums(logits, index, target, weight).save()
+    out: list[list[float]] = [[] for _ in choices]
+    for s, r in enumerate(owner):
+        out[r].append(float(sums[s]))
+    return out
+
+
+def _shared_prefix_batch(model, batch, choices, rows):
+    """Prompt once with a cache; then all choices of all prompts on the repeated cache."""
+    n_choices = {len(c) for c in choices}
+    if len(n_choices) != 1:  # mixed 4-choice and True/False: split by choice count
+        out: list[list[float] | None] = [None] * len(choices)
+        for count in sorted(n_choices):
+            sel = [r for r, c in enumerate(choices) if len(c) == count]
+            sub = model._pad(sel, [batch.input_ids[r, batch.pad(r) :].tolist() for r in sel])
+            for r, values in zip(
+                sel,
+                _shared_prefix_batch(model, sub, [choices[r] for r in sel], [rows[r] for r in sel]),
+            ):
+                out[r] = values
+        return out
+    n_c = n_choices.pop()
+    b = batch.input_ids.shape[0]
+    with model.nnsight.trace(**batch.inputs, use_cache=True, **model.trace_options) as tracer:
+        _ablate_rows(model, rows)
+        first = model.nnsight.lm_head.output[:, -1].float().log_softmax(-1).save()  # [b, V]
+        cache = tracer.result.past_key_values.save()
+    cache.batch_repeat_interleave(n_c)
+    flat = [c for cs in choices for c in cs]  # row r*n_c + j
+    width = max(len(c) for c in flat)
+    ids = torch.full((b * n_c, width), model.tokenizer.pad_token_id, dtype=torch.long)
+    cmask = torch.zeros(b * n_c, width, dtype=torch.long)
+    for s, c in enumerate(flat):  # right-padded: pad positions are never scored
+        ids[s, : len(c)] = torch.tensor(c)
+        cmask[s, : len(c)] = 1
+    prompt_mask = batch.attention_mask.repeat_interleave(n_c, 0)
+    lengths = torch.tensor(batch.lengths).repeat_interleave(n_c)
+    position_ids = lengths[:, None] + torch.arange(width)[None, :]
+    seq_rows = [rows[s // n_c] for s in range(b * n_c)]
+    positions = [list(range(len(c) - 1)) for c in flat]
+    index, target, weight = _targets([p or [0] for p in positions], [c[1:] or [0] for c in flat])
+    # _targets weights 1/(m-1); the mean runs over all m choice tokens, the first from `first`
+    weight = weight * torch.tensor([[(len(c) - 1) / len(c) if len(c) > 1 else 0.0] for c in flat])
+    with model.nnsight.trace(
+        **model.trace_options,
+        input_ids=ids,
+        attention_mask=torch.cat([prompt_mask, cmask], 1),
+        position_ids=position_ids,
+        past_key_values=cache,
+        use_cache=True,
+    ):
+        _ablate_rows(model, seq_rows)
+        logits = model.nnsight.lm_head.output  # [b*C, m, V]
+        rest = ops.choice_logprob_sums(logits, index, target, weight).save()
+    out = []
+    for r in range(b):
+        values = []
+        for j in range(n_c):
+            s = r * n_c + j
+            c = flat[s]
+            values.append(float(first[r, c[0]]) / len(c) + float(rest[s]))
+        out.append(values)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def default_rubric() -> dict:
+    """The package's keyword rubric (``data/rubrics.json``)."""
+    return load_json("rubrics.json")
+
+
+@functools.lru_cache(maxsize=4096)
+def _word(phrase: str) -> re.Pattern:
+    return re.compile(r"(?<!\w)" + r"\s+".join(map(re.escape, phrase.split())) + r"(?!\w)")
+
+
+def rubric_score(text: str, term: str, rubric: dict | None = None) -> GenerationResult:
+    """Score a continuation with the term's keyword rubric.
+
+    Raises:
+        InputError: The rubric has no entry for the term.
+    """
+    rubric = rubric or default_rubric()
+    entry = rubric["terms"].get(term)
+    if entry is None:
+        raise InputError(
+            f"no rubric for term {term!r}; add it to the rubric file (keywords and "
+            "contradictions) or pass rubric= with an entry for it"
+        )
+    lowered = text.lower()
+    hits = tuple(k for k in entry["keywords"] if _word(k.lower()).search(lowered))
+    bad = tuple(k for k in entry.get("contradictions", []) if _word(k.lower()).search(lowered))
+    threshold = rubric.get("threshold", 3)
+    score = max(0.0, min(1.0, len(hits) / threshold) - 0.2 * len(bad))
+    return GenerationResult("", text, score, hits, bad)
+
+
+def generation(
+    model,
+    records: Sequence[PromptRecord],
+    *,
+    ablate=None,
+    per_record=None,
+    prefix: dict[str, str] | None = None,
+    rubric: dict | None = None,
+    batch_size: int = 16,
+    progress: bool = False,
+) -> list[GenerationResult]:
+    """Greedy continuations for generation records, scored by the rubric.
+
+    Args:
+        prefix: Optional text per term put before the stem (few-shot exemplars).
+    """
+    from tqdm.auto import tqdm
+
+    records = list(records)
+    for r in records:
+        if r.task != "generation":
+            raise InputError(f"{r.source or r.key}: generation() got a {r.task} record")
+    rubric = rubric or default_rubric()
+    missing = sorted({r.term for r in records} - set(rubric["terms"]))
+    if missing:
+        raise InputError(f"no rubric entry for terms {missing}; add them to the rubric file")
+    rows = _rows_for(records, per_record, ablate, model)
+    texts = [(prefix[r.term] if prefix else "") + r.template for r in records]
+    groups: dict[int, list[int]] = {}
+    for i, r in enumerate(records):
+        groups.setdefault(r.max_tokens, []).append(i)
+    out: list[GenerationResult | None] = [None] * len(records)
+    bar = tqdm(total=len(records), desc="generation", unit="prompt", disable=not progress)
+    for max_tokens, members in sorted(groups.items()):
+        for start in range(0, len(members), batch_size):
+            chunk = members[start : start + batch_size]
+            ids = model.generate_ids(
+                [texts[i] for i in chunk],
+                max_new_tokens=max_tokens,
+                per_row=[rows[i] for i in chunk],
+                batch_size=batch_size,
+            )
+            for i, new in zip(chunk, ids):
+                text = model.tokenizer.decode(new, skip_special_tokens=True)
+                scored = rubric_score(text, records[i].term, rubric)
+                out[i] = GenerationResult(
+                    records[i].key, text, scored.score, scored.hits, scored.contradictions
+                )
+            bar.update(len(chunk))
+    bar.close()
+    return out  # type: ignore[return-value]

@@ -1,0 +1,224 @@
+"""Prompt records: load, validate and describe prompt files (JSON Lines)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from bindscope.errors import PromptFileError
+
+TASKS = ("recognition", "generation")
+BUILTIN_SETS = ("canonical", "controls")
+
+
+@dataclass(frozen=True)
+class PromptRecord:
+    """One prompt: a term in a template, with a task.
+
+    The field names follow the published prompt files so they load unchanged.
+
+    Attributes:
+        prompt_id: Id unique within the term (``rec_001``, ``gen_003``, ``ctrl_ns_001``).
+        term: The multi-token term whose binding is measured.
+        task: ``recognition`` (choices scored by log-prob) or ``generation`` (greedy + rubric).
+        template: The full text fed to the model.
+        choices: Recognition options.
+        answer_idx: Index of the correct choice.
+        max_tokens: New-token budget for generation.
+        control_group: Control group name for discriminant-validity items, else None.
+        source: ``file:line`` the record came from.
+        extra: Any other fields of the line, kept as they were.
+    """
+
+    prompt_id: str
+    term: str
+    task: str
+    template: str
+    choices: tuple[str, ...] | None = None
+    answer_idx: int | None = None
+    max_tokens: int | None = None
+    control_group: str | None = None
+    source: str = ""
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def key(self) -> str:
+        """Unique key of the record within a prompt set: ``term/prompt_id``."""
+        return f"{self.term}/{self.prompt_id}"
+
+    def to_dict(self) -> dict:
+        """The record as written in a prompt file."""
+        out = {
+            "prompt_id": self.prompt_id,
+            "term": self.term,
+            "task": self.task,
+            "template": self.template,
+        }
+        if self.choices is not None:
+            out["choices"] = list(self.choices)
+            out["answer_idx"] = self.answer_idx
+        if self.max_tokens is not None:
+            out["max_tokens"] = self.max_tokens
+        if self.control_group is not None:
+            out["control_group"] = self.control_group
+        return {**out, **self.extra}
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """A validated list of records with its name and content hash."""
+
+    name: str
+    records: tuple[PromptRecord, ...]
+    sha256: str
+
+    def __iter__(self):
+        return iter(self.records)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def filter(self, *, task: str | None = None, terms=None) -> PromptSet:
+        """Records of one task and/or some terms (same name, hash of the subset)."""
+        keep = [
+            r
+            for r in self.records
+            if (task is None or r.task == task) and (terms is None or r.term in set(terms))
+        ]
+        digest = hashlib.sha256("\n".join(r.key for r in keep).encode()).hexdigest()
+        return PromptSet(self.name, tuple(keep), f"{self.sha256[:16]}:{digest[:16]}")
+
+
+def data_path(name: str) -> Path:
+    """Path of a file in the package's prompt data folder."""
+    return Path(str(resources.files("bindscope.prompts") / "data" / name))
+
+
+def load(path_or_name: str | Path, *, check_terms: bool = True) -> PromptSet:
+    """Load and validate a prompt file.
+
+    Args:
+        path_or_name: ``canonical`` (41 terms x 11 prompts), ``controls``, or a path to a
+            JSON Lines file with the same schema.
+        check_terms: Require every record's term to occur in its own template.
+
+    Raises:
+        PromptFileError: The message names the file, the line and the field.
+    """
+    if str(path_or_name) in BUILTIN_SETS:
+        path, name = data_path(f"{path_or_name}.jsonl"), str(path_or_name)
+    else:
+        path = Path(path_or_name)
+        name = path.stem
+    if not path.is_file():
+        raise PromptFileError(
+            f"{path}: no such prompt file; pass one of {', '.join(BUILTIN_SETS)} or a .jsonl path"
+        )
+    raw = path.read_bytes()
+    records: list[PromptRecord] = []
+    seen: dict[str, int] = {}
+    from bindscope.prompts.spans import find_term_chars
+
+    for number, line in enumerate(raw.decode("utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise PromptFileError(
+                f"{where}: not valid JSON ({exc.msg} at column {exc.colno})"
+            ) from None
+        record = _parse(obj, where)
+        if record.key in seen:
+            raise PromptFileError(
+                f"{where}: prompt_id {record.prompt_id!r} for term {record.term!r} repeats line "
+                f"{seen[record.key]}; ids must be unique per term"
+            )
+        seen[record.key] = number
+        if check_terms and find_term_chars(record.template, record.term) is None:
+            raise PromptFileError(
+                f"{where}: field 'template': term {record.term!r} does not occur in its own "
+                f"template {record.template!r} (case-insensitive, plural or alias forms count); "
+                "fix the template or the term"
+            )
+        records.append(record)
+    if not records:
+        raise PromptFileError(f"{path}: no records")
+    return PromptSet(name, tuple(records), hashlib.sha256(raw).hexdigest())
+
+
+_KNOWN = {
+    "prompt_id",
+    "term",
+    "task",
+    "template",
+    "choices",
+    "answer_idx",
+    "max_tokens",
+    "control_group",
+}
+
+
+def _parse(obj, where: str) -> PromptRecord:
+    if not isinstance(obj, dict):
+        raise PromptFileError(f"{where}: a record must be a JSON object, got {type(obj).__name__}")
+    for name in ("prompt_id", "term", "task", "template"):
+        if not isinstance(obj.get(name), str) or not obj[name].strip():
+            raise PromptFileError(f"{where}: field {name!r} is missing or not a non-empty string")
+    task = obj["task"]
+    if task not in TASKS:
+        raise PromptFileError(f"{where}: field 'task': unknown task {task!r}; use one of {TASKS}")
+    choices = answer_idx = max_tokens = None
+    if task == "recognition":
+        choices = obj.get("choices")
+        if (
+            not isinstance(choices, list)
+            or len(choices) < 2
+            or not all(isinstance(c, str) and c.strip() for c in choices)
+        ):
+            raise PromptFileError(
+                f"{where}: field 'choices' must be a list of 2+ non-empty strings"
+            )
+        answer_idx = obj.get("answer_idx")
+        if (
+            not isinstance(answer_idx, int)
+            or isinstance(answer_idx, bool)
+            or not (0 <= answer_idx < len(choices))
+        ):
+            raise PromptFileError(
+                f"{where}: field 'answer_idx' is {answer_idx!r}; it must be an integer in "
+                f"0..{len(choices) - 1} (one per choice)"
+            )
+        choices = tuple(choices)
+    else:
+        max_tokens = obj.get("max_tokens")
+        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+            raise PromptFileError(
+                f"{where}: field 'max_tokens' is {max_tokens!r}; generation records need a "
+                "positive integer new-token budget"
+            )
+    group = obj.get("control_group")
+    if group is not None and not isinstance(group, str):
+        raise PromptFileError(f"{where}: field 'control_group' must be a string")
+    extra = {k: v for k, v in obj.items() if k not in _KNOWN}
+    return PromptRecord(
+        obj["prompt_id"],
+        obj["term"],
+        task,
+        obj["template"],
+        choices,
+        answer_idx,
+        max_tokens,
+        group,
+        where,
+        extra,
+    )
+
+
+def load_json(name: str) -> dict:
+    """One of the package's JSON data files (rubrics, exemplars, aliases)."""
+    return json.loads(data_path(name).read_text("utf-8"))
