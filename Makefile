@@ -2,6 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.bindscope-installed
+LINT_PATHS := bindscope tests benchmarks tools
 
 .PHONY: demo test lint format bench clean
 
@@ -20,12 +21,12 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check bindscope tests benchmarks tools
-	$(VENV)/bin/ruff format --check bindscope tests benchmarks tools
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 
 format: $(STAMP)
-	$(VENV)/bin/ruff check --fix bindscope tests benchmarks tools
-	$(VENV)/bin/ruff format bindscope tests benchmarks tools
+	$(VENV)/bin/ruff check --fix $(LINT_PATHS)
+	$(VENV)/bin/ruff format $(LINT_PATHS)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_binding.py

@@ -271,11 +271,13 @@ class Model:
         max_new_tokens: int,
         ablate=None,
         per_row=None,
+        means=None,
         batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> list[list[int]]:
         """Greedy new token ids per text, cut at the first end-of-sequence token.
 
-        ``per_row`` gives one head list per text (different ablations in one batch).
+        ``per_row`` gives one head list per text (different ablations in one batch);
+        ``means`` (from ``head_means``) switches from zero- to mean-ablation.
         """
         texts = _check_texts(texts)
         if per_row is not None and len(per_row) != len(texts):
@@ -301,7 +303,15 @@ class Model:
                     with tracer.invoke(**inputs):
                         if spec or batch_rows:
                             for _ in tracer.all():
-                                run_layers(self, zero=spec or None, zero_per_row=batch_rows)
+                                if means is None:
+                                    run_layers(self, zero=spec or None, zero_per_row=batch_rows)
+                                else:
+                                    run_layers(
+                                        self,
+                                        mean=spec or None,
+                                        mean_per_row=batch_rows,
+                                        means=means,
+                                    )
                     with tracer.invoke():
                         result = tracer.result.save()
             new = result[:, batch.input_ids.shape[1] :].tolist()

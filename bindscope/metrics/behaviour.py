@@ -71,12 +71,19 @@ def _rows_for(records, per_record, ablate, model):
     return [spec] * len(records)
 
 
-def _ablate_rows(model, rows):
-    if any(rows):
-        if all(r == rows[0] for r in rows):
-            run_layers(model, zero=rows[0])
-        else:
-            run_layers(model, zero_per_row=rows)
+def _ablate_rows(model, rows, means=None):
+    """Zero-ablate (or, with ``means``, mean-ablate) each row's heads."""
+    if not any(rows):
+        return
+    same = all(r == rows[0] for r in rows)
+    if means is None and same:
+        run_layers(model, zero=rows[0])
+    elif means is None:
+        run_layers(model, zero_per_row=rows)
+    elif same:
+        run_layers(model, mean=rows[0], means=means)
+    else:
+        run_layers(model, mean_per_row=rows, means=means)
 
 
 @torch.no_grad()
@@ -86,6 +93,7 @@ def recognition(
     *,
     ablate=None,
     per_record=None,
+    means=None,
     batch_size: int = 16,
     strategy: str = "shared_prefix",
     progress: bool = False,
@@ -95,6 +103,7 @@ def recognition(
     Args:
         ablate: Heads zero-ablated for all records.
         per_record: Instead, one head list per record (different ablations in one batch).
+        means: ``HeadMeans`` from ``head_means``: mean-ablate instead of zero-ablate.
         strategy: ``shared_prefix`` (prompt once, choices on its cache) or ``full``
             (every prompt + choice sequence in full; the reference).
     """
@@ -144,7 +153,7 @@ def _targets(positions: list[list[int]], ids: list[list[int]]):
     return index, target, weight
 
 
-def _full_batch(model, batch, choices, rows):
+def _full_batch(model, batch, choices, rows, means=None):
     """Every (prompt + choice) sequence in full, one row each."""
     seqs, positions, targets, seq_rows, owner = [], [], [], [], []
     for r, index_choices in enumerate(choices):
@@ -161,7 +170,7 @@ def _full_batch(model, batch, choices, rows):
     ]
     index, target, weight = _targets(positions, targets)
     with model.nnsight.trace(**full.inputs, **model.trace_options):
-        _ablate_rows(model, seq_rows)
+        _ablate_rows(model, seq_rows, means)
         logits = model.nnsight.lm_head.output  # [b*C, n, V]
         sums = ops.choice_logprob_sums(logits, index, target, weight).save()
     out: list[list[float]] = [[] for _ in choices]
@@ -170,7 +179,7 @@ def _full_batch(model, batch, choices, rows):
     return out
 
 
-def _shared_prefix_batch(model, batch, choices, rows):
+def _shared_prefix_batch(model, batch, choices, rows, means=None):
     """Prompt once with a cache; then all choices of all prompts on the repeated cache."""
     n_choices = {len(c) for c in choices}
     if len(n_choices) != 1:  # mixed 4-choice and True/False: split by choice count
@@ -187,7 +196,7 @@ def _shared_prefix_batch(model, batch, choices, rows):
     n_c = n_choices.pop()
     b = batch.input_ids.shape[0]
     with model.nnsight.trace(**batch.inputs, use_cache=True, **model.trace_options) as tracer:
-        _ablate_rows(model, rows)
+        _ablate_rows(model, rows, means)
         first = model.nnsight.lm_head.output[:, -1].float().log_softmax(-1).save()  # [b, V]
         cache = tracer.result.past_key_values.save()
     cache.batch_repeat_interleave(n_c)
@@ -214,7 +223,7 @@ def _shared_prefix_batch(model, batch, choices, rows):
         past_key_values=cache,
         use_cache=True,
     ):
-        _ablate_rows(model, seq_rows)
+        _ablate_rows(model, seq_rows, means)
         logits = model.nnsight.lm_head.output  # [b*C, m, V]
         rest = ops.choice_logprob_sums(logits, index, target, weight).save()
     out = []
@@ -266,6 +275,7 @@ def generation(
     *,
     ablate=None,
     per_record=None,
+    means=None,
     prefix: dict[str, str] | None = None,
     rubric: dict | None = None,
     batch_size: int = 16,

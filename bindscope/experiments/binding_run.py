@@ -1,0 +1,128 @@
+"""EB* for every prompt of a set: ``bindscope binding``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bindscope.experiments.common import (
+    base_record,
+    binding_metrics,
+    model_label,
+    prompt_set,
+    provenance,
+    record_key,
+    run_chunks,
+)
+from bindscope.experiments.records import RecordWriter, read_records, write_summary
+from bindscope.metrics import stats
+from bindscope.metrics.binding import binding
+
+EXPERIMENT = "binding"
+
+
+def run(
+    model,
+    *,
+    prompts="canonical",
+    out: str | Path,
+    batch_size: int = 32,
+    force: bool = False,
+    on_missing: str = "skip",
+    progress: bool = True,
+    experiment: str = EXPERIMENT,
+) -> dict:
+    """Measure EB* per prompt, write records and a summary; reruns skip finished prompts."""
+    pset = prompt_set(prompts)
+    folder = Path(out) / experiment
+    prov = provenance(model, prompt_set=pset)
+    with RecordWriter(folder / "records.jsonl", force=force) as writer:
+
+        def work(chunk):
+            results = binding(model, chunk, batch_size=batch_size, on_missing=on_missing)
+            return [
+                base_record(experiment, model, rec, "clean", binding_metrics(res, model), prov)
+                for rec, res in zip(chunk, results)
+            ]
+
+        run_chunks(
+            pset.records,
+            writer=writer,
+            key=lambda r: record_key(experiment, model.name, model.revision, r.key, "clean"),
+            work=work,
+            chunk_size=batch_size * 4,
+            desc=experiment,
+            progress=progress,
+        )
+    return summarize(folder)
+
+
+def summarize_binding(records: list[dict], *, k: int = 4, seed: int = 0) -> dict:
+    """Per-model EB* means with CIs, mean per-head BSI and the top-k heads."""
+    models: dict[str, dict] = {}
+    for label, group in _group(records).items():
+        ok = [r for r in group if r["metrics"].get("eb_star") is not None]
+        first = group[0]["metrics"]
+        entry = {
+            "model": group[0]["model"],
+            "revision": group[0]["revision"],
+            "n_layers": first.get("n_layers"),
+            "n_heads": first.get("n_heads"),
+            "n": len(ok),
+            "n_skipped": sum(1 for r in group if r["metrics"].get("skipped")),
+        }
+        if ok:
+            eb = [r["metrics"]["eb_star"] for r in ok]
+            entry["eb_star"] = stats.mean_ci(eb, seed=seed).to_dict()
+            entry["eb_star_norm"] = stats.mean_ci(
+                [r["metrics"]["eb_star_norm"] for r in ok], seed=seed
+            ).to_dict()
+            mean_bsi = mean_bsi_of(ok)
+            entry["mean_bsi"] = mean_bsi.tolist()
+            entry["top_heads"] = rank_heads(mean_bsi, k)[0]
+            per_term: dict[str, list[float]] = {}
+            for r in ok:
+                per_term.setdefault(r["term"], []).append(r["metrics"]["eb_star"])
+            entry["per_term"] = {
+                t: {"eb_star": float(np.mean(v)), "n": len(v)} for t, v in sorted(per_term.items())
+            }
+        models[label] = entry
+    return models
+
+
+def mean_bsi_of(records: list[dict]) -> torch.Tensor:
+    """Mean BSI ``[L, H]`` over records with a measured span."""
+    return torch.tensor([r["metrics"]["bsi"] for r in records], dtype=torch.float64).mean(0)
+
+
+def rank_heads(mean_bsi: torch.Tensor, k: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Top-k and bottom-k heads by mean BSI (ties broken by layer, then head)."""
+    n_layers, n_heads = mean_bsi.shape
+    flat = [(float(mean_bsi[l, h]), l, h) for l in range(n_layers) for h in range(n_heads)]  # noqa: E741
+    ordered = sorted(flat, key=lambda x: (-x[0], x[1], x[2]))
+    top = [[l, h] for _, l, h in ordered[:k]]  # noqa: E741
+    bottom = [[l, h] for _, l, h in ordered[::-1][:k]]  # noqa: E741
+    return top, bottom
+
+
+def _group(records: list[dict]) -> dict[str, list[dict]]:
+    groups: dict[str, list[dict]] = {}
+    for r in records:
+        groups.setdefault(f"{r['model']}@{r['revision'] or 'main'}", []).append(r)
+    return groups
+
+
+def summarize(folder: str | Path) -> dict:
+    folder = Path(folder)
+    records = list(read_records(folder / "records.jsonl"))
+    summary = {
+        "experiment": records[0]["experiment"] if records else EXPERIMENT,
+        "models": summarize_binding(records),
+    }
+    write_summary(folder / "summary.json", summary)
+    return summary
+
+
+__all__ = ["model_label", "rank_heads", "run", "summarize"]

@@ -1,0 +1,327 @@
+"""C5: causal head ablation. Does ablating the heads that bind terms most hurt behaviour
+more than ablating random heads?
+
+Heads are ranked by mean BSI over an explicit ranking set that is the same for every
+family (default: all canonical prompts). Conditions: baseline, top-k, bottom-k and N random
+k-head sets drawn from the heads outside the top set (optionally matched to the top set's
+layers), with zero or mean ablation. All conditions of a chunk of prompts run in the same
+batches (different heads per row), so 50 random sets stay affordable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from bindscope.experiments.binding_run import mean_bsi_of, rank_heads
+from bindscope.experiments.common import (
+    base_record,
+    binding_metrics,
+    model_label,
+    prompt_set,
+    provenance,
+    record_key,
+    run_chunks,
+)
+from bindscope.experiments.records import RecordWriter, read_records, write_summary
+from bindscope.interventions import head_means
+from bindscope.metrics import stats
+from bindscope.metrics.behaviour import generation, recognition
+from bindscope.metrics.binding import binding
+
+EXPERIMENT = "c5"
+
+
+def draw_random_sets(
+    n_layers: int,
+    n_heads: int,
+    top: list[list[int]],
+    *,
+    k: int,
+    n: int,
+    seed: int,
+    matched_layers: bool = False,
+) -> list[list[list[int]]]:
+    """N random k-head sets from the heads outside ``top``, reproducible from ``seed``.
+
+    With ``matched_layers`` each set has one head in the layer of each top head.
+    """
+    rng = np.random.default_rng(seed)
+    excluded = {tuple(h) for h in top}
+    pool = [(l, h) for l in range(n_layers) for h in range(n_heads) if (l, h) not in excluded]  # noqa: E741
+    if len(pool) < k:
+        raise ValueError(f"only {len(pool)} heads outside the top set; cannot draw {k}")
+    sets = []
+    for _ in range(n):
+        if matched_layers:
+            chosen = []
+            for layer, _head in top:
+                options = [p for p in pool if p[0] == layer and list(p) not in chosen]
+                chosen.append(list(options[rng.integers(len(options))]))
+        else:
+            picks = rng.choice(len(pool), size=k, replace=False)
+            chosen = [list(pool[i]) for i in picks]
+        sets.append(sorted(chosen))
+    return sets
+
+
+def run(
+    models,
+    *,
+    prompts="canonical",
+    ranking=None,
+    out: str | Path,
+    k: int = 4,
+    n_random: int = 50,
+    ablation: str = "zero",
+    matched_layers: bool = False,
+    seed: int = 0,
+    batch_size: int = 16,
+    force: bool = False,
+    progress: bool = True,
+) -> dict:
+    """Run C5 for one or several models and write records and a summary.
+
+    Args:
+        models: One ``Model`` or a list (each gets its own ranking and conditions).
+        prompts: Evaluation prompt set (recognition and generation records).
+        ranking: Prompt set used to rank heads by mean BSI (default: ``prompts``).
+        k: Heads per ablated set.
+        n_random: Number of random k-head sets.
+        ablation: ``zero`` or ``mean`` (means over the ranking set's templates).
+        matched_layers: Random sets use the top set's layers.
+        seed: Seed of the random sets and of the bootstrap.
+    """
+    if ablation not in ("zero", "mean"):
+        raise ValueError("ablation must be 'zero' or 'mean'")
+    models = models if isinstance(models, (list, tuple)) else [models]
+    pset = prompt_set(prompts)
+    rset = prompt_set(ranking) if ranking is not None else pset
+    folder = Path(out) / EXPERIMENT
+    settings = {
+        "k": k,
+        "n_random": n_random,
+        "ablation": ablation,
+        "seed": seed,
+        "matched_layers": matched_layers,
+        "ranking_set": rset.name,
+        "ranking_sha256": rset.sha256,
+    }
+    with RecordWriter(folder / "records.jsonl", force=force) as writer:
+        for model in models:
+            _run_model(model, pset, rset, writer, settings, batch_size, progress)
+    return summarize(folder)
+
+
+def _run_model(model, pset, rset, writer, settings, batch_size, progress) -> None:
+    prov = provenance(model, prompt_set=pset, seed=settings["seed"], c5=settings)
+    rank_key = lambda r: record_key("c5-ranking", model.name, model.revision, r.key, "clean")  # noqa: E731
+
+    def rank_work(chunk):
+        results = binding(model, chunk, batch_size=batch_size * 2, on_missing="skip")
+        return [
+            base_record("c5-ranking", model, rec, "clean", binding_metrics(res, model), prov)
+            for rec, res in zip(chunk, results)
+        ]
+
+    run_chunks(
+        rset.records,
+        writer=writer,
+        key=rank_key,
+        work=rank_work,
+        chunk_size=batch_size * 8,
+        desc="c5 ranking",
+        progress=progress,
+    )
+    label = model_label(model)
+    keys = {rank_key(r) for r in rset.records}
+    ranking_records = [r for r in read_records(writer.path) if r["key"] in keys]
+    ok = [r for r in ranking_records if r["metrics"].get("eb_star") is not None]
+    if not ok:
+        raise ValueError(f"{label}: no ranking prompt has a 2+ token span; cannot rank heads")
+    top, bottom = rank_heads(mean_bsi_of(ok), settings["k"])
+    randoms = draw_random_sets(
+        model.n_layers,
+        model.n_heads,
+        top,
+        k=settings["k"],
+        n=settings["n_random"],
+        seed=settings["seed"],
+        matched_layers=settings["matched_layers"],
+    )
+    conditions = {"baseline": [], "top": top, "bottom": bottom}
+    conditions.update({f"random:{i:02d}": s for i, s in enumerate(randoms)})
+    means = None
+    if settings["ablation"] == "mean":
+        heads = sorted({tuple(h) for hs in conditions.values() for h in hs})
+        means = head_means(model, [r.template for r in rset.records], heads, batch_size=batch_size)
+    items = [(rec, name) for name in conditions for rec in pset.records]
+    key = lambda item: record_key(EXPERIMENT, model.name, model.revision, item[0].key, item[1])  # noqa: E731
+
+    def work(chunk):
+        out = []
+        for task, score in (("recognition", recognition), ("generation", generation)):
+            part = [(rec, name) for rec, name in chunk if rec.task == task]
+            if not part:
+                continue
+            results = score(
+                model,
+                [rec for rec, _ in part],
+                per_record=[conditions[name] for _, name in part],
+                means=means,
+                batch_size=batch_size,
+            )
+            for (rec, name), res in zip(part, results):
+                metrics = res.to_dict()
+                metrics.pop("key")
+                out.append(
+                    base_record(
+                        EXPERIMENT,
+                        model,
+                        rec,
+                        name,
+                        metrics,
+                        prov,
+                        heads=conditions[name],
+                        ablation=settings["ablation"],
+                        c5=settings,
+                    )
+                )
+        return out
+
+    run_chunks(
+        items,
+        writer=writer,
+        key=key,
+        work=work,
+        chunk_size=batch_size * 4,
+        desc=f"c5 {label}",
+        progress=progress,
+    )
+
+
+def summarize_c5(records: list[dict], *, n_resamples: int = 9999) -> dict:
+    """Condition means, paired drops with CIs, specificity and permutation p per model."""
+    evaluated = [r for r in records if r["experiment"] == EXPERIMENT]
+    if not evaluated:
+        return {"experiment": EXPERIMENT, "models": {}}
+    settings = evaluated[0]["c5"]
+    models: dict[str, dict] = {}
+    groups: dict[str, list[dict]] = {}
+    for r in evaluated:
+        groups.setdefault(f"{r['model']}@{r['revision'] or 'main'}", []).append(r)
+    seed = settings["seed"]
+    for label, group in groups.items():
+        models[label] = _summarize_model(group, records, seed, n_resamples)
+    for task in ("recognition", "generation"):
+        labels = [m for m in models if models[m]["p_value"].get(task) is not None]
+        adjusted = (
+            stats.adjust_pvalues([models[m]["p_value"][task] for m in labels], method="holm")
+            if labels
+            else []
+        )
+        for m, p in zip(labels, adjusted):
+            models[m].setdefault("p_holm", {})[task] = p
+    return {
+        "experiment": EXPERIMENT,
+        "k": settings["k"],
+        "ablation": settings["ablation"],
+        "n_random": settings["n_random"],
+        "seed": seed,
+        "matched_layers": settings["matched_layers"],
+        "ranking_set": settings["ranking_set"],
+        "multiple_comparisons": "holm across models, per task",
+        "models": models,
+    }
+
+
+def _summarize_model(group, all_records, seed, n_resamples) -> dict:
+    first = group[0]
+    heads = {r["condition"]: r["heads"] for r in group}
+    random_names = sorted(c for c in heads if c.startswith("random:"))
+    ranking = [
+        r
+        for r in all_records
+        if r["experiment"] == "c5-ranking"
+        and r["model"] == first["model"]
+        and r["revision"] == first["revision"]
+        and r["metrics"].get("eb_star") is not None
+    ]
+    entry = {
+        "model": first["model"],
+        "revision": first["revision"],
+        "n_layers": first["provenance"].get("n_layers"),
+        "top_heads": heads.get("top"),
+        "bottom_heads": heads.get("bottom"),
+        "random_heads": [heads[c] for c in random_names],
+        "conditions": {},
+        "drops": {},
+        "random_drops": {},
+        "specificity": {},
+        "p_value": {},
+        "per_term": {},
+    }
+    if ranking:
+        entry["mean_bsi"] = mean_bsi_of(ranking).tolist()
+        entry["n_layers"], entry["n_heads"] = (len(entry["mean_bsi"]), len(entry["mean_bsi"][0]))
+    table: dict[str, dict[str, dict[str, float]]] = {}  # task -> condition -> prompt -> score
+    terms: dict[str, str] = {}
+    for r in group:
+        table.setdefault(r["task"], {}).setdefault(r["condition"], {})[r["prompt_key"]] = r[
+            "metrics"
+        ]["score"]
+        terms[r["prompt_key"]] = r["term"]
+    for task, by_condition in table.items():
+        prompts = sorted(by_condition.get("baseline", {}))
+        complete = [p for p in prompts if all(p in v for v in by_condition.values())]
+        base = np.array([by_condition["baseline"][p] for p in complete])
+        for name, scores in by_condition.items():
+            entry["conditions"].setdefault(name, {})[task] = float(
+                np.mean([scores[p] for p in complete])
+            )
+            entry["conditions"][name][f"n_{task}"] = len(complete)
+        if len(complete) < 2:
+            continue
+        cond = {n: np.array([by_condition[n][p] for p in complete]) for n in by_condition}
+        for name in ("top", "bottom"):
+            if name in cond:
+                entry["drops"].setdefault(name, {})[task] = stats.paired_difference(
+                    base, cond[name], seed=seed, n_resamples=n_resamples
+                ).to_dict()
+        rand = [cond[n] for n in random_names if n in cond]
+        if rand and "top" in cond:
+            random_drops = [float(np.mean(base - x)) for x in rand]
+            entry["random_drops"][task] = random_drops
+            entry["drops"].setdefault("random_mean", {})[task] = float(np.mean(random_drops))
+            entry["specificity"][task] = stats.specificity(
+                base, cond["top"], np.stack(rand), seed=seed, n_resamples=n_resamples
+            ).to_dict()
+            top_drop = float(np.mean(base - cond["top"]))
+            entry["p_value"][task] = stats.rank_p_value(
+                top_drop, random_drops, alternative="greater"
+            )
+        if task == "recognition":
+            for term in sorted({terms[p] for p in complete}):
+                idx = [i for i, p in enumerate(complete) if terms[p] == term]
+                row = {
+                    n: float(np.mean(cond[n][idx]))
+                    for n in ("baseline", "top", "bottom")
+                    if n in cond
+                }
+                if rand:
+                    row["random_mean"] = float(np.mean([x[idx].mean() for x in rand]))
+                    if "top" in row:
+                        row["specificity"] = row["random_mean"] - row["top"]
+                entry["per_term"][term] = row
+    return entry
+
+
+def summarize(folder: str | Path) -> dict:
+    folder = Path(folder)
+    summary = summarize_c5(list(read_records(folder / "records.jsonl")))
+    write_summary(folder / "summary.json", summary)
+    return summary
+
+
+__all__ = ["draw_random_sets", "run", "summarize"]

@@ -1,0 +1,108 @@
+"""Pieces every experiment shares: labels, records, prompt sets, chunked resumable loops."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from bindscope.experiments.records import RecordWriter, provenance, record_key
+from bindscope.prompts.records import PromptRecord, PromptSet, load
+
+
+def model_label(model) -> str:
+    """``name@revision`` (``main`` when no revision) used as the summary key."""
+    return f"{model.name}@{model.revision or 'main'}"
+
+
+def prompt_set(prompts: str | Path | PromptSet) -> PromptSet:
+    """Load a prompt set by name or path (or pass one through)."""
+    return prompts if isinstance(prompts, PromptSet) else load(prompts)
+
+
+def base_record(
+    experiment: str,
+    model,
+    record: PromptRecord,
+    condition: str,
+    metrics: dict,
+    prov: dict,
+    *,
+    heads=(),
+    ablation: str | None = None,
+    **extra,
+) -> dict:
+    """A result line with the fields every experiment shares (see docs/records.md)."""
+    return {
+        "experiment": experiment,
+        "key": record_key(experiment, model.name, model.revision, record.key, condition),
+        "model": model.name,
+        "revision": model.revision,
+        "family": model.family,
+        "prompt_key": record.key,
+        "prompt_id": record.prompt_id,
+        "term": record.term,
+        "task": record.task,
+        "control_group": record.control_group,
+        "condition": condition,
+        "heads": [list(h) for h in heads],
+        "ablation": ablation if heads else None,
+        "metrics": metrics,
+        "provenance": prov,
+        **extra,
+    }
+
+
+def binding_metrics(result, model) -> dict:
+    """The binding fields of a record's ``metrics``."""
+    data = result.to_dict()
+    for name in ("key", "prompt_id", "term", "task", "control_group"):
+        data.pop(name)
+    return {**data, "n_layers": model.n_layers, "n_heads": model.n_heads}
+
+
+def run_chunks(
+    items: Sequence,
+    *,
+    writer: RecordWriter,
+    key: Callable[[object], str],
+    work: Callable[[list], list[dict]],
+    chunk_size: int,
+    desc: str,
+    progress: bool,
+) -> int:
+    """Run ``work`` on the pending items in chunks, writing each chunk's records at once.
+
+    Returns the number of items run (those not already finished on disk).
+    """
+    from tqdm.auto import tqdm
+
+    pending = [item for item in items if key(item) not in writer]
+    bar = tqdm(
+        total=len(items),
+        initial=len(items) - len(pending),
+        desc=desc,
+        unit="item",
+        disable=not progress,
+    )
+    for start in range(0, len(pending), chunk_size):
+        chunk = pending[start : start + chunk_size]
+        writer.write_many(work(chunk))
+        bar.update(len(chunk))
+    bar.close()
+    return len(pending)
+
+
+def by_key(records: Iterable[dict]) -> dict[str, dict]:
+    return {r["key"]: r for r in records}
+
+
+__all__ = [
+    "RecordWriter",
+    "base_record",
+    "binding_metrics",
+    "model_label",
+    "prompt_set",
+    "provenance",
+    "record_key",
+    "run_chunks",
+]
