@@ -43,4 +43,35 @@ class RecordFileError(BindscopeError, ValueError):
 
 
 class RemoteError(BindscopeError):
-    """Remote execution on NDIF failed (no key, model not served, unreachable, version drift)."""
+    """Remote execution on NDIF failed (no key, model not served, unreachable, version drift).
+
+    Messages name the host and the model, never the API key.
+    """
+
+
+class RemoteAuthError(RemoteError):
+    """No NDIF API key is configured, or NDIF rejected the one that is."""
+
+
+class RemoteModelNotServedError(RemoteError):
+    """NDIF is up but does not run this model (or this revision) now."""
+
+
+class RemoteUnreachableError(RemoteError):
+    """The NDIF host could not be reached."""
+
+
+class RemoteTimeoutError(RemoteUnreachableError):
+    """NDIF did not answer in time, or a job ran past the server's limit."""
+
+
+class RemoteVersionError(RemoteError):
+    """The server runs nnsight or transformers versions that differ from this machine's."""
+
+
+class RemoteSandboxError(RemoteError):
+    """A request would ship code or objects that NDIF's sandbox refuses."""
+
+
+class RemoteJobError(RemoteError):
+    """NDIF accepted a request and the job failed on the server."""

@@ -125,7 +125,7 @@ def load_model(
     tokenizer=None,
     dtype: torch.dtype | str | None = None,
     device: str | torch.device | None = None,
-    remote: bool = False,
+    remote: bool | str = False,
     prepend_bos: bool | None = None,
     self_check: bool = True,
 ) -> Model:
@@ -138,14 +138,29 @@ def load_model(
         tokenizer: Tokenizer for an already-loaded model.
         dtype: Weights dtype (default float32).
         device: Where to put the weights (default CPU).
-        remote: Build the model without weights and run traces on NDIF.
+        remote: ``True`` builds the model without weights (``model`` must be a Hub id NDIF
+            serves) and runs every trace on NDIF; ``"local"`` loads the weights here and
+            sends every trace through an in-process simulation of NDIF (docs/remote.md).
         prepend_bos: Force BOS on or off; None follows the tokenizer's own rule.
-        self_check: Run the cheap load-time checks (probabilities, causal mask, ablation).
+        self_check: Run the cheap load-time checks (probabilities, causal mask, ablation);
+            remotely, one small request that also decides how probabilities are captured.
     """
-    if remote:
+    if remote not in (False, True, "local", None):
+        raise ModelLoadError(f"remote must be True, 'local' or False, not {remote!r}")
+    if remote is True:
+        chosen = [
+            name
+            for name, value in (("dtype", dtype), ("device", device), ("tokenizer", tokenizer))
+            if value is not None
+        ]
+        if chosen:
+            raise ModelLoadError(
+                f"remote=True runs NDIF's own copy of {model}: its dtype and device are the "
+                "deployment's and its tokenizer comes from the Hub id; drop " + ", ".join(chosen)
+            )
         from bindscope.remote import load_remote
 
-        return load_remote(model, revision=revision, prepend_bos=prepend_bos)
+        return load_remote(model, revision=revision, prepend_bos=prepend_bos, self_check=self_check)
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
     dtype = dtype or torch.float32
@@ -172,4 +187,10 @@ def load_model(
         from bindscope.selfcheck import self_check as run_check
 
         run_check(wrapped)
+    if remote == "local":
+        from bindscope.remote import probe_capture, simulate
+
+        simulate(wrapped)
+        if self_check:
+            probe_capture(wrapped)
     return wrapped

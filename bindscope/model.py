@@ -11,10 +11,12 @@ import torch
 
 from bindscope.errors import InputError
 from bindscope.families import Family, dims_from_config
-from bindscope.interventions import run_layers
+from bindscope.interventions import ops, run_layers
 from bindscope.interventions.heads import Head, normalize_heads
 
 DEFAULT_BATCH_SIZE = 16
+# Batches per generation session (one request when the model is remote).
+SESSION_BATCHES = 8
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ class Model:
         revision: str | None = None,
         prepend_bos: bool | None = None,
         nnsight_model=None,
-        remote: bool = False,
+        remote: bool | str = False,
     ) -> None:
         from nnsight import TransformersModel
 
@@ -76,7 +78,9 @@ class Model:
         self.family_row = family
         self.name = name
         self.revision = revision
-        self.remote = remote
+        # False (local), "ndif" or "local" (the remote path simulated in-process); set by
+        # bindscope.remote, which also fills trace_options with the matching backend.
+        self.remote: bool | str = remote
         self.n_layers, self.n_heads = dims.n_layers, dims.n_heads
         self.n_kv_heads, self.head_dim = dims.n_kv_heads, dims.head_dim
         if tokenizer.pad_token_id is None:
@@ -93,8 +97,12 @@ class Model:
         if self.prepend_bos and tokenizer.bos_token_id is None:
             raise InputError(f"{name}: prepend_bos=True but the tokenizer has no BOS token")
         self._call_label: str | None = None
-        # Extra keyword arguments for every trace/generate call (``remote=True`` on NDIF).
+        # Extra keyword arguments for every trace, generate and session call (the remote
+        # backend when the model runs on NDIF or its simulation).
         self.trace_options: dict = {}
+        # Why probabilities are recomputed from q and k instead of read from eager
+        # attention (None: eager works). Set by the remote load-time probe.
+        self.capture_fallback: str | None = None
 
     # -- tokenization -------------------------------------------------------------------
 
@@ -157,18 +165,29 @@ class Model:
     @property
     def capture_mode(self) -> str:
         """``eager`` (weights returned by the module) or ``recompute`` (from q and k)."""
-        return "eager" if self.attn_implementation == "eager" else "recompute"
+        if self.capture_fallback or self.attn_implementation != "eager":
+            return "recompute"
+        return "eager"
+
+    @property
+    def capture_method(self) -> str:
+        """How capture runs (inside ``eager()``) record their probabilities."""
+        return "recompute" if self.capture_fallback else "eager"
 
     @contextlib.contextmanager
     def eager(self) -> Iterator[None]:
-        """Run the body under eager attention and restore the previous implementation."""
+        """Run the body under eager attention and restore the previous implementation.
+
+        A remote model sends the implementation with every request, so the server switches
+        too. After a capture fallback nothing is switched: probabilities are recomputed.
+        """
         previous = self.attn_implementation
-        if previous != "eager":
+        if previous != "eager" and not self.capture_fallback:
             self.hf.set_attn_implementation("eager")
         try:
             yield
         finally:
-            if previous != "eager":
+            if self.attn_implementation != previous:
                 self.hf.set_attn_implementation(previous)
 
     @property
@@ -216,9 +235,9 @@ class Model:
         out: list[torch.Tensor | None] = [None] * len(_check_texts(texts))
         with self.eager():
             for batch in self.batches(texts, batch_size=batch_size):
-                found: dict[int, torch.Tensor] = {}
                 with self.nnsight.trace(**batch.inputs, **self.trace_options) as tracer:
-                    run_layers(self, capture=wanted, zero=spec or None, into=found)
+                    # bound to a name: a remote run returns only saved values the body binds
+                    found = run_layers(self, capture=wanted, zero=spec or None)
                     tracer.stop()  # later layers cannot change the captured probabilities
                 stacked = torch.stack([found[layer] for layer in wanted], 1)  # [b, L', H, n, n]
                 for row, index in enumerate(batch.indices):
@@ -287,42 +306,84 @@ class Model:
         out: list[list[int] | None] = [None] * len(texts)
         eos = self.hf.generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
+        kwargs = {
+            "max_new_tokens": max_new_tokens,
+            "do_sample": False,
+            "pad_token_id": self.tokenizer.pad_token_id,
+        }
+        jobs = []
         for batch in self.batches(texts, batch_size=batch_size):
-            kwargs = {
-                "max_new_tokens": max_new_tokens,
-                "do_sample": False,
-                "pad_token_id": self.tokenizer.pad_token_id,
-            }
             batch_rows = [rows_spec[i] for i in batch.indices] if rows_spec else None
             if batch_rows is not None and not any(batch_rows):
                 batch_rows = None
             inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*was never reached.*")
-                with self.nnsight.generate(**kwargs, **self.trace_options) as tracer:
-                    with tracer.invoke(**inputs):
-                        if spec or batch_rows:
-                            for _ in tracer.all():
-                                if means is None:
-                                    run_layers(self, zero=spec or None, zero_per_row=batch_rows)
-                                else:
-                                    run_layers(
-                                        self,
-                                        mean=spec or None,
-                                        mean_per_row=batch_rows,
-                                        means=means,
-                                    )
-                    with tracer.invoke():
-                        result = tracer.result.save()
-            new = result[:, batch.input_ids.shape[1] :].tolist()
-            for row, index in enumerate(batch.indices):
-                ids = []
-                for token in new[row]:
-                    if token in eos_ids:
-                        break
-                    ids.append(token)
-                out[index] = ids
+            jobs.append((batch, inputs, batch_rows))
+        for start in range(0, len(jobs), SESSION_BATCHES):
+            part = jobs[start : start + SESSION_BATCHES]
+            results = self._generate_session(
+                [(inputs, rows) for _, inputs, rows in part], spec, means, kwargs
+            )
+            for (batch, _, _), result in zip(part, results):
+                new = result[:, batch.input_ids.shape[1] :].tolist()
+                for row, index in enumerate(batch.indices):
+                    ids = []
+                    for token in new[row]:
+                        if token in eos_ids:
+                            break
+                        ids.append(token)
+                    out[index] = ids
         return out  # type: ignore[return-value]
+
+    def _generate_session(self, jobs, spec, means, kwargs) -> list[torch.Tensor]:
+        """Generate every ``(inputs, per-row heads)`` job in one session.
+
+        Locally a plain session; remotely one request, so several batches share its
+        round trip. Only the generated ids ``[b, n + new]`` come back.
+        """
+        env = self.nnsight
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*was never reached.*")
+            with env.session(**self.trace_options):
+                results = [].save()
+                for inputs, rows in jobs:
+                    with env.generate(**kwargs) as tracer:
+                        with tracer.invoke(**inputs):
+                            if spec or rows:
+                                for _ in tracer.all():
+                                    if means is None:
+                                        ops.run_layers(self, zero=spec or None, zero_per_row=rows)
+                                    else:
+                                        ops.run_layers(
+                                            self,
+                                            mean=spec or None,
+                                            mean_per_row=rows,
+                                            means=means,
+                                        )
+                        with tracer.invoke():
+                            results.append(tracer.result)
+        return results
+
+    def __reduce__(self):
+        # A Model inside a trace body travels to NDIF as an ops.TraceModel: the nnsight
+        # model (named by its key, no weights) and head geometry. bindscope itself is not
+        # installed on the server, and the tokenizer and trace options must stay here.
+        label = None
+        if self.capture_mode == "recompute":
+            with contextlib.suppress(RuntimeError):  # only a recompute capture needs it
+                label = self.attention_call_label
+        return (
+            ops.TraceModel,
+            (
+                self.nnsight,
+                self.name,
+                self.n_layers,
+                self.n_heads,
+                self.n_kv_heads,
+                self.head_dim,
+                self.capture_mode,
+                label,
+            ),
+        )
 
     def __repr__(self) -> str:
         rev = f"@{self.revision}" if self.revision else ""

@@ -10,6 +10,7 @@ import torch
 from bindscope.experiments.common import (
     base_record,
     binding_metrics,
+    mean_estimate,
     model_label,
     prompt_set,
     provenance,
@@ -17,7 +18,6 @@ from bindscope.experiments.common import (
     run_chunks,
 )
 from bindscope.experiments.records import RecordWriter, read_records, write_summary
-from bindscope.metrics import stats
 from bindscope.metrics.binding import binding
 
 EXPERIMENT = "binding"
@@ -75,10 +75,10 @@ def summarize_binding(records: list[dict], *, k: int = 4, seed: int = 0) -> dict
         }
         if ok:
             eb = [r["metrics"]["eb_star"] for r in ok]
-            entry["eb_star"] = stats.mean_ci(eb, seed=seed).to_dict()
-            entry["eb_star_norm"] = stats.mean_ci(
+            entry["eb_star"] = mean_estimate(eb, seed=seed)
+            entry["eb_star_norm"] = mean_estimate(
                 [r["metrics"]["eb_star_norm"] for r in ok], seed=seed
-            ).to_dict()
+            )
             mean_bsi = mean_bsi_of(ok)
             entry["mean_bsi"] = mean_bsi.tolist()
             entry["top_heads"] = rank_heads(mean_bsi, k)[0]

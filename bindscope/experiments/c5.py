@@ -77,6 +77,7 @@ def run(
     ablation: str = "zero",
     matched_layers: bool = False,
     seed: int = 0,
+    rubric: dict | None = None,
     batch_size: int = 16,
     force: bool = False,
     progress: bool = True,
@@ -92,6 +93,7 @@ def run(
         ablation: ``zero`` or ``mean`` (means over the ranking set's templates).
         matched_layers: Random sets use the top set's layers.
         seed: Seed of the random sets and of the bootstrap.
+        rubric: Keyword rubric for generation (default: the package rubric).
     """
     if ablation not in ("zero", "mean"):
         raise ValueError("ablation must be 'zero' or 'mean'")
@@ -110,11 +112,11 @@ def run(
     }
     with RecordWriter(folder / "records.jsonl", force=force) as writer:
         for model in models:
-            _run_model(model, pset, rset, writer, settings, batch_size, progress)
+            _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress)
     return summarize(folder)
 
 
-def _run_model(model, pset, rset, writer, settings, batch_size, progress) -> None:
+def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress) -> None:
     prov = provenance(model, prompt_set=pset, seed=settings["seed"], c5=settings)
     rank_key = lambda r: record_key("c5-ranking", model.name, model.revision, r.key, "clean")  # noqa: E731
 
@@ -165,12 +167,14 @@ def _run_model(model, pset, rset, writer, settings, batch_size, progress) -> Non
             part = [(rec, name) for rec, name in chunk if rec.task == task]
             if not part:
                 continue
+            options = {"rubric": rubric} if task == "generation" else {}
             results = score(
                 model,
                 [rec for rec, _ in part],
                 per_record=[conditions[name] for _, name in part],
                 means=means,
                 batch_size=batch_size,
+                **options,
             )
             for (rec, name), res in zip(part, results):
                 metrics = res.to_dict()

@@ -106,3 +106,22 @@ __all__ = [
     "record_key",
     "run_chunks",
 ]
+
+
+def mean_estimate(values, *, seed: int = 0) -> dict | None:
+    """Mean with a bootstrap CI as a dict; with one value the CI is null, with none None."""
+    from bindscope.metrics import stats
+
+    values = [float(v) for v in values]
+    if not values:
+        return None
+    if len(values) == 1:
+        return {
+            "value": values[0],
+            "low": None,
+            "high": None,
+            "confidence": 0.95,
+            "method": "single value: no interval",
+            "n": 1,
+        }
+    return stats.mean_ci(values, seed=seed).to_dict()

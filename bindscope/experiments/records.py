@@ -36,6 +36,8 @@ def provenance(model, *, prompt_set=None, seed: int | None = None, **extra) -> d
 
     import bindscope
 
+    remote = getattr(model, "remote", False) or False  # False, "ndif" or "local" (simulated)
+    weights = next(model.hf.parameters())
     out = {
         "bindscope": bindscope.__version__,
         "nnsight": getattr(nnsight, "__version__", "?"),
@@ -44,14 +46,21 @@ def provenance(model, *, prompt_set=None, seed: int | None = None, **extra) -> d
         "model": model.name,
         "revision": model.revision,
         "family": model.family,
-        "dtype": str(next(model.hf.parameters()).dtype).replace("torch.", ""),
-        "device": str(next(model.hf.parameters()).device),
+        # on NDIF the deployment holds the weights: its dtype is not visible from here
+        "dtype": None if remote == "ndif" else str(weights.dtype).replace("torch.", ""),
+        "device": "ndif" if remote == "ndif" else str(weights.device),
         "attn_implementation": model.attn_implementation,
-        "capture": "eager",
-        "remote": bool(getattr(model, "remote", False)),
+        "capture": getattr(model, "capture_method", "eager"),
+        "remote": remote,
         "seed": seed,
         "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
+    if getattr(model, "capture_fallback", None):
+        out["capture_fallback"] = model.capture_fallback
+    if remote:
+        info = getattr(model, "remote_info", None) or {}
+        out["ndif_host"] = info.get("host")  # the host only: never the API key
+        out["server_versions"] = info.get("server_versions")
     if prompt_set is not None:
         out["prompt_set"] = prompt_set.name
         out["prompt_sha256"] = prompt_set.sha256

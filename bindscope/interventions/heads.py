@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-import torch
-
 from bindscope.errors import HeadSpecError
+from bindscope.interventions.ops import by_layer, row_masks
 
 Head = tuple[int, int]
+
+__all__ = ["Head", "by_layer", "normalize_heads", "row_masks"]
 
 
 def normalize_heads(
@@ -48,21 +49,3 @@ def normalize_heads(
             )
         seen.add((layer, head))
     return tuple(sorted(seen))
-
-
-def by_layer(heads: Iterable[Head]) -> dict[int, list[int]]:
-    """Group sorted pairs as ``{layer: [heads]}`` in ascending layer order."""
-    grouped: dict[int, list[int]] = {}
-    for layer, head in sorted(heads):
-        grouped.setdefault(layer, []).append(head)
-    return grouped
-
-
-def row_masks(per_row: Sequence[Sequence[Head]], *, n_heads: int) -> dict[int, torch.Tensor]:
-    """Per-layer ``[b, H]`` keep masks (1 keep, 0 ablate) for different heads per row."""
-    layers = sorted({layer for row in per_row for layer, _ in row})
-    masks = {layer: torch.ones(len(per_row), n_heads) for layer in layers}
-    for r, row in enumerate(per_row):
-        for layer, head in row:
-            masks[layer][r, head] = 0.0
-    return masks

@@ -1,14 +1,109 @@
-"""Code that runs inside an nnsight trace.
+"""Code that runs inside an nnsight trace, locally or on NDIF.
 
-This module imports only ``torch`` and ``math`` so that the same bodies run locally and
-on NDIF, whose sandbox allows little else. Everything here takes the nnsight model (the
-renamed envoy) and plain numbers or tensors; validation happens before the trace, in
-``bindscope.interventions.heads``.
+Everything a trace body calls lives here, and this module imports only ``torch`` and
+``math``: for remote runs ``bindscope.remote`` registers it with ``nnsight.register``, so
+its source travels with each request and is rebuilt inside NDIF's sandbox, which refuses
+other imports (``tests/remote/test_shipping.py`` enforces this). Inside a shipped body a
+``bindscope.Model`` arrives as a `TraceModel` and ``HeadMeans`` as a `TraceMeans`; heads
+are validated before the trace, in ``bindscope.interventions.heads``.
+
+A remote run returns only saved values that the body binds to a name, so helpers here
+return their results saved (``found = run_layers(...)``) rather than only filling a
+container. Tensors passed in (masks, indices) are moved to the activations' device, since
+the server's model lives on a GPU.
+
+No ``from __future__`` import here: it would be one more module for the sandbox to refuse.
 """
 
 import math
 
 import torch
+
+
+class TraceModel:
+    """What a shipped trace body sees of a ``bindscope.Model``.
+
+    A ``Model`` pickles as one of these (``Model.__reduce__``): the renamed nnsight model
+    and the head geometry, never the weights, tokenizer, trace options or credentials.
+    """
+
+    def __init__(
+        self,
+        envoy,
+        name,
+        n_layers,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        capture_mode,
+        attention_call_label=None,
+    ):
+        self.nnsight = envoy
+        self.name = name
+        self.n_layers = n_layers
+        self.n_heads = n_heads
+        self.n_kv_heads = n_kv_heads
+        self.head_dim = head_dim
+        self.capture_mode = capture_mode
+        self.attention_call_label = attention_call_label
+
+    def check_heads(self, heads):
+        """Sorted ``(layer, head)`` pairs; they were validated before the trace was sent."""
+        return normalize_pairs(heads)
+
+
+class TraceMeans:
+    """What a shipped trace body sees of ``HeadMeans``: ``{layer: [H, hd]}`` means."""
+
+    def __init__(self, means, n_positions):
+        self.means = means
+        self.n_positions = n_positions
+
+
+class ShippedModule:
+    """This module as a shipped body sees it: its functions and classes as attributes.
+
+    Bodies call ``ops.f(...)``, so the module object itself travels. Pickled as a module
+    it would carry its import-machinery spec and loader, which the sandbox refuses;
+    ``bindscope.remote.register_shipped`` makes it pickle as one of these instead.
+    """
+
+    def __init__(self, name, members):
+        self.name = name
+        for key in members:
+            setattr(self, key, members[key])
+
+
+def save(value):
+    """Mark a value to come back from the trace (``nnsight.save`` without the import)."""
+    return value.save()
+
+
+def normalize_pairs(heads):
+    """``(layer, head)`` pairs (or ``{layer: [heads]}``) as a sorted tuple of int pairs."""
+    if heads is None:
+        return ()
+    if isinstance(heads, dict):
+        heads = [(layer, head) for layer in heads for head in heads[layer]]
+    return tuple(sorted({(int(layer), int(head)) for layer, head in heads}))
+
+
+def by_layer(heads):
+    """Group sorted pairs as ``{layer: [heads]}`` in ascending layer order."""
+    grouped = {}
+    for layer, head in sorted(heads):
+        grouped.setdefault(layer, []).append(head)
+    return grouped
+
+
+def row_masks(per_row, n_heads):
+    """Per-layer ``[b, H]`` keep masks (1 keep, 0 ablate) for different heads per row."""
+    layers = sorted({layer for row in per_row for layer, _ in row})
+    masks = {layer: torch.ones(len(per_row), n_heads) for layer in layers}
+    for r, row in enumerate(per_row):
+        for layer, head in row:
+            masks[layer][r, head] = 0.0
+    return masks
 
 
 def attention_module(envoy, layer):
@@ -38,7 +133,7 @@ def zero_heads(envoy, layer, heads, n_heads, head_dim, keep=None):
     if keep is None:
         view[..., heads, :] = 0
     else:
-        view.mul_(keep.to(view.dtype)[:, None, :, None])
+        view.mul_(keep.to(device=view.device, dtype=view.dtype)[:, None, :, None])
 
 
 def mean_heads(envoy, layer, heads, n_heads, head_dim, means, replace=None):
@@ -50,11 +145,11 @@ def mean_heads(envoy, layer, heads, n_heads, head_dim, means, replace=None):
     """
     x = attention_module(envoy, layer).o_proj.input  # [b, s, H*hd]
     view = head_view(x, n_heads, head_dim)  # [b, s, H, hd]
-    means = means.to(view.dtype)
+    means = means.to(device=view.device, dtype=view.dtype)
     if replace is None:
         view[..., heads, :] = means[heads]
     else:
-        mixed = torch.where(replace[:, None, :, None], means[None, None], view)
+        mixed = torch.where(replace.to(view.device)[:, None, :, None], means[None, None], view)
         view.copy_(mixed)
 
 
@@ -108,9 +203,10 @@ def span_pair_bsi(probs, query_index, key_index, pair_weight):
         ``[b, H]`` float32 BSI per row and head (0 for rows without pairs; the caller
         turns those into NaN outside the trace).
     """
-    rows = torch.arange(probs.shape[0], device=probs.device)[:, None]  # [b, 1]
-    picked = probs[rows, :, query_index, key_index]  # [b, P, H]
-    return (picked.float() * pair_weight[:, :, None].to(picked.device)).sum(1)  # [b, H]
+    device = probs.device
+    rows = torch.arange(probs.shape[0], device=device)[:, None]  # [b, 1]
+    picked = probs[rows, :, query_index.to(device), key_index.to(device)]  # [b, P, H]
+    return (picked.float() * pair_weight.to(device)[:, :, None]).sum(1)  # [b, H]
 
 
 def choice_logprob_sums(logits, target_index, target_ids, target_weight):
@@ -125,7 +221,193 @@ def choice_logprob_sums(logits, target_index, target_ids, target_weight):
     Returns:
         ``[b]`` float32 weighted sums (the mean log-prob per choice token when weights are 1/|c|).
     """
-    rows = torch.arange(logits.shape[0], device=logits.device)[:, None]
-    picked = logits[rows, target_index].float()  # [b, T, V]
-    logp = picked.log_softmax(-1).gather(-1, target_ids[:, :, None]).squeeze(-1)  # [b, T]
-    return (logp * target_weight.to(logp.device)).sum(-1)
+    device = logits.device
+    rows = torch.arange(logits.shape[0], device=device)[:, None]
+    picked = logits[rows, target_index.to(device)].float()  # [b, T, V]
+    logp = picked.log_softmax(-1).gather(-1, target_ids.to(device)[:, :, None]).squeeze(-1)
+    return (logp * target_weight.to(device)).sum(-1)  # [b]
+
+
+def head_sums(x, mask, n_heads, head_dim):
+    """Each head's pre-projection output summed over real positions: ``[H, hd]`` float32.
+
+    Args:
+        x: Output-projection input ``[b, s, H*hd]``.
+        mask: ``[b, s]`` bool, True on real (non-pad) tokens.
+    """
+    view = head_view(x, n_heads, head_dim).float()  # [b, s, H, hd]
+    return view[mask.to(view.device)].sum(0)
+
+
+def collect_head_sums(model, layers, mask, into):
+    """Save ``head_sums`` of each listed layer into ``into`` (``{layer: [H, hd]}``)."""
+    for layer in layers:
+        x = attention_module(model.nnsight, layer).o_proj.input
+        into[layer] = save(head_sums(x, mask, model.n_heads, model.head_dim))
+    return save(into)
+
+
+def probe_stats(probs):
+    """``[3]`` float32 check of one layer's weights: present (1 or 0), max row-sum error,
+    largest weight above the diagonal."""
+    if probs is None:
+        return torch.tensor([0.0, float("nan"), float("nan")])
+    p = probs.float()
+    row_error = (p.sum(-1) - 1).abs().max()
+    upper = p.triu(1).abs().max()
+    return torch.stack([torch.ones((), device=p.device), row_error, upper]).cpu()
+
+
+def probe(model):
+    """The remote load-time check on a batch of two copies of one prompt.
+
+    Row 1 has head (0, 0) ablated. Returns ``{"stats": [L, 3], "effect": []}``: per-layer
+    ``probe_stats`` and the largest logit change the ablation caused.
+    """
+    found = run_layers(
+        model,
+        capture=range(model.n_layers),
+        reduce=probe_stats,
+        zero_per_row=[(), ((0, 0),)],
+        allow_missing=True,
+    )
+    logits = model.nnsight.lm_head.output  # [2, n, V]
+    effect = (logits[0].float() - logits[1].float()).abs().max().cpu()
+    stats = torch.stack([found[layer] for layer in range(model.n_layers)])
+    return save({"stats": stats, "effect": effect})
+
+
+def _layer_filter(layers, n_layers):
+    return set(range(n_layers)) if layers is None else {int(x) for x in layers}
+
+
+def _per_row(model, per_row):
+    return [model.check_heads(row) for row in per_row]
+
+
+def run_layers(
+    model,
+    *,
+    capture=(),
+    reduce=None,
+    zero=None,
+    zero_per_row=None,
+    mean=None,
+    mean_per_row=None,
+    means=None,
+    only_layers=None,
+    into=None,
+    allow_missing=False,
+):
+    """Walk the layers once, in execution order, applying ablations and captures.
+
+    This is the single place that orders requests, so captures and ablations of any layers
+    compose in one forward pass. Returns ``{layer: saved value}`` for captured layers (into
+    ``into`` when given), marked saved. Bind it in the body (``found = run_layers(...)``):
+    a remote run returns only saved values the body binds to a name, never a container it
+    merely filled. ``allow_missing`` hands ``None`` to ``reduce`` when the module returned
+    no weights (the load-time probe) instead of failing.
+    """
+    if zero is not None and zero_per_row is not None:
+        raise ValueError("pass either heads= or per_row= to zero_ablate, not both")
+    env, n_heads, head_dim = model.nnsight, model.n_heads, model.head_dim
+    zero_layers = by_layer(model.check_heads(zero)) if zero is not None else {}
+    keep = row_masks(_per_row(model, zero_per_row), n_heads) if zero_per_row else {}
+    mean_layers = by_layer(model.check_heads(mean)) if mean is not None else {}
+    replace = {}
+    if mean_per_row:
+        masks = row_masks(_per_row(model, mean_per_row), n_heads)
+        replace = {layer: masks[layer] == 0 for layer in masks}
+    if (mean_layers or replace) and means is None:
+        raise ValueError("mean_ablate needs means=head_means(model, reference_texts, heads)")
+    for layer in list(mean_layers) + list(replace):
+        if layer not in means.means:
+            raise ValueError(f"no reference means for layer {layer}; include it in head_means()")
+    capture = set(capture)
+    recompute = model.capture_mode == "recompute"
+    label = model.attention_call_label if (capture and recompute) else None
+    if capture and recompute and label is None:
+        raise RuntimeError(
+            f"{model.name}: no attention_interface call in the attention forward, so "
+            "probabilities cannot be recomputed; capture under eager attention instead"
+        )
+    out = {} if into is None else into
+    allowed = _layer_filter(only_layers, model.n_layers)
+    for layer in range(model.n_layers):
+        if layer not in allowed:
+            continue
+        attn = attention_module(env, layer)
+        probs = None
+        if layer in capture and recompute:
+            args, kwargs = getattr(attn.source, label).inputs
+            probs = recompute_probs(args, kwargs)
+        if layer in zero_layers:
+            zero_heads(env, layer, zero_layers[layer], n_heads, head_dim)
+        if layer in keep:
+            zero_heads(env, layer, None, n_heads, head_dim, keep=keep[layer])
+        if layer in mean_layers:
+            mean_heads(env, layer, mean_layers[layer], n_heads, head_dim, means.means[layer])
+        if layer in replace:
+            mean_heads(env, layer, None, n_heads, head_dim, means.means[layer], replace[layer])
+        if layer in capture:
+            if probs is None:
+                probs = attn.output[1]  # [b, H, n, n]
+            if probs is None and not allow_missing:
+                raise RuntimeError(
+                    f"{model.name}: layer {layer}'s attention returned no weights although "
+                    "eager attention was requested; the model may not support switching "
+                    "(reload it so the load-time probe can fall back to recomputing them)"
+                )
+            value = reduce(probs) if reduce is not None else probs.float()
+            out[layer] = save(value)
+    return save(out)
+
+
+def zero_ablate(model, heads=None, *, per_row=None, layers=None):
+    """Zero-ablate heads in the current trace or invoke.
+
+    The head's slice of the output projection's *input* is set to zero, so the head
+    contributes nothing, exactly as if its attention probabilities were zero.
+
+    Args:
+        model: A ``bindscope.Model``.
+        heads: ``(layer, head)`` pairs ablated in every row.
+        per_row: Instead of ``heads``, one list of pairs per batch row of the invoke.
+        layers: Only touch these layers (to interleave with captures).
+    """
+    run_layers(model, zero=heads, zero_per_row=per_row, only_layers=layers)
+
+
+def mean_ablate(model, means, heads=None, *, per_row=None, layers=None):
+    """Replace heads' pre-projection outputs by their means from ``head_means``."""
+    run_layers(model, mean=heads, mean_per_row=per_row, means=means, only_layers=layers)
+
+
+def capture_attention(model, layers=None, *, reduce=None):
+    """Capture post-softmax attention probabilities ``[b, H, n, n]`` per requested layer.
+
+    Under eager attention this is the attention module's own weights output; otherwise the
+    probabilities are recomputed from the attention function's inputs. ``reduce`` maps a
+    layer's probabilities to something smaller before it is saved (e.g. BSI ``[b, H]``).
+
+    Returns:
+        A list with one saved tensor per requested layer, ascending.
+    """
+    wanted = sorted(_layer_filter(layers, model.n_layers))
+    found = run_layers(model, capture=wanted, reduce=reduce, only_layers=wanted)
+    return save([found[layer] for layer in wanted])  # the list itself must outlive the trace
+
+
+def ablate_rows(model, rows, means=None):
+    """Zero-ablate (or, with ``means``, mean-ablate) each batch row's own heads."""
+    if not any(rows):
+        return
+    same = all(r == rows[0] for r in rows)
+    if means is None and same:
+        run_layers(model, zero=rows[0])
+    elif means is None:
+        run_layers(model, zero_per_row=rows)
+    elif same:
+        run_layers(model, mean=rows[0], means=means)
+    else:
+        run_layers(model, mean_per_row=rows, means=means)

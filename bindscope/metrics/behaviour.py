@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import torch
 
 from bindscope.errors import InputError
-from bindscope.interventions import ops, run_layers
+from bindscope.interventions import ops
+from bindscope.interventions.ops import ablate_rows
 from bindscope.prompts.records import PromptRecord, load_json
 
 
@@ -71,21 +72,6 @@ def _rows_for(records, per_record, ablate, model):
     return [spec] * len(records)
 
 
-def _ablate_rows(model, rows, means=None):
-    """Zero-ablate (or, with ``means``, mean-ablate) each row's heads."""
-    if not any(rows):
-        return
-    same = all(r == rows[0] for r in rows)
-    if means is None and same:
-        run_layers(model, zero=rows[0])
-    elif means is None:
-        run_layers(model, zero_per_row=rows)
-    elif same:
-        run_layers(model, mean=rows[0], means=means)
-    else:
-        run_layers(model, mean_per_row=rows, means=means)
-
-
 @torch.no_grad()
 def recognition(
     model,
@@ -120,13 +106,19 @@ def recognition(
         for r in records
     ]
     scores: list[list[float] | None] = [None] * len(records)
-    score_batch = _shared_prefix_batch if strategy == "shared_prefix" else _full_batch
     if strategy not in ("shared_prefix", "full"):
         raise ValueError("strategy must be 'shared_prefix' or 'full'")
+    if getattr(model, "remote", False):
+        strategy = "full"  # the prompt's KV cache would cross the network twice
+    score_batch = _shared_prefix_batch if strategy == "shared_prefix" else _full_batch
     batches = list(model.batches(prompts, batch_size=batch_size))
     for batch in tqdm(batches, desc="recognition", unit="batch", disable=not progress):
         found = score_batch(
-            model, batch, [choices[i] for i in batch.indices], [rows[i] for i in batch.indices]
+            model,
+            batch,
+            [choices[i] for i in batch.indices],
+            [rows[i] for i in batch.indices],
+            means,
         )
         for index, values in zip(batch.indices, found):
             scores[index] = values
@@ -170,13 +162,20 @@ def _full_batch(model, batch, choices, rows, means=None):
     ]
     index, target, weight = _targets(positions, targets)
     with model.nnsight.trace(**full.inputs, **model.trace_options):
-        _ablate_rows(model, seq_rows, means)
+        ablate_rows(model, seq_rows, means)
         logits = model.nnsight.lm_head.output  # [b*C, n, V]
         sums = ops.choice_logprob_sums(logits, index, target, weight).save()
     out: list[list[float]] = [[] for _ in choices]
     for s, r in enumerate(owner):
         out[r].append(float(sums[s]))
     return out
+
+
+def _keeps_logits(model) -> bool:
+    """Whether the model's forward takes ``logits_to_keep`` (skip the LM head on the prompt)."""
+    import inspect
+
+    return "logits_to_keep" in inspect.signature(model.hf.forward).parameters
 
 
 def _shared_prefix_batch(model, batch, choices, rows, means=None):
@@ -189,14 +188,19 @@ def _shared_prefix_batch(model, batch, choices, rows, means=None):
             sub = model._pad(sel, [batch.input_ids[r, batch.pad(r) :].tolist() for r in sel])
             for r, values in zip(
                 sel,
-                _shared_prefix_batch(model, sub, [choices[r] for r in sel], [rows[r] for r in sel]),
+                _shared_prefix_batch(
+                    model, sub, [choices[r] for r in sel], [rows[r] for r in sel], means
+                ),
             ):
                 out[r] = values
         return out
     n_c = n_choices.pop()
     b = batch.input_ids.shape[0]
-    with model.nnsight.trace(**batch.inputs, use_cache=True, **model.trace_options) as tracer:
-        _ablate_rows(model, rows, means)
+    last_only = {"logits_to_keep": 1} if _keeps_logits(model) else {}
+    with model.nnsight.trace(
+        **batch.inputs, use_cache=True, **last_only, **model.trace_options
+    ) as tracer:
+        ablate_rows(model, rows, means)
         first = model.nnsight.lm_head.output[:, -1].float().log_softmax(-1).save()  # [b, V]
         cache = tracer.result.past_key_values.save()
     cache.batch_repeat_interleave(n_c)
@@ -223,7 +227,7 @@ def _shared_prefix_batch(model, batch, choices, rows, means=None):
         past_key_values=cache,
         use_cache=True,
     ):
-        _ablate_rows(model, seq_rows, means)
+        ablate_rows(model, seq_rows, means)
         logits = model.nnsight.lm_head.output  # [b*C, m, V]
         rest = ops.choice_logprob_sums(logits, index, target, weight).save()
     out = []

@@ -218,14 +218,10 @@ def _batched_bsi(model, prefixes, spans, batch_size, spec, progress) -> list[tor
             def reduce(probs, query=query, key=key, weight=weight):
                 return ops.span_pair_bsi(probs, query, key, weight)
 
-            found: dict[int, torch.Tensor] = {}
             with model.nnsight.trace(**batch.inputs, **model.trace_options) as tracer:
-                run_layers(
-                    model,
-                    capture=range(model.n_layers),
-                    reduce=reduce,
-                    zero=spec or None,
-                    into=found,
+                # bound to a name: a remote run returns only saved values the body binds
+                found = run_layers(
+                    model, capture=range(model.n_layers), reduce=reduce, zero=spec or None
                 )
                 tracer.stop()
             stacked = torch.stack([found[layer] for layer in range(model.n_layers)], 1)  # [b, L, H]

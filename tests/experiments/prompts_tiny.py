@@ -74,3 +74,39 @@ RUBRIC = {
         for t in TERMS
     },
 }
+
+
+EXEMPLARS = {
+    "terms": {
+        t: {
+            "exemplar": f"Example: {p} helps blind users read the page text.",
+            "paraphrase": f"Example: {p} is something people use.",
+        }
+        for t, p in TERMS.items()
+    }
+}
+
+CONTROL_GROUPS = {
+    "backwards_shuffle": ("V1", ["reader screen", "link skip", "contrast color"]),
+    "true_nonsense": ("V2", ["blorp wiggle", "zanter flomp", "quib dorple"]),
+}
+
+
+def control_rows() -> list[dict]:
+    """Control items in generation stems, two stems per control term."""
+    out = []
+    for group, (family, terms) in CONTROL_GROUPS.items():
+        for i, term in enumerate(terms):
+            for j, stem in enumerate(("In web accessibility, a {} is", "People say the {} is")):
+                out.append(
+                    {
+                        "prompt_id": f"ctrl_{group[:2]}_{2 * i + j + 1:03d}",
+                        "term": term,
+                        "task": "generation",
+                        "template": stem.format(term),
+                        "max_tokens": 4,
+                        "control_group": group,
+                        "control_family": family,
+                    }
+                )
+    return out

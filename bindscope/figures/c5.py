@@ -1,0 +1,295 @@
+"""C5 causal head ablation: condition scores, random-set null distributions, and all models."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+from matplotlib.ticker import MaxNLocator
+
+from bindscope.figures import markdown as md
+from bindscope.figures.results import ExperimentResults, MissingData, need
+from bindscope.figures.style import (
+    CONDITION_STYLE,
+    figure_legend,
+    new_figure,
+    short_label,
+    slug,
+)
+
+TITLE = "C5: causal head ablation"
+KINDS = ("c5", "c5_cross_architecture")
+TASKS = ("recognition", "generation")
+UNITS = {
+    "recognition": "accuracy (fraction correct)",
+    "generation": "rubric score (0–1)",
+}
+DROP_LABEL = {
+    "recognition": "accuracy drop, baseline − ablated (fraction of prompts)",
+    "generation": "rubric-score drop, baseline − ablated (0–1 scale)",
+}
+HOW_TO_READ = (
+    "Each model is scored on the same prompts with no heads ablated (baseline), with the k "
+    "heads of highest mean BSI ablated (top), with the k lowest (bottom), and with many "
+    "random k-head sets drawn from outside the top set. A drop is baseline minus ablated "
+    "score, paired by prompt (recognition: accuracy, generation: rubric score in [0, 1]), "
+    "with a 95% bootstrap CI. Specificity is the top set's drop minus the mean drop of the "
+    "random sets. The p-value is the rank of the top set's drop among the random sets' drops "
+    "(one-sided: is the top set worse than chance heads?), Holm-adjusted across models per "
+    "task. A binding-specific effect shows as a top drop whose CI excludes 0, a specificity "
+    "CI above 0 and a top drop in the right tail of the random-set histogram."
+)
+BAR_CONDITIONS = ("baseline", "top", "bottom", "random")
+
+
+def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
+    where = str(exp.folder / "summary.json")
+    k = (exp.summary or {}).get("k")
+    for label, entry in exp.models.items():
+        yield (
+            f"c5_{slug(label)}",
+            lambda label=label, entry=entry: model_figure(
+                label, entry, k=k, where=f"{where} [{label}]"
+            ),
+        )
+    yield "c5_cross_architecture", lambda: cross_architecture(exp.models, k=k, where=where)
+
+
+def _condition_bar(entry: dict, condition: str, task: str):
+    """(score, (lower, upper) error) of one bar; the errors are None without an interval."""
+    conditions = entry.get("conditions") or {}
+    base = (conditions.get("baseline") or {}).get(task)
+    if condition == "baseline" or base is None:
+        return base, None
+    if condition == "random":
+        drop, err = _drop_bar(entry, "random", task)
+        # a score is baseline - drop, so the drop's upper error is the score's lower one
+        return (None, None) if drop is None else (base - drop, err[::-1])
+    value = (conditions.get(condition) or {}).get(task)
+    drop = ((entry.get("drops") or {}).get(condition) or {}).get(task)
+    if value is None or not drop or drop.get("low") is None:
+        return value, None
+    # the CI of the paired drop, placed on the score scale
+    low, high = base - drop["high"], base - drop["low"]
+    return value, (max(0.0, value - low), max(0.0, high - value))
+
+
+def model_figure(label: str, entry: dict, *, k=None, where: str = "summary"):
+    """Condition scores with CIs (left) and each task's random-set drop histogram (right)."""
+    need(entry, "conditions", "baseline", where=where)
+    fig, axes = new_figure("c5", ncols=3, width_ratios=[1.3, 1, 1])
+    ax = axes[0]
+    width = 0.2
+    for i, condition in enumerate(BAR_CONDITIONS):
+        s = CONDITION_STYLE[condition]
+        for t, task in enumerate(TASKS):
+            value, err = _condition_bar(entry, condition, task)
+            if value is None:
+                continue
+            x = t + (i - 1.5) * width
+            ax.bar(
+                x,
+                value,
+                width,
+                color=s["color"],
+                hatch=s["hatch"],
+                edgecolor="black",
+                linewidth=0.6,
+                label=_condition_name(condition, k),
+            )
+            if err is not None:
+                ax.errorbar(x, value, yerr=[[err[0]], [err[1]]], color="black", capsize=3, lw=1)
+    counts = (entry.get("conditions") or {}).get("baseline", {})
+    ax.set_xticks(
+        range(len(TASKS)), [f"{task}\n(n = {counts.get(f'n_{task}', '?')})" for task in TASKS]
+    )
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("score (recognition: accuracy; generation: rubric, 0–1)")
+    ax.set_title(f"{short_label(label)}: score by condition")
+    for panel, task in zip(axes[1:], TASKS):
+        _random_histogram(panel, entry, task, k)
+    figure_legend(fig, axes, ncols=6)
+    caption = (
+        f"{label}: C5 ablation. Left, mean score per condition; bars for top and bottom "
+        "show the 95% CI of the paired drop from baseline, the random bar the 2.5-97.5% "
+        "range over random sets. Right, drops of the random head sets (histogram) with the "
+        "top and bottom sets marked, and the one-sided rank p of the top set (raw and "
+        "Holm-adjusted across models)."
+    )
+    return fig, caption
+
+
+def _condition_name(condition: str, k) -> str:
+    kk = k if k is not None else "k"
+    return {
+        "baseline": "baseline (no ablation)",
+        "top": f"top-{kk} heads (highest BSI)",
+        "bottom": f"bottom-{kk} heads (lowest BSI)",
+        "random": f"random {kk}-head sets (mean)",
+    }[condition]
+
+
+def _random_histogram(ax, entry: dict, task: str, k) -> None:
+    drops = (entry.get("random_drops") or {}).get(task)
+    ax.set_xlabel(DROP_LABEL[task])
+    ax.set_ylabel("random head sets (count)")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    if not drops:
+        ax.set_title(f"{task}: no random-set drops stored")
+        ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
+        return
+    s = CONDITION_STYLE["random"]
+    bins = int(min(20, max(5, len(drops) // 3)))
+    ax.hist(drops, bins=bins, color=s["color"], hatch=s["hatch"], edgecolor="black", linewidth=0.5)
+    for condition, linestyle in (("top", "-"), ("bottom", "--")):
+        drop = ((entry.get("drops") or {}).get(condition) or {}).get(task)
+        if drop and drop.get("value") is not None:
+            ax.axvline(
+                drop["value"],
+                color=CONDITION_STYLE[condition]["color"],
+                linestyle=linestyle,
+                linewidth=2,
+                label=f"{condition}-{k if k is not None else 'k'} set's drop",
+            )
+            ax.annotate(
+                f"{drop['value']:.3f}",
+                (drop["value"], 1.0),
+                xycoords=("data", "axes fraction"),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
+    p = (entry.get("p_value") or {}).get(task)
+    holm = (entry.get("p_holm") or {}).get(task)
+    ax.set_title(
+        f"{task}: {len(drops)} random sets\none-sided p = {md.pvalue(p)}, "
+        f"Holm p = {md.pvalue(holm)}",
+        pad=12,
+    )
+
+
+def cross_architecture(models: dict[str, dict], *, k=None, where: str = "summary"):
+    """Top, bottom and random-mean drops with CIs for every model, one panel per task."""
+    if not models:
+        raise MissingData(f"{where} lists no models")
+    labels = list(models)
+    fig, axes = new_figure("c5_cross_architecture", ncols=2, sharey=True)
+    width = 0.26
+    for ax, task in zip(axes, TASKS):
+        ax.axhline(0, color="black", linewidth=0.8)
+        for m, label in enumerate(labels):
+            entry = models[label]
+            for i, condition in enumerate(("top", "bottom", "random")):
+                value, err = _drop_bar(entry, condition, task)
+                if value is None:
+                    continue
+                s = CONDITION_STYLE[condition]
+                x = m + (i - 1) * width
+                ax.bar(
+                    x,
+                    value,
+                    width,
+                    color=s["color"],
+                    hatch=s["hatch"],
+                    edgecolor="black",
+                    linewidth=0.6,
+                    label=_condition_name(condition, k),
+                )
+                if err is not None:
+                    ax.errorbar(x, value, yerr=[[err[0]], [err[1]]], color="black", capsize=3)
+        holm = [(models[label].get("p_holm") or {}).get(task) for label in labels]
+        ticks = [f"{short_label(label)}\nHolm p = {md.pvalue(p)}" for label, p in zip(labels, holm)]
+        ax.set_xticks(range(len(labels)), ticks)
+        if len(labels) > 3:
+            ax.tick_params(axis="x", labelrotation=25)
+        ax.set_xlim(-0.6, len(labels) - 0.4)
+        ax.set_title(f"{task}: drop in {UNITS[task]}")
+        ax.set_xlabel("model (Holm p: top set vs random sets, one-sided)")
+    axes[0].set_ylabel("drop from baseline (baseline − ablated, score units)")
+    figure_legend(fig, axes, ncols=3)
+    caption = (
+        "C5 across architectures: paired drop from baseline when the top-k, bottom-k or random "
+        "k-head sets are ablated (top and bottom: 95% bootstrap CI; random: 2.5-97.5% range "
+        "over sets), with the Holm-adjusted rank p of the top set."
+    )
+    return fig, caption
+
+
+def _drop_bar(entry: dict, condition: str, task: str):
+    if condition == "random":
+        drops = (entry.get("random_drops") or {}).get(task)
+        if not drops:
+            return None, None
+        arr = np.asarray(drops, dtype=float)  # one mean drop per random set
+        low, high = np.percentile(arr, [2.5, 97.5])
+        value = float(arr.mean())
+        return value, (value - low, high - value)
+    drop = ((entry.get("drops") or {}).get(condition) or {}).get(task)
+    if not drop or drop.get("value") is None:
+        return None, None
+    value = drop["value"]
+    if drop.get("low") is None or drop.get("high") is None:
+        return value, None
+    return value, (max(0.0, value - drop["low"]), max(0.0, drop["high"] - value))
+
+
+def tables(exp: ExperimentResults) -> list[str]:
+    s = exp.summary or {}
+    settings = (
+        f"k = {s.get('k')} heads per set, {s.get('ablation')} ablation, "
+        f"{s.get('n_random')} random sets (seed {s.get('seed')}"
+        f"{', layer-matched' if s.get('matched_layers') else ''}), heads ranked on "
+        f"`{s.get('ranking_set')}`."
+    )
+    header = [
+        "model",
+        "task",
+        "n",
+        "baseline",
+        "top",
+        "bottom",
+        "random mean",
+        "top drop [95% CI]",
+        "bottom drop [95% CI]",
+        "specificity [95% CI]",
+        "p",
+        "Holm p",
+    ]
+    rows = []
+    for label, entry in exp.models.items():
+        conditions = entry.get("conditions") or {}
+        random_mean = (entry.get("drops") or {}).get("random_mean") or {}
+        for task in TASKS:
+            base = (conditions.get("baseline") or {}).get(task)
+            if base is None:
+                continue
+            rand = random_mean.get(task)
+            rows.append(
+                [
+                    label,
+                    task,
+                    md.num((conditions.get("baseline") or {}).get(f"n_{task}")),
+                    md.num(base),
+                    md.num((conditions.get("top") or {}).get(task)),
+                    md.num((conditions.get("bottom") or {}).get(task)),
+                    md.num(None if rand is None else base - rand),
+                    md.estimate(((entry.get("drops") or {}).get("top") or {}).get(task)),
+                    md.estimate(((entry.get("drops") or {}).get("bottom") or {}).get(task)),
+                    md.estimate((entry.get("specificity") or {}).get(task)),
+                    md.pvalue((entry.get("p_value") or {}).get(task)),
+                    md.pvalue((entry.get("p_holm") or {}).get(task)),
+                ]
+            )
+    heads = [
+        [label, md.heads(e.get("top_heads")), md.heads(e.get("bottom_heads"))]
+        for label, e in exp.models.items()
+    ]
+    return [
+        settings,
+        "",
+        *md.table(header, rows, left=2),
+        *md.table(["model", "top heads", "bottom heads"], heads, left=3),
+    ]
+
+
+__all__ = ["HOW_TO_READ", "KINDS", "TITLE", "cross_architecture", "model_figure", "plots", "tables"]

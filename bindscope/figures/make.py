@@ -1,0 +1,110 @@
+"""Draw every figure the stored results allow: ``bindscope figures RESULTS_DIR --out DIR``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bindscope.errors import BindscopeError
+from bindscope.figures import binding, c5, controls, fewshot, sweep
+from bindscope.figures.results import ExperimentResults, MissingData, load_results
+from bindscope.figures.style import rc_context, save
+
+# Report order: what is measured, whether it is valid, whether it is causal, how it develops.
+SECTIONS = {
+    "binding": binding,
+    "controls": controls,
+    "c5": c5,
+    "sweep": sweep,
+    "fewshot": fewshot,
+}
+
+
+@dataclass(frozen=True)
+class FigureFile:
+    """One drawn figure: its name, experiment, caption and the two files written."""
+
+    name: str
+    experiment: str
+    caption: str
+    png: Path
+    pdf: Path
+
+
+@dataclass(frozen=True)
+class FigureReport:
+    """What ``make_figures`` wrote and what it skipped, and why.
+
+    Attributes:
+        out_dir: Folder of the figures.
+        written: Every PNG and PDF written.
+        skipped: (figure name, reason) for each figure that could not be drawn.
+        figures: The drawn figures with captions, in report order.
+        notes: Warnings about the inputs (e.g. a summary that misses models in its records).
+    """
+
+    out_dir: Path
+    written: list[Path] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    figures: list[FigureFile] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        """One line per figure written or skipped, then the notes, for printing."""
+        out = [f"wrote {f.png} (+ {f.pdf.name})" for f in self.figures]
+        out += [f"skipped {name}: {reason}" for name, reason in self.skipped]
+        out += [f"note: {note}" for note in self.notes]
+        return out
+
+
+def make_figures(results_dir: str | Path, out_dir: str | Path | None = None) -> FigureReport:
+    """Draw a PNG and a PDF of every figure the results in ``results_dir`` support.
+
+    A missing experiment, or a summary without what a figure needs, skips that figure with
+    a reason; the other figures are still drawn.
+
+    Args:
+        results_dir: Folder holding ``<experiment>/records.jsonl`` and ``summary.json``.
+        out_dir: Where to write (default ``results_dir/figures``).
+
+    Raises:
+        InputError: ``results_dir`` is not a folder.
+        RecordFileError: A records or summary file is corrupt (file and line named).
+    """
+    root = Path(results_dir)
+    out = Path(out_dir) if out_dir is not None else root / "figures"
+    results = load_results(root)
+    report = FigureReport(out_dir=out)
+    for name, module in SECTIONS.items():
+        exp = results[name]
+        report.notes.extend(exp.notes)
+        if exp.missing:
+            report.skipped.extend((kind, exp.missing) for kind in module.KINDS)
+            continue
+        for figure_name, build in module.plots(exp):
+            drawn = _draw(exp, figure_name, build, out, report)
+            if drawn is not None:
+                report.figures.append(drawn)
+                report.written.extend([drawn.png, drawn.pdf])
+    return report
+
+
+def _draw(exp: ExperimentResults, name: str, build, out: Path, report: FigureReport):
+    with rc_context():
+        try:
+            fig, caption = build()
+        except BindscopeError:
+            raise
+        except MissingData as exc:
+            report.skipped.append((name, f"{exc}; rerun `bindscope summarize` if it is stale"))
+            return None
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            # a summary of an unexpected shape skips this figure, not the whole run
+            where = exp.folder / "summary.json"
+            report.skipped.append((name, f"{where}: unexpected shape ({exc!r})"))
+            return None
+        png, pdf = save(fig, out, name)
+    return FigureFile(name, exp.name, caption, png, pdf)
+
+
+__all__ = ["SECTIONS", "FigureFile", "FigureReport", "make_figures"]

@@ -1,0 +1,150 @@
+"""One self-contained Markdown report of stored results: ``bindscope report RESULTS_DIR``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from bindscope.experiments.records import SCHEMA
+from bindscope.figures import markdown as md
+from bindscope.figures.make import SECTIONS, FigureReport, make_figures
+from bindscope.figures.results import VERSION_FIELDS, ExperimentResults, MissingData, load_results
+
+PROVENANCE_HOW_TO_READ = (
+    "Each row is one model as run in one experiment, taken from the provenance stored with "
+    "its first result record. Numbers are only comparable across rows with the same "
+    "prompt set (the hash identifies its exact content), dtype and attention "
+    "implementation; `capture` says whether attention probabilities were read directly "
+    "(eager) or recomputed from queries and keys."
+)
+
+
+def write_report(
+    results_dir: str | Path,
+    out: str | Path | None = None,
+    figures: FigureReport | None = None,
+) -> Path:
+    """Write a Markdown report of every experiment in ``results_dir``, figures linked.
+
+    Args:
+        results_dir: Folder holding ``<experiment>/records.jsonl`` and ``summary.json``.
+        out: Report path (default ``results_dir/report.md``).
+        figures: Figures already drawn; drawn into ``results_dir/figures`` when None.
+
+    Returns:
+        The report's path.
+
+    Raises:
+        RecordFileError: A records or summary file is corrupt (file and line named).
+    """
+    root = Path(results_dir)
+    path = Path(out) if out is not None else root / "report.md"
+    if figures is None:
+        figures = make_figures(root)
+    results = load_results(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [
+        f"# bindscope results: `{root.name or root.resolve().name}`",
+        "",
+        f"Tables and figures below are read from the result records (`{SCHEMA}`) in "
+        f"`{root}`; nothing is typed in by hand. Intervals are 95% unless a column says "
+        "otherwise; p-values are as stored (Holm-adjusted where the column says so). Every "
+        "figure is also linked as a PDF.",
+        "",
+    ]
+    lines += _provenance(results)
+    number = 0
+    for name, module in SECTIONS.items():
+        exp = results[name]
+        if exp.missing:
+            continue
+        lines += [
+            f"## {module.TITLE}",
+            "",
+            f"*How to read these numbers.* {module.HOW_TO_READ}",
+            "",
+        ]
+        try:
+            lines += module.tables(exp)
+        except MissingData as exc:
+            lines += [f"Table not available: {exc}.", ""]
+        for fig in (f for f in figures.figures if f.experiment == name):
+            number += 1
+            png, pdf = _rel(fig.png, path), _rel(fig.pdf, path)
+            lines += [
+                f"![Figure {number}: {fig.name}]({png})",
+                "",
+                f"*Figure {number}.* {fig.caption} ([PDF]({pdf}))",
+                "",
+            ]
+    lines += _not_included(results, figures)
+    path.write_text("\n".join(lines).rstrip() + "\n", "utf-8")
+    return path
+
+
+def _rel(target: Path, report: Path) -> str:
+    return Path(os.path.relpath(target.resolve(), report.resolve().parent)).as_posix()
+
+
+def _provenance(results: dict[str, ExperimentResults]) -> list[str]:
+    rows, versions, times = [], set(), []
+    for name in SECTIONS:
+        exp = results[name]
+        versions |= exp.versions
+        if exp.times:
+            times += list(exp.times)
+        for label, prov in exp.provenance.items():
+            sha = prov.get("prompt_sha256")
+            prompts = prov.get("prompt_set") or md.DASH
+            rows.append(
+                [
+                    label,
+                    name,
+                    prov.get("family") or md.DASH,
+                    prov.get("dtype") or md.DASH,
+                    prov.get("device") or md.DASH,
+                    prov.get("attn_implementation") or md.DASH,
+                    prov.get("capture") or md.DASH,
+                    "yes" if prov.get("remote") else "no",
+                    f"{prompts} ({sha[:12]})" if sha else prompts,
+                    md.num(prov.get("seed")),
+                ]
+            )
+    if not rows:
+        return []
+    header = ["model", "experiment", "family", "dtype", "device", "attention", "capture"]
+    lines = [
+        "## Models and provenance",
+        "",
+        f"*How to read these numbers.* {PROVENANCE_HOW_TO_READ}",
+        "",
+        *md.table([*header, "remote", "prompt set (sha256)", "seed"], rows, left=9),
+    ]
+    lines += md.table(list(VERSION_FIELDS), sorted(versions), left=4)
+    if len(versions) > 1:
+        lines += ["The records were written by more than one software version (rows above).", ""]
+    if times and min(times) != max(times):
+        lines += [f"Records written between {min(times)} and {max(times)} (UTC).", ""]
+    elif times:
+        lines += [f"Records written at {min(times)} (UTC).", ""]
+    return lines
+
+
+def _not_included(results: dict[str, ExperimentResults], figures: FigureReport) -> list[str]:
+    missing = [(name, exp.missing) for name, exp in results.items() if exp.missing]
+    notes = [n for exp in results.values() for n in exp.notes]
+    if not (missing or figures.skipped or notes):
+        return []
+    lines = ["## Not in this report", ""]
+    lines += [f"- experiment `{name}`: {reason}" for name, reason in missing]
+    reasons = {reason for _, reason in missing}
+    lines += [
+        f"- figure `{name}` skipped: {reason}"
+        for name, reason in figures.skipped
+        if reason not in reasons  # already said once for the whole experiment
+    ]
+    lines += [f"- note: {note}" for note in notes]
+    return [*lines, ""]
+
+
+__all__ = ["write_report"]

@@ -1,0 +1,159 @@
+"""Read stored results for figures and the report: summaries, validated records, provenance.
+
+Every ``records.jsonl`` present is read in full, so a corrupt line stops the run with a
+``RecordFileError`` naming file and line, even where a figure only needs ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bindscope.errors import InputError, RecordFileError
+from bindscope.experiments.records import read_records
+
+EXPERIMENTS = ("binding", "controls", "c5", "sweep", "fewshot")
+
+VERSION_FIELDS = ("bindscope", "nnsight", "transformers", "torch")
+
+
+class MissingData(LookupError):
+    """A summary lacks what a figure or table needs (turned into a skip line, not a crash)."""
+
+
+@dataclass(frozen=True)
+class ExperimentResults:
+    """What is stored for one experiment.
+
+    Attributes:
+        name: ``binding``, ``c5``, ``sweep``, ``fewshot`` or ``controls``.
+        folder: ``RESULTS_DIR/<name>``.
+        summary: The parsed ``summary.json``, or None when missing.
+        n_records: Lines in ``records.jsonl`` (0 when the file is missing).
+        provenance: Model label -> the ``provenance`` of its first record.
+        versions: Distinct (bindscope, nnsight, transformers, torch) versions in the records.
+        times: Earliest and latest provenance ``time`` (None without records).
+        missing: Why nothing can be drawn (None when the summary is usable).
+        notes: Warnings worth printing, such as a summary older than its records.
+    """
+
+    name: str
+    folder: Path
+    summary: dict | None
+    n_records: int
+    provenance: dict[str, dict]
+    versions: frozenset[tuple[str, ...]]
+    times: tuple[str, str] | None
+    missing: str | None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def models(self) -> dict[str, dict]:
+        """The summary's per-model entries (empty when there is no summary)."""
+        return (self.summary or {}).get("models") or {}
+
+
+def load_results(results_dir: str | Path) -> dict[str, ExperimentResults]:
+    """Read every experiment folder of ``results_dir`` (missing ones come back ``missing``).
+
+    Raises:
+        InputError: ``results_dir`` is not a folder.
+        RecordFileError: A ``records.jsonl`` line or a ``summary.json`` is corrupt.
+    """
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise InputError(
+            f"{root}: no such results folder; pass the OUT folder the experiments wrote to"
+        )
+    return {name: load_experiment(root, name) for name in EXPERIMENTS}
+
+
+def load_experiment(root: Path, name: str) -> ExperimentResults:
+    folder = root / name
+    records_path, summary_path = folder / "records.jsonl", folder / "summary.json"
+    provenance: dict[str, dict] = {}
+    versions: set[tuple[str, ...]] = set()
+    times: list[str] = []
+    keys: set[str] = set()
+    n_records = 0
+    if records_path.is_file():
+        for record in read_records(records_path):
+            n_records += 1
+            label = _label(record)
+            keys.add(record["model"] if name == "sweep" else label)
+            prov = record.get("provenance") or {}
+            provenance.setdefault(label, {**prov, "family": record.get("family")})
+            versions.add(tuple(str(prov.get(f, "?")) for f in VERSION_FIELDS))
+            if prov.get("time"):
+                times.append(str(prov["time"]))
+    summary = _read_summary(summary_path) if summary_path.is_file() else None
+    missing, notes = None, []
+    if summary is None and n_records:
+        missing = (
+            f"{summary_path} is missing but {n_records} records exist; "
+            f"run `bindscope summarize {root}`"
+        )
+    elif summary is None:
+        missing = f"no {name} results in {folder} (the experiment has not been run here)"
+    elif not summary.get("models"):
+        missing = f"{summary_path} lists no models"
+    else:
+        stale = sorted(keys - set(summary["models"]))
+        if stale:
+            notes.append(
+                f"{summary_path} does not cover {', '.join(stale)} found in the records; "
+                f"run `bindscope summarize {root}`"
+            )
+    return ExperimentResults(
+        name=name,
+        folder=folder,
+        summary=summary,
+        n_records=n_records,
+        provenance=provenance,
+        versions=frozenset(versions),
+        times=(min(times), max(times)) if times else None,
+        missing=missing,
+        notes=tuple(notes),
+    )
+
+
+def _label(record: dict) -> str:
+    return f"{record['model']}@{record.get('revision') or 'main'}"
+
+
+def _read_summary(path: Path) -> dict:
+    try:
+        summary = json.loads(path.read_text("utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RecordFileError(
+            f"{path}:{exc.lineno}: not valid JSON ({exc.msg}); delete it and run "
+            f"`bindscope summarize {path.parent.parent}`"
+        ) from None
+    if not isinstance(summary, dict):
+        raise RecordFileError(f"{path}:1: a summary must be a JSON object")
+    return summary
+
+
+def need(mapping, *path: str | int, where: str = "summary"):
+    """``mapping[p0][p1]...``; raises ``MissingData`` naming the path when absent or null."""
+    value = mapping
+    for i, key in enumerate(path):
+        try:
+            value = value[key]
+        except (KeyError, IndexError, TypeError):
+            value = None
+        if value is None:
+            joined = ".".join(str(p) for p in path[: i + 1])
+            raise MissingData(f"{where} has no {joined}")
+    return value
+
+
+__all__ = [
+    "EXPERIMENTS",
+    "ExperimentResults",
+    "MissingData",
+    "load_experiment",
+    "load_results",
+    "need",
+]

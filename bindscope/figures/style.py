@@ -1,0 +1,132 @@
+"""Shared look of every figure: fixed sizes, Okabe-Ito colours, hatches, markers, saving.
+
+Figures are built on ``matplotlib.figure.Figure`` directly and saved through the Agg (PNG)
+and PDF canvases, so nothing here touches pyplot or the user's backend: it runs headless
+and leaves a notebook's settings alone.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import matplotlib
+from matplotlib.figure import Figure
+
+DPI = 150
+
+# Inches; at DPI 150 each gives whole pixels. Tests read these to check the PNG size.
+SIZES: dict[str, tuple[float, float]] = {
+    "binding_bsi": (7.0, 6.0),
+    "c5": (12.0, 4.4),
+    "c5_cross_architecture": (12.0, 5.0),
+    "controls": (12.0, 5.0),
+    "fewshot": (8.0, 9.0),
+    "sweep_emergence": (8.0, 6.0),
+    "sweep_leadlag": (8.0, 4.4),
+}
+
+# Okabe & Ito (2008): distinguishable with the common colour-vision deficiencies.
+OKABE_ITO = {
+    "black": "#000000",
+    "orange": "#E69F00",
+    "sky_blue": "#56B4E9",
+    "green": "#009E73",
+    "yellow": "#F0E442",
+    "blue": "#0072B2",
+    "vermillion": "#D55E00",
+    "purple": "#CC79A7",
+}
+
+# One colour + hatch + marker per role, so every series also reads in greyscale.
+CONDITION_STYLE = {
+    "baseline": {"color": "#BBBBBB", "hatch": "", "marker": "o"},
+    "top": {"color": OKABE_ITO["vermillion"], "hatch": "///", "marker": "v"},
+    "bottom": {"color": OKABE_ITO["blue"], "hatch": "\\\\\\", "marker": "^"},
+    "random": {"color": OKABE_ITO["sky_blue"], "hatch": "..", "marker": "s"},
+}
+SERIES = [
+    {"color": OKABE_ITO["blue"], "marker": "o", "linestyle": "-"},
+    {"color": OKABE_ITO["vermillion"], "marker": "s", "linestyle": "--"},
+    {"color": OKABE_ITO["green"], "marker": "^", "linestyle": "-."},
+    {"color": OKABE_ITO["purple"], "marker": "D", "linestyle": ":"},
+    {"color": OKABE_ITO["orange"], "marker": "v", "linestyle": "-"},
+]
+HEATMAP_CMAP = "cividis"  # lightness rises monotonically: readable in greyscale
+
+RC = {
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.labelsize": 9,
+    "legend.fontsize": 8,
+    "xtick.labelsize": 8,
+    "ytick.labelsize": 8,
+    "hatch.linewidth": 0.8,
+    "pdf.fonttype": 42,  # TrueType in the PDF: text stays editable in a paper's sources
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+}
+
+
+def new_figure(kind: str, **subplots) -> tuple[Figure, object]:
+    """A figure of the fixed size for ``kind`` and its axes (``Figure.subplots`` options)."""
+    fig = Figure(figsize=SIZES[kind], dpi=DPI, layout="constrained")
+    return fig, fig.subplots(**subplots)
+
+
+def figure_legend(fig: Figure, axes, *, ncols: int = 4) -> None:
+    """One legend above all panels (unique labels), so it never covers data."""
+    unique: dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            unique.setdefault(label, handle)
+    if unique:
+        fig.legend(
+            unique.values(),
+            unique.keys(),
+            loc="outside upper center",
+            ncols=min(ncols, len(unique)),
+            frameon=False,
+        )
+
+
+def rc_context():
+    """The figure style, applied only while a figure is built and saved."""
+    return matplotlib.rc_context(RC)
+
+
+def save(fig: Figure, out_dir: Path, name: str) -> tuple[Path, Path]:
+    """Write ``name.png`` and ``name.pdf`` at the fixed size (no tight bbox: sizes stay exact)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    png, pdf = out_dir / f"{name}.png", out_dir / f"{name}.pdf"
+    fig.savefig(png, dpi=DPI, format="png", metadata={"Software": None})
+    fig.savefig(pdf, dpi=DPI, format="pdf", metadata={"CreationDate": None})
+    return png, pdf
+
+
+def slug(label: str) -> str:
+    """A file-name-safe form of a model label (``org/name@rev`` -> ``org-name-rev``)."""
+    return re.sub(r"[^A-Za-z0-9._]+", "-", label).strip("-") or "model"
+
+
+def short_label(label: str) -> str:
+    """A model label for axes: the Hub name without its organisation, ``@main`` dropped."""
+    name, _, revision = label.partition("@")
+    name = name.rstrip("/").rsplit("/", 1)[-1]
+    return name if revision in ("", "main") else f"{name}@{revision}"
+
+
+__all__ = [
+    "CONDITION_STYLE",
+    "DPI",
+    "HEATMAP_CMAP",
+    "OKABE_ITO",
+    "SERIES",
+    "SIZES",
+    "figure_legend",
+    "new_figure",
+    "rc_context",
+    "save",
+    "short_label",
+    "slug",
+]

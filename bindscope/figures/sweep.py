@@ -1,0 +1,251 @@
+"""Checkpoint sweep: emergence curves of EB* and behaviour, and the lead-lag forest plot."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from bindscope.figures import markdown as md
+from bindscope.figures.results import ExperimentResults, MissingData, need
+from bindscope.figures.style import (
+    OKABE_ITO,
+    SERIES,
+    figure_legend,
+    new_figure,
+    short_label,
+    slug,
+)
+
+TITLE = "Checkpoint sweep: emergence and lead-lag"
+KINDS = ("sweep_emergence", "sweep_leadlag")
+METHODS = ("pearson", "spearman")
+HOW_TO_READ = (
+    "For each training checkpoint (Hub revision, in training order) EB* and the behaviour "
+    "score (recognition accuracy or generation rubric score, 0 to 1) are averaged per term "
+    "and then over terms; the bands are 95% bootstrap CIs over terms and the thin grey "
+    "lines are single terms. Lead-lag asks, per term, whether EB* at one checkpoint "
+    "predicts behaviour at the next better than behaviour predicts the next EB* (forward "
+    "minus backward lagged correlation, Pearson and Spearman). The lead fraction is the "
+    "share of terms where EB* leads, with a Wilson 95% CI; 0.5 is what no precedence "
+    "would give, and the binomial p tests whether the fraction exceeds 0.5. Decoupling "
+    "counts terms whose binding-behaviour correlation is positive early in training and "
+    "not positive late (strict) or only weaker late (attenuated)."
+)
+
+
+def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
+    where = str(exp.folder / "summary.json")
+    for model, entry in exp.models.items():
+        yield (
+            f"sweep_emergence_{slug(model)}",
+            lambda model=model, entry=entry: emergence(model, entry, where=f"{where} [{model}]"),
+        )
+    yield "sweep_leadlag", lambda: leadlag_forest(exp.models, where=where)
+
+
+def _series(estimates: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Values, lows and highs of a list of Estimates (NaN where one is missing)."""
+    out = np.full((3, len(estimates)), np.nan)
+    for i, est in enumerate(estimates):
+        for j, key in enumerate(("value", "low", "high")):
+            if est and est.get(key) is not None:
+                out[j, i] = est[key]
+    return out[0], out[1], out[2]
+
+
+def emergence(model: str, entry: dict, *, where: str = "summary"):
+    """EB* (top) and behaviour (bottom) per checkpoint, mean over terms with a 95% CI band."""
+    revisions = need(entry, "revisions", where=where)
+    if not revisions:
+        raise MissingData(f"{where} has no revisions")
+    x = np.arange(len(revisions))
+    fig, (ax_eb, ax_beh) = new_figure("sweep_emergence", nrows=2, sharex=True)
+    panels = (
+        (ax_eb, "eb_star", "EB* (attention probability difference, 0–1)", SERIES[0]),
+        (ax_beh, "behaviour", "behaviour score (0–1)", SERIES[1]),
+    )
+    per_term = entry.get("per_term") or {}
+    for ax, key, ylabel, s in panels:
+        estimates = need(entry, key, where=where)
+        if len(estimates) != len(revisions):
+            raise MissingData(f"{where}: {key} has {len(estimates)} values for {len(revisions)}")
+        for i, series in enumerate(per_term.values()):
+            values = [np.nan if v is None else v for v in series.get(key) or []]
+            if len(values) == len(revisions):
+                ax.plot(
+                    x,
+                    values,
+                    color="#999999",
+                    linewidth=0.5,
+                    alpha=0.5,
+                    label="single terms" if i == 0 else None,
+                )
+        value, low, high = _series(estimates)
+        ax.fill_between(x, low, high, color=s["color"], alpha=0.25, linewidth=0, label="95% CI")
+        ax.plot(
+            x,
+            value,
+            color=s["color"],
+            marker=s["marker"],
+            linestyle=s["linestyle"],
+            linewidth=1.8,
+            label="mean over terms",
+        )
+        ax.set_ylabel(ylabel)
+        ax.legend(loc="best", fontsize=7)
+    ax_beh.set_xticks(x, [str(r) for r in revisions])
+    if len(revisions) > 4:
+        ax_beh.tick_params(axis="x", labelrotation=35)
+    ax_beh.set_xlabel("checkpoint (Hub revision, training order)")
+    n_terms = len(per_term) or (entry.get("leadlag") or {}).get("n_terms")
+    ax_eb.set_title(f"{short_label(model)}: emergence over training ({n_terms} terms)")
+    caption = (
+        f"{model}: EB* (top) and behaviour score (bottom) across checkpoints; line = mean "
+        "over terms, band = 95% bootstrap CI over terms, grey = single terms."
+    )
+    return fig, caption
+
+
+def lead_fraction(leadlag: dict, method: str, *, where: str = "summary") -> dict:
+    """The stored Wilson estimate, or one made from ``n_lead`` and ``n_terms`` if absent."""
+    est = (leadlag.get("lead_fraction") or {}).get(method)
+    if est and est.get("value") is not None:
+        return est
+    n_lead = need(leadlag, "n_lead", method, where=where)
+    n_terms = need(leadlag, "n_terms", where=where)
+    from bindscope.metrics.stats import wilson_ci
+
+    return wilson_ci(int(n_lead), int(n_terms)).to_dict()
+
+
+def leadlag_rows(models: dict[str, dict], *, where: str = "summary"):
+    """Lead-lag results per (model, method), and (model, reason) where a model has none."""
+    rows, skipped = [], []
+    for model, entry in models.items():
+        leadlag = entry.get("leadlag") or {}
+        if not leadlag.get("n_lead") and not leadlag.get("lead_fraction"):
+            skipped.append((model, leadlag.get("skipped") or "no lead-lag results stored"))
+            continue
+        for method in METHODS:
+            if (leadlag.get("n_lead") or {}).get(method) is None:
+                continue
+            est = lead_fraction(leadlag, method, where=f"{where} [{model}] leadlag")
+            rows.append(
+                {
+                    "model": model,
+                    "method": method,
+                    "fraction": est,
+                    "n_lead": leadlag["n_lead"][method],
+                    # terms with a defined lead difference: the binomial test's n
+                    "n": est.get("n", leadlag.get("n_terms")),
+                    "p": ((leadlag.get("binomial") or {}).get(method) or {}).get("p_value"),
+                    "mean_lead_diff": (leadlag.get("mean_lead_diff") or {}).get(method),
+                }
+            )
+    return rows, skipped
+
+
+def leadlag_forest(models: dict[str, dict], *, where: str = "summary"):
+    """Per model and correlation method: lead fraction with its Wilson 95% CI."""
+    rows, skipped = leadlag_rows(models, where=where)
+    if not rows:
+        reasons = "; ".join(f"{model}: {reason}" for model, reason in skipped)
+        raise MissingData(f"{where} has no lead-lag results ({reasons})")
+    fig, ax = new_figure("sweep_leadlag")
+    ys = np.arange(len(rows))[::-1]
+    ax.axvline(0.5, color=OKABE_ITO["black"], linestyle="--", linewidth=1, label="0.5 (no lead)")
+    for y, row in zip(ys, rows):
+        method, est = row["method"], row["fraction"]
+        s = SERIES[METHODS.index(method)]
+        ax.hlines(y, est["low"], est["high"], color=s["color"], linewidth=1.8)
+        filled = method == "pearson"
+        ax.plot(
+            [est["value"]],
+            [y],
+            marker=s["marker"],
+            markersize=7,
+            color=s["color"],
+            markerfacecolor=s["color"] if filled else "white",
+            markeredgewidth=1.4,
+            linestyle="none",
+            label=f"{method} (Wilson 95% CI)",
+        )
+    ax.set_yticks(ys, [f"{short_label(r['model'])} ({r['method']})" for r in rows])
+    right = ax.secondary_yaxis("right")
+    right.set_ticks(
+        ys, labels=[f"{r['n_lead']}/{md.num(r['n'])}, p = {md.pvalue(r['p'])}" for r in rows]
+    )
+    right.tick_params(length=0)
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_xlabel("fraction of terms where EB* leads behaviour (0–1)")
+    ax.set_title("lead-lag: does binding precede behaviour? (binomial p, one-sided)")
+    figure_legend(fig, [ax], ncols=3)
+    caption = (
+        "Lead-lag forest plot: per model and correlation method, the fraction of terms where "
+        "EB* leads behaviour (Wilson 95% CI), the count and the one-sided binomial p against "
+        "0.5."
+    )
+    return fig, caption
+
+
+def tables(exp: ExperimentResults) -> list[str]:
+    lines: list[str] = []
+    for model, entry in exp.models.items():
+        revisions = entry.get("revisions") or []
+        eb = entry.get("eb_star") or [None] * len(revisions)
+        beh = entry.get("behaviour") or [None] * len(revisions)
+        rows = [[r, md.estimate(e), md.estimate(b)] for r, e, b in zip(revisions, eb, beh)]
+        header = ["revision", "EB* [95% CI]", "behaviour [95% CI]"]
+        lines += [f"**{model}**", "", *md.table(header, rows)]
+    found, skipped = leadlag_rows(exp.models, where=str(exp.folder / "summary.json"))
+    rows = [
+        [
+            r["model"],
+            r["method"],
+            f"{r['n_lead']}/{md.num(r['n'])}",
+            md.estimate(r["fraction"]),
+            md.pvalue(r["p"]),
+            md.estimate(r["mean_lead_diff"]),
+        ]
+        for r in found
+    ]
+    rows += [[model, md.DASH, reason, md.DASH, md.DASH, md.DASH] for model, reason in skipped]
+    header = ["model", "correlation", "EB* leads / terms", "lead fraction [Wilson 95% CI]"]
+    lines += md.table(
+        [*header, "binomial p (> 0.5)", "mean lead difference [95% CI]"], rows, left=3
+    )
+    rows = []
+    for model, entry in exp.models.items():
+        d = entry.get("decoupling") or {}
+        if d.get("skipped") or not d:
+            rows.append([model, d.get("skipped") or "not stored", *[md.DASH] * 6])
+            continue
+        rows.append(
+            [
+                model,
+                md.DASH,
+                md.num(d.get("split")),
+                md.num(d.get("n_terms")),
+                md.num(d.get("n_strict")),
+                md.num(d.get("n_attenuate")),
+                md.num(d.get("mean_early")),
+                md.num(d.get("mean_late")),
+            ]
+        )
+    header = ["model", "note", "split (revisions early)", "terms", "strict", "attenuated"]
+    lines += md.table([*header, "mean early correlation", "mean late correlation"], rows, left=2)
+    return lines
+
+
+__all__ = [
+    "HOW_TO_READ",
+    "KINDS",
+    "TITLE",
+    "emergence",
+    "lead_fraction",
+    "leadlag_forest",
+    "leadlag_rows",
+    "plots",
+    "tables",
+]

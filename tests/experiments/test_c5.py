@@ -1,0 +1,168 @@
+"""C5 end to end on tiny models: planted effect found, null shows none, resume, schema."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bindscope.experiments import c5
+from bindscope.experiments.records import read_records
+from bindscope.experiments.schema import validate_file
+from bindscope.prompts import load
+from tests.experiments import planted, prompts_tiny
+
+
+def _planted_run(tokenizer, tmp_path, *, null: bool):
+    rows = [r for r in planted.prompt_rows() if r["task"] == "recognition"]
+    pset = load(prompts_tiny.write(tmp_path, rows, name="all.jsonl"))
+    model = planted.one_layer_model(tokenizer)
+    head = planted.top_head(model, pset.records)
+    if null:
+        planted.plant(model, None, down=1e-3)  # no head matters
+    else:
+        planted.plant(model, head, up=20.0, down=0.02)  # one head carries the answer
+    answered = planted.answered_by_model(model, list(pset.records))
+    path = prompts_tiny.write(tmp_path, [r.to_dict() for r in answered], name="answered.jsonl")
+    summary = c5.run(
+        model,
+        prompts=path,
+        ranking=tmp_path / "all.jsonl",
+        out=tmp_path / "out",
+        k=2,
+        n_random=30,
+        seed=3,
+        rubric=prompts_tiny.RUBRIC,
+        progress=False,
+    )
+    return head, next(iter(summary["models"].values()))
+
+
+def test_planted_head_shows_as_specific_top_drop(byte_tokenizer, tmp_path):
+    head, m = _planted_run(byte_tokenizer, tmp_path, null=False)
+    assert [0, head] in m["top_heads"]
+    assert m["conditions"]["baseline"]["recognition"] == 1.0  # answers are its own choices
+    spec = m["specificity"]["recognition"]
+    assert spec["low"] > 0, spec
+    assert m["p_value"]["recognition"] < 0.05
+    assert m["drops"]["top"]["recognition"]["value"] > 0.3
+    assert m["drops"]["bottom"]["recognition"]["value"] < m["drops"]["top"]["recognition"]["value"]
+
+
+def test_null_model_shows_no_specific_drop(byte_tokenizer, tmp_path):
+    _, m = _planted_run(byte_tokenizer, tmp_path, null=True)
+    spec = m["specificity"]["recognition"]
+    assert spec["low"] <= 0 <= spec["high"], spec
+    assert m["p_value"]["recognition"] > 0.05
+    assert m["drops"]["top"]["recognition"]["value"] == pytest.approx(0.0, abs=0.05)
+
+
+def test_records_match_schema_and_conditions(tiny_llama, tiny_prompts, tmp_path):
+    summary = c5.run(
+        tiny_llama,
+        prompts=tiny_prompts,
+        out=tmp_path,
+        k=2,
+        n_random=3,
+        rubric=prompts_tiny.RUBRIC,
+        progress=False,
+    )
+    path = tmp_path / "c5" / "records.jsonl"
+    n = validate_file(path)
+    n_prompts = len(prompts_tiny.records())
+    assert n == n_prompts * (3 + 3) + n_prompts  # 6 conditions + ranking records
+    m = next(iter(summary["models"].values()))
+    assert sorted(m["conditions"]) == [
+        "baseline",
+        "bottom",
+        "random:00",
+        "random:01",
+        "random:02",
+        "top",
+    ]
+    top = {tuple(h) for h in m["top_heads"]}
+    for heads in m["random_heads"]:
+        assert len(heads) == 2 and not top & {tuple(h) for h in heads}
+    on_disk = json.loads((tmp_path / "c5" / "summary.json").read_text())
+    assert on_disk["models"].keys() == summary["models"].keys()
+
+
+def test_resume_after_crash_gives_the_same_summary(tiny_llama, tiny_prompts, tmp_path):
+    options = {"prompts": tiny_prompts, "k": 2, "n_random": 1, "rubric": prompts_tiny.RUBRIC}
+    whole = c5.run(tiny_llama, out=tmp_path / "a", progress=False, batch_size=4, **options)
+
+    calls = {"n": 0}
+    real = c5.recognition
+
+    def crashing(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    c5.recognition = crashing
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            c5.run(tiny_llama, out=tmp_path / "b", progress=False, batch_size=4, **options)
+    finally:
+        c5.recognition = real
+    partial = list(read_records(tmp_path / "b" / "c5" / "records.jsonl"))
+    assert 0 < len(partial) < len(list(read_records(tmp_path / "a" / "c5" / "records.jsonl")))
+    resumed = c5.run(tiny_llama, out=tmp_path / "b", progress=False, batch_size=4, **options)
+    strip = lambda s: json.loads(json.dumps(s))  # noqa: E731
+    assert strip(resumed) == strip(whole)
+
+
+def test_mean_ablation_and_matched_layers_run(tiny_llama, tiny_prompts, tmp_path):
+    summary = c5.run(
+        tiny_llama,
+        prompts=tiny_prompts,
+        out=tmp_path,
+        k=2,
+        n_random=2,
+        ablation="mean",
+        matched_layers=True,
+        rubric=prompts_tiny.RUBRIC,
+        progress=False,
+    )
+    m = next(iter(summary["models"].values()))
+    top_layers = sorted(h[0] for h in m["top_heads"])
+    for heads in m["random_heads"]:
+        assert sorted(h[0] for h in heads) == top_layers
+    assert summary["ablation"] == "mean"
+    validate_file(tmp_path / "c5" / "records.jsonl")
+
+
+def test_several_models_get_holm_correction(sp_tokenizer, byte_tokenizer, tiny_prompts, tmp_path):
+    from tests.conftest import build_tiny
+
+    a = build_tiny("llama", sp_tokenizer)
+    b = build_tiny("qwen2", byte_tokenizer)
+    a.name, b.name = "tiny-a", "tiny-b"
+    summary = c5.run(
+        [a, b],
+        prompts=tiny_prompts,
+        out=tmp_path,
+        k=2,
+        n_random=3,
+        rubric=prompts_tiny.RUBRIC,
+        progress=False,
+    )
+    assert len(summary["models"]) == 2
+    for m in summary["models"].values():
+        assert m["p_holm"]["recognition"] >= m["p_value"]["recognition"]
+
+
+def test_random_sets_are_reproducible_and_exclude_top():
+    top = [[0, 1], [2, 3]]
+    a = c5.draw_random_sets(3, 4, top, k=2, n=5, seed=7)
+    assert a == c5.draw_random_sets(3, 4, top, k=2, n=5, seed=7)
+    assert a != c5.draw_random_sets(3, 4, top, k=2, n=5, seed=8)
+    assert all(h not in top for s in a for h in s)
+    with pytest.raises(ValueError, match="cannot draw"):
+        c5.draw_random_sets(1, 2, [[0, 0]], k=2, n=1, seed=0)
+
+
+def test_bad_ablation_name_is_refused(tiny_llama, tiny_prompts, tmp_path):
+    with pytest.raises(ValueError, match="zero"):
+        c5.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, ablation="resample")

@@ -1,0 +1,25 @@
+"""Number formatting for the report."""
+
+from __future__ import annotations
+
+from bindscope.figures import markdown as md
+
+
+def test_numbers_estimates_and_pvalues():
+    assert md.num(None) == md.DASH and md.num(float("nan")) == md.DASH
+    assert md.num(3) == "3" and md.num(0.12345) == "0.123"
+    est = {"value": 0.5, "low": 0.25, "high": 0.75}
+    assert md.estimate(est) == "0.500 [0.250, 0.750]"
+    assert md.estimate(est, 1, scale=100) == "50.0 [25.0, 75.0]"
+    assert md.estimate({"value": 0.5, "low": None, "high": None}) == "0.500"
+    assert md.estimate(None) == md.DASH
+    assert md.pvalue(0.0004) == "4.0e-04" and md.pvalue(0.04) == "0.040"
+    assert md.pvalue(0.0) == "0.000" and md.pvalue(None) == md.DASH
+
+
+def test_table_escapes_pipes_and_aligns():
+    lines = md.table(["model", "n"], [["a|b", 3]], left=1)
+    assert lines[0] == "| model | n |"
+    assert lines[1] == "| :--- | ---: |"
+    assert lines[2] == "| a\\|b | 3 |"
+    assert md.heads([[0, 1], [2, 3]]) == "L0.H1, L2.H3"

@@ -1,0 +1,89 @@
+"""The Markdown report: tables from the summaries, provenance, figures linked relatively."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from bindscope.errors import RecordFileError
+from bindscope.figures import markdown as md
+from bindscope.figures import write_report
+from bindscope.figures.make import SECTIONS
+
+LINK = re.compile(r"\]\(([^)]+\.(?:png|pdf))\)")
+
+
+def links(text: str) -> list[str]:
+    return LINK.findall(text)
+
+
+def test_report_has_every_section_table_and_figure(full_results):
+    root, figures = full_results
+    path = write_report(root, figures=figures)
+    assert path == root / "report.md"
+    text = path.read_text()
+    for module in SECTIONS.values():
+        assert f"## {module.TITLE}" in text
+    assert "## Models and provenance" in text
+    assert text.count("*How to read these numbers.*") == len(SECTIONS) + 1
+    assert "| 0.1.0 | 0.8.1 | 5.0.0 | 2.13.0 |" in text
+    assert "Not in this report" not in text
+    found = links(text)
+    assert len(found) == 2 * len(figures.figures)
+    for link in found:
+        assert not link.startswith("/") and (path.parent / link).is_file()
+
+
+def test_report_numbers_come_from_the_summaries(full_results):
+    root, figures = full_results
+    text = write_report(root, figures=figures).read_text()
+    binding = json.loads((root / "binding" / "summary.json").read_text())
+    for entry in binding["models"].values():
+        assert md.estimate(entry["eb_star"]) in text
+        assert md.heads(entry["top_heads"]) in text
+    c5 = json.loads((root / "c5" / "summary.json").read_text())
+    for entry in c5["models"].values():
+        assert md.estimate(entry["specificity"]["recognition"]) in text
+        assert md.pvalue(entry["p_holm"]["generation"]) in text
+    sweep = json.loads((root / "sweep" / "summary.json").read_text())
+    for entry in sweep["models"].values():
+        assert md.estimate(entry["leadlag"]["lead_fraction"]["pearson"]) in text
+    fewshot = json.loads((root / "fewshot" / "summary.json").read_text())
+    for entry in fewshot["models"].values():
+        assert md.estimate(entry["delta_points"]["few_shot"], 1) in text
+
+
+def test_report_elsewhere_links_back_to_the_figures(full_results, tmp_path):
+    root, figures = full_results
+    path = write_report(root, out=tmp_path / "paper" / "appendix.md", figures=figures)
+    for link in links(path.read_text()):
+        assert (path.parent / link).is_file()
+
+
+def test_report_lists_what_is_missing(fewshot_only):
+    root, figures = fewshot_only
+    text = write_report(root, figures=figures).read_text()
+    assert "## Few-shot and paraphrase prompting" in text
+    assert "## C5: causal head ablation" not in text
+    section = text.split("## Not in this report", 1)[1]
+    for name in ("binding", "controls", "c5", "sweep"):
+        assert f"- experiment `{name}`: " in section
+    assert "figure `" not in section  # said once per experiment, not once per figure
+
+
+def test_report_draws_figures_when_none_are_given(tmp_path):
+    root = tmp_path / "empty"
+    root.mkdir()
+    path = write_report(root)
+    assert path.is_file() and (root / "figures").exists() is False
+    assert path.read_text().count("- experiment `") == len(SECTIONS)
+
+
+def test_report_on_corrupt_records_names_file_and_line(tmp_path):
+    folder = tmp_path / "binding"
+    folder.mkdir()
+    (folder / "records.jsonl").write_text("not json\n")
+    with pytest.raises(RecordFileError, match=re.escape(f"{folder / 'records.jsonl'}:1:")):
+        write_report(tmp_path)
