@@ -1,0 +1,82 @@
+"""The demo end to end on a tiny model (quick mode), and the CLI around its results."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bindscope import cli
+from bindscope.experiments import demo
+from bindscope.experiments.schema import validate_file
+
+
+@pytest.fixture(scope="module")
+def demo_dir(tmp_path_factory, sp_tokenizer):
+    from tests.conftest import build_tiny
+
+    out = tmp_path_factory.mktemp("demo")
+    demo.run(out=out, quick=True, progress=False, model=build_tiny("llama", sp_tokenizer))
+    return out
+
+
+def test_demo_writes_records_summaries_figures_and_report(demo_dir, capsys):
+    for name in ("binding", "c5", "controls", "fewshot"):
+        assert validate_file(demo_dir / name / "records.jsonl") > 0
+        summary = json.loads((demo_dir / name / "summary.json").read_text())
+        assert summary["experiment"] == name and summary["models"]
+    c5 = json.loads((demo_dir / "c5" / "summary.json").read_text())
+    assert c5["k"] == 4 and c5["n_random"] == 10 and c5["ablation"] == "zero"
+    assert c5["ranking_set"] == "canonical-quick"
+    assert (demo_dir / "report.md").stat().st_size > 1000
+    assert len(list((demo_dir / "figures").glob("*.png"))) >= 4
+
+
+def test_summarize_recomputes_the_same_summaries(demo_dir, capsys):
+    before = {n: (demo_dir / n / "summary.json").read_text() for n in ("c5", "controls")}
+    for n in before:
+        (demo_dir / n / "summary.json").unlink()
+    assert cli.main(["summarize", str(demo_dir)]) == 0
+    for n, text in before.items():
+        assert json.loads((demo_dir / n / "summary.json").read_text()) == json.loads(text)
+    assert "C5 head ablation" in capsys.readouterr().out
+
+
+def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, capsys):
+    assert cli.main(["summarize", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "no experiment results here" in err and "Traceback" not in err
+    bad = tmp_path / "c5"
+    bad.mkdir()
+    (bad / "records.jsonl").write_text('{"schema": "bindscope.result/1"}\n{oops\n')
+    assert cli.main(["summarize", str(tmp_path)]) == 2
+    assert "records.jsonl:1" in capsys.readouterr().err
+
+
+def test_cli_parses_every_command():
+    p = cli.parser()
+    args = p.parse_args(["c5", "--model", "a", "--model", "b@step1", "--out", "x", "--k", "2"])
+    assert args.model == ["a", "b@step1"] and args.k == 2 and args.n_random == 50
+    args = p.parse_args(["sweep", "--model", "m", "--revisions", "pythia-paper", "--out", "x"])
+    assert args.revisions == "pythia-paper"
+    for command in ("binding", "fewshot", "controls"):
+        assert p.parse_args([command, "--out", "x"]).func.__name__ == f"cmd_{command}"
+    assert p.parse_args(["audit", "--prompts", "controls"]).prompts == "controls"
+    assert p.parse_args(["demo"]).out.name == "bindscope-demo"
+
+
+def test_audit_flags_missing_and_single_token_spans(tiny_llama):
+    from bindscope.prompts import PromptRecord
+    from bindscope.prompts.audit import audit, format_audit
+
+    records = [
+        PromptRecord("gen_001", "screen reader", "generation", "A screen reader is", max_tokens=3),
+        PromptRecord("gen_002", "screen reader", "generation", "Nothing here", max_tokens=3),
+        PromptRecord("gen_003", "a", "generation", "a b c", max_tokens=3),
+    ]
+    rows = audit(tiny_llama, records)
+    assert rows[0]["n_span"] >= 2 and "not_found" not in rows[0]["flags"]
+    assert rows[1]["flags"] == ["not_found"] and "gen_002" in rows[1]["reason"]
+    assert "single_token" in rows[2]["flags"]
+    lines = format_audit(rows)
+    assert lines[1].startswith("!") and lines[2].startswith("!")
