@@ -158,7 +158,10 @@ def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress
     if settings["ablation"] == "mean":
         heads = sorted({tuple(h) for hs in conditions.values() for h in hs})
         means = head_means(model, [r.template for r in rset.records], heads, batch_size=batch_size)
-    items = [(rec, name) for name in conditions for rec in pset.records]
+    # Group items by task (and choice count) so every chunk fills whole batches of one kind.
+    ordered = sorted(pset.records, key=lambda r: (r.task, len(r.choices or ())))
+    items = [(rec, name) for rec in ordered for name in conditions]
+    items.sort(key=lambda item: (item[0].task, len(item[0].choices or ())))
     key = lambda item: record_key(EXPERIMENT, model.name, model.revision, item[0].key, item[1])  # noqa: E731
 
     def work(chunk):
