@@ -241,6 +241,38 @@ def published_worker(args, model) -> dict:
     }
 
 
+def direct_worker(args, model) -> dict:
+    """The same items as c5.run, but one recognition() and one generation() call in all."""
+    from bindscope.metrics.behaviour import generation, recognition
+
+    conditions = json.loads(Path(args.conditions).read_text())
+    pset = prompt_set(args.quick)
+    rec = [(r, c) for c in conditions for r in pset.records if r.task == "recognition"]
+    gen = [(r, c) for c in conditions for r in pset.records if r.task == "generation"]
+    recognition(model, [r for r, _ in rec[:2]], per_record=[[(0, 0)], []])  # warm-up
+    generation(model, [r for r, _ in gen[:2]], per_record=[[(0, 0)], []])
+    parts: dict[str, float] = {}
+    results: dict[str, dict] = {}
+
+    def work():
+        started = time.perf_counter()
+        found = recognition(model, [r for r, _ in rec], per_record=[conditions[c] for _, c in rec])
+        parts["recognition"] = time.perf_counter() - started
+        for (record, name), value in zip(rec, found):
+            results[f"{record.key}|{name}"] = {
+                "scores": list(value.scores),
+                "prediction": value.prediction,
+            }
+        started = time.perf_counter()
+        found = generation(model, [r for r, _ in gen], per_record=[conditions[c] for _, c in gen])
+        parts["generation"] = time.perf_counter() - started
+        for (record, name), value in zip(gen, found):
+            results[f"{record.key}|{name}"] = {"text": value.text, "score": value.score}
+
+    _, timing = common.measure(work)
+    return {"results": results, "parts": parts, **timing}
+
+
 def worker(args) -> None:
     common.quiet()
     model, load_s = common.load_default_model()
@@ -248,6 +280,8 @@ def worker(args) -> None:
         data = bindscope_worker(args, model)
     elif args.worker == "published":
         data = published_worker(args, model)
+    elif args.worker == "direct":
+        data = direct_worker(args, model)
     else:
         raise SystemExit(f"unknown worker {args.worker!r}")
     common.write_result(args.result, {**data, "load_s": load_s})
@@ -291,6 +325,11 @@ def main(argv=None) -> int:
         "--rank-limit", type=int, default=20, help="ranking prompts for the published strategy"
     )
     parser.add_argument("--quick", action="store_true", help="2 terms, 2 random sets")
+    parser.add_argument(
+        "--direct",
+        action="store_true",
+        help="also time one recognition() + generation() call over the same items",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write all numbers here")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
@@ -316,7 +355,12 @@ def main(argv=None) -> int:
         conditions.write_text(json.dumps(ours["conditions"]))
         print("running published strategy ...", flush=True)
         theirs = common.run_worker(SCRIPT, "published", [*shared, "--conditions", str(conditions)])
-    print(f"  published: {theirs['seconds']:.1f} s (subset)", flush=True)
+        print(f"  published: {theirs['seconds']:.1f} s (subset)", flush=True)
+        direct = None
+        if args.direct:
+            print("running bindscope recognition() + generation() directly ...", flush=True)
+            direct = common.run_worker(SCRIPT, "direct", [*shared, "--conditions", str(conditions)])
+            print(f"  direct: {direct['seconds']:.1f} s", flush=True)
     info_after = common.machine()
 
     n_cond = len(ours["conditions"])
@@ -425,6 +469,45 @@ def main(argv=None) -> int:
         f"{common.verdict(speed_eval >= TARGET)}; whole C5 incl. ranking {speed_total:.1f}x "
         f"{common.verdict(speed_total >= TARGET)}"
     )
+    if direct is not None:
+        d_rec, d_gen = direct["parts"]["recognition"], direct["parts"]["generation"]
+        same = agreement(ours, direct)
+        print(
+            "\nbindscope without c5.run's chunking (one recognition() and one generation() call "
+            "over the same record x condition items, batch 16):"
+        )
+        print(
+            common.table(
+                ["part", "c5.run s", "direct s", "c5.run / direct", "published / direct"],
+                [
+                    [
+                        "recognition",
+                        ours_parts["recognition"],
+                        d_rec,
+                        ours_parts["recognition"] / d_rec,
+                        published_full["recognition"] / d_rec,
+                    ],
+                    [
+                        "generation",
+                        ours_parts["generation"],
+                        d_gen,
+                        ours_parts["generation"] / d_gen,
+                        published_full["generation"] / d_gen,
+                    ],
+                    [
+                        "evaluation",
+                        eval_ours,
+                        d_rec + d_gen,
+                        eval_ours / (d_rec + d_gen),
+                        eval_theirs / (d_rec + d_gen),
+                    ],
+                ],
+            )
+        )
+        print(
+            f"direct vs c5.run: recognition predictions {same['rec']} (max |score diff| "
+            f"{same['rec_score_diff']:.2e}), generated texts identical {same['gen']}"
+        )
     print(f"load average after the run: {common.machine_line(info_after).rsplit('; ', 1)[1]}")
     if args.json:
         drop = ("results",)
@@ -435,6 +518,7 @@ def main(argv=None) -> int:
             "bindscope": {k: v for k, v in ours.items() if k not in drop},
             "published": {k: v for k, v in theirs.items() if k not in drop},
             "published_extrapolated": published_full,
+            "direct": {k: v for k, v in (direct or {}).items() if k not in drop},
             "agreement": agree,
             "speedup_evaluation": speed_eval,
             "speedup_total": speed_total,

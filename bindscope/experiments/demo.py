@@ -14,10 +14,12 @@ from pathlib import Path
 from bindscope.prompts.records import PromptSet, load
 
 QUICK_TERMS = ("screen reader", "alt text", "skip link", "focus indicator")
-#: C5 evaluates 3 recognition items and 2 generation stems of every term (205 of the 451
-#: prompts, all 41 terms) so the demo fits in 15 minutes on 2 CPU cores; heads are still
-#: ranked on all canonical prompts. ``bindscope c5`` evaluates every prompt.
-DEMO_C5_IDS = ("rec_001", "rec_002", "rec_003", "gen_001", "gen_002")
+#: C5 evaluates 3 recognition items and 1 generation stem of every term (164 of the 451
+#: prompts, all 41 terms) and few-shot 2 stems per term, so the demo fits in 15 minutes on
+#: 2 CPU cores; heads are still ranked on all canonical prompts, and binding and controls
+#: use every prompt. ``bindscope c5`` and ``bindscope fewshot`` evaluate every prompt.
+DEMO_C5_IDS = ("rec_001", "rec_002", "rec_003", "gen_001")
+DEMO_FEWSHOT_IDS = ("gen_001", "gen_002")
 
 
 def subset(pset: PromptSet, terms) -> PromptSet:
@@ -32,7 +34,7 @@ def by_prompt_id(pset: PromptSet, ids) -> PromptSet:
     """The records of ``pset`` whose ``prompt_id`` is in ``ids`` (every term kept)."""
     keep = tuple(r for r in pset if r.prompt_id in set(ids))
     digest = hashlib.sha256((pset.sha256 + "|" + ",".join(sorted(ids))).encode()).hexdigest()
-    return PromptSet(f"{pset.name}-c5-demo", keep, digest)
+    return PromptSet(f"{pset.name}-{'+'.join(ids)}", keep, digest)
 
 
 def quick_controls(pset: PromptSet, per_group: int = 3) -> PromptSet:
@@ -56,8 +58,8 @@ def run(
 ) -> dict:
     """Run the demo study and print its tables; returns ``{experiment: summary}``.
 
-    C5 evaluates ``DEMO_C5_IDS`` of every term (heads ranked on all canonical prompts);
-    the other experiments use every prompt.
+    C5 evaluates ``DEMO_C5_IDS`` of every term (heads ranked on all canonical prompts) and
+    few-shot ``DEMO_FEWSHOT_IDS``; binding and controls use every prompt.
     """
     import bindscope
     from bindscope.experiments import binding_run, c5, controls, fewshot
@@ -90,7 +92,12 @@ def run(
                 model, controls=control_set, real=canonical, out=out, progress=progress
             ),
         ),
-        ("fewshot", lambda: fewshot.run(model, prompts=canonical, out=out, progress=progress)),
+        (
+            "fewshot",
+            lambda: fewshot.run(
+                model, prompts=by_prompt_id(canonical, DEMO_FEWSHOT_IDS), out=out, progress=progress
+            ),
+        ),
     ]
     summaries = {}
     for name, step in steps:
