@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bindscope.errors import InputError
 from bindscope.experiments.binding_run import mean_bsi_of, rank_heads
 from bindscope.experiments.common import (
     base_record,
@@ -110,10 +111,35 @@ def run(
         "ranking_set": rset.name,
         "ranking_sha256": rset.sha256,
     }
+    if not force:
+        _check_same_settings(folder / "records.jsonl", settings, pset)
     with RecordWriter(folder / "records.jsonl", force=force) as writer:
         for model in models:
             _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress)
     return summarize(folder)
+
+
+def _check_same_settings(path: Path, settings: dict, pset) -> None:
+    """Refuse to resume into records made with other settings or another prompt set.
+
+    Raises:
+        InputError: The folder holds a C5 run that differs (a summary would mix the two).
+    """
+    if not path.exists():
+        return
+    for record in read_records(path, tolerate_tail=True):
+        if record["experiment"] != EXPERIMENT:
+            continue
+        old = record.get("c5", {})
+        changed = sorted(k for k in settings if old.get(k) != settings[k])
+        if record["provenance"].get("prompt_sha256") != pset.sha256:
+            changed.append("prompts")
+        if changed:
+            raise InputError(
+                f"{path} holds a C5 run with different {', '.join(changed)}; resuming would "
+                "mix the two in one summary. Use another --out, or --force to start afresh"
+            )
+        return
 
 
 def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress) -> None:

@@ -166,3 +166,14 @@ def test_random_sets_are_reproducible_and_exclude_top():
 def test_bad_ablation_name_is_refused(tiny_llama, tiny_prompts, tmp_path):
     with pytest.raises(ValueError, match="zero"):
         c5.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, ablation="resample")
+
+
+def test_resuming_with_other_settings_is_refused(tiny_llama, tiny_prompts, tmp_path):
+    from bindscope.errors import InputError
+
+    options = {"prompts": tiny_prompts, "out": tmp_path, "rubric": prompts_tiny.RUBRIC}
+    c5.run(tiny_llama, k=2, n_random=1, progress=False, **options)
+    with pytest.raises(InputError, match="n_random"):
+        c5.run(tiny_llama, k=2, n_random=2, progress=False, **options)
+    summary = c5.run(tiny_llama, k=2, n_random=2, progress=False, force=True, **options)
+    assert summary["n_random"] == 2
