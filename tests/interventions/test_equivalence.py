@@ -7,21 +7,23 @@ import torch
 from bindscope.interventions import capture_attention, head_means, mean_ablate, zero_ablate
 from tests.conftest import PROMPTS
 from tests.reference import hf_eager_attentions, pre_hooks, prob_zero
+from tests.tolerance import assert_within, logit_bound, prob_bound, row_sum_bound
 
 HEADS = [(0, 1), (1, 0), (1, 3), (2, 2)]
 
 
 def test_probs_equal_hf_output_attentions_single_and_batched(tiny):
     batched = tiny.attention_probs(PROMPTS)  # one left-padded batch
+    bound = prob_bound(tiny)  # batching changes kernel shapes, so summation order: rounding only
     for text, got in zip(PROMPTS, batched):
         single = tiny.attention_probs([text])[0]
         ref = hf_eager_attentions(tiny, tiny.tokenize(text))
         assert (
             got.shape == ref.shape == (tiny.n_layers, tiny.n_heads, len(ref[0, 0]), len(ref[0, 0]))
         )
-        assert (single - ref).abs().max() <= 1e-6
-        assert (got - ref).abs().max() <= 1e-5  # batching noise only
-        assert (got.sum(-1) - 1).abs().max() < 1e-5
+        assert_within(single, ref, bound, "one prompt")
+        assert_within(got, ref, bound, "left-padded batch")
+        assert (got.sum(-1) - 1).abs().max() <= row_sum_bound(got.shape[-1])
         assert got.triu(1).abs().max() == 0
     # attention is peaked, so the comparisons above could fail
     assert batched[2].max(-1).values.mean() > 0.3
@@ -36,11 +38,12 @@ def test_layers_argument_selects_and_orders(tiny):
 def test_zero_ablation_equals_prob_zeroing(tiny):
     ablated = tiny.logits(PROMPTS, ablate=HEADS)
     clean = tiny.logits(PROMPTS)
+    bound = logit_bound(tiny, PROMPTS)  # batched vs unbatched, custom vs built-in attention
     for text, got, base in zip(PROMPTS, ablated, clean):
         with prob_zero(tiny.hf, HEADS), torch.no_grad():
             ref = tiny.hf(torch.tensor([tiny.tokenize(text)])).logits[0]
-        assert (got - ref).abs().max() <= 1e-5
-        assert (got - base).abs().max() > 1e-3  # the ablation did something
+        assert_within(got, ref, bound, text)
+        assert (got - base).abs().max() > 100 * bound  # the ablation did something
 
 
 def test_no_ablation_is_bit_identical(tiny):
@@ -57,9 +60,10 @@ def test_per_row_head_sets_equal_separate_runs(tiny):
     with torch.no_grad(), tiny.nnsight.trace(**batch.inputs):
         zero_ablate(tiny, per_row=rows)
         logits = tiny.nnsight.lm_head.output.save()
+    bound = logit_bound(tiny, PROMPTS)  # one batch vs separate runs: summation order only
     for r, (text, heads) in enumerate(zip(PROMPTS, rows)):
         alone = tiny.logits([text], ablate=heads)[0]
-        assert (logits[r, batch.pad(r) :] - alone).abs().max() <= 1e-4
+        assert_within(logits[r, batch.pad(r) :], alone, bound, text)
 
 
 def test_capture_and_ablation_compose_in_one_trace(tiny):
@@ -70,13 +74,14 @@ def test_capture_and_ablation_compose_in_one_trace(tiny):
             zero_ablate(tiny, [(0, 1)], layers=[layer])
             probs += capture_attention(tiny, [layer])
     reference = tiny.attention_probs(PROMPTS[:2], ablate=[(0, 1)])
+    bound = prob_bound(tiny)
     for r in range(2):
         pad = batch.pad(r)
         got = torch.stack([p[r, :, pad:, pad:] for p in probs])
-        assert (got - reference[r]).abs().max() <= 1e-6
+        assert_within(got, reference[r], bound, f"row {r}")
     clean = tiny.attention_probs(PROMPTS[:1])[0]
     assert torch.equal(reference[0][0], clean[0])  # layer 0 is upstream of its own ablation
-    assert (reference[0][1:] - clean[1:]).abs().max() > 1e-4  # later layers changed
+    assert (reference[0][1:] - clean[1:]).abs().max() > 100 * bound  # later layers changed
 
 
 def test_recompute_fallback_matches_eager(tiny):
@@ -90,10 +95,11 @@ def test_recompute_fallback_matches_eager(tiny):
         batch = tiny.encode(PROMPTS)
         with torch.no_grad(), tiny.nnsight.trace(**batch.inputs):
             found = capture_attention(tiny)
+        bound = prob_bound(tiny)  # sdpa's q and k, recomputed in float: rounding only
         for r, ref in enumerate(eager):
             pad = batch.pad(r)
             got = torch.stack([p[r, :, pad:, pad:] for p in found])
-            assert (got - ref).abs().max() <= 1e-5
+            assert_within(got, ref, bound, f"row {r}")
     finally:
         tiny.hf.set_attn_implementation(previous)
 
@@ -130,6 +136,7 @@ def test_mean_ablation_equals_pre_hook_replacement(tiny):
         torch.no_grad(),
     ):
         ref = tiny.hf(batch.input_ids).logits
-    assert (logits - ref).abs().max() <= 1e-5
+    bound = logit_bound(tiny, PROMPTS[:1])
+    assert_within(logits, ref, bound, "mean ablation vs pre-hook")
     zeroed = tiny.logits(PROMPTS[:1], ablate=HEADS)[0]
-    assert (logits[0] - zeroed).abs().max() > 1e-4  # mean is not zero
+    assert (logits[0] - zeroed).abs().max() > 100 * bound  # mean is not zero

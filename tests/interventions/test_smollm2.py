@@ -7,6 +7,7 @@ import torch
 
 from tests.conftest import PROMPTS
 from tests.reference import hf_eager_attentions, pre_hooks, prob_zero
+from tests.tolerance import assert_within, logit_bound, prob_bound, row_sum_bound
 
 pytestmark = pytest.mark.slow
 HEADS = [(0, 3), (5, 0), (5, 8), (14, 4), (29, 2)]
@@ -25,11 +26,12 @@ def test_loads_as_llama_with_gqa(smollm2):
 
 def test_probs_equal_output_attentions(smollm2):
     batched = smollm2.attention_probs(PROMPTS)
+    bound = prob_bound(smollm2)  # batching: summation order only
     for text, got in zip(PROMPTS, batched):
         ref = hf_eager_attentions(smollm2, smollm2.tokenize(text))
-        assert (smollm2.attention_probs([text])[0] - ref).abs().max() <= 1e-6
-        assert (got - ref).abs().max() <= 5e-5
-        assert (got.sum(-1) - 1).abs().max() < 1e-4
+        assert_within(smollm2.attention_probs([text])[0], ref, bound, "one prompt")
+        assert_within(got, ref, bound, "left-padded batch")
+        assert (got.sum(-1) - 1).abs().max() <= row_sum_bound(got.shape[-1])
 
 
 def test_zero_ablation_equals_prob_zeroing_and_changes_logits(smollm2):
@@ -37,8 +39,9 @@ def test_zero_ablation_equals_prob_zeroing_and_changes_logits(smollm2):
     got = smollm2.logits([text], ablate=HEADS)[0]
     with prob_zero(smollm2.hf, HEADS), torch.no_grad():
         ref = smollm2.hf(torch.tensor([smollm2.tokenize(text)])).logits[0]
-    assert (got - ref).abs().max() <= 1e-4
-    assert (got - smollm2.logits([text])[0]).abs().max() > 0.1
+    bound = logit_bound(smollm2, [text])
+    assert_within(got, ref, bound, "zero-ablation vs prob-zeroing")
+    assert (got - smollm2.logits([text])[0]).abs().max() > 100 * bound
 
 
 def test_generation_under_ablation_equals_pre_hooks(smollm2):

@@ -25,6 +25,7 @@ from bindscope.interventions import head_means
 from tests.conftest import PROMPTS, tiny_config
 from tests.remote.test_errors import KEY, FakeNdif, status, versions
 from tests.remote.test_shipping import _leaky_trace
+from tests.tolerance import assert_within, prob_bound
 
 REPO = "org/tiny-llama"
 HEADS = [(0, 1), (2, 3)]
@@ -101,8 +102,9 @@ def test_server_that_cannot_switch_to_eager_falls_back_to_recompute(fake_ndif, m
     model = bindscope.load_model(REPO, remote=True)
     assert "could not switch to eager" in model.capture_fallback
     assert provenance(model)["capture"] == "recompute"
+    bound = prob_bound(twin)  # recomputed from q and k vs eager: rounding only
     for got, ref in zip(model.attention_probs(PROMPTS), reference):
-        assert (got - ref).abs().max() <= 1e-5
+        assert_within(got, ref, bound, "recompute")
 
 
 def test_a_refused_payload_fails_before_it_is_sent(fake_ndif, monkeypatch):

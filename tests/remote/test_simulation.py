@@ -22,6 +22,7 @@ from bindscope.metrics.binding import binding
 from bindscope.prompts import PromptRecord
 from tests.conftest import PROMPTS, build_tiny, tiny_config
 from tests.experiments import prompts_tiny
+from tests.tolerance import assert_within, logit_bound, prob_bound, row_sum_bound
 
 HEADS = [(0, 1), (1, 0), (2, 2)]
 FAMILIES = ["llama", "gpt2", "gpt_neox"]  # GQA + BOS, absolute positions, embed_out rename
@@ -101,8 +102,11 @@ def _records_by_key(folder) -> dict:
 def test_c5_equals_local(tmp_path, sp_tokenizer):
     prompts = prompts_tiny.write(tmp_path)
     runs = {}
+    bound = 0.0
     for name in ("local", "simulated"):
         model = build_tiny("llama", sp_tokenizer, self_check=False)
+        # a log-softmax moves by at most twice its logits' error; scores average those
+        bound = max(bound, 2 * logit_bound(model, PROMPTS))
         if name == "simulated":
             remote.simulate(model)
         c5.run(
@@ -125,7 +129,7 @@ def test_c5_equals_local(tmp_path, sp_tokenizer):
             got["metrics"].pop("choice_scores", []),
             ref["metrics"].pop("choice_scores", []),
         )
-        assert scores == pytest.approx(expected, abs=1e-5), key
+        assert scores == pytest.approx(expected, abs=bound), key
         assert got["metrics"] == ref["metrics"], key
         assert got["heads"] == ref["heads"], key
         assert got["provenance"]["remote"] == "local" and ref["provenance"]["remote"] is False
@@ -159,13 +163,15 @@ def test_missing_weights_fall_back_to_recompute(monkeypatch, sp_tokenizer):
     monkeypatch.setattr(modeling_llama, "eager_attention_forward", without_weights)
     simulated = remote.simulate(build_tiny("llama", sp_tokenizer, self_check=False))
     checks = remote.probe_capture(simulated)
-    assert checks["row_sum_error"] < 1e-5 and checks["ablation_effect"] > 0
+    # the probe text is one sentence of under 64 tokens
+    assert checks["row_sum_error"] <= row_sum_bound(64) and checks["ablation_effect"] > 0
     assert "no attention weights came back" in simulated.capture_fallback
     assert simulated.capture_mode == simulated.capture_method == "recompute"
     prov = provenance(simulated)
     assert prov["capture"] == "recompute" and "recomputed" in prov["capture_fallback"]
+    bound = prob_bound(local)  # recomputed from q and k vs eager: rounding only
     for got, ref in zip(simulated.attention_probs(PROMPTS, ablate=HEADS), reference):
-        assert (got - ref).abs().max() <= 1e-5
+        assert_within(got, ref, bound, "recompute")
 
 
 def test_missing_weights_without_probe_fail_clearly(monkeypatch, sp_tokenizer):
