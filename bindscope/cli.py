@@ -22,7 +22,17 @@ def _load(spec: str | None, revision: str | None, args) -> object:
     )
 
 
-def _common(p: argparse.ArgumentParser, *, out: bool = True, several: bool = False) -> None:
+def _common(
+    p: argparse.ArgumentParser,
+    *,
+    out: bool = True,
+    several: bool = False,
+    revision: bool = True,
+    compute: bool = True,
+) -> None:
+    """The options subcommands share. Each subcommand gets only those it honours:
+    ``revision=False`` where revisions come otherwise (sweep), ``compute=False`` where nothing
+    is batched or resampled (audit only tokenizes)."""
     p.add_argument(
         "--model",
         default=None,
@@ -31,16 +41,22 @@ def _common(p: argparse.ArgumentParser, *, out: bool = True, several: bool = Fal
         "id@revision also works"
         + ("; repeat for several models (Holm across them)" if several else ""),
     )
-    p.add_argument("--revision", default=None, help="Hub revision, e.g. step120000")
+    if revision:
+        p.add_argument(
+            "--revision",
+            default=None,
+            help="Hub revision, e.g. step120000; for a local folder, its subfolder REVISION",
+        )
     p.add_argument("--dtype", default=None, help="float32 (default), bfloat16, float16")
     p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:1, mps")
     p.add_argument("--remote", action="store_true", help="run on NDIF (see docs/remote.md)")
     if out:
         p.add_argument("--out", required=True, type=Path, help="results folder")
         p.add_argument("--force", action="store_true", help="discard finished records, redo")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    if compute:
+        p.add_argument("--batch-size", type=int, default=16)
+        p.add_argument("--seed", type=int, default=0, help="seed of bootstrap CIs, random sets")
+        p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
 def _print_summary(summary: dict) -> None:
@@ -61,6 +77,7 @@ def cmd_binding(args) -> int:
         batch_size=args.batch_size,
         force=args.force,
         on_missing=args.on_missing,
+        seed=args.seed,
         progress=not args.no_progress,
     )
     _print_summary(summary)
@@ -118,6 +135,7 @@ def cmd_sweep(args) -> int:
         prompts=args.prompts,
         out=args.out,
         batch_size=args.batch_size,
+        seed=args.seed,
         force=args.force,
         progress=not args.no_progress,
         dtype=args.dtype,
@@ -193,7 +211,7 @@ def cmd_report(args) -> int:
 def cmd_demo(args) -> int:
     from bindscope.experiments import demo
 
-    demo.run(out=args.out, quick=args.quick, progress=not args.no_progress)
+    demo.run(out=args.out, quick=args.quick, force=args.force, progress=not args.no_progress)
     return 0
 
 
@@ -212,7 +230,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_binding)
 
     p = sub.add_parser("audit", help="each prompt's term span under a model's tokenizer")
-    _common(p, out=False)
+    _common(p, out=False, compute=False)
     p.add_argument("--prompts", default="canonical")
     p.add_argument("--write", type=Path, default=None, help="audit JSONL path")
     p.add_argument("--strict", action="store_true", help="exit 1 if any span is missing/short")
@@ -229,7 +247,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_c5)
 
     p = sub.add_parser("sweep", help="EB* and behaviour across training checkpoints")
-    _common(p)
+    _common(p, revision=False)
     p.add_argument(
         "--revisions",
         required=True,
@@ -268,6 +286,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="the full study on the default model (about 15 min, CPU)")
     p.add_argument("--out", type=Path, default=Path("bindscope-demo"))
     p.add_argument("--quick", action="store_true", help="a few terms only, for a smoke test")
+    p.add_argument("--force", action="store_true", help="discard finished records, redo")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=cmd_demo)
     return top

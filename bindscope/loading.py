@@ -76,16 +76,37 @@ def default_model_folder() -> Path:
     return target
 
 
+def checkpoint_folder(folder: str | os.PathLike, revision: str) -> Path:
+    """A local folder's checkpoint for ``revision``: the subfolder ``FOLDER/REVISION``.
+
+    Raises:
+        ModelLoadError: There is no such subfolder with a config.json; a revision is applied
+            or refused, never only written down.
+    """
+    target = Path(folder) / revision
+    if not (target / "config.json").is_file():
+        found = sorted(p.name for p in Path(folder).iterdir() if (p / "config.json").is_file())
+        raise ModelLoadError(
+            f"{folder}: no checkpoint for revision {revision!r} (expected {target}/config.json). "
+            "A local folder applies a revision as its subfolder FOLDER/REVISION; "
+            + (f"this folder has {', '.join(found)}" if found else "this folder has none")
+            + ". Drop --revision to load the folder itself."
+        )
+    return target
+
+
 def _from_pretrained(source: str, *, revision: str | None, dtype, device):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     local = Path(source).is_dir()
+    if local and revision:
+        source, revision = str(checkpoint_folder(source, revision)), None
     if local and not (Path(source) / "config.json").is_file():
         raise ModelLoadError(
             f"{source}: not a loadable model folder (no config.json); pass a folder written by "
             "save_pretrained, a Hugging Face id, or None for the default model"
         )
-    kwargs = {"revision": revision} if revision and not local else {}
+    kwargs = {"revision": revision} if revision else {}
     try:
         # Try the local cache first so an offline machine never stacks up retries.
         tok = AutoTokenizer.from_pretrained(source, local_files_only=True, **kwargs)
@@ -134,7 +155,9 @@ def load_model(
     Args:
         model: None (the embedded SmolLM2-135M-Instruct), a Hugging Face id, a local
             folder, or a loaded ``transformers.PreTrainedModel`` (then pass ``tokenizer=``).
-        revision: Hub revision (branch, tag or commit), e.g. ``"step120000"``.
+        revision: Hub revision (branch, tag or commit), e.g. ``"step120000"``; for a local
+            folder, its checkpoint subfolder ``FOLDER/REVISION``. Refused for the default model
+            and for a loaded model object, whose weights are already chosen.
         tokenizer: Tokenizer for an already-loaded model.
         dtype: Weights dtype (default float32).
         device: Where to put the weights (default CPU).
@@ -164,6 +187,18 @@ def load_model(
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
     dtype = dtype or torch.float32
+    if revision and model is None:
+        raise ModelLoadError(
+            f"the default model ({DEFAULT_MODEL_NAME}) ships as one checkpoint; revision "
+            f"{revision!r} cannot be applied to it. Drop --revision, or pass a Hub id or a "
+            "folder with checkpoints"
+        )
+    if revision and not isinstance(model, (str, os.PathLike)):
+        raise ModelLoadError(
+            f"load_model got a loaded {type(model).__name__} with revision={revision!r}: the "
+            "weights are already chosen, so the revision cannot be applied. Load that revision "
+            "yourself and drop revision=, or pass the Hub id or folder"
+        )
     if model is None:
         folder = default_model_folder()
         hf, tok = _from_pretrained(str(folder), revision=None, dtype=dtype, device=device)

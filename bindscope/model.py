@@ -158,6 +158,11 @@ class Model:
         )
 
     @property
+    def dtype(self) -> torch.dtype:
+        """The weights' dtype (the precision every forward runs in)."""
+        return next(self.hf.parameters()).dtype
+
+    @property
     def attn_implementation(self) -> str:
         """The attention implementation the model runs now."""
         return self.hf.config._attn_implementation

@@ -16,8 +16,10 @@ from bindscope.experiments.common import (
     provenance,
     record_key,
     run_chunks,
+    skipped_reasons,
 )
 from bindscope.experiments.records import RecordWriter, read_records, write_summary
+from bindscope.experiments.resume import check_settings
 from bindscope.metrics.binding import binding
 
 EXPERIMENT = "binding"
@@ -31,13 +33,19 @@ def run(
     batch_size: int = 32,
     force: bool = False,
     on_missing: str = "skip",
+    seed: int = 0,
     progress: bool = True,
     experiment: str = EXPERIMENT,
 ) -> dict:
-    """Measure EB* per prompt, write records and a summary; reruns skip finished prompts."""
+    """Measure EB* per prompt, write records and a summary; reruns skip finished prompts.
+
+    ``seed`` seeds the summary's bootstrap intervals and is stored in every record.
+    """
     pset = prompt_set(prompts)
     folder = Path(out) / experiment
-    prov = provenance(model, prompt_set=pset)
+    settings = {"prompt_sha256": pset.sha256, "on_missing": on_missing, "seed": seed}
+    check_settings(folder, settings, models=[model], force=force)
+    prov = provenance(model, prompt_set=pset, seed=seed, settings=settings)
     with RecordWriter(folder / "records.jsonl", force=force) as writer:
 
         def work(chunk):
@@ -59,19 +67,28 @@ def run(
     return summarize(folder)
 
 
-def summarize_binding(records: list[dict], *, k: int = 4, seed: int = 0) -> dict:
-    """Per-model EB* means with CIs, mean per-head BSI and the top-k heads."""
+def summarize_binding(records: list[dict], *, k: int = 4, seed: int | None = None) -> dict:
+    """Per-model EB* means with CIs, mean per-head BSI and the top-k heads.
+
+    Every record is counted once: in ``n`` when it has an EB*, else in ``n_skipped`` with its
+    reason in ``skipped_reasons`` (a term not found, a single-token span). ``seed`` defaults to
+    the one the records were made with.
+    """
     models: dict[str, dict] = {}
     for label, group in _group(records).items():
         ok = [r for r in group if r["metrics"].get("eb_star") is not None]
         first = group[0]["metrics"]
+        if seed is None:
+            seed = group[0]["provenance"].get("seed") or 0
+        reasons = skipped_reasons(group)
         entry = {
             "model": group[0]["model"],
             "revision": group[0]["revision"],
             "n_layers": first.get("n_layers"),
             "n_heads": first.get("n_heads"),
             "n": len(ok),
-            "n_skipped": sum(1 for r in group if r["metrics"].get("skipped")),
+            "n_skipped": len(group) - len(ok),
+            "skipped_reasons": reasons,
         }
         if ok:
             eb = [r["metrics"]["eb_star"] for r in ok]

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 
-from bindscope.errors import InputError
 from bindscope.experiments.binding_run import mean_bsi_of, rank_heads
 from bindscope.experiments.common import (
     base_record,
@@ -26,9 +25,10 @@ from bindscope.experiments.common import (
     run_chunks,
 )
 from bindscope.experiments.records import RecordWriter, read_records, write_summary
+from bindscope.experiments.resume import check_settings, content_sha256
 from bindscope.interventions import head_means
 from bindscope.metrics import stats
-from bindscope.metrics.behaviour import generation, recognition
+from bindscope.metrics.behaviour import default_rubric, generation, recognition
 from bindscope.metrics.binding import binding
 
 EXPERIMENT = "c5"
@@ -111,35 +111,13 @@ def run(
         "ranking_set": rset.name,
         "ranking_sha256": rset.sha256,
     }
-    if not force:
-        _check_same_settings(folder / "records.jsonl", settings, pset)
+    rubric = rubric or default_rubric()
+    inputs = {"prompt_sha256": pset.sha256, "rubric_sha256": content_sha256(rubric)}
+    check_settings(folder, {**settings, **inputs}, models=models, force=force)
     with RecordWriter(folder / "records.jsonl", force=force) as writer:
         for model in models:
             _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress)
     return summarize(folder)
-
-
-def _check_same_settings(path: Path, settings: dict, pset) -> None:
-    """Refuse to resume into records made with other settings or another prompt set.
-
-    Raises:
-        InputError: The folder holds a C5 run that differs (a summary would mix the two).
-    """
-    if not path.exists():
-        return
-    for record in read_records(path, tolerate_tail=True):
-        if record["experiment"] != EXPERIMENT:
-            continue
-        old = record.get("c5", {})
-        changed = sorted(k for k in settings if old.get(k) != settings[k])
-        if record["provenance"].get("prompt_sha256") != pset.sha256:
-            changed.append("prompts")
-        if changed:
-            raise InputError(
-                f"{path} holds a C5 run with different {', '.join(changed)}; resuming would "
-                "mix the two in one summary. Use another --out, or --force to start afresh"
-            )
-        return
 
 
 def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress) -> None:

@@ -92,6 +92,21 @@ def run_chunks(
     return len(pending)
 
 
+def skipped_reasons(records: Iterable[dict]) -> dict[str, int]:
+    """How many records have no EB*, per reason: the audit flag that explains it
+    (``not_found``, ``single_token``, ...), else the record's skip message."""
+    counts: dict[str, int] = {}
+    for r in records:
+        metrics = r["metrics"]
+        if metrics.get("eb_star") is not None:
+            continue
+        flags = metrics.get("flags") or []
+        known = [f for f in ("not_found", "single_token") if f in flags]
+        reason = known[0] if known else str(metrics.get("skipped") or ", ".join(flags) or "no EB*")
+        counts[reason] = counts.get(reason, 0) + 1
+    return counts
+
+
 def by_key(records: Iterable[dict]) -> dict[str, dict]:
     return {r["key"]: r for r in records}
 
@@ -105,6 +120,7 @@ __all__ = [
     "provenance",
     "record_key",
     "run_chunks",
+    "skipped_reasons",
 ]
 
 

@@ -24,8 +24,10 @@ from bindscope.experiments.common import (
     provenance,
     record_key,
     run_chunks,
+    skipped_reasons,
 )
 from bindscope.experiments.records import RecordWriter, read_records, write_summary
+from bindscope.experiments.resume import check_settings
 from bindscope.metrics import stats
 from bindscope.metrics.binding import binding
 from bindscope.prompts.records import PromptSet
@@ -51,8 +53,10 @@ def run(
     real_records = [r for r in rset if r.task == "generation" and r.control_group is None]
     items = [r for r in cset if r.control_group] + real_records
     combined = PromptSet(f"{cset.name}+{rset.name}", tuple(items), cset.sha256 + rset.sha256)
-    prov = provenance(model, prompt_set=combined, seed=seed)
     folder = Path(out) / EXPERIMENT
+    settings = {"controls_sha256": cset.sha256, "real_sha256": rset.sha256, "seed": seed}
+    check_settings(folder, settings, models=[model], force=force)
+    prov = provenance(model, prompt_set=combined, seed=seed, settings=settings)
 
     def work(chunk):
         results = binding(model, chunk, batch_size=batch_size, on_missing="skip")
@@ -121,7 +125,8 @@ def summarize_controls(records: list[dict], *, n_resamples: int = 9999) -> dict:
                 "eb_star": mean_estimate(real_eb, seed=seed) if len(real) else None,
                 "n_span_mean": float(real_len.mean()) if len(real) else None,
             },
-            "n_skipped": sum(1 for r in group if r["metrics"].get("skipped")),
+            "n_skipped": len(group) - len(ok),
+            "skipped_reasons": skipped_reasons(group),
             "groups": {},
         }
         names = sorted({r["control_group"] for r in ok if r["control_group"]})

@@ -55,11 +55,13 @@ def run(
     progress: bool = True,
     model=None,
     n_random: int = 10,
+    force: bool = False,
 ) -> dict:
     """Run the demo study and print its tables; returns ``{experiment: summary}``.
 
     C5 evaluates ``DEMO_C5_IDS`` of every term (heads ranked on all canonical prompts) and
-    few-shot ``DEMO_FEWSHOT_IDS``; binding and controls use every prompt.
+    few-shot ``DEMO_FEWSHOT_IDS``; binding and controls use every prompt. ``force`` discards
+    the finished records in ``out`` (needed to switch between quick and full in one folder).
     """
     import bindscope
     from bindscope.experiments import binding_run, c5, controls, fewshot
@@ -72,7 +74,12 @@ def run(
     if quick:
         canonical, control_set = subset(canonical, QUICK_TERMS), quick_controls(control_set)
     steps = [
-        ("binding", lambda: binding_run.run(model, prompts=canonical, out=out, progress=progress)),
+        (
+            "binding",
+            lambda: binding_run.run(
+                model, prompts=canonical, out=out, force=force, progress=progress
+            ),
+        ),
         (
             "c5",
             lambda: c5.run(
@@ -83,19 +90,29 @@ def run(
                 k=4,
                 n_random=n_random,
                 ablation="zero",
+                force=force,
                 progress=progress,
             ),
         ),
         (
             "controls",
             lambda: controls.run(
-                model, controls=control_set, real=canonical, out=out, progress=progress
+                model,
+                controls=control_set,
+                real=canonical,
+                out=out,
+                force=force,
+                progress=progress,
             ),
         ),
         (
             "fewshot",
             lambda: fewshot.run(
-                model, prompts=by_prompt_id(canonical, DEMO_FEWSHOT_IDS), out=out, progress=progress
+                model,
+                prompts=by_prompt_id(canonical, DEMO_FEWSHOT_IDS),
+                out=out,
+                force=force,
+                progress=progress,
             ),
         ),
     ]

@@ -16,8 +16,9 @@ import numpy as np
 from bindscope.errors import InputError
 from bindscope.experiments.common import base_record, prompt_set, provenance, record_key, run_chunks
 from bindscope.experiments.records import RecordWriter, read_records, write_summary
+from bindscope.experiments.resume import check_settings, content_sha256
 from bindscope.metrics import stats
-from bindscope.metrics.behaviour import generation
+from bindscope.metrics.behaviour import default_rubric, generation
 from bindscope.prompts.records import load_json
 
 EXPERIMENT = "fewshot"
@@ -67,6 +68,7 @@ def run(
     if not records:
         raise InputError(f"prompt set {pset.name!r} has no generation prompts")
     prefix = prefixes(exemplars)
+    rubric = rubric or default_rubric()
     missing = sorted({r.term for r in records} - set(prefix["few_shot"]))
     if missing:
         raise InputError(
@@ -74,7 +76,14 @@ def run(
             '({"terms": {term: {"exemplar": ..., "paraphrase": ...}}})'
         )
     folder = Path(out) / EXPERIMENT
-    prov = provenance(model, prompt_set=pset, seed=seed)
+    settings = {
+        "prompt_sha256": pset.sha256,
+        "exemplars_sha256": content_sha256(prefix),
+        "rubric_sha256": content_sha256(rubric),
+        "seed": seed,
+    }
+    check_settings(folder, settings, models=[model], force=force)
+    prov = provenance(model, prompt_set=pset, seed=seed, settings=settings)
     items = [(r, c) for c in CONDITIONS for r in records]
 
     def key(item):

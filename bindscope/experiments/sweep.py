@@ -10,6 +10,7 @@ the batch in flight and a rerun loads only the revisions that are not done.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -26,8 +27,9 @@ from bindscope.experiments.common import (
     run_chunks,
 )
 from bindscope.experiments.records import RecordWriter, read_records, write_summary
+from bindscope.experiments.resume import check_settings, content_sha256
 from bindscope.metrics import stats
-from bindscope.metrics.behaviour import generation, recognition
+from bindscope.metrics.behaviour import default_rubric, generation, recognition
 from bindscope.metrics.binding import binding
 
 EXPERIMENT = "sweep"
@@ -110,6 +112,7 @@ def run(
     loader: Callable | None = None,
     rubric: dict | None = None,
     batch_size: int = 16,
+    seed: int = 0,
     force: bool = False,
     progress: bool = True,
     **load_options,
@@ -120,28 +123,43 @@ def run(
         model: Hub id or folder.
         revisions: A preset name or the revisions in training order.
         loader: ``loader(model, revision=..., **load_options) -> Model``; default
-            ``bindscope.load_model``.
+            ``bindscope.load_model``. The model it returns must carry the revision asked for.
+        seed: Seed of the summary's bootstrap intervals, stored in every record.
+
+    Raises:
+        InputError: The loader returned another revision than the one asked for (a revision
+            is applied or refused, never only written down).
     """
     from bindscope.loading import load_model
 
     loader = loader or load_model
     revisions = resolve_revisions(revisions)
     pset = prompt_set(prompts)
+    rubric = rubric or default_rubric()
     folder = Path(out) / EXPERIMENT
+    settings = {"prompt_sha256": pset.sha256, "rubric_sha256": content_sha256(rubric), "seed": seed}
+    check_settings(folder, settings, force=force)
     with RecordWriter(folder / "records.jsonl", force=force) as writer:
         for revision in revisions:
             keys = [record_key(EXPERIMENT, model, revision, r.key, "clean") for r in pset]
             if all(k in writer for k in keys):
                 continue
             loaded = loader(model, revision=revision, **load_options)
-            loaded.name, loaded.revision = model, revision
-            _run_revision(loaded, pset, writer, rubric, batch_size, progress, revisions)
+            if loaded.revision != revision:
+                raise InputError(
+                    f"asked for {model}@{revision}, but the loaded model is at revision "
+                    f"{loaded.revision!r}; the sweep would label one checkpoint as another"
+                )
+            loaded.name = model
+            check_settings(folder, settings, models=[loaded])
+            info = {"settings": settings, "sweep": {"revisions": revisions}}
+            prov = provenance(loaded, prompt_set=pset, seed=seed, **info)
+            _run_revision(loaded, pset, writer, rubric, batch_size, progress, prov)
             del loaded
     return summarize(folder)
 
 
-def _run_revision(model, pset, writer, rubric, batch_size, progress, revisions) -> None:
-    prov = provenance(model, prompt_set=pset, sweep={"revisions": revisions})
+def _run_revision(model, pset, writer, rubric, batch_size, progress, prov) -> None:
 
     def work(chunk):
         bound = binding(model, chunk, batch_size=batch_size, on_missing="skip")
@@ -177,19 +195,48 @@ def _run_revision(model, pset, writer, rubric, batch_size, progress, revisions) 
     )
 
 
-def summarize_sweep(records: list[dict], *, seed: int = 0, split: int | None = None) -> dict:
-    """Per model: per-revision means with CIs over terms, lead-lag and decoupling."""
+def summarize_sweep(
+    records: list[dict], *, seed: int | None = None, split: int | None = None
+) -> dict:
+    """Per model: per-revision means with CIs over terms, lead-lag and decoupling.
+
+    ``seed`` defaults to the one the records were made with.
+    """
     models: dict[str, dict] = {}
     by_model: dict[str, list[dict]] = {}
     for r in records:
         if r["experiment"] == EXPERIMENT:
             by_model.setdefault(r["model"], []).append(r)
     for name, group in by_model.items():
-        declared = group[0]["provenance"].get("sweep", {}).get("revisions")
-        present = {r["revision"] for r in group}
-        revisions = [v for v in declared or sorted(present) if v in present]
-        models[name] = _summarize_model(group, revisions, seed, split)
+        used = (group[0]["provenance"].get("seed") or 0) if seed is None else seed
+        models[name] = _summarize_model(group, checkpoint_order(group), used, split)
     return {"experiment": EXPERIMENT, "models": models}
+
+
+def _step_key(revision: str) -> tuple[int, ...] | None:
+    """The numbers in a revision name, in order (``step1000-tokens4B`` -> (1000, 4))."""
+    numbers = re.findall(r"\d+", revision)
+    return tuple(int(n) for n in numbers) if numbers else None
+
+
+def checkpoint_order(records: list[dict]) -> list[str]:
+    """Every revision present in the records, in training order.
+
+    Revision names that carry their step (Pythia ``step15000``, OLMo ``step1000-tokens4B``,
+    CRFM ``checkpoint-5000``) are ordered by those numbers, never as strings (``step15000``
+    before ``step143000``). Otherwise the order the runs declared is kept, each resumed run's
+    new revisions after the earlier ones.
+    """
+    present = {r["revision"] for r in records}
+    keys = {v: _step_key(v or "") for v in present}
+    if all(k is not None for k in keys.values()):
+        return sorted(present, key=lambda v: (keys[v], v))
+    declared: list[str] = []
+    for r in records:
+        for v in r["provenance"].get("sweep", {}).get("revisions") or []:
+            if v in present and v not in declared:
+                declared.append(v)
+    return declared + sorted(present - set(declared), key=str)
 
 
 def _term_series(group, revisions):
@@ -230,21 +277,21 @@ def _summarize_model(group, revisions, seed, split) -> dict:
     return entry
 
 
-def _varies(values) -> bool:
-    return float(np.std(values)) >= 1e-9
-
-
 def leadlag(series: dict[str, dict], *, seed: int = 0) -> dict:
     """C1-B: per term, does EB* lead behaviour (forward lag-1 correlation above backward)?
 
-    Pearson and Spearman are both reported. Terms with a constant series are left out.
+    Pearson and Spearman are both reported. A term enters a method's count only where its
+    lead difference is defined; the others are listed in ``excluded`` with the reason, so the
+    "k of n terms lead" fraction and the binomial test share one ``n``.
     """
     T = len(next(iter(series.values()))["eb_star"]) if series else 0
     if T < 4:
         return {"skipped": f"needs 4+ revisions with every term measured, got {T}"}
-    per_term = {}
+    per_term: dict[str, dict] = {}
+    excluded: dict[str, str] = {}
     for term, s in series.items():
-        if not (_varies(s["eb_star"]) and _varies(s["behaviour"])):
+        if stats.is_constant(s["eb_star"]) or stats.is_constant(s["behaviour"]):
+            excluded[term] = "constant series"
             continue
         lagged = stats.lagged_correlations(s["eb_star"], s["behaviour"])
         per_term[term] = {
@@ -255,19 +302,27 @@ def leadlag(series: dict[str, dict], *, seed: int = 0) -> dict:
             }
             for m in ("pearson", "spearman")
         }
-    out: dict = {"n_terms": len(per_term), "per_term": per_term}
+    out: dict = {"n_terms": len(per_term), "per_term": per_term, "excluded": excluded}
     if not per_term:
         out["skipped"] = "no term has a varying EB* and behaviour series"
         return out
-    out.update(n_lead={}, binomial={}, lead_fraction={}, mean_lead_diff={})
+    out.update(n={}, excluded_by_method={}, n_lead={}, binomial={}, lead_fraction={})
+    out["mean_lead_diff"] = {}
     for m in ("pearson", "spearman"):
-        diffs = [v[m]["lead_diff"] for v in per_term.values() if not math.isnan(v[m]["lead_diff"])]
-        n_lead = sum(d > 0 for d in diffs)
+        diffs = {t: v[m]["lead_diff"] for t, v in per_term.items()}
+        defined = [d for d in diffs.values() if not math.isnan(d)]
+        out["excluded_by_method"][m] = {
+            t: "lagged correlation undefined (a constant window)"
+            for t, d in diffs.items()
+            if math.isnan(d)
+        }
+        n_lead = sum(d > 0 for d in defined)
+        out["n"][m] = len(defined)
         out["n_lead"][m] = n_lead
-        if diffs:
-            out["binomial"][m] = stats.binomial_leads(n_lead, len(diffs)).to_dict()
-            out["lead_fraction"][m] = stats.wilson_ci(n_lead, len(diffs)).to_dict()
-            out["mean_lead_diff"][m] = mean_estimate(diffs, seed=seed)
+        if defined:
+            out["binomial"][m] = stats.binomial_leads(n_lead, len(defined)).to_dict()
+            out["lead_fraction"][m] = stats.wilson_ci(n_lead, len(defined)).to_dict()
+            out["mean_lead_diff"][m] = mean_estimate(defined, seed=seed)
     return out
 
 

@@ -86,8 +86,13 @@ def _sweep(s: dict) -> list[str]:
         else:
             for meth in ("pearson", "spearman"):
                 if meth in ll.get("binomial", {}):
+                    n = ll.get("n", {}).get(meth, ll["n_terms"])
+                    left_out = len(ll.get("excluded", {})) + len(
+                        ll.get("excluded_by_method", {}).get(meth, {})
+                    )
                     out.append(
-                        f"    lead-lag ({meth}): {ll['n_lead'][meth]}/{ll['n_terms']} terms lead, "
+                        f"    lead-lag ({meth}): {ll['n_lead'][meth]}/{n} terms lead "
+                        f"({left_out} excluded), "
                         f"fraction {est(ll['lead_fraction'][meth], digits=2)}, "
                         f"binomial p {pval(ll['binomial'][meth]['p_value'])}"
                     )

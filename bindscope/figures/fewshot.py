@@ -21,13 +21,14 @@ TITLE = "Few-shot and paraphrase prompting"
 KINDS = ("fewshot",)
 CONDITIONS = ("few_shot", "paraphrase")
 HOW_TO_READ = (
-    "Each generation prompt is asked three ways: plain (zero-shot), with worked examples "
-    "before it (few-shot), and reworded (paraphrase); each answer gets a rubric score in "
-    "[0, 1]. The delta is the mean paired change from zero-shot, in percentage points (100 "
+    "Each generation prompt is asked three ways, its stem always unchanged: alone (zero-shot), "
+    "after an example sentence about the term (few-shot), and after a paraphrase of that "
+    "example that avoids the rubric's keywords (paraphrase); each answer gets a rubric score "
+    "in [0, 1]. The delta is the mean paired change from zero-shot, in percentage points (100 "
     "times the score difference), with a 95% bootstrap CI and a paired permutation p. A "
-    "positive few-shot delta says the model knows more about the terms than a zero-shot "
-    "prompt shows; a paraphrase delta near 0 says the zero-shot score does not hinge on the "
-    "exact wording. Per-term deltas rest on few prompts each and are descriptive only."
+    "few-shot gain that the paraphrase keeps says the example taught the model about the "
+    "term; a large few-shot gain with a paraphrase gain near 0 says the answers copied the "
+    "example's keywords. Per-term deltas rest on few prompts each and are descriptive only."
 )
 
 

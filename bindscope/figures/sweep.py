@@ -108,15 +108,8 @@ def emergence(model: str, entry: dict, *, where: str = "summary"):
 
 
 def lead_fraction(leadlag: dict, method: str, *, where: str = "summary") -> dict:
-    """The stored Wilson estimate, or one made from ``n_lead`` and ``n_terms`` if absent."""
-    est = (leadlag.get("lead_fraction") or {}).get(method)
-    if est and est.get("value") is not None:
-        return est
-    n_lead = need(leadlag, "n_lead", method, where=where)
-    n_terms = need(leadlag, "n_terms", where=where)
-    from bindscope.metrics.stats import wilson_ci
-
-    return wilson_ci(int(n_lead), int(n_terms)).to_dict()
+    """The Wilson estimate stored in the summary (figures read science, never compute it)."""
+    return need(leadlag, "lead_fraction", method, where=where)
 
 
 def leadlag_rows(models: dict[str, dict], *, where: str = "summary"):

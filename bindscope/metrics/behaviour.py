@@ -314,6 +314,7 @@ def generation(
                 [texts[i] for i in chunk],
                 max_new_tokens=max_tokens,
                 per_row=[rows[i] for i in chunk],
+                means=means,
                 batch_size=batch_size,
             )
             for i, new in zip(chunk, ids):

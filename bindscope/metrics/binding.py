@@ -172,7 +172,10 @@ def binding(
     spec = model.check_heads(ablate)
     nan = torch.full((model.n_layers, model.n_heads), float("nan"))
     results: list[BindingResult | None] = [None] * len(records)
-    prefixes: dict[tuple[int, ...], list[tuple[int, Span]]] = {}
+    # Prompts that share the tokens up to the span's end AND the span itself are one
+    # computation (causal attention ignores what follows); a nested term in the same prefix
+    # ("screen reader" in "test a screen reader") is another span, so another BSI.
+    prefixes: dict[tuple[tuple[int, ...], tuple[int, ...]], list[tuple[int, Span]]] = {}
     for i, record in enumerate(records):
         try:
             span = locate(model, record.template, record.term, prompt_id=record.key)
@@ -185,13 +188,18 @@ def binding(
             results[i] = _result(record, nan, span)
             continue
         ids = tuple(model.tokenize(record.template)[: span.indices[-1] + 1])
-        prefixes.setdefault(ids, []).append((i, span))
+        prefixes.setdefault((ids, tuple(span.indices)), []).append((i, span))
     unique = list(prefixes)
     bsi_by_prefix = _batched_bsi(
-        model, unique, [prefixes[u][0][1] for u in unique], batch_size, spec, progress
+        model,
+        [u[0] for u in unique],
+        [prefixes[u][0][1] for u in unique],
+        batch_size,
+        spec,
+        progress,
     )
-    for ids, bsi in zip(unique, bsi_by_prefix):
-        for i, span in prefixes[ids]:
+    for computation, bsi in zip(unique, bsi_by_prefix):
+        for i, span in prefixes[computation]:
             results[i] = _result(records[i], bsi, span)
     return results  # type: ignore[return-value]
 

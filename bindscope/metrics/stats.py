@@ -46,6 +46,7 @@ __all__ = [
     "cohens_d_ci",
     "cohens_dz",
     "correlation",
+    "is_constant",
     "lagged_correlations",
     "mean_ci",
     "paired_difference",
@@ -199,13 +200,14 @@ def _rng(seed: int) -> np.random.Generator:
     return np.random.default_rng(int(seed))
 
 
-def _is_constant(arr: NDArray[np.float64]) -> bool:
-    return bool(arr.size > 0 and np.all(arr == arr.flat[0]))
-
-
 # Values whose spread is below this fraction of their magnitude are treated as
 # identical: such spread is floating-point rounding (e.g. ``a - (a - 0.3)``).
 _REL_TOL = 1e-12
+
+
+def is_constant(values: ArrayLike) -> bool:
+    """True if the values are equal up to floating-point rounding relative to their size."""
+    return _nearly_constant(np.asarray(values, dtype=np.float64).ravel())
 
 
 def _nearly_constant(arr: NDArray[np.float64], scale: float | None = None) -> bool:
@@ -801,7 +803,9 @@ def correlation(x: ArrayLike, y: ArrayLike, *, method: str) -> TestResult:
     ay = _as_1d(y, "y", min_len=3)
     _same_length(ax, ay, "x", "y")
     n = int(ax.size)
-    if _is_constant(ax) or _is_constant(ay):
+    # Means that are mathematically equal differ in their last bits with the summation order,
+    # so "constant" is judged up to rounding relative to the values, never with ==.
+    if _nearly_constant(ax) or _nearly_constant(ay):
         return TestResult(math.nan, math.nan, f"{method}:constant", "two-sided", n)
     res = sps.spearmanr(ax, ay) if method == "spearman" else sps.pearsonr(ax, ay)
     return TestResult(float(res.statistic), float(res.pvalue), method, "two-sided", n)

@@ -31,7 +31,9 @@ def test_sweep_runs_each_revision_once_and_resumes(sp_tokenizer, tiny_prompts, t
 
     def loader(name, *, revision):
         loads.append(revision)
-        return build_tiny("llama", sp_tokenizer)
+        model = build_tiny("llama", sp_tokenizer)
+        model.revision = revision  # a fake checkpoint: these weights stand for that revision
+        return model
 
     revisions = ["r0", "r1", "r2", "r3"]
     options = {

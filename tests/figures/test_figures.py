@@ -10,7 +10,7 @@ import pytest
 
 from bindscope.errors import InputError, RecordFileError
 from bindscope.figures import FigureReport, make_figures
-from bindscope.figures.results import load_experiment
+from bindscope.figures.results import MissingData, load_experiment
 from bindscope.figures.style import CONDITION_STYLE, DPI, SERIES, SIZES
 from bindscope.figures.sweep import lead_fraction
 from bindscope.metrics.stats import wilson_ci
@@ -132,9 +132,10 @@ def test_summary_missing_a_model_of_the_records_is_noted(tmp_path):
     assert "bindscope summarize" in exp.notes[0]
 
 
-def test_lead_fraction_falls_back_to_wilson_from_counts():
+def test_lead_fraction_is_read_from_the_summary_never_computed():
     leadlag = {"n_terms": 10, "n_lead": {"pearson": 7, "spearman": 4}}
-    assert lead_fraction(leadlag, "pearson") == wilson_ci(7, 10).to_dict()
+    with pytest.raises(MissingData, match="lead_fraction"):
+        lead_fraction(leadlag, "pearson")  # figures do not recompute the interval
     stored = {**leadlag, "lead_fraction": {"pearson": wilson_ci(3, 10).to_dict()}}
     assert lead_fraction(stored, "pearson")["value"] == pytest.approx(0.3)
 
