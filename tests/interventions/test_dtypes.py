@@ -1,0 +1,65 @@
+"""Half precision (float16, bfloat16), as GPU users run 1-3B models: the load-time self-check
+passes, capture and ablation equal HF eager in the same dtype, and EB* stays near float32."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import bindscope
+from bindscope.metrics import binding
+from bindscope.prompts import PromptRecord
+from bindscope.selfcheck import row_sum_tolerance
+from tests.conftest import PROMPTS, tiny_config
+from tests.reference import hf_eager_attentions, pre_hooks
+
+HEADS = [(0, 1), (1, 0), (2, 2)]
+RECORDS = [
+    PromptRecord(
+        "gen_001", "screen reader", "generation", "In web accessibility, a screen reader is"
+    ),
+    PromptRecord("gen_002", "alt text", "generation", "Alt text describes an image for people"),
+]
+
+
+def _half(family: str, tokenizer, dtype):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(sum(map(ord, family)))  # the same weights as build_tiny's float32 model
+    hf = AutoModelForCausalLM.from_config(tiny_config(family), attn_implementation="eager")
+    return bindscope.load_model(hf.eval().to(dtype), tokenizer=tokenizer)  # runs the self-check
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_half_precision_equals_hf_eager_and_keeps_eb_star(tiny, dtype):
+    tok = tiny.tokenizer
+    half = _half(tiny.family, tok, dtype)
+    assert half.dtype == dtype
+    for text in PROMPTS:
+        ids = half.tokenize(text)
+        # One unpadded prompt: bindscope and HF run the same kernels in the same dtype, so the
+        # results agree to the last bit; the bound allows one rounding of the compared values.
+        probs = half.attention_probs([text])[0]
+        ref = hf_eager_attentions(half, ids)
+        assert (probs - ref).abs().max() <= torch.finfo(dtype).eps
+        assert (probs.sum(-1) - 1).abs().max() <= row_sum_tolerance(dtype, len(ids))
+        got = half.logits([text], ablate=HEADS)[0]
+        with pre_hooks(half.hf, half.family, HEADS, half.n_heads, half.head_dim), torch.no_grad():
+            hooked = half.hf(torch.tensor([ids])).logits[0].float()
+        one_rounding = torch.finfo(dtype).eps * float(hooked.abs().max())
+        assert (got - hooked).abs().max() <= one_rounding
+        # it ablated: bfloat16's 8-bit mantissa leaves room for one order of magnitude, not more
+        assert (got - half.logits([text])[0]).abs().max() > 10 * one_rounding
+    # EB* is a difference of means of probabilities in [0, 1]. Rounding every weight and
+    # activation to the dtype moves each probability by a few units of the dtype's eps; 16 eps
+    # (0.016 in float16, 0.125 in bfloat16) bounds the change against float32.
+    full = binding(tiny, RECORDS)
+    low = binding(half, RECORDS)
+    for a, b in zip(full, low):
+        assert abs(a.eb_star - b.eb_star) <= 16 * torch.finfo(dtype).eps
+
+
+def test_self_check_bound_scales_with_dtype():
+    assert row_sum_tolerance(torch.float32, 14) < 2e-6
+    assert row_sum_tolerance(torch.bfloat16, 14) > 2.9e-3  # what bf16 rows were measured at
+    assert row_sum_tolerance(torch.float16, 14) > 3.7e-4  # and fp16 rows
