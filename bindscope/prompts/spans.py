@@ -13,13 +13,12 @@ import re
 from dataclasses import dataclass
 
 from bindscope.errors import SpanNotFoundError
+from bindscope.prompts.datafiles import data_path, load_json
 
 
 @functools.lru_cache(maxsize=1)
 def aliases() -> dict[str, tuple[str, ...]]:
     """The alias table shipped with the package (``data/aliases.json``)."""
-    from bindscope.prompts.records import data_path, load_json
-
     if not data_path("aliases.json").is_file():
         return {"alt text": ("alternative text",)}
     return {k: tuple(v) for k, v in load_json("aliases.json")["aliases"].items()}
