@@ -29,6 +29,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's bindscope, even when another is installed
+
+from bindscope.prompts.spans import find_forms  # noqa: E402
+
 DATA_DIR = ROOT / "bindscope" / "prompts" / "data"
 FACTS_DIR = ROOT / "tools" / "prompt_facts"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -120,24 +124,11 @@ AN_EXCEPTIONS = set(CONTROLS["an_exceptions"])
 # ---------------------------------------------------------------------------
 
 
-def term_pattern(term: str, aliases: list[str]) -> re.Pattern[str]:
-    """Return the regex that finds a term, its plural or an alias.
-
-    Args:
-        term: Canonical term.
-        aliases: Alias strings for the term.
-
-    Returns:
-        Case-insensitive, word-bounded pattern; the plural adds "s"/"es" to
-        the last word.
-    """
-    forms = sorted({term, *aliases}, key=len, reverse=True)
-    body = "|".join(re.escape(f) for f in forms)
-    return re.compile(rf"\b(?:{body})(?:es|s)?\b", re.IGNORECASE)
-
-
 def find_span(template: str, term: str, aliases: list[str]) -> tuple[int, int]:
     """Return the character span of the leftmost term occurrence.
+
+    Uses the matcher experiments use (``bindscope.prompts.spans.find_forms``), so
+    ``n_span_tokens`` counts the span they will measure.
 
     Args:
         template: Prompt text.
@@ -150,10 +141,10 @@ def find_span(template: str, term: str, aliases: list[str]) -> tuple[int, int]:
     Raises:
         ValueError: If the term does not occur.
     """
-    match = term_pattern(term, aliases).search(template)
-    if match is None:
+    span = find_forms(template, [term, *aliases])
+    if span is None:
         raise ValueError(f"{term!r} not found in {template!r}")
-    return match.start(), match.end()
+    return span
 
 
 def words(text: str) -> list[str]:
@@ -307,7 +298,6 @@ def build_controls(tok: Any) -> list[dict[str, Any]]:
             for stem in CONTROL_STEMS:
                 counters[group] += 1
                 template = stem.format(a=article(term), term=term)
-                start = template.lower().index(term)
                 rec: dict[str, Any] = {
                     "prompt_id": f"ctrl_{CONTROL_PREFIX[group]}_{counters[group]:03d}",
                     "term": term,
@@ -318,7 +308,8 @@ def build_controls(tok: Any) -> list[dict[str, Any]]:
                     "control_family": CONTROL_FAMILY[group],
                 }
                 rec.update(extra)
-                rec["n_span_tokens"] = count_span_tokens(tok, template, (start, start + len(term)))
+                span = find_span(template, term, [])
+                rec["n_span_tokens"] = count_span_tokens(tok, template, span)
                 records.append(rec)
     return records
 
@@ -393,9 +384,8 @@ def validate(canonical: list[dict[str, Any]], controls: list[dict[str, Any]]) ->
         para_hits = keyword_hits(f.paraphrase, f.keywords)
         if para_hits:
             errors.append(f"{f.term}: paraphrase hits {para_hits}")
-        pattern = term_pattern(f.term, aliases)
         for name, text in (("exemplar", f.exemplar), ("paraphrase", f.paraphrase)):
-            if not pattern.search(text):
+            if find_forms(text, [f.term, *aliases]) is None:
                 errors.append(f"{f.term}: {name} lacks the term")
     for option, terms in distractor_terms.items():
         if len(terms) > MAX_DISTRACTOR_TERMS:
