@@ -120,7 +120,8 @@ PLAIN_GROUPS: dict[str, list[str]] = CONTROLS["plain"]
 AN_EXCEPTIONS = set(CONTROLS["an_exceptions"])
 
 # ---------------------------------------------------------------------------
-# Shared rules (mirrored independently in tests/prompts/test_prompt_data.py).
+# Shared rules: the term matcher is the package's own; the keyword rules are
+# mirrored independently in tests/prompts/test_prompt_data.py.
 # ---------------------------------------------------------------------------
 
 

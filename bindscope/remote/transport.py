@@ -70,7 +70,8 @@ def translate(exc: BaseException, *, model: str) -> RemoteError | None:
     import websocket
 
     where = host()
-    chain, cause = [], exc
+    chain: list[BaseException] = []
+    cause: BaseException | None = exc
     while cause is not None and len(chain) < 8:
         chain.append(cause)
         cause = cause.__cause__ or cause.__context__
