@@ -93,6 +93,9 @@ def floor_binding(model, records, batch_size, *, cut: bool):
     """Plain HF eager forward with ``output_attentions=True``; BSI gathered per layer."""
     import torch
 
+    from bindscope.interventions.ops import span_pair_bsi
+    from bindscope.metrics.binding import span_pair_index
+
     spans = spans_of(model, records)
     inputs: dict[tuple[int, ...], list[int]] = {}  # one forward per distinct input
     for i, (record, span) in enumerate(zip(records, spans)):
@@ -104,24 +107,18 @@ def floor_binding(model, records, batch_size, *, cut: bool):
     out: list[tuple[float, int] | None] = [None] * len(records)
     with model.eager(), torch.no_grad():
         for batch in model.batches(rows, batch_size=batch_size):
-            pairs = []
-            for r, index in enumerate(batch.indices):
-                span = [batch.pad(r) + s for s in spans[inputs[keys[index]][0]]]
-                pairs.append([(span[a], span[b]) for a in range(len(span)) for b in range(a)])
-            width = max(len(p) for p in pairs)
-            query = torch.zeros(len(pairs), width, dtype=torch.long)
-            key = torch.zeros(len(pairs), width, dtype=torch.long)
-            weight = torch.zeros(len(pairs), width)
-            for r, row in enumerate(pairs):
-                for c, (a, b) in enumerate(row):
-                    query[r, c], key[r, c], weight[r, c] = a, b, 1.0 / len(row)
+            query, key, weight = span_pair_index(
+                [
+                    [batch.pad(r) + s for s in spans[inputs[keys[index]][0]]]
+                    for r, index in enumerate(batch.indices)
+                ]
+            )
             result = model.hf.model(
                 **batch.inputs, output_attentions=True, use_cache=False, return_dict=True
             )
-            index_rows = torch.arange(len(pairs))[:, None]
             bsi = torch.stack(
                 [
-                    (probs[index_rows, :, query, key].float() * weight[:, :, None]).sum(1)
+                    span_pair_bsi(probs, query, key, weight)
                     for probs in result.attentions  # [b, H, n, n] per layer
                 ],
                 1,
@@ -143,12 +140,14 @@ def published_binding(model, records, batch_size):
     """Per prompt, per layer: a forward stopped after that layer; BSI with ``.item()``."""
     import torch
 
+    from bindscope.metrics.binding import span_pairs
+
     layers = model.hf.model.layers
     out, forwards = [], 0
     with model.eager(), torch.no_grad():
         for record, span in zip(records, spans_of(model, records)):
             ids = torch.tensor([model.tokenize(record.template)])
-            pairs = [(span[a], span[b]) for a in range(len(span)) for b in range(a)]
+            pairs = span_pairs(span)
             bsi = []
             for layer in range(model.n_layers):
                 caught = {}

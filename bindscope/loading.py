@@ -139,6 +139,26 @@ def _from_pretrained(source: str, *, revision: str | None, dtype, device):
     return model.eval(), tok
 
 
+def wrap_model(
+    hf, tokenizer, *, name: str, revision: str | None, prepend_bos: bool | None, **options
+) -> Model:
+    """Wrap a transformers model, with weights or on the meta device, as a ``Model``.
+
+    The family row comes from its config; ``options`` go to ``Model`` (``nnsight_model``,
+    ``remote``: how ``bindscope.remote`` wraps a model NDIF runs).
+    """
+    family = family_for_config(hf.config, model_name=name)
+    return Model(
+        hf,
+        tokenizer,
+        family=family,
+        name=name,
+        revision=revision,
+        prepend_bos=prepend_bos,
+        **options,
+    )
+
+
 def load_model(
     model=None,
     *,
@@ -214,9 +234,8 @@ def load_model(
             )
         hf, tok = model.eval(), tokenizer
         name = getattr(hf.config, "name_or_path", None) or type(hf).__name__
-    family = family_for_config(hf.config, model_name=name)
-    wrapped = Model(
-        hf, tokenizer or tok, family=family, name=name, revision=revision, prepend_bos=prepend_bos
+    wrapped = wrap_model(
+        hf, tokenizer or tok, name=name, revision=revision, prepend_bos=prepend_bos
     )
     if self_check:
         from bindscope.selfcheck import self_check as run_check

@@ -43,10 +43,7 @@ def self_check(model) -> dict[str, float]:
             "is not a softmax"
         )
     upper = float(probs.triu(1).abs().max())
-    if upper > 0:
-        raise SelfCheckError(
-            f"{where}: {upper:.2e} attention above the diagonal; causal mask broken"
-        )
+    check_causal(where, upper)
     batch = model.encode([ids])
     with torch.no_grad():
         plain = model.hf(**batch.inputs).logits[0].float()
@@ -58,10 +55,23 @@ def self_check(model) -> dict[str, float]:
         )
     ablated = model.logits([ids], ablate=[(0, 0)])[0]
     effect = float((ablated - plain).abs().max())
+    check_ablation_effect(where, effect, model)
+    return {"row_sum_error": row_error, "upper_triangle": upper, "ablation_effect": effect}
+
+
+def check_causal(where: str, upper: float) -> None:
+    """Raise unless no attention lies above the diagonal (``upper``: the largest there)."""
+    if upper > 0:
+        raise SelfCheckError(
+            f"{where}: {upper:.2e} attention above the diagonal; causal mask broken"
+        )
+
+
+def check_ablation_effect(where: str, effect: float, model) -> None:
+    """Raise if ablating head (0, 0) changed no logit (``effect``: the largest change)."""
     if effect == 0.0:
         site = model.nnsight.model.layers[0].self_attn.o_proj.path
         raise SelfCheckError(
             f"{where}: ablating head (0, 0) at {site} "
             "left the logits unchanged; the ablation site is wrong for this family"
         )
-    return {"row_sum_error": row_error, "upper_triangle": upper, "ablation_effect": effect}

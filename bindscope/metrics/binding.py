@@ -29,6 +29,29 @@ def span_pairs(span: Sequence[int]) -> list[tuple[int, int]]:
     return [(span[i], span[j]) for i in range(len(span)) for j in range(i)]
 
 
+def span_pair_index(
+    spans: Sequence[Sequence[int]],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The within-span pairs of several rows as padded tensors for ``ops.span_pair_bsi``.
+
+    Args:
+        spans: One span (token positions in the padded batch) per row.
+
+    Returns:
+        ``query_index``, ``key_index`` ``[b, P]`` long and ``pair_weight`` ``[b, P]``
+        (1/|pairs| for real pairs, 0 for padding), P the most pairs of any row.
+    """
+    pairs = [span_pairs(span) for span in spans]
+    width = max(len(p) for p in pairs)
+    query = torch.zeros(len(pairs), width, dtype=torch.long)
+    key = torch.zeros(len(pairs), width, dtype=torch.long)
+    weight = torch.zeros(len(pairs), width)
+    for r, row in enumerate(pairs):
+        for c, (a, b) in enumerate(row):
+            query[r, c], key[r, c], weight[r, c] = a, b, 1.0 / len(row)
+    return query, key, weight
+
+
 def bsi_from_probs(probs: torch.Tensor, span: Sequence[int]) -> torch.Tensor:
     """BSI ``[L, H]`` from full probabilities ``[L, H, n, n]`` (NaN for spans < 2 tokens)."""
     pairs = span_pairs(span)
@@ -211,17 +234,12 @@ def _batched_bsi(model, prefixes, spans, batch_size, spec, progress) -> list[tor
     batches = list(model.batches([list(p) for p in prefixes], batch_size=batch_size))
     with model.eager(), torch.no_grad():
         for batch in tqdm(batches, desc="binding", unit="batch", disable=not progress):
-            pairs = [
-                span_pairs([batch.pad(r) + i for i in spans[index].indices])
-                for r, index in enumerate(batch.indices)
-            ]
-            width = max(len(p) for p in pairs)
-            query = torch.zeros(len(pairs), width, dtype=torch.long)
-            key = torch.zeros(len(pairs), width, dtype=torch.long)
-            weight = torch.zeros(len(pairs), width)
-            for r, row in enumerate(pairs):
-                for c, (a, b) in enumerate(row):
-                    query[r, c], key[r, c], weight[r, c] = a, b, 1.0 / len(row)
+            query, key, weight = span_pair_index(
+                [
+                    [batch.pad(r) + i for i in spans[index].indices]
+                    for r, index in enumerate(batch.indices)
+                ]
+            )
 
             def reduce(probs, query=query, key=key, weight=weight):
                 return ops.span_pair_bsi(probs, query, key, weight)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 from bindscope.errors import PromptFileError
+from bindscope.prompts.datafiles import data_path, load_json
+
+__all__ = ["BUILTIN_SETS", "TASKS", "PromptRecord", "PromptSet", "data_path", "load", "load_json"]
 
 TASKS = ("recognition", "generation")
 BUILTIN_SETS = ("canonical", "controls")
@@ -90,11 +92,6 @@ class PromptSet:
         ]
         digest = hashlib.sha256("\n".join(r.key for r in keep).encode()).hexdigest()
         return PromptSet(self.name, tuple(keep), f"{self.sha256[:16]}:{digest[:16]}")
-
-
-def data_path(name: str) -> Path:
-    """Path of a file in the package's prompt data folder."""
-    return Path(str(resources.files("bindscope.prompts") / "data" / name))
 
 
 def load(path_or_name: str | Path, *, check_terms: bool = True) -> PromptSet:
@@ -217,8 +214,3 @@ def _parse(obj, where: str) -> PromptRecord:
         where,
         extra,
     )
-
-
-def load_json(name: str) -> dict:
-    """One of the package's JSON data files (rubrics, exemplars, aliases)."""
-    return json.loads(data_path(name).read_text("utf-8"))

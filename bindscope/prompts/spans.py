@@ -1,49 +1,130 @@
 """Locate a term in a text by characters, then map it to tokens with offsets.
 
-Character matching is case-insensitive and word-bounded, accepts plural forms of the last
-word ("aria attributes") and aliases ("alternative text" for "alt text"). Mapping through
+Character matching is case-insensitive and word-bounded (where the script puts spaces
+between words), accepts plural forms of the last word ("aria attributes") and aliases
+("alternative text" for "alt text"). Mapping through
 the tokenizer's offset mapping is right for every tokenizer, with or without leading-space
 tokens, and never guesses a position: a term that is not found raises.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
+import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from bindscope.errors import SpanNotFoundError
+from bindscope.prompts.datafiles import data_path, load_json
 
 
 @functools.lru_cache(maxsize=1)
 def aliases() -> dict[str, tuple[str, ...]]:
     """The alias table shipped with the package (``data/aliases.json``)."""
-    from bindscope.prompts.records import data_path, load_json
-
     if not data_path("aliases.json").is_file():
         return {"alt text": ("alternative text",)}
     return {k: tuple(v) for k, v in load_json("aliases.json")["aliases"].items()}
 
 
+# Scripts written without spaces between words, where a term may touch other letters
+# ("読み上げソフトは"); Hangul is here because Korean attaches particles to the word before.
+_UNSPACED = re.compile(
+    "["
+    "\u0e00-\u0eff"  # Thai, Lao
+    "\u0f00-\u0fff"  # Tibetan
+    "\u1000-\u109f"  # Myanmar
+    "\u1100-\u11ff\u3130-\u318f\uac00-\ud7af"  # Hangul
+    "\u1780-\u17ff"  # Khmer
+    "\u3005-\u3007\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f"  # kana, iteration marks
+    "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"  # CJK ideographs
+    "]"
+)
+
+
+def _unspaced(char: str) -> bool:
+    return _UNSPACED.match(char) is not None
+
+
+def _mark(char: str) -> bool:
+    return unicodedata.category(char).startswith("M")
+
+
+def _continues_word(char: str) -> bool:
+    """Whether ``char`` beside a term would make it part of a longer (spaced-script) word."""
+    if char == "-":
+        return True
+    if _unspaced(char):
+        return False
+    return char.isalnum() or char == "_" or _mark(char)
+
+
 @functools.lru_cache(maxsize=4096)
 def _pattern(form: str) -> re.Pattern:
     words = [re.escape(w) for w in form.split()]
-    words[-1] += r"(?:s|es)?"  # plural of the last word
-    return re.compile(r"(?<![\w-])" + r"[\s-]+".join(words) + r"(?![\w-])", re.IGNORECASE)
+    if not _unspaced(form[-1]):
+        words[-1] += r"(?:s|es)?"  # plural of the last word
+    return re.compile(r"[\s-]+".join(words), re.IGNORECASE)
+
+
+def _bounded(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]`` is a whole word (group) rather than part of one.
+
+    Only an edge in a spaced script needs a boundary: "skip linked" does not hold "skip
+    link", "読み上げソフトは" holds "読み上げソフト", and so does "使用screen reader时". A
+    letter is never split from its combining marks, in any script.
+    """
+    if start > 0 and (
+        _mark(text[start]) or (not _unspaced(text[start]) and _continues_word(text[start - 1]))
+    ):
+        return False
+    return not (
+        end < len(text)
+        and (_mark(text[end]) or (not _unspaced(text[end - 1]) and _continues_word(text[end])))
+    )
+
+
+def _search(form: str, text: str) -> tuple[int, int] | None:
+    pattern, position = _pattern(form), 0
+    while match := pattern.search(text, position):
+        if _bounded(text, match.start(), match.end()):
+            return match.start(), match.end()
+        position = match.start() + 1
+    return None
+
+
+def _nfc(text: str) -> tuple[str, list[int] | None]:
+    """``text`` in NFC, and for each NFC prefix length the original one (None if unchanged)."""
+    if unicodedata.is_normalized("NFC", text):
+        return text, None
+    lengths = [len(unicodedata.normalize("NFC", text[:i])) for i in range(len(text) + 1)]
+    return unicodedata.normalize("NFC", text), lengths
+
+
+def find_forms(text: str, forms: Iterable[str]) -> tuple[int, int] | None:
+    """Character span ``[start, end)`` of the first occurrence of any of ``forms``.
+
+    The one term matcher, used at run time and by ``tools/build_prompts.py``: Unicode
+    case-insensitive and NFC-normalised, words joined by spaces or hyphens, an optional
+    plural (s/es) on the last word, and word-bounded where the script spaces its words
+    (see ``_bounded``). The earliest match wins, then the longest.
+    """
+    normal, lengths = _nfc(text)
+    best = None
+    for form in filter(str.strip, forms):
+        found = _search(unicodedata.normalize("NFC", form.strip()), normal)
+        if found and (best is None or (found[0], -found[1]) < (best[0], -best[1])):
+            best = found
+    if best is None or lengths is None:
+        return best
+    # Back to the caller's characters: the last original prefix of each NFC length.
+    return bisect.bisect_right(lengths, best[0]) - 1, bisect.bisect_right(lengths, best[1]) - 1
 
 
 def find_term_chars(text: str, term: str, extra_aliases=()) -> tuple[int, int] | None:
     """Character span ``[start, end)`` of the first occurrence of the term or an alias."""
-    best = None
-    for form in (term, *aliases().get(term.lower(), ()), *extra_aliases):
-        match = _pattern(form).search(text)
-        if match and (
-            best is None
-            or match.start() < best[0]
-            or (match.start() == best[0] and match.end() > best[1])
-        ):
-            best = (match.start(), match.end())
-    return best
+    return find_forms(text, (term, *aliases().get(term.lower(), ()), *extra_aliases))
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ import bindscope.remote as remote
 from bindscope.errors import RemoteSandboxError
 from bindscope.experiments.records import provenance
 from bindscope.interventions import head_means
+from bindscope.remote import preflight, transport
 from tests.conftest import PROMPTS, tiny_config
 from tests.remote.test_errors import KEY, FakeNdif, status, versions
 from tests.remote.test_shipping import _leaky_trace
@@ -57,8 +58,8 @@ def fake_ndif(tmp_path, monkeypatch, sp_tokenizer):
 
     monkeypatch.setenv("NDIF_API_KEY", KEY)
     monkeypatch.setattr(CONFIG.API, "APIKEY", None)
-    monkeypatch.setattr(remote, "_get", FakeNdif(status((REPO, "RUNNING")), versions()))
-    monkeypatch.setattr(remote, "_send", send)
+    monkeypatch.setattr(preflight, "_get", FakeNdif(status((REPO, "RUNNING")), versions()))
+    monkeypatch.setattr(transport, "_send", send)
     return twin, server, sent
 
 
@@ -98,7 +99,7 @@ def test_server_that_cannot_switch_to_eager_falls_back_to_recompute(fake_ndif, m
             )
         server.serve(tracer, env=env)
 
-    monkeypatch.setattr(remote, "_send", send)
+    monkeypatch.setattr(transport, "_send", send)
     model = bindscope.load_model(REPO, remote=True)
     assert "could not switch to eager" in model.capture_fallback
     assert provenance(model)["capture"] == "recompute"
@@ -122,7 +123,7 @@ def test_server_errors_reach_the_caller_translated(fake_ndif, monkeypatch):
     def send(nnsight_model, tracer):
         raise JobFailed(f"Module bindscope is not whitelisted ({KEY})")
 
-    monkeypatch.setattr(remote, "_send", send)
+    monkeypatch.setattr(transport, "_send", send)
     with pytest.raises(RemoteSandboxError, match=REPO) as info:
         model.logits(PROMPTS[:1])
     assert KEY not in str(info.value)

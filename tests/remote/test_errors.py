@@ -1,8 +1,8 @@
 """Each remote failure has its own clear error, checked against a fake NDIF.
 
-The fake replaces ``bindscope.remote._get`` (the preflight's only HTTP call) and
-``_send`` (job submission); nothing here touches the network. The API key must never
-appear in a message, a warning or a record.
+The fake replaces ``bindscope.remote.preflight._get`` (the preflight's only HTTP call)
+and ``bindscope.remote.transport._send`` (job submission); nothing here touches the
+network. The API key must never appear in a message, a warning or a record.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from bindscope.errors import (
     RemoteUnreachableError,
     RemoteVersionError,
 )
+from bindscope.remote import preflight
 
 KEY = "sk-test-NEVER-SHOWN-1234"
 MODEL = "org/tiny-served"
@@ -79,9 +80,9 @@ def ndif(monkeypatch):
     monkeypatch.setattr(CONFIG.API, "APIKEY", None)
     monkeypatch.delenv(remote.ALLOW_DRIFT_ENV, raising=False)
     monkeypatch.delenv(remote.SKIP_RUNNING_CHECK_ENV, raising=False)
-    monkeypatch.setattr(remote, "_canonical_id", lambda model_id: model_id)
+    monkeypatch.setattr(preflight, "_canonical_id", lambda model_id: model_id)
     fake = FakeNdif()
-    monkeypatch.setattr(remote, "_get", fake)
+    monkeypatch.setattr(preflight, "_get", fake)
     return fake
 
 
@@ -182,7 +183,7 @@ def test_server_without_env_endpoint_warns(ndif, monkeypatch):
             raise _http_error(404)
         return status_running()
 
-    monkeypatch.setattr(remote, "_get", get)
+    monkeypatch.setattr(preflight, "_get", get)
     with pytest.warns(remote.RemoteVersionWarning, match="did not report"):
         assert remote.check_backend(MODEL)["server_versions"] == {}
 

@@ -24,6 +24,7 @@ from bindscope.interventions import head_means, ops
 from bindscope.metrics.behaviour import recognition
 from bindscope.metrics.binding import binding
 from bindscope.prompts import PromptRecord
+from bindscope.remote import shipping
 from tests.conftest import PROMPTS, build_tiny
 
 HEADS = [(0, 1), (2, 2)]
@@ -49,7 +50,7 @@ def test_registered_modules_import_only_what_the_sandbox_allows():
         bad = [
             imported
             for imported in _imports(module)
-            if not remote._allowed(imported, remote.SANDBOX_MODULES)
+            if not shipping._allowed(imported, remote.SANDBOX_MODULES)
             and imported not in remote.SHIPPED_MODULES
         ]
         assert bad == [], f"{name} imports {bad}; NDIF's sandbox allows {remote.SANDBOX_MODULES}"
@@ -61,7 +62,7 @@ def test_the_walk_catches_a_forbidden_import(tmp_path, monkeypatch):
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     leaky = importlib.import_module("leaky_ops")
-    bad = [i for i in _imports(leaky) if not remote._allowed(i, remote.SANDBOX_MODULES)]
+    bad = [i for i in _imports(leaky) if not shipping._allowed(i, remote.SANDBOX_MODULES)]
     assert bad == ["abc", "os"]
 
 

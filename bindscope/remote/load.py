@@ -1,0 +1,102 @@
+"""Remote loading: a model built from the Hub's config on the meta device, run on NDIF."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from bindscope.errors import ModelLoadError
+from bindscope.loading import wrap_model
+from bindscope.remote import nnsight_private
+from bindscope.remote.preflight import check_backend
+from bindscope.remote.probe import probe_capture
+from bindscope.remote.shipping import register_shipped
+from bindscope.remote.transport import NdifBackend
+
+
+def _build_meta(model_id: str, revision: str | None):
+    """The nnsight model on the meta device (config and tokenizer from the Hub, no weights)."""
+    from nnsight import TransformersModel
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+
+    from bindscope.families import family_for_config
+
+    try:
+        config = AutoConfig.from_pretrained(model_id, revision=revision)
+        tokenizer = AutoTokenizer.from_pretrained(model_id, revision=revision)
+    except Exception as exc:
+        label = model_id + (f"@{revision}" if revision else "")
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        raise ModelLoadError(
+            f"Could not read the config and tokenizer of {label} ({reason}). Remote models "
+            "are built from the Hub's config and tokenizer, so check the id and that "
+            "huggingface.co is reachable."
+        ) from None
+    family = family_for_config(config, model_name=model_id)
+    # The tokenizer is passed in: with transformers 5 nnsight 0.8.1's meta build cannot
+    # tell that a text-generation pipeline needs one ("Impossible to guess which tokenizer").
+    envoy = TransformersModel(
+        model_id,
+        revision=revision,
+        task="text-generation",
+        tokenizer=tokenizer,
+        rename=dict(family.rename),
+    )
+    # The server generates with the checkpoint's own settings (its EOS ids included).
+    with contextlib.suppress(Exception):
+        nnsight_private.underlying_module(
+            envoy
+        ).generation_config = GenerationConfig.from_pretrained(model_id, revision=revision)
+    return envoy
+
+
+def _check_id(model_id) -> None:
+    if model_id is None:
+        raise ModelLoadError(
+            "remote=True needs a Hugging Face id that NDIF serves (e.g. "
+            "'meta-llama/Llama-3.1-8B'); the default SmolLM2 runs locally without --remote"
+        )
+    if not isinstance(model_id, str):
+        raise ModelLoadError(
+            f"remote=True needs a Hugging Face id string, not a loaded {type(model_id).__name__}; "
+            "NDIF runs its own copy of the weights"
+        )
+    if Path(model_id).exists():
+        raise ModelLoadError(
+            f"{model_id} is a local folder; NDIF can only run models it serves by Hub id. "
+            "Run local folders without --remote."
+        )
+
+
+def load_remote(
+    model_id,
+    *,
+    revision: str | None = None,
+    prepend_bos: bool | None = None,
+    self_check: bool = True,
+):
+    """Build a ``Model`` whose traces run on NDIF (``load_model(..., remote=True)``).
+
+    Raises:
+        RemoteError: A subclass for each preflight failure (see `check_backend`).
+        ModelLoadError: The id is not a Hub id, or the Hub cannot be reached.
+    """
+    _check_id(model_id)
+    revision = None if revision == "main" else revision
+    info = check_backend(model_id, revision)
+    envoy = _build_meta(model_id, revision)
+    model = wrap_model(
+        nnsight_private.underlying_module(envoy),
+        envoy.tokenizer,
+        name=model_id,
+        revision=revision,
+        prepend_bos=prepend_bos,
+        nnsight_model=envoy,
+        remote="ndif",
+    )
+    register_shipped()
+    model.trace_options = {"backend": NdifBackend(envoy, model_name=model_id)}
+    model.remote_info = info
+    if self_check:
+        probe_capture(model)
+    return model

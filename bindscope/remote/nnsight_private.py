@@ -1,0 +1,128 @@
+"""Every use of nnsight's private API in bindscope, for the remote path, in one module.
+
+Written against nnsight 0.8.1 (and the cloudpickle it vendors the unpickler around). These
+calls are not part of nnsight's public API and may change in any release: after an nnsight
+upgrade, check this file first (tests/remote exercises every function here).
+"""
+
+from __future__ import annotations
+
+import linecache
+
+NNSIGHT_VERSION = "0.8.1"
+
+
+class _Recorder(dict):
+    """A server frame's locals that remember what the run pushed back."""
+
+    pushed: dict
+
+    def update(self, *args, **kwargs):
+        new = dict(*args, **kwargs)
+        self.pushed = {**getattr(self, "pushed", {}), **new}
+        super().update(new)
+
+
+def serialize_request(tracer) -> bytes:
+    """The uncompressed payload a request sends, nnsight's environment pulled first as it
+    is before a real request (so an audit and the server serialize alike)."""
+    from nnsight.ndif import pull_env
+    from nnsight.schema.request import RequestModel
+
+    pull_env()
+    return RequestModel.serialize(tracer, compress=False)
+
+
+def _recording_unpickler(refs: list):
+    """nnsight's unpickler, appending ``(kind, module, name)`` for every class, function
+    and module the payload names (``kind``: find_class, subimport or dynamic_subimport)."""
+    from nnsight.intervention.serialization import CustomCloudUnpickler
+
+    def recording(kind, function):
+        def wrapper(name, *args):
+            refs.append((kind, name, ""))
+            return function(name, *args)
+
+        return wrapper
+
+    class Recording(CustomCloudUnpickler):
+        def find_class(self, module, name):
+            refs.append(("find_class", module, name))
+            found = super().find_class(module, name)
+            if module == "cloudpickle.cloudpickle" and name in ("subimport", "dynamic_subimport"):
+                return recording(name, found)
+            return found
+
+    return Recording
+
+
+def deserialize_request(blob: bytes, nnsight_model, tracer, refs: list):
+    """Unpickle a request as the server would, recording what it names into ``refs``.
+
+    Unpickling replaces the trace body's source in ``linecache``; this process's copy is
+    put back.
+    """
+    from nnsight.schema.request import RequestModel
+
+    filename = tracer.info.frame.f_code.co_filename
+    saved = linecache.cache.get(filename)
+    try:
+        return RequestModel.deserialize(
+            blob,
+            nnsight_model._remoteable_persistent_objects(),
+            compress=False,
+            unpickler=_recording_unpickler(refs),
+        )
+    finally:
+        if saved is not None:
+            linecache.cache[filename] = saved
+        else:
+            linecache.cache.pop(filename, None)
+
+
+def apply_request_env(nnsight_model, env: dict) -> None:
+    """Apply a request's per-request settings (attention implementation) as NDIF does."""
+    nnsight_model._remoteable_set_env(env)
+
+
+def execute(restored) -> dict:
+    """Run a deserialized trace's body; return the values it pushed back (saved only)."""
+    frame = restored.info.frame
+    frame.f_locals = _Recorder(frame.f_locals)
+    restored.execute(restored.info.code)
+    return getattr(frame.f_locals, "pushed", {})
+
+
+def deliver(tracer, values: dict) -> None:
+    """Hand a server's saved values to the client's trace, as a remote result is."""
+    from nnsight.tracing.tracer import mark
+    from nnsight.tracing.util import push
+
+    for value in values.values():
+        mark(value)
+    push(tracer.info.frame, values)
+
+
+def submit(nnsight_model, tracer):
+    """Send one request to NDIF with nnsight's own remote backend and wait for it."""
+    backend = nnsight_model._remote_backend(True, True, None, False)
+    return backend(tracer)
+
+
+def job_failed() -> type[Exception]:
+    """The exception nnsight raises when an NDIF job fails on the server."""
+    from nnsight.intervention.backends.remote import RemoteError
+
+    return RemoteError
+
+
+def hub_id_cache() -> dict[str, str]:
+    """nnsight's cache of canonical Hub ids (what NDIF deployments are keyed by)."""
+    from nnsight.modeling.huggingface import _ID_CACHE
+
+    return _ID_CACHE
+
+
+def underlying_module(envoy):
+    """The ``transformers`` model inside an nnsight ``TransformersModel``."""
+    return envoy._module

@@ -1,0 +1,60 @@
+"""The load-time self-check of a remote model: one small request, a few numbers back.
+
+It uses the probe text and checks of ``bindscope.selfcheck``; what differs is that the
+statistics are computed on the server (``ops.probe``) and that probabilities may have to
+be recomputed from queries and keys when the server returns none.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bindscope.errors import RemoteJobError, SelfCheckError
+from bindscope.selfcheck import PROBE_TEXT, check_ablation_effect, check_causal
+
+
+def _run_probe(model) -> dict:
+    from bindscope.interventions import ops
+
+    ids = model.tokenize(PROBE_TEXT)
+    batch = model.encode([ids, ids])
+    with torch.no_grad(), model.eager(), model.nnsight.trace(**batch.inputs, **model.trace_options):
+        result = ops.probe(model)
+    return result
+
+
+def probe_capture(model) -> dict:
+    """Check capture and ablation remotely with one small request; fall back if needed.
+
+    Asks for eager attention; if the server returns no attention weights (or cannot switch
+    to eager), ``model.capture_fallback`` records why and probabilities are recomputed from
+    queries and keys from then on (the provenance says ``capture: recompute``). Then checks
+    that rows sum to 1, nothing lies above the diagonal and ablating head (0, 0) changes
+    the logits. Only ``[L, 3]`` statistics and one number come back.
+    """
+    where = f"{model.name} (family {model.family}, remote {model.remote})"
+    try:
+        result = _run_probe(model)
+    except RemoteJobError as exc:
+        if "attention implementation" not in str(exc) and "cannot switch" not in str(exc):
+            raise
+        model.capture_fallback = f"the server could not switch to eager attention: {exc}"
+        result = _run_probe(model)
+    stats = result["stats"]  # [L, 3]: present, row-sum error, upper triangle
+    missing = [layer for layer in range(len(stats)) if float(stats[layer, 0]) == 0.0]
+    if missing and not model.capture_fallback:
+        model.capture_fallback = (
+            f"no attention weights came back under eager attention (layers {missing}); "
+            "probabilities are recomputed from queries and keys"
+        )
+        result = _run_probe(model)
+        stats = result["stats"]
+    if (stats[:, 0] == 0).any():
+        raise SelfCheckError(f"{where}: attention probabilities could not be captured")
+    row_error, upper = float(stats[:, 1].max()), float(stats[:, 2].max())
+    if row_error > 1e-3:
+        raise SelfCheckError(f"{where}: attention rows sum to 1 +- {row_error:.2e}, not 1")
+    check_causal(where, upper)
+    effect = float(result["effect"])
+    check_ablation_effect(where, effect, model)
+    return {"row_sum_error": row_error, "upper_triangle": upper, "ablation_effect": effect}

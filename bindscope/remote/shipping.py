@@ -1,0 +1,108 @@
+"""What is shipped to NDIF with every request, and the audit of what the sandbox allows.
+
+What travels: the trace body's source, the tensors it references and the code of
+``SHIPPED_MODULES`` (registered with ``nnsight.register``; they import only torch and
+math). The audit unpickles a payload as the server would and lists every reference NDIF's
+module whitelist would refuse, so a bad request fails here rather than after queueing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import types
+
+from bindscope.errors import RemoteSandboxError
+from bindscope.remote import nnsight_private
+
+# Modules whose source ships by value with every request. Each may import only the
+# sandbox modules below (tests/remote/test_shipping.py walks them).
+SHIPPED_MODULES = ("bindscope.interventions.ops",)
+# What NDIF's sandbox lets shipped code import (ndif-team/ndif security/whitelist.yaml).
+SANDBOX_MODULES = (
+    "torch",
+    "math",
+    "collections",
+    "typing",
+    "numpy",
+    "einops",
+    "operator",
+    "_operator",
+    "enum",
+    "time",
+    "builtins",
+)
+_STRICT = {"builtins", "operator", "_operator"}  # the module itself, not submodules
+# What the server's unpickler may also resolve: nnsight's own classes and pickle's.
+DESERIALIZATION_MODULES = ("nnsight", "cloudpickle", "pickle", "copyreg")
+
+
+class _ShippableModule(types.ModuleType):
+    """A shipped module that pickles as an ``ops.ShippedModule`` (no spec, no loader)."""
+
+    def __reduce__(self):
+        from bindscope.interventions import ops
+
+        members = {
+            key: value
+            for key, value in vars(self).items()
+            if isinstance(value, (types.FunctionType, type))
+            and getattr(value, "__module__", None) == self.__name__
+        }
+        return (ops.ShippedModule, (self.__name__, members))
+
+
+def register_shipped() -> None:
+    """Register ``SHIPPED_MODULES`` with ``nnsight.register`` (idempotent).
+
+    Their functions and classes then pickle by value (source), so the server, where
+    bindscope is not installed, can rebuild them.
+    """
+    import nnsight
+
+    for name in SHIPPED_MODULES:
+        module = importlib.import_module(name)
+        nnsight.register(module)
+        if type(module) is types.ModuleType:
+            module.__class__ = _ShippableModule
+
+
+def _allowed(module: str, roots) -> bool:
+    return any(
+        module == root or (root not in _STRICT and module.startswith(root + ".")) for root in roots
+    )
+
+
+def refused(refs) -> list[str]:
+    """The references in a payload that NDIF's sandbox would refuse, explained."""
+    problems = set()
+    for kind, module, name in refs:
+        why = (
+            "bindscope is not installed on the server; call it from "
+            "bindscope.interventions.ops, which ships by value"
+            if module.split(".")[0] == "bindscope"
+            else "not in the sandbox whitelist"
+        )
+        if kind == "find_class" and not _allowed(module, SANDBOX_MODULES + DESERIALIZATION_MODULES):
+            problems.add(f"{module}.{name} (pickled by reference; {why})")
+        elif kind == "subimport" and not _allowed(module, SANDBOX_MODULES):
+            problems.add(f"module {module} (imported by the server; {why})")
+        elif kind == "dynamic_subimport":
+            problems.add(f"module object {module} shipped by value (the sandbox refuses it)")
+    return sorted(problems)
+
+
+def audit(nnsight_model, tracer) -> list[str]:
+    """Serialize ``tracer`` as a request would and list what the sandbox would refuse."""
+    refs: list = []
+    blob = nnsight_private.serialize_request(tracer)
+    nnsight_private.deserialize_request(blob, nnsight_model, tracer, refs)
+    return refused(refs)
+
+
+def sandbox_error(problems, where: str) -> RemoteSandboxError:
+    """The error for a request the sandbox would refuse (``problems`` from `refused`)."""
+    return RemoteSandboxError(
+        f"{where}: NDIF's sandbox would refuse this request; it references "
+        + "; ".join(problems)
+        + ". Trace bodies may call only bindscope.interventions.ops and torch."
+    )

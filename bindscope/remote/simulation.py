@@ -1,0 +1,63 @@
+"""``remote="local"``: NDIF played in-process, stricter than nnsight's own local mode."""
+
+from __future__ import annotations
+
+import io
+
+import torch
+
+from bindscope.remote import nnsight_private
+from bindscope.remote.shipping import refused, register_shipped, sandbox_error
+
+
+class SimulatedServer:
+    """An nnsight backend that plays NDIF in-process (``remote="local"``).
+
+    Stricter than nnsight's own ``remote="local"``: the request is unpickled with NDIF's
+    module whitelist checked (``audit="error"`` raises ``RemoteSandboxError``;
+    ``"record"`` collects the problems in ``findings``), the *unpickled* body runs on
+    copies of the shipped values, and only saved values come back, through
+    ``torch.save`` as over the network.
+    """
+
+    def __init__(self, nnsight_model, *, audit: str = "error") -> None:
+        if audit not in ("error", "record"):
+            raise ValueError("audit must be 'error' or 'record'")
+        self.model = nnsight_model
+        self.audit = audit
+        self.findings: set[str] = set()
+        self.payload_bytes: list[int] = []
+        self.result_bytes: list[int] = []
+
+    def __call__(self, tracer) -> None:
+        self.serve(tracer)
+
+    def serve(self, tracer, env: dict | None = None) -> None:
+        """Run one request; ``env`` is the client's per-request settings (attention
+        implementation), applied to the model first as the server does."""
+        if env is not None:
+            nnsight_private.apply_request_env(self.model, env)
+        blob = nnsight_private.serialize_request(tracer)
+        self.payload_bytes.append(len(blob))
+        refs: list = []
+        restored = nnsight_private.deserialize_request(blob, self.model, tracer, refs)
+        problems = refused(refs)
+        if problems and self.audit == "error":
+            raise sandbox_error(problems, "remote='local'")
+        self.findings.update(problems)
+        pushed = nnsight_private.execute(restored)
+        buffer = io.BytesIO()
+        torch.save(pushed, buffer)  # saved values only
+        self.result_bytes.append(buffer.tell())
+        buffer.seek(0)
+        nnsight_private.deliver(tracer, torch.load(buffer, map_location="cpu", weights_only=False))
+
+
+def simulate(model, *, audit: str = "error"):
+    """Route a loaded model's traces through `SimulatedServer` (``remote="local"``)."""
+    register_shipped()
+    backend = SimulatedServer(model.nnsight, audit=audit)
+    model.remote = "local"
+    model.trace_options = {"backend": backend}
+    model.remote_info = {"host": None, "simulation": backend}
+    return model

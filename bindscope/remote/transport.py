@@ -1,0 +1,167 @@
+"""Talking to NDIF: the API key, the host, sending requests and translating failures.
+
+Transport or server failures become ``RemoteError`` subclasses that say what to do, and
+never quote the API key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from bindscope.errors import (
+    BindscopeError,
+    RemoteAuthError,
+    RemoteError,
+    RemoteJobError,
+    RemoteModelNotServedError,
+    RemoteSandboxError,
+    RemoteTimeoutError,
+    RemoteUnreachableError,
+)
+from bindscope.remote import nnsight_private
+from bindscope.remote.shipping import audit, sandbox_error
+
+KEY_ENV = "NDIF_API_KEY"
+KEY_URL = "https://login.ndif.us"
+
+
+def host() -> str:
+    """The NDIF host: ``NDIF_HOST``, else nnsight's ``CONFIG.API.HOST``."""
+    from nnsight import CONFIG
+
+    if os.environ.get("NDIF_HOST"):  # set after nnsight was imported: requests must agree
+        CONFIG.API.HOST = os.environ["NDIF_HOST"]
+    return CONFIG.API.HOST
+
+
+def api_key() -> str:
+    """The configured NDIF API key; raises ``RemoteAuthError`` saying where to set one."""
+    from nnsight import CONFIG
+
+    key = os.environ.get(KEY_ENV) or CONFIG.API.APIKEY
+    if not key:
+        raise RemoteAuthError(
+            f"No NDIF API key is configured, so {host()} cannot run remote jobs. Get a key "
+            f"at {KEY_URL} and set it in the environment variable {KEY_ENV} (export "
+            f"{KEY_ENV}=...), or store it once with: python -c 'import nnsight; "
+            "nnsight.login()'"
+        )
+    CONFIG.API.APIKEY = key  # an env var set after nnsight was imported
+    return key
+
+
+def redact(text: str) -> str:
+    """``text`` with the API key (if any is configured) replaced by ``***``."""
+    from nnsight import CONFIG
+
+    for key in {os.environ.get(KEY_ENV), CONFIG.API.APIKEY}:
+        if key:
+            text = text.replace(key, "***")
+    return text
+
+
+def translate(exc: BaseException, *, model: str) -> RemoteError | None:
+    """Map a transport or server exception to a ``RemoteError`` subclass (key redacted).
+
+    Returns None for anything else (a bug here, not a remote failure), to be re-raised.
+    """
+    import httpx
+    import websocket
+
+    where = host()
+    chain: list[BaseException] = []
+    cause: BaseException | None = exc
+    while cause is not None and len(chain) < 8:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    detail = redact(f"{type(exc).__name__}: {exc}")[:500]
+    timeouts = (httpx.TimeoutException, websocket.WebSocketTimeoutException, TimeoutError)
+    if any(isinstance(c, timeouts) for c in chain):
+        return RemoteTimeoutError(
+            f"{where} did not answer in time for {model} ({detail}). NDIF may be busy or "
+            "the model still loading; retry later, or use smaller --batch-size."
+        )
+    for c in chain:
+        status = getattr(getattr(c, "response", None), "status_code", None)
+        if isinstance(c, websocket.WebSocketBadStatusException):
+            status = c.status_code
+        if status in (401, 403):
+            return _rejected_key(where, detail, model)
+        if isinstance(c, httpx.HTTPStatusError):
+            return RemoteUnreachableError(
+                f"NDIF at {where} answered HTTP {status} for {model} ({detail}). The service "
+                "may be down or redeploying: python -c 'import nnsight; print(nnsight.status())'"
+            )
+    network = (httpx.TransportError, websocket.WebSocketException, ConnectionError, OSError)
+    if any(isinstance(c, network) for c in chain):
+        return RemoteUnreachableError(
+            f"Could not reach NDIF at {where} for {model} ({detail}). Check the network, "
+            "the host (NDIF_HOST), and NDIF's status with: python -c 'import nnsight; "
+            "print(nnsight.status())'"
+        )
+    if isinstance(exc, nnsight_private.job_failed()):
+        return _job_failure(detail, where=where, model=model)
+    return None
+
+
+def _job_failure(detail: str, *, where: str, model: str) -> RemoteError:
+    """The error for a job NDIF ran and reported as failed, by what its message says."""
+    text = detail.lower()
+    if re.search(r"api.?key|unauthori[sz]ed|forbidden|\b40[13]\b", text):
+        return _rejected_key(where, detail, model)
+    if re.search(r"whitelist|not allowed|modulenotfounderror|no module named", text):
+        return RemoteSandboxError(
+            f"NDIF's sandbox refused the request for {model} ({detail}). This is a "
+            "bindscope bug: trace bodies must call only bindscope.interventions.ops."
+        )
+    if re.search(r"hotswap|not dedicated|not deployed|not running|no deployment", text):
+        return RemoteModelNotServedError(
+            f"NDIF does not serve {model} now ({detail}). See "
+            "python -c 'import nnsight; print(nnsight.status())' for what runs."
+        )
+    if re.search(r"timeout|timed out|took longer", text):
+        return RemoteTimeoutError(
+            f"The job for {model} ran past NDIF's time limit ({detail}); use a smaller "
+            "--batch-size so each request does less."
+        )
+    return RemoteJobError(f"The NDIF job for {model} failed on the server: {detail}")
+
+
+def _rejected_key(where: str, detail: str, model: str) -> RemoteAuthError:
+    return RemoteAuthError(
+        f"{where} rejected the configured NDIF API key for {model} ({detail}). Check the key in "
+        f"{KEY_ENV} or nnsight's config (python -c 'import nnsight; nnsight.login()'); "
+        f"keys come from {KEY_URL}."
+    )
+
+
+class NdifBackend:
+    """An nnsight backend that sends a trace or session to NDIF as one request.
+
+    The payload is audited first (a refused request fails here, not after queueing), and
+    transport or server failures become ``RemoteError`` subclasses without the API key.
+    """
+
+    def __init__(self, nnsight_model, *, model_name: str) -> None:
+        self.model = nnsight_model
+        self.name = model_name
+
+    def __call__(self, tracer):
+        problems = audit(self.model, tracer)
+        if problems:
+            raise sandbox_error(problems, self.name)
+        try:
+            return _send(self.model, tracer)
+        except BindscopeError:
+            raise
+        except Exception as exc:
+            error = translate(exc, model=self.name)
+            if error is None:
+                raise
+            raise error from None  # the cause could quote the key
+
+
+def _send(nnsight_model, tracer):
+    """Submit one request to NDIF and wait for its saved values (tests replace this)."""
+    return nnsight_private.submit(nnsight_model, tracer)
