@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from bindscope.errors import RemoteJobError, SelfCheckError
-from bindscope.selfcheck import PROBE_TEXT, check_ablation_effect, check_causal
+from bindscope.selfcheck import PROBE_TEXT, check_ablation_effect, check_causal, row_sum_tolerance
 
 
 def _run_probe(model) -> dict:
@@ -52,8 +52,14 @@ def probe_capture(model) -> dict:
     if (stats[:, 0] == 0).any():
         raise SelfCheckError(f"{where}: attention probabilities could not be captured")
     row_error, upper = float(stats[:, 1].max()), float(stats[:, 2].max())
-    if row_error > 1e-3:
-        raise SelfCheckError(f"{where}: attention rows sum to 1 +- {row_error:.2e}, not 1")
+    # NDIF's deployment dtype is not visible from here: bound rows by the coarsest it may use
+    dtype = torch.bfloat16 if model.remote == "ndif" else model.dtype
+    bound = row_sum_tolerance(dtype, len(model.tokenize(PROBE_TEXT)))
+    if row_error > bound:
+        raise SelfCheckError(
+            f"{where}: attention rows sum to 1 +- {row_error:.2e}, beyond the {bound:.1e} that "
+            f"rounding in {dtype} explains; the captured tensor is not a softmax"
+        )
     check_causal(where, upper)
     effect = float(result["effect"])
     check_ablation_effect(where, effect, model)
