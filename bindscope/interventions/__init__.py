@@ -29,9 +29,16 @@ from bindscope.interventions.ops import (
     run_layers,
     zero_ablate,
 )
+from bindscope.interventions.specs import Knockout, Mean, Patch, Resample, Spec, Zero
 
 __all__ = [
     "HeadMeans",
+    "Knockout",
+    "Mean",
+    "Patch",
+    "Resample",
+    "Spec",
+    "Zero",
     "ablate_rows",
     "capture_attention",
     "head_means",
