@@ -486,9 +486,26 @@ def zero_ablate(model, heads=None, *, per_row=None, layers=None):
     run_layers(model, zero=heads, zero_per_row=per_row, only_layers=layers)
 
 
-def mean_ablate(model, means, heads=None, *, per_row=None, layers=None):
-    """Replace heads' pre-projection outputs by their means from ``head_means``."""
+def mean_ablate(model, heads=None, means=None, *, per_row=None, layers=None):
+    """Replace heads' pre-projection outputs by their means from ``head_means``.
+
+    Same argument order as every primitive (model, heads, then what the heads get);
+    the older ``mean_ablate(model, means, heads)`` order is still accepted.
+    """
+    if hasattr(heads, "means"):
+        heads, means = means, heads  # the older (model, means, heads) order
     run_layers(model, mean=heads, mean_per_row=per_row, means=means, only_layers=layers)
+
+
+def capture_probs(model, layers=None, *, reduce=None):
+    """Capture post-softmax attention probabilities, keyed by layer.
+
+    Like `capture_attention` (same ``layers=``: act only on these layers), but returns
+    ``{layer: [b, H, n, n]}`` (or ``reduce(probs)``), as `run_layers` does.
+    """
+    wanted = sorted(_layer_filter(layers, model.n_layers))
+    found = run_layers(model, capture=wanted, reduce=reduce, only_layers=wanted)
+    return found
 
 
 def capture_attention(model, layers=None, *, reduce=None):
@@ -499,7 +516,8 @@ def capture_attention(model, layers=None, *, reduce=None):
     layer's probabilities to something smaller before it is saved (e.g. BSI ``[b, H]``).
 
     Returns:
-        A list with one saved tensor per requested layer, ascending.
+        A list with one saved tensor per requested layer, ascending (`capture_probs`
+        returns the same keyed by layer).
     """
     wanted = sorted(_layer_filter(layers, model.n_layers))
     found = run_layers(model, capture=wanted, reduce=reduce, only_layers=wanted)

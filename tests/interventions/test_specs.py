@@ -255,3 +255,31 @@ def test_per_row_count_and_generation_refusals(tiny):
         tiny.logits(PROMPTS[:2], per_row=[None])
     with pytest.raises(InterventionError, match="fixed-length"):
         tiny.generate_ids(PROMPTS[:1], max_new_tokens=2, intervene=Patch(HEADS, PROMPTS[:1]))
+
+
+# -- consistent primitives -----------------------------------------------------------------
+
+
+def test_primitives_share_argument_order_and_capture_keyed_by_layer(tiny):
+    from bindscope.interventions import capture_attention, capture_probs
+
+    means = head_means(tiny, PROMPTS, HEADS)
+    batch = tiny.encode(PROMPTS[:2])
+    found = {}
+    with tiny.eager(), torch.no_grad(), tiny.nnsight.trace(**batch.inputs):
+        for layer in range(tiny.n_layers):
+            mean_ablate(tiny, HEADS, means, layers=[layer])  # (model, heads, means)
+            found.update(capture_probs(tiny, layers=[layer]))
+    with tiny.eager(), torch.no_grad(), tiny.nnsight.trace(**batch.inputs):
+        for layer in range(tiny.n_layers):
+            mean_ablate(tiny, means, HEADS, layers=[layer])  # the older order still works
+            listed = capture_attention(tiny, [layer])
+            found[f"old{layer}"] = listed[0]
+    assert sorted(k for k in found if isinstance(k, int)) == list(range(tiny.n_layers))
+    for layer in range(tiny.n_layers):
+        assert torch.equal(found[layer], found[f"old{layer}"])
+    reference = tiny.attention_probs(PROMPTS[:2], intervene=Mean(HEADS, means))
+    for r in range(2):
+        pad = batch.pad(r)
+        got = torch.stack([found[layer][r, :, pad:, pad:] for layer in range(tiny.n_layers)])
+        assert torch.equal(got, reference[r])
