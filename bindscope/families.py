@@ -26,6 +26,9 @@ class Family:
         ablation_site: Native path (relative to a decoder layer) of the output projection
             whose *input* holds the per-head outputs; zero-ablation edits that input.
         notes: What is special about the family, for error messages and docs.
+        final_norm: Name of the final norm under the uniform ``model`` (head attribution).
+        attention_post_norm: Name (in a decoder layer) of a norm applied to the attention
+            output before the residual add (OLMo 2, Gemma 2), else ``None``.
     """
 
     name: str
@@ -33,6 +36,8 @@ class Family:
     rename: dict[str, str] = field(default_factory=dict)
     ablation_site: str = "self_attn.o_proj"
     notes: str = ""
+    final_norm: str = "norm"
+    attention_post_norm: str | None = None
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -42,6 +47,7 @@ FAMILIES: tuple[Family, ...] = (
         {"gpt_neox": "model", "attention": "self_attn", "dense": "o_proj", "embed_out": "lm_head"},
         ablation_site="attention.dense",
         notes="Pythia; partial rotary; parallel residual",
+        final_norm="final_layer_norm",
     ),
     Family(
         "gpt2",
@@ -50,9 +56,16 @@ FAMILIES: tuple[Family, ...] = (
         ablation_site="attn.c_proj",
         notes="absolute positions (left padding needs position_ids); CRFM checkpoints use "
         "scale_attn_by_inverse_layer_idx, which transformers honours",
+        final_norm="ln_f",
     ),
     Family("olmo", ("olmo",), _LLAMA_LIKE_RENAME, notes="clip_qkv clamps q/k/v"),
-    Family("olmo2", ("olmo2",), _LLAMA_LIKE_RENAME, notes="q/k norm before RoPE"),
+    Family(
+        "olmo2",
+        ("olmo2",),
+        _LLAMA_LIKE_RENAME,
+        notes="q/k norm before RoPE; norm after attention",
+        attention_post_norm="post_attention_layernorm",
+    ),
     Family("smollm3", ("smollm3",), _LLAMA_LIKE_RENAME, notes="GQA; NoPE layers"),
     Family("qwen2", ("qwen2",), _LLAMA_LIKE_RENAME, notes="GQA; qkv bias"),
     Family("qwen3", ("qwen3",), _LLAMA_LIKE_RENAME, notes="GQA; q/k norm"),

@@ -312,6 +312,33 @@ class Model:
                     out[index] = stacked[row, :, :, pad:, pad:].float().contiguous()
         return out  # type: ignore[return-value]
 
+    def bsi(
+        self,
+        texts: Sequence[str],
+        term: str,
+        *,
+        intervene=None,
+        per_row=None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> list[torch.Tensor]:
+        """BSI ``[L, H]`` of ``term`` in each text (NaN when the term is one token).
+
+        The term is found with ``bindscope.prompts.locate`` (plural and alias forms too);
+        ``intervene``/``per_row`` as in `attention_probs`.
+
+        Raises:
+            SpanNotFoundError: The term is not in a text (the message names it).
+        """
+        from bindscope.metrics.binding import bsi_from_probs
+        from bindscope.prompts.spans import locate
+
+        texts = _check_texts(texts)
+        spans = [locate(self, t, term, prompt_id=f"#{i}") for i, t in enumerate(texts)]
+        probs = self.attention_probs(
+            texts, intervene=intervene, per_row=per_row, batch_size=batch_size
+        )
+        return [bsi_from_probs(p, span.indices) for p, span in zip(probs, spans)]
+
     @torch.no_grad()
     def logits(
         self,

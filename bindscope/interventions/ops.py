@@ -344,6 +344,17 @@ def collect_head_sums(model, layers, mask, into):
     return save(into)
 
 
+def last_position_inputs(model, final_norm):
+    """Save each layer's output-projection input and the final norm's input at the last
+    column (the last token of every left-padded row): ``{layer: [b, H*hd], "final": [b, d]}``."""
+    env = model.nnsight
+    found = {}
+    for layer in range(model.n_layers):
+        found[layer] = save(attention_module(env, layer).o_proj.input[:, -1].clone())
+    found["final"] = save(getattr(env.model, final_norm).input[:, -1].clone())
+    return save(found)
+
+
 def probe_stats(probs):
     """``[3]`` float32 check of one layer's weights: present (1 or 0), max row-sum error,
     largest weight above the diagonal."""
