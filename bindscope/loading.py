@@ -11,7 +11,8 @@ from pathlib import Path
 import torch
 
 from bindscope.errors import ModelLoadError
-from bindscope.families import family_for_config
+from bindscope.families import Family
+from bindscope.family_inference import check_inferred, resolve_family
 from bindscope.model import Model
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -128,6 +129,7 @@ def load_model(
     remote: bool | str = False,
     prepend_bos: bool | None = None,
     self_check: bool = True,
+    family: Family | None = None,
 ) -> Model:
     """Load and wrap a causal LM for capture and ablation.
 
@@ -144,6 +146,8 @@ def load_model(
         prepend_bos: Force BOS on or off; None follows the tokenizer's own rule.
         self_check: Run the cheap load-time checks (probabilities, causal mask, ablation);
             remotely, one small request that also decides how probabilities are captured.
+        family: A ``bindscope.families.Family`` row to use for this model instead of the
+            table's (for an architecture bindscope does not know yet).
     """
     if remote not in (False, True, "local", None):
         raise ModelLoadError(f"remote must be True, 'local' or False, not {remote!r}")
@@ -179,11 +183,13 @@ def load_model(
             )
         hf, tok = model.eval(), tokenizer
         name = getattr(hf.config, "name_or_path", None) or type(hf).__name__
-    family = family_for_config(hf.config, model_name=name)
+    family, inferred = resolve_family(hf, name, family)
     wrapped = Model(
         hf, tokenizer or tok, family=family, name=name, revision=revision, prepend_bos=prepend_bos
     )
-    if self_check:
+    if inferred:
+        check_inferred(wrapped)
+    elif self_check:
         from bindscope.selfcheck import self_check as run_check
 
         run_check(wrapped)
