@@ -129,7 +129,9 @@ class Knockout:
     """Attention knockout: remove ``(query_pos, key_pos)`` edges before the softmax.
 
     Positions count tokens of the unpadded text (BOS included when the model adds one);
-    each query row renormalises over the keys left.
+    each query row renormalises over the keys left. The listed heads' mask at the attention
+    call gets minus infinity on those edges, so it works under eager and sdpa attention,
+    with GQA and under left padding; during generation it applies to the prompt pass.
     """
 
     heads: tuple[tuple[int, int], ...]

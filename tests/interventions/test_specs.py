@@ -283,3 +283,22 @@ def test_primitives_share_argument_order_and_capture_keyed_by_layer(tiny):
         pad = batch.pad(r)
         got = torch.stack([found[layer][r, :, pad:, pad:] for layer in range(tiny.n_layers)])
         assert torch.equal(got, reference[r])
+
+
+def test_knockout_under_sdpa_equals_the_eager_reference(tiny):
+    """The mask edit also works when the model runs sdpa (bool or float mask, GQA)."""
+    texts = PROMPTS
+    lengths = [len(tiny.tokenize(t)) for t in texts]
+    per_row = [Knockout(HEADS, _edges(n)) if n > 3 else None for n in lengths]
+    eager = tiny.logits(texts, per_row=per_row)
+    previous = tiny.attn_implementation
+    try:
+        tiny.hf.set_attn_implementation("sdpa")
+    except ValueError:
+        pytest.skip(f"{tiny.family} has no sdpa attention")
+    try:
+        got = tiny.logits(texts, per_row=per_row)
+    finally:
+        tiny.hf.set_attn_implementation(previous)
+    for value, ref in zip(got, eager):
+        torch.testing.assert_close(value, ref, rtol=0, atol=logit_atol(ref, tiny.n_layers))
