@@ -26,6 +26,10 @@ class InputError(BindscopeError, ValueError):
     """Texts or other inputs are empty or malformed."""
 
 
+class InterventionError(BindscopeError, ValueError):
+    """An intervention spec does not fit the model or the texts (lengths, edges, reference)."""
+
+
 class SelfCheckError(BindscopeError):
     """The load-time self-check found the wrapped model misbehaving."""
 

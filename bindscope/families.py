@@ -26,6 +26,9 @@ class Family:
         ablation_site: Native path (relative to a decoder layer) of the output projection
             whose *input* holds the per-head outputs; zero-ablation edits that input.
         notes: What is special about the family, for error messages and docs.
+        final_norm: Name of the final norm under the uniform ``model`` (head attribution).
+        attention_post_norm: Name (in a decoder layer) of a norm applied to the attention
+            output before the residual add (OLMo 2, Gemma 2), else ``None``.
     """
 
     name: str
@@ -33,6 +36,8 @@ class Family:
     rename: dict[str, str] = field(default_factory=dict)
     ablation_site: str = "self_attn.o_proj"
     notes: str = ""
+    final_norm: str = "norm"
+    attention_post_norm: str | None = None
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -42,6 +47,7 @@ FAMILIES: tuple[Family, ...] = (
         {"gpt_neox": "model", "attention": "self_attn", "dense": "o_proj", "embed_out": "lm_head"},
         ablation_site="attention.dense",
         notes="Pythia; partial rotary; parallel residual",
+        final_norm="final_layer_norm",
     ),
     Family(
         "gpt2",
@@ -50,29 +56,93 @@ FAMILIES: tuple[Family, ...] = (
         ablation_site="attn.c_proj",
         notes="absolute positions (left padding needs position_ids); CRFM checkpoints use "
         "scale_attn_by_inverse_layer_idx, which transformers honours",
+        final_norm="ln_f",
     ),
     Family("olmo", ("olmo",), _LLAMA_LIKE_RENAME, notes="clip_qkv clamps q/k/v"),
-    Family("olmo2", ("olmo2",), _LLAMA_LIKE_RENAME, notes="q/k norm before RoPE"),
+    Family(
+        "olmo2",
+        ("olmo2",),
+        _LLAMA_LIKE_RENAME,
+        notes="q/k norm before RoPE; norm after attention",
+        attention_post_norm="post_attention_layernorm",
+    ),
     Family("smollm3", ("smollm3",), _LLAMA_LIKE_RENAME, notes="GQA; NoPE layers"),
     Family("qwen2", ("qwen2",), _LLAMA_LIKE_RENAME, notes="GQA; qkv bias"),
     Family("qwen3", ("qwen3",), _LLAMA_LIKE_RENAME, notes="GQA; q/k norm"),
     Family("llama", ("llama",), _LLAMA_LIKE_RENAME, notes="GQA; BOS depends on the tokenizer"),
+    Family("mistral", ("mistral",), _LLAMA_LIKE_RENAME, notes="GQA; sliding window optional"),
+    Family("gemma", ("gemma",), _LLAMA_LIKE_RENAME, notes="RMSNorm scale 1 + w; scaled embeds"),
+    Family(
+        "gemma2",
+        ("gemma2",),
+        _LLAMA_LIKE_RENAME,
+        notes="attention logit soft-capping; norms before and after attention",
+        attention_post_norm="post_attention_layernorm",
+    ),
+    Family("phi3", ("phi3",), _LLAMA_LIKE_RENAME, notes="fused qkv_proj; GQA"),
 )
 
+# Families added at run time with `register`; searched before the built-in rows.
+_REGISTERED: list[Family] = []
+
 FAMILY_NAMES: tuple[str, ...] = tuple(f.name for f in FAMILIES)
+
+REGISTER_HINT = (
+    "To add one without editing bindscope: bindscope.families.register(Family(name, "
+    "(model_type,), rename={...native: uniform...}, ablation_site=...)), or pass "
+    "load_model(..., family=Family(...)) for one model."
+)
+
+
+def register(family: Family) -> Family:
+    """Add a family at run time (it wins over a built-in row for the same model_type)."""
+    if not isinstance(family, Family):
+        raise TypeError(f"register() takes a Family, not {type(family).__name__}")
+    _REGISTERED[:] = [f for f in _REGISTERED if f.name != family.name]
+    _REGISTERED.insert(0, family)
+    return family
+
+
+def families() -> tuple[Family, ...]:
+    """Every family known now: registered ones first, then the built-in rows."""
+    return (*_REGISTERED, *FAMILIES)
 
 
 def family_for_config(config, *, model_name: str = "model") -> Family:
     """Return the family row for a transformers config, or raise naming the class."""
     model_type = getattr(config, "model_type", None)
-    for family in FAMILIES:
+    for family in families():
         if model_type in family.model_types:
             return family
     architectures = getattr(config, "architectures", None) or [type(config).__name__]
     raise UnsupportedModelError(
         f"{model_name}: architecture {', '.join(architectures)} (model_type={model_type!r}) is not "
-        f"supported. Supported families: {', '.join(FAMILY_NAMES)}. To add one, append a Family "
-        "row to bindscope/families.py and a tiny config to tests/conftest.py."
+        f"supported. Supported families: {', '.join(f.name for f in families())}. " + REGISTER_HINT
+    )
+
+
+def standard_layout_family(hf_model) -> Family | None:
+    """A Llama-layout row for an unknown model whose modules follow the standard names.
+
+    Standard: ``model.layers[i].self_attn.o_proj``, ``model.norm`` and ``lm_head``.
+    Returns ``None`` when the model does not have them.
+    """
+    base = getattr(hf_model, "model", None)
+    layers = getattr(base, "layers", None)
+    try:
+        o_proj = layers[0].self_attn.o_proj
+    except (AttributeError, IndexError, TypeError):
+        return None
+    if o_proj is None or getattr(base, "norm", None) is None:
+        return None
+    if getattr(hf_model, "lm_head", None) is None:
+        return None
+    model_type = getattr(hf_model.config, "model_type", None) or type(hf_model).__name__
+    return Family(
+        str(model_type),
+        (model_type,),
+        _LLAMA_LIKE_RENAME,
+        notes="inferred from the standard Llama layout (no family row)",
     )
 
 

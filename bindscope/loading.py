@@ -11,7 +11,8 @@ from pathlib import Path
 import torch
 
 from bindscope.errors import ModelLoadError
-from bindscope.families import family_for_config
+from bindscope.families import Family, family_for_config
+from bindscope.family_inference import check_inferred, resolve_family
 from bindscope.model import Model
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -140,14 +141,21 @@ def _from_pretrained(source: str, *, revision: str | None, dtype, device):
 
 
 def wrap_model(
-    hf, tokenizer, *, name: str, revision: str | None, prepend_bos: bool | None, **options
+    hf,
+    tokenizer,
+    *,
+    name: str,
+    revision: str | None,
+    prepend_bos: bool | None,
+    family: Family | None = None,
+    **options,
 ) -> Model:
     """Wrap a transformers model, with weights or on the meta device, as a ``Model``.
 
-    The family row comes from its config; ``options`` go to ``Model`` (``nnsight_model``,
-    ``remote``: how ``bindscope.remote`` wraps a model NDIF runs).
+    The family row is ``family`` or the one its config names; ``options`` go to ``Model``
+    (``nnsight_model``, ``remote``: how ``bindscope.remote`` wraps a model NDIF runs).
     """
-    family = family_for_config(hf.config, model_name=name)
+    family = family or family_for_config(hf.config, model_name=name)
     return Model(
         hf,
         tokenizer,
@@ -169,6 +177,7 @@ def load_model(
     remote: bool | str = False,
     prepend_bos: bool | None = None,
     self_check: bool = True,
+    family: Family | None = None,
 ) -> Model:
     """Load and wrap a causal LM for capture and ablation.
 
@@ -187,6 +196,8 @@ def load_model(
         prepend_bos: Force BOS on or off; None follows the tokenizer's own rule.
         self_check: Run the cheap load-time checks (probabilities, causal mask, ablation);
             remotely, one small request that also decides how probabilities are captured.
+        family: A ``bindscope.families.Family`` row to use for this model instead of the
+            table's (for an architecture bindscope does not know yet).
     """
     if remote not in (False, True, "local", None):
         raise ModelLoadError(f"remote must be True, 'local' or False, not {remote!r}")
@@ -234,10 +245,13 @@ def load_model(
             )
         hf, tok = model.eval(), tokenizer
         name = getattr(hf.config, "name_or_path", None) or type(hf).__name__
+    family, inferred = resolve_family(hf, name, family)
     wrapped = wrap_model(
-        hf, tokenizer or tok, name=name, revision=revision, prepend_bos=prepend_bos
+        hf, tokenizer or tok, name=name, revision=revision, prepend_bos=prepend_bos, family=family
     )
-    if self_check:
+    if inferred:
+        check_inferred(wrapped)
+    elif self_check:
         from bindscope.selfcheck import self_check as run_check
 
         run_check(wrapped)

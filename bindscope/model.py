@@ -9,10 +9,12 @@ from dataclasses import dataclass
 
 import torch
 
-from bindscope.errors import InputError
+from bindscope.errors import InputError, InterventionError
 from bindscope.families import Family, dims_from_config
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.heads import Head, normalize_heads
+from bindscope.interventions.plan import PlannedBatch, plan_batches
+from bindscope.interventions.specs import resolve_rows
 
 DEFAULT_BATCH_SIZE = 16
 # Batches per generation session (one request when the model is remote).
@@ -195,16 +197,30 @@ class Model:
             if self.attn_implementation != previous:
                 self.hf.set_attn_implementation(previous)
 
+    def _source_labels(self, prefix: str) -> list[str]:
+        listing = str(self.nnsight.model.layers[0].self_attn.source)
+        return [line.split()[0] for line in listing.splitlines() if line.strip().startswith(prefix)]
+
+    @property
+    def knockout_site(self) -> tuple[str, int]:
+        """Where ``Knockout`` edits the mask: the attention call's label and mask index.
+
+        GPT-2 with ``reorder_and_upcast_attn`` runs its own eager attention method instead
+        of the attention interface (mask is its 4th argument, not its 5th).
+        """
+        if self.attn_implementation == "eager" and getattr(
+            self.hf.config, "reorder_and_upcast_attn", False
+        ):
+            labels = self._source_labels("self__upcast_and_reordered_attn_")
+            if labels:
+                return labels[-1], 3
+        return self.attention_call_label, 4
+
     @property
     def attention_call_label(self) -> str:
         """The ``.source`` label of the attention-function call (version-robust lookup)."""
         if self._call_label is None:
-            listing = str(self.nnsight.model.layers[0].self_attn.source)
-            labels = [
-                line.split()[0]
-                for line in listing.splitlines()
-                if line.strip().startswith("attention_interface_")
-            ]
+            labels = self._source_labels("attention_interface_")
             if not labels:
                 raise RuntimeError(
                     f"{self.name} ({self.family}): no attention_interface call found in "
@@ -216,12 +232,49 @@ class Model:
 
     # -- high-level calls -----------------------------------------------------------------
 
+    def _rows(self, texts, *, intervene=None, per_row=None, ablate=None, means=None):
+        """Checked ops per text (``specs.resolve_rows``)."""
+        return resolve_rows(
+            self, texts, intervene=intervene, per_row=per_row, ablate=ablate, means=means
+        )
+
+    def _trace_batch(self, planned: PlannedBatch, body, **options):
+        """Run ``body()`` on a planned batch; donors (if any) run first in their own invoke.
+
+        ``body`` applies the plan (and captures); it must return its result saved.
+        """
+        # plain dicts of tensors only in the body: it ships by value when remote
+        env, plan, inputs, donor_inputs = (
+            self.nnsight,
+            planned.plan,
+            planned.batch.inputs,
+            planned.donors,
+        )
+        if donor_inputs is None:
+            with env.trace(**inputs, **options, **self.trace_options) as tracer:
+                found = body(None)
+                tracer.stop()
+            return found
+        donors: dict = {}  # filled by the first invoke, read by the second
+        with env.trace(**options, **self.trace_options) as tracer:
+            with tracer.invoke(**donor_inputs):
+                ops.donor_outputs(self, plan["donor_layers"], donors)
+            with tracer.invoke(**inputs):
+                found = body(donors)
+                tracer.stop()
+            if "knockout_batch" in plan:
+                with tracer.invoke():  # the whole batch, donor rows first
+                    ops.knock_out_batch(self, plan["knockout_batch"], plan["site"])
+        return found
+
     @torch.no_grad()
     def attention_probs(
         self,
         texts: Sequence[str],
         *,
         layers: Iterable[int] | None = None,
+        intervene=None,
+        per_row=None,
         ablate=None,
         batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> list[torch.Tensor]:
@@ -229,39 +282,95 @@ class Model:
 
         Args:
             texts: Prompts.
-            layers: Layer indices to return (default all), ascending in the output.
-            ablate: ``(layer, head)`` pairs zero-ablated during the pass.
+            layers: Layer indices to capture (default all), ascending in the output.
+            intervene: A spec (``Zero``, ``Mean``, ``Patch``, ``Resample``, ``Knockout``) or
+                a list of specs applied to every text.
+            per_row: One spec, list of specs or ``None`` per text.
+            ablate: ``(layer, head)`` pairs zero-ablated (shorthand for ``Zero``).
         """
         wanted = sorted(set(range(self.n_layers) if layers is None else layers))
         for layer in wanted:
             if not 0 <= layer < self.n_layers:
                 self.check_heads([(layer, 0)])  # raises with the range in the message
-        spec = self.check_heads(ablate)
-        out: list[torch.Tensor | None] = [None] * len(_check_texts(texts))
+        texts = _check_texts(texts)
+        rows = self._rows(texts, intervene=intervene, per_row=per_row, ablate=ablate)
+        out: list[torch.Tensor | None] = [None] * len(texts)
         with self.eager():
-            for batch in self.batches(texts, batch_size=batch_size):
-                with self.nnsight.trace(**batch.inputs, **self.trace_options) as tracer:
+            for planned in plan_batches(self, texts, rows, batch_size=batch_size):
+                batch = planned.batch
+                if "knockout_batch" in planned.plan and self.capture_mode == "recompute":
+                    raise InterventionError(
+                        f"{self.name}: capturing probabilities by recomputation sees the "
+                        "mask before a Knockout that shares its batch with a Patch; run "
+                        "them in separate calls"
+                    )
+
+                def body(donors, plan=planned.plan):
                     # bound to a name: a remote run returns only saved values the body binds
-                    found = run_layers(self, capture=wanted, zero=spec or None)
-                    tracer.stop()  # later layers cannot change the captured probabilities
+                    found = run_layers(self, capture=wanted, plan=plan, donors=donors)
+                    return found
+
+                found = self._trace_batch(planned, body)
                 stacked = torch.stack([found[layer] for layer in wanted], 1)  # [b, L', H, n, n]
                 for row, index in enumerate(batch.indices):
                     pad = batch.pad(row)
                     out[index] = stacked[row, :, :, pad:, pad:].float().contiguous()
         return out  # type: ignore[return-value]
 
+    def bsi(
+        self,
+        texts: Sequence[str],
+        term: str,
+        *,
+        intervene=None,
+        per_row=None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> list[torch.Tensor]:
+        """BSI ``[L, H]`` of ``term`` in each text (NaN when the term is one token).
+
+        The term is found with ``bindscope.prompts.locate`` (plural and alias forms too);
+        ``intervene``/``per_row`` as in `attention_probs`.
+
+        Raises:
+            SpanNotFoundError: The term is not in a text (the message names it).
+        """
+        from bindscope.metrics.binding import bsi_from_probs
+        from bindscope.prompts.spans import locate
+
+        texts = _check_texts(texts)
+        spans = [locate(self, t, term, prompt_id=f"#{i}") for i, t in enumerate(texts)]
+        probs = self.attention_probs(
+            texts, intervene=intervene, per_row=per_row, batch_size=batch_size
+        )
+        return [bsi_from_probs(p, span.indices) for p, span in zip(probs, spans)]
+
     @torch.no_grad()
     def logits(
-        self, texts: Sequence[str], *, ablate=None, batch_size: int = DEFAULT_BATCH_SIZE
+        self,
+        texts: Sequence[str],
+        *,
+        intervene=None,
+        per_row=None,
+        ablate=None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> list[torch.Tensor]:
-        """Next-token logits ``[n, vocab]`` per text, padding removed."""
-        spec = self.check_heads(ablate)
-        out: list[torch.Tensor | None] = [None] * len(_check_texts(texts))
-        for batch in self.batches(texts, batch_size=batch_size):
-            with self.nnsight.trace(**batch.inputs, **self.trace_options):
-                if spec:
-                    run_layers(self, zero=spec)
+        """Next-token logits ``[n, vocab]`` per text, padding removed.
+
+        ``intervene``, ``per_row`` and ``ablate`` as in `attention_probs`.
+        """
+        texts = _check_texts(texts)
+        rows = self._rows(texts, intervene=intervene, per_row=per_row, ablate=ablate)
+        out: list[torch.Tensor | None] = [None] * len(texts)
+        for planned in plan_batches(self, texts, rows, batch_size=batch_size):
+            batch = planned.batch
+
+            def body(donors, plan=planned.plan):
+                if plan:
+                    run_layers(self, plan=plan, donors=donors)
                 logits = self.nnsight.lm_head.output.save()  # [b, n, V]
+                return logits
+
+            logits = self._trace_batch(planned, body)
             for row, index in enumerate(batch.indices):
                 out[index] = logits[row, batch.pad(row) :].float()
         return out  # type: ignore[return-value]
@@ -271,18 +380,20 @@ class Model:
         texts: Sequence[str],
         *,
         max_new_tokens: int,
-        ablate=None,
+        intervene=None,
         per_row=None,
+        ablate=None,
         batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> list[str]:
-        """Greedy continuations (prompt excluded), ablating on every decoding step."""
+        """Greedy continuations (prompt excluded), intervening on every decoding step."""
         return [
             self.tokenizer.decode(ids, skip_special_tokens=True)
             for ids in self.generate_ids(
                 texts,
                 max_new_tokens=max_new_tokens,
-                ablate=ablate,
+                intervene=intervene,
                 per_row=per_row,
+                ablate=ablate,
                 batch_size=batch_size,
             )
         ]
@@ -293,21 +404,27 @@ class Model:
         texts: Sequence[str] | Sequence[Sequence[int]],
         *,
         max_new_tokens: int,
-        ablate=None,
+        intervene=None,
         per_row=None,
+        ablate=None,
         means=None,
         batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> list[list[int]]:
         """Greedy new token ids per text, cut at the first end-of-sequence token.
 
-        ``per_row`` gives one head list per text (different ablations in one batch);
-        ``means`` (from ``head_means``) switches from zero- to mean-ablation.
+        ``intervene``/``per_row`` take ``Zero``, ``Mean`` and ``Knockout`` (edges within
+        the prompt); ``Patch`` and ``Resample`` need fixed-length texts and are refused.
+        The old forms still work: ``per_row`` as one head list per text, and ``means``
+        (from ``head_means``) turning ``ablate`` and head lists into mean-ablation.
         """
         texts = _check_texts(texts)
-        if per_row is not None and len(per_row) != len(texts):
-            raise InputError(f"per_row has {len(per_row)} entries for {len(texts)} texts")
-        spec = self.check_heads(ablate)
-        rows_spec = [self.check_heads(r) for r in per_row] if per_row is not None else None
+        rows = self._rows(texts, intervene=intervene, per_row=per_row, ablate=ablate, means=means)
+        for i, row in enumerate(rows):
+            if any(op.kind == "donor" for op in row):
+                raise InterventionError(
+                    f"{self.name}: text #{i}: Patch and Resample act on fixed-length texts, "
+                    "not on generation; use them with logits() or attention_probs()"
+                )
         out: list[list[int] | None] = [None] * len(texts)
         eos = self.hf.generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
@@ -317,17 +434,13 @@ class Model:
             "pad_token_id": self.tokenizer.pad_token_id,
         }
         jobs = []
-        for batch in self.batches(texts, batch_size=batch_size):
-            batch_rows = [rows_spec[i] for i in batch.indices] if rows_spec else None
-            if batch_rows is not None and not any(batch_rows):
-                batch_rows = None
+        for planned in plan_batches(self, texts, rows, batch_size=batch_size):
+            batch = planned.batch
             inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
-            jobs.append((batch, inputs, batch_rows))
+            jobs.append((batch, inputs, planned.plan))
         for start in range(0, len(jobs), SESSION_BATCHES):
             part = jobs[start : start + SESSION_BATCHES]
-            results = self._generate_session(
-                [(inputs, rows) for _, inputs, rows in part], spec, means, kwargs
-            )
+            results = self._generate_session([(inputs, plan) for _, inputs, plan in part], kwargs)
             for (batch, _, _), result in zip(part, results):
                 new = result[:, batch.input_ids.shape[1] :].tolist()
                 for row, index in enumerate(batch.indices):
@@ -339,8 +452,8 @@ class Model:
                     out[index] = ids
         return out  # type: ignore[return-value]
 
-    def _generate_session(self, jobs, spec, means, kwargs) -> list[torch.Tensor]:
-        """Generate every ``(inputs, per-row heads)`` job in one session.
+    def _generate_session(self, jobs, kwargs) -> list[torch.Tensor]:
+        """Generate every ``(inputs, plan)`` job in one session.
 
         Locally a plain session; remotely one request, so several batches share its
         round trip. Only the generated ids ``[b, n + new]`` come back.
@@ -350,20 +463,12 @@ class Model:
             warnings.filterwarnings("ignore", message=".*was never reached.*")
             with env.session(**self.trace_options):
                 results = [].save()
-                for inputs, rows in jobs:
+                for inputs, plan in jobs:
                     with env.generate(**kwargs) as tracer:
                         with tracer.invoke(**inputs):
-                            if spec or rows:
+                            if plan:
                                 for _ in tracer.all():
-                                    if means is None:
-                                        ops.run_layers(self, zero=spec or None, zero_per_row=rows)
-                                    else:
-                                        ops.run_layers(
-                                            self,
-                                            mean=spec or None,
-                                            mean_per_row=rows,
-                                            means=means,
-                                        )
+                                    ops.run_layers(self, plan=plan)
                         with tracer.invoke():
                             results.append(tracer.result)
         return results

@@ -22,7 +22,20 @@ CORPUS = [
     "Developers should test landmark regions and heading structure.",
 ]
 
-FAMILY_NAMES = ["gpt_neox", "gpt2", "olmo", "olmo2", "smollm3", "qwen2", "qwen3", "llama"]
+FAMILY_NAMES = [
+    "gpt_neox",
+    "gpt2",
+    "olmo",
+    "olmo2",
+    "smollm3",
+    "qwen2",
+    "qwen3",
+    "llama",
+    "mistral",
+    "gemma",
+    "gemma2",
+    "phi3",
+]
 
 
 def _train_tokenizer(kind: str):
@@ -101,6 +114,19 @@ def tiny_config(family: str):
         "qwen2": lambda: tf.Qwen2Config(**common, num_key_value_heads=2),
         "qwen3": lambda: tf.Qwen3Config(**common, num_key_value_heads=2, head_dim=16),
         "llama": lambda: tf.LlamaConfig(**common, num_key_value_heads=2),
+        "mistral": lambda: tf.MistralConfig(**common, num_key_value_heads=2, head_dim=16),
+        "gemma": lambda: tf.GemmaConfig(**common, num_key_value_heads=1, head_dim=16),
+        # soft-capping at 5 (not 50) so the cap bends these small models' scores
+        "gemma2": lambda: tf.Gemma2Config(
+            **common,
+            num_key_value_heads=2,
+            head_dim=16,
+            query_pre_attn_scalar=16,
+            attn_logit_softcapping=5.0,
+            final_logit_softcapping=None,
+            tie_word_embeddings=False,  # tied, the scaled input embedding decides every token
+        ),
+        "phi3": lambda: tf.Phi3Config(**common, num_key_value_heads=2),
     }[family]()
 
 

@@ -12,7 +12,7 @@ PROB_ZERO: dict[int, list[int]] = {}
 
 
 def _prob_zero_attention(
-    module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs
+    module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None, **kwargs
 ):
     """Eager attention that zeroes chosen heads' probabilities after the softmax."""
     n_rep = query.shape[1] // key.shape[1]
@@ -20,6 +20,8 @@ def _prob_zero_attention(
     value = value.repeat_interleave(n_rep, dim=1)
     scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
     weights = (query @ key.transpose(-1, -2)) * scaling
+    if softcap is not None:  # Gemma 2 caps the scores before the mask
+        weights = torch.tanh(weights / softcap) * softcap
     if attention_mask is not None:
         weights = weights + attention_mask[..., : key.shape[-2]]
     weights = weights.softmax(-1, dtype=torch.float32).to(query.dtype)

@@ -1,14 +1,23 @@
-"""Tracing-context primitives: capture attention and ablate heads inside one nnsight trace.
+"""Interventions: specs for every call, and primitives for your own traces.
 
-Call them inside ``with model.nnsight.trace(**model.encode(texts).inputs):`` (or inside an
-``invoke``), in execution order: a layer's ablation before that layer's capture, and
-earlier layers before later ones. Each primitive takes ``layers=`` so a loop over layers
-can interleave them::
+**Specs** (`Zero`, `Mean`, `Patch`, `Resample`, `Knockout`) say what is done to which
+heads; every call that runs the model takes them as ``intervene=`` (all texts) or
+``per_row=`` (one entry per text)::
+
+    model.logits(texts, intervene=Patch([(2, 8)], source=corrupted))
+
+**Primitives** work inside ``with model.nnsight.trace(**model.encode(texts).inputs):``
+(or an ``invoke``), in execution order: a layer's ablation before that layer's capture,
+earlier layers before later ones. They share one argument order (model, heads, then what
+the heads get), ``per_row=`` for a different head list per batch row, and one meaning of
+``layers=``: act only on these layers (default all), so a loop over layers can interleave
+them. `capture_probs` and `run_layers` return ``{layer: value}``; `capture_attention` is
+the older list form::
 
     with model.eager(), model.nnsight.trace(**batch.inputs):
         for layer in range(model.n_layers):
             zero_ablate(model, [(2, 8)], layers=[layer])
-            probs += capture_attention(model, [layer])
+            probs.update(capture_probs(model, layers=[layer]))
 
 The primitives themselves live in ``ops`` (torch and math only), so the same bodies run
 locally and, shipped by value, on NDIF.
@@ -25,15 +34,24 @@ from bindscope.interventions import ops
 from bindscope.interventions.ops import (
     ablate_rows,
     capture_attention,
+    capture_probs,
     mean_ablate,
     run_layers,
     zero_ablate,
 )
+from bindscope.interventions.specs import Knockout, Mean, Patch, Resample, Spec, Zero
 
 __all__ = [
     "HeadMeans",
+    "Knockout",
+    "Mean",
+    "Patch",
+    "Resample",
+    "Spec",
+    "Zero",
     "ablate_rows",
     "capture_attention",
+    "capture_probs",
     "head_means",
     "mean_ablate",
     "run_layers",

@@ -153,6 +153,100 @@ def mean_heads(envoy, layer, heads, n_heads, head_dim, means, replace=None):
         view.copy_(mixed)
 
 
+def donor_outputs(model, layers, into):
+    """Fill ``into`` with the donor invoke's per-head outputs ``{layer: [d, W, H, hd]}``.
+
+    Runs in an earlier invoke of the same trace as the patched texts: at each layer the
+    donor rows are read (and copied into ``into`` at once, before the next layer runs)
+    before the patched rows' invoke reaches that layer and writes.
+    """
+    for layer in layers:
+        x = attention_module(model.nnsight, layer).o_proj.input  # [d, W, H*hd]
+        into[layer] = head_view(x, model.n_heads, model.head_dim).clone()
+
+
+def knock_out_batch(model, knockout, site):
+    """Knock edges out across a whole multi-invoke batch (run in an empty invoke).
+
+    With donor rows in their own invoke, the mask must be replaced for all rows at once:
+    one invoke's per-head mask cannot be joined to the others' shared one.
+    """
+    for layer in sorted(knockout):
+        knock_out(attention_module(model.nnsight, layer), knockout[layer], site)
+
+
+def patch_view(view, entries, acts):
+    """Write donor rows' head outputs into ``view`` ``[b, W, H, hd]`` where masked.
+
+    Args:
+        entries: ``[(where [b, W, H] bool, donor_row [b] long), ...]``, applied in order.
+        acts: ``[d, W, H, hd]`` donor outputs of this layer.
+    """
+    for where, donor_row in entries:
+        source = acts[donor_row.to(acts.device)].to(view.dtype)  # [b, W, H, hd]
+        view.copy_(torch.where(where.to(view.device)[..., None], source, view))
+
+
+def knock_out(attn, removed, site):
+    """Remove attention edges before the softmax by editing the attention call's mask.
+
+    Args:
+        attn: The attention envoy of one layer.
+        removed: ``[b, H, W, W]`` bool, True on removed (query, key) edges (padded columns).
+        site: ``(label, mask_index)``: the ``.source`` label of the attention call and where
+            its mask sits among the positional arguments (queries at ``mask_index - 3``).
+
+    Returns:
+        The call's ``(args, kwargs)`` as the model now sees them. A decoding step (a query
+        or key count other than ``W``) is left alone: its new query has no listed edge.
+    """
+    label, index = site
+    call = getattr(attn.source, label)
+    args, kwargs = call.inputs
+    query, key = args[index - 3], args[index - 2]
+    n_q, n_k = query.shape[-2], key.shape[-2]
+    if n_q != removed.shape[-2] or n_k != removed.shape[-1]:
+        return args, kwargs
+    in_args = len(args) > index
+    mask = args[index] if in_args else kwargs.get("attention_mask")
+    removed = removed.to(query.device)
+    shape = (removed.shape[0], removed.shape[1], n_q, n_k)
+    if mask is None:  # causal fast path: build the causal mask it stands for
+        causal = torch.ones(n_q, n_k, dtype=torch.bool, device=query.device).tril(n_k - n_q)
+        mask = torch.zeros(n_q, n_k, dtype=query.dtype, device=query.device)
+        mask = mask.masked_fill(~causal, float("-inf"))
+    if mask.dtype == torch.bool:
+        new = mask[..., :n_q, :n_k].expand(shape) & ~removed
+    else:
+        new = mask[..., :n_q, :n_k].expand(shape).masked_fill(removed, float("-inf"))
+    if in_args:
+        args = (*args[:index], new, *args[index + 1 :])
+    else:
+        kwargs = dict(kwargs)
+        kwargs["attention_mask"] = new
+    call.inputs = (args, kwargs)
+    return args, kwargs
+
+
+def apply_plan(model, layer, plan, donors):
+    """Apply one layer's patch, mean and zero entries of a plan (in that order)."""
+    patch = plan.get("patch", {})
+    mean = plan.get("mean", {})
+    zero = plan.get("zero", {})
+    if layer not in patch and layer not in mean and layer not in zero:
+        return
+    x = attention_module(model.nnsight, layer).o_proj.input  # [b, W, H*hd]
+    view = head_view(x, model.n_heads, model.head_dim)  # [b, W, H, hd]
+    if layer in patch:
+        patch_view(view, patch[layer], donors[layer])
+    for replace, means in mean.get(layer, []):
+        means = means.to(device=view.device, dtype=view.dtype)
+        mixed = torch.where(replace.to(view.device)[:, None, :, None], means[None, None], view)
+        view.copy_(mixed)
+    if layer in zero:
+        view.mul_(zero[layer].to(device=view.device, dtype=view.dtype)[:, None, :, None])
+
+
 def recompute_probs(args, kwargs):
     """Attention probabilities from the attention function's inputs.
 
@@ -173,6 +267,9 @@ def recompute_probs(args, kwargs):
         scaling = 1.0 / math.sqrt(q.shape[-1])
     k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)  # GQA, same as repeat_kv
     scores = (q.float() @ k.float().transpose(-1, -2)) * scaling  # [b, H, q, k]
+    softcap = kwargs.get("softcap")
+    if softcap:  # Gemma 2 caps the logits before the mask
+        scores = torch.tanh(scores / softcap) * softcap
     n_q, n_k = scores.shape[-2:]
     if mask is None:
         causal = torch.ones(n_q, n_k, dtype=torch.bool, device=scores.device).tril(n_k - n_q)
@@ -247,6 +344,17 @@ def collect_head_sums(model, layers, mask, into):
     return save(into)
 
 
+def last_position_inputs(model, final_norm):
+    """Save each layer's output-projection input and the final norm's input at the last
+    column (the last token of every left-padded row): ``{layer: [b, H*hd], "final": [b, d]}``."""
+    env = model.nnsight
+    found = {}
+    for layer in range(model.n_layers):
+        found[layer] = save(attention_module(env, layer).o_proj.input[:, -1].clone())
+    found["final"] = save(getattr(env.model, final_norm).input[:, -1].clone())
+    return save(found)
+
+
 def probe_stats(probs):
     """``[3]`` float32 check of one layer's weights: present (1 or 0), max row-sum error,
     largest weight above the diagonal."""
@@ -298,6 +406,8 @@ def run_layers(
     only_layers=None,
     into=None,
     allow_missing=False,
+    plan=None,
+    donors=None,
 ):
     """Walk the layers once, in execution order, applying ablations and captures.
 
@@ -306,7 +416,9 @@ def run_layers(
     ``into`` when given), marked saved. Bind it in the body (``found = run_layers(...)``):
     a remote run returns only saved values the body binds to a name, never a container it
     merely filled. ``allow_missing`` hands ``None`` to ``reduce`` when the module returned
-    no weights (the load-time probe) instead of failing.
+    no weights (the load-time probe) instead of failing. ``plan`` is a plan from
+    ``bindscope.interventions.plan`` (``Zero``/``Mean``/``Patch``/``Resample``/``Knockout``
+    as tensors); ``donors`` the ``donor_outputs`` of its donor invoke.
     """
     if zero is not None and zero_per_row is not None:
         raise ValueError("pass either heads= or per_row= to zero_ablate, not both")
@@ -333,14 +445,21 @@ def run_layers(
         )
     out = {} if into is None else into
     allowed = _layer_filter(only_layers, model.n_layers)
+    plan = plan or {}
+    knockout = plan.get("knockout", {})
     for layer in range(model.n_layers):
         if layer not in allowed:
             continue
         attn = attention_module(env, layer)
         probs = None
+        args = None
+        if layer in knockout:
+            args, kwargs = knock_out(attn, knockout[layer], plan["site"])
         if layer in capture and recompute:
-            args, kwargs = getattr(attn.source, label).inputs
+            if args is None:
+                args, kwargs = getattr(attn.source, label).inputs
             probs = recompute_probs(args, kwargs)
+        apply_plan(model, layer, plan, donors)
         if layer in zero_layers:
             zero_heads(env, layer, zero_layers[layer], n_heads, head_dim)
         if layer in keep:
@@ -378,9 +497,26 @@ def zero_ablate(model, heads=None, *, per_row=None, layers=None):
     run_layers(model, zero=heads, zero_per_row=per_row, only_layers=layers)
 
 
-def mean_ablate(model, means, heads=None, *, per_row=None, layers=None):
-    """Replace heads' pre-projection outputs by their means from ``head_means``."""
+def mean_ablate(model, heads=None, means=None, *, per_row=None, layers=None):
+    """Replace heads' pre-projection outputs by their means from ``head_means``.
+
+    Same argument order as every primitive (model, heads, then what the heads get);
+    the older ``mean_ablate(model, means, heads)`` order is still accepted.
+    """
+    if hasattr(heads, "means"):
+        heads, means = means, heads  # the older (model, means, heads) order
     run_layers(model, mean=heads, mean_per_row=per_row, means=means, only_layers=layers)
+
+
+def capture_probs(model, layers=None, *, reduce=None):
+    """Capture post-softmax attention probabilities, keyed by layer.
+
+    Like `capture_attention` (same ``layers=``: act only on these layers), but returns
+    ``{layer: [b, H, n, n]}`` (or ``reduce(probs)``), as `run_layers` does.
+    """
+    wanted = sorted(_layer_filter(layers, model.n_layers))
+    found = run_layers(model, capture=wanted, reduce=reduce, only_layers=wanted)
+    return found
 
 
 def capture_attention(model, layers=None, *, reduce=None):
@@ -391,7 +527,8 @@ def capture_attention(model, layers=None, *, reduce=None):
     layer's probabilities to something smaller before it is saved (e.g. BSI ``[b, H]``).
 
     Returns:
-        A list with one saved tensor per requested layer, ascending.
+        A list with one saved tensor per requested layer, ascending (`capture_probs`
+        returns the same keyed by layer).
     """
     wanted = sorted(_layer_filter(layers, model.n_layers))
     found = run_layers(model, capture=wanted, reduce=reduce, only_layers=wanted)

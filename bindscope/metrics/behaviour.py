@@ -17,9 +17,12 @@ from dataclasses import dataclass
 
 import torch
 
-from bindscope.errors import InputError
+from bindscope.errors import InputError, InterventionError
 from bindscope.interventions import ops
-from bindscope.interventions.ops import ablate_rows
+from bindscope.interventions.ops import run_layers
+from bindscope.interventions.plan import plan_batch
+from bindscope.interventions.specs import Patch, Resample, as_specs, resolve_rows
+from bindscope.model import Batch
 from bindscope.prompts.records import PromptRecord, load_json
 
 
@@ -61,15 +64,31 @@ class GenerationResult:
         }
 
 
-def _rows_for(records, per_record, ablate, model):
-    if per_record is not None:
-        if len(per_record) != len(records):
-            raise InputError(
-                f"per_record has {len(per_record)} head lists for {len(records)} records"
-            )
-        return [model.check_heads(h) for h in per_record]
-    spec = model.check_heads(ablate)
-    return [spec] * len(records)
+def _rows_for(model, records, *, ablate=None, intervene=None, per_row=None, means=None):
+    """Specs per record: ``ablate`` + ``intervene`` + ``per_row[i]`` (``per_record`` is the
+    older name of ``per_row``); head lists mean-ablate when ``means`` is given."""
+    if per_row is not None and len(per_row) != len(records):
+        raise InputError(f"per_row has {len(per_row)} entries for {len(records)} records")
+    shared = as_specs(ablate, means=means) + as_specs(intervene, means=means)
+    rows = [
+        shared + as_specs(per_row[i] if per_row else None, means=means) for i in range(len(records))
+    ]
+    for i, row in enumerate(rows):
+        for spec in row:
+            model.check_heads(spec.heads)
+            if isinstance(spec, (Patch, Resample)):
+                raise InterventionError(
+                    f"{model.name}: record {records[i].key}: Patch and Resample need texts "
+                    "of fixed length; use them with model.logits() or attention_probs()"
+                )
+    return rows
+
+
+def _plan(model, batch, rows, *, positions: bool = True) -> dict:
+    """A plan for one batch; ``positions=False`` keeps only the head-wise parts."""
+    if not positions:
+        rows = [tuple(op for op in row if op.kind in ("zero", "mean")) for row in rows]
+    return plan_batch(model, batch, rows).plan
 
 
 @torch.no_grad()
@@ -78,6 +97,8 @@ def recognition(
     records: Sequence[PromptRecord],
     *,
     ablate=None,
+    intervene=None,
+    per_row=None,
     per_record=None,
     means=None,
     batch_size: int = 16,
@@ -88,8 +109,10 @@ def recognition(
 
     Args:
         ablate: Heads zero-ablated for all records.
-        per_record: Instead, one head list per record (different ablations in one batch).
-        means: ``HeadMeans`` from ``head_means``: mean-ablate instead of zero-ablate.
+        intervene: ``Zero``, ``Mean`` or ``Knockout`` spec(s) for all records.
+        per_row: One spec, list of specs, head list or ``None`` per record (different
+            interventions in one batch); ``per_record`` is its older name.
+        means: ``HeadMeans`` from ``head_means``: head lists mean-ablate instead.
         strategy: ``shared_prefix`` (prompt once, choices on its cache) or ``full``
             (every prompt + choice sequence in full; the reference).
     """
@@ -99,8 +122,12 @@ def recognition(
     for r in records:
         if r.task != "recognition":
             raise InputError(f"{r.source or r.key}: recognition() got a {r.task} record")
-    rows = _rows_for(records, per_record, ablate, model)
+    per_row = per_row if per_row is not None else per_record
+    specs = _rows_for(
+        model, records, ablate=ablate, intervene=intervene, per_row=per_row, means=means
+    )
     prompts = [model.tokenize(r.template) for r in records]
+    rows = resolve_rows(model, prompts, per_row=specs)
     choices = [
         [model.tokenizer(" " + c, add_special_tokens=False)["input_ids"] for c in r.choices]
         for r in records
@@ -161,8 +188,10 @@ def _full_batch(model, batch, choices, rows, means=None):
         for s in range(len(seqs))
     ]
     index, target, weight = _targets(positions, targets)
+    plan = _plan(model, full, seq_rows)
     with model.nnsight.trace(**full.inputs, **model.trace_options):
-        ablate_rows(model, seq_rows, means)
+        if plan:
+            run_layers(model, plan=plan)
         logits = model.nnsight.lm_head.output  # [b*C, n, V]
         sums = ops.choice_logprob_sums(logits, index, target, weight).save()
     out: list[list[float]] = [[] for _ in choices]
@@ -197,10 +226,12 @@ def _shared_prefix_batch(model, batch, choices, rows, means=None):
     n_c = n_choices.pop()
     b = batch.input_ids.shape[0]
     last_only = {"logits_to_keep": 1} if _keeps_logits(model) else {}
+    plan = _plan(model, batch, rows)
     with model.nnsight.trace(
         **batch.inputs, use_cache=True, **last_only, **model.trace_options
     ) as tracer:
-        ablate_rows(model, rows, means)
+        if plan:
+            run_layers(model, plan=plan)
         first = model.nnsight.lm_head.output[:, -1].float().log_softmax(-1).save()  # [b, V]
         cache = tracer.result.past_key_values.save()
     cache.batch_repeat_interleave(n_c)
@@ -219,6 +250,9 @@ def _shared_prefix_batch(model, batch, choices, rows, means=None):
     index, target, weight = _targets([p or [0] for p in positions], [c[1:] or [0] for c in flat])
     # _targets weights 1/(m-1); the mean runs over all m choice tokens, the first from `first`
     weight = weight * torch.tensor([[(len(c) - 1) / len(c) if len(c) > 1 else 0.0] for c in flat])
+    # choice tokens only: Knockout's edges lie in the prompt, already in the cache
+    choice_batch = Batch(list(range(b * n_c)), ids, cmask, position_ids, [width] * (b * n_c))
+    plan = _plan(model, choice_batch, seq_rows, positions=False)
     with model.nnsight.trace(
         **model.trace_options,
         input_ids=ids,
@@ -227,7 +261,8 @@ def _shared_prefix_batch(model, batch, choices, rows, means=None):
         past_key_values=cache,
         use_cache=True,
     ):
-        ablate_rows(model, seq_rows, means)
+        if plan:
+            run_layers(model, plan=plan)
         logits = model.nnsight.lm_head.output  # [b*C, m, V]
         rest = ops.choice_logprob_sums(logits, index, target, weight).save()
     out = []
@@ -278,6 +313,8 @@ def generation(
     records: Sequence[PromptRecord],
     *,
     ablate=None,
+    intervene=None,
+    per_row=None,
     per_record=None,
     means=None,
     prefix: dict[str, str] | None = None,
@@ -288,6 +325,8 @@ def generation(
     """Greedy continuations for generation records, scored by the rubric.
 
     Args:
+        ablate, intervene, per_row, per_record, means: As in `recognition`
+            (``Knockout`` edges count tokens of ``prefix + template``).
         prefix: Optional text per term put before the stem (few-shot exemplars).
     """
     from tqdm.auto import tqdm
@@ -300,7 +339,10 @@ def generation(
     missing = sorted({r.term for r in records} - set(rubric["terms"]))
     if missing:
         raise InputError(f"no rubric entry for terms {missing}; add them to the rubric file")
-    rows = _rows_for(records, per_record, ablate, model)
+    per_row = per_row if per_row is not None else per_record
+    rows = _rows_for(
+        model, records, ablate=ablate, intervene=intervene, per_row=per_row, means=means
+    )
     texts = [(prefix[r.term] if prefix else "") + r.template for r in records]
     groups: dict[int, list[int]] = {}
     for i, r in enumerate(records):

@@ -20,6 +20,8 @@ import torch
 
 from bindscope.errors import SpanNotFoundError
 from bindscope.interventions import ops, run_layers
+from bindscope.interventions.plan import plan_batches
+from bindscope.interventions.specs import resolve_rows
 from bindscope.prompts.records import PromptRecord
 from bindscope.prompts.spans import Span, locate
 
@@ -172,6 +174,7 @@ def binding(
     *,
     batch_size: int = 32,
     ablate=None,
+    intervene=None,
     on_missing: str = "error",
     progress: bool = False,
 ) -> list[BindingResult]:
@@ -182,6 +185,9 @@ def binding(
         records: Prompt records (``bindscope.prompts.load(...)``).
         batch_size: Prompts per forward pass.
         ablate: ``(layer, head)`` pairs zero-ablated while measuring.
+        intervene: Spec(s) applied to every record while measuring (``Zero``, ``Mean``,
+            ``Knockout``, ``Resample``; positions count tokens of the prompt cut after
+            the term's span, since BSI never looks further).
         on_missing: ``error`` raises ``SpanNotFoundError``; ``skip`` returns a result with
             ``skipped`` set to the reason and NaN numbers.
         progress: Show a progress bar.
@@ -192,7 +198,7 @@ def binding(
     if on_missing not in ("error", "skip"):
         raise ValueError("on_missing must be 'error' or 'skip'")
     records = list(records)
-    spec = model.check_heads(ablate)
+    spec = (model.check_heads(ablate), intervene)
     nan = torch.full((model.n_layers, model.n_heads), float("nan"))
     results: list[BindingResult | None] = [None] * len(records)
     # Prompts that share the tokens up to the span's end AND the span itself are one
@@ -231,9 +237,13 @@ def _batched_bsi(model, prefixes, spans, batch_size, spec, progress) -> list[tor
     from tqdm.auto import tqdm
 
     out: list[torch.Tensor | None] = [None] * len(prefixes)
-    batches = list(model.batches([list(p) for p in prefixes], batch_size=batch_size))
+    texts = [list(p) for p in prefixes]
+    ablate, intervene = spec
+    rows = resolve_rows(model, texts, ablate=ablate, intervene=intervene) if texts else []
+    planned = list(plan_batches(model, texts, rows, batch_size=batch_size))
     with model.eager(), torch.no_grad():
-        for batch in tqdm(batches, desc="binding", unit="batch", disable=not progress):
+        for item in tqdm(planned, desc="binding", unit="batch", disable=not progress):
+            batch = item.batch
             query, key, weight = span_pair_index(
                 [
                     [batch.pad(r) + i for i in spans[index].indices]
@@ -244,12 +254,14 @@ def _batched_bsi(model, prefixes, spans, batch_size, spec, progress) -> list[tor
             def reduce(probs, query=query, key=key, weight=weight):
                 return ops.span_pair_bsi(probs, query, key, weight)
 
-            with model.nnsight.trace(**batch.inputs, **model.trace_options) as tracer:
+            def body(donors, reduce=reduce, plan=item.plan):
                 # bound to a name: a remote run returns only saved values the body binds
                 found = run_layers(
-                    model, capture=range(model.n_layers), reduce=reduce, zero=spec or None
+                    model, capture=range(model.n_layers), reduce=reduce, plan=plan, donors=donors
                 )
-                tracer.stop()
+                return found
+
+            found = model._trace_batch(item, body)
             stacked = torch.stack([found[layer] for layer in range(model.n_layers)], 1)  # [b, L, H]
             for r, index in enumerate(batch.indices):
                 out[index] = stacked[r].float().clone()

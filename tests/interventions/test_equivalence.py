@@ -80,7 +80,9 @@ def test_capture_and_ablation_compose_in_one_trace(tiny):
         got = torch.stack([p[r, :, pad:, pad:] for p in probs])
         assert_within(got, reference[r], bound, f"row {r}")
     clean = tiny.attention_probs(PROMPTS[:1])[0]
-    assert torch.equal(reference[0][0], clean[0])  # layer 0 is upstream of its own ablation
+    # layer 0 is upstream of its own ablation; batch of 2 vs 1 only (Gemma: an ulp or two)
+    eps = torch.finfo(torch.float32).eps
+    torch.testing.assert_close(reference[0][0], clean[0], rtol=0, atol=4 * eps)
     assert (reference[0][1:] - clean[1:]).abs().max() > 100 * bound  # later layers changed
 
 
@@ -89,7 +91,10 @@ def test_recompute_fallback_matches_eager(tiny):
 
     eager = tiny.attention_probs(PROMPTS)
     previous = tiny.attn_implementation
-    tiny.hf.set_attn_implementation("sdpa")
+    try:
+        tiny.hf.set_attn_implementation("sdpa")
+    except ValueError:  # Gemma 2 has no sdpa: force the recompute path under eager
+        tiny.capture_fallback = "no sdpa in this family"
     try:
         assert tiny.capture_mode == "recompute"
         batch = tiny.encode(PROMPTS)
@@ -101,6 +106,7 @@ def test_recompute_fallback_matches_eager(tiny):
             got = torch.stack([p[r, :, pad:, pad:] for p in found])
             assert_within(got, ref, bound, f"row {r}")
     finally:
+        tiny.capture_fallback = None
         tiny.hf.set_attn_implementation(previous)
 
 

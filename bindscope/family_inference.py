@@ -1,0 +1,48 @@
+"""Pick the family row for a loaded model: given, table, registered, or inferred.
+
+An unknown ``model_type`` whose modules follow the standard Llama layout loads with a
+warning, and only if the load-time self-check passes on it.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from bindscope.errors import SelfCheckError, UnsupportedModelError
+from bindscope.families import REGISTER_HINT, Family, family_for_config, standard_layout_family
+
+
+def resolve_family(hf, name: str, family: Family | None) -> tuple[Family, bool]:
+    """The family for ``hf`` and whether it was inferred (then `check_inferred` must run)."""
+    if family is not None:
+        if not isinstance(family, Family):
+            raise TypeError(f"family= takes a bindscope.families.Family, not {family!r}")
+        return family, False
+    try:
+        return family_for_config(hf.config, model_name=name), False
+    except UnsupportedModelError:
+        inferred = standard_layout_family(hf)
+        if inferred is None:
+            raise
+        return inferred, True
+
+
+def check_inferred(model) -> None:
+    """Self-check a model wrapped with an inferred family; warn on success, raise otherwise."""
+    from bindscope.selfcheck import self_check
+
+    architecture = type(model.hf).__name__
+    try:
+        self_check(model)
+    except (SelfCheckError, RuntimeError, AttributeError, IndexError) as exc:
+        raise UnsupportedModelError(
+            f"{model.name}: architecture {architecture} (model_type={model.family!r}) has no "
+            f"family row, and the standard Llama layout failed the load-time self-check: {exc}. "
+            + REGISTER_HINT
+        ) from exc
+    warnings.warn(
+        f"{model.name}: architecture {architecture} (model_type={model.family!r}) has no "
+        "family row; using the standard Llama layout (model.layers[i].self_attn.o_proj, "
+        "lm_head), which passed the load-time self-check. Register a Family to silence this.",
+        stacklevel=3,
+    )

@@ -1,0 +1,164 @@
+"""Per-head direct logit attribution, and picking the top heads of any ``[L, H]`` score.
+
+A head's direct contribution is its output at the last position pushed through the output
+projection, any norm applied to the attention output (OLMo 2, Gemma 2) and the final norm
+(each with its scale frozen at the clean run's value, the usual convention), then dotted
+with the unembedding of the target token (or the difference of two targets). Frozen scales
+make the map linear: the heads' contributions plus the rest of the residual stream's sum to
+the target logit (tests/metrics/test_attribution.py checks that identity, and that on a
+one-layer attention-only model ablating a head moves the logit by exactly its attribution).
+Gemma 2's final logit soft-capping comes after this point: attribution is to the logit
+before capping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from bindscope.errors import InputError
+from bindscope.interventions import ops
+
+__all__ = ["HeadContributions", "head_attribution", "head_contributions", "top_heads"]
+
+
+@dataclass(frozen=True)
+class HeadContributions:
+    """Residual-stream contributions at the last position of one text.
+
+    Attributes:
+        heads: ``[L, H, d]`` float64, each head's output through the output projection (and
+            the attention post-norm, frozen), as added to the residual stream.
+        final: ``[d]`` float64, the residual stream entering the final norm.
+    """
+
+    heads: torch.Tensor
+    final: torch.Tensor
+
+
+def frozen_norm(norm: torch.nn.Module, source: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Apply ``norm`` to ``x`` with its scale frozen at the value ``source`` gives, no bias.
+
+    RMSNorm: ``x / rms(source) * w`` (Gemma: ``1 + w``); LayerNorm: the centering is
+    linear and stays, ``(x - mean x) / std(source) * w``.
+    """
+    eps = getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", 1e-5)
+    name = type(norm).__name__
+    weight = getattr(norm, "weight", None)
+    weight = torch.ones(()) if weight is None else weight.detach().double().cpu()
+    if "Gemma" in name:
+        weight = 1.0 + weight
+    source = source.double()
+    if "RMSNorm" in name:
+        scale = torch.rsqrt(source.pow(2).mean(-1, keepdim=True) + eps)
+        return x * scale[..., None, :] * weight if x.dim() > source.dim() else x * scale * weight
+    var = source.var(-1, unbiased=False, keepdim=True)
+    scale = torch.rsqrt(var + eps)
+    if x.dim() > source.dim():
+        scale = scale[..., None, :]
+    return (x - x.mean(-1, keepdim=True)) * scale * weight
+
+
+def _weight_o(module) -> torch.Tensor:
+    """``[d, H*hd]`` output-projection matrix (GPT-2's Conv1D stores it transposed)."""
+    weight = module.weight.detach().double().cpu()
+    return weight.T if type(module).__name__ == "Conv1D" else weight
+
+
+def _bias(module) -> torch.Tensor:
+    bias = getattr(module, "bias", None)
+    return torch.zeros(()) if bias is None else bias.detach().double().cpu()
+
+
+@torch.no_grad()
+def head_contributions(
+    model, texts: Sequence[str], *, batch_size: int = 16
+) -> list[HeadContributions]:
+    """Every head's residual-stream contribution at each text's last position (clean run)."""
+    if getattr(model, "remote", False):
+        raise InputError(
+            f"{model.name}: head attribution needs the weights on this machine; "
+            "run it on a local model"
+        )
+    row = model.family_row
+    env = model.nnsight
+    n_heads, head_dim = model.n_heads, model.head_dim
+    out: list[HeadContributions | None] = [None] * len(list(texts))
+    for batch in model.batches(texts, batch_size=batch_size):
+        with env.trace(**batch.inputs, **model.trace_options) as tracer:
+            found = ops.last_position_inputs(model, row.final_norm)
+            tracer.stop()
+        b = batch.input_ids.shape[0]
+        per_layer = []
+        for layer in range(model.n_layers):
+            o_proj = env.model.layers[layer].self_attn.o_proj._module
+            w = _weight_o(o_proj).view(-1, n_heads, head_dim)  # [d, H, hd]
+            z = found[layer].double().view(b, n_heads, head_dim)  # [b, H, hd]
+            c = torch.einsum("dhk,bhk->bhd", w, z)  # [b, H, d]
+            if row.attention_post_norm:
+                norm = getattr(env.model.layers[layer]._module, row.attention_post_norm)
+                c = frozen_norm(norm, c.sum(1) + _bias(o_proj), c)
+            per_layer.append(c)
+        heads = torch.stack(per_layer, 1)  # [b, L, H, d]
+        final = found["final"].double()
+        for r, index in enumerate(batch.indices):
+            out[index] = HeadContributions(heads[r], final[r])
+    return out  # type: ignore[return-value]
+
+
+def _direction(model, target) -> torch.Tensor:
+    """``[d]`` unembedding direction of a target: a token id, a one-token string, or a pair
+    ``(a, b)`` for the logit difference a - b."""
+    if isinstance(target, (tuple, list)) and len(target) == 2:
+        return _direction(model, target[0]) - _direction(model, target[1])
+    if isinstance(target, str):
+        ids = model.tokenizer(target, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            raise InputError(
+                f"{model.name}: target {target!r} is {len(ids)} tokens; pass one token "
+                "(e.g. ' Paris') or its id"
+            )
+        target = ids[0]
+    unembed = model.nnsight.lm_head._module.weight.detach().double().cpu()
+    return unembed[int(target)]
+
+
+def head_attribution(
+    model, texts: Sequence[str], targets: Sequence, *, batch_size: int = 16
+) -> list[torch.Tensor]:
+    """Direct logit attribution ``[L, H]`` (float64) per text, at its last position.
+
+    Args:
+        model: A local ``bindscope.Model``.
+        texts: Prompts.
+        targets: Per text, a token id, a one-token string, or a pair ``(a, b)`` for the
+            logit difference ``a - b``.
+    """
+    texts = list(texts)
+    if len(targets) != len(texts):
+        raise InputError(f"{len(targets)} targets for {len(texts)} texts; give one per text")
+    final_norm = getattr(model.nnsight.model, model.family_row.final_norm)._module
+    out = []
+    for text_parts, target in zip(head_contributions(model, texts, batch_size=batch_size), targets):
+        normed = frozen_norm(final_norm, text_parts.final, text_parts.heads)  # [L, H, d]
+        out.append(normed @ _direction(model, target))
+    return out
+
+
+def top_heads(scores, k: int) -> list[tuple[int, int]]:
+    """The ``k`` highest-scoring ``(layer, head)`` pairs of an ``[L, H]`` score (or of the
+    mean of a list of them), best first; NaN never ranks, ties go to the lower layer/head."""
+    if isinstance(scores, (list, tuple)):
+        scores = torch.stack([torch.as_tensor(s, dtype=torch.float64) for s in scores]).nanmean(0)
+    scores = torch.as_tensor(scores, dtype=torch.float64)
+    n_layers, n_heads = scores.shape
+    flat = [
+        (float(scores[layer, head]), layer, head)
+        for layer in range(n_layers)
+        for head in range(n_heads)
+        if not torch.isnan(scores[layer, head])
+    ]
+    flat.sort(key=lambda x: (-x[0], x[1], x[2]))
+    return [(layer, head) for _, layer, head in flat[:k]]

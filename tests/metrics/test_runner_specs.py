@@ -1,0 +1,66 @@
+"""The runners take ``intervene=`` / ``per_row=`` and equal separate runs and direct scorers."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bindscope.errors import InterventionError
+from bindscope.interventions import Knockout, Mean, Patch, Zero, head_means
+from bindscope.metrics import binding, bsi_from_probs
+from bindscope.metrics.behaviour import generation, recognition
+from tests.conftest import PROMPTS
+from tests.metrics.test_behaviour import REC
+from tests.metrics.test_binding import RECORDS
+from tests.reference_patching import EPS
+
+HEADS = [(0, 1), (1, 0), (2, 2)]
+
+
+def _knockout(model, text):
+    n = len(model.tokenize(text))
+    return Knockout(HEADS, [(q, k) for q in range(4, n) for k in range(q - 1)])
+
+
+@pytest.mark.parametrize("strategy", ["shared_prefix", "full"])
+def test_recognition_per_row_equals_separate_runs(tiny, strategy):
+    means = head_means(tiny, PROMPTS, HEADS)
+    per_row = [_knockout(tiny, REC[0].template), Mean(HEADS, means), [Zero(HEADS[:1])]]
+    got = recognition(tiny, REC, per_row=per_row, strategy=strategy)
+    for record, spec, result in zip(REC, per_row, got):
+        alone = recognition(tiny, [record], intervene=spec, strategy="full")[0]
+        clean = recognition(tiny, [record], strategy="full")[0]
+        got_scores, alone_scores = torch.tensor(result.scores), torch.tensor(alone.scores)
+        # log-probs from logits of size <= |scores|+10, through L layers in another layout
+        atol = 16 * (tiny.n_layers + 1) * EPS * (float(alone_scores.abs().max()) + 10)
+        torch.testing.assert_close(got_scores, alone_scores, rtol=0, atol=atol)
+        effect = (torch.tensor(clean.scores) - alone_scores).abs().max()
+        assert effect > 10 * atol  # the intervention moved the scores well past the bound
+
+
+def test_generation_runner_takes_intervene(tiny):
+    gen = [r for r in RECORDS if r.term in ("screen reader", "color contrast")][:2]
+    rubric = {"terms": {r.term: {"keywords": ["x"]} for r in gen}}
+    spec = Zero(HEADS)
+    got = generation(tiny, gen, intervene=spec, rubric=rubric)
+    texts = tiny.generate(
+        [r.template for r in gen], max_new_tokens=gen[0].max_tokens, intervene=spec
+    )
+    assert [g.text for g in got] == texts
+    per_row = [None, spec]
+    rows = generation(tiny, gen, per_row=per_row, rubric=rubric)
+    clean = generation(tiny, gen[:1], rubric=rubric)
+    assert rows[0].text == clean[0].text and rows[1].text == got[1].text
+    with pytest.raises(InterventionError, match="fixed length"):
+        generation(tiny, gen, intervene=Patch(HEADS, [gen[0].template]), rubric=rubric)
+
+
+def test_binding_under_knockout_equals_bsi_of_knocked_out_probabilities(tiny):
+    records = RECORDS[:2]
+    results = binding(tiny, records, intervene=[Zero(HEADS[:1])])
+    for record, result in zip(records, results):
+        ids = tiny.tokenize(record.template)[: result.span[-1] + 1]
+        probs = tiny.attention_probs([ids], intervene=Zero(HEADS[:1]))[0]
+        expected = bsi_from_probs(probs, result.span)
+        # BSI is a mean of probabilities (<= 1): a few eps per layer
+        torch.testing.assert_close(result.bsi, expected, rtol=0, atol=16 * 4 * EPS)

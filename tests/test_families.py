@@ -1,0 +1,106 @@
+"""Families added at run time: register(), load_model(family=), and the standard layout."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+import bindscope
+from bindscope import families
+from bindscope.errors import SelfCheckError, UnsupportedModelError
+from bindscope.families import Family
+from tests.conftest import PROMPTS, tiny_config
+
+HEADS = [(0, 1), (2, 3)]
+
+
+class NewLlamaConfig(LlamaConfig):
+    model_type = "new_llama_like"
+
+
+class NewLlama(LlamaForCausalLM):
+    config_class = NewLlamaConfig
+
+
+class NewGPTConfig(GPT2Config):
+    model_type = "new_gpt_like"
+
+
+class NewGPT(GPT2LMHeadModel):
+    config_class = NewGPTConfig
+
+
+def _twins(known_cls, new_cls, new_config_cls, family):
+    config = tiny_config(family)
+    torch.manual_seed(0)
+    known = known_cls(config).eval()
+    settings = {k: v for k, v in config.to_dict().items() if k != "model_type"}
+    new = new_cls(new_config_cls(**settings)).eval()
+    assert new.config.model_type == new_config_cls.model_type
+    new.load_state_dict(known.state_dict())
+    for hf in (known, new):
+        hf.set_attn_implementation("eager")
+    return known, new
+
+
+@pytest.fixture
+def clean_registry():
+    saved = list(families._REGISTERED)
+    yield
+    families._REGISTERED[:] = saved
+
+
+def test_unknown_standard_layout_loads_with_a_warning_and_matches(byte_tokenizer):
+    known, new = _twins(LlamaForCausalLM, NewLlama, NewLlamaConfig, "llama")
+    reference = bindscope.load_model(known, tokenizer=byte_tokenizer)
+    with pytest.warns(UserWarning, match="NewLlama.*new_llama_like.*self-check"):
+        model = bindscope.load_model(new, tokenizer=byte_tokenizer)
+    assert model.family == "new_llama_like"
+    for got, ref in zip(
+        model.logits(PROMPTS, ablate=HEADS), reference.logits(PROMPTS, ablate=HEADS)
+    ):
+        assert torch.equal(got, ref)  # same weights, same arithmetic
+
+
+def test_unknown_layout_that_fails_the_self_check_is_refused(byte_tokenizer, monkeypatch):
+    _, new = _twins(LlamaForCausalLM, NewLlama, NewLlamaConfig, "llama")
+
+    def failing(model):
+        raise SelfCheckError("ablating head (0, 0) left the logits unchanged")
+
+    monkeypatch.setattr("bindscope.selfcheck.self_check", failing)
+    with pytest.raises(UnsupportedModelError, match="register"):
+        bindscope.load_model(new, tokenizer=byte_tokenizer)
+
+
+def test_nonstandard_layout_needs_a_family_and_register_adds_it(byte_tokenizer, clean_registry):
+    known, new = _twins(GPT2LMHeadModel, NewGPT, NewGPTConfig, "gpt2")
+    with pytest.raises(UnsupportedModelError) as err:
+        bindscope.load_model(new, tokenizer=byte_tokenizer)
+    assert "NewGPT" in str(err.value) and "register(Family(" in str(err.value)
+    gpt2_row = next(f for f in families.FAMILIES if f.name == "gpt2")
+    row = Family(
+        "new_gpt_like",
+        ("new_gpt_like",),
+        dict(gpt2_row.rename),
+        ablation_site="attn.c_proj",
+        final_norm="ln_f",
+    )
+    reference = bindscope.load_model(known, tokenizer=byte_tokenizer)
+    # one model only, no registration
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        single = bindscope.load_model(new, tokenizer=byte_tokenizer, family=row)
+    assert single.family == "new_gpt_like"
+    families.register(row)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model = bindscope.load_model(new, tokenizer=byte_tokenizer)
+    assert model.family_row is row
+    for got, ref in zip(
+        model.logits(PROMPTS, ablate=HEADS), reference.logits(PROMPTS, ablate=HEADS)
+    ):
+        assert torch.equal(got, ref)
