@@ -20,6 +20,7 @@ import torch
 
 from bindscope.errors import InputError
 from bindscope.interventions import ops
+from bindscope.nnsight_private import underlying_module
 
 __all__ = ["HeadContributions", "head_attribution", "head_contributions", "top_heads"]
 
@@ -93,12 +94,12 @@ def head_contributions(
         b = batch.input_ids.shape[0]
         per_layer = []
         for layer in range(model.n_layers):
-            o_proj = env.model.layers[layer].self_attn.o_proj._module
+            o_proj = underlying_module(env.model.layers[layer].self_attn.o_proj)
             w = _weight_o(o_proj).view(-1, n_heads, head_dim)  # [d, H, hd]
             z = found[layer].double().view(b, n_heads, head_dim)  # [b, H, hd]
             c = torch.einsum("dhk,bhk->bhd", w, z)  # [b, H, d]
             if row.attention_post_norm:
-                norm = getattr(env.model.layers[layer]._module, row.attention_post_norm)
+                norm = getattr(underlying_module(env.model.layers[layer]), row.attention_post_norm)
                 c = frozen_norm(norm, c.sum(1) + _bias(o_proj), c)
             per_layer.append(c)
         heads = torch.stack(per_layer, 1)  # [b, L, H, d]
@@ -121,7 +122,7 @@ def _direction(model, target) -> torch.Tensor:
                 "(e.g. ' Paris') or its id"
             )
         target = ids[0]
-    unembed = model.nnsight.lm_head._module.weight.detach().double().cpu()
+    unembed = underlying_module(model.nnsight.lm_head).weight.detach().double().cpu()
     return unembed[int(target)]
 
 
@@ -139,7 +140,7 @@ def head_attribution(
     texts = list(texts)
     if len(targets) != len(texts):
         raise InputError(f"{len(targets)} targets for {len(texts)} texts; give one per text")
-    final_norm = getattr(model.nnsight.model, model.family_row.final_norm)._module
+    final_norm = underlying_module(getattr(model.nnsight.model, model.family_row.final_norm))
     out = []
     for text_parts, target in zip(head_contributions(model, texts, batch_size=batch_size), targets):
         normed = frozen_norm(final_norm, text_parts.final, text_parts.heads)  # [L, H, d]

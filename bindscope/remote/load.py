@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+from bindscope import nnsight_private
 from bindscope.errors import ModelLoadError
 from bindscope.loading import wrap_model
-from bindscope.remote import nnsight_private
 from bindscope.remote.preflight import check_backend
 from bindscope.remote.probe import probe_capture
 from bindscope.remote.shipping import register_shipped

@@ -9,8 +9,8 @@ import warnings
 
 import torch
 
+from bindscope import nnsight_private
 from bindscope.errors import ModelLoadError, RemoteModelNotServedError, RemoteVersionError
-from bindscope.remote import nnsight_private
 from bindscope.remote.transport import api_key, host, translate
 
 ALLOW_DRIFT_ENV = "BINDSCOPE_ALLOW_VERSION_DRIFT"

@@ -11,8 +11,8 @@ from __future__ import annotations
 import importlib
 import types
 
+from bindscope import nnsight_private
 from bindscope.errors import RemoteSandboxError
-from bindscope.remote import nnsight_private
 
 # Modules whose source ships by value with every request. Each may import only the
 # sandbox modules below (tests/remote/test_shipping.py walks them).

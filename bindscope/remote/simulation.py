@@ -6,7 +6,7 @@ import io
 
 import torch
 
-from bindscope.remote import nnsight_private
+from bindscope import nnsight_private
 from bindscope.remote.shipping import refused, register_shipped, sandbox_error
 
 

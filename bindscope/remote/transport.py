@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 
+from bindscope import nnsight_private
 from bindscope.errors import (
     BindscopeError,
     RemoteAuthError,
@@ -19,7 +20,6 @@ from bindscope.errors import (
     RemoteTimeoutError,
     RemoteUnreachableError,
 )
-from bindscope.remote import nnsight_private
 from bindscope.remote.shipping import audit, sandbox_error
 
 KEY_ENV = "NDIF_API_KEY"

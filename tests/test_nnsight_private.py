@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import bindscope
-from bindscope.remote import nnsight_private
+from bindscope import nnsight_private
 
 PRIVATE = re.compile(
     r"_remote_backend|_remoteable_|CustomCloudUnpickler|RequestModel|pull_env|_ID_CACHE"
@@ -24,6 +24,6 @@ def test_private_nnsight_names_live_only_in_the_adapter():
         for number, line in enumerate(path.read_text("utf-8").splitlines(), start=1)
         if PRIVATE.search(line)
     ]
-    assert found == [], "move these into bindscope/remote/nnsight_private.py:\n" + "\n".join(found)
+    assert found == [], "move these into bindscope/nnsight_private.py:\n" + "\n".join(found)
     assert PRIVATE.search(adapter.read_text("utf-8"))  # the pattern still sees what it guards
     assert "0.8.1" in adapter.read_text("utf-8").split('"""')[1]  # the version it was written for
