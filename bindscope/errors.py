@@ -26,6 +26,18 @@ class InputError(BindscopeError, ValueError):
     """Texts or other inputs are empty or malformed."""
 
 
+class InterventionOrderError(BindscopeError, ValueError):
+    """Trace primitives were called out of execution order (e.g. ablating after a later capture)."""
+
+
+class ResultsLockedError(BindscopeError):
+    """Another process is writing into the same results folder."""
+
+
+class BindscopeWarning(UserWarning):
+    """Something was repaired or left out on the way (e.g. duplicate record keys dropped)."""
+
+
 class SelfCheckError(BindscopeError):
     """The load-time self-check found the wrapped model misbehaving."""
 

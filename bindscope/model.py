@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import numbers
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from bindscope.errors import InputError
+from bindscope.errors import HeadSpecError, InputError, InterventionOrderError
 from bindscope.families import Family, dims_from_config
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.heads import Head, normalize_heads
@@ -57,6 +58,10 @@ class Model:
     Build it with ``bindscope.load_model``. The uniform layout is
     ``model.nnsight.model.layers[i].self_attn.o_proj`` for every family.
     """
+
+    # What trace primitives (``interventions.ops``, which imports no bindscope module)
+    # raise for misuse; a body shipped to NDIF sees a TraceModel and raises ValueError.
+    input_error = InputError
 
     def __init__(
         self,
@@ -143,6 +148,7 @@ class Model:
         batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> Iterator[Batch]:
         """Yield left-padded batches, grouping texts of similar length to cut padding."""
+        _check_batch_size(batch_size)
         rows = [t if not isinstance(t, str) else self.tokenize(t) for t in _check_texts(texts)]
         order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
         for start in range(0, len(order), batch_size):
@@ -150,6 +156,34 @@ class Model:
             yield self._pad(chunk, [rows[i] for i in chunk])
 
     # -- heads and attention implementation ----------------------------------------------
+
+    def check_layers(self, layers: Iterable[int] | None) -> list[int]:
+        """Validate layer indices (None: all) and return them sorted (raises ``HeadSpecError``)."""
+        if layers is None:
+            return list(range(self.n_layers))
+        if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
+            raise HeadSpecError(
+                f"{self.name}: layers={layers!r} is not a list of layer indices; pass e.g. "
+                "layers=[0, 2], or None for every layer"
+            )
+        wanted = list(layers)
+        if not wanted:
+            raise HeadSpecError(
+                f"{self.name}: layers=[] selects no layer; pass at least one index in "
+                f"0..{self.n_layers - 1}, or layers=None for every layer"
+            )
+        for layer in wanted:
+            if isinstance(layer, bool) or not isinstance(layer, numbers.Integral):
+                raise HeadSpecError(
+                    f"{self.name}: layer {layer!r} is a {type(layer).__name__}, not an "
+                    f"integer; pass layer indices in 0..{self.n_layers - 1}"
+                )
+            if not 0 <= layer < self.n_layers:
+                raise HeadSpecError(
+                    f"{self.name}: layer {layer} is out of range; the model has layers "
+                    f"0..{self.n_layers - 1}"
+                )
+        return sorted({int(layer) for layer in wanted})
 
     def check_heads(self, heads) -> tuple[Head, ...]:
         """Validate ``(layer, head)`` pairs against this model (raises ``HeadSpecError``)."""
@@ -209,6 +243,30 @@ class Model:
             self._call_label = labels[-1]  # the last one is the call, earlier ones assignments
         return self._call_label
 
+    def trace_order_error(self, exc: Exception, layer: int, what: str) -> Exception | None:
+        """nnsight's ``OutOfOrderError`` as an ``InterventionOrderError`` (None: leave it).
+
+        At a generation step past the first, nnsight throws the same error to end an open
+        ``tracer.all()`` loop and expects it back unchanged, so only step 0 is translated.
+        """
+        if type(exc).__name__ != "OutOfOrderError":
+            return None
+        try:
+            from greenlet import getcurrent
+
+            if getcurrent().mediator().iteration != 0:
+                return None
+        except Exception:  # not inside an nnsight worker: nothing to protect
+            pass
+        return InterventionOrderError(
+            f"{self.name}: {what} on layer {layer} came after the trace had already run "
+            f"past layer {layer} (an earlier call in the same trace touched a later layer, "
+            "e.g. capture_attention(model, [2]) before zero_ablate(model, [(0, 1)])). Inside "
+            "one trace call the primitives in execution order: earlier layers before later "
+            "ones, and a layer's ablation before its capture; or pass both to one "
+            "run_layers(model, capture=..., zero=...) call, which orders them for you"
+        )
+
     # -- high-level calls -----------------------------------------------------------------
 
     @torch.no_grad()
@@ -227,10 +285,7 @@ class Model:
             layers: Layer indices to return (default all), ascending in the output.
             ablate: ``(layer, head)`` pairs zero-ablated during the pass.
         """
-        wanted = sorted(set(range(self.n_layers) if layers is None else layers))
-        for layer in wanted:
-            if not 0 <= layer < self.n_layers:
-                self.check_heads([(layer, 0)])  # raises with the range in the message
+        wanted = self.check_layers(layers)
         spec = self.check_heads(ablate)
         out: list[torch.Tensor | None] = [None] * len(_check_texts(texts))
         with self.eager():
@@ -299,6 +354,7 @@ class Model:
         ``means`` (from ``head_means``) switches from zero- to mean-ablation.
         """
         texts = _check_texts(texts)
+        _check_batch_size(batch_size)
         if per_row is not None and len(per_row) != len(texts):
             raise InputError(f"per_row has {len(per_row)} entries for {len(texts)} texts")
         spec = self.check_heads(ablate)
@@ -398,7 +454,33 @@ def _check_texts(texts) -> list:
         raise InputError(
             "pass a list of texts, e.g. ['In web accessibility, alt text is'], not a string"
         )
-    texts = list(texts)
+    try:
+        texts = list(texts)
+    except TypeError:
+        raise InputError(
+            f"texts is a {type(texts).__name__}; pass a list of strings, e.g. ['Alt text is']"
+        ) from None
     if not texts:
         raise InputError("the list of texts is empty; pass at least one prompt")
+    for i, text in enumerate(texts):
+        if isinstance(text, str):
+            continue
+        ids = isinstance(text, (list, tuple)) and all(
+            isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in text
+        )
+        if not ids:
+            raise InputError(
+                f"text #{i} is {text!r} ({type(text).__name__}); each text must be a string "
+                "(or a list of token ids)"
+            )
     return texts
+
+
+def _check_batch_size(batch_size) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
+        raise InputError(f"batch_size={batch_size!r} is not an integer; pass e.g. batch_size=16")
+    if batch_size < 1:
+        raise InputError(
+            f"batch_size={batch_size} is not positive; pass the number of texts per forward "
+            "pass, e.g. batch_size=16"
+        )

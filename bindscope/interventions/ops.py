@@ -116,7 +116,16 @@ def head_view(x, n_heads, head_dim):
     return x.view(*x.shape[:-1], n_heads, head_dim)
 
 
-def zero_heads(envoy, layer, heads, n_heads, head_dim, keep=None):
+def _check_rows(mask, view, layer, error):
+    """A per-row mask must have one row per batch row (``error`` is the class raised)."""
+    if mask.shape[0] != view.shape[0]:
+        raise error(
+            f"per_row gives {mask.shape[0]} head lists but the batch at layer {layer} has "
+            f"{view.shape[0]} rows; pass exactly one head list per text of the invoke"
+        )
+
+
+def zero_heads(envoy, layer, heads, n_heads, head_dim, keep=None, error=ValueError):
     """Zero heads' slices of the output-projection input of ``layer``, in place.
 
     Args:
@@ -127,16 +136,18 @@ def zero_heads(envoy, layer, heads, n_heads, head_dim, keep=None):
         head_dim: Width of one head.
         keep: Optional ``[b, H]`` float mask, 0 where a row's head is ablated. Rows whose
             mask is all ones are multiplied by 1.0 and stay bit-identical.
+        error: Exception class raised when ``keep`` has a different number of rows.
     """
     x = attention_module(envoy, layer).o_proj.input  # [b, s, H*hd]
     view = head_view(x, n_heads, head_dim)  # [b, s, H, hd]
     if keep is None:
         view[..., heads, :] = 0
     else:
+        _check_rows(keep, view, layer, error)
         view.mul_(keep.to(device=view.device, dtype=view.dtype)[:, None, :, None])
 
 
-def mean_heads(envoy, layer, heads, n_heads, head_dim, means, replace=None):
+def mean_heads(envoy, layer, heads, n_heads, head_dim, means, replace=None, error=ValueError):
     """Replace heads' slices of the output-projection input by their reference means.
 
     Args:
@@ -149,6 +160,7 @@ def mean_heads(envoy, layer, heads, n_heads, head_dim, means, replace=None):
     if replace is None:
         view[..., heads, :] = means[heads]
     else:
+        _check_rows(replace, view, layer, error)
         mixed = torch.where(replace.to(view.device)[:, None, :, None], means[None, None], view)
         view.copy_(mixed)
 
@@ -310,7 +322,7 @@ def run_layers(
     """
     if zero is not None and zero_per_row is not None:
         raise ValueError("pass either heads= or per_row= to zero_ablate, not both")
-    env, n_heads, head_dim = model.nnsight, model.n_heads, model.head_dim
+    n_heads = model.n_heads
     zero_layers = by_layer(model.check_heads(zero)) if zero is not None else {}
     keep = row_masks(_per_row(model, zero_per_row), n_heads) if zero_per_row else {}
     mean_layers = by_layer(model.check_heads(mean)) if mean is not None else {}
@@ -336,31 +348,69 @@ def run_layers(
     for layer in range(model.n_layers):
         if layer not in allowed:
             continue
-        attn = attention_module(env, layer)
-        probs = None
-        if layer in capture and recompute:
-            args, kwargs = getattr(attn.source, label).inputs
-            probs = recompute_probs(args, kwargs)
-        if layer in zero_layers:
-            zero_heads(env, layer, zero_layers[layer], n_heads, head_dim)
-        if layer in keep:
-            zero_heads(env, layer, None, n_heads, head_dim, keep=keep[layer])
-        if layer in mean_layers:
-            mean_heads(env, layer, mean_layers[layer], n_heads, head_dim, means.means[layer])
-        if layer in replace:
-            mean_heads(env, layer, None, n_heads, head_dim, means.means[layer], replace[layer])
-        if layer in capture:
-            if probs is None:
-                probs = attn.output[1]  # [b, H, n, n]
-            if probs is None and not allow_missing:
-                raise RuntimeError(
-                    f"{model.name}: layer {layer}'s attention returned no weights although "
-                    "eager attention was requested; the model may not support switching "
-                    "(reload it so the load-time probe can fall back to recomputing them)"
-                )
-            value = reduce(probs) if reduce is not None else probs.float()
-            out[layer] = save(value)
+        try:
+            _run_layer(
+                model, layer, capture, recompute, label, zero_layers, keep, mean_layers,
+                replace, means, reduce, allow_missing, out,
+            )  # fmt: skip
+        except Exception as exc:
+            # A bindscope.Model explains nnsight's OutOfOrderError (and leaves the one
+            # that ends a generation loop alone); a shipped TraceModel has no translator.
+            translate = getattr(model, "trace_order_error", None)
+            what = _called(layer, capture, keep or zero_layers, mean_layers or replace)
+            error = translate(exc, layer, what) if translate is not None else None
+            if error is None:
+                raise
+            raise error from None
     return save(out)
+
+
+def _called(layer, capture, zeroed, meaned):
+    """Which primitive touched ``layer`` (for error messages)."""
+    doing = []
+    if zeroed and layer in zeroed:
+        doing.append("zero_ablate")
+    if meaned and layer in meaned:
+        doing.append("mean_ablate")
+    if layer in capture:
+        doing.append("capture_attention")
+    return " / ".join(doing) or "a trace primitive"
+
+
+def _run_layer(
+    model, layer, capture, recompute, label, zero_layers, keep, mean_layers, replace, means,
+    reduce, allow_missing, out,
+):  # fmt: skip
+    """One layer of ``run_layers``: recompute inputs, ablations, then the capture."""
+    env, n_heads, head_dim = model.nnsight, model.n_heads, model.head_dim
+    attn = attention_module(env, layer)
+    probs = None
+    if layer in capture and recompute:
+        args, kwargs = getattr(attn.source, label).inputs
+        probs = recompute_probs(args, kwargs)
+    if layer in zero_layers:
+        zero_heads(env, layer, zero_layers[layer], n_heads, head_dim)
+    if layer in keep:
+        rows = getattr(model, "input_error", None) or ValueError
+        zero_heads(env, layer, None, n_heads, head_dim, keep=keep[layer], error=rows)
+    if layer in mean_layers:
+        mean_heads(env, layer, mean_layers[layer], n_heads, head_dim, means.means[layer])
+    if layer in replace:
+        rows = getattr(model, "input_error", None) or ValueError
+        mean_heads(
+            env, layer, None, n_heads, head_dim, means.means[layer], replace[layer], error=rows
+        )
+    if layer in capture:
+        if probs is None:
+            probs = attn.output[1]  # [b, H, n, n]
+        if probs is None and not allow_missing:
+            raise RuntimeError(
+                f"{model.name}: layer {layer}'s attention returned no weights although "
+                "eager attention was requested; the model may not support switching "
+                "(reload it so the load-time probe can fall back to recomputing them)"
+            )
+        value = reduce(probs) if reduce is not None else probs.float()
+        out[layer] = save(value)
 
 
 def zero_ablate(model, heads=None, *, per_row=None, layers=None):
