@@ -274,7 +274,22 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a bad option (2), already printed
+        return exc.code if isinstance(exc.code, int) else 2
+    import warnings
+
+    from bindscope.errors import BindscopeWarning
+
+    def show(message, category, *rest, **kw):
+        if issubclass(category, BindscopeWarning):
+            print(f"bindscope {args.command}: warning: {message}", file=sys.stderr)
+        else:
+            default_show(message, category, *rest, **kw)
+
+    default_show = warnings.showwarning
+    warnings.showwarning = show
     try:
         return args.func(args)
     except BindscopeError as exc:
@@ -287,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
+    finally:
+        warnings.showwarning = default_show
 
 
 if __name__ == "__main__":
