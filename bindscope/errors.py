@@ -26,6 +26,10 @@ class InputError(BindscopeError, ValueError):
     """Texts or other inputs are empty or malformed."""
 
 
+class PromptTooLongError(InputError):
+    """A prompt (with what is generated or scored after it) exceeds the context window."""
+
+
 class InterventionOrderError(BindscopeError, ValueError):
     """Trace primitives were called out of execution order (e.g. ablating after a later capture)."""
 

@@ -192,6 +192,16 @@ class Model:
         )
 
     @property
+    def context_length(self) -> int | None:
+        """The longest sequence the model takes, from its config (None: not stated)."""
+        config = self.hf.config
+        for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+            value = getattr(config, name, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        return None
+
+    @property
     def attn_implementation(self) -> str:
         """The attention implementation the model runs now."""
         return self.hf.config._attn_implementation

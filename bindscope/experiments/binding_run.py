@@ -19,6 +19,7 @@ from bindscope.experiments.common import (
 )
 from bindscope.experiments.records import RecordWriter, read_records, write_summary
 from bindscope.metrics.binding import binding
+from bindscope.prompts.context import check_fit
 
 EXPERIMENT = "binding"
 
@@ -36,6 +37,8 @@ def run(
 ) -> dict:
     """Measure EB* per prompt, write records and a summary; reruns skip finished prompts."""
     pset = prompt_set(prompts)
+    if on_missing == "error":  # with "skip", binding() skips them with the reason
+        check_fit(model, pset, prompt_only=True)
     folder = Path(out) / experiment
     prov = provenance(model, prompt_set=pset)
     with RecordWriter(folder / "records.jsonl", force=force) as writer:

@@ -28,6 +28,7 @@ from bindscope.experiments.common import (
 from bindscope.experiments.records import RecordWriter, read_records, write_summary
 from bindscope.metrics import stats
 from bindscope.metrics.binding import binding
+from bindscope.prompts.context import check_fit
 from bindscope.prompts.records import PromptSet
 
 EXPERIMENT = "controls"
@@ -50,6 +51,7 @@ def run(
     rset = prompt_set(real)
     real_records = [r for r in rset if r.task == "generation" and r.control_group is None]
     items = [r for r in cset if r.control_group] + real_records
+    check_fit(model, items)
     combined = PromptSet(f"{cset.name}+{rset.name}", tuple(items), cset.sha256 + rset.sha256)
     prov = provenance(model, prompt_set=combined, seed=seed)
     folder = Path(out) / EXPERIMENT

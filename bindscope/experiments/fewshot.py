@@ -18,6 +18,7 @@ from bindscope.experiments.common import base_record, prompt_set, provenance, re
 from bindscope.experiments.records import RecordWriter, read_records, write_summary
 from bindscope.metrics import stats
 from bindscope.metrics.behaviour import generation
+from bindscope.prompts.context import check_fit
 from bindscope.prompts.records import load_json
 
 EXPERIMENT = "fewshot"
@@ -37,12 +38,25 @@ def prefixes(exemplars: dict | str | Path | None = None) -> dict[str, dict[str, 
     else:
         import json
 
-        data = json.loads(Path(exemplars).read_text("utf-8"))
-    terms = data.get("terms", data)
-    return {
-        "few_shot": {t: v["exemplar"].strip() + "\n\n" for t, v in terms.items()},
-        "paraphrase": {t: v["paraphrase"].strip() + "\n\n" for t, v in terms.items()},
-    }
+        try:
+            data = json.loads(Path(exemplars).read_text("utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InputError(
+                f"{exemplars}: cannot read the exemplars file ({exc}); pass a JSON file shaped "
+                '{"terms": {term: {"exemplar": ..., "paraphrase": ...}}}'
+            ) from None
+    try:
+        terms = data.get("terms", data)
+        return {
+            "few_shot": {t: v["exemplar"].strip() + "\n\n" for t, v in terms.items()},
+            "paraphrase": {t: v["paraphrase"].strip() + "\n\n" for t, v in terms.items()},
+        }
+    except (AttributeError, KeyError, TypeError) as exc:
+        raise InputError(
+            f"{exemplars or 'exemplars'}: not shaped "
+            '{"terms": {term: {"exemplar": str, "paraphrase": str}}} '
+            f"({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def run(
@@ -73,6 +87,8 @@ def run(
             f"no exemplar for term(s) {missing}; add them to the exemplars file "
             '({"terms": {term: {"exemplar": ..., "paraphrase": ...}}})'
         )
+    for condition in ("few_shot", "paraphrase"):
+        check_fit(model, records, prefixes=prefix[condition])
     folder = Path(out) / EXPERIMENT
     prov = provenance(model, prompt_set=pset, seed=seed)
     items = [(r, c) for c in CONDITIONS for r in records]

@@ -29,6 +29,7 @@ from bindscope.experiments.records import RecordWriter, read_records, write_summ
 from bindscope.metrics import stats
 from bindscope.metrics.behaviour import generation, recognition
 from bindscope.metrics.binding import binding
+from bindscope.prompts.context import check_fit
 
 EXPERIMENT = "sweep"
 
@@ -141,6 +142,7 @@ def run(
 
 
 def _run_revision(model, pset, writer, rubric, batch_size, progress, revisions) -> None:
+    check_fit(model, pset)
     prov = provenance(model, prompt_set=pset, sweep={"revisions": revisions})
 
     def work(chunk):

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from bindscope.errors import SpanNotFoundError
+from bindscope.errors import PromptTooLongError, SpanNotFoundError
 from bindscope.interventions import ops, run_layers
+from bindscope.prompts.context import length_problem
 from bindscope.prompts.records import PromptRecord
 from bindscope.prompts.spans import Span, locate
 
@@ -159,7 +160,8 @@ def binding(
         records: Prompt records (``bindscope.prompts.load(...)``).
         batch_size: Prompts per forward pass.
         ablate: ``(layer, head)`` pairs zero-ablated while measuring.
-        on_missing: ``error`` raises ``SpanNotFoundError``; ``skip`` returns a result with
+        on_missing: ``error`` raises ``SpanNotFoundError`` (or ``PromptTooLongError`` for a
+            prompt longer than the context window); ``skip`` returns a result with
             ``skipped`` set to the reason and NaN numbers.
         progress: Show a progress bar.
 
@@ -176,7 +178,10 @@ def binding(
     for i, record in enumerate(records):
         try:
             span = locate(model, record.template, record.term, prompt_id=record.key)
-        except SpanNotFoundError as exc:
+            too_long = length_problem(model, record, n_tokens=span.n_tokens)
+            if too_long:
+                raise PromptTooLongError(too_long)
+        except (SpanNotFoundError, PromptTooLongError) as exc:
             if on_missing == "error":
                 raise
             results[i] = _result(record, nan, None, skipped=str(exc))
