@@ -169,25 +169,23 @@ def read_records(
     if duplicates not in ("warn", "error"):
         raise ValueError("duplicates must be 'warn' or 'error'")
     path = Path(path)
-    try:
-        text = path.read_text("utf-8")
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise RecordFileError(f"{path}:{line}: not UTF-8 text; {hint}") from None
-    lines = text.split("\n")
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
     seen: dict[str, int] = {}
     repeated = 0
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
+    for number, data in enumerate(lines, start=1):
+        if not data.strip():
             continue
+        # only an unterminated last line can be a write cut short by a crash
+        torn = number == len(lines) and not raw.endswith(b"\n")
         try:
-            record = json.loads(line)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            last = number == len(lines) and not text.endswith("\n")
-            if tolerate_tail and last:
+            record = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            if tolerate_tail and torn:
                 break
-            why = getattr(exc, "msg", "nested too deeply")
-            raise RecordFileError(f"{path}:{number}: not valid JSON ({why}); {hint}") from None
+            why = {UnicodeDecodeError: "not UTF-8 text", RecursionError: "nested too deeply"}
+            reason = why.get(type(exc)) or f"not valid JSON ({exc.msg})"
+            raise RecordFileError(f"{path}:{number}: {reason}; {hint}") from None
         if not isinstance(record, dict):
             raise RecordFileError(f"{path}:{number}: a record must be a JSON object; {hint}")
         missing = [k for k in REQUIRED if k not in record]

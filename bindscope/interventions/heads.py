@@ -27,7 +27,18 @@ def normalize_heads(
     if heads is None:
         return ()
     if isinstance(heads, dict):
+        for layer, hs in heads.items():
+            if isinstance(hs, (str, bytes)) or not isinstance(hs, Iterable):
+                raise HeadSpecError(
+                    f"{model_name}: layer {layer!r} maps to {hs!r}, not a list of heads; pass "
+                    "e.g. ablate={3: [0, 5]}"
+                )
         heads = [(layer, h) for layer, hs in heads.items() for h in hs]
+    if isinstance(heads, (str, bytes)) or not isinstance(heads, Iterable):
+        raise HeadSpecError(
+            f"{model_name}: ablate={heads!r} is not a list of (layer, head) pairs; pass e.g. "
+            "ablate=[(3, 0), (2, 8)]"
+        )
     seen: set[Head] = set()
     for item in heads:
         if isinstance(item, (str, bytes)) or not hasattr(item, "__len__") or len(item) != 2:
