@@ -89,7 +89,7 @@ def command_lines(draw, paths):
 
 
 @settings(
-    max_examples=250,
+    max_examples=800,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -44,7 +44,7 @@ def _read(path: Path, **options) -> list[dict] | None:
             return None
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(case=files(), tolerate_tail=st.booleans())
 def test_records_read_whole_and_unique_or_refused(case, tolerate_tail):
     originals, data = case
@@ -70,7 +70,7 @@ def test_records_read_whole_and_unique_or_refused(case, tolerate_tail):
             assert _read(path, duplicates="error") == read
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(data=st.binary(max_size=300))
 def test_arbitrary_bytes_read_or_raise_a_record_file_error(data):
     with tempfile.TemporaryDirectory() as folder:

@@ -33,7 +33,7 @@ specs = (
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(heads=specs)
 def test_head_specs_are_valid_pairs_or_a_head_spec_error(heads):
     try:

@@ -13,7 +13,7 @@ from bindscope.errors import BindscopeError
 from bindscope.prompts import load
 from bindscope.prompts.spans import find_term_chars
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
