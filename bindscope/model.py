@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import numbers
+import re
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -253,8 +254,9 @@ class Model:
             self._call_label = labels[-1]  # the last one is the call, earlier ones assignments
         return self._call_label
 
-    def trace_order_error(self, exc: Exception, layer: int, what: str) -> Exception | None:
-        """nnsight's ``OutOfOrderError`` as an ``InterventionOrderError`` (None: leave it).
+    def trace_order_error(self, exc: Exception) -> Exception | None:
+        """nnsight's ``OutOfOrderError`` from a trace primitive as an
+        ``InterventionOrderError`` (None: leave the exception as it is).
 
         At a generation step past the first, nnsight throws the same error to end an open
         ``tracer.all()`` loop and expects it back unchanged, so only step 0 is translated.
@@ -268,12 +270,21 @@ class Model:
                 return None
         except Exception:  # not inside an nnsight worker: nothing to protect
             pass
+        # nnsight names the site: 'model.model.layers.0.self_attn.o_proj.input.i0'
+        site = str(exc).split("'")[1] if str(exc).count("'") >= 2 else ""
+        found = re.search(r"layers\.(\d+)\.", site)
+        layer = found.group(1) if found else "?"
+        what = (
+            "an ablation (zero_ablate / mean_ablate)"
+            if "o_proj.input" in site
+            else "a capture (capture_attention)"
+        )
         return InterventionOrderError(
-            f"{self.name}: {what} on layer {layer} came after the trace had already run "
-            f"past layer {layer} (an earlier call in the same trace touched a later layer, "
-            "e.g. capture_attention(model, [2]) before zero_ablate(model, [(0, 1)])). Inside "
-            "one trace call the primitives in execution order: earlier layers before later "
-            "ones, and a layer's ablation before its capture; or pass both to one "
+            f"{self.name}: {what} of layer {layer} came after the trace had already run past "
+            f"layer {layer}: an earlier call in the same trace touched a later layer (e.g. "
+            "capture_attention(model, [2]) before zero_ablate(model, [(0, 1)])). Inside one "
+            "trace call the primitives in execution order, earlier layers before later ones "
+            "and a layer's ablation before its capture; or pass both to one "
             "run_layers(model, capture=..., zero=...) call, which orders them for you"
         )
 

@@ -87,6 +87,17 @@ def test_ablating_after_a_later_capture_names_the_call_and_the_rule(model):
         capture_attention(model, [2])
         zero_ablate(model, [(0, 1)])
     message = str(err.value)
-    assert "zero_ablate on layer 0 came after the trace had already run past layer 0" in message
+    assert "an ablation (zero_ablate / mean_ablate) of layer 0 came after the trace" in message
     assert "earlier layers before later ones" in message
     assert isinstance(err.value, BindscopeError)
+
+
+def test_capturing_after_a_later_ablation_names_the_capture(model):
+    batch = model.encode(["Alt text is good"])
+    with (
+        pytest.raises(InterventionOrderError, match=r"a capture \(capture_attention\) of layer 0"),
+        model.eager(),
+        model.nnsight.trace(**batch.inputs),
+    ):
+        zero_ablate(model, [(2, 1)])
+        capture_attention(model, [0])

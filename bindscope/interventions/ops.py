@@ -320,9 +320,48 @@ def run_layers(
     merely filled. ``allow_missing`` hands ``None`` to ``reduce`` when the module returned
     no weights (the load-time probe) instead of failing.
     """
+    try:
+        return _run_layers(
+            model,
+            capture=capture,
+            reduce=reduce,
+            zero=zero,
+            zero_per_row=zero_per_row,
+            mean=mean,
+            mean_per_row=mean_per_row,
+            means=means,
+            only_layers=only_layers,
+            into=into,
+            allow_missing=allow_missing,
+        )
+    except Exception as exc:
+        # A bindscope.Model explains nnsight's OutOfOrderError (an earlier call in the body
+        # touched a later layer); a shipped TraceModel has no translator and re-raises.
+        translate = getattr(model, "trace_order_error", None)
+        error = translate(exc) if translate is not None else None
+        if error is None:
+            raise
+        raise error from None
+
+
+def _run_layers(
+    model,
+    *,
+    capture=(),
+    reduce=None,
+    zero=None,
+    zero_per_row=None,
+    mean=None,
+    mean_per_row=None,
+    means=None,
+    only_layers=None,
+    into=None,
+    allow_missing=False,
+):
+    """``run_layers`` itself; the wrapper above only explains errors."""
     if zero is not None and zero_per_row is not None:
         raise ValueError("pass either heads= or per_row= to zero_ablate, not both")
-    n_heads = model.n_heads
+    env, n_heads, head_dim = model.nnsight, model.n_heads, model.head_dim
     zero_layers = by_layer(model.check_heads(zero)) if zero is not None else {}
     keep = row_masks(_per_row(model, zero_per_row), n_heads) if zero_per_row else {}
     mean_layers = by_layer(model.check_heads(mean)) if mean is not None else {}
@@ -348,69 +387,35 @@ def run_layers(
     for layer in range(model.n_layers):
         if layer not in allowed:
             continue
-        try:
-            _run_layer(
-                model, layer, capture, recompute, label, zero_layers, keep, mean_layers,
-                replace, means, reduce, allow_missing, out,
-            )  # fmt: skip
-        except Exception as exc:
-            # A bindscope.Model explains nnsight's OutOfOrderError (and leaves the one
-            # that ends a generation loop alone); a shipped TraceModel has no translator.
-            translate = getattr(model, "trace_order_error", None)
-            what = _called(layer, capture, keep or zero_layers, mean_layers or replace)
-            error = translate(exc, layer, what) if translate is not None else None
-            if error is None:
-                raise
-            raise error from None
-    return save(out)
-
-
-def _called(layer, capture, zeroed, meaned):
-    """Which primitive touched ``layer`` (for error messages)."""
-    doing = []
-    if zeroed and layer in zeroed:
-        doing.append("zero_ablate")
-    if meaned and layer in meaned:
-        doing.append("mean_ablate")
-    if layer in capture:
-        doing.append("capture_attention")
-    return " / ".join(doing) or "a trace primitive"
-
-
-def _run_layer(
-    model, layer, capture, recompute, label, zero_layers, keep, mean_layers, replace, means,
-    reduce, allow_missing, out,
-):  # fmt: skip
-    """One layer of ``run_layers``: recompute inputs, ablations, then the capture."""
-    env, n_heads, head_dim = model.nnsight, model.n_heads, model.head_dim
-    attn = attention_module(env, layer)
-    probs = None
-    if layer in capture and recompute:
-        args, kwargs = getattr(attn.source, label).inputs
-        probs = recompute_probs(args, kwargs)
-    if layer in zero_layers:
-        zero_heads(env, layer, zero_layers[layer], n_heads, head_dim)
-    if layer in keep:
-        rows = getattr(model, "input_error", None) or ValueError
-        zero_heads(env, layer, None, n_heads, head_dim, keep=keep[layer], error=rows)
-    if layer in mean_layers:
-        mean_heads(env, layer, mean_layers[layer], n_heads, head_dim, means.means[layer])
-    if layer in replace:
-        rows = getattr(model, "input_error", None) or ValueError
-        mean_heads(
-            env, layer, None, n_heads, head_dim, means.means[layer], replace[layer], error=rows
-        )
-    if layer in capture:
-        if probs is None:
-            probs = attn.output[1]  # [b, H, n, n]
-        if probs is None and not allow_missing:
-            raise RuntimeError(
-                f"{model.name}: layer {layer}'s attention returned no weights although "
-                "eager attention was requested; the model may not support switching "
-                "(reload it so the load-time probe can fall back to recomputing them)"
+        attn = attention_module(env, layer)
+        probs = None
+        if layer in capture and recompute:
+            args, kwargs = getattr(attn.source, label).inputs
+            probs = recompute_probs(args, kwargs)
+        if layer in zero_layers:
+            zero_heads(env, layer, zero_layers[layer], n_heads, head_dim)
+        if layer in keep:
+            rows = getattr(model, "input_error", None) or ValueError
+            zero_heads(env, layer, None, n_heads, head_dim, keep=keep[layer], error=rows)
+        if layer in mean_layers:
+            mean_heads(env, layer, mean_layers[layer], n_heads, head_dim, means.means[layer])
+        if layer in replace:
+            rows = getattr(model, "input_error", None) or ValueError
+            mean_heads(
+                env, layer, None, n_heads, head_dim, means.means[layer], replace[layer], rows
             )
-        value = reduce(probs) if reduce is not None else probs.float()
-        out[layer] = save(value)
+        if layer in capture:
+            if probs is None:
+                probs = attn.output[1]  # [b, H, n, n]
+            if probs is None and not allow_missing:
+                raise RuntimeError(
+                    f"{model.name}: layer {layer}'s attention returned no weights although "
+                    "eager attention was requested; the model may not support switching "
+                    "(reload it so the load-time probe can fall back to recomputing them)"
+                )
+            value = reduce(probs) if reduce is not None else probs.float()
+            out[layer] = save(value)
+    return save(out)
 
 
 def zero_ablate(model, heads=None, *, per_row=None, layers=None):
