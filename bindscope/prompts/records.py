@@ -180,13 +180,6 @@ def _decode(raw: bytes, path: Path) -> str:
     return text.removeprefix("\ufeff")
 
 
-def _text_field(obj: dict, name: str, where: str) -> str:
-    value = obj.get(name)
-    if not isinstance(value, str) or not value.strip():
-        raise PromptFileError(f"{where}: field {name!r} is missing or not a non-empty string")
-    return value
-
-
 _KNOWN = {
     "prompt_id",
     "term",
@@ -203,7 +196,8 @@ def _parse(obj, where: str) -> PromptRecord:
     if not isinstance(obj, dict):
         raise PromptFileError(f"{where}: a record must be a JSON object, got {type(obj).__name__}")
     for name in ("prompt_id", "term", "task", "template"):
-        _text_field(obj, name, where)
+        if not isinstance(obj.get(name), str) or not obj[name].strip():
+            raise PromptFileError(f"{where}: field {name!r} is missing or not a non-empty string")
     # keys join term and id ("term/prompt_id"), result keys join fields with "|": an id
     # with "/" or "|", or a term with "|", could make two prompts share one key
     for name, banned in (("prompt_id", "/|"), ("term", "|")):
@@ -250,7 +244,6 @@ def _parse(obj, where: str) -> PromptRecord:
     group = obj.get("control_group")
     if group is not None and not isinstance(group, str):
         raise PromptFileError(f"{where}: field 'control_group' must be a string")
-
     extra = {k: v for k, v in obj.items() if k not in _KNOWN}
     return PromptRecord(
         obj["prompt_id"],
