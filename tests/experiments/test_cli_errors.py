@@ -294,3 +294,13 @@ def test_a_locked_folder_stops_before_the_model(tmp_path, capsys, loads, tiny_pr
             "is being written by another bindscope run",
         )
     assert not loads
+
+
+@pytest.mark.parametrize("batch_size", [0, -1])
+def test_experiments_refuse_a_batch_size_below_one(tmp_path, tiny_llama, tiny_prompts, batch_size):
+    from bindscope.errors import InputError
+    from bindscope.experiments import binding_run
+
+    with pytest.raises(InputError, match="batch_size must be 1 or more"):
+        binding_run.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, batch_size=batch_size)
+    assert not (tmp_path / "binding" / "records.jsonl").read_text()
