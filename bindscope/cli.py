@@ -22,6 +22,51 @@ def _load(spec: str | None, revision: str | None, args) -> object:
     )
 
 
+def _positive(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    value = _integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer (1 or more)")
+    return value
+
+
+def _count(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; pass 0 or more")
+    return value
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def _preflight(args, experiment: str | None = None, *, check_terms: bool = True, **files):
+    """Check options, prompt files and the output folder before any model loads.
+
+    A typo then costs no model load. Returns the loaded prompt sets by keyword.
+    """
+    from bindscope.experiments.lock import FolderLock
+    from bindscope.loading import check_device, check_dtype
+    from bindscope.prompts import load
+
+    if not getattr(args, "remote", False):
+        check_dtype(getattr(args, "dtype", None))
+        check_device(getattr(args, "device", None))
+    sets = {
+        name: load(spec, check_terms=check_terms)
+        for name, spec in files.items()
+        if spec is not None
+    }
+    if experiment is not None:
+        FolderLock(args.out / experiment).acquire().release()  # writable and not in use
+    return sets
+
+
 def _common(
     p: argparse.ArgumentParser,
     *,
@@ -47,14 +92,19 @@ def _common(
             default=None,
             help="Hub revision, e.g. step120000; for a local folder, its subfolder REVISION",
         )
-    p.add_argument("--dtype", default=None, help="float32 (default), bfloat16, float16")
+    p.add_argument(
+        "--dtype",
+        default=None,
+        choices=("float32", "float16", "bfloat16", "float64"),
+        help="weights dtype (default float32)",
+    )
     p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:1, mps")
     p.add_argument("--remote", action="store_true", help="run on NDIF (see docs/remote.md)")
     if out:
         p.add_argument("--out", required=True, type=Path, help="results folder")
         p.add_argument("--force", action="store_true", help="discard finished records, redo")
     if compute:
-        p.add_argument("--batch-size", type=int, default=16)
+        p.add_argument("--batch-size", type=_positive, default=16)
         p.add_argument("--seed", type=int, default=0, help="seed of bootstrap CIs, random sets")
         p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
@@ -69,10 +119,12 @@ def _print_summary(summary: dict) -> None:
 def cmd_binding(args) -> int:
     from bindscope.experiments import binding_run
 
+    # --on-missing skip: a term absent from its template is skipped with the reason
+    sets = _preflight(args, "binding", check_terms=args.on_missing == "error", prompts=args.prompts)
     model = _load(args.model, args.revision, args)
     summary = binding_run.run(
         model,
-        prompts=args.prompts,
+        prompts=sets["prompts"],
         out=args.out,
         batch_size=args.batch_size,
         force=args.force,
@@ -86,16 +138,19 @@ def cmd_binding(args) -> int:
 
 
 def cmd_audit(args) -> int:
-    from bindscope.prompts import load
     from bindscope.prompts.audit import audit, format_audit, write_audit
 
+    records = _preflight(args, prompts=args.prompts)["prompts"]
     model = _load(args.model, args.revision, args)
-    rows = audit(model, load(args.prompts))
+    rows = audit(model, records)
     for line in format_audit(rows):
         print(line)
     path = write_audit(rows, args.write or Path(f"audit-{Path(str(args.prompts)).stem}.jsonl"))
-    bad = [r for r in rows if {"not_found", "single_token"} & set(r["flags"])]
-    print(f"{len(rows)} prompts, {len(bad)} without a 2+ token span; written to {path}")
+    bad = [r for r in rows if {"not_found", "single_token", "too_long"} & set(r["flags"])]
+    print(
+        f"{len(rows)} prompts, {len(bad)} without a 2+ token span or too long for the "
+        f"context window; written to {path}"
+    )
     return 1 if bad and args.strict else 0
 
 
@@ -105,11 +160,12 @@ def cmd_c5(args) -> int:
     specs = args.model or [None]
     if args.revision and len(specs) > 1:
         raise BindscopeError("--revision applies to one model; use --model id@revision instead")
+    sets = _preflight(args, "c5", prompts=args.prompts, ranking=args.ranking)
     models = [_load(spec, args.revision, args) for spec in specs]
     summary = c5.run(
         models,
-        prompts=args.prompts,
-        ranking=args.ranking,
+        prompts=sets["prompts"],
+        ranking=sets.get("ranking"),
         out=args.out,
         k=args.k,
         n_random=args.n_random,
@@ -129,10 +185,11 @@ def cmd_sweep(args) -> int:
 
     if not args.model:
         raise BindscopeError("sweep needs --model (a Hub id with training checkpoints)")
+    sets = _preflight(args, "sweep", prompts=args.prompts)
     summary = sweep.run(
         args.model,
-        args.revisions,
-        prompts=args.prompts,
+        sweep.resolve_revisions(args.revisions),
+        prompts=sets["prompts"],
         out=args.out,
         batch_size=args.batch_size,
         seed=args.seed,
@@ -149,10 +206,12 @@ def cmd_sweep(args) -> int:
 def cmd_fewshot(args) -> int:
     from bindscope.experiments import fewshot
 
+    sets = _preflight(args, "fewshot", prompts=args.prompts)
+    fewshot.prefixes(args.exemplars)  # a bad exemplars file fails here, before the model
     model = _load(args.model, args.revision, args)
     summary = fewshot.run(
         model,
-        prompts=args.prompts,
+        prompts=sets["prompts"],
         out=args.out,
         exemplars=args.exemplars,
         batch_size=args.batch_size,
@@ -167,11 +226,12 @@ def cmd_fewshot(args) -> int:
 def cmd_controls(args) -> int:
     from bindscope.experiments import controls
 
+    sets = _preflight(args, "controls", controls=args.controls, real=args.real)
     model = _load(args.model, args.revision, args)
     summary = controls.run(
         model,
-        controls=args.controls,
-        real=args.real,
+        controls=sets["controls"],
+        real=sets["real"],
         out=args.out,
         batch_size=args.batch_size,
         seed=args.seed,
@@ -192,8 +252,11 @@ def cmd_summarize(args) -> int:
 
 
 def cmd_figures(args) -> int:
+    from bindscope.experiments.lock import check_writable
     from bindscope.figures import make_figures
 
+    if args.out is not None:
+        check_writable(args.out)
     report = make_figures(args.results, args.out)
     for line in report.lines():
         print(line)
@@ -201,8 +264,13 @@ def cmd_figures(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from bindscope.experiments.lock import check_writable
     from bindscope.figures import write_report
 
+    if args.out is not None:
+        if args.out.is_dir():
+            raise BindscopeError(f"--out {args.out} is a folder; pass the report's file path")
+        check_writable(args.out.parent)
     path = write_report(args.results, args.out)
     print(f"report: {path}")
     return 0
@@ -210,7 +278,9 @@ def cmd_report(args) -> int:
 
 def cmd_demo(args) -> int:
     from bindscope.experiments import demo
+    from bindscope.experiments.lock import check_writable
 
+    check_writable(args.out)
     demo.run(out=args.out, quick=args.quick, force=args.force, progress=not args.no_progress)
     return 0
 
@@ -240,8 +310,8 @@ def parser() -> argparse.ArgumentParser:
     _common(p, several=True)
     p.add_argument("--prompts", default="canonical")
     p.add_argument("--ranking", default=None, help="prompt set that ranks heads (default: prompts)")
-    p.add_argument("--k", type=int, default=4, help="heads per ablated set")
-    p.add_argument("--n-random", type=int, default=50, help="number of random k-head sets")
+    p.add_argument("--k", type=_positive, default=4, help="heads per ablated set")
+    p.add_argument("--n-random", type=_count, default=50, help="number of random k-head sets")
     p.add_argument("--ablation", choices=("zero", "mean"), default="zero")
     p.add_argument("--matched-layers", action="store_true", help="random sets in top's layers")
     p.set_defaults(func=cmd_c5)
@@ -293,7 +363,22 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    try:
+        args = parser().parse_args(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a bad option (2), already printed
+        return exc.code if isinstance(exc.code, int) else 2
+    import warnings
+
+    from bindscope.errors import BindscopeWarning
+
+    def show(message, category, *rest, **kw):
+        if issubclass(category, BindscopeWarning):
+            print(f"bindscope {args.command}: warning: {message}", file=sys.stderr)
+        else:
+            default_show(message, category, *rest, **kw)
+
+    default_show = warnings.showwarning
+    warnings.showwarning = show
     try:
         return args.func(args)
     except BindscopeError as exc:
@@ -306,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
+    finally:
+        warnings.showwarning = default_show
 
 
 if __name__ == "__main__":

@@ -30,6 +30,22 @@ class InterventionError(BindscopeError, ValueError):
     """An intervention spec does not fit the model or the texts (lengths, edges, reference)."""
 
 
+class PromptTooLongError(InputError):
+    """A prompt (with what is generated or scored after it) exceeds the context window."""
+
+
+class InterventionOrderError(BindscopeError, ValueError):
+    """Trace primitives were called out of execution order (e.g. ablating after a later capture)."""
+
+
+class ResultsLockedError(BindscopeError):
+    """Another process is writing into the same results folder."""
+
+
+class BindscopeWarning(UserWarning):
+    """Something was repaired or left out on the way (e.g. duplicate record keys dropped)."""
+
+
 class SelfCheckError(BindscopeError):
     """The load-time self-check found the wrapped model misbehaving."""
 

@@ -96,6 +96,26 @@ def checkpoint_folder(folder: str | os.PathLike, revision: str) -> Path:
     return target
 
 
+def hub_unreachable(timeout: float = 5.0) -> str | None:
+    """Why the Hugging Face Hub cannot be reached in one short try (None: it answers).
+
+    One request instead of the Hub client's retries, so an offline machine learns it in
+    seconds. Any HTTP answer, even an error status, means the Hub is reachable.
+    """
+    import urllib.error
+    import urllib.request
+
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    try:
+        urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout)
+    except urllib.error.HTTPError:
+        return None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        return f"{endpoint}: {reason}"
+    return None
+
+
 def _from_pretrained(source: str, *, revision: str | None, dtype, device):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -124,6 +144,13 @@ def _from_pretrained(source: str, *, revision: str | None, dtype, device):
                 f"{source}{'@' + revision if revision else ''} is not in the local Hugging Face "
                 "cache and the Hub is switched off (HF_HUB_OFFLINE is set). Download it on a "
                 "machine with network access, or pass a local folder."
+            ) from None
+        offline = hub_unreachable()
+        if offline:
+            raise ModelLoadError(
+                f"{source}{'@' + revision if revision else ''} is not in the local Hugging Face "
+                f"cache and the Hub cannot be reached ({offline}): this machine looks offline. "
+                "Download the model on a machine with network access, or pass a local folder."
             ) from None
         try:
             tok = AutoTokenizer.from_pretrained(source, **kwargs)
@@ -165,6 +192,61 @@ def wrap_model(
         prepend_bos=prepend_bos,
         **options,
     )
+
+
+#: Weight dtypes a model can be loaded in (``--dtype``).
+DTYPES = ("float32", "float16", "bfloat16", "float64")
+
+
+def check_dtype(dtype: torch.dtype | str | None) -> torch.dtype:
+    """A weights dtype by name or object (None: float32); only ``DTYPES`` are accepted.
+
+    Raises:
+        ModelLoadError: Anything else (``float8``, ``int8``, a torch attribute that is no dtype).
+    """
+    if dtype is None:
+        return torch.float32
+    name = dtype if isinstance(dtype, str) else str(dtype).replace("torch.", "")
+    if name not in DTYPES:
+        raise ModelLoadError(
+            f"dtype {dtype!r} is not supported for model weights; use one of "
+            f"{', '.join(DTYPES)} (--dtype)"
+        )
+    return getattr(torch, name)
+
+
+def check_device(device: str | torch.device | None) -> str | torch.device | None:
+    """A device this machine has (None: CPU).
+
+    Raises:
+        ModelLoadError: The name is not a device, or it names a GPU this machine lacks.
+    """
+    if device is None:
+        return None
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ModelLoadError(
+            f"device {device!r} is not a device name; use cpu, cuda, cuda:1 or mps (--device)"
+        ) from None
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ModelLoadError(
+                f"device {device!r}: this machine has no CUDA GPU that torch can use (torch "
+                f"{torch.__version__}); pass --device cpu, or install a CUDA build of torch"
+            )
+        if parsed.index is not None and parsed.index >= torch.cuda.device_count():
+            raise ModelLoadError(
+                f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA GPU(s), "
+                f"numbered 0..{torch.cuda.device_count() - 1}"
+            )
+    elif parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise ModelLoadError(f"device {device!r}: MPS is not available here; pass --device cpu")
+    elif parsed.type not in ("cpu", "cuda", "mps"):
+        raise ModelLoadError(
+            f"device {device!r} is not supported; use cpu, cuda, cuda:N or mps (--device)"
+        )
+    return device
 
 
 def load_model(
@@ -215,9 +297,8 @@ def load_model(
         from bindscope.remote import load_remote
 
         return load_remote(model, revision=revision, prepend_bos=prepend_bos, self_check=self_check)
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype)
-    dtype = dtype or torch.float32
+    dtype = check_dtype(dtype)
+    device = check_device(device)
     if revision and model is None:
         raise ModelLoadError(
             f"the default model ({DEFAULT_MODEL_NAME}) ships as one checkpoint; revision "

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import numbers
+import re
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from bindscope.errors import InputError, InterventionError
+from bindscope.errors import HeadSpecError, InputError, InterventionError, InterventionOrderError
 from bindscope.families import Family, dims_from_config
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.heads import Head, normalize_heads
@@ -59,6 +61,10 @@ class Model:
     Build it with ``bindscope.load_model``. The uniform layout is
     ``model.nnsight.model.layers[i].self_attn.o_proj`` for every family.
     """
+
+    # What trace primitives (``interventions.ops``, which imports no bindscope module)
+    # raise for misuse; a body shipped to NDIF sees a TraceModel and raises ValueError.
+    input_error = InputError
 
     def __init__(
         self,
@@ -145,6 +151,7 @@ class Model:
         batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> Iterator[Batch]:
         """Yield left-padded batches, grouping texts of similar length to cut padding."""
+        _check_batch_size(batch_size)
         rows = [t if not isinstance(t, str) else self.tokenize(t) for t in _check_texts(texts)]
         order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
         for start in range(0, len(order), batch_size):
@@ -152,6 +159,34 @@ class Model:
             yield self._pad(chunk, [rows[i] for i in chunk])
 
     # -- heads and attention implementation ----------------------------------------------
+
+    def check_layers(self, layers: Iterable[int] | None) -> list[int]:
+        """Validate layer indices (None: all) and return them sorted (raises ``HeadSpecError``)."""
+        if layers is None:
+            return list(range(self.n_layers))
+        if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
+            raise HeadSpecError(
+                f"{self.name}: layers={layers!r} is not a list of layer indices; pass e.g. "
+                "layers=[0, 2], or None for every layer"
+            )
+        wanted = list(layers)
+        if not wanted:
+            raise HeadSpecError(
+                f"{self.name}: layers=[] selects no layer; pass at least one index in "
+                f"0..{self.n_layers - 1}, or layers=None for every layer"
+            )
+        for layer in wanted:
+            if isinstance(layer, bool) or not isinstance(layer, numbers.Integral):
+                raise HeadSpecError(
+                    f"{self.name}: layer {layer!r} is a {type(layer).__name__}, not an "
+                    f"integer; pass layer indices in 0..{self.n_layers - 1}"
+                )
+            if not 0 <= layer < self.n_layers:
+                raise HeadSpecError(
+                    f"{self.name}: layer {layer} is out of range; the model has layers "
+                    f"0..{self.n_layers - 1}"
+                )
+        return sorted({int(layer) for layer in wanted})
 
     def check_heads(self, heads) -> tuple[Head, ...]:
         """Validate ``(layer, head)`` pairs against this model (raises ``HeadSpecError``)."""
@@ -163,6 +198,16 @@ class Model:
     def dtype(self) -> torch.dtype:
         """The weights' dtype (the precision every forward runs in)."""
         return next(self.hf.parameters()).dtype
+
+    @property
+    def context_length(self) -> int | None:
+        """The longest sequence the model takes, from its config (None: not stated)."""
+        config = self.hf.config
+        for name in ("max_position_embeddings", "n_positions", "max_sequence_length"):
+            value = getattr(config, name, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        return None
 
     @property
     def attn_implementation(self) -> str:
@@ -230,6 +275,40 @@ class Model:
             self._call_label = labels[-1]  # the last one is the call, earlier ones assignments
         return self._call_label
 
+    def trace_order_error(self, exc: Exception) -> Exception | None:
+        """nnsight's ``OutOfOrderError`` from a trace primitive as an
+        ``InterventionOrderError`` (None: leave the exception as it is).
+
+        At a generation step past the first, nnsight throws the same error to end an open
+        ``tracer.all()`` loop and expects it back unchanged, so only step 0 is translated.
+        """
+        if type(exc).__name__ != "OutOfOrderError":
+            return None
+        try:
+            from greenlet import getcurrent
+
+            if getcurrent().mediator().iteration != 0:
+                return None
+        except Exception:  # not inside an nnsight worker: nothing to protect
+            pass
+        # nnsight names the site: 'model.model.layers.0.self_attn.o_proj.input.i0'
+        site = str(exc).split("'")[1] if str(exc).count("'") >= 2 else ""
+        found = re.search(r"layers\.(\d+)\.", site)
+        layer = found.group(1) if found else "?"
+        what = (
+            "an ablation (zero_ablate / mean_ablate)"
+            if "o_proj.input" in site
+            else "a capture (capture_attention)"
+        )
+        return InterventionOrderError(
+            f"{self.name}: {what} of layer {layer} came after the trace had already run past "
+            f"layer {layer}: an earlier call in the same trace touched a later layer (e.g. "
+            "capture_attention(model, [2]) before zero_ablate(model, [(0, 1)])). Inside one "
+            "trace call the primitives in execution order, earlier layers before later ones "
+            "and a layer's ablation before its capture; or pass both to one "
+            "run_layers(model, capture=..., zero=...) call, which orders them for you"
+        )
+
     # -- high-level calls -----------------------------------------------------------------
 
     def _rows(self, texts, *, intervene=None, per_row=None, ablate=None, means=None):
@@ -288,10 +367,7 @@ class Model:
             per_row: One spec, list of specs or ``None`` per text.
             ablate: ``(layer, head)`` pairs zero-ablated (shorthand for ``Zero``).
         """
-        wanted = sorted(set(range(self.n_layers) if layers is None else layers))
-        for layer in wanted:
-            if not 0 <= layer < self.n_layers:
-                self.check_heads([(layer, 0)])  # raises with the range in the message
+        wanted = self.check_layers(layers)
         texts = _check_texts(texts)
         rows = self._rows(texts, intervene=intervene, per_row=per_row, ablate=ablate)
         out: list[torch.Tensor | None] = [None] * len(texts)
@@ -418,6 +494,7 @@ class Model:
         (from ``head_means``) turning ``ablate`` and head lists into mean-ablation.
         """
         texts = _check_texts(texts)
+        _check_batch_size(batch_size)
         rows = self._rows(texts, intervene=intervene, per_row=per_row, ablate=ablate, means=means)
         for i, row in enumerate(rows):
             if any(op.kind == "donor" for op in row):
@@ -508,7 +585,33 @@ def _check_texts(texts) -> list:
         raise InputError(
             "pass a list of texts, e.g. ['In web accessibility, alt text is'], not a string"
         )
-    texts = list(texts)
+    try:
+        texts = list(texts)
+    except TypeError:
+        raise InputError(
+            f"texts is a {type(texts).__name__}; pass a list of strings, e.g. ['Alt text is']"
+        ) from None
     if not texts:
         raise InputError("the list of texts is empty; pass at least one prompt")
+    for i, text in enumerate(texts):
+        if isinstance(text, str):
+            continue
+        ids = isinstance(text, (list, tuple)) and all(
+            isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in text
+        )
+        if not ids:
+            raise InputError(
+                f"text #{i} is {text!r} ({type(text).__name__}); each text must be a string "
+                "(or a list of token ids)"
+            )
     return texts
+
+
+def _check_batch_size(batch_size) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
+        raise InputError(f"batch_size={batch_size!r} is not an integer; pass e.g. batch_size=16")
+    if batch_size < 1:
+        raise InputError(
+            f"batch_size={batch_size} is not positive; pass the number of texts per forward "
+            "pass, e.g. batch_size=16"
+        )

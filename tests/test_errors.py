@@ -127,3 +127,39 @@ def test_self_check_failure_names_family_and_path(byte_tokenizer, monkeypatch):
         selfcheck.self_check(model)
     assert "family olmo" in str(err.value)
     assert "model.model.layers.0.self_attn" in str(err.value)
+
+
+def test_unknown_hub_id_offline_fails_fast_without_retries(monkeypatch, tmp_path):
+    """No HF_HUB_OFFLINE and no network: one short probe, then a clear error (no retries)."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    import transformers
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    probes, online = [], []
+
+    def unreachable(request, timeout):
+        probes.append(timeout)
+        raise urllib.error.URLError("[Errno -2] Name or service not known")
+
+    real = transformers.AutoTokenizer.from_pretrained
+
+    def tokenizer(source, *args, **kwargs):
+        if not kwargs.get("local_files_only"):
+            online.append(source)
+        return real(source, *args, **kwargs)
+
+    monkeypatch.setattr(urllib.request, "urlopen", unreachable)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", tokenizer)
+    started = time.perf_counter()
+    with pytest.raises(ModelLoadError) as err:
+        bindscope.load_model("no-such-org/no-such-model")
+    assert time.perf_counter() - started < 30
+    message = str(err.value)
+    assert "no-such-org/no-such-model is not in the local Hugging Face cache" in message
+    assert "Hub cannot be reached" in message and "looks offline" in message
+    assert probes == [5.0] and not online

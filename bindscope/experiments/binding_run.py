@@ -19,8 +19,8 @@ from bindscope.experiments.common import (
     skipped_reasons,
 )
 from bindscope.experiments.records import RecordWriter, read_records, write_summary
-from bindscope.experiments.resume import check_settings
 from bindscope.metrics.binding import binding
+from bindscope.prompts.context import check_fit
 
 EXPERIMENT = "binding"
 
@@ -42,11 +42,13 @@ def run(
     ``seed`` seeds the summary's bootstrap intervals and is stored in every record.
     """
     pset = prompt_set(prompts)
+    if on_missing == "error":  # with "skip", binding() skips them with the reason
+        check_fit(model, pset, prompt_only=True)
     folder = Path(out) / experiment
     settings = {"prompt_sha256": pset.sha256, "on_missing": on_missing, "seed": seed}
-    check_settings(folder, settings, models=[model], force=force)
     prov = provenance(model, prompt_set=pset, seed=seed, settings=settings)
-    with RecordWriter(folder / "records.jsonl", force=force) as writer:
+    records = folder / "records.jsonl"
+    with RecordWriter(records, force=force, settings=settings, models=[model]) as writer:
 
         def work(chunk):
             results = binding(model, chunk, batch_size=batch_size, on_missing=on_missing)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bindscope.errors import InputError
 from bindscope.experiments.binding_run import mean_bsi_of, rank_heads
 from bindscope.experiments.common import (
     base_record,
@@ -25,11 +26,12 @@ from bindscope.experiments.common import (
     run_chunks,
 )
 from bindscope.experiments.records import RecordWriter, read_records, write_summary
-from bindscope.experiments.resume import check_settings, content_sha256
+from bindscope.experiments.resume import content_sha256
 from bindscope.interventions import head_means
 from bindscope.metrics import stats
 from bindscope.metrics.behaviour import default_rubric, generation, recognition
 from bindscope.metrics.binding import binding
+from bindscope.prompts.context import check_fit
 
 EXPERIMENT = "c5"
 
@@ -52,13 +54,23 @@ def draw_random_sets(
     excluded = {tuple(h) for h in top}
     pool = [(l, h) for l in range(n_layers) for h in range(n_heads) if (l, h) not in excluded]  # noqa: E741
     if len(pool) < k:
-        raise ValueError(f"only {len(pool)} heads outside the top set; cannot draw {k}")
+        raise InputError(
+            f"only {len(pool)} heads outside the top set; cannot draw random sets of {k} "
+            "(pass a smaller --k)"
+        )
     sets = []
     for _ in range(n):
         if matched_layers:
             chosen = []
             for layer, _head in top:
                 options = [p for p in pool if p[0] == layer and list(p) not in chosen]
+                if not options:
+                    raise InputError(
+                        f"--matched-layers: layer {layer} has {n_heads} heads, too few to "
+                        f"match the top set's {sum(h[0] == layer for h in top)} heads there "
+                        "with as many heads outside it; pass a smaller --k or drop "
+                        "--matched-layers"
+                    )
                 chosen.append(list(options[rng.integers(len(options))]))
         else:
             picks = rng.choice(len(pool), size=k, replace=False)
@@ -101,6 +113,9 @@ def run(
     models = models if isinstance(models, (list, tuple)) else [models]
     pset = prompt_set(prompts)
     rset = prompt_set(ranking) if ranking is not None else pset
+    for model in models:
+        check_k(model, k=k, n_random=n_random)
+        check_fit(model, [*pset, *(rset if rset is not pset else ())])
     folder = Path(out) / EXPERIMENT
     settings = {
         "k": k,
@@ -113,11 +128,34 @@ def run(
     }
     rubric = rubric or default_rubric()
     inputs = {"prompt_sha256": pset.sha256, "rubric_sha256": content_sha256(rubric)}
-    check_settings(folder, {**settings, **inputs}, models=models, force=force)
-    with RecordWriter(folder / "records.jsonl", force=force) as writer:
+    checked = {**settings, **inputs}
+    records = folder / "records.jsonl"
+    with RecordWriter(records, force=force, settings=checked, models=models) as writer:
         for model in models:
             _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress)
     return summarize(folder)
+
+
+def check_k(model, *, k: int, n_random: int) -> None:
+    """Refuse a head-set size the model cannot supply, before any work.
+
+    The top set has k heads and every random set k more from outside it, so 2k heads must
+    exist (the bottom set is drawn from all heads).
+
+    Raises:
+        InputError: k is not an integer in 1..heads/2, or n_random is negative.
+    """
+    total = model.n_layers * model.n_heads
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise InputError(f"--k {k!r}: the number of heads per ablated set must be 1 or more")
+    if isinstance(n_random, bool) or not isinstance(n_random, int) or n_random < 0:
+        raise InputError(f"--n-random {n_random!r}: the number of random sets must be 0 or more")
+    if 2 * k > total:
+        raise InputError(
+            f"--k {k}: {model_label(model)} has {total} heads ({model.n_layers} layers x "
+            f"{model.n_heads}), but the top set and each random set drawn outside it need "
+            f"{2 * k}; pass --k {total // 2} or less"
+        )
 
 
 def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress) -> None:
@@ -210,6 +248,21 @@ def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress
         desc=f"c5 {label}",
         progress=progress,
     )
+
+
+def check_complete(folder: Path, records: list[dict]) -> None:
+    """Refuse a C5 folder that holds ranking records and no evaluated condition.
+
+    Raises:
+        InputError: The run stopped after ranking heads; nothing can be summarized yet.
+    """
+    ranking = sum(r["experiment"] == "c5-ranking" for r in records)
+    if ranking and not any(r["experiment"] == EXPERIMENT for r in records):
+        raise InputError(
+            f"{folder / 'records.jsonl'}: holds only {ranking} C5 ranking record(s) and no "
+            "evaluated condition (the run stopped after ranking heads); rerun the same "
+            f"`bindscope c5 ... --out {folder.parent}` command to finish it"
+        )
 
 
 def summarize_c5(records: list[dict], *, n_resamples: int = 9999) -> dict:
@@ -330,7 +383,9 @@ def _summarize_model(group, all_records, seed, n_resamples) -> dict:
 
 def summarize(folder: str | Path) -> dict:
     folder = Path(folder)
-    summary = summarize_c5(list(read_records(folder / "records.jsonl")))
+    records = list(read_records(folder / "records.jsonl"))
+    check_complete(folder, records)
+    summary = summarize_c5(records)
     write_summary(folder / "summary.json", summary)
     return summary
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from bindscope.errors import InputError
 from bindscope.experiments.records import RecordWriter, provenance, record_key
 from bindscope.prompts.records import PromptRecord, PromptSet, load
 
@@ -76,6 +77,11 @@ def run_chunks(
     """
     from tqdm.auto import tqdm
 
+    if chunk_size < 1:  # a negative batch size would otherwise run nothing and say nothing
+        raise InputError(
+            f"batch_size must be 1 or more (it gave chunks of {chunk_size} items); pass e.g. "
+            "batch_size=16 (--batch-size 16)"
+        )
     pending = [item for item in items if key(item) not in writer]
     bar = tqdm(
         total=len(items),

@@ -27,9 +27,9 @@ from bindscope.experiments.common import (
     skipped_reasons,
 )
 from bindscope.experiments.records import RecordWriter, read_records, write_summary
-from bindscope.experiments.resume import check_settings
 from bindscope.metrics import stats
 from bindscope.metrics.binding import binding
+from bindscope.prompts.context import check_fit
 from bindscope.prompts.records import PromptSet
 
 EXPERIMENT = "controls"
@@ -52,10 +52,10 @@ def run(
     rset = prompt_set(real)
     real_records = [r for r in rset if r.task == "generation" and r.control_group is None]
     items = [r for r in cset if r.control_group] + real_records
+    check_fit(model, items)
     combined = PromptSet(f"{cset.name}+{rset.name}", tuple(items), cset.sha256 + rset.sha256)
     folder = Path(out) / EXPERIMENT
     settings = {"controls_sha256": cset.sha256, "real_sha256": rset.sha256, "seed": seed}
-    check_settings(folder, settings, models=[model], force=force)
     prov = provenance(model, prompt_set=combined, seed=seed, settings=settings)
 
     def work(chunk):
@@ -73,7 +73,8 @@ def run(
             for r, res in zip(chunk, results)
         ]
 
-    with RecordWriter(folder / "records.jsonl", force=force) as writer:
+    records = folder / "records.jsonl"
+    with RecordWriter(records, force=force, settings=settings, models=[model]) as writer:
         run_chunks(
             items,
             writer=writer,

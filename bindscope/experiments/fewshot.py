@@ -16,9 +16,10 @@ import numpy as np
 from bindscope.errors import InputError
 from bindscope.experiments.common import base_record, prompt_set, provenance, record_key, run_chunks
 from bindscope.experiments.records import RecordWriter, read_records, write_summary
-from bindscope.experiments.resume import check_settings, content_sha256
+from bindscope.experiments.resume import content_sha256
 from bindscope.metrics import stats
 from bindscope.metrics.behaviour import default_rubric, generation
+from bindscope.prompts.context import check_fit
 from bindscope.prompts.records import load_json
 
 EXPERIMENT = "fewshot"
@@ -38,12 +39,25 @@ def prefixes(exemplars: dict | str | Path | None = None) -> dict[str, dict[str, 
     else:
         import json
 
-        data = json.loads(Path(exemplars).read_text("utf-8"))
-    terms = data.get("terms", data)
-    return {
-        "few_shot": {t: v["exemplar"].strip() + "\n\n" for t, v in terms.items()},
-        "paraphrase": {t: v["paraphrase"].strip() + "\n\n" for t, v in terms.items()},
-    }
+        try:
+            data = json.loads(Path(exemplars).read_text("utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InputError(
+                f"{exemplars}: cannot read the exemplars file ({exc}); pass a JSON file shaped "
+                '{"terms": {term: {"exemplar": ..., "paraphrase": ...}}}'
+            ) from None
+    try:
+        terms = data.get("terms", data)
+        return {
+            "few_shot": {t: v["exemplar"].strip() + "\n\n" for t, v in terms.items()},
+            "paraphrase": {t: v["paraphrase"].strip() + "\n\n" for t, v in terms.items()},
+        }
+    except (AttributeError, KeyError, TypeError) as exc:
+        raise InputError(
+            f"{exemplars or 'exemplars'}: not shaped "
+            '{"terms": {term: {"exemplar": str, "paraphrase": str}}} '
+            f"({type(exc).__name__}: {exc})"
+        ) from None
 
 
 def run(
@@ -75,6 +89,8 @@ def run(
             f"no exemplar for term(s) {missing}; add them to the exemplars file "
             '({"terms": {term: {"exemplar": ..., "paraphrase": ...}}})'
         )
+    for condition in ("few_shot", "paraphrase"):
+        check_fit(model, records, prefixes=prefix[condition])
     folder = Path(out) / EXPERIMENT
     settings = {
         "prompt_sha256": pset.sha256,
@@ -82,7 +98,6 @@ def run(
         "rubric_sha256": content_sha256(rubric),
         "seed": seed,
     }
-    check_settings(folder, settings, models=[model], force=force)
     prov = provenance(model, prompt_set=pset, seed=seed, settings=settings)
     items = [(r, c) for c in CONDITIONS for r in records]
 
@@ -104,7 +119,8 @@ def run(
                 out_records.append(base_record(EXPERIMENT, model, r, condition, metrics, prov))
         return out_records
 
-    with RecordWriter(folder / "records.jsonl", force=force) as writer:
+    records = folder / "records.jsonl"
+    with RecordWriter(records, force=force, settings=settings, models=[model]) as writer:
         run_chunks(
             items,
             writer=writer,

@@ -12,10 +12,11 @@ import datetime as _dt
 import json
 import math
 import os
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from bindscope.errors import RecordFileError
+from bindscope.errors import BindscopeWarning, RecordFileError
 
 SCHEMA = "bindscope.result/1"
 REQUIRED = ("schema", "experiment", "key", "model", "condition", "metrics", "provenance")
@@ -84,20 +85,37 @@ class RecordWriter:
 
     A rerun opens the same file, reads the finished keys and lets the caller skip them;
     ``force=True`` starts the file afresh. A line cut off by a crash is dropped on resume.
+    With ``settings`` (and ``models``), the folder's stored settings are checked first,
+    under the folder's lock (``bindscope.experiments.resume.check_settings``).
     """
 
-    def __init__(self, path: str | Path, *, force: bool = False) -> None:
+    def __init__(
+        self, path: str | Path, *, force: bool = False, settings: dict | None = None, models=()
+    ) -> None:
+        from bindscope.experiments.lock import FolderLock
+        from bindscope.experiments.resume import check_settings
+
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # one writer per folder: a second run stops here instead of duplicating records
+        self._lock = FolderLock(self.path.parent).acquire()
+        try:
+            if settings is not None:
+                check_settings(self.path.parent, settings, models=models, force=force)
+            self._open(force)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _open(self, force: bool) -> None:
         if force and self.path.exists():
             self.path.unlink()
         self.done: set[str] = set()
         if self.path.exists():
             good = []
-            for record in read_records(self.path, tolerate_tail=True):
+            for record in read_records(self.path, tolerate_tail=True, hint=WRITER_HINT):
                 self.done.add(record["key"])
                 good.append(json.dumps(record, sort_keys=True))
-            # rewrite without a torn last line so appends stay valid JSON Lines
+            # rewrite without a torn last line (or repeated keys) so appends stay valid
             self.path.write_text("".join(line + "\n" for line in good), "utf-8")
         self._file = self.path.open("a", encoding="utf-8")
 
@@ -120,7 +138,10 @@ class RecordWriter:
             self.write(record)
 
     def close(self) -> None:
-        self._file.close()
+        try:
+            self._file.close()
+        finally:
+            self._lock.release()
 
     def __enter__(self) -> RecordWriter:
         return self
@@ -129,40 +150,78 @@ class RecordWriter:
         self.close()
 
 
-def read_records(path: str | Path, *, tolerate_tail: bool = False) -> Iterator[dict]:
+#: How to repair a corrupt line, told by commands that can redo records (they have --force).
+WRITER_HINT = "delete the line (its record is redone on resume) or rerun with --force"
+#: The same for readers (summarize, figures, report), which only read.
+READER_HINT = "delete the line, then rerun the experiment that wrote it to redo that record"
+
+
+def read_records(
+    path: str | Path,
+    *,
+    tolerate_tail: bool = False,
+    duplicates: str = "warn",
+    hint: str = READER_HINT,
+) -> Iterator[dict]:
     """Read and validate a records file.
+
+    Keys are unique (docs/records.md); a key seen before is left out with one warning that
+    says how many were (``duplicates="warn"``), or refused (``"error"``).
 
     Raises:
         RecordFileError: A line is not JSON or lacks a required field (file and line named).
             With ``tolerate_tail``, only an unterminated last line (a crash mid-write) is
             skipped.
     """
+    if duplicates not in ("warn", "error"):
+        raise ValueError("duplicates must be 'warn' or 'error'")
     path = Path(path)
-    text = path.read_text("utf-8")
-    lines = text.split("\n")
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    seen: dict[str, int] = {}
+    repeated = 0
+    for number, data in enumerate(lines, start=1):
+        if not data.strip():
             continue
+        # only an unterminated last line can be a write cut short by a crash
+        torn = number == len(lines) and not raw.endswith(b"\n")
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            last = number == len(lines) and not text.endswith("\n")
-            if tolerate_tail and last:
-                return
-            raise RecordFileError(
-                f"{path}:{number}: not valid JSON ({exc.msg}); delete the line or rerun "
-                "with --force"
-            ) from None
+            record = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            if tolerate_tail and torn:
+                break
+            why = {UnicodeDecodeError: "not UTF-8 text", RecursionError: "nested too deeply"}
+            reason = why.get(type(exc)) or f"not valid JSON ({exc.msg})"
+            raise RecordFileError(f"{path}:{number}: {reason}; {hint}") from None
         if not isinstance(record, dict):
-            raise RecordFileError(f"{path}:{number}: a record must be a JSON object")
+            raise RecordFileError(f"{path}:{number}: a record must be a JSON object; {hint}")
         missing = [k for k in REQUIRED if k not in record]
         if missing:
-            raise RecordFileError(f"{path}:{number}: record lacks field(s) {missing}")
+            raise RecordFileError(f"{path}:{number}: record lacks field(s) {missing}; {hint}")
         if record["schema"] != SCHEMA:
             raise RecordFileError(
                 f"{path}:{number}: schema {record['schema']!r}, expected {SCHEMA!r}"
             )
+        key = record["key"]
+        if not isinstance(key, str):
+            raise RecordFileError(f"{path}:{number}: field 'key' must be a string; {hint}")
+        if key in seen:
+            if duplicates == "error":
+                raise RecordFileError(
+                    f"{path}:{number}: key {key!r} repeats line {seen[key]}; keys are unique "
+                    "(docs/records.md), so two runs probably wrote into this folder at once"
+                )
+            repeated += 1
+            continue
+        seen[key] = number
         yield record
+    if repeated:
+        warnings.warn(
+            f"{path}: {repeated} record(s) repeat the key of an earlier line and were left out "
+            "(keys are unique; two runs probably wrote into this folder at once)",
+            BindscopeWarning,
+            stacklevel=2,
+        )
 
 
 def write_summary(path: str | Path, summary: dict) -> None:

@@ -120,12 +120,13 @@ def validate_file(path: str | Path) -> int:
     """Validate every record of a records file; returns the number of records.
 
     Raises:
-        RecordFileError: A line breaks the schema (file, line and the problem named).
+        RecordFileError: A line breaks the schema or repeats a key (file, line and the
+            problem named).
     """
     from bindscope.errors import RecordFileError
 
     count = 0
-    for count, record in enumerate(read_records(path), start=1):
+    for count, record in enumerate(read_records(path, duplicates="error"), start=1):
         found = problems(record)
         if found:
             raise RecordFileError(f"{path}:{count}: {'; '.join(found)}")

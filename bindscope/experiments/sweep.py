@@ -31,6 +31,7 @@ from bindscope.experiments.resume import check_settings, content_sha256
 from bindscope.metrics import stats
 from bindscope.metrics.behaviour import default_rubric, generation, recognition
 from bindscope.metrics.binding import binding
+from bindscope.prompts.context import check_fit
 
 EXPERIMENT = "sweep"
 
@@ -138,8 +139,7 @@ def run(
     rubric = rubric or default_rubric()
     folder = Path(out) / EXPERIMENT
     settings = {"prompt_sha256": pset.sha256, "rubric_sha256": content_sha256(rubric), "seed": seed}
-    check_settings(folder, settings, force=force)
-    with RecordWriter(folder / "records.jsonl", force=force) as writer:
+    with RecordWriter(folder / "records.jsonl", force=force, settings=settings) as writer:
         for revision in revisions:
             keys = [record_key(EXPERIMENT, model, revision, r.key, "clean") for r in pset]
             if all(k in writer for k in keys):
@@ -160,6 +160,7 @@ def run(
 
 
 def _run_revision(model, pset, writer, rubric, batch_size, progress, prov) -> None:
+    check_fit(model, pset)
 
     def work(chunk):
         bound = binding(model, chunk, batch_size=batch_size, on_missing="skip")

@@ -87,6 +87,10 @@ def load_experiment(root: Path, name: str) -> ExperimentResults:
             versions.add(tuple(str(prov.get(f, "?")) for f in VERSION_FIELDS))
             if prov.get("time"):
                 times.append(str(prov["time"]))
+    if name == "c5" and n_records:
+        from bindscope.experiments.c5 import check_complete
+
+        check_complete(folder, list(read_records(records_path)))
     summary = _read_summary(summary_path) if summary_path.is_file() else None
     missing, notes = None, []
     if summary is None and n_records:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable, Sequence
+
+import numpy as np
 
 from bindscope.errors import HeadSpecError
 from bindscope.interventions.ops import by_layer, row_masks
@@ -24,7 +27,18 @@ def normalize_heads(
     if heads is None:
         return ()
     if isinstance(heads, dict):
+        for layer, hs in heads.items():
+            if isinstance(hs, (str, bytes)) or not isinstance(hs, Iterable):
+                raise HeadSpecError(
+                    f"{model_name}: layer {layer!r} maps to {hs!r}, not a list of heads; pass "
+                    "e.g. ablate={3: [0, 5]}"
+                )
         heads = [(layer, h) for layer, hs in heads.items() for h in hs]
+    if isinstance(heads, (str, bytes)) or not isinstance(heads, Iterable):
+        raise HeadSpecError(
+            f"{model_name}: ablate={heads!r} is not a list of (layer, head) pairs; pass e.g. "
+            "ablate=[(3, 0), (2, 8)]"
+        )
     seen: set[Head] = set()
     for item in heads:
         if isinstance(item, (str, bytes)) or not hasattr(item, "__len__") or len(item) != 2:
@@ -32,7 +46,7 @@ def normalize_heads(
                 f"{model_name}: head {item!r} is not a (layer, head) pair; pass e.g. "
                 "ablate=[(3, 0), (2, 8)]"
             )
-        layer, head = (int(v) for v in item)
+        layer, head = (_index(v, item, model_name) for v in item)
         if not 0 <= layer < n_layers:
             raise HeadSpecError(
                 f"{model_name}: layer {layer} in head ({layer}, {head}) is out of range; "
@@ -49,3 +63,13 @@ def normalize_heads(
             )
         seen.add((layer, head))
     return tuple(sorted(seen))
+
+
+def _index(value, item, model_name: str) -> int:
+    """A layer or head number: a Python or numpy integer, never a bool, float or string."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    raise HeadSpecError(
+        f"{model_name}: head {item!r}: {value!r} is a {type(value).__name__}, not an integer; "
+        "layers and heads are whole numbers, e.g. ablate=[(3, 0), (2, 8)]"
+    )

@@ -116,7 +116,16 @@ def head_view(x, n_heads, head_dim):
     return x.view(*x.shape[:-1], n_heads, head_dim)
 
 
-def zero_heads(envoy, layer, heads, n_heads, head_dim, keep=None):
+def _check_rows(mask, view, layer, error):
+    """A per-row mask must have one row per batch row (``error`` is the class raised)."""
+    if mask.shape[0] != view.shape[0]:
+        raise error(
+            f"per_row gives {mask.shape[0]} head lists but the batch at layer {layer} has "
+            f"{view.shape[0]} rows; pass exactly one head list per text of the invoke"
+        )
+
+
+def zero_heads(envoy, layer, heads, n_heads, head_dim, keep=None, error=ValueError):
     """Zero heads' slices of the output-projection input of ``layer``, in place.
 
     Args:
@@ -127,16 +136,18 @@ def zero_heads(envoy, layer, heads, n_heads, head_dim, keep=None):
         head_dim: Width of one head.
         keep: Optional ``[b, H]`` float mask, 0 where a row's head is ablated. Rows whose
             mask is all ones are multiplied by 1.0 and stay bit-identical.
+        error: Exception class raised when ``keep`` has a different number of rows.
     """
     x = attention_module(envoy, layer).o_proj.input  # [b, s, H*hd]
     view = head_view(x, n_heads, head_dim)  # [b, s, H, hd]
     if keep is None:
         view[..., heads, :] = 0
     else:
+        _check_rows(keep, view, layer, error)
         view.mul_(keep.to(device=view.device, dtype=view.dtype)[:, None, :, None])
 
 
-def mean_heads(envoy, layer, heads, n_heads, head_dim, means, replace=None):
+def mean_heads(envoy, layer, heads, n_heads, head_dim, means, replace=None, error=ValueError):
     """Replace heads' slices of the output-projection input by their reference means.
 
     Args:
@@ -149,6 +160,7 @@ def mean_heads(envoy, layer, heads, n_heads, head_dim, means, replace=None):
     if replace is None:
         view[..., heads, :] = means[heads]
     else:
+        _check_rows(replace, view, layer, error)
         mixed = torch.where(replace.to(view.device)[:, None, :, None], means[None, None], view)
         view.copy_(mixed)
 
@@ -420,6 +432,49 @@ def run_layers(
     ``bindscope.interventions.plan`` (``Zero``/``Mean``/``Patch``/``Resample``/``Knockout``
     as tensors); ``donors`` the ``donor_outputs`` of its donor invoke.
     """
+    try:
+        return _run_layers(
+            model,
+            capture=capture,
+            reduce=reduce,
+            zero=zero,
+            zero_per_row=zero_per_row,
+            mean=mean,
+            mean_per_row=mean_per_row,
+            means=means,
+            only_layers=only_layers,
+            into=into,
+            allow_missing=allow_missing,
+            plan=plan,
+            donors=donors,
+        )
+    except Exception as exc:
+        # A bindscope.Model explains nnsight's OutOfOrderError (an earlier call in the body
+        # touched a later layer); a shipped TraceModel has no translator and re-raises.
+        translate = getattr(model, "trace_order_error", None)
+        error = translate(exc) if translate is not None else None
+        if error is None:
+            raise
+        raise error from None
+
+
+def _run_layers(
+    model,
+    *,
+    capture=(),
+    reduce=None,
+    zero=None,
+    zero_per_row=None,
+    mean=None,
+    mean_per_row=None,
+    means=None,
+    only_layers=None,
+    into=None,
+    allow_missing=False,
+    plan=None,
+    donors=None,
+):
+    """``run_layers`` itself; the wrapper above only explains errors."""
     if zero is not None and zero_per_row is not None:
         raise ValueError("pass either heads= or per_row= to zero_ablate, not both")
     env, n_heads, head_dim = model.nnsight, model.n_heads, model.head_dim
@@ -463,11 +518,15 @@ def run_layers(
         if layer in zero_layers:
             zero_heads(env, layer, zero_layers[layer], n_heads, head_dim)
         if layer in keep:
-            zero_heads(env, layer, None, n_heads, head_dim, keep=keep[layer])
+            rows = getattr(model, "input_error", None) or ValueError
+            zero_heads(env, layer, None, n_heads, head_dim, keep=keep[layer], error=rows)
         if layer in mean_layers:
             mean_heads(env, layer, mean_layers[layer], n_heads, head_dim, means.means[layer])
         if layer in replace:
-            mean_heads(env, layer, None, n_heads, head_dim, means.means[layer], replace[layer])
+            rows = getattr(model, "input_error", None) or ValueError
+            mean_heads(
+                env, layer, None, n_heads, head_dim, means.means[layer], replace[layer], rows
+            )
         if layer in capture:
             if probs is None:
                 probs = attn.output[1]  # [b, H, n, n]

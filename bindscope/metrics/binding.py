@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from bindscope.errors import SpanNotFoundError
+from bindscope.errors import PromptTooLongError, SpanNotFoundError
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import plan_batches
 from bindscope.interventions.specs import resolve_rows
+from bindscope.prompts.context import length_problem
 from bindscope.prompts.records import PromptRecord
 from bindscope.prompts.spans import Span, locate
 
@@ -188,7 +189,8 @@ def binding(
         intervene: Spec(s) applied to every record while measuring (``Zero``, ``Mean``,
             ``Knockout``, ``Resample``; positions count tokens of the prompt cut after
             the term's span, since BSI never looks further).
-        on_missing: ``error`` raises ``SpanNotFoundError``; ``skip`` returns a result with
+        on_missing: ``error`` raises ``SpanNotFoundError`` (or ``PromptTooLongError`` for a
+            prompt longer than the context window); ``skip`` returns a result with
             ``skipped`` set to the reason and NaN numbers.
         progress: Show a progress bar.
 
@@ -208,7 +210,10 @@ def binding(
     for i, record in enumerate(records):
         try:
             span = locate(model, record.template, record.term, prompt_id=record.key)
-        except SpanNotFoundError as exc:
+            too_long = length_problem(model, record, n_tokens=span.n_tokens)
+            if too_long:
+                raise PromptTooLongError(too_long)
+        except (SpanNotFoundError, PromptTooLongError) as exc:
             if on_missing == "error":
                 raise
             results[i] = _result(record, nan, None, skipped=str(exc))

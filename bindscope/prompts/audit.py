@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from bindscope.errors import SpanNotFoundError
+from bindscope.prompts.context import length_problem
 from bindscope.prompts.spans import locate
 
 
@@ -25,6 +26,10 @@ def audit(model, records) -> list[dict]:
                 n_span=len(span.indices),
                 flags=list(span.flags),
             )
+        too_long = length_problem(model, rec)
+        if too_long:
+            row["flags"].append("too_long")
+            row["reason"] = "; ".join(filter(None, [row.get("reason"), too_long]))
         rows.append(row)
     return rows
 
@@ -41,7 +46,7 @@ def format_audit(rows: list[dict]) -> list[str]:
     """Aligned text lines for the terminal, problem rows first flagged with ``!``."""
     lines = []
     for r in rows:
-        bad = {"not_found", "single_token", "at_position_0"} & set(r["flags"])
+        bad = {"not_found", "single_token", "at_position_0", "too_long"} & set(r["flags"])
         mark = "!" if bad else " "
         tokens = " ".join(r["span_tokens"]) or "-"
         flags = ",".join(r["flags"]) or "-"

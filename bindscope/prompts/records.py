@@ -110,24 +110,40 @@ def load(path_or_name: str | Path, *, check_terms: bool = True) -> PromptSet:
     else:
         path = Path(path_or_name)
         name = path.stem
+    if path.is_dir():
+        raise PromptFileError(
+            f"{path}: is a folder, not a prompt file; pass a .jsonl file in it, or one of "
+            f"{', '.join(BUILTIN_SETS)}"
+        )
     if not path.is_file():
         raise PromptFileError(
             f"{path}: no such prompt file; pass one of {', '.join(BUILTIN_SETS)} or a .jsonl path"
         )
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise PromptFileError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    text = _decode(raw, path)
     records: list[PromptRecord] = []
     seen: dict[str, int] = {}
     from bindscope.prompts.spans import find_term_chars
 
-    for number, line in enumerate(raw.decode("utf-8").splitlines(), start=1):
+    # JSON Lines ends lines at "\n" only: str.splitlines would also cut at U+2028 and friends
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         where = f"{path}:{number}"
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:
+            why = f"{exc.msg} at column {exc.colno}" if hasattr(exc, "msg") else "nested too deep"
+            raise PromptFileError(f"{where}: not valid JSON ({why})") from None
+        try:
+            json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
             raise PromptFileError(
-                f"{where}: not valid JSON ({exc.msg} at column {exc.colno})"
+                f"{where}: holds a lone surrogate escape (\\ud800-\\udfff), which is no "
+                "character; write the character itself or a valid surrogate pair"
             ) from None
         record = _parse(obj, where)
         if record.key in seen:
@@ -148,6 +164,19 @@ def load(path_or_name: str | Path, *, check_terms: bool = True) -> PromptSet:
     return PromptSet(name, tuple(records), hashlib.sha256(raw).hexdigest())
 
 
+def _decode(raw: bytes, path: Path) -> str:
+    """UTF-8 text of a prompt file (a leading BOM is allowed); refusals name the line."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise PromptFileError(
+            f"{path}:{line}: not UTF-8 text (byte {raw[exc.start]:#04x} at offset {exc.start}); "
+            "save the file as UTF-8"
+        ) from None
+    return text.removeprefix("\ufeff")
+
+
 _KNOWN = {
     "prompt_id",
     "term",
@@ -166,6 +195,17 @@ def _parse(obj, where: str) -> PromptRecord:
     for name in ("prompt_id", "term", "task", "template"):
         if not isinstance(obj.get(name), str) or not obj[name].strip():
             raise PromptFileError(f"{where}: field {name!r} is missing or not a non-empty string")
+    # keys join term and id ("term/prompt_id"), result keys join fields with "|": an id
+    # with "/" or "|", or a term with "|", could make two prompts share one key
+    for name, banned in (("prompt_id", "/|"), ("term", "|")):
+        found = [c for c in banned if c in obj[name]]
+        if found:
+            raise PromptFileError(
+                f"{where}: field {name!r} is {obj[name]!r}; it may not contain "
+                f"{' or '.join(repr(c) for c in found)}, which joins the parts of record keys "
+                f"({'term/prompt_id' if name == 'prompt_id' else 'result keys'}); "
+                "rename it, e.g. with '_' or '-'"
+            )
     task = obj["task"]
     if task not in TASKS:
         raise PromptFileError(f"{where}: field 'task': unknown task {task!r}; use one of {TASKS}")

@@ -1,0 +1,103 @@
+"""Bad input to the model API raises a BindscopeError naming what, where and the fix."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bindscope.errors import BindscopeError, HeadSpecError, InputError, InterventionOrderError
+from bindscope.interventions import capture_attention, mean_ablate, zero_ablate
+from tests.conftest import build_tiny
+
+
+@pytest.fixture(scope="module")
+def model(byte_tokenizer):
+    return build_tiny("llama", byte_tokenizer)
+
+
+@pytest.mark.parametrize(
+    ("heads", "needle"),
+    [
+        ([(0.5, 1.7)], "0.5 is a float, not an integer"),
+        ([(True, False)], "True is a bool, not an integer"),
+        ([("a", "b")], "'a' is a str, not an integer"),
+        ([(np.bool_(True), 0)], "is a bool, not an integer"),
+        ([(1.0, 0)], "1.0 is a float"),
+    ],
+)
+def test_only_integers_are_heads(model, heads, needle):
+    with pytest.raises(HeadSpecError) as err:
+        model.logits(["Alt text"], ablate=heads)
+    assert needle in str(err.value) and "head (" in str(err.value)
+
+
+def test_numpy_integers_are_heads(model):
+    assert model.check_heads([(np.int64(1), np.int32(2))]) == ((1, 2),)
+
+
+@pytest.mark.parametrize("batch_size", [0, -1, 1.5])
+def test_batch_size_must_be_positive(model, batch_size):
+    with pytest.raises(InputError, match=r"batch_size="):
+        model.logits(["Alt text", "A skip link"], batch_size=batch_size)
+    with pytest.raises(InputError, match=r"batch_size="):
+        model.generate(["Alt text"], max_new_tokens=1, batch_size=batch_size)
+
+
+@pytest.mark.parametrize("texts", [[123], [None], ["ok", 4.5], 7])
+def test_texts_must_be_strings(model, texts):
+    with pytest.raises(InputError, match=r"text #\d is|pass a list of strings"):
+        model.logits(texts)
+
+
+def test_attention_probs_layers(model):
+    with pytest.raises(HeadSpecError, match=r"layers=\[\] selects no layer"):
+        model.attention_probs(["Alt text"], layers=[])
+    with pytest.raises(HeadSpecError) as err:
+        model.attention_probs(["Alt text"], layers=[99])
+    assert "layer 99 is out of range; the model has layers 0..2" in str(err.value)
+    assert "head (" not in str(err.value)
+    with pytest.raises(HeadSpecError, match="not an integer"):
+        model.attention_probs(["Alt text"], layers=[1.0])
+
+
+def test_per_row_longer_than_the_batch(model):
+    batch = model.encode(["Alt text is", "A skip link"])
+    with (
+        pytest.raises(InputError, match="per_row gives 3 head lists but the batch"),
+        model.nnsight.trace(**batch.inputs),
+    ):
+        zero_ablate(model, per_row=[[(0, 1)], [], [(1, 1)]])
+    from bindscope.interventions import head_means
+
+    means = head_means(model, ["Alt text is"], [(0, 1)])
+    with (
+        pytest.raises(InputError, match="per_row gives 1 head lists"),
+        model.nnsight.trace(**batch.inputs),
+    ):
+        mean_ablate(model, means, per_row=[[(0, 1)]])
+
+
+def test_ablating_after_a_later_capture_names_the_call_and_the_rule(model):
+    batch = model.encode(["Alt text is good"])
+    with (
+        pytest.raises(InterventionOrderError) as err,
+        model.eager(),
+        model.nnsight.trace(**batch.inputs),
+    ):
+        capture_attention(model, [2])
+        zero_ablate(model, [(0, 1)])
+    message = str(err.value)
+    assert "an ablation (zero_ablate / mean_ablate) of layer 0 came after the trace" in message
+    assert "earlier layers before later ones" in message
+    assert isinstance(err.value, BindscopeError)
+
+
+def test_capturing_after_a_later_ablation_names_the_capture(model):
+    batch = model.encode(["Alt text is good"])
+    with (
+        pytest.raises(InterventionOrderError, match=r"a capture \(capture_attention\) of layer 0"),
+        model.eager(),
+        model.nnsight.trace(**batch.inputs),
+    ):
+        zero_ablate(model, [(2, 1)])
+        capture_attention(model, [0])
