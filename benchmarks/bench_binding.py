@@ -2,7 +2,7 @@
 
 Binding (EB* for every canonical prompt on the default model):
 
-* ``bindscope``: ``bindscope.metrics.binding.binding`` at its default batch size.
+* ``bindscope``: ``bindscope.runners.binding`` at its default batch size.
 * ``floor``: plain HF eager forward of the decoder (``hf.model``, no LM head) with
   ``output_attentions=True`` on exactly the batches bindscope runs (prompts cut after the
   term's span, identical prefixes once, left padding, same batch size), BSI gathered from the
@@ -83,7 +83,7 @@ def spans_of(model, records):
 
 
 def bindscope_binding(model, records, batch_size):
-    from bindscope.metrics.binding import binding
+    from bindscope.runners.binding import binding
 
     results = binding(model, records, batch_size=batch_size)
     return [(r.eb_star, r.best_layer) for r in results], {}
@@ -180,7 +180,7 @@ def published_binding(model, records, batch_size):
 
 
 def bindscope_recognition(model, records, strategy):
-    from bindscope.metrics.behaviour import recognition
+    from bindscope.runners.behaviour import recognition
 
     results = recognition(model, records, strategy=strategy)
     return [(list(r.scores), r.prediction) for r in results], {}
@@ -212,8 +212,8 @@ def per_choice_recognition(model, records):
 
 def worker(args) -> None:
     common.quiet()
-    from bindscope.metrics.behaviour import recognition
-    from bindscope.metrics.binding import binding
+    from bindscope.runners.behaviour import recognition
+    from bindscope.runners.binding import binding
 
     model, load_s = common.load_default_model()
     limit = args.limit_all

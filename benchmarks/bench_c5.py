@@ -70,8 +70,8 @@ class _Timed:
 def bindscope_worker(args, model) -> dict:
     from bindscope.experiments import c5
     from bindscope.experiments.records import read_records
-    from bindscope.metrics.behaviour import generation, recognition
-    from bindscope.metrics.binding import binding
+    from bindscope.runners.behaviour import generation, recognition
+    from bindscope.runners.binding import binding
 
     pset = prompt_set(args.quick)
     # Warm-up outside the timed run: first-call costs of each entry point.
@@ -243,7 +243,7 @@ def published_worker(args, model) -> dict:
 
 def direct_worker(args, model) -> dict:
     """The same items as c5.run, but one recognition() and one generation() call in all."""
-    from bindscope.metrics.behaviour import generation, recognition
+    from bindscope.runners.behaviour import generation, recognition
 
     conditions = json.loads(Path(args.conditions).read_text())
     pset = prompt_set(args.quick)

@@ -7,10 +7,10 @@ import numbers
 import re
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 
 import torch
 
+from bindscope.batch import DEFAULT_BATCH_SIZE, Batch, check_batch_size, check_texts
 from bindscope.errors import HeadSpecError, InputError, InterventionError, InterventionOrderError
 from bindscope.families import Family, dims_from_config
 from bindscope.interventions import ops, run_layers
@@ -18,41 +18,8 @@ from bindscope.interventions.heads import Head, normalize_heads
 from bindscope.interventions.plan import PlannedBatch, plan_batches
 from bindscope.interventions.specs import resolve_rows
 
-DEFAULT_BATCH_SIZE = 16
 # Batches per generation session (one request when the model is remote).
 SESSION_BATCHES = 8
-
-
-@dataclass(frozen=True)
-class Batch:
-    """A left-padded batch and where each text sits in it.
-
-    Attributes:
-        indices: Positions of these texts in the caller's list.
-        input_ids: ``[b, n]`` token ids, left-padded.
-        attention_mask: ``[b, n]``, 0 on padding.
-        position_ids: ``[b, n]``, counted from each text's first real token.
-        lengths: Real (unpadded) length of each row.
-    """
-
-    indices: list[int]
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    position_ids: torch.Tensor
-    lengths: list[int]
-
-    @property
-    def inputs(self) -> dict[str, torch.Tensor]:
-        """Keyword inputs for ``model.nnsight.trace(**batch.inputs)``."""
-        return {
-            "input_ids": self.input_ids,
-            "attention_mask": self.attention_mask,
-            "position_ids": self.position_ids,
-        }
-
-    def pad(self, row: int) -> int:
-        """Number of pad tokens in front of ``row``."""
-        return self.input_ids.shape[1] - self.lengths[row]
 
 
 class Model:
@@ -129,7 +96,7 @@ class Model:
 
     def encode(self, texts: Sequence[str] | Sequence[Sequence[int]]) -> Batch:
         """Left-pad texts (or pre-tokenized id lists) into one batch."""
-        rows = [t if not isinstance(t, str) else self.tokenize(t) for t in _check_texts(texts)]
+        rows = [t if not isinstance(t, str) else self.tokenize(t) for t in check_texts(texts)]
         return self._pad(list(range(len(rows))), rows)
 
     def _pad(self, indices: list[int], rows: list[list[int]]) -> Batch:
@@ -151,8 +118,8 @@ class Model:
         batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> Iterator[Batch]:
         """Yield left-padded batches, grouping texts of similar length to cut padding."""
-        _check_batch_size(batch_size)
-        rows = [t if not isinstance(t, str) else self.tokenize(t) for t in _check_texts(texts)]
+        check_batch_size(batch_size)
+        rows = [t if not isinstance(t, str) else self.tokenize(t) for t in check_texts(texts)]
         order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
@@ -368,7 +335,7 @@ class Model:
             ablate: ``(layer, head)`` pairs zero-ablated (shorthand for ``Zero``).
         """
         wanted = self.check_layers(layers)
-        texts = _check_texts(texts)
+        texts = check_texts(texts)
         rows = self._rows(texts, intervene=intervene, per_row=per_row, ablate=ablate)
         out: list[torch.Tensor | None] = [None] * len(texts)
         with self.eager():
@@ -413,7 +380,7 @@ class Model:
         from bindscope.metrics.binding import bsi_from_probs
         from bindscope.prompts.spans import locate
 
-        texts = _check_texts(texts)
+        texts = check_texts(texts)
         spans = [locate(self, t, term, prompt_id=f"#{i}") for i, t in enumerate(texts)]
         probs = self.attention_probs(
             texts, intervene=intervene, per_row=per_row, batch_size=batch_size
@@ -434,7 +401,7 @@ class Model:
 
         ``intervene``, ``per_row`` and ``ablate`` as in `attention_probs`.
         """
-        texts = _check_texts(texts)
+        texts = check_texts(texts)
         rows = self._rows(texts, intervene=intervene, per_row=per_row, ablate=ablate)
         out: list[torch.Tensor | None] = [None] * len(texts)
         for planned in plan_batches(self, texts, rows, batch_size=batch_size):
@@ -493,8 +460,8 @@ class Model:
         The old forms still work: ``per_row`` as one head list per text, and ``means``
         (from ``head_means``) turning ``ablate`` and head lists into mean-ablation.
         """
-        texts = _check_texts(texts)
-        _check_batch_size(batch_size)
+        texts = check_texts(texts)
+        check_batch_size(batch_size)
         rows = self._rows(texts, intervene=intervene, per_row=per_row, ablate=ablate, means=means)
         for i, row in enumerate(rows):
             if any(op.kind == "donor" for op in row):
@@ -577,41 +544,4 @@ class Model:
         return (
             f"Model({self.name}{rev}, family={self.family}, layers={self.n_layers}, "
             f"heads={self.n_heads}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim})"
-        )
-
-
-def _check_texts(texts) -> list:
-    if isinstance(texts, str):
-        raise InputError(
-            "pass a list of texts, e.g. ['In web accessibility, alt text is'], not a string"
-        )
-    try:
-        texts = list(texts)
-    except TypeError:
-        raise InputError(
-            f"texts is a {type(texts).__name__}; pass a list of strings, e.g. ['Alt text is']"
-        ) from None
-    if not texts:
-        raise InputError("the list of texts is empty; pass at least one prompt")
-    for i, text in enumerate(texts):
-        if isinstance(text, str):
-            continue
-        ids = isinstance(text, (list, tuple)) and all(
-            isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in text
-        )
-        if not ids:
-            raise InputError(
-                f"text #{i} is {text!r} ({type(text).__name__}); each text must be a string "
-                "(or a list of token ids)"
-            )
-    return texts
-
-
-def _check_batch_size(batch_size) -> None:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
-        raise InputError(f"batch_size={batch_size!r} is not an integer; pass e.g. batch_size=16")
-    if batch_size < 1:
-        raise InputError(
-            f"batch_size={batch_size} is not positive; pass the number of texts per forward "
-            "pass, e.g. batch_size=16"
         )

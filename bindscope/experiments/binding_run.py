@@ -19,8 +19,8 @@ from bindscope.experiments.common import (
     skipped_reasons,
 )
 from bindscope.experiments.records import RecordWriter, read_records, write_summary
-from bindscope.metrics.binding import binding
 from bindscope.prompts.context import check_fit
+from bindscope.runners.binding import binding
 
 EXPERIMENT = "binding"
 

@@ -28,9 +28,9 @@ from bindscope.experiments.common import (
 )
 from bindscope.experiments.records import RecordWriter, read_records, write_summary
 from bindscope.metrics import stats
-from bindscope.metrics.binding import binding
 from bindscope.prompts.context import check_fit
 from bindscope.prompts.records import PromptSet
+from bindscope.runners.binding import binding
 
 EXPERIMENT = "controls"
 REAL = "real"

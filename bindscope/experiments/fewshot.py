@@ -18,9 +18,10 @@ from bindscope.experiments.common import base_record, prompt_set, provenance, re
 from bindscope.experiments.records import RecordWriter, read_records, write_summary
 from bindscope.experiments.resume import content_sha256
 from bindscope.metrics import stats
-from bindscope.metrics.behaviour import default_rubric, generation
+from bindscope.metrics.behaviour import default_rubric
 from bindscope.prompts.context import check_fit
 from bindscope.prompts.records import load_json
+from bindscope.runners.behaviour import generation
 
 EXPERIMENT = "fewshot"
 CONDITIONS = ("zero_shot", "few_shot", "paraphrase")

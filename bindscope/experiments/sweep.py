@@ -29,9 +29,10 @@ from bindscope.experiments.common import (
 from bindscope.experiments.records import RecordWriter, read_records, write_summary
 from bindscope.experiments.resume import check_settings, content_sha256
 from bindscope.metrics import stats
-from bindscope.metrics.behaviour import default_rubric, generation, recognition
-from bindscope.metrics.binding import binding
+from bindscope.metrics.behaviour import default_rubric
 from bindscope.prompts.context import check_fit
+from bindscope.runners.behaviour import generation, recognition
+from bindscope.runners.binding import binding
 
 EXPERIMENT = "sweep"
 

@@ -51,7 +51,7 @@ def plan_batches(
 
 def plan_batch(model, batch, rows: Sequence[tuple[RowOp, ...]]) -> PlannedBatch:
     """Plan one batch; ``rows[r]`` are the ops of batch row ``r``."""
-    from bindscope.model import Batch
+    from bindscope.batch import Batch
 
     n_rows, n_heads = len(rows), model.n_heads
     donor_ids: dict[tuple[int, ...], int] = {}

@@ -7,9 +7,9 @@ import math
 
 import torch
 
-from bindscope.metrics.behaviour import recognition
-from bindscope.metrics.binding import binding
 from bindscope.prompts import PromptRecord
+from bindscope.runners.behaviour import recognition
+from bindscope.runners.binding import binding
 from tests.conftest import tiny_config
 from tests.experiments import prompts_tiny
 

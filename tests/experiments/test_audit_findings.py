@@ -15,9 +15,10 @@ from bindscope.errors import InputError, ModelLoadError
 from bindscope.experiments import binding_run, controls, fewshot, sweep
 from bindscope.figures.fewshot import HOW_TO_READ
 from bindscope.interventions import head_means
-from bindscope.metrics import binding, stats
-from bindscope.metrics.behaviour import generation
+from bindscope.metrics import stats
 from bindscope.prompts import PromptRecord, load
+from bindscope.runners.behaviour import generation
+from bindscope.runners.binding import binding
 from tests.experiments import prompts_tiny
 from tests.tolerance import prob_bound
 

@@ -10,8 +10,8 @@ from bindscope.experiments import controls, fewshot
 from bindscope.experiments.records import read_records
 from bindscope.experiments.schema import validate_file
 from bindscope.metrics import stats
-from bindscope.metrics.behaviour import generation
 from bindscope.prompts import load
+from bindscope.runners.behaviour import generation
 from tests.experiments import prompts_tiny
 
 

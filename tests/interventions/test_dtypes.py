@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import bindscope
-from bindscope.metrics import binding
 from bindscope.prompts import PromptRecord
+from bindscope.runners.binding import binding
 from bindscope.selfcheck import row_sum_tolerance
 from tests.conftest import PROMPTS, tiny_config
 from tests.reference import hf_eager_attentions, pre_hooks

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 import bindscope
-from bindscope.metrics import binding, head_attribution, head_contributions, top_heads
-from bindscope.metrics.attribution import frozen_norm
+from bindscope.metrics.attribution import frozen_norm, top_heads
+from bindscope.runners.attribution import head_attribution, head_contributions
+from bindscope.runners.binding import binding
 from tests.conftest import PROMPTS, tiny_config
 from tests.metrics.test_binding import RECORDS
 from tests.reference import o_proj_module

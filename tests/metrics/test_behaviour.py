@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from bindscope.errors import InputError
-from bindscope.metrics.behaviour import generation, recognition, rubric_score
+from bindscope.metrics.behaviour import rubric_score
 from bindscope.prompts import PromptRecord
+from bindscope.runners.behaviour import generation, recognition
 
 REC = [
     PromptRecord(

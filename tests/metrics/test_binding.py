@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from bindscope.errors import SpanNotFoundError
-from bindscope.metrics import binding, summarize
+from bindscope.metrics.binding import summarize
 from bindscope.prompts import PromptRecord, locate
+from bindscope.runners.binding import binding
 from tests.reference import hf_eager_attentions
 from tests.tolerance import prob_bound, rounding_bound
 

@@ -7,8 +7,9 @@ import torch
 
 from bindscope.errors import InterventionError
 from bindscope.interventions import Knockout, Mean, Patch, Zero, head_means
-from bindscope.metrics import binding, bsi_from_probs
-from bindscope.metrics.behaviour import generation, recognition
+from bindscope.metrics.binding import bsi_from_probs
+from bindscope.runners.behaviour import generation, recognition
+from bindscope.runners.binding import binding
 from tests.conftest import PROMPTS
 from tests.metrics.test_behaviour import REC
 from tests.metrics.test_binding import RECORDS

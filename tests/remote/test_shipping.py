@@ -21,10 +21,10 @@ from cloudpickle.cloudpickle import _PICKLE_BY_VALUE_MODULES
 import bindscope.remote as remote
 from bindscope.errors import RemoteSandboxError
 from bindscope.interventions import head_means, ops
-from bindscope.metrics.behaviour import recognition
-from bindscope.metrics.binding import binding
 from bindscope.prompts import PromptRecord
 from bindscope.remote import shipping
+from bindscope.runners.behaviour import recognition
+from bindscope.runners.binding import binding
 from tests.conftest import PROMPTS, build_tiny
 
 HEADS = [(0, 1), (2, 2)]

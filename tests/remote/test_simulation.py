@@ -18,8 +18,8 @@ import bindscope.remote as remote
 from bindscope.experiments import c5
 from bindscope.experiments.records import provenance, read_records
 from bindscope.interventions import head_means
-from bindscope.metrics.binding import binding
 from bindscope.prompts import PromptRecord
+from bindscope.runners.binding import binding
 from tests.conftest import PROMPTS, build_tiny, tiny_config
 from tests.experiments import prompts_tiny
 from tests.tolerance import assert_within, logit_bound, prob_bound, row_sum_bound

@@ -12,7 +12,7 @@ import torch
 
 import bindscope.remote as remote
 from bindscope.interventions import Knockout, Patch, Resample, Zero
-from bindscope.metrics import binding
+from bindscope.runners.binding import binding
 from tests.conftest import PROMPTS, build_tiny
 from tests.remote.test_simulation import FAMILIES, HEADS, RECORDS
 

@@ -1,0 +1,87 @@
+"""Left-padded batches of token ids, and the checks on what goes into them.
+
+A leaf of the package: the model wrapper, the intervention planner and the runners all build
+or read these batches.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import torch
+
+from bindscope.errors import InputError
+
+DEFAULT_BATCH_SIZE = 16
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A left-padded batch and where each text sits in it.
+
+    Attributes:
+        indices: Positions of these texts in the caller's list.
+        input_ids: ``[b, n]`` token ids, left-padded.
+        attention_mask: ``[b, n]``, 0 on padding.
+        position_ids: ``[b, n]``, counted from each text's first real token.
+        lengths: Real (unpadded) length of each row.
+    """
+
+    indices: list[int]
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    lengths: list[int]
+
+    @property
+    def inputs(self) -> dict[str, torch.Tensor]:
+        """Keyword inputs for ``model.nnsight.trace(**batch.inputs)``."""
+        return {
+            "input_ids": self.input_ids,
+            "attention_mask": self.attention_mask,
+            "position_ids": self.position_ids,
+        }
+
+    def pad(self, row: int) -> int:
+        """Number of pad tokens in front of ``row``."""
+        return self.input_ids.shape[1] - self.lengths[row]
+
+
+def check_texts(texts) -> list:
+    """The texts as a list, each a string or a list of token ids (raises ``InputError``)."""
+    if isinstance(texts, str):
+        raise InputError(
+            "pass a list of texts, e.g. ['In web accessibility, alt text is'], not a string"
+        )
+    try:
+        texts = list(texts)
+    except TypeError:
+        raise InputError(
+            f"texts is a {type(texts).__name__}; pass a list of strings, e.g. ['Alt text is']"
+        ) from None
+    if not texts:
+        raise InputError("the list of texts is empty; pass at least one prompt")
+    for i, text in enumerate(texts):
+        if isinstance(text, str):
+            continue
+        ids = isinstance(text, (list, tuple)) and all(
+            isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in text
+        )
+        if not ids:
+            raise InputError(
+                f"text #{i} is {text!r} ({type(text).__name__}); each text must be a string "
+                "(or a list of token ids)"
+            )
+    return texts
+
+
+def check_batch_size(batch_size) -> None:
+    """Refuse a batch size that is not a positive integer (raises ``InputError``)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
+        raise InputError(f"batch_size={batch_size!r} is not an integer; pass e.g. batch_size=16")
+    if batch_size < 1:
+        raise InputError(
+            f"batch_size={batch_size} is not positive; pass the number of texts per forward "
+            "pass, e.g. batch_size=16"
+        )

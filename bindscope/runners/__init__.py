@@ -1,0 +1,14 @@
+"""Runners: a model over prompt sets under interventions, in batched forward passes.
+
+Each runner composes the trace primitives of ``bindscope.interventions`` with the pure maths
+of ``bindscope.metrics``: binding (BSI/EB*), recognition and generation (behaviour), and
+per-head direct logit attribution.
+"""
+
+from __future__ import annotations
+
+from bindscope.runners.attribution import head_attribution, head_contributions
+from bindscope.runners.behaviour import generation, recognition
+from bindscope.runners.binding import binding
+
+__all__ = ["binding", "generation", "head_attribution", "head_contributions", "recognition"]

@@ -1,0 +1,100 @@
+"""Per-head direct logit attribution (see ``bindscope.metrics.attribution`` for the maths)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from bindscope.errors import InputError
+from bindscope.interventions import ops
+from bindscope.metrics.attribution import HeadContributions, frozen_norm
+from bindscope.nnsight_private import underlying_module
+
+__all__ = ["head_attribution", "head_contributions"]
+
+
+def _weight_o(module) -> torch.Tensor:
+    """``[d, H*hd]`` output-projection matrix (GPT-2's Conv1D stores it transposed)."""
+    weight = module.weight.detach().double().cpu()
+    return weight.T if type(module).__name__ == "Conv1D" else weight
+
+
+def _bias(module) -> torch.Tensor:
+    bias = getattr(module, "bias", None)
+    return torch.zeros(()) if bias is None else bias.detach().double().cpu()
+
+
+@torch.no_grad()
+def head_contributions(
+    model, texts: Sequence[str], *, batch_size: int = 16
+) -> list[HeadContributions]:
+    """Every head's residual-stream contribution at each text's last position (clean run)."""
+    if getattr(model, "remote", False):
+        raise InputError(
+            f"{model.name}: head attribution needs the weights on this machine; "
+            "run it on a local model"
+        )
+    row = model.family_row
+    env = model.nnsight
+    n_heads, head_dim = model.n_heads, model.head_dim
+    out: list[HeadContributions | None] = [None] * len(list(texts))
+    for batch in model.batches(texts, batch_size=batch_size):
+        with env.trace(**batch.inputs, **model.trace_options) as tracer:
+            found = ops.last_position_inputs(model, row.final_norm)
+            tracer.stop()
+        b = batch.input_ids.shape[0]
+        per_layer = []
+        for layer in range(model.n_layers):
+            o_proj = underlying_module(env.model.layers[layer].self_attn.o_proj)
+            w = _weight_o(o_proj).view(-1, n_heads, head_dim)  # [d, H, hd]
+            z = found[layer].double().view(b, n_heads, head_dim)  # [b, H, hd]
+            c = torch.einsum("dhk,bhk->bhd", w, z)  # [b, H, d]
+            if row.attention_post_norm:
+                norm = getattr(underlying_module(env.model.layers[layer]), row.attention_post_norm)
+                c = frozen_norm(norm, c.sum(1) + _bias(o_proj), c)
+            per_layer.append(c)
+        heads = torch.stack(per_layer, 1)  # [b, L, H, d]
+        final = found["final"].double()
+        for r, index in enumerate(batch.indices):
+            out[index] = HeadContributions(heads[r], final[r])
+    return out  # type: ignore[return-value]
+
+
+def _direction(model, target) -> torch.Tensor:
+    """``[d]`` unembedding direction of a target: a token id, a one-token string, or a pair
+    ``(a, b)`` for the logit difference a - b."""
+    if isinstance(target, (tuple, list)) and len(target) == 2:
+        return _direction(model, target[0]) - _direction(model, target[1])
+    if isinstance(target, str):
+        ids = model.tokenizer(target, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            raise InputError(
+                f"{model.name}: target {target!r} is {len(ids)} tokens; pass one token "
+                "(e.g. ' Paris') or its id"
+            )
+        target = ids[0]
+    unembed = underlying_module(model.nnsight.lm_head).weight.detach().double().cpu()
+    return unembed[int(target)]
+
+
+def head_attribution(
+    model, texts: Sequence[str], targets: Sequence, *, batch_size: int = 16
+) -> list[torch.Tensor]:
+    """Direct logit attribution ``[L, H]`` (float64) per text, at its last position.
+
+    Args:
+        model: A local ``bindscope.Model``.
+        texts: Prompts.
+        targets: Per text, a token id, a one-token string, or a pair ``(a, b)`` for the
+            logit difference ``a - b``.
+    """
+    texts = list(texts)
+    if len(targets) != len(texts):
+        raise InputError(f"{len(targets)} targets for {len(texts)} texts; give one per text")
+    final_norm = underlying_module(getattr(model.nnsight.model, model.family_row.final_norm))
+    out = []
+    for text_parts, target in zip(head_contributions(model, texts, batch_size=batch_size), targets):
+        normed = frozen_norm(final_norm, text_parts.final, text_parts.heads)  # [L, H, d]
+        out.append(normed @ _direction(model, target))
+    return out

@@ -1,0 +1,303 @@
+"""The behaviour runners: recognition (choice log-probabilities) and generation (greedy
+continuations scored by the rubric), in batches, under any intervention.
+
+Recognition scores each choice by the mean log-probability per token of ``" " + choice``
+right after the prompt; the prompt runs once per record and its key/value cache is shared by
+all choices (``strategy="shared_prefix"``), which gives the same numbers as one forward pass
+per choice (``strategy="full"``, the published way). The result types and the rubric live in
+``bindscope.metrics.behaviour``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from bindscope.batch import Batch
+from bindscope.errors import InputError, InterventionError
+from bindscope.interventions import ops
+from bindscope.interventions.ops import run_layers
+from bindscope.interventions.plan import plan_batch
+from bindscope.interventions.specs import Patch, Resample, as_specs, resolve_rows
+from bindscope.metrics.behaviour import (
+    GenerationResult,
+    RecognitionResult,
+    default_rubric,
+    rubric_score,
+)
+from bindscope.prompts.records import PromptRecord
+
+
+def _rows_for(model, records, *, ablate=None, intervene=None, per_row=None, means=None):
+    """Specs per record: ``ablate`` + ``intervene`` + ``per_row[i]`` (``per_record`` is the
+    older name of ``per_row``); head lists mean-ablate when ``means`` is given."""
+    if per_row is not None and len(per_row) != len(records):
+        raise InputError(f"per_row has {len(per_row)} entries for {len(records)} records")
+    shared = as_specs(ablate, means=means) + as_specs(intervene, means=means)
+    rows = [
+        shared + as_specs(per_row[i] if per_row else None, means=means) for i in range(len(records))
+    ]
+    for i, row in enumerate(rows):
+        for spec in row:
+            model.check_heads(spec.heads)
+            if isinstance(spec, (Patch, Resample)):
+                raise InterventionError(
+                    f"{model.name}: record {records[i].key}: Patch and Resample need texts "
+                    "of fixed length; use them with model.logits() or attention_probs()"
+                )
+    return rows
+
+
+def _plan(model, batch, rows, *, positions: bool = True) -> dict:
+    """A plan for one batch; ``positions=False`` keeps only the head-wise parts."""
+    if not positions:
+        rows = [tuple(op for op in row if op.kind in ("zero", "mean")) for row in rows]
+    return plan_batch(model, batch, rows).plan
+
+
+@torch.no_grad()
+def recognition(
+    model,
+    records: Sequence[PromptRecord],
+    *,
+    ablate=None,
+    intervene=None,
+    per_row=None,
+    per_record=None,
+    means=None,
+    batch_size: int = 16,
+    strategy: str = "shared_prefix",
+    progress: bool = False,
+) -> list[RecognitionResult]:
+    """Score every recognition record's choices in batched forward passes.
+
+    Args:
+        ablate: Heads zero-ablated for all records.
+        intervene: ``Zero``, ``Mean`` or ``Knockout`` spec(s) for all records.
+        per_row: One spec, list of specs, head list or ``None`` per record (different
+            interventions in one batch); ``per_record`` is its older name.
+        means: ``HeadMeans`` from ``head_means``: head lists mean-ablate instead.
+        strategy: ``shared_prefix`` (prompt once, choices on its cache) or ``full``
+            (every prompt + choice sequence in full; the reference).
+    """
+    from tqdm.auto import tqdm
+
+    records = list(records)
+    for r in records:
+        if r.task != "recognition":
+            raise InputError(f"{r.source or r.key}: recognition() got a {r.task} record")
+    per_row = per_row if per_row is not None else per_record
+    specs = _rows_for(
+        model, records, ablate=ablate, intervene=intervene, per_row=per_row, means=means
+    )
+    prompts = [model.tokenize(r.template) for r in records]
+    rows = resolve_rows(model, prompts, per_row=specs)
+    choices = [
+        [model.tokenizer(" " + c, add_special_tokens=False)["input_ids"] for c in r.choices]
+        for r in records
+    ]
+    scores: list[list[float] | None] = [None] * len(records)
+    if strategy not in ("shared_prefix", "full"):
+        raise ValueError("strategy must be 'shared_prefix' or 'full'")
+    if getattr(model, "remote", False):
+        strategy = "full"  # the prompt's KV cache would cross the network twice
+    score_batch = _shared_prefix_batch if strategy == "shared_prefix" else _full_batch
+    batches = list(model.batches(prompts, batch_size=batch_size))
+    for batch in tqdm(batches, desc="recognition", unit="batch", disable=not progress):
+        found = score_batch(
+            model,
+            batch,
+            [choices[i] for i in batch.indices],
+            [rows[i] for i in batch.indices],
+            means,
+        )
+        for index, values in zip(batch.indices, found):
+            scores[index] = values
+    out = []
+    for record, values in zip(records, scores):
+        prediction = max(range(len(values)), key=lambda i: (values[i], -i))
+        out.append(
+            RecognitionResult(
+                record.key, tuple(values), prediction, int(prediction == record.answer_idx)
+            )
+        )
+    return out
+
+
+def _targets(positions: list[list[int]], ids: list[list[int]]):
+    width = max(len(p) for p in positions)
+    index = torch.zeros(len(ids), width, dtype=torch.long)
+    target = torch.zeros(len(ids), width, dtype=torch.long)
+    weight = torch.zeros(len(ids), width)
+    for r, (pos, tok) in enumerate(zip(positions, ids)):
+        index[r, : len(pos)] = torch.tensor(pos)
+        target[r, : len(tok)] = torch.tensor(tok)
+        weight[r, : len(tok)] = 1.0 / len(tok)
+    return index, target, weight
+
+
+def _full_batch(model, batch, choices, rows, means=None):
+    """Every (prompt + choice) sequence in full, one row each."""
+    seqs, positions, targets, seq_rows, owner = [], [], [], [], []
+    for r, index_choices in enumerate(choices):
+        prompt = batch.input_ids[r, batch.pad(r) :].tolist()
+        for c in index_choices:
+            seqs.append(prompt + c)
+            targets.append(c)
+            seq_rows.append(rows[r])
+            owner.append(r)
+    full = model._pad(list(range(len(seqs))), seqs)
+    positions = [
+        [full.pad(s) + len(seqs[s]) - len(targets[s]) - 1 + i for i in range(len(targets[s]))]
+        for s in range(len(seqs))
+    ]
+    index, target, weight = _targets(positions, targets)
+    plan = _plan(model, full, seq_rows)
+    with model.nnsight.trace(**full.inputs, **model.trace_options):
+        if plan:
+            run_layers(model, plan=plan)
+        logits = model.nnsight.lm_head.output  # [b*C, n, V]
+        sums = ops.choice_logprob_sums(logits, index, target, weight).save()
+    out: list[list[float]] = [[] for _ in choices]
+    for s, r in enumerate(owner):
+        out[r].append(float(sums[s]))
+    return out
+
+
+def _keeps_logits(model) -> bool:
+    """Whether the model's forward takes ``logits_to_keep`` (skip the LM head on the prompt)."""
+    import inspect
+
+    return "logits_to_keep" in inspect.signature(model.hf.forward).parameters
+
+
+def _shared_prefix_batch(model, batch, choices, rows, means=None):
+    """Prompt once with a cache; then all choices of all prompts on the repeated cache."""
+    n_choices = {len(c) for c in choices}
+    if len(n_choices) != 1:  # mixed 4-choice and True/False: split by choice count
+        out: list[list[float] | None] = [None] * len(choices)
+        for count in sorted(n_choices):
+            sel = [r for r, c in enumerate(choices) if len(c) == count]
+            sub = model._pad(sel, [batch.input_ids[r, batch.pad(r) :].tolist() for r in sel])
+            for r, values in zip(
+                sel,
+                _shared_prefix_batch(
+                    model, sub, [choices[r] for r in sel], [rows[r] for r in sel], means
+                ),
+            ):
+                out[r] = values
+        return out
+    n_c = n_choices.pop()
+    b = batch.input_ids.shape[0]
+    last_only = {"logits_to_keep": 1} if _keeps_logits(model) else {}
+    plan = _plan(model, batch, rows)
+    with model.nnsight.trace(
+        **batch.inputs, use_cache=True, **last_only, **model.trace_options
+    ) as tracer:
+        if plan:
+            run_layers(model, plan=plan)
+        first = model.nnsight.lm_head.output[:, -1].float().log_softmax(-1).save()  # [b, V]
+        cache = tracer.result.past_key_values.save()
+    cache.batch_repeat_interleave(n_c)
+    flat = [c for cs in choices for c in cs]  # row r*n_c + j
+    width = max(len(c) for c in flat)
+    ids = torch.full((b * n_c, width), model.tokenizer.pad_token_id, dtype=torch.long)
+    cmask = torch.zeros(b * n_c, width, dtype=torch.long)
+    for s, c in enumerate(flat):  # right-padded: pad positions are never scored
+        ids[s, : len(c)] = torch.tensor(c)
+        cmask[s, : len(c)] = 1
+    prompt_mask = batch.attention_mask.repeat_interleave(n_c, 0)
+    lengths = torch.tensor(batch.lengths).repeat_interleave(n_c)
+    position_ids = lengths[:, None] + torch.arange(width)[None, :]
+    seq_rows = [rows[s // n_c] for s in range(b * n_c)]
+    positions = [list(range(len(c) - 1)) for c in flat]
+    index, target, weight = _targets([p or [0] for p in positions], [c[1:] or [0] for c in flat])
+    # _targets weights 1/(m-1); the mean runs over all m choice tokens, the first from `first`
+    weight = weight * torch.tensor([[(len(c) - 1) / len(c) if len(c) > 1 else 0.0] for c in flat])
+    # choice tokens only: Knockout's edges lie in the prompt, already in the cache
+    choice_batch = Batch(list(range(b * n_c)), ids, cmask, position_ids, [width] * (b * n_c))
+    plan = _plan(model, choice_batch, seq_rows, positions=False)
+    with model.nnsight.trace(
+        **model.trace_options,
+        input_ids=ids,
+        attention_mask=torch.cat([prompt_mask, cmask], 1),
+        position_ids=position_ids,
+        past_key_values=cache,
+        use_cache=True,
+    ):
+        if plan:
+            run_layers(model, plan=plan)
+        logits = model.nnsight.lm_head.output  # [b*C, m, V]
+        rest = ops.choice_logprob_sums(logits, index, target, weight).save()
+    out = []
+    for r in range(b):
+        values = []
+        for j in range(n_c):
+            s = r * n_c + j
+            c = flat[s]
+            values.append(float(first[r, c[0]]) / len(c) + float(rest[s]))
+        out.append(values)
+    return out
+
+
+def generation(
+    model,
+    records: Sequence[PromptRecord],
+    *,
+    ablate=None,
+    intervene=None,
+    per_row=None,
+    per_record=None,
+    means=None,
+    prefix: dict[str, str] | None = None,
+    rubric: dict | None = None,
+    batch_size: int = 16,
+    progress: bool = False,
+) -> list[GenerationResult]:
+    """Greedy continuations for generation records, scored by the rubric.
+
+    Args:
+        ablate, intervene, per_row, per_record, means: As in `recognition`
+            (``Knockout`` edges count tokens of ``prefix + template``).
+        prefix: Optional text per term put before the stem (few-shot exemplars).
+    """
+    from tqdm.auto import tqdm
+
+    records = list(records)
+    for r in records:
+        if r.task != "generation":
+            raise InputError(f"{r.source or r.key}: generation() got a {r.task} record")
+    rubric = rubric or default_rubric()
+    missing = sorted({r.term for r in records} - set(rubric["terms"]))
+    if missing:
+        raise InputError(f"no rubric entry for terms {missing}; add them to the rubric file")
+    per_row = per_row if per_row is not None else per_record
+    rows = _rows_for(
+        model, records, ablate=ablate, intervene=intervene, per_row=per_row, means=means
+    )
+    texts = [(prefix[r.term] if prefix else "") + r.template for r in records]
+    groups: dict[int, list[int]] = {}
+    for i, r in enumerate(records):
+        groups.setdefault(r.max_tokens, []).append(i)
+    out: list[GenerationResult | None] = [None] * len(records)
+    bar = tqdm(total=len(records), desc="generation", unit="prompt", disable=not progress)
+    for max_tokens, members in sorted(groups.items()):
+        for start in range(0, len(members), batch_size):
+            chunk = members[start : start + batch_size]
+            ids = model.generate_ids(
+                [texts[i] for i in chunk],
+                max_new_tokens=max_tokens,
+                per_row=[rows[i] for i in chunk],
+                means=means,
+                batch_size=batch_size,
+            )
+            for i, new in zip(chunk, ids):
+                text = model.tokenizer.decode(new, skip_special_tokens=True)
+                scored = rubric_score(text, records[i].term, rubric)
+                out[i] = GenerationResult(
+                    records[i].key, text, scored.score, scored.hits, scored.contradictions
+                )
+            bar.update(len(chunk))
+    bar.close()
+    return out  # type: ignore[return-value]

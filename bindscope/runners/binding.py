@@ -1,0 +1,148 @@
+"""The binding runner: BSI, EB and EB* of every prompt of a set, in batched forward passes.
+
+BSI is reduced inside the trace from the span rows only (``ops.span_pair_bsi``), so a prompt
+costs O(L x H) to keep and one forward pass serves a whole batch. BSI depends only on tokens
+up to the span's end, so each prompt is cut there and identical computations run once. The
+maths of BSI and EB* lives in ``bindscope.metrics.binding``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from bindscope.errors import PromptTooLongError, SpanNotFoundError
+from bindscope.interventions import ops, run_layers
+from bindscope.interventions.plan import plan_batches
+from bindscope.interventions.specs import resolve_rows
+from bindscope.metrics.binding import BindingResult, span_pair_index, summarize
+from bindscope.prompts.context import length_problem
+from bindscope.prompts.records import PromptRecord
+from bindscope.prompts.spans import Span, locate
+
+
+def _result(record: PromptRecord, bsi: torch.Tensor, span: Span | None, *, skipped=None):
+    s = summarize(bsi)
+    flags = span.flags if span else ("not_found",)
+    return BindingResult(
+        record.key,
+        record.prompt_id,
+        record.term,
+        record.task,
+        record.control_group,
+        s.eb_star,
+        s.eb_star_norm,
+        s.best_layer,
+        s.eb,
+        bsi,
+        s.entropy,
+        span.indices if span else (),
+        span.tokens if span else (),
+        flags,
+        skipped,
+    )
+
+
+def binding(
+    model,
+    records: Iterable[PromptRecord],
+    *,
+    batch_size: int = 32,
+    ablate=None,
+    intervene=None,
+    on_missing: str = "error",
+    progress: bool = False,
+) -> list[BindingResult]:
+    """Measure BSI/EB/EB* for every record in batched forward passes.
+
+    Args:
+        model: A ``bindscope.Model``.
+        records: Prompt records (``bindscope.prompts.load(...)``).
+        batch_size: Prompts per forward pass.
+        ablate: ``(layer, head)`` pairs zero-ablated while measuring.
+        intervene: Spec(s) applied to every record while measuring (``Zero``, ``Mean``,
+            ``Knockout``, ``Resample``; positions count tokens of the prompt cut after
+            the term's span, since BSI never looks further).
+        on_missing: ``error`` raises ``SpanNotFoundError`` (or ``PromptTooLongError`` for a
+            prompt longer than the context window); ``skip`` returns a result with
+            ``skipped`` set to the reason and NaN numbers.
+        progress: Show a progress bar.
+
+    Returns:
+        One result per record, in input order.
+    """
+    if on_missing not in ("error", "skip"):
+        raise ValueError("on_missing must be 'error' or 'skip'")
+    records = list(records)
+    spec = (model.check_heads(ablate), intervene)
+    nan = torch.full((model.n_layers, model.n_heads), float("nan"))
+    results: list[BindingResult | None] = [None] * len(records)
+    # Prompts that share the tokens up to the span's end AND the span itself are one
+    # computation (causal attention ignores what follows); a nested term in the same prefix
+    # ("screen reader" in "test a screen reader") is another span, so another BSI.
+    prefixes: dict[tuple[tuple[int, ...], tuple[int, ...]], list[tuple[int, Span]]] = {}
+    for i, record in enumerate(records):
+        try:
+            span = locate(model, record.template, record.term, prompt_id=record.key)
+            too_long = length_problem(model, record, n_tokens=span.n_tokens)
+            if too_long:
+                raise PromptTooLongError(too_long)
+        except (SpanNotFoundError, PromptTooLongError) as exc:
+            if on_missing == "error":
+                raise
+            results[i] = _result(record, nan, None, skipped=str(exc))
+            continue
+        if len(span.indices) < 2:
+            results[i] = _result(record, nan, span)
+            continue
+        ids = tuple(model.tokenize(record.template)[: span.indices[-1] + 1])
+        prefixes.setdefault((ids, tuple(span.indices)), []).append((i, span))
+    unique = list(prefixes)
+    bsi_by_prefix = _batched_bsi(
+        model,
+        [u[0] for u in unique],
+        [prefixes[u][0][1] for u in unique],
+        batch_size,
+        spec,
+        progress,
+    )
+    for computation, bsi in zip(unique, bsi_by_prefix):
+        for i, span in prefixes[computation]:
+            results[i] = _result(records[i], bsi, span)
+    return results  # type: ignore[return-value]
+
+
+def _batched_bsi(model, prefixes, spans, batch_size, spec, progress) -> list[torch.Tensor]:
+    from tqdm.auto import tqdm
+
+    out: list[torch.Tensor | None] = [None] * len(prefixes)
+    texts = [list(p) for p in prefixes]
+    ablate, intervene = spec
+    rows = resolve_rows(model, texts, ablate=ablate, intervene=intervene) if texts else []
+    planned = list(plan_batches(model, texts, rows, batch_size=batch_size))
+    with model.eager(), torch.no_grad():
+        for item in tqdm(planned, desc="binding", unit="batch", disable=not progress):
+            batch = item.batch
+            query, key, weight = span_pair_index(
+                [
+                    [batch.pad(r) + i for i in spans[index].indices]
+                    for r, index in enumerate(batch.indices)
+                ]
+            )
+
+            def reduce(probs, query=query, key=key, weight=weight):
+                return ops.span_pair_bsi(probs, query, key, weight)
+
+            def body(donors, reduce=reduce, plan=item.plan):
+                # bound to a name: a remote run returns only saved values the body binds
+                found = run_layers(
+                    model, capture=range(model.n_layers), reduce=reduce, plan=plan, donors=donors
+                )
+                return found
+
+            found = model._trace_batch(item, body)
+            stacked = torch.stack([found[layer] for layer in range(model.n_layers)], 1)  # [b, L, H]
+            for r, index in enumerate(batch.indices):
+                out[index] = stacked[r].float().clone()
+    return out  # type: ignore[return-value]
