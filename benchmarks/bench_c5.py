@@ -69,7 +69,7 @@ class _Timed:
 
 def bindscope_worker(args, model) -> dict:
     from bindscope.experiments import c5
-    from bindscope.experiments.records import read_records
+    from bindscope.results.records import read_records
     from bindscope.runners.behaviour import generation, recognition
     from bindscope.runners.binding import binding
 

@@ -50,9 +50,9 @@ def _preflight(args, experiment: str | None = None, *, check_terms: bool = True,
 
     A typo then costs no model load. Returns the loaded prompt sets by keyword.
     """
-    from bindscope.experiments.lock import FolderLock
     from bindscope.loading import check_device, check_dtype
     from bindscope.prompts import load
+    from bindscope.results.lock import FolderLock
 
     if not getattr(args, "remote", False):
         check_dtype(getattr(args, "dtype", None))
@@ -252,8 +252,8 @@ def cmd_summarize(args) -> int:
 
 
 def cmd_figures(args) -> int:
-    from bindscope.experiments.lock import check_writable
     from bindscope.figures import make_figures
+    from bindscope.results.lock import check_writable
 
     if args.out is not None:
         check_writable(args.out)
@@ -264,8 +264,8 @@ def cmd_figures(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from bindscope.experiments.lock import check_writable
     from bindscope.figures import write_report
+    from bindscope.results.lock import check_writable
 
     if args.out is not None:
         if args.out.is_dir():
@@ -277,8 +277,8 @@ def cmd_report(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from bindscope.experiments import demo
-    from bindscope.experiments.lock import check_writable
+    from bindscope import demo
+    from bindscope.results.lock import check_writable
 
     check_writable(args.out)
     demo.run(out=args.out, quick=args.quick, force=args.force, progress=not args.no_progress)

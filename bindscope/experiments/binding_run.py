@@ -5,21 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from bindscope.experiments.common import (
     base_record,
     binding_metrics,
     mean_estimate,
-    model_label,
     prompt_set,
     provenance,
     record_key,
     run_chunks,
     skipped_reasons,
 )
-from bindscope.experiments.records import RecordWriter, read_records, write_summary
+from bindscope.metrics.ranking import mean_bsi, rank_heads
 from bindscope.prompts.context import check_fit
+from bindscope.results.labels import by_model
+from bindscope.results.records import RecordWriter, read_records, write_summary
 from bindscope.runners.binding import binding
 
 EXPERIMENT = "binding"
@@ -77,7 +77,7 @@ def summarize_binding(records: list[dict], *, k: int = 4, seed: int | None = Non
     the one the records were made with.
     """
     models: dict[str, dict] = {}
-    for label, group in _group(records).items():
+    for label, group in by_model(records).items():
         ok = [r for r in group if r["metrics"].get("eb_star") is not None]
         first = group[0]["metrics"]
         if seed is None:
@@ -98,9 +98,9 @@ def summarize_binding(records: list[dict], *, k: int = 4, seed: int | None = Non
             entry["eb_star_norm"] = mean_estimate(
                 [r["metrics"]["eb_star_norm"] for r in ok], seed=seed
             )
-            mean_bsi = mean_bsi_of(ok)
-            entry["mean_bsi"] = mean_bsi.tolist()
-            entry["top_heads"] = rank_heads(mean_bsi, k)[0]
+            heads_bsi = mean_bsi(ok)
+            entry["mean_bsi"] = heads_bsi.tolist()
+            entry["top_heads"] = rank_heads(heads_bsi, k)[0]
             per_term: dict[str, list[float]] = {}
             for r in ok:
                 per_term.setdefault(r["term"], []).append(r["metrics"]["eb_star"])
@@ -109,28 +109,6 @@ def summarize_binding(records: list[dict], *, k: int = 4, seed: int | None = Non
             }
         models[label] = entry
     return models
-
-
-def mean_bsi_of(records: list[dict]) -> torch.Tensor:
-    """Mean BSI ``[L, H]`` over records with a measured span."""
-    return torch.tensor([r["metrics"]["bsi"] for r in records], dtype=torch.float64).mean(0)
-
-
-def rank_heads(mean_bsi: torch.Tensor, k: int) -> tuple[list[list[int]], list[list[int]]]:
-    """Top-k and bottom-k heads by mean BSI (ties broken by layer, then head)."""
-    n_layers, n_heads = mean_bsi.shape
-    flat = [(float(mean_bsi[l, h]), l, h) for l in range(n_layers) for h in range(n_heads)]  # noqa: E741
-    ordered = sorted(flat, key=lambda x: (-x[0], x[1], x[2]))
-    top = [[l, h] for _, l, h in ordered[:k]]  # noqa: E741
-    bottom = [[l, h] for _, l, h in ordered[::-1][:k]]  # noqa: E741
-    return top, bottom
-
-
-def _group(records: list[dict]) -> dict[str, list[dict]]:
-    groups: dict[str, list[dict]] = {}
-    for r in records:
-        groups.setdefault(f"{r['model']}@{r['revision'] or 'main'}", []).append(r)
-    return groups
 
 
 def summarize(folder: str | Path) -> dict:
@@ -144,4 +122,4 @@ def summarize(folder: str | Path) -> dict:
     return summary
 
 
-__all__ = ["model_label", "rank_heads", "run", "summarize"]
+__all__ = ["run", "summarize"]

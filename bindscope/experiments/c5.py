@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 
 from bindscope.errors import InputError
-from bindscope.experiments.binding_run import mean_bsi_of, rank_heads
 from bindscope.experiments.common import (
     base_record,
     binding_metrics,
@@ -25,12 +24,15 @@ from bindscope.experiments.common import (
     record_key,
     run_chunks,
 )
-from bindscope.experiments.records import RecordWriter, read_records, write_summary
-from bindscope.experiments.resume import content_sha256
 from bindscope.interventions import head_means
 from bindscope.metrics import stats
 from bindscope.metrics.behaviour import default_rubric
+from bindscope.metrics.ranking import mean_bsi, rank_heads
 from bindscope.prompts.context import check_fit
+from bindscope.results.labels import by_model
+from bindscope.results.records import RecordWriter, read_records, write_summary
+from bindscope.results.settings import content_sha256
+from bindscope.results.summaries import check_complete
 from bindscope.runners.behaviour import generation, recognition
 from bindscope.runners.binding import binding
 
@@ -185,7 +187,7 @@ def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress
     ok = [r for r in ranking_records if r["metrics"].get("eb_star") is not None]
     if not ok:
         raise ValueError(f"{label}: no ranking prompt has a 2+ token span; cannot rank heads")
-    top, bottom = rank_heads(mean_bsi_of(ok), settings["k"])
+    top, bottom = rank_heads(mean_bsi(ok), settings["k"])
     randoms = draw_random_sets(
         model.n_layers,
         model.n_heads,
@@ -251,21 +253,6 @@ def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress
     )
 
 
-def check_complete(folder: Path, records: list[dict]) -> None:
-    """Refuse a C5 folder that holds ranking records and no evaluated condition.
-
-    Raises:
-        InputError: The run stopped after ranking heads; nothing can be summarized yet.
-    """
-    ranking = sum(r["experiment"] == "c5-ranking" for r in records)
-    if ranking and not any(r["experiment"] == EXPERIMENT for r in records):
-        raise InputError(
-            f"{folder / 'records.jsonl'}: holds only {ranking} C5 ranking record(s) and no "
-            "evaluated condition (the run stopped after ranking heads); rerun the same "
-            f"`bindscope c5 ... --out {folder.parent}` command to finish it"
-        )
-
-
 def summarize_c5(records: list[dict], *, n_resamples: int = 9999) -> dict:
     """Condition means, paired drops with CIs, specificity and permutation p per model."""
     evaluated = [r for r in records if r["experiment"] == EXPERIMENT]
@@ -273,11 +260,8 @@ def summarize_c5(records: list[dict], *, n_resamples: int = 9999) -> dict:
         return {"experiment": EXPERIMENT, "models": {}}
     settings = evaluated[0]["c5"]
     models: dict[str, dict] = {}
-    groups: dict[str, list[dict]] = {}
-    for r in evaluated:
-        groups.setdefault(f"{r['model']}@{r['revision'] or 'main'}", []).append(r)
     seed = settings["seed"]
-    for label, group in groups.items():
+    for label, group in by_model(evaluated).items():
         models[label] = _summarize_model(group, records, seed, n_resamples)
     for task in ("recognition", "generation"):
         labels = [m for m in models if models[m]["p_value"].get(task) is not None]
@@ -328,7 +312,7 @@ def _summarize_model(group, all_records, seed, n_resamples) -> dict:
         "per_term": {},
     }
     if ranking:
-        entry["mean_bsi"] = mean_bsi_of(ranking).tolist()
+        entry["mean_bsi"] = mean_bsi(ranking).tolist()
         entry["n_layers"], entry["n_heads"] = (len(entry["mean_bsi"]), len(entry["mean_bsi"][0]))
     table: dict[str, dict[str, dict[str, float]]] = {}  # task -> condition -> prompt -> score
     terms: dict[str, str] = {}

@@ -6,13 +6,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from bindscope.errors import InputError
-from bindscope.experiments.records import RecordWriter, provenance, record_key
 from bindscope.prompts.records import PromptRecord, PromptSet, load
-
-
-def model_label(model) -> str:
-    """``name@revision`` (``main`` when no revision) used as the summary key."""
-    return f"{model.name}@{model.revision or 'main'}"
+from bindscope.results.records import RecordWriter, model_label, provenance, record_key
 
 
 def prompt_set(prompts: str | Path | PromptSet) -> PromptSet:

@@ -26,10 +26,11 @@ from bindscope.experiments.common import (
     run_chunks,
     skipped_reasons,
 )
-from bindscope.experiments.records import RecordWriter, read_records, write_summary
 from bindscope.metrics import stats
 from bindscope.prompts.context import check_fit
 from bindscope.prompts.records import PromptSet
+from bindscope.results.labels import by_model
+from bindscope.results.records import RecordWriter, read_records, write_summary
 from bindscope.runners.binding import binding
 
 EXPERIMENT = "controls"
@@ -110,11 +111,7 @@ def compare(real: np.ndarray, group: np.ndarray, seed: int, n_resamples: int) ->
 
 def summarize_controls(records: list[dict], *, n_resamples: int = 9999) -> dict:
     models = {}
-    groups_by_model: dict[str, list[dict]] = {}
-    for r in records:
-        if r["experiment"] == EXPERIMENT:
-            groups_by_model.setdefault(f"{r['model']}@{r['revision'] or 'main'}", []).append(r)
-    for label, group in groups_by_model.items():
+    for label, group in by_model(records, EXPERIMENT).items():
         seed = group[0]["provenance"].get("seed") or 0
         ok = [r for r in group if r["metrics"].get("eb_star") is not None]
         real = [r for r in ok if r["control_group"] is None]

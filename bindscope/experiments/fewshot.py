@@ -15,12 +15,13 @@ import numpy as np
 
 from bindscope.errors import InputError
 from bindscope.experiments.common import base_record, prompt_set, provenance, record_key, run_chunks
-from bindscope.experiments.records import RecordWriter, read_records, write_summary
-from bindscope.experiments.resume import content_sha256
 from bindscope.metrics import stats
 from bindscope.metrics.behaviour import default_rubric
 from bindscope.prompts.context import check_fit
 from bindscope.prompts.records import load_json
+from bindscope.results.labels import by_model
+from bindscope.results.records import RecordWriter, read_records, write_summary
+from bindscope.results.settings import content_sha256
 from bindscope.runners.behaviour import generation
 
 EXPERIMENT = "fewshot"
@@ -136,11 +137,7 @@ def run(
 
 def summarize_fewshot(records: list[dict], *, n_resamples: int = 9999) -> dict:
     models = {}
-    groups: dict[str, list[dict]] = {}
-    for r in records:
-        if r["experiment"] == EXPERIMENT:
-            groups.setdefault(f"{r['model']}@{r['revision'] or 'main'}", []).append(r)
-    for label, group in groups.items():
+    for label, group in by_model(records, EXPERIMENT).items():
         seed = group[0]["provenance"].get("seed") or 0
         table: dict[str, dict[str, float]] = {}
         terms: dict[str, str] = {}

@@ -26,11 +26,11 @@ from bindscope.experiments.common import (
     record_key,
     run_chunks,
 )
-from bindscope.experiments.records import RecordWriter, read_records, write_summary
-from bindscope.experiments.resume import check_settings, content_sha256
 from bindscope.metrics import stats
 from bindscope.metrics.behaviour import default_rubric
 from bindscope.prompts.context import check_fit
+from bindscope.results.records import RecordWriter, read_records, write_summary
+from bindscope.results.settings import check_settings, content_sha256
 from bindscope.runners.behaviour import generation, recognition
 from bindscope.runners.binding import binding
 

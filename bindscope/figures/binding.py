@@ -10,8 +10,8 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from bindscope.figures import markdown as md
-from bindscope.figures.results import ExperimentResults, MissingData, need
 from bindscope.figures.style import HEATMAP_CMAP, new_figure, short_label, slug
+from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "Binding (EB*)"
 KINDS = ("binding_bsi",)

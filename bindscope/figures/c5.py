@@ -8,7 +8,6 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from bindscope.figures import markdown as md
-from bindscope.figures.results import ExperimentResults, MissingData, need
 from bindscope.figures.style import (
     CONDITION_STYLE,
     figure_legend,
@@ -16,6 +15,7 @@ from bindscope.figures.style import (
     short_label,
     slug,
 )
+from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "C5: causal head ablation"
 KINDS = ("c5", "c5_cross_architecture")

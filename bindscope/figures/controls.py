@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 from bindscope.figures import markdown as md
 from bindscope.figures.markdown import DASH
-from bindscope.figures.results import ExperimentResults, need
 from bindscope.figures.style import OKABE_ITO, SERIES, new_figure, short_label, slug
+from bindscope.results.summaries import ExperimentResults, need
 
 TITLE = "Discriminant validity (controls)"
 KINDS = ("controls",)

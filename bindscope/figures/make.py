@@ -7,8 +7,8 @@ from pathlib import Path
 
 from bindscope.errors import BindscopeError
 from bindscope.figures import binding, c5, controls, fewshot, sweep
-from bindscope.figures.results import ExperimentResults, MissingData, load_results
 from bindscope.figures.style import rc_context, save
+from bindscope.results.summaries import ExperimentResults, MissingData, load_results
 
 # Report order: what is measured, whether it is valid, whether it is causal, how it develops.
 SECTIONS = {

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from bindscope.experiments.records import SCHEMA
 from bindscope.figures import markdown as md
 from bindscope.figures.make import SECTIONS, FigureReport, make_figures
-from bindscope.figures.results import VERSION_FIELDS, ExperimentResults, MissingData, load_results
+from bindscope.results.records import SCHEMA
+from bindscope.results.summaries import VERSION_FIELDS, ExperimentResults, MissingData, load_results
 
 PROVENANCE_HOW_TO_READ = (
     "Each row is one model as run in one experiment, taken from the provenance stored with "

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 import numpy as np
 
 from bindscope.figures import markdown as md
-from bindscope.figures.results import ExperimentResults, MissingData, need
 from bindscope.figures.style import (
     OKABE_ITO,
     SERIES,
@@ -16,6 +15,7 @@ from bindscope.figures.style import (
     short_label,
     slug,
 )
+from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "Checkpoint sweep: emergence and lead-lag"
 KINDS = ("sweep_emergence", "sweep_leadlag")

@@ -5,14 +5,17 @@ Nothing here runs a model; ``bindscope.runners`` does, and calls these functions
 
 from __future__ import annotations
 
-from bindscope.metrics.attribution import HeadContributions, frozen_norm, top_heads
+from bindscope.metrics.attribution import HeadContributions, frozen_norm
 from bindscope.metrics.binding import BindingResult, bsi_from_probs, summarize
+from bindscope.metrics.ranking import mean_bsi, rank_heads, top_heads
 
 __all__ = [
     "BindingResult",
     "HeadContributions",
     "bsi_from_probs",
     "frozen_norm",
+    "mean_bsi",
+    "rank_heads",
     "summarize",
     "top_heads",
 ]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["HeadContributions", "frozen_norm", "top_heads"]
+__all__ = ["HeadContributions", "frozen_norm"]
 
 
 @dataclass(frozen=True)
@@ -55,20 +55,3 @@ def frozen_norm(norm: torch.nn.Module, source: torch.Tensor, x: torch.Tensor) ->
     if x.dim() > source.dim():
         scale = scale[..., None, :]
     return (x - x.mean(-1, keepdim=True)) * scale * weight
-
-
-def top_heads(scores, k: int) -> list[tuple[int, int]]:
-    """The ``k`` highest-scoring ``(layer, head)`` pairs of an ``[L, H]`` score (or of the
-    mean of a list of them), best first; NaN never ranks, ties go to the lower layer/head."""
-    if isinstance(scores, (list, tuple)):
-        scores = torch.stack([torch.as_tensor(s, dtype=torch.float64) for s in scores]).nanmean(0)
-    scores = torch.as_tensor(scores, dtype=torch.float64)
-    n_layers, n_heads = scores.shape
-    flat = [
-        (float(scores[layer, head]), layer, head)
-        for layer in range(n_layers)
-        for head in range(n_heads)
-        if not torch.isnan(scores[layer, head])
-    ]
-    flat.sort(key=lambda x: (-x[0], x[1], x[2]))
-    return [(layer, head) for _, layer, head in flat[:k]]

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from bindscope.experiments import c5
-from bindscope.experiments.records import read_records
-from bindscope.experiments.schema import validate_file
 from bindscope.prompts import load
+from bindscope.results.records import read_records
+from bindscope.results.schema import validate_file
 from tests.experiments import planted, prompts_tiny
 
 

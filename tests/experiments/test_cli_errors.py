@@ -156,7 +156,7 @@ def test_out_cannot_be_written(tmp_path, capsys, loads, tiny_prompts, monkeypatc
 
 
 def test_half_written_c5_folder(tmp_path, capsys, tiny_llama, tiny_prompts):
-    from bindscope.experiments.records import RecordWriter
+    from bindscope.results.records import RecordWriter
 
     c5.run(tiny_llama, prompts=tiny_prompts, out=tmp_path / "full", k=2, n_random=2,
            progress=False)  # fmt: skip
@@ -285,7 +285,7 @@ def test_bad_exemplars_file_stops_before_the_model(tmp_path, capsys, loads, tiny
 
 
 def test_a_locked_folder_stops_before_the_model(tmp_path, capsys, loads, tiny_prompts):
-    from bindscope.experiments.lock import FolderLock
+    from bindscope.results.lock import FolderLock
 
     with FolderLock(tmp_path / "binding"):
         _fails(

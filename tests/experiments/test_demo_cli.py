@@ -6,9 +6,8 @@ import json
 
 import pytest
 
-from bindscope import cli
-from bindscope.experiments import demo
-from bindscope.experiments.schema import validate_file
+from bindscope import cli, demo
+from bindscope.results.schema import validate_file
 
 
 @pytest.fixture(scope="module")

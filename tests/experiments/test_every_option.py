@@ -255,7 +255,7 @@ def world(tmp_path_factory, byte_tokenizer):
     files["exemplars"] = _write(root / "exemplars.json", [])
     Path(files["exemplars"]).write_text(json.dumps({"terms": changed}), "utf-8")
     from bindscope.experiments.fewshot import prefixes
-    from bindscope.experiments.resume import content_sha256
+    from bindscope.results.settings import content_sha256
 
     EXEMPLAR_SHA[None] = content_sha256(prefixes(None))
     EXEMPLAR_SHA["exemplars"] = content_sha256(prefixes(files["exemplars"]))

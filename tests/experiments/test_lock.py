@@ -13,9 +13,9 @@ import pytest
 
 from bindscope import cli
 from bindscope.errors import BindscopeWarning, RecordFileError, ResultsLockedError
-from bindscope.experiments.lock import FolderLock
-from bindscope.experiments.records import SCHEMA, RecordWriter, read_records
-from bindscope.experiments.schema import validate_file
+from bindscope.results.lock import FolderLock
+from bindscope.results.records import SCHEMA, RecordWriter, read_records
+from bindscope.results.schema import validate_file
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,7 +40,7 @@ def test_second_writer_in_the_same_process_is_refused(tmp_path):
 CHILD = textwrap.dedent(
     """
     import sys
-    from bindscope.experiments.records import RecordWriter
+    from bindscope.results.records import RecordWriter
     with RecordWriter(sys.argv[1]) as writer:
         for i in range(3):
             writer.write({"experiment": "binding", "key": f"child|{i}", "model": "m",

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bindscope.errors import BindscopeWarning, RecordFileError
-from bindscope.experiments.records import SCHEMA, RecordWriter, read_records
+from bindscope.results.records import SCHEMA, RecordWriter, read_records
 
 
 def _record(i: int, note: str) -> dict:

@@ -14,8 +14,8 @@ import numpy as np
 
 from bindscope.experiments.binding_run import summarize_binding
 from bindscope.experiments.c5 import summarize_c5
-from bindscope.experiments.records import SCHEMA, record_key, write_summary
 from bindscope.metrics.stats import wilson_ci
+from bindscope.results.records import SCHEMA, record_key, write_summary
 
 MODELS = ("org/tiny-neox", "tiny-llama")
 # One model where a figure is drawn per model (keeps the tests fast); two where a figure

@@ -10,10 +10,10 @@ import pytest
 
 from bindscope.errors import InputError, RecordFileError
 from bindscope.figures import FigureReport, make_figures
-from bindscope.figures.results import MissingData, load_experiment
 from bindscope.figures.style import CONDITION_STYLE, DPI, SERIES, SIZES
 from bindscope.figures.sweep import lead_fraction
 from bindscope.metrics.stats import wilson_ci
+from bindscope.results.summaries import MissingData, load_experiment
 from tests.figures.synthetic import expected_figures, write_records, write_results
 
 

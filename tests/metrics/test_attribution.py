@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import bindscope
-from bindscope.metrics.attribution import frozen_norm, top_heads
+from bindscope.metrics.attribution import frozen_norm
+from bindscope.metrics.ranking import top_heads
 from bindscope.runners.attribution import head_attribution, head_contributions
 from bindscope.runners.binding import binding
 from tests.conftest import PROMPTS, tiny_config

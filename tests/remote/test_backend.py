@@ -20,9 +20,9 @@ from nnsight.modeling.huggingface import _ID_CACHE
 import bindscope
 import bindscope.remote as remote
 from bindscope.errors import RemoteSandboxError
-from bindscope.experiments.records import provenance
 from bindscope.interventions import head_means
 from bindscope.remote import preflight, transport
+from bindscope.results.records import provenance
 from tests.conftest import PROMPTS, tiny_config
 from tests.remote.test_errors import KEY, FakeNdif, status, versions
 from tests.remote.test_shipping import _leaky_trace

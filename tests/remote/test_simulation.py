@@ -16,9 +16,9 @@ import torch
 import bindscope
 import bindscope.remote as remote
 from bindscope.experiments import c5
-from bindscope.experiments.records import provenance, read_records
 from bindscope.interventions import head_means
 from bindscope.prompts import PromptRecord
+from bindscope.results.records import provenance, read_records
 from bindscope.runners.binding import binding
 from tests.conftest import PROMPTS, build_tiny, tiny_config
 from tests.experiments import prompts_tiny

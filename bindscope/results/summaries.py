@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bindscope.errors import InputError, RecordFileError
-from bindscope.experiments.records import read_records
+from bindscope.results.labels import record_label
+from bindscope.results.records import read_records
 
 EXPERIMENTS = ("binding", "controls", "c5", "sweep", "fewshot")
 
@@ -80,7 +81,7 @@ def load_experiment(root: Path, name: str) -> ExperimentResults:
     if records_path.is_file():
         for record in read_records(records_path):
             n_records += 1
-            label = _label(record)
+            label = record_label(record)
             keys.add(record["model"] if name == "sweep" else label)
             prov = record.get("provenance") or {}
             provenance.setdefault(label, {**prov, "family": record.get("family")})
@@ -88,8 +89,6 @@ def load_experiment(root: Path, name: str) -> ExperimentResults:
             if prov.get("time"):
                 times.append(str(prov["time"]))
     if name == "c5" and n_records:
-        from bindscope.experiments.c5 import check_complete
-
         check_complete(folder, list(read_records(records_path)))
     summary = _read_summary(summary_path) if summary_path.is_file() else None
     missing, notes = None, []
@@ -122,10 +121,6 @@ def load_experiment(root: Path, name: str) -> ExperimentResults:
     )
 
 
-def _label(record: dict) -> str:
-    return f"{record['model']}@{record.get('revision') or 'main'}"
-
-
 def _read_summary(path: Path) -> dict:
     try:
         summary = json.loads(path.read_text("utf-8"))
@@ -153,10 +148,26 @@ def need(mapping, *path: str | int, where: str = "summary"):
     return value
 
 
+def check_complete(folder: Path, records: list[dict]) -> None:
+    """Refuse a C5 folder that holds ranking records and no evaluated condition.
+
+    Raises:
+        InputError: The run stopped after ranking heads; nothing can be summarized yet.
+    """
+    ranking = sum(r["experiment"] == "c5-ranking" for r in records)
+    if ranking and not any(r["experiment"] == "c5" for r in records):
+        raise InputError(
+            f"{folder / 'records.jsonl'}: holds only {ranking} C5 ranking record(s) and no "
+            "evaluated condition (the run stopped after ranking heads); rerun the same "
+            f"`bindscope c5 ... --out {folder.parent}` command to finish it"
+        )
+
+
 __all__ = [
     "EXPERIMENTS",
     "ExperimentResults",
     "MissingData",
+    "check_complete",
     "load_experiment",
     "load_results",
     "need",

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from bindscope.errors import BindscopeWarning, RecordFileError
+from bindscope.results.labels import label, model_label  # noqa: F401  (re-exported)
 
 SCHEMA = "bindscope.result/1"
 REQUIRED = ("schema", "experiment", "key", "model", "condition", "metrics", "provenance")
@@ -86,14 +87,14 @@ class RecordWriter:
     A rerun opens the same file, reads the finished keys and lets the caller skip them;
     ``force=True`` starts the file afresh. A line cut off by a crash is dropped on resume.
     With ``settings`` (and ``models``), the folder's stored settings are checked first,
-    under the folder's lock (``bindscope.experiments.resume.check_settings``).
+    under the folder's lock (``bindscope.results.settings.check_settings``).
     """
 
     def __init__(
         self, path: str | Path, *, force: bool = False, settings: dict | None = None, models=()
     ) -> None:
-        from bindscope.experiments.lock import FolderLock
-        from bindscope.experiments.resume import check_settings
+        from bindscope.results.lock import FolderLock
+        from bindscope.results.settings import check_settings
 
         self.path = Path(path)
         # one writer per folder: a second run stops here instead of duplicating records

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from bindscope.errors import InputError
+from bindscope.results.labels import model_label
 
 SETTINGS_FILE = "settings.json"
 
@@ -54,8 +55,6 @@ def check_settings(folder: str | Path, settings: dict, *, models=(), force: bool
         InputError: The folder holds records made with other settings, or records whose settings
             are unknown; names each difference and how to proceed.
     """
-    from bindscope.experiments.common import model_label
-
     folder = Path(folder)
     path = folder / SETTINGS_FILE
     records = folder / "records.jsonl"

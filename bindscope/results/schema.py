@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bindscope.experiments.records import SCHEMA, read_records, record_key
 from bindscope.families import FAMILIES
+from bindscope.results.records import SCHEMA, read_records, record_key
 
 EXPERIMENTS = ("binding", "c5", "c5-ranking", "sweep", "fewshot", "controls")
 PROVENANCE = (
