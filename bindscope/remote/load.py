@@ -7,11 +7,11 @@ from pathlib import Path
 
 from bindscope import nnsight_private
 from bindscope.errors import ModelLoadError
-from bindscope.loading import wrap_model
 from bindscope.remote.preflight import check_backend
 from bindscope.remote.probe import probe_capture
 from bindscope.remote.shipping import register_shipped
 from bindscope.remote.transport import NdifBackend
+from bindscope.wrap import wrap_model
 
 
 def _build_meta(model_id: str, revision: str | None):

@@ -1,4 +1,5 @@
-"""Pick the family row for a loaded model: given, table, registered, or inferred.
+"""Wrap a loaded transformers model as a ``Model``, with its family row: given, from the
+table, registered, or inferred.
 
 An unknown ``model_type`` whose modules follow the standard Llama layout loads with a
 warning, and only if the load-time self-check passes on it.
@@ -10,6 +11,7 @@ import warnings
 
 from bindscope.errors import SelfCheckError, UnsupportedModelError
 from bindscope.families import REGISTER_HINT, Family, family_for_config, standard_layout_family
+from bindscope.model import Model
 
 
 def resolve_family(hf, name: str, family: Family | None) -> tuple[Family, bool]:
@@ -45,4 +47,31 @@ def check_inferred(model) -> None:
         "family row; using the standard Llama layout (model.layers[i].self_attn.o_proj, "
         "lm_head), which passed the load-time self-check. Register a Family to silence this.",
         stacklevel=3,
+    )
+
+
+def wrap_model(
+    hf,
+    tokenizer,
+    *,
+    name: str,
+    revision: str | None,
+    prepend_bos: bool | None,
+    family: Family | None = None,
+    **options,
+) -> Model:
+    """Wrap a transformers model, with weights or on the meta device, as a ``Model``.
+
+    The family row is ``family`` or the one its config names; ``options`` go to ``Model``
+    (``nnsight_model``, ``remote``: how ``bindscope.remote`` wraps a model NDIF runs).
+    """
+    family = family or family_for_config(hf.config, model_name=name)
+    return Model(
+        hf,
+        tokenizer,
+        family=family,
+        name=name,
+        revision=revision,
+        prepend_bos=prepend_bos,
+        **options,
     )
