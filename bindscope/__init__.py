@@ -1,11 +1,59 @@
-"""bindscope: attention-head interventions on nnsight, with EB* and causal head ablation."""
+"""bindscope: attention-head interventions on nnsight, with EB* and causal head ablation.
+
+``import bindscope`` is cheap: ``load_model``, ``Model`` and the subpackages
+(``bindscope.metrics``, ``bindscope.prompts``, ``bindscope.interventions``, ...) are
+imported on first use.
+"""
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+import importlib
+from typing import TYPE_CHECKING
 
 from bindscope.errors import BindscopeError
-from bindscope.loading import load_model
-from bindscope.model import Model
+
+__version__ = "0.1.0"
+
+SUBPACKAGES = (
+    "batch",
+    "cli",
+    "demo",
+    "errors",
+    "experiments",
+    "families",
+    "figures",
+    "interventions",
+    "loading",
+    "metrics",
+    "model",
+    "prompts",
+    "remote",
+    "results",
+    "runners",
+    "selfcheck",
+    "wrap",
+)
+_ATTRIBUTES = {"load_model": "bindscope.loading", "Model": "bindscope.model"}
+
+if TYPE_CHECKING:
+    from bindscope.loading import load_model
+    from bindscope.model import Model
+
+
+def __getattr__(name: str):
+    """Import ``load_model``, ``Model`` and the subpackages when first asked for."""
+    if name in _ATTRIBUTES:
+        value = getattr(importlib.import_module(_ATTRIBUTES[name]), name)
+    elif name in SUBPACKAGES:
+        value = importlib.import_module(f"bindscope.{name}")
+    else:
+        raise AttributeError(f"module 'bindscope' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_ATTRIBUTES, *SUBPACKAGES])
+
 
 __all__ = ["BindscopeError", "Model", "__version__", "load_model"]

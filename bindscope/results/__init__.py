@@ -1,0 +1,5 @@
+"""Results on disk: result records (JSON Lines) and their schema, the one-writer lock, the
+settings a folder was made with, model labels, and reading summaries back.
+
+Experiments write through this layer and figures read through it; it runs no model.
+"""
