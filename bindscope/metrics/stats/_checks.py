@@ -1,0 +1,100 @@
+"""Argument checks that scipy and statsmodels do not make themselves.
+
+scipy already rejects a bad ``alternative``, too few permutation resamples and the
+binomial test's counts, so only what it leaves open is checked here: NaN and inf
+(scipy propagates them silently), argument names in messages for inputs our own code
+reads before scipy sees them, integer seeds (the reproducibility convention) and
+confidence levels (scipy's bootstrap takes any float).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+# Values whose spread is below this fraction of their magnitude are treated as
+# identical: such spread is floating-point rounding (e.g. ``a - (a - 0.3)``).
+_REL_TOL = 1e-12
+
+
+def is_constant(values: ArrayLike) -> bool:
+    """Tells whether the values are equal up to floating-point rounding.
+
+    Args:
+        values: Array-like of floats, any shape.
+
+    Returns:
+        True if the spread (max - min) is at most ``1e-12`` times the largest
+        magnitude; False for an empty input.
+    """
+    return _nearly_constant(np.asarray(values, dtype=np.float64).ravel())
+
+
+def _nearly_constant(arr: NDArray[np.float64], scale: float | None = None) -> bool:
+    """True if all values are equal up to rounding relative to ``scale``."""
+    if arr.size == 0:
+        return False
+    if scale is None:
+        scale = float(np.max(np.abs(arr)))
+    return bool(np.ptp(arr) <= _REL_TOL * scale)
+
+
+def _check_finite(arr: NDArray[np.float64], name: str) -> None:
+    n_nan = int(np.isnan(arr).sum())
+    if n_nan:
+        raise ValueError(f"{name!r} has {n_nan} NaN value(s) out of {arr.size}")
+    n_inf = int(np.isinf(arr).sum())
+    if n_inf:
+        raise ValueError(f"{name!r} has {n_inf} infinite value(s) out of {arr.size}")
+
+
+def _as_1d(values: ArrayLike, name: str, *, min_len: int = 1) -> NDArray[np.float64]:
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name!r} must be an array-like of floats: {exc}") from exc
+    if arr.ndim != 1:
+        raise ValueError(f"{name!r} must be one-dimensional, got shape {arr.shape}")
+    _check_finite(arr, name)
+    if arr.size < min_len:
+        raise ValueError(f"{name!r} needs at least {min_len} value(s), got {arr.size}")
+    return arr
+
+
+def _same_length(a: NDArray[np.float64], b: NDArray[np.float64], na: str, nb: str) -> None:
+    if a.shape[-1] != b.shape[-1]:
+        raise ValueError(
+            f"{na!r} and {nb!r} must have the same length, got {a.shape[-1]} and {b.shape[-1]}"
+        )
+
+
+def _check_count(value: int, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TypeError(f"{name!r} must be an int, got {type(value).__name__}")
+    return int(value)
+
+
+def _check_confidence(confidence: float) -> float:
+    c = float(confidence)
+    if not 0.0 < c < 1.0:
+        raise ValueError(f"'confidence' must be in (0, 1), got {confidence!r}")
+    return c
+
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(_check_count(seed, "seed"))
+
+
+def _check_resampling(
+    confidence: float, n_resamples: int, seed: int
+) -> tuple[float, int, np.random.Generator]:
+    """Checks a bootstrap's settings; returns (confidence, n_resamples, generator).
+
+    scipy's bootstrap accepts ``n_resamples=0`` and any confidence level, and a constant
+    sample never reaches scipy at all, so the bootstrap settings are checked here.
+    """
+    confidence = _check_confidence(confidence)
+    n_resamples = _check_count(n_resamples, "n_resamples")
+    if n_resamples < 1:
+        raise ValueError(f"'n_resamples' must be >= 1, got {n_resamples}")
+    return confidence, n_resamples, _rng(seed)

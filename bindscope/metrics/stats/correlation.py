@@ -1,0 +1,119 @@
+"""Correlations of per-checkpoint series: plain, lead-lag and early/late windows."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy import stats as sps
+
+from bindscope.metrics.stats._checks import _as_1d, _check_count, _nearly_constant, _same_length
+from bindscope.metrics.stats.results import TestResult
+
+_CORRELATION_METHODS = ("spearman", "pearson")
+
+
+def _check_corr_method(method: str) -> str:
+    if method not in _CORRELATION_METHODS:
+        raise ValueError(f"'method' must be one of {_CORRELATION_METHODS}, got {method!r}")
+    return method
+
+
+def correlation(x: ArrayLike, y: ArrayLike, *, method: str) -> TestResult:
+    """Spearman or Pearson correlation with its two-sided p-value.
+
+    Args:
+        x: 1-D series (at least 3 values).
+        y: 1-D series of the same length.
+        method: ``"spearman"`` or ``"pearson"`` (required).
+
+    Returns:
+        TestResult with the coefficient as statistic. If ``x`` or ``y`` is
+        constant, statistic and p-value are NaN and the method gets the
+        suffix ``":constant"``.
+    """
+    _check_corr_method(method)
+    ax = _as_1d(x, "x", min_len=3)
+    ay = _as_1d(y, "y", min_len=3)
+    _same_length(ax, ay, "x", "y")
+    n = int(ax.size)
+    # Means that are mathematically equal differ in their last bits with the summation order,
+    # so "constant" is judged up to rounding relative to the values, never with ==.
+    if _nearly_constant(ax) or _nearly_constant(ay):
+        return TestResult(math.nan, math.nan, f"{method}:constant", "two-sided", n)
+    res = sps.spearmanr(ax, ay) if method == "spearman" else sps.pearsonr(ax, ay)
+    return TestResult(float(res.statistic), float(res.pvalue), method, "two-sided", n)
+
+
+def _check_series(eb: ArrayLike, beh: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    e = _as_1d(eb, "eb")
+    b = _as_1d(beh, "beh")
+    _same_length(e, b, "eb", "beh")
+    return e, b
+
+
+def lagged_correlations(eb: ArrayLike, beh: ArrayLike, *, lag: int = 1) -> dict[str, Any]:
+    """Lead-lag correlations between a binding series and a behaviour series.
+
+    ``forward = corr(eb[:-lag], beh[lag:])`` (binding leads behaviour),
+    ``backward = corr(beh[:-lag], eb[lag:])`` (behaviour leads binding),
+    ``lead_diff = forward.statistic - backward.statistic``.
+
+    Args:
+        eb: Per-checkpoint binding measure, length ``T >= lag + 3``.
+        beh: Per-checkpoint behaviour measure, same length.
+        lag: Positive int lag in checkpoints.
+
+    Returns:
+        ``{"pearson": {"forward": TestResult, "backward": TestResult,
+        "lead_diff": float}, "spearman": {...}}``.
+    """
+    lag = _check_count(lag, "lag")
+    if lag < 1:
+        raise ValueError(f"'lag' must be >= 1, got {lag}")
+    e, b = _check_series(eb, beh)
+    if e.size < lag + 3:
+        raise ValueError(
+            f"'eb' and 'beh' need at least lag + 3 = {lag + 3} checkpoints, got {e.size}"
+        )
+    out: dict[str, Any] = {}
+    for method in ("pearson", "spearman"):
+        forward = correlation(e[:-lag], b[lag:], method=method)
+        backward = correlation(b[:-lag], e[lag:], method=method)
+        out[method] = {
+            "forward": forward,
+            "backward": backward,
+            "lead_diff": float(forward.statistic - backward.statistic),
+        }
+    return out
+
+
+def windowed_correlation(
+    eb: ArrayLike, beh: ArrayLike, *, split: int, method: str
+) -> dict[str, TestResult]:
+    """Correlation in an early and a late window of the checkpoints.
+
+    Args:
+        eb: Per-checkpoint binding measure.
+        beh: Per-checkpoint behaviour measure, same length.
+        split: Index where the late window starts; each window needs at
+            least 3 checkpoints.
+        method: ``"spearman"`` or ``"pearson"`` (required).
+
+    Returns:
+        ``{"early": TestResult on [:split], "late": TestResult on [split:]}``.
+    """
+    _check_corr_method(method)
+    split = _check_count(split, "split")
+    e, b = _check_series(eb, beh)
+    if split < 3 or e.size - split < 3:
+        raise ValueError(
+            f"'split'={split} must leave at least 3 checkpoints in each window "
+            f"(series length {e.size})"
+        )
+    return {
+        "early": correlation(e[:split], b[:split], method=method),
+        "late": correlation(e[split:], b[split:], method=method),
+    }

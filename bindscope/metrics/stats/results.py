@@ -1,0 +1,75 @@
+"""Result types shared by every statistic: an estimate with its interval, a test outcome."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+METHOD_BCA = "bootstrap-bca"
+METHOD_PERCENTILE = "bootstrap-percentile"
+METHOD_DEGENERATE = "degenerate"
+METHOD_WILSON = "wilson"
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate with a confidence interval.
+
+    Attributes:
+        value: The point estimate computed on the full data.
+        low: Lower end of the interval.
+        high: Upper end of the interval.
+        confidence: Confidence level, e.g. 0.95.
+        method: How the interval was obtained (see the package docstring).
+        n: Number of observations (pairs/prompts for paired data, total
+            observations for independent samples, trials for proportions).
+    """
+
+    value: float
+    low: float
+    high: float
+    confidence: float
+    method: str
+    n: int
+
+    def to_dict(self) -> dict[str, float | int | str]:
+        """Returns the fields as plain Python floats, ints and strings."""
+        return {
+            "value": float(self.value),
+            "low": float(self.low),
+            "high": float(self.high),
+            "confidence": float(self.confidence),
+            "method": str(self.method),
+            "n": int(self.n),
+        }
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """The outcome of a hypothesis test or a correlation.
+
+    Attributes:
+        statistic: The test statistic (mean difference, proportion, r, rho).
+        p_value: The p-value (NaN when the statistic is undefined).
+        method: Name of the test, e.g. ``"spearman"`` or ``"permutation-paired"``.
+        alternative: ``"two-sided"``, ``"greater"`` or ``"less"``.
+        n: Number of observations (pairs for paired data, total otherwise).
+    """
+
+    __test__: ClassVar[bool] = False  # not a pytest test class
+
+    statistic: float
+    p_value: float
+    method: str
+    alternative: str
+    n: int
+
+    def to_dict(self) -> dict[str, float | int | str]:
+        """Returns the fields as plain Python floats, ints and strings."""
+        return {
+            "statistic": float(self.statistic),
+            "p_value": float(self.p_value),
+            "method": str(self.method),
+            "alternative": str(self.alternative),
+            "n": int(self.n),
+        }
