@@ -115,6 +115,7 @@ def cmd_c5(args) -> int:
         n_random=args.n_random,
         ablation=args.ablation,
         matched_layers=args.matched_layers,
+        matched_classes=args.matched_classes,
         seed=args.seed,
         batch_size=args.batch_size,
         force=args.force,
@@ -304,6 +305,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--n-random", type=int, default=50, help="number of random k-head sets")
     p.add_argument("--ablation", choices=("zero", "mean"), default="zero")
     p.add_argument("--matched-layers", action="store_true", help="random sets in top's layers")
+    p.add_argument(
+        "--matched-classes",
+        action="store_true",
+        help="random sets with the top set's head classes (sink, previous-token, ...)",
+    )
     p.set_defaults(func=cmd_c5)
 
     p = sub.add_parser("sweep", help="EB* and behaviour across training checkpoints")

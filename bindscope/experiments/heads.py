@@ -285,6 +285,34 @@ def score_model(model, pset, writer, settings, prov, *, batch_size: int, progres
     )
 
 
+def primary_classes(
+    model,
+    texts: Sequence[str],
+    *,
+    thresholds: Mapping[str, float] | None = None,
+    n_repeated: int = 32,
+    repeat_length: int = 24,
+    seed: int = 0,
+    batch_size: int = 16,
+) -> list[list[str]]:
+    """Each head's primary class from every score but binding (``[L][H]`` class names).
+
+    What class-matched random head sets are matched on (C5's ``matched_classes``):
+    binding is left out so the matched sets copy the top set's sink, previous-token,
+    induction and duplicate-token make-up, not its binding.
+    """
+    means = {}
+    found = text_scores(model, list(dict.fromkeys(texts)), batch_size=batch_size)
+    for name in taxonomy.TEXT_SCORES:
+        means[name] = np.nanmean(np.stack([s[name].numpy() for s in found]), 0)
+    found, _ = repeated_scores(
+        model, n=n_repeated, length=repeat_length, seed=seed, batch_size=batch_size
+    )
+    for name in taxonomy.REPEATED_SCORES:
+        means[name] = np.stack([s[name].numpy() for s in found]).mean(0)
+    return taxonomy.classify(means, thresholds=thresholds)["primary"]
+
+
 # -- summary ------------------------------------------------------------------------------
 
 
@@ -401,4 +429,12 @@ def summarize(
     return summary
 
 
-__all__ = ["run", "run_revisions", "score_model", "summarize", "summarize_heads"]
+__all__ = [
+    "RevisionScorer",
+    "primary_classes",
+    "run",
+    "run_revisions",
+    "score_model",
+    "summarize",
+    "summarize_heads",
+]

@@ -241,6 +241,51 @@ def overlap(heads: Sequence[Sequence[int]], labels: list) -> dict[str, int]:
     return out
 
 
+def draw_class_matched_sets(
+    primary: Sequence[Sequence[str]],
+    top: Sequence[Sequence[int]],
+    *,
+    n: int,
+    seed: int,
+) -> list[list[list[int]]]:
+    """``n`` random head sets matched to ``top``'s classes, reproducible from ``seed``.
+
+    Each set has, for every head of ``top``, one head of the same primary class drawn from
+    the heads outside ``top`` (without repeats within a set). Used by C5's
+    ``matched_classes`` (and reusable by any scan): pass ``primary`` from a ``classify``
+    without the ``binding`` score, so a sink among the top heads is matched by a random sink
+    head and "binding heads matter" is separated from "sink heads matter".
+
+    Raises:
+        ValueError: A top head's class has no other head to draw (names the head and class).
+    """
+    rng = np.random.default_rng(seed)
+    excluded = {tuple(h) for h in top}
+    pools: dict[str, list[tuple[int, int]]] = {}
+    for layer, row in enumerate(primary):
+        for head, cls in enumerate(row):
+            if (layer, head) not in excluded:
+                pools.setdefault(cls, []).append((layer, head))
+    needed: dict[str, int] = {}
+    for layer, head in top:
+        cls = primary[layer][head]
+        needed[cls] = needed.get(cls, 0) + 1
+        if needed[cls] > len(pools.get(cls, [])):
+            raise ValueError(
+                f"top head L{layer}.H{head} is a {cls} head, but only "
+                f"{len(pools.get(cls, []))} {cls} head(s) lie outside the top set; lower "
+                "that class's threshold or match layers instead"
+            )
+    sets = []
+    for _ in range(n):
+        chosen: list[list[int]] = []
+        for layer, head in top:
+            options = [p for p in pools[primary[layer][head]] if list(p) not in chosen]
+            chosen.append(list(options[rng.integers(len(options))]))
+        sets.append(sorted(chosen))
+    return sets
+
+
 # -- across checkpoints -------------------------------------------------------------------
 
 
@@ -351,6 +396,7 @@ __all__ = [
     "THRESHOLDS",
     "bootstrap_heads",
     "classify",
+    "draw_class_matched_sets",
     "emergence",
     "overlap",
     "repeated_pairs",

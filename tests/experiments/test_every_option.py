@@ -123,6 +123,11 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
         "--matched-layers": Changes(
             None, "", lambda r, v: c5_setting(r, "matched_layers") == (v is not None)
         ),
+        "--matched-classes": Changes(
+            None,
+            "",
+            lambda r, v: bool(r["provenance"]["c5"].get("matched_classes")) == (v is not None),
+        ),
     },
     "sweep": {
         **LOAD,
