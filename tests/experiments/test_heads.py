@@ -109,6 +109,8 @@ def test_sweep_heads_emergence_resumes_and_validates(sp_tokenizer, tiny_prompts,
     assert len(em["trajectories"]["induction"]["heads"]) == 4
     report = make_figures(tmp_path)
     assert any(f.name.startswith("heads_emergence_") for f in report.figures), report.skipped
+    text = write_report(tmp_path, figures=report).read_text("utf-8")
+    assert "first checkpoint where each class crosses its threshold" in text
 
 
 def test_emergence_first_crossing_and_induction_lead():
