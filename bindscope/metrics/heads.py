@@ -335,7 +335,9 @@ def emergence(
         formed first), null where either did not cross or tokens are unknown.
     """
     classes = [classify(m, thresholds=thresholds) for m in means]
-    n_heads_total = int(np.asarray(means[0]["sink"]).size)
+    n_heads_total = next(
+        int(np.asarray(v).size) for m in means for v in m.values() if v is not None
+    )
     tokens = [revision_tokens(model, r) for r in revisions]
     fraction, max_score, first = {}, {}, {}
     for c in PRECEDENCE:
