@@ -171,6 +171,7 @@ def cmd_c5(args) -> int:
         n_random=args.n_random,
         ablation=args.ablation,
         matched_layers=args.matched_layers,
+        matched_classes=args.matched_classes,
         seed=args.seed,
         batch_size=args.batch_size,
         force=args.force,
@@ -198,8 +199,68 @@ def cmd_sweep(args) -> int:
         dtype=args.dtype,
         device=args.device,
         remote=args.remote,
+        heads=args.heads,
+        head_options={
+            "n_repeated": args.n_repeated,
+            "repeat_length": args.repeat_length,
+            "thresholds": _thresholds(args.threshold),
+            "top_k": args.top_k,
+        },
     )
     _print_summary(summary)
+    if args.heads:
+        from bindscope.experiments import heads
+
+        _print_summary(heads.summarize(args.out / "heads"))
+    return 0
+
+
+def _thresholds(pairs: list[str] | None) -> dict[str, float]:
+    """``["sink=0.6", ...]`` to ``{"sink": 0.6}`` (``--threshold`` of heads and sweep)."""
+    out = {}
+    for pair in pairs or []:
+        name, sep, value = pair.partition("=")
+        try:
+            out[name.strip().replace("-", "_")] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise BindscopeError(f"--threshold {pair!r}: expected CLASS=VALUE, e.g. sink=0.6")
+    return out
+
+
+def _head_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--threshold",
+        action="append",
+        metavar="CLASS=VALUE",
+        help="classification threshold, repeatable: sink, previous_token, induction, "
+        "duplicate_token, binding (defaults: bindscope.metrics.heads.THRESHOLDS)",
+    )
+    p.add_argument("--n-repeated", type=int, default=32, help="repeated random sequences")
+    p.add_argument("--repeat-length", type=int, default=24, help="random tokens per copy")
+    p.add_argument("--top-k", type=int, default=4, help="binding top-k compared with classes")
+
+
+def cmd_heads(args) -> int:
+    from bindscope.experiments import heads
+
+    model = _load(args.model, args.revision, args)
+    summary = heads.run(
+        model,
+        prompts=args.prompts,
+        out=args.out,
+        n_repeated=args.n_repeated,
+        repeat_length=args.repeat_length,
+        thresholds=_thresholds(args.threshold),
+        top_k=args.top_k,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        force=args.force,
+        progress=not args.no_progress,
+    )
+    _print_summary(summary)
+    print(f"records: {args.out / 'heads' / 'records.jsonl'}")
     return 0
 
 
@@ -314,6 +375,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--n-random", type=_count, default=50, help="number of random k-head sets")
     p.add_argument("--ablation", choices=("zero", "mean"), default="zero")
     p.add_argument("--matched-layers", action="store_true", help="random sets in top's layers")
+    p.add_argument(
+        "--matched-classes",
+        action="store_true",
+        help="random sets with the top set's head classes (sink, previous-token, ...)",
+    )
     p.set_defaults(func=cmd_c5)
 
     p = sub.add_parser("sweep", help="EB* and behaviour across training checkpoints")
@@ -325,7 +391,17 @@ def parser() -> argparse.ArgumentParser:
         "pythia-paper, olmo-1b, crfm, smollm3",
     )
     p.add_argument("--prompts", default="canonical")
+    p.add_argument(
+        "--heads", action="store_true", help="also the head taxonomy per revision (OUT/heads)"
+    )
+    _head_options(p)
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("heads", help="head taxonomy: sink, previous-token, induction, binding")
+    _common(p)
+    p.add_argument("--prompts", default="canonical")
+    _head_options(p)
+    p.set_defaults(func=cmd_heads)
 
     p = sub.add_parser("fewshot", help="C3: zero-shot vs exemplar vs paraphrase prefix")
     _common(p)

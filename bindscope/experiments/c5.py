@@ -92,6 +92,7 @@ def run(
     n_random: int = 50,
     ablation: str = "zero",
     matched_layers: bool = False,
+    matched_classes: bool = False,
     seed: int = 0,
     rubric: dict | None = None,
     batch_size: int = 16,
@@ -108,11 +109,17 @@ def run(
         n_random: Number of random k-head sets.
         ablation: ``zero`` or ``mean`` (means over the ranking set's templates).
         matched_layers: Random sets use the top set's layers.
+        matched_classes: Random sets copy the top set's head classes (sink, previous-token,
+            induction, duplicate-token or other; ``bindscope.experiments.heads.
+            primary_classes`` on the ranking templates, default thresholds), so an effect of
+            the top set can be told from an effect of, say, sink heads.
         seed: Seed of the random sets and of the bootstrap.
         rubric: Keyword rubric for generation (default: the package rubric).
     """
     if ablation not in ("zero", "mean"):
         raise ValueError("ablation must be 'zero' or 'mean'")
+    if matched_layers and matched_classes:
+        raise ValueError("match random sets on layers or on classes, not both")
     models = models if isinstance(models, (list, tuple)) else [models]
     pset = prompt_set(prompts)
     rset = prompt_set(ranking) if ranking is not None else pset
@@ -129,6 +136,8 @@ def run(
         "ranking_set": rset.name,
         "ranking_sha256": rset.sha256,
     }
+    if matched_classes:  # only when set: folders written before the option still resume
+        settings["matched_classes"] = True
     rubric = rubric or default_rubric()
     inputs = {"prompt_sha256": pset.sha256, "rubric_sha256": content_sha256(rubric)}
     checked = {**settings, **inputs}
@@ -188,15 +197,25 @@ def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress
     if not ok:
         raise ValueError(f"{label}: no ranking prompt has a 2+ token span; cannot rank heads")
     top, bottom = rank_heads(mean_bsi(ok), settings["k"])
-    randoms = draw_random_sets(
-        model.n_layers,
-        model.n_heads,
-        top,
-        k=settings["k"],
-        n=settings["n_random"],
-        seed=settings["seed"],
-        matched_layers=settings["matched_layers"],
-    )
+    if settings.get("matched_classes"):
+        from bindscope.experiments.heads import primary_classes
+        from bindscope.metrics.heads import draw_class_matched_sets
+
+        templates = [r.template for r in rset.records]
+        primary = primary_classes(model, templates, seed=settings["seed"], batch_size=batch_size)
+        randoms = draw_class_matched_sets(
+            primary, top, n=settings["n_random"], seed=settings["seed"]
+        )
+    else:
+        randoms = draw_random_sets(
+            model.n_layers,
+            model.n_heads,
+            top,
+            k=settings["k"],
+            n=settings["n_random"],
+            seed=settings["seed"],
+            matched_layers=settings["matched_layers"],
+        )
     conditions = {"baseline": [], "top": top, "bottom": bottom}
     conditions.update({f"random:{i:02d}": s for i, s in enumerate(randoms)})
     means = None

@@ -9,6 +9,7 @@ the batch in flight and a rerun loads only the revisions that are not done.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -117,6 +118,8 @@ def run(
     seed: int = 0,
     force: bool = False,
     progress: bool = True,
+    heads: bool = False,
+    head_options: dict | None = None,
     **load_options,
 ) -> dict:
     """EB* and behaviour per prompt for each revision of ``model``; then the summary.
@@ -127,6 +130,9 @@ def run(
         loader: ``loader(model, revision=..., **load_options) -> Model``; default
             ``bindscope.load_model``. The model it returns must carry the revision asked for.
         seed: Seed of the summary's bootstrap intervals, stored in every record.
+        heads: Also score every head of each revision (``bindscope.experiments.heads``,
+            written to ``OUT/heads``; its summary holds the emergence of each class).
+        head_options: ``n_repeated``, ``repeat_length``, ``thresholds``, ``top_k`` for it.
 
     Raises:
         InputError: The loader returned another revision than the one asked for (a revision
@@ -140,10 +146,18 @@ def run(
     rubric = rubric or default_rubric()
     folder = Path(out) / EXPERIMENT
     settings = {"prompt_sha256": pset.sha256, "rubric_sha256": content_sha256(rubric), "seed": seed}
-    with RecordWriter(folder / "records.jsonl", force=force, settings=settings) as writer:
+    side = None
+    with contextlib.ExitStack() as stack:
+        if heads:
+            from bindscope.experiments.heads import RevisionScorer
+
+            options = {"seed": seed, "force": force, "batch_size": batch_size, "progress": progress}
+            side = stack.enter_context(RevisionScorer(out, pset, **options, **(head_options or {})))
+        records = folder / "records.jsonl"
+        writer = stack.enter_context(RecordWriter(records, force=force, settings=settings))
         for revision in revisions:
             keys = [record_key(EXPERIMENT, model, revision, r.key, "clean") for r in pset]
-            if all(k in writer for k in keys):
+            if all(k in writer for k in keys) and (side is None or side.done(model, revision)):
                 continue
             loaded = loader(model, revision=revision, **load_options)
             if loaded.revision != revision:
@@ -156,7 +170,11 @@ def run(
             info = {"settings": settings, "sweep": {"revisions": revisions}}
             prov = provenance(loaded, prompt_set=pset, seed=seed, **info)
             _run_revision(loaded, pset, writer, rubric, batch_size, progress, prov)
+            if side is not None:
+                side.score(loaded, revisions)
             del loaded
+    if side is not None:
+        side.close()
     return summarize(folder)
 
 

@@ -34,6 +34,7 @@ def summary_lines(summary: dict) -> list[str]:
         "sweep": _sweep,
         "fewshot": _fewshot,
         "controls": _controls,
+        "heads": _heads,
     }.get(kind)
     return fn(summary) if fn else [f"(no text view for experiment {kind!r})"]
 
@@ -145,4 +146,30 @@ def _controls(s: dict) -> list[str]:
                 f"{est(row.get('cohens_d'), digits=2):<24}{pval(row.get('p_holm')):<8}"
                 f"{est(mt.get('cohens_d'), digits=2)} ({mt['n']})"
             )
+    return out
+
+
+def _heads(s: dict) -> list[str]:
+    out = ["Head taxonomy (heads per class: mean score at or above its threshold)"]
+    for label, m in s["models"].items():
+        classes = m.get("classes") or {}
+        counts = ", ".join(f"{c} {n}" for c, n in (classes.get("counts") or {}).items())
+        out.append(f"  {label}: {counts}  (position 0 is BOS: {m.get('position_0_is_bos')})")
+        top = m.get("binding_top") or []
+        if top:
+            overlap = m.get("binding_top_overlap") or {}
+            heads = " ".join(f"L{l}H{h}" for l, h in top)  # noqa: E741
+            out.append(
+                f"    binding top-{len(top)} {heads}: {overlap.get('sink', 0)} sink, "
+                f"{overlap.get('previous_token', 0)} previous-token, "
+                f"{overlap.get('induction', 0)} induction"
+            )
+    for model, e in (s.get("emergence") or {}).items():
+        first = ", ".join(
+            f"{c} at {(f or {}).get('revision') or 'never'}" for c, f in e["first"].items()
+        )
+        out.append(f"  {model}: first crossing: {first}")
+        lead = e.get("induction_lead_tokens")
+        if lead is not None:
+            out.append(f"    induction leads sink formation by {lead:,} tokens")
     return out

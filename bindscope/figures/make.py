@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bindscope.errors import BindscopeError
-from bindscope.figures import binding, c5, controls, fewshot, sweep
+from bindscope.figures import binding, c5, controls, fewshot, heads, sweep
 from bindscope.figures.style import rc_context, save
 from bindscope.results.summaries import ExperimentResults, MissingData, load_results
 
@@ -17,6 +17,7 @@ SECTIONS = {
     "c5": c5,
     "sweep": sweep,
     "fewshot": fewshot,
+    "heads": heads,
 }
 
 

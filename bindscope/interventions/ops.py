@@ -318,6 +318,24 @@ def span_pair_bsi(probs, query_index, key_index, pair_weight):
     return (picked.float() * pair_weight.to(device)[:, :, None]).sum(1)  # [b, H]
 
 
+def participation_ratio(probs, query_weight):
+    """Weighted mean over queries of ``1 / sum_k p^2``, the effective number of attended keys.
+
+    Args:
+        probs: ``[b, H, n, n]`` probabilities of one layer.
+        query_weight: ``[b, n]`` float, the weight of each query (0 for padding and any
+            query left out; each row's weights sum to 1).
+
+    Returns:
+        ``[b, H]`` float32.
+    """
+    p = probs.float()
+    weight = query_weight.to(p.device)[:, None, :]  # [b, 1, n]
+    squares = (p * p).sum(-1)  # [b, H, n]; 0 (or NaN) on padded queries, weighted 0
+    ratio = torch.where(weight > 0, 1.0 / squares.clamp_min(1e-30), torch.zeros_like(squares))
+    return (ratio * weight).sum(-1)
+
+
 def choice_logprob_sums(logits, target_index, target_ids, target_weight):
     """Sum (weighted) log-probabilities of target tokens at given positions.
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from bindscope.families import FAMILIES
 from bindscope.results.records import SCHEMA, read_records, record_key
 
-EXPERIMENTS = ("binding", "c5", "c5-ranking", "sweep", "fewshot", "controls")
+EXPERIMENTS = ("binding", "c5", "c5-ranking", "sweep", "fewshot", "controls", "heads")
 PROVENANCE = (
     "bindscope",
     "nnsight",
@@ -43,12 +43,15 @@ BINDING_METRICS = (
 )
 RECOGNITION_METRICS = ("score", "prediction", "choice_scores")
 GENERATION_METRICS = ("score", "text", "hits", "contradictions")
+HEAD_TEXT_METRICS = ("sink", "previous_token", "spread", "position_0_is_bos", "n_tokens")
+HEAD_REPEATED_METRICS = ("induction", "duplicate_token", "tokens", "length", "start", "n_layers")
 CONDITIONS = {
     "binding": ("clean",),
     "c5-ranking": ("clean",),
     "sweep": ("clean",),
     "controls": ("clean",),
     "fewshot": ("zero_shot", "few_shot", "paraphrase"),
+    "heads": ("clean", "repeated"),
 }
 
 
@@ -80,7 +83,8 @@ def problems(record: dict) -> list[str]:
         out.append(f"unknown experiment {experiment!r}")
     if record["family"] not in {f.name for f in FAMILIES}:
         out.append(f"unknown family {record['family']!r}")
-    if record["task"] not in ("recognition", "generation"):
+    repeated = experiment == "heads" and record["condition"] == "repeated"
+    if record["task"] not in (("induction",) if repeated else ("recognition", "generation")):
         out.append(f"unknown task {record['task']!r}")
     expected = record_key(
         experiment, record["model"], record["revision"], record["prompt_key"], record["condition"]
@@ -108,6 +112,8 @@ def problems(record: dict) -> list[str]:
     wanted: tuple[str, ...] = ()
     if experiment in ("binding", "c5-ranking", "controls", "sweep"):
         wanted = BINDING_METRICS + (("behaviour",) if experiment == "sweep" else ())
+    elif experiment == "heads":
+        wanted = HEAD_REPEATED_METRICS if repeated else BINDING_METRICS + HEAD_TEXT_METRICS
     elif experiment in ("c5", "fewshot"):
         wanted = RECOGNITION_METRICS if record["task"] == "recognition" else GENERATION_METRICS
     missing = [k for k in wanted if k not in metrics]

@@ -51,6 +51,10 @@ def c5_setting(record, name):
     return record["provenance"]["c5"][name]
 
 
+def head_setting(record, name):
+    return record["provenance"]["settings"][name]
+
+
 def seed_recorded(record, value):
     return record["provenance"]["seed"] == int(value or 0)
 
@@ -119,6 +123,11 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
         "--matched-layers": Changes(
             None, "", lambda r, v: c5_setting(r, "matched_layers") == (v is not None)
         ),
+        "--matched-classes": Changes(
+            None,
+            "",
+            lambda r, v: bool(r["provenance"]["c5"].get("matched_classes")) == (v is not None),
+        ),
     },
     "sweep": {
         **LOAD,
@@ -126,6 +135,29 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
         "--model": Changes("ckptA", "ckptB", lambda r, v: r["model"].endswith(v)),
         "--revisions": Changes("step1", "step2", lambda r, v: r["revision"] == v),
         "--prompts": Changes("two", "one", prompt_file),
+        "--heads": Changes(None, "", lambda r, v: r["experiment"] != "heads" or v is not None),
+        **{
+            option: NoEffect("applies with --heads, as in bindscope heads")
+            for option in ("--threshold", "--n-repeated", "--repeat-length", "--top-k")
+        },
+    },
+    "heads": {
+        **LOAD,
+        **RUN,
+        **MODEL,
+        "--prompts": Changes("two", "one", prompt_file),
+        "--n-repeated": Changes("2", "3", lambda r, v: head_setting(r, "n_repeated") == int(v)),
+        "--repeat-length": Changes(
+            "4", "5", lambda r, v: head_setting(r, "repeat_length") == int(v)
+        ),
+        "--threshold": NoEffect(
+            "reclassifies heads in the summary only",
+            "tests/experiments/test_heads.py::test_thresholds_and_top_k_change_only_the_summary",
+        ),
+        "--top-k": NoEffect(
+            "the binding top-k compared with the classes, in the summary only",
+            "tests/experiments/test_heads.py::test_thresholds_and_top_k_change_only_the_summary",
+        ),
     },
     "fewshot": {
         **LOAD,

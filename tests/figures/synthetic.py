@@ -32,7 +32,8 @@ TERMS = ("screen reader", "alt text", "skip link")
 PROMPTS_PER_TERM = 2
 REVISIONS = ("step0", "step1000", "step2000", "step4000")
 N_RANDOM = 6
-ALL = ("binding", "controls", "c5", "sweep", "fewshot")
+ALL = ("binding", "controls", "c5", "sweep", "fewshot", "heads")
+HEAD_REVISIONS = REVISIONS[:2]  # two checkpoints: a map each and one emergence figure
 
 
 def provenance(model: str, revision: str | None = None, **extra) -> dict:
@@ -352,6 +353,33 @@ def controls_summary() -> dict:
     return {"experiment": "controls", "models": models}
 
 
+def heads_records(seed: int = 0) -> list[dict]:
+    """``bindscope sweep --heads`` records of one model at two checkpoints."""
+    rng = np.random.default_rng(seed)
+    out = []
+    model = MODELS[0]
+    shape = {"n_layers": N_LAYERS, "n_heads": N_HEADS, "position_0_is_bos": True}
+    for r, revision in enumerate(HEAD_REVISIONS):
+        for term, pid in _prompts():
+            metrics = binding_metrics(rng)
+            for name in ("sink", "previous_token"):
+                metrics[name] = rng.uniform(0, 0.3 + 0.5 * r, size=(N_LAYERS, N_HEADS)).tolist()
+            metrics["spread"] = rng.uniform(1, 4, size=(N_LAYERS, N_HEADS)).tolist()
+            metrics.update(shape, n_tokens=8)
+            out.append(record("heads", model, term, pid, "clean", metrics, revision=revision))
+        for i in range(3):
+            metrics = {
+                name: rng.uniform(0, 0.6, size=(N_LAYERS, N_HEADS)).tolist()
+                for name in ("induction", "duplicate_token")
+            }
+            metrics.update(shape, tokens=[5, 6, 7], length=3, start=1)
+            out.append(
+                record("heads", model, "repeated", f"{i:03d}", "repeated", metrics,
+                       task="induction", revision=revision)
+            )  # fmt: skip
+    return out
+
+
 def write_records(path: Path, records: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records), "utf-8")
@@ -367,6 +395,11 @@ def write_results(root: Path, experiments=ALL) -> Path:
         elif name == "c5":
             records = c5_records()
             summary = summarize_c5(records, n_resamples=199)
+        elif name == "heads":
+            from bindscope.experiments.heads import summarize_heads
+
+            records = heads_records()
+            summary = summarize_heads(records)
         else:
             records = {
                 "sweep": sweep_records,
@@ -393,4 +426,6 @@ def expected_figures() -> set[str]:
     names |= {f"fewshot_{slug(m + '@main')}" for m in MODELS_OF["fewshot"]}
     names |= {f"c5_{slug(m + '@main')}" for m in MODELS_OF["c5"]}
     names |= {f"sweep_emergence_{slug(m)}" for m in MODELS_OF["sweep"]}
+    names |= {f"heads_map_{slug(MODELS[0] + '@' + r)}" for r in HEAD_REVISIONS}
+    names |= {f"heads_emergence_{slug(MODELS[0])}"}
     return names

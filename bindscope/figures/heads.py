@@ -1,0 +1,201 @@
+"""Head taxonomy: one [layer, head] map per score on a shared scale, class tables, and the
+emergence of each class across checkpoints."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+from matplotlib.ticker import MaxNLocator
+
+from bindscope.figures import markdown as md
+from bindscope.figures.style import (
+    HEATMAP_CMAP,
+    SERIES,
+    figure_legend,
+    new_figure,
+    short_label,
+    slug,
+)
+from bindscope.results.summaries import ExperimentResults, MissingData, need
+
+TITLE = "Head taxonomy: sink, previous-token, induction, duplicate-token and binding heads"
+KINDS = ("heads_map", "heads_emergence")
+HOW_TO_READ = (
+    "Every head gets six scores, each a mean over texts with a 95% percentile bootstrap CI "
+    "over texts: sink (attention from each query to the text's first position, BOS when the "
+    "model prepends one), previous-token (to the token just before), induction (on random "
+    "tokens repeated twice, from each second-copy token to the token after its first "
+    "occurrence), duplicate-token (to that first occurrence itself), binding (mean BSI over "
+    "the term prompts) and spread (the participation ratio 1/sum p^2, the effective number "
+    "of attended keys; mapped as a fraction of the keys a query sees on average so every "
+    "map shares the 0-1 scale). A head belongs to a class when its mean score is at or "
+    "above that class's threshold (listed with the counts); a head may be in several "
+    "classes. The overlap row says how many of the binding top-k heads (by mean BSI, the "
+    "set C5 ablates) are also sink, previous-token or other kinds of head. Across "
+    "checkpoints, a class forms at the first checkpoint where some head crosses its "
+    "threshold; the induction lead is the training tokens between induction's and the sink's "
+    "first crossing (positive: induction first)."
+)
+MAP_SCORES = ("sink", "previous_token", "induction", "duplicate_token", "binding", "spread")
+NAMES = {
+    "sink": "sink",
+    "previous_token": "previous-token",
+    "induction": "induction",
+    "duplicate_token": "duplicate-token",
+    "binding": "binding (BSI)",
+    "spread": "spread / mean keys",
+}
+
+
+def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
+    where = str(exp.folder / "summary.json")
+    for label, entry in exp.models.items():
+        yield (
+            f"heads_map_{slug(label)}",
+            lambda label=label, entry=entry: score_maps(label, entry, where=f"{where} [{label}]"),
+        )
+    for model, entry in ((exp.summary or {}).get("emergence") or {}).items():
+        yield (
+            f"heads_emergence_{slug(model)}",
+            lambda model=model, entry=entry: emergence(model, entry, where=f"{where} [{model}]"),
+        )
+
+
+def _map(entry: dict, score: str):
+    if score == "spread":
+        return entry.get("spread_fraction")
+    return ((entry.get("scores") or {}).get(score) or {}).get("value")
+
+
+def score_maps(label: str, entry: dict, *, where: str = "summary"):
+    """One ``[layer, head]`` map per score, all on the 0-1 colour scale."""
+    scores = need(entry, "scores", where=where)
+    if not scores:
+        raise MissingData(f"{where} has no scores")
+    fig, axes = new_figure("heads_map", nrows=2, ncols=3, sharex=True, sharey=True)
+    image = None
+    for ax, score in zip(axes.flat, MAP_SCORES):
+        values = _map(entry, score)
+        ax.set_title(NAMES[score])
+        if values is None:
+            ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
+            continue
+        arr = np.array([[np.nan if x is None else x for x in row] for row in values], dtype=float)
+        image = ax.imshow(
+            arr, origin="lower", aspect="auto", cmap=HEATMAP_CMAP, vmin=0.0, vmax=1.0,
+            interpolation="none",
+        )  # fmt: skip
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    for ax in axes[-1]:
+        ax.set_xlabel("head")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("layer")
+    if image is not None:
+        fig.colorbar(image, ax=axes, label="mean score (0–1; spread as a fraction of keys)")
+    counts = (entry.get("classes") or {}).get("counts") or {}
+    fig.suptitle(f"{short_label(label)}: head scores")
+    caption = (
+        f"{label}: mean score of every head over {entry.get('n_prompts')} prompts "
+        f"({entry.get('n_repeated')} repeated random sequences for induction and duplicate-"
+        f"token); shared 0-1 scale. Heads per class: "
+        + ", ".join(f"{c} {n}" for c, n in counts.items())
+        + "."
+    )
+    return fig, caption
+
+
+def emergence(model: str, entry: dict, *, where: str = "summary"):
+    """Fraction of heads per class per checkpoint, and the top heads' score trajectories."""
+    revisions = need(entry, "revisions", where=where)
+    fraction = need(entry, "fraction", where=where)
+    fig, axes = new_figure("heads_emergence", nrows=2, ncols=3)
+    x = np.arange(len(revisions))
+    ax = axes.flat[0]
+    for i, (cls, values) in enumerate(fraction.items()):
+        style = SERIES[i % len(SERIES)]
+        ax.plot(x, values, label=cls, **style)
+    ax.set_title("fraction of heads in each class")
+    ax.set_ylim(-0.02, 1.02)
+    trajectories = entry.get("trajectories") or {}
+    thresholds = entry.get("thresholds") or {}
+    for ax, score in zip(
+        axes.flat[1:], ("induction", "previous_token", "sink", "duplicate_token", "binding")
+    ):
+        found = trajectories.get(score)
+        ax.set_title(f"top {NAMES[score]} heads")
+        if not found:
+            ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
+            continue
+        for j, ((layer, head), values) in enumerate(zip(found["heads"], found["values"])):
+            ys = [np.nan if v is None else v for v in values]
+            ax.plot(x, ys, color=SERIES[j % len(SERIES)]["color"], marker=".", lw=1,
+                    label=f"L{layer}.H{head}")  # fmt: skip
+        if score in thresholds:
+            ax.axhline(thresholds[score], color="grey", lw=0.8, ls=":")
+        ax.legend(fontsize=6, frameon=False)
+        ax.set_ylim(-0.02, 1.02)
+    tokens = entry.get("tokens") or [None] * len(revisions)
+    ticks = [
+        r if t is None else f"{r}\n{t / 1e9:.3g}B tok" for r, t in zip(revisions, tokens)
+    ]  # fmt: skip
+    for ax in axes.flat:
+        ax.set_xticks(x, ticks, rotation=45, ha="right", fontsize=6)
+    figure_legend(fig, [axes.flat[0]], ncols=6)
+    lead = entry.get("induction_lead_tokens")
+    caption = (
+        f"{model}: fraction of heads in each class (left) and the score trajectories of the "
+        "top heads at the last checkpoint (dotted: the class threshold), per checkpoint in "
+        "training order. "
+        + ", ".join(
+            f"{c} first crosses at {(f or {}).get('revision') or 'no checkpoint'}"
+            for c, f in (entry.get("first") or {}).items()
+        )
+        + (f"; induction leads sink formation by {lead:,} tokens." if lead is not None else ".")
+    )
+    return fig, caption
+
+
+def tables(exp: ExperimentResults) -> list[str]:
+    lines: list[str] = []
+    rows = []
+    for label, entry in exp.models.items():
+        classes = entry.get("classes") or {}
+        counts = classes.get("counts") or {}
+        overlap = entry.get("binding_top_overlap") or {}
+        rows.append(
+            [
+                label,
+                md.num(entry.get("n_layers")),
+                md.num(entry.get("n_heads")),
+                str(entry.get("position_0_is_bos")),
+                *[md.num(counts.get(c)) for c in ("sink", "previous_token", "induction",
+                                                  "duplicate_token", "binding")],
+                md.heads(entry.get("binding_top")),
+                f"{overlap.get('sink', 0)} sink, {overlap.get('previous_token', 0)} previous",
+            ]
+        )  # fmt: skip
+    header = ["model", "layers", "heads", "position 0 is BOS", "sink", "previous-token"]
+    header += ["induction", "duplicate-token", "binding", "binding top-k", "of which"]
+    lines += md.table(header, rows, left=1)
+    thresholds = next(iter(exp.models.values()), {}).get("classes", {}).get("thresholds")
+    if thresholds:
+        lines += [
+            "Thresholds: " + ", ".join(f"{c} ≥ {v}" for c, v in thresholds.items()) + ".",
+            "",
+        ]
+    for model, entry in ((exp.summary or {}).get("emergence") or {}).items():
+        first = entry.get("first") or {}
+        rows = [
+            [c, (f or {}).get("revision") or md.DASH, md.num((f or {}).get("tokens"))]
+            for c, f in first.items()
+        ]
+        lines += [f"**{model}**: first checkpoint where each class crosses its threshold", ""]
+        lines += md.table(["class", "first checkpoint", "tokens"], rows, left=2)
+        lead = entry.get("induction_lead_tokens")
+        lines += [f"Induction lead over sink formation: {md.num(lead)} tokens.", ""]
+    return lines
+
+
+__all__ = ["HOW_TO_READ", "KINDS", "TITLE", "emergence", "plots", "score_maps", "tables"]

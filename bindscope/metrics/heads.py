@@ -1,0 +1,412 @@
+"""Head taxonomy maths: what kind of head each (layer, head) is.
+
+Scores, each a mean attention probability (spread: a number of keys), per head and text:
+
+* ``sink``: attention from every query but the first to the text's first position (BOS
+  when the model prepends one; whether it does is recorded with the scores);
+* ``previous_token``: attention from every query but the first to the token before it;
+* ``spread``: the participation ratio ``1 / sum_k p_k^2`` of each query's attention (the
+  effective number of attended keys: 1 for one key, ``n`` for uniform over ``n``), averaged
+  over the same queries;
+* ``induction``: on a sequence of distinct random tokens repeated twice, attention from each
+  token of the second copy to the token after its first occurrence;
+* ``duplicate_token``: the same queries' attention to the first occurrence itself;
+* ``binding``: mean BSI (``bindscope.metrics.binding``) over a term prompt set.
+
+The first query is left out of ``sink``, ``previous_token`` and ``spread`` because it can
+attend only to itself (its scores are 1, 0 and 1 by construction). Positions are those of
+the unpadded text: callers offset them by each row's left padding.
+
+Everything here is plain maths on tensors and arrays: the in-trace reduction is in
+``bindscope.runners.head_scores``; the same scores from full probabilities are here
+(``scores_from_probs``, ``repeated_scores_from_probs``) as the reference it is tested on.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+
+#: Scores measured on natural text (the prompt templates).
+TEXT_SCORES = ("sink", "previous_token", "spread")
+#: Scores measured on repeated random-token sequences.
+REPEATED_SCORES = ("induction", "duplicate_token")
+SCORES = ("sink", "previous_token", "induction", "duplicate_token", "binding", "spread")
+
+#: Default classification thresholds (mean score of a head at or above which it is in the
+#: class). Chance for a mean attention over ``n`` keys is about ``1/n`` (0.03-0.1 on the
+#: prompt sets); each threshold is several times that. They are options, not constants:
+#: ``classify(..., thresholds=...)`` and ``bindscope heads --threshold sink=0.6``.
+THRESHOLDS: dict[str, float] = {
+    "induction": 0.3,
+    "duplicate_token": 0.3,
+    "previous_token": 0.4,
+    "binding": 0.3,
+    "sink": 0.5,
+}
+#: A head crossing several thresholds gets the first of these as its primary class (used
+#: to match random head sets by class); its ``labels`` keep every class it crosses.
+PRECEDENCE = ("induction", "duplicate_token", "previous_token", "binding", "sink")
+OTHER = "other"
+CLASSES = (*PRECEDENCE, OTHER)
+
+#: Pythia's tokens per optimizer step: batch 1024 sequences x 2048 tokens = 2,097,152
+#: (Biderman et al. 2023, "Pythia", section 2.1 and the model card's training details).
+PYTHIA_TOKENS_PER_STEP = 1024 * 2048
+
+
+# -- what the trace reduces: (query, key) pairs per text ----------------------------------
+
+
+def text_pairs(n: int) -> dict[str, list[tuple[int, int]]]:
+    """The (query, key) pairs of ``sink`` and ``previous_token`` for a text of ``n`` tokens."""
+    return {
+        "sink": [(q, 0) for q in range(1, n)],
+        "previous_token": [(q, q - 1) for q in range(1, n)],
+    }
+
+
+def repeated_pairs(start: int, length: int) -> dict[str, list[tuple[int, int]]]:
+    """The (query, key) pairs of ``induction`` and ``duplicate_token``.
+
+    Args:
+        start: Position of the first random token (1 after a prepended BOS, else 0).
+        length: Tokens per copy; the second copy starts at ``start + length``.
+    """
+    second = [start + length + j for j in range(length)]
+    return {
+        "induction": [(q, start + j + 1) for j, q in enumerate(second)],
+        "duplicate_token": [(q, start + j) for j, q in enumerate(second)],
+    }
+
+
+def repeated_sequences(
+    model, *, n: int, length: int, seed: int
+) -> tuple[list[list[int]], int, list[list[int]]]:
+    """``n`` sequences of ``length`` distinct random tokens, each repeated twice.
+
+    Tokens are drawn without replacement (so each occurs once per copy) from the ids below
+    both the tokenizer's and the embedding's size, special tokens excluded, with a seeded
+    ``torch.Generator``. A BOS is prepended when the model prepends one to text.
+
+    Returns:
+        The id rows as the model sees them, the position of the first random token, and the
+        random tokens of each sequence (what the records store).
+    """
+    vocab = min(len(model.tokenizer), model.hf.get_input_embeddings().weight.shape[0])
+    special = set(model.tokenizer.all_special_ids)
+    candidates = torch.tensor([i for i in range(vocab) if i not in special])
+    if len(candidates) < length:
+        raise ValueError(f"{model.name}: only {len(candidates)} ordinary tokens, need {length}")
+    gen = torch.Generator().manual_seed(seed)
+    bos = [model.tokenizer.bos_token_id] if model.prepend_bos else []
+    tokens = [
+        candidates[torch.randperm(len(candidates), generator=gen)[:length]].tolist()
+        for _ in range(n)
+    ]
+    return [bos + t + t for t in tokens], len(bos), tokens
+
+
+# -- the reference: the same scores from full probabilities ------------------------------
+
+
+def scores_from_probs(probs: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``sink``, ``previous_token`` and ``spread`` ``[L, H]`` from ``[L, H, n, n]`` probabilities
+    of one unpadded text (NaN when it has one token)."""
+    p = probs.double()
+    if p.shape[-1] < 2:
+        nan = torch.full(p.shape[:2], float("nan"), dtype=torch.float64)
+        return {"sink": nan, "previous_token": nan.clone(), "spread": nan.clone()}
+    ratio = 1.0 / (p * p).sum(-1)  # [L, H, n]
+    return {
+        "sink": p[:, :, 1:, 0].mean(-1),
+        "previous_token": p.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1),
+        "spread": ratio[:, :, 1:].mean(-1),
+    }
+
+
+def repeated_scores_from_probs(
+    probs: torch.Tensor, *, start: int, length: int
+) -> dict[str, torch.Tensor]:
+    """``induction`` and ``duplicate_token`` ``[L, H]`` from a repeated sequence's probabilities."""
+    out = {}
+    for name, pairs in repeated_pairs(start, length).items():
+        q = torch.tensor([a for a, _ in pairs])
+        k = torch.tensor([b for _, b in pairs])
+        out[name] = probs[:, :, q, k].double().mean(-1)
+    return out
+
+
+# -- aggregation over texts ---------------------------------------------------------------
+
+
+def bootstrap_heads(
+    values: np.ndarray,
+    *,
+    seed: int,
+    n_resamples: int = 2000,
+    confidence: float = 0.95,
+) -> dict:
+    """Mean per head with a percentile bootstrap CI over texts, all heads at once.
+
+    Args:
+        values: ``[n_texts, L, H]``; texts with any NaN are dropped (a score undefined for
+            a text is undefined for all its heads).
+
+    Returns:
+        ``{"value", "low", "high": [L][H] lists, "n", "confidence", "method"}``; with one text
+        the bounds are null.
+    """
+    arr = np.asarray(values, dtype=np.float64)
+    arr = arr[~np.isnan(arr).reshape(len(arr), -1).any(1)]
+    n = len(arr)
+    shape = arr.shape[1:]
+    if n == 0:
+        empty = dict.fromkeys(("value", "low", "high"))
+        return {**empty, "n": 0, "confidence": confidence, "method": "no texts"}
+    flat = arr.reshape(n, -1)
+    mean = flat.mean(0)
+    out = {"value": mean.reshape(shape).tolist(), "n": n, "confidence": confidence}
+    if n == 1:
+        return {**out, "low": None, "high": None, "method": "single text: no interval"}
+    rng = np.random.default_rng(seed)
+    # resample counts, not indices: [B, n] @ [n, L*H] keeps memory at O(B x heads)
+    counts = rng.multinomial(n, np.full(n, 1.0 / n), size=n_resamples)  # [B, n]
+    means = counts @ flat / n  # [B, L*H]
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(means, [alpha, 1 - alpha], axis=0)
+    return {
+        **out,
+        "low": low.reshape(shape).tolist(),
+        "high": high.reshape(shape).tolist(),
+        "method": f"bootstrap-percentile over texts ({n_resamples} resamples)",
+    }
+
+
+def classify(
+    means: Mapping[str, Sequence], *, thresholds: Mapping[str, float] | None = None
+) -> dict:
+    """Classify every head by thresholds on its mean scores.
+
+    The rule: a head is in class ``c`` when its mean ``c`` score is at or above
+    ``thresholds[c]``; ``labels`` lists every class a head is in (a head may be a sink and a
+    binding head), ``primary`` the first of ``PRECEDENCE`` it is in, ``other`` if none.
+    Scores missing from ``means`` classify no head.
+
+    Returns:
+        ``{"thresholds", "labels": [L][H] lists of classes, "primary": [L][H] str,
+        "counts": {class: heads with it among labels}, "primary_counts": {class: heads}}``.
+    """
+    rule = {**THRESHOLDS, **(thresholds or {})}
+    unknown = sorted(set(rule) - set(PRECEDENCE))
+    if unknown:
+        raise ValueError(f"no class {unknown}; thresholds apply to {', '.join(PRECEDENCE)}")
+    shape = next(np.asarray(v, dtype=float).shape for v in means.values() if v is not None)
+    arrays = {c: np.asarray(means[c], dtype=float) for c in PRECEDENCE if means.get(c) is not None}
+    labels = [[[] for _ in range(shape[1])] for _ in range(shape[0])]
+    for c in PRECEDENCE:
+        if c in arrays:
+            for layer, head in zip(*np.nonzero(arrays[c] >= rule[c])):
+                labels[layer][head].append(c)
+    primary = [[h[0] if h else OTHER for h in row] for row in labels]
+    counts = {c: sum(c in h for row in labels for h in row) for c in PRECEDENCE}
+    primary_counts = {c: sum(p == c for row in primary for p in row) for c in CLASSES}
+    return {
+        "thresholds": {c: rule[c] for c in PRECEDENCE},
+        "labels": labels,
+        "primary": primary,
+        "counts": counts,
+        "primary_counts": primary_counts,
+    }
+
+
+def top_heads(mean: Sequence, k: int) -> list[list[int]]:
+    """The ``k`` heads with the highest mean (ties by layer, then head)."""
+    arr = np.asarray(mean, dtype=float)
+    flat = [(-arr[i, j], i, j) for i in range(arr.shape[0]) for j in range(arr.shape[1])]
+    return [[i, j] for _, i, j in sorted(flat)[:k]]
+
+
+def overlap(heads: Sequence[Sequence[int]], labels: list) -> dict[str, int]:
+    """How many of ``heads`` carry each class label (``other``: none)."""
+    out = dict.fromkeys(CLASSES, 0)
+    for layer, head in heads:
+        found = labels[layer][head]
+        for c in found or [OTHER]:
+            out[c] += 1
+    return out
+
+
+def draw_class_matched_sets(
+    primary: Sequence[Sequence[str]],
+    top: Sequence[Sequence[int]],
+    *,
+    n: int,
+    seed: int,
+) -> list[list[list[int]]]:
+    """``n`` random head sets matched to ``top``'s classes, reproducible from ``seed``.
+
+    Each set has, for every head of ``top``, one head of the same primary class drawn from
+    the heads outside ``top`` (without repeats within a set). Used by C5's
+    ``matched_classes`` (and reusable by any scan): pass ``primary`` from a ``classify``
+    without the ``binding`` score, so a sink among the top heads is matched by a random sink
+    head and "binding heads matter" is separated from "sink heads matter".
+
+    Raises:
+        ValueError: A top head's class has no other head to draw (names the head and class).
+    """
+    rng = np.random.default_rng(seed)
+    excluded = {tuple(h) for h in top}
+    pools: dict[str, list[tuple[int, int]]] = {}
+    for layer, row in enumerate(primary):
+        for head, cls in enumerate(row):
+            if (layer, head) not in excluded:
+                pools.setdefault(cls, []).append((layer, head))
+    needed: dict[str, int] = {}
+    for layer, head in top:
+        cls = primary[layer][head]
+        needed[cls] = needed.get(cls, 0) + 1
+        if needed[cls] > len(pools.get(cls, [])):
+            raise ValueError(
+                f"top head L{layer}.H{head} is a {cls} head, but only "
+                f"{len(pools.get(cls, []))} {cls} head(s) lie outside the top set; lower "
+                "that class's threshold or match layers instead"
+            )
+    sets = []
+    for _ in range(n):
+        chosen: list[list[int]] = []
+        for layer, head in top:
+            options = [p for p in pools[primary[layer][head]] if list(p) not in chosen]
+            chosen.append(list(options[rng.integers(len(options))]))
+        sets.append(sorted(chosen))
+    return sets
+
+
+# -- across checkpoints -------------------------------------------------------------------
+
+
+def revision_tokens(model: str, revision: str | None) -> int | None:
+    """Training tokens seen at a checkpoint, where its name says (else None).
+
+    OLMo names carry them (``step1000-tokens4B``: 4e9; ``M`` and ``T`` suffixes too).
+    Pythia names carry the step only; Pythia trains on ``PYTHIA_TOKENS_PER_STEP`` =
+    2,097,152 tokens per step (1024 sequences of 2048 tokens), so tokens = step x that,
+    applied when the model id names Pythia.
+    """
+    if not revision:
+        return None
+    found = re.search(r"tokens(\d+(?:\.\d+)?)([KMBT]?)", revision)
+    if found:
+        scale = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}[found.group(2)]
+        return int(float(found.group(1)) * scale)
+    step = re.fullmatch(r"step(\d+)", revision)
+    if step and "pythia" in model.lower():
+        return int(step.group(1)) * PYTHIA_TOKENS_PER_STEP
+    return None
+
+
+def emergence(
+    revisions: Sequence[str],
+    means: Sequence[Mapping[str, Sequence]],
+    *,
+    model: str,
+    thresholds: Mapping[str, float] | None = None,
+    top_k: int = 4,
+) -> dict:
+    """Emergence of each class over checkpoints (in training order).
+
+    Args:
+        revisions: Checkpoints in training order.
+        means: Per checkpoint, mean scores ``{score: [L][H]}``.
+        model: Model id (decides whether Pythia's tokens-per-step applies).
+
+    Returns:
+        ``fraction``: per class, the fraction of heads in it at each checkpoint (labels);
+        ``max_score``: per class, the highest head score at each checkpoint;
+        ``first``: per class, the first checkpoint where some head crosses its threshold
+        (null if none), with its ``tokens``; ``trajectories``: per score, the ``top_k``
+        heads at the last checkpoint and their score at every checkpoint;
+        ``tokens``: tokens per checkpoint (null where unknown); ``induction_lead_tokens``:
+        tokens at the sink class's first crossing minus at induction's (positive: induction
+        formed first), null where either did not cross or tokens are unknown.
+    """
+    classes = [classify(m, thresholds=thresholds) for m in means]
+    n_heads_total = next(
+        int(np.asarray(v).size) for m in means for v in m.values() if v is not None
+    )
+    tokens = [revision_tokens(model, r) for r in revisions]
+    fraction, max_score, first = {}, {}, {}
+    for c in PRECEDENCE:
+        fraction[c] = [cl["counts"][c] / n_heads_total for cl in classes]
+        max_score[c] = [float(np.nanmax(m[c])) if m.get(c) is not None else None for m in means]
+        hit = next((i for i, cl in enumerate(classes) if cl["counts"][c] > 0), None)
+        first[c] = (
+            None
+            if hit is None
+            else {"revision": revisions[hit], "index": hit, "tokens": tokens[hit]}
+        )
+    trajectories = {}
+    for score in SCORES:
+        if means[-1].get(score) is None:
+            continue
+        heads = top_heads(means[-1][score], top_k)
+        trajectories[score] = {
+            "heads": heads,
+            "values": [
+                [None if m.get(score) is None else float(np.asarray(m[score])[l, h])
+                 for m in means]
+                for l, h in heads  # noqa: E741
+            ],
+        }  # fmt: skip
+    lead = None
+    if first["induction"] and first["sink"]:
+        a, b = first["sink"]["tokens"], first["induction"]["tokens"]
+        lead = None if a is None or b is None else a - b
+    return {
+        "revisions": list(revisions),
+        "tokens": tokens,
+        "thresholds": classes[0]["thresholds"],
+        "fraction": fraction,
+        "max_score": max_score,
+        "first": first,
+        "trajectories": trajectories,
+        "induction_lead_tokens": lead,
+        "tokens_source": (
+            "revision names (OLMo stepN-tokensXB; Pythia stepN x 2,097,152 tokens per step, "
+            "1024 x 2048-token sequences, Biderman et al. 2023)"
+        ),
+    }
+
+
+def spread_fraction(spread: Sequence, mean_keys: float) -> list:
+    """Spread as a fraction of the keys a query can see on average (for a shared 0-1 scale)."""
+    arr = np.asarray(spread, dtype=float)
+    return (arr / mean_keys).tolist() if mean_keys and not math.isnan(mean_keys) else arr.tolist()
+
+
+__all__ = [
+    "CLASSES",
+    "PRECEDENCE",
+    "PYTHIA_TOKENS_PER_STEP",
+    "REPEATED_SCORES",
+    "SCORES",
+    "TEXT_SCORES",
+    "THRESHOLDS",
+    "bootstrap_heads",
+    "classify",
+    "draw_class_matched_sets",
+    "emergence",
+    "overlap",
+    "repeated_pairs",
+    "repeated_scores_from_probs",
+    "repeated_sequences",
+    "revision_tokens",
+    "scores_from_probs",
+    "spread_fraction",
+    "text_pairs",
+    "top_heads",
+]

@@ -1,0 +1,134 @@
+"""Head-taxonomy scores computed inside the trace: O(L x H) per text leaves it.
+
+Each score is a weighted mean of attention probabilities over (query, key) pairs
+(``bindscope.metrics.heads``), reduced per layer by ``ops.span_pair_bsi``; ``spread`` by
+``ops.participation_ratio``. Pairs are built in the positions of the unpadded text and
+shifted by each row's left padding here, so a padded row scores exactly as the text alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from bindscope.interventions import ops, run_layers
+from bindscope.interventions.plan import PlannedBatch
+from bindscope.metrics.heads import repeated_pairs, repeated_sequences, text_pairs
+
+Pairs = dict[str, list[tuple[int, int]]]
+
+
+def _pair_tensors(rows: list[list[tuple[int, int]]]):
+    width = max(1, max(len(r) for r in rows))
+    query = torch.zeros(len(rows), width, dtype=torch.long)
+    key = torch.zeros(len(rows), width, dtype=torch.long)
+    weight = torch.zeros(len(rows), width)
+    for r, row in enumerate(rows):
+        for c, (a, b) in enumerate(row):
+            query[r, c], key[r, c], weight[r, c] = a, b, 1.0 / len(row)
+    return query, key, weight
+
+
+def score_rows(
+    model,
+    rows: Sequence[Sequence[int]],
+    pairs_for: Callable[[int], Pairs],
+    *,
+    spread: bool = False,
+    batch_size: int = 16,
+    progress: bool = False,
+) -> list[dict[str, torch.Tensor]]:
+    """Pair-mean scores (and optionally ``spread``) ``[L, H]`` per token-id row.
+
+    Args:
+        model: A ``bindscope.Model``.
+        rows: Token ids as the model sees them (BOS included when it has one).
+        pairs_for: ``pairs_for(n) -> {score: [(query, key), ...]}`` in unpadded positions of a
+            row of ``n`` tokens; a score with no pairs for a row is NaN there.
+        spread: Also reduce the participation ratio over queries ``1..n-1``.
+
+    Returns:
+        One ``{score: [L, H] float32}`` per row, in input order.
+    """
+    from tqdm.auto import tqdm
+
+    rows = [list(r) for r in rows]
+    names = list(pairs_for(max(len(r) for r in rows)))
+    out: list[dict[str, torch.Tensor] | None] = [None] * len(rows)
+    with model.eager(), torch.no_grad():
+        batches = list(model.batches(rows, batch_size=batch_size))
+        for batch in tqdm(batches, desc="heads", unit="batch", disable=not progress):
+            width = batch.input_ids.shape[1]
+            pads = [batch.pad(r) for r in range(len(batch.indices))]
+            per_row = [pairs_for(n) for n in batch.lengths]
+            tensors = [
+                _pair_tensors([[(p + a, p + b) for a, b in row[name]] for row, p in rows_pads])
+                for name in names
+                for rows_pads in [list(zip(per_row, pads))]
+            ]
+            query_weight = torch.zeros(len(pads), width)
+            for r, (p, n) in enumerate(zip(pads, batch.lengths)):
+                if n > 1:
+                    query_weight[r, p + 1 :] = 1.0 / (n - 1)
+
+            def reduce(probs, tensors=tensors, query_weight=query_weight):
+                found = [ops.span_pair_bsi(probs, q, k, w) for q, k, w in tensors]
+                if spread:
+                    found.append(ops.participation_ratio(probs, query_weight))
+                return torch.stack(found, -1)  # [b, H, scores]
+
+            def body(donors, reduce=reduce):
+                # bound to a name: a remote run returns only saved values the body binds
+                found = run_layers(model, capture=range(model.n_layers), reduce=reduce)
+                return found
+
+            found = model._trace_batch(PlannedBatch(batch, None, {}), body)
+            stacked = torch.stack([found[layer] for layer in range(model.n_layers)], 1)
+            for r, index in enumerate(batch.indices):
+                scores = {}
+                for s, name in enumerate(names):
+                    value = stacked[r, :, :, s].float().clone()  # [L, H]
+                    scores[name] = value if per_row[r][name] else torch.full_like(value, torch.nan)
+                if spread:
+                    value = stacked[r, :, :, -1].float().clone()
+                    scores["spread"] = value if batch.lengths[r] > 1 else value.fill_(torch.nan)
+                out[index] = scores
+    return out  # type: ignore[return-value]
+
+
+def text_scores(
+    model, texts: Sequence[str], *, batch_size: int = 16, progress: bool = False
+) -> list[dict[str, torch.Tensor]]:
+    """``sink``, ``previous_token`` and ``spread`` ``[L, H]`` per text (tokenized with the
+    model's BOS policy: position 0 is BOS exactly when ``model.prepend_bos``)."""
+    rows = [model.tokenize(t) for t in texts]
+    return score_rows(
+        model, rows, text_pairs, spread=True, batch_size=batch_size, progress=progress
+    )
+
+
+def repeated_scores(
+    model,
+    *,
+    n: int = 32,
+    length: int = 24,
+    seed: int = 0,
+    batch_size: int = 16,
+    progress: bool = False,
+) -> tuple[list[dict[str, torch.Tensor]], list[list[int]]]:
+    """``induction`` and ``duplicate_token`` ``[L, H]`` on ``n`` seeded repeated sequences.
+
+    Returns:
+        The scores per sequence and each sequence's random tokens.
+    """
+    rows, start, tokens = repeated_sequences(model, n=n, length=length, seed=seed)
+
+    def pairs_for(_n: int) -> Pairs:
+        return repeated_pairs(start, length)
+
+    scores = score_rows(model, rows, pairs_for, batch_size=batch_size, progress=progress)
+    return scores, tokens
+
+
+__all__ = ["repeated_scores", "score_rows", "text_scores"]
