@@ -243,8 +243,9 @@ class Model:
         return self._call_label
 
     def trace_order_error(self, exc: Exception) -> Exception | None:
-        """nnsight's ``OutOfOrderError`` from a trace primitive as an
-        ``InterventionOrderError`` (None: leave the exception as it is).
+        """Translate nnsight's ``OutOfOrderError`` into an ``InterventionOrderError``.
+
+        Returns None when the exception should propagate unchanged.
 
         At a generation step past the first, nnsight throws the same error to end an open
         ``tracer.all()`` loop and expects it back unchanged, so only step 0 is translated.
@@ -333,6 +334,7 @@ class Model:
                 a list of specs applied to every text.
             per_row: One spec, list of specs or ``None`` per text.
             ablate: ``(layer, head)`` pairs zero-ablated (shorthand for ``Zero``).
+            batch_size: Texts per forward pass.
         """
         wanted = self.check_layers(layers)
         texts = check_texts(texts)

@@ -1,5 +1,6 @@
-"""Wrap a loaded transformers model as a ``Model``, with its family row: given, from the
-table, registered, or inferred.
+"""Wrap a loaded transformers model as a ``Model``, with its family row.
+
+The row is given, taken from the table, registered, or inferred.
 
 An unknown ``model_type`` whose modules follow the standard Llama layout loads with a
 warning, and only if the load-time self-check passes on it.

@@ -91,6 +91,7 @@ def head_means(model, texts: Sequence[str], heads, *, batch_size: int = 16) -> H
         model: A ``bindscope.Model``.
         texts: Reference texts (padding positions are excluded from the mean).
         heads: ``(layer, head)`` pairs; means are kept for all heads of their layers.
+        batch_size: Texts per forward pass.
     """
     spec = model.check_heads(heads)
     layers = sorted({layer for layer, _ in spec})

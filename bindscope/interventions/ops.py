@@ -151,8 +151,14 @@ def mean_heads(envoy, layer, heads, n_heads, head_dim, means, replace=None, erro
     """Replace heads' slices of the output-projection input by their reference means.
 
     Args:
+        envoy: The renamed nnsight model.
+        layer: Decoder layer index.
+        heads: Head indices replaced in every row (ignored when ``replace`` is given).
+        n_heads: Query heads per layer.
+        head_dim: Width of one head's slice.
         means: ``[H, hd]`` mean of every head's slice over a reference set.
         replace: Optional ``[b, H]`` bool mask, True where a row's head is replaced.
+        error: Exception class raised when ``replace`` has the wrong number of rows.
     """
     x = attention_module(envoy, layer).o_proj.input  # [b, s, H*hd]
     view = head_view(x, n_heads, head_dim)  # [b, s, H, hd]
@@ -191,6 +197,7 @@ def patch_view(view, entries, acts):
     """Write donor rows' head outputs into ``view`` ``[b, W, H, hd]`` where masked.
 
     Args:
+        view: Head view of the output-projection input, edited in place.
         entries: ``[(where [b, W, H] bool, donor_row [b] long), ...]``, applied in order.
         acts: ``[d, W, H, hd]`` donor outputs of this layer.
     """
@@ -343,6 +350,8 @@ def head_sums(x, mask, n_heads, head_dim):
     Args:
         x: Output-projection input ``[b, s, H*hd]``.
         mask: ``[b, s]`` bool, True on real (non-pad) tokens.
+        n_heads: Query heads per layer.
+        head_dim: Width of one head's slice.
     """
     view = head_view(x, n_heads, head_dim).float()  # [b, s, H, hd]
     return view[mask.to(view.device)].sum(0)
@@ -357,8 +366,11 @@ def collect_head_sums(model, layers, mask, into):
 
 
 def last_position_inputs(model, final_norm):
-    """Save each layer's output-projection input and the final norm's input at the last
-    column (the last token of every left-padded row): ``{layer: [b, H*hd], "final": [b, d]}``."""
+    """Save every layer's output-projection input and the final norm's input at the last column.
+
+    The last column is the last token of every left-padded row; the result is
+    ``{layer: [b, H*hd], "final": [b, d]}``.
+    """
     env = model.nnsight
     found = {}
     for layer in range(model.n_layers):
@@ -368,8 +380,10 @@ def last_position_inputs(model, final_norm):
 
 
 def probe_stats(probs):
-    """``[3]`` float32 check of one layer's weights: present (1 or 0), max row-sum error,
-    largest weight above the diagonal."""
+    """``[3]`` float32 check of one layer's attention weights.
+
+    The three values: present (1 or 0), max row-sum error, largest weight above the diagonal.
+    """
     if probs is None:
         return torch.tensor([0.0, float("nan"), float("nan")])
     p = probs.float()

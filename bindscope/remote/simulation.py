@@ -30,11 +30,15 @@ class SimulatedServer:
         self.result_bytes: list[int] = []
 
     def __call__(self, tracer) -> None:
+        """Serve one request (nnsight's backend interface)."""
         self.serve(tracer)
 
     def serve(self, tracer, env: dict | None = None) -> None:
-        """Run one request; ``env`` is the client's per-request settings (attention
-        implementation), applied to the model first as the server does."""
+        """Run one request as the server would.
+
+        ``env`` is the client's per-request settings (attention implementation), applied
+        to the model first as the server does.
+        """
         if env is not None:
             nnsight_private.apply_request_env(self.model, env)
         blob = nnsight_private.serialize_request(tracer)

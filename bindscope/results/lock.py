@@ -36,6 +36,11 @@ class FolderLock:
         self._lock = None
 
     def acquire(self) -> FolderLock:
+        """Take the lock without waiting and record who holds it.
+
+        Raises:
+            ResultsLockedError: Another process holds it.
+        """
         from filelock import FileLock, Timeout
 
         check_writable(self.folder)
@@ -59,6 +64,7 @@ class FolderLock:
         return self
 
     def release(self) -> None:
+        """Release the lock (a no-op when not held)."""
         if self._lock is None:
             return
         try:

@@ -135,10 +135,12 @@ class RecordWriter:
         self.done.add(record["key"])
 
     def write_many(self, records: Iterable[dict]) -> None:
+        """Write each record in turn (see `write`)."""
         for record in records:
             self.write(record)
 
     def close(self) -> None:
+        """Close the file and release the folder's lock."""
         try:
             self._file.close()
         finally:

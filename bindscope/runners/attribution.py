@@ -62,8 +62,11 @@ def head_contributions(
 
 
 def _direction(model, target) -> torch.Tensor:
-    """``[d]`` unembedding direction of a target: a token id, a one-token string, or a pair
-    ``(a, b)`` for the logit difference a - b."""
+    """``[d]`` unembedding direction of a target.
+
+    A target is a token id, a one-token string, or a pair ``(a, b)`` for the logit
+    difference a - b.
+    """
     if isinstance(target, (tuple, list)) and len(target) == 2:
         return _direction(model, target[0]) - _direction(model, target[1])
     if isinstance(target, str):
@@ -88,6 +91,7 @@ def head_attribution(
         texts: Prompts.
         targets: Per text, a token id, a one-token string, or a pair ``(a, b)`` for the
             logit difference ``a - b``.
+        batch_size: Texts per forward pass.
     """
     texts = list(texts)
     if len(targets) != len(texts):

@@ -1,5 +1,7 @@
-"""The behaviour runners: recognition (choice log-probabilities) and generation (greedy
-continuations scored by the rubric), in batches, under any intervention.
+"""The behaviour runners, in batches, under any intervention.
+
+Recognition scores choice log-probabilities; generation scores greedy continuations with
+the rubric.
 
 Recognition scores each choice by the mean log-probability per token of ``" " + choice``
 right after the prompt; the prompt runs once per record and its key/value cache is shared by
@@ -30,8 +32,11 @@ from bindscope.prompts.records import PromptRecord
 
 
 def _rows_for(model, records, *, ablate=None, intervene=None, per_row=None, means=None):
-    """Specs per record: ``ablate`` + ``intervene`` + ``per_row[i]`` (``per_record`` is the
-    older name of ``per_row``); head lists mean-ablate when ``means`` is given."""
+    """Specs per record: ``ablate`` + ``intervene`` + ``per_row[i]``.
+
+    ``per_record`` is the older name of ``per_row``; head lists mean-ablate when ``means``
+    is given.
+    """
     if per_row is not None and len(per_row) != len(records):
         raise InputError(f"per_row has {len(per_row)} entries for {len(records)} records")
     shared = as_specs(ablate, means=means) + as_specs(intervene, means=means)
@@ -73,13 +78,18 @@ def recognition(
     """Score every recognition record's choices in batched forward passes.
 
     Args:
+        model: A ``bindscope.Model``.
+        records: Recognition prompt records.
         ablate: Heads zero-ablated for all records.
         intervene: ``Zero``, ``Mean`` or ``Knockout`` spec(s) for all records.
         per_row: One spec, list of specs, head list or ``None`` per record (different
-            interventions in one batch); ``per_record`` is its older name.
+            interventions in one batch).
+        per_record: Older name of ``per_row``.
         means: ``HeadMeans`` from ``head_means``: head lists mean-ablate instead.
         strategy: ``shared_prefix`` (prompt once, choices on its cache) or ``full``
             (every prompt + choice sequence in full; the reference).
+        batch_size: Records per forward pass.
+        progress: Show a progress bar.
     """
     from tqdm.auto import tqdm
 
@@ -258,9 +268,18 @@ def generation(
     """Greedy continuations for generation records, scored by the rubric.
 
     Args:
-        ablate, intervene, per_row, per_record, means: As in `recognition`
-            (``Knockout`` edges count tokens of ``prefix + template``).
+        model: A ``bindscope.Model``.
+        records: Generation prompt records.
+        ablate: As in `recognition`.
+        intervene: As in `recognition` (``Knockout`` edges count tokens of
+            ``prefix + template``).
+        per_row: As in `recognition`.
+        per_record: Older name of ``per_row``.
+        means: As in `recognition`.
         prefix: Optional text per term put before the stem (few-shot exemplars).
+        rubric: Keyword rubric (default: the package's ``rubrics.json``).
+        batch_size: Records per generation batch.
+        progress: Show a progress bar.
     """
     from tqdm.auto import tqdm
 
