@@ -13,6 +13,7 @@ import warnings
 from bindscope.errors import SelfCheckError, UnsupportedModelError
 from bindscope.families import REGISTER_HINT, Family, family_for_config, standard_layout_family
 from bindscope.model import Model
+from bindscope.protocols import LanguageModel
 
 
 def resolve_family(hf, name: str, family: Family | None) -> tuple[Family, bool]:
@@ -30,7 +31,7 @@ def resolve_family(hf, name: str, family: Family | None) -> tuple[Family, bool]:
         return inferred, True
 
 
-def check_inferred(model) -> None:
+def check_inferred(model: LanguageModel) -> None:
     """Self-check a model wrapped with an inferred family; warn on success, raise otherwise."""
     from bindscope.selfcheck import self_check
 

@@ -40,6 +40,7 @@ from bindscope.interventions.ops import (
     zero_ablate,
 )
 from bindscope.interventions.specs import Knockout, Mean, Patch, Resample, Spec, Zero
+from bindscope.protocols import LanguageModel
 
 __all__ = [
     "HeadMeans",
@@ -81,7 +82,9 @@ class HeadMeans:
 
 
 @torch.no_grad()
-def head_means(model, texts: Sequence[str], heads, *, batch_size: int = 16) -> HeadMeans:
+def head_means(
+    model: LanguageModel, texts: Sequence[str], heads, *, batch_size: int = 16
+) -> HeadMeans:
     """Average every listed head's pre-projection output over ``texts``.
 
     Each forward pass reduces to per-head sums ``[H, hd]`` inside the trace, so only those
@@ -106,7 +109,7 @@ def head_means(model, texts: Sequence[str], heads, *, batch_size: int = 16) -> H
     return HeadMeans({layer: s / count for layer, s in sums.items()}, count)
 
 
-def _head_sums_session(model, jobs, layers) -> list[dict]:
+def _head_sums_session(model: LanguageModel, jobs, layers) -> list[dict]:
     """One session (one request when remote) of traces, each returning ``{layer: [H, hd]}``."""
     env = model.nnsight
     with env.session(**model.trace_options):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from bindscope.errors import InterventionError
+from bindscope.protocols import LanguageModel
 
 __all__ = ["Knockout", "Mean", "Patch", "Resample", "Spec", "Zero", "as_specs", "resolve_rows"]
 
@@ -191,12 +192,12 @@ class RowOp:
     edges: tuple[tuple[int, int], ...] = ()
 
 
-def _ids(model, text) -> list[int]:
+def _ids(model: LanguageModel, text) -> list[int]:
     return model.tokenize(text) if isinstance(text, str) else list(text)
 
 
 def resolve_rows(
-    model,
+    model: LanguageModel,
     texts: Sequence,
     *,
     intervene=None,
@@ -257,7 +258,7 @@ def resolve_rows(
     return out
 
 
-def _check_means(model, spec: Mean, heads) -> dict:
+def _check_means(model: LanguageModel, spec: Mean, heads) -> dict:
     means = getattr(spec.means, "means", spec.means)
     if not isinstance(means, dict):
         raise InterventionError(
@@ -273,7 +274,7 @@ def _check_means(model, spec: Mean, heads) -> dict:
     return means
 
 
-def _patch_op(model, texts, i, spec: Patch, heads, n: int) -> RowOp:
+def _patch_op(model: LanguageModel, texts, i, spec: Patch, heads, n: int) -> RowOp:
     if len(spec.source) not in (1, len(texts)):
         raise InterventionError(
             f"{model.name}: Patch has {len(spec.source)} source texts for {len(texts)} texts; "
@@ -297,7 +298,7 @@ def _patch_op(model, texts, i, spec: Patch, heads, n: int) -> RowOp:
     return RowOp("donor", heads, donor=donor, positions=spec.positions)
 
 
-def _knockout_op(model, texts, i, spec: Knockout, heads, n: int) -> RowOp:
+def _knockout_op(model: LanguageModel, texts, i, spec: Knockout, heads, n: int) -> RowOp:
     removed: dict[int, set[int]] = {}
     for q, k in spec.edges:
         if not 0 <= k <= q < n:

@@ -63,8 +63,8 @@ def generate_ids(
         results = generate_session(model, [(inputs, plan) for _, inputs, plan in part], kwargs)
         for (batch, _, _), result in zip(part, results):
             new = result[:, batch.input_ids.shape[1] :].tolist()
-            for row, index in enumerate(batch.indices):
-                out[index] = _until_eos(new[row], eos_ids)
+            for r, index in enumerate(batch.indices):
+                out[index] = _until_eos(new[r], eos_ids)
     return out  # type: ignore[return-value]
 
 

@@ -26,7 +26,7 @@ class Model:
 
     # What trace primitives (``interventions.ops``, which imports no bindscope module)
     # raise for misuse; a body shipped to NDIF sees a TraceModel and raises ValueError.
-    input_error = InputError
+    input_error: type[Exception] = InputError
 
     def __init__(
         self,
@@ -73,6 +73,8 @@ class Model:
         # Why probabilities are recomputed from q and k instead of read from eager
         # attention (None: eager works). Set by the remote load-time probe.
         self.capture_fallback: str | None = None
+        # Where a remote model runs (host, simulation); set by bindscope.remote.
+        self.remote_info: dict | None = None
 
     # -- tokenization -------------------------------------------------------------------
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from bindscope.errors import PromptTooLongError
+from bindscope.protocols import LanguageModel
 
 
-def tokens_needed(model, record, *, prefix: str = "") -> tuple[int, int]:
+def tokens_needed(model: LanguageModel, record, *, prefix: str = "") -> tuple[int, int]:
     """``(prompt tokens, tokens after them)`` of one record.
 
     "After" is the new tokens for generation, the longest answer choice for recognition.
@@ -23,7 +24,9 @@ def tokens_needed(model, record, *, prefix: str = "") -> tuple[int, int]:
     return n, max(after, default=0)
 
 
-def length_problem(model, record, *, prefix: str = "", n_tokens: int | None = None) -> str | None:
+def length_problem(
+    model: LanguageModel, record, *, prefix: str = "", n_tokens: int | None = None
+) -> str | None:
     """Why ``record`` does not fit ``model``'s context window.
 
     None when it fits or the model states no window. With ``n_tokens`` only that many
@@ -48,7 +51,7 @@ def length_problem(model, record, *, prefix: str = "", n_tokens: int | None = No
 
 
 def check_fit(
-    model,
+    model: LanguageModel,
     records: Iterable,
     *,
     prefixes: dict[str, str] | None = None,

@@ -7,6 +7,7 @@ import io
 import torch
 
 from bindscope import nnsight_private
+from bindscope.protocols import LanguageModel
 from bindscope.remote.shipping import refused, register_shipped, sandbox_error
 
 
@@ -57,7 +58,7 @@ class SimulatedServer:
         nnsight_private.deliver(tracer, torch.load(buffer, map_location="cpu", weights_only=False))
 
 
-def simulate(model, *, audit: str = "error"):
+def simulate(model: LanguageModel, *, audit: str = "error"):
     """Route a loaded model's traces through `SimulatedServer` (``remote="local"``)."""
     register_shipped()
     backend = SimulatedServer(model.nnsight, audit=audit)

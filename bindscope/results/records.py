@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from bindscope.errors import BindscopeWarning, RecordFileError
+from bindscope.protocols import LanguageModel
 from bindscope.results.labels import label, model_label  # noqa: F401  (re-exported)
 
 SCHEMA = "bindscope.result/1"
@@ -30,7 +31,7 @@ def record_key(
     return "|".join([experiment, model, revision or "main", prompt_key, condition])
 
 
-def provenance(model, *, prompt_set=None, seed: int | None = None, **extra) -> dict:
+def provenance(model: LanguageModel, *, prompt_set=None, seed: int | None = None, **extra) -> dict:
     """Versions, model identity and run settings stored with every record."""
     import nnsight
     import torch

@@ -29,9 +29,12 @@ from bindscope.metrics.behaviour import (
     rubric_score,
 )
 from bindscope.prompts.records import PromptRecord
+from bindscope.protocols import LanguageModel
 
 
-def _rows_for(model, records, *, ablate=None, intervene=None, per_row=None, means=None):
+def _rows_for(
+    model: LanguageModel, records, *, ablate=None, intervene=None, per_row=None, means=None
+):
     """Specs per record: ``ablate`` + ``intervene`` + ``per_row[i]``.
 
     ``per_record`` is the older name of ``per_row``; head lists mean-ablate when ``means``
@@ -54,7 +57,7 @@ def _rows_for(model, records, *, ablate=None, intervene=None, per_row=None, mean
     return rows
 
 
-def _plan(model, batch, rows, *, positions: bool = True) -> dict:
+def _plan(model: LanguageModel, batch, rows, *, positions: bool = True) -> dict:
     """A plan for one batch; ``positions=False`` keeps only the head-wise parts."""
     if not positions:
         rows = [tuple(op for op in row if op.kind in ("zero", "mean")) for row in rows]
@@ -63,7 +66,7 @@ def _plan(model, batch, rows, *, positions: bool = True) -> dict:
 
 @torch.no_grad()
 def recognition(
-    model,
+    model: LanguageModel,
     records: Sequence[PromptRecord],
     *,
     ablate=None,
@@ -147,7 +150,7 @@ def _targets(positions: list[list[int]], ids: list[list[int]]):
     return index, target, weight
 
 
-def _full_batch(model, batch, choices, rows, means=None):
+def _full_batch(model: LanguageModel, batch, choices, rows, means=None):
     """Every (prompt + choice) sequence in full, one row each."""
     seqs, positions, targets, seq_rows, owner = [], [], [], [], []
     for r, index_choices in enumerate(choices):
@@ -175,14 +178,14 @@ def _full_batch(model, batch, choices, rows, means=None):
     return out
 
 
-def _keeps_logits(model) -> bool:
+def _keeps_logits(model: LanguageModel) -> bool:
     """Whether the model's forward takes ``logits_to_keep`` (skip the LM head on the prompt)."""
     import inspect
 
     return "logits_to_keep" in inspect.signature(model.hf.forward).parameters
 
 
-def _shared_prefix_batch(model, batch, choices, rows, means=None):
+def _shared_prefix_batch(model: LanguageModel, batch, choices, rows, means=None):
     """Prompt once with a cache; then all choices of all prompts on the repeated cache."""
     n_choices = {len(c) for c in choices}
     if len(n_choices) != 1:  # mixed 4-choice and True/False: split by choice count
@@ -252,7 +255,7 @@ def _shared_prefix_batch(model, batch, choices, rows, means=None):
 
 
 def generation(
-    model,
+    model: LanguageModel,
     records: Sequence[PromptRecord],
     *,
     ablate=None,
