@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -50,7 +51,7 @@ def default_model_folder() -> Path:
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
-        model = AutoModelForCausalLM.from_pretrained(
+        model: Any = AutoModelForCausalLM.from_pretrained(
             str(source.parent), gguf_file=source.name, dtype=torch.float32
         )
     except (ImportError, ValueError) as exc:

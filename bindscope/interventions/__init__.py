@@ -113,7 +113,7 @@ def _head_sums_session(model: LanguageModel, jobs, layers) -> list[dict]:
     """One session (one request when remote) of traces, each returning ``{layer: [H, hd]}``."""
     env = model.nnsight
     with env.session(**model.trace_options):
-        collected = [].save()
+        collected = [].save()  # type: ignore[attr-defined]  # nnsight gives every object .save
         for inputs, mask in jobs:
             with env.trace(**inputs) as tracer:
                 collected.append(ops.collect_head_sums(model, layers, mask, {}))

@@ -90,7 +90,7 @@ def normalize_pairs(heads):
 
 def by_layer(heads):
     """Group sorted pairs as ``{layer: [heads]}`` in ascending layer order."""
-    grouped = {}
+    grouped: dict = {}
     for layer, head in sorted(heads):
         grouped.setdefault(layer, []).append(head)
     return grouped
@@ -372,7 +372,7 @@ def last_position_inputs(model, final_norm):
     ``{layer: [b, H*hd], "final": [b, d]}``.
     """
     env = model.nnsight
-    found = {}
+    found: dict = {}  # a local annotation is never evaluated: nothing to import
     for layer in range(model.n_layers):
         found[layer] = save(attention_module(env, layer).o_proj.input[:, -1].clone())
     found["final"] = save(getattr(env.model, final_norm).input[:, -1].clone())

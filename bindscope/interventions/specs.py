@@ -174,7 +174,7 @@ def as_specs(entry, *, means=None) -> tuple:
             "an intervention list mixes specs and (layer, head) pairs; wrap the pairs, "
             "e.g. [Zero([(2, 8)]), Patch(...)]"
         )
-    return (Zero(items) if means is None else Mean(items, means),)
+    return (Zero(tuple(items)) if means is None else Mean(tuple(items), means),)
 
 
 @dataclass(frozen=True)
@@ -216,12 +216,7 @@ def resolve_rows(
         InterventionError: A spec does not fit a text (names the text and what is wrong).
     """
     texts = list(texts)
-    if per_row is not None and (isinstance(per_row, SPEC_TYPES) or len(per_row) != len(texts)):
-        count = 1 if isinstance(per_row, SPEC_TYPES) else len(per_row)
-        raise InterventionError(
-            f"per_row has {count} entries for {len(texts)} texts; give one spec, list of "
-            "specs or None per text (or use intervene= for the same spec on every text)"
-        )
+    _check_per_row(per_row, len(texts))
     shared = as_specs(ablate, means=means) + as_specs(intervene, means=means)
     rows = [
         shared + (as_specs(per_row[i], means=means) if per_row else ()) for i in range(len(texts))
@@ -256,6 +251,16 @@ def resolve_rows(
                 ops.append(_knockout_op(model, texts, i, spec, heads, length(i)))
         out.append(tuple(ops))
     return out
+
+
+def _check_per_row(per_row, n_texts: int) -> None:
+    """``per_row`` must have one entry per text (raises ``InterventionError``)."""
+    if per_row is not None and (isinstance(per_row, SPEC_TYPES) or len(per_row) != n_texts):
+        count = 1 if isinstance(per_row, SPEC_TYPES) else len(per_row)
+        raise InterventionError(
+            f"per_row has {count} entries for {n_texts} texts; give one spec, list of "
+            "specs or None per text (or use intervene= for the same spec on every text)"
+        )
 
 
 def _check_means(model: LanguageModel, spec: Mean, heads) -> dict:

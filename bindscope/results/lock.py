@@ -15,6 +15,7 @@ import os
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 from bindscope.errors import InputError, ResultsLockedError
 
@@ -33,7 +34,7 @@ class FolderLock:
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
-        self._lock = None
+        self._lock: Any = None  # a filelock lock while held
 
     def acquire(self) -> FolderLock:
         """Take the lock without waiting and record who holds it.

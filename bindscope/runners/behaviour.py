@@ -13,6 +13,7 @@ per choice (``strategy="full"``, the published way). The result types and the ru
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -107,7 +108,7 @@ def recognition(
     prompts = [model.tokenize(r.template) for r in records]
     rows = resolve_rows(model, prompts, per_row=specs)
     choices = [
-        [model.tokenizer(" " + c, add_special_tokens=False)["input_ids"] for c in r.choices]
+        [model.tokenizer(" " + c, add_special_tokens=False)["input_ids"] for c in r.choices or ()]
         for r in records
     ]
     scores: list[list[float] | None] = [None] * len(records)
@@ -129,6 +130,7 @@ def recognition(
             scores[index] = values
     out = []
     for record, values in zip(records, scores):
+        assert values is not None  # every batch filled its rows
         prediction = max(range(len(values)), key=lambda i: (values[i], -i))
         out.append(
             RecognitionResult(
@@ -299,7 +301,7 @@ def generation(
         model, records, ablate=ablate, intervene=intervene, per_row=per_row, means=means
     )
     texts = [(prefix[r.term] if prefix else "") + r.template for r in records]
-    groups: dict[int, list[int]] = {}
+    groups: dict[Any, list[int]] = {}  # by max_tokens
     for i, r in enumerate(records):
         groups.setdefault(r.max_tokens, []).append(i)
     out: list[GenerationResult | None] = [None] * len(records)
