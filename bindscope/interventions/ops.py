@@ -13,6 +13,13 @@ container. Tensors passed in (masks, indices) are moved to the activations' devi
 the server's model lives on a GPU.
 
 No ``from __future__`` import here: it would be one more module for the sandbox to refuse.
+For the same reason signatures carry no annotations (they would be evaluated when the
+module is rebuilt); the model these functions take is ``bindscope.protocols.TraceTarget``.
+
+The module is longer than the package's ~400-line guideline on purpose: it is shipped whole
+(``bindscope.remote.shipping.SHIPPED_MODULES``), and its functions call one another as
+module globals that travel with it. Splitting it would mean more shipped modules, each
+registered with nnsight, audited and pickled into every request; keep it one file.
 """
 
 import math
