@@ -9,6 +9,7 @@ every family.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from bindscope.errors import UnsupportedModelError
 
@@ -128,7 +129,7 @@ def standard_layout_family(hf_model) -> Family | None:
     Returns ``None`` when the model does not have them.
     """
     base = getattr(hf_model, "model", None)
-    layers = getattr(base, "layers", None)
+    layers: Any = getattr(base, "layers", None)
     try:
         o_proj = layers[0].self_attn.o_proj
     except (AttributeError, IndexError, TypeError):

@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -50,7 +51,7 @@ def default_model_folder() -> Path:
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
-        model = AutoModelForCausalLM.from_pretrained(
+        model: Any = AutoModelForCausalLM.from_pretrained(
             str(source.parent), gguf_file=source.name, dtype=torch.float32
         )
     except (ImportError, ValueError) as exc:
@@ -222,6 +223,58 @@ def check_device(device: str | torch.device | None) -> str | torch.device | None
     return device
 
 
+def _refuse_local_options(model, *, dtype, device, tokenizer) -> None:
+    """``remote=True`` takes no dtype, device or tokenizer (raises ``ModelLoadError``)."""
+    chosen = [
+        name
+        for name, value in (("dtype", dtype), ("device", device), ("tokenizer", tokenizer))
+        if value is not None
+    ]
+    if chosen:
+        raise ModelLoadError(
+            f"remote=True runs NDIF's own copy of {model}: its dtype and device are the "
+            "deployment's and its tokenizer comes from the Hub id; drop " + ", ".join(chosen)
+        )
+
+
+def _check_revision(model, revision: str | None) -> None:
+    """A revision applies only to a Hub id or folder (raises ``ModelLoadError``)."""
+    if revision and model is None:
+        raise ModelLoadError(
+            f"the default model ({DEFAULT_MODEL_NAME}) ships as one checkpoint; revision "
+            f"{revision!r} cannot be applied to it. Drop --revision, or pass a Hub id or a "
+            "folder with checkpoints"
+        )
+    if revision and not isinstance(model, (str, os.PathLike)):
+        raise ModelLoadError(
+            f"load_model got a loaded {type(model).__name__} with revision={revision!r}: the "
+            "weights are already chosen, so the revision cannot be applied. Load that revision "
+            "yourself and drop revision=, or pass the Hub id or folder"
+        )
+
+
+def _load_local(model, *, revision, tokenizer, dtype, device) -> tuple[Any, Any, str]:
+    """``(hf_model, tokenizer, name)`` for the default model, a Hub id/folder or an object.
+
+    Raises:
+        ModelLoadError: A loaded model object came without a tokenizer.
+    """
+    if model is None:
+        folder = default_model_folder()
+        hf, tok = _from_pretrained(str(folder), revision=None, dtype=dtype, device=device)
+        return hf, tok, DEFAULT_MODEL_NAME
+    if isinstance(model, (str, os.PathLike)):
+        hf, tok = _from_pretrained(str(model), revision=revision, dtype=dtype, device=device)
+        return hf, tok, str(model)
+    if tokenizer is None:
+        raise ModelLoadError(
+            f"load_model got a {type(model).__name__} object without a tokenizer; pass "
+            "tokenizer=AutoTokenizer.from_pretrained(...) alongside it"
+        )
+    hf = model.eval()
+    return hf, tokenizer, getattr(hf.config, "name_or_path", None) or type(hf).__name__
+
+
 def load_model(
     model=None,
     *,
@@ -257,48 +310,16 @@ def load_model(
     if remote not in (False, True, "local", None):
         raise ModelLoadError(f"remote must be True, 'local' or False, not {remote!r}")
     if remote is True:
-        chosen = [
-            name
-            for name, value in (("dtype", dtype), ("device", device), ("tokenizer", tokenizer))
-            if value is not None
-        ]
-        if chosen:
-            raise ModelLoadError(
-                f"remote=True runs NDIF's own copy of {model}: its dtype and device are the "
-                "deployment's and its tokenizer comes from the Hub id; drop " + ", ".join(chosen)
-            )
+        _refuse_local_options(model, dtype=dtype, device=device, tokenizer=tokenizer)
         from bindscope.remote import load_remote
 
         return load_remote(model, revision=revision, prepend_bos=prepend_bos, self_check=self_check)
     dtype = check_dtype(dtype)
     device = check_device(device)
-    if revision and model is None:
-        raise ModelLoadError(
-            f"the default model ({DEFAULT_MODEL_NAME}) ships as one checkpoint; revision "
-            f"{revision!r} cannot be applied to it. Drop --revision, or pass a Hub id or a "
-            "folder with checkpoints"
-        )
-    if revision and not isinstance(model, (str, os.PathLike)):
-        raise ModelLoadError(
-            f"load_model got a loaded {type(model).__name__} with revision={revision!r}: the "
-            "weights are already chosen, so the revision cannot be applied. Load that revision "
-            "yourself and drop revision=, or pass the Hub id or folder"
-        )
-    if model is None:
-        folder = default_model_folder()
-        hf, tok = _from_pretrained(str(folder), revision=None, dtype=dtype, device=device)
-        name = DEFAULT_MODEL_NAME
-    elif isinstance(model, (str, os.PathLike)):
-        hf, tok = _from_pretrained(str(model), revision=revision, dtype=dtype, device=device)
-        name = str(model)
-    else:
-        if tokenizer is None:
-            raise ModelLoadError(
-                f"load_model got a {type(model).__name__} object without a tokenizer; pass "
-                "tokenizer=AutoTokenizer.from_pretrained(...) alongside it"
-            )
-        hf, tok = model.eval(), tokenizer
-        name = getattr(hf.config, "name_or_path", None) or type(hf).__name__
+    _check_revision(model, revision)
+    hf, tok, name = _load_local(
+        model, revision=revision, tokenizer=tokenizer, dtype=dtype, device=device
+    )
     family, inferred = resolve_family(hf, name, family)
     wrapped = wrap_model(
         hf, tokenizer or tok, name=name, revision=revision, prepend_bos=prepend_bos, family=family

@@ -24,8 +24,11 @@ class _Recorder(dict):
 
 
 def serialize_request(tracer) -> bytes:
-    """The uncompressed payload a request sends, nnsight's environment pulled first as it
-    is before a real request (so an audit and the server serialize alike)."""
+    """The uncompressed payload a request sends.
+
+    nnsight's environment is pulled first, as before a real request, so an audit and the
+    server serialize alike.
+    """
     from nnsight.ndif import pull_env
     from nnsight.schema.request import RequestModel
 
@@ -34,8 +37,11 @@ def serialize_request(tracer) -> bytes:
 
 
 def _recording_unpickler(refs: list):
-    """nnsight's unpickler, appending ``(kind, module, name)`` for every class, function
-    and module the payload names (``kind``: find_class, subimport or dynamic_subimport)."""
+    """The nnsight unpickler, recording every class, function and module the payload names.
+
+    Each reference is appended to ``refs`` as ``(kind, module, name)`` (``kind``:
+    find_class, subimport or dynamic_subimport).
+    """
     from nnsight.intervention.serialization import CustomCloudUnpickler
 
     def recording(kind, function):
@@ -117,7 +123,7 @@ def job_failed() -> type[Exception]:
 
 
 def hub_id_cache() -> dict[str, str]:
-    """nnsight's cache of canonical Hub ids (what NDIF deployments are keyed by)."""
+    """The nnsight cache of canonical Hub ids (what NDIF deployments are keyed by)."""
     from nnsight.modeling.huggingface import _ID_CACHE
 
     return _ID_CACHE

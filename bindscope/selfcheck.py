@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from bindscope.errors import SelfCheckError
+from bindscope.protocols import LanguageModel
 
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog near the river bank."
 
@@ -20,7 +21,7 @@ def row_sum_tolerance(dtype: torch.dtype, n_keys: int) -> float:
     return n_keys * torch.finfo(dtype).eps
 
 
-def self_check(model) -> dict[str, float]:
+def self_check(model: LanguageModel) -> dict[str, float]:
     """Verify probabilities and ablation on one short prompt; return what was measured.
 
     Checks: shape ``[L, H, n, n]``, rows sum to 1, nothing above the diagonal, ablating

@@ -1,5 +1,6 @@
-"""Wrap a loaded transformers model as a ``Model``, with its family row: given, from the
-table, registered, or inferred.
+"""Wrap a loaded transformers model as a ``Model``, with its family row.
+
+The row is given, taken from the table, registered, or inferred.
 
 An unknown ``model_type`` whose modules follow the standard Llama layout loads with a
 warning, and only if the load-time self-check passes on it.
@@ -12,6 +13,7 @@ import warnings
 from bindscope.errors import SelfCheckError, UnsupportedModelError
 from bindscope.families import REGISTER_HINT, Family, family_for_config, standard_layout_family
 from bindscope.model import Model
+from bindscope.protocols import LanguageModel
 
 
 def resolve_family(hf, name: str, family: Family | None) -> tuple[Family, bool]:
@@ -29,7 +31,7 @@ def resolve_family(hf, name: str, family: Family | None) -> tuple[Family, bool]:
         return inferred, True
 
 
-def check_inferred(model) -> None:
+def check_inferred(model: LanguageModel) -> None:
     """Self-check a model wrapped with an inferred family; warn on success, raise otherwise."""
     from bindscope.selfcheck import self_check
 

@@ -40,6 +40,7 @@ from bindscope.interventions.ops import (
     zero_ablate,
 )
 from bindscope.interventions.specs import Knockout, Mean, Patch, Resample, Spec, Zero
+from bindscope.protocols import LanguageModel
 
 __all__ = [
     "HeadMeans",
@@ -81,7 +82,9 @@ class HeadMeans:
 
 
 @torch.no_grad()
-def head_means(model, texts: Sequence[str], heads, *, batch_size: int = 16) -> HeadMeans:
+def head_means(
+    model: LanguageModel, texts: Sequence[str], heads, *, batch_size: int = 16
+) -> HeadMeans:
     """Average every listed head's pre-projection output over ``texts``.
 
     Each forward pass reduces to per-head sums ``[H, hd]`` inside the trace, so only those
@@ -91,6 +94,7 @@ def head_means(model, texts: Sequence[str], heads, *, batch_size: int = 16) -> H
         model: A ``bindscope.Model``.
         texts: Reference texts (padding positions are excluded from the mean).
         heads: ``(layer, head)`` pairs; means are kept for all heads of their layers.
+        batch_size: Texts per forward pass.
     """
     spec = model.check_heads(heads)
     layers = sorted({layer for layer, _ in spec})
@@ -105,11 +109,11 @@ def head_means(model, texts: Sequence[str], heads, *, batch_size: int = 16) -> H
     return HeadMeans({layer: s / count for layer, s in sums.items()}, count)
 
 
-def _head_sums_session(model, jobs, layers) -> list[dict]:
+def _head_sums_session(model: LanguageModel, jobs, layers) -> list[dict]:
     """One session (one request when remote) of traces, each returning ``{layer: [H, hd]}``."""
     env = model.nnsight
     with env.session(**model.trace_options):
-        collected = [].save()
+        collected = [].save()  # type: ignore[attr-defined]  # nnsight gives every object .save
         for inputs, mask in jobs:
             with env.trace(**inputs) as tracer:
                 collected.append(ops.collect_head_sums(model, layers, mask, {}))

@@ -13,6 +13,13 @@ container. Tensors passed in (masks, indices) are moved to the activations' devi
 the server's model lives on a GPU.
 
 No ``from __future__`` import here: it would be one more module for the sandbox to refuse.
+For the same reason signatures carry no annotations (they would be evaluated when the
+module is rebuilt); the model these functions take is ``bindscope.protocols.TraceTarget``.
+
+The module is longer than the package's ~400-line guideline on purpose: it is shipped whole
+(``bindscope.remote.shipping.SHIPPED_MODULES``), and its functions call one another as
+module globals that travel with it. Splitting it would mean more shipped modules, each
+registered with nnsight, audited and pickled into every request; keep it one file.
 """
 
 import math
@@ -90,7 +97,7 @@ def normalize_pairs(heads):
 
 def by_layer(heads):
     """Group sorted pairs as ``{layer: [heads]}`` in ascending layer order."""
-    grouped = {}
+    grouped: dict = {}
     for layer, head in sorted(heads):
         grouped.setdefault(layer, []).append(head)
     return grouped
@@ -151,8 +158,14 @@ def mean_heads(envoy, layer, heads, n_heads, head_dim, means, replace=None, erro
     """Replace heads' slices of the output-projection input by their reference means.
 
     Args:
+        envoy: The renamed nnsight model.
+        layer: Decoder layer index.
+        heads: Head indices replaced in every row (ignored when ``replace`` is given).
+        n_heads: Query heads per layer.
+        head_dim: Width of one head's slice.
         means: ``[H, hd]`` mean of every head's slice over a reference set.
         replace: Optional ``[b, H]`` bool mask, True where a row's head is replaced.
+        error: Exception class raised when ``replace`` has the wrong number of rows.
     """
     x = attention_module(envoy, layer).o_proj.input  # [b, s, H*hd]
     view = head_view(x, n_heads, head_dim)  # [b, s, H, hd]
@@ -191,6 +204,7 @@ def patch_view(view, entries, acts):
     """Write donor rows' head outputs into ``view`` ``[b, W, H, hd]`` where masked.
 
     Args:
+        view: Head view of the output-projection input, edited in place.
         entries: ``[(where [b, W, H] bool, donor_row [b] long), ...]``, applied in order.
         acts: ``[d, W, H, hd]`` donor outputs of this layer.
     """
@@ -361,6 +375,8 @@ def head_sums(x, mask, n_heads, head_dim):
     Args:
         x: Output-projection input ``[b, s, H*hd]``.
         mask: ``[b, s]`` bool, True on real (non-pad) tokens.
+        n_heads: Query heads per layer.
+        head_dim: Width of one head's slice.
     """
     view = head_view(x, n_heads, head_dim).float()  # [b, s, H, hd]
     return view[mask.to(view.device)].sum(0)
@@ -375,10 +391,13 @@ def collect_head_sums(model, layers, mask, into):
 
 
 def last_position_inputs(model, final_norm):
-    """Save each layer's output-projection input and the final norm's input at the last
-    column (the last token of every left-padded row): ``{layer: [b, H*hd], "final": [b, d]}``."""
+    """Save every layer's output-projection input and the final norm's input at the last column.
+
+    The last column is the last token of every left-padded row; the result is
+    ``{layer: [b, H*hd], "final": [b, d]}``.
+    """
     env = model.nnsight
-    found = {}
+    found: dict = {}  # a local annotation is never evaluated: nothing to import
     for layer in range(model.n_layers):
         found[layer] = save(attention_module(env, layer).o_proj.input[:, -1].clone())
     found["final"] = save(getattr(env.model, final_norm).input[:, -1].clone())
@@ -386,8 +405,10 @@ def last_position_inputs(model, final_norm):
 
 
 def probe_stats(probs):
-    """``[3]`` float32 check of one layer's weights: present (1 or 0), max row-sum error,
-    largest weight above the diagonal."""
+    """``[3]`` float32 check of one layer's attention weights.
+
+    The three values: present (1 or 0), max row-sum error, largest weight above the diagonal.
+    """
     if probs is None:
         return torch.tensor([0.0, float("nan"), float("nan")])
     p = probs.float()
@@ -493,58 +514,19 @@ def _run_layers(
     donors=None,
 ):
     """``run_layers`` itself; the wrapper above only explains errors."""
-    if zero is not None and zero_per_row is not None:
-        raise ValueError("pass either heads= or per_row= to zero_ablate, not both")
-    env, n_heads, head_dim = model.nnsight, model.n_heads, model.head_dim
-    zero_layers = by_layer(model.check_heads(zero)) if zero is not None else {}
-    keep = row_masks(_per_row(model, zero_per_row), n_heads) if zero_per_row else {}
-    mean_layers = by_layer(model.check_heads(mean)) if mean is not None else {}
-    replace = {}
-    if mean_per_row:
-        masks = row_masks(_per_row(model, mean_per_row), n_heads)
-        replace = {layer: masks[layer] == 0 for layer in masks}
-    if (mean_layers or replace) and means is None:
-        raise ValueError("mean_ablate needs means=head_means(model, reference_texts, heads)")
-    for layer in list(mean_layers) + list(replace):
-        if layer not in means.means:
-            raise ValueError(f"no reference means for layer {layer}; include it in head_means()")
+    edits = _head_edits(model, zero, zero_per_row, mean, mean_per_row, means)
     capture = set(capture)
-    recompute = model.capture_mode == "recompute"
-    label = model.attention_call_label if (capture and recompute) else None
-    if capture and recompute and label is None:
-        raise RuntimeError(
-            f"{model.name}: no attention_interface call in the attention forward, so "
-            "probabilities cannot be recomputed; capture under eager attention instead"
-        )
+    label = _recompute_label(model, capture)
     out = {} if into is None else into
     allowed = _layer_filter(only_layers, model.n_layers)
     plan = plan or {}
-    knockout = plan.get("knockout", {})
     for layer in range(model.n_layers):
         if layer not in allowed:
             continue
-        attn = attention_module(env, layer)
-        probs = None
-        args = None
-        if layer in knockout:
-            args, kwargs = knock_out(attn, knockout[layer], plan["site"])
-        if layer in capture and recompute:
-            if args is None:
-                args, kwargs = getattr(attn.source, label).inputs
-            probs = recompute_probs(args, kwargs)
-        apply_plan(model, layer, plan, donors)
-        if layer in zero_layers:
-            zero_heads(env, layer, zero_layers[layer], n_heads, head_dim)
-        if layer in keep:
-            rows = getattr(model, "input_error", None) or ValueError
-            zero_heads(env, layer, None, n_heads, head_dim, keep=keep[layer], error=rows)
-        if layer in mean_layers:
-            mean_heads(env, layer, mean_layers[layer], n_heads, head_dim, means.means[layer])
-        if layer in replace:
-            rows = getattr(model, "input_error", None) or ValueError
-            mean_heads(
-                env, layer, None, n_heads, head_dim, means.means[layer], replace[layer], rows
-            )
+        # the order of envoy accesses below is the layer's execution order
+        attn, probs = _edit_layer(
+            model, layer, plan, donors, edits, label if layer in capture else None
+        )
         if layer in capture:
             if probs is None:
                 probs = attn.output[1]  # [b, H, n, n]
@@ -557,6 +539,77 @@ def _run_layers(
             value = reduce(probs) if reduce is not None else probs.float()
             out[layer] = save(value)
     return save(out)
+
+
+def _head_edits(model, zero, zero_per_row, mean, mean_per_row, means):
+    """Checked head ablations by layer: ``(zero, keep, mean, replace, means)``.
+
+    ``zero`` and ``mean`` map a layer to its heads; ``keep`` and ``replace`` to per-row
+    ``[b, H]`` masks.
+    """
+    if zero is not None and zero_per_row is not None:
+        raise ValueError("pass either heads= or per_row= to zero_ablate, not both")
+    n_heads = model.n_heads
+    zero_layers = by_layer(model.check_heads(zero)) if zero is not None else {}
+    keep = row_masks(_per_row(model, zero_per_row), n_heads) if zero_per_row else {}
+    mean_layers = by_layer(model.check_heads(mean)) if mean is not None else {}
+    replace = {}
+    if mean_per_row:
+        masks = row_masks(_per_row(model, mean_per_row), n_heads)
+        replace = {layer: masks[layer] == 0 for layer in masks}
+    if (mean_layers or replace) and means is None:
+        raise ValueError("mean_ablate needs means=head_means(model, reference_texts, heads)")
+    for layer in list(mean_layers) + list(replace):
+        if layer not in means.means:
+            raise ValueError(f"no reference means for layer {layer}; include it in head_means()")
+    return zero_layers, keep, mean_layers, replace, means
+
+
+def _recompute_label(model, capture):
+    """The attention call's ``.source`` label when captures recompute probabilities, else None."""
+    if not capture or model.capture_mode != "recompute":
+        return None
+    label = model.attention_call_label
+    if label is None:
+        raise RuntimeError(
+            f"{model.name}: no attention_interface call in the attention forward, so "
+            "probabilities cannot be recomputed; capture under eager attention instead"
+        )
+    return label
+
+
+def _edit_layer(model, layer, plan, donors, edits, label):
+    """Apply one layer's knockout, plan and head ablations, in execution order.
+
+    With ``label`` (a recompute capture of this layer) the probabilities are recomputed
+    from the attention call's inputs, after any knockout edited its mask.
+
+    Returns:
+        ``(attention envoy, recomputed probabilities or None)``.
+    """
+    env, n_heads, head_dim = model.nnsight, model.n_heads, model.head_dim
+    zero_layers, keep, mean_layers, replace, means = edits
+    attn = attention_module(env, layer)
+    probs = None
+    args = None
+    knockout = plan.get("knockout", {})
+    if layer in knockout:
+        args, kwargs = knock_out(attn, knockout[layer], plan["site"])
+    if label is not None:
+        if args is None:
+            args, kwargs = getattr(attn.source, label).inputs
+        probs = recompute_probs(args, kwargs)
+    apply_plan(model, layer, plan, donors)
+    rows = getattr(model, "input_error", None) or ValueError
+    if layer in zero_layers:
+        zero_heads(env, layer, zero_layers[layer], n_heads, head_dim)
+    if layer in keep:
+        zero_heads(env, layer, None, n_heads, head_dim, keep=keep[layer], error=rows)
+    if layer in mean_layers:
+        mean_heads(env, layer, mean_layers[layer], n_heads, head_dim, means.means[layer])
+    if layer in replace:
+        mean_heads(env, layer, None, n_heads, head_dim, means.means[layer], replace[layer], rows)
+    return attn, probs
 
 
 def zero_ablate(model, heads=None, *, per_row=None, layers=None):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from bindscope.errors import InterventionError
+from bindscope.protocols import LanguageModel
 
 __all__ = ["Knockout", "Mean", "Patch", "Resample", "Spec", "Zero", "as_specs", "resolve_rows"]
 
@@ -173,7 +174,7 @@ def as_specs(entry, *, means=None) -> tuple:
             "an intervention list mixes specs and (layer, head) pairs; wrap the pairs, "
             "e.g. [Zero([(2, 8)]), Patch(...)]"
         )
-    return (Zero(items) if means is None else Mean(items, means),)
+    return (Zero(tuple(items)) if means is None else Mean(tuple(items), means),)
 
 
 @dataclass(frozen=True)
@@ -191,12 +192,12 @@ class RowOp:
     edges: tuple[tuple[int, int], ...] = ()
 
 
-def _ids(model, text) -> list[int]:
+def _ids(model: LanguageModel, text) -> list[int]:
     return model.tokenize(text) if isinstance(text, str) else list(text)
 
 
 def resolve_rows(
-    model,
+    model: LanguageModel,
     texts: Sequence,
     *,
     intervene=None,
@@ -215,12 +216,7 @@ def resolve_rows(
         InterventionError: A spec does not fit a text (names the text and what is wrong).
     """
     texts = list(texts)
-    if per_row is not None and (isinstance(per_row, SPEC_TYPES) or len(per_row) != len(texts)):
-        count = 1 if isinstance(per_row, SPEC_TYPES) else len(per_row)
-        raise InterventionError(
-            f"per_row has {count} entries for {len(texts)} texts; give one spec, list of "
-            "specs or None per text (or use intervene= for the same spec on every text)"
-        )
+    _check_per_row(per_row, len(texts))
     shared = as_specs(ablate, means=means) + as_specs(intervene, means=means)
     rows = [
         shared + (as_specs(per_row[i], means=means) if per_row else ()) for i in range(len(texts))
@@ -257,7 +253,17 @@ def resolve_rows(
     return out
 
 
-def _check_means(model, spec: Mean, heads) -> dict:
+def _check_per_row(per_row, n_texts: int) -> None:
+    """``per_row`` must have one entry per text (raises ``InterventionError``)."""
+    if per_row is not None and (isinstance(per_row, SPEC_TYPES) or len(per_row) != n_texts):
+        count = 1 if isinstance(per_row, SPEC_TYPES) else len(per_row)
+        raise InterventionError(
+            f"per_row has {count} entries for {n_texts} texts; give one spec, list of "
+            "specs or None per text (or use intervene= for the same spec on every text)"
+        )
+
+
+def _check_means(model: LanguageModel, spec: Mean, heads) -> dict:
     means = getattr(spec.means, "means", spec.means)
     if not isinstance(means, dict):
         raise InterventionError(
@@ -273,7 +279,7 @@ def _check_means(model, spec: Mean, heads) -> dict:
     return means
 
 
-def _patch_op(model, texts, i, spec: Patch, heads, n: int) -> RowOp:
+def _patch_op(model: LanguageModel, texts, i, spec: Patch, heads, n: int) -> RowOp:
     if len(spec.source) not in (1, len(texts)):
         raise InterventionError(
             f"{model.name}: Patch has {len(spec.source)} source texts for {len(texts)} texts; "
@@ -297,7 +303,7 @@ def _patch_op(model, texts, i, spec: Patch, heads, n: int) -> RowOp:
     return RowOp("donor", heads, donor=donor, positions=spec.positions)
 
 
-def _knockout_op(model, texts, i, spec: Knockout, heads, n: int) -> RowOp:
+def _knockout_op(model: LanguageModel, texts, i, spec: Knockout, heads, n: int) -> RowOp:
     removed: dict[int, set[int]] = {}
     for q, k in spec.edges:
         if not 0 <= k <= q < n:

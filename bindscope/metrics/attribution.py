@@ -14,6 +14,7 @@ before capping.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -40,7 +41,7 @@ def frozen_norm(norm: torch.nn.Module, source: torch.Tensor, x: torch.Tensor) ->
     RMSNorm: ``x / rms(source) * w`` (Gemma: ``1 + w``); LayerNorm: the centering is
     linear and stays, ``(x - mean x) / std(source) * w``.
     """
-    eps = getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", 1e-5)
+    eps: Any = getattr(norm, "variance_epsilon", None) or getattr(norm, "eps", 1e-5)
     name = type(norm).__name__
     weight = getattr(norm, "weight", None)
     weight = torch.ones(()) if weight is None else weight.detach().double().cpu()

@@ -28,6 +28,7 @@ class RecognitionResult:
     correct: int
 
     def to_dict(self) -> dict:
+        """JSON-ready dict (the record fields)."""
         return {
             "key": self.key,
             "choice_scores": list(self.scores),
@@ -47,6 +48,7 @@ class GenerationResult:
     contradictions: tuple[str, ...]
 
     def to_dict(self) -> dict:
+        """JSON-ready dict (the record fields)."""
         return {
             "key": self.key,
             "text": self.text,

@@ -111,6 +111,7 @@ class BindingResult:
 
     @property
     def n_span(self) -> int:
+        """Tokens in the term's span."""
         return len(self.span)
 
     def to_dict(self) -> dict:

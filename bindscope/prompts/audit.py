@@ -8,9 +8,10 @@ from pathlib import Path
 from bindscope.errors import SpanNotFoundError
 from bindscope.prompts.context import length_problem
 from bindscope.prompts.spans import locate
+from bindscope.protocols import LanguageModel
 
 
-def audit(model, records) -> list[dict]:
+def audit(model: LanguageModel, records) -> list[dict]:
     """One row per record: span tokens, length and flags (``not_found`` when absent)."""
     rows = []
     for rec in records:

@@ -1,16 +1,21 @@
-"""Does a prompt fit the model's context window? (prompt tokens plus what is generated or
-scored after them)."""
+"""Does a prompt fit the model's context window?
+
+Counted: the prompt tokens plus what is generated or scored after them.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 from bindscope.errors import PromptTooLongError
+from bindscope.protocols import LanguageModel
 
 
-def tokens_needed(model, record, *, prefix: str = "") -> tuple[int, int]:
-    """``(prompt tokens, tokens after them)``: new tokens for generation, the longest
-    answer choice for recognition."""
+def tokens_needed(model: LanguageModel, record, *, prefix: str = "") -> tuple[int, int]:
+    """``(prompt tokens, tokens after them)`` of one record.
+
+    "After" is the new tokens for generation, the longest answer choice for recognition.
+    """
     n = len(model.tokenize(prefix + record.template))
     if record.task == "generation":
         return n, record.max_tokens or 0
@@ -19,9 +24,14 @@ def tokens_needed(model, record, *, prefix: str = "") -> tuple[int, int]:
     return n, max(after, default=0)
 
 
-def length_problem(model, record, *, prefix: str = "", n_tokens: int | None = None) -> str | None:
-    """Why ``record`` does not fit ``model``'s context window (None when it fits or the
-    model states no window). With ``n_tokens`` only that many prompt tokens are checked."""
+def length_problem(
+    model: LanguageModel, record, *, prefix: str = "", n_tokens: int | None = None
+) -> str | None:
+    """Why ``record`` does not fit ``model``'s context window.
+
+    None when it fits or the model states no window. With ``n_tokens`` only that many
+    prompt tokens are checked.
+    """
     limit = getattr(model, "context_length", None)
     if not limit:
         return None
@@ -41,7 +51,7 @@ def length_problem(model, record, *, prefix: str = "", n_tokens: int | None = No
 
 
 def check_fit(
-    model,
+    model: LanguageModel,
     records: Iterable,
     *,
     prefixes: dict[str, str] | None = None,
@@ -50,6 +60,8 @@ def check_fit(
     """Refuse prompts that do not fit the context window, naming them.
 
     Args:
+        model: The model whose tokenizer and context length count.
+        records: Prompt records.
         prefixes: Optional text put before each term's template (few-shot exemplars).
         prompt_only: Check the template alone (binding reads no generated or answer tokens).
 

@@ -6,6 +6,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bindscope.errors import PromptFileError
 from bindscope.prompts.datafiles import data_path, load_json
@@ -53,7 +54,7 @@ class PromptRecord:
 
     def to_dict(self) -> dict:
         """The record as written in a prompt file."""
-        out = {
+        out: dict[str, Any] = {
             "prompt_id": self.prompt_id,
             "term": self.term,
             "task": self.task,
@@ -136,7 +137,11 @@ def load(path_or_name: str | Path, *, check_terms: bool = True) -> PromptSet:
         try:
             obj = json.loads(line)
         except (json.JSONDecodeError, RecursionError) as exc:
-            why = f"{exc.msg} at column {exc.colno}" if hasattr(exc, "msg") else "nested too deep"
+            why = (
+                f"{exc.msg} at column {exc.colno}"
+                if isinstance(exc, json.JSONDecodeError)
+                else "nested too deep"
+            )
             raise PromptFileError(f"{where}: not valid JSON ({why})") from None
         try:
             json.dumps(obj, ensure_ascii=False).encode("utf-8")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from bindscope.errors import SpanNotFoundError
 from bindscope.prompts.datafiles import data_path, load_json
+from bindscope.protocols import LanguageModel
 
 
 @functools.lru_cache(maxsize=1)
@@ -158,7 +159,7 @@ class Span:
         return tuple(out)
 
 
-def locate(model, text: str, term: str, *, prompt_id: str = "?") -> Span:
+def locate(model: LanguageModel, text: str, term: str, *, prompt_id: str = "?") -> Span:
     """Find the term's token span in ``text`` as ``model`` tokenizes it.
 
     Raises:

@@ -46,7 +46,9 @@ def _build_meta(model_id: str, revision: str | None):
     with contextlib.suppress(Exception):
         nnsight_private.underlying_module(
             envoy
-        ).generation_config = GenerationConfig.from_pretrained(model_id, revision=revision)
+        ).generation_config = GenerationConfig.from_pretrained(
+            model_id, revision=revision or "main"
+        )
     return envoy
 
 

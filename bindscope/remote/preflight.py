@@ -1,5 +1,7 @@
-"""The preflight of a remote run: key, host, package versions, and whether NDIF serves the
-model, each failure its own ``RemoteError`` subclass saying what to do."""
+"""The preflight of a remote run: key, host, package versions, and whether NDIF serves it.
+
+Each failure is its own ``RemoteError`` subclass saying what to do.
+"""
 
 from __future__ import annotations
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 import torch
 
 from bindscope.errors import RemoteJobError, SelfCheckError
+from bindscope.protocols import LanguageModel
 from bindscope.selfcheck import PROBE_TEXT, check_ablation_effect, check_causal, row_sum_tolerance
 
 
-def _run_probe(model) -> dict:
+def _run_probe(model: LanguageModel) -> dict:
     from bindscope.interventions import ops
 
     ids = model.tokenize(PROBE_TEXT)
@@ -23,7 +24,7 @@ def _run_probe(model) -> dict:
     return result
 
 
-def probe_capture(model) -> dict:
+def probe_capture(model: LanguageModel) -> dict:
     """Check capture and ablation remotely with one small request; fall back if needed.
 
     Asks for eager attention; if the server returns no attention weights (or cannot switch

@@ -7,6 +7,7 @@ import io
 import torch
 
 from bindscope import nnsight_private
+from bindscope.protocols import LanguageModel
 from bindscope.remote.shipping import refused, register_shipped, sandbox_error
 
 
@@ -30,11 +31,15 @@ class SimulatedServer:
         self.result_bytes: list[int] = []
 
     def __call__(self, tracer) -> None:
+        """Serve one request (nnsight's backend interface)."""
         self.serve(tracer)
 
     def serve(self, tracer, env: dict | None = None) -> None:
-        """Run one request; ``env`` is the client's per-request settings (attention
-        implementation), applied to the model first as the server does."""
+        """Run one request as the server would.
+
+        ``env`` is the client's per-request settings (attention implementation), applied
+        to the model first as the server does.
+        """
         if env is not None:
             nnsight_private.apply_request_env(self.model, env)
         blob = nnsight_private.serialize_request(tracer)
@@ -53,7 +58,7 @@ class SimulatedServer:
         nnsight_private.deliver(tracer, torch.load(buffer, map_location="cpu", weights_only=False))
 
 
-def simulate(model, *, audit: str = "error"):
+def simulate(model: LanguageModel, *, audit: str = "error"):
     """Route a loaded model's traces through `SimulatedServer` (``remote="local"``)."""
     register_shipped()
     backend = SimulatedServer(model.nnsight, audit=audit)

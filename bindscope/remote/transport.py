@@ -148,6 +148,12 @@ class NdifBackend:
         self.name = model_name
 
     def __call__(self, tracer):
+        """Audit and send one request (nnsight's backend interface).
+
+        Raises:
+            RemoteSandboxError: The payload names something NDIF's sandbox refuses.
+            RemoteError: A transport or server failure, translated without the API key.
+        """
         problems = audit(self.model, tracer)
         if problems:
             raise sandbox_error(problems, self.name)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from bindscope.protocols import LanguageModel
+
 
 def label(model: str, revision: str | None) -> str:
     """``name@revision`` (``main`` when there is none): how summaries and figures key a model."""
     return f"{model}@{revision or 'main'}"
 
 
-def model_label(model) -> str:
+def model_label(model: LanguageModel) -> str:
     """The ``label`` of a loaded ``Model``."""
     return label(model.name, model.revision)
 

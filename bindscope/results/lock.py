@@ -15,6 +15,7 @@ import os
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 from bindscope.errors import InputError, ResultsLockedError
 
@@ -33,9 +34,14 @@ class FolderLock:
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
-        self._lock = None
+        self._lock: Any = None  # a filelock lock while held
 
     def acquire(self) -> FolderLock:
+        """Take the lock without waiting and record who holds it.
+
+        Raises:
+            ResultsLockedError: Another process holds it.
+        """
         from filelock import FileLock, Timeout
 
         check_writable(self.folder)
@@ -59,6 +65,7 @@ class FolderLock:
         return self
 
     def release(self) -> None:
+        """Release the lock (a no-op when not held)."""
         if self._lock is None:
             return
         try:

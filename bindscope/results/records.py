@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from bindscope.errors import BindscopeWarning, RecordFileError
+from bindscope.protocols import LanguageModel
 from bindscope.results.labels import label, model_label  # noqa: F401  (re-exported)
 
 SCHEMA = "bindscope.result/1"
@@ -30,7 +31,7 @@ def record_key(
     return "|".join([experiment, model, revision or "main", prompt_key, condition])
 
 
-def provenance(model, *, prompt_set=None, seed: int | None = None, **extra) -> dict:
+def provenance(model: LanguageModel, *, prompt_set=None, seed: int | None = None, **extra) -> dict:
     """Versions, model identity and run settings stored with every record."""
     import nnsight
     import torch
@@ -135,10 +136,12 @@ class RecordWriter:
         self.done.add(record["key"])
 
     def write_many(self, records: Iterable[dict]) -> None:
+        """Write each record in turn (see `write`)."""
         for record in records:
             self.write(record)
 
     def close(self) -> None:
+        """Close the file and release the folder's lock."""
         try:
             self._file.close()
         finally:
@@ -155,6 +158,35 @@ class RecordWriter:
 WRITER_HINT = "delete the line (its record is redone on resume) or rerun with --force"
 #: The same for readers (summarize, figures, report), which only read.
 READER_HINT = "delete the line, then rerun the experiment that wrote it to redo that record"
+
+
+def _decode_problem(exc: Exception) -> str:
+    """Why a record line failed to decode, for the error message."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not valid JSON ({exc.msg})"
+    return "nested too deeply"
+
+
+def _checked_key(record: object, where: str, hint: str) -> str:
+    """The key of a decoded record line, after the checks every reader needs.
+
+    Raises:
+        RecordFileError: Not an object, a required field missing, another schema, or a
+            key that is not a string.
+    """
+    if not isinstance(record, dict):
+        raise RecordFileError(f"{where}: a record must be a JSON object; {hint}")
+    missing = [k for k in REQUIRED if k not in record]
+    if missing:
+        raise RecordFileError(f"{where}: record lacks field(s) {missing}; {hint}")
+    if record["schema"] != SCHEMA:
+        raise RecordFileError(f"{where}: schema {record['schema']!r}, expected {SCHEMA!r}")
+    key = record["key"]
+    if not isinstance(key, str):
+        raise RecordFileError(f"{where}: field 'key' must be a string; {hint}")
+    return key
 
 
 def read_records(
@@ -191,21 +223,9 @@ def read_records(
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             if tolerate_tail and torn:
                 break
-            why = {UnicodeDecodeError: "not UTF-8 text", RecursionError: "nested too deeply"}
-            reason = why.get(type(exc)) or f"not valid JSON ({exc.msg})"
+            reason = _decode_problem(exc)
             raise RecordFileError(f"{path}:{number}: {reason}; {hint}") from None
-        if not isinstance(record, dict):
-            raise RecordFileError(f"{path}:{number}: a record must be a JSON object; {hint}")
-        missing = [k for k in REQUIRED if k not in record]
-        if missing:
-            raise RecordFileError(f"{path}:{number}: record lacks field(s) {missing}; {hint}")
-        if record["schema"] != SCHEMA:
-            raise RecordFileError(
-                f"{path}:{number}: schema {record['schema']!r}, expected {SCHEMA!r}"
-            )
-        key = record["key"]
-        if not isinstance(key, str):
-            raise RecordFileError(f"{path}:{number}: field 'key' must be a string; {hint}")
+        key = _checked_key(record, f"{path}:{number}", hint)
         if key in seen:
             if duplicates == "error":
                 raise RecordFileError(

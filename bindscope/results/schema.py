@@ -57,13 +57,26 @@ CONDITIONS = {
 
 def problems(record: dict) -> list[str]:
     """What is wrong with one record (empty when it matches the schema)."""
+    out = _type_problems(record)
+    if out:
+        return out
+    return (
+        _identity_problems(record)
+        + _head_problems(record)
+        + _condition_problems(record)
+        + _content_problems(record)
+    )
+
+
+def _type_problems(record: dict) -> list[str]:
+    """Missing fields and fields of the wrong type."""
     out = []
 
-    def need(name, kinds, where=record):
-        if name not in where:
+    def need(name, kinds):
+        if name not in record:
             out.append(f"missing field {name!r}")
-        elif not isinstance(where[name], kinds):
-            out.append(f"field {name!r} is {type(where[name]).__name__}")
+        elif not isinstance(record[name], kinds):
+            out.append(f"field {name!r} is {type(record[name]).__name__}")
 
     for name in ("schema", "experiment", "key", "model", "family", "prompt_key"):
         need(name, str)
@@ -74,8 +87,12 @@ def problems(record: dict) -> list[str]:
     need("heads", list)
     need("metrics", dict)
     need("provenance", dict)
-    if out:
-        return out
+    return out
+
+
+def _identity_problems(record: dict) -> list[str]:
+    """Schema, experiment, family, task, and a key that matches its fields."""
+    out = []
     if record["schema"] != SCHEMA:
         out.append(f"schema {record['schema']!r} is not {SCHEMA!r}")
     experiment = record["experiment"]
@@ -91,6 +108,12 @@ def problems(record: dict) -> list[str]:
     )
     if record["key"] != expected:
         out.append(f"key {record['key']!r} does not match its fields ({expected!r})")
+    return out
+
+
+def _head_problems(record: dict) -> list[str]:
+    """Heads are integer pairs and the ablation fits them."""
+    out = []
     heads = record["heads"]
     if not all(
         isinstance(h, list) and len(h) == 2 and all(isinstance(x, int) for x in h) for h in heads
@@ -98,13 +121,25 @@ def problems(record: dict) -> list[str]:
         out.append("heads must be a list of [layer, head] integer pairs")
     if record.get("ablation") not in (("zero", "mean") if heads else (None,)):
         out.append(f"ablation {record.get('ablation')!r} does not fit heads {heads}")
+    return out
+
+
+def _condition_problems(record: dict) -> list[str]:
+    """The condition is one its experiment knows."""
+    experiment, condition = record["experiment"], record["condition"]
     allowed = CONDITIONS.get(experiment)
-    condition = record["condition"]
     if experiment == "c5":
         if condition not in ("baseline", "top", "bottom") and not condition.startswith("random:"):
-            out.append(f"unknown c5 condition {condition!r}")
+            return [f"unknown c5 condition {condition!r}"]
     elif allowed and condition not in allowed:
-        out.append(f"unknown {experiment} condition {condition!r}")
+        return [f"unknown {experiment} condition {condition!r}"]
+    return []
+
+
+def _content_problems(record: dict) -> list[str]:
+    """Provenance and metrics carry the fields their experiment requires."""
+    out = []
+    experiment = record["experiment"]
     missing = [k for k in PROVENANCE if k not in record["provenance"]]
     if missing:
         out.append(f"provenance lacks {missing}")

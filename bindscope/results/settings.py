@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from bindscope.errors import InputError
+from bindscope.protocols import LanguageModel
 from bindscope.results.labels import model_label
 
 SETTINGS_FILE = "settings.json"
@@ -28,7 +29,7 @@ def content_sha256(value) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def model_settings(model) -> dict:
+def model_settings(model: LanguageModel) -> dict:
     """What about a loaded model changes its numbers beyond its name and revision."""
     weights = next(model.hf.parameters(), None)
     remote = getattr(model, "remote", False)

@@ -71,6 +71,7 @@ def load_results(results_dir: str | Path) -> dict[str, ExperimentResults]:
 
 
 def load_experiment(root: Path, name: str) -> ExperimentResults:
+    """Read ``root/name``'s records and summary back as an ``ExperimentResults``."""
     folder = root / name
     records_path, summary_path = folder / "records.jsonl", folder / "summary.json"
     provenance: dict[str, dict] = {}

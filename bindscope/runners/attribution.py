@@ -10,6 +10,7 @@ from bindscope.errors import InputError
 from bindscope.interventions import ops
 from bindscope.metrics.attribution import HeadContributions, frozen_norm
 from bindscope.nnsight_private import underlying_module
+from bindscope.protocols import LanguageModel
 
 __all__ = ["head_attribution", "head_contributions"]
 
@@ -27,7 +28,7 @@ def _bias(module) -> torch.Tensor:
 
 @torch.no_grad()
 def head_contributions(
-    model, texts: Sequence[str], *, batch_size: int = 16
+    model: LanguageModel, texts: Sequence[str], *, batch_size: int = 16
 ) -> list[HeadContributions]:
     """Every head's residual-stream contribution at each text's last position (clean run)."""
     if getattr(model, "remote", False):
@@ -61,9 +62,12 @@ def head_contributions(
     return out  # type: ignore[return-value]
 
 
-def _direction(model, target) -> torch.Tensor:
-    """``[d]`` unembedding direction of a target: a token id, a one-token string, or a pair
-    ``(a, b)`` for the logit difference a - b."""
+def _direction(model: LanguageModel, target) -> torch.Tensor:
+    """``[d]`` unembedding direction of a target.
+
+    A target is a token id, a one-token string, or a pair ``(a, b)`` for the logit
+    difference a - b.
+    """
     if isinstance(target, (tuple, list)) and len(target) == 2:
         return _direction(model, target[0]) - _direction(model, target[1])
     if isinstance(target, str):
@@ -79,7 +83,7 @@ def _direction(model, target) -> torch.Tensor:
 
 
 def head_attribution(
-    model, texts: Sequence[str], targets: Sequence, *, batch_size: int = 16
+    model: LanguageModel, texts: Sequence[str], targets: Sequence, *, batch_size: int = 16
 ) -> list[torch.Tensor]:
     """Direct logit attribution ``[L, H]`` (float64) per text, at its last position.
 
@@ -88,6 +92,7 @@ def head_attribution(
         texts: Prompts.
         targets: Per text, a token id, a one-token string, or a pair ``(a, b)`` for the
             logit difference ``a - b``.
+        batch_size: Texts per forward pass.
     """
     texts = list(texts)
     if len(targets) != len(texts):

@@ -1,5 +1,7 @@
-"""The behaviour runners: recognition (choice log-probabilities) and generation (greedy
-continuations scored by the rubric), in batches, under any intervention.
+"""The behaviour runners, in batches, under any intervention.
+
+Recognition scores choice log-probabilities; generation scores greedy continuations with
+the rubric.
 
 Recognition scores each choice by the mean log-probability per token of ``" " + choice``
 right after the prompt; the prompt runs once per record and its key/value cache is shared by
@@ -11,6 +13,7 @@ per choice (``strategy="full"``, the published way). The result types and the ru
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -27,11 +30,17 @@ from bindscope.metrics.behaviour import (
     rubric_score,
 )
 from bindscope.prompts.records import PromptRecord
+from bindscope.protocols import LanguageModel
 
 
-def _rows_for(model, records, *, ablate=None, intervene=None, per_row=None, means=None):
-    """Specs per record: ``ablate`` + ``intervene`` + ``per_row[i]`` (``per_record`` is the
-    older name of ``per_row``); head lists mean-ablate when ``means`` is given."""
+def _rows_for(
+    model: LanguageModel, records, *, ablate=None, intervene=None, per_row=None, means=None
+):
+    """Specs per record: ``ablate`` + ``intervene`` + ``per_row[i]``.
+
+    ``per_record`` is the older name of ``per_row``; head lists mean-ablate when ``means``
+    is given.
+    """
     if per_row is not None and len(per_row) != len(records):
         raise InputError(f"per_row has {len(per_row)} entries for {len(records)} records")
     shared = as_specs(ablate, means=means) + as_specs(intervene, means=means)
@@ -49,7 +58,7 @@ def _rows_for(model, records, *, ablate=None, intervene=None, per_row=None, mean
     return rows
 
 
-def _plan(model, batch, rows, *, positions: bool = True) -> dict:
+def _plan(model: LanguageModel, batch, rows, *, positions: bool = True) -> dict:
     """A plan for one batch; ``positions=False`` keeps only the head-wise parts."""
     if not positions:
         rows = [tuple(op for op in row if op.kind in ("zero", "mean")) for row in rows]
@@ -58,7 +67,7 @@ def _plan(model, batch, rows, *, positions: bool = True) -> dict:
 
 @torch.no_grad()
 def recognition(
-    model,
+    model: LanguageModel,
     records: Sequence[PromptRecord],
     *,
     ablate=None,
@@ -73,13 +82,18 @@ def recognition(
     """Score every recognition record's choices in batched forward passes.
 
     Args:
+        model: A ``bindscope.Model``.
+        records: Recognition prompt records.
         ablate: Heads zero-ablated for all records.
         intervene: ``Zero``, ``Mean`` or ``Knockout`` spec(s) for all records.
         per_row: One spec, list of specs, head list or ``None`` per record (different
-            interventions in one batch); ``per_record`` is its older name.
+            interventions in one batch).
+        per_record: Older name of ``per_row``.
         means: ``HeadMeans`` from ``head_means``: head lists mean-ablate instead.
         strategy: ``shared_prefix`` (prompt once, choices on its cache) or ``full``
             (every prompt + choice sequence in full; the reference).
+        batch_size: Records per forward pass.
+        progress: Show a progress bar.
     """
     from tqdm.auto import tqdm
 
@@ -94,7 +108,7 @@ def recognition(
     prompts = [model.tokenize(r.template) for r in records]
     rows = resolve_rows(model, prompts, per_row=specs)
     choices = [
-        [model.tokenizer(" " + c, add_special_tokens=False)["input_ids"] for c in r.choices]
+        [model.tokenizer(" " + c, add_special_tokens=False)["input_ids"] for c in r.choices or ()]
         for r in records
     ]
     scores: list[list[float] | None] = [None] * len(records)
@@ -116,6 +130,7 @@ def recognition(
             scores[index] = values
     out = []
     for record, values in zip(records, scores):
+        assert values is not None  # every batch filled its rows
         prediction = max(range(len(values)), key=lambda i: (values[i], -i))
         out.append(
             RecognitionResult(
@@ -137,7 +152,7 @@ def _targets(positions: list[list[int]], ids: list[list[int]]):
     return index, target, weight
 
 
-def _full_batch(model, batch, choices, rows, means=None):
+def _full_batch(model: LanguageModel, batch, choices, rows, means=None):
     """Every (prompt + choice) sequence in full, one row each."""
     seqs, positions, targets, seq_rows, owner = [], [], [], [], []
     for r, index_choices in enumerate(choices):
@@ -165,14 +180,14 @@ def _full_batch(model, batch, choices, rows, means=None):
     return out
 
 
-def _keeps_logits(model) -> bool:
+def _keeps_logits(model: LanguageModel) -> bool:
     """Whether the model's forward takes ``logits_to_keep`` (skip the LM head on the prompt)."""
     import inspect
 
     return "logits_to_keep" in inspect.signature(model.hf.forward).parameters
 
 
-def _shared_prefix_batch(model, batch, choices, rows, means=None):
+def _shared_prefix_batch(model: LanguageModel, batch, choices, rows, means=None):
     """Prompt once with a cache; then all choices of all prompts on the repeated cache."""
     n_choices = {len(c) for c in choices}
     if len(n_choices) != 1:  # mixed 4-choice and True/False: split by choice count
@@ -242,7 +257,7 @@ def _shared_prefix_batch(model, batch, choices, rows, means=None):
 
 
 def generation(
-    model,
+    model: LanguageModel,
     records: Sequence[PromptRecord],
     *,
     ablate=None,
@@ -258,9 +273,18 @@ def generation(
     """Greedy continuations for generation records, scored by the rubric.
 
     Args:
-        ablate, intervene, per_row, per_record, means: As in `recognition`
-            (``Knockout`` edges count tokens of ``prefix + template``).
+        model: A ``bindscope.Model``.
+        records: Generation prompt records.
+        ablate: As in `recognition`.
+        intervene: As in `recognition` (``Knockout`` edges count tokens of
+            ``prefix + template``).
+        per_row: As in `recognition`.
+        per_record: Older name of ``per_row``.
+        means: As in `recognition`.
         prefix: Optional text per term put before the stem (few-shot exemplars).
+        rubric: Keyword rubric (default: the package's ``rubrics.json``).
+        batch_size: Records per generation batch.
+        progress: Show a progress bar.
     """
     from tqdm.auto import tqdm
 
@@ -277,7 +301,7 @@ def generation(
         model, records, ablate=ablate, intervene=intervene, per_row=per_row, means=means
     )
     texts = [(prefix[r.term] if prefix else "") + r.template for r in records]
-    groups: dict[int, list[int]] = {}
+    groups: dict[Any, list[int]] = {}  # by max_tokens
     for i, r in enumerate(records):
         groups.setdefault(r.max_tokens, []).append(i)
     out: list[GenerationResult | None] = [None] * len(records)

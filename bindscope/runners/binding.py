@@ -20,6 +20,7 @@ from bindscope.metrics.binding import BindingResult, span_pair_index, summarize
 from bindscope.prompts.context import length_problem
 from bindscope.prompts.records import PromptRecord
 from bindscope.prompts.spans import Span, locate
+from bindscope.protocols import LanguageModel
 
 
 def _result(record: PromptRecord, bsi: torch.Tensor, span: Span | None, *, skipped=None):
@@ -45,7 +46,7 @@ def _result(record: PromptRecord, bsi: torch.Tensor, span: Span | None, *, skipp
 
 
 def binding(
-    model,
+    model: LanguageModel,
     records: Iterable[PromptRecord],
     *,
     batch_size: int = 32,
@@ -113,7 +114,9 @@ def binding(
     return results  # type: ignore[return-value]
 
 
-def _batched_bsi(model, prefixes, spans, batch_size, spec, progress) -> list[torch.Tensor]:
+def _batched_bsi(
+    model: LanguageModel, prefixes, spans, batch_size, spec, progress
+) -> list[torch.Tensor]:
     from tqdm.auto import tqdm
 
     out: list[torch.Tensor | None] = [None] * len(prefixes)

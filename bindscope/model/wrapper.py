@@ -3,23 +3,18 @@
 from __future__ import annotations
 
 import contextlib
-import numbers
-import re
-import warnings
 from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 
 from bindscope.batch import DEFAULT_BATCH_SIZE, Batch, check_batch_size, check_texts
-from bindscope.errors import HeadSpecError, InputError, InterventionError, InterventionOrderError
+from bindscope.errors import InputError
 from bindscope.families import Family, dims_from_config
-from bindscope.interventions import ops, run_layers
+from bindscope.interventions import ops
 from bindscope.interventions.heads import Head, normalize_heads
-from bindscope.interventions.plan import PlannedBatch, plan_batches
+from bindscope.interventions.plan import PlannedBatch
 from bindscope.interventions.specs import resolve_rows
-
-# Batches per generation session (one request when the model is remote).
-SESSION_BATCHES = 8
+from bindscope.model import calls, checks, generation
 
 
 class Model:
@@ -31,7 +26,7 @@ class Model:
 
     # What trace primitives (``interventions.ops``, which imports no bindscope module)
     # raise for misuse; a body shipped to NDIF sees a TraceModel and raises ValueError.
-    input_error = InputError
+    input_error: type[Exception] = InputError
 
     def __init__(
         self,
@@ -78,6 +73,8 @@ class Model:
         # Why probabilities are recomputed from q and k instead of read from eager
         # attention (None: eager works). Set by the remote load-time probe.
         self.capture_fallback: str | None = None
+        # Where a remote model runs (host, simulation); set by bindscope.remote.
+        self.remote_info: dict | None = None
 
     # -- tokenization -------------------------------------------------------------------
 
@@ -129,31 +126,7 @@ class Model:
 
     def check_layers(self, layers: Iterable[int] | None) -> list[int]:
         """Validate layer indices (None: all) and return them sorted (raises ``HeadSpecError``)."""
-        if layers is None:
-            return list(range(self.n_layers))
-        if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
-            raise HeadSpecError(
-                f"{self.name}: layers={layers!r} is not a list of layer indices; pass e.g. "
-                "layers=[0, 2], or None for every layer"
-            )
-        wanted = list(layers)
-        if not wanted:
-            raise HeadSpecError(
-                f"{self.name}: layers=[] selects no layer; pass at least one index in "
-                f"0..{self.n_layers - 1}, or layers=None for every layer"
-            )
-        for layer in wanted:
-            if isinstance(layer, bool) or not isinstance(layer, numbers.Integral):
-                raise HeadSpecError(
-                    f"{self.name}: layer {layer!r} is a {type(layer).__name__}, not an "
-                    f"integer; pass layer indices in 0..{self.n_layers - 1}"
-                )
-            if not 0 <= layer < self.n_layers:
-                raise HeadSpecError(
-                    f"{self.name}: layer {layer} is out of range; the model has layers "
-                    f"0..{self.n_layers - 1}"
-                )
-        return sorted({int(layer) for layer in wanted})
+        return checks.check_layers(layers, n_layers=self.n_layers, model_name=self.name)
 
     def check_heads(self, heads) -> tuple[Head, ...]:
         """Validate ``(layer, head)`` pairs against this model (raises ``HeadSpecError``)."""
@@ -243,38 +216,13 @@ class Model:
         return self._call_label
 
     def trace_order_error(self, exc: Exception) -> Exception | None:
-        """nnsight's ``OutOfOrderError`` from a trace primitive as an
-        ``InterventionOrderError`` (None: leave the exception as it is).
+        """Translate nnsight's ``OutOfOrderError`` into an ``InterventionOrderError``.
 
-        At a generation step past the first, nnsight throws the same error to end an open
-        ``tracer.all()`` loop and expects it back unchanged, so only step 0 is translated.
+        Returns None when the exception should propagate unchanged: at a generation step
+        past the first, nnsight throws the same error to end an open ``tracer.all()`` loop
+        and expects it back unchanged, so only step 0 is translated.
         """
-        if type(exc).__name__ != "OutOfOrderError":
-            return None
-        try:
-            from greenlet import getcurrent
-
-            if getcurrent().mediator().iteration != 0:
-                return None
-        except Exception:  # not inside an nnsight worker: nothing to protect
-            pass
-        # nnsight names the site: 'model.model.layers.0.self_attn.o_proj.input.i0'
-        site = str(exc).split("'")[1] if str(exc).count("'") >= 2 else ""
-        found = re.search(r"layers\.(\d+)\.", site)
-        layer = found.group(1) if found else "?"
-        what = (
-            "an ablation (zero_ablate / mean_ablate)"
-            if "o_proj.input" in site
-            else "a capture (capture_attention)"
-        )
-        return InterventionOrderError(
-            f"{self.name}: {what} of layer {layer} came after the trace had already run past "
-            f"layer {layer}: an earlier call in the same trace touched a later layer (e.g. "
-            "capture_attention(model, [2]) before zero_ablate(model, [(0, 1)])). Inside one "
-            "trace call the primitives in execution order, earlier layers before later ones "
-            "and a layer's ablation before its capture; or pass both to one "
-            "run_layers(model, capture=..., zero=...) call, which orders them for you"
-        )
+        return checks.order_error(exc, model_name=self.name)
 
     # -- high-level calls -----------------------------------------------------------------
 
@@ -285,35 +233,12 @@ class Model:
         )
 
     def _trace_batch(self, planned: PlannedBatch, body, **options):
-        """Run ``body()`` on a planned batch; donors (if any) run first in their own invoke.
+        """Run ``body(donors)`` on a planned batch; donors (if any) run first in their own invoke.
 
         ``body`` applies the plan (and captures); it must return its result saved.
         """
-        # plain dicts of tensors only in the body: it ships by value when remote
-        env, plan, inputs, donor_inputs = (
-            self.nnsight,
-            planned.plan,
-            planned.batch.inputs,
-            planned.donors,
-        )
-        if donor_inputs is None:
-            with env.trace(**inputs, **options, **self.trace_options) as tracer:
-                found = body(None)
-                tracer.stop()
-            return found
-        donors: dict = {}  # filled by the first invoke, read by the second
-        with env.trace(**options, **self.trace_options) as tracer:
-            with tracer.invoke(**donor_inputs):
-                ops.donor_outputs(self, plan["donor_layers"], donors)
-            with tracer.invoke(**inputs):
-                found = body(donors)
-                tracer.stop()
-            if "knockout_batch" in plan:
-                with tracer.invoke():  # the whole batch, donor rows first
-                    ops.knock_out_batch(self, plan["knockout_batch"], plan["site"])
-        return found
+        return calls.trace_batch(self, planned, body, **options)
 
-    @torch.no_grad()
     def attention_probs(
         self,
         texts: Sequence[str],
@@ -333,32 +258,17 @@ class Model:
                 a list of specs applied to every text.
             per_row: One spec, list of specs or ``None`` per text.
             ablate: ``(layer, head)`` pairs zero-ablated (shorthand for ``Zero``).
+            batch_size: Texts per forward pass.
         """
-        wanted = self.check_layers(layers)
-        texts = check_texts(texts)
-        rows = self._rows(texts, intervene=intervene, per_row=per_row, ablate=ablate)
-        out: list[torch.Tensor | None] = [None] * len(texts)
-        with self.eager():
-            for planned in plan_batches(self, texts, rows, batch_size=batch_size):
-                batch = planned.batch
-                if "knockout_batch" in planned.plan and self.capture_mode == "recompute":
-                    raise InterventionError(
-                        f"{self.name}: capturing probabilities by recomputation sees the "
-                        "mask before a Knockout that shares its batch with a Patch; run "
-                        "them in separate calls"
-                    )
-
-                def body(donors, plan=planned.plan):
-                    # bound to a name: a remote run returns only saved values the body binds
-                    found = run_layers(self, capture=wanted, plan=plan, donors=donors)
-                    return found
-
-                found = self._trace_batch(planned, body)
-                stacked = torch.stack([found[layer] for layer in wanted], 1)  # [b, L', H, n, n]
-                for row, index in enumerate(batch.indices):
-                    pad = batch.pad(row)
-                    out[index] = stacked[row, :, :, pad:, pad:].float().contiguous()
-        return out  # type: ignore[return-value]
+        return calls.attention_probs(
+            self,
+            texts,
+            layers=layers,
+            intervene=intervene,
+            per_row=per_row,
+            ablate=ablate,
+            batch_size=batch_size,
+        )
 
     def bsi(
         self,
@@ -387,7 +297,6 @@ class Model:
         )
         return [bsi_from_probs(p, span.indices) for p, span in zip(probs, spans)]
 
-    @torch.no_grad()
     def logits(
         self,
         texts: Sequence[str],
@@ -401,22 +310,14 @@ class Model:
 
         ``intervene``, ``per_row`` and ``ablate`` as in `attention_probs`.
         """
-        texts = check_texts(texts)
-        rows = self._rows(texts, intervene=intervene, per_row=per_row, ablate=ablate)
-        out: list[torch.Tensor | None] = [None] * len(texts)
-        for planned in plan_batches(self, texts, rows, batch_size=batch_size):
-            batch = planned.batch
-
-            def body(donors, plan=planned.plan):
-                if plan:
-                    run_layers(self, plan=plan, donors=donors)
-                logits = self.nnsight.lm_head.output.save()  # [b, n, V]
-                return logits
-
-            logits = self._trace_batch(planned, body)
-            for row, index in enumerate(batch.indices):
-                out[index] = logits[row, batch.pad(row) :].float()
-        return out  # type: ignore[return-value]
+        return calls.logits(
+            self,
+            texts,
+            intervene=intervene,
+            per_row=per_row,
+            ablate=ablate,
+            batch_size=batch_size,
+        )
 
     def generate(
         self,
@@ -441,7 +342,6 @@ class Model:
             )
         ]
 
-    @torch.no_grad()
     def generate_ids(
         self,
         texts: Sequence[str] | Sequence[Sequence[int]],
@@ -460,62 +360,16 @@ class Model:
         The old forms still work: ``per_row`` as one head list per text, and ``means``
         (from ``head_means``) turning ``ablate`` and head lists into mean-ablation.
         """
-        texts = check_texts(texts)
-        check_batch_size(batch_size)
-        rows = self._rows(texts, intervene=intervene, per_row=per_row, ablate=ablate, means=means)
-        for i, row in enumerate(rows):
-            if any(op.kind == "donor" for op in row):
-                raise InterventionError(
-                    f"{self.name}: text #{i}: Patch and Resample act on fixed-length texts, "
-                    "not on generation; use them with logits() or attention_probs()"
-                )
-        out: list[list[int] | None] = [None] * len(texts)
-        eos = self.hf.generation_config.eos_token_id
-        eos_ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
-        kwargs = {
-            "max_new_tokens": max_new_tokens,
-            "do_sample": False,
-            "pad_token_id": self.tokenizer.pad_token_id,
-        }
-        jobs = []
-        for planned in plan_batches(self, texts, rows, batch_size=batch_size):
-            batch = planned.batch
-            inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
-            jobs.append((batch, inputs, planned.plan))
-        for start in range(0, len(jobs), SESSION_BATCHES):
-            part = jobs[start : start + SESSION_BATCHES]
-            results = self._generate_session([(inputs, plan) for _, inputs, plan in part], kwargs)
-            for (batch, _, _), result in zip(part, results):
-                new = result[:, batch.input_ids.shape[1] :].tolist()
-                for row, index in enumerate(batch.indices):
-                    ids = []
-                    for token in new[row]:
-                        if token in eos_ids:
-                            break
-                        ids.append(token)
-                    out[index] = ids
-        return out  # type: ignore[return-value]
-
-    def _generate_session(self, jobs, kwargs) -> list[torch.Tensor]:
-        """Generate every ``(inputs, plan)`` job in one session.
-
-        Locally a plain session; remotely one request, so several batches share its
-        round trip. Only the generated ids ``[b, n + new]`` come back.
-        """
-        env = self.nnsight
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*was never reached.*")
-            with env.session(**self.trace_options):
-                results = [].save()
-                for inputs, plan in jobs:
-                    with env.generate(**kwargs) as tracer:
-                        with tracer.invoke(**inputs):
-                            if plan:
-                                for _ in tracer.all():
-                                    ops.run_layers(self, plan=plan)
-                        with tracer.invoke():
-                            results.append(tracer.result)
-        return results
+        return generation.generate_ids(
+            self,
+            texts,
+            max_new_tokens=max_new_tokens,
+            intervene=intervene,
+            per_row=per_row,
+            ablate=ablate,
+            means=means,
+            batch_size=batch_size,
+        )
 
     def __reduce__(self):
         # A Model inside a trace body travels to NDIF as an ops.TraceModel: the nnsight

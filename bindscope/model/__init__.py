@@ -1,0 +1,21 @@
+"""The ``Model`` wrapper: one nnsight ``TransformersModel`` plus the family's head geometry.
+
+``wrapper`` holds the class; ``calls`` and ``generation`` the traced forward passes its
+high-level methods run; ``checks`` the argument checks and error translation.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bindscope.model.generation import SESSION_BATCHES
+from bindscope.model.wrapper import Model
+
+__all__ = ["SESSION_BATCHES", "Model"]
+
+if TYPE_CHECKING:
+    from bindscope.protocols import LanguageModel
+
+    def _conforms(model: Model) -> LanguageModel:
+        """Type-check that ``Model`` satisfies the protocol the lower layers use."""
+        return model

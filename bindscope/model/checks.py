@@ -1,0 +1,79 @@
+"""Argument checks and error translation for ``Model``, kept apart from the class."""
+
+from __future__ import annotations
+
+import numbers
+import re
+from collections.abc import Iterable
+
+from bindscope.errors import HeadSpecError, InterventionOrderError
+
+
+def check_layers(layers: Iterable[int] | None, *, n_layers: int, model_name: str) -> list[int]:
+    """Validate layer indices (None: all) and return them sorted.
+
+    Raises:
+        HeadSpecError: Not a list of integers, empty, or an index out of range.
+    """
+    if layers is None:
+        return list(range(n_layers))
+    if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
+        raise HeadSpecError(
+            f"{model_name}: layers={layers!r} is not a list of layer indices; pass e.g. "
+            "layers=[0, 2], or None for every layer"
+        )
+    wanted = list(layers)
+    if not wanted:
+        raise HeadSpecError(
+            f"{model_name}: layers=[] selects no layer; pass at least one index in "
+            f"0..{n_layers - 1}, or layers=None for every layer"
+        )
+    for layer in wanted:
+        if isinstance(layer, bool) or not isinstance(layer, numbers.Integral):
+            raise HeadSpecError(
+                f"{model_name}: layer {layer!r} is a {type(layer).__name__}, not an "
+                f"integer; pass layer indices in 0..{n_layers - 1}"
+            )
+        if not 0 <= layer < n_layers:
+            raise HeadSpecError(
+                f"{model_name}: layer {layer} is out of range; the model has layers "
+                f"0..{n_layers - 1}"
+            )
+    return sorted({int(layer) for layer in wanted})
+
+
+def _past_first_step() -> bool:
+    """Whether an nnsight worker is at a generation step past the first."""
+    try:
+        from greenlet import getcurrent
+
+        return getcurrent().mediator().iteration != 0
+    except Exception:  # not inside an nnsight worker: nothing to protect
+        return False
+
+
+def order_error(exc: Exception, *, model_name: str) -> Exception | None:
+    """Nnsight's ``OutOfOrderError`` as an ``InterventionOrderError`` (None: leave it).
+
+    At a generation step past the first, nnsight throws the same error to end an open
+    ``tracer.all()`` loop and expects it back unchanged, so only step 0 is translated.
+    """
+    if type(exc).__name__ != "OutOfOrderError" or _past_first_step():
+        return None
+    # nnsight names the site: 'model.model.layers.0.self_attn.o_proj.input.i0'
+    site = str(exc).split("'")[1] if str(exc).count("'") >= 2 else ""
+    found = re.search(r"layers\.(\d+)\.", site)
+    layer = found.group(1) if found else "?"
+    what = (
+        "an ablation (zero_ablate / mean_ablate)"
+        if "o_proj.input" in site
+        else "a capture (capture_attention)"
+    )
+    return InterventionOrderError(
+        f"{model_name}: {what} of layer {layer} came after the trace had already run past "
+        f"layer {layer}: an earlier call in the same trace touched a later layer (e.g. "
+        "capture_attention(model, [2]) before zero_ablate(model, [(0, 1)])). Inside one "
+        "trace call the primitives in execution order, earlier layers before later ones "
+        "and a layer's ablation before its capture; or pass both to one "
+        "run_layers(model, capture=..., zero=...) call, which orders them for you"
+    )

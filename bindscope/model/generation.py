@@ -1,0 +1,102 @@
+"""Greedy generation under interventions, several batches per nnsight session."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from bindscope.batch import DEFAULT_BATCH_SIZE, Batch, check_batch_size, check_texts
+from bindscope.errors import InterventionError
+from bindscope.interventions import ops
+from bindscope.interventions.plan import plan_batches
+from bindscope.interventions.specs import resolve_rows
+
+if TYPE_CHECKING:
+    from bindscope.model.wrapper import Model
+
+# Batches per generation session (one request when the model is remote).
+SESSION_BATCHES = 8
+
+
+@torch.no_grad()
+def generate_ids(
+    model: Model,
+    texts: Sequence[str] | Sequence[Sequence[int]],
+    *,
+    max_new_tokens: int,
+    intervene=None,
+    per_row=None,
+    ablate=None,
+    means=None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> list[list[int]]:
+    """``Model.generate_ids`` (arguments as there)."""
+    texts = check_texts(texts)
+    check_batch_size(batch_size)
+    rows = resolve_rows(
+        model, texts, intervene=intervene, per_row=per_row, ablate=ablate, means=means
+    )
+    for i, row in enumerate(rows):
+        if any(op.kind == "donor" for op in row):
+            raise InterventionError(
+                f"{model.name}: text #{i}: Patch and Resample act on fixed-length texts, "
+                "not on generation; use them with logits() or attention_probs()"
+            )
+    out: list[list[int] | None] = [None] * len(texts)
+    eos = model.hf.generation_config.eos_token_id
+    eos_ids = set(eos if isinstance(eos, list) else [eos]) | {model.tokenizer.eos_token_id}
+    kwargs = {
+        "max_new_tokens": max_new_tokens,
+        "do_sample": False,
+        "pad_token_id": model.tokenizer.pad_token_id,
+    }
+    jobs: list[tuple[Batch, dict, dict]] = []
+    for planned in plan_batches(model, texts, rows, batch_size=batch_size):
+        batch = planned.batch
+        inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
+        jobs.append((batch, inputs, planned.plan))
+    for start in range(0, len(jobs), SESSION_BATCHES):
+        part = jobs[start : start + SESSION_BATCHES]
+        results = generate_session(model, [(inputs, plan) for _, inputs, plan in part], kwargs)
+        for (batch, _, _), result in zip(part, results):
+            new = result[:, batch.input_ids.shape[1] :].tolist()
+            for r, index in enumerate(batch.indices):
+                out[index] = _until_eos(new[r], eos_ids)
+    return out  # type: ignore[return-value]
+
+
+def _until_eos(tokens: list[int], eos_ids: set[int]) -> list[int]:
+    """The tokens before the first end-of-sequence id."""
+    ids = []
+    for token in tokens:
+        if token in eos_ids:
+            break
+        ids.append(token)
+    return ids
+
+
+def generate_session(
+    model: Model, jobs: Sequence[tuple[dict, dict]], kwargs: dict[str, Any]
+) -> list[torch.Tensor]:
+    """Generate every ``(inputs, plan)`` job in one session.
+
+    Locally a plain session; remotely one request, so several batches share its
+    round trip. Only the generated ids ``[b, n + new]`` come back.
+    """
+    env = model.nnsight
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*was never reached.*")
+        with env.session(**model.trace_options):
+            results = [].save()  # type: ignore[attr-defined]  # nnsight gives every object .save
+            for inputs, plan in jobs:
+                with env.generate(**kwargs) as tracer:
+                    with tracer.invoke(**inputs):
+                        if plan:
+                            for _ in tracer.all():
+                                ops.run_layers(model, plan=plan)
+                    with tracer.invoke():
+                        results.append(tracer.result)
+    return results

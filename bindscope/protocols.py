@@ -1,0 +1,160 @@
+"""What the layers below ``bindscope.model`` may use of a model, as typing protocols.
+
+Runners, interventions, prompts, results and the self-check take a model argument; they are
+typed against `LanguageModel` (what ``bindscope.Model`` offers them) rather than the class,
+so the layers stay one way down and a test double or a remote model satisfies the same
+contract. Trace primitives need less (`TraceTarget`): a shipped ``ops.TraceModel`` has only
+the nnsight envoy and head geometry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+    from bindscope.batch import Batch
+    from bindscope.families import Family
+
+# A validated ``(layer, head)`` pair.
+HeadPair = tuple[int, int]
+
+
+class TraceTarget(Protocol):
+    """What trace primitives read of a model: the renamed nnsight model and head geometry."""
+
+    nnsight: Any
+    name: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+
+    @property
+    def capture_mode(self) -> str:
+        """``eager`` or ``recompute``."""
+        ...
+
+    def check_heads(self, heads: Any) -> tuple[HeadPair, ...]:
+        """Validated, sorted ``(layer, head)`` pairs."""
+        ...
+
+
+class LanguageModel(TraceTarget, Protocol):
+    """What ``bindscope.Model`` offers the layers below it (see the class for each member)."""
+
+    hf: Any
+    tokenizer: Any
+    family: str
+    family_row: Family
+    revision: str | None
+    remote: bool | str
+    prepend_bos: bool
+    tokenizer_adds_bos: bool
+    trace_options: dict
+    capture_fallback: str | None
+    remote_info: dict | None
+    input_error: type[Exception]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The weights' dtype."""
+        ...
+
+    @property
+    def context_length(self) -> int | None:
+        """The longest sequence the model takes (None: not stated)."""
+        ...
+
+    @property
+    def attn_implementation(self) -> str:
+        """The attention implementation the model runs now."""
+        ...
+
+    @property
+    def capture_method(self) -> str:
+        """How capture runs inside ``eager()`` record their probabilities."""
+        ...
+
+    @property
+    def knockout_site(self) -> tuple[str, int]:
+        """The attention call's ``.source`` label and mask argument index."""
+        ...
+
+    @property
+    def attention_call_label(self) -> str:
+        """The ``.source`` label of the attention-function call."""
+        ...
+
+    def tokenize(self, text: str, *, offsets: bool = False) -> Any:
+        """Token ids (and with ``offsets``, character spans) of one text."""
+        ...
+
+    def encode(self, texts: Sequence[str] | Sequence[Sequence[int]]) -> Batch:
+        """Left-pad texts into one batch."""
+        ...
+
+    def batches(
+        self, texts: Sequence[str] | Sequence[Sequence[int]], *, batch_size: int = ...
+    ) -> Iterator[Batch]:
+        """Left-padded batches of similar-length texts."""
+        ...
+
+    # Package-internal, used by runners and the intervention planner.
+    def _pad(self, indices: list[int], rows: list[list[int]]) -> Batch: ...
+
+    def _trace_batch(self, planned: Any, body: Callable[..., Any], **options: Any) -> Any: ...
+
+    def check_layers(self, layers: Iterable[int] | None) -> list[int]:
+        """Validated, sorted layer indices (None: all)."""
+        ...
+
+    def eager(self) -> AbstractContextManager[None]:
+        """Run the body under eager attention."""
+        ...
+
+    def trace_order_error(self, exc: Exception) -> Exception | None:
+        """Nnsight's ``OutOfOrderError`` as an ``InterventionOrderError``."""
+        ...
+
+    def attention_probs(
+        self,
+        texts: Sequence[str],
+        *,
+        layers: Iterable[int] | None = None,
+        intervene: Any = None,
+        per_row: Any = None,
+        ablate: Any = None,
+        batch_size: int = ...,
+    ) -> list[torch.Tensor]:
+        """Post-softmax attention per text."""
+        ...
+
+    def logits(
+        self,
+        texts: Sequence[str],
+        *,
+        intervene: Any = None,
+        per_row: Any = None,
+        ablate: Any = None,
+        batch_size: int = ...,
+    ) -> list[torch.Tensor]:
+        """Next-token logits per text."""
+        ...
+
+    def generate_ids(
+        self,
+        texts: Sequence[str] | Sequence[Sequence[int]],
+        *,
+        max_new_tokens: int,
+        intervene: Any = None,
+        per_row: Any = None,
+        ablate: Any = None,
+        means: Any = None,
+        batch_size: int = ...,
+    ) -> list[list[int]]:
+        """Greedy new token ids per text."""
+        ...
