@@ -115,8 +115,12 @@ def repeated_sequences(
 
 
 def scores_from_probs(probs: torch.Tensor) -> dict[str, torch.Tensor]:
-    """``sink``, ``previous_token`` and ``spread`` ``[L, H]`` from ``[L, H, n, n]`` probabilities
-    of one unpadded text (NaN when it has one token)."""
+    """``sink``, ``previous_token`` and ``spread`` ``[L, H]`` from full probabilities.
+
+    Args:
+        probs: ``[L, H, n, n]`` probabilities of one unpadded text; with one token every
+            score is NaN.
+    """
     p = probs.double()
     if p.shape[-1] < 2:
         nan = torch.full(p.shape[:2], float("nan"), dtype=torch.float64)
@@ -156,6 +160,9 @@ def bootstrap_heads(
     Args:
         values: ``[n_texts, L, H]``; texts with any NaN are dropped (a score undefined for
             a text is undefined for all its heads).
+        seed: Seed of the resampling.
+        n_resamples: Bootstrap resamples.
+        confidence: Level of the percentile interval.
 
     Returns:
         ``{"value", "low", "high": [L][H] lists, "n", "confidence", "method"}``; with one text
@@ -207,7 +214,7 @@ def classify(
         raise ValueError(f"no class {unknown}; thresholds apply to {', '.join(PRECEDENCE)}")
     shape = next(np.asarray(v, dtype=float).shape for v in means.values() if v is not None)
     arrays = {c: np.asarray(means[c], dtype=float) for c in PRECEDENCE if means.get(c) is not None}
-    labels = [[[] for _ in range(shape[1])] for _ in range(shape[0])]
+    labels: list[list[list[str]]] = [[[] for _ in range(shape[1])] for _ in range(shape[0])]
     for c in PRECEDENCE:
         if c in arrays:
             for layer, head in zip(*np.nonzero(arrays[c] >= rule[c])):
@@ -322,6 +329,9 @@ def emergence(
     Args:
         revisions: Checkpoints in training order.
         means: Per checkpoint, mean scores ``{score: [L][H]}``.
+        model: The model's name, for the token counts its revision names imply.
+        thresholds: Class thresholds (defaults: ``THRESHOLDS``).
+        top_k: How many top heads per class get a trajectory.
         model: Model id (decides whether Pythia's tokens-per-step applies).
 
     Returns:
@@ -339,7 +349,9 @@ def emergence(
         int(np.asarray(v).size) for m in means for v in m.values() if v is not None
     )
     tokens = [revision_tokens(model, r) for r in revisions]
-    fraction, max_score, first = {}, {}, {}
+    fraction: dict[str, list] = {}
+    max_score: dict[str, list] = {}
+    first: dict[str, dict | None] = {}
     for c in PRECEDENCE:
         fraction[c] = [cl["counts"][c] / n_heads_total for cl in classes]
         max_score[c] = [float(np.nanmax(m[c])) if m.get(c) is not None else None for m in means]

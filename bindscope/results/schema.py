@@ -90,6 +90,11 @@ def _type_problems(record: dict) -> list[str]:
     return out
 
 
+def _is_repeated(record: dict) -> bool:
+    """A head-taxonomy record of a repeated random sequence (task ``induction``)."""
+    return record["experiment"] == "heads" and record["condition"] == "repeated"
+
+
 def _identity_problems(record: dict) -> list[str]:
     """Schema, experiment, family, task, and a key that matches its fields."""
     out = []
@@ -100,7 +105,7 @@ def _identity_problems(record: dict) -> list[str]:
         out.append(f"unknown experiment {experiment!r}")
     if record["family"] not in {f.name for f in FAMILIES}:
         out.append(f"unknown family {record['family']!r}")
-    repeated = experiment == "heads" and record["condition"] == "repeated"
+    repeated = _is_repeated(record)
     if record["task"] not in (("induction",) if repeated else ("recognition", "generation")):
         out.append(f"unknown task {record['task']!r}")
     expected = record_key(
@@ -140,6 +145,7 @@ def _content_problems(record: dict) -> list[str]:
     """Provenance and metrics carry the fields their experiment requires."""
     out = []
     experiment = record["experiment"]
+    repeated = _is_repeated(record)
     missing = [k for k in PROVENANCE if k not in record["provenance"]]
     if missing:
         out.append(f"provenance lacks {missing}")

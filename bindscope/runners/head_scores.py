@@ -47,6 +47,8 @@ def score_rows(
         pairs_for: ``pairs_for(n) -> {score: [(query, key), ...]}`` in unpadded positions of a
             row of ``n`` tokens; a score with no pairs for a row is NaN there.
         spread: Also reduce the participation ratio over queries ``1..n-1``.
+        batch_size: Rows per forward pass.
+        progress: Show a progress bar.
 
     Returns:
         One ``{score: [L, H] float32}`` per row, in input order.
@@ -100,8 +102,11 @@ def score_rows(
 def text_scores(
     model, texts: Sequence[str], *, batch_size: int = 16, progress: bool = False
 ) -> list[dict[str, torch.Tensor]]:
-    """``sink``, ``previous_token`` and ``spread`` ``[L, H]`` per text (tokenized with the
-    model's BOS policy: position 0 is BOS exactly when ``model.prepend_bos``)."""
+    """``sink``, ``previous_token`` and ``spread`` ``[L, H]`` per text.
+
+    Texts are tokenized with the model's BOS policy: position 0 is BOS exactly when
+    ``model.prepend_bos``.
+    """
     rows = [model.tokenize(t) for t in texts]
     return score_rows(
         model, rows, text_pairs, spread=True, batch_size=batch_size, progress=progress
