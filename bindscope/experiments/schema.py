@@ -8,6 +8,10 @@ from bindscope.experiments.records import SCHEMA, read_records, record_key
 from bindscope.families import FAMILIES
 
 EXPERIMENTS = ("binding", "c5", "c5-ranking", "sweep", "fewshot", "controls")
+# issue 11: head scan (and the BSI it is compared with) and activation patching
+EXPERIMENTS += ("scan", "scan-bsi", "patching")
+SCAN_METRICS = ("logprob",)
+PATCHING_METRICS = ("clean", "corrupted", "patched")
 PROVENANCE = (
     "bindscope",
     "nnsight",
@@ -48,6 +52,7 @@ CONDITIONS = {
     "c5-ranking": ("clean",),
     "sweep": ("clean",),
     "controls": ("clean",),
+    "scan-bsi": ("clean",),
     "fewshot": ("zero_shot", "few_shot", "paraphrase"),
 }
 
@@ -92,11 +97,14 @@ def problems(record: dict) -> list[str]:
         isinstance(h, list) and len(h) == 2 and all(isinstance(x, int) for x in h) for h in heads
     ):
         out.append("heads must be a list of [layer, head] integer pairs")
-    if record.get("ablation") not in (("zero", "mean") if heads else (None,)):
+    if record.get("ablation") not in (("zero", "mean", "patch") if heads else (None,)):
         out.append(f"ablation {record.get('ablation')!r} does not fit heads {heads}")
     allowed = CONDITIONS.get(experiment)
     condition = record["condition"]
-    if experiment == "c5":
+    if experiment in ("scan", "patching"):
+        if condition != "clean" and not condition.startswith("L"):
+            out.append(f"unknown {experiment} condition {condition!r}")
+    elif experiment == "c5":
         if condition not in ("baseline", "top", "bottom") and not condition.startswith("random:"):
             out.append(f"unknown c5 condition {condition!r}")
     elif allowed and condition not in allowed:
@@ -106,10 +114,14 @@ def problems(record: dict) -> list[str]:
         out.append(f"provenance lacks {missing}")
     metrics = record["metrics"]
     wanted: tuple[str, ...] = ()
-    if experiment in ("binding", "c5-ranking", "controls", "sweep"):
+    if experiment in ("binding", "c5-ranking", "controls", "sweep", "scan-bsi"):
         wanted = BINDING_METRICS + (("behaviour",) if experiment == "sweep" else ())
     elif experiment in ("c5", "fewshot"):
         wanted = RECOGNITION_METRICS if record["task"] == "recognition" else GENERATION_METRICS
+    elif experiment == "scan":
+        wanted = SCAN_METRICS + (RECOGNITION_METRICS if record["task"] == "recognition" else ())
+    elif experiment == "patching":
+        wanted = PATCHING_METRICS
     missing = [k for k in wanted if k not in metrics]
     if missing:
         out.append(f"metrics lack {missing}")
