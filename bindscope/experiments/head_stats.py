@@ -113,3 +113,43 @@ def map_correlation(
         "n_prompts": int(n),
         "n_cells": int(x.shape[1]),
     }
+
+
+def _cell_line(cell: dict) -> str:
+    def f(x):
+        return "-" if x is None else f"{x:.3f}"
+
+    p = cell.get("p_adjusted")
+    mark = "*" if cell.get("significant") else " "
+    padj = "-" if p is None else (f"{p:.2g}" if p >= 1e-3 else "<0.001")
+    return (
+        f"{cell['condition']:<10}{f(cell['value']):>9} [{f(cell['low'])}, {f(cell['high'])}]"
+        f"  p_adj {padj}{mark}"
+    )
+
+
+def summary_lines(s: dict, *, top: int = 5) -> list[str]:
+    """Readable lines of a scan or patching summary: top conditions per model and metric."""
+    name = "Head scan" if s["experiment"] == "scan" else "Activation patching"
+    out = [f"{name}: {s.get('effect', '')}; 95% paired bootstrap CIs, {s.get('correction')} p"]
+    for label, m in s.get("models", {}).items():
+        if s["experiment"] == "scan":
+            out.append(f"  {label}: {m['n_prompts']} prompts")
+            for metric, block in m["metrics"].items():
+                n_sig = len(block["significant"])
+                out.append(f"    {metric} (clean {block['clean_mean']:.3f}; {n_sig} significant)")
+                out += [f"      {_cell_line(c)}" for c in block["top"][:top]]
+            corr = m.get("bsi_vs_effect")
+            if corr and corr.get("value") is not None:
+                out.append(
+                    f"    BSI vs effect: Spearman {corr['value']:.3f} "
+                    f"[{corr['low']:.3f}, {corr['high']:.3f}] over {corr['n_prompts']} prompts"
+                )
+        else:
+            out.append(
+                f"  {label}: {m['n_pairs']} pairs ({m['n_pairs_no_gap']} without a gap, "
+                f"{m['pairs_skipped']} of unequal length skipped); "
+                f"{len(m['significant'])} significant"
+            )
+            out += [f"    {_cell_line(c)}" for c in m["top"][:top]]
+    return out

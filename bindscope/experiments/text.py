@@ -34,6 +34,8 @@ def summary_lines(summary: dict) -> list[str]:
         "sweep": _sweep,
         "fewshot": _fewshot,
         "controls": _controls,
+        "scan": _heads,
+        "patching": _heads,
     }.get(kind)
     return fn(summary) if fn else [f"(no text view for experiment {kind!r})"]
 
@@ -146,3 +148,10 @@ def _controls(s: dict) -> list[str]:
                 f"{est(mt.get('cohens_d'), digits=2)} ({mt['n']})"
             )
     return out
+
+
+def _heads(s: dict) -> list[str]:
+    """Scan and patching: top conditions with CIs and adjusted p (issue 11)."""
+    from bindscope.experiments.head_stats import summary_lines as head_lines
+
+    return head_lines(s)
