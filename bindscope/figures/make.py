@@ -7,6 +7,8 @@ from pathlib import Path
 
 from bindscope.errors import BindscopeError
 from bindscope.figures import binding, c5, controls, fewshot, sweep
+from bindscope.figures import patching as patching_figures
+from bindscope.figures import scan as scan_figures
 from bindscope.figures.results import ExperimentResults, MissingData, load_results
 from bindscope.figures.style import rc_context, save
 
@@ -17,6 +19,8 @@ SECTIONS = {
     "c5": c5,
     "sweep": sweep,
     "fewshot": fewshot,
+    "scan": scan_figures,
+    "patching": patching_figures,
 }
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from bindscope.errors import InputError, RecordFileError
 from bindscope.experiments.records import read_records
 
-EXPERIMENTS = ("binding", "controls", "c5", "sweep", "fewshot")
+EXPERIMENTS = ("binding", "controls", "c5", "sweep", "fewshot", "scan", "patching")
 
 VERSION_FIELDS = ("bindscope", "nnsight", "transformers", "torch")
 

@@ -24,6 +24,7 @@ SIZES: dict[str, tuple[float, float]] = {
     "fewshot": (8.0, 9.0),
     "sweep_emergence": (8.0, 6.0),
     "sweep_leadlag": (8.0, 4.4),
+    "scan": (12.0, 5.0),
 }
 
 # Okabe & Ito (2008): distinguishable with the common colour-vision deficiencies.
