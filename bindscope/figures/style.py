@@ -25,6 +25,7 @@ SIZES: dict[str, tuple[float, float]] = {
     "sweep_emergence": (8.0, 6.0),
     "sweep_leadlag": (8.0, 4.4),
     "scan": (12.0, 5.0),
+    "patching": (12.0, 5.0),
 }
 
 # Okabe & Ito (2008): distinguishable with the common colour-vision deficiencies.
