@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from bindscope.figures import markdown as md
 from bindscope.figures.results import ExperimentResults, MissingData, need
@@ -49,6 +50,8 @@ def heads_figure(label: str, effect, significant, top, what: str, *, limit: int 
     for layer, head in significant:
         heat.plot(head, layer, marker="o", ms=4, mfc="none", mec="black", mew=1.0)
     heat.set(xlabel="head", ylabel="layer", title=f"{short_label(label)}: {what}")
+    heat.xaxis.set_major_locator(MaxNLocator(integer=True))
+    heat.yaxis.set_major_locator(MaxNLocator(integer=True))
     heat.invert_yaxis()
     shown = top[:limit][::-1]
     y = np.arange(len(shown))
