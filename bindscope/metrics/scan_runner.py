@@ -51,10 +51,15 @@ class ScoredSequence:
             )
 
 
-def _targets(batch, sequences: Sequence[ScoredSequence]):
-    """Positions, ids and weights ``[b, T]`` of every target token in a left-padded batch."""
+def _targets(batch, sequences: Sequence[ScoredSequence], keep: int | None = None):
+    """Positions, ids and weights ``[b, T]`` of every target token in a left-padded batch.
+
+    With ``keep``, positions count within the last ``keep`` logits only (left padding puts
+    every target among the last ``T + 1`` positions, so only those need the unembedding).
+    """
     width = batch.input_ids.shape[1]
     t = max(s.n_target for s in sequences)
+    shift = width - keep if keep is not None else 0
     index = torch.zeros(len(sequences), t, dtype=torch.long)
     target = torch.zeros(len(sequences), t, dtype=torch.long)
     weight = torch.zeros(len(sequences), t)
@@ -62,7 +67,7 @@ def _targets(batch, sequences: Sequence[ScoredSequence]):
         n = len(s.ids)
         for j in range(s.n_target):
             position = n - s.n_target + j  # of the target token in the unpadded sequence
-            index[r, j] = width - n + position - 1  # the logits that predict it
+            index[r, j] = width - n + position - 1 - shift  # the logits that predict it
             target[r, j] = s.ids[position]
             weight[r, j] = 1.0 / s.n_target
     return index, target, weight
@@ -88,11 +93,11 @@ def _ablate(model, layer, keep, means):
 
 
 @torch.no_grad()
-def _clean(model, batch, index, target, weight, keep_layers: int):
+def _clean(model, batch, index, target, weight, keep_layers: int, options: dict):
     """One clean pass: target scores ``[b]`` and layers' outputs ``[b, W, d]`` below
     ``keep_layers``."""
     layers = model.nnsight.model.layers
-    with model.nnsight.trace(**batch.inputs, **model.trace_options):
+    with model.nnsight.trace(**batch.inputs, **options, **model.trace_options):
         outputs = [].save()
         for i in range(keep_layers):
             outputs.append(layers[i].output)  # [b, W, d]
@@ -102,11 +107,11 @@ def _clean(model, batch, index, target, weight, keep_layers: int):
 
 
 @torch.no_grad()
-def _conditions_pass(model, inputs, index, target, weight, keep, means, start, residual):
+def _conditions_pass(model, inputs, index, target, weight, keep, means, start, residual, options):
     """Scores ``[rows]`` of one pass; layers below ``start`` are skipped, replaced by
     ``residual`` (the clean output of layer ``start - 1`` for every row)."""
     layers = model.nnsight.model.layers
-    with model.nnsight.trace(**inputs, **model.trace_options):
+    with model.nnsight.trace(**inputs, **options, **model.trace_options):
         for i in range(start):
             layers[i].skip(residual)
         for layer in sorted(keep):
@@ -165,17 +170,23 @@ def condition_scores(
     keep_layers = max(starts) if strategy == "residual" else 0
     batches = list(model.batches([list(s.ids) for s in sequences], batch_size=batch_size))
     bar = tqdm(total=len(batches), desc=f"scan ({strategy})", unit="batch", disable=not progress)
+    from bindscope.metrics.behaviour import _keeps_logits
+
+    keeps = _keeps_logits(model)
     for batch in batches:
         part = [sequences[i] for i in batch.indices]
-        index, target, weight = _targets(batch, part)
-        found, outputs = _clean(model, batch, index, target, weight, keep_layers)
+        # the unembedding runs only where a target is predicted (the last T + 1 positions)
+        last = max(s.n_target for s in part) + 1 if keeps else None
+        options = {"logits_to_keep": last} if keeps else {}
+        index, target, weight = _targets(batch, part, last)
+        found, outputs = _clean(model, batch, index, target, weight, keep_layers, options)
         clean[batch.indices] = found.double().numpy()
         b = len(part)
         if strategy == "naive":
             for c in range(len(conditions)):
                 keep = _keep_masks(model, conditions, [c] * b)
                 got = _conditions_pass(
-                    model, batch.inputs, index, target, weight, keep, table, 0, None
+                    model, batch.inputs, index, target, weight, keep, table, 0, None, options
                 )
                 scores[c, batch.indices] = got.double().numpy()
             bar.update(1)
@@ -198,6 +209,7 @@ def condition_scores(
                     table,
                     start,
                     residual,
+                    options,
                 )
                 for (c, r), value in zip(chunk, got.double().tolist()):
                     scores[c, batch.indices[r]] = value
