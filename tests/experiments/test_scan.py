@@ -96,3 +96,35 @@ def test_layer_unit_and_holm(tiny_llama, tiny_prompts, tmp_path):
     )
     assert summary["correction"] == "holm" and "bsi_vs_effect" not in m
     validate_file(tmp_path / "out" / "scan" / "records.jsonl")
+
+
+def test_records_with_a_target_are_scanned_by_its_logprob(tiny_llama, tmp_path):
+    rows = [
+        {
+            "prompt_id": f"gen_00{i}",
+            "term": "screen reader",
+            "task": "generation",
+            "template": f"{stem} a screen reader",
+            "max_tokens": 5,
+            "target": " reads the page aloud",
+        }
+        for i, stem in enumerate(["In web accessibility,", "Blind users use", "We test"])
+    ]
+    path = prompts_tiny.write(tmp_path, rows, name="targets.jsonl")
+    summary = scan.run(tiny_llama, prompts=path, out=tmp_path / "out", n_resamples=99,
+                       progress=False)  # fmt: skip
+    m = next(iter(summary["models"].values()))
+    assert m["n_prompts"] == 3 and "accuracy" not in m["metrics"]
+    assert validate_file(tmp_path / "out" / "scan" / "records.jsonl") > 3
+    records = list(read_records(tmp_path / "out" / "scan" / "records.jsonl"))
+    clean = [r for r in records if r["experiment"] == "scan" and r["condition"] == "clean"]
+    ids = tiny_llama.tokenize(rows[0]["template"])
+    target = tiny_llama.tokenizer(rows[0]["target"], add_special_tokens=False)["input_ids"]
+    logits = tiny_llama.logits([ids + target])[0]  # prompt and target tokenized apart
+    logp = logits.log_softmax(-1)
+    want = np.mean([float(logp[len(ids) + j - 1, t]) for j, t in enumerate(target)])
+    got = next(r for r in clean if r["prompt_id"] == "gen_000")["metrics"]["logprob"]
+    from tests.tolerance import logit_bound
+
+    # a mean log-prob: twice the logits' rounding bound (log-softmax)
+    assert abs(got - want) <= 2 * logit_bound(tiny_llama, [rows[0]["template"]])
