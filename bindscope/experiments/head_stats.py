@@ -16,6 +16,21 @@ from bindscope.metrics import stats
 CORRECTIONS = {"bh": "fdr_bh", "holm": "holm"}
 
 
+def previous_options(path) -> dict:
+    """``correction`` and ``n_resamples`` of an existing summary (empty when there is none)."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    try:
+        found = json.loads(path.read_text("utf-8"))
+    except ValueError:
+        return {}
+    return {k: found[k] for k in ("correction", "n_resamples") if found.get(k) is not None}
+
+
 def cell_stats(
     a: np.ndarray, b: np.ndarray, *, seed: int, n_resamples: int, alternative: str
 ) -> dict:

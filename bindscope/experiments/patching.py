@@ -296,18 +296,26 @@ def summarize_patching(
         "pairs": settings["pairs"],
         "seed": settings["seed"],
         "correction": correction,
+        "n_resamples": n_resamples,
         "effect": "(patched - corrupted) / (clean - corrupted), mean over pairs",
         "models": models,
     }
 
 
-def summarize(folder: str | Path, *, correction: str = "bh", n_resamples: int = 9999) -> dict:
-    """Summarise ``folder/records.jsonl`` into ``folder/summary.json``."""
+def summarize(
+    folder: str | Path, *, correction: str | None = None, n_resamples: int | None = None
+) -> dict:
+    """Summarise ``folder/records.jsonl`` into ``folder/summary.json``.
+
+    ``correction`` and ``n_resamples`` default to those of the summary already there (so
+    ``bindscope summarize`` keeps a run's ``--correction``), else ``bh`` and 9999.
+    """
     folder = Path(folder)
+    previous = head_stats.previous_options(folder / "summary.json")
     summary = summarize_patching(
         list(read_records(folder / "records.jsonl")),
-        correction=correction,
-        n_resamples=n_resamples,
+        correction=correction or previous.get("correction", "bh"),
+        n_resamples=n_resamples or previous.get("n_resamples", 9999),
     )
     write_summary(folder / "summary.json", summary)
     return summary

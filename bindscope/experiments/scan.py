@@ -240,6 +240,7 @@ def summarize_scan(
         "unit": settings["unit"],
         "seed": settings["seed"],
         "correction": correction,
+        "n_resamples": n_resamples,
         "effect": "clean - ablated, mean over prompts (positive: the condition hurts)",
         "models": models,
     }
@@ -333,13 +334,20 @@ def _bsi_correlation(first, bsi_records, table, clean, names, heads, n_heads, se
     return found
 
 
-def summarize(folder: str | Path, *, correction: str = "bh", n_resamples: int = 9999) -> dict:
-    """Summarise ``folder/records.jsonl`` into ``folder/summary.json``."""
+def summarize(
+    folder: str | Path, *, correction: str | None = None, n_resamples: int | None = None
+) -> dict:
+    """Summarise ``folder/records.jsonl`` into ``folder/summary.json``.
+
+    ``correction`` and ``n_resamples`` default to those of the summary already there (so
+    ``bindscope summarize`` keeps a run's ``--correction``), else ``bh`` and 9999.
+    """
     folder = Path(folder)
+    previous = head_stats.previous_options(folder / "summary.json")
     summary = summarize_scan(
         list(read_records(folder / "records.jsonl")),
-        correction=correction,
-        n_resamples=n_resamples,
+        correction=correction or previous.get("correction", "bh"),
+        n_resamples=n_resamples or previous.get("n_resamples", 9999),
     )
     write_summary(folder / "summary.json", summary)
     return summary

@@ -95,6 +95,9 @@ def test_layer_unit_and_holm(tiny_llama, tiny_prompts, tmp_path):
         1,
     )
     assert summary["correction"] == "holm" and "bsi_vs_effect" not in m
+    # `bindscope summarize` keeps the run's correction and resamples
+    again = scan.summarize(tmp_path / "out" / "scan")
+    assert again == summary
     validate_file(tmp_path / "out" / "scan" / "records.jsonl")
 
 
