@@ -303,6 +303,58 @@ def cmd_controls(args) -> int:
     return 0
 
 
+def cmd_scan(args) -> int:
+    from bindscope.experiments import scan
+
+    specs = args.model or [None]
+    if args.revision and len(specs) > 1:
+        raise BindscopeError("--revision applies to one model; use --model id@revision instead")
+    summary = scan.run(
+        [_load(spec, args.revision, args) for spec in specs],
+        prompts=args.prompts,
+        out=args.out,
+        ablation=args.ablation,
+        unit=args.unit,
+        correction=args.correction,
+        seed=args.seed,
+        limit=args.limit,
+        batch_size=args.batch_size,
+        n_resamples=args.n_resamples,
+        force=args.force,
+        progress=not args.no_progress,
+    )
+    _print_summary(summary)
+    return 0
+
+
+def cmd_patch(args) -> int:
+    from bindscope.experiments import patching
+
+    summary = patching.run(
+        _load(args.model, args.revision, args),
+        pairs=args.pairs,
+        out=args.out,
+        unit=args.unit,
+        correction=args.correction,
+        seed=args.seed,
+        limit=args.limit,
+        batch_size=args.batch_size,
+        n_resamples=args.n_resamples,
+        force=args.force,
+        progress=not args.no_progress,
+    )
+    _print_summary(summary)
+    return 0
+
+
+def _scan_options(p) -> None:
+    """Options of the per-head scans (``scan``, ``patch``)."""
+    p.add_argument("--unit", choices=("head", "layer"), default="head")
+    p.add_argument("--correction", choices=("bh", "holm"), default="bh", help="across heads")
+    p.add_argument("--limit", type=int, default=None, help="only the first N prompts/pairs")
+    p.add_argument("--n-resamples", type=int, default=9999, help="bootstrap/permutation draws")
+
+
 def cmd_summarize(args) -> int:
     from bindscope.experiments import summarize
 
@@ -414,6 +466,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--controls", default="controls")
     p.add_argument("--real", default="canonical")
     p.set_defaults(func=cmd_controls)
+
+    p = sub.add_parser("scan", help="ablate every head alone: effect map with CIs and BH p")
+    _common(p, several=True)
+    p.add_argument("--prompts", default="canonical")
+    p.add_argument("--ablation", choices=("zero", "mean"), default="zero")
+    _scan_options(p)
+    p.set_defaults(func=cmd_scan)
+
+    p = sub.add_parser("patch", help="patch each head from clean into corrupted runs")
+    _common(p)
+    p.add_argument("--pairs", default="pairs", help="'pairs' (built-in) or a pair file")
+    _scan_options(p)
+    p.set_defaults(func=cmd_patch)
 
     p = sub.add_parser("summarize", help="recompute summary.json files from records")
     p.add_argument("results", type=Path)

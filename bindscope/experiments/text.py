@@ -35,6 +35,8 @@ def summary_lines(summary: dict) -> list[str]:
         "fewshot": _fewshot,
         "controls": _controls,
         "heads": _heads,
+        "scan": _head_effects,
+        "patching": _head_effects,
     }.get(kind)
     return fn(summary) if fn else [f"(no text view for experiment {kind!r})"]
 
@@ -173,3 +175,10 @@ def _heads(s: dict) -> list[str]:
         if lead is not None:
             out.append(f"    induction leads sink formation by {lead:,} tokens")
     return out
+
+
+def _head_effects(s: dict) -> list[str]:
+    """Scan and patching: top conditions with CIs and adjusted p (issue 11)."""
+    from bindscope.experiments.head_stats import summary_lines as head_lines
+
+    return head_lines(s)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from bindscope.errors import BindscopeError
 from bindscope.figures import binding, c5, controls, fewshot, heads, sweep
+from bindscope.figures import patching as patching_figures
+from bindscope.figures import scan as scan_figures
 from bindscope.figures.style import rc_context, save
 from bindscope.results.summaries import ExperimentResults, MissingData, load_results
 
@@ -18,6 +20,8 @@ SECTIONS = {
     "sweep": sweep,
     "fewshot": fewshot,
     "heads": heads,
+    "scan": scan_figures,
+    "patching": patching_figures,
 }
 
 

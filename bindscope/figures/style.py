@@ -26,6 +26,8 @@ SIZES: dict[str, tuple[float, float]] = {
     "sweep_leadlag": (8.0, 4.4),
     "heads_map": (10.0, 6.0),
     "heads_emergence": (12.0, 7.0),
+    "scan": (12.0, 5.0),
+    "patching": (12.0, 5.0),
 }
 
 # Okabe & Ito (2008): distinguishable with the common colour-vision deficiencies.

@@ -7,7 +7,21 @@ from pathlib import Path
 from bindscope.families import FAMILIES
 from bindscope.results.records import SCHEMA, read_records, record_key
 
-EXPERIMENTS = ("binding", "c5", "c5-ranking", "sweep", "fewshot", "controls", "heads")
+# scan-bsi: the BSI records a head scan compares its effect map with
+EXPERIMENTS = (
+    "binding",
+    "c5",
+    "c5-ranking",
+    "sweep",
+    "fewshot",
+    "controls",
+    "heads",
+    "scan",
+    "scan-bsi",
+    "patching",
+)
+SCAN_METRICS = ("logprob",)
+PATCHING_METRICS = ("clean", "corrupted", "patched")
 PROVENANCE = (
     "bindscope",
     "nnsight",
@@ -50,6 +64,7 @@ CONDITIONS = {
     "c5-ranking": ("clean",),
     "sweep": ("clean",),
     "controls": ("clean",),
+    "scan-bsi": ("clean",),
     "fewshot": ("zero_shot", "few_shot", "paraphrase"),
     "heads": ("clean", "repeated"),
 }
@@ -124,7 +139,7 @@ def _head_problems(record: dict) -> list[str]:
         isinstance(h, list) and len(h) == 2 and all(isinstance(x, int) for x in h) for h in heads
     ):
         out.append("heads must be a list of [layer, head] integer pairs")
-    if record.get("ablation") not in (("zero", "mean") if heads else (None,)):
+    if record.get("ablation") not in (("zero", "mean", "patch") if heads else (None,)):
         out.append(f"ablation {record.get('ablation')!r} does not fit heads {heads}")
     return out
 
@@ -133,7 +148,10 @@ def _condition_problems(record: dict) -> list[str]:
     """The condition is one its experiment knows."""
     experiment, condition = record["experiment"], record["condition"]
     allowed = CONDITIONS.get(experiment)
-    if experiment == "c5":
+    if experiment in ("scan", "patching"):
+        if condition != "clean" and not condition.startswith("L"):
+            return [f"unknown {experiment} condition {condition!r}"]
+    elif experiment == "c5":
         if condition not in ("baseline", "top", "bottom") and not condition.startswith("random:"):
             return [f"unknown c5 condition {condition!r}"]
     elif allowed and condition not in allowed:
@@ -151,12 +169,16 @@ def _content_problems(record: dict) -> list[str]:
         out.append(f"provenance lacks {missing}")
     metrics = record["metrics"]
     wanted: tuple[str, ...] = ()
-    if experiment in ("binding", "c5-ranking", "controls", "sweep"):
+    if experiment in ("binding", "c5-ranking", "controls", "sweep", "scan-bsi"):
         wanted = BINDING_METRICS + (("behaviour",) if experiment == "sweep" else ())
     elif experiment == "heads":
         wanted = HEAD_REPEATED_METRICS if repeated else BINDING_METRICS + HEAD_TEXT_METRICS
     elif experiment in ("c5", "fewshot"):
         wanted = RECOGNITION_METRICS if record["task"] == "recognition" else GENERATION_METRICS
+    elif experiment == "scan":
+        wanted = SCAN_METRICS + (RECOGNITION_METRICS if record["task"] == "recognition" else ())
+    elif experiment == "patching":
+        wanted = PATCHING_METRICS
     missing = [k for k in wanted if k not in metrics]
     if missing:
         out.append(f"metrics lack {missing}")

@@ -14,7 +14,7 @@ from bindscope.errors import InputError, RecordFileError
 from bindscope.results.labels import record_label
 from bindscope.results.records import read_records
 
-EXPERIMENTS = ("binding", "controls", "c5", "sweep", "fewshot", "heads")
+EXPERIMENTS = ("binding", "controls", "c5", "sweep", "fewshot", "heads", "scan", "patching")
 
 VERSION_FIELDS = ("bindscope", "nnsight", "transformers", "torch")
 

@@ -55,6 +55,10 @@ def head_setting(record, name):
     return record["provenance"]["settings"][name]
 
 
+def scan_setting(record, name):
+    return record["provenance"]["scan"][name]
+
+
 def seed_recorded(record, value):
     return record["provenance"]["seed"] == int(value or 0)
 
@@ -176,6 +180,34 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
         **MODEL,
         "--controls": Changes("controls", "controls_one", prompt_file),
         "--real": Changes("two", "one", prompt_file),
+    },
+    "scan": {
+        **LOAD,
+        **RUN,
+        **MODEL,
+        "--prompts": Changes("two", "one", prompt_file),
+        "--ablation": Changes("zero", "mean", lambda r, v: scan_setting(r, "ablation") == v),
+        "--unit": Changes("head", "layer", lambda r, v: scan_setting(r, "unit") == v),
+        "--limit": Changes("1", "2", lambda r, v: scan_setting(r, "limit") == int(v)),
+        "--correction": NoEffect(
+            "multiple-comparison method of the summary",
+            "tests/experiments/test_scan.py::test_layer_unit_and_holm",
+        ),
+        "--n-resamples": NoEffect("bootstrap and permutation draws of the summary"),
+    },
+    "patch": {
+        **{option: NoEffect("the same loader as scan's") for option in (*LOAD, *MODEL)},
+        **{option: NoEffect("the same run options as scan's") for option in RUN},
+        "--pairs": NoEffect(
+            "the pair file",
+            "tests/experiments/test_patching.py::test_resume_gives_the_same_summary",
+        ),
+        "--unit": NoEffect(
+            "head or layer", "tests/experiments/test_patching.py::test_cli_scan_and_patch"
+        ),
+        "--limit": NoEffect("first N pairs"),
+        "--correction": NoEffect("multiple-comparison method of the summary"),
+        "--n-resamples": NoEffect("bootstrap and permutation draws of the summary"),
     },
     "summarize": {"results": NoEffect("the folder read")},
     "figures": {"results": NoEffect("the folder read"), "--out": NoEffect("where figures go")},
@@ -305,6 +337,8 @@ def _argv(command, option, value, root, files, out) -> list[str]:
         base.update({"--model": str(root / "ckptA"), "--revisions": "step1"})
     if command == "c5":
         base.update({"--k": "1", "--n-random": "1"})
+    if command == "scan":
+        base.update({"--n-resamples": "99"})
     if command == "controls":
         del base["--prompts"]
         base.update({"--controls": files["controls"], "--real": files["two"]})

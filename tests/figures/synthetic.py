@@ -14,6 +14,8 @@ import numpy as np
 
 from bindscope.experiments.binding_run import summarize_binding
 from bindscope.experiments.c5 import summarize_c5
+from bindscope.experiments.patching import summarize_patching
+from bindscope.experiments.scan import summarize_scan
 from bindscope.metrics.stats import wilson_ci
 from bindscope.results.records import SCHEMA, record_key, write_summary
 
@@ -26,13 +28,15 @@ MODELS_OF = {
     "fewshot": MODELS[:1],
     "c5": MODELS,
     "sweep": MODELS[:1],
+    "scan": MODELS[:1],
+    "patching": MODELS[:1],
 }
 N_LAYERS, N_HEADS = 3, 4
 TERMS = ("screen reader", "alt text", "skip link")
 PROMPTS_PER_TERM = 2
 REVISIONS = ("step0", "step1000", "step2000", "step4000")
 N_RANDOM = 6
-ALL = ("binding", "controls", "c5", "sweep", "fewshot", "heads")
+ALL = ("binding", "controls", "c5", "sweep", "fewshot", "heads", "scan", "patching")
 HEAD_REVISIONS = REVISIONS[:2]  # two checkpoints: a map each and one emergence figure
 
 
@@ -380,6 +384,54 @@ def heads_records(seed: int = 0) -> list[dict]:
     return out
 
 
+def scan_records(seed: int = 0) -> list[dict]:
+    """Scan records (head (1, 2) matters) and the BSI records it is compared with."""
+    rng = np.random.default_rng(seed)
+    settings = {"ablation": "zero", "unit": "head", "seed": 0, "limit": None}
+    out = []
+    for model in MODELS_OF["scan"]:
+        for term, pid in _prompts():
+            clean = -1.0 + 0.1 * rng.standard_normal()
+            conditions = {"clean": ([], clean)}
+            for layer in range(N_LAYERS):
+                for head in range(N_HEADS):
+                    drop = (0.8 if (layer, head) == (1, 2) else 0.0) + 0.05 * rng.standard_normal()
+                    conditions[f"L{layer}.H{head}"] = ([[layer, head]], clean - drop)
+            for name, (heads, value) in conditions.items():
+                metrics = {"logprob": value, "choice_scores": [value, -3.0], "prediction": 0}
+                metrics["score"] = int(value > -1.5)
+                rec = record("scan", model, term, pid, name, metrics, task="recognition",
+                             heads=heads, scan=settings)  # fmt: skip
+                rec["provenance"].update(n_layers=N_LAYERS, n_heads=N_HEADS, scan=settings)
+                out.append(rec)
+            bsi = binding_metrics(rng)
+            out.append(record("scan-bsi", model, term, pid, "clean", bsi, task="recognition"))
+    return out
+
+
+def patching_records(seed: int = 0) -> list[dict]:
+    """Patching records: head (2, 1) recovers about 1, the others about 0."""
+    rng = np.random.default_rng(seed)
+    settings = {"unit": "head", "seed": 0, "limit": None, "pairs": "pairs"}
+    out = []
+    for model in MODELS_OF["patching"]:
+        for term, pid in _prompts():
+            clean, corrupted = -1.0, -3.0
+            conditions = {"clean": ([], clean)}
+            for layer in range(N_LAYERS):
+                for head in range(N_HEADS):
+                    share = (1.0 if (layer, head) == (2, 1) else 0.0) + 0.05 * rng.standard_normal()
+                    conditions[f"L{layer}.H{head}"] = ([[layer, head]], corrupted + 2.0 * share)
+            for name, (heads, value) in conditions.items():
+                metrics = {"clean": clean, "corrupted": corrupted, "patched": value}
+                rec = record("patching", model, term, pid, name, metrics, task="recognition",
+                             heads=heads, patching=settings)  # fmt: skip
+                rec["ablation"] = "patch" if heads else None
+                rec["provenance"].update(n_layers=N_LAYERS, n_heads=N_HEADS, pairs_skipped=0)
+                out.append(rec)
+    return out
+
+
 def write_records(path: Path, records: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records), "utf-8")
@@ -400,6 +452,12 @@ def write_results(root: Path, experiments=ALL) -> Path:
 
             records = heads_records()
             summary = summarize_heads(records)
+        elif name == "scan":
+            records = scan_records()
+            summary = summarize_scan(records, n_resamples=199)
+        elif name == "patching":
+            records = patching_records()
+            summary = summarize_patching(records, n_resamples=199)
         else:
             records = {
                 "sweep": sweep_records,
@@ -428,4 +486,6 @@ def expected_figures() -> set[str]:
     names |= {f"sweep_emergence_{slug(m)}" for m in MODELS_OF["sweep"]}
     names |= {f"heads_map_{slug(MODELS[0] + '@' + r)}" for r in HEAD_REVISIONS}
     names |= {f"heads_emergence_{slug(MODELS[0])}"}
+    names |= {f"scan_{slug(m + '@main')}" for m in MODELS_OF["scan"]}
+    names |= {f"patching_{slug(m + '@main')}" for m in MODELS_OF["patching"]}
     return names

@@ -1,0 +1,170 @@
+"""Per-head statistics shared by the head scan and activation patching.
+
+Every cell of an ``[L, H]`` map carries a paired bootstrap CI over prompts and a paired
+sign-flip permutation p-value; p-values are adjusted across all cells of the map
+(Benjamini-Hochberg by default, Holm as an option) through statsmodels.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from bindscope.metrics import stats
+
+CORRECTIONS = {"bh": "fdr_bh", "holm": "holm"}
+
+
+def previous_options(path) -> dict:
+    """``correction`` and ``n_resamples`` of an existing summary (empty when there is none)."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    try:
+        found = json.loads(path.read_text("utf-8"))
+    except ValueError:
+        return {}
+    return {k: found[k] for k in ("correction", "n_resamples") if found.get(k) is not None}
+
+
+def cell_stats(
+    a: np.ndarray, b: np.ndarray, *, seed: int, n_resamples: int, alternative: str
+) -> dict:
+    """Mean of ``a - b`` over prompts with its CI and permutation p (``a``, ``b``: ``[n]``)."""
+    diff = a - b
+    if len(diff) < 2:
+        value = float(diff.mean()) if len(diff) else math.nan
+        return {"value": value, "low": None, "high": None, "p": None, "n": len(diff)}
+    if np.allclose(diff, diff[0], rtol=0, atol=0):
+        # a constant difference has no sampling variation to resample
+        value = float(diff[0])
+        return {"value": value, "low": value, "high": value, "p": 1.0 if value == 0 else None,
+                "n": len(diff)}  # fmt: skip
+    ci = stats.paired_difference(a, b, seed=seed, n_resamples=n_resamples)
+    test = stats.paired_permutation(
+        a, b, alternative=alternative, seed=seed, n_resamples=n_resamples
+    )
+    return {
+        "value": ci.value,
+        "low": ci.low,
+        "high": ci.high,
+        "p": test.p_value,
+        "n": ci.n,
+    }
+
+
+def adjust(cells: dict[str, dict], *, correction: str, alpha: float = 0.05) -> None:
+    """Add ``p_adjusted`` and ``significant`` to every cell (in place), across all cells."""
+    names = [n for n, c in cells.items() if c.get("p") is not None]
+    adjusted = (
+        stats.adjust_pvalues([cells[n]["p"] for n in names], method=CORRECTIONS[correction])
+        if names
+        else []
+    )
+    for cell in cells.values():
+        cell["p_adjusted"] = None
+        cell["significant"] = False
+    for name, p in zip(names, adjusted):
+        cells[name]["p_adjusted"] = p
+        cells[name]["significant"] = bool(p < alpha)
+
+
+def effect_map(cells: dict[str, dict], heads: dict[str, list], n_layers: int, n_heads: int):
+    """``[L, H]`` (or ``[L, 1]`` for layer conditions) lists of the cells' values."""
+    out = [[None] * n_heads for _ in range(n_layers)]
+    for name, cell in cells.items():
+        layer, head = heads[name]
+        out[layer][head] = cell["value"]
+    return out
+
+
+def top_cells(cells: dict[str, dict], heads: dict[str, list], k: int) -> list[dict]:
+    """The ``k`` cells with the largest value, with their CIs and adjusted p."""
+    ordered = sorted(
+        (n for n in cells if cells[n]["value"] is not None and not math.isnan(cells[n]["value"])),
+        key=lambda n: (-cells[n]["value"], heads[n]),
+    )
+    return [{"condition": n, "head": heads[n], **cells[n]} for n in ordered[:k]]
+
+
+def map_correlation(
+    x: np.ndarray, y: np.ndarray, *, seed: int, n_resamples: int = 999
+) -> dict | None:
+    """Spearman correlation of two maps averaged over prompts, with a bootstrap CI.
+
+    Args:
+        x, y: ``[prompts, cells]`` per-prompt values of two maps over the same prompts.
+
+    The CI resamples prompts (percentile interval): both maps are re-averaged on each
+    resample, so the interval reflects how much the head-by-head agreement depends on
+    which prompts were asked.
+    """
+    if x.shape[0] < 2 or x.shape[1] < 3:
+        return None
+    from scipy.stats import spearmanr
+
+    def rho(rows) -> float:
+        a, b = x[rows].mean(0), y[rows].mean(0)
+        if np.ptp(a) == 0 or np.ptp(b) == 0:
+            return math.nan
+        return float(spearmanr(a, b).statistic)
+
+    n = x.shape[0]
+    value = rho(np.arange(n))
+    rng = np.random.default_rng(seed)
+    draws = np.array([rho(rng.integers(0, n, n)) for _ in range(n_resamples)])
+    draws = draws[np.isfinite(draws)]
+    low, high = np.quantile(draws, [0.025, 0.975]) if len(draws) else (math.nan, math.nan)
+    return {
+        "value": value,
+        "low": float(low),
+        "high": float(high),
+        "confidence": 0.95,
+        "method": "spearman; bootstrap-percentile over prompts",
+        "n_prompts": int(n),
+        "n_cells": int(x.shape[1]),
+    }
+
+
+def _cell_line(cell: dict) -> str:
+    def f(x):
+        return "-" if x is None else f"{x:.3f}"
+
+    p = cell.get("p_adjusted")
+    mark = "*" if cell.get("significant") else " "
+    padj = "-" if p is None else (f"{p:.2g}" if p >= 1e-3 else "<0.001")
+    return (
+        f"{cell['condition']:<10}{f(cell['value']):>9} [{f(cell['low'])}, {f(cell['high'])}]"
+        f"  p_adj {padj}{mark}"
+    )
+
+
+def summary_lines(s: dict, *, top: int = 5) -> list[str]:
+    """Readable lines of a scan or patching summary: top conditions per model and metric."""
+    name = "Head scan" if s["experiment"] == "scan" else "Activation patching"
+    out = [f"{name}: {s.get('effect', '')}; 95% paired bootstrap CIs, {s.get('correction')} p"]
+    for label, m in s.get("models", {}).items():
+        if s["experiment"] == "scan":
+            out.append(f"  {label}: {m['n_prompts']} prompts")
+            for metric, block in m["metrics"].items():
+                n_sig = len(block["significant"])
+                out.append(f"    {metric} (clean {block['clean_mean']:.3f}; {n_sig} significant)")
+                out += [f"      {_cell_line(c)}" for c in block["top"][:top]]
+            corr = m.get("bsi_vs_effect")
+            if corr and corr.get("value") is not None:
+                out.append(
+                    f"    BSI vs effect: Spearman {corr['value']:.3f} "
+                    f"[{corr['low']:.3f}, {corr['high']:.3f}] over {corr['n_prompts']} prompts"
+                )
+        else:
+            out.append(
+                f"  {label}: {m['n_pairs']} pairs ({m['n_pairs_no_gap']} without a gap, "
+                f"{m['pairs_skipped']} of unequal length skipped); "
+                f"{len(m['significant'])} significant"
+            )
+            out += [f"    {_cell_line(c)}" for c in m["top"][:top]]
+    return out

@@ -1,0 +1,225 @@
+"""Score sequences under many single-head (or single-layer) ablations in few forward passes.
+
+A scan ablates one head (or one whole layer) per condition and scores each sequence by the
+mean log-probability of its target tokens. Layers below an ablated head's layer compute
+exactly what the clean run computes, so ``strategy="residual"`` runs each batch of
+sequences once clean, keeps every layer's output, and starts each condition at its own
+layer from the clean residual stream (the layers below are skipped with nnsight's
+``skip``). Conditions of one layer share a pass: the rows of a pass are (sequence,
+condition) pairs, each row zeroing (or mean-ablating) its own head. ``strategy="naive"``
+runs every condition over every sequence from the embeddings, one head per pass, for
+benchmarks and equivalence tests.
+
+Both strategies see the same left-padded batch of sequences, so they differ by rounding
+only (the layers below run on another batch shape in the clean pass).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import nnsight
+import numpy as np
+import torch
+
+from bindscope.errors import InputError
+from bindscope.interventions import ops
+
+__all__ = ["ScoredSequence", "condition_scores"]
+
+STRATEGIES = ("residual", "naive")
+
+
+@dataclass(frozen=True)
+class ScoredSequence:
+    """Token ids whose last ``n_target`` tokens are scored (mean log-prob per token).
+
+    Attributes:
+        ids: The whole sequence (prompt then target), BOS included when the model adds one.
+        n_target: How many final tokens are the target (at least 1, fewer than ``len(ids)``).
+    """
+
+    ids: tuple[int, ...]
+    n_target: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ids", tuple(int(i) for i in self.ids))
+        if not 0 < self.n_target < len(self.ids):
+            raise InputError(
+                f"a scored sequence of {len(self.ids)} tokens cannot have {self.n_target} "
+                "target tokens: the target needs at least one token and a prompt before it"
+            )
+
+
+def _targets(batch, sequences: Sequence[ScoredSequence], keep: int | None = None):
+    """Positions, ids and weights ``[b, T]`` of every target token in a left-padded batch.
+
+    With ``keep``, positions count within the last ``keep`` logits only (left padding puts
+    every target among the last ``T + 1`` positions, so only those need the unembedding).
+    """
+    width = batch.input_ids.shape[1]
+    t = max(s.n_target for s in sequences)
+    shift = width - keep if keep is not None else 0
+    index = torch.zeros(len(sequences), t, dtype=torch.long)
+    target = torch.zeros(len(sequences), t, dtype=torch.long)
+    weight = torch.zeros(len(sequences), t)
+    for r, s in enumerate(sequences):
+        n = len(s.ids)
+        for j in range(s.n_target):
+            position = n - s.n_target + j  # of the target token in the unpadded sequence
+            index[r, j] = width - n + position - 1 - shift  # the logits that predict it
+            target[r, j] = s.ids[position]
+            weight[r, j] = 1.0 / s.n_target
+    return index, target, weight
+
+
+def _keep_masks(model, conditions, rows) -> dict[int, torch.Tensor]:
+    """``{layer: keep [rows, H]}``: 0 where a row's condition ablates the head."""
+    keep: dict[int, torch.Tensor] = {}
+    for r, c in enumerate(rows):
+        for layer, head in conditions[c]:
+            keep.setdefault(layer, torch.ones(len(rows), model.n_heads))[r, head] = 0.0
+    return keep
+
+
+def _ablate(model, layer, keep, means):
+    """Zero (or replace by the means) the heads whose keep mask is 0, at one layer."""
+    if means is None:
+        ops.zero_heads(model.nnsight, layer, None, model.n_heads, model.head_dim, keep=keep)
+    else:
+        ops.mean_heads(
+            model.nnsight, layer, None, model.n_heads, model.head_dim, means[layer], keep == 0
+        )
+
+
+@torch.no_grad()
+def _clean(model, batch, index, target, weight, keep_layers: int, options: dict):
+    """One clean pass: target scores and the outputs of the layers below ``keep_layers``.
+
+    Scores are ``[b]``; each kept output is ``[b, W, d]``.
+    """
+    layers = model.nnsight.model.layers
+    with model.nnsight.trace(**batch.inputs, **options, **model.trace_options):
+        outputs: list = nnsight.save([])  # filled below, kept after the trace
+        for i in range(keep_layers):
+            outputs.append(layers[i].output)  # [b, W, d]
+        logits = model.nnsight.lm_head.output  # [b, W, V]
+        scores = ops.choice_logprob_sums(logits, index, target, weight).save()
+    return scores, outputs
+
+
+@torch.no_grad()
+def _conditions_pass(model, inputs, index, target, weight, keep, means, start, residual, options):
+    """Scores ``[rows]`` of one pass that starts at layer ``start``.
+
+    Layers below ``start`` are skipped and replaced by ``residual``, the clean output of
+    layer ``start - 1`` for every row.
+    """
+    layers = model.nnsight.model.layers
+    with model.nnsight.trace(**inputs, **options, **model.trace_options):
+        for i in range(start):
+            layers[i].skip(residual)
+        for layer in sorted(keep):
+            _ablate(model, layer, keep[layer], means)
+        logits = model.nnsight.lm_head.output  # [rows, W, V]
+        scores = ops.choice_logprob_sums(logits, index, target, weight).save()
+    return scores
+
+
+def condition_scores(
+    model,
+    sequences: Sequence[ScoredSequence],
+    conditions: Sequence[Sequence[tuple[int, int]]],
+    *,
+    means=None,
+    strategy: str = "residual",
+    batch_size: int = 16,
+    rows_per_pass: int | None = None,
+    progress: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mean target log-prob of every sequence, clean and under every condition.
+
+    Args:
+        model: A ``bindscope.Model`` (local).
+        sequences: What to score.
+        conditions: Heads ablated together per condition (one head, or every head of one
+            layer); ``strategy="residual"`` starts a condition at its lowest layer.
+        means: ``HeadMeans`` (from ``head_means``): mean-ablate instead of zeroing.
+        strategy: ``residual`` (shared clean pass, start at the ablated layer) or
+            ``naive`` (every condition from the embeddings, one condition per pass).
+        batch_size: Sequences per clean pass (and per naive pass).
+        rows_per_pass: Rows (sequence x condition) per condition pass under ``residual``
+            (default ``batch_size * n_heads``).
+        progress: Show a progress bar.
+
+    Returns:
+        ``(clean [S], scores [C, S])`` float64 arrays.
+    """
+    if strategy not in STRATEGIES:
+        raise InputError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
+    if getattr(model, "remote", False):
+        raise InputError(f"{model.name}: the scan runner runs local models only")
+    from tqdm.auto import tqdm
+
+    conditions = [model.check_heads(c) for c in conditions]
+    for i, heads in enumerate(conditions):
+        if not heads:
+            raise InputError(f"condition #{i} ablates no head; give at least one (layer, head)")
+    table = means.means if means is not None else None
+    rows_per_pass = rows_per_pass or batch_size * model.n_heads
+    clean = np.zeros(len(sequences))
+    scores = np.zeros((len(conditions), len(sequences)))
+    starts = [min(layer for layer, _ in c) for c in conditions]
+    by_start: dict[int, list[int]] = {}
+    for c, start in enumerate(starts):
+        by_start.setdefault(start, []).append(c)
+    keep_layers = max(starts) if strategy == "residual" else 0
+    batches = list(model.batches([list(s.ids) for s in sequences], batch_size=batch_size))
+    bar = tqdm(total=len(batches), desc=f"scan ({strategy})", unit="batch", disable=not progress)
+    from bindscope.runners.behaviour import _keeps_logits
+
+    keeps = _keeps_logits(model)
+    for batch in batches:
+        part = [sequences[i] for i in batch.indices]
+        # the unembedding runs only where a target is predicted (the last T + 1 positions)
+        last = max(s.n_target for s in part) + 1 if keeps else None
+        options = {"logits_to_keep": last} if keeps else {}
+        index, target, weight = _targets(batch, part, last)
+        found, outputs = _clean(model, batch, index, target, weight, keep_layers, options)
+        clean[batch.indices] = found.double().numpy()
+        b = len(part)
+        if strategy == "naive":
+            for c in range(len(conditions)):
+                keep = _keep_masks(model, conditions, [c] * b)
+                got = _conditions_pass(
+                    model, batch.inputs, index, target, weight, keep, table, 0, None, options
+                )
+                scores[c, batch.indices] = got.double().numpy()
+            bar.update(1)
+            continue
+        for start, members in sorted(by_start.items()):
+            pairs = [(c, r) for c in members for r in range(b)]  # condition-major rows
+            for lo in range(0, len(pairs), rows_per_pass):
+                chunk = pairs[lo : lo + rows_per_pass]
+                rows = torch.tensor([r for _, r in chunk])
+                inputs = {k: v[rows] for k, v in batch.inputs.items()}
+                keep = _keep_masks(model, conditions, [c for c, _ in chunk])
+                residual = outputs[start - 1][rows] if start > 0 else None
+                got = _conditions_pass(
+                    model,
+                    inputs,
+                    index[rows],
+                    target[rows],
+                    weight[rows],
+                    keep,
+                    table,
+                    start,
+                    residual,
+                    options,
+                )
+                for (c, r), value in zip(chunk, got.double().tolist()):
+                    scores[c, batch.indices[r]] = value
+        bar.update(1)
+    bar.close()
+    return clean, scores

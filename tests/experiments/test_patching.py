@@ -1,0 +1,121 @@
+"""Activation patching on tiny models: a planted head recovers ~1, the others ~0."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from bindscope.errors import PromptFileError
+from bindscope.experiments import patching
+from bindscope.results.schema import validate_file
+from tests.experiments import planted
+
+# clean/corrupted texts of equal length under the tiny byte tokenizer (checked below)
+PHRASES = ["a screen reader", "a skip link", "color contrast", "heading structure", "the dog",
+           "the river", "blind users", "the town", "the page", "keyboard focus"]  # fmt: skip
+SWAPS = [(a, b) for a in PHRASES for b in PHRASES if a != b]
+STEMS = [
+    "In web accessibility, {x} helps",
+    "True or False: {x} helps keyboard users",
+    "Developers should test {x} and",
+    "Alt text describes {x} for",
+    "Focus indicators show {x} near",
+    "Captions help {x} and",
+]
+
+
+def _pairs(model) -> list[dict]:
+    """Pairs whose answers (the model's own top tokens) differ between clean and corrupted."""
+    rows = []
+    for i, stem in enumerate(STEMS):
+        for j, (a, b) in enumerate(SWAPS):
+            clean, corrupted = stem.format(x=a), stem.format(x=b)
+            if len(model.tokenize(clean)) != len(model.tokenize(corrupted)):
+                continue
+            top = [int(x[-1].argmax()) for x in model.logits([clean, corrupted])]
+            if top[0] == top[1]:
+                continue
+            answers = [model.tokenizer.decode([t]) for t in top]
+            if [model.tokenizer(a, add_special_tokens=False)["input_ids"] for a in answers] != [
+                [t] for t in top
+            ]:
+                continue  # decoding does not round-trip to one token
+            if len(rows) == 12:
+                return rows
+            rows.append(
+                {
+                    "pair_id": f"p{i}{j}",
+                    "term": a,
+                    "clean": clean,
+                    "corrupted": corrupted,
+                    "clean_answer": answers[0],
+                    "corrupted_answer": answers[1],
+                }
+            )
+    return rows
+
+
+def _write(tmp_path, rows):
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), "utf-8")
+    return path
+
+
+def test_planted_head_recovers_one_others_zero(byte_tokenizer, tmp_path):
+    model = planted.one_layer_model(byte_tokenizer)
+    head = 5
+    planted.plant(model, head, up=20.0, down=0.02)  # one head carries what differs
+    rows = _pairs(model)
+    assert len(rows) >= 6
+    summary = patching.run(
+        model, pairs=_write(tmp_path, rows), out=tmp_path / "out", n_resamples=999,
+        progress=False,
+    )  # fmt: skip
+    m = next(iter(summary["models"].values()))
+    recovery = np.array(m["recovery"], dtype=float)[0]
+    assert recovery[head] == pytest.approx(1.0, abs=0.1)
+    others = np.delete(recovery, head)
+    assert np.abs(others).max() < 0.1
+    assert m["top"][0]["head"] == [0, head] and m["top"][0]["p_adjusted"] < 0.05
+    assert validate_file(tmp_path / "out" / "patching" / "records.jsonl") == len(rows) * 9
+
+
+def test_resume_gives_the_same_summary(tiny_llama, tmp_path):
+    rows = _pairs(tiny_llama)[:4]
+    kwargs = {"pairs": _write(tmp_path, rows), "out": tmp_path / "out", "n_resamples": 99}
+    full = patching.run(tiny_llama, progress=False, **kwargs)
+    path = tmp_path / "out" / "patching" / "records.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[: len(lines) // 2]) + "\n")
+    resumed = patching.run(tiny_llama, progress=False, **kwargs)
+    assert json.dumps(resumed, sort_keys=True) == json.dumps(full, sort_keys=True)
+    assert len(path.read_text().splitlines()) == len(lines)
+
+
+def test_builtin_pairs_load_and_bad_file_is_named(tmp_path):
+    pairs, name, _ = patching.load_pairs("pairs")
+    assert name == "pairs" and len(pairs) == 205
+    assert len({p.term for p in pairs}) == 41
+    assert all(p.target and p.clean != p.corrupted for p in pairs)
+    path = _write(tmp_path, [{"pair_id": "x", "term": "t", "clean": "a", "corrupted": "b"}])
+    with pytest.raises(PromptFileError, match=r"pairs\.jsonl:1: give a 'target'"):
+        patching.load_pairs(path)
+
+
+def test_cli_scan_and_patch(tiny_llama, tiny_prompts, tmp_path, monkeypatch, capsys):
+    from bindscope import cli
+
+    monkeypatch.setattr(cli, "_load", lambda *a: tiny_llama)
+    out = tmp_path / "out"
+    common = ["--out", str(out), "--n-resamples", "99", "--no-progress"]
+    assert cli.main(["scan", "--prompts", str(tiny_prompts), "--limit", "3", *common]) == 0
+    assert "Head scan" in capsys.readouterr().out
+    pairs = _write(tmp_path, _pairs(tiny_llama)[:3])
+    assert cli.main(["patch", "--pairs", str(pairs), "--unit", "layer", *common]) == 0
+    assert "Activation patching" in capsys.readouterr().out
+    assert cli.main(["summarize", str(out)]) == 0
+    assert (out / "scan" / "summary.json").is_file() and (
+        out / "patching" / "summary.json"
+    ).is_file()
