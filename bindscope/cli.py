@@ -320,6 +320,8 @@ def cmd_scan(args) -> int:
         limit=args.limit,
         batch_size=args.batch_size,
         n_resamples=args.n_resamples,
+        matched_classes=args.matched_classes,
+        k=args.k,
         force=args.force,
         progress=not args.no_progress,
     )
@@ -471,6 +473,14 @@ def parser() -> argparse.ArgumentParser:
     _common(p, several=True)
     p.add_argument("--prompts", default="canonical")
     p.add_argument("--ablation", choices=("zero", "mean"), default="zero")
+    p.add_argument(
+        "--matched-classes",
+        type=_count,
+        default=0,
+        metavar="N",
+        help="compare the EB* top-k heads' effect with N class-matched random head sets",
+    )
+    p.add_argument("--k", type=_positive, default=4, help="EB* top set size (--matched-classes)")
     _scan_options(p)
     p.set_defaults(func=cmd_scan)
 

@@ -143,6 +143,20 @@ def _cell_line(cell: dict) -> str:
     )
 
 
+def _matched_lines(block: dict | None) -> list[str]:
+    """The EB* top set against class-matched random sets, one line per metric."""
+    if not block:
+        return []
+    if "skipped" in block:
+        return [f"    EB* top vs class-matched sets: skipped ({block['skipped']})"]
+    return [
+        f"    EB* top {found['top']} ({', '.join(found['top_classes'])}) {metric}: "
+        f"effect {found['top_effect']:.3f} vs {found['n_random']} class-matched sets, "
+        f"p {found['p_value']:.3f} (floor {found['p_floor']:.3f})"
+        for metric, found in block.items()
+    ]
+
+
 def summary_lines(s: dict, *, top: int = 5) -> list[str]:
     """Readable lines of a scan or patching summary: top conditions per model and metric."""
     name = "Head scan" if s["experiment"] == "scan" else "Activation patching"
@@ -160,6 +174,7 @@ def summary_lines(s: dict, *, top: int = 5) -> list[str]:
                     f"    BSI vs effect: Spearman {corr['value']:.3f} "
                     f"[{corr['low']:.3f}, {corr['high']:.3f}] over {corr['n_prompts']} prompts"
                 )
+            out += _matched_lines(m.get("binding_top_vs_matched"))
         else:
             out.append(
                 f"  {label}: {m['n_pairs']} pairs ({m['n_pairs_no_gap']} without a gap, "

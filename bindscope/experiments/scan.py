@@ -15,6 +15,7 @@ All conditions of a prompt share one clean pass (`bindscope.runners.scan`).
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -33,11 +34,11 @@ from bindscope.experiments.common import (
 )
 from bindscope.interventions import head_means
 from bindscope.results.records import RecordWriter, read_records, write_summary
-from bindscope.results.settings import check_settings
 from bindscope.runners.binding import binding
 from bindscope.runners.scan import ScoredSequence, condition_scores
 
 EXPERIMENT = "scan"
+CLASSES_FILE = "classes.json"  # per model label: [L][H] primary taxonomy class
 BSI = "scan-bsi"
 METRICS = ("logprob", "accuracy")
 
@@ -85,6 +86,8 @@ def run(
     limit: int | None = None,
     batch_size: int = 16,
     n_resamples: int = 9999,
+    matched_classes: int = 0,
+    k: int = 4,
     force: bool = False,
     progress: bool = True,
 ) -> dict:
@@ -100,6 +103,11 @@ def run(
         limit: Scan only the first ``limit`` scannable prompts (quick looks).
         batch_size: Sequences per clean pass.
         n_resamples: Bootstrap and permutation resamples per condition.
+        matched_classes: With ``unit="head"``, compare the EB* top-``k`` heads' mean effect
+            with this many random head sets matched to their taxonomy classes (sink,
+            previous-token, induction, duplicate-token; ``bindscope.metrics.heads``), so
+            "binding heads matter" is told apart from "sink heads matter". 0: off.
+        k: Size of the EB* top set compared under ``matched_classes``.
     """
     if ablation not in ("zero", "mean"):
         raise InputError(f"ablation must be 'zero' or 'mean', not {ablation!r}")
@@ -119,11 +127,17 @@ def run(
         "seed": seed,
         "limit": limit,
         "prompt_sha256": pset.sha256,
+        "matched_classes": matched_classes,
+        "k": k,
     }
-    check_settings(folder, settings, models=models, force=force)
-    with RecordWriter(folder / "records.jsonl", force=force) as writer:
+    if matched_classes and unit != "head":
+        raise InputError("--matched-classes compares heads: it needs --unit head")
+    records = folder / "records.jsonl"
+    with RecordWriter(records, force=force, settings=settings, models=models) as writer:
         for model in models:
             _run_model(model, pset, items, writer, settings, batch_size, progress)
+            if matched_classes:
+                _write_classes(folder, model, items, settings["seed"], batch_size)
     return summarize(folder, correction=correction, n_resamples=n_resamples)
 
 
@@ -218,10 +232,70 @@ def _run_model(model, pset, items, writer, settings, batch_size, progress) -> No
     )
 
 
-def summarize_scan(
-    records: list[dict], *, correction: str = "bh", n_resamples: int = 9999, top: int = 10
+def _write_classes(folder: Path, model, items, seed: int, batch_size: int) -> None:
+    """Store each head's primary taxonomy class for this model in ``classes.json``."""
+    from bindscope.experiments.heads import primary_classes
+
+    path = folder / CLASSES_FILE
+    found = json.loads(path.read_text("utf-8")) if path.is_file() else {}
+    label = model_label(model)
+    if label not in found:
+        templates = [r.template for r in items]
+        found[label] = primary_classes(model, templates, seed=seed, batch_size=batch_size)
+        path.write_text(json.dumps(found, indent=1) + "\n", "utf-8")
+
+
+def matched_comparison(
+    effect: list[list], bsi: np.ndarray, primary: list[list[str]], *, k: int, n: int, seed: int
 ) -> dict:
-    """Effect maps with CIs and adjusted p per model, top conditions, BSI correlation."""
+    """The EB* top-``k`` heads' mean effect against ``n`` class-matched random head sets.
+
+    Args:
+        effect: ``[L][H]`` mean effect per head (None where not measured).
+        bsi: ``[L, H]`` mean BSI over the scanned prompts; ranks the top set.
+        primary: ``[L][H]`` primary class of every head (binding left out).
+        k: Size of the top set.
+        n: Number of random sets.
+        seed: Seed of the draw.
+
+    Returns:
+        The top set, its classes and mean effect, each random set's mean effect, and the rank
+        p-value ``(1 + #{random >= top}) / (n + 1)`` (it cannot go below ``1 / (n + 1)``).
+    """
+    from bindscope.metrics.heads import draw_class_matched_sets
+    from bindscope.metrics.ranking import rank_heads
+
+    values = np.array([[np.nan if v is None else v for v in row] for row in effect])
+    top = rank_heads(bsi, k)[0]
+    sets = draw_class_matched_sets(primary, top, n=n, seed=seed)
+    top_effect = float(np.mean([values[h[0], h[1]] for h in top]))
+    random_effects = [float(np.mean([values[h[0], h[1]] for h in s])) for s in sets]
+    beaten = sum(r >= top_effect for r in random_effects)
+    return {
+        "top": top,
+        "top_classes": [primary[h[0]][h[1]] for h in top],
+        "top_effect": top_effect,
+        "random_effects": random_effects,
+        "random_sets": sets,
+        "n_random": n,
+        "p_value": (1 + beaten) / (n + 1),
+        "p_floor": 1 / (n + 1),
+    }
+
+
+def summarize_scan(
+    records: list[dict],
+    *,
+    correction: str = "bh",
+    n_resamples: int = 9999,
+    top: int = 10,
+    classes: dict | None = None,
+) -> dict:
+    """Effect maps with CIs and adjusted p per model, top conditions, BSI correlation.
+
+    With ``classes`` (``{label: [L][H] primary class}``, from ``classes.json``) and a run
+    made with ``matched_classes``, each model also gets ``binding_top_vs_matched``.
+    """
     evaluated = [r for r in records if r["experiment"] == EXPERIMENT]
     if not evaluated:
         return {"experiment": EXPERIMENT, "models": {}}
@@ -234,6 +308,22 @@ def summarize_scan(
         label: _summarize_model(group, bsi, settings, correction, n_resamples, top)
         for label, group in groups.items()
     }
+    for label, entry in models.items():
+        primary = (classes or {}).get(label)
+        mean_bsi = entry.pop("_mean_bsi", None)
+        if settings.get("matched_classes") and primary and mean_bsi is not None:
+            options = {
+                "k": settings["k"],
+                "n": settings["matched_classes"],
+                "seed": settings["seed"],
+            }
+            try:
+                entry["binding_top_vs_matched"] = {
+                    metric: matched_comparison(found["effect"], mean_bsi, primary, **options)
+                    for metric, found in entry["metrics"].items()
+                }
+            except ValueError as exc:  # a top head's class has no other head to draw
+                entry["binding_top_vs_matched"] = {"skipped": str(exc)}
     return {
         "experiment": EXPERIMENT,
         "ablation": settings["ablation"],
@@ -297,6 +387,15 @@ def _summarize_model(group, bsi_records, settings, correction, n_resamples, top)
         entry["bsi_vs_effect"] = _bsi_correlation(
             first, bsi_records, table, clean, names, heads, n_heads, seed
         )
+        measured = [
+            r["metrics"]["bsi"]
+            for r in bsi_records
+            if r["model"] == first["model"]
+            and r["revision"] == first["revision"]
+            and r["metrics"].get("eb_star") is not None
+        ]
+        if measured:
+            entry["_mean_bsi"] = np.nanmean(np.array(measured, dtype=float), 0)
     return entry
 
 
@@ -344,10 +443,12 @@ def summarize(
     """
     folder = Path(folder)
     previous = head_stats.previous_options(folder / "summary.json")
+    classes_path = folder / CLASSES_FILE
     summary = summarize_scan(
         list(read_records(folder / "records.jsonl")),
         correction=correction or previous.get("correction", "bh"),
         n_resamples=n_resamples or previous.get("n_resamples", 9999),
+        classes=json.loads(classes_path.read_text("utf-8")) if classes_path.is_file() else None,
     )
     write_summary(folder / "summary.json", summary)
     return summary

@@ -194,6 +194,13 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
             "tests/experiments/test_scan.py::test_layer_unit_and_holm",
         ),
         "--n-resamples": NoEffect("bootstrap and permutation draws of the summary"),
+        "--matched-classes": Changes(
+            None, "3", lambda r, v: scan_setting(r, "matched_classes") == int(v or 0)
+        ),
+        "--k": NoEffect(
+            "the EB* top set compared under --matched-classes, in the summary",
+            "tests/experiments/test_scan.py::test_binding_top_against_class_matched_sets",
+        ),
     },
     "patch": {
         **{option: NoEffect("the same loader as scan's") for option in (*LOAD, *MODEL)},

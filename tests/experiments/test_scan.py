@@ -131,3 +131,31 @@ def test_records_with_a_target_are_scanned_by_its_logprob(tiny_llama, tmp_path):
 
     # a mean log-prob: twice the logits' rounding bound (log-softmax)
     assert abs(got - want) <= 2 * logit_bound(tiny_llama, [rows[0]["template"]])
+
+
+def test_binding_top_against_class_matched_sets(tiny_llama, tiny_prompts, tmp_path):
+    effect = [[0.9, 0.1, 0.0, 0.2], [0.0, 0.3, 0.1, 0.0]]
+    bsi = np.array([[0.8, 0.1, 0.0, 0.0], [0.0, 0.7, 0.0, 0.1]])
+    primary = [
+        ["sink", "sink", "other", "other"],
+        ["other", "previous_token", "previous_token", "sink"],
+    ]
+    found = scan.matched_comparison(effect, bsi, primary, k=2, n=9, seed=0)
+    assert found["top"] == [[0, 0], [1, 1]]  # the EB* top-2
+    assert found["top_classes"] == ["sink", "previous_token"]
+    for heads in found["random_sets"]:  # each random set copies the top set's classes
+        assert sorted(primary[h][k] for h, k in heads) == ["previous_token", "sink"]
+    assert found["top_effect"] == (0.9 + 0.3) / 2
+    beaten = sum(r >= found["top_effect"] for r in found["random_effects"])
+    assert found["p_value"] == (1 + beaten) / 10 and found["p_floor"] == 0.1
+    # end to end: the classes are measured, stored and compared in the summary
+    out = tmp_path / "out"
+    summary = scan.run(
+        tiny_llama, prompts=tiny_prompts, out=out, n_resamples=99, matched_classes=5, k=2,
+        progress=False,
+    )  # fmt: skip
+    classes = json.loads((out / "scan" / "classes.json").read_text())
+    (label,) = summary["models"]
+    assert len(classes[label]) == tiny_llama.n_layers
+    block = summary["models"][label]["binding_top_vs_matched"]
+    assert "skipped" in block or {"logprob", "accuracy"} <= set(block)
