@@ -349,9 +349,9 @@ def cmd_patch(args) -> int:
     return 0
 
 
-def _scan_options(p) -> None:
+def _scan_options(p, units: tuple[str, ...] = ("head", "layer")) -> None:
     """Options of the per-head scans (``scan``, ``patch``)."""
-    p.add_argument("--unit", choices=("head", "layer"), default="head")
+    p.add_argument("--unit", choices=units, default="head")
     p.add_argument("--correction", choices=("bh", "holm"), default="bh", help="across heads")
     p.add_argument("--limit", type=int, default=None, help="only the first N prompts/pairs")
     p.add_argument("--n-resamples", type=int, default=9999, help="bootstrap/permutation draws")
@@ -487,7 +487,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("patch", help="patch each head from clean into corrupted runs")
     _common(p)
     p.add_argument("--pairs", default="pairs", help="'pairs' (built-in) or a pair file")
-    _scan_options(p)
+    _scan_options(p, units=("head", "layer", "position"))
     p.set_defaults(func=cmd_patch)
 
     p = sub.add_parser("summarize", help="recompute summary.json files from records")

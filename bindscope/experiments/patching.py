@@ -30,7 +30,7 @@ from bindscope.experiments.scan import conditions_of
 from bindscope.interventions import Patch
 from bindscope.prompts.datafiles import data_path
 from bindscope.results.records import RecordWriter, read_records, write_summary
-from bindscope.results.settings import check_settings, content_sha256
+from bindscope.results.settings import content_sha256
 
 EXPERIMENT = "patching"
 
@@ -143,7 +143,9 @@ def run(
     Args:
         model: A ``Model``.
         pairs: ``pairs`` (built-in) or a pair file path.
-        unit: ``head`` or ``layer``.
+        unit: ``head``, ``layer``, or ``position``: every head of one layer patched at one
+            token position, counted from the end (``L3.P0`` is layer 3 at the last token), over
+            the positions every pair has.
         correction: ``bh`` or ``holm``, across conditions.
         limit: Only the first ``limit`` pairs that fit the model's tokenizer.
     """
@@ -165,8 +167,8 @@ def run(
         raise InputError(f"{name}: no pair tokenizes to equal lengths under {model.name}")
     folder = Path(out) / EXPERIMENT
     settings = {"unit": unit, "seed": seed, "limit": limit, "pairs": name, "pairs_sha256": sha}
-    check_settings(folder, settings, models=[model], force=force)
-    conditions = conditions_of(model, unit)
+    shortest = min(_length(model, corrupted) for _, _, corrupted, _ in prepared)
+    conditions, offsets = _conditions(model, unit, shortest)
     names = list(conditions)
     prov = provenance(
         model, seed=seed, patching=settings, n_layers=model.n_layers, n_heads=model.n_heads,
@@ -182,9 +184,13 @@ def run(
         for pair, clean, corrupted, metric in chunk:
             base = model.logits([clean, corrupted], batch_size=batch_size)
             values = {"clean": metric(base[0]), "corrupted": metric(base[1])}
+            last = _length(model, corrupted) - 1
             patched = model.logits(
                 [corrupted] * len(names),
-                per_row=[Patch(conditions[n], source=[clean]) for n in names],
+                per_row=[
+                    Patch(conditions[n], source=[clean], positions=_where(offsets, n, last))
+                    for n in names
+                ],
                 batch_size=batch_size,
             )
             rows = [("clean", [], values["clean"])]
@@ -193,10 +199,13 @@ def run(
                 if key(pair, condition) in writer:
                     continue
                 metrics = {**values, "patched": value}
+                if condition in offsets:
+                    metrics["position_from_end"] = offsets[condition]
                 out.append(_record(model, pair, condition, heads, metrics, prov, settings))
         return out
 
-    with RecordWriter(folder / "records.jsonl", force=force) as writer:
+    records = folder / "records.jsonl"
+    with RecordWriter(records, force=force, settings=settings, models=[model]) as writer:
         run_chunks(
             prepared,
             writer=writer,
@@ -207,6 +216,32 @@ def run(
             progress=progress,
         )
     return summarize(folder, correction=correction, n_resamples=n_resamples)
+
+
+def _length(model, text) -> int:
+    """Tokens of a text as run (token-id lists are already tokens)."""
+    return len(text) if not isinstance(text, str) else len(model.tokenize(text))
+
+
+def _conditions(model, unit: str, shortest: int) -> tuple[dict, dict[str, int]]:
+    """Condition -> patched heads, and (``unit="position"``) condition -> offset from the end.
+
+    Offsets run over the positions every pair has: ``0 .. shortest - 1``.
+    """
+    if unit != "position":
+        return conditions_of(model, unit), {}
+    layers = conditions_of(model, "layer")
+    conditions, offsets = {}, {}
+    for name, heads in layers.items():
+        for offset in range(shortest):
+            conditions[f"{name}.P{offset}"] = heads
+            offsets[f"{name}.P{offset}"] = offset
+    return conditions, offsets
+
+
+def _where(offsets: dict[str, int], name: str, last: int) -> list[int] | None:
+    """The patched token position of a condition (None: every position)."""
+    return [last - offsets[name]] if name in offsets else None
 
 
 def _record(model, pair, condition, heads, metrics, prov, settings) -> dict:
@@ -245,7 +280,12 @@ def summarize_patching(
     for label, group in groups.items():
         first = group[0]
         n_layers, n_heads = first["provenance"]["n_layers"], first["provenance"]["n_heads"]
-        width = n_heads if settings["unit"] == "head" else 1
+        positions = [r["metrics"].get("position_from_end") for r in group]
+        width = {
+            "head": n_heads,
+            "layer": 1,
+            "position": 1 + max((p for p in positions if p is not None), default=0),
+        }[settings["unit"]]
         table: dict[str, dict[str, float]] = {}
         heads: dict[str, list] = {}
         ends: dict[str, tuple[float, float]] = {}
@@ -255,7 +295,8 @@ def summarize_patching(
             if r["condition"] == "clean":
                 continue
             h = r["heads"]
-            heads[r["condition"]] = h[0] if len(h) == 1 else [h[0][0], 0]
+            column = m.get("position_from_end", 0)  # position unit: the map's columns
+            heads[r["condition"]] = h[0] if len(h) == 1 else [h[0][0], column]
             table.setdefault(r["condition"], {})[r["prompt_key"]] = m["patched"]
         names = sorted(table, key=lambda n: heads[n])
         usable = sorted(

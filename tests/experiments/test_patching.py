@@ -119,3 +119,26 @@ def test_cli_scan_and_patch(tiny_llama, tiny_prompts, tmp_path, monkeypatch, cap
     assert (out / "scan" / "summary.json").is_file() and (
         out / "patching" / "summary.json"
     ).is_file()
+
+
+def test_position_unit_recovers_nothing_before_the_first_differing_token(tiny_llama, tmp_path):
+    """Causal attention: what the clean run computes before the first token where the pair
+    differs equals the corrupted run's, so patching there recovers exactly 0."""
+    rows = _pairs(tiny_llama)[:4]
+    summary = patching.run(
+        tiny_llama, pairs=_write(tmp_path, rows), out=tmp_path / "out", unit="position",
+        n_resamples=99, progress=False,
+    )  # fmt: skip
+    m = next(iter(summary["models"].values()))
+    recovery = np.array(m["recovery"], dtype=float)  # [L, positions from the end]
+    assert recovery.shape[0] == tiny_llama.n_layers
+
+    def first_difference(row):
+        clean, corrupted = (tiny_llama.tokenize(row[k]) for k in ("clean", "corrupted"))
+        return next(i for i, (x, y) in enumerate(zip(clean, corrupted)) if x != y), len(clean)
+
+    found = [first_difference(r) for r in rows]
+    # offsets from the end whose position lies before the difference in every pair
+    before = [o for o in range(recovery.shape[1]) if all(n - 1 - o < d for d, n in found)]
+    assert before and np.all(recovery[:, before] == 0)  # positions before every difference
+    assert np.abs(recovery).max() > 0.1  # patching at or after the difference recovers
