@@ -472,7 +472,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("scan", help="ablate every head alone: effect map with CIs and BH p")
     _common(p, several=True)
     p.add_argument("--prompts", default="canonical")
-    p.add_argument("--ablation", choices=("zero", "mean"), default="zero")
+    p.add_argument("--ablation", choices=("zero", "mean", "resample"), default="zero")
     p.add_argument(
         "--matched-classes",
         type=_count,

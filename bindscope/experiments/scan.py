@@ -38,6 +38,7 @@ from bindscope.runners.binding import binding
 from bindscope.runners.scan import ScoredSequence, condition_scores
 
 EXPERIMENT = "scan"
+ABLATIONS = ("zero", "mean", "resample")
 CLASSES_FILE = "classes.json"  # per model label: [L][H] primary taxonomy class
 BSI = "scan-bsi"
 METRICS = ("logprob", "accuracy")
@@ -96,7 +97,9 @@ def run(
     Args:
         models: One ``Model`` or a list.
         prompts: Prompt set: recognition items and any records with a ``target`` field.
-        ablation: ``zero`` or ``mean`` (means over the scanned prompts).
+        ablation: ``zero``, ``mean`` (means over the scanned prompts) or ``resample``: each
+            prompt's heads take the outputs of another scanned prompt, drawn with ``seed``
+            (recorded as ``donor`` in the metrics), aligned from the end.
         unit: ``head`` (one condition per head) or ``layer`` (one per layer).
         correction: ``bh`` (Benjamini-Hochberg) or ``holm``, across conditions.
         seed: Seed of the bootstrap and permutation tests.
@@ -109,8 +112,8 @@ def run(
             "binding heads matter" is told apart from "sink heads matter". 0: off.
         k: Size of the EB* top set compared under ``matched_classes``.
     """
-    if ablation not in ("zero", "mean"):
-        raise InputError(f"ablation must be 'zero' or 'mean', not {ablation!r}")
+    if ablation not in ABLATIONS:
+        raise InputError(f"ablation must be one of {', '.join(ABLATIONS)}, not {ablation!r}")
     if correction not in head_stats.CORRECTIONS:
         raise InputError(f"correction must be 'bh' or 'holm', not {correction!r}")
     models = models if isinstance(models, (list, tuple)) else [models]
@@ -141,6 +144,22 @@ def run(
     return summarize(folder, correction=correction, n_resamples=n_resamples)
 
 
+def draw_donors(items, seed: int) -> dict:
+    """Each prompt's resample donor: another scanned prompt, drawn reproducibly from ``seed``.
+
+    Raises:
+        InputError: Fewer than two prompts (no other prompt to draw from).
+    """
+    if len(items) < 2:
+        raise InputError("--ablation resample needs at least two prompts to draw donors from")
+    rng = np.random.default_rng(seed)
+    out = {}
+    for i, rec in enumerate(items):
+        j = int(rng.integers(len(items) - 1))
+        out[rec.key] = items[j + (j >= i)]  # any prompt but itself
+    return out
+
+
 def _run_model(model, pset, items, writer, settings, batch_size, progress) -> None:
     prov = provenance(
         model, prompt_set=pset, seed=settings["seed"], scan=settings,
@@ -153,21 +172,26 @@ def _run_model(model, pset, items, writer, settings, batch_size, progress) -> No
     if settings["ablation"] == "mean":
         heads = [h for hs in conditions.values() for h in hs]
         means = head_means(model, [r.template for r in items], heads, batch_size=batch_size)
+    donor_of = draw_donors(items, settings["seed"]) if settings["ablation"] == "resample" else {}
 
     def key(rec, name):
         return record_key(EXPERIMENT, model.name, model.revision, rec.key, name)
 
     def work(chunk):
-        sequences, owners = [], []
+        sequences, owners, donors = [], [], []
         for i, rec in enumerate(chunk):
             seqs, _ = scored(model, rec)
             sequences += seqs
             owners += [i] * len(seqs)
+            if donor_of:
+                theirs, _ = scored(model, donor_of[rec.key])
+                donors += [theirs[j % len(theirs)] for j in range(len(seqs))]
         clean, scores = condition_scores(
             model,
             sequences,
             [conditions[n] for n in names],
             means=means,
+            donors=donors or None,
             batch_size=batch_size,
         )
         owners = np.array(owners)
@@ -180,6 +204,8 @@ def _run_model(model, pset, items, writer, settings, batch_size, progress) -> No
                     continue
                 mine = [float(v) for v in values[columns]]
                 metrics = {"logprob": mine[0] if answer is None else mine[answer]}
+                if donor_of:
+                    metrics["donor"] = donor_of[rec.key].key
                 if answer is not None:
                     prediction = max(range(len(mine)), key=lambda j: (mine[j], -j))
                     metrics.update(

@@ -139,7 +139,7 @@ def _head_problems(record: dict) -> list[str]:
         isinstance(h, list) and len(h) == 2 and all(isinstance(x, int) for x in h) for h in heads
     ):
         out.append("heads must be a list of [layer, head] integer pairs")
-    if record.get("ablation") not in (("zero", "mean", "patch") if heads else (None,)):
+    if record.get("ablation") not in (("zero", "mean", "resample", "patch") if heads else (None,)):
         out.append(f"ablation {record.get('ablation')!r} does not fit heads {heads}")
     return out
 

@@ -83,9 +83,52 @@ def _keep_masks(model, conditions, rows) -> dict[int, torch.Tensor]:
     return keep
 
 
-def _ablate(model, layer, keep, means):
-    """Zero (or replace by the means) the heads whose keep mask is 0, at one layer."""
-    if means is None:
+@torch.no_grad()
+def _donor_outputs(model, donors: Sequence[ScoredSequence], rows: Sequence[ScoredSequence]):
+    """Each row's donor per-head outputs at every layer, end-aligned to the row's batch.
+
+    Returns ``({layer: [b, W, H, hd]}, valid [b, W])``: ``valid`` marks the positions both
+    the row and its donor have (counted from the end); elsewhere the row keeps its own.
+    """
+    batch = model.encode([list(d.ids) for d in donors])
+    inputs = batch.inputs
+    width = max(len(s.ids) for s in rows)
+    with model.nnsight.trace(**inputs, **model.trace_options) as tracer:
+        found: list = nnsight.save([])
+        for layer in range(model.n_layers):
+            found.append(ops.attention_module(model.nnsight, layer).o_proj.input)
+        tracer.stop()
+    donor_width = batch.input_ids.shape[1]
+    valid = torch.zeros(len(rows), width, dtype=torch.bool)
+    aligned = {}
+    for layer, x in enumerate(found):
+        x = ops.head_view(x, model.n_heads, model.head_dim)  # [b, W', H, hd]
+        out = torch.zeros(len(rows), width, *x.shape[2:], dtype=x.dtype)
+        for r, (row, donor) in enumerate(zip(rows, donors)):
+            k = min(len(row.ids), len(donor.ids))
+            out[r, width - k :] = x[r, donor_width - k :]
+            valid[r, width - k :] = True
+        aligned[layer] = out
+    return aligned, valid
+
+
+def _resample(model, layer, keep, donor, valid):
+    """Replace the heads whose keep mask is 0 by the donor's outputs where both have tokens."""
+    x = ops.attention_module(model.nnsight, layer).o_proj.input  # [rows, W, H*hd]
+    view = ops.head_view(x, model.n_heads, model.head_dim)  # [rows, W, H, hd]
+    swap = valid[:, :, None] & (keep == 0)[:, None, :]  # [rows, W, H]
+    view.copy_(torch.where(swap[..., None], donor.to(view.dtype), view))
+
+
+def _ablate(model, layer, keep, means, resample=None):
+    """Zero, mean-ablate or resample the heads whose keep mask is 0, at one layer.
+
+    ``resample`` is ``(donor [rows, W, H, hd] per layer, valid [rows, W])`` for this pass.
+    """
+    if resample is not None:
+        donors, valid = resample
+        _resample(model, layer, keep, donors[layer], valid)
+    elif means is None:
         ops.zero_heads(model.nnsight, layer, None, model.n_heads, model.head_dim, keep=keep)
     else:
         ops.mean_heads(
@@ -110,7 +153,9 @@ def _clean(model, batch, index, target, weight, keep_layers: int, options: dict)
 
 
 @torch.no_grad()
-def _conditions_pass(model, inputs, index, target, weight, keep, means, start, residual, options):
+def _conditions_pass(
+    model, inputs, index, target, weight, keep, means, start, residual, options, resample=None
+):
     """Scores ``[rows]`` of one pass that starts at layer ``start``.
 
     Layers below ``start`` are skipped and replaced by ``residual``, the clean output of
@@ -121,10 +166,38 @@ def _conditions_pass(model, inputs, index, target, weight, keep, means, start, r
         for i in range(start):
             layers[i].skip(residual)
         for layer in sorted(keep):
-            _ablate(model, layer, keep[layer], means)
+            _ablate(model, layer, keep[layer], means, resample)
         logits = model.nnsight.lm_head.output  # [rows, W, V]
         scores = ops.choice_logprob_sums(logits, index, target, weight).save()
     return scores
+
+
+def _residual_passes(
+    model, batch, conditions, by_start, outputs, targets, table, options, swap, rows_per_pass
+):
+    """Every condition of one batch, each started at its lowest layer; yields (c, row, score).
+
+    Rows of a pass are (condition, sequence) pairs, condition-major, ``rows_per_pass`` at most.
+    """
+    index, target, weight = targets
+    b = batch.input_ids.shape[0]
+    for start, members in sorted(by_start.items()):
+        pairs = [(c, r) for c in members for r in range(b)]
+        for lo in range(0, len(pairs), rows_per_pass):
+            chunk = pairs[lo : lo + rows_per_pass]
+            rows = torch.tensor([r for _, r in chunk])
+            inputs = {k: v[rows] for k, v in batch.inputs.items()}
+            keep = _keep_masks(model, conditions, [c for c, _ in chunk])
+            residual = outputs[start - 1][rows] if start > 0 else None
+            rows_swap = None
+            if swap is not None:
+                rows_swap = ({k: v[rows] for k, v in swap[0].items()}, swap[1][rows])
+            got = _conditions_pass(
+                model, inputs, index[rows], target[rows], weight[rows], keep, table, start,
+                residual, options, rows_swap,
+            )  # fmt: skip
+            for (c, r), value in zip(chunk, got.double().tolist()):
+                yield c, r, value
 
 
 def condition_scores(
@@ -133,6 +206,7 @@ def condition_scores(
     conditions: Sequence[Sequence[tuple[int, int]]],
     *,
     means=None,
+    donors: Sequence[ScoredSequence] | None = None,
     strategy: str = "residual",
     batch_size: int = 16,
     rows_per_pass: int | None = None,
@@ -146,6 +220,9 @@ def condition_scores(
         conditions: Heads ablated together per condition (one head, or every head of one
             layer); ``strategy="residual"`` starts a condition at its lowest layer.
         means: ``HeadMeans`` (from ``head_means``): mean-ablate instead of zeroing.
+        donors: One donor sequence per sequence: resample-ablate instead of zeroing (each
+            head takes the donor's output, aligned from the end; positions the donor lacks
+            keep their own).
         strategy: ``residual`` (shared clean pass, start at the ablated layer) or
             ``naive`` (every condition from the embeddings, one condition per pass).
         batch_size: Sequences per clean pass (and per naive pass).
@@ -167,6 +244,8 @@ def condition_scores(
         if not heads:
             raise InputError(f"condition #{i} ablates no head; give at least one (layer, head)")
     table = means.means if means is not None else None
+    if donors is not None and (means is not None or len(donors) != len(sequences)):
+        raise InputError("donors= resample-ablates: give one donor per sequence and no means=")
     rows_per_pass = rows_per_pass or batch_size * model.n_heads
     clean = np.zeros(len(sequences))
     scores = np.zeros((len(conditions), len(sequences)))
@@ -189,37 +268,24 @@ def condition_scores(
         found, outputs = _clean(model, batch, index, target, weight, keep_layers, options)
         clean[batch.indices] = found.double().numpy()
         b = len(part)
+        swap = None
+        if donors is not None:
+            swap = _donor_outputs(model, [donors[i] for i in batch.indices], part)
         if strategy == "naive":
             for c in range(len(conditions)):
                 keep = _keep_masks(model, conditions, [c] * b)
                 got = _conditions_pass(
-                    model, batch.inputs, index, target, weight, keep, table, 0, None, options
-                )
+                    model, batch.inputs, index, target, weight, keep, table, 0, None, options,
+                    swap,
+                )  # fmt: skip
                 scores[c, batch.indices] = got.double().numpy()
             bar.update(1)
             continue
-        for start, members in sorted(by_start.items()):
-            pairs = [(c, r) for c in members for r in range(b)]  # condition-major rows
-            for lo in range(0, len(pairs), rows_per_pass):
-                chunk = pairs[lo : lo + rows_per_pass]
-                rows = torch.tensor([r for _, r in chunk])
-                inputs = {k: v[rows] for k, v in batch.inputs.items()}
-                keep = _keep_masks(model, conditions, [c for c, _ in chunk])
-                residual = outputs[start - 1][rows] if start > 0 else None
-                got = _conditions_pass(
-                    model,
-                    inputs,
-                    index[rows],
-                    target[rows],
-                    weight[rows],
-                    keep,
-                    table,
-                    start,
-                    residual,
-                    options,
-                )
-                for (c, r), value in zip(chunk, got.double().tolist()):
-                    scores[c, batch.indices[r]] = value
+        for c, r, value in _residual_passes(
+            model, batch, conditions, by_start, outputs, (index, target, weight), table,
+            options, swap, rows_per_pass,
+        ):  # fmt: skip
+            scores[c, batch.indices[r]] = value
         bar.update(1)
     bar.close()
     return clean, scores

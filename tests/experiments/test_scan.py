@@ -159,3 +159,22 @@ def test_binding_top_against_class_matched_sets(tiny_llama, tiny_prompts, tmp_pa
     assert len(classes[label]) == tiny_llama.n_layers
     block = summary["models"][label]["binding_top_vs_matched"]
     assert "skipped" in block or {"logprob", "accuracy"} <= set(block)
+
+
+def test_resample_scan_records_its_donors_and_differs_from_zero(tiny_llama, tiny_prompts, tmp_path):
+    kwargs = {"prompts": tiny_prompts, "n_resamples": 99, "limit": 4, "progress": False}
+    resampled = scan.run(tiny_llama, out=tmp_path / "r", ablation="resample", **kwargs)
+    zeroed = scan.run(tiny_llama, out=tmp_path / "z", **kwargs)
+    path = tmp_path / "r" / "scan" / "records.jsonl"
+    assert validate_file(path) > 0
+    records = list(read_records(path))
+    donors = {r["prompt_key"]: r["metrics"]["donor"] for r in records if r["experiment"] == "scan"}
+    assert donors and all(d != p for p, d in donors.items())  # never a prompt's own outputs
+    assert scan.draw_donors(scan.scannable(load(tiny_prompts))[:4], 0) == {
+        k: next(x for x in scan.scannable(load(tiny_prompts)) if x.key == v)
+        for k, v in donors.items()
+    }  # the recorded draw is the seeded one
+    (label,) = resampled["models"]
+    a = np.array(resampled["models"][label]["metrics"]["logprob"]["effect"], dtype=float)
+    b = np.array(zeroed["models"][label]["metrics"]["logprob"]["effect"], dtype=float)
+    assert np.abs(a - b).max() > 1e-3  # the ablation kind reaches the computation
