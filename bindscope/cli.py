@@ -1,16 +1,23 @@
-"""The ``bindscope`` command line: one subcommand per experiment, plus audit, summaries,
-figures, the report and the demo. Run ``bindscope <command> --help`` for the options."""
+"""The ``bindscope`` command line.
+
+One subcommand per experiment, plus audit, summaries, figures, the report and the demo. Run
+``bindscope <command> --help`` for the options.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from bindscope.errors import BindscopeError
 
+if TYPE_CHECKING:
+    from bindscope.protocols import LanguageModel
 
-def _load(spec: str | None, revision: str | None, args) -> object:
+
+def _load(spec: str | None, revision: str | None, args: argparse.Namespace) -> LanguageModel:
     """``--model`` value to a Model: ``default``/None, a Hub id or folder, ``id@revision``."""
     import bindscope
 
@@ -23,7 +30,7 @@ def _load(spec: str | None, revision: str | None, args) -> object:
 
 
 def _positive(text: str) -> int:
-    """argparse type: an integer >= 1."""
+    """Argparse type: an integer >= 1."""
     value = _integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not a positive integer (1 or more)")
@@ -31,7 +38,7 @@ def _positive(text: str) -> int:
 
 
 def _count(text: str) -> int:
-    """argparse type: an integer >= 0."""
+    """Argparse type: an integer >= 0."""
     value = _integer(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} is negative; pass 0 or more")
@@ -75,9 +82,11 @@ def _common(
     revision: bool = True,
     compute: bool = True,
 ) -> None:
-    """The options subcommands share. Each subcommand gets only those it honours:
-    ``revision=False`` where revisions come otherwise (sweep), ``compute=False`` where nothing
-    is batched or resampled (audit only tokenizes)."""
+    """Add the options subcommands share.
+
+    Each subcommand gets only those it honours: ``revision=False`` where revisions come otherwise
+    (sweep), ``compute=False`` where nothing is batched or resampled (audit only tokenizes).
+    """
     p.add_argument(
         "--model",
         default=None,
@@ -399,6 +408,7 @@ def cmd_demo(args) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
+    """The ``bindscope`` argument parser, one subparser per command."""
     top = argparse.ArgumentParser(
         prog="bindscope", description="Attention-head binding (EB*) and head ablation studies."
     )
@@ -504,6 +514,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status (2 with a one-line message on bad input)."""
     try:
         args = parser().parse_args(argv)
     except SystemExit as exc:  # argparse: --help (0) or a bad option (2), already printed

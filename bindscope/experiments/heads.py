@@ -1,6 +1,8 @@
-"""Head taxonomy (``bindscope heads``): sink, previous-token, induction, duplicate-token,
-binding and spread scores for every head, a threshold classification, and across
-checkpoints (``bindscope sweep --heads``) when each class emerges.
+"""Head taxonomy (``bindscope heads``): what kind of head each head is.
+
+Sink, previous-token, induction, duplicate-token, binding and spread scores for every head, a
+threshold classification, and across checkpoints (``bindscope sweep --heads``) when each class
+emerges.
 
 Records (``OUT/heads/records.jsonl``, see docs/records.md):
 
@@ -35,9 +37,10 @@ from bindscope.experiments.common import (
     provenance,
     record_key,
     run_chunks,
+    summarize_folder,
 )
 from bindscope.metrics import heads as taxonomy
-from bindscope.results.records import RecordWriter, read_records, write_summary
+from bindscope.results.records import RecordWriter
 from bindscope.results.settings import check_settings
 from bindscope.runners.binding import binding
 from bindscope.runners.head_scores import repeated_scores, text_scores
@@ -73,6 +76,11 @@ def run(
             ``bindscope.metrics.heads.THRESHOLDS``); they change only the summary.
         top_k: Binding top-k whose overlap with each class is reported.
         seed: Seeds the random sequences and the bootstrap CIs.
+        out: Results folder; records go to ``OUT/<experiment>/records.jsonl``.
+        batch_size: Texts per forward pass.
+        force: Start the folder afresh even if its settings differ (else a changed setting is
+            refused).
+        progress: Show a progress bar.
 
     Returns:
         The summary (also written to ``OUT/heads/summary.json``).
@@ -429,11 +437,9 @@ def summarize(
     stored = json.loads(path.read_text("utf-8")) if path.is_file() else {}
     rule = {**stored.get("thresholds", {}), **(thresholds or {})}
     k = top_k if top_k is not None else stored.get("top_k", 4)
-    summary = summarize_heads(
-        list(read_records(folder / "records.jsonl")), thresholds=rule, top_k=k
+    return summarize_folder(
+        folder, lambda records: summarize_heads(records, thresholds=rule, top_k=k)
     )
-    write_summary(folder / "summary.json", summary)
-    return summary
 
 
 __all__ = [

@@ -25,11 +25,18 @@ import numpy as np
 
 from bindscope.errors import InputError, PromptFileError
 from bindscope.experiments import head_stats
-from bindscope.experiments.common import model_label, provenance, record_key, run_chunks
+from bindscope.experiments.common import (
+    as_pairs,
+    model_label,
+    provenance,
+    record_key,
+    run_chunks,
+    summarize_tests,
+)
 from bindscope.experiments.scan import conditions_of
 from bindscope.interventions import Patch
 from bindscope.prompts.datafiles import data_path
-from bindscope.results.records import RecordWriter, read_records, write_summary
+from bindscope.results.records import RecordWriter
 from bindscope.results.settings import check_settings, content_sha256
 
 EXPERIMENT = "patching"
@@ -50,6 +57,7 @@ class Pair:
 
     @property
     def key(self) -> str:
+        """``term/pair_id``, unique in a pair file."""
         return f"{self.term}/{self.pair_id}"
 
 
@@ -108,10 +116,10 @@ def _texts_and_metric(model, pair: Pair):
                 f"under {model.name}'s tokenizer (got {[len(i) for i in ids]})"
             )
 
-        def metric(logits):
+        def logit_difference(logits):
             return float(logits[-1, ids[0][0]] - logits[-1, ids[1][0]])
 
-        return pair.clean, pair.corrupted, metric
+        return pair.clean, pair.corrupted, logit_difference
     target = tok(pair.target, add_special_tokens=False)["input_ids"]
     clean = model.tokenize(pair.clean) + target
     corrupted = model.tokenize(pair.corrupted) + target
@@ -146,6 +154,13 @@ def run(
         unit: ``head`` or ``layer``.
         correction: ``bh`` or ``holm``, across conditions.
         limit: Only the first ``limit`` pairs that fit the model's tokenizer.
+        out: Results folder; records go to ``OUT/<experiment>/records.jsonl``.
+        batch_size: Texts per forward pass.
+        force: Start the folder afresh even if its settings differ (else a changed setting is
+            refused).
+        progress: Show a progress bar.
+        n_resamples: Bootstrap and permutation resamples per condition.
+        seed: Seed of the bootstrap and permutation tests.
     """
     if correction not in head_stats.CORRECTIONS:
         raise InputError(f"correction must be 'bh' or 'holm', not {correction!r}")
@@ -184,10 +199,10 @@ def run(
             values = {"clean": metric(base[0]), "corrupted": metric(base[1])}
             patched = model.logits(
                 [corrupted] * len(names),
-                per_row=[Patch(conditions[n], source=[clean]) for n in names],
+                per_row=[Patch(as_pairs(conditions[n]), source=(clean,)) for n in names],
                 batch_size=batch_size,
             )
-            rows = [("clean", [], values["clean"])]
+            rows: list[tuple[str, list, float]] = [("clean", [], values["clean"])]
             rows += [(n, conditions[n], metric(p)) for n, p in zip(names, patched)]
             for condition, heads, value in rows:
                 if key(pair, condition) in writer:
@@ -310,15 +325,9 @@ def summarize(
     ``correction`` and ``n_resamples`` default to those of the summary already there (so
     ``bindscope summarize`` keeps a run's ``--correction``), else ``bh`` and 9999.
     """
-    folder = Path(folder)
-    previous = head_stats.previous_options(folder / "summary.json")
-    summary = summarize_patching(
-        list(read_records(folder / "records.jsonl")),
-        correction=correction or previous.get("correction", "bh"),
-        n_resamples=n_resamples or previous.get("n_resamples", 9999),
+    return summarize_tests(
+        folder, summarize_patching, correction=correction, n_resamples=n_resamples
     )
-    write_summary(folder / "summary.json", summary)
-    return summary
 
 
 __all__ = ["Pair", "load_pairs", "run", "summarize", "summarize_patching"]

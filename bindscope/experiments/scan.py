@@ -23,6 +23,7 @@ import numpy as np
 from bindscope.errors import InputError
 from bindscope.experiments import head_stats
 from bindscope.experiments.common import (
+    as_pairs,
     base_record,
     binding_metrics,
     model_label,
@@ -30,9 +31,10 @@ from bindscope.experiments.common import (
     provenance,
     record_key,
     run_chunks,
+    summarize_tests,
 )
 from bindscope.interventions import head_means
-from bindscope.results.records import RecordWriter, read_records, write_summary
+from bindscope.results.records import RecordWriter
 from bindscope.results.settings import check_settings
 from bindscope.runners.binding import binding
 from bindscope.runners.scan import ScoredSequence, condition_scores
@@ -100,6 +102,10 @@ def run(
         limit: Scan only the first ``limit`` scannable prompts (quick looks).
         batch_size: Sequences per clean pass.
         n_resamples: Bootstrap and permutation resamples per condition.
+        out: Results folder; records go to ``OUT/<experiment>/records.jsonl``.
+        force: Start the folder afresh even if its settings differ (else a changed setting is
+            refused).
+        progress: Show a progress bar.
     """
     if ablation not in ("zero", "mean"):
         raise InputError(f"ablation must be 'zero' or 'mean', not {ablation!r}")
@@ -152,20 +158,22 @@ def _run_model(model, pset, items, writer, settings, batch_size, progress) -> No
         clean, scores = condition_scores(
             model,
             sequences,
-            [conditions[n] for n in names],
+            [as_pairs(conditions[n]) for n in names],
             means=means,
             batch_size=batch_size,
         )
-        owners = np.array(owners)
+        owner_of = np.array(owners)
         out = []
         for i, rec in enumerate(chunk):
             _, answer = scored(model, rec)
-            columns = np.flatnonzero(owners == i)
+            columns = np.flatnonzero(owner_of == i)
             for name, values in [("clean", clean), *zip(names, scores)]:
                 if key(rec, name) in writer:
                     continue
                 mine = [float(v) for v in values[columns]]
-                metrics = {"logprob": mine[0] if answer is None else mine[answer]}
+                metrics: dict[str, object] = {
+                    "logprob": mine[0] if answer is None else mine[answer]
+                }
                 if answer is not None:
                     prediction = max(range(len(mine)), key=lambda j: (mine[j], -j))
                     metrics.update(
@@ -342,15 +350,7 @@ def summarize(
     ``correction`` and ``n_resamples`` default to those of the summary already there (so
     ``bindscope summarize`` keeps a run's ``--correction``), else ``bh`` and 9999.
     """
-    folder = Path(folder)
-    previous = head_stats.previous_options(folder / "summary.json")
-    summary = summarize_scan(
-        list(read_records(folder / "records.jsonl")),
-        correction=correction or previous.get("correction", "bh"),
-        n_resamples=n_resamples or previous.get("n_resamples", 9999),
-    )
-    write_summary(folder / "summary.json", summary)
-    return summary
+    return summarize_tests(folder, summarize_scan, correction=correction, n_resamples=n_resamples)
 
 
 __all__ = ["conditions_of", "run", "summarize", "summarize_scan"]

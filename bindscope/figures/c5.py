@@ -43,6 +43,7 @@ BAR_CONDITIONS = ("baseline", "top", "bottom", "random")
 
 
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
+    """The C5 ablation figures: (file stem, builder) pairs, drawn only when asked."""
     where = str(exp.folder / "summary.json")
     k = (exp.summary or {}).get("k")
     for label, entry in exp.models.items():
@@ -234,6 +235,7 @@ def _drop_bar(entry: dict, condition: str, task: str):
 
 
 def tables(exp: ExperimentResults) -> list[str]:
+    """The report's C5 ablation tables, as Markdown lines."""
     s = exp.summary or {}
     settings = (
         f"k = {s.get('k')} heads per set, {s.get('ablation')} ablation, "
