@@ -130,6 +130,24 @@ def run_chunks(
     return len(pending)
 
 
+def load_revision(
+    loader: Callable[..., Any], model: str, revision: str, **load_options: Any
+) -> Any:
+    """One checkpoint of a sweep, refused unless it is the revision asked for.
+
+    Raises:
+        InputError: The loaded model is at another revision (the sweep would mislabel it).
+    """
+    loaded = loader(model, revision=revision, **load_options)
+    if loaded.revision != revision:
+        raise InputError(
+            f"asked for {model}@{revision}, but the loaded model is at revision "
+            f"{loaded.revision!r}; the sweep would label one checkpoint as another"
+        )
+    loaded.name = model
+    return loaded
+
+
 def summarize_folder(
     folder: str | Path,
     build: Callable[[list[dict]], dict],
@@ -205,6 +223,7 @@ __all__ = [
     "as_pairs",
     "base_record",
     "binding_metrics",
+    "load_revision",
     "model_label",
     "prompt_set",
     "provenance",

@@ -32,6 +32,7 @@ from bindscope.errors import InputError
 from bindscope.experiments.common import (
     base_record,
     binding_metrics,
+    load_revision,
     model_label,
     prompt_set,
     provenance,
@@ -127,13 +128,7 @@ def run_revisions(
         for revision in revisions:
             if side.done(model, revision):
                 continue
-            loaded = loader(model, revision=revision, **load_options)
-            if loaded.revision != revision:
-                raise InputError(
-                    f"asked for {model}@{revision}, but the loaded model is at revision "
-                    f"{loaded.revision!r}; the sweep would label one checkpoint as another"
-                )
-            loaded.name = model
+            loaded = load_revision(loader, model, revision, **load_options)
             side.score(loaded, revisions)
             del loaded
     finally:

@@ -22,6 +22,7 @@ from bindscope.errors import InputError
 from bindscope.experiments.common import (
     base_record,
     binding_metrics,
+    load_revision,
     mean_estimate,
     prompt_set,
     provenance,
@@ -178,13 +179,7 @@ def run(
             keys = [record_key(EXPERIMENT, model, revision, r.key, "clean") for r in pset]
             if all(k in writer for k in keys) and (side is None or side.done(model, revision)):
                 continue
-            loaded = loader(model, revision=revision, **load_options)
-            if loaded.revision != revision:
-                raise InputError(
-                    f"asked for {model}@{revision}, but the loaded model is at revision "
-                    f"{loaded.revision!r}; the sweep would label one checkpoint as another"
-                )
-            loaded.name = model
+            loaded = load_revision(loader, model, revision, **load_options)
             check_settings(folder, settings, models=[loaded])
             info = {"settings": settings, "sweep": {"revisions": revisions}}
             prov = provenance(loaded, prompt_set=pset, seed=seed, **info)
