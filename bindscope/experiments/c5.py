@@ -121,8 +121,7 @@ def run(
         rubric: Keyword rubric for generation (default: the package rubric).
         out: Results folder; records go to ``OUT/<experiment>/records.jsonl``.
         batch_size: Texts per forward pass.
-        force: Start the folder afresh even if its settings differ (else a changed setting is
-            refused).
+        force: Start afresh even where the folder's settings differ (else refused).
         progress: Show a progress bar.
     """
     if ablation not in ("zero", "mean"):
@@ -239,11 +238,10 @@ def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress
 
     def work(chunk):
         out = []
-        runners: tuple[tuple[str, Callable[..., list[Any]]], ...] = (
-            ("recognition", recognition),
-            ("generation", generation),
-        )
-        for task, score in runners:
+        # looked up at call time (not a module-level table), so a test can stand in for either
+        scorers: dict[str, Callable[..., list[Any]]] = {"recognition": recognition}
+        scorers["generation"] = generation
+        for task, score in scorers.items():
             part = [(rec, name) for rec, name in chunk if rec.task == task]
             if not part:
                 continue

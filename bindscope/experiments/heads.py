@@ -79,8 +79,7 @@ def run(
         seed: Seeds the random sequences and the bootstrap CIs.
         out: Results folder; records go to ``OUT/<experiment>/records.jsonl``.
         batch_size: Texts per forward pass.
-        force: Start the folder afresh even if its settings differ (else a changed setting is
-            refused).
+        force: Start afresh even where the folder's settings differ (else refused).
         progress: Show a progress bar.
 
     Returns:

@@ -156,8 +156,7 @@ def run(
         limit: Only the first ``limit`` pairs that fit the model's tokenizer.
         out: Results folder; records go to ``OUT/<experiment>/records.jsonl``.
         batch_size: Texts per forward pass.
-        force: Start the folder afresh even if its settings differ (else a changed setting is
-            refused).
+        force: Start afresh even where the folder's settings differ (else refused).
         progress: Show a progress bar.
         n_resamples: Bootstrap and permutation resamples per condition.
         seed: Seed of the bootstrap and permutation tests.

@@ -103,8 +103,7 @@ def run(
         batch_size: Sequences per clean pass.
         n_resamples: Bootstrap and permutation resamples per condition.
         out: Results folder; records go to ``OUT/<experiment>/records.jsonl``.
-        force: Start the folder afresh even if its settings differ (else a changed setting is
-            refused).
+        force: Start afresh even where the folder's settings differ (else refused).
         progress: Show a progress bar.
     """
     if ablation not in ("zero", "mean"):

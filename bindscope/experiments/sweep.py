@@ -140,8 +140,7 @@ def run(
         prompts: Prompt set (name, path or ``PromptSet``) of recognition and generation records.
         rubric: Keyword rubric for generation (default: the package rubric).
         batch_size: Texts per forward pass.
-        force: Start the folder afresh even if its settings differ (else a changed setting is
-            refused).
+        force: Start afresh even where the folder's settings differ (else refused).
         progress: Show a progress bar.
         **load_options: Passed to ``loader`` (dtype, device, remote ...).
 
