@@ -10,6 +10,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from bindscope.metrics import heads as taxonomy
+from bindscope.results import labels
 
 EXPERIMENT = "heads"
 
@@ -84,10 +85,7 @@ def summarize_heads(
     """Per ``model@revision`` summaries, plus ``emergence`` per model with 2+ revisions."""
     from bindscope.experiments.sweep import checkpoint_order
 
-    groups: dict[str, list[dict]] = {}
-    for r in records:
-        if r["experiment"] == EXPERIMENT:
-            groups.setdefault(f"{r['model']}@{r['revision'] or 'main'}", []).append(r)
+    groups = labels.by_model(records, EXPERIMENT)
     models = {}
     for label, group in groups.items():
         used = (group[0]["provenance"].get("seed") or 0) if seed is None else seed
@@ -101,10 +99,10 @@ def summarize_heads(
         revisions = checkpoint_order(group)
         if len(revisions) < 2:
             continue
-        labels = [f"{name}@{v or 'main'}" for v in revisions]
         means = [
-            {s: est["value"] for s, est in models[lab]["scores"].items()} for lab in labels
-        ]  # fmt: skip
+            {s: est["value"] for s, est in models[labels.label(name, v)]["scores"].items()}
+            for v in revisions
+        ]
         summary["emergence"][name] = taxonomy.emergence(
             revisions, means, model=name, thresholds=thresholds, top_k=top_k
         )

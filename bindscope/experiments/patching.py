@@ -36,6 +36,7 @@ from bindscope.experiments.common import (
 from bindscope.experiments.scan import conditions_of
 from bindscope.interventions import Patch
 from bindscope.prompts.datafiles import data_path
+from bindscope.results.labels import by_model
 from bindscope.results.records import RecordWriter
 from bindscope.results.settings import check_settings, content_sha256
 
@@ -252,9 +253,7 @@ def summarize_patching(
     if not evaluated:
         return {"experiment": EXPERIMENT, "models": {}}
     settings = evaluated[0]["patching"]
-    groups: dict[str, list[dict]] = {}
-    for r in evaluated:
-        groups.setdefault(f"{r['model']}@{r['revision'] or 'main'}", []).append(r)
+    groups = by_model(evaluated)
     models = {}
     for label, group in groups.items():
         first = group[0]

@@ -34,6 +34,7 @@ from bindscope.experiments.common import (
     summarize_tests,
 )
 from bindscope.interventions import head_means
+from bindscope.results.labels import by_model
 from bindscope.results.records import RecordWriter
 from bindscope.results.settings import check_settings
 from bindscope.runners.binding import binding
@@ -233,9 +234,7 @@ def summarize_scan(
     if not evaluated:
         return {"experiment": EXPERIMENT, "models": {}}
     settings = evaluated[0]["scan"]
-    groups: dict[str, list[dict]] = {}
-    for r in evaluated:
-        groups.setdefault(f"{r['model']}@{r['revision'] or 'main'}", []).append(r)
+    groups = by_model(evaluated)
     bsi = [r for r in records if r["experiment"] == BSI]
     models = {
         label: _summarize_model(group, bsi, settings, correction, n_resamples, top)
