@@ -74,7 +74,7 @@ class _Experiment:
     files: tuple[str, ...] = ()
     check_terms: Callable[[argparse.Namespace], bool] = lambda args: True
     several: bool = False  # --model is repeatable and run takes a list of models
-    load: bool = True  # False: run takes the --model value (sweep loads each revision itself)
+    load: bool = True  # False: run takes the --model value, required (sweep loads revisions)
     check: Callable[[argparse.Namespace], object] | None = None  # more checks before loading
     records: bool = False  # print the records path after the summary
     after: Callable[[argparse.Namespace], None] | None = None
@@ -87,6 +87,8 @@ def _run_experiment(experiment: _Experiment, args: argparse.Namespace) -> int:
     module = importlib.import_module(f"bindscope.experiments.{experiment.module}")
     if experiment.several and args.revision and len(args.model or [None]) > 1:
         raise BindscopeError("--revision applies to one model; use --model id@revision instead")
+    if not experiment.load and not args.model:
+        raise BindscopeError(f"{args.command} needs --model (a Hub id with training checkpoints)")
     sets = {}
     if experiment.folder is not None:
         files = {name: getattr(args, name) for name in experiment.files}
@@ -136,11 +138,6 @@ def _sweep_options(args: argparse.Namespace, sets: dict) -> dict:
     }
 
 
-def _sweep_needs_model(args: argparse.Namespace) -> None:
-    if not args.model:
-        raise BindscopeError("sweep needs --model (a Hub id with training checkpoints)")
-
-
 def _print_heads_summary(args: argparse.Namespace) -> None:
     if args.heads:
         from bindscope.experiments import heads
@@ -187,7 +184,6 @@ EXPERIMENTS = {
         folder="sweep",
         files=("prompts",),
         load=False,
-        check=_sweep_needs_model,
         after=_print_heads_summary,
     ),
     "heads": _Experiment(
