@@ -15,11 +15,12 @@ from bindscope.experiments.common import (
     record_key,
     run_chunks,
     skipped_reasons,
+    summarize_folder,
 )
 from bindscope.metrics.ranking import mean_bsi, rank_heads
 from bindscope.prompts.context import check_fit
 from bindscope.results.labels import by_model
-from bindscope.results.records import RecordWriter, read_records, write_summary
+from bindscope.results.records import RecordWriter
 from bindscope.runners.binding import binding
 
 EXPERIMENT = "binding"
@@ -112,14 +113,14 @@ def summarize_binding(records: list[dict], *, k: int = 4, seed: int | None = Non
 
 
 def summarize(folder: str | Path) -> dict:
-    folder = Path(folder)
-    records = list(read_records(folder / "records.jsonl"))
-    summary = {
-        "experiment": records[0]["experiment"] if records else EXPERIMENT,
-        "models": summarize_binding(records),
-    }
-    write_summary(folder / "summary.json", summary)
-    return summary
+    """Rebuild ``folder/summary.json`` from ``folder/records.jsonl``."""
+    return summarize_folder(
+        folder,
+        lambda records: {
+            "experiment": records[0]["experiment"] if records else EXPERIMENT,
+            "models": summarize_binding(records),
+        },
+    )
 
 
 __all__ = ["run", "summarize"]

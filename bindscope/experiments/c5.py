@@ -1,5 +1,6 @@
-"""C5: causal head ablation. Does ablating the heads that bind terms most hurt behaviour
-more than ablating random heads?
+"""C5: causal head ablation.
+
+Does ablating the heads that bind terms most hurt behaviour more than ablating random heads?
 
 Heads are ranked by mean BSI over an explicit ranking set that is the same for every
 family (default: all canonical prompts). Conditions: baseline, top-k, bottom-k and N random
@@ -10,7 +11,9 @@ batches (different heads per row), so 50 random sets stay affordable.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +26,7 @@ from bindscope.experiments.common import (
     provenance,
     record_key,
     run_chunks,
+    summarize_folder,
 )
 from bindscope.interventions import head_means
 from bindscope.metrics import stats
@@ -30,7 +34,7 @@ from bindscope.metrics.behaviour import default_rubric
 from bindscope.metrics.ranking import mean_bsi, rank_heads
 from bindscope.prompts.context import check_fit
 from bindscope.results.labels import by_model
-from bindscope.results.records import RecordWriter, read_records, write_summary
+from bindscope.results.records import RecordWriter, read_records
 from bindscope.results.settings import content_sha256
 from bindscope.results.summaries import check_complete
 from bindscope.runners.behaviour import generation, recognition
@@ -115,6 +119,10 @@ def run(
             the top set can be told from an effect of, say, sink heads.
         seed: Seed of the random sets and of the bootstrap.
         rubric: Keyword rubric for generation (default: the package rubric).
+        out: Results folder; records go to ``OUT/<experiment>/records.jsonl``.
+        batch_size: Texts per forward pass.
+        force: Start afresh even where the folder's settings differ (else refused).
+        progress: Show a progress bar.
     """
     if ablation not in ("zero", "mean"):
         raise ValueError("ablation must be 'zero' or 'mean'")
@@ -230,7 +238,10 @@ def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress
 
     def work(chunk):
         out = []
-        for task, score in (("recognition", recognition), ("generation", generation)):
+        # looked up at call time (not a module-level table), so a test can stand in for either
+        scorers: dict[str, Callable[..., list[Any]]] = {"recognition": recognition}
+        scorers["generation"] = generation
+        for task, score in scorers.items():
             part = [(rec, name) for rec, name in chunk if rec.task == task]
             if not part:
                 continue
@@ -370,28 +381,31 @@ def _summarize_model(group, all_records, seed, n_resamples) -> dict:
                 top_drop, random_drops, alternative="greater"
             )
         if task == "recognition":
-            for term in sorted({terms[p] for p in complete}):
-                idx = [i for i, p in enumerate(complete) if terms[p] == term]
-                row = {
-                    n: float(np.mean(cond[n][idx]))
-                    for n in ("baseline", "top", "bottom")
-                    if n in cond
-                }
-                if rand:
-                    row["random_mean"] = float(np.mean([x[idx].mean() for x in rand]))
-                    if "top" in row:
-                        row["specificity"] = row["random_mean"] - row["top"]
-                entry["per_term"][term] = row
+            entry["per_term"].update(_per_term(complete, terms, cond, rand))
     return entry
 
 
+def _per_term(
+    complete: list[str], terms: dict[str, str], cond: dict[str, np.ndarray], rand: list
+) -> dict[str, dict[str, float]]:
+    """Recognition means per term and condition (descriptive: few prompts a term)."""
+    out = {}
+    for term in sorted({terms[p] for p in complete}):
+        idx = [i for i, p in enumerate(complete) if terms[p] == term]
+        row: dict[str, float] = {
+            n: float(np.mean(cond[n][idx])) for n in ("baseline", "top", "bottom") if n in cond
+        }
+        if rand:
+            row["random_mean"] = float(np.mean([x[idx].mean() for x in rand]))
+            if "top" in row:
+                row["specificity"] = row["random_mean"] - row["top"]
+        out[term] = row
+    return out
+
+
 def summarize(folder: str | Path) -> dict:
-    folder = Path(folder)
-    records = list(read_records(folder / "records.jsonl"))
-    check_complete(folder, records)
-    summary = summarize_c5(records)
-    write_summary(folder / "summary.json", summary)
-    return summary
+    """Rebuild ``folder/summary.json`` from ``folder/records.jsonl`` (a finished run only)."""
+    return summarize_folder(folder, summarize_c5, check=check_complete)
 
 
 __all__ = ["draw_random_sets", "run", "summarize"]

@@ -4,10 +4,47 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
 from bindscope.errors import InputError
-from bindscope.prompts.records import PromptRecord, PromptSet, load
-from bindscope.results.records import RecordWriter, model_label, provenance, record_key
+from bindscope.prompts.records import PromptSet, load
+from bindscope.results.records import (
+    RecordWriter,
+    model_label,
+    provenance,
+    read_records,
+    record_key,
+    write_summary,
+)
+
+
+class RecordFields(Protocol):
+    """What a result line takes from the prompt it ran (a PromptRecord, or a generated item)."""
+
+    @property
+    def key(self) -> str:
+        """The prompt's unique key."""
+
+    @property
+    def prompt_id(self) -> str:
+        """The prompt's id in its set."""
+
+    @property
+    def term(self) -> str:
+        """The term the prompt is about ("" when none)."""
+
+    @property
+    def task(self) -> str:
+        """The task the prompt belongs to."""
+
+    @property
+    def control_group(self) -> str | None:
+        """The control group, if any."""
+
+
+def as_pairs(heads: Iterable[Sequence[int]]) -> tuple[tuple[int, int], ...]:
+    """Head lists as read from JSON, as the ``(layer, head)`` tuples a spec takes."""
+    return tuple((int(layer), int(head)) for layer, head in heads)
 
 
 def prompt_set(prompts: str | Path | PromptSet) -> PromptSet:
@@ -18,7 +55,7 @@ def prompt_set(prompts: str | Path | PromptSet) -> PromptSet:
 def base_record(
     experiment: str,
     model,
-    record: PromptRecord,
+    record: RecordFields,
     condition: str,
     metrics: dict,
     prov: dict,
@@ -60,7 +97,7 @@ def run_chunks(
     items: Sequence,
     *,
     writer: RecordWriter,
-    key: Callable[[object], str],
+    key: Callable[[Any], str],
     work: Callable[[list], list[dict]],
     chunk_size: int,
     desc: str,
@@ -93,9 +130,77 @@ def run_chunks(
     return len(pending)
 
 
+def load_revision(
+    loader: Callable[..., Any], model: str, revision: str, **load_options: Any
+) -> Any:
+    """One checkpoint of a sweep, refused unless it is the revision asked for.
+
+    Raises:
+        InputError: The loaded model is at another revision (the sweep would mislabel it).
+    """
+    loaded = loader(model, revision=revision, **load_options)
+    if loaded.revision != revision:
+        raise InputError(
+            f"asked for {model}@{revision}, but the loaded model is at revision "
+            f"{loaded.revision!r}; the sweep would label one checkpoint as another"
+        )
+    loaded.name = model
+    return loaded
+
+
+def summarize_folder(
+    folder: str | Path,
+    build: Callable[[list[dict]], dict],
+    *,
+    check: Callable[[Path, list[dict]], None] | None = None,
+) -> dict:
+    """Rebuild ``folder/summary.json`` from ``folder/records.jsonl`` alone.
+
+    Args:
+        folder: An experiment's results folder.
+        build: The experiment's summary of its records.
+        check: Called with the folder and records first; raises when they cannot be summarized.
+
+    Returns:
+        The summary as written.
+    """
+    folder = Path(folder)
+    records = list(read_records(folder / "records.jsonl"))
+    if check is not None:
+        check(folder, records)
+    summary = build(records)
+    write_summary(folder / "summary.json", summary)
+    return summary
+
+
+def summarize_tests(
+    folder: str | Path,
+    build: Callable[..., dict],
+    *,
+    correction: str | None,
+    n_resamples: int | None,
+) -> dict:
+    """``summarize_folder`` for the per-head tests (scan, patching).
+
+    ``correction`` and ``n_resamples`` default to those of the summary already there (so
+    ``bindscope summarize`` keeps a run's ``--correction``), else ``bh`` and 9999.
+    """
+    from bindscope.experiments.head_stats import previous_options
+
+    previous = previous_options(Path(folder) / "summary.json")
+    options = {
+        "correction": correction or previous.get("correction", "bh"),
+        "n_resamples": n_resamples or previous.get("n_resamples", 9999),
+    }
+    return summarize_folder(folder, lambda records: build(records, **options))
+
+
 def skipped_reasons(records: Iterable[dict]) -> dict[str, int]:
-    """How many records have no EB*, per reason: the audit flag that explains it
-    (``not_found``, ``single_token``, ...), else the record's skip message."""
+    """How many records have no EB*, per reason.
+
+    The reason is the audit flag that explains it (``not_found``, ``single_token``, ...), else the
+    record's skip message.
+    """
     counts: dict[str, int] = {}
     for r in records:
         metrics = r["metrics"]
@@ -109,19 +214,24 @@ def skipped_reasons(records: Iterable[dict]) -> dict[str, int]:
 
 
 def by_key(records: Iterable[dict]) -> dict[str, dict]:
+    """Records indexed by their ``key``."""
     return {r["key"]: r for r in records}
 
 
 __all__ = [
     "RecordWriter",
+    "as_pairs",
     "base_record",
     "binding_metrics",
+    "load_revision",
     "model_label",
     "prompt_set",
     "provenance",
     "record_key",
     "run_chunks",
     "skipped_reasons",
+    "summarize_folder",
+    "summarize_tests",
 ]
 
 

@@ -25,12 +25,13 @@ from bindscope.experiments.common import (
     record_key,
     run_chunks,
     skipped_reasons,
+    summarize_folder,
 )
 from bindscope.metrics import stats
 from bindscope.prompts.context import check_fit
 from bindscope.prompts.records import PromptSet
 from bindscope.results.labels import by_model
-from bindscope.results.records import RecordWriter, read_records, write_summary
+from bindscope.results.records import RecordWriter
 from bindscope.runners.binding import binding
 
 EXPERIMENT = "controls"
@@ -170,10 +171,8 @@ def summarize_controls(records: list[dict], *, n_resamples: int = 9999) -> dict:
 
 
 def summarize(folder: str | Path) -> dict:
-    folder = Path(folder)
-    summary = summarize_controls(list(read_records(folder / "records.jsonl")))
-    write_summary(folder / "summary.json", summary)
-    return summary
+    """Rebuild ``folder/summary.json`` from ``folder/records.jsonl``."""
+    return summarize_folder(folder, summarize_controls)
 
 
 __all__ = ["compare", "run", "summarize"]

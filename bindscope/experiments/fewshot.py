@@ -14,13 +14,20 @@ from pathlib import Path
 import numpy as np
 
 from bindscope.errors import InputError
-from bindscope.experiments.common import base_record, prompt_set, provenance, record_key, run_chunks
+from bindscope.experiments.common import (
+    base_record,
+    prompt_set,
+    provenance,
+    record_key,
+    run_chunks,
+    summarize_folder,
+)
 from bindscope.metrics import stats
 from bindscope.metrics.behaviour import default_rubric
 from bindscope.prompts.context import check_fit
 from bindscope.prompts.records import load_json
 from bindscope.results.labels import by_model
-from bindscope.results.records import RecordWriter, read_records, write_summary
+from bindscope.results.records import RecordWriter
 from bindscope.results.settings import content_sha256
 from bindscope.runners.behaviour import generation
 
@@ -121,8 +128,9 @@ def run(
                 out_records.append(base_record(EXPERIMENT, model, r, condition, metrics, prov))
         return out_records
 
-    records = folder / "records.jsonl"
-    with RecordWriter(records, force=force, settings=settings, models=[model]) as writer:
+    with RecordWriter(
+        folder / "records.jsonl", force=force, settings=settings, models=[model]
+    ) as writer:
         run_chunks(
             items,
             writer=writer,
@@ -173,10 +181,8 @@ def summarize_fewshot(records: list[dict], *, n_resamples: int = 9999) -> dict:
 
 
 def summarize(folder: str | Path) -> dict:
-    folder = Path(folder)
-    summary = summarize_fewshot(list(read_records(folder / "records.jsonl")))
-    write_summary(folder / "summary.json", summary)
-    return summary
+    """Rebuild ``folder/summary.json`` from ``folder/records.jsonl``."""
+    return summarize_folder(folder, summarize_fewshot)
 
 
 __all__ = ["CONDITIONS", "prefixes", "run", "summarize"]

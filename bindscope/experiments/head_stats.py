@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from bindscope.metrics import stats
+from bindscope.results import format as fmt
 
 CORRECTIONS = {"bh": "fdr_bh", "holm": "holm"}
 
@@ -96,12 +97,15 @@ def map_correlation(
 ) -> dict | None:
     """Spearman correlation of two maps averaged over prompts, with a bootstrap CI.
 
-    Args:
-        x, y: ``[prompts, cells]`` per-prompt values of two maps over the same prompts.
-
     The CI resamples prompts (percentile interval): both maps are re-averaged on each
     resample, so the interval reflects how much the head-by-head agreement depends on
     which prompts were asked.
+
+    Args:
+        x: ``[prompts, cells]`` per-prompt values of one map.
+        y: ``[prompts, cells]`` values of the other map over the same prompts.
+        seed: Seed of the bootstrap.
+        n_resamples: Bootstrap resamples.
     """
     if x.shape[0] < 2 or x.shape[1] < 3:
         return None
@@ -131,15 +135,10 @@ def map_correlation(
 
 
 def _cell_line(cell: dict) -> str:
-    def f(x):
-        return "-" if x is None else f"{x:.3f}"
-
-    p = cell.get("p_adjusted")
     mark = "*" if cell.get("significant") else " "
-    padj = "-" if p is None else (f"{p:.2g}" if p >= 1e-3 else "<0.001")
     return (
-        f"{cell['condition']:<10}{f(cell['value']):>9} [{f(cell['low'])}, {f(cell['high'])}]"
-        f"  p_adj {padj}{mark}"
+        f"{cell['condition']:<10}{fmt.estimate(cell):>24}"
+        f"  p_adj {fmt.pvalue(cell.get('p_adjusted'))}{mark}"
     )
 
 

@@ -1,6 +1,8 @@
-"""Head taxonomy (``bindscope heads``): sink, previous-token, induction, duplicate-token,
-binding and spread scores for every head, a threshold classification, and across
-checkpoints (``bindscope sweep --heads``) when each class emerges.
+"""Head taxonomy (``bindscope heads``): what kind of head each head is.
+
+Sink, previous-token, induction, duplicate-token, binding and spread scores for every head, a
+threshold classification, and across checkpoints (``bindscope sweep --heads``) when each class
+emerges.
 
 Records (``OUT/heads/records.jsonl``, see docs/records.md):
 
@@ -30,19 +32,21 @@ from bindscope.errors import InputError
 from bindscope.experiments.common import (
     base_record,
     binding_metrics,
+    load_revision,
     model_label,
     prompt_set,
     provenance,
     record_key,
     run_chunks,
+    summarize_folder,
 )
+from bindscope.experiments.heads_summary import EXPERIMENT, summarize_heads, summarize_model
 from bindscope.metrics import heads as taxonomy
-from bindscope.results.records import RecordWriter, read_records, write_summary
+from bindscope.results.records import RecordWriter
 from bindscope.results.settings import check_settings
 from bindscope.runners.binding import binding
 from bindscope.runners.head_scores import repeated_scores, text_scores
 
-EXPERIMENT = "heads"
 CLASSIFICATION_FILE = "classification.json"
 
 
@@ -73,6 +77,10 @@ def run(
             ``bindscope.metrics.heads.THRESHOLDS``); they change only the summary.
         top_k: Binding top-k whose overlap with each class is reported.
         seed: Seeds the random sequences and the bootstrap CIs.
+        out: Results folder; records go to ``OUT/<experiment>/records.jsonl``.
+        batch_size: Texts per forward pass.
+        force: Start afresh even where the folder's settings differ (else refused).
+        progress: Show a progress bar.
 
     Returns:
         The summary (also written to ``OUT/heads/summary.json``).
@@ -119,13 +127,7 @@ def run_revisions(
         for revision in revisions:
             if side.done(model, revision):
                 continue
-            loaded = loader(model, revision=revision, **load_options)
-            if loaded.revision != revision:
-                raise InputError(
-                    f"asked for {model}@{revision}, but the loaded model is at revision "
-                    f"{loaded.revision!r}; the sweep would label one checkpoint as another"
-                )
-            loaded.name = model
+            loaded = load_revision(loader, model, revision, **load_options)
             side.score(loaded, revisions)
             del loaded
     finally:
@@ -320,106 +322,6 @@ def primary_classes(
     return taxonomy.classify(means, thresholds=thresholds)["primary"]
 
 
-# -- summary ------------------------------------------------------------------------------
-
-
-def _array(records: list[dict], name: str) -> np.ndarray:
-    """``[n_records, L, H]`` of one score (null as NaN)."""
-    grids = [r["metrics"][name] for r in records]
-    return np.array(
-        [[[np.nan if x is None else x for x in row] for row in grid] for grid in grids],
-        dtype=np.float64,
-    )
-
-
-def summarize_model(
-    group: list[dict], *, thresholds: Mapping[str, float] | None, top_k: int, seed: int
-) -> dict:
-    """One model (one revision): per-head estimates, classes, counts, binding top-k overlap."""
-    clean = [r for r in group if r["condition"] == "clean"]
-    repeated = [r for r in group if r["condition"] == "repeated"]
-    first = group[0]["metrics"]
-    scores: dict[str, dict] = {}
-    for name in taxonomy.TEXT_SCORES:
-        if clean:
-            scores[name] = taxonomy.bootstrap_heads(_array(clean, name), seed=seed)
-    if clean:
-        scores["binding"] = taxonomy.bootstrap_heads(_array(clean, "bsi"), seed=seed)
-    for name in taxonomy.REPEATED_SCORES:
-        if repeated:
-            scores[name] = taxonomy.bootstrap_heads(_array(repeated, name), seed=seed)
-    means = {name: est["value"] for name, est in scores.items()}
-    classes = taxonomy.classify(means, thresholds=thresholds)
-    entry = {
-        "model": group[0]["model"],
-        "revision": group[0]["revision"],
-        "n_layers": first["n_layers"],
-        "n_heads": first["n_heads"],
-        "position_0_is_bos": first.get("position_0_is_bos"),
-        "n_prompts": len(clean),
-        "n_repeated": len(repeated),
-        "scores": scores,
-        "classes": classes,
-        "top_k": top_k,
-    }
-    if clean:
-        # a query at position i sees i + 1 keys; queries 1..n-1 see (n + 2) / 2 on average
-        keys = [(r["metrics"]["n_tokens"] + 2) / 2 for r in clean if r["metrics"]["n_tokens"] > 1]
-        entry["mean_keys"] = float(np.mean(keys)) if keys else None
-        if scores["spread"]["value"] is not None and entry["mean_keys"]:
-            entry["spread_fraction"] = taxonomy.spread_fraction(
-                scores["spread"]["value"], entry["mean_keys"]
-            )
-    if means.get("binding") is not None:
-        top = taxonomy.top_heads(means["binding"], top_k)
-        entry["binding_top"] = top
-        entry["binding_top_overlap"] = taxonomy.overlap(top, classes["labels"])
-    if repeated:
-        entry["repeated"] = {
-            "n": len(repeated),
-            "length": repeated[0]["metrics"]["length"],
-            "seed": repeated[0]["provenance"].get("seed"),
-        }
-    return entry
-
-
-def summarize_heads(
-    records: list[dict],
-    *,
-    thresholds: Mapping[str, float] | None = None,
-    top_k: int = 4,
-    seed: int | None = None,
-) -> dict:
-    """Per ``model@revision`` summaries, plus ``emergence`` per model with 2+ revisions."""
-    from bindscope.experiments.sweep import checkpoint_order
-
-    groups: dict[str, list[dict]] = {}
-    for r in records:
-        if r["experiment"] == EXPERIMENT:
-            groups.setdefault(f"{r['model']}@{r['revision'] or 'main'}", []).append(r)
-    models = {}
-    for label, group in groups.items():
-        used = (group[0]["provenance"].get("seed") or 0) if seed is None else seed
-        models[label] = summarize_model(group, thresholds=thresholds, top_k=top_k, seed=used)
-    summary: dict = {"experiment": EXPERIMENT, "models": models, "emergence": {}}
-    by_model: dict[str, list[dict]] = {}
-    for r in records:
-        if r["experiment"] == EXPERIMENT:
-            by_model.setdefault(r["model"], []).append(r)
-    for name, group in by_model.items():
-        revisions = checkpoint_order(group)
-        if len(revisions) < 2:
-            continue
-        labels = [f"{name}@{v or 'main'}" for v in revisions]
-        means = [
-            {s: est["value"] for s, est in models[lab]["scores"].items()} for lab in labels
-        ]  # fmt: skip
-        summary["emergence"][name] = taxonomy.emergence(
-            revisions, means, model=name, thresholds=thresholds, top_k=top_k
-        )
-    return summary
-
-
 def summarize(
     folder: str | Path, *, thresholds: Mapping[str, float] | None = None, top_k: int | None = None
 ) -> dict:
@@ -429,11 +331,9 @@ def summarize(
     stored = json.loads(path.read_text("utf-8")) if path.is_file() else {}
     rule = {**stored.get("thresholds", {}), **(thresholds or {})}
     k = top_k if top_k is not None else stored.get("top_k", 4)
-    summary = summarize_heads(
-        list(read_records(folder / "records.jsonl")), thresholds=rule, top_k=k
+    return summarize_folder(
+        folder, lambda records: summarize_heads(records, thresholds=rule, top_k=k)
     )
-    write_summary(folder / "summary.json", summary)
-    return summary
 
 
 __all__ = [
@@ -444,4 +344,5 @@ __all__ = [
     "score_model",
     "summarize",
     "summarize_heads",
+    "summarize_model",
 ]

@@ -25,11 +25,19 @@ import numpy as np
 
 from bindscope.errors import InputError, PromptFileError
 from bindscope.experiments import head_stats
-from bindscope.experiments.common import model_label, provenance, record_key, run_chunks
+from bindscope.experiments.common import (
+    as_pairs,
+    model_label,
+    provenance,
+    record_key,
+    run_chunks,
+    summarize_tests,
+)
 from bindscope.experiments.scan import conditions_of
 from bindscope.interventions import Patch
 from bindscope.prompts.datafiles import data_path
-from bindscope.results.records import RecordWriter, read_records, write_summary
+from bindscope.results.labels import by_model
+from bindscope.results.records import RecordWriter
 from bindscope.results.settings import content_sha256
 
 EXPERIMENT = "patching"
@@ -50,6 +58,7 @@ class Pair:
 
     @property
     def key(self) -> str:
+        """``term/pair_id``, unique in a pair file."""
         return f"{self.term}/{self.pair_id}"
 
 
@@ -108,10 +117,10 @@ def _texts_and_metric(model, pair: Pair):
                 f"under {model.name}'s tokenizer (got {[len(i) for i in ids]})"
             )
 
-        def metric(logits):
+        def logit_difference(logits):
             return float(logits[-1, ids[0][0]] - logits[-1, ids[1][0]])
 
-        return pair.clean, pair.corrupted, metric
+        return pair.clean, pair.corrupted, logit_difference
     target = tok(pair.target, add_special_tokens=False)["input_ids"]
     clean = model.tokenize(pair.clean) + target
     corrupted = model.tokenize(pair.corrupted) + target
@@ -148,6 +157,12 @@ def run(
             the positions every pair has.
         correction: ``bh`` or ``holm``, across conditions.
         limit: Only the first ``limit`` pairs that fit the model's tokenizer.
+        out: Results folder; records go to ``OUT/<experiment>/records.jsonl``.
+        batch_size: Texts per forward pass.
+        force: Start afresh even where the folder's settings differ (else refused).
+        progress: Show a progress bar.
+        n_resamples: Bootstrap and permutation resamples per condition.
+        seed: Seed of the bootstrap and permutation tests.
     """
     if correction not in head_stats.CORRECTIONS:
         raise InputError(f"correction must be 'bh' or 'holm', not {correction!r}")
@@ -188,12 +203,16 @@ def run(
             patched = model.logits(
                 [corrupted] * len(names),
                 per_row=[
-                    Patch(conditions[n], source=[clean], positions=_where(offsets, n, last))
+                    Patch(
+                        as_pairs(conditions[n]),
+                        source=(clean,),
+                        positions=_where(offsets, n, last),
+                    )
                     for n in names
                 ],
                 batch_size=batch_size,
             )
-            rows = [("clean", [], values["clean"])]
+            rows: list[tuple[str, list, float]] = [("clean", [], values["clean"])]
             rows += [(n, conditions[n], metric(p)) for n, p in zip(names, patched)]
             for condition, heads, value in rows:
                 if key(pair, condition) in writer:
@@ -273,9 +292,7 @@ def summarize_patching(
     if not evaluated:
         return {"experiment": EXPERIMENT, "models": {}}
     settings = evaluated[0]["patching"]
-    groups: dict[str, list[dict]] = {}
-    for r in evaluated:
-        groups.setdefault(f"{r['model']}@{r['revision'] or 'main'}", []).append(r)
+    groups = by_model(evaluated)
     models = {}
     for label, group in groups.items():
         first = group[0]
@@ -351,15 +368,9 @@ def summarize(
     ``correction`` and ``n_resamples`` default to those of the summary already there (so
     ``bindscope summarize`` keeps a run's ``--correction``), else ``bh`` and 9999.
     """
-    folder = Path(folder)
-    previous = head_stats.previous_options(folder / "summary.json")
-    summary = summarize_patching(
-        list(read_records(folder / "records.jsonl")),
-        correction=correction or previous.get("correction", "bh"),
-        n_resamples=n_resamples or previous.get("n_resamples", 9999),
+    return summarize_tests(
+        folder, summarize_patching, correction=correction, n_resamples=n_resamples
     )
-    write_summary(folder / "summary.json", summary)
-    return summary
 
 
 __all__ = ["Pair", "load_pairs", "run", "summarize", "summarize_patching"]

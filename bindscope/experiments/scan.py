@@ -15,6 +15,7 @@ All conditions of a prompt share one clean pass (`bindscope.runners.scan`).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -24,6 +25,7 @@ import numpy as np
 from bindscope.errors import InputError
 from bindscope.experiments import head_stats
 from bindscope.experiments.common import (
+    as_pairs,
     base_record,
     binding_metrics,
     model_label,
@@ -31,9 +33,11 @@ from bindscope.experiments.common import (
     provenance,
     record_key,
     run_chunks,
+    summarize_tests,
 )
 from bindscope.interventions import head_means
-from bindscope.results.records import RecordWriter, read_records, write_summary
+from bindscope.results.labels import by_model
+from bindscope.results.records import RecordWriter
 from bindscope.runners.binding import binding
 from bindscope.runners.scan import ScoredSequence, condition_scores
 
@@ -111,6 +115,9 @@ def run(
             previous-token, induction, duplicate-token; ``bindscope.metrics.heads``), so
             "binding heads matter" is told apart from "sink heads matter". 0: off.
         k: Size of the EB* top set compared under ``matched_classes``.
+        out: Results folder; records go to ``OUT/<experiment>/records.jsonl``.
+        force: Start afresh even where the folder's settings differ (else refused).
+        progress: Show a progress bar.
     """
     if ablation not in ABLATIONS:
         raise InputError(f"ablation must be one of {', '.join(ABLATIONS)}, not {ablation!r}")
@@ -160,6 +167,32 @@ def draw_donors(items, seed: int) -> dict:
     return out
 
 
+def _chunk_sequences(model, chunk, donor_of: dict) -> tuple[list, list[int], list]:
+    """The scored sequences of a chunk of prompts, each one's prompt index, and (resample)
+    each one's donor sequence: the donor prompt's sequence of the same choice.
+    """
+    sequences, owners, donors = [], [], []
+    for i, rec in enumerate(chunk):
+        seqs, _ = scored(model, rec)
+        sequences += seqs
+        owners += [i] * len(seqs)
+        if donor_of:
+            theirs, _ = scored(model, donor_of[rec.key])
+            donors += [theirs[j % len(theirs)] for j in range(len(seqs))]
+    return sequences, owners, donors
+
+
+def _metrics(mine: list[float], answer: int | None, donor) -> dict[str, object]:
+    """A record's metrics from its sequences' scores (one per choice, or the target's)."""
+    metrics: dict[str, object] = {"logprob": mine[0] if answer is None else mine[answer]}
+    if donor is not None:
+        metrics["donor"] = donor.key
+    if answer is not None:
+        prediction = max(range(len(mine)), key=lambda j: (mine[j], -j))
+        metrics.update(choice_scores=mine, prediction=prediction, score=int(prediction == answer))
+    return metrics
+
+
 def _run_model(model, pset, items, writer, settings, batch_size, progress) -> None:
     prov = provenance(
         model, prompt_set=pset, seed=settings["seed"], scan=settings,
@@ -178,39 +211,25 @@ def _run_model(model, pset, items, writer, settings, batch_size, progress) -> No
         return record_key(EXPERIMENT, model.name, model.revision, rec.key, name)
 
     def work(chunk):
-        sequences, owners, donors = [], [], []
-        for i, rec in enumerate(chunk):
-            seqs, _ = scored(model, rec)
-            sequences += seqs
-            owners += [i] * len(seqs)
-            if donor_of:
-                theirs, _ = scored(model, donor_of[rec.key])
-                donors += [theirs[j % len(theirs)] for j in range(len(seqs))]
+        sequences, owners, donors = _chunk_sequences(model, chunk, donor_of)
         clean, scores = condition_scores(
             model,
             sequences,
-            [conditions[n] for n in names],
+            [as_pairs(conditions[n]) for n in names],
             means=means,
             donors=donors or None,
             batch_size=batch_size,
         )
-        owners = np.array(owners)
+        owner_of = np.array(owners)
         out = []
         for i, rec in enumerate(chunk):
             _, answer = scored(model, rec)
-            columns = np.flatnonzero(owners == i)
+            columns = np.flatnonzero(owner_of == i)
             for name, values in [("clean", clean), *zip(names, scores)]:
                 if key(rec, name) in writer:
                     continue
                 mine = [float(v) for v in values[columns]]
-                metrics = {"logprob": mine[0] if answer is None else mine[answer]}
-                if donor_of:
-                    metrics["donor"] = donor_of[rec.key].key
-                if answer is not None:
-                    prediction = max(range(len(mine)), key=lambda j: (mine[j], -j))
-                    metrics.update(
-                        choice_scores=mine, prediction=prediction, score=int(prediction == answer)
-                    )
+                metrics = _metrics(mine, answer, donor_of.get(rec.key))
                 heads = conditions.get(name, [])
                 out.append(
                     base_record(
@@ -326,9 +345,7 @@ def summarize_scan(
     if not evaluated:
         return {"experiment": EXPERIMENT, "models": {}}
     settings = evaluated[0]["scan"]
-    groups: dict[str, list[dict]] = {}
-    for r in evaluated:
-        groups.setdefault(f"{r['model']}@{r['revision'] or 'main'}", []).append(r)
+    groups = by_model(evaluated)
     bsi = [r for r in records if r["experiment"] == BSI]
     models = {
         label: _summarize_model(group, bsi, settings, correction, n_resamples, top)
@@ -467,17 +484,10 @@ def summarize(
     ``correction`` and ``n_resamples`` default to those of the summary already there (so
     ``bindscope summarize`` keeps a run's ``--correction``), else ``bh`` and 9999.
     """
-    folder = Path(folder)
-    previous = head_stats.previous_options(folder / "summary.json")
-    classes_path = folder / CLASSES_FILE
-    summary = summarize_scan(
-        list(read_records(folder / "records.jsonl")),
-        correction=correction or previous.get("correction", "bh"),
-        n_resamples=n_resamples or previous.get("n_resamples", 9999),
-        classes=json.loads(classes_path.read_text("utf-8")) if classes_path.is_file() else None,
-    )
-    write_summary(folder / "summary.json", summary)
-    return summary
+    path = Path(folder) / CLASSES_FILE
+    classes = json.loads(path.read_text("utf-8")) if path.is_file() else None
+    build = functools.partial(summarize_scan, classes=classes)
+    return summarize_tests(folder, build, correction=correction, n_resamples=n_resamples)
 
 
 __all__ = ["conditions_of", "run", "summarize", "summarize_scan"]

@@ -1,5 +1,6 @@
-"""Checkpoint sweeps (``bindscope sweep``) and the analyses built on them: lead-lag (C1-B)
-and decoupling (C4-B).
+"""Checkpoint sweeps (``bindscope sweep``) and the analyses built on them.
+
+The analyses are lead-lag (C1-B) and decoupling (C4-B).
 
 Per revision, every prompt gets its EB* and its behaviour score (recognition: 0/1 correct;
 generation: rubric score). A term's series is the mean over its prompts at each revision.
@@ -21,16 +22,18 @@ from bindscope.errors import InputError
 from bindscope.experiments.common import (
     base_record,
     binding_metrics,
+    load_revision,
     mean_estimate,
     prompt_set,
     provenance,
     record_key,
     run_chunks,
+    summarize_folder,
 )
 from bindscope.metrics import stats
 from bindscope.metrics.behaviour import default_rubric
 from bindscope.prompts.context import check_fit
-from bindscope.results.records import RecordWriter, read_records, write_summary
+from bindscope.results.records import RecordWriter
 from bindscope.results.settings import check_settings, content_sha256
 from bindscope.runners.behaviour import generation, recognition
 from bindscope.runners.binding import binding
@@ -133,6 +136,13 @@ def run(
         heads: Also score every head of each revision (``bindscope.experiments.heads``,
             written to ``OUT/heads``; its summary holds the emergence of each class).
         head_options: ``n_repeated``, ``repeat_length``, ``thresholds``, ``top_k`` for it.
+        out: Results folder; records go to ``OUT/<experiment>/records.jsonl``.
+        prompts: Prompt set (name, path or ``PromptSet``) of recognition and generation records.
+        rubric: Keyword rubric for generation (default: the package rubric).
+        batch_size: Texts per forward pass.
+        force: Start afresh even where the folder's settings differ (else refused).
+        progress: Show a progress bar.
+        **load_options: Passed to ``loader`` (dtype, device, remote ...).
 
     Raises:
         InputError: The loader returned another revision than the one asked for (a revision
@@ -151,21 +161,24 @@ def run(
         if heads:
             from bindscope.experiments.heads import RevisionScorer
 
-            options = {"seed": seed, "force": force, "batch_size": batch_size, "progress": progress}
-            side = stack.enter_context(RevisionScorer(out, pset, **options, **(head_options or {})))
+            side = stack.enter_context(
+                RevisionScorer(
+                    out,
+                    pset,
+                    seed=seed,
+                    force=force,
+                    batch_size=batch_size,
+                    progress=progress,
+                    **(head_options or {}),
+                )
+            )
         records = folder / "records.jsonl"
         writer = stack.enter_context(RecordWriter(records, force=force, settings=settings))
         for revision in revisions:
             keys = [record_key(EXPERIMENT, model, revision, r.key, "clean") for r in pset]
             if all(k in writer for k in keys) and (side is None or side.done(model, revision)):
                 continue
-            loaded = loader(model, revision=revision, **load_options)
-            if loaded.revision != revision:
-                raise InputError(
-                    f"asked for {model}@{revision}, but the loaded model is at revision "
-                    f"{loaded.revision!r}; the sweep would label one checkpoint as another"
-                )
-            loaded.name = model
+            loaded = load_revision(loader, model, revision, **load_options)
             check_settings(folder, settings, models=[loaded])
             info = {"settings": settings, "sweep": {"revisions": revisions}}
             prov = provenance(loaded, prompt_set=pset, seed=seed, **info)
@@ -189,9 +202,9 @@ def _run_revision(model, pset, writer, rubric, batch_size, progress, prov) -> No
         for r, res in zip(rec, recognition(model, rec, batch_size=batch_size) if rec else []):
             scores[r.key] = float(res.correct)
         if gen:
-            results = generation(model, gen, rubric=rubric, batch_size=batch_size)
-            for r, res in zip(gen, results):
-                scores[r.key] = res.score
+            generated = generation(model, gen, rubric=rubric, batch_size=batch_size)
+            for r, out in zip(gen, generated):
+                scores[r.key] = out.score
         return [
             base_record(
                 EXPERIMENT,
@@ -361,25 +374,23 @@ def decoupling(series: dict[str, dict], *, split: int | None = None) -> dict:
         if math.isnan(early) or math.isnan(late):
             continue
         per_term[term] = {"early": early, "late": late}
-    early = [v["early"] for v in per_term.values()]
-    late = [v["late"] for v in per_term.values()]
+    earlies = [v["early"] for v in per_term.values()]
+    lates = [v["late"] for v in per_term.values()]
     return {
         "split": split,
         "method": "spearman",
         "n_terms": len(per_term),
-        "n_strict": sum(e > 0 and lt <= 0 for e, lt in zip(early, late)),
-        "n_attenuate": sum(e > 0 and lt < 0.5 * e for e, lt in zip(early, late)),
-        "mean_early": _mean(early),
-        "mean_late": _mean(late),
+        "n_strict": sum(e > 0 and lt <= 0 for e, lt in zip(earlies, lates)),
+        "n_attenuate": sum(e > 0 and lt < 0.5 * e for e, lt in zip(earlies, lates)),
+        "mean_early": _mean(earlies),
+        "mean_late": _mean(lates),
         "per_term": per_term,
     }
 
 
 def summarize(folder: str | Path) -> dict:
-    folder = Path(folder)
-    summary = summarize_sweep(list(read_records(folder / "records.jsonl")))
-    write_summary(folder / "summary.json", summary)
-    return summary
+    """Rebuild ``folder/summary.json`` from ``folder/records.jsonl``."""
+    return summarize_folder(folder, summarize_sweep)
 
 
 __all__ = ["CRFM_SEEDS", "PRESETS", "decoupling", "leadlag", "resolve_revisions", "run"]

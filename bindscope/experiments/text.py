@@ -2,32 +2,15 @@
 
 from __future__ import annotations
 
-import math
-
-
-def est(e: dict | None, scale: float = 1.0, digits: int = 3) -> str:
-    """``value [low, high]`` for an Estimate dict (``-`` when missing)."""
-    if not e or e.get("value") is None:
-        return "-"
-    v, lo, hi = (
-        scale * (e.get(k) if e.get(k) is not None else math.nan) for k in ("value", "low", "high")
-    )
-    return f"{v:.{digits}f} [{lo:.{digits}f}, {hi:.{digits}f}]"
-
-
-def num(x, digits: int = 3) -> str:
-    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
-
-
-def pval(p) -> str:
-    if p is None or (isinstance(p, float) and math.isnan(p)):
-        return "-"
-    return f"{p:.2g}" if p >= 1e-3 else "<0.001"
+from bindscope.results.format import DASH, num
+from bindscope.results.format import estimate as est
+from bindscope.results.format import heads as head_list
+from bindscope.results.format import pvalue as pval
 
 
 def summary_lines(summary: dict) -> list[str]:
     """Readable lines for any experiment's summary dict."""
-    kind = summary.get("experiment")
+    kind = str(summary.get("experiment"))
     fn = {
         "binding": _binding,
         "c5": _c5,
@@ -44,7 +27,7 @@ def summary_lines(summary: dict) -> list[str]:
 def _binding(s: dict) -> list[str]:
     out = ["EB* (mean over prompts, 95% bootstrap CI)"]
     for label, m in s["models"].items():
-        heads = " ".join(f"L{l}H{h}" for l, h in m.get("top_heads") or [])  # noqa: E741
+        heads = head_list(m.get("top_heads"))
         out.append(
             f"  {label}: EB* {est(m.get('eb_star'))}  EB*/ceiling {est(m.get('eb_star_norm'))}"
             f"  n={m['n']} skipped={m['n_skipped']}  top heads {heads}"
@@ -143,7 +126,7 @@ def _controls(s: dict) -> list[str]:
         for g, row in m["groups"].items():
             mt = row["matched"]
             out.append(
-                f"    {g:<20}{row.get('family') or '-':<5}{row['n']:>4}"
+                f"    {g:<20}{row.get('family') or DASH:<5}{row['n']:>4}"
                 f"{num(row['n_span_mean'], 1):>6}  {est(row['eb_star']):<24}"
                 f"{est(row.get('cohens_d'), digits=2):<24}{pval(row.get('p_holm')):<8}"
                 f"{est(mt.get('cohens_d'), digits=2)} ({mt['n']})"
@@ -160,7 +143,7 @@ def _heads(s: dict) -> list[str]:
         top = m.get("binding_top") or []
         if top:
             overlap = m.get("binding_top_overlap") or {}
-            heads = " ".join(f"L{l}H{h}" for l, h in top)  # noqa: E741
+            heads = head_list(top)
             out.append(
                 f"    binding top-{len(top)} {heads}: {overlap.get('sink', 0)} sink, "
                 f"{overlap.get('previous_token', 0)} previous-token, "

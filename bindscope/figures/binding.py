@@ -10,7 +10,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from bindscope.figures import markdown as md
-from bindscope.figures.style import HEATMAP_CMAP, new_figure, short_label, slug
+from bindscope.figures.style import HEATMAP_CMAP, new_figure, per_model, short_label
 from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "Binding (EB*)"
@@ -28,13 +28,8 @@ HOW_TO_READ = (
 
 
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    for label, entry in exp.models.items():
-        yield (
-            f"binding_bsi_{slug(label)}",
-            lambda label=label, entry=entry: bsi_heatmap(
-                label, entry, where=f"{exp.folder / 'summary.json'} [{label}]"
-            ),
-        )
+    """The binding figures: (file stem, builder) pairs, drawn only when asked."""
+    return per_model(exp.models, exp.folder, "binding_bsi", bsi_heatmap)
 
 
 def bsi_heatmap(label: str, entry: dict, *, where: str = "summary"):
@@ -70,6 +65,7 @@ def bsi_heatmap(label: str, entry: dict, *, where: str = "summary"):
 
 
 def tables(exp: ExperimentResults) -> list[str]:
+    """The report's binding tables, as Markdown lines."""
     rows = []
     for label, entry in exp.models.items():
         rows.append(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 from matplotlib.ticker import MaxNLocator
@@ -43,6 +44,7 @@ BAR_CONDITIONS = ("baseline", "top", "bottom", "random")
 
 
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
+    """The C5 ablation figures: (file stem, builder) pairs, drawn only when asked."""
     where = str(exp.folder / "summary.json")
     k = (exp.summary or {}).get("k")
     for label, entry in exp.models.items():
@@ -81,24 +83,11 @@ def model_figure(label: str, entry: dict, *, k=None, where: str = "summary"):
     ax = axes[0]
     width = 0.2
     for i, condition in enumerate(BAR_CONDITIONS):
-        s = CONDITION_STYLE[condition]
         for t, task in enumerate(TASKS):
             value, err = _condition_bar(entry, condition, task)
-            if value is None:
-                continue
-            x = t + (i - 1.5) * width
-            ax.bar(
-                x,
-                value,
-                width,
-                color=s["color"],
-                hatch=s["hatch"],
-                edgecolor="black",
-                linewidth=0.6,
-                label=_condition_name(condition, k),
-            )
-            if err is not None:
-                ax.errorbar(x, value, yerr=[[err[0]], [err[1]]], color="black", capsize=3, lw=1)
+            if value is not None:
+                x = t + (i - 1.5) * width
+                _bar(ax, x, value, err, width=width, condition=condition, k=k, lw=1)
     counts = (entry.get("conditions") or {}).get("baseline", {})
     ax.set_xticks(
         range(len(TASKS)), [f"{task}\n(n = {counts.get(f'n_{task}', '?')})" for task in TASKS]
@@ -117,6 +106,25 @@ def model_figure(label: str, entry: dict, *, k=None, where: str = "summary"):
         "Holm-adjusted across models)."
     )
     return fig, caption
+
+
+def _bar(
+    ax: Any,
+    x: float,
+    value: float,
+    err: tuple[float, float] | None,
+    *,
+    width: float,
+    condition: str,
+    k: int | None,
+    **errorbar: Any,
+) -> None:
+    """One condition's bar in its style, with its interval when it has one."""
+    s = CONDITION_STYLE[condition]
+    ax.bar(x, value, width, color=s["color"], hatch=s["hatch"], edgecolor="black",
+           linewidth=0.6, label=_condition_name(condition, k))  # fmt: skip
+    if err is not None:
+        ax.errorbar(x, value, yerr=[[err[0]], [err[1]]], color="black", capsize=3, **errorbar)
 
 
 def _condition_name(condition: str, k) -> str:
@@ -181,22 +189,9 @@ def cross_architecture(models: dict[str, dict], *, k=None, where: str = "summary
             entry = models[label]
             for i, condition in enumerate(("top", "bottom", "random")):
                 value, err = _drop_bar(entry, condition, task)
-                if value is None:
-                    continue
-                s = CONDITION_STYLE[condition]
-                x = m + (i - 1) * width
-                ax.bar(
-                    x,
-                    value,
-                    width,
-                    color=s["color"],
-                    hatch=s["hatch"],
-                    edgecolor="black",
-                    linewidth=0.6,
-                    label=_condition_name(condition, k),
-                )
-                if err is not None:
-                    ax.errorbar(x, value, yerr=[[err[0]], [err[1]]], color="black", capsize=3)
+                if value is not None:
+                    x = m + (i - 1) * width
+                    _bar(ax, x, value, err, width=width, condition=condition, k=k)
         holm = [(models[label].get("p_holm") or {}).get(task) for label in labels]
         ticks = [f"{short_label(label)}\nHolm p = {md.pvalue(p)}" for label, p in zip(labels, holm)]
         ax.set_xticks(range(len(labels)), ticks)
@@ -234,6 +229,7 @@ def _drop_bar(entry: dict, condition: str, task: str):
 
 
 def tables(exp: ExperimentResults) -> list[str]:
+    """The report's C5 ablation tables, as Markdown lines."""
     s = exp.summary or {}
     settings = (
         f"k = {s.get('k')} heads per set, {s.get('ablation')} ablation, "

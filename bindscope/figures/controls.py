@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from bindscope.figures import markdown as md
 from bindscope.figures.markdown import DASH
-from bindscope.figures.style import OKABE_ITO, SERIES, new_figure, short_label, slug
+from bindscope.figures.style import OKABE_ITO, SERIES, new_figure, per_model, short_label
 from bindscope.results.summaries import ExperimentResults, need
 
 TITLE = "Discriminant validity (controls)"
@@ -25,13 +25,8 @@ HOW_TO_READ = (
 
 
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    for label, entry in exp.models.items():
-        yield (
-            f"controls_{slug(label)}",
-            lambda label=label, entry=entry: group_means(
-                label, entry, where=f"{exp.folder / 'summary.json'} [{label}]"
-            ),
-        )
+    """The control-group figures: (file stem, builder) pairs, drawn only when asked."""
+    return per_model(exp.models, exp.folder, "controls", group_means)
 
 
 def _groups(entry: dict, where: str) -> list[tuple[str, dict]]:
@@ -116,6 +111,7 @@ def _interval(ax, y: float, est: dict, *, color: str, marker: str, filled: bool 
 
 
 def tables(exp: ExperimentResults) -> list[str]:
+    """The report's control-group tables, as Markdown lines."""
     lines: list[str] = []
     header = [
         "group",

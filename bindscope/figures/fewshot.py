@@ -12,8 +12,8 @@ from bindscope.figures.style import (
     SERIES,
     figure_legend,
     new_figure,
+    per_model,
     short_label,
-    slug,
 )
 from bindscope.results.summaries import ExperimentResults, MissingData, need
 
@@ -33,13 +33,8 @@ HOW_TO_READ = (
 
 
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    for label, entry in exp.models.items():
-        yield (
-            f"fewshot_{slug(label)}",
-            lambda label=label, entry=entry: term_deltas(
-                label, entry, where=f"{exp.folder / 'summary.json'} [{label}]"
-            ),
-        )
+    """The few-shot figures: (file stem, builder) pairs, drawn only when asked."""
+    return per_model(exp.models, exp.folder, "fewshot", term_deltas)
 
 
 def term_deltas(label: str, entry: dict, *, where: str = "summary"):
@@ -112,6 +107,7 @@ def _points(row: dict, condition: str) -> float:
 
 
 def tables(exp: ExperimentResults) -> list[str]:
+    """The report's few-shot tables, as Markdown lines."""
     header = [
         "model",
         "zero-shot",

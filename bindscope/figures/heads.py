@@ -1,5 +1,8 @@
-"""Head taxonomy: one [layer, head] map per score on a shared scale, class tables, and the
-emergence of each class across checkpoints."""
+"""Head taxonomy figures.
+
+One [layer, head] map per score on a shared scale, class tables, and the emergence of each class
+across checkpoints.
+"""
 
 from __future__ import annotations
 
@@ -49,6 +52,7 @@ NAMES = {
 
 
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
+    """The head-taxonomy figures: (file stem, builder) pairs, drawn only when asked."""
     where = str(exp.folder / "summary.json")
     for label, entry in exp.models.items():
         yield (
@@ -158,6 +162,7 @@ def emergence(model: str, entry: dict, *, where: str = "summary"):
 
 
 def tables(exp: ExperimentResults) -> list[str]:
+    """The report's head-taxonomy tables, as Markdown lines."""
     lines: list[str] = []
     rows = []
     for label, entry in exp.models.items():

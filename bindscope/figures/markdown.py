@@ -1,55 +1,22 @@
-"""Number formatting and Markdown tables for the report."""
+"""Markdown tables for the report (numbers read as ``bindscope.results.format`` writes them)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
-DASH = "–"
+from bindscope.results.format import DASH, estimate, heads, num, pvalue
 
 
-def num(value, digits: int = 3) -> str:
-    """A float to ``digits`` decimals; None or NaN as a dash."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return DASH
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return f"{float(value):.{digits}f}"
-
-
-def estimate(est: dict | None, digits: int = 3, scale: float = 1.0) -> str:
-    """An Estimate dict as ``value [low, high]`` (scaled, e.g. by 100 for points)."""
-    if not est or est.get("value") is None:
-        return DASH
-    parts = [None if est.get(k) is None else est[k] * scale for k in ("value", "low", "high")]
-    value, low, high = parts
-    if low is None or high is None:
-        return num(value, digits)
-    return f"{num(value, digits)} [{num(low, digits)}, {num(high, digits)}]"
-
-
-def pvalue(p) -> str:
-    """A p-value: three decimals, or scientific notation below 0.001."""
-    if p is None or (isinstance(p, float) and math.isnan(p)):
-        return DASH
-    p = float(p)
-    return f"{p:.1e}" if 0 < p < 0.001 else f"{p:.3f}"
-
-
-def heads(pairs: Sequence[Sequence[int]] | None) -> str:
-    """Heads as ``L3.H5, L7.H0`` (layer and head indices from 0)."""
-    if not pairs:
-        return DASH
-    return ", ".join(f"L{layer}.H{head}" for layer, head in pairs)
-
-
-def cell(text) -> str:
+def cell(text: object) -> str:
+    """A table cell: pipes escaped, on one line."""
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence], *, left: int = 1) -> list[str]:
-    """A GitHub-flavoured Markdown table: the first ``left`` columns (text) left-aligned,
-    the rest (numbers) right-aligned."""
+    """A GitHub-flavoured Markdown table.
+
+    The first ``left`` columns (text) are left-aligned, the rest (numbers) right-aligned.
+    """
     align = [":---"] * left + ["---:"] * (len(header) - left)
     lines = ["| " + " | ".join(cell(h) for h in header) + " |", "| " + " | ".join(align) + " |"]
     lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]

@@ -23,19 +23,21 @@ HOW_TO_READ = (
 
 
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
+    """The activation-patching figures: (file stem, builder) pairs, drawn only when asked."""
     for label, entry in exp.models.items():
         yield (
             f"patching_{slug(label)}",
             lambda label=label, entry=entry: heads_figure(
                 label, entry["recovery"], entry["significant"], entry["top"],
-                f"{exp.summary.get('unit', 'head')} patched: recovery",
+                f"{(exp.summary or {}).get('unit', 'head')} patched: recovery",
             ),
         )  # fmt: skip
 
 
 def tables(exp: ExperimentResults) -> list[str]:
+    """The report's activation-patching tables, as Markdown lines."""
     lines = []
-    correction = exp.summary.get("correction", "bh")
+    correction = (exp.summary or {}).get("correction", "bh")
     for label, entry in exp.models.items():
         lines += [
             f"**{label}**: {entry['n_pairs']} pairs ({entry['n_pairs_no_gap']} without a "

@@ -87,7 +87,9 @@ def _rel(target: Path, report: Path) -> str:
 
 
 def _provenance(results: dict[str, ExperimentResults]) -> list[str]:
-    rows, versions, times = [], set(), []
+    rows: list[list[str]] = []
+    versions: set[tuple[str, ...]] = set()
+    times: list[str] = []
     for name in SECTIONS:
         exp = results[name]
         versions |= exp.versions

@@ -26,14 +26,16 @@ HOW_TO_READ = (
 
 
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
+    """The head-scan figures: (file stem, builder) pairs, drawn only when asked."""
     where = str(exp.folder / "summary.json")
+    unit = (exp.summary or {}).get("unit", "head")
     for label, entry in exp.models.items():
         block = need(entry, "metrics", "logprob", where=f"{where} [{label}]")
         yield (
             f"scan_{slug(label)}",
             lambda label=label, block=block: heads_figure(
                 label, block["effect"], block["significant"], block["top"],
-                f"{exp.summary.get('unit', 'head')} ablated: log-prob drop (clean − ablated)",
+                f"{unit} ablated: log-prob drop (clean − ablated)",
             ),
         )  # fmt: skip
 
@@ -78,8 +80,9 @@ def _top_rows(top, limit: int = 10):
 
 
 def tables(exp: ExperimentResults) -> list[str]:
+    """The report's head-scan tables, as Markdown lines."""
     lines = []
-    correction = exp.summary.get("correction", "bh")
+    correction = (exp.summary or {}).get("correction", "bh")
     for label, entry in exp.models.items():
         lines += [f"**{label}** ({entry.get('n_prompts')} prompts)", ""]
         for metric, block in entry.get("metrics", {}).items():

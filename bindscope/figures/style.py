@@ -7,8 +7,11 @@ and leaves a notebook's settings alone.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import Any, cast
 
 import matplotlib
 from matplotlib.figure import Figure
@@ -72,7 +75,7 @@ RC = {
 }
 
 
-def new_figure(kind: str, **subplots) -> tuple[Figure, object]:
+def new_figure(kind: str, **subplots: Any) -> tuple[Figure, Any]:
     """A figure of the fixed size for ``kind`` and its axes (``Figure.subplots`` options)."""
     fig = Figure(figsize=SIZES[kind], dpi=DPI, layout="constrained")
     return fig, fig.subplots(**subplots)
@@ -80,23 +83,23 @@ def new_figure(kind: str, **subplots) -> tuple[Figure, object]:
 
 def figure_legend(fig: Figure, axes, *, ncols: int = 4) -> None:
     """One legend above all panels (unique labels), so it never covers data."""
-    unique: dict[str, object] = {}
+    unique: dict[str, Any] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             unique.setdefault(label, handle)
     if unique:
         fig.legend(
-            unique.values(),
-            unique.keys(),
+            list(unique.values()),
+            list(unique.keys()),
             loc="outside upper center",
             ncols=min(ncols, len(unique)),
             frameon=False,
         )
 
 
-def rc_context():
+def rc_context() -> Any:
     """The figure style, applied only while a figure is built and saved."""
-    return matplotlib.rc_context(RC)
+    return matplotlib.rc_context(cast(Any, RC))
 
 
 def save(fig: Figure, out_dir: Path, name: str) -> tuple[Path, Path]:
@@ -106,6 +109,22 @@ def save(fig: Figure, out_dir: Path, name: str) -> tuple[Path, Path]:
     fig.savefig(png, dpi=DPI, format="png", metadata={"Software": None})
     fig.savefig(pdf, dpi=DPI, format="pdf", metadata={"CreationDate": None})
     return png, pdf
+
+
+def per_model(
+    models: Mapping[str, dict], folder: Path, stem: str, build: Callable[..., Figure]
+) -> Iterator[tuple[str, Callable[[], Figure]]]:
+    """One figure per model: ``<stem>_<model slug>``, drawn by ``build(label, entry, where=)``.
+
+    Args:
+        models: The summary's per-model entries.
+        folder: The experiment's folder (named in errors about its summary).
+        stem: The figure's file name before the model's slug.
+        build: Draws one model's figure from its summary entry.
+    """
+    for label, entry in models.items():
+        where = f"{folder / 'summary.json'} [{label}]"
+        yield f"{stem}_{slug(label)}", functools.partial(build, label, entry, where=where)
 
 
 def slug(label: str) -> str:
@@ -129,6 +148,7 @@ __all__ = [
     "SIZES",
     "figure_legend",
     "new_figure",
+    "per_model",
     "rc_context",
     "save",
     "short_label",

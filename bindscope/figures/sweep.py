@@ -35,6 +35,7 @@ HOW_TO_READ = (
 
 
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
+    """The checkpoint-sweep figures: (file stem, builder) pairs, drawn only when asked."""
     where = str(exp.folder / "summary.json")
     for model, entry in exp.models.items():
         yield (
@@ -183,6 +184,7 @@ def leadlag_forest(models: dict[str, dict], *, where: str = "summary"):
 
 
 def tables(exp: ExperimentResults) -> list[str]:
+    """The report's checkpoint-sweep tables, as Markdown lines."""
     lines: list[str] = []
     for model, entry in exp.models.items():
         revisions = entry.get("revisions") or []

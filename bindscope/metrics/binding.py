@@ -36,12 +36,27 @@ def span_pair_index(
         ``query_index``, ``key_index`` ``[b, P]`` long and ``pair_weight`` ``[b, P]``
         (1/|pairs| for real pairs, 0 for padding), P the most pairs of any row.
     """
-    pairs = [span_pairs(span) for span in spans]
-    width = max(len(p) for p in pairs)
-    query = torch.zeros(len(pairs), width, dtype=torch.long)
-    key = torch.zeros(len(pairs), width, dtype=torch.long)
-    weight = torch.zeros(len(pairs), width)
-    for r, row in enumerate(pairs):
+    return pair_index([span_pairs(span) for span in spans])
+
+
+def pair_index(
+    rows: Sequence[Sequence[tuple[int, int]]], *, min_width: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(query, key) pairs of several rows as padded tensors for ``ops.span_pair_bsi``.
+
+    Args:
+        rows: One list of (query, key) positions per row.
+        min_width: At least this many pair columns (1 keeps a batch of empty rows indexable).
+
+    Returns:
+        ``query_index``, ``key_index`` ``[b, P]`` long and ``pair_weight`` ``[b, P]``
+        (1/|pairs| for real pairs, 0 for padding), P the most pairs of any row.
+    """
+    width = max(min_width, max(len(row) for row in rows))
+    query = torch.zeros(len(rows), width, dtype=torch.long)
+    key = torch.zeros(len(rows), width, dtype=torch.long)
+    weight = torch.zeros(len(rows), width)
+    for r, row in enumerate(rows):
         for c, (a, b) in enumerate(row):
             query[r, c], key[r, c], weight[r, c] = a, b, 1.0 / len(row)
     return query, key, weight

@@ -14,20 +14,14 @@ import torch
 
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import PlannedBatch
+from bindscope.metrics.binding import pair_index
 from bindscope.metrics.heads import repeated_pairs, repeated_sequences, text_pairs
 
 Pairs = dict[str, list[tuple[int, int]]]
 
 
 def _pair_tensors(rows: list[list[tuple[int, int]]]):
-    width = max(1, max(len(r) for r in rows))
-    query = torch.zeros(len(rows), width, dtype=torch.long)
-    key = torch.zeros(len(rows), width, dtype=torch.long)
-    weight = torch.zeros(len(rows), width)
-    for r, row in enumerate(rows):
-        for c, (a, b) in enumerate(row):
-            query[r, c], key[r, c], weight[r, c] = a, b, 1.0 / len(row)
-    return query, key, weight
+    return pair_index(rows, min_width=1)
 
 
 def score_rows(

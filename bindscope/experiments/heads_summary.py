@@ -1,0 +1,112 @@
+"""Head taxonomy summaries: per-head estimates, classes and emergence from the records.
+
+Split from ``bindscope.experiments.heads`` (which runs the models and re-exports these).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from bindscope.metrics import heads as taxonomy
+from bindscope.results import labels
+
+EXPERIMENT = "heads"
+
+
+def _array(records: list[dict], name: str) -> np.ndarray:
+    """``[n_records, L, H]`` of one score (null as NaN)."""
+    grids = [r["metrics"][name] for r in records]
+    return np.array(
+        [[[np.nan if x is None else x for x in row] for row in grid] for grid in grids],
+        dtype=np.float64,
+    )
+
+
+def summarize_model(
+    group: list[dict], *, thresholds: Mapping[str, float] | None, top_k: int, seed: int
+) -> dict:
+    """One model (one revision): per-head estimates, classes, counts, binding top-k overlap."""
+    clean = [r for r in group if r["condition"] == "clean"]
+    repeated = [r for r in group if r["condition"] == "repeated"]
+    first = group[0]["metrics"]
+    scores: dict[str, dict] = {}
+    for name in taxonomy.TEXT_SCORES:
+        if clean:
+            scores[name] = taxonomy.bootstrap_heads(_array(clean, name), seed=seed)
+    if clean:
+        scores["binding"] = taxonomy.bootstrap_heads(_array(clean, "bsi"), seed=seed)
+    for name in taxonomy.REPEATED_SCORES:
+        if repeated:
+            scores[name] = taxonomy.bootstrap_heads(_array(repeated, name), seed=seed)
+    means = {name: est["value"] for name, est in scores.items()}
+    classes = taxonomy.classify(means, thresholds=thresholds)
+    entry = {
+        "model": group[0]["model"],
+        "revision": group[0]["revision"],
+        "n_layers": first["n_layers"],
+        "n_heads": first["n_heads"],
+        "position_0_is_bos": first.get("position_0_is_bos"),
+        "n_prompts": len(clean),
+        "n_repeated": len(repeated),
+        "scores": scores,
+        "classes": classes,
+        "top_k": top_k,
+    }
+    if clean:
+        # a query at position i sees i + 1 keys; queries 1..n-1 see (n + 2) / 2 on average
+        keys = [(r["metrics"]["n_tokens"] + 2) / 2 for r in clean if r["metrics"]["n_tokens"] > 1]
+        entry["mean_keys"] = float(np.mean(keys)) if keys else None
+        if scores["spread"]["value"] is not None and entry["mean_keys"]:
+            entry["spread_fraction"] = taxonomy.spread_fraction(
+                scores["spread"]["value"], entry["mean_keys"]
+            )
+    if means.get("binding") is not None:
+        top = taxonomy.top_heads(means["binding"], top_k)
+        entry["binding_top"] = top
+        entry["binding_top_overlap"] = taxonomy.overlap(top, classes["labels"])
+    if repeated:
+        entry["repeated"] = {
+            "n": len(repeated),
+            "length": repeated[0]["metrics"]["length"],
+            "seed": repeated[0]["provenance"].get("seed"),
+        }
+    return entry
+
+
+def summarize_heads(
+    records: list[dict],
+    *,
+    thresholds: Mapping[str, float] | None = None,
+    top_k: int = 4,
+    seed: int | None = None,
+) -> dict:
+    """Per ``model@revision`` summaries, plus ``emergence`` per model with 2+ revisions."""
+    from bindscope.experiments.sweep import checkpoint_order
+
+    groups = labels.by_model(records, EXPERIMENT)
+    models = {}
+    for label, group in groups.items():
+        used = (group[0]["provenance"].get("seed") or 0) if seed is None else seed
+        models[label] = summarize_model(group, thresholds=thresholds, top_k=top_k, seed=used)
+    summary: dict = {"experiment": EXPERIMENT, "models": models, "emergence": {}}
+    by_model: dict[str, list[dict]] = {}
+    for r in records:
+        if r["experiment"] == EXPERIMENT:
+            by_model.setdefault(r["model"], []).append(r)
+    for name, group in by_model.items():
+        revisions = checkpoint_order(group)
+        if len(revisions) < 2:
+            continue
+        means = [
+            {s: est["value"] for s, est in models[labels.label(name, v)]["scores"].items()}
+            for v in revisions
+        ]
+        summary["emergence"][name] = taxonomy.emergence(
+            revisions, means, model=name, thresholds=thresholds, top_k=top_k
+        )
+    return summary
+
+
+__all__ = ["EXPERIMENT", "summarize_heads", "summarize_model"]
