@@ -168,8 +168,9 @@ def draw_donors(items, seed: int) -> dict:
 
 
 def _chunk_sequences(model, chunk, donor_of: dict) -> tuple[list, list[int], list]:
-    """The scored sequences of a chunk of prompts, each one's prompt index, and (resample)
-    each one's donor sequence: the donor prompt's sequence of the same choice.
+    """The scored sequences of a chunk of prompts, and each one's prompt index and donor.
+
+    A donor (resample only) is the donor prompt's sequence of the same choice.
     """
     sequences, owners, donors = [], [], []
     for i, rec in enumerate(chunk):
