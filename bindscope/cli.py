@@ -18,7 +18,12 @@ def _load(spec: str | None, revision: str | None, args) -> object:
         spec, revision = spec.rsplit("@", 1)
     name = None if spec in (None, "default") else spec
     return bindscope.load_model(
-        name, revision=revision, dtype=args.dtype, device=args.device, remote=args.remote
+        name,
+        revision=revision,
+        dtype=args.dtype,
+        device=args.device,
+        remote=args.remote,
+        prepend_bos=getattr(args, "prepend_bos", None),
     )
 
 
@@ -100,6 +105,13 @@ def _common(
     )
     p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:1, mps")
     p.add_argument("--remote", action="store_true", help="run on NDIF (see docs/remote.md)")
+    p.add_argument(
+        "--prepend-bos",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="put the BOS token before every text (default: the tokenizer's own rule; spans "
+        "starting at position 0, the attention sink, are then left out of EB* and counted)",
+    )
     if out:
         p.add_argument("--out", required=True, type=Path, help="results folder")
         p.add_argument("--force", action="store_true", help="discard finished records, redo")
@@ -199,6 +211,7 @@ def cmd_sweep(args) -> int:
         dtype=args.dtype,
         device=args.device,
         remote=args.remote,
+        prepend_bos=args.prepend_bos,
         heads=args.heads,
         head_options={
             "n_repeated": args.n_repeated,

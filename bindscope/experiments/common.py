@@ -95,14 +95,15 @@ def run_chunks(
 
 def skipped_reasons(records: Iterable[dict]) -> dict[str, int]:
     """How many records have no EB*, per reason: the audit flag that explains it
-    (``not_found``, ``single_token``, ...), else the record's skip message."""
+    (``not_found``, ``single_token``, ``at_position_0``: the span starts on the attention
+    sink), else the record's skip message."""
     counts: dict[str, int] = {}
     for r in records:
         metrics = r["metrics"]
         if metrics.get("eb_star") is not None:
             continue
         flags = metrics.get("flags") or []
-        known = [f for f in ("not_found", "single_token") if f in flags]
+        known = [f for f in ("not_found", "single_token", "at_position_0") if f in flags]
         reason = known[0] if known else str(metrics.get("skipped") or ", ".join(flags) or "no EB*")
         counts[reason] = counts.get(reason, 0) + 1
     return counts

@@ -54,6 +54,7 @@ def provenance(model: LanguageModel, *, prompt_set=None, seed: int | None = None
         "device": "ndif" if remote == "ndif" else str(weights.device),
         "attn_implementation": model.attn_implementation,
         "capture": getattr(model, "capture_method", "eager"),
+        "prepend_bos": getattr(model, "prepend_bos", None),
         "remote": remote,
         "seed": seed,
         "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

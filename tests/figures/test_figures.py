@@ -155,7 +155,8 @@ def test_styles_read_without_colour():
 def test_report_object_is_a_plain_dataclass(tmp_path):
     report = make_figures(tmp_path)  # an empty folder: everything skipped, nothing raised
     assert isinstance(report, FigureReport)
-    assert report.written == [] and len(report.skipped) == 11  # every figure kind of every experiment
+    # every figure kind of every experiment
+    assert report.written == [] and len(report.skipped) == 11
     assert all("not been run" in reason for _, reason in report.skipped)
 
 
