@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bindscope.experiments import limits
 from bindscope.experiments.common import (
     base_record,
     binding_metrics,
@@ -114,9 +115,13 @@ def summarize_binding(records: list[dict], *, k: int = 4, seed: int | None = Non
 def summarize(folder: str | Path) -> dict:
     folder = Path(folder)
     records = list(read_records(folder / "records.jsonl"))
+    models = summarize_binding(records)
     summary = {
         "experiment": records[0]["experiment"] if records else EXPERIMENT,
-        "models": summarize_binding(records),
+        "models": models,
+        "limits": limits.collect(
+            *(limits.excluded(label, m["skipped_reasons"], "EB*") for label, m in models.items())
+        ),
     }
     write_summary(folder / "summary.json", summary)
     return summary

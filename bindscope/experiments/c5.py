@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from bindscope.errors import InputError
+from bindscope.experiments import limits
 from bindscope.experiments.common import (
     base_record,
     binding_metrics,
@@ -23,6 +24,7 @@ from bindscope.experiments.common import (
     provenance,
     record_key,
     run_chunks,
+    skipped_reasons,
 )
 from bindscope.interventions import head_means
 from bindscope.metrics import stats
@@ -281,7 +283,7 @@ def summarize_c5(records: list[dict], *, n_resamples: int = 9999) -> dict:
     models: dict[str, dict] = {}
     seed = settings["seed"]
     for label, group in by_model(evaluated).items():
-        models[label] = _summarize_model(group, records, seed, n_resamples)
+        models[label] = _summarize_model(group, records, seed, n_resamples, label)
     for task in ("recognition", "generation"):
         labels = [m for m in models if models[m]["p_value"].get(task) is not None]
         adjusted = (
@@ -291,8 +293,12 @@ def summarize_c5(records: list[dict], *, n_resamples: int = 9999) -> dict:
         )
         for m, p in zip(labels, adjusted):
             models[m].setdefault("p_holm", {})[task] = p
+    found: list[dict] = []
+    for m in models.values():
+        found += m.pop("_limits")
     return {
         "experiment": EXPERIMENT,
+        "limits": found,
         "k": settings["k"],
         "ablation": settings["ablation"],
         "n_random": settings["n_random"],
@@ -304,17 +310,21 @@ def summarize_c5(records: list[dict], *, n_resamples: int = 9999) -> dict:
     }
 
 
-def _summarize_model(group, all_records, seed, n_resamples) -> dict:
+def _summarize_model(group, all_records, seed, n_resamples, label) -> dict:
     first = group[0]
     heads = {r["condition"]: r["heads"] for r in group}
     random_names = sorted(c for c in heads if c.startswith("random:"))
-    ranking = [
+    ranked = [
         r
         for r in all_records
         if r["experiment"] == "c5-ranking"
         and r["model"] == first["model"]
         and r["revision"] == first["revision"]
-        and r["metrics"].get("eb_star") is not None
+    ]
+    ranking = [r for r in ranked if r["metrics"].get("eb_star") is not None]
+    ranking_skipped = skipped_reasons(ranked)
+    found: list[dict | None] = [
+        limits.excluded(label, ranking_skipped, "the head ranking (mean BSI)")
     ]
     entry = {
         "model": first["model"],
@@ -329,6 +339,8 @@ def _summarize_model(group, all_records, seed, n_resamples) -> dict:
         "specificity": {},
         "p_value": {},
         "per_term": {},
+        "n_ranking": len(ranking),
+        "ranking_skipped_reasons": ranking_skipped,
     }
     if ranking:
         entry["mean_bsi"] = mean_bsi(ranking).tolist()
@@ -349,7 +361,11 @@ def _summarize_model(group, all_records, seed, n_resamples) -> dict:
                 np.mean([scores[p] for p in complete])
             )
             entry["conditions"][name][f"n_{task}"] = len(complete)
-        if len(complete) < 2:
+        if complete:
+            found.append(limits.floor_ceiling(label, f"{task} score", float(base.mean())))
+        found.append(limits.p_resolution(label, len(random_names), task))
+        if len(complete) < limits.MIN_GROUP:
+            found.append(limits.small_group(label, f"{task} items", len(complete), "the test"))
             continue
         cond = {n: np.array([by_condition[n][p] for p in complete]) for n in by_condition}
         for name in ("top", "bottom"):
@@ -382,6 +398,7 @@ def _summarize_model(group, all_records, seed, n_resamples) -> dict:
                     if "top" in row:
                         row["specificity"] = row["random_mean"] - row["top"]
                 entry["per_term"][term] = row
+    entry["_limits"] = limits.collect(*found)
     return entry
 
 

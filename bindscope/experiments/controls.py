@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bindscope.experiments import limits
 from bindscope.experiments.common import (
     base_record,
     binding_metrics,
@@ -110,7 +111,9 @@ def compare(real: np.ndarray, group: np.ndarray, seed: int, n_resamples: int) ->
 
 
 def summarize_controls(records: list[dict], *, n_resamples: int = 9999) -> dict:
+    """Real terms against each control group per model, with the summary's limits."""
     models = {}
+    found: list[dict] = []
     for label, group in by_model(records, EXPERIMENT).items():
         seed = group[0]["provenance"].get("seed") or 0
         ok = [r for r in group if r["metrics"].get("eb_star") is not None]
@@ -161,7 +164,16 @@ def summarize_controls(records: list[dict], *, n_resamples: int = 9999) -> dict:
             for row in rows:
                 row.setdefault("p_holm", None)
         models[label] = entry
+        found += limits.collect(
+            limits.excluded(label, entry["skipped_reasons"], "EB* (real terms and controls)"),
+            limits.small_group(label, "real terms", len(real), "the two-sample test"),
+            *(
+                limits.small_group(label, f"control group {n}", entry["groups"][n]["n"], "the test")
+                for n in names
+            ),
+        )
     return {
+        "limits": found,
         "experiment": EXPERIMENT,
         "effect": "cohens_d = (real - control) / pooled SD; unit: prompt",
         "multiple_comparisons": "holm across groups, separately for all and span-matched",

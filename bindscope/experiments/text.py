@@ -38,7 +38,14 @@ def summary_lines(summary: dict) -> list[str]:
         "scan": _head_effects,
         "patching": _head_effects,
     }.get(kind)
-    return fn(summary) if fn else [f"(no text view for experiment {kind!r})"]
+    lines = fn(summary) if fn else [f"(no text view for experiment {kind!r})"]
+    return lines + limit_lines(summary)
+
+
+def limit_lines(summary: dict) -> list[str]:
+    """The summary's own limits (``bindscope.experiments.limits``), one line each."""
+    found = summary.get("limits") or []
+    return [f"  limit ({f['kind']}): {f['message']}" for f in found]
 
 
 def _binding(s: dict) -> list[str]:
