@@ -28,7 +28,7 @@ from bindscope.experiments.common import (
 )
 from bindscope.interventions import head_means
 from bindscope.metrics import stats
-from bindscope.metrics.behaviour import default_rubric
+from bindscope.metrics.behaviour import RecognitionResult, default_rubric
 from bindscope.metrics.ranking import mean_bsi, rank_heads
 from bindscope.prompts.context import check_fit
 from bindscope.results.labels import by_model
@@ -37,6 +37,10 @@ from bindscope.results.settings import content_sha256
 from bindscope.results.summaries import check_complete
 from bindscope.runners.behaviour import generation, recognition
 from bindscope.runners.binding import binding
+from bindscope.runners.scan import ScoredSequence, condition_scores
+
+#: How recognition conditions run; see ``run``.
+STRATEGIES = ("residual", "batched")
 
 EXPERIMENT = "c5"
 
@@ -100,6 +104,7 @@ def run(
     batch_size: int = 16,
     force: bool = False,
     progress: bool = True,
+    strategy: str = "residual",
 ) -> dict:
     """Run C5 for one or several models and write records and a summary.
 
@@ -117,7 +122,14 @@ def run(
             the top set can be told from an effect of, say, sink heads.
         seed: Seed of the random sets and of the bootstrap.
         rubric: Keyword rubric for generation (default: the package rubric).
+        strategy: How recognition conditions run (equal to rounding; recorded in
+            provenance). ``residual`` (local models): one clean pass per batch, and each
+            ablated condition starts at its set's lowest ablated layer from the clean
+            residual stream (``bindscope.runners.scan``); ``batched``: every condition
+            from the embeddings, conditions mixed in batches (remote models always).
     """
+    if strategy not in STRATEGIES:
+        raise InputError(f"strategy={strategy!r}: pass one of {', '.join(STRATEGIES)}")
     if ablation not in ("zero", "mean"):
         raise ValueError("ablation must be 'zero' or 'mean'")
     if matched_layers and matched_classes:
@@ -146,7 +158,7 @@ def run(
     records = folder / "records.jsonl"
     with RecordWriter(records, force=force, settings=checked, models=models) as writer:
         for model in models:
-            _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress)
+            _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress, strategy)
     return summarize(folder)
 
 
@@ -172,8 +184,12 @@ def check_k(model, *, k: int, n_random: int) -> None:
         )
 
 
-def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress) -> None:
-    prov = provenance(model, prompt_set=pset, seed=settings["seed"], c5=settings)
+def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress, strategy) -> None:
+    if getattr(model, "remote", False):
+        strategy = "batched"  # the residual stream would cross the network
+    prov = provenance(
+        model, prompt_set=pset, seed=settings["seed"], c5=settings, c5_strategy=strategy
+    )
     rank_key = lambda r: record_key("c5-ranking", model.name, model.revision, r.key, "clean")  # noqa: E731
 
     def rank_work(chunk):
@@ -224,10 +240,13 @@ def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress
     if settings["ablation"] == "mean":
         heads = sorted({tuple(h) for hs in conditions.values() for h in hs})
         means = head_means(model, [r.template for r in rset.records], heads, batch_size=batch_size)
-    # Group items by task (and choice count) so every chunk fills whole batches of one kind.
-    ordered = sorted(pset.records, key=lambda r: (r.task, len(r.choices or ())))
+    # Group items by task (and choice count) so every chunk fills whole batches of one kind,
+    # and by length within, so batches carry little padding.
+    ordered = sorted(
+        pset.records,
+        key=lambda r: (r.task, len(r.choices or ()), len(model.tokenize(r.template)), r.key),
+    )
     items = [(rec, name) for rec in ordered for name in conditions]
-    items.sort(key=lambda item: (item[0].task, len(item[0].choices or ())))
     key = lambda item: record_key(EXPERIMENT, model.name, model.revision, item[0].key, item[1])  # noqa: E731
 
     def work(chunk):
@@ -237,14 +256,20 @@ def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress
             if not part:
                 continue
             options = {"rubric": rubric} if task == "generation" else {}
-            results = score(
-                model,
-                [rec for rec, _ in part],
-                per_record=[conditions[name] for _, name in part],
-                means=means,
-                batch_size=batch_size,
-                **options,
-            )
+            ablated = {name for _, name in part} - {"baseline"}
+            if task == "recognition" and strategy == "residual" and ablated:
+                results = recognition_residual(
+                    model, part, conditions, means=means, batch_size=batch_size
+                )
+            else:
+                results = score(
+                    model,
+                    [rec for rec, _ in part],
+                    per_record=[conditions[name] for _, name in part],
+                    means=means,
+                    batch_size=batch_size,
+                    **options,
+                )
             for (rec, name), res in zip(part, results):
                 metrics = res.to_dict()
                 metrics.pop("key")
@@ -268,10 +293,42 @@ def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress
         writer=writer,
         key=key,
         work=work,
-        chunk_size=batch_size * 4,
+        chunk_size=batch_size * len(conditions),  # about batch_size prompts, every condition
         desc=f"c5 {label}",
         progress=progress,
     )
+
+
+def recognition_residual(model, part, conditions, *, means=None, batch_size: int = 16):
+    """Recognition results of ``(record, condition name)`` pairs by residual start.
+
+    Every choice of a record is the sequence prompt + " choice", scored by its mean
+    log-probability per choice token (as ``recognition`` scores it); ``baseline`` comes from
+    the clean pass, every other condition starts at its lowest ablated layer from the clean
+    run's residual stream (``condition_scores``), so layers below it run once per batch.
+    """
+    records = list({rec.key: rec for rec, _ in part}.values())
+    names = sorted({name for _, name in part} - {"baseline"})
+    sequences, owner = [], []
+    for r, rec in enumerate(records):
+        prompt = model.tokenize(rec.template)
+        for choice in rec.choices or ():
+            ids = model.tokenizer(" " + choice, add_special_tokens=False)["input_ids"]
+            sequences.append(ScoredSequence((*prompt, *ids), len(ids)))
+            owner.append(r)
+    clean, scores = condition_scores(
+        model, sequences, [conditions[n] for n in names], means=means, batch_size=batch_size
+    )
+    table = {"baseline": clean, **{n: scores[c] for c, n in enumerate(names)}}
+    row = {rec.key: r for r, rec in enumerate(records)}
+    out = []
+    for rec, name in part:
+        values = [float(v) for v, o in zip(table[name], owner) if o == row[rec.key]]
+        prediction = max(range(len(values)), key=lambda i: (values[i], -i))
+        out.append(
+            RecognitionResult(rec.key, tuple(values), prediction, int(prediction == rec.answer_idx))
+        )
+    return out
 
 
 def summarize_c5(records: list[dict], *, n_resamples: int = 9999) -> dict:
