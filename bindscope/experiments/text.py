@@ -64,6 +64,8 @@ def _c5(s: dict) -> list[str]:
         f"C5 head ablation: k={s['k']}, {s['n_random']} random sets, {s['ablation']} ablation "
         f"(drops are baseline minus ablated; 95% paired bootstrap CIs)"
     ]
+    if s.get("design"):
+        out.append(f"  design: {s['design']}")
     for label, m in s["models"].items():
         out.append(f"  {label}: top {m['top_heads']}  bottom {m['bottom_heads']}")
         header = f"    {'task':<12}{'baseline':>9}{'top':>8}{'bottom':>8}{'random':>8}"

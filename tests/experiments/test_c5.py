@@ -92,7 +92,7 @@ def test_resume_after_crash_gives_the_same_summary(tiny_llama, tiny_prompts, tmp
     whole = c5.run(tiny_llama, out=tmp_path / "a", progress=False, batch_size=4, **options)
 
     calls = {"n": 0}
-    real = c5.recognition_residual  # the default (residual) path
+    real = c5.recognition
 
     def crashing(*args, **kwargs):
         calls["n"] += 1
@@ -100,12 +100,12 @@ def test_resume_after_crash_gives_the_same_summary(tiny_llama, tiny_prompts, tmp
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    c5.recognition_residual = crashing
+    c5.recognition = crashing
     try:
         with pytest.raises(KeyboardInterrupt):
             c5.run(tiny_llama, out=tmp_path / "b", progress=False, batch_size=4, **options)
     finally:
-        c5.recognition_residual = real
+        c5.recognition = real
     partial = list(read_records(tmp_path / "b" / "c5" / "records.jsonl"))
     assert 0 < len(partial) < len(list(read_records(tmp_path / "a" / "c5" / "records.jsonl")))
     resumed = c5.run(tiny_llama, out=tmp_path / "b", progress=False, batch_size=4, **options)

@@ -33,8 +33,10 @@ def test_residual_start_equals_the_batched_evaluation(tiny, tiny_prompts, tmp_pa
         "batch_size": 3,  # several batches and passes, conditions cut across them
     }
     c5.run(tiny, out=tmp_path / "batched", strategy="batched", **options)
-    c5.run(tiny, out=tmp_path / "residual", **options)
+    c5.run(tiny, out=tmp_path / "residual", strategy="residual", **options)
     batched, residual = _scores(tmp_path / "batched"), _scores(tmp_path / "residual")
+    (first, *_) = read_records(tmp_path / "residual" / "c5" / "records.jsonl")
+    assert first["provenance"]["c5_strategy"] == "residual"
     assert batched.keys() == residual.keys() and batched
     texts = [r.template + " " + c for r in load(tiny_prompts) for c in r.choices or ()]
     # A mean choice log-prob is a log-softmax of logits: each moves by at most twice the
