@@ -17,6 +17,7 @@ import numpy as np
 from bindscope.errors import InputError
 from bindscope.experiments import limits
 from bindscope.experiments.common import (
+    BINDING_FROM,
     base_record,
     binding_metrics,
     model_label,
@@ -25,6 +26,7 @@ from bindscope.experiments.common import (
     record_key,
     run_chunks,
     skipped_reasons,
+    stored_binding,
 )
 from bindscope.interventions import head_means
 from bindscope.metrics import stats
@@ -201,7 +203,15 @@ def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress
     )
     rank_key = lambda r: record_key("c5-ranking", model.name, model.revision, r.key, "clean")  # noqa: E731
 
+    stored = stored_binding(model, writer.path.parents[1], rset)
+    reused = {**prov, "binding_from": BINDING_FROM}
+
     def rank_work(chunk):
+        if all(rec.key in stored for rec in chunk):  # computed once per folder: reuse
+            return [
+                base_record("c5-ranking", model, rec, "clean", stored[rec.key], reused)
+                for rec in chunk
+            ]
         results = binding(model, chunk, batch_size=batch_size * 2, on_missing="skip")
         return [
             base_record("c5-ranking", model, rec, "clean", binding_metrics(res, model), prov)

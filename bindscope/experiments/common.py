@@ -109,11 +109,46 @@ def skipped_reasons(records: Iterable[dict]) -> dict[str, int]:
     return counts
 
 
+#: Where reused binding results come from, relative to the results folder.
+BINDING_FROM = "binding/records.jsonl"
+
+
+def stored_binding(model, out: str | Path, pset: PromptSet) -> dict[str, dict]:
+    """The binding metrics ``OUT/binding`` already holds for ``pset`` on ``model``.
+
+    Binding results are computed once per results folder: they are reused when the binding
+    run used the same prompt set (content hash), model, revision and BOS policy and dtype
+    (its ``settings.json``). Returns ``{prompt key: metrics}``, empty when nothing matches.
+    """
+    import json
+
+    from bindscope.results.records import read_records
+    from bindscope.results.settings import SETTINGS_FILE, model_settings
+
+    folder = Path(out) / "binding"
+    records, settings = folder / "records.jsonl", folder / SETTINGS_FILE
+    if not (records.is_file() and settings.is_file()):
+        return {}
+    stored = json.loads(settings.read_text("utf-8"))
+    if (stored.get("settings") or {}).get("prompt_sha256") != pset.sha256:
+        return {}
+    if (stored.get("models") or {}).get(model_label(model)) != model_settings(model):
+        return {}
+    return {
+        r["prompt_key"]: r["metrics"]
+        for r in read_records(records)
+        if r["experiment"] == "binding"
+        and r["model"] == model.name
+        and r["revision"] == model.revision
+    }
+
+
 def by_key(records: Iterable[dict]) -> dict[str, dict]:
     return {r["key"]: r for r in records}
 
 
 __all__ = [
+    "BINDING_FROM",
     "RecordWriter",
     "base_record",
     "binding_metrics",
@@ -123,6 +158,7 @@ __all__ = [
     "record_key",
     "run_chunks",
     "skipped_reasons",
+    "stored_binding",
 ]
 
 

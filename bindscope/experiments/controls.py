@@ -18,6 +18,7 @@ import numpy as np
 
 from bindscope.experiments import limits
 from bindscope.experiments.common import (
+    BINDING_FROM,
     base_record,
     binding_metrics,
     mean_estimate,
@@ -26,6 +27,7 @@ from bindscope.experiments.common import (
     record_key,
     run_chunks,
     skipped_reasons,
+    stored_binding,
 )
 from bindscope.metrics import stats
 from bindscope.prompts.context import check_fit
@@ -60,19 +62,24 @@ def run(
     settings = {"controls_sha256": cset.sha256, "real_sha256": rset.sha256, "seed": seed}
     prov = provenance(model, prompt_set=combined, seed=seed, settings=settings)
 
+    stored = stored_binding(model, out, rset)  # real terms: computed once per folder
+    reused = {**prov, "binding_from": BINDING_FROM}
+
     def work(chunk):
-        results = binding(model, chunk, batch_size=batch_size, on_missing="skip")
+        fresh = [r for r in chunk if r.control_group or r.key not in stored]
+        results = binding(model, fresh, batch_size=batch_size, on_missing="skip")
+        computed = {r.key: res for r, res in zip(fresh, results)}
         return [
             base_record(
                 EXPERIMENT,
                 model,
                 r,
                 "clean",
-                binding_metrics(res, model),
-                prov,
+                binding_metrics(computed[r.key], model) if r.key in computed else stored[r.key],
+                prov if r.key in computed else reused,
                 control_family=r.extra.get("control_family"),
             )
-            for r, res in zip(chunk, results)
+            for r in chunk
         ]
 
     records = folder / "records.jsonl"
