@@ -59,6 +59,29 @@ def test_c5_and_controls_reuse_the_folders_binding(
         assert record["provenance"]["binding_from"] == BINDING_FROM
 
 
+def test_heads_reuse_the_folders_binding(tiny_llama, tiny_prompts, tmp_path, monkeypatch):
+    from bindscope.experiments import heads
+
+    binding_run.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, progress=False)
+    stored = _metrics(tmp_path / "binding" / "records.jsonl", "binding")
+    in_heads = _counting(monkeypatch, heads)
+    heads.run(
+        tiny_llama,
+        prompts=tiny_prompts,
+        out=tmp_path,
+        n_repeated=2,
+        repeat_length=4,
+        progress=False,
+    )
+    assert in_heads == []  # no binding forward pass for the heads' binding score
+    found = _metrics(tmp_path / "heads" / "records.jsonl", "heads")
+    assert found.keys() == stored.keys()
+    for key, record in found.items():
+        assert record["metrics"]["bsi"] == stored[key]["metrics"]["bsi"]
+        assert record["metrics"]["eb_star"] == stored[key]["metrics"]["eb_star"]
+        assert record["provenance"]["binding_from"] == BINDING_FROM
+
+
 def test_without_binding_results_c5_computes_its_ranking(
     tiny_llama, tiny_prompts, tmp_path, monkeypatch
 ):
