@@ -1,6 +1,6 @@
 """``bindscope demo``: the study on the default model, end to end, on a laptop CPU.
 
-EB* on the canonical prompts, C5 (k=4, 10 random sets, zero ablation), discriminant
+EB* on the canonical prompts, C5 (k=4, 39 random sets, zero ablation), discriminant
 validity and few-shot; records and summaries under ``OUT/``, then figures and a report.
 Rerunning resumes where it stopped.
 """
@@ -14,11 +14,19 @@ from pathlib import Path
 from bindscope.prompts.records import PromptSet, load
 
 QUICK_TERMS = ("screen reader", "alt text", "skip link", "focus indicator")
-#: C5 evaluates 3 recognition items and 1 generation stem of every term (164 of the 451
-#: prompts, all 41 terms) and few-shot 2 stems per term, so the demo fits in 15 minutes on
-#: 2 CPU cores; heads are still ranked on all canonical prompts, and binding and controls
+#: C5 evaluates 3 recognition items of every term (123 of the 451 prompts, all 41 terms)
+#: under 39 random sets, so its rank p-value can reach 1/40 = 0.025; few-shot 2 stems per
+#: term. Generation is left out of the demo's C5: this model's rubric baseline is about
+#: 0.016, at the floor, so an ablation has no room to lower it and the budget goes to the
+#: null instead. Heads are still ranked on all canonical prompts, and binding and controls
 #: use every prompt. ``bindscope c5`` and ``bindscope fewshot`` evaluate every prompt.
-DEMO_C5_IDS = ("rec_001", "rec_002", "rec_003", "gen_001")
+DEMO_C5_IDS = ("rec_001", "rec_002", "rec_003")
+DEMO_N_RANDOM = 39
+DEMO_C5_DESIGN = (
+    "the demo evaluates recognition only ({items} items x {terms} terms) under {n} random "
+    "sets (p down to 1/{n1}); generation is left out because this model's rubric baseline "
+    "is about 0.016, at the floor, where a drop cannot show (bindscope c5 runs both)"
+)
 DEMO_FEWSHOT_IDS = ("gen_001", "gen_002")
 
 
@@ -54,7 +62,7 @@ def run(
     quick: bool = False,
     progress: bool = True,
     model=None,
-    n_random: int = 10,
+    n_random: int = DEMO_N_RANDOM,
     force: bool = False,
 ) -> dict:
     """Run the demo study and print its tables; returns ``{experiment: summary}``.
@@ -90,6 +98,12 @@ def run(
                 k=4,
                 n_random=n_random,
                 ablation="zero",
+                design=DEMO_C5_DESIGN.format(
+                    items=len(DEMO_C5_IDS),
+                    terms=len({r.term for r in canonical}),
+                    n=n_random,
+                    n1=n_random + 1,
+                ),
                 force=force,
                 progress=progress,
             ),

@@ -27,7 +27,12 @@ def _load(spec: str | None, revision: str | None, args: argparse.Namespace) -> L
         spec, revision = spec.rsplit("@", 1)
     name = None if spec in (None, "default") else spec
     return bindscope.load_model(
-        name, revision=revision, dtype=args.dtype, device=args.device, remote=args.remote
+        name,
+        revision=revision,
+        dtype=args.dtype,
+        device=args.device,
+        remote=args.remote,
+        prepend_bos=getattr(args, "prepend_bos", None),
     )
 
 
@@ -130,6 +135,7 @@ def _sweep_options(args: argparse.Namespace, sets: dict) -> dict:
         "dtype": args.dtype,
         "device": args.device,
         "remote": args.remote,
+        "prepend_bos": args.prepend_bos,
         "heads": args.heads,
         "head_options": {
             **_given(args, "n_repeated", "repeat_length", "top_k"),

@@ -65,6 +65,13 @@ def add_common(
     )
     p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:1, mps")
     p.add_argument("--remote", action="store_true", help="run on NDIF (see docs/remote.md)")
+    p.add_argument(
+        "--prepend-bos",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="put the BOS token before every text (default: the tokenizer's own rule; spans "
+        "starting at position 0, the attention sink, are then left out of EB* and counted)",
+    )
     if out:
         p.add_argument("--out", required=True, type=Path, help="results folder")
         p.add_argument("--force", action="store_true", help="discard finished records, redo")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bindscope.experiments import limits
 from bindscope.experiments.common import (
     base_record,
     binding_metrics,
@@ -114,13 +115,19 @@ def summarize_binding(records: list[dict], *, k: int = 4, seed: int | None = Non
 
 def summarize(folder: str | Path) -> dict:
     """Rebuild ``folder/summary.json`` from ``folder/records.jsonl``."""
-    return summarize_folder(
-        folder,
-        lambda records: {
-            "experiment": records[0]["experiment"] if records else EXPERIMENT,
-            "models": summarize_binding(records),
-        },
-    )
+    return summarize_folder(folder, _summary)
+
+
+def _summary(records: list[dict]) -> dict:
+    """The binding summary of a list of records, with its limits."""
+    models = summarize_binding(records)
+    return {
+        "experiment": records[0]["experiment"] if records else EXPERIMENT,
+        "models": models,
+        "limits": limits.collect(
+            *(limits.excluded(label, m["skipped_reasons"], "EB*") for label, m in models.items())
+        ),
+    }
 
 
 __all__ = ["run", "summarize"]

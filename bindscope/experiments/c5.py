@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 
 from bindscope.errors import InputError
+from bindscope.experiments import limits
 from bindscope.experiments.common import (
+    BINDING_FROM,
     base_record,
     binding_metrics,
     model_label,
@@ -26,11 +28,13 @@ from bindscope.experiments.common import (
     provenance,
     record_key,
     run_chunks,
+    skipped_reasons,
+    stored_binding,
     summarize_folder,
 )
 from bindscope.interventions import head_means
 from bindscope.metrics import stats
-from bindscope.metrics.behaviour import default_rubric
+from bindscope.metrics.behaviour import RecognitionResult, default_rubric
 from bindscope.metrics.ranking import mean_bsi, rank_heads
 from bindscope.prompts.context import check_fit
 from bindscope.results.labels import by_model
@@ -39,6 +43,10 @@ from bindscope.results.settings import content_sha256
 from bindscope.results.summaries import check_complete
 from bindscope.runners.behaviour import generation, recognition
 from bindscope.runners.binding import binding
+from bindscope.runners.scan import ScoredSequence, condition_scores
+
+#: How recognition conditions run; see ``run``.
+STRATEGIES = ("residual", "batched")
 
 EXPERIMENT = "c5"
 
@@ -102,6 +110,8 @@ def run(
     batch_size: int = 16,
     force: bool = False,
     progress: bool = True,
+    strategy: str = "batched",
+    design: str | None = None,
 ) -> dict:
     """Run C5 for one or several models and write records and a summary.
 
@@ -122,8 +132,21 @@ def run(
         out: Results folder; records go to ``OUT/<experiment>/records.jsonl``.
         batch_size: Texts per forward pass.
         force: Start afresh even where the folder's settings differ (else refused).
+        design: One sentence on how the items were sampled and why, stored with the
+            records and shown in the summary and the report.
+        strategy: How recognition conditions run (equal to rounding; recorded in
+            provenance). ``batched`` (default): conditions mixed in batches, each prompt
+            run once per condition with its choices on the prompt's cache. ``residual``
+            (local models): one clean pass per batch, and each ablated condition starts at
+            its set's lowest ablated layer from the clean residual stream
+            (``bindscope.runners.scan``); it runs every choice as its own prompt + choice
+            sequence, so it pays off only where choices outnumber the saved layers (on the
+            canonical recognition items it runs about 2.4x the token-layers of ``batched``:
+            3.3 choices per prompt, and a random 4-head set still runs 82% of 30 layers).
         progress: Show a progress bar.
     """
+    if strategy not in STRATEGIES:
+        raise InputError(f"strategy={strategy!r}: pass one of {', '.join(STRATEGIES)}")
     if ablation not in ("zero", "mean"):
         raise ValueError("ablation must be 'zero' or 'mean'")
     if matched_layers and matched_classes:
@@ -146,13 +169,15 @@ def run(
     }
     if matched_classes:  # only when set: folders written before the option still resume
         settings["matched_classes"] = True
+    if design:  # likewise
+        settings["design"] = design
     rubric = rubric or default_rubric()
     inputs = {"prompt_sha256": pset.sha256, "rubric_sha256": content_sha256(rubric)}
     checked = {**settings, **inputs}
     records = folder / "records.jsonl"
     with RecordWriter(records, force=force, settings=checked, models=models) as writer:
         for model in models:
-            _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress)
+            _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress, strategy)
     return summarize(folder)
 
 
@@ -178,11 +203,23 @@ def check_k(model, *, k: int, n_random: int) -> None:
         )
 
 
-def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress) -> None:
-    prov = provenance(model, prompt_set=pset, seed=settings["seed"], c5=settings)
+def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress, strategy) -> None:
+    if getattr(model, "remote", False):
+        strategy = "batched"  # the residual stream would cross the network
+    prov = provenance(
+        model, prompt_set=pset, seed=settings["seed"], c5=settings, c5_strategy=strategy
+    )
     rank_key = lambda r: record_key("c5-ranking", model.name, model.revision, r.key, "clean")  # noqa: E731
 
+    stored = stored_binding(model, writer.path.parents[1], rset)
+    reused = {**prov, "binding_from": BINDING_FROM}
+
     def rank_work(chunk):
+        if all(rec.key in stored for rec in chunk):  # computed once per folder: reuse
+            return [
+                base_record("c5-ranking", model, rec, "clean", stored[rec.key], reused)
+                for rec in chunk
+            ]
         results = binding(model, chunk, batch_size=batch_size * 2, on_missing="skip")
         return [
             base_record("c5-ranking", model, rec, "clean", binding_metrics(res, model), prov)
@@ -230,10 +267,13 @@ def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress
     if settings["ablation"] == "mean":
         heads = sorted({tuple(h) for hs in conditions.values() for h in hs})
         means = head_means(model, [r.template for r in rset.records], heads, batch_size=batch_size)
-    # Group items by task (and choice count) so every chunk fills whole batches of one kind.
-    ordered = sorted(pset.records, key=lambda r: (r.task, len(r.choices or ())))
+    # Group items by task (and choice count) so every chunk fills whole batches of one kind,
+    # and by length within, so batches carry little padding.
+    ordered = sorted(
+        pset.records,
+        key=lambda r: (r.task, len(r.choices or ()), len(model.tokenize(r.template)), r.key),
+    )
     items = [(rec, name) for rec in ordered for name in conditions]
-    items.sort(key=lambda item: (item[0].task, len(item[0].choices or ())))
     key = lambda item: record_key(EXPERIMENT, model.name, model.revision, item[0].key, item[1])  # noqa: E731
 
     def work(chunk):
@@ -246,14 +286,20 @@ def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress
             if not part:
                 continue
             options = {"rubric": rubric} if task == "generation" else {}
-            results = score(
-                model,
-                [rec for rec, _ in part],
-                per_record=[conditions[name] for _, name in part],
-                means=means,
-                batch_size=batch_size,
-                **options,
-            )
+            ablated = {name for _, name in part} - {"baseline"}
+            if task == "recognition" and strategy == "residual" and ablated:
+                results = recognition_residual(
+                    model, part, conditions, means=means, batch_size=batch_size
+                )
+            else:
+                results = score(
+                    model,
+                    [rec for rec, _ in part],
+                    per_record=[conditions[name] for _, name in part],
+                    means=means,
+                    batch_size=batch_size,
+                    **options,
+                )
             for (rec, name), res in zip(part, results):
                 metrics = res.to_dict()
                 metrics.pop("key")
@@ -277,10 +323,42 @@ def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress
         writer=writer,
         key=key,
         work=work,
-        chunk_size=batch_size * 4,
+        chunk_size=batch_size * len(conditions),  # about batch_size prompts, every condition
         desc=f"c5 {label}",
         progress=progress,
     )
+
+
+def recognition_residual(model, part, conditions, *, means=None, batch_size: int = 16):
+    """Recognition results of ``(record, condition name)`` pairs by residual start.
+
+    Every choice of a record is the sequence prompt + " choice", scored by its mean
+    log-probability per choice token (as ``recognition`` scores it); ``baseline`` comes from
+    the clean pass, every other condition starts at its lowest ablated layer from the clean
+    run's residual stream (``condition_scores``), so layers below it run once per batch.
+    """
+    records = list({rec.key: rec for rec, _ in part}.values())
+    names = sorted({name for _, name in part} - {"baseline"})
+    sequences, owner = [], []
+    for r, rec in enumerate(records):
+        prompt = model.tokenize(rec.template)
+        for choice in rec.choices or ():
+            ids = model.tokenizer(" " + choice, add_special_tokens=False)["input_ids"]
+            sequences.append(ScoredSequence((*prompt, *ids), len(ids)))
+            owner.append(r)
+    clean, scores = condition_scores(
+        model, sequences, [conditions[n] for n in names], means=means, batch_size=batch_size
+    )
+    table = {"baseline": clean, **{n: scores[c] for c, n in enumerate(names)}}
+    row = {rec.key: r for r, rec in enumerate(records)}
+    out = []
+    for rec, name in part:
+        values = [float(v) for v, o in zip(table[name], owner) if o == row[rec.key]]
+        prediction = max(range(len(values)), key=lambda i: (values[i], -i))
+        out.append(
+            RecognitionResult(rec.key, tuple(values), prediction, int(prediction == rec.answer_idx))
+        )
+    return out
 
 
 def summarize_c5(records: list[dict], *, n_resamples: int = 9999) -> dict:
@@ -292,7 +370,7 @@ def summarize_c5(records: list[dict], *, n_resamples: int = 9999) -> dict:
     models: dict[str, dict] = {}
     seed = settings["seed"]
     for label, group in by_model(evaluated).items():
-        models[label] = _summarize_model(group, records, seed, n_resamples)
+        models[label] = _summarize_model(group, records, seed, n_resamples, label)
     for task in ("recognition", "generation"):
         labels = [m for m in models if models[m]["p_value"].get(task) is not None]
         adjusted = (
@@ -302,30 +380,39 @@ def summarize_c5(records: list[dict], *, n_resamples: int = 9999) -> dict:
         )
         for m, p in zip(labels, adjusted):
             models[m].setdefault("p_holm", {})[task] = p
+    noted: list[dict] = []
+    for entry in models.values():
+        noted += entry.pop("_limits")
     return {
         "experiment": EXPERIMENT,
+        "limits": noted,
         "k": settings["k"],
         "ablation": settings["ablation"],
         "n_random": settings["n_random"],
         "seed": seed,
         "matched_layers": settings["matched_layers"],
         "ranking_set": settings["ranking_set"],
+        "design": settings.get("design"),
         "multiple_comparisons": "holm across models, per task",
         "models": models,
     }
 
 
-def _summarize_model(group, all_records, seed, n_resamples) -> dict:
+def _summarize_model(group, all_records, seed, n_resamples, label) -> dict:
     first = group[0]
     heads = {r["condition"]: r["heads"] for r in group}
     random_names = sorted(c for c in heads if c.startswith("random:"))
-    ranking = [
+    ranked = [
         r
         for r in all_records
         if r["experiment"] == "c5-ranking"
         and r["model"] == first["model"]
         and r["revision"] == first["revision"]
-        and r["metrics"].get("eb_star") is not None
+    ]
+    ranking = [r for r in ranked if r["metrics"].get("eb_star") is not None]
+    ranking_skipped = skipped_reasons(ranked)
+    found: list[dict | None] = [
+        limits.excluded(label, ranking_skipped, "the head ranking (mean BSI)")
     ]
     entry = {
         "model": first["model"],
@@ -340,6 +427,8 @@ def _summarize_model(group, all_records, seed, n_resamples) -> dict:
         "specificity": {},
         "p_value": {},
         "per_term": {},
+        "n_ranking": len(ranking),
+        "ranking_skipped_reasons": ranking_skipped,
     }
     if ranking:
         entry["mean_bsi"] = mean_bsi(ranking).tolist()
@@ -360,7 +449,11 @@ def _summarize_model(group, all_records, seed, n_resamples) -> dict:
                 np.mean([scores[p] for p in complete])
             )
             entry["conditions"][name][f"n_{task}"] = len(complete)
-        if len(complete) < 2:
+        if complete:
+            found.append(limits.floor_ceiling(label, f"{task} score", float(base.mean())))
+        found.append(limits.p_resolution(label, len(random_names), task))
+        if len(complete) < limits.MIN_GROUP:
+            found.append(limits.small_group(label, f"{task} items", len(complete), "the test"))
             continue
         cond = {n: np.array([by_condition[n][p] for p in complete]) for n in by_condition}
         for name in ("top", "bottom"):
@@ -382,6 +475,7 @@ def _summarize_model(group, all_records, seed, n_resamples) -> dict:
             )
         if task == "recognition":
             entry["per_term"].update(_per_term(complete, terms, cond, rand))
+    entry["_limits"] = limits.collect(*found)
     return entry
 
 

@@ -198,8 +198,8 @@ def summarize_tests(
 def skipped_reasons(records: Iterable[dict]) -> dict[str, int]:
     """How many records have no EB*, per reason.
 
-    The reason is the audit flag that explains it (``not_found``, ``single_token``, ...), else the
-    record's skip message.
+    The reason is the audit flag that explains it (``not_found``, ``single_token``,
+    ``at_position_0``: the span starts on the attention sink), else the record's skip message.
     """
     counts: dict[str, int] = {}
     for r in records:
@@ -207,10 +207,44 @@ def skipped_reasons(records: Iterable[dict]) -> dict[str, int]:
         if metrics.get("eb_star") is not None:
             continue
         flags = metrics.get("flags") or []
-        known = [f for f in ("not_found", "single_token") if f in flags]
+        known = [f for f in ("not_found", "single_token", "at_position_0") if f in flags]
         reason = known[0] if known else str(metrics.get("skipped") or ", ".join(flags) or "no EB*")
         counts[reason] = counts.get(reason, 0) + 1
     return counts
+
+
+#: Where reused binding results come from, relative to the results folder.
+BINDING_FROM = "binding/records.jsonl"
+
+
+def stored_binding(model, out: str | Path, pset: PromptSet) -> dict[str, dict]:
+    """The binding metrics ``OUT/binding`` already holds for ``pset`` on ``model``.
+
+    Binding results are computed once per results folder: they are reused when the binding
+    run used the same prompt set (content hash), model, revision and BOS policy and dtype
+    (its ``settings.json``). Returns ``{prompt key: metrics}``, empty when nothing matches.
+    """
+    import json
+
+    from bindscope.results.records import read_records
+    from bindscope.results.settings import SETTINGS_FILE, model_settings
+
+    folder = Path(out) / "binding"
+    records, settings = folder / "records.jsonl", folder / SETTINGS_FILE
+    if not (records.is_file() and settings.is_file()):
+        return {}
+    stored = json.loads(settings.read_text("utf-8"))
+    if (stored.get("settings") or {}).get("prompt_sha256") != pset.sha256:
+        return {}
+    if (stored.get("models") or {}).get(model_label(model)) != model_settings(model):
+        return {}
+    return {
+        r["prompt_key"]: r["metrics"]
+        for r in read_records(records)
+        if r["experiment"] == "binding"
+        and r["model"] == model.name
+        and r["revision"] == model.revision
+    }
 
 
 def by_key(records: Iterable[dict]) -> dict[str, dict]:
@@ -219,6 +253,7 @@ def by_key(records: Iterable[dict]) -> dict[str, dict]:
 
 
 __all__ = [
+    "BINDING_FROM",
     "RecordWriter",
     "as_pairs",
     "base_record",
@@ -230,6 +265,7 @@ __all__ = [
     "record_key",
     "run_chunks",
     "skipped_reasons",
+    "stored_binding",
     "summarize_folder",
     "summarize_tests",
 ]

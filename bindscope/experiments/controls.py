@@ -16,7 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+from bindscope.experiments import limits
 from bindscope.experiments.common import (
+    BINDING_FROM,
     base_record,
     binding_metrics,
     mean_estimate,
@@ -25,6 +27,7 @@ from bindscope.experiments.common import (
     record_key,
     run_chunks,
     skipped_reasons,
+    stored_binding,
     summarize_folder,
 )
 from bindscope.metrics import stats
@@ -60,19 +63,24 @@ def run(
     settings = {"controls_sha256": cset.sha256, "real_sha256": rset.sha256, "seed": seed}
     prov = provenance(model, prompt_set=combined, seed=seed, settings=settings)
 
+    stored = stored_binding(model, out, rset)  # real terms: computed once per folder
+    reused = {**prov, "binding_from": BINDING_FROM}
+
     def work(chunk):
-        results = binding(model, chunk, batch_size=batch_size, on_missing="skip")
+        fresh = [r for r in chunk if r.control_group or r.key not in stored]
+        results = binding(model, fresh, batch_size=batch_size, on_missing="skip")
+        computed = {r.key: res for r, res in zip(fresh, results)}
         return [
             base_record(
                 EXPERIMENT,
                 model,
                 r,
                 "clean",
-                binding_metrics(res, model),
-                prov,
+                binding_metrics(computed[r.key], model) if r.key in computed else stored[r.key],
+                prov if r.key in computed else reused,
                 control_family=r.extra.get("control_family"),
             )
-            for r, res in zip(chunk, results)
+            for r in chunk
         ]
 
     records = folder / "records.jsonl"
@@ -111,7 +119,9 @@ def compare(real: np.ndarray, group: np.ndarray, seed: int, n_resamples: int) ->
 
 
 def summarize_controls(records: list[dict], *, n_resamples: int = 9999) -> dict:
+    """Real terms against each control group per model, with the summary's limits."""
     models = {}
+    found: list[dict] = []
     for label, group in by_model(records, EXPERIMENT).items():
         seed = group[0]["provenance"].get("seed") or 0
         ok = [r for r in group if r["metrics"].get("eb_star") is not None]
@@ -162,7 +172,16 @@ def summarize_controls(records: list[dict], *, n_resamples: int = 9999) -> dict:
             for row in rows:
                 row.setdefault("p_holm", None)
         models[label] = entry
+        found += limits.collect(
+            limits.excluded(label, entry["skipped_reasons"], "EB* (real terms and controls)"),
+            limits.small_group(label, "real terms", len(real), "the two-sample test"),
+            *(
+                limits.small_group(label, f"control group {n}", entry["groups"][n]["n"], "the test")
+                for n in names
+            ),
+        )
     return {
+        "limits": found,
         "experiment": EXPERIMENT,
         "effect": "cohens_d = (real - control) / pooled SD; unit: prompt",
         "multiple_comparisons": "holm across groups, separately for all and span-matched",

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from bindscope.errors import InputError
+from bindscope.experiments import limits
 from bindscope.experiments.common import (
     base_record,
     prompt_set,
@@ -144,7 +145,9 @@ def run(
 
 
 def summarize_fewshot(records: list[dict], *, n_resamples: int = 9999) -> dict:
+    """Condition means, paired deltas and tests per model, with the summary's limits."""
     models = {}
+    found: list[dict | None] = []
     for label, group in by_model(records, EXPERIMENT).items():
         seed = group[0]["provenance"].get("seed") or 0
         table: dict[str, dict[str, float]] = {}
@@ -177,7 +180,13 @@ def summarize_fewshot(records: list[dict], *, n_resamples: int = 9999) -> dict:
                     row[f"delta_{c}"] = 100 * (row[c] - row["zero_shot"])
             entry["per_term"][term] = row
         models[label] = entry
-    return {"experiment": EXPERIMENT, "models": models}
+        found += [
+            limits.floor_ceiling(
+                label, "zero-shot rubric score", entry["conditions"].get("zero_shot")
+            ),
+            limits.small_group(label, "the paired prompts", len(keys), "the paired test"),
+        ]
+    return {"experiment": EXPERIMENT, "models": models, "limits": limits.collect(*found)}
 
 
 def summarize(folder: str | Path) -> dict:

@@ -30,6 +30,7 @@ import numpy as np
 
 from bindscope.errors import InputError
 from bindscope.experiments.common import (
+    BINDING_FROM,
     base_record,
     binding_metrics,
     load_revision,
@@ -38,6 +39,7 @@ from bindscope.experiments.common import (
     provenance,
     record_key,
     run_chunks,
+    stored_binding,
     summarize_folder,
 )
 from bindscope.experiments.heads_summary import EXPERIMENT, summarize_heads, summarize_model
@@ -232,17 +234,24 @@ def score_model(model, pset, writer, settings, prov, *, batch_size: int, progres
     bos = bool(model.prepend_bos)
     shape = {"n_layers": model.n_layers, "n_heads": model.n_heads, "position_0_is_bos": bos}
 
+    stored = stored_binding(model, writer.path.parents[1], pset)  # computed once per folder
+    reused = {**prov, "binding_from": BINDING_FROM}
+
     def prompt_work(chunk):
-        bound = binding(model, chunk, batch_size=batch_size, on_missing="skip")
+        fresh = [r for r in chunk if r.key not in stored]
+        bound = binding(model, fresh, batch_size=batch_size, on_missing="skip")
+        computed = {r.key: binding_metrics(res, model) for r, res in zip(fresh, bound)}
         templates = sorted({r.template for r in chunk})
         scores = dict(zip(templates, text_scores(model, templates, batch_size=batch_size)))
         out = []
-        for r, res in zip(chunk, bound):
+        for r in chunk:
             s = scores[r.template]
             extra = {name: _grid(s[name]) for name in taxonomy.TEXT_SCORES}
             n = len(model.tokenize(r.template))
-            metrics = {**binding_metrics(res, model), **extra, **shape, "n_tokens": n}
-            out.append(base_record(EXPERIMENT, model, r, "clean", metrics, prov))
+            found = computed.get(r.key)
+            metrics = {**(found or stored[r.key]), **extra, **shape, "n_tokens": n}
+            origin = prov if found is not None else reused
+            out.append(base_record(EXPERIMENT, model, r, "clean", metrics, origin))
         return out
 
     run_chunks(

@@ -258,9 +258,9 @@ def _conditions(model, unit: str, shortest: int) -> tuple[dict, dict[str, int]]:
     return conditions, offsets
 
 
-def _where(offsets: dict[str, int], name: str, last: int) -> list[int] | None:
+def _where(offsets: dict[str, int], name: str, last: int) -> tuple[int, ...] | None:
     """The patched token position of a condition (None: every position)."""
-    return [last - offsets[name]] if name in offsets else None
+    return (last - offsets[name],) if name in offsets else None
 
 
 def _record(model, pair, condition, heads, metrics, prov, settings) -> dict:

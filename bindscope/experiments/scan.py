@@ -147,7 +147,7 @@ def run(
         for model in models:
             _run_model(model, pset, items, writer, settings, batch_size, progress)
             if matched_classes:
-                _write_classes(folder, model, items, settings["seed"], batch_size)
+                _write_classes(folder, model, items, seed, batch_size)
     return summarize(folder, correction=correction, n_resamples=n_resamples)
 
 

@@ -21,7 +21,14 @@ def summary_lines(summary: dict) -> list[str]:
         "scan": _head_effects,
         "patching": _head_effects,
     }.get(kind)
-    return fn(summary) if fn else [f"(no text view for experiment {kind!r})"]
+    lines = fn(summary) if fn else [f"(no text view for experiment {kind!r})"]
+    return lines + limit_lines(summary)
+
+
+def limit_lines(summary: dict) -> list[str]:
+    """The summary's own limits (``bindscope.experiments.limits``), one line each."""
+    found = summary.get("limits") or []
+    return [f"  limit ({f['kind']}): {f['message']}" for f in found]
 
 
 def _binding(s: dict) -> list[str]:
@@ -40,6 +47,8 @@ def _c5(s: dict) -> list[str]:
         f"C5 head ablation: k={s['k']}, {s['n_random']} random sets, {s['ablation']} ablation "
         f"(drops are baseline minus ablated; 95% paired bootstrap CIs)"
     ]
+    if s.get("design"):
+        out.append(f"  design: {s['design']}")
     for label, m in s["models"].items():
         out.append(f"  {label}: top {m['top_heads']}  bottom {m['bottom_heads']}")
         header = f"    {'task':<12}{'baseline':>9}{'top':>8}{'bottom':>8}{'random':>8}"

@@ -235,7 +235,7 @@ def tables(exp: ExperimentResults) -> list[str]:
         f"k = {s.get('k')} heads per set, {s.get('ablation')} ablation, "
         f"{s.get('n_random')} random sets (seed {s.get('seed')}"
         f"{', layer-matched' if s.get('matched_layers') else ''}), heads ranked on "
-        f"`{s.get('ranking_set')}`."
+        f"`{s.get('ranking_set')}`." + (f" Design: {s['design']}" if s.get("design") else "")
     )
     header = [
         "model",

@@ -77,6 +77,7 @@ def write_report(
                 f"*Figure {number}.* {fig.caption} ([PDF]({pdf}))",
                 "",
             ]
+    lines += _limits(results)
     lines += _not_included(results, figures)
     path.write_text("\n".join(lines).rstrip() + "\n", "utf-8")
     return path
@@ -130,6 +131,28 @@ def _provenance(results: dict[str, ExperimentResults]) -> list[str]:
     elif times:
         lines += [f"Records written at {min(times)} (UTC).", ""]
     return lines
+
+
+LIMITS_HOW_TO_READ = (
+    "Each line is a limit the experiment's summary found in its own numbers: a p-value at "
+    "the resolution its random sets allow, a baseline at the floor or ceiling of a 0-1 "
+    "score, prompts left out and why, or a group too small for its test."
+)
+
+
+def _limits(results: dict[str, ExperimentResults]) -> list[str]:
+    """The limits each summary states (computed by the experiments; read here)."""
+    found = [
+        (name, limit)
+        for name in SECTIONS
+        for limit in ((results[name].summary or {}).get("limits") or [])
+        if not results[name].missing
+    ]
+    if not found:
+        return []
+    lines = ["## Limits of these results", "", f"*How to read these.* {LIMITS_HOW_TO_READ}", ""]
+    lines += [f"- `{name}` ({limit['kind']}): {limit['message']}" for name, limit in found]
+    return [*lines, ""]
 
 
 def _not_included(results: dict[str, ExperimentResults], figures: FigureReport) -> list[str]:

@@ -15,6 +15,7 @@ import os
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import IO
 
 from bindscope.errors import BindscopeWarning, RecordFileError
 from bindscope.protocols import LanguageModel
@@ -54,6 +55,7 @@ def provenance(model: LanguageModel, *, prompt_set=None, seed: int | None = None
         "device": "ndif" if remote == "ndif" else str(weights.device),
         "attn_implementation": model.attn_implementation,
         "capture": getattr(model, "capture_method", "eager"),
+        "prepend_bos": getattr(model, "prepend_bos", None),
         "remote": remote,
         "seed": seed,
         "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -119,7 +121,9 @@ class RecordWriter:
                 good.append(json.dumps(record, sort_keys=True))
             # rewrite without a torn last line (or repeated keys) so appends stay valid
             self.path.write_text("".join(line + "\n" for line in good), "utf-8")
-        self._file = self.path.open("a", encoding="utf-8")
+        # opened on the first record: a run that stops before any (a refused option, a
+        # failed model load) leaves no records file behind
+        self._file: IO[str] | None = None
 
     def __contains__(self, key: str) -> bool:
         return key in self.done
@@ -130,6 +134,9 @@ class RecordWriter:
         missing = [k for k in REQUIRED if k not in record]
         if missing:
             raise ValueError(f"result record lacks {missing}: {record.get('key')}")
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("a", encoding="utf-8")
         self._file.write(json.dumps(record, sort_keys=True) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
@@ -143,7 +150,8 @@ class RecordWriter:
     def close(self) -> None:
         """Close the file and release the folder's lock."""
         try:
-            self._file.close()
+            if self._file is not None:
+                self._file.close()
         finally:
             self._lock.release()
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 import torch
 
-from bindscope.errors import PromptTooLongError, SpanNotFoundError
+from bindscope.errors import InputError, PromptTooLongError, SpanNotFoundError
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import plan_batches
 from bindscope.interventions.specs import resolve_rows
@@ -21,6 +21,9 @@ from bindscope.prompts.context import length_problem
 from bindscope.prompts.records import PromptRecord
 from bindscope.prompts.spans import Span, locate
 from bindscope.protocols import LanguageModel
+
+#: The ``skipped`` reason of a span that starts on the attention sink (position 0, no BOS).
+SINK_SKIP = "at_position_0"
 
 
 def _result(record: PromptRecord, bsi: torch.Tensor, span: Span | None, *, skipped=None):
@@ -53,6 +56,7 @@ def binding(
     ablate=None,
     intervene=None,
     on_missing: str = "error",
+    on_sink: str = "skip",
     progress: bool = False,
 ) -> list[BindingResult]:
     """Measure BSI/EB/EB* for every record in batched forward passes.
@@ -68,6 +72,11 @@ def binding(
         on_missing: ``error`` raises ``SpanNotFoundError`` (or ``PromptTooLongError`` for a
             prompt longer than the context window); ``skip`` returns a result with
             ``skipped`` set to the reason and NaN numbers.
+        on_sink: A span starting at position 0 sits on the attention sink, which every later
+            token attends to whatever it binds, so its BSI measures the sink, not binding.
+            ``skip`` (default) returns it unmeasured with ``skipped`` = ``SINK_SKIP`` (every
+            EB* aggregate then leaves it out and counts it); ``keep`` measures it anyway.
+            A prepended BOS (``load_model(prepend_bos=True)``) moves every span off the sink.
         progress: Show a progress bar.
 
     Returns:
@@ -75,6 +84,8 @@ def binding(
     """
     if on_missing not in ("error", "skip"):
         raise ValueError("on_missing must be 'error' or 'skip'")
+    if on_sink not in ("skip", "keep"):
+        raise InputError(f"on_sink={on_sink!r}: pass 'skip' (default) or 'keep'")
     records = list(records)
     spec = (model.check_heads(ablate), intervene)
     nan = torch.full((model.n_layers, model.n_heads), float("nan"))
@@ -96,6 +107,9 @@ def binding(
             continue
         if len(span.indices) < 2:
             results[i] = _result(record, nan, span)
+            continue
+        if on_sink == "skip" and "at_position_0" in span.flags:
+            results[i] = _result(record, nan, span, skipped=SINK_SKIP)
             continue
         ids = tuple(model.tokenize(record.template)[: span.indices[-1] + 1])
         prefixes.setdefault((ids, tuple(span.indices)), []).append((i, span))
@@ -119,6 +133,8 @@ def _batched_bsi(
 ) -> list[torch.Tensor]:
     from tqdm.auto import tqdm
 
+    if not prefixes:  # every record skipped (e.g. all on the sink): nothing to run
+        return []
     out: list[torch.Tensor | None] = [None] * len(prefixes)
     texts = [list(p) for p in prefixes]
     ablate, intervene = spec

@@ -25,7 +25,13 @@ def test_demo_writes_records_summaries_figures_and_report(demo_dir, capsys):
         summary = json.loads((demo_dir / name / "summary.json").read_text())
         assert summary["experiment"] == name and summary["models"]
     c5 = json.loads((demo_dir / "c5" / "summary.json").read_text())
-    assert c5["k"] == 4 and c5["n_random"] == 10 and c5["ablation"] == "zero"
+    # 39 random sets: the rank p-value can reach 1/40 = 0.025, below 0.05
+    assert c5["k"] == 4 and c5["n_random"] == 39 and c5["ablation"] == "zero"
+    assert not [f for f in c5["limits"] if f["kind"] == "p_resolution"]
+    (m,) = c5["models"].values()
+    assert "generation" not in m["conditions"]["baseline"]  # at the floor: left out
+    assert "recognition only" in c5["design"]
+    assert "recognition only" in (demo_dir / "report.md").read_text()
     assert c5["ranking_set"] == "canonical-quick"
     assert (demo_dir / "report.md").stat().st_size > 1000
     assert len(list((demo_dir / "figures").glob("*.png"))) >= 4

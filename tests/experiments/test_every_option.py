@@ -70,6 +70,10 @@ LOAD = {
         "runs every trace on NDIF",
         "tests/remote/test_backend.py::test_remote_model_runs_on_the_server_and_matches_its_twin",
     ),
+    "--no-prepend-bos": NoEffect(
+        "the tiny byte tokenizer has no BOS token; the flag reaches load_model and provenance",
+        "tests/experiments/test_sink.py::test_prepend_bos_option_reaches_the_model",
+    ),
 }
 RUN = {
     "--out": NoEffect("where results go"),

@@ -53,8 +53,8 @@ def test_half_precision_equals_hf_eager_and_keeps_eb_star(tiny, dtype):
     # EB* is a difference of means of probabilities in [0, 1]. Rounding every weight and
     # activation to the dtype moves each probability by a few units of the dtype's eps; 16 eps
     # (0.016 in float16, 0.125 in bfloat16) bounds the change against float32.
-    full = binding(tiny, RECORDS)
-    low = binding(half, RECORDS)
+    full = binding(tiny, RECORDS, on_sink="keep")
+    low = binding(half, RECORDS, on_sink="keep")
     for a, b in zip(full, low):
         assert abs(a.eb_star - b.eb_star) <= 16 * torch.finfo(dtype).eps
 

@@ -1,0 +1,61 @@
+"""C5's residual-start recognition equals the batched full-pass evaluation to rounding."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bindscope.errors import InputError
+from bindscope.experiments import c5
+from bindscope.prompts import load
+from bindscope.results.records import read_records
+from tests.experiments import prompts_tiny
+from tests.tolerance import logit_bound
+
+
+def _scores(out):
+    return {
+        r["key"]: r["metrics"]
+        for r in read_records(out / "c5" / "records.jsonl")
+        if r["experiment"] == "c5" and r["task"] == "recognition"
+    }
+
+
+@pytest.mark.parametrize("ablation", ["zero", "mean"])
+def test_residual_start_equals_the_batched_evaluation(tiny, tiny_prompts, tmp_path, ablation):
+    options = {
+        "prompts": tiny_prompts,
+        "k": 2,
+        "n_random": 3,
+        "ablation": ablation,
+        "rubric": prompts_tiny.RUBRIC,
+        "progress": False,
+        "batch_size": 3,  # several batches and passes, conditions cut across them
+    }
+    c5.run(tiny, out=tmp_path / "batched", strategy="batched", **options)
+    c5.run(tiny, out=tmp_path / "residual", strategy="residual", **options)
+    batched, residual = _scores(tmp_path / "batched"), _scores(tmp_path / "residual")
+    (first, *_) = read_records(tmp_path / "residual" / "c5" / "records.jsonl")
+    assert first["provenance"]["c5_strategy"] == "residual"
+    assert batched.keys() == residual.keys() and batched
+    texts = [r.template + " " + c for r in load(tiny_prompts) for c in r.choices or ()]
+    # A mean choice log-prob is a log-softmax of logits: each moves by at most twice the
+    # logits' largest rounding error (the logit and the log-sum-exp).
+    bound = 2 * logit_bound(tiny, texts)
+    diffs, moved = [], []
+    for key, ref in batched.items():
+        got = residual[key]
+        diffs.append(np.abs(np.subtract(got["choice_scores"], ref["choice_scores"])).max())
+        ranked = sorted(ref["choice_scores"], reverse=True)
+        if len(ranked) < 2 or ranked[0] - ranked[1] > 2 * bound:  # no near-tie: same answer
+            assert got["prediction"] == ref["prediction"], key
+        baseline = batched[key.rsplit("|", 1)[0] + "|baseline"]["choice_scores"]
+        moved.append(np.abs(np.subtract(ref["choice_scores"], baseline)).max())
+    assert max(diffs) <= bound, (max(diffs), bound)
+    # negative control: the ablations move the scores by far more than the bound
+    assert max(moved) > 100 * bound
+
+
+def test_unknown_strategy_is_refused(tiny_llama, tiny_prompts, tmp_path):
+    with pytest.raises(InputError, match="strategy"):
+        c5.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, strategy="fast", progress=False)
