@@ -7,13 +7,20 @@ or read these batches.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
 from bindscope.errors import InputError
 
+T = TypeVar("T")
+
 DEFAULT_BATCH_SIZE = 16
+#: Batches per nnsight session: one request when the model is remote (fewer round trips),
+#: and a failed request loses at most this many batches.
+SESSION_BATCHES = 8
 
 
 @dataclass(frozen=True)
@@ -85,3 +92,9 @@ def check_batch_size(batch_size) -> None:
             f"batch_size={batch_size} is not positive; pass the number of texts per forward "
             "pass, e.g. batch_size=16"
         )
+
+
+def sessions(jobs: Sequence[T], size: int = SESSION_BATCHES) -> Iterator[list[T]]:
+    """Consecutive groups of at most ``size`` jobs, one nnsight session each."""
+    for start in range(0, len(jobs), size):
+        yield list(jobs[start : start + size])

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+from bindscope.batch import sessions
 from bindscope.interventions import ops
 from bindscope.interventions.ops import (
     ablate_rows,
@@ -58,9 +59,6 @@ __all__ = [
     "run_layers",
     "zero_ablate",
 ]
-
-# Batches per head_means session (one request when the model is remote).
-SESSION_BATCHES = 16
 
 
 @dataclass(frozen=True)
@@ -102,8 +100,8 @@ def head_means(
     batches = list(model.batches(texts, batch_size=batch_size))
     jobs = [(b.inputs, b.attention_mask.bool()) for b in batches]
     count = sum(int(mask.sum()) for _, mask in jobs)
-    for start in range(0, len(jobs), SESSION_BATCHES):
-        for found in _head_sums_session(model, jobs[start : start + SESSION_BATCHES], layers):
+    for part in sessions(jobs):
+        for found in _head_sums_session(model, part, layers):
             for layer in layers:
                 sums[layer] += found[layer].float().cpu()
     return HeadMeans({layer: s / count for layer, s in sums.items()}, count)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from bindscope.model.generation import SESSION_BATCHES
+from bindscope.batch import SESSION_BATCHES
 from bindscope.model.wrapper import Model
 
 __all__ = ["SESSION_BATCHES", "Model"]

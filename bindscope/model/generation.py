@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from bindscope.batch import DEFAULT_BATCH_SIZE, Batch, check_batch_size, check_texts
+from bindscope.batch import (
+    DEFAULT_BATCH_SIZE,
+    Batch,
+    check_batch_size,
+    check_texts,
+    sessions,
+)
 from bindscope.errors import InterventionError
 from bindscope.interventions import ops
 from bindscope.interventions.plan import plan_batches
@@ -16,9 +22,6 @@ from bindscope.interventions.specs import resolve_rows
 
 if TYPE_CHECKING:
     from bindscope.model.wrapper import Model
-
-# Batches per generation session (one request when the model is remote).
-SESSION_BATCHES = 8
 
 
 @torch.no_grad()
@@ -58,8 +61,7 @@ def generate_ids(
         batch = planned.batch
         inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
         jobs.append((batch, inputs, planned.plan))
-    for start in range(0, len(jobs), SESSION_BATCHES):
-        part = jobs[start : start + SESSION_BATCHES]
+    for part in sessions(jobs):
         results = generate_session(model, [(inputs, plan) for _, inputs, plan in part], kwargs)
         for (batch, _, _), result in zip(part, results):
             new = result[:, batch.input_ids.shape[1] :].tolist()
