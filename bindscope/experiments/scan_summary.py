@@ -1,0 +1,203 @@
+"""The head scan's summary: effect maps with CIs and adjusted p, and the top conditions.
+
+Also the BSI-vs-effect correlation, and the EB* top set against class-matched random head sets.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from bindscope.experiments import head_stats
+from bindscope.results.labels import by_model
+
+EXPERIMENT = "scan"
+BSI = "scan-bsi"
+METRICS = ("logprob", "accuracy")
+
+
+def matched_comparison(
+    effect: list[list], bsi: np.ndarray, primary: list[list[str]], *, k: int, n: int, seed: int
+) -> dict:
+    """The EB* top-``k`` heads' mean effect against ``n`` class-matched random head sets.
+
+    Args:
+        effect: ``[L][H]`` mean effect per head (None where not measured).
+        bsi: ``[L, H]`` mean BSI over the scanned prompts; ranks the top set.
+        primary: ``[L][H]`` primary class of every head (binding left out).
+        k: Size of the top set.
+        n: Number of random sets.
+        seed: Seed of the draw.
+
+    Returns:
+        The top set, its classes and mean effect, each random set's mean effect, and the rank
+        p-value ``(1 + #{random >= top}) / (n + 1)`` (it cannot go below ``1 / (n + 1)``).
+    """
+    from bindscope.metrics.heads import draw_class_matched_sets
+    from bindscope.metrics.ranking import rank_heads
+
+    values = np.array([[np.nan if v is None else v for v in row] for row in effect])
+    top = rank_heads(bsi, k)[0]
+    sets = draw_class_matched_sets(primary, top, n=n, seed=seed)
+    top_effect = float(np.mean([values[h[0], h[1]] for h in top]))
+    random_effects = [float(np.mean([values[h[0], h[1]] for h in s])) for s in sets]
+    beaten = sum(r >= top_effect for r in random_effects)
+    return {
+        "top": top,
+        "top_classes": [primary[h[0]][h[1]] for h in top],
+        "top_effect": top_effect,
+        "random_effects": random_effects,
+        "random_sets": sets,
+        "n_random": n,
+        "p_value": (1 + beaten) / (n + 1),
+        "p_floor": 1 / (n + 1),
+    }
+
+
+def summarize_scan(
+    records: list[dict],
+    *,
+    correction: str = "bh",
+    n_resamples: int = 9999,
+    top: int = 10,
+    classes: dict | None = None,
+) -> dict:
+    """Effect maps with CIs and adjusted p per model, top conditions, BSI correlation.
+
+    With ``classes`` (``{label: [L][H] primary class}``, from ``classes.json``) and a run
+    made with ``matched_classes``, each model also gets ``binding_top_vs_matched``.
+    """
+    evaluated = [r for r in records if r["experiment"] == EXPERIMENT]
+    if not evaluated:
+        return {"experiment": EXPERIMENT, "models": {}}
+    settings = evaluated[0]["scan"]
+    groups = by_model(evaluated)
+    bsi = [r for r in records if r["experiment"] == BSI]
+    models = {
+        label: _summarize_model(group, bsi, settings, correction, n_resamples, top)
+        for label, group in groups.items()
+    }
+    for label, entry in models.items():
+        primary = (classes or {}).get(label)
+        mean_bsi = entry.pop("_mean_bsi", None)
+        if settings.get("matched_classes") and primary and mean_bsi is not None:
+            options = {
+                "k": settings["k"],
+                "n": settings["matched_classes"],
+                "seed": settings["seed"],
+            }
+            try:
+                entry["binding_top_vs_matched"] = {
+                    metric: matched_comparison(found["effect"], mean_bsi, primary, **options)
+                    for metric, found in entry["metrics"].items()
+                }
+            except ValueError as exc:  # a top head's class has no other head to draw
+                entry["binding_top_vs_matched"] = {"skipped": str(exc)}
+    return {
+        "experiment": EXPERIMENT,
+        "ablation": settings["ablation"],
+        "unit": settings["unit"],
+        "seed": settings["seed"],
+        "correction": correction,
+        "n_resamples": n_resamples,
+        "effect": "clean - ablated, mean over prompts (positive: the condition hurts)",
+        "models": models,
+    }
+
+
+def _summarize_model(group, bsi_records, settings, correction, n_resamples, top) -> dict:
+    first = group[0]
+    seed = settings["seed"]
+    n_layers, n_heads = first["provenance"]["n_layers"], first["provenance"]["n_heads"]
+    table: dict[str, dict[str, dict]] = {}  # condition -> prompt -> metrics
+    heads: dict[str, list] = {}
+    for r in group:
+        table.setdefault(r["condition"], {})[r["prompt_key"]] = r["metrics"]
+        if r["condition"] != "clean":
+            h = r["heads"]
+            heads[r["condition"]] = h[0] if len(h) == 1 else [h[0][0], 0]
+    clean = table.pop("clean", {})
+    names = sorted(table, key=lambda n: heads[n])
+    complete = sorted(p for p in clean if all(p in table[n] for n in names))
+    width = n_heads if settings["unit"] == "head" else 1
+    entry = {
+        "model": first["model"],
+        "revision": first["revision"],
+        "n_layers": n_layers,
+        "n_heads": n_heads,
+        "n_prompts": len(complete),
+        "metrics": {},
+    }
+    for metric in METRICS:
+        field = "logprob" if metric == "logprob" else "score"
+        prompts = [p for p in complete if clean[p].get(field) is not None]
+        if not prompts:
+            continue
+        base = np.array([clean[p][field] for p in prompts], dtype=float)
+        cells = {}
+        for name in names:
+            ablated = np.array([table[name][p][field] for p in prompts], dtype=float)
+            cells[name] = head_stats.cell_stats(
+                base, ablated, seed=seed, n_resamples=n_resamples, alternative="two-sided"
+            )
+        head_stats.adjust(cells, correction=correction)
+        entry["metrics"][metric] = {
+            "clean_mean": float(base.mean()),
+            "n_prompts": len(prompts),
+            "effect": head_stats.effect_map(cells, heads, n_layers, width),
+            "low": _map(cells, heads, n_layers, width, "low"),
+            "high": _map(cells, heads, n_layers, width, "high"),
+            "p": _map(cells, heads, n_layers, width, "p"),
+            "p_adjusted": _map(cells, heads, n_layers, width, "p_adjusted"),
+            "significant": [list(heads[n]) for n in names if cells[n]["significant"]],
+            "top": head_stats.top_cells(cells, heads, top),
+        }
+    if settings["unit"] == "head" and "logprob" in entry["metrics"]:
+        entry["bsi_vs_effect"] = _bsi_correlation(
+            first, bsi_records, table, clean, names, heads, n_heads, seed
+        )
+        measured = [
+            r["metrics"]["bsi"]
+            for r in bsi_records
+            if r["model"] == first["model"]
+            and r["revision"] == first["revision"]
+            and r["metrics"].get("eb_star") is not None
+        ]
+        if measured:
+            entry["_mean_bsi"] = np.nanmean(np.array(measured, dtype=float), 0)
+    return entry
+
+
+def _map(cells, heads, n_layers, width, field):
+    out = [[None] * width for _ in range(n_layers)]
+    for name, cell in cells.items():
+        layer, head = heads[name]
+        out[layer][head] = cell.get(field)
+    return out
+
+
+def _bsi_correlation(first, bsi_records, table, clean, names, heads, n_heads, seed):
+    """Spearman of the mean-BSI map with the log-prob effect map over prompts with both."""
+    bsi = {
+        r["prompt_key"]: r["metrics"]["bsi"]
+        for r in bsi_records
+        if r["model"] == first["model"]
+        and r["revision"] == first["revision"]
+        and r["metrics"].get("eb_star") is not None
+    }
+    prompts = sorted(p for p in clean if p in bsi and all(p in table[n] for n in names))
+    if len(prompts) < 2:
+        return None
+    order = [heads[n] for n in names]
+    x = np.array([[bsi[p][l][h] for l, h in order] for p in prompts], dtype=float)  # noqa: E741
+    y = np.array(
+        [[clean[p]["logprob"] - table[n][p]["logprob"] for n in names] for p in prompts],
+        dtype=float,
+    )
+    if not np.isfinite(x).all():
+        return None
+    found = head_stats.map_correlation(x, y, seed=seed)
+    if found is not None and not math.isfinite(found["value"]):
+        found["value"] = None
+    return found
