@@ -169,20 +169,22 @@ def draw_donors(items, seed: int) -> dict:
     return out
 
 
-def _chunk_sequences(model, chunk, donor_of: dict) -> tuple[list, list[int], list]:
-    """The scored sequences of a chunk of prompts, and each one's prompt index and donor.
+def _chunk_sequences(model, chunk, donor_of: dict) -> tuple[list, list[int], list, list]:
+    """A chunk's scored sequences, their prompt indices and donors, and each prompt's answer.
 
-    A donor (resample only) is the donor prompt's sequence of the same choice.
+    Each prompt is tokenized once here, for the pass and for its records. A donor (resample
+    only) is the donor prompt's sequence of the same choice.
     """
-    sequences, owners, donors = [], [], []
+    sequences, owners, donors, answers = [], [], [], []
     for i, rec in enumerate(chunk):
-        seqs, _ = scored(model, rec)
+        seqs, answer = scored(model, rec)
+        answers.append(answer)
         sequences += seqs
         owners += [i] * len(seqs)
         if donor_of:
             theirs, _ = scored(model, donor_of[rec.key])
             donors += [theirs[j % len(theirs)] for j in range(len(seqs))]
-    return sequences, owners, donors
+    return sequences, owners, donors, answers
 
 
 def _metrics(mine: list[float], answer: int | None, donor) -> dict[str, object]:
@@ -214,7 +216,7 @@ def _run_model(model, pset, items, writer, settings, batch_size, progress) -> No
         return record_key(EXPERIMENT, model.name, model.revision, rec.key, name)
 
     def work(chunk):
-        sequences, owners, donors = _chunk_sequences(model, chunk, donor_of)
+        sequences, owners, donors, answers = _chunk_sequences(model, chunk, donor_of)
         clean, scores = condition_scores(
             model,
             sequences,
@@ -226,7 +228,7 @@ def _run_model(model, pset, items, writer, settings, batch_size, progress) -> No
         owner_of = np.array(owners)
         out = []
         for i, rec in enumerate(chunk):
-            _, answer = scored(model, rec)
+            answer = answers[i]
             columns = np.flatnonzero(owner_of == i)
             for name, values in [("clean", clean), *zip(names, scores)]:
                 if key(rec, name) in writer:
