@@ -12,6 +12,9 @@
   and the ranking by one forward per layer per prompt with ``.item()`` per pair. It runs on
   ``--limit`` evenly spaced records per task (all conditions each) and ``--rank-limit``
   ranking prompts, and each part is extrapolated per item to the full set.
+* ``floor``: the same record x condition items as plain batched HF forward passes (prompt
+  once with a cache, choices on it) and greedy ``generate``, in c5.run's order and batch
+  sizes, with no nnsight and no intervention; checked against bindscope's baseline.
 
 The script prints how often the two agree (recognition predictions, generated texts) on the
 items both ran. Run from the repo root::
@@ -97,6 +100,7 @@ def bindscope_worker(args, model) -> dict:
                     n_random=args.n_random,
                     ablation="zero",
                     seed=args.seed,
+                    generation_batch_size=args.generation_batch_size,
                     force=True,
                     progress=False,
                 )
@@ -265,7 +269,12 @@ def direct_worker(args, model) -> dict:
                 "prediction": value.prediction,
             }
         started = time.perf_counter()
-        found = generation(model, [r for r, _ in gen], per_record=[conditions[c] for _, c in gen])
+        found = generation(
+            model,
+            [r for r, _ in gen],
+            per_record=[conditions[c] for _, c in gen],
+            batch_size=args.generation_batch_size,
+        )
         parts["generation"] = time.perf_counter() - started
         for (record, name), value in zip(gen, found):
             results[f"{record.key}|{name}"] = {"text": value.text, "score": value.score}
@@ -328,20 +337,27 @@ def _floor_recognition(hf, tok, batch, n_choices: int) -> list[list[float]]:
 
 def floor_worker(args, model) -> dict:
     """The floor: the same record x condition items as plain batched HF forward passes and
-    greedy ``generate`` (batch 16, no nnsight, no intervention: an ablation changes
-    activations, not cost)."""
+    greedy ``generate`` (no nnsight, no intervention: an ablation changes activations, not
+    cost), in the order and batch sizes c5.run uses (records by length, each with every
+    condition; 16 prompts per forward pass, ``--generation-batch-size`` rows per
+    generation batch)."""
     import torch
 
     conditions = json.loads(Path(args.conditions).read_text())
     pset = prompt_set(args.quick)
     hf, tok = model.hf, model.tokenizer
     tok.padding_side = "left"
-    rec = [r for _ in conditions for r in pset.records if r.task == "recognition"]
-    gen = [r for _ in conditions for r in pset.records if r.task == "generation"]
+    ordered = sorted(
+        pset.records,
+        key=lambda r: (r.task, len(r.choices or ()), len(model.tokenize(r.template)), r.key),
+    )
+    rec_items = [(r, c) for r in ordered if r.task == "recognition" for c in conditions]
+    gen_items = [(r, c) for r in ordered if r.task == "generation" for c in conditions]
+    rec, names = [r for r, _ in rec_items], [c for _, c in rec_items]
+    gen, gen_names = [r for r, _ in gen_items], [c for _, c in gen_items]
+    rows = args.generation_batch_size
     parts: dict[str, float] = {}
     results: dict[str, dict] = {}
-    names = [c for c in conditions for r in pset.records if r.task == "recognition"]
-    gen_names = [c for c in conditions for r in pset.records if r.task == "generation"]
 
     @torch.no_grad()
     def work():
@@ -363,8 +379,8 @@ def floor_worker(args, model) -> dict:
         for i, r in enumerate(gen):
             by_budget.setdefault(r.max_tokens, []).append(i)
         for budget, members in by_budget.items():
-            for lo in range(0, len(members), 16):
-                chunk = members[lo : lo + 16]
+            for lo in range(0, len(members), rows):
+                chunk = members[lo : lo + rows]
                 enc = tok([gen[i].template for i in chunk], return_tensors="pt", padding=True)
                 new = hf.generate(
                     **enc, max_new_tokens=budget, do_sample=False, pad_token_id=tok.pad_token_id
@@ -396,26 +412,26 @@ def worker(args) -> None:
 # -- driver -----------------------------------------------------------------------------
 
 
+def _recognition_agreement(ours: dict, theirs: dict, keys: list[str]) -> dict:
+    """Same predictions, and the largest choice-score difference, over recognition ``keys``."""
+    same, diff = 0, 0.0
+    for key in keys:
+        mine, value = ours["results"][key], theirs["results"][key]
+        same += int(mine["prediction"] == value["prediction"])
+        diff = max(diff, *(abs(a - b) for a, b in zip(mine["scores"], value["scores"])))
+    return {"rec": f"{same}/{len(keys)}", "rec_score_diff": diff}
+
+
 def agreement(ours: dict, theirs: dict) -> dict:
-    rec_same = rec_n = gen_same = gen_n = 0
-    score_diff, gen_score_diff = 0.0, []
-    for key, value in theirs["results"].items():
-        mine = ours["results"][key]
-        if "prediction" in value:
-            rec_n += 1
-            rec_same += int(mine["prediction"] == value["prediction"])
-            score_diff = max(
-                score_diff, *(abs(a - b) for a, b in zip(mine["scores"], value["scores"]))
-            )
-        else:
-            gen_n += 1
-            gen_same += int(mine["text"] == value["text"])
-            gen_score_diff.append(abs(mine["score"] - value["score"]))
+    """bindscope against another run of the same items (published or direct)."""
+    keys = [k for k, v in theirs["results"].items() if "prediction" in v]
+    gen = [k for k, v in theirs["results"].items() if "prediction" not in v]
+    same = sum(ours["results"][k]["text"] == theirs["results"][k]["text"] for k in gen)
+    diffs = [abs(ours["results"][k]["score"] - theirs["results"][k]["score"]) for k in gen]
     return {
-        "rec": f"{rec_same}/{rec_n}",
-        "rec_score_diff": score_diff,
-        "gen": f"{gen_same}/{gen_n}",
-        "gen_score_diff_max": max(gen_score_diff) if gen_score_diff else 0.0,
+        **_recognition_agreement(ours, theirs, keys),
+        "gen": f"{same}/{len(gen)}",
+        "gen_score_diff_max": max(diffs, default=0.0),
     }
 
 
@@ -423,35 +439,21 @@ def floor_agreement(ours: dict, floor: dict) -> dict:
     """The floor runs no intervention: compare it with bindscope's baseline condition."""
     import bindscope
 
-    tok = None
-    rec_same = rec_n = gen_same = gen_n = 0
-    score_diff = 0.0
-    for key, value in floor["results"].items():
-        if not key.endswith("|baseline"):
-            continue
-        mine = ours["results"][key]
-        if "prediction" in value:
-            rec_n += 1
-            rec_same += int(mine["prediction"] == value["prediction"])
-            score_diff = max(
-                score_diff, *(abs(a - b) for a, b in zip(mine["scores"], value["scores"]))
-            )
-        else:
-            if tok is None:
-                tok = bindscope.load_model().tokenizer
-            gen_n += 1
-            text = tok.decode(
-                [t for t in value["ids"] if t != tok.pad_token_id], skip_special_tokens=True
-            )
-            gen_same += int(text.strip() == mine["text"].strip())
-    return {
-        "rec": f"{rec_same}/{rec_n}",
-        "rec_score_diff": score_diff,
-        "gen": f"{gen_same}/{gen_n}",
-    }
+    baseline = [k for k in floor["results"] if k.endswith("|baseline")]
+    keys = [k for k in baseline if "prediction" in floor["results"][k]]
+    gen = [k for k in baseline if "prediction" not in floor["results"][k]]
+    tok = bindscope.load_model().tokenizer if gen else None
+    same = 0
+    for key in gen:
+        ids = [t for t in floor["results"][key]["ids"] if t != tok.pad_token_id]
+        text = tok.decode(ids, skip_special_tokens=True)
+        same += int(text.strip() == ours["results"][key]["text"].strip())
+    return {**_recognition_agreement(ours, floor, keys), "gen": f"{same}/{len(gen)}"}
 
 
 def main(argv=None) -> int:
+    from bindscope.batch import GENERATION_BATCH_SIZE
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n-random", type=int, default=10, help="random head sets")
     parser.add_argument("--k", type=int, default=4, help="heads per ablated set")
@@ -463,6 +465,12 @@ def main(argv=None) -> int:
         "--rank-limit", type=int, default=20, help="ranking prompts for the published strategy"
     )
     parser.add_argument("--quick", action="store_true", help="2 terms, 2 random sets")
+    parser.add_argument(
+        "--generation-batch-size",
+        type=int,
+        default=GENERATION_BATCH_SIZE,
+        help="rows per generation batch, bindscope and floor (default: c5.run's)",
+    )
     parser.add_argument(
         "--direct",
         action="store_true",
@@ -483,6 +491,7 @@ def main(argv=None) -> int:
     print(f"machine: {common.machine_line(info)}", flush=True)
     shared = ["--n-random", str(args.n_random), "--k", str(args.k), "--seed", str(args.seed)]
     shared += ["--limit", str(args.limit), "--rank-limit", str(args.rank_limit)]
+    shared += ["--generation-batch-size", str(args.generation_batch_size)]
     if args.quick:
         shared.append("--quick")
     print("running bindscope c5.run ...", flush=True)
@@ -611,7 +620,10 @@ def main(argv=None) -> int:
         f"{common.verdict(speed_total >= TARGET)}"
     )
     f_rec, f_gen = floor["parts"]["recognition"], floor["parts"]["generation"]
-    print("\nbindscope against the floor (the same items as plain batched HF, batch 16):")
+    print(
+        "\nbindscope against the floor (the same items as plain batched HF, in c5.run's order "
+        f"and batches: 16 prompts per forward, {args.generation_batch_size} generation rows):"
+    )
     print(
         common.table(
             ["part", "bindscope s", "floor s", "bindscope / floor"],
@@ -643,7 +655,7 @@ def main(argv=None) -> int:
         same = agreement(ours, direct)
         print(
             "\nbindscope without c5.run's chunking (one recognition() and one generation() call "
-            "over the same record x condition items, batch 16):"
+            "over the same record x condition items):"
         )
         print(
             common.table(

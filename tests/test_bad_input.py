@@ -43,6 +43,19 @@ def test_batch_size_must_be_positive(model, batch_size):
         model.generate(["Alt text"], max_new_tokens=1, batch_size=batch_size)
 
 
+@pytest.mark.parametrize("size", [0, -2, 2.5, True])
+def test_generation_batch_size_must_be_positive(model, tmp_path, size):
+    from bindscope.experiments import c5, sweep
+
+    with pytest.raises(
+        InputError, match=r"generation_batch_size=.*e\.g\. generation_batch_size=64"
+    ):
+        c5.run(model, out=tmp_path, generation_batch_size=size, progress=False)
+    with pytest.raises(InputError, match=r"generation_batch_size="):
+        sweep.run("unused", ["step1"], out=tmp_path, generation_batch_size=size, progress=False)
+    assert not any(tmp_path.iterdir())  # refused before anything is written
+
+
 @pytest.mark.parametrize("texts", [[123], [None], ["ok", 4.5], 7])
 def test_texts_must_be_strings(model, texts):
     with pytest.raises(InputError, match=r"text #\d is|pass a list of strings"):

@@ -137,6 +137,7 @@ def _sweep_options(args: argparse.Namespace, sets: dict) -> dict:
         "remote": args.remote,
         "prepend_bos": args.prepend_bos,
         "heads": args.heads,
+        "generation_batch_size": args.generation_batch_size,
         "head_options": {
             **_given(args, "n_repeated", "repeat_length", "top_k"),
             "thresholds": _thresholds(args.threshold),
@@ -179,6 +180,7 @@ EXPERIMENTS = {
             "prompts": sets["prompts"],
             "ranking": sets.get("ranking"),
             **_given(args, "k", "n_random", "ablation", "matched_layers", "matched_classes"),
+            "generation_batch_size": args.generation_batch_size,
         },
         folder="c5",
         files=("prompts", "ranking"),

@@ -30,6 +30,22 @@ def _integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
 
 
+#: Rows per generation batch by default; ``bindscope.batch.GENERATION_BATCH_SIZE`` (a test
+#: holds the two equal), written out so that ``bindscope --help`` imports no torch.
+GENERATION_ROWS = 64
+
+
+def add_generation_batch(p: argparse.ArgumentParser) -> None:
+    """``--generation-batch-size``, for subcommands that generate besides other passes."""
+    p.add_argument(
+        "--generation-batch-size",
+        type=positive,
+        default=GENERATION_ROWS,
+        help=f"rows per greedy-generation batch (default {GENERATION_ROWS}: a decoding step "
+        "costs little more for more rows)",
+    )
+
+
 def add_common(
     p: argparse.ArgumentParser,
     *,
@@ -138,6 +154,7 @@ def build(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpar
         action="store_true",
         help="random sets with the top set's head classes (sink, previous-token, ...)",
     )
+    add_generation_batch(p)
     p.set_defaults(func=commands["c5"])
 
     p = sub.add_parser("sweep", help="EB* and behaviour across training checkpoints")
@@ -153,6 +170,7 @@ def build(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpar
         "--heads", action="store_true", help="also the head taxonomy per revision (OUT/heads)"
     )
     add_head_options(p)
+    add_generation_batch(p)
     p.set_defaults(func=commands["sweep"])
 
     p = sub.add_parser("heads", help="head taxonomy: sink, previous-token, induction, binding")
@@ -165,6 +183,8 @@ def build(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpar
     add_common(p)
     p.add_argument("--prompts", default="canonical")
     p.add_argument("--exemplars", default=None, help="exemplars JSON (default: the package's)")
+    # every pass here is generation: --batch-size counts generation rows
+    p.set_defaults(batch_size=GENERATION_ROWS)
     p.set_defaults(func=commands["fewshot"])
 
     p = sub.add_parser("controls", help="discriminant validity: real terms vs control groups")

@@ -17,12 +17,14 @@ from typing import Any
 
 import numpy as np
 
+from bindscope.batch import GENERATION_BATCH_SIZE, check_batch_size
 from bindscope.errors import InputError
 from bindscope.experiments.c5_summary import EXPERIMENT, summarize_c5
 from bindscope.experiments.common import (
     BINDING_FROM,
     base_record,
     binding_metrics,
+    chunk_items,
     model_label,
     prompt_set,
     provenance,
@@ -103,6 +105,7 @@ def run(
     seed: int = 0,
     rubric: dict | None = None,
     batch_size: int = 16,
+    generation_batch_size: int = GENERATION_BATCH_SIZE,
     force: bool = False,
     progress: bool = True,
     strategy: str = "batched",
@@ -125,7 +128,8 @@ def run(
         seed: Seed of the random sets and of the bootstrap.
         rubric: Keyword rubric for generation (default: the package rubric).
         out: Results folder; records go to ``OUT/<experiment>/records.jsonl``.
-        batch_size: Texts per forward pass.
+        batch_size: Texts per forward pass (ranking and recognition).
+        generation_batch_size: Rows per greedy-generation batch (conditions mix in it).
         force: Start afresh even where the folder's settings differ (else refused).
         design: One sentence on how the items were sampled and why, stored with the
             records and shown in the summary and the report.
@@ -142,6 +146,8 @@ def run(
     """
     if strategy not in STRATEGIES:
         raise InputError(f"strategy={strategy!r}: pass one of {', '.join(STRATEGIES)}")
+    check_batch_size(batch_size)
+    check_batch_size(generation_batch_size, "generation_batch_size")
     if ablation not in ("zero", "mean"):
         raise ValueError("ablation must be 'zero' or 'mean'")
     if matched_layers and matched_classes:
@@ -172,7 +178,8 @@ def run(
     records = folder / "records.jsonl"
     with RecordWriter(records, force=force, settings=checked, models=models) as writer:
         for model in models:
-            _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress, strategy)
+            sizes = (batch_size, generation_batch_size)
+            _run_model(model, pset, rset, writer, settings, rubric, sizes, progress, strategy)
     return summarize(folder)
 
 
@@ -198,7 +205,8 @@ def check_k(model, *, k: int, n_random: int) -> None:
         )
 
 
-def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress, strategy) -> None:
+def _run_model(model, pset, rset, writer, settings, rubric, sizes, progress, strategy) -> None:
+    batch_size, generation_batch_size = sizes
     if getattr(model, "remote", False):
         strategy = "batched"  # the residual stream would cross the network
     prov = provenance(
@@ -271,6 +279,11 @@ def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress
     items = [(rec, name) for rec in ordered for name in conditions]
     key = lambda item: record_key(EXPERIMENT, model.name, model.revision, item[0].key, item[1])  # noqa: E731
 
+    task_options = {
+        "recognition": {"batch_size": batch_size},
+        "generation": {"rubric": rubric, "batch_size": generation_batch_size},
+    }
+
     def work(chunk):
         out = []
         # looked up at call time (not a module-level table), so a test can stand in for either
@@ -280,7 +293,7 @@ def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress
             part = [(rec, name) for rec, name in chunk if rec.task == task]
             if not part:
                 continue
-            options = {"rubric": rubric} if task == "generation" else {}
+            options = task_options[task]
             ablated = {name for _, name in part} - {"baseline"}
             if task == "recognition" and strategy == "residual" and ablated:
                 results = recognition_residual(
@@ -292,7 +305,6 @@ def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress
                     [rec for rec, _ in part],
                     per_record=[conditions[name] for _, name in part],
                     means=means,
-                    batch_size=batch_size,
                     **options,
                 )
             for (rec, name), res in zip(part, results):
@@ -318,7 +330,8 @@ def _run_model(model, pset, rset, writer, settings, rubric, batch_size, progress
         writer=writer,
         key=key,
         work=work,
-        chunk_size=batch_size * len(conditions),  # about batch_size prompts, every condition
+        # about batch_size records with every condition, in whole batches of both kinds
+        chunk_size=chunk_items(batch_size, generation_batch_size, batch_size * len(conditions)),
         desc=f"c5 {label}",
         progress=progress,
     )

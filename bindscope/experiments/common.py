@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -91,6 +92,19 @@ def binding_metrics(result, model) -> dict:
     for name in ("key", "prompt_id", "term", "task", "control_group"):
         data.pop(name)
     return {**data, "n_layers": model.n_layers, "n_heads": model.n_heads}
+
+
+def chunk_items(batch_size: int, generation_batch_size: int, about: int) -> int:
+    """Items per written chunk: ``about``, rounded up to whole batches of both kinds.
+
+    A multiple of both batch sizes (of the larger where their least common multiple is
+    large), so that, with items ordered by task, no chunk ends in a part-filled batch except
+    where a task ends.
+    """
+    whole = math.lcm(batch_size, generation_batch_size)
+    if whole > 4 * max(batch_size, generation_batch_size):
+        whole = max(batch_size, generation_batch_size)
+    return whole * math.ceil(about / whole)
 
 
 def run_chunks(

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bindscope.batch import GENERATION_BATCH_SIZE, check_batch_size
 from bindscope.errors import InputError
 from bindscope.experiments import limits
 from bindscope.experiments.common import (
@@ -77,16 +78,20 @@ def run(
     out: str | Path,
     exemplars: dict | str | Path | None = None,
     rubric: dict | None = None,
-    batch_size: int = 16,
+    batch_size: int = GENERATION_BATCH_SIZE,
     seed: int = 0,
     force: bool = False,
     progress: bool = True,
 ) -> dict:
     """Zero-shot, few-shot and paraphrase generation for every generation prompt.
 
+    Every step is greedy generation, so ``batch_size`` is rows per generation batch
+    (default ``bindscope.batch.GENERATION_BATCH_SIZE``; ``bindscope fewshot --batch-size``).
+
     Raises:
         InputError: A term has no exemplar (name it in the exemplars file).
     """
+    check_batch_size(batch_size)
     pset = prompt_set(prompts)
     records = [r for r in pset if r.task == "generation"]
     if not records:
@@ -137,7 +142,7 @@ def run(
             writer=writer,
             key=key,
             work=work,
-            chunk_size=batch_size * 4,
+            chunk_size=batch_size,  # one generation batch per chunk
             desc=f"fewshot {model.name}",
             progress=progress,
         )

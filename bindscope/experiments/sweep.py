@@ -18,10 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
+from bindscope.batch import GENERATION_BATCH_SIZE, check_batch_size
 from bindscope.errors import InputError
 from bindscope.experiments.common import (
     base_record,
     binding_metrics,
+    chunk_items,
     load_revision,
     mean_estimate,
     prompt_set,
@@ -118,6 +120,7 @@ def run(
     loader: Callable | None = None,
     rubric: dict | None = None,
     batch_size: int = 16,
+    generation_batch_size: int = GENERATION_BATCH_SIZE,
     seed: int = 0,
     force: bool = False,
     progress: bool = True,
@@ -139,7 +142,8 @@ def run(
         out: Results folder; records go to ``OUT/<experiment>/records.jsonl``.
         prompts: Prompt set (name, path or ``PromptSet``) of recognition and generation records.
         rubric: Keyword rubric for generation (default: the package rubric).
-        batch_size: Texts per forward pass.
+        batch_size: Texts per forward pass (binding and recognition).
+        generation_batch_size: Rows per greedy-generation batch.
         force: Start afresh even where the folder's settings differ (else refused).
         progress: Show a progress bar.
         **load_options: Passed to ``loader`` (dtype, device, remote ...).
@@ -150,6 +154,8 @@ def run(
     """
     from bindscope.loading import load_model
 
+    check_batch_size(batch_size)
+    check_batch_size(generation_batch_size, "generation_batch_size")
     loader = loader or load_model
     revisions = resolve_revisions(revisions)
     pset = prompt_set(prompts)
@@ -182,7 +188,8 @@ def run(
             check_settings(folder, settings, models=[loaded])
             info = {"settings": settings, "sweep": {"revisions": revisions}}
             prov = provenance(loaded, prompt_set=pset, seed=seed, **info)
-            _run_revision(loaded, pset, writer, rubric, batch_size, progress, prov)
+            sizes = (batch_size, generation_batch_size)
+            _run_revision(loaded, pset, writer, rubric, sizes, progress, prov)
             if side is not None:
                 side.score(loaded, revisions)
             del loaded
@@ -191,7 +198,8 @@ def run(
     return summarize(folder)
 
 
-def _run_revision(model, pset, writer, rubric, batch_size, progress, prov) -> None:
+def _run_revision(model, pset, writer, rubric, sizes, progress, prov) -> None:
+    batch_size, generation_batch_size = sizes
     check_fit(model, pset)
 
     def work(chunk):
@@ -202,7 +210,7 @@ def _run_revision(model, pset, writer, rubric, batch_size, progress, prov) -> No
         for r, res in zip(rec, recognition(model, rec, batch_size=batch_size) if rec else []):
             scores[r.key] = float(res.correct)
         if gen:
-            generated = generation(model, gen, rubric=rubric, batch_size=batch_size)
+            generated = generation(model, gen, rubric=rubric, batch_size=generation_batch_size)
             for r, out in zip(gen, generated):
                 scores[r.key] = out.score
         return [
@@ -217,12 +225,14 @@ def _run_revision(model, pset, writer, rubric, batch_size, progress, prov) -> No
             for r, res in zip(chunk, bound)
         ]
 
+    # by task, then length: chunks of one task fill whole batches with little padding
+    ordered = sorted(pset.records, key=lambda r: (r.task, len(model.tokenize(r.template)), r.key))
     run_chunks(
-        pset.records,
+        ordered,
         writer=writer,
         key=lambda r: record_key(EXPERIMENT, model.name, model.revision, r.key, "clean"),
         work=work,
-        chunk_size=batch_size * 4,
+        chunk_size=chunk_items(batch_size, generation_batch_size, batch_size * 4),
         desc=f"sweep {model.name}@{model.revision}",
         progress=progress,
     )

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from bindscope.batch import (
-    DEFAULT_BATCH_SIZE,
+    GENERATION_BATCH_SIZE,
     Batch,
     check_batch_size,
     check_texts,
@@ -34,7 +34,7 @@ def generate_ids(
     per_row=None,
     ablate=None,
     means=None,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    batch_size: int = GENERATION_BATCH_SIZE,
 ) -> list[list[int]]:
     """``Model.generate_ids`` (arguments as there)."""
     texts = check_texts(texts)

@@ -7,7 +7,13 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 
-from bindscope.batch import DEFAULT_BATCH_SIZE, Batch, check_batch_size, check_texts
+from bindscope.batch import (
+    DEFAULT_BATCH_SIZE,
+    GENERATION_BATCH_SIZE,
+    Batch,
+    check_batch_size,
+    check_texts,
+)
 from bindscope.errors import InputError
 from bindscope.families import Family, dims_from_config
 from bindscope.interventions import ops
@@ -327,7 +333,7 @@ class Model:
         intervene=None,
         per_row=None,
         ablate=None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_size: int = GENERATION_BATCH_SIZE,
     ) -> list[str]:
         """Greedy continuations (prompt excluded), intervening on every decoding step."""
         return [
@@ -351,7 +357,7 @@ class Model:
         per_row=None,
         ablate=None,
         means=None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_size: int = GENERATION_BATCH_SIZE,
     ) -> list[list[int]]:
         """Greedy new token ids per text, cut at the first end-of-sequence token.
 

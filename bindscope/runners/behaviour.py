@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from bindscope.batch import Batch
+from bindscope.batch import GENERATION_BATCH_SIZE, Batch
 from bindscope.errors import InputError, InterventionError
 from bindscope.interventions import ops
 from bindscope.interventions.ops import run_layers
@@ -267,7 +267,7 @@ def generation(
     means=None,
     prefix: dict[str, str] | None = None,
     rubric: dict | None = None,
-    batch_size: int = 16,
+    batch_size: int = GENERATION_BATCH_SIZE,
     progress: bool = False,
 ) -> list[GenerationResult]:
     """Greedy continuations for generation records, scored by the rubric.

@@ -136,6 +136,10 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
             "",
             lambda r, v: bool(r["provenance"]["c5"].get("matched_classes")) == (v is not None),
         ),
+        "--generation-batch-size": NoEffect(
+            "groups generation rows into batches; results equal to rounding",
+            "test_generation_batch_size_changes_only_batches",
+        ),
     },
     "sweep": {
         **LOAD,
@@ -144,6 +148,10 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
         "--revisions": Changes("step1", "step2", lambda r, v: r["revision"] == v),
         "--prompts": Changes("two", "one", prompt_file),
         "--heads": Changes(None, "", lambda r, v: r["experiment"] != "heads" or v is not None),
+        "--generation-batch-size": NoEffect(
+            "groups generation rows into batches; results equal to rounding",
+            "test_generation_batch_size_changes_only_batches",
+        ),
         **{
             option: NoEffect("applies with --heads, as in bindscope heads")
             for option in ("--threshold", "--n-repeated", "--repeat-length", "--top-k")
@@ -440,3 +448,44 @@ def test_device_is_recorded(world, tmp_path, capsys):
     assert cli.main(argv) == 0, capsys.readouterr().err
     records = _written(tmp_path)["binding/records.jsonl"]
     assert {r["provenance"]["device"] for r in records} == {"cpu"}
+
+
+@pytest.mark.parametrize("command", ["c5", "sweep", "fewshot"])
+def test_generation_batch_size_changes_only_batches(world, tmp_path, capsys, monkeypatch, command):
+    """Generation runs in batches of the size asked for, and the texts do not change."""
+    from bindscope.model import generation as generating
+
+    root, files = world
+    option = "--batch-size" if command == "fewshot" else "--generation-batch-size"
+    seen: list[int] = []
+    real = generating.generate_session
+
+    def spy(model, jobs, kwargs):
+        seen.extend(inputs["input_ids"].shape[0] for inputs, _ in jobs)
+        return real(model, jobs, kwargs)
+
+    monkeypatch.setattr(generating, "generate_session", spy)
+    texts = []
+    for size in ("1", "3"):
+        seen.clear()
+        out = tmp_path / size
+        argv = _argv(command, option, size, root, files, out)
+        assert cli.main(argv) == 0, capsys.readouterr().err
+        assert seen and max(seen) == int(size), (command, size, seen)
+        records = _written(out)[f"{command}/records.jsonl"]
+        generated = [r for r in records if r["task"] == "generation"]
+        # sweep keeps the rubric score of the text, the others the text itself
+        texts.append(
+            sorted(
+                (r["key"], r["metrics"].get("text", r["metrics"].get("behaviour")))
+                for r in generated
+            )
+        )
+    assert texts[0] and texts[0] == texts[1]
+
+
+def test_generation_rows_default_matches_the_library():
+    from bindscope.batch import GENERATION_BATCH_SIZE
+    from bindscope.cli.arguments import GENERATION_ROWS
+
+    assert GENERATION_ROWS == GENERATION_BATCH_SIZE
