@@ -9,6 +9,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from bindscope.experiments import limits
+from bindscope.experiments.common import skipped_reasons
 from bindscope.metrics import heads as taxonomy
 from bindscope.results import labels
 
@@ -87,10 +89,19 @@ def summarize_heads(
 
     groups = labels.by_model(records, EXPERIMENT)
     models = {}
+    found: list[dict] = []
     for label, group in groups.items():
         used = (group[0]["provenance"].get("seed") or 0) if seed is None else seed
         models[label] = summarize_model(group, thresholds=thresholds, top_k=top_k, seed=used)
-    summary: dict = {"experiment": EXPERIMENT, "models": models, "emergence": {}}
+        clean = [r for r in group if r["condition"] == "clean"]
+        found += limits.collect(
+            limits.excluded(label, skipped_reasons(clean), "the binding score (BSI)"),
+            limits.small_group(label, "the prompts", len(clean), "a bootstrap interval"),
+            limits.small_group(
+                label, "the repeated sequences", models[label]["n_repeated"], "a bootstrap interval"
+            ),
+        )
+    summary: dict = {"experiment": EXPERIMENT, "models": models, "emergence": {}, "limits": found}
     by_model: dict[str, list[dict]] = {}
     for r in records:
         if r["experiment"] == EXPERIMENT:

@@ -1,10 +1,12 @@
 """What a summary cannot say: each experiment's summary lists its own limits.
 
 A limit is a dict ``{"kind", "model", "message", ...numbers}``; the summaries compute them (so
-the report and the terminal only read them). Kinds: ``p_resolution`` (a rank p-value over N
-random sets cannot go below 1/(N+1)), ``floor`` / ``ceiling`` (a 0-1 baseline below
-``FLOOR`` or above ``CEILING``: a drop has little room), ``excluded`` (prompts left out of the
-numbers and why) and ``small_group`` (fewer items than the test needs).
+the report and the terminal only read them). Kinds: ``p_resolution`` (a p-value that cannot
+reach the test level: a rank p over N random sets cannot go below 1/(N+1), a sign-flip
+permutation p over n pairs below 2/2^n, a binomial p over n terms below 1/2^n, and a
+correction over m heads multiplies the smallest by up to m), ``floor`` / ``ceiling`` (a 0-1
+baseline below ``FLOOR`` or above ``CEILING``: a drop has little room), ``excluded`` (prompts
+left out of the numbers and why) and ``small_group`` (fewer items than the test needs).
 """
 
 from __future__ import annotations
@@ -34,6 +36,70 @@ def p_resolution(model: str, n_random: int, task: str | None = None) -> dict | N
         "message": f"{model}{where}: with {n_random} random sets the rank p-value cannot go "
         f"below 1/{n_random + 1} = {bound:.3g}, above the test level {ALPHA}; the test cannot "
         f"reject (use {math.ceil(2 / ALPHA) - 1} or more random sets: p down to {ALPHA / 2:g})",
+    }
+
+
+def sign_flip_floor(n_pairs: int, n_resamples: int) -> float:
+    """The smallest two-sided sign-flip permutation p over ``n_pairs`` pairs.
+
+    ``scipy.stats.permutation_test`` (paired): exact over the 2^n sign patterns when
+    ``n_resamples`` covers them, else ``(1 + hits) / (n_resamples + 1)`` per side.
+    """
+    return min(1.0, 2.0 / min(2.0**n_pairs, n_resamples + 1.0))
+
+
+def corrected_resolution(
+    model: str, where: str, *, n_pairs: int, n_resamples: int, n_tests: int, correction: str
+) -> dict | None:
+    """Whether one unit (head, layer) alone can pass the correction over ``n_tests`` units.
+
+    Its p cannot go below ``sign_flip_floor``; Holm, and Benjamini-Hochberg for a unit that
+    stands out alone, multiply that by ``n_tests``. None when that product is within
+    ``ALPHA``.
+    """
+    floor = sign_flip_floor(n_pairs, n_resamples)
+    if n_pairs < MIN_GROUP or floor * n_tests <= ALPHA:
+        return None
+    alone = min(1.0, floor * n_tests)
+    pairs = next(n for n in range(MIN_GROUP, 64) if 2.0 / 2.0**n * n_tests <= ALPHA)
+    resamples = math.ceil(2 * n_tests / ALPHA)
+    if floor > ALPHA:
+        said = f"cannot go below {floor:.3g}, above the test level {ALPHA}: nothing can reject"
+    else:
+        said = (
+            f"cannot go below {floor:.3g}; corrected ({correction}) over {n_tests} units, one "
+            f"that stands out alone gets at best {alone:.3g}, above {ALPHA} (BH can still "
+            "reject where many units share an effect)"
+        )
+    return {
+        "kind": "p_resolution",
+        "model": model,
+        "where": where,
+        "n_pairs": n_pairs,
+        "n_resamples": n_resamples,
+        "n_tests": n_tests,
+        "min_p": floor,
+        "min_p_alone": alone,
+        "message": f"{model}: {where}: with {n_pairs} prompts and {n_resamples} resamples "
+        f"a permutation p {said}; a single unit needs {pairs}+ prompts and "
+        f"{resamples}+ resamples (--n-resamples)",
+    }
+
+
+def binomial_resolution(model: str, where: str, n: int) -> dict | None:
+    """A one-sided binomial test (p = 1/2) over ``n`` items that cannot reach ``ALPHA``."""
+    bound = 0.5**n
+    if n < 1 or bound <= ALPHA:
+        return None
+    return {
+        "kind": "p_resolution",
+        "model": model,
+        "where": where,
+        "n": n,
+        "min_p": bound,
+        "message": f"{model}: {where}: with {n} terms the one-sided binomial p cannot go "
+        f"below 1/2^{n} = {bound:.3g}, above the test level {ALPHA}; the test cannot reject "
+        f"({math.ceil(math.log2(1 / ALPHA))} or more terms needed)",
     }
 
 
@@ -90,9 +156,33 @@ def small_group(model: str, group: str, n: int, test: str) -> dict | None:
     }
 
 
+def not_run(model: str, test: str, reason: str, n: int) -> dict:
+    """A test the summary skipped for too few items (``reason`` says how many it needs)."""
+    return {
+        "kind": "small_group",
+        "model": model,
+        "group": test,
+        "n": n,
+        "message": f"{model}: {test} not run: {reason}",
+    }
+
+
 def collect(*found: dict | None) -> list[dict]:
     """The limits found, Nones dropped."""
     return [f for f in found if f is not None]
 
 
-__all__ = ["ALPHA", "CEILING", "FLOOR", "collect", "excluded", "floor_ceiling", "p_resolution"]
+__all__ = [
+    "ALPHA",
+    "CEILING",
+    "FLOOR",
+    "binomial_resolution",
+    "collect",
+    "corrected_resolution",
+    "excluded",
+    "floor_ceiling",
+    "not_run",
+    "p_resolution",
+    "sign_flip_floor",
+    "small_group",
+]

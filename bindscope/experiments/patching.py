@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from bindscope.errors import InputError, PromptFileError
-from bindscope.experiments import head_stats
+from bindscope.experiments import head_stats, limits
 from bindscope.experiments.common import (
     as_pairs,
     model_label,
@@ -294,6 +294,7 @@ def summarize_patching(
     settings = evaluated[0]["patching"]
     groups = by_model(evaluated)
     models = {}
+    found: list[dict] = []
     for label, group in groups.items():
         first = group[0]
         n_layers, n_heads = first["provenance"]["n_layers"], first["provenance"]["n_heads"]
@@ -348,8 +349,21 @@ def summarize_patching(
             "significant": [list(heads[n]) for n in names if cells[n]["significant"]],
             "top": head_stats.top_cells(cells, heads, top),
         }
+        found += limits.collect(
+            limits.small_group(label, "the usable pairs", len(usable), "a test"),
+            limits.excluded(label, {"no clean-corrupted gap": len(ends) - len(usable)}, "recovery"),
+            limits.corrected_resolution(
+                label,
+                "recovery",
+                n_pairs=len(usable),
+                n_resamples=n_resamples,
+                n_tests=len(names),
+                correction=correction,
+            ),
+        )
     return {
         "experiment": EXPERIMENT,
+        "limits": found,
         "unit": settings["unit"],
         "pairs": settings["pairs"],
         "seed": settings["seed"],

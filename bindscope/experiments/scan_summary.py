@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from bindscope.experiments import head_stats
+from bindscope.experiments import head_stats, limits
 from bindscope.results.labels import by_model
 
 EXPERIMENT = "scan"
@@ -94,8 +94,12 @@ def summarize_scan(
                 }
             except ValueError as exc:  # a top head's class has no other head to draw
                 entry["binding_top_vs_matched"] = {"skipped": str(exc)}
+    found = []
+    for label, entry in models.items():
+        found += scan_limits(label, entry, correction=correction, n_resamples=n_resamples)
     return {
         "experiment": EXPERIMENT,
+        "limits": found,
         "ablation": settings["ablation"],
         "unit": settings["unit"],
         "seed": settings["seed"],
@@ -104,6 +108,34 @@ def summarize_scan(
         "effect": "clean - ablated, mean over prompts (positive: the condition hurts)",
         "models": models,
     }
+
+
+def scan_limits(label: str, entry: dict, *, correction: str, n_resamples: int) -> list[dict]:
+    """What one model's scan cannot say, as ``limits`` entries.
+
+    Too few prompts for a test, or for one head to pass the correction; an accuracy
+    baseline at the floor or the ceiling; too few class-matched random sets.
+    """
+    found = [limits.small_group(label, "the scanned prompts", entry["n_prompts"], "a test")]
+    for metric, m in entry["metrics"].items():
+        n_tests = sum(v is not None for row in m["effect"] for v in row)
+        found.append(
+            limits.corrected_resolution(
+                label,
+                f"scan {metric}",
+                n_pairs=m["n_prompts"],
+                n_resamples=n_resamples,
+                n_tests=n_tests,
+                correction=correction,
+            )
+        )
+        if metric == "accuracy":
+            found.append(limits.floor_ceiling(label, "clean accuracy", m["clean_mean"]))
+    for metric, found_matched in (entry.get("binding_top_vs_matched") or {}).items():
+        if isinstance(found_matched, dict) and "n_random" in found_matched:
+            where = f"binding top vs class-matched sets, {metric}"
+            found.append(limits.p_resolution(label, found_matched["n_random"], where))
+    return limits.collect(*found)
 
 
 def _summarize_model(group, bsi_records, settings, correction, n_resamples, top) -> dict:

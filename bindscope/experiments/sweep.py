@@ -20,6 +20,7 @@ import numpy as np
 
 from bindscope.batch import GENERATION_BATCH_SIZE, check_batch_size
 from bindscope.errors import InputError
+from bindscope.experiments import limits
 from bindscope.experiments.common import (
     base_record,
     binding_metrics,
@@ -30,6 +31,7 @@ from bindscope.experiments.common import (
     provenance,
     record_key,
     run_chunks,
+    skipped_reasons,
     summarize_folder,
 )
 from bindscope.metrics import stats
@@ -250,10 +252,35 @@ def summarize_sweep(
     for r in records:
         if r["experiment"] == EXPERIMENT:
             by_model.setdefault(r["model"], []).append(r)
+    found: list[dict] = []
     for name, group in by_model.items():
         used = (group[0]["provenance"].get("seed") or 0) if seed is None else seed
         models[name] = _summarize_model(group, checkpoint_order(group), used, split)
-    return {"experiment": EXPERIMENT, "models": models}
+        found += sweep_limits(name, group, models[name])
+    return {"experiment": EXPERIMENT, "models": models, "limits": found}
+
+
+def sweep_limits(name: str, group: list[dict], entry: dict) -> list[dict]:
+    """What one model's sweep cannot say, as ``limits`` entries.
+
+    Prompts and terms left out, tests that cannot run or cannot reject, and the last
+    checkpoint's behaviour at the floor or the ceiling.
+    """
+    last = entry["revisions"][-1]
+    prompts = [r for r in group if r["revision"] == last]
+    found = [limits.excluded(name, skipped_reasons(prompts), "EB* (every checkpoint)")]
+    behaviour = entry["behaviour"][-1]
+    if behaviour is not None:
+        found.append(limits.floor_ceiling(f"{name}@{last}", "behaviour", behaviour["value"]))
+    for test, result in (("lead-lag", entry["leadlag"]), ("decoupling", entry["decoupling"])):
+        if "skipped" in result:
+            found.append(limits.not_run(name, test, result["skipped"], len(entry["revisions"])))
+    left_out = entry["leadlag"].get("excluded") or {}
+    if left_out:
+        found.append(limits.excluded(name, {"constant series": len(left_out)}, "lead-lag (terms)"))
+    for method, n in (entry["leadlag"].get("n") or {}).items():
+        found.append(limits.binomial_resolution(name, f"lead-lag binomial test ({method})", n))
+    return limits.collect(*found)
 
 
 def _step_key(revision: str) -> tuple[int, ...] | None:

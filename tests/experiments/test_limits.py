@@ -69,3 +69,80 @@ def test_binding_summary_counts_prompts_on_the_sink(tiny_llama, byte_tokenizer, 
     assert found["kind"] == "excluded" and found["reasons"] == {"at_position_0": 1}
     assert "--prepend-bos" in found["message"]
     assert any("limit (excluded)" in line for line in summary_lines(summary))
+
+
+@pytest.mark.parametrize(("n_pairs", "n_resamples"), [(3, 9999), (5, 9999), (9, 999), (20, 99)])
+def test_sign_flip_floor_is_the_smallest_p_scipy_gives(n_pairs, n_resamples):
+    """The floor equals scipy's p for the most extreme sample (every difference positive).
+
+    Exact (2^n <= resamples) or with random patterns that almost surely miss the observed
+    one (99 of 2^20); a random draw that hits it would only raise p.
+    """
+    from bindscope.metrics import stats
+
+    a = [1.0 + i for i in range(n_pairs)]
+    b = [0.0] * n_pairs
+    found = stats.paired_permutation(a, b, alternative="two-sided", n_resamples=n_resamples)
+    assert limits.sign_flip_floor(n_pairs, n_resamples) == pytest.approx(found.p_value)
+
+
+@pytest.mark.parametrize(
+    ("n_pairs", "n_resamples", "n_tests", "flagged", "nothing_rejects"),
+    [
+        (10, 9999, 270, True, False),  # 2/1024 = 0.002; x 270 = 0.53
+        (4, 9999, 1, True, True),  # 2/16 = 0.125: above the level on its own
+        (20, 99999, 10, False, False),  # 2/100000 x 10 = 0.0002
+        (20, 9999, 270, True, False),  # the resamples, not the prompts, bound it: 0.054
+    ],
+)
+def test_corrected_resolution(n_pairs, n_resamples, n_tests, flagged, nothing_rejects):
+    found = limits.corrected_resolution(
+        "m", "scan", n_pairs=n_pairs, n_resamples=n_resamples, n_tests=n_tests, correction="bh"
+    )
+    assert (found is not None) == flagged
+    if found:
+        assert found["min_p_alone"] == pytest.approx(
+            min(1.0, limits.sign_flip_floor(n_pairs, n_resamples) * n_tests)
+        )
+        assert ("nothing can reject" in found["message"]) == nothing_rejects
+
+
+@pytest.mark.parametrize("n", [1, 4, 5, 12])
+def test_binomial_resolution_matches_scipy(n):
+    from scipy.stats import binomtest
+
+    best = binomtest(n, n, 0.5, alternative="greater").pvalue  # every term leads
+    found = limits.binomial_resolution("m", "lead-lag", n)
+    assert (found is not None) == (best > limits.ALPHA)
+    if found:
+        assert found["min_p"] == pytest.approx(best)
+
+
+def test_sweep_scan_patching_and_heads_summaries_state_limits():
+    """Each summary computes its own limits; the terminal lines print them."""
+    from bindscope.experiments.heads import summarize_heads
+    from bindscope.experiments.patching import summarize_patching
+    from bindscope.experiments.scan import summarize_scan
+    from bindscope.experiments.sweep import summarize_sweep
+    from tests.figures import synthetic
+
+    scan = summarize_scan(synthetic.scan_records(), n_resamples=199)
+    # 6 prompts: a sign-flip p cannot go below 2/64; x 12 heads is far above 0.05
+    found = [f for f in scan["limits"] if f["kind"] == "p_resolution"]
+    assert found and all(f["min_p"] == pytest.approx(2 / 2**6) for f in found)
+    assert any("limit (p_resolution)" in line for line in summary_lines(scan))
+    patch = summarize_patching(synthetic.patching_records(), n_resamples=199)
+    assert any(f["kind"] == "p_resolution" and f["where"] == "recovery" for f in patch["limits"])
+    sweep = summarize_sweep(synthetic.sweep_records())
+    # 4 checkpoints, 3 terms: lead-lag runs but its binomial test cannot go below 1/8;
+    # decoupling needs 3+ checkpoints per window and is not run
+    (entry,) = sweep["models"].values()
+    assert "skipped" not in entry["leadlag"] and "skipped" in entry["decoupling"]
+    kinds = {(f["kind"], f.get("group") or f.get("where")) for f in sweep["limits"]}
+    assert ("small_group", "decoupling") in kinds
+    assert ("p_resolution", "lead-lag binomial test (pearson)") in kinds
+    heads = summarize_heads(synthetic.heads_records())
+    assert heads["limits"] == []  # every prompt has a span and 3 repeated sequences ran
+    one = [r for r in synthetic.heads_records() if r["condition"] == "clean"][:1]
+    small = summarize_heads(one)
+    assert {f["kind"] for f in small["limits"]} >= {"small_group"}
