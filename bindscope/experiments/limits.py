@@ -49,13 +49,20 @@ def sign_flip_floor(n_pairs: int, n_resamples: int) -> float:
 
 
 def corrected_resolution(
-    model: str, where: str, *, n_pairs: int, n_resamples: int, n_tests: int, correction: str
+    model: str,
+    where: str,
+    *,
+    n_pairs: int,
+    n_resamples: int,
+    n_tests: int,
+    correction: str,
+    items: str = "prompts",
 ) -> dict | None:
     """Whether one unit (head, layer) alone can pass the correction over ``n_tests`` units.
 
     Its p cannot go below ``sign_flip_floor``; Holm, and Benjamini-Hochberg for a unit that
     stands out alone, multiply that by ``n_tests``. None when that product is within
-    ``ALPHA``.
+    ``ALPHA``. ``items`` names what was paired (prompts, or patching's pairs).
     """
     floor = sign_flip_floor(n_pairs, n_resamples)
     if n_pairs < MIN_GROUP or floor * n_tests <= ALPHA:
@@ -80,8 +87,8 @@ def corrected_resolution(
         "n_tests": n_tests,
         "min_p": floor,
         "min_p_alone": alone,
-        "message": f"{model}: {where}: with {n_pairs} prompts and {n_resamples} resamples "
-        f"a permutation p {said}; a single unit needs {pairs}+ prompts and "
+        "message": f"{model}: {where}: with {n_pairs} {items} and {n_resamples} resamples "
+        f"a permutation p {said}; a single unit needs {pairs}+ {items} and "
         f"{resamples}+ resamples (--n-resamples)",
     }
 

@@ -359,6 +359,7 @@ def summarize_patching(
                 n_resamples=n_resamples,
                 n_tests=len(names),
                 correction=correction,
+                items="pairs",
             ),
         )
     return {

@@ -134,9 +134,10 @@ def _provenance(results: dict[str, ExperimentResults]) -> list[str]:
 
 
 LIMITS_HOW_TO_READ = (
-    "Each line is a limit the experiment's summary found in its own numbers: a p-value at "
-    "the resolution its random sets allow, a baseline at the floor or ceiling of a 0-1 "
-    "score, prompts left out and why, or a group too small for its test."
+    "Each line is a limit the experiment's summary found in its own numbers: a p-value that "
+    "cannot reach 0.05 with the random sets, prompts, resamples or terms it had (after the "
+    "correction across heads, for a head scan), a baseline at the floor or ceiling of a 0-1 "
+    "score, prompts left out and why, or a test not run because its group was too small."
 )
 
 

@@ -113,7 +113,11 @@ def test_decoupling_counts_sign_changes():
 
 def test_short_sweeps_say_why_analyses_are_skipped():
     series = {"t": ([0.1, 0.2, 0.3], [0.3, 0.1, 0.2])}
-    m = sweep.summarize_sweep(_records(series))["models"]["m"]
+    summary = sweep.summarize_sweep(_records(series))
+    m = summary["models"]["m"]
     assert "4+ revisions" in m["leadlag"]["skipped"]
     assert "3+ revisions" in m["decoupling"]["skipped"]
     assert not math.isnan(m["eb_star"][0]["value"])
+    # the summary's limits say so too, for the report and the terminal
+    said = {f["group"]: f["message"] for f in summary["limits"] if f["kind"] == "small_group"}
+    assert "4+ revisions" in said["lead-lag"] and "3+ revisions" in said["decoupling"]
