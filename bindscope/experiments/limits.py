@@ -115,9 +115,13 @@ def floor_ceiling(model: str, name: str, baseline: float | None) -> dict | None:
     if baseline is None:
         return None
     if baseline < FLOOR:
-        kind, room = "floor", "an ablation can hardly lower it"
+        kind, room = "floor", "little room below it: a drop (an ablation's effect) can hardly show"
     elif baseline > CEILING:
-        kind, room = "ceiling", "a gain cannot show and drops are bounded by it"
+        kind, room = (
+            "ceiling",
+            "little room above it: a gain can hardly show, and a saturated score can hide a "
+            "weakened answer",
+        )
     else:
         return None
     return {
