@@ -116,7 +116,13 @@ def add_scan_options(p, units: tuple[str, ...] = ("head", "layer")) -> None:
     p.add_argument("--unit", choices=units, default="head")
     p.add_argument("--correction", choices=("bh", "holm"), default="bh", help="across heads")
     p.add_argument("--limit", type=int, default=None, help="only the first N prompts/pairs")
-    p.add_argument("--n-resamples", type=int, default=9999, help="bootstrap/permutation draws")
+    p.add_argument(
+        "--n-resamples",
+        type=positive,
+        default=None,
+        help="bootstrap/permutation draws (default: enough for one head alone to pass the "
+        "correction, 2 x heads / 0.05, and at least 9999)",
+    )
 
 
 def build(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argparse.ArgumentParser:

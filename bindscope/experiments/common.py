@@ -197,14 +197,16 @@ def summarize_tests(
     """``summarize_folder`` for the per-head tests (scan, patching).
 
     ``correction`` and ``n_resamples`` default to those of the summary already there (so
-    ``bindscope summarize`` keeps a run's ``--correction``), else ``bh`` and 9999.
+    ``bindscope summarize`` keeps a run's ``--correction``), else ``bh`` and enough
+    resamples for one head alone to pass the correction
+    (``bindscope.experiments.head_stats.default_resamples``).
     """
     from bindscope.experiments.head_stats import previous_options
 
     previous = previous_options(Path(folder) / "summary.json")
     options = {
         "correction": correction or previous.get("correction", "bh"),
-        "n_resamples": n_resamples or previous.get("n_resamples", 9999),
+        "n_resamples": n_resamples or previous.get("n_resamples"),
     }
     return summarize_folder(folder, lambda records: build(records, **options))
 

@@ -15,6 +15,19 @@ from bindscope.metrics import stats
 from bindscope.results import format as fmt
 
 CORRECTIONS = {"bh": "fdr_bh", "holm": "holm"}
+#: Resamples at least, when none are asked for.
+MIN_RESAMPLES = 9999
+
+
+def default_resamples(n_tests: int, alpha: float = 0.05) -> int:
+    """Resamples enough for one unit alone to pass the correction over ``n_tests`` units.
+
+    A resampled two-sided permutation p cannot go below ``2 / (n_resamples + 1)``; Holm, and
+    Benjamini-Hochberg for a unit that stands out alone, multiply it by ``n_tests``. So at
+    least ``2 * n_tests / alpha`` (10,800 for 270 heads), and never fewer than
+    ``MIN_RESAMPLES``.
+    """
+    return max(MIN_RESAMPLES, math.ceil(2 * n_tests / alpha))
 
 
 def previous_options(path) -> dict:

@@ -143,7 +143,7 @@ def run(
     seed: int = 0,
     limit: int | None = None,
     batch_size: int = 16,
-    n_resamples: int = 9999,
+    n_resamples: int | None = None,
     force: bool = False,
     progress: bool = True,
 ) -> dict:
@@ -161,7 +161,8 @@ def run(
         batch_size: Texts per forward pass.
         force: Start afresh even where the folder's settings differ (else refused).
         progress: Show a progress bar.
-        n_resamples: Bootstrap and permutation resamples per condition.
+        n_resamples: Bootstrap and permutation resamples per condition (default: enough
+            for one head alone to pass the correction, and at least 9999).
         seed: Seed of the bootstrap and permutation tests.
     """
     if correction not in head_stats.CORRECTIONS:
@@ -285,9 +286,13 @@ def _record(model, pair, condition, heads, metrics, prov, settings) -> dict:
 
 
 def summarize_patching(
-    records: list[dict], *, correction: str = "bh", n_resamples: int = 9999, top: int = 10
+    records: list[dict], *, correction: str = "bh", n_resamples: int | None = None, top: int = 10
 ) -> dict:
-    """Recovery maps with CIs and adjusted p per model, and the top conditions."""
+    """Recovery maps with CIs and adjusted p per model, and the top conditions.
+
+    ``n_resamples`` defaults per model as in ``summarize_scan``; each entry holds the number
+    used.
+    """
     evaluated = [r for r in records if r["experiment"] == EXPERIMENT]
     if not evaluated:
         return {"experiment": EXPERIMENT, "models": {}}
@@ -322,6 +327,7 @@ def summarize_patching(
             for p, (c, x) in ends.items()
             if c is not None and x is not None and c != x and all(p in table[n] for n in names)
         )
+        used = n_resamples or head_stats.default_resamples(len(names))
         cells = {}
         for name in names:
             recovery = np.array(
@@ -331,7 +337,7 @@ def summarize_patching(
                 recovery,
                 np.zeros_like(recovery),
                 seed=settings["seed"],
-                n_resamples=n_resamples,
+                n_resamples=used,
                 alternative="two-sided",
             )
         head_stats.adjust(cells, correction=correction)
@@ -341,6 +347,7 @@ def summarize_patching(
             "revision": first["revision"],
             "n_layers": n_layers,
             "n_heads": n_heads,
+            "n_resamples": used,
             "n_pairs": len(usable),
             "n_pairs_no_gap": len(ends) - len(usable),
             "pairs_skipped": first["provenance"].get("pairs_skipped", 0),
@@ -356,7 +363,7 @@ def summarize_patching(
                 label,
                 "recovery",
                 n_pairs=len(usable),
-                n_resamples=n_resamples,
+                n_resamples=used,
                 n_tests=len(names),
                 correction=correction,
                 items="pairs",
@@ -381,7 +388,8 @@ def summarize(
     """Summarise ``folder/records.jsonl`` into ``folder/summary.json``.
 
     ``correction`` and ``n_resamples`` default to those of the summary already there (so
-    ``bindscope summarize`` keeps a run's ``--correction``), else ``bh`` and 9999.
+    ``bindscope summarize`` keeps a run's ``--correction``), else ``bh`` and enough
+    resamples for one head alone to pass the correction (at least 9999).
     """
     return summarize_tests(
         folder, summarize_patching, correction=correction, n_resamples=n_resamples

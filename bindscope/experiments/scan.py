@@ -92,7 +92,7 @@ def run(
     seed: int = 0,
     limit: int | None = None,
     batch_size: int = 16,
-    n_resamples: int = 9999,
+    n_resamples: int | None = None,
     matched_classes: int = 0,
     k: int = 4,
     force: bool = False,
@@ -111,7 +111,8 @@ def run(
         seed: Seed of the bootstrap and permutation tests.
         limit: Scan only the first ``limit`` scannable prompts (quick looks).
         batch_size: Sequences per clean pass.
-        n_resamples: Bootstrap and permutation resamples per condition.
+        n_resamples: Bootstrap and permutation resamples per condition (default: enough
+            for one head alone to pass the correction, and at least 9999).
         matched_classes: With ``unit="head"``, compare the EB* top-``k`` heads' mean effect
             with this many random head sets matched to their taxonomy classes (sink,
             previous-token, induction, duplicate-token; ``bindscope.metrics.heads``), so
@@ -301,7 +302,8 @@ def summarize(
     """Summarise ``folder/records.jsonl`` into ``folder/summary.json``.
 
     ``correction`` and ``n_resamples`` default to those of the summary already there (so
-    ``bindscope summarize`` keeps a run's ``--correction``), else ``bh`` and 9999.
+    ``bindscope summarize`` keeps a run's ``--correction``), else ``bh`` and enough
+    resamples for one head alone to pass the correction (at least 9999).
     """
     path = Path(folder) / CLASSES_FILE
     classes = json.loads(path.read_text("utf-8")) if path.is_file() else None

@@ -59,11 +59,15 @@ def summarize_scan(
     records: list[dict],
     *,
     correction: str = "bh",
-    n_resamples: int = 9999,
+    n_resamples: int | None = None,
     top: int = 10,
     classes: dict | None = None,
 ) -> dict:
     """Effect maps with CIs and adjusted p per model, top conditions, BSI correlation.
+
+    ``n_resamples`` (bootstrap and permutation) defaults per model to
+    ``head_stats.default_resamples`` of its number of conditions; each model's entry holds
+    the number used.
 
     With ``classes`` (``{label: [L][H] primary class}``, from ``classes.json``) and a run
     made with ``matched_classes``, each model also gets ``binding_top_vs_matched``.
@@ -96,7 +100,7 @@ def summarize_scan(
                 entry["binding_top_vs_matched"] = {"skipped": str(exc)}
     found = []
     for label, entry in models.items():
-        found += scan_limits(label, entry, correction=correction, n_resamples=n_resamples)
+        found += scan_limits(label, entry, correction=correction)
     return {
         "experiment": EXPERIMENT,
         "limits": found,
@@ -110,7 +114,7 @@ def summarize_scan(
     }
 
 
-def scan_limits(label: str, entry: dict, *, correction: str, n_resamples: int) -> list[dict]:
+def scan_limits(label: str, entry: dict, *, correction: str) -> list[dict]:
     """What one model's scan cannot say, as ``limits`` entries.
 
     Too few prompts for a test, or for one head to pass the correction; an accuracy
@@ -124,7 +128,7 @@ def scan_limits(label: str, entry: dict, *, correction: str, n_resamples: int) -
                 label,
                 f"scan {metric}",
                 n_pairs=m["n_prompts"],
-                n_resamples=n_resamples,
+                n_resamples=entry["n_resamples"],
                 n_tests=n_tests,
                 correction=correction,
             )
@@ -153,11 +157,13 @@ def _summarize_model(group, bsi_records, settings, correction, n_resamples, top)
     names = sorted(table, key=lambda n: heads[n])
     complete = sorted(p for p in clean if all(p in table[n] for n in names))
     width = n_heads if settings["unit"] == "head" else 1
+    n_resamples = n_resamples or head_stats.default_resamples(len(names))
     entry = {
         "model": first["model"],
         "revision": first["revision"],
         "n_layers": n_layers,
         "n_heads": n_heads,
+        "n_resamples": n_resamples,
         "n_prompts": len(complete),
         "metrics": {},
     }

@@ -146,3 +146,27 @@ def test_sweep_scan_patching_and_heads_summaries_state_limits():
     one = [r for r in synthetic.heads_records() if r["condition"] == "clean"][:1]
     small = summarize_heads(one)
     assert {f["kind"] for f in small["limits"]} >= {"small_group"}
+
+
+@pytest.mark.parametrize("n_tests", [1, 12, 270, 1000])
+def test_default_resamples_let_one_head_pass_the_correction(n_tests):
+    """The scan's default resamples never leave a single head unable to pass (20 prompts)."""
+    from bindscope.experiments.head_stats import MIN_RESAMPLES, default_resamples
+
+    used = default_resamples(n_tests)
+    assert used >= MIN_RESAMPLES
+    options = {"n_pairs": 20, "n_tests": n_tests, "correction": "holm"}
+    assert limits.corrected_resolution("m", "scan", n_resamples=used, **options) is None
+    if n_tests >= 270:  # the fixed old default could not: 2 / 10000 x 270 = 0.054
+        assert limits.corrected_resolution("m", "scan", n_resamples=9999, **options)
+
+
+def test_scan_summary_records_the_resamples_it_used():
+    from bindscope.experiments.scan import summarize_scan
+    from tests.figures import synthetic
+
+    default = summarize_scan(synthetic.scan_records())
+    asked = summarize_scan(synthetic.scan_records(), n_resamples=199)
+    assert default["n_resamples"] is None and asked["n_resamples"] == 199
+    assert {m["n_resamples"] for m in default["models"].values()} == {9999}  # 12 heads
+    assert {m["n_resamples"] for m in asked["models"].values()} == {199}
