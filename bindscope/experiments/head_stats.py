@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from bindscope.experiments import limits
 from bindscope.metrics import stats
 from bindscope.results import format as fmt
 
@@ -19,15 +20,12 @@ CORRECTIONS = {"bh": "fdr_bh", "holm": "holm"}
 MIN_RESAMPLES = 9999
 
 
-def default_resamples(n_tests: int, alpha: float = 0.05) -> int:
+def default_resamples(n_tests: int) -> int:
     """Resamples enough for one unit alone to pass the correction over ``n_tests`` units.
 
-    A resampled two-sided permutation p cannot go below ``2 / (n_resamples + 1)``; Holm, and
-    Benjamini-Hochberg for a unit that stands out alone, multiply it by ``n_tests``. So at
-    least ``2 * n_tests / alpha`` (10,800 for 270 heads), and never fewer than
-    ``MIN_RESAMPLES``.
+    ``limits.resamples_for_one`` (10,800 for 270 heads), never fewer than ``MIN_RESAMPLES``.
     """
-    return max(MIN_RESAMPLES, math.ceil(2 * n_tests / alpha))
+    return max(MIN_RESAMPLES, limits.resamples_for_one(n_tests))
 
 
 def previous_options(path) -> dict:

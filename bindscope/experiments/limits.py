@@ -48,6 +48,15 @@ def sign_flip_floor(n_pairs: int, n_resamples: int) -> float:
     return min(1.0, 2.0 / min(2.0**n_pairs, n_resamples + 1.0))
 
 
+def resamples_for_one(n_tests: int) -> int:
+    """Resamples at which one unit alone can pass a correction over ``n_tests`` units.
+
+    A resampled two-sided sign-flip p cannot go below ``2 / (n_resamples + 1)``, and Holm
+    (or Benjamini-Hochberg for a unit that stands out alone) multiplies it by ``n_tests``.
+    """
+    return math.ceil(2 * n_tests / ALPHA)
+
+
 def corrected_resolution(
     model: str,
     where: str,
@@ -69,7 +78,7 @@ def corrected_resolution(
         return None
     alone = min(1.0, floor * n_tests)
     pairs = next(n for n in range(MIN_GROUP, 64) if 2.0 / 2.0**n * n_tests <= ALPHA)
-    resamples = math.ceil(2 * n_tests / ALPHA)
+    resamples = resamples_for_one(n_tests)
     if floor > ALPHA:
         said = f"cannot go below {floor:.3g}, above the test level {ALPHA}: nothing can reject"
     else:
@@ -194,6 +203,7 @@ __all__ = [
     "floor_ceiling",
     "not_run",
     "p_resolution",
+    "resamples_for_one",
     "sign_flip_floor",
     "small_group",
 ]
