@@ -88,12 +88,14 @@ def check_texts(texts) -> list:
     return texts
 
 
-def check_batch_size(batch_size, name: str = "batch_size") -> None:
+def check_batch_size(
+    batch_size, name: str = "batch_size", example: int = DEFAULT_BATCH_SIZE
+) -> None:
     """Refuse a batch size that is not a positive integer (raises ``InputError``).
 
-    ``name`` is the keyword the value came from, named in the message.
+    ``name`` is the keyword the value came from and ``example`` a good value, both named in
+    the message.
     """
-    example = GENERATION_BATCH_SIZE if name == "generation_batch_size" else DEFAULT_BATCH_SIZE
     if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
         raise InputError(f"{name}={batch_size!r} is not an integer; pass e.g. {name}={example}")
     if batch_size < 1:

@@ -147,7 +147,7 @@ def run(
     if strategy not in STRATEGIES:
         raise InputError(f"strategy={strategy!r}: pass one of {', '.join(STRATEGIES)}")
     check_batch_size(batch_size)
-    check_batch_size(generation_batch_size, "generation_batch_size")
+    check_batch_size(generation_batch_size, "generation_batch_size", GENERATION_BATCH_SIZE)
     if ablation not in ("zero", "mean"):
         raise ValueError("ablation must be 'zero' or 'mean'")
     if matched_layers and matched_classes:

@@ -157,7 +157,7 @@ def run(
     from bindscope.loading import load_model
 
     check_batch_size(batch_size)
-    check_batch_size(generation_batch_size, "generation_batch_size")
+    check_batch_size(generation_batch_size, "generation_batch_size", GENERATION_BATCH_SIZE)
     loader = loader or load_model
     revisions = resolve_revisions(revisions)
     pset = prompt_set(prompts)
