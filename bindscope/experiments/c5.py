@@ -23,6 +23,7 @@ from bindscope.experiments.c5_summary import EXPERIMENT, summarize_c5
 from bindscope.experiments.common import (
     BINDING_FROM,
     base_record,
+    batch_order,
     binding_metrics,
     chunk_items,
     model_label,
@@ -270,13 +271,7 @@ def _run_model(model, pset, rset, writer, settings, rubric, sizes, progress, str
     if settings["ablation"] == "mean":
         heads = sorted({tuple(h) for hs in conditions.values() for h in hs})
         means = head_means(model, [r.template for r in rset.records], heads, batch_size=batch_size)
-    # Group items by task (and choice count) so every chunk fills whole batches of one kind,
-    # and by length within, so batches carry little padding.
-    ordered = sorted(
-        pset.records,
-        key=lambda r: (r.task, len(r.choices or ()), len(model.tokenize(r.template)), r.key),
-    )
-    items = [(rec, name) for rec in ordered for name in conditions]
+    items = [(rec, name) for rec in batch_order(model, pset.records) for name in conditions]
     key = lambda item: record_key(EXPERIMENT, model.name, model.revision, item[0].key, item[1])  # noqa: E731
 
     task_options = {

@@ -94,6 +94,18 @@ def binding_metrics(result, model) -> dict:
     return {**data, "n_layers": model.n_layers, "n_heads": model.n_heads}
 
 
+def batch_order(model, records: Iterable) -> list:
+    """Records by task, choice count and token length (then key).
+
+    Chunks of items in this order fill whole batches of one kind (recognition scores
+    4-choice and True/False items apart), and each batch carries little padding.
+    """
+    return sorted(
+        records,
+        key=lambda r: (r.task, len(r.choices or ()), len(model.tokenize(r.template)), r.key),
+    )
+
+
 def chunk_items(batch_size: int, generation_batch_size: int, about: int) -> int:
     """Items per written chunk: ``about``, rounded up to whole batches of both kinds.
 

@@ -23,6 +23,7 @@ from bindscope.errors import InputError
 from bindscope.experiments import limits
 from bindscope.experiments.common import (
     base_record,
+    batch_order,
     binding_metrics,
     chunk_items,
     load_revision,
@@ -227,10 +228,8 @@ def _run_revision(model, pset, writer, rubric, sizes, progress, prov) -> None:
             for r, res in zip(chunk, bound)
         ]
 
-    # by task, then length: chunks of one task fill whole batches with little padding
-    ordered = sorted(pset.records, key=lambda r: (r.task, len(model.tokenize(r.template)), r.key))
     run_chunks(
-        ordered,
+        batch_order(model, pset.records),
         writer=writer,
         key=lambda r: record_key(EXPERIMENT, model.name, model.revision, r.key, "clean"),
         work=work,
