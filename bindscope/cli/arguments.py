@@ -115,7 +115,7 @@ def add_scan_options(p, units: tuple[str, ...] = ("head", "layer")) -> None:
     """Options of the per-head scans (``scan``, ``patch``)."""
     p.add_argument("--unit", choices=units, default="head")
     p.add_argument("--correction", choices=("bh", "holm"), default="bh", help="across heads")
-    p.add_argument("--limit", type=int, default=None, help="only the first N prompts/pairs")
+    p.add_argument("--limit", type=positive, default=None, help="only the first N prompts/pairs")
     p.add_argument(
         "--n-resamples",
         type=positive,

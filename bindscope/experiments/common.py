@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -174,6 +175,20 @@ def load_revision(
     return loaded
 
 
+def check_limit(limit) -> None:
+    """Refuse a ``limit`` that is neither None nor a positive integer (raises ``InputError``).
+
+    A slice would take ``limit=-1`` as "all but the last" and ``limit=0`` as nothing.
+    """
+    if limit is None:
+        return
+    if isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 1:
+        raise InputError(
+            f"limit={limit!r} is not a positive integer; pass the number of items to take "
+            "(e.g. limit=20), or None for all"
+        )
+
+
 def summarize_folder(
     folder: str | Path,
     build: Callable[[list[dict]], dict],
@@ -286,6 +301,7 @@ __all__ = [
     "as_pairs",
     "base_record",
     "binding_metrics",
+    "check_limit",
     "load_revision",
     "model_label",
     "prompt_set",

@@ -27,6 +27,7 @@ from bindscope.errors import InputError, PromptFileError
 from bindscope.experiments import head_stats, limits
 from bindscope.experiments.common import (
     as_pairs,
+    check_limit,
     model_label,
     provenance,
     record_key,
@@ -167,6 +168,7 @@ def run(
     """
     if correction not in head_stats.CORRECTIONS:
         raise InputError(f"correction must be 'bh' or 'holm', not {correction!r}")
+    check_limit(limit)
     found, name, sha = load_pairs(pairs)
     prepared = []
     skipped = 0

@@ -27,6 +27,7 @@ from bindscope.experiments.common import (
     as_pairs,
     base_record,
     binding_metrics,
+    check_limit,
     model_label,
     prompt_set,
     provenance,
@@ -126,6 +127,7 @@ def run(
         raise InputError(f"ablation must be one of {', '.join(ABLATIONS)}, not {ablation!r}")
     if correction not in head_stats.CORRECTIONS:
         raise InputError(f"correction must be 'bh' or 'holm', not {correction!r}")
+    check_limit(limit)
     models = models if isinstance(models, (list, tuple)) else [models]
     pset = prompt_set(prompts)
     items = scannable(pset)[:limit]

@@ -13,19 +13,6 @@ from bindscope.experiments import c5
 from tests.experiments import prompts_tiny
 
 
-@pytest.fixture
-def loads(monkeypatch, tiny_llama):
-    """Counts model loads; the tiny model stands in for the real one."""
-    calls = []
-
-    def load(*args, **kwargs):
-        calls.append(args)
-        return tiny_llama
-
-    monkeypatch.setattr(cli, "_load", load)
-    return calls
-
-
 def _fails(argv, capsys, *needles):
     assert cli.main([*argv, "--no-progress"] if argv[0] != "summarize" else argv) == 2
     err = capsys.readouterr().err
