@@ -205,13 +205,41 @@ def summarize_folder(
     Returns:
         The summary as written.
     """
+    from bindscope.results.schema import EXPERIMENTS
+
     folder = Path(folder)
     records = list(read_records(folder / "records.jsonl"))
+    if folder.name in EXPERIMENTS:  # OUT/<experiment>: check before the build reads them
+        check_records_belong(folder, records, folder.name)
     if check is not None:
         check(folder, records)
     summary = build(records)
+    check_records_belong(folder, records, summary.get("experiment", folder.name))
     write_summary(folder / "summary.json", summary)
     return summary
+
+
+def check_records_belong(folder: Path, records: list[dict], experiment: str) -> None:
+    """Refuse to summarize a folder none of whose records belong to ``experiment``.
+
+    ``scan`` owns ``scan`` and ``scan-bsi`` records, ``c5`` owns ``c5`` and ``c5-ranking``.
+    A summary built from zero of N records would be an empty summary that looks like a result.
+
+    Raises:
+        InputError: Every record belongs to another experiment (named in the message).
+    """
+    if not records or any(
+        r["experiment"] == experiment or str(r["experiment"]).startswith(experiment + "-")
+        for r in records
+    ):
+        return
+    kinds = sorted({str(r["experiment"]) for r in records})
+    raise InputError(
+        f"{folder / 'records.jsonl'}: none of its {len(records)} records belongs to "
+        f"{experiment} (they are {', '.join(kinds)} records, copied or moved here?); "
+        f"put them under OUT/{kinds[0]}/ and summarize that folder, or rerun the "
+        f"{experiment} experiment"
+    )
 
 
 def summarize_tests(

@@ -4,6 +4,7 @@ records, no number past what the model can see. One test (or more) per case of t
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -45,3 +46,20 @@ def test_limit_below_one_is_refused_in_the_api(tiny_llama, tiny_prompts, tmp_pat
     with pytest.raises(InputError, match=r"limit=.* a positive integer"):
         patching.run(tiny_llama, pairs=pairs, out=tmp_path, limit=limit, progress=False)
     assert not any(tmp_path.glob("*/records.jsonl"))
+
+
+# ------------------------------------------- 2: a summary from none of the records fails
+
+
+def test_summary_of_another_experiments_records_is_refused(tiny_llama, tmp_path, capsys):
+    pairs = write_pairs(tmp_path, _pairs(tiny_llama)[:3])
+    out = tmp_path / "out"
+    patching.run(tiny_llama, pairs=pairs, out=out, n_resamples=99, progress=False)
+    (out / "scan").mkdir()
+    shutil.copy(out / "patching" / "records.jsonl", out / "scan" / "records.jsonl")
+    shutil.rmtree(out / "patching")
+    err = _fails(["summarize", str(out)], capsys, "scan/records.jsonl", "patching")
+    assert "none of its" in err
+    assert not (out / "scan" / "summary.json").exists()
+    with pytest.raises(InputError, match="patching"):
+        scan.summarize(out / "scan")
