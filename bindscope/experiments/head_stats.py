@@ -28,6 +28,11 @@ def default_resamples(n_tests: int) -> int:
     return max(MIN_RESAMPLES, limits.resamples_for_one(n_tests))
 
 
+def finite(value) -> bool:
+    """A record's metric that can enter a test: a number, not null, NaN or inf."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def previous_options(path) -> dict:
     """``correction`` and ``n_resamples`` of an existing summary (empty when there is none)."""
     import json

@@ -143,13 +143,19 @@ def floor_ceiling(model: str, name: str, baseline: float | None) -> dict | None:
     }
 
 
-def excluded(model: str, reasons: dict[str, int], where: str) -> dict | None:
-    """Prompts left out of ``where`` and why (``reasons``: reason -> count)."""
+def excluded(
+    model: str, reasons: dict[str, int], where: str, *, keys: list[str] | None = None
+) -> dict | None:
+    """Prompts left out of ``where`` and why (``reasons``: reason -> count).
+
+    ``keys``: the records that made them unusable, listed in the limit (the first few also
+    in its message).
+    """
     total = sum(reasons.values())
     if not total:
         return None
     said = ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items()))
-    return {
+    found = {
         "kind": "excluded",
         "model": model,
         "where": where,
@@ -160,6 +166,11 @@ def excluded(model: str, reasons: dict[str, int], where: str) -> dict | None:
         if "at_position_0" in reasons
         else f"{model}: {total} prompts left out of {where} ({said})",
     }
+    if keys:
+        more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+        found["keys"] = list(keys)
+        found["message"] += f"; records {', '.join(keys[:3])}{more}"
+    return found
 
 
 def small_group(model: str, group: str, n: int, test: str) -> dict | None:

@@ -314,9 +314,12 @@ def summarize_patching(
         table: dict[str, dict[str, float]] = {}
         heads: dict[str, list] = {}
         ends: dict[str, tuple[float, float]] = {}
+        unusable: dict[str, list[str]] = {}  # pair -> keys of its records with a bad number
         for r in group:
             m = r["metrics"]
             ends[r["prompt_key"]] = (m["clean"], m["corrupted"])
+            if not all(head_stats.finite(m.get(f)) for f in ("clean", "corrupted", "patched")):
+                unusable.setdefault(r["prompt_key"], []).append(r["key"])
             if r["condition"] == "clean":
                 continue
             h = r["heads"]
@@ -327,8 +330,9 @@ def summarize_patching(
         usable = sorted(
             p
             for p, (c, x) in ends.items()
-            if c is not None and x is not None and c != x and all(p in table[n] for n in names)
+            if p not in unusable and c != x and all(p in table[n] for n in names)
         )
+        no_gap = len(ends) - len(unusable) - len(usable)
         used = n_resamples or head_stats.default_resamples(len(names))
         cells = {}
         for name in names:
@@ -351,7 +355,7 @@ def summarize_patching(
             "n_heads": n_heads,
             "n_resamples": used,
             "n_pairs": len(usable),
-            "n_pairs_no_gap": len(ends) - len(usable),
+            "n_pairs_no_gap": no_gap,
             "pairs_skipped": first["provenance"].get("pairs_skipped", 0),
             "mean_gap": float(np.mean(gap)) if gap else math.nan,
             "recovery": head_stats.effect_map(cells, heads, n_layers, width),
@@ -360,7 +364,13 @@ def summarize_patching(
         }
         found += limits.collect(
             limits.small_group(label, "the usable pairs", len(usable), "a test"),
-            limits.excluded(label, {"no clean-corrupted gap": len(ends) - len(usable)}, "recovery"),
+            limits.excluded(label, {"no clean-corrupted gap": no_gap}, "recovery"),
+            limits.excluded(
+                label,
+                {"with a null or non-finite metric": len(unusable)},
+                "recovery",
+                keys=sorted(k for keys in unusable.values() for k in keys),
+            ),
             limits.corrected_resolution(
                 label,
                 "recovery",

@@ -135,6 +135,9 @@ def scan_limits(label: str, entry: dict, *, correction: str) -> list[dict]:
         )
         if metric == "accuracy":
             found.append(limits.floor_ceiling(label, "clean accuracy", m["clean_mean"]))
+    for metric, bad in entry.get("unusable", {}).items():
+        reasons = {f"with a null or non-finite {metric}": len(bad["prompts"])}
+        found.append(limits.excluded(label, reasons, f"scan {metric}", keys=bad["keys"]))
     for metric, found_matched in (entry.get("binding_top_vs_matched") or {}).items():
         if isinstance(found_matched, dict) and "n_random" in found_matched:
             where = f"binding top vs class-matched sets, {metric}"
@@ -148,8 +151,10 @@ def _summarize_model(group, bsi_records, settings, correction, n_resamples, top)
     n_layers, n_heads = first["provenance"]["n_layers"], first["provenance"]["n_heads"]
     table: dict[str, dict[str, dict]] = {}  # condition -> prompt -> metrics
     heads: dict[str, list] = {}
+    keys: dict[tuple[str, str], str] = {}  # (condition, prompt) -> record key
     for r in group:
         table.setdefault(r["condition"], {})[r["prompt_key"]] = r["metrics"]
+        keys[r["condition"], r["prompt_key"]] = r["key"]
         if r["condition"] != "clean":
             h = r["heads"]
             heads[r["condition"]] = h[0] if len(h) == 1 else [h[0][0], 0]
@@ -166,10 +171,27 @@ def _summarize_model(group, bsi_records, settings, correction, n_resamples, top)
         "n_resamples": n_resamples,
         "n_prompts": len(complete),
         "metrics": {},
+        "unusable": {},
     }
     for metric in METRICS:
         field = "logprob" if metric == "logprob" else "score"
-        prompts = [p for p in complete if clean[p].get(field) is not None]
+        # a prompt without the field is not scored on this metric (no choices: no accuracy);
+        # one with a null or non-finite value in any record is left out and its keys listed
+        present = [p for p in complete if field in clean[p]]
+        rows = [("clean", clean), *((n, table[n]) for n in names)]
+        bad = [
+            (p, keys[condition, p])
+            for p in present
+            for condition, values in rows
+            if not head_stats.finite(values[p].get(field))
+        ]
+        left_out = sorted({p for p, _ in bad})
+        prompts = [p for p in present if p not in left_out]
+        if bad:
+            entry["unusable"][metric] = {
+                "prompts": left_out,
+                "keys": sorted(key for _, key in bad),
+            }
         if not prompts:
             continue
         base = np.array([clean[p][field] for p in prompts], dtype=float)
@@ -192,8 +214,9 @@ def _summarize_model(group, bsi_records, settings, correction, n_resamples, top)
             "top": head_stats.top_cells(cells, heads, top),
         }
     if settings["unit"] == "head" and "logprob" in entry["metrics"]:
+        usable = {p: clean[p] for p in clean if p not in _left_out(entry, "logprob")}
         entry["bsi_vs_effect"] = _bsi_correlation(
-            first, bsi_records, table, clean, names, heads, n_heads, seed
+            first, bsi_records, table, usable, names, heads, n_heads, seed
         )
         measured = [
             r["metrics"]["bsi"]
@@ -204,7 +227,14 @@ def _summarize_model(group, bsi_records, settings, correction, n_resamples, top)
         ]
         if measured:
             entry["_mean_bsi"] = np.nanmean(np.array(measured, dtype=float), 0)
+    if not entry["unusable"]:
+        del entry["unusable"]
     return entry
+
+
+def _left_out(entry: dict, metric: str) -> set[str]:
+    """Prompt keys left out of ``metric`` for a null or non-finite value."""
+    return set(entry["unusable"].get(metric, {}).get("prompts", []))
 
 
 def _map(cells, heads, n_layers, width, field):

@@ -102,7 +102,12 @@ def load_experiment(root: Path, name: str) -> ExperimentResults:
         missing = f"no {name} results in {folder} (the experiment has not been run here)"
     elif not summary.get("models"):
         missing = f"{summary_path} lists no models"
-    else:
+    if summary is not None and n_records and _older(summary_path, records_path):
+        notes.append(
+            f"{summary_path} is older than its records ({records_path.name} changed after it "
+            f"was written), so its numbers may not be theirs; run `bindscope summarize {root}`"
+        )
+    if summary is not None and summary.get("models"):
         stale = sorted(keys - set(summary["models"]))
         if stale:
             notes.append(
@@ -120,6 +125,11 @@ def load_experiment(root: Path, name: str) -> ExperimentResults:
         missing=missing,
         notes=tuple(notes),
     )
+
+
+def _older(summary_path: Path, records_path: Path) -> bool:
+    """True when the records file was written after the summary."""
+    return summary_path.stat().st_mtime < records_path.stat().st_mtime
 
 
 def _read_summary(path: Path) -> dict:
