@@ -158,6 +158,17 @@ def _check_exemplars(args: argparse.Namespace) -> None:
     fewshot.prefixes(args.exemplars)  # a bad exemplars file fails here, before the model
 
 
+def _check_scan(args: argparse.Namespace) -> None:
+    """Options that apply only in some modes are refused elsewhere, before the model loads."""
+    if args.matched_classes and args.unit != "head":
+        raise BindscopeError("--matched-classes compares heads: it needs --unit head")
+    if args.k is not None and not args.matched_classes:
+        raise BindscopeError(
+            f"--k {args.k}: --k applies only with --matched-classes (it sizes the EB* top set "
+            "compared with class-matched head sets); leave it out or add --matched-classes N"
+        )
+
+
 def _given(args: argparse.Namespace, *names: str) -> dict:
     """The named options as ``run`` keywords (same names)."""
     return {name: getattr(args, name) for name in names}
@@ -219,6 +230,7 @@ EXPERIMENTS = {
         "scan",
         lambda args, sets: _given(args, "prompts", "ablation", "matched_classes", "k", *_SCAN),
         several=True,
+        check=_check_scan,
     ),
     "patch": _Experiment("patching", lambda args, sets: _given(args, "pairs", *_SCAN)),
 }

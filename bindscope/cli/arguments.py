@@ -210,7 +210,12 @@ def build(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpar
         metavar="N",
         help="compare the EB* top-k heads' effect with N class-matched random head sets",
     )
-    p.add_argument("--k", type=positive, default=4, help="EB* top set size (--matched-classes)")
+    p.add_argument(
+        "--k",
+        type=positive,
+        default=None,
+        help="EB* top set size compared under --matched-classes (default 4; refused without it)",
+    )
     add_scan_options(p)
     p.set_defaults(func=commands["scan"])
 

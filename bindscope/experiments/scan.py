@@ -82,6 +82,10 @@ def scannable(pset) -> list:
     return [r for r in pset.records if r.task == "recognition" or r.extra.get("target")]
 
 
+#: Why a prompt of the set is not scanned (counted in the summary's limits).
+UNSCORED = "generation item without a 'target' to score"
+
+
 def run(
     models,
     *,
@@ -95,7 +99,7 @@ def run(
     batch_size: int = 16,
     n_resamples: int | None = None,
     matched_classes: int = 0,
-    k: int = 4,
+    k: int | None = None,
     force: bool = False,
     progress: bool = True,
 ) -> dict:
@@ -118,7 +122,8 @@ def run(
             with this many random head sets matched to their taxonomy classes (sink,
             previous-token, induction, duplicate-token; ``bindscope.metrics.heads``), so
             "binding heads matter" is told apart from "sink heads matter". 0: off.
-        k: Size of the EB* top set compared under ``matched_classes``.
+        k: Size of the EB* top set compared under ``matched_classes`` (default 4); refused
+            without it, where it would change nothing.
         out: Results folder; records go to ``OUT/<experiment>/records.jsonl``.
         force: Start afresh even where the folder's settings differ (else refused).
         progress: Show a progress bar.
@@ -128,6 +133,13 @@ def run(
     if correction not in head_stats.CORRECTIONS:
         raise InputError(f"correction must be 'bh' or 'holm', not {correction!r}")
     check_limit(limit)
+    if matched_classes and unit != "head":
+        raise InputError("--matched-classes compares heads: it needs --unit head")
+    if k is not None and not matched_classes:
+        raise InputError(
+            f"k={k} applies only with matched_classes (it sizes the EB* top set compared "
+            "with class-matched head sets); leave it out or pass matched_classes=N"
+        )
     models = models if isinstance(models, (list, tuple)) else [models]
     pset = prompt_set(prompts)
     items = scannable(pset)[:limit]
@@ -143,10 +155,9 @@ def run(
         "limit": limit,
         "prompt_sha256": pset.sha256,
         "matched_classes": matched_classes,
-        "k": k,
     }
-    if matched_classes and unit != "head":
-        raise InputError("--matched-classes compares heads: it needs --unit head")
+    if matched_classes:
+        settings["k"] = 4 if k is None else k
     records = folder / "records.jsonl"
     with RecordWriter(records, force=force, settings=settings, models=models) as writer:
         for model in models:
@@ -205,6 +216,7 @@ def _run_model(model, pset, items, writer, settings, batch_size, progress) -> No
     prov = provenance(
         model, prompt_set=pset, seed=settings["seed"], scan=settings,
         n_layers=model.n_layers, n_heads=model.n_heads,
+        prompts_skipped={UNSCORED: len(pset.records) - len(scannable(pset))},
     )  # fmt: skip
     conditions = conditions_of(model, settings["unit"])
     names = list(conditions)

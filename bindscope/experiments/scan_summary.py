@@ -135,6 +135,8 @@ def scan_limits(label: str, entry: dict, *, correction: str) -> list[dict]:
         )
         if metric == "accuracy":
             found.append(limits.floor_ceiling(label, "clean accuracy", m["clean_mean"]))
+    skipped = entry.get("prompts_skipped") or {}
+    found.append(limits.excluded(label, skipped, "the scan (it cannot score them)"))
     for metric, bad in entry.get("unusable", {}).items():
         reasons = {f"with a null or non-finite {metric}": len(bad["prompts"])}
         found.append(limits.excluded(label, reasons, f"scan {metric}", keys=bad["keys"]))
@@ -170,6 +172,7 @@ def _summarize_model(group, bsi_records, settings, correction, n_resamples, top)
         "n_heads": n_heads,
         "n_resamples": n_resamples,
         "n_prompts": len(complete),
+        "prompts_skipped": first["provenance"].get("prompts_skipped", {}),
         "metrics": {},
         "unusable": {},
     }

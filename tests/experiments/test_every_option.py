@@ -210,8 +210,8 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
             None, "3", lambda r, v: scan_setting(r, "matched_classes") == int(v or 0)
         ),
         "--k": NoEffect(
-            "the EB* top set compared under --matched-classes, in the summary",
-            "tests/experiments/test_scan.py::test_binding_top_against_class_matched_sets",
+            "the EB* top set compared under --matched-classes; refused without it",
+            "test_scan_k_changes_the_comparison_and_is_refused_without_matched_classes",
         ),
     },
     "patch": {
@@ -489,3 +489,34 @@ def test_generation_rows_default_matches_the_library():
     from bindscope.cli.arguments import GENERATION_ROWS
 
     assert GENERATION_ROWS == GENERATION_BATCH_SIZE
+
+
+def test_scan_k_changes_the_comparison_and_is_refused_without_matched_classes(
+    world, tmp_path, capsys
+):
+    root, files = world
+    found = {}
+    for k in ("1", "2"):
+        out = tmp_path / k
+        argv = _argv("scan", "--k", k, root, files, out)
+        assert cli.main(argv) == 2  # alone --k would change nothing: refused
+        assert "--k applies only with --matched-classes" in capsys.readouterr().err
+        assert cli.main([*argv, "--matched-classes", "3"]) == 0, capsys.readouterr().err
+        written = _written(out)
+        assert all(scan_setting(r, "k") == int(k) for r in written["scan/records.jsonl"])
+        found[k] = written["scan/summary.json"]
+    (a,), (b,) = (list(found[k]["models"].values()) for k in ("1", "2"))
+    assert a["binding_top_vs_matched"] != b["binding_top_vs_matched"]
+
+
+def test_every_recorded_scan_setting_is_an_option_that_changes_results(world, tmp_path, capsys):
+    """What a scan records as its settings is each a Changes entry (k: above, only with
+    --matched-classes); the prompt file's hash stands for --prompts."""
+    root, files = world
+    argv = _argv("scan", "--seed", "1", root, files, tmp_path)
+    assert cli.main(argv) == 0, capsys.readouterr().err
+    settings = _written(tmp_path)["scan/records.jsonl"][0]["scan"]
+    option = {"prompt_sha256": "--prompts", "matched_classes": "--matched-classes"}
+    for name in settings:
+        entry = TABLE["scan"][option.get(name, "--" + name.replace("_", "-"))]
+        assert isinstance(entry, Changes), f"scan records {name} but it changes nothing"

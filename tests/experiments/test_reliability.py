@@ -138,7 +138,7 @@ def test_scan_k_without_matched_classes_is_refused(tmp_path, capsys, loads, extr
 
 
 def test_scan_k_is_recorded_only_where_it_applies(tiny_llama, tiny_prompts, tmp_path):
-    with pytest.raises(InputError, match="k applies only with matched_classes"):
+    with pytest.raises(InputError, match="k=3 applies only with matched_classes"):
         scan.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, k=3, progress=False)
     scan.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, limit=2, n_resamples=99,
              progress=False)  # fmt: skip
