@@ -88,6 +88,11 @@ def check_texts(texts) -> list:
     return texts
 
 
+def widened(tensor: torch.Tensor) -> torch.Tensor:
+    """Outputs as the API returns them: float32, or float64 from a float64 model."""
+    return tensor.to(torch.promote_types(tensor.dtype, torch.float32))
+
+
 def check_batch_size(
     batch_size, name: str = "batch_size", example: int = DEFAULT_BATCH_SIZE
 ) -> None:

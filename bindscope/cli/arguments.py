@@ -77,7 +77,7 @@ def add_common(
         "--dtype",
         default=None,
         choices=("float32", "float16", "bfloat16", "float64"),
-        help="weights dtype (default float32)",
+        help="weights dtype (default float32; float64 gives float64 probabilities and logits)",
     )
     p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:1, mps")
     p.add_argument("--remote", action="store_true", help="run on NDIF (see docs/remote.md)")

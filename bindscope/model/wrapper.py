@@ -255,7 +255,9 @@ class Model:
         ablate=None,
         batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> list[torch.Tensor]:
-        """Post-softmax attention per text: ``[n_layers_selected, H, n, n]`` float32.
+        """Post-softmax attention per text: ``[n_layers_selected, H, n, n]``.
+
+        float32, or float64 for a float64 model.
 
         Args:
             texts: Prompts.
