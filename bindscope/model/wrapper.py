@@ -12,6 +12,7 @@ from bindscope.batch import (
     GENERATION_BATCH_SIZE,
     Batch,
     check_batch_size,
+    check_rows,
     check_texts,
 )
 from bindscope.errors import InputError
@@ -103,12 +104,13 @@ class Model:
         return self._pad(list(range(len(rows))), rows)
 
     def _pad(self, indices: list[int], rows: list[list[int]]) -> Batch:
+        vocab = self.hf.get_input_embeddings().num_embeddings
+        window = self.context_length
+        check_rows(indices, rows, model_name=self.name, vocab_size=vocab, context_length=window)
         width = max(len(r) for r in rows)
         ids = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         for i, row in enumerate(rows):
-            if not row:
-                raise InputError(f"{self.name}: text #{indices[i]} tokenizes to nothing")
             ids[i, width - len(row) :] = torch.tensor(row)
             mask[i, width - len(row) :] = 1
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
