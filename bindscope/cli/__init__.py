@@ -31,9 +31,17 @@ def _load(spec: str | None, revision: str | None, args: argparse.Namespace) -> L
         revision=revision,
         dtype=args.dtype,
         device=args.device,
-        remote=args.remote,
+        remote=remote_option(args),
         prepend_bos=getattr(args, "prepend_bos", None),
     )
+
+
+def remote_option(args: argparse.Namespace) -> bool | str:
+    """``--remote`` as ``load_model``'s ``remote``: True (NDIF), ``"local"`` or False."""
+    value = getattr(args, "remote", None)
+    if value == "local":
+        return "local"
+    return value == "ndif"
 
 
 def _preflight(args, experiment: str | None = None, *, check_terms: bool = True, **files):
@@ -43,9 +51,9 @@ def _preflight(args, experiment: str | None = None, *, check_terms: bool = True,
     """
     from bindscope.loading import check_device, check_dtype
     from bindscope.prompts import load
-    from bindscope.results.lock import FolderLock
+    from bindscope.results.lock import INFO_NAME, LOCK_NAME, FolderLock
 
-    if not getattr(args, "remote", False):
+    if remote_option(args) is not True:  # NDIF chooses its own dtype and device
         check_dtype(getattr(args, "dtype", None))
         check_device(getattr(args, "device", None))
     sets = {
@@ -53,8 +61,14 @@ def _preflight(args, experiment: str | None = None, *, check_terms: bool = True,
         for name, spec in files.items()
         if spec is not None
     }
-    if experiment is not None:
-        FolderLock(args.out / experiment).acquire().release()  # writable and not in use
+    if experiment is not None:  # writable and not in use; a folder made here is removed
+        folder = args.out / experiment
+        made = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
+        FolderLock(folder).acquire().release()
+        for path in made:
+            for name in (LOCK_NAME, INFO_NAME):
+                (path / name).unlink(missing_ok=True)
+            path.rmdir()
     return sets
 
 
@@ -94,14 +108,14 @@ def _run_experiment(experiment: _Experiment, args: argparse.Namespace) -> int:
         raise BindscopeError("--revision applies to one model; use --model id@revision instead")
     if not experiment.load and not args.model:
         raise BindscopeError(f"{args.command} needs --model (a Hub id with training checkpoints)")
+    if experiment.check is not None:  # options and files, before the folder is touched
+        experiment.check(args)
     sets = {}
     if experiment.folder is not None:
         files = {name: getattr(args, name) for name in experiment.files}
         sets = _preflight(
             args, experiment.folder, check_terms=experiment.check_terms(args), **files
         )
-    if experiment.check is not None:
-        experiment.check(args)
     options = experiment.options(args, sets)
     if not experiment.load:
         models: object = args.model
@@ -123,6 +137,10 @@ def _run_experiment(experiment: _Experiment, args: argparse.Namespace) -> int:
         print(f"records: {args.out / module.EXPERIMENT / 'records.jsonl'}")
     if experiment.after is not None:
         experiment.after(args)
+    print(
+        f"figures: `bindscope figures {args.out}` draws them from the records; "
+        f"`bindscope report {args.out}` writes the report"
+    )
     return 0
 
 
@@ -134,7 +152,7 @@ def _sweep_options(args: argparse.Namespace, sets: dict) -> dict:
         "prompts": sets["prompts"],
         "dtype": args.dtype,
         "device": args.device,
-        "remote": args.remote,
+        "remote": remote_option(args),
         "prepend_bos": args.prepend_bos,
         "heads": args.heads,
         "generation_batch_size": args.generation_batch_size,
@@ -159,7 +177,14 @@ def _check_exemplars(args: argparse.Namespace) -> None:
 
 
 def _check_scan(args: argparse.Namespace) -> None:
-    """Options that apply only in some modes are refused elsewhere, before the model loads."""
+    """Scan options checked before the model loads.
+
+    An option that applies only in another mode is refused; the prompt file is read and the
+    summary's resampling sized.
+    """
+    from bindscope.experiments import head_stats, scan
+    from bindscope.prompts import load
+
     if args.matched_classes and args.unit != "head":
         raise BindscopeError("--matched-classes compares heads: it needs --unit head")
     if args.k is not None and not args.matched_classes:
@@ -167,6 +192,30 @@ def _check_scan(args: argparse.Namespace) -> None:
             f"--k {args.k}: --k applies only with --matched-classes (it sizes the EB* top set "
             "compared with class-matched head sets); leave it out or add --matched-classes N"
         )
+    if args.spread and args.limit is None:
+        raise BindscopeError("--spread spreads --limit N prompts over the terms: add --limit N")
+    items = scan.scannable(load(args.prompts))[: args.limit]
+    head_stats.check_resamples(args.n_resamples, len(items))
+
+
+def _check_patch(args: argparse.Namespace) -> None:
+    """The pair file is read (and the resampling sized) before the model loads."""
+    from bindscope.experiments import head_stats, patching
+
+    pairs, _, _ = patching.load_pairs(args.pairs)
+    head_stats.check_resamples(args.n_resamples, len(pairs[: args.limit]))
+
+
+def _check_heads(args: argparse.Namespace) -> None:
+    from bindscope.experiments import heads
+
+    heads.check_options(
+        args.n_repeated, args.repeat_length, _thresholds(args.threshold), args.top_k
+    )
+    if args.command == "heads":
+        from bindscope.prompts import load
+
+        load(args.prompts)
 
 
 def _given(args: argparse.Namespace, *names: str) -> dict:
@@ -203,6 +252,7 @@ EXPERIMENTS = {
         folder="sweep",
         files=("prompts",),
         load=False,
+        check=_check_heads,
         after=_print_heads_summary,
     ),
     "heads": _Experiment(
@@ -212,6 +262,7 @@ EXPERIMENTS = {
             "thresholds": _thresholds(args.threshold),
         },
         records=True,
+        check=_check_heads,
     ),
     "fewshot": _Experiment(
         "fewshot",
@@ -228,11 +279,15 @@ EXPERIMENTS = {
     ),
     "scan": _Experiment(
         "scan",
-        lambda args, sets: _given(args, "prompts", "ablation", "matched_classes", "k", *_SCAN),
+        lambda args, sets: _given(
+            args, "prompts", "ablation", "matched_classes", "k", "spread", *_SCAN
+        ),
         several=True,
         check=_check_scan,
     ),
-    "patch": _Experiment("patching", lambda args, sets: _given(args, "pairs", *_SCAN)),
+    "patch": _Experiment(
+        "patching", lambda args, sets: _given(args, "pairs", *_SCAN), check=_check_patch
+    ),
 }
 
 
@@ -265,6 +320,8 @@ def cmd_audit(args) -> int:
 
 def _thresholds(pairs: list[str] | None) -> dict[str, float]:
     """``["sink=0.6", ...]`` to ``{"sink": 0.6}`` (``--threshold`` of heads and sweep)."""
+    from bindscope.metrics.heads import PRECEDENCE
+
     out = {}
     for pair in pairs or []:
         name, sep, value = pair.partition("=")
@@ -274,6 +331,11 @@ def _thresholds(pairs: list[str] | None) -> dict[str, float]:
             sep = ""
         if not sep:
             raise BindscopeError(f"--threshold {pair!r}: expected CLASS=VALUE, e.g. sink=0.6")
+        if name.strip().replace("-", "_") not in PRECEDENCE:
+            raise BindscopeError(
+                f"--threshold {pair}: no head class {name.strip()!r}; the classes are "
+                f"{', '.join(PRECEDENCE)}"
+            )
     return out
 
 
@@ -287,9 +349,11 @@ def cmd_summarize(args) -> int:
 
 
 def cmd_figures(args) -> int:
+    from bindscope.experiments import experiment_folders
     from bindscope.figures import make_figures
     from bindscope.results.lock import check_writable
 
+    experiment_folders(args.results)  # no results: refused, as summarize does
     if args.out is not None:
         check_writable(args.out)
     report = make_figures(args.results, args.out)
@@ -299,9 +363,11 @@ def cmd_figures(args) -> int:
 
 
 def cmd_report(args) -> int:
+    from bindscope.experiments import experiment_folders
     from bindscope.figures import write_report
     from bindscope.results.lock import check_writable
 
+    experiment_folders(args.results)  # no results: refused, as summarize does
     if args.out is not None:
         if args.out.is_dir():
             raise BindscopeError(f"--out {args.out} is a folder; pass the report's file path")

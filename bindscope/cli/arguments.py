@@ -35,6 +35,19 @@ def _integer(text: str) -> int:
 GENERATION_ROWS = 64
 
 
+#: What ``RESULTS`` is, for summarize, figures and report.
+RESULTS_HELP = "the --out folder of one or more experiment runs"
+
+
+def add_prompts(p: argparse.ArgumentParser) -> None:
+    """``--prompts``: the prompt set a subcommand runs on."""
+    p.add_argument(
+        "--prompts",
+        default="canonical",
+        help="prompt set: canonical, controls or a .jsonl path (default %(default)s)",
+    )
+
+
 def add_generation_batch(p: argparse.ArgumentParser) -> None:
     """``--generation-batch-size``, for subcommands that generate besides other passes."""
     p.add_argument(
@@ -80,7 +93,15 @@ def add_common(
         help="weights dtype (default float32; float64 gives float64 probabilities and logits)",
     )
     p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:1, mps")
-    p.add_argument("--remote", action="store_true", help="run on NDIF (see docs/remote.md)")
+    p.add_argument(
+        "--remote",
+        nargs="?",
+        const="ndif",
+        default=None,
+        choices=("ndif", "local"),
+        help="run every trace on NDIF (--remote) or through its local simulation "
+        "(--remote local: the weights load here); default: plain local runs. docs/remote.md",
+    )
     p.add_argument(
         "--prepend-bos",
         action=argparse.BooleanOptionalAction,
@@ -92,8 +113,18 @@ def add_common(
         p.add_argument("--out", required=True, type=Path, help="results folder")
         p.add_argument("--force", action="store_true", help="discard finished records, redo")
     if compute:
-        p.add_argument("--batch-size", type=positive, default=16)
-        p.add_argument("--seed", type=int, default=0, help="seed of bootstrap CIs, random sets")
+        p.add_argument(
+            "--batch-size",
+            type=positive,
+            default=16,
+            help="texts per forward pass; results equal to rounding (default %(default)s)",
+        )
+        p.add_argument(
+            "--seed",
+            type=int,
+            default=0,
+            help="seed of bootstrap CIs, permutation tests and random draws (default %(default)s)",
+        )
         p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
@@ -106,16 +137,41 @@ def add_head_options(p: argparse.ArgumentParser) -> None:
         help="classification threshold, repeatable: sink, previous_token, induction, "
         "duplicate_token, binding (defaults: bindscope.metrics.heads.THRESHOLDS)",
     )
-    p.add_argument("--n-repeated", type=int, default=32, help="repeated random sequences")
-    p.add_argument("--repeat-length", type=int, default=24, help="random tokens per copy")
-    p.add_argument("--top-k", type=int, default=4, help="binding top-k compared with classes")
+    p.add_argument(
+        "--n-repeated", type=positive, default=32, help="repeated random sequences (default 32)"
+    )
+    p.add_argument(
+        "--repeat-length", type=positive, default=24, help="random tokens per copy (default 24)"
+    )
+    p.add_argument(
+        "--top-k", type=positive, default=4, help="binding top-k compared with classes (default 4)"
+    )
 
 
 def add_scan_options(p, units: tuple[str, ...] = ("head", "layer")) -> None:
     """Options of the per-head scans (``scan``, ``patch``)."""
-    p.add_argument("--unit", choices=units, default="head")
-    p.add_argument("--correction", choices=("bh", "holm"), default="bh", help="across heads")
-    p.add_argument("--limit", type=positive, default=None, help="only the first N prompts/pairs")
+    p.add_argument(
+        "--unit",
+        choices=units,
+        default="head",
+        help="one condition per head, per layer (every head of it)"
+        + (", or per layer and token position" if "position" in units else "")
+        + " (default %(default)s)",
+    )
+    p.add_argument(
+        "--correction",
+        choices=("bh", "holm"),
+        default="bh",
+        help="multiple-comparison correction across heads: Benjamini-Hochberg or Holm "
+        "(default %(default)s)",
+    )
+    p.add_argument(
+        "--limit",
+        type=positive,
+        default=None,
+        help="only N items (default: all): the first N scannable prompts (scan: recognition "
+        "items and prompts with a target) or the first N pairs that fit the tokenizer (patch)",
+    )
     p.add_argument(
         "--n-resamples",
         type=positive,
@@ -134,26 +190,43 @@ def build(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpar
 
     p = sub.add_parser("binding", help="EB* per prompt; records + summary")
     add_common(p)
-    p.add_argument("--prompts", default="canonical", help="canonical, controls or a .jsonl path")
+    add_prompts(p)
     p.add_argument(
-        "--on-missing", choices=("skip", "error"), default="skip", help="term not in a prompt"
+        "--on-missing",
+        choices=("skip", "error"),
+        default="skip",
+        help="a term the tokenizer cannot place in its prompt: skip it with the reason, or stop "
+        "(default %(default)s)",
     )
     p.set_defaults(func=commands["binding"])
 
     p = sub.add_parser("audit", help="each prompt's term span under a model's tokenizer")
     add_common(p, out=False, compute=False)
-    p.add_argument("--prompts", default="canonical")
+    add_prompts(p)
     p.add_argument("--write", type=Path, default=None, help="audit JSONL path")
     p.add_argument("--strict", action="store_true", help="exit 1 if any span is missing/short")
     p.set_defaults(func=commands["audit"])
 
     p = sub.add_parser("c5", help="causal head ablation: top/bottom/random k-head sets")
     add_common(p, several=True)
-    p.add_argument("--prompts", default="canonical")
+    add_prompts(p)
     p.add_argument("--ranking", default=None, help="prompt set that ranks heads (default: prompts)")
-    p.add_argument("--k", type=positive, default=4, help="heads per ablated set")
-    p.add_argument("--n-random", type=count, default=50, help="number of random k-head sets")
-    p.add_argument("--ablation", choices=("zero", "mean"), default="zero")
+    p.add_argument(
+        "--k", type=positive, default=4, help="heads per ablated set (default %(default)s)"
+    )
+    p.add_argument(
+        "--n-random",
+        type=count,
+        default=50,
+        help="number of random k-head sets (default %(default)s)",
+    )
+    p.add_argument(
+        "--ablation",
+        choices=("zero", "mean"),
+        default="zero",
+        help="zero the heads' outputs, or set them to their mean over the prompts "
+        "(default %(default)s)",
+    )
     p.add_argument("--matched-layers", action="store_true", help="random sets in top's layers")
     p.add_argument(
         "--matched-classes",
@@ -171,7 +244,7 @@ def build(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpar
         help="comma-separated revisions in training order, or a preset: "
         "pythia-paper, olmo-1b, crfm, smollm3",
     )
-    p.add_argument("--prompts", default="canonical")
+    add_prompts(p)
     p.add_argument(
         "--heads", action="store_true", help="also the head taxonomy per revision (OUT/heads)"
     )
@@ -181,13 +254,13 @@ def build(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpar
 
     p = sub.add_parser("heads", help="head taxonomy: sink, previous-token, induction, binding")
     add_common(p)
-    p.add_argument("--prompts", default="canonical")
+    add_prompts(p)
     add_head_options(p)
     p.set_defaults(func=commands["heads"])
 
     p = sub.add_parser("fewshot", help="C3: zero-shot vs exemplar vs paraphrase prefix")
     add_common(p)
-    p.add_argument("--prompts", default="canonical")
+    add_prompts(p)
     p.add_argument("--exemplars", default=None, help="exemplars JSON (default: the package's)")
     # every pass here is generation: --batch-size counts generation rows
     p.set_defaults(batch_size=GENERATION_ROWS)
@@ -195,20 +268,35 @@ def build(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpar
 
     p = sub.add_parser("controls", help="discriminant validity: real terms vs control groups")
     add_common(p)
-    p.add_argument("--controls", default="controls")
-    p.add_argument("--real", default="canonical")
+    p.add_argument(
+        "--controls",
+        default="controls",
+        help="control groups' prompt set: a built-in name or a .jsonl path (default %(default)s)",
+    )
+    p.add_argument(
+        "--real",
+        default="canonical",
+        help="real terms' prompt set: a built-in name or a .jsonl path (default %(default)s)",
+    )
     p.set_defaults(func=commands["controls"])
 
     p = sub.add_parser("scan", help="ablate every head alone: effect map with CIs and BH p")
     add_common(p, several=True)
-    p.add_argument("--prompts", default="canonical")
-    p.add_argument("--ablation", choices=("zero", "mean", "resample"), default="zero")
+    add_prompts(p)
+    p.add_argument(
+        "--ablation",
+        choices=("zero", "mean", "resample"),
+        default="zero",
+        help="zero each head's output, set it to its mean over the prompts, or take it from "
+        "another prompt drawn with --seed (default %(default)s)",
+    )
     p.add_argument(
         "--matched-classes",
         type=count,
         default=0,
         metavar="N",
-        help="compare the EB* top-k heads' effect with N class-matched random head sets",
+        help="compare the EB* top-k heads' effect with N class-matched random head sets "
+        "(default %(default)s: off)",
     )
     p.add_argument(
         "--k",
@@ -216,34 +304,49 @@ def build(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpar
         default=None,
         help="EB* top set size compared under --matched-classes (default 4; refused without it)",
     )
+    p.add_argument(
+        "--spread",
+        action="store_true",
+        help="with --limit N: take the N prompts in turn from each term (one per term, then a "
+        "second, ...) instead of the first N in the file; refused without --limit",
+    )
     add_scan_options(p)
     p.set_defaults(func=commands["scan"])
 
     p = sub.add_parser("patch", help="patch each head from clean into corrupted runs")
     add_common(p)
-    p.add_argument("--pairs", default="pairs", help="'pairs' (built-in) or a pair file")
+    p.add_argument(
+        "--pairs",
+        default="pairs",
+        help="'pairs' (built-in) or a pair file, docs/records.md (default %(default)s)",
+    )
     add_scan_options(p, units=("head", "layer", "position"))
     p.set_defaults(func=commands["patch"])
 
     p = sub.add_parser("summarize", help="recompute summary.json files from records")
-    p.add_argument("results", type=Path)
+    p.add_argument("results", type=Path, help=RESULTS_HELP)
     p.set_defaults(func=commands["summarize"])
 
     p = sub.add_parser("figures", help="PNG and PDF figures from a results folder")
-    p.add_argument("results", type=Path)
+    p.add_argument("results", type=Path, help=RESULTS_HELP)
     p.add_argument("--out", type=Path, default=None, help="default: RESULTS/figures")
     p.set_defaults(func=commands["figures"])
 
     p = sub.add_parser("report", help="Markdown report (tables + figures) for a results folder")
-    p.add_argument("results", type=Path)
+    p.add_argument("results", type=Path, help=RESULTS_HELP)
     p.add_argument("--out", type=Path, default=None, help="default: RESULTS/report.md")
     p.set_defaults(func=commands["report"])
 
     p = sub.add_parser("demo", help="the full study on the default model (about 15 min, CPU)")
-    p.add_argument("--out", type=Path, default=Path("bindscope-demo"))
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("bindscope-demo"),
+        help="results folder (default %(default)s)",
+    )
     p.add_argument("--quick", action="store_true", help="a few terms only, for a smoke test")
     p.add_argument("--force", action="store_true", help="discard finished records, redo")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.set_defaults(func=commands["demo"])
     return top
 

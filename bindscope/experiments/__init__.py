@@ -28,6 +28,18 @@ def summarize(results_dir: str | Path) -> dict[str, dict]:
         InputError: No ``<experiment>/records.jsonl`` under the folder.
         RecordFileError: A records file is corrupt (file and line named).
     """
+    found = experiment_folders(results_dir)
+    return {name: _module(name).summarize(folder) for name, folder in found.items()}
+
+
+def experiment_folders(results_dir: str | Path) -> dict[str, Path]:
+    """Each experiment with records under ``results_dir`` -> its folder.
+
+    ``summarize``, ``report`` and ``figures`` read these.
+
+    Raises:
+        InputError: None (the folder holds no experiment's ``records.jsonl``).
+    """
     root = Path(results_dir)
     found = {n: root / n for n in NAMES if (root / n / "records.jsonl").is_file()}
     if not found and (root / "records.jsonl").is_file() and root.name in NAMES:
@@ -37,7 +49,7 @@ def summarize(results_dir: str | Path) -> dict[str, dict]:
             f"{root}: no experiment results here (expected {', '.join(NAMES)} folders with "
             "records.jsonl); pass the --out folder of a run"
         )
-    return {name: _module(name).summarize(folder) for name, folder in found.items()}
+    return found
 
 
-__all__ = ["NAMES", "summarize"]
+__all__ = ["NAMES", "experiment_folders", "summarize"]

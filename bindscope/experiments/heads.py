@@ -87,6 +87,7 @@ def run(
     Returns:
         The summary (also written to ``OUT/heads/summary.json``).
     """
+    check_options(n_repeated, repeat_length, thresholds, top_k, model=model)
     folder = Path(out) / EXPERIMENT
     pset = prompt_set(prompts)
     settings = _settings(pset, n_repeated, repeat_length, seed)
@@ -157,6 +158,7 @@ class RevisionScorer:
         force: bool = False,
         progress: bool = True,
     ) -> None:
+        check_options(n_repeated, repeat_length, thresholds, top_k)
         self.folder = Path(out) / EXPERIMENT
         self.pset = pset
         self.settings = _settings(pset, n_repeated, repeat_length, seed)
@@ -195,6 +197,46 @@ class RevisionScorer:
             self.writer.close()
 
 
+def check_options(
+    n_repeated, repeat_length, thresholds: Mapping[str, float] | None, top_k, *, model=None
+) -> None:
+    """Refuse taxonomy options that cannot run, before the folder is touched.
+
+    With ``model``, also a ``top_k`` above its head count and repeated sequences longer than
+    its context window.
+
+    Raises:
+        InputError: The option named, with a value that works.
+    """
+    for name, value in (
+        ("n_repeated", n_repeated), ("repeat_length", repeat_length), ("top_k", top_k)
+    ):  # fmt: skip
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            flag = "--" + name.replace("_", "-")
+            raise InputError(f"{name}={value!r} ({flag}) must be a positive integer")
+    unknown = sorted(set(thresholds or {}) - set(taxonomy.PRECEDENCE))
+    if unknown:
+        raise InputError(
+            f"no head class {unknown}; thresholds apply to {', '.join(taxonomy.PRECEDENCE)}"
+        )
+    if model is None:
+        return
+    total = model.n_layers * model.n_heads
+    if top_k > total:
+        raise InputError(
+            f"top_k={top_k}: {model_label(model)} has {total} heads ({model.n_layers} layers x "
+            f"{model.n_heads}); pass --top-k {total} or less"
+        )
+    window = getattr(model, "context_length", None)
+    need = 2 * repeat_length + (1 if model.prepend_bos else 0)
+    if window and need > window:
+        raise InputError(
+            f"repeat_length={repeat_length}: a repeated sequence takes {need} tokens, more than "
+            f"{model_label(model)}'s context window of {window}; pass --repeat-length "
+            f"{(window - 1) // 2} or less"
+        )
+
+
 def _settings(pset, n_repeated: int, repeat_length: int, seed: int) -> dict:
     return {
         "prompt_sha256": pset.sha256,
@@ -215,11 +257,6 @@ def _repeated_key(i: int) -> str:
 
 
 def _write_classification(folder: Path, thresholds, top_k: int) -> None:
-    unknown = sorted(set(thresholds or {}) - set(taxonomy.PRECEDENCE))
-    if unknown:
-        raise InputError(
-            f"no head class {unknown}; thresholds apply to {', '.join(taxonomy.PRECEDENCE)}"
-        )
     rule = {"thresholds": {**taxonomy.THRESHOLDS, **(thresholds or {})}, "top_k": top_k}
     folder.mkdir(parents=True, exist_ok=True)
     (folder / CLASSIFICATION_FILE).write_text(json.dumps(rule, indent=2) + "\n", "utf-8")
@@ -347,6 +384,7 @@ def summarize(
 
 __all__ = [
     "RevisionScorer",
+    "check_options",
     "primary_classes",
     "run",
     "run_revisions",

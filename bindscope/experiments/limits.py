@@ -155,7 +155,7 @@ def excluded(
     if not total:
         return None
     said = ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items()))
-    found = {
+    found: dict[str, object] = {
         "kind": "excluded",
         "model": model,
         "where": where,
@@ -169,7 +169,7 @@ def excluded(
     if keys:
         more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
         found["keys"] = list(keys)
-        found["message"] += f"; records {', '.join(keys[:3])}{more}"
+        found["message"] = f"{found['message']}; records {', '.join(keys[:3])}{more}"
     return found
 
 

@@ -49,7 +49,7 @@ class Pair:
     """One clean/corrupted pair (see ``docs/records.md``, "Pair files")."""
 
     pair_id: str
-    term: str
+    term: str  # "" when the pair has none (an IOI pair); only labels the records
     clean: str
     corrupted: str
     target: str | None = None
@@ -59,8 +59,8 @@ class Pair:
 
     @property
     def key(self) -> str:
-        """``term/pair_id``, unique in a pair file."""
-        return f"{self.term}/{self.pair_id}"
+        """``term/pair_id`` (``pair_id`` without a term), unique in a pair file."""
+        return f"{self.term}/{self.pair_id}" if self.term else self.pair_id
 
 
 def load_pairs(path_or_name: str | Path = "pairs") -> tuple[list[Pair], str, str]:
@@ -81,7 +81,7 @@ def load_pairs(path_or_name: str | Path = "pairs") -> tuple[list[Pair], str, str
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             raise PromptFileError(f"{where}: not valid JSON ({exc.msg})") from None
-        missing = [k for k in ("pair_id", "term", "clean", "corrupted") if k not in row]
+        missing = [k for k in ("pair_id", "clean", "corrupted") if k not in row]
         if missing:
             raise PromptFileError(f"{where}: missing field(s) {missing}")
         has_answers = "clean_answer" in row and "corrupted_answer" in row
@@ -89,9 +89,15 @@ def load_pairs(path_or_name: str | Path = "pairs") -> tuple[list[Pair], str, str
             raise PromptFileError(
                 f"{where}: give a 'target' text, or both 'clean_answer' and 'corrupted_answer'"
             )
+        if row.get("target") and ("clean_answer" in row or "corrupted_answer" in row):
+            raise PromptFileError(
+                f"{where}: both 'target' and 'clean_answer'/'corrupted_answer'; a pair has one "
+                "metric: keep 'target' (its mean log-prob) or the two answers (their logit "
+                "difference)"
+            )
         pair = Pair(
             str(row["pair_id"]),
-            str(row["term"]),
+            str(row.get("term") or ""),
             row["clean"],
             row["corrupted"],
             row.get("target"),
@@ -103,6 +109,8 @@ def load_pairs(path_or_name: str | Path = "pairs") -> tuple[list[Pair], str, str
             raise PromptFileError(f"{where}: pair {pair.key} appears twice")
         seen.add(pair.key)
         pairs.append(pair)
+    if not pairs:
+        raise PromptFileError(f"{path}: no pairs (the file holds no JSON line); docs/records.md")
     return pairs, path.stem, content_sha256(path)
 
 
@@ -170,6 +178,7 @@ def run(
         raise InputError(f"correction must be 'bh' or 'holm', not {correction!r}")
     check_limit(limit)
     found, name, sha = load_pairs(pairs)
+    head_stats.check_resamples(n_resamples, len(found[:limit]))
     prepared = []
     skipped = 0
     for pair in found:

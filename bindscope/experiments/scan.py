@@ -82,6 +82,19 @@ def scannable(pset) -> list:
     return [r for r in pset.records if r.task == "recognition" or r.extra.get("target")]
 
 
+def spread_over_terms(items: list, n: int | None) -> list:
+    """``n`` items taken in turn from each term (first of each term, then second, ...).
+
+    Terms in order of first appearance; the items keep their file order within a term.
+    """
+    by_term: dict[str, list] = {}
+    for item in items:
+        by_term.setdefault(item.term, []).append(item)
+    rounds = max((len(group) for group in by_term.values()), default=0)
+    order = [group[i] for i in range(rounds) for group in by_term.values() if i < len(group)]
+    return order[:n]
+
+
 #: Why a prompt of the set is not scanned (counted in the summary's limits).
 UNSCORED = "generation item without a 'target' to score"
 
@@ -96,6 +109,7 @@ def run(
     correction: str = "bh",
     seed: int = 0,
     limit: int | None = None,
+    spread: bool = False,
     batch_size: int = 16,
     n_resamples: int | None = None,
     matched_classes: int = 0,
@@ -114,7 +128,11 @@ def run(
         unit: ``head`` (one condition per head) or ``layer`` (one per layer).
         correction: ``bh`` (Benjamini-Hochberg) or ``holm``, across conditions.
         seed: Seed of the bootstrap and permutation tests.
-        limit: Scan only the first ``limit`` scannable prompts (quick looks).
+        limit: Scan only ``limit`` scannable prompts (recognition items and prompts with a
+            ``target``; quick looks): the first in file order, or with ``spread`` taken in
+            turn from each term (one per term, then a second per term, ...).
+        spread: With ``limit``, spread the prompts evenly over the terms (recorded);
+            refused without ``limit``.
         batch_size: Sequences per clean pass.
         n_resamples: Bootstrap and permutation resamples per condition (default: enough
             for one head alone to pass the correction, and at least 9999).
@@ -142,11 +160,16 @@ def run(
         )
     models = models if isinstance(models, (list, tuple)) else [models]
     pset = prompt_set(prompts)
-    items = scannable(pset)[:limit]
+    if spread and limit is None:
+        raise InputError(
+            "spread=True (--spread) spreads --limit prompts over the terms: add --limit N"
+        )
+    items = spread_over_terms(scannable(pset), limit) if spread else scannable(pset)[:limit]
     if not items:
         raise InputError(
             f"{pset.name}: no recognition record and no record with a 'target' field to scan"
         )
+    head_stats.check_resamples(n_resamples, len(items))
     folder = Path(out) / EXPERIMENT
     settings = {
         "ablation": ablation,
@@ -156,6 +179,8 @@ def run(
         "prompt_sha256": pset.sha256,
         "matched_classes": matched_classes,
     }
+    if spread:
+        settings["spread"] = True
     if matched_classes:
         settings["k"] = 4 if k is None else k
     records = folder / "records.jsonl"
@@ -239,6 +264,7 @@ def _run_model(model, pset, items, writer, settings, batch_size, progress) -> No
             means=means,
             donors=donors or None,
             batch_size=batch_size,
+            progress=progress,  # moves after every pass, with an ETA for the chunk
         )
         owner_of = np.array(owners)
         out = []
@@ -333,6 +359,7 @@ __all__ = [
     "draw_donors",
     "matched_comparison",
     "run",
+    "spread_over_terms",
     "summarize",
     "summarize_scan",
 ]

@@ -164,7 +164,14 @@ class Model:
 
     @property
     def capture_mode(self) -> str:
-        """``eager`` (weights returned by the module) or ``recompute`` (from q and k)."""
+        """How a capture would read probabilities *now*: ``eager`` or ``recompute``.
+
+        ``eager``: the attention module returns its weights; ``recompute``: they are
+        recomputed from q and k (one more q.k^T softmax per captured layer). Outside
+        ``eager()`` an sdpa model says ``recompute``; every bindscope call captures inside
+        ``eager()``, where a local model says ``eager`` (``capture_method``, what records
+        store). Only a remote model after a capture fallback recomputes there.
+        """
         if self.capture_fallback or self.attn_implementation != "eager":
             return "recompute"
         return "eager"

@@ -201,6 +201,10 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
         "--ablation": Changes("zero", "mean", lambda r, v: scan_setting(r, "ablation") == v),
         "--unit": Changes("head", "layer", lambda r, v: scan_setting(r, "unit") == v),
         "--limit": Changes("1", "2", lambda r, v: scan_setting(r, "limit") == int(v)),
+        "--spread": NoEffect(
+            "which --limit prompts are taken; refused without --limit",
+            "tests/experiments/test_reliability.py::test_scan_spread_takes_prompts_from_every_term",
+        ),
         "--correction": NoEffect(
             "multiple-comparison method of the summary",
             "tests/experiments/test_scan.py::test_layer_unit_and_holm",
@@ -517,6 +521,7 @@ def test_every_recorded_scan_setting_is_an_option_that_changes_results(world, tm
     assert cli.main(argv) == 0, capsys.readouterr().err
     settings = _written(tmp_path)["scan/records.jsonl"][0]["scan"]
     option = {"prompt_sha256": "--prompts", "matched_classes": "--matched-classes"}
+    assert "spread" not in settings  # recorded only with --spread (shown to change the items)
     for name in settings:
         entry = TABLE["scan"][option.get(name, "--" + name.replace("_", "-"))]
         assert isinstance(entry, Changes), f"scan records {name} but it changes nothing"
