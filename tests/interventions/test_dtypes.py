@@ -93,3 +93,13 @@ def test_float64_runs_end_to_end(tiny):
     assert softmax_dtype(torch.float64, "recompute") == torch.float64
     assert softmax_dtype(torch.float16, "eager") == torch.float16
     assert softmax_dtype(torch.float16, "recompute") == torch.float32
+
+
+def test_float64_through_the_local_simulation(sp_tokenizer):
+    """The remote probe bounds rows by the softmax's dtype too (float32 under eager)."""
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_config(tiny_config("llama"), attn_implementation="eager")
+    wide = bindscope.load_model(hf.eval().to(torch.float64), tokenizer=sp_tokenizer,
+                                remote="local")  # fmt: skip
+    assert wide.attention_probs([PROMPTS[0]])[0].dtype == torch.float64
