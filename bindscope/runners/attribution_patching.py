@@ -1,0 +1,393 @@
+"""Attribution patching: every head's intervention effect estimated from one backward pass.
+
+For a metric and an intervention on every listed head (``Zero``, ``Mean``, ``Patch``,
+``Resample``: the head's output; ``Knockout`` and `PatternPatch`: its attention pattern),
+`head_attribution_patching` returns the first-order estimate of the metric's change when
+that head *alone* is intervened on, ``[L, H]`` per text, from one forward pass with
+gradients (plus one pass over the donor texts for ``Patch`` and ``Resample``), whatever
+the number of heads. ``bindscope.runners.attribution_ops`` holds the maths and the trace
+bodies; ``bindscope scan --method attribution`` verifies the top heads exactly.
+
+Where the metric is linear in a head's output (for instance a logit difference, the last
+layer's heads and a frozen final norm) the estimate is the exact effect. Elsewhere it is
+first order: AtP* (Kramar et al. 2024) recomputes a changed attention pattern exactly
+instead of linearising the softmax (``method="atp*"``, the default; ``method="atp"``
+linearises it, the plain AtP estimate, for comparison). GradDrop is not implemented.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from bindscope.errors import InputError
+from bindscope.interventions import Knockout, Mean, Patch, Resample, Zero
+from bindscope.interventions.specs import RowOp, resolve_rows
+from bindscope.protocols import LanguageModel
+from bindscope.runners import attribution_ops
+
+__all__ = [
+    "METHODS",
+    "LogitDifference",
+    "PatternPatch",
+    "TargetLogprob",
+    "attribution_scores",
+    "head_attribution_patching",
+]
+
+METHODS = ("atp*", "atp")
+
+
+@dataclass(frozen=True)
+class TargetLogprob:
+    """Mean log-probability per token of a text's last ``n_target`` tokens.
+
+    The scan's metric: a recognition choice's log-probability is the ``TargetLogprob`` of
+    the prompt followed by the choice (``n_target``: the choice's tokens), a target's the
+    same with the target text.
+    """
+
+    n_target: int = 1
+
+
+@dataclass(frozen=True)
+class LogitDifference:
+    """``logit(correct) - logit(wrong)`` at the text's last position (ids or one-token strings)."""
+
+    correct: int | str
+    wrong: int | str
+
+
+Metric = TargetLogprob | LogitDifference
+
+
+@dataclass(frozen=True)
+class PatternPatch:
+    """The heads attend as on ``source`` (its queries and keys), keeping their own values.
+
+    A query/key intervention: its effect goes through the softmax, which AtP* recomputes.
+    ``source`` and ``positions`` (query positions whose rows change) as in ``Patch``.
+    """
+
+    heads: tuple
+    source: tuple = ()
+    positions: tuple[int, ...] | None = None
+
+    def as_patch(self) -> Patch:
+        """The same heads, sources and positions as a ``Patch`` (checked the same way)."""
+        return Patch(self.heads, self.source, self.positions)
+
+
+def _split(intervene) -> tuple[list, list]:
+    """Specs as (head-output and knockout specs, pattern patches)."""
+    if intervene is None:
+        raise InputError(
+            "head_attribution_patching needs intervene=: Zero, Mean, Patch, Resample, "
+            "Knockout or PatternPatch over the heads to estimate"
+        )
+    items = [intervene] if not isinstance(intervene, (list, tuple)) else list(intervene)
+    patterns = [s for s in items if isinstance(s, PatternPatch)]
+    others = [s for s in items if not isinstance(s, PatternPatch)]
+    for spec in others:
+        if not isinstance(spec, (Zero, Mean, Patch, Resample, Knockout)):
+            raise InputError(
+                f"intervene= takes specs (Zero, Mean, Patch, Resample, Knockout, PatternPatch), "
+                f"not {type(spec).__name__}"
+            )
+    return others, patterns
+
+
+def _token(model: LanguageModel, token) -> int:
+    if isinstance(token, str):
+        ids = model.tokenizer(token, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            raise InputError(
+                f"{model.name}: LogitDifference token {token!r} is {len(ids)} tokens; pass "
+                "one token (e.g. ' Paris') or its id"
+            )
+        return int(ids[0])
+    return int(token)
+
+
+def _check_metrics(model: LanguageModel, metric, lengths: list[int]) -> list[Metric]:
+    metrics = list(metric) if isinstance(metric, (list, tuple)) else [metric] * len(lengths)
+    if len(metrics) != len(lengths):
+        raise InputError(f"{len(metrics)} metrics for {len(lengths)} texts; give one per text")
+    out: list[Metric] = []
+    for i, (m, n) in enumerate(zip(metrics, lengths)):
+        if isinstance(m, TargetLogprob):
+            if not 0 < m.n_target < n:
+                raise InputError(
+                    f"text #{i} has {n} tokens: TargetLogprob(n_target={m.n_target}) needs "
+                    "at least one target token and a prompt before it"
+                )
+            out.append(m)
+        elif isinstance(m, LogitDifference):
+            out.append(LogitDifference(_token(model, m.correct), _token(model, m.wrong)))
+        else:
+            raise InputError(
+                f"metric #{i} is a {type(m).__name__}; pass TargetLogprob(n_target) or "
+                "LogitDifference(correct, wrong)"
+            )
+    return out
+
+
+def _terms(metrics: list[Metric], ids: torch.Tensor) -> tuple[dict, int]:
+    """The metric's terms (``attribution_ops.metric_values``) and how many logits to keep.
+
+    ``ids`` is the left-padded batch ``[b, W]``: every text ends in the last column.
+    """
+    keep = max(m.n_target + 1 if isinstance(m, TargetLogprob) else 1 for m in metrics)
+    b, width = ids.shape
+    t = max((m.n_target for m in metrics if isinstance(m, TargetLogprob)), default=0)
+    logprob = [torch.zeros(b, t, dtype=torch.long) for _ in range(2)] + [torch.zeros(b, t)]
+    logit = [torch.zeros(b, 2, dtype=torch.long) for _ in range(2)] + [torch.zeros(b, 2)]
+    for r, m in enumerate(metrics):
+        if isinstance(m, TargetLogprob):
+            for j in range(m.n_target):
+                column = width - m.n_target + j  # of the target token
+                logprob[0][r, j] = column - 1 - (width - keep)  # the kept logits predicting it
+                logprob[1][r, j] = ids[r, column]
+                logprob[2][r, j] = 1.0 / m.n_target
+        else:
+            logit[0][r] = keep - 1
+            logit[1][r] = torch.tensor([int(m.correct), int(m.wrong)])
+            logit[2][r] = torch.tensor([1.0, -1.0])
+    terms = {}
+    if t:
+        terms["logprob"] = tuple(logprob)
+    if any(isinstance(m, LogitDifference) for m in metrics):
+        terms["logit"] = tuple(logit)
+    return terms, keep
+
+
+def _keeps_logits(model: LanguageModel) -> bool:
+    import inspect
+
+    return "logits_to_keep" in inspect.signature(model.hf.forward).parameters
+
+
+class _Plan:
+    """One batch's tensors for ``attribution_ops.attribution_pass``."""
+
+    def __init__(self, model: LanguageModel, b: int, width: int, method: str) -> None:
+        self.model, self.b, self.width = model, b, width
+        self.plan: dict = {"method": method}
+        self.chosen = torch.zeros(model.n_layers, b, model.n_heads, dtype=torch.bool)
+        self.donors: dict[tuple[int, ...], int] = {}
+        self.donor_ops: list[tuple[int, int, RowOp, bool]] = []  # (row, n, op, pattern)
+
+    def _layer(self, kind: str, layer: int, make):
+        return self.plan.setdefault(kind, {}).setdefault(layer, make())
+
+    def add(self, r: int, n: int, op: RowOp, pattern: bool = False) -> None:
+        """Add one checked ``RowOp`` of batch row ``r`` (``n`` real tokens)."""
+        model, width = self.model, self.width
+        for layer, head in op.heads:
+            self.chosen[layer, r, head] = True
+        if op.kind == "zero":
+            for layer, head in op.heads:
+                self._layer("zero", layer, lambda: torch.zeros(self.b, model.n_heads))[r, head] = 1
+        elif op.kind == "mean":
+            assert op.means is not None  # resolve_rows sets it on every mean op
+            for layer, head in op.heads:
+                table = op.means[layer].float()
+                sel, means = self._layer(
+                    "mean", layer, lambda t=table: (torch.zeros(self.b, model.n_heads), t)
+                )
+                if means is not table and not torch.equal(means, table):
+                    raise InputError("one call takes one Mean table; estimate the others apart")
+                sel[r, head] = 1
+        elif op.kind == "donor":
+            assert op.donor is not None  # resolve_rows sets it on every donor op
+            self.donors.setdefault(op.donor, len(self.donors))
+            self.donor_ops.append((r, n, op, pattern))
+        elif op.kind == "knockout":
+            offset = width - n
+            q = torch.tensor([offset + a for a, _ in op.edges])
+            k = torch.tensor([offset + c for _, c in op.edges])
+            for layer, head in op.heads:
+                shape = (self.b, model.n_heads, width, width)
+                removed = self._layer(
+                    "knockout", layer, lambda s=shape: torch.zeros(s, dtype=torch.bool)
+                )
+                removed[r, head, q, k] = True
+
+    def add_donors(self, found: dict, donor_width: int) -> None:
+        """Place the donor pass's outputs (``attribution_ops.head_outputs``) end-aligned."""
+        model, width = self.model, self.width
+        shift = width - donor_width  # text column c is donor column c - shift
+        for r, n, op, pattern in self.donor_ops:
+            assert op.donor is not None
+            d = self.donors[op.donor]
+            m = len(op.donor)
+            if op.positions is None:
+                columns = list(range(width - min(n, m), width))
+            else:
+                columns = [width - n + p for p in op.positions if p >= n - m]
+            for layer, head in op.heads:
+                if pattern:
+                    rows, source = self._layer(
+                        "pattern", layer,
+                        lambda: (torch.zeros(self.b, model.n_heads, width, dtype=torch.bool),
+                                 torch.zeros(self.b, model.n_heads, width, width)),
+                    )  # fmt: skip
+                    block = found[("a", layer)][d, head, donor_width - n :, donor_width - n :]
+                    source[r, head, width - n :, width - n :] = block.float()
+                    rows[r, head, columns] = True
+                    continue
+                where, value = self._layer(
+                    "donor", layer,
+                    lambda: (torch.zeros(self.b, width, model.n_heads, dtype=torch.bool),
+                             torch.zeros(self.b, width, model.n_heads, model.head_dim)),
+                )  # fmt: skip
+                z = found[("z", layer)]
+                for c in columns:
+                    where[r, c, head] = True
+                    value[r, c, head] = z[d, c - shift, head].float()
+
+    def donor_layers(self) -> tuple[list[int], list[int]]:
+        outputs = {layer for _, _, op, p in self.donor_ops if not p for layer, _ in op.heads}
+        patterns = {layer for _, _, op, p in self.donor_ops if p for layer, _ in op.heads}
+        return sorted(outputs), sorted(patterns)
+
+    def finish(self) -> dict:
+        plan = self.plan
+        plan["outputs"] = sorted(
+            {*plan.get("zero", {}), *plan.get("mean", {}), *plan.get("donor", {})}
+        )
+        plan["patterns"] = sorted({*plan.get("knockout", {}), *plan.get("pattern", {})})
+        return plan
+
+
+def _donor_pass(model: LanguageModel, planner: _Plan) -> None:
+    if not planner.donors:
+        return
+    outputs, patterns = planner.donor_layers()
+    batch = model.encode([list(d) for d in planner.donors])
+    with torch.no_grad(), model.nnsight.trace(**batch.inputs, **model.trace_options) as tracer:
+        found = attribution_ops.head_outputs(model, outputs, patterns)
+        tracer.stop()
+    planner.add_donors(found, batch.input_ids.shape[1])
+
+
+def attribution_scores(model: LanguageModel, texts: Sequence, metric, **options):
+    """Clean metric ``[S]`` and estimated change ``[S, L, H]`` (float64; NaN: not intervened).
+
+    Arguments as in `head_attribution_patching`.
+    """
+    return _estimate(model, list(texts), metric, **options)
+
+
+def _estimate(
+    model: LanguageModel,
+    texts: list,
+    metric,
+    intervene=None,
+    method: str = "atp*",
+    batch_size: int = 16,
+) -> tuple[np.ndarray, np.ndarray]:
+    if method not in METHODS:
+        raise InputError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
+    others, patterns = _split(intervene)
+    if method == "atp" and any(isinstance(s, Knockout) for s in others):
+        raise InputError(
+            "method='atp' linearises the softmax, but a Knockout moves its scores to minus "
+            "infinity; use method='atp*' (the knocked-out pattern is recomputed)"
+        )
+    if not getattr(model, "remote", False) and not any(
+        p.requires_grad for p in model.hf.parameters()
+    ):
+        raise InputError(
+            f"{model.name}: no parameter requires grad, so no gradient reaches the heads; "
+            "call model.hf.requires_grad_(True) (no parameter gradient is stored)"
+        )
+    rows = resolve_rows(model, texts, intervene=others)
+    pattern_rows = resolve_rows(model, texts, intervene=[p.as_patch() for p in patterns])
+    lengths = [len(model.tokenize(t)) if isinstance(t, str) else len(t) for t in texts]
+    metrics = _check_metrics(model, metric, lengths)
+    needs_eager = bool(patterns) or any(isinstance(s, Knockout) for s in others)
+    if needs_eager and getattr(model, "capture_fallback", None):
+        raise InputError(
+            f"{model.name}: pattern estimates need eager attention's probabilities, which this "
+            f"model cannot return ({model.capture_fallback}); estimate head outputs only"
+        )
+    keeps = _keeps_logits(model)
+    clean = np.zeros(len(texts))
+    estimates = np.full((len(texts), model.n_layers, model.n_heads), np.nan)
+    for batch in model.batches(texts, batch_size=batch_size):
+        width = batch.input_ids.shape[1]
+        part = [metrics[i] for i in batch.indices]
+        terms, keep = _terms(part, batch.input_ids)
+        planner = _Plan(model, len(batch.indices), width, method)
+        for r, i in enumerate(batch.indices):
+            for op in rows[i]:
+                planner.add(r, batch.lengths[r], op)
+            for op in pattern_rows[i]:
+                planner.add(r, batch.lengths[r], op, pattern=True)
+        options = {"logits_to_keep": keep} if keeps else {}
+        _donor_pass(model, planner)
+        plan = planner.finish()
+        if not keeps:
+            terms = _shift(terms, width, keep)
+        found = _gradient_pass(model, batch, terms, plan, options, needs_eager)
+        got = found["estimate"].double().cpu().numpy().transpose(1, 0, 2)  # [b, L, H]
+        got[~planner.chosen.numpy().transpose(1, 0, 2)] = np.nan
+        clean[batch.indices] = found["metric"].double().cpu().numpy()
+        estimates[batch.indices] = got
+    return clean, estimates
+
+
+def _shift(terms: dict, width: int, keep: int) -> dict:
+    """Terms indexed into all ``width`` logits (a model without ``logits_to_keep``)."""
+    return {k: (index + (width - keep), t, w) for k, (index, t, w) in terms.items()}
+
+
+def _gradient_pass(model, batch, terms, plan, options, eager: bool) -> dict:
+    import contextlib
+
+    context = model.eager() if eager else contextlib.nullcontext()
+    with context, torch.enable_grad():  # noqa: SIM117 (nnsight reads the trace's own block)
+        with model.nnsight.trace(**batch.inputs, **options, **model.trace_options):
+            found = attribution_ops.attribution_pass(model, terms, plan)
+    return found
+
+
+def head_attribution_patching(
+    model: LanguageModel,
+    texts: Sequence,
+    metric,
+    *,
+    intervene=None,
+    method: str = "atp*",
+    batch_size: int = 16,
+) -> list[torch.Tensor]:
+    """Estimated metric change ``[L, H]`` (float64) per text, each head intervened on alone.
+
+    The estimate is ``sum((z' - z) * dm/dz)`` over positions and the head's width, ``z``
+    the head's clean output and ``z'`` its output under the intervention (for a pattern
+    intervention the same through the pattern, `bindscope.runners.attribution_ops`).
+    Positive: the metric rises. Heads the specs do not list are NaN.
+
+    Args:
+        model: A ``bindscope.Model`` (local, or remote: gradients run on the server).
+        texts: Texts (strings or token-id lists); with ``TargetLogprob`` they end with the
+            target.
+        metric: ``TargetLogprob(n_target)`` or ``LogitDifference(correct, wrong)``, or one
+            per text.
+        intervene: A spec or list of specs naming the heads: ``Zero``, ``Mean``, ``Patch``,
+            ``Resample`` (head outputs), ``Knockout``, `PatternPatch` (patterns).
+        method: ``atp*`` (pattern changes recomputed exactly) or ``atp`` (softmax
+            linearised; refuses ``Knockout``).
+        batch_size: Texts per forward pass.
+    """
+    _, estimates = _estimate(model, list(texts), metric, intervene, method, batch_size)
+    return [torch.from_numpy(e) for e in estimates]
+
+
+def all_heads(model: LanguageModel) -> list[tuple[int, int]]:
+    """Every ``(layer, head)`` of the model (the heads a scan estimates)."""
+    return [(layer, h) for layer in range(model.n_layers) for h in range(model.n_heads)]
