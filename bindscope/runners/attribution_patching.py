@@ -81,14 +81,11 @@ class PatternPatch:
         return Patch(self.heads, self.source, self.positions)
 
 
-def _split(intervene) -> tuple[list, list]:
-    """Specs as (head-output and knockout specs, pattern patches)."""
-    if intervene is None:
-        raise InputError(
-            "head_attribution_patching needs intervene=: Zero, Mean, Patch, Resample, "
-            "Knockout or PatternPatch over the heads to estimate"
-        )
-    items = [intervene] if not isinstance(intervene, (list, tuple)) else list(intervene)
+def _split(entry) -> tuple[list, list]:
+    """One ``intervene``/``per_row`` entry as (head-output and knockout specs, pattern patches)."""
+    if entry is None:
+        return [], []
+    items = [entry] if not isinstance(entry, (list, tuple)) else list(entry)
     patterns = [s for s in items if isinstance(s, PatternPatch)]
     others = [s for s in items if not isinstance(s, PatternPatch)]
     for spec in others:
@@ -98,6 +95,34 @@ def _split(intervene) -> tuple[list, list]:
                 f"not {type(spec).__name__}"
             )
     return others, patterns
+
+
+def _row_ops(model: LanguageModel, texts: list, intervene, per_row) -> list[list]:
+    """Checked ops of every text as ``(RowOp, is_pattern)`` pairs.
+
+    The one place that reads ``bindscope.interventions.specs.resolve_rows``' ops: the specs'
+    checks (lengths, donors drawn with the seed, edges) are the engine's own.
+    """
+    if intervene is None and per_row is None:
+        raise InputError(
+            "head_attribution_patching needs intervene= (or per_row=): Zero, Mean, Patch, "
+            "Resample, Knockout or PatternPatch over the heads to estimate"
+        )
+    others, patterns = _split(intervene)
+    rows_others = rows_patterns = None
+    if per_row is not None:
+        if len(per_row) != len(texts):
+            raise InputError(f"per_row has {len(per_row)} entries for {len(texts)} texts")
+        split = [_split(entry) for entry in per_row]
+        rows_others = [o for o, _ in split]
+        rows_patterns = [[p.as_patch() for p in ps] for _, ps in split]
+    outputs = resolve_rows(model, texts, intervene=others, per_row=rows_others)
+    as_patches = [p.as_patch() for p in patterns]
+    pattern = resolve_rows(model, texts, intervene=as_patches, per_row=rows_patterns)
+    return [
+        [(op, False) for op in mine] + [(op, True) for op in theirs]
+        for mine, theirs in zip(outputs, pattern)
+    ]
 
 
 def _token(model: LanguageModel, token) -> int:
@@ -287,13 +312,14 @@ def _estimate(
     texts: list,
     metric,
     intervene=None,
+    per_row=None,
     method: str = "atp*",
     batch_size: int = 16,
 ) -> tuple[np.ndarray, np.ndarray]:
     if method not in METHODS:
         raise InputError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
-    others, patterns = _split(intervene)
-    if method == "atp" and any(isinstance(s, Knockout) for s in others):
+    rows = _row_ops(model, texts, intervene, per_row)
+    if method == "atp" and any(op.kind == "knockout" for row in rows for op, _ in row):
         raise InputError(
             "method='atp' linearises the softmax, but a Knockout moves its scores to minus "
             "infinity; use method='atp*' (the knocked-out pattern is recomputed)"
@@ -305,11 +331,9 @@ def _estimate(
             f"{model.name}: no parameter requires grad, so no gradient reaches the heads; "
             "call model.hf.requires_grad_(True) (no parameter gradient is stored)"
         )
-    rows = resolve_rows(model, texts, intervene=others)
-    pattern_rows = resolve_rows(model, texts, intervene=[p.as_patch() for p in patterns])
     lengths = [len(model.tokenize(t)) if isinstance(t, str) else len(t) for t in texts]
     metrics = _check_metrics(model, metric, lengths)
-    needs_eager = bool(patterns) or any(isinstance(s, Knockout) for s in others)
+    needs_eager = any(p or op.kind == "knockout" for row in rows for op, p in row)
     if needs_eager and getattr(model, "capture_fallback", None):
         raise InputError(
             f"{model.name}: pattern estimates need eager attention's probabilities, which this "
@@ -324,10 +348,8 @@ def _estimate(
         terms, keep = _terms(part, batch.input_ids)
         planner = _Plan(model, len(batch.indices), width, method)
         for r, i in enumerate(batch.indices):
-            for op in rows[i]:
-                planner.add(r, batch.lengths[r], op)
-            for op in pattern_rows[i]:
-                planner.add(r, batch.lengths[r], op, pattern=True)
+            for op, pattern in rows[i]:
+                planner.add(r, batch.lengths[r], op, pattern)
         options = {"logits_to_keep": keep} if keeps else {}
         _donor_pass(model, planner)
         plan = planner.finish()
@@ -362,6 +384,7 @@ def head_attribution_patching(
     metric,
     *,
     intervene=None,
+    per_row=None,
     method: str = "atp*",
     batch_size: int = 16,
 ) -> list[torch.Tensor]:
@@ -380,11 +403,12 @@ def head_attribution_patching(
             per text.
         intervene: A spec or list of specs naming the heads: ``Zero``, ``Mean``, ``Patch``,
             ``Resample`` (head outputs), ``Knockout``, `PatternPatch` (patterns).
+        per_row: One spec, list of specs or ``None`` per text (added to ``intervene``).
         method: ``atp*`` (pattern changes recomputed exactly) or ``atp`` (softmax
             linearised; refuses ``Knockout``).
         batch_size: Texts per forward pass.
     """
-    _, estimates = _estimate(model, list(texts), metric, intervene, method, batch_size)
+    _, estimates = _estimate(model, list(texts), metric, intervene, per_row, method, batch_size)
     return [torch.from_numpy(e) for e in estimates]
 
 
