@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from bindscope.errors import InputError
-from bindscope.experiments import head_stats
+from bindscope.experiments import head_stats, scan_attribution
 from bindscope.experiments.common import (
     as_pairs,
     base_record,
@@ -95,6 +95,8 @@ def run(
     n_resamples: int | None = None,
     matched_classes: int = 0,
     k: int = 4,
+    method: str = "exact",
+    verify: int | None = None,
     force: bool = False,
     progress: bool = True,
 ) -> dict:
@@ -118,6 +120,10 @@ def run(
             previous-token, induction, duplicate-token; ``bindscope.metrics.heads``), so
             "binding heads matter" is told apart from "sink heads matter". 0: off.
         k: Size of the EB* top set compared under ``matched_classes``.
+        method: ``exact`` (every condition ablated) or ``attribution``: every head's effect
+            estimated by attribution patching, then only the ``verify`` heads with the
+            largest estimates scanned exactly (`bindscope.experiments.scan_attribution`).
+        verify: Heads verified exactly under ``attribution`` (default 20).
         out: Results folder; records go to ``OUT/<experiment>/records.jsonl``.
         force: Start afresh even where the folder's settings differ (else refused).
         progress: Show a progress bar.
@@ -126,6 +132,7 @@ def run(
         raise InputError(f"ablation must be one of {', '.join(ABLATIONS)}, not {ablation!r}")
     if correction not in head_stats.CORRECTIONS:
         raise InputError(f"correction must be 'bh' or 'holm', not {correction!r}")
+    verify = scan_attribution.check_options(method, verify, unit)
     models = models if isinstance(models, (list, tuple)) else [models]
     pset = prompt_set(prompts)
     items = scannable(pset)[:limit]
@@ -142,7 +149,10 @@ def run(
         "prompt_sha256": pset.sha256,
         "matched_classes": matched_classes,
         "k": k,
+        "method": method,
     }
+    if verify is not None:
+        settings["verify"] = verify
     if matched_classes and unit != "head":
         raise InputError("--matched-classes compares heads: it needs --unit head")
     records = folder / "records.jsonl"
@@ -212,6 +222,12 @@ def _run_model(model, pset, items, writer, settings, batch_size, progress) -> No
         heads = [h for hs in conditions.values() for h in hs]
         means = head_means(model, [r.template for r in items], heads, batch_size=batch_size)
     donor_of = draw_donors(items, settings["seed"]) if settings["ablation"] == "resample" else {}
+    if settings["method"] == "attribution":  # estimate every head, verify the top ones
+        chosen = scan_attribution.estimate_heads(
+            model, items, writer, settings, prov, means=means, donor_of=donor_of,
+            batch_size=batch_size, progress=progress,
+        )  # fmt: skip
+        names = [name for name in names if name in chosen]
 
     def key(rec, name):
         return record_key(EXPERIMENT, model.name, model.revision, rec.key, name)

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from bindscope.experiments import head_stats, limits
+from bindscope.experiments import head_stats, limits, scan_attribution
 from bindscope.results.labels import by_model
 
 EXPERIMENT = "scan"
@@ -78,8 +78,9 @@ def summarize_scan(
     settings = evaluated[0]["scan"]
     groups = by_model(evaluated)
     bsi = [r for r in records if r["experiment"] == BSI]
+    estimates = [r for r in records if r["experiment"] == scan_attribution.ESTIMATE]
     models = {
-        label: _summarize_model(group, bsi, settings, correction, n_resamples, top)
+        label: _summarize_model(group, bsi, settings, correction, n_resamples, top, estimates)
         for label, group in groups.items()
     }
     for label, entry in models.items():
@@ -106,6 +107,8 @@ def summarize_scan(
         "limits": found,
         "ablation": settings["ablation"],
         "unit": settings["unit"],
+        "method": settings.get("method", "exact"),
+        "verify": settings.get("verify"),
         "seed": settings["seed"],
         "correction": correction,
         "n_resamples": n_resamples,
@@ -122,7 +125,7 @@ def scan_limits(label: str, entry: dict, *, correction: str) -> list[dict]:
     """
     found = [limits.small_group(label, "the scanned prompts", entry["n_prompts"], "a test")]
     for metric, m in entry["metrics"].items():
-        n_tests = sum(v is not None for row in m["effect"] for v in row)
+        n_tests = entry.get("n_tests") or sum(v is not None for row in m["effect"] for v in row)
         found.append(
             limits.corrected_resolution(
                 label,
@@ -142,7 +145,9 @@ def scan_limits(label: str, entry: dict, *, correction: str) -> list[dict]:
     return limits.collect(*found)
 
 
-def _summarize_model(group, bsi_records, settings, correction, n_resamples, top) -> dict:
+def _summarize_model(
+    group, bsi_records, settings, correction, n_resamples, top, estimates=()
+) -> dict:
     first = group[0]
     seed = settings["seed"]
     n_layers, n_heads = first["provenance"]["n_layers"], first["provenance"]["n_heads"]
@@ -157,7 +162,10 @@ def _summarize_model(group, bsi_records, settings, correction, n_resamples, top)
     names = sorted(table, key=lambda n: heads[n])
     complete = sorted(p for p in clean if all(p in table[n] for n in names))
     width = n_heads if settings["unit"] == "head" else 1
-    n_resamples = n_resamples or head_stats.default_resamples(len(names))
+    # attribution: the verified heads were chosen among all, so tests count all heads
+    attribution = settings.get("method") == "attribution"
+    n_tests = n_layers * n_heads if attribution else len(names)
+    n_resamples = n_resamples or head_stats.default_resamples(n_tests)
     entry = {
         "model": first["model"],
         "revision": first["revision"],
@@ -165,6 +173,7 @@ def _summarize_model(group, bsi_records, settings, correction, n_resamples, top)
         "n_heads": n_heads,
         "n_resamples": n_resamples,
         "n_prompts": len(complete),
+        "n_tests": n_tests,
         "metrics": {},
     }
     for metric in METRICS:
@@ -179,7 +188,10 @@ def _summarize_model(group, bsi_records, settings, correction, n_resamples, top)
             cells[name] = head_stats.cell_stats(
                 base, ablated, seed=seed, n_resamples=n_resamples, alternative="two-sided"
             )
-        head_stats.adjust(cells, correction=correction)
+        if attribution:
+            scan_attribution.adjust_all_heads(cells, correction=correction, n_heads=n_tests)
+        else:
+            head_stats.adjust(cells, correction=correction)
         entry["metrics"][metric] = {
             "clean_mean": float(base.mean()),
             "n_prompts": len(prompts),
@@ -189,8 +201,15 @@ def _summarize_model(group, bsi_records, settings, correction, n_resamples, top)
             "p": _map(cells, heads, n_layers, width, "p"),
             "p_adjusted": _map(cells, heads, n_layers, width, "p_adjusted"),
             "significant": [list(heads[n]) for n in names if cells[n]["significant"]],
-            "top": head_stats.top_cells(cells, heads, top),
+            "top": head_stats.top_cells(cells, heads, len(cells) if attribution else top),
         }
+    if attribution:  # the estimate map and its agreement with the verified heads
+        mine = [
+            r
+            for r in estimates
+            if (r["model"], r["revision"]) == (first["model"], first["revision"])
+        ]
+        scan_attribution.add_estimates(entry, mine, complete)
     if settings["unit"] == "head" and "logprob" in entry["metrics"]:
         entry["bsi_vs_effect"] = _bsi_correlation(
             first, bsi_records, table, clean, names, heads, n_heads, seed
