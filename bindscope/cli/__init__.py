@@ -163,6 +163,13 @@ def _given(args: argparse.Namespace, *names: str) -> dict:
     return {name: getattr(args, name) for name in names}
 
 
+def _check_scan(args: argparse.Namespace) -> None:
+    """``--method``/``--verify``/``--unit`` fit together (before any model loads)."""
+    from bindscope.experiments.scan_attribution import check_options
+
+    check_options(args.method, args.verify, args.unit)
+
+
 _SCAN = ("unit", "correction", "limit", "n_resamples")
 EXPERIMENTS = {
     "binding": _Experiment(
@@ -217,8 +224,11 @@ EXPERIMENTS = {
     ),
     "scan": _Experiment(
         "scan",
-        lambda args, sets: _given(args, "prompts", "ablation", "matched_classes", "k", *_SCAN),
+        lambda args, sets: _given(
+            args, "prompts", "ablation", "matched_classes", "k", "method", "verify", *_SCAN
+        ),
         several=True,
+        check=_check_scan,
     ),
     "patch": _Experiment("patching", lambda args, sets: _given(args, "pairs", *_SCAN)),
 }

@@ -211,6 +211,20 @@ def build(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpar
         help="compare the EB* top-k heads' effect with N class-matched random head sets",
     )
     p.add_argument("--k", type=positive, default=4, help="EB* top set size (--matched-classes)")
+    p.add_argument(
+        "--method",
+        choices=("exact", "attribution"),
+        default="exact",
+        help="exact: ablate every head; attribution: estimate every head by attribution "
+        "patching (AtP*), then scan the --verify top heads exactly",
+    )
+    p.add_argument(
+        "--verify",
+        type=positive,
+        default=None,
+        metavar="K",
+        help="heads verified exactly under --method attribution (default 20)",
+    )
     add_scan_options(p)
     p.set_defaults(func=commands["scan"])
 
