@@ -52,18 +52,16 @@ def check_options(method: str, verify: int | None, unit: str) -> int | None:
 def _spec(model, settings: dict, means, text, donor):
     """The intervention the estimate linearises: the scan's ablation on every head.
 
-    A resample donor is aligned from the end, as the exact scan aligns it: a ``Patch``
-    when it has the text's length (an identical donor included), else a ``Resample``.
+    A resample donor is aligned from the end, as the exact scan aligns it (`_donor_spec`).
     """
-    from bindscope.interventions import Mean, Patch, Resample, Zero
+    from bindscope.interventions import Mean, Zero
     from bindscope.runners.attribution_patching import all_heads
 
     heads = tuple(all_heads(model))
     if settings["ablation"] == "mean":
         return Mean(heads, means)
     if settings["ablation"] == "resample":
-        ids = list(donor.ids)
-        return Patch(heads, (ids,)) if len(ids) == len(text) else Resample(heads, (ids,))
+        return _donor_spec(heads, text, list(donor.ids))
     return Zero(heads)
 
 
@@ -135,11 +133,11 @@ def _groups(texts: list, specs: list) -> list[list[int]]:
     """
     groups: list[list[int]] = []
     for i, spec in enumerate(specs):
-        donor = list(spec.reference[0]) if hasattr(spec, "reference") else None
+        donor = list(spec.reference[0]) if getattr(spec, "reference", None) else None
         for group in groups:
             theirs = [specs[j] for j in group]
             if donor not in [texts[j] for j in group] and not any(
-                hasattr(t, "reference") and list(t.reference[0]) == texts[i] for t in theirs
+                getattr(t, "reference", None) and list(t.reference[0]) == texts[i] for t in theirs
             ):
                 group.append(i)
                 break
@@ -164,6 +162,50 @@ def _select(model, items, path, verify: int) -> list[str]:
     mean = np.mean(np.array(maps, dtype=float), 0)  # [L, H]
     order = sorted(np.ndindex(*mean.shape), key=lambda lh: (-abs(mean[lh]), lh))
     return [f"L{layer}.H{head}" for layer, head in order[:verify]]
+
+
+def logits_condition_scores(
+    model, sequences, conditions, *, means=None, donors=None, batch_size: int = 16
+) -> tuple[np.ndarray, np.ndarray]:
+    """``runners.scan.condition_scores`` through ``Model.logits``: for a remote model.
+
+    The scan's own runner starts conditions from a clean residual stream kept on this
+    machine, so it runs local models only; a remote attribution scan verifies its few
+    heads here, one full pass per head and batch, on the server like every ``Model`` call.
+    Same arguments and return value (``(clean [S], scores [C, S])`` float64).
+    """
+    from bindscope.interventions import Mean, Zero
+
+    texts = [list(s.ids) for s in sequences]
+
+    def scores(per_row) -> np.ndarray:
+        out = np.zeros(len(texts))
+        for group in _groups(texts, per_row or [None] * len(texts)):
+            rows = [per_row[i] for i in group] if per_row else None
+            found = model.logits([texts[i] for i in group], per_row=rows, batch_size=batch_size)
+            for i, logits in zip(group, found):
+                logp = logits.float().log_softmax(-1)
+                n, t = len(texts[i]), sequences[i].n_target
+                picked = [float(logp[n - t + j - 1, texts[i][n - t + j]]) for j in range(t)]
+                out[i] = float(np.mean(picked))
+        return out
+
+    result = np.zeros((len(conditions), len(texts)))
+    for c, heads in enumerate(conditions):
+        heads = tuple(tuple(h) for h in heads)
+        if donors is not None:
+            specs = [_donor_spec(heads, t, list(d.ids)) for t, d in zip(texts, donors)]
+        else:
+            specs = [Zero(heads) if means is None else Mean(heads, means)] * len(texts)
+        result[c] = scores(specs)
+    return scores(None), result
+
+
+def _donor_spec(heads, text: list, donor: list):
+    """A resample donor aligned from the end: ``Patch`` at equal length, else ``Resample``."""
+    from bindscope.interventions import Patch, Resample
+
+    return Patch(heads, (donor,)) if len(donor) == len(text) else Resample(heads, (donor,))
 
 
 def adjust_all_heads(cells: dict[str, dict], *, correction: str, n_heads: int) -> None:
