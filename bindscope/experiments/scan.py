@@ -234,7 +234,10 @@ def _run_model(model, pset, items, writer, settings, batch_size, progress) -> No
 
     def work(chunk):
         sequences, owners, donors, answers = _chunk_sequences(model, chunk, donor_of)
-        clean, scores = condition_scores(
+        # a remote attribution scan verifies its few heads through Model.logits
+        remote = getattr(model, "remote", False) and settings["method"] == "attribution"
+        score = scan_attribution.logits_condition_scores if remote else condition_scores
+        clean, scores = score(
             model,
             sequences,
             [as_pairs(conditions[n]) for n in names],
