@@ -3,7 +3,9 @@
 Both run on the same items and batches. The exact scan scores every choice of every item
 (as ``bindscope scan`` does); the estimate needs only the correct choice's sequence (the
 log-prob metric's). The ``--verify K`` run is the estimate plus the exact scan of the ``K``
-heads with the largest mean |estimate|, every choice scored, as the CLI runs it.
+heads with the largest mean |estimate|, every choice scored, as the CLI runs it. GradDrop's
+ranking (AtP*'s fix for cancelling paths, ``L`` more backward passes) is timed and scored
+against the exact top-10 too.
 """
 
 from __future__ import annotations
@@ -56,6 +58,13 @@ def compare(model, items, args) -> int:
     )
     estimate_seconds = time.perf_counter() - start
     estimate = (-change).mean(0).reshape(-1)  # [C], clean - ablated, layer-major like names
+    start = time.perf_counter()
+    *_, dropped = attribution_scores(
+        model, texts, metrics, intervene=spec, batch_size=args.batch_size, grad_drop=True
+    )
+    grad_drop_seconds = time.perf_counter() - start
+    grad_drop = dropped.mean(0).reshape(-1)
+    by_grad_drop = sorted(range(len(names)), key=lambda c: (-grad_drop[c], c))
     chosen = sorted(range(len(names)), key=lambda c: (-abs(estimate[c]), c))[: args.verify]
     start = time.perf_counter()
     _, verified_scores = condition_scores(
@@ -83,6 +92,9 @@ def compare(model, items, args) -> int:
         "exact_top10_in_estimated_top20": len(set(exact_top) & set(by_estimate[:20])),
         "exact_top10_in_estimated_top30": len(set(exact_top) & set(by_estimate[:30])),
         "verified_top10_equals_exact_top10": verified_top == exact_top,
+        "grad_drop_seconds": grad_drop_seconds,
+        "exact_top10_in_grad_drop_top20": len(set(exact_top) & set(by_grad_drop[:20])),
+        "exact_top10_in_grad_drop_top30": len(set(exact_top) & set(by_grad_drop[:30])),
         "exact_top10": [names[c] for c in exact_top],
         "verified_top10": [names[c] for c in verified_top],
         "missed": [
@@ -100,6 +112,7 @@ def compare(model, items, args) -> int:
         ("exact, every head (residual start)", exact_seconds, 1.0),
         ("estimate, every head (AtP*)", estimate_seconds, numbers["estimate_speedup"]),
         (f"estimate + exact top {args.verify}", verify_seconds, numbers["verify_speedup"]),
+        ("GradDrop scores, every head", grad_drop_seconds, exact_seconds / grad_drop_seconds),
     ]
     print("| run | time s | speed-up vs exact |")
     print("|-----|--------|-------------------|")
@@ -109,6 +122,7 @@ def compare(model, items, args) -> int:
     for k in (20, 30):
         print(
             f"exact top-10 in estimated top-{k}: {numbers[f'exact_top10_in_estimated_top{k}']}/10"
+            f" (GradDrop top-{k}: {numbers[f'exact_top10_in_grad_drop_top{k}']}/10)"
         )
     same = numbers["verified_top10_equals_exact_top10"]
     print(f"--verify {args.verify} gives the exact top-10 in order: {same}")

@@ -142,6 +142,34 @@ def _pattern_changes(layer, probs, plan):
     return changes
 
 
+def zero_grad(grad):
+    """A tensor hook that stops the gradient (GradDrop's dropped layer)."""
+    return torch.zeros_like(grad)
+
+
+def _estimates(model, zs, probs, grads, plan, b, device):
+    """``[L, b, H]`` estimates from one set of gradients (``grads`` in ``wrt`` order)."""
+    keys = [("z", k) for k in sorted(zs)] + [("a", k) for k in sorted(probs)]
+    grad_of = dict(zip(keys, grads))
+    estimate = torch.zeros(model.n_layers, b, model.n_heads, device=device)
+    for layer in sorted(zs):
+        g = grad_of[("z", layer)]
+        if g is None:  # nothing above this layer reaches the metric
+            continue
+        z = zs[layer].detach()
+        z = z.view(*z.shape[:-1], model.n_heads, model.head_dim)
+        g = g.view(*g.shape[:-1], model.n_heads, model.head_dim)
+        delta = output_delta(z, layer, plan)
+        estimate[layer] += (delta.float() * g.float()).sum((1, 3))
+    for layer in sorted(probs):
+        p, g = probs[layer].detach(), grad_of[("a", layer)]
+        if g is None:
+            continue
+        for new, rows in _pattern_changes(layer, p, plan):
+            estimate[layer] += pattern_estimate(p, g, new, rows, plan["method"])
+    return estimate
+
+
 def attribution_pass(model, terms, plan):
     """One clean forward pass with gradients: the metric and every head's estimate.
 
@@ -157,38 +185,41 @@ def attribution_pass(model, terms, plan):
             (``bindscope.runners.attribution_patching`` builds it).
 
     Returns:
-        ``{"metric": [b], "estimate": [L, b, H]}`` float32, saved.
+        ``{"metric": [b], "estimate": [L, b, H]}`` float32, saved; with
+        ``plan["grad_drop"]`` also ``"grad_drop"`` ``[L, b, H]`` (GradDrop scores).
     """
     env = model.nnsight
     outputs, patterns = plan["outputs"], plan["patterns"]
-    zs, probs = {}, {}
+    drop = plan.get("grad_drop", False)
+    zs, probs, blocks = {}, {}, []
     for layer in range(model.n_layers):
-        if layer not in outputs and layer not in patterns:
+        if layer not in outputs and layer not in patterns and not drop:
             continue
         attn = env.model.layers[layer].self_attn
         if layer in outputs:  # the output projection runs before the module returns
             zs[layer] = attn.o_proj.input  # [b, W, H*hd]
         if layer in patterns:
             probs[layer] = attn.output[1]  # [b, H, W, W]
+        if drop:  # what the layer adds to the residual stream: attention, then MLP
+            blocks.append((attn.output[0], env.model.layers[layer].mlp.output))
     metric = metric_values(env.lm_head.output, terms)
     wrt = [zs[k] for k in sorted(zs)] + [probs[k] for k in sorted(probs)]
-    grads = torch.autograd.grad(metric.sum(), wrt, allow_unused=True)
-    grad_of = dict(zip([("z", k) for k in sorted(zs)] + [("a", k) for k in sorted(probs)], grads))
+    total = metric.sum()
+    grads = torch.autograd.grad(total, wrt, allow_unused=True, retain_graph=drop)
     b = metric.shape[0]
-    estimate = torch.zeros(model.n_layers, b, model.n_heads, device=metric.device)
-    for layer in sorted(zs):
-        z = zs[layer].detach()
-        z = z.view(*z.shape[:-1], model.n_heads, model.head_dim)
-        g = grad_of[("z", layer)]
-        if g is None:  # nothing above this layer reaches the metric
-            continue
-        g = g.view(*g.shape[:-1], model.n_heads, model.head_dim)
-        delta = output_delta(z, layer, plan)
-        estimate[layer] += (delta.float() * g.float()).sum((1, 3))
-    for layer in sorted(probs):
-        p, g = probs[layer].detach(), grad_of[("a", layer)]
-        if g is None:
-            continue
-        for new, rows in _pattern_changes(layer, p, plan):
-            estimate[layer] += pattern_estimate(p, g, new, rows, plan["method"])
-    return save({"metric": metric.detach(), "estimate": estimate.detach()})
+    estimate = _estimates(model, zs, probs, grads, plan, b, metric.device)
+    found = {"metric": metric.detach(), "estimate": estimate.detach()}
+    if drop:
+        # GradDrop (Kramar et al. 2024): the estimate again with the gradient through one
+        # layer's residual contributions stopped, for every layer; the mean |estimate| over
+        # the L - 1 layers that leave a head's gradient (its own layer stops all of it)
+        score = torch.zeros_like(estimate)
+        for layer, (attention, mlp) in enumerate(blocks):
+            hooks = [attention.register_hook(zero_grad), mlp.register_hook(zero_grad)]
+            last = layer == len(blocks) - 1
+            dropped = torch.autograd.grad(total, wrt, allow_unused=True, retain_graph=not last)
+            for hook in hooks:
+                hook.remove()
+            score += _estimates(model, zs, probs, dropped, plan, b, metric.device).abs()
+        found["grad_drop"] = (score / max(model.n_layers - 1, 1)).detach()
+    return save(found)

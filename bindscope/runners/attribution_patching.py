@@ -12,7 +12,8 @@ Where the metric is linear in a head's output (for instance a logit difference, 
 layer's heads and a frozen final norm) the estimate is the exact effect. Elsewhere it is
 first order: AtP* (Kramar et al. 2024) recomputes a changed attention pattern exactly
 instead of linearising the softmax (``method="atp*"``, the default; ``method="atp"``
-linearises it, the plain AtP estimate, for comparison). GradDrop is not implemented.
+linearises it, the plain AtP estimate, for comparison). ``grad_drop=True`` gives
+GradDrop's ranking scores instead (the same paper), at ``L`` more backward passes.
 """
 
 from __future__ import annotations
@@ -302,7 +303,8 @@ def _donor_pass(model: LanguageModel, planner: _Plan) -> None:
 def attribution_scores(model: LanguageModel, texts: Sequence, metric, **options):
     """Clean metric ``[S]`` and estimated change ``[S, L, H]`` (float64; NaN: not intervened).
 
-    Arguments as in `head_attribution_patching`.
+    Arguments as in `head_attribution_patching`; with ``grad_drop=True`` the GradDrop
+    scores ``[S, L, H]`` come third.
     """
     return _estimate(model, list(texts), metric, **options)
 
@@ -315,7 +317,8 @@ def _estimate(
     per_row=None,
     method: str = "atp*",
     batch_size: int = 16,
-) -> tuple[np.ndarray, np.ndarray]:
+    grad_drop: bool = False,
+) -> tuple:
     if method not in METHODS:
         raise InputError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
     rows = _row_ops(model, texts, intervene, per_row)
@@ -342,6 +345,7 @@ def _estimate(
     keeps = _keeps_logits(model)
     clean = np.zeros(len(texts))
     estimates = np.full((len(texts), model.n_layers, model.n_heads), np.nan)
+    dropped = estimates.copy()
     for batch in model.batches(texts, batch_size=batch_size):
         width = batch.input_ids.shape[1]
         part = [metrics[i] for i in batch.indices]
@@ -353,14 +357,18 @@ def _estimate(
         options = {"logits_to_keep": keep} if keeps else {}
         _donor_pass(model, planner)
         plan = planner.finish()
+        plan["grad_drop"] = grad_drop
         if not keeps:
             terms = _shift(terms, width, keep)
         found = _gradient_pass(model, batch, terms, plan, options, needs_eager)
-        got = found["estimate"].double().cpu().numpy().transpose(1, 0, 2)  # [b, L, H]
-        got[~planner.chosen.numpy().transpose(1, 0, 2)] = np.nan
+        unchosen = ~planner.chosen.numpy().transpose(1, 0, 2)
         clean[batch.indices] = found["metric"].double().cpu().numpy()
-        estimates[batch.indices] = got
-    return clean, estimates
+        for key, into in (("estimate", estimates), ("grad_drop", dropped)):
+            if key in found:
+                got = found[key].double().cpu().numpy().transpose(1, 0, 2)  # [b, L, H]
+                got[unchosen] = np.nan
+                into[batch.indices] = got
+    return (clean, estimates, dropped) if grad_drop else (clean, estimates)
 
 
 def _shift(terms: dict, width: int, keep: int) -> dict:
@@ -387,6 +395,7 @@ def head_attribution_patching(
     per_row=None,
     method: str = "atp*",
     batch_size: int = 16,
+    grad_drop: bool = False,
 ) -> list[torch.Tensor]:
     """Estimated metric change ``[L, H]`` (float64) per text, each head intervened on alone.
 
@@ -407,9 +416,13 @@ def head_attribution_patching(
         method: ``atp*`` (pattern changes recomputed exactly) or ``atp`` (softmax
             linearised; refuses ``Knockout``).
         batch_size: Texts per forward pass.
+        grad_drop: Return GradDrop scores instead (Kramar et al. 2024, against cancelling
+            paths): the mean over layers of |estimate| with the gradient through that
+            layer's attention and MLP outputs stopped, over the ``L - 1`` layers that leave
+            a head some gradient. Unsigned, for ranking heads; ``L`` more backward passes.
     """
-    _, estimates = _estimate(model, list(texts), metric, intervene, per_row, method, batch_size)
-    return [torch.from_numpy(e) for e in estimates]
+    found = _estimate(model, list(texts), metric, intervene, per_row, method, batch_size, grad_drop)
+    return [torch.from_numpy(e) for e in found[-1]]
 
 
 def all_heads(model: LanguageModel) -> list[tuple[int, int]]:

@@ -28,6 +28,11 @@ def test_estimates_through_the_simulated_server_equal_local(twins):  # noqa: F81
         ref = head_attribution_patching(local, texts, TargetLogprob(2), intervene=spec)
         for g, r in zip(got, ref):
             assert torch.equal(g, r), type(spec).__name__
+    # GradDrop: tensor hooks inside the shipped body
+    options = {"intervene": Zero(heads), "grad_drop": True}
+    got = head_attribution_patching(simulated, texts, TargetLogprob(2), **options)
+    ref = head_attribution_patching(local, texts, TargetLogprob(2), **options)
+    assert all(torch.equal(g, r) for g, r in zip(got, ref))
     server = simulated.trace_options["backend"]
     assert server.result_bytes[-1] < 8192  # [L, b, H] estimates and [b] metrics only
 
