@@ -26,6 +26,7 @@ import torch
 
 from bindscope.errors import InputError
 from bindscope.interventions import Knockout, Mean, Patch, Resample, Zero
+from bindscope.interventions.heads import by_layer
 from bindscope.interventions.specs import RowOp, resolve_rows
 from bindscope.protocols import LanguageModel
 from bindscope.runners import attribution_ops
@@ -212,35 +213,36 @@ class _Plan:
     def add(self, r: int, n: int, op: RowOp, pattern: bool = False) -> None:
         """Add one checked ``RowOp`` of batch row ``r`` (``n`` real tokens)."""
         model, width = self.model, self.width
-        for layer, head in op.heads:
-            self.chosen[layer, r, head] = True
+        layers = by_layer(op.heads)
+        for layer, heads in layers.items():
+            self.chosen[layer, r, heads] = True
         if op.kind == "zero":
-            for layer, head in op.heads:
-                self._layer("zero", layer, lambda: torch.zeros(self.b, model.n_heads))[r, head] = 1
+            for layer, heads in layers.items():
+                self._layer("zero", layer, lambda: torch.zeros(self.b, model.n_heads))[r, heads] = 1
         elif op.kind == "mean":
             assert op.means is not None  # resolve_rows sets it on every mean op
-            for layer, head in op.heads:
+            for layer, heads in layers.items():
                 table = op.means[layer].float()
                 sel, means = self._layer(
                     "mean", layer, lambda t=table: (torch.zeros(self.b, model.n_heads), t)
                 )
                 if means is not table and not torch.equal(means, table):
                     raise InputError("one call takes one Mean table; estimate the others apart")
-                sel[r, head] = 1
+                sel[r, heads] = 1
         elif op.kind == "donor":
             assert op.donor is not None  # resolve_rows sets it on every donor op
             self.donors.setdefault(op.donor, len(self.donors))
             self.donor_ops.append((r, n, op, pattern))
         elif op.kind == "knockout":
             offset = width - n
-            q = torch.tensor([offset + a for a, _ in op.edges])
-            k = torch.tensor([offset + c for _, c in op.edges])
-            for layer, head in op.heads:
-                shape = (self.b, model.n_heads, width, width)
+            q = torch.tensor([offset + a for a, _ in op.edges])[None, :]
+            k = torch.tensor([offset + c for _, c in op.edges])[None, :]
+            shape = (self.b, model.n_heads, width, width)
+            for layer, heads in layers.items():
                 removed = self._layer(
                     "knockout", layer, lambda s=shape: torch.zeros(s, dtype=torch.bool)
                 )
-                removed[r, head, q, k] = True
+                removed[r, torch.tensor(heads)[:, None], q, k] = True
 
     def add_donors(self, found: dict, donor_width: int) -> None:
         """Place the donor pass's outputs (``attribution_ops.head_outputs``) end-aligned."""
@@ -254,26 +256,28 @@ class _Plan:
                 columns = list(range(width - min(n, m), width))
             else:
                 columns = [width - n + p for p in op.positions if p >= n - m]
-            for layer, head in op.heads:
+            cols = torch.tensor(columns, dtype=torch.long)[:, None]  # [C, 1]
+            for layer, heads in by_layer(op.heads).items():
+                hs = torch.tensor(heads)
                 if pattern:
                     rows, source = self._layer(
                         "pattern", layer,
                         lambda: (torch.zeros(self.b, model.n_heads, width, dtype=torch.bool),
                                  torch.zeros(self.b, model.n_heads, width, width)),
                     )  # fmt: skip
-                    block = found[("a", layer)][d, head, donor_width - n :, donor_width - n :]
-                    source[r, head, width - n :, width - n :] = block.float()
-                    rows[r, head, columns] = True
+                    block = found[("a", layer)][d, hs, donor_width - n :, donor_width - n :]
+                    source[r, hs, width - n :, width - n :] = block.float()
+                    rows[r, hs[None, :], cols] = True
                     continue
                 where, value = self._layer(
                     "donor", layer,
                     lambda: (torch.zeros(self.b, width, model.n_heads, dtype=torch.bool),
                              torch.zeros(self.b, width, model.n_heads, model.head_dim)),
                 )  # fmt: skip
-                z = found[("z", layer)]
-                for c in columns:
-                    where[r, c, head] = True
-                    value[r, c, head] = z[d, c - shift, head].float()
+                where[r, cols, hs[None, :]] = True
+                value[r, cols, hs[None, :]] = found[("z", layer)][
+                    d, cols - shift, hs[None, :]
+                ].float()
 
     def donor_layers(self) -> tuple[list[int], list[int]]:
         outputs = {layer for _, _, op, p in self.donor_ops if not p for layer, _ in op.heads}
