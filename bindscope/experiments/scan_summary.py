@@ -173,9 +173,10 @@ def _summarize_model(
         "n_heads": n_heads,
         "n_resamples": n_resamples,
         "n_prompts": len(complete),
-        "n_tests": n_tests,
         "metrics": {},
     }
+    if attribution:
+        entry["n_tests"] = n_tests
     for metric in METRICS:
         field = "logprob" if metric == "logprob" else "score"
         prompts = [p for p in complete if clean[p].get(field) is not None]
