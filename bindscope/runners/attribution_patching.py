@@ -30,6 +30,12 @@ from bindscope.interventions.heads import by_layer
 from bindscope.interventions.specs import RowOp, resolve_rows
 from bindscope.protocols import LanguageModel
 from bindscope.runners import attribution_ops
+from bindscope.runners.attribution_metrics import (
+    LogitDifference,
+    TargetLogprob,
+    check_metrics,
+    metric_terms,
+)
 
 __all__ = [
     "METHODS",
@@ -41,29 +47,6 @@ __all__ = [
 ]
 
 METHODS = ("atp*", "atp")
-
-
-@dataclass(frozen=True)
-class TargetLogprob:
-    """Mean log-probability per token of a text's last ``n_target`` tokens.
-
-    The scan's metric: a recognition choice's log-probability is the ``TargetLogprob`` of
-    the prompt followed by the choice (``n_target``: the choice's tokens), a target's the
-    same with the target text.
-    """
-
-    n_target: int = 1
-
-
-@dataclass(frozen=True)
-class LogitDifference:
-    """``logit(correct) - logit(wrong)`` at the text's last position (ids or one-token strings)."""
-
-    correct: int | str
-    wrong: int | str
-
-
-Metric = TargetLogprob | LogitDifference
 
 
 @dataclass(frozen=True)
@@ -125,70 +108,6 @@ def _row_ops(model: LanguageModel, texts: list, intervene, per_row) -> list[list
         [(op, False) for op in mine] + [(op, True) for op in theirs]
         for mine, theirs in zip(outputs, pattern)
     ]
-
-
-def _token(model: LanguageModel, token) -> int:
-    if isinstance(token, str):
-        ids = model.tokenizer(token, add_special_tokens=False)["input_ids"]
-        if len(ids) != 1:
-            raise InputError(
-                f"{model.name}: LogitDifference token {token!r} is {len(ids)} tokens; pass "
-                "one token (e.g. ' Paris') or its id"
-            )
-        return int(ids[0])
-    return int(token)
-
-
-def _check_metrics(model: LanguageModel, metric, lengths: list[int]) -> list[Metric]:
-    metrics = list(metric) if isinstance(metric, (list, tuple)) else [metric] * len(lengths)
-    if len(metrics) != len(lengths):
-        raise InputError(f"{len(metrics)} metrics for {len(lengths)} texts; give one per text")
-    out: list[Metric] = []
-    for i, (m, n) in enumerate(zip(metrics, lengths)):
-        if isinstance(m, TargetLogprob):
-            if not 0 < m.n_target < n:
-                raise InputError(
-                    f"text #{i} has {n} tokens: TargetLogprob(n_target={m.n_target}) needs "
-                    "at least one target token and a prompt before it"
-                )
-            out.append(m)
-        elif isinstance(m, LogitDifference):
-            out.append(LogitDifference(_token(model, m.correct), _token(model, m.wrong)))
-        else:
-            raise InputError(
-                f"metric #{i} is a {type(m).__name__}; pass TargetLogprob(n_target) or "
-                "LogitDifference(correct, wrong)"
-            )
-    return out
-
-
-def _terms(metrics: list[Metric], ids: torch.Tensor) -> tuple[dict, int]:
-    """The metric's terms (``attribution_ops.metric_values``) and how many logits to keep.
-
-    ``ids`` is the left-padded batch ``[b, W]``: every text ends in the last column.
-    """
-    keep = max(m.n_target + 1 if isinstance(m, TargetLogprob) else 1 for m in metrics)
-    b, width = ids.shape
-    t = max((m.n_target for m in metrics if isinstance(m, TargetLogprob)), default=0)
-    logprob = [torch.zeros(b, t, dtype=torch.long) for _ in range(2)] + [torch.zeros(b, t)]
-    logit = [torch.zeros(b, 2, dtype=torch.long) for _ in range(2)] + [torch.zeros(b, 2)]
-    for r, m in enumerate(metrics):
-        if isinstance(m, TargetLogprob):
-            for j in range(m.n_target):
-                column = width - m.n_target + j  # of the target token
-                logprob[0][r, j] = column - 1 - (width - keep)  # the kept logits predicting it
-                logprob[1][r, j] = ids[r, column]
-                logprob[2][r, j] = 1.0 / m.n_target
-        else:
-            logit[0][r] = keep - 1
-            logit[1][r] = torch.tensor([int(m.correct), int(m.wrong)])
-            logit[2][r] = torch.tensor([1.0, -1.0])
-    terms = {}
-    if t:
-        terms["logprob"] = tuple(logprob)
-    if any(isinstance(m, LogitDifference) for m in metrics):
-        terms["logit"] = tuple(logit)
-    return terms, keep
 
 
 def _keeps_logits(model: LanguageModel) -> bool:
@@ -339,7 +258,7 @@ def _estimate(
             "call model.hf.requires_grad_(True) (no parameter gradient is stored)"
         )
     lengths = [len(model.tokenize(t)) if isinstance(t, str) else len(t) for t in texts]
-    metrics = _check_metrics(model, metric, lengths)
+    metrics = check_metrics(model, metric, lengths)
     needs_eager = any(p or op.kind == "knockout" for row in rows for op, p in row)
     if needs_eager and getattr(model, "capture_fallback", None):
         raise InputError(
@@ -353,7 +272,7 @@ def _estimate(
     for batch in model.batches(texts, batch_size=batch_size):
         width = batch.input_ids.shape[1]
         part = [metrics[i] for i in batch.indices]
-        terms, keep = _terms(part, batch.input_ids)
+        terms, keep = metric_terms(part, batch.input_ids)
         planner = _Plan(model, len(batch.indices), width, method)
         for r, i in enumerate(batch.indices):
             for op, pattern in rows[i]:
