@@ -8,11 +8,21 @@ the naive scan runs every head over every batch from the embeddings. Exact singl
 ablation bounds the speed-up at about 2x (half the layers, on average, are skipped). Both
 must give the same scores within a derived float32 bound.
 
+With ``--attribution`` it compares instead the exact residual-start scan of every head with
+the attribution scan (``bindscope scan --method attribution``): every head's effect on the
+correct choice's log-prob estimated by attribution patching (AtP*, one forward and one
+backward pass per batch), then the exact scan of the ``--verify`` heads with the largest
+mean |estimate|. It reports the time ratios, the Spearman correlation of estimated and
+exact effects over all heads, how many of the exact top-10 heads (largest mean drop) are
+among the estimated top-20 and top-30, and whether the verified heads' exact top-10 is the
+exact scan's top-10 in the same order.
+
 Usage::
 
     python benchmarks/bench_scan.py               # the full benchmark (205 items)
     python benchmarks/bench_scan.py --limit 4     # a smoke run on 4 items
     python benchmarks/bench_scan.py --tiny        # a tiny random model, for CI-like checks
+    python benchmarks/bench_scan.py --attribution --verify 30   # exact vs attribution scan
 """
 
 from __future__ import annotations
@@ -57,7 +67,15 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, default=16, help="sequences per pass")
     parser.add_argument("--tiny", action="store_true", help="tiny random Llama (smoke)")
     parser.add_argument("--json", type=Path, default=None, help="also write the numbers here")
+    parser.add_argument(
+        "--attribution", action="store_true", help="exact scan vs attribution scan instead"
+    )
+    parser.add_argument("--verify", type=int, default=30, help="heads verified exactly")
     args = parser.parse_args(argv)
+    if args.attribution:
+        from benchmarks.bench_scan_attribution import compare
+
+        return compare(_model(args.tiny), _items(args.limit), args)
     from bindscope.experiments.scan import conditions_of, scored
     from bindscope.runners.scan import condition_scores
 

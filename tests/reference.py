@@ -9,12 +9,13 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 PROB_ZERO: dict[int, list[int]] = {}
+PROB_SET: dict[tuple[int, int], torch.Tensor] = {}  # (layer, head) -> [n, n] probabilities
 
 
 def _prob_zero_attention(
     module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None, **kwargs
 ):
-    """Eager attention that zeroes chosen heads' probabilities after the softmax."""
+    """Eager attention that zeroes (or sets) chosen heads' probabilities after the softmax."""
     n_rep = query.shape[1] // key.shape[1]
     key = key.repeat_interleave(n_rep, dim=1)
     value = value.repeat_interleave(n_rep, dim=1)
@@ -29,6 +30,10 @@ def _prob_zero_attention(
     if heads:
         weights = weights.clone()
         weights[:, heads] = 0
+    for (layer, head), probs in PROB_SET.items():
+        if layer == module.layer_idx:
+            weights = weights.clone()
+            weights[:, head] = probs
     out = (weights @ value).transpose(1, 2).contiguous()
     return out, weights
 
@@ -38,9 +43,15 @@ AttentionMaskInterface.register("bindscope_prob_zero", eager_mask)
 
 
 @contextlib.contextmanager
-def prob_zero(hf_model, heads):
-    """Run the HF model with the listed heads' probabilities zeroed."""
+def prob_zero(hf_model, heads, *, replace=None):
+    """Run the HF model with the listed heads' probabilities zeroed.
+
+    ``replace`` (``{(layer, head): [n, n]}``) sets those heads' probabilities instead
+    (one unpadded text).
+    """
     PROB_ZERO.clear()
+    PROB_SET.clear()
+    PROB_SET.update(replace or {})
     for layer, head in heads:
         PROB_ZERO.setdefault(layer, []).append(head)
     previous = hf_model.config._attn_implementation
@@ -50,6 +61,7 @@ def prob_zero(hf_model, heads):
     finally:
         hf_model.set_attn_implementation(previous)
         PROB_ZERO.clear()
+        PROB_SET.clear()
 
 
 def o_proj_module(hf_model, family: str, layer: int):

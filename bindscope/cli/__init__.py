@@ -183,8 +183,10 @@ def _check_scan(args: argparse.Namespace) -> None:
     summary's resampling sized.
     """
     from bindscope.experiments import head_stats, scan
+    from bindscope.experiments.scan_attribution import check_options
     from bindscope.prompts import load
 
+    check_options(args.method, args.verify, args.unit)
     if args.matched_classes and args.unit != "head":
         raise BindscopeError("--matched-classes compares heads: it needs --unit head")
     if args.k is not None and not args.matched_classes:
@@ -280,7 +282,15 @@ EXPERIMENTS = {
     "scan": _Experiment(
         "scan",
         lambda args, sets: _given(
-            args, "prompts", "ablation", "matched_classes", "k", "spread", *_SCAN
+            args,
+            "prompts",
+            "ablation",
+            "matched_classes",
+            "k",
+            "spread",
+            "method",
+            "verify",
+            *_SCAN,
         ),
         several=True,
         check=_check_scan,

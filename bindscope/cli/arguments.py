@@ -310,6 +310,20 @@ def build(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpar
         help="with --limit N: take the N prompts in turn from each term (one per term, then a "
         "second, ...) instead of the first N in the file; refused without --limit",
     )
+    p.add_argument(
+        "--method",
+        choices=("exact", "attribution"),
+        default="exact",
+        help="exact: ablate every head; attribution: estimate every head by attribution "
+        "patching (AtP*), then scan the --verify top heads exactly (default %(default)s)",
+    )
+    p.add_argument(
+        "--verify",
+        type=positive,
+        default=None,
+        metavar="K",
+        help="heads verified exactly under --method attribution (default 20)",
+    )
     add_scan_options(p)
     p.set_defaults(func=commands["scan"])
 

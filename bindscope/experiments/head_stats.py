@@ -210,6 +210,18 @@ def _matched_lines(block: dict | None) -> list[str]:
     ]
 
 
+def _agreement_lines(found: dict | None) -> list[str]:
+    """``scan --method attribution``: the estimate against the verified heads."""
+    if not found:
+        return []
+    rho = found.get("spearman")
+    return [
+        f"      attribution estimate vs exact on {found['n_verified']} verified heads: "
+        f"Spearman {'n/a' if rho is None else f'{rho:.3f}'}, "
+        f"same sign {found['sign_agreement']:.0%}"
+    ]
+
+
 def summary_lines(s: dict, *, top: int = 5) -> list[str]:
     """Readable lines of a scan or patching summary: top conditions per model and metric."""
     name = "Head scan" if s["experiment"] == "scan" else "Activation patching"
@@ -221,6 +233,7 @@ def summary_lines(s: dict, *, top: int = 5) -> list[str]:
                 n_sig = len(block["significant"])
                 out.append(f"    {metric} (clean {block['clean_mean']:.3f}; {n_sig} significant)")
                 out += [f"      {_cell_line(c)}" for c in block["top"][:top]]
+                out += _agreement_lines(block.get("agreement"))
             corr = m.get("bsi_vs_effect")
             if corr and corr.get("value") is not None:
                 out.append(

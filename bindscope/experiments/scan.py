@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from bindscope.errors import InputError
-from bindscope.experiments import head_stats
+from bindscope.experiments import head_stats, scan_attribution
 from bindscope.experiments.common import (
     as_pairs,
     base_record,
@@ -114,6 +114,8 @@ def run(
     n_resamples: int | None = None,
     matched_classes: int = 0,
     k: int | None = None,
+    method: str = "exact",
+    verify: int | None = None,
     force: bool = False,
     progress: bool = True,
 ) -> dict:
@@ -142,6 +144,10 @@ def run(
             "binding heads matter" is told apart from "sink heads matter". 0: off.
         k: Size of the EB* top set compared under ``matched_classes`` (default 4); refused
             without it, where it would change nothing.
+        method: ``exact`` (every condition ablated) or ``attribution``: every head's effect
+            estimated by attribution patching, then only the ``verify`` heads with the
+            largest estimates scanned exactly (`bindscope.experiments.scan_attribution`).
+        verify: Heads verified exactly under ``attribution`` (default 20).
         out: Results folder; records go to ``OUT/<experiment>/records.jsonl``.
         force: Start afresh even where the folder's settings differ (else refused).
         progress: Show a progress bar.
@@ -158,6 +164,7 @@ def run(
             f"k={k} applies only with matched_classes (it sizes the EB* top set compared "
             "with class-matched head sets); leave it out or pass matched_classes=N"
         )
+    verify = scan_attribution.check_options(method, verify, unit)
     models = models if isinstance(models, (list, tuple)) else [models]
     pset = prompt_set(prompts)
     if spread and limit is None:
@@ -178,7 +185,10 @@ def run(
         "limit": limit,
         "prompt_sha256": pset.sha256,
         "matched_classes": matched_classes,
+        "method": method,
     }
+    if verify is not None:
+        settings["verify"] = verify
     if spread:
         settings["spread"] = True
     if matched_classes:
@@ -251,13 +261,22 @@ def _run_model(model, pset, items, writer, settings, batch_size, progress) -> No
         heads = [h for hs in conditions.values() for h in hs]
         means = head_means(model, [r.template for r in items], heads, batch_size=batch_size)
     donor_of = draw_donors(items, settings["seed"]) if settings["ablation"] == "resample" else {}
+    if settings["method"] == "attribution":  # estimate every head, verify the top ones
+        chosen = scan_attribution.estimate_heads(
+            model, items, writer, settings, prov, means=means, donor_of=donor_of,
+            batch_size=batch_size, progress=progress,
+        )  # fmt: skip
+        names = [name for name in names if name in chosen]
 
     def key(rec, name):
         return record_key(EXPERIMENT, model.name, model.revision, rec.key, name)
 
     def work(chunk):
         sequences, owners, donors, answers = _chunk_sequences(model, chunk, donor_of)
-        clean, scores = condition_scores(
+        # a remote attribution scan verifies its few heads through Model.logits
+        remote = getattr(model, "remote", False) and settings["method"] == "attribution"
+        score = scan_attribution.logits_condition_scores if remote else condition_scores
+        clean, scores = score(
             model,
             sequences,
             [as_pairs(conditions[n]) for n in names],

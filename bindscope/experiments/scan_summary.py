@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from bindscope.experiments import head_stats, limits
+from bindscope.experiments import head_stats, limits, scan_attribution
 from bindscope.results.labels import by_model
 
 EXPERIMENT = "scan"
@@ -78,8 +78,9 @@ def summarize_scan(
     settings = evaluated[0]["scan"]
     groups = by_model(evaluated)
     bsi = [r for r in records if r["experiment"] == BSI]
+    estimates = [r for r in records if r["experiment"] == scan_attribution.ESTIMATE]
     models = {
-        label: _summarize_model(group, bsi, settings, correction, n_resamples, top)
+        label: _summarize_model(group, bsi, settings, correction, n_resamples, top, estimates)
         for label, group in groups.items()
     }
     for label, entry in models.items():
@@ -106,6 +107,8 @@ def summarize_scan(
         "limits": found,
         "ablation": settings["ablation"],
         "unit": settings["unit"],
+        "method": settings.get("method", "exact"),
+        "verify": settings.get("verify"),
         "seed": settings["seed"],
         "correction": correction,
         "n_resamples": n_resamples,
@@ -122,7 +125,7 @@ def scan_limits(label: str, entry: dict, *, correction: str) -> list[dict]:
     """
     found = [limits.small_group(label, "the scanned prompts", entry["n_prompts"], "a test")]
     for metric, m in entry["metrics"].items():
-        n_tests = sum(v is not None for row in m["effect"] for v in row)
+        n_tests = entry.get("n_tests") or sum(v is not None for row in m["effect"] for v in row)
         found.append(
             limits.corrected_resolution(
                 label,
@@ -147,10 +150,30 @@ def scan_limits(label: str, entry: dict, *, correction: str) -> list[dict]:
     return limits.collect(*found)
 
 
-def _summarize_model(group, bsi_records, settings, correction, n_resamples, top) -> dict:
-    first = group[0]
-    seed = settings["seed"]
-    n_layers, n_heads = first["provenance"]["n_layers"], first["provenance"]["n_heads"]
+def _unusable(present, rows, keys, field: str) -> list[tuple[str, str]]:
+    """(prompt, record key) of every record whose ``field`` is null or not finite."""
+    return [
+        (p, keys[condition, p])
+        for p in present
+        for condition, values in rows
+        if not head_stats.finite(values[p].get(field))
+    ]
+
+
+def _mean_bsi(first: dict, bsi_records) -> np.ndarray | None:
+    """Mean BSI map [L, H] of the first record's model over its measured prompts, or None."""
+    measured = [
+        r["metrics"]["bsi"]
+        for r in bsi_records
+        if r["model"] == first["model"]
+        and r["revision"] == first["revision"]
+        and r["metrics"].get("eb_star") is not None
+    ]
+    return np.nanmean(np.array(measured, dtype=float), 0) if measured else None
+
+
+def _tables(group) -> tuple[dict[str, dict[str, dict]], dict[str, list], dict]:
+    """Metrics by condition and prompt, each condition's head, and each record's key."""
     table: dict[str, dict[str, dict]] = {}  # condition -> prompt -> metrics
     heads: dict[str, list] = {}
     keys: dict[tuple[str, str], str] = {}  # (condition, prompt) -> record key
@@ -160,11 +183,24 @@ def _summarize_model(group, bsi_records, settings, correction, n_resamples, top)
         if r["condition"] != "clean":
             h = r["heads"]
             heads[r["condition"]] = h[0] if len(h) == 1 else [h[0][0], 0]
+    return table, heads, keys
+
+
+def _summarize_model(
+    group, bsi_records, settings, correction, n_resamples, top, estimates=()
+) -> dict:
+    first = group[0]
+    seed = settings["seed"]
+    n_layers, n_heads = first["provenance"]["n_layers"], first["provenance"]["n_heads"]
+    table, heads, keys = _tables(group)
     clean = table.pop("clean", {})
     names = sorted(table, key=lambda n: heads[n])
     complete = sorted(p for p in clean if all(p in table[n] for n in names))
     width = n_heads if settings["unit"] == "head" else 1
-    n_resamples = n_resamples or head_stats.default_resamples(len(names))
+    # attribution: the verified heads were chosen among all, so tests count all heads
+    attribution = settings.get("method") == "attribution"
+    n_tests = n_layers * n_heads if attribution else len(names)
+    n_resamples = n_resamples or head_stats.default_resamples(n_tests)
     entry = {
         "model": first["model"],
         "revision": first["revision"],
@@ -176,18 +212,15 @@ def _summarize_model(group, bsi_records, settings, correction, n_resamples, top)
         "metrics": {},
         "unusable": {},
     }
+    if attribution:
+        entry["n_tests"] = n_tests
     for metric in METRICS:
         field = "logprob" if metric == "logprob" else "score"
         # a prompt without the field is not scored on this metric (no choices: no accuracy);
         # one with a null or non-finite value in any record is left out and its keys listed
         present = [p for p in complete if field in clean[p]]
         rows = [("clean", clean), *((n, table[n]) for n in names)]
-        bad = [
-            (p, keys[condition, p])
-            for p in present
-            for condition, values in rows
-            if not head_stats.finite(values[p].get(field))
-        ]
+        bad = _unusable(present, rows, keys, field)
         left_out = sorted({p for p, _ in bad})
         prompts = [p for p in present if p not in left_out]
         if bad:
@@ -204,7 +237,10 @@ def _summarize_model(group, bsi_records, settings, correction, n_resamples, top)
             cells[name] = head_stats.cell_stats(
                 base, ablated, seed=seed, n_resamples=n_resamples, alternative="two-sided"
             )
-        head_stats.adjust(cells, correction=correction)
+        if attribution:
+            scan_attribution.adjust_all_heads(cells, correction=correction, n_heads=n_tests)
+        else:
+            head_stats.adjust(cells, correction=correction)
         entry["metrics"][metric] = {
             "clean_mean": float(base.mean()),
             "n_prompts": len(prompts),
@@ -214,22 +250,23 @@ def _summarize_model(group, bsi_records, settings, correction, n_resamples, top)
             "p": _map(cells, heads, n_layers, width, "p"),
             "p_adjusted": _map(cells, heads, n_layers, width, "p_adjusted"),
             "significant": [list(heads[n]) for n in names if cells[n]["significant"]],
-            "top": head_stats.top_cells(cells, heads, top),
+            "top": head_stats.top_cells(cells, heads, len(cells) if attribution else top),
         }
+    if attribution:  # the estimate map and its agreement with the verified heads
+        mine = [
+            r
+            for r in estimates
+            if (r["model"], r["revision"]) == (first["model"], first["revision"])
+        ]
+        scan_attribution.add_estimates(entry, mine, complete)
     if settings["unit"] == "head" and "logprob" in entry["metrics"]:
         usable = {p: clean[p] for p in clean if p not in _left_out(entry, "logprob")}
         entry["bsi_vs_effect"] = _bsi_correlation(
             first, bsi_records, table, usable, names, heads, n_heads, seed
         )
-        measured = [
-            r["metrics"]["bsi"]
-            for r in bsi_records
-            if r["model"] == first["model"]
-            and r["revision"] == first["revision"]
-            and r["metrics"].get("eb_star") is not None
-        ]
-        if measured:
-            entry["_mean_bsi"] = np.nanmean(np.array(measured, dtype=float), 0)
+        mean_bsi = _mean_bsi(first, bsi_records)
+        if mean_bsi is not None:
+            entry["_mean_bsi"] = mean_bsi
     if not entry["unusable"]:
         del entry["unusable"]
     return entry

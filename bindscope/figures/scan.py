@@ -8,6 +8,7 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from bindscope.figures import markdown as md
+from bindscope.figures.scan_estimate import agreement_lines, estimate_figure
 from bindscope.figures.style import new_figure, short_label, slug
 from bindscope.results.summaries import ExperimentResults, MissingData, need
 
@@ -38,6 +39,11 @@ def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
                 f"{unit} ablated: log-prob drop (clean − ablated)",
             ),
         )  # fmt: skip
+        if "estimate" in block:  # --method attribution: the estimate map and verified heads
+            yield (
+                f"scan_estimate_{slug(label)}",
+                lambda label=label, block=block: estimate_figure(label, block),
+            )
 
 
 def heads_figure(label: str, effect, significant, top, what: str, *, limit: int = 10):
@@ -94,6 +100,7 @@ def tables(exp: ExperimentResults) -> list[str]:
                     _top_rows(block["top"]),
                 ),
             ]
+        lines += agreement_lines(entry.get("metrics", {}).get("logprob", {}))
         corr = entry.get("bsi_vs_effect")
         if corr:
             lines += [

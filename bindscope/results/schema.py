@@ -7,7 +7,8 @@ from pathlib import Path
 from bindscope.families import FAMILIES
 from bindscope.results.records import SCHEMA, read_records, record_key
 
-# scan-bsi: the BSI records a head scan compares its effect map with
+# scan-bsi: the BSI records a head scan compares its effect map with; scan-estimate: each
+# prompt's attribution-patching estimates of every head (scan --method attribution)
 EXPERIMENTS = (
     "binding",
     "c5",
@@ -18,6 +19,7 @@ EXPERIMENTS = (
     "heads",
     "scan",
     "scan-bsi",
+    "scan-estimate",
     "patching",
 )
 SCAN_METRICS = ("logprob",)
@@ -65,6 +67,7 @@ CONDITIONS = {
     "sweep": ("clean",),
     "controls": ("clean",),
     "scan-bsi": ("clean",),
+    "scan-estimate": ("estimate",),
     "fewshot": ("zero_shot", "few_shot", "paraphrase"),
     "heads": ("clean", "repeated"),
 }
@@ -179,6 +182,8 @@ def _content_problems(record: dict) -> list[str]:
         wanted = SCAN_METRICS + (RECOGNITION_METRICS if record["task"] == "recognition" else ())
     elif experiment == "patching":
         wanted = PATCHING_METRICS
+    elif experiment == "scan-estimate":
+        wanted = ("logprob", "estimate")
     missing = [k for k in wanted if k not in metrics]
     if missing:
         out.append(f"metrics lack {missing}")

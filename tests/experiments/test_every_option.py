@@ -221,6 +221,14 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
             "the EB* top set compared under --matched-classes; refused without it",
             "test_scan_k_changes_the_comparison_and_is_refused_without_matched_classes",
         ),
+        "--method": Changes(
+            None, "attribution", lambda r, v: scan_setting(r, "method") == (v or "exact")
+        ),
+        "--verify": NoEffect(
+            "how many heads --method attribution verifies (refused without it)",
+            "tests/experiments/test_scan_attribution.py::"
+            "test_verified_heads_equal_the_exact_scan_and_are_the_top_estimates",
+        ),
     },
     "patch": {
         **{option: NoEffect("the same loader as scan's") for option in (*LOAD, *MODEL)},

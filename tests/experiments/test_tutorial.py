@@ -21,5 +21,5 @@ def test_tutorial_blocks_run_on_a_tiny_model(eval_example, monkeypatch, sp_token
     shared: dict = {"PROMPTS": prompts_tiny.write(tmp_path)}
     for example in EXAMPLES:
         shared.update(eval_example.run(example, module_globals=dict(shared)))
-    assert len(EXAMPLES) == 3
+    assert len(EXAMPLES) == 4
     assert shared["figures"].figures and shared["summary"]["experiment"] == "scan"

@@ -1,0 +1,283 @@
+"""The head scan's attribution method: estimate every head, verify the top heads exactly.
+
+``bindscope scan --method attribution --verify K`` first estimates every head's effect on
+each prompt with attribution patching (`bindscope.runners.attribution_patching`: one
+forward and one backward pass per batch, whatever the number of heads), then runs the exact
+single-head scan on the ``K`` heads with the largest mean |estimate| only. The summary keeps
+the exact scan's layout; the estimate map and the estimate-vs-exact agreement on the
+verified heads are added (docs/records.md).
+
+Statistics. The verified heads are chosen by the estimate on the same prompts, so their
+p-values are adjusted across *all* ``L x H`` heads, the heads not verified counted with
+p = 1. Benjamini-Hochberg and Holm are monotone in the p-values, so no head is declared
+significant that the exact scan of every head would not declare too.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from bindscope.errors import InputError
+from bindscope.experiments import head_stats
+from bindscope.experiments.common import base_record, record_key, run_chunks
+
+ESTIMATE = "scan-estimate"
+METHODS = ("exact", "attribution")
+DEFAULT_VERIFY = 20
+
+
+def check_options(method: str, verify: int | None, unit: str) -> int | None:
+    """The number of heads to verify (None for the exact scan); refuses what does not fit.
+
+    Raises:
+        InputError: An unknown method, ``verify`` with the exact scan or below 1, or the
+            attribution method on layers (it estimates heads).
+    """
+    if method not in METHODS:
+        raise InputError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
+    if method == "exact":
+        if verify is not None:
+            raise InputError("--verify applies to --method attribution; drop it or add the method")
+        return None
+    if unit != "head":
+        raise InputError("--method attribution estimates heads: it needs --unit head")
+    verify = DEFAULT_VERIFY if verify is None else verify
+    if isinstance(verify, bool) or not isinstance(verify, int) or verify < 1:
+        raise InputError(f"--verify must be a whole number of heads, 1 or more, not {verify!r}")
+    return verify
+
+
+def _spec(model, settings: dict, means, text, donor):
+    """The intervention the estimate linearises: the scan's ablation on every head.
+
+    A resample donor is aligned from the end, as the exact scan aligns it (`_donor_spec`).
+    """
+    from bindscope.interventions import Mean, Zero
+    from bindscope.runners.attribution_patching import all_heads
+
+    heads = tuple(all_heads(model))
+    if settings["ablation"] == "mean":
+        return Mean(heads, means)
+    if settings["ablation"] == "resample":
+        return _donor_spec(heads, text, list(donor.ids))
+    return Zero(heads)
+
+
+def estimate_heads(model, items, writer, settings, prov, *, means, donor_of, batch_size, progress):
+    """Write one ``scan-estimate`` record per prompt: every head's estimated effect.
+
+    The metric is the scan's log-prob (the correct choice's, or the target's, mean
+    log-probability per token); the estimate is of ``clean - ablated`` (positive: the
+    ablation hurts), as the scan's effects are.
+    """
+    from bindscope.experiments.scan import scored
+    from bindscope.runners.attribution_patching import TargetLogprob, attribution_scores
+
+    def key(rec):
+        return record_key(ESTIMATE, model.name, model.revision, rec.key, "estimate")
+
+    def work(chunk):
+        texts, targets, per_row = [], [], []
+        for rec in chunk:
+            seqs, answer = scored(model, rec)
+            seq = seqs[answer or 0]
+            texts.append(list(seq.ids))
+            targets.append(TargetLogprob(seq.n_target))
+            donor = None
+            if rec.key in donor_of:
+                theirs, _ = scored(model, donor_of[rec.key])
+                donor = theirs[(answer or 0) % len(theirs)]
+            per_row.append(_spec(model, settings, means, texts[-1], donor))
+        clean = np.zeros(len(texts))
+        change = np.zeros((len(texts), model.n_layers, model.n_heads))
+        for group in _groups(texts, per_row):
+            clean[group], change[group] = attribution_scores(
+                model,
+                [texts[i] for i in group],
+                [targets[i] for i in group],
+                per_row=[per_row[i] for i in group],
+                batch_size=batch_size,
+            )
+        out = []
+        for rec, value, est in zip(chunk, clean, change):
+            fields = {"logprob": float(value), "estimate": (-est).tolist()}
+            if rec.key in donor_of:
+                fields["donor"] = donor_of[rec.key].key
+            out.append(
+                base_record(
+                    ESTIMATE, model, rec, "estimate", fields, prov,
+                    ablation=settings["ablation"], scan=settings,
+                )
+            )  # fmt: skip
+        return out
+
+    run_chunks(
+        items,
+        writer=writer,
+        key=key,
+        work=work,
+        chunk_size=batch_size,
+        desc=f"scan estimate {model.name}",
+        progress=progress,
+    )
+    return _select(model, items, writer.path, settings["verify"])
+
+
+def _groups(texts: list, specs: list) -> list[list[int]]:
+    """Rows split so that no ``Resample`` donor is another row's text in the same call.
+
+    ``Resample`` draws a donor for every text of a call from its reference and refuses a
+    text equal to all of it, even in another row's ``per_row`` entry.
+    """
+    groups: list[list[int]] = []
+    for i, spec in enumerate(specs):
+        donor = list(spec.reference[0]) if getattr(spec, "reference", None) else None
+        for group in groups:
+            theirs = [specs[j] for j in group]
+            if donor not in [texts[j] for j in group] and not any(
+                getattr(t, "reference", None) and list(t.reference[0]) == texts[i] for t in theirs
+            ):
+                group.append(i)
+                break
+        else:
+            groups.append([i])
+    return groups
+
+
+def _select(model, items, path, verify: int) -> list[str]:
+    """Condition names of the ``verify`` heads with the largest mean |estimate|."""
+    from bindscope.results.records import read_records
+
+    keys = {rec.key for rec in items}
+    maps = [
+        r["metrics"]["estimate"]
+        for r in read_records(path)
+        if r["experiment"] == ESTIMATE
+        and r["model"] == model.name
+        and r["revision"] == model.revision
+        and r["prompt_key"] in keys
+    ]
+    mean = np.mean(np.array(maps, dtype=float), 0)  # [L, H]
+    order = sorted(np.ndindex(*mean.shape), key=lambda lh: (-abs(mean[lh]), lh))
+    return [f"L{layer}.H{head}" for layer, head in order[:verify]]
+
+
+def logits_condition_scores(
+    model,
+    sequences,
+    conditions,
+    *,
+    means=None,
+    donors=None,
+    batch_size: int = 16,
+    progress: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``runners.scan.condition_scores`` through ``Model.logits``: for a remote model.
+
+    The scan's own runner starts conditions from a clean residual stream kept on this
+    machine, so it runs local models only; a remote attribution scan verifies its few
+    heads here, one full pass per head and batch, on the server like every ``Model`` call.
+    Same arguments and return value (``(clean [S], scores [C, S])`` float64); the progress
+    bar moves once per condition.
+    """
+    from tqdm.auto import tqdm
+
+    from bindscope.interventions import Mean, Zero
+
+    texts = [list(s.ids) for s in sequences]
+
+    def scores(per_row) -> np.ndarray:
+        out = np.zeros(len(texts))
+        for group in _groups(texts, per_row or [None] * len(texts)):
+            rows = [per_row[i] for i in group] if per_row else None
+            found = model.logits([texts[i] for i in group], per_row=rows, batch_size=batch_size)
+            for i, logits in zip(group, found):
+                logp = logits.float().log_softmax(-1)
+                n, t = len(texts[i]), sequences[i].n_target
+                picked = [float(logp[n - t + j - 1, texts[i][n - t + j]]) for j in range(t)]
+                out[i] = float(np.mean(picked))
+        return out
+
+    result = np.zeros((len(conditions), len(texts)))
+    bar = tqdm(conditions, desc="verified heads", unit="head", disable=not progress, leave=False)
+    for c, heads in enumerate(bar):
+        heads = tuple(tuple(h) for h in heads)
+        if donors is not None:
+            specs = [_donor_spec(heads, t, list(d.ids)) for t, d in zip(texts, donors)]
+        else:
+            specs = [Zero(heads) if means is None else Mean(heads, means)] * len(texts)
+        result[c] = scores(specs)
+    return scores(None), result
+
+
+def _donor_spec(heads, text: list, donor: list):
+    """A resample donor aligned from the end: ``Patch`` at equal length, else ``Resample``."""
+    from bindscope.interventions import Patch, Resample
+
+    return Patch(heads, (donor,)) if len(donor) == len(text) else Resample(heads, (donor,))
+
+
+def adjust_all_heads(cells: dict[str, dict], *, correction: str, n_heads: int) -> None:
+    """``head_stats.adjust`` across ``n_heads`` tests, the heads not verified at p = 1."""
+    padded = dict(cells)
+    for i in range(max(0, n_heads - len(cells))):
+        padded[f"_unverified{i}"] = {"p": 1.0}
+    head_stats.adjust(padded, correction=correction)
+    for name in cells:
+        cells[name].update(padded[name])
+
+
+def add_estimates(entry: dict, estimates: list[dict], prompts: list[str]) -> None:
+    """Add the estimate map and the agreement on the verified heads to a model's entry.
+
+    ``metrics.logprob`` gains ``estimate`` ([L][H] mean estimated effect over ``prompts``)
+    and ``agreement``; each ``top`` cell gains its ``estimate``.
+    """
+    block = entry["metrics"].get("logprob")
+    by_prompt = {r["prompt_key"]: r["metrics"]["estimate"] for r in estimates}
+    used = [p for p in prompts if p in by_prompt]
+    if block is None or not used:
+        return
+    mean = np.mean(np.array([by_prompt[p] for p in used], dtype=float), 0)
+    block["estimate"] = mean.tolist()
+    block["n_estimated_prompts"] = len(used)
+    for cell in block["top"]:
+        layer, head = cell["head"]
+        cell["estimate"] = float(mean[layer, head])
+    block["agreement"] = agreement(block["top"])
+    for other in entry["metrics"].values():
+        other["verified"] = [list(c["head"]) for c in block["top"]]
+
+
+def agreement(top: list[dict]) -> dict:
+    """Estimate vs exact effect over the verified heads: Spearman, sign agreement, error."""
+    pairs = [
+        (c["estimate"], c["value"])
+        for c in top
+        if c.get("value") is not None and not math.isnan(c["value"])
+    ]
+    out: dict = {"n_verified": len(pairs), "spearman": None, "sign_agreement": None}
+    if not pairs:
+        return out
+    est, exact = np.array(pairs).T
+    out["sign_agreement"] = float(np.mean(np.sign(est) == np.sign(exact)))
+    out["max_abs_error"] = float(np.max(np.abs(est - exact)))
+    if len(pairs) >= 3 and np.ptp(est) > 0 and np.ptp(exact) > 0:
+        from scipy.stats import spearmanr
+
+        out["spearman"] = float(spearmanr(est, exact).statistic)
+    return out
+
+
+__all__ = [
+    "DEFAULT_VERIFY",
+    "ESTIMATE",
+    "METHODS",
+    "add_estimates",
+    "adjust_all_heads",
+    "agreement",
+    "check_options",
+    "estimate_heads",
+]

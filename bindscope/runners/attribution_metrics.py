@@ -1,0 +1,111 @@
+"""The metrics attribution patching differentiates, and their tensors for the trace body.
+
+A metric is computed from the logits inside the trace
+(``bindscope.runners.attribution_ops.metric_values``): weighted log-probabilities of target
+tokens and weighted logits. `TargetLogprob` is the scan's metric; `LogitDifference` the
+usual one of circuit studies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from bindscope.errors import InputError
+from bindscope.protocols import LanguageModel
+
+__all__ = ["LogitDifference", "Metric", "TargetLogprob", "check_metrics", "metric_terms"]
+
+
+@dataclass(frozen=True)
+class TargetLogprob:
+    """Mean log-probability per token of a text's last ``n_target`` tokens.
+
+    The scan's metric: a recognition choice's log-probability is the ``TargetLogprob`` of
+    the prompt followed by the choice (``n_target``: the choice's tokens), a target's the
+    same with the target text.
+    """
+
+    n_target: int = 1
+
+
+@dataclass(frozen=True)
+class LogitDifference:
+    """``logit(correct) - logit(wrong)`` at the text's last position (ids or one-token strings)."""
+
+    correct: int | str
+    wrong: int | str
+
+
+Metric = TargetLogprob | LogitDifference
+
+
+def _token(model: LanguageModel, token) -> int:
+    if isinstance(token, str):
+        ids = model.tokenizer(token, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            raise InputError(
+                f"{model.name}: LogitDifference token {token!r} is {len(ids)} tokens; pass "
+                "one token (e.g. ' Paris') or its id"
+            )
+        return int(ids[0])
+    return int(token)
+
+
+def check_metrics(model: LanguageModel, metric, lengths: list[int]) -> list[Metric]:
+    """One checked metric per text (token strings resolved to ids).
+
+    Raises:
+        InputError: A metric that is not one of ours, a count that does not match the
+            texts, a target as long as its text, or a token string of several tokens.
+    """
+    metrics = list(metric) if isinstance(metric, (list, tuple)) else [metric] * len(lengths)
+    if len(metrics) != len(lengths):
+        raise InputError(f"{len(metrics)} metrics for {len(lengths)} texts; give one per text")
+    out: list[Metric] = []
+    for i, (m, n) in enumerate(zip(metrics, lengths)):
+        if isinstance(m, TargetLogprob):
+            if not 0 < m.n_target < n:
+                raise InputError(
+                    f"text #{i} has {n} tokens: TargetLogprob(n_target={m.n_target}) needs "
+                    "at least one target token and a prompt before it"
+                )
+            out.append(m)
+        elif isinstance(m, LogitDifference):
+            out.append(LogitDifference(_token(model, m.correct), _token(model, m.wrong)))
+        else:
+            raise InputError(
+                f"metric #{i} is a {type(m).__name__}; pass TargetLogprob(n_target) or "
+                "LogitDifference(correct, wrong)"
+            )
+    return out
+
+
+def metric_terms(metrics: list[Metric], ids: torch.Tensor) -> tuple[dict, int]:
+    """The metric's terms (``attribution_ops.metric_values``) and how many logits to keep.
+
+    ``ids`` is the left-padded batch ``[b, W]``: every text ends in the last column.
+    """
+    keep = max(m.n_target + 1 if isinstance(m, TargetLogprob) else 1 for m in metrics)
+    b, width = ids.shape
+    t = max((m.n_target for m in metrics if isinstance(m, TargetLogprob)), default=0)
+    logprob = [torch.zeros(b, t, dtype=torch.long) for _ in range(2)] + [torch.zeros(b, t)]
+    logit = [torch.zeros(b, 2, dtype=torch.long) for _ in range(2)] + [torch.zeros(b, 2)]
+    for r, m in enumerate(metrics):
+        if isinstance(m, TargetLogprob):
+            for j in range(m.n_target):
+                column = width - m.n_target + j  # of the target token
+                logprob[0][r, j] = column - 1 - (width - keep)  # the kept logits predicting it
+                logprob[1][r, j] = ids[r, column]
+                logprob[2][r, j] = 1.0 / m.n_target
+        else:
+            logit[0][r] = keep - 1
+            logit[1][r] = torch.tensor([int(m.correct), int(m.wrong)])
+            logit[2][r] = torch.tensor([1.0, -1.0])
+    terms = {}
+    if t:
+        terms["logprob"] = tuple(logprob)
+    if any(isinstance(m, LogitDifference) for m in metrics):
+        terms["logit"] = tuple(logit)
+    return terms, keep
