@@ -12,6 +12,7 @@ Specs are checked against the model and the texts before any trace runs
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -34,8 +35,18 @@ def _pairs(items, what: str) -> tuple[tuple[int, int], ...]:
             raise InterventionError(
                 f"{what} {item!r} is not a (query, key) pair; pass e.g. [(5, 0), (5, 1)]"
             )
-        out.append((int(item[0]), int(item[1])))
+        out.append((_integer(item[0], what, item), _integer(item[1], what, item)))
     return tuple(out)
+
+
+def _integer(value, what: str, item) -> int:
+    """A whole number (a Python or numpy integer), never a bool, float or string."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    raise InterventionError(
+        f"{what} {item!r}: {value!r} is a {type(value).__name__}, not an integer; token "
+        "positions are whole numbers counted from 0 in the unpadded text"
+    )
 
 
 @dataclass(frozen=True)
@@ -82,7 +93,8 @@ class Patch:
         source = self.source
         object.__setattr__(self, "source", (source,) if isinstance(source, str) else tuple(source))
         if self.positions is not None:
-            object.__setattr__(self, "positions", tuple(int(p) for p in self.positions))
+            positions = tuple(_integer(p, "position", p) for p in self.positions)
+            object.__setattr__(self, "positions", positions)
 
 
 @dataclass(frozen=True)
