@@ -113,6 +113,13 @@ class Resample:
     def __post_init__(self) -> None:
         object.__setattr__(self, "heads", _pairs(self.heads, "head"))
         object.__setattr__(self, "reference", tuple(self.reference))
+        seed = self.seed
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+            raise InterventionError(
+                f"Resample: seed={seed!r} is a {type(seed).__name__}, not an integer; the "
+                "donors are drawn with torch.Generator().manual_seed(seed): pass e.g. seed=0"
+            )
+        object.__setattr__(self, "seed", int(seed))
 
     def donors(self, texts: Sequence) -> tuple[int, ...]:
         """Index into ``reference`` of each text's donor (deterministic given ``seed``).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,7 @@ from bindscope.batch import (
     check_texts,
     sessions,
 )
-from bindscope.errors import InterventionError
+from bindscope.errors import InputError, InterventionError
 from bindscope.interventions import ops
 from bindscope.interventions.plan import plan_batches
 from bindscope.interventions.specs import resolve_rows
@@ -39,6 +40,15 @@ def generate_ids(
     """``Model.generate_ids`` (arguments as there)."""
     texts = check_texts(texts)
     check_batch_size(batch_size)
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral):
+        raise InputError(
+            f"{model.name}: max_new_tokens={max_new_tokens!r} is not an integer; pass how many "
+            "tokens to generate, e.g. max_new_tokens=20"
+        )
+    if max_new_tokens < 1:
+        raise InputError(
+            f"{model.name}: max_new_tokens={max_new_tokens} generates nothing; pass at least 1"
+        )
     rows = resolve_rows(
         model, texts, intervene=intervene, per_row=per_row, ablate=ablate, means=means
     )

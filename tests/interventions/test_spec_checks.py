@@ -8,10 +8,9 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 
 from bindscope.errors import InputError, InterventionError
-from bindscope.interventions import Knockout, Mean, Patch, Resample, Zero, head_means
+from bindscope.interventions import Knockout, Patch, Resample
 from tests.conftest import PROMPTS, build_tiny
 
 HEADS = [(0, 1), (1, 0)]
@@ -20,6 +19,30 @@ HEADS = [(0, 1), (1, 0)]
 @pytest.fixture(scope="module")
 def model(byte_tokenizer):
     return build_tiny("qwen2", byte_tokenizer)
+
+
+# -- Resample seed and generation length (item 10) -------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [None, math.nan, 1.5, "3", True])
+def test_resample_seed_must_be_an_integer(seed):
+    with pytest.raises(InterventionError, match="seed"):
+        Resample(HEADS, PROMPTS, seed=seed)
+
+
+def test_resample_accepts_integer_seeds():
+    assert Resample(HEADS, PROMPTS, seed=7).seed == 7
+    import numpy as np
+
+    assert Resample(HEADS, PROMPTS, seed=np.int64(7)).seed == 7
+
+
+@pytest.mark.parametrize("count", [0, -1, 2.5, None, "3"])
+def test_generate_needs_a_positive_number_of_new_tokens(model, count):
+    with pytest.raises(InputError, match="max_new_tokens"):
+        model.generate_ids(PROMPTS[:1], max_new_tokens=count)
+    with pytest.raises(InputError, match="max_new_tokens"):
+        model.generate(PROMPTS[:1], max_new_tokens=count)
 
 
 # -- non-integer edges and positions (item 11) -----------------------------------------------
