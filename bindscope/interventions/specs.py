@@ -289,11 +289,26 @@ def _check_means(model: LanguageModel, spec: Mean, heads) -> dict:
             f"{model.name}: Mean(heads, means) needs means=head_means(model, reference, heads), "
             f"got {type(spec.means).__name__}"
         )
+    shape = (model.n_heads, model.head_dim)
     for layer, head in heads:
         if layer not in means:
             raise InterventionError(
                 f"{model.name}: no reference means for layer {layer} (head ({layer}, {head})); "
                 "include the head in head_means(model, reference, heads)"
+            )
+        value = means[layer]
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape:
+            got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+            raise InterventionError(
+                f"{model.name}: Mean: the means of layer {layer} are {got}, not a tensor "
+                f"[{shape[0]}, {shape[1]}] (heads x head_dim); build them with "
+                "head_means(model, reference, heads)"
+            )
+        if not bool(torch.isfinite(value[head]).all()):
+            raise InterventionError(
+                f"{model.name}: Mean: the means of head ({layer}, {head}) (layer {layer}) are "
+                "not finite (NaN or infinity); recompute them with head_means(model, "
+                "reference, heads) on reference texts the model runs cleanly"
             )
     return means
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from bindscope.errors import InputError, InterventionError
-from bindscope.interventions import Knockout, Patch, Resample
+from bindscope.interventions import Knockout, Mean, Patch, Resample, head_means
 from tests.conftest import PROMPTS, build_tiny
 
 HEADS = [(0, 1), (1, 0)]
@@ -19,6 +20,32 @@ HEADS = [(0, 1), (1, 0)]
 @pytest.fixture(scope="module")
 def model(byte_tokenizer):
     return build_tiny("qwen2", byte_tokenizer)
+
+
+# -- Mean with bad means (item 8) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_mean_with_non_finite_means_is_refused(model, bad):
+    means = head_means(model, PROMPTS, HEADS)
+    table = {layer: value.clone() for layer, value in means.means.items()}
+    table[1][0, 3] = bad
+    with pytest.raises(InterventionError, match=r"layer 1.*not finite"):
+        model.logits(PROMPTS[:1], intervene=Mean(HEADS, table))
+
+
+@pytest.mark.parametrize("shape", [(4, 8), (3, 16), (64,), (4, 16, 1)])
+def test_mean_with_means_of_the_wrong_shape_is_refused(model, shape):
+    table = {0: torch.zeros(shape), 1: torch.zeros(model.n_heads, model.head_dim)}
+    with pytest.raises(InterventionError) as err:
+        model.logits(PROMPTS[:1], intervene=Mean(HEADS, table))
+    assert "layer 0" in str(err.value)
+    assert f"[{model.n_heads}, {model.head_dim}]" in str(err.value)
+
+
+def test_mean_with_a_non_tensor_table_entry_is_refused(model):
+    with pytest.raises(InterventionError, match="layer 0"):
+        model.logits(PROMPTS[:1], intervene=Mean(HEADS, {0: "x", 1: [1.0]}))
 
 
 # -- Resample seed and generation length (item 10) -------------------------------------------
