@@ -251,10 +251,12 @@ def resolve_rows(
     out = []
     for i, specs in enumerate(rows):
         ops = []
+        owner: dict[tuple[int, int], object] = {}  # head -> the spec acting on it
         for spec in specs:
             heads = model.check_heads(spec.heads)
             if not heads:
                 continue
+            _claim(model, owner, heads, spec, i)
             if isinstance(spec, Zero):
                 ops.append(RowOp("zero", heads))
             elif isinstance(spec, Mean):
@@ -270,6 +272,23 @@ def resolve_rows(
                 ops.append(_knockout_op(model, texts, i, spec, heads, length(i)))
         out.append(tuple(ops))
     return out
+
+
+def _claim(model: LanguageModel, owner: dict, heads, spec, i: int) -> None:
+    """Refuse a second spec on a head of the same text: one would silently undo the other."""
+    for head in heads:
+        other = owner.setdefault(head, spec)
+        if other is not spec:
+            raise InterventionError(
+                f"{model.name}: text #{i}: head {head} is in both {_describe(other)} and "
+                f"{_describe(spec)}; one spec per head and text (their effects do not "
+                "compose: the later edit would overwrite or hide the earlier one). Drop the "
+                "head from one of them, or run them in separate calls"
+            )
+
+
+def _describe(spec) -> str:
+    return f"{type(spec).__name__}({list(spec.heads)!r}, ...)"
 
 
 def _check_per_row(per_row, n_texts: int) -> None:

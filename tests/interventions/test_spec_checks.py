@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from bindscope.errors import InputError, InterventionError
-from bindscope.interventions import Knockout, Mean, Patch, Resample, head_means
+from bindscope.interventions import Knockout, Mean, Patch, Resample, Zero, head_means
 from tests.conftest import PROMPTS, build_tiny
 
 HEADS = [(0, 1), (1, 0)]
@@ -20,6 +20,42 @@ HEADS = [(0, 1), (1, 0)]
 @pytest.fixture(scope="module")
 def model(byte_tokenizer):
     return build_tiny("qwen2", byte_tokenizer)
+
+
+# -- two specs on one head in one row (item 4) ----------------------------------------------
+
+
+def _conflicts(model):
+    means = head_means(model, PROMPTS, HEADS)
+    n = len(model.tokenize(PROMPTS[0]))
+    return [
+        (Zero([(1, 0)]), Patch([(1, 0)], PROMPTS[:1])),
+        (Mean([(0, 1)], means), Zero([(0, 1), (2, 2)])),
+        (Resample([(1, 0)], PROMPTS[1:]), Mean(HEADS, means)),
+        (Knockout([(1, 0)], [(n - 1, 0)]), Zero([(1, 0)])),
+    ]
+
+
+@pytest.mark.parametrize("case", range(4))
+@pytest.mark.parametrize("reverse", [False, True])
+def test_two_specs_on_one_head_in_a_row_are_refused_naming_head_and_specs(model, case, reverse):
+    first, second = _conflicts(model)[case]
+    specs = [second, first] if reverse else [first, second]
+    head = sorted(set(first.heads) & set(second.heads))[0]
+    with pytest.raises(InterventionError) as err:
+        model.logits(PROMPTS[:1], intervene=specs)
+    message = str(err.value)
+    assert f"head {head}" in message and "text #0" in message
+    assert type(first).__name__ in message and type(second).__name__ in message
+    # the same pair split over intervene= and per_row= is the same conflict
+    with pytest.raises(InterventionError, match=r"head \("):
+        model.logits(PROMPTS[:1], intervene=specs[0], per_row=[specs[1]])
+
+
+def test_specs_on_different_heads_or_rows_still_combine(model):
+    got = model.logits(PROMPTS[:2], per_row=[Zero([(1, 0)]), Patch([(1, 0)], PROMPTS[1:2])])
+    assert len(got) == 2
+    model.logits(PROMPTS[:1], intervene=[Zero([(1, 0)]), Patch([(1, 1)], PROMPTS[:1])])
 
 
 # -- Mean with bad means (item 8) ------------------------------------------------------------
