@@ -40,16 +40,29 @@ from bindscope.interventions.ops import (
     run_layers,
     zero_ablate,
 )
-from bindscope.interventions.specs import Knockout, Mean, Patch, Resample, Spec, Zero
+from bindscope.interventions.specs import (
+    Intervention,
+    Knockout,
+    Mean,
+    Patch,
+    PerRow,
+    Resample,
+    Spec,
+    Steer,
+    Zero,
+)
 from bindscope.protocols import LanguageModel
 
 __all__ = [
     "HeadMeans",
+    "Intervention",
     "Knockout",
     "Mean",
     "Patch",
+    "PerRow",
     "Resample",
     "Spec",
+    "Steer",
     "Zero",
     "ablate_rows",
     "capture_attention",

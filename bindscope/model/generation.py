@@ -53,7 +53,7 @@ def generate_ids(
         model, texts, intervene=intervene, per_row=per_row, ablate=ablate, means=means
     )
     for i, row in enumerate(rows):
-        if any(op.kind == "donor" for op in row):
+        if any(op.donor is not None for op in row):
             raise InterventionError(
                 f"{model.name}: text #{i}: Patch and Resample act on fixed-length texts, "
                 "not on generation; use them with logits() or attention_probs()"
@@ -66,7 +66,7 @@ def generate_ids(
         "do_sample": False,
         "pad_token_id": model.tokenizer.pad_token_id,
     }
-    jobs: list[tuple[Batch, dict, dict]] = []
+    jobs: list[tuple[Batch, dict, ops.TracePlan]] = []
     for planned in plan_batches(model, texts, rows, batch_size=batch_size):
         batch = planned.batch
         inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
@@ -77,7 +77,7 @@ def generate_ids(
             new = result[:, batch.input_ids.shape[1] :].tolist()
             for r, index in enumerate(batch.indices):
                 out[index] = _until_eos(new[r], eos_ids)
-    return out  # type: ignore[return-value]
+    return out  # type: ignore[return-value,unused-ignore]
 
 
 def _until_eos(tokens: list[int], eos_ids: set[int]) -> list[int]:
@@ -91,7 +91,7 @@ def _until_eos(tokens: list[int], eos_ids: set[int]) -> list[int]:
 
 
 def generate_session(
-    model: Model, jobs: Sequence[tuple[dict, dict]], kwargs: dict[str, Any]
+    model: Model, jobs: Sequence[tuple[dict, ops.TracePlan]], kwargs: dict[str, Any]
 ) -> list[torch.Tensor]:
     """Generate every ``(inputs, plan)`` job in one session.
 

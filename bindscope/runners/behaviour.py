@@ -49,7 +49,6 @@ def _rows_for(
     ]
     for i, row in enumerate(rows):
         for spec in row:
-            model.check_heads(spec.heads)
             if isinstance(spec, (Patch, Resample)):
                 raise InterventionError(
                     f"{model.name}: record {records[i].key}: Patch and Resample need texts "
@@ -58,10 +57,10 @@ def _rows_for(
     return rows
 
 
-def _plan(model: LanguageModel, batch, rows, *, positions: bool = True) -> dict:
-    """A plan for one batch; ``positions=False`` keeps only the head-wise parts."""
+def _plan(model: LanguageModel, batch, rows, *, positions: bool = True) -> ops.TracePlan:
+    """A plan for one batch; ``positions=False`` keeps only what acts on every position."""
     if not positions:
-        rows = [tuple(op for op in row if op.kind in ("zero", "mean")) for row in rows]
+        rows = [tuple(op for op in row if op.every_position) for row in rows]
     return plan_batch(model, batch, rows).plan
 
 
@@ -162,7 +161,7 @@ def _full_batch(model: LanguageModel, batch, choices, rows, means=None):
             targets.append(c)
             seq_rows.append(rows[r])
             owner.append(r)
-    full = model._pad(list(range(len(seqs))), seqs)
+    full = model.pad(list(range(len(seqs))), seqs)
     positions = [
         [full.pad(s) + len(seqs[s]) - len(targets[s]) - 1 + i for i in range(len(targets[s]))]
         for s in range(len(seqs))
@@ -194,7 +193,7 @@ def _shared_prefix_batch(model: LanguageModel, batch, choices, rows, means=None)
         out: list[list[float] | None] = [None] * len(choices)
         for count in sorted(n_choices):
             sel = [r for r, c in enumerate(choices) if len(c) == count]
-            sub = model._pad(sel, [batch.input_ids[r, batch.pad(r) :].tolist() for r in sel])
+            sub = model.pad(sel, [batch.input_ids[r, batch.pad(r) :].tolist() for r in sel])
             for r, values in zip(
                 sel,
                 _shared_prefix_batch(

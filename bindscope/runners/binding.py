@@ -160,7 +160,7 @@ def _batched_bsi(
                 )
                 return found
 
-            found = model._trace_batch(item, body)
+            found = model.trace_batch(item, body)
             stacked = torch.stack([found[layer] for layer in range(model.n_layers)], 1)  # [b, L, H]
             for r, index in enumerate(batch.indices):
                 out[index] = stacked[r].float().clone()
