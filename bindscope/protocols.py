@@ -172,7 +172,6 @@ class LanguageModel(TraceTarget, Protocol):
         intervene: Any = None,
         per_row: Any = None,
         ablate: Any = None,
-        means: Any = None,
         batch_size: int = ...,
     ) -> list[list[int]]:
         """Greedy new token ids per text."""

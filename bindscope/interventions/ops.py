@@ -107,16 +107,6 @@ def by_layer(heads):
     return grouped
 
 
-def row_masks(per_row, n_heads):
-    """Per-layer ``[b, H]`` keep masks (1 keep, 0 ablate) for different heads per row."""
-    layers = sorted({layer for row in per_row for layer, _ in row})
-    masks = {layer: torch.ones(len(per_row), n_heads) for layer in layers}
-    for r, row in enumerate(per_row):
-        for layer, head in row:
-            masks[layer][r, head] = 0.0
-    return masks
-
-
 def attention_module(envoy, layer):
     """The uniform attention envoy of one decoder layer."""
     return envoy.model.layers[layer].self_attn
@@ -125,61 +115,6 @@ def attention_module(envoy, layer):
 def head_view(x, n_heads, head_dim):
     """View an output-projection input ``[b, s, H*hd]`` as ``[b, s, H, hd]``."""
     return x.view(*x.shape[:-1], n_heads, head_dim)
-
-
-def _check_rows(mask, view, layer, error):
-    """A per-row mask must have one row per batch row (``error`` is the class raised)."""
-    if mask.shape[0] != view.shape[0]:
-        raise error(
-            f"per_row gives {mask.shape[0]} head lists but the batch at layer {layer} has "
-            f"{view.shape[0]} rows; pass exactly one head list per text of the invoke"
-        )
-
-
-def zero_heads(envoy, layer, heads, n_heads, head_dim, keep=None, error=ValueError):
-    """Zero heads' slices of the output-projection input of ``layer``, in place.
-
-    Args:
-        envoy: The renamed nnsight model.
-        layer: Decoder layer index.
-        heads: Head indices zeroed in every row (ignored when ``keep`` is given).
-        n_heads: Query heads per layer.
-        head_dim: Width of one head.
-        keep: Optional ``[b, H]`` float mask, 0 where a row's head is ablated. Rows whose
-            mask is all ones are multiplied by 1.0 and stay bit-identical.
-        error: Exception class raised when ``keep`` has a different number of rows.
-    """
-    x = attention_module(envoy, layer).o_proj.input  # [b, s, H*hd]
-    view = head_view(x, n_heads, head_dim)  # [b, s, H, hd]
-    if keep is None:
-        view[..., heads, :] = 0
-    else:
-        _check_rows(keep, view, layer, error)
-        view.mul_(keep.to(device=view.device, dtype=view.dtype)[:, None, :, None])
-
-
-def mean_heads(envoy, layer, heads, n_heads, head_dim, means, replace=None, error=ValueError):
-    """Replace heads' slices of the output-projection input by their reference means.
-
-    Args:
-        envoy: The renamed nnsight model.
-        layer: Decoder layer index.
-        heads: Head indices replaced in every row (ignored when ``replace`` is given).
-        n_heads: Query heads per layer.
-        head_dim: Width of one head's slice.
-        means: ``[H, hd]`` mean of every head's slice over a reference set.
-        replace: Optional ``[b, H]`` bool mask, True where a row's head is replaced.
-        error: Exception class raised when ``replace`` has the wrong number of rows.
-    """
-    x = attention_module(envoy, layer).o_proj.input  # [b, s, H*hd]
-    view = head_view(x, n_heads, head_dim)  # [b, s, H, hd]
-    means = means.to(device=view.device, dtype=view.dtype)
-    if replace is None:
-        view[..., heads, :] = means[heads]
-    else:
-        _check_rows(replace, view, layer, error)
-        mixed = torch.where(replace.to(view.device)[:, None, :, None], means[None, None], view)
-        view.copy_(mixed)
 
 
 def knock_out(attn, removed, site):

@@ -434,11 +434,19 @@ class Knockout:
     call gets minus infinity on those edges, so it works under eager and sdpa attention,
     with GQA and under left padding; during generation it applies to the prompt pass.
     ``layers=`` instead of heads knocks out every head of those layers.
+
+    ``term=`` gives each text its own edges from the term's token span (found with
+    ``bindscope.prompts.locate``): with ``query=None`` the edges inside the span (each
+    later token of the term to its earlier ones: the pairs BSI measures), with ``query=q``
+    the edges from position ``q`` of each text (``-1``: the last token) to every token of
+    the span.
     """
 
     heads: Any = None
     edges: tuple[tuple[int, int], ...] = ()
     layers: Any = field(default=None, kw_only=True)
+    term: str | None = field(default=None, kw_only=True)
+    query: int | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         if self.heads is not None:
@@ -450,6 +458,34 @@ class Knockout:
                 "head of those layers), not both"
             )
         object.__setattr__(self, "edges", _pairs(self.edges, "edge"))
+        if self.term is not None and (self.edges or not isinstance(self.term, str)):
+            raise InterventionError(
+                "Knockout: give edges or term= (a string: each text's edges come from its "
+                "span), not both"
+            )
+        if self.query is not None:
+            if self.term is None:
+                raise InterventionError("Knockout: query= goes with term=")
+            object.__setattr__(self, "query", _integer(self.query, "query", self.query))
+
+    def edges_for(self, ctx: _Context, i: int) -> tuple[tuple[int, int], ...]:
+        """The edges of text ``i``: ``edges``, or those of the term's span in it."""
+        if self.term is None:
+            return self.edges
+        from bindscope.prompts.spans import locate
+
+        text = ctx.texts[i]
+        if not isinstance(text, str):
+            raise InterventionError(
+                f"{ctx.model.name}: Knockout(term={self.term!r}) needs texts as strings to "
+                f"find the term in; text #{i} is a token-id list"
+            )
+        span = locate(ctx.model, text, self.term, prompt_id=f"#{i}").indices
+        if self.query is None:
+            return tuple((q, k) for q in span for k in span if k < q)
+        n = ctx.length(i)
+        q = self.query % n if self.query < 0 else self.query
+        return tuple((q, k) for k in span if k <= q)
 
     def describe(self) -> str:
         """A short form for messages, e.g. ``Zero([(1, 0)])``."""
@@ -468,11 +504,12 @@ class Knockout:
                 for layer in model.check_layers(self.layers)
                 for h in range(model.n_heads)
             )
-        if not heads or not self.edges:
+        edges = self.edges_for(ctx, i)
+        if not heads or not edges:
             return ()
         n = ctx.length(i)
         removed: dict[int, set[int]] = {}
-        for q, k in self.edges:
+        for q, k in edges:
             if not 0 <= k <= q < n:
                 raise InterventionError(
                     f"{model.name}: Knockout edge ({q}, {k}) is not a causal edge of text #{i} "
@@ -489,11 +526,13 @@ class Knockout:
         for layer, head in heads:
             grouped.setdefault(layer, []).append(head)
         units = tuple((layer, tuple(hs)) for layer, hs in grouped.items())
-        return (KnockoutOp(self.describe(), "head_out", units, None, self.edges),)
+        return (KnockoutOp(self.describe(), "head_out", units, None, edges),)
 
 
 Spec = Zero | Mean | Patch | Resample | Steer | Knockout
 SPEC_TYPES = (Zero, Mean, Patch, Resample, Steer, Knockout)
+# ``(layer, head)`` pairs (``ablate=`` and the head-list form of a spec).
+HeadList = Sequence[tuple[int, int]]
 # What ``intervene=`` takes: a spec, a list of specs (or the old list of head pairs), or None.
 Intervention = Spec | Sequence[Spec] | Sequence[tuple[int, int]] | None
 # What ``per_row=`` takes: one ``Intervention`` per text, or None.
@@ -505,11 +544,11 @@ def _short(text) -> str:
     return text if len(text) <= 60 else text[:57] + "...'"
 
 
-def as_specs(entry, *, means=None) -> tuple:
+def as_specs(entry: Intervention) -> tuple:
     """One ``intervene``/``per_row`` entry as a tuple of specs.
 
-    ``None`` and empty lists mean no intervention; a list of ``(layer, head)`` pairs is the
-    old head-list form (zero-ablation, or mean-ablation when ``means`` is given).
+    ``None`` and empty lists mean no intervention; a list of ``(layer, head)`` pairs is
+    short for ``Zero`` of those heads.
 
     Raises:
         InterventionError: An entry is neither a spec nor a head list (an unknown kind is
@@ -536,23 +575,21 @@ def as_specs(entry, *, means=None) -> tuple:
             "an intervention list mixes specs and (layer, head) pairs; wrap the pairs, "
             "e.g. [Zero([(2, 8)]), Patch(...)]"
         )
-    return (Zero(tuple(items)) if means is None else Mean(tuple(items), means),)
+    return (Zero(tuple(items)),)
 
 
 def resolve_rows(
     model: LanguageModel,
     texts: Sequence,
     *,
-    intervene=None,
-    per_row=None,
-    ablate=None,
-    means=None,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
+    ablate: HeadList | None = None,
 ) -> list[tuple[RowOp, ...]]:
     """Check every spec against the model and the texts; one tuple of row ops per text.
 
     ``ablate`` (zero-ablation shorthand), ``intervene`` and ``per_row[i]`` add up, in that
-    order. ``means`` turns ``ablate`` and head-list entries into mean-ablation (the old
-    ``generate_ids(means=)`` form).
+    order.
 
     Raises:
         HeadSpecError: A head or layer is out of range (names the model and head).
@@ -561,11 +598,11 @@ def resolve_rows(
     """
     texts = list(texts)
     _check_per_row(per_row, len(texts))
-    shared = as_specs(ablate, means=means) + as_specs(intervene, means=means)
+    shared = as_specs(ablate) + as_specs(intervene)
     ctx = _Context(model, texts)
     out = []
     for i in range(len(texts)):
-        specs = shared + (as_specs(per_row[i], means=means) if per_row else ())
+        specs = shared + (as_specs(per_row[i]) if per_row else ())
         row: list[RowOp] = []
         for spec in specs:
             row.extend(spec.row_ops(ctx, i))

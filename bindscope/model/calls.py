@@ -12,7 +12,7 @@ from bindscope.batch import DEFAULT_BATCH_SIZE, check_texts
 from bindscope.errors import InterventionError
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import PlannedBatch, plan_batches
-from bindscope.interventions.specs import resolve_rows
+from bindscope.interventions.specs import HeadList, Intervention, PerRow, resolve_rows
 
 if TYPE_CHECKING:
     from bindscope.model.wrapper import Model
@@ -54,9 +54,9 @@ def attention_probs(
     texts: Sequence[str],
     *,
     layers: Iterable[int] | None = None,
-    intervene=None,
-    per_row=None,
-    ablate=None,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
+    ablate: HeadList | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[torch.Tensor]:
     """``Model.attention_probs`` (arguments as there)."""
@@ -92,9 +92,9 @@ def logits(
     model: Model,
     texts: Sequence[str],
     *,
-    intervene=None,
-    per_row=None,
-    ablate=None,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
+    ablate: HeadList | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[torch.Tensor]:
     """``Model.logits`` (arguments as there)."""
@@ -123,8 +123,8 @@ def capture(
     *,
     sites: Sequence[str],
     layers: Iterable[int] | None = None,
-    intervene=None,
-    per_row=None,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[dict[str, dict[int, torch.Tensor]]]:
     """``Model.capture`` (arguments as there)."""
@@ -188,8 +188,8 @@ def logit_lens(
     texts: Sequence[str],
     *,
     layers: Iterable[int] | None = None,
-    intervene=None,
-    per_row=None,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[torch.Tensor]:
     """``Model.logit_lens`` (arguments as there)."""

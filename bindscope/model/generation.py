@@ -19,7 +19,7 @@ from bindscope.batch import (
 from bindscope.errors import InputError, InterventionError
 from bindscope.interventions import ops
 from bindscope.interventions.plan import plan_batches
-from bindscope.interventions.specs import resolve_rows
+from bindscope.interventions.specs import Intervention, PerRow, resolve_rows
 
 if TYPE_CHECKING:
     from bindscope.model.wrapper import Model
@@ -31,10 +31,9 @@ def generate_ids(
     texts: Sequence[str] | Sequence[Sequence[int]],
     *,
     max_new_tokens: int,
-    intervene=None,
-    per_row=None,
-    ablate=None,
-    means=None,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
+    ablate: Sequence[tuple[int, int]] | None = None,
     batch_size: int = GENERATION_BATCH_SIZE,
 ) -> list[list[int]]:
     """``Model.generate_ids`` (arguments as there)."""
@@ -49,9 +48,7 @@ def generate_ids(
         raise InputError(
             f"{model.name}: max_new_tokens={max_new_tokens} generates nothing; pass at least 1"
         )
-    rows = resolve_rows(
-        model, texts, intervene=intervene, per_row=per_row, ablate=ablate, means=means
-    )
+    rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row, ablate=ablate)
     for i, row in enumerate(rows):
         if any(op.donor is not None for op in row):
             raise InterventionError(

@@ -19,7 +19,7 @@ from bindscope.families import Family, dims_from_config
 from bindscope.interventions import ops
 from bindscope.interventions.heads import Head, normalize_heads
 from bindscope.interventions.plan import PlannedBatch
-from bindscope.interventions.specs import Intervention, PerRow, resolve_rows
+from bindscope.interventions.specs import HeadList, Intervention, PerRow
 from bindscope.model import calls, checks, generation
 
 
@@ -236,12 +236,6 @@ class Model:
 
     # -- high-level calls -----------------------------------------------------------------
 
-    def _rows(self, texts, *, intervene=None, per_row=None, ablate=None, means=None):
-        """Checked ops per text (``specs.resolve_rows``)."""
-        return resolve_rows(
-            self, texts, intervene=intervene, per_row=per_row, ablate=ablate, means=means
-        )
-
     def trace_batch(self, planned: PlannedBatch, body, **options):
         """Run ``body(donors)`` on a planned batch; donors (if any) run first in their own invoke.
 
@@ -254,9 +248,9 @@ class Model:
         texts: Sequence[str],
         *,
         layers: Iterable[int] | None = None,
-        intervene=None,
-        per_row=None,
-        ablate=None,
+        intervene: Intervention = None,
+        per_row: PerRow = None,
+        ablate: HeadList | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> list[torch.Tensor]:
         """Post-softmax attention per text: ``[n_layers_selected, H, n, n]`` float32.
@@ -285,8 +279,8 @@ class Model:
         texts: Sequence[str],
         term: str,
         *,
-        intervene=None,
-        per_row=None,
+        intervene: Intervention = None,
+        per_row: PerRow = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> list[torch.Tensor]:
         """BSI ``[L, H]`` of ``term`` in each text (NaN when the term is one token).
@@ -311,9 +305,9 @@ class Model:
         self,
         texts: Sequence[str],
         *,
-        intervene=None,
-        per_row=None,
-        ablate=None,
+        intervene: Intervention = None,
+        per_row: PerRow = None,
+        ablate: HeadList | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> list[torch.Tensor]:
         """Next-token logits ``[n, vocab]`` per text, padding removed.
@@ -389,9 +383,9 @@ class Model:
         texts: Sequence[str],
         *,
         max_new_tokens: int,
-        intervene=None,
-        per_row=None,
-        ablate=None,
+        intervene: Intervention = None,
+        per_row: PerRow = None,
+        ablate: HeadList | None = None,
         batch_size: int = GENERATION_BATCH_SIZE,
     ) -> list[str]:
         """Greedy continuations (prompt excluded), intervening on every decoding step."""
@@ -412,18 +406,17 @@ class Model:
         texts: Sequence[str] | Sequence[Sequence[int]],
         *,
         max_new_tokens: int,
-        intervene=None,
-        per_row=None,
-        ablate=None,
-        means=None,
+        intervene: Intervention = None,
+        per_row: PerRow = None,
+        ablate: HeadList | None = None,
         batch_size: int = GENERATION_BATCH_SIZE,
     ) -> list[list[int]]:
         """Greedy new token ids per text, cut at the first end-of-sequence token.
 
-        ``intervene``/``per_row`` take ``Zero``, ``Mean`` and ``Knockout`` (edges within
-        the prompt); ``Patch`` and ``Resample`` need fixed-length texts and are refused.
-        The old forms still work: ``per_row`` as one head list per text, and ``means``
-        (from ``head_means``) turning ``ablate`` and head lists into mean-ablation.
+        ``intervene``/``per_row`` take ``Zero``, ``Mean``, ``Steer`` (every position:
+        also every new token) and ``Knockout`` (edges within the prompt); ``Patch`` and
+        ``Resample`` need fixed-length texts and are refused. A head list in ``per_row``
+        is short for ``Zero``.
         """
         return generation.generate_ids(
             self,
@@ -432,7 +425,6 @@ class Model:
             intervene=intervene,
             per_row=per_row,
             ablate=ablate,
-            means=means,
             batch_size=batch_size,
         )
 

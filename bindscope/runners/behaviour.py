@@ -22,7 +22,14 @@ from bindscope.errors import InputError, InterventionError
 from bindscope.interventions import ops
 from bindscope.interventions.ops import run_layers
 from bindscope.interventions.plan import plan_batch
-from bindscope.interventions.specs import Patch, Resample, as_specs, resolve_rows
+from bindscope.interventions.specs import (
+    Intervention,
+    Patch,
+    PerRow,
+    Resample,
+    as_specs,
+    resolve_rows,
+)
 from bindscope.metrics.behaviour import (
     GenerationResult,
     RecognitionResult,
@@ -34,19 +41,18 @@ from bindscope.protocols import LanguageModel
 
 
 def _rows_for(
-    model: LanguageModel, records, *, ablate=None, intervene=None, per_row=None, means=None
+    model: LanguageModel,
+    records,
+    *,
+    ablate: Sequence[tuple[int, int]] | None = None,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
 ):
-    """Specs per record: ``ablate`` + ``intervene`` + ``per_row[i]``.
-
-    ``per_record`` is the older name of ``per_row``; head lists mean-ablate when ``means``
-    is given.
-    """
+    """Specs per record: ``ablate`` + ``intervene`` + ``per_row[i]``."""
     if per_row is not None and len(per_row) != len(records):
         raise InputError(f"per_row has {len(per_row)} entries for {len(records)} records")
-    shared = as_specs(ablate, means=means) + as_specs(intervene, means=means)
-    rows = [
-        shared + as_specs(per_row[i] if per_row else None, means=means) for i in range(len(records))
-    ]
+    shared = as_specs(ablate) + as_specs(intervene)
+    rows = [shared + as_specs(per_row[i] if per_row else None) for i in range(len(records))]
     for i, row in enumerate(rows):
         for spec in row:
             if isinstance(spec, (Patch, Resample)):
@@ -69,11 +75,9 @@ def recognition(
     model: LanguageModel,
     records: Sequence[PromptRecord],
     *,
-    ablate=None,
-    intervene=None,
-    per_row=None,
-    per_record=None,
-    means=None,
+    ablate: Sequence[tuple[int, int]] | None = None,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
     batch_size: int = 16,
     strategy: str = "shared_prefix",
     progress: bool = False,
@@ -87,8 +91,6 @@ def recognition(
         intervene: ``Zero``, ``Mean`` or ``Knockout`` spec(s) for all records.
         per_row: One spec, list of specs, head list or ``None`` per record (different
             interventions in one batch).
-        per_record: Older name of ``per_row``.
-        means: ``HeadMeans`` from ``head_means``: head lists mean-ablate instead.
         strategy: ``shared_prefix`` (prompt once, choices on its cache) or ``full``
             (every prompt + choice sequence in full; the reference).
         batch_size: Records per forward pass.
@@ -100,10 +102,7 @@ def recognition(
     for r in records:
         if r.task != "recognition":
             raise InputError(f"{r.source or r.key}: recognition() got a {r.task} record")
-    per_row = per_row if per_row is not None else per_record
-    specs = _rows_for(
-        model, records, ablate=ablate, intervene=intervene, per_row=per_row, means=means
-    )
+    specs = _rows_for(model, records, ablate=ablate, intervene=intervene, per_row=per_row)
     prompts = [model.tokenize(r.template) for r in records]
     rows = resolve_rows(model, prompts, per_row=specs)
     choices = [
@@ -123,7 +122,6 @@ def recognition(
             batch,
             [choices[i] for i in batch.indices],
             [rows[i] for i in batch.indices],
-            means,
         )
         for index, values in zip(batch.indices, found):
             scores[index] = values
@@ -151,7 +149,7 @@ def _targets(positions: list[list[int]], ids: list[list[int]]):
     return index, target, weight
 
 
-def _full_batch(model: LanguageModel, batch, choices, rows, means=None):
+def _full_batch(model: LanguageModel, batch, choices, rows):
     """Every (prompt + choice) sequence in full, one row each."""
     seqs, positions, targets, seq_rows, owner = [], [], [], [], []
     for r, index_choices in enumerate(choices):
@@ -186,7 +184,7 @@ def _keeps_logits(model: LanguageModel) -> bool:
     return "logits_to_keep" in inspect.signature(model.hf.forward).parameters
 
 
-def _shared_prefix_batch(model: LanguageModel, batch, choices, rows, means=None):
+def _shared_prefix_batch(model: LanguageModel, batch, choices, rows):
     """Prompt once with a cache; then all choices of all prompts on the repeated cache."""
     n_choices = {len(c) for c in choices}
     if len(n_choices) != 1:  # mixed 4-choice and True/False: split by choice count
@@ -196,9 +194,7 @@ def _shared_prefix_batch(model: LanguageModel, batch, choices, rows, means=None)
             sub = model.pad(sel, [batch.input_ids[r, batch.pad(r) :].tolist() for r in sel])
             for r, values in zip(
                 sel,
-                _shared_prefix_batch(
-                    model, sub, [choices[r] for r in sel], [rows[r] for r in sel], means
-                ),
+                _shared_prefix_batch(model, sub, [choices[r] for r in sel], [rows[r] for r in sel]),
             ):
                 out[r] = values
         return out
@@ -259,11 +255,9 @@ def generation(
     model: LanguageModel,
     records: Sequence[PromptRecord],
     *,
-    ablate=None,
-    intervene=None,
-    per_row=None,
-    per_record=None,
-    means=None,
+    ablate: Sequence[tuple[int, int]] | None = None,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
     prefix: dict[str, str] | None = None,
     rubric: dict | None = None,
     batch_size: int = GENERATION_BATCH_SIZE,
@@ -278,8 +272,6 @@ def generation(
         intervene: As in `recognition` (``Knockout`` edges count tokens of
             ``prefix + template``).
         per_row: As in `recognition`.
-        per_record: Older name of ``per_row``.
-        means: As in `recognition`.
         prefix: Optional text per term put before the stem (few-shot exemplars).
         rubric: Keyword rubric (default: the package's ``rubrics.json``).
         batch_size: Records per generation batch.
@@ -295,10 +287,7 @@ def generation(
     missing = sorted({r.term for r in records} - set(rubric["terms"]))
     if missing:
         raise InputError(f"no rubric entry for terms {missing}; add them to the rubric file")
-    per_row = per_row if per_row is not None else per_record
-    rows = _rows_for(
-        model, records, ablate=ablate, intervene=intervene, per_row=per_row, means=means
-    )
+    rows = _rows_for(model, records, ablate=ablate, intervene=intervene, per_row=per_row)
     texts = [(prefix[r.term] if prefix else "") + r.template for r in records]
     groups: dict[Any, list[int]] = {}  # by max_tokens
     for i, r in enumerate(records):
@@ -312,7 +301,6 @@ def generation(
                 [texts[i] for i in chunk],
                 max_new_tokens=max_tokens,
                 per_row=[rows[i] for i in chunk],
-                means=means,
                 batch_size=batch_size,
             )
             for i, new in zip(chunk, ids):
