@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -531,10 +531,10 @@ class Knockout:
 
 Spec = Zero | Mean | Patch | Resample | Steer | Knockout
 SPEC_TYPES = (Zero, Mean, Patch, Resample, Steer, Knockout)
-# ``(layer, head)`` pairs (``ablate=`` and the head-list form of a spec).
-HeadList = Sequence[tuple[int, int]]
+# ``(layer, head)`` pairs, or ``{layer: [heads]}`` (``ablate=``, a spec's heads).
+HeadList = Iterable[Sequence[int]] | Mapping[int, Iterable[int]]
 # What ``intervene=`` takes: a spec, a list of specs (or the old list of head pairs), or None.
-Intervention = Spec | Sequence[Spec] | Sequence[tuple[int, int]] | None
+Intervention = Spec | Sequence[Spec] | HeadList | None
 # What ``per_row=`` takes: one ``Intervention`` per text, or None.
 PerRow = Sequence[Intervention] | None
 

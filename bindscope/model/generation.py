@@ -19,7 +19,7 @@ from bindscope.batch import (
 from bindscope.errors import InputError, InterventionError
 from bindscope.interventions import ops
 from bindscope.interventions.plan import plan_batches
-from bindscope.interventions.specs import Intervention, PerRow, resolve_rows
+from bindscope.interventions.specs import HeadList, Intervention, PerRow, resolve_rows
 
 if TYPE_CHECKING:
     from bindscope.model.wrapper import Model
@@ -33,7 +33,7 @@ def generate_ids(
     max_new_tokens: int,
     intervene: Intervention = None,
     per_row: PerRow = None,
-    ablate: Sequence[tuple[int, int]] | None = None,
+    ablate: HeadList | None = None,
     batch_size: int = GENERATION_BATCH_SIZE,
 ) -> list[list[int]]:
     """``Model.generate_ids`` (arguments as there)."""

@@ -138,7 +138,7 @@ class Model:
         """Validate layer indices (None: all) and return them sorted (raises ``HeadSpecError``)."""
         return checks.check_layers(layers, n_layers=self.n_layers, model_name=self.name)
 
-    def check_heads(self, heads) -> tuple[Head, ...]:
+    def check_heads(self, heads: Iterable[Sequence[int]] | None) -> tuple[Head, ...]:
         """Validate ``(layer, head)`` pairs against this model (raises ``HeadSpecError``)."""
         return normalize_heads(
             heads, n_layers=self.n_layers, n_heads=self.n_heads, model_name=self.name

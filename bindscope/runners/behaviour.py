@@ -23,6 +23,7 @@ from bindscope.interventions import ops
 from bindscope.interventions.ops import run_layers
 from bindscope.interventions.plan import plan_batch
 from bindscope.interventions.specs import (
+    HeadList,
     Intervention,
     Patch,
     PerRow,
@@ -44,7 +45,7 @@ def _rows_for(
     model: LanguageModel,
     records,
     *,
-    ablate: Sequence[tuple[int, int]] | None = None,
+    ablate: HeadList | None = None,
     intervene: Intervention = None,
     per_row: PerRow = None,
 ):
@@ -75,7 +76,7 @@ def recognition(
     model: LanguageModel,
     records: Sequence[PromptRecord],
     *,
-    ablate: Sequence[tuple[int, int]] | None = None,
+    ablate: HeadList | None = None,
     intervene: Intervention = None,
     per_row: PerRow = None,
     batch_size: int = 16,
@@ -255,7 +256,7 @@ def generation(
     model: LanguageModel,
     records: Sequence[PromptRecord],
     *,
-    ablate: Sequence[tuple[int, int]] | None = None,
+    ablate: HeadList | None = None,
     intervene: Intervention = None,
     per_row: PerRow = None,
     prefix: dict[str, str] | None = None,
