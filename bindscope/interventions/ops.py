@@ -363,10 +363,16 @@ class Edit:
 
     def __init__(self, where):
         self.where = where
+        # False for an edit of some positions, even of a one-token text: a decoding step's
+        # single column is then not one of them
+        self.every_position = where.shape[1] == 1
 
-    def fits(self, view):
-        """Whether the edit applies to this view (a decoding step has other columns)."""
-        return self.where.shape[1] == 1 or self.where.shape[1] == view.shape[1]
+    def fits(self, view, step=0):
+        """Whether the edit applies to this view at generation step ``step``.
+
+        Step 0 is the prompt pass; an edit of some positions acts on it only.
+        """
+        return self.every_position or (step == 0 and self.where.shape[1] == view.shape[1])
 
     def mask(self, view):
         """The mask as ``[b, W|1, U, 1]`` on the view's device."""
@@ -454,7 +460,7 @@ class TracePlan:
         return bool(self.edits or self.knockout or self.knockout_batch)
 
 
-def apply_edits(model, name, layer, x, plan, donors):
+def apply_edits(model, name, layer, x, plan, donors, step=0):
     """Apply the plan's edits of one site and layer to its tensor ``x``, in place."""
     entries = plan.edits.get((name, layer)) if plan else None
     if not entries:
@@ -467,7 +473,7 @@ def apply_edits(model, name, layer, x, plan, donors):
             f"{view.shape[0]} rows; pass exactly one entry per text of the invoke"
         )
     for edit in entries:
-        if edit.fits(view):
+        if edit.fits(view, step):
             edit.apply(view, donors)
 
 
@@ -508,6 +514,7 @@ def run_layers(
     allow_missing=False,
     plan=None,
     donors=None,
+    step=0,
 ):
     """Walk the layers once, in execution order, applying a plan and capturing.
 
@@ -520,11 +527,21 @@ def run_layers(
     merely filled. ``allow_missing`` hands ``None`` to ``reduce`` when the module returned
     no weights (the load-time probe) instead of failing. ``plan`` is a `TracePlan` (from
     ``bindscope.interventions.plan``, or `head_plan` here); ``donors`` the `site_outputs`
-    of its donor invoke.
+    of its donor invoke; ``step`` the generation step (``for step in tracer.all()``):
+    past the prompt pass (step 0) only edits of every position act.
     """
     try:
         return _run_layers(
-            model, capture, reduce, sites or {}, only_layers, into, allow_missing, plan, donors
+            model,
+            capture,
+            reduce,
+            sites or {},
+            only_layers,
+            into,
+            allow_missing,
+            plan,
+            donors,
+            step,
         )
     except Exception as exc:
         # A bindscope.Model explains nnsight's OutOfOrderError (an earlier call in the body
@@ -536,7 +553,9 @@ def run_layers(
         raise error from None
 
 
-def _run_layers(model, capture, reduce, sites, only_layers, into, allow_missing, plan, donors):
+def _run_layers(
+    model, capture, reduce, sites, only_layers, into, allow_missing, plan, donors, step
+):
     """``run_layers`` itself; the wrapper above only explains errors."""
     capture = set(capture)
     label = _recompute_label(model, capture)
@@ -560,7 +579,7 @@ def _run_layers(model, capture, reduce, sites, only_layers, into, allow_missing,
             if (name, layer) not in plan.edits and not keep:
                 continue
             x = site_tensor(model.nnsight, layer, where)
-            apply_edits(model, name, layer, x, plan, donors)
+            apply_edits(model, name, layer, x, plan, donors, step)
             if keep:
                 out[(name, layer)] = save(unit_view(model, name, x).clone())
     return save(out)

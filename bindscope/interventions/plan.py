@@ -137,12 +137,13 @@ class Planner:
         kind and value); otherwise a new edit with an empty mask is appended.
         """
         entries = self.edits.setdefault((site, layer), [])
-        width = 1 if every_position else self.width
         for entry in entries:
-            if entry.where.shape[1] == width and same is not None and same(entry):
+            if entry.every_position == every_position and same is not None and same(entry):
                 return entry
+        width = 1 if every_position else self.width
         where = torch.zeros(self.n_rows, width, self.units(site), dtype=torch.bool)
         entry = make(where)
+        entry.every_position = every_position
         entries.append(entry)
         return entry
 

@@ -104,8 +104,8 @@ def generate_session(
                 with env.generate(**kwargs) as tracer:
                     with tracer.invoke(**inputs):
                         if plan:
-                            for _ in tracer.all():
-                                ops.run_layers(model, plan=plan)
+                            for step in tracer.all():
+                                ops.run_layers(model, plan=plan, step=step)
                     with tracer.invoke():
                         results.append(tracer.result)
     return results

@@ -63,3 +63,46 @@ def test_logit_diff_and_token_loss_equal_hand_computations(model):
     torch.testing.assert_close(loss, ref)
     with pytest.raises(ValueError, match="logit rows"):
         token_loss(logits, ids[:-1])
+
+
+def test_knockout_of_every_head_of_some_layers_equals_listing_them(model):
+    n = len(model.tokenize(TEXTS[1]))
+    edges = [(n - 1, 1), (n - 2, 0)]
+    listed = [(layer, h) for layer in (0, 2) for h in range(model.n_heads)]
+    short = model.logits(TEXTS[1:], intervene=Knockout(layers=[0, 2], edges=edges))[0]
+    assert torch.equal(short, model.logits(TEXTS[1:], intervene=Knockout(listed, edges))[0])
+
+
+def test_position_bound_edits_of_a_one_token_prompt_stay_in_the_prompt(model):
+    """A Steer at position 0 of a one-token prompt acts on the prompt pass only, not on
+    every generated token (which would happen if one column meant every position): equal
+    to a hook that adds the vector in the first forward call only."""
+    from bindscope.interventions import Steer
+    from tests.reference_sites import hooked
+
+    prompt = model.tokenize(TEXTS[1])[:1]
+    vector = 4.0 * torch.randn(model.d_model, generator=torch.Generator().manual_seed(5))
+    got = model.generate_ids(
+        [prompt], max_new_tokens=4, intervene=Steer("resid_post", 1, vector, positions=[0])
+    )[0]
+    calls = []
+
+    def first_only(x):
+        calls.append(1)
+        return x + vector if len(calls) == 1 else x
+
+    ids = torch.tensor([prompt])
+    with hooked(model.hf, model.family, "resid_post", 1, edit=first_only), torch.no_grad():
+        out = model.hf.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=4,
+            do_sample=False,
+            pad_token_id=model.tokenizer.pad_token_id,
+        )
+    ref = out[0, 1:].tolist()
+    eos = {model.tokenizer.eos_token_id, model.hf.generation_config.eos_token_id}
+    cut = next((i for i, t in enumerate(ref) if t in eos), len(ref))
+    assert got == ref[:cut]
+    every = model.generate_ids([prompt], max_new_tokens=4, intervene=Steer("resid_post", 1, vector))
+    assert every[0] != got  # steering every step too generates something else
