@@ -42,6 +42,7 @@ NATIVE_SITES: dict[str, dict[str, tuple[str, str]]] = {
     },
     "olmo2": {**_SANDWICH, "resid_mid": ("mlp", "input")},
     "gemma2": {**_SANDWICH, "resid_mid": ("pre_feedforward_layernorm", "input")},
+    "gemma3": {**_SANDWICH, "resid_mid": ("pre_feedforward_layernorm", "input")},
 }
 
 
