@@ -139,3 +139,20 @@ def site_reference(model, text_ids: list[int], site: str, layer: int) -> torch.T
     if site == "head_out":
         x = x.view(x.shape[0], model.n_heads, model.head_dim)
     return x
+
+
+def greedy_reference(model, ids: list[int], max_new_tokens: int, context) -> list[int]:
+    """HF greedy generation of one unpadded text under ``context`` (hooks), cut at EOS."""
+    prompt = torch.tensor([ids])
+    with context, torch.no_grad():
+        out = model.hf.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=model.tokenizer.pad_token_id,
+        )
+    new = out[0, prompt.shape[1] :].tolist()
+    eos = {model.tokenizer.eos_token_id, model.hf.generation_config.eos_token_id}
+    cut = next((i for i, token in enumerate(new) if token in eos), len(new))
+    return new[:cut]

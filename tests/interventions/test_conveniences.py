@@ -78,7 +78,7 @@ def test_position_bound_edits_of_a_one_token_prompt_stay_in_the_prompt(model):
     every generated token (which would happen if one column meant every position): equal
     to a hook that adds the vector in the first forward call only."""
     from bindscope.interventions import Steer
-    from tests.reference_sites import hooked
+    from tests.reference_sites import greedy_reference, hooked
 
     prompt = model.tokenize(TEXTS[1])[:1]
     vector = 4.0 * torch.randn(model.d_model, generator=torch.Generator().manual_seed(5))
@@ -91,18 +91,7 @@ def test_position_bound_edits_of_a_one_token_prompt_stay_in_the_prompt(model):
         calls.append(1)
         return x + vector if len(calls) == 1 else x
 
-    ids = torch.tensor([prompt])
-    with hooked(model.hf, model.family, "resid_post", 1, edit=first_only), torch.no_grad():
-        out = model.hf.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=4,
-            do_sample=False,
-            pad_token_id=model.tokenizer.pad_token_id,
-        )
-    ref = out[0, 1:].tolist()
-    eos = {model.tokenizer.eos_token_id, model.hf.generation_config.eos_token_id}
-    cut = next((i for i, t in enumerate(ref) if t in eos), len(ref))
-    assert got == ref[:cut]
+    adding = hooked(model.hf, model.family, "resid_post", 1, edit=first_only)
+    assert got == greedy_reference(model, prompt, 4, adding)
     every = model.generate_ids([prompt], max_new_tokens=4, intervene=Steer("resid_post", 1, vector))
     assert every[0] != got  # steering every step too generates something else

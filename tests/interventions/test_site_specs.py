@@ -16,7 +16,7 @@ from bindscope.interventions.means import site_means
 from tests.conftest import PROMPTS
 from tests.interventions.test_specs import CHANGED, variants
 from tests.reference_patching import logit_atol
-from tests.reference_sites import hooked, site_reference
+from tests.reference_sites import greedy_reference, hooked, site_reference
 
 MARGIN = 100
 SITES = ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post")
@@ -118,24 +118,9 @@ def test_steered_generation_equals_a_hook_token_for_token(tiny):
     steer = Steer("resid_post", 1, vector)
     got = tiny.generate_ids(texts, max_new_tokens=6, intervene=steer)
     plain = tiny.generate_ids(texts, max_new_tokens=6)
-    eos = {tiny.tokenizer.eos_token_id, tiny.hf.generation_config.eos_token_id}
     for text, ids in zip(texts, got):
-        prompt = torch.tensor([tiny.tokenize(text)])
         steering = hooked(tiny.hf, tiny.family, "resid_post", 1, edit=lambda x: x + vector)
-        with steering, torch.no_grad():
-            out = tiny.hf.generate(
-                prompt,
-                attention_mask=torch.ones_like(prompt),
-                max_new_tokens=6,
-                do_sample=False,
-                pad_token_id=tiny.tokenizer.pad_token_id,
-            )
-        ref = []
-        for token in out[0, prompt.shape[1] :].tolist():
-            if token in eos:
-                break
-            ref.append(token)
-        assert ids == ref
+        assert ids == greedy_reference(tiny, tiny.tokenize(text), 6, steering)
     assert got != plain  # the steer changed the continuation
 
 
