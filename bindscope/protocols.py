@@ -154,9 +154,9 @@ class LanguageModel(TraceTarget, Protocol):
     def capture(
         self,
         texts: Sequence[str],
-        *,
         sites: Sequence[str],
         layers: Iterable[int] | None = None,
+        *,
         intervene: Any = None,
         per_row: Any = None,
         batch_size: int = ...,

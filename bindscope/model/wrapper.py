@@ -326,9 +326,9 @@ class Model:
     def capture(
         self,
         texts: Sequence[str],
-        *,
         sites: Sequence[str],
         layers: Iterable[int] | None = None,
+        *,
         intervene: Intervention = None,
         per_row: PerRow = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
@@ -358,8 +358,8 @@ class Model:
     def logit_lens(
         self,
         texts: Sequence[str],
-        *,
         layers: Iterable[int] | None = None,
+        *,
         intervene: Intervention = None,
         per_row: PerRow = None,
         batch_size: int = DEFAULT_BATCH_SIZE,

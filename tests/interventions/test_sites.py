@@ -115,3 +115,12 @@ def test_bad_sites_are_refused(tiny):
 def test_site_names_are_the_table_order():
     assert SITE_NAMES[0] == "resid_pre" and SITE_NAMES[-1] == "resid_post"
     assert UnsupportedModelError is not None
+
+
+def test_capture_and_logit_lens_take_sites_and_layers_positionally(tiny):
+    by_position = tiny.capture(PROMPTS[:1], ["resid_post"], [1])[0]["resid_post"][1]
+    by_name = tiny.capture(PROMPTS[:1], sites=["resid_post"], layers=[1])[0]["resid_post"][1]
+    assert torch.equal(by_position, by_name)
+    assert torch.equal(
+        tiny.logit_lens(PROMPTS[:1], [1])[0], tiny.logit_lens(PROMPTS[:1], layers=[1])[0]
+    )
