@@ -82,8 +82,8 @@ def bindscope_worker(args, model) -> dict:
     rec = [r for r in pset.records if r.task == "recognition"][:2]
     gen = [r for r in pset.records if r.task == "generation"][:2]
     binding(model, rec)
-    recognition(model, rec, per_record=[[(0, 0)], []])
-    generation(model, gen, per_record=[[(0, 0)], []])
+    recognition(model, rec, per_row=[[(0, 0)], []])
+    generation(model, gen, per_row=[[(0, 0)], []])
 
     totals: dict[str, float] = {}
     originals = {name: getattr(c5, name) for name in ("binding", "recognition", "generation")}
@@ -254,14 +254,14 @@ def direct_worker(args, model) -> dict:
     pset = prompt_set(args.quick)
     rec = [(r, c) for c in conditions for r in pset.records if r.task == "recognition"]
     gen = [(r, c) for c in conditions for r in pset.records if r.task == "generation"]
-    recognition(model, [r for r, _ in rec[:2]], per_record=[[(0, 0)], []])  # warm-up
-    generation(model, [r for r, _ in gen[:2]], per_record=[[(0, 0)], []])
+    recognition(model, [r for r, _ in rec[:2]], per_row=[[(0, 0)], []])  # warm-up
+    generation(model, [r for r, _ in gen[:2]], per_row=[[(0, 0)], []])
     parts: dict[str, float] = {}
     results: dict[str, dict] = {}
 
     def work():
         started = time.perf_counter()
-        found = recognition(model, [r for r, _ in rec], per_record=[conditions[c] for _, c in rec])
+        found = recognition(model, [r for r, _ in rec], per_row=[conditions[c] for _, c in rec])
         parts["recognition"] = time.perf_counter() - started
         for (record, name), value in zip(rec, found):
             results[f"{record.key}|{name}"] = {
@@ -272,7 +272,7 @@ def direct_worker(args, model) -> dict:
         found = generation(
             model,
             [r for r, _ in gen],
-            per_record=[conditions[c] for _, c in gen],
+            per_row=[conditions[c] for _, c in gen],
             batch_size=args.generation_batch_size,
         )
         parts["generation"] = time.perf_counter() - started

@@ -15,6 +15,76 @@ from bindscope.errors import UnsupportedModelError
 
 _LLAMA_LIKE_RENAME = {"embed_out": "lm_head"}
 
+# The sites every call can capture and intervene on, in a decoder layer's execution order.
+# Names are TransformerLens's: resid_pre / resid_mid / resid_post are the residual stream
+# before the layer, between attention and MLP, and after the layer; attn_out and mlp_out the
+# blocks' contributions to it; head_out the per-head input of the output projection
+# (TransformerLens' z) and pattern the post-softmax attention probabilities.
+SITE_NAMES: tuple[str, ...] = (
+    "resid_pre",
+    "head_out",
+    "pattern",
+    "attn_out",
+    "resid_mid",
+    "mlp_out",
+    "resid_post",
+)
+
+
+@dataclass(frozen=True)
+class At:
+    """Where one site is, relative to a decoder layer of the uniform (renamed) layout.
+
+    Attributes:
+        module: Dotted path under the decoder layer (``""``: the layer itself).
+        port: ``"input"`` (the module's first input) or ``"output"`` (its output; a tuple
+            output is read at ``index``, default its first element).
+        index: Element of a tuple output (the attention module's weights are ``1``).
+    """
+
+    module: str
+    port: str
+    index: int = 0
+
+    def __post_init__(self) -> None:
+        if self.port not in ("input", "output"):
+            raise ValueError(f"At.port must be 'input' or 'output', not {self.port!r}")
+
+
+@dataclass(frozen=True)
+class Sites:
+    """Where a family keeps each site; the defaults are the Llama layout.
+
+    ``resid_mid`` is ``None`` for families without one (a parallel residual: attention and
+    MLP both read ``resid_pre``). ``attn_out`` and ``mlp_out`` are what the block adds to
+    the residual stream, after any norm applied to it (OLMo 2, Gemma 2).
+    """
+
+    resid_pre: At = At("", "input")
+    head_out: At = At("self_attn.o_proj", "input")
+    pattern: At = At("self_attn", "output", 1)
+    attn_out: At = At("self_attn", "output")
+    resid_mid: At | None = At("post_attention_layernorm", "input")
+    mlp_out: At = At("mlp", "output")
+    resid_post: At = At("", "output")
+
+    def get(self, name: str) -> At | None:
+        """The location of site ``name`` (one of ``SITE_NAMES``)."""
+        return getattr(self, name)
+
+
+# Norms after attention and after the MLP, before each residual add (a "sandwich").
+_OLMO2_SITES = Sites(
+    attn_out=At("post_attention_layernorm", "output"),
+    resid_mid=At("mlp", "input"),
+    mlp_out=At("post_feedforward_layernorm", "output"),
+)
+_GEMMA2_SITES = Sites(
+    attn_out=At("post_attention_layernorm", "output"),
+    resid_mid=At("pre_feedforward_layernorm", "input"),
+    mlp_out=At("post_feedforward_layernorm", "output"),
+)
+
 
 @dataclass(frozen=True)
 class Family:
@@ -30,6 +100,8 @@ class Family:
         final_norm: Name of the final norm under the uniform ``model`` (head attribution).
         attention_post_norm: Name (in a decoder layer) of a norm applied to the attention
             output before the residual add (OLMo 2, Gemma 2), else ``None``.
+        sites: Where the residual stream, block outputs, head outputs and attention
+            probabilities are (uniform layout; checked at load).
     """
 
     name: str
@@ -39,6 +111,7 @@ class Family:
     notes: str = ""
     final_norm: str = "norm"
     attention_post_norm: str | None = None
+    sites: Sites = field(default_factory=Sites)
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -49,6 +122,7 @@ FAMILIES: tuple[Family, ...] = (
         ablation_site="attention.dense",
         notes="Pythia; partial rotary; parallel residual",
         final_norm="final_layer_norm",
+        sites=Sites(resid_mid=None),
     ),
     Family(
         "gpt2",
@@ -58,6 +132,7 @@ FAMILIES: tuple[Family, ...] = (
         notes="absolute positions (left padding needs position_ids); CRFM checkpoints use "
         "scale_attn_by_inverse_layer_idx, which transformers honours",
         final_norm="ln_f",
+        sites=Sites(resid_mid=At("ln_2", "input")),
     ),
     Family("olmo", ("olmo",), _LLAMA_LIKE_RENAME, notes="clip_qkv clamps q/k/v"),
     Family(
@@ -66,6 +141,7 @@ FAMILIES: tuple[Family, ...] = (
         _LLAMA_LIKE_RENAME,
         notes="q/k norm before RoPE; norm after attention",
         attention_post_norm="post_attention_layernorm",
+        sites=_OLMO2_SITES,
     ),
     Family("smollm3", ("smollm3",), _LLAMA_LIKE_RENAME, notes="GQA; NoPE layers"),
     Family("qwen2", ("qwen2",), _LLAMA_LIKE_RENAME, notes="GQA; qkv bias"),
@@ -79,6 +155,7 @@ FAMILIES: tuple[Family, ...] = (
         _LLAMA_LIKE_RENAME,
         notes="attention logit soft-capping; norms before and after attention",
         attention_post_norm="post_attention_layernorm",
+        sites=_GEMMA2_SITES,
     ),
     Family("phi3", ("phi3",), _LLAMA_LIKE_RENAME, notes="fused qkv_proj; GQA"),
 )
@@ -90,7 +167,7 @@ FAMILY_NAMES: tuple[str, ...] = tuple(f.name for f in FAMILIES)
 
 REGISTER_HINT = (
     "To add one without editing bindscope: bindscope.families.register(Family(name, "
-    "(model_type,), rename={...native: uniform...}, ablation_site=...)), or pass "
+    "(model_type,), rename={...native: uniform...}, ablation_site=..., sites=Sites(...))), or pass "
     "load_model(..., family=Family(...)) for one model."
 )
 
@@ -155,11 +232,14 @@ class Dims:
     n_heads: int
     n_kv_heads: int
     head_dim: int
+    d_model: int = 0  # the hidden size: width of the residual stream
 
 
 def dims_from_config(config) -> Dims:
-    """Read layer and head counts from any supported config."""
+    """Read layer and head counts and the hidden size from any supported config."""
     n_heads = int(config.num_attention_heads)
     n_kv = int(getattr(config, "num_key_value_heads", None) or n_heads)
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // n_heads
-    return Dims(int(config.num_hidden_layers), n_heads, n_kv, int(head_dim))
+    return Dims(
+        int(config.num_hidden_layers), n_heads, n_kv, int(head_dim), int(config.hidden_size)
+    )

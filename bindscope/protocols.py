@@ -32,6 +32,9 @@ class TraceTarget(Protocol):
     n_heads: int
     n_kv_heads: int
     head_dim: int
+    d_model: int
+    # {site: (module, port, index)} in a decoder layer's execution order
+    sites: dict[str, tuple[str, str, int]]
 
     @property
     def capture_mode(self) -> str:
@@ -103,10 +106,13 @@ class LanguageModel(TraceTarget, Protocol):
         """Left-padded batches of similar-length texts."""
         ...
 
-    # Package-internal, used by runners and the intervention planner.
-    def _pad(self, indices: list[int], rows: list[list[int]]) -> Batch: ...
+    def pad(self, indices: list[int], rows: list[list[int]]) -> Batch:
+        """Left-pad token-id rows into one batch (``indices``: the rows' text indices)."""
+        ...
 
-    def _trace_batch(self, planned: Any, body: Callable[..., Any], **options: Any) -> Any: ...
+    def trace_batch(self, planned: Any, body: Callable[..., Any], **options: Any) -> Any:
+        """Run ``body(donors)`` on a planned batch (donor rows first, in their own invoke)."""
+        ...
 
     def check_layers(self, layers: Iterable[int] | None) -> list[int]:
         """Validated, sorted layer indices (None: all)."""
@@ -145,6 +151,19 @@ class LanguageModel(TraceTarget, Protocol):
         """Next-token logits per text."""
         ...
 
+    def capture(
+        self,
+        texts: Sequence[str],
+        sites: Sequence[str],
+        layers: Iterable[int] | None = None,
+        *,
+        intervene: Any = None,
+        per_row: Any = None,
+        batch_size: int = ...,
+    ) -> list[dict[str, dict[int, torch.Tensor]]]:
+        """Activations at sites of layers, per text, unpadded."""
+        ...
+
     def generate_ids(
         self,
         texts: Sequence[str] | Sequence[Sequence[int]],
@@ -153,7 +172,6 @@ class LanguageModel(TraceTarget, Protocol):
         intervene: Any = None,
         per_row: Any = None,
         ablate: Any = None,
-        means: Any = None,
         batch_size: int = ...,
     ) -> list[list[int]]:
         """Greedy new token ids per text."""

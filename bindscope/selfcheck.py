@@ -84,7 +84,7 @@ def check_causal(where: str, upper: float) -> None:
         )
 
 
-def check_ablation_effect(where: str, effect: float, model) -> None:
+def check_ablation_effect(where: str, effect: float, model: LanguageModel) -> None:
     """Raise if ablating head (0, 0) changed no logit (``effect``: the largest change)."""
     if effect == 0.0:
         site = model.nnsight.model.layers[0].self_attn.o_proj.path

@@ -82,12 +82,18 @@ def test_nonstandard_layout_needs_a_family_and_register_adds_it(byte_tokenizer, 
         bindscope.load_model(new, tokenizer=byte_tokenizer)
     assert "NewGPT" in str(err.value) and "register(Family(" in str(err.value)
     gpt2_row = next(f for f in families.FAMILIES if f.name == "gpt2")
+    # the row's sites are checked at load: the Llama default's resid_mid is not in GPT-2
+    no_sites = Family("new_gpt_like", ("new_gpt_like",), dict(gpt2_row.rename), final_norm="ln_f")
+    with pytest.raises(UnsupportedModelError) as err:
+        bindscope.load_model(new, tokenizer=byte_tokenizer, family=no_sites)
+    assert "'resid_mid'" in str(err.value) and "post_attention_layernorm" in str(err.value)
     row = Family(
         "new_gpt_like",
         ("new_gpt_like",),
         dict(gpt2_row.rename),
         ablation_site="attn.c_proj",
         final_norm="ln_f",
+        sites=gpt2_row.sites,
     )
     reference = bindscope.load_model(known, tokenizer=byte_tokenizer)
     # one model only, no registration

@@ -34,7 +34,7 @@ from bindscope.experiments.common import (
     stored_binding,
     summarize_folder,
 )
-from bindscope.interventions import head_means
+from bindscope.interventions import Mean, Zero, head_means
 from bindscope.metrics.behaviour import RecognitionResult, default_rubric
 from bindscope.metrics.ranking import mean_bsi, rank_heads
 from bindscope.prompts.context import check_fit
@@ -298,8 +298,7 @@ def _run_model(model, pset, rset, writer, settings, rubric, sizes, progress, str
                 results = score(
                     model,
                     [rec for rec, _ in part],
-                    per_record=[conditions[name] for _, name in part],
-                    means=means,
+                    per_row=[_spec(conditions[name], means) for _, name in part],
                     **options,
                 )
             for (rec, name), res in zip(part, results):
@@ -330,6 +329,13 @@ def _run_model(model, pset, rset, writer, settings, rubric, sizes, progress, str
         desc=f"c5 {label}",
         progress=progress,
     )
+
+
+def _spec(heads, means):
+    """The intervention of one condition: its heads zeroed, or mean-ablated with ``means``."""
+    if not heads:
+        return None
+    return Zero(heads) if means is None else Mean(heads, means)
 
 
 def recognition_residual(model, part, conditions, *, means=None, batch_size: int = 16):

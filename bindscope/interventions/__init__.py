@@ -1,10 +1,13 @@
 """Interventions: specs for every call, and primitives for your own traces.
 
-**Specs** (`Zero`, `Mean`, `Patch`, `Resample`, `Knockout`) say what is done to which
-heads; every call that runs the model takes them as ``intervene=`` (all texts) or
-``per_row=`` (one entry per text)::
+**Specs** (`Zero`, `Mean`, `Patch`, `Resample`, `Steer`, `Knockout`) say what is done to
+which heads or sites (``resid_pre``, ``resid_mid``, ``resid_post``, ``attn_out``,
+``mlp_out``, ``head_out``); every call that runs the model takes them as ``intervene=``
+(all texts) or ``per_row=`` (one entry per text)::
 
     model.logits(texts, intervene=Patch([(2, 8)], source=corrupted))
+    model.logits(texts, intervene=Patch("resid_pre", corrupted, layers=[3], positions=[5]))
+    model.generate(texts, max_new_tokens=9, intervene=Steer("resid_post", 4, vector))
 
 **Primitives** work inside ``with model.nnsight.trace(**model.encode(texts).inputs):``
 (or an ``invoke``), in execution order: a layer's ablation before that layer's capture,
@@ -32,6 +35,7 @@ import torch
 
 from bindscope.batch import sessions
 from bindscope.interventions import ops
+from bindscope.interventions.means import SiteMeans, site_means
 from bindscope.interventions.ops import (
     ablate_rows,
     capture_attention,
@@ -40,16 +44,32 @@ from bindscope.interventions.ops import (
     run_layers,
     zero_ablate,
 )
-from bindscope.interventions.specs import Knockout, Mean, Patch, Resample, Spec, Zero
+from bindscope.interventions.specs import (
+    HeadList,
+    Intervention,
+    Knockout,
+    Mean,
+    Patch,
+    PerRow,
+    Resample,
+    Spec,
+    Steer,
+    Zero,
+)
 from bindscope.protocols import LanguageModel
 
 __all__ = [
+    "HeadList",
     "HeadMeans",
+    "Intervention",
     "Knockout",
     "Mean",
     "Patch",
+    "PerRow",
     "Resample",
+    "SiteMeans",
     "Spec",
+    "Steer",
     "Zero",
     "ablate_rows",
     "capture_attention",
@@ -57,6 +77,7 @@ __all__ = [
     "head_means",
     "mean_ablate",
     "run_layers",
+    "site_means",
     "zero_ablate",
 ]
 
@@ -81,7 +102,7 @@ class HeadMeans:
 
 @torch.no_grad()
 def head_means(
-    model: LanguageModel, texts: Sequence[str], heads, *, batch_size: int = 16
+    model: LanguageModel, texts: Sequence[str], heads: HeadList, *, batch_size: int = 16
 ) -> HeadMeans:
     """Average every listed head's pre-projection output over ``texts``.
 

@@ -44,8 +44,12 @@ class TraceModel:
         head_dim,
         capture_mode,
         attention_call_label=None,
+        sites=None,
+        d_model=0,
     ):
         self.nnsight = envoy
+        self.sites = sites or {}  # {site: (module, port, index)} in execution order
+        self.d_model = d_model
         self.name = name
         self.n_layers = n_layers
         self.n_heads = n_heads
@@ -103,16 +107,6 @@ def by_layer(heads):
     return grouped
 
 
-def row_masks(per_row, n_heads):
-    """Per-layer ``[b, H]`` keep masks (1 keep, 0 ablate) for different heads per row."""
-    layers = sorted({layer for row in per_row for layer, _ in row})
-    masks = {layer: torch.ones(len(per_row), n_heads) for layer in layers}
-    for r, row in enumerate(per_row):
-        for layer, head in row:
-            masks[layer][r, head] = 0.0
-    return masks
-
-
 def attention_module(envoy, layer):
     """The uniform attention envoy of one decoder layer."""
     return envoy.model.layers[layer].self_attn
@@ -121,96 +115,6 @@ def attention_module(envoy, layer):
 def head_view(x, n_heads, head_dim):
     """View an output-projection input ``[b, s, H*hd]`` as ``[b, s, H, hd]``."""
     return x.view(*x.shape[:-1], n_heads, head_dim)
-
-
-def _check_rows(mask, view, layer, error):
-    """A per-row mask must have one row per batch row (``error`` is the class raised)."""
-    if mask.shape[0] != view.shape[0]:
-        raise error(
-            f"per_row gives {mask.shape[0]} head lists but the batch at layer {layer} has "
-            f"{view.shape[0]} rows; pass exactly one head list per text of the invoke"
-        )
-
-
-def zero_heads(envoy, layer, heads, n_heads, head_dim, keep=None, error=ValueError):
-    """Zero heads' slices of the output-projection input of ``layer``, in place.
-
-    Args:
-        envoy: The renamed nnsight model.
-        layer: Decoder layer index.
-        heads: Head indices zeroed in every row (ignored when ``keep`` is given).
-        n_heads: Query heads per layer.
-        head_dim: Width of one head.
-        keep: Optional ``[b, H]`` float mask, 0 where a row's head is ablated. Rows whose
-            mask is all ones are multiplied by 1.0 and stay bit-identical.
-        error: Exception class raised when ``keep`` has a different number of rows.
-    """
-    x = attention_module(envoy, layer).o_proj.input  # [b, s, H*hd]
-    view = head_view(x, n_heads, head_dim)  # [b, s, H, hd]
-    if keep is None:
-        view[..., heads, :] = 0
-    else:
-        _check_rows(keep, view, layer, error)
-        view.mul_(keep.to(device=view.device, dtype=view.dtype)[:, None, :, None])
-
-
-def mean_heads(envoy, layer, heads, n_heads, head_dim, means, replace=None, error=ValueError):
-    """Replace heads' slices of the output-projection input by their reference means.
-
-    Args:
-        envoy: The renamed nnsight model.
-        layer: Decoder layer index.
-        heads: Head indices replaced in every row (ignored when ``replace`` is given).
-        n_heads: Query heads per layer.
-        head_dim: Width of one head's slice.
-        means: ``[H, hd]`` mean of every head's slice over a reference set.
-        replace: Optional ``[b, H]`` bool mask, True where a row's head is replaced.
-        error: Exception class raised when ``replace`` has the wrong number of rows.
-    """
-    x = attention_module(envoy, layer).o_proj.input  # [b, s, H*hd]
-    view = head_view(x, n_heads, head_dim)  # [b, s, H, hd]
-    means = means.to(device=view.device, dtype=view.dtype)
-    if replace is None:
-        view[..., heads, :] = means[heads]
-    else:
-        _check_rows(replace, view, layer, error)
-        mixed = torch.where(replace.to(view.device)[:, None, :, None], means[None, None], view)
-        view.copy_(mixed)
-
-
-def donor_outputs(model, layers, into):
-    """Fill ``into`` with the donor invoke's per-head outputs ``{layer: [d, W, H, hd]}``.
-
-    Runs in an earlier invoke of the same trace as the patched texts: at each layer the
-    donor rows are read (and copied into ``into`` at once, before the next layer runs)
-    before the patched rows' invoke reaches that layer and writes.
-    """
-    for layer in layers:
-        x = attention_module(model.nnsight, layer).o_proj.input  # [d, W, H*hd]
-        into[layer] = head_view(x, model.n_heads, model.head_dim).clone()
-
-
-def knock_out_batch(model, knockout, site):
-    """Knock edges out across a whole multi-invoke batch (run in an empty invoke).
-
-    With donor rows in their own invoke, the mask must be replaced for all rows at once:
-    one invoke's per-head mask cannot be joined to the others' shared one.
-    """
-    for layer in sorted(knockout):
-        knock_out(attention_module(model.nnsight, layer), knockout[layer], site)
-
-
-def patch_view(view, entries, acts):
-    """Write donor rows' head outputs into ``view`` ``[b, W, H, hd]`` where masked.
-
-    Args:
-        view: Head view of the output-projection input, edited in place.
-        entries: ``[(where [b, W, H] bool, donor_row [b] long), ...]``, applied in order.
-        acts: ``[d, W, H, hd]`` donor outputs of this layer.
-    """
-    for where, donor_row in entries:
-        source = acts[donor_row.to(acts.device)].to(view.dtype)  # [b, W, H, hd]
-        view.copy_(torch.where(where.to(view.device)[..., None], source, view))
 
 
 def knock_out(attn, removed, site):
@@ -252,25 +156,6 @@ def knock_out(attn, removed, site):
         kwargs["attention_mask"] = new
     call.inputs = (args, kwargs)
     return args, kwargs
-
-
-def apply_plan(model, layer, plan, donors):
-    """Apply one layer's patch, mean and zero entries of a plan (in that order)."""
-    patch = plan.get("patch", {})
-    mean = plan.get("mean", {})
-    zero = plan.get("zero", {})
-    if layer not in patch and layer not in mean and layer not in zero:
-        return
-    x = attention_module(model.nnsight, layer).o_proj.input  # [b, W, H*hd]
-    view = head_view(x, model.n_heads, model.head_dim)  # [b, W, H, hd]
-    if layer in patch:
-        patch_view(view, patch[layer], donors[layer])
-    for replace, means in mean.get(layer, []):
-        means = means.to(device=view.device, dtype=view.dtype)
-        mixed = torch.where(replace.to(view.device)[:, None, :, None], means[None, None], view)
-        view.copy_(mixed)
-    if layer in zero:
-        view.mul_(zero[layer].to(device=view.device, dtype=view.dtype)[:, None, :, None])
 
 
 def recompute_probs(args, kwargs):
@@ -428,7 +313,7 @@ def probe(model):
         model,
         capture=range(model.n_layers),
         reduce=probe_stats,
-        zero_per_row=[(), ((0, 0),)],
+        plan=head_plan(model, per_row=[(), ((0, 0),)]),
         allow_missing=True,
     )
     logits = model.nnsight.lm_head.output  # [2, n, V]
@@ -437,12 +322,186 @@ def probe(model):
     return save({"stats": stats, "effect": effect})
 
 
+# -- the engine: sites, edits, plans ---------------------------------------------------------
+
+
+def site_module(envoy, layer, module):
+    """The envoy at dotted path ``module`` under decoder layer ``layer`` (``""``: the layer)."""
+    found = envoy.model.layers[layer]
+    for part in module.split(".") if module else ():
+        found = getattr(found, part)
+    return found
+
+
+def site_tensor(envoy, layer, where):
+    """The tensor at a site of one layer: ``where`` is ``(module, port, index)``.
+
+    A tuple (a decoder layer or attention module's output in some families) is read at
+    ``index``; in-place edits of the returned tensor are what the model computes with.
+    """
+    module, port, index = where
+    found = site_module(envoy, layer, module)
+    value = found.input if port == "input" else found.output
+    if isinstance(value, (tuple, list)):
+        value = value[index]
+    return value
+
+
+def unit_view(model, name, x):
+    """A site's tensor as ``[b, s, U, k]``: U heads of head_dim for head_out, else 1 x d."""
+    if name == "head_out":
+        return head_view(x, model.n_heads, model.head_dim)
+    return x.view(*x.shape[:-1], 1, x.shape[-1])
+
+
+class Edit:
+    """One edit of one site at one layer, on the site's ``[b, s, U, k]`` view.
+
+    Attributes:
+        where: ``[b, W, U]`` bool, True where a row's unit is edited at a position (padded
+            columns), or ``[b, 1, U]`` for every position (each generation step too).
+    """
+
+    def __init__(self, where):
+        self.where = where
+        # False for an edit of some positions, even of a one-token text: a decoding step's
+        # single column is then not one of them
+        self.every_position = where.shape[1] == 1
+
+    def fits(self, view, step=0):
+        """Whether the edit applies to this view at generation step ``step``.
+
+        Step 0 is the prompt pass; an edit of some positions acts on it only.
+        """
+        return self.every_position or (step == 0 and self.where.shape[1] == view.shape[1])
+
+    def mask(self, view):
+        """The mask as ``[b, W|1, U, 1]`` on the view's device."""
+        return self.where.to(view.device)[..., None]  # [b, W|1, U, 1]
+
+
+class ReplaceEdit(Edit):
+    """Set edited cells to ``value`` (``[U, k]``; ``None`` for zero)."""
+
+    def __init__(self, where, value=None):
+        Edit.__init__(self, where)
+        self.value = value
+
+    def apply(self, view, donors):
+        """Edit ``view`` in place (``donors``: the donor invoke's `site_outputs`)."""
+        if self.value is None:
+            value = torch.zeros((), dtype=view.dtype, device=view.device)
+        else:
+            value = self.value.to(device=view.device, dtype=view.dtype)[None, None]
+        view.copy_(torch.where(self.mask(view), value, view))
+
+
+class DonorEdit(Edit):
+    """Set edited cells to a donor row's activations at the same site and padded column.
+
+    Attributes:
+        key: ``(site, layer)`` of the donor activations (``donors[key]`` is ``[d, W, U, k]``).
+        donor_row: ``[b]`` long, each row's donor row.
+    """
+
+    def __init__(self, where, key, donor_row):
+        Edit.__init__(self, where)
+        self.key = key
+        self.donor_row = donor_row
+
+    def apply(self, view, donors):
+        """Edit ``view`` in place (``donors``: the donor invoke's `site_outputs`)."""
+        acts = donors[self.key]
+        source = acts[self.donor_row.to(acts.device)].to(view.device, view.dtype)
+        view.copy_(torch.where(self.mask(view), source, view))
+
+
+class AddEdit(Edit):
+    """Add ``vector`` (``[U, k]``, already scaled) to edited cells."""
+
+    def __init__(self, where, vector):
+        Edit.__init__(self, where)
+        self.vector = vector
+
+    def apply(self, view, donors):
+        """Edit ``view`` in place (``donors``: the donor invoke's `site_outputs`)."""
+        vector = self.vector.to(device=view.device, dtype=view.dtype)[None, None]
+        view.copy_(torch.where(self.mask(view), view + vector, view))
+
+
+class TracePlan:
+    """Everything a trace body applies, as tensors (built by ``interventions.plan``).
+
+    Attributes:
+        edits: ``{(site, layer): [Edit, ...]}``, applied in list order (a text's edits
+            touch disjoint cells: ``specs.resolve_rows`` refuses two specs on one unit).
+        donor_keys: ``(site, layer)`` pairs the donor invoke reads, in execution order.
+        knockout: ``{layer: removed [b, H, W, W] bool}`` for this invoke's rows.
+        knockout_batch: The same over donor and patched rows together (an empty invoke).
+        knockout_site: ``(label, mask_index)`` of the attention call (see `knock_out`).
+    """
+
+    def __init__(
+        self,
+        edits=None,
+        donor_keys=(),
+        knockout=None,
+        knockout_batch=None,
+        knockout_site=None,
+        rows=None,
+    ):
+        self.rows = rows  # batch rows the plan is for (None: any; its masks broadcast)
+        self.edits = edits or {}
+        self.donor_keys = list(donor_keys)
+        self.knockout = knockout or {}
+        self.knockout_batch = knockout_batch or {}
+        self.knockout_site = knockout_site
+
+    def __bool__(self):
+        return bool(self.edits or self.knockout or self.knockout_batch)
+
+
+def apply_edits(model, name, layer, x, plan, donors, step=0):
+    """Apply the plan's edits of one site and layer to its tensor ``x``, in place."""
+    entries = plan.edits.get((name, layer)) if plan else None
+    if not entries:
+        return
+    view = unit_view(model, name, x)
+    if plan.rows is not None and view.shape[0] != plan.rows:
+        error = getattr(model, "input_error", None) or ValueError
+        raise error(
+            f"per_row gives {plan.rows} head lists but the batch at layer {layer} has "
+            f"{view.shape[0]} rows; pass exactly one entry per text of the invoke"
+        )
+    for edit in entries:
+        if edit.fits(view, step):
+            edit.apply(view, donors)
+
+
+def site_outputs(model, keys, into):
+    """Fill ``into`` with the donor invoke's activations ``{(site, layer): [d, W, U, k]}``.
+
+    Runs in an earlier invoke of the same trace as the patched texts: each site is read
+    (and copied at once) before the patched rows' invoke reaches it and writes.
+    """
+    env = model.nnsight
+    for name, layer in keys:
+        x = site_tensor(env, layer, model.sites[name])
+        into[(name, layer)] = unit_view(model, name, x).clone()
+
+
+def knock_out_batch(model, knockout, site):
+    """Knock edges out across a whole multi-invoke batch (run in an empty invoke).
+
+    With donor rows in their own invoke, the mask must be replaced for all rows at once:
+    one invoke's per-head mask cannot be joined to the others' shared one.
+    """
+    for layer in sorted(knockout):
+        knock_out(attention_module(model.nnsight, layer), knockout[layer], site)
+
+
 def _layer_filter(layers, n_layers):
     return set(range(n_layers)) if layers is None else {int(x) for x in layers}
-
-
-def _per_row(model, per_row):
-    return [model.check_heads(row) for row in per_row]
 
 
 def run_layers(
@@ -450,43 +509,40 @@ def run_layers(
     *,
     capture=(),
     reduce=None,
-    zero=None,
-    zero_per_row=None,
-    mean=None,
-    mean_per_row=None,
-    means=None,
+    sites=None,
     only_layers=None,
     into=None,
     allow_missing=False,
     plan=None,
     donors=None,
+    step=0,
 ):
-    """Walk the layers once, in execution order, applying ablations and captures.
+    """Walk the layers once, in execution order, applying a plan and capturing.
 
-    This is the single place that orders requests, so captures and ablations of any layers
-    compose in one forward pass. Returns ``{layer: saved value}`` for captured layers (into
-    ``into`` when given), marked saved. Bind it in the body (``found = run_layers(...)``):
+    This is the single place that orders requests, so captures and edits of any sites and
+    layers compose in one forward pass. Returns ``{layer: saved value}`` for the attention
+    probabilities of the ``capture`` layers (``reduce(probs)`` when given) and
+    ``{(site, layer): [b, s, U, k]}`` for the ``sites`` captures (``{site: layers}``), into
+    ``into`` when given, marked saved. Bind it in the body (``found = run_layers(...)``):
     a remote run returns only saved values the body binds to a name, never a container it
     merely filled. ``allow_missing`` hands ``None`` to ``reduce`` when the module returned
-    no weights (the load-time probe) instead of failing. ``plan`` is a plan from
-    ``bindscope.interventions.plan`` (``Zero``/``Mean``/``Patch``/``Resample``/``Knockout``
-    as tensors); ``donors`` the ``donor_outputs`` of its donor invoke.
+    no weights (the load-time probe) instead of failing. ``plan`` is a `TracePlan` (from
+    ``bindscope.interventions.plan``, or `head_plan` here); ``donors`` the `site_outputs`
+    of its donor invoke; ``step`` the generation step (``for step in tracer.all()``):
+    past the prompt pass (step 0) only edits of every position act.
     """
     try:
         return _run_layers(
             model,
-            capture=capture,
-            reduce=reduce,
-            zero=zero,
-            zero_per_row=zero_per_row,
-            mean=mean,
-            mean_per_row=mean_per_row,
-            means=means,
-            only_layers=only_layers,
-            into=into,
-            allow_missing=allow_missing,
-            plan=plan,
-            donors=donors,
+            capture,
+            reduce,
+            sites or {},
+            only_layers,
+            into,
+            allow_missing,
+            plan,
+            donors,
+            step,
         )
     except Exception as exc:
         # A bindscope.Model explains nnsight's OutOfOrderError (an earlier call in the body
@@ -499,75 +555,50 @@ def run_layers(
 
 
 def _run_layers(
-    model,
-    *,
-    capture=(),
-    reduce=None,
-    zero=None,
-    zero_per_row=None,
-    mean=None,
-    mean_per_row=None,
-    means=None,
-    only_layers=None,
-    into=None,
-    allow_missing=False,
-    plan=None,
-    donors=None,
+    model, capture, reduce, sites, only_layers, into, allow_missing, plan, donors, step
 ):
     """``run_layers`` itself; the wrapper above only explains errors."""
-    edits = _head_edits(model, zero, zero_per_row, mean, mean_per_row, means)
     capture = set(capture)
     label = _recompute_label(model, capture)
     out = {} if into is None else into
     allowed = _layer_filter(only_layers, model.n_layers)
-    plan = plan or {}
+    plan = plan or TracePlan()
+    wanted = {name: set(layers) for name, layers in sites.items()}
     for layer in range(model.n_layers):
         if layer not in allowed:
             continue
-        # the order of envoy accesses below is the layer's execution order
-        attn, probs = _edit_layer(
-            model, layer, plan, donors, edits, label if layer in capture else None
-        )
-        if layer in capture:
-            if probs is None:
-                probs = attn.output[1]  # [b, H, n, n]
-            if probs is None and not allow_missing:
-                raise RuntimeError(
-                    f"{model.name}: layer {layer}'s attention returned no weights although "
-                    "eager attention was requested; the model may not support switching "
-                    "(reload it so the load-time probe can fall back to recomputing them)"
-                )
-            value = (
-                reduce(probs)
-                if reduce is not None
-                else probs.to(torch.promote_types(probs.dtype, torch.float32))
-            )
-            out[layer] = save(value)
+        probs = None
+        # model.sites lists the sites in a decoder layer's execution order
+        for name, where in model.sites.items():
+            if name == "pattern":
+                if layer in capture:
+                    out[layer] = save(_pattern(model, layer, probs, reduce, allow_missing))
+                continue
+            if name == "head_out":  # the attention call comes before the output projection
+                probs = _attention_call(model, layer, plan, label if layer in capture else None)
+            keep = layer in wanted.get(name, ())
+            if (name, layer) not in plan.edits and not keep:
+                continue
+            x = site_tensor(model.nnsight, layer, where)
+            apply_edits(model, name, layer, x, plan, donors, step)
+            if keep:
+                out[(name, layer)] = save(unit_view(model, name, x).clone())
     return save(out)
 
 
-def _head_edits(model, zero, zero_per_row, mean, mean_per_row, means):
-    """Checked head ablations by layer: ``(zero, keep, mean, replace, means)``.
-
-    ``zero`` and ``mean`` map a layer to its heads; ``keep`` and ``replace`` to per-row
-    ``[b, H]`` masks.
-    """
-    if zero is not None and zero_per_row is not None:
-        raise ValueError("pass either heads= or per_row= to zero_ablate, not both")
-    n_heads = model.n_heads
-    zero_layers = by_layer(model.check_heads(zero)) if zero is not None else {}
-    keep = row_masks(_per_row(model, zero_per_row), n_heads) if zero_per_row else {}
-    mean_layers = by_layer(model.check_heads(mean)) if mean is not None else {}
-    replace = {}
-    if mean_per_row:
-        masks = row_masks(_per_row(model, mean_per_row), n_heads)
-        replace = {layer: masks[layer] == 0 for layer in masks}
-    if (mean_layers or replace) and means is None:
-        raise ValueError("mean_ablate needs means=head_means(model, reference_texts, heads)")
-    for layer in list(mean_layers) + list(replace):
-        if layer not in means.means:
-            raise ValueError(f"no reference means for layer {layer}; include it in head_means()")
-    return zero_layers, keep, mean_layers, replace, means
+def _pattern(model, layer, probs, reduce, allow_missing):
+    """One layer's captured probabilities (or ``reduce`` of them)."""
+    if probs is None:
+        probs = site_tensor(model.nnsight, layer, model.sites["pattern"])  # [b, H, n, n]
+    if probs is None and not allow_missing:
+        raise RuntimeError(
+            f"{model.name}: layer {layer}'s attention returned no weights although "
+            "eager attention was requested; the model may not support switching "
+            "(reload it so the load-time probe can fall back to recomputing them)"
+        )
+    if reduce is not None:
+        return reduce(probs)
+    return probs.to(torch.promote_types(probs.dtype, torch.float32))  # float64 stays float64
 
 
 def _recompute_label(model, capture):
@@ -583,38 +614,55 @@ def _recompute_label(model, capture):
     return label
 
 
-def _edit_layer(model, layer, plan, donors, edits, label):
-    """Apply one layer's knockout, plan and head ablations, in execution order.
+def _attention_call(model, layer, plan, label):
+    """Apply one layer's knockout at the attention call; recompute probabilities if asked.
 
     With ``label`` (a recompute capture of this layer) the probabilities are recomputed
     from the attention call's inputs, after any knockout edited its mask.
 
     Returns:
-        ``(attention envoy, recomputed probabilities or None)``.
+        The recomputed probabilities, or None.
     """
-    env, n_heads, head_dim = model.nnsight, model.n_heads, model.head_dim
-    zero_layers, keep, mean_layers, replace, means = edits
-    attn = attention_module(env, layer)
-    probs = None
+    if layer not in plan.knockout and label is None:
+        return None
+    attn = attention_module(model.nnsight, layer)
     args = None
-    knockout = plan.get("knockout", {})
-    if layer in knockout:
-        args, kwargs = knock_out(attn, knockout[layer], plan["site"])
-    if label is not None:
-        if args is None:
-            args, kwargs = getattr(attn.source, label).inputs
-        probs = recompute_probs(args, kwargs)
-    apply_plan(model, layer, plan, donors)
-    rows = getattr(model, "input_error", None) or ValueError
-    if layer in zero_layers:
-        zero_heads(env, layer, zero_layers[layer], n_heads, head_dim)
-    if layer in keep:
-        zero_heads(env, layer, None, n_heads, head_dim, keep=keep[layer], error=rows)
-    if layer in mean_layers:
-        mean_heads(env, layer, mean_layers[layer], n_heads, head_dim, means.means[layer])
-    if layer in replace:
-        mean_heads(env, layer, None, n_heads, head_dim, means.means[layer], replace[layer], rows)
-    return attn, probs
+    if layer in plan.knockout:
+        args, kwargs = knock_out(attn, plan.knockout[layer], plan.knockout_site)
+    if label is None:
+        return None
+    if args is None:
+        args, kwargs = getattr(attn.source, label).inputs
+    return recompute_probs(args, kwargs)
+
+
+def head_plan(model, heads=None, *, per_row=None, means=None):
+    """A plan zeroing (with ``means``: mean-ablating) heads of every row, or of each row.
+
+    For the primitives below, which run inside a trace the caller opened: ``heads`` act
+    on every row (a ``[1, 1, H]`` mask broadcasts over the batch), ``per_row`` gives one
+    head list per batch row.
+    """
+    if heads is not None and per_row is not None:
+        raise ValueError("pass either heads= or per_row=, not both")
+    rows = (
+        [model.check_heads(heads)] if per_row is None else [model.check_heads(r) for r in per_row]
+    )
+    edits: dict = {}
+    for r, row in enumerate(rows):
+        for layer, hs in by_layer(row).items():
+            if means is not None and layer not in means.means:
+                raise ValueError(
+                    f"no reference means for layer {layer}; include it in head_means()"
+                )
+            entries = edits.setdefault(("head_out", layer), [])
+            if not entries:
+                value = None if means is None else means.means[layer]
+                entries.append(
+                    ReplaceEdit(torch.zeros(len(rows), 1, model.n_heads, dtype=torch.bool), value)
+                )
+            entries[0].where[r, 0, hs] = True
+    return TracePlan(edits, rows=None if per_row is None else len(rows))
 
 
 def zero_ablate(model, heads=None, *, per_row=None, layers=None):
@@ -629,7 +677,7 @@ def zero_ablate(model, heads=None, *, per_row=None, layers=None):
         per_row: Instead of ``heads``, one list of pairs per batch row of the invoke.
         layers: Only touch these layers (to interleave with captures).
     """
-    run_layers(model, zero=heads, zero_per_row=per_row, only_layers=layers)
+    run_layers(model, plan=head_plan(model, heads, per_row=per_row), only_layers=layers)
 
 
 def mean_ablate(model, heads=None, means=None, *, per_row=None, layers=None):
@@ -640,7 +688,10 @@ def mean_ablate(model, heads=None, means=None, *, per_row=None, layers=None):
     """
     if hasattr(heads, "means"):
         heads, means = means, heads  # the older (model, means, heads) order
-    run_layers(model, mean=heads, mean_per_row=per_row, means=means, only_layers=layers)
+    if means is None:
+        raise ValueError("mean_ablate needs means=head_means(model, reference_texts, heads)")
+    plan = head_plan(model, heads, per_row=per_row, means=means)
+    run_layers(model, plan=plan, only_layers=layers)
 
 
 def capture_probs(model, layers=None, *, reduce=None):
@@ -674,12 +725,6 @@ def ablate_rows(model, rows, means=None):
     """Zero-ablate (or, with ``means``, mean-ablate) each batch row's own heads."""
     if not any(rows):
         return
-    same = all(r == rows[0] for r in rows)
-    if means is None and same:
-        run_layers(model, zero=rows[0])
-    elif means is None:
-        run_layers(model, zero_per_row=rows)
-    elif same:
-        run_layers(model, mean=rows[0], means=means)
-    else:
-        run_layers(model, mean_per_row=rows, means=means)
+    per_row = None if all(r == rows[0] for r in rows) else rows
+    plan = head_plan(model, rows[0] if per_row is None else None, per_row=per_row, means=means)
+    run_layers(model, plan=plan)

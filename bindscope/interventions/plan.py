@@ -1,16 +1,19 @@
-"""Turn checked row ops (`specs.resolve_rows`) into the plain tensors a trace body applies.
+"""Turn checked row ops (`specs.resolve_rows`) into the `ops.TracePlan` a trace body applies.
 
-A plan is a dict of tensors, ints and strings only, so it ships by value to NDIF, where
+A plan holds tensors and small trace-side classes only (``ops`` ships whole to NDIF), and
 ``ops.run_layers(model, plan=plan, donors=...)`` applies it layer by layer:
 
-* ``zero``: ``{layer: keep [b, H] float}``, 0 where a row's head is zeroed;
-* ``mean``: ``{layer: [(replace [b, H] bool, means [H, hd]), ...]}``;
-* ``patch``: ``{layer: [(where [b, W, H] bool, donor_row [b] long), ...]}``: the donor rows
-  run in an earlier invoke of the same trace, left-padded to the same width ``W``, so one
-  column is one end-aligned position in both;
-* ``knockout``: ``{layer: removed [b, H, W, W] bool}`` plus ``site``, the ``.source``
-  label of the attention call and the index of its mask argument; with donors it is
-  ``knockout_batch`` instead, over donor and patched rows together (an empty invoke).
+* ``edits``: ``{(site, layer): [Edit, ...]}``. Every edit works on the site's
+  ``[b, s, U, k]`` view (U heads of ``head_dim`` at ``head_out``, one unit of ``d_model``
+  elsewhere) through a ``[b, W, U]`` mask, or ``[b, 1, U]`` when it covers every position
+  (then it also acts on every generation step). ``Zero``/``Mean`` replace
+  (`ops.ReplaceEdit`), ``Patch``/``Resample`` copy a donor row (`ops.DonorEdit`: the
+  donor rows run in an earlier invoke of the same trace, left-padded to the same width
+  ``W``, so one column is one end-aligned position in both) and ``Steer`` adds
+  (`ops.AddEdit`);
+* ``knockout``: ``{layer: removed [b, H, W, W] bool}`` plus the ``.source`` label of the
+  attention call and the index of its mask argument; with donors it is ``knockout_batch``
+  instead, over donor and patched rows together (an empty invoke).
 """
 
 from __future__ import annotations
@@ -21,14 +24,14 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from bindscope.interventions.ops import by_layer
+from bindscope.interventions import ops
 from bindscope.interventions.specs import RowOp
 from bindscope.protocols import LanguageModel
 
 if TYPE_CHECKING:
     from bindscope.batch import Batch
 
-__all__ = ["PlannedBatch", "plan_batch", "plan_batches"]
+__all__ = ["PlannedBatch", "Planner", "plan_batch", "plan_batches"]
 
 
 @dataclass(frozen=True)
@@ -38,12 +41,12 @@ class PlannedBatch:
     Attributes:
         batch: The texts' left-padded ``Batch`` (widened to the donors' width if needed).
         donors: Keyword inputs of the donor invoke, or ``None`` when nothing is patched.
-        plan: The tensors ``ops.run_layers(plan=)`` applies (empty: no intervention).
+        plan: The `ops.TracePlan` ``ops.run_layers(plan=)`` applies (falsy: nothing).
     """
 
     batch: Batch
     donors: dict[str, torch.Tensor] | None
-    plan: dict
+    plan: ops.TracePlan
 
 
 def plan_batches(
@@ -61,16 +64,16 @@ def plan_batch(
     donor_ids: dict[tuple[int, ...], int] = {}
     for row in rows:
         for op in row:
-            if op.kind == "donor":
-                assert op.donor is not None  # specs.resolve_rows sets it for every donor op
+            if op.donor is not None:
                 donor_ids.setdefault(op.donor, len(donor_ids))
     donors = None
     if donor_ids:
         batch, donors = _with_donors(model, batch, donor_ids)
-    planner = _Planner(len(rows), model.n_heads, batch.input_ids.shape[1], donor_ids)
+    planner = Planner(model, len(rows), batch.input_ids.shape[1], donor_ids)
     for r, row in enumerate(rows):
-        planner.add_row(r, batch.lengths[r], row)
-    return PlannedBatch(batch, donors, planner.plan(model, donors))
+        for op in row:
+            op.add_to(planner, r, batch.lengths[r])
+    return PlannedBatch(batch, donors, planner.plan(donors))
 
 
 def _with_donors(
@@ -84,7 +87,7 @@ def _with_donors(
 
     n_rows = len(batch.indices)
     own = [batch.input_ids[r, batch.pad(r) :].tolist() for r in range(n_rows)]
-    full = model._pad(list(range(n_rows + len(donor_ids))), own + [list(d) for d in donor_ids])
+    full = model.pad(list(range(n_rows + len(donor_ids))), own + [list(d) for d in donor_ids])
     part = {k: v[:n_rows] for k, v in full.inputs.items()}
     widened = Batch(
         batch.indices,
@@ -96,108 +99,104 @@ def _with_donors(
     return widened, {k: v[n_rows:] for k, v in full.inputs.items()}
 
 
-class _Planner:
-    """Accumulates each row's ops into the per-layer tensors of one batch's plan."""
+class Planner:
+    """Accumulates each row's ops into the edits and masks of one batch's plan.
+
+    Row ops call back into it (`RowOp.add_to`): `cells` gives the mask cells of one row,
+    `edit` the edit of a site and layer that a mask belongs to.
+    """
 
     def __init__(
-        self, n_rows: int, n_heads: int, width: int, donor_ids: dict[tuple[int, ...], int]
+        self, model: LanguageModel, n_rows: int, width: int, donor_ids: dict[tuple[int, ...], int]
     ) -> None:
-        self.n_rows, self.n_heads, self.width = n_rows, n_heads, width
+        self.model, self.n_rows, self.width = model, n_rows, width
         self.donor_ids = donor_ids
-        self.zero: dict[int, torch.Tensor] = {}
-        self.mean: dict[int, list] = {}
-        self.patch: dict[int, list] = {}
+        self.edits: dict[tuple[str, int], list[ops.Edit]] = {}
         self.knockout: dict[int, torch.Tensor] = {}
 
-    def add_row(self, r: int, n: int, row: tuple[RowOp, ...]) -> None:
-        """Add batch row ``r`` (``n`` real tokens) and its ops."""
-        slot = 0  # each donor op of a row gets its own patch entry
-        for op in row:
-            layers = by_layer(op.heads)
-            if op.kind == "zero":
-                for layer, heads in layers.items():
-                    self._zero_mask(layer)[r, heads] = 0.0
-            elif op.kind == "mean":
-                self._add_mean(r, op, layers)
-            elif op.kind == "donor":
-                self._add_patch(r, n, op, layers, slot)
-                slot += 1
-            elif op.kind == "knockout":
-                self._add_knockout(r, n, op, layers)
+    def units(self, site: str) -> int:
+        """Units of a site's view: heads at ``head_out``, one vector elsewhere."""
+        return self.model.n_heads if site == "head_out" else 1
 
-    def _zero_mask(self, layer: int) -> torch.Tensor:
-        return self.zero.setdefault(layer, torch.ones(self.n_rows, self.n_heads))
+    def columns(self, n: int, positions: tuple[int, ...] | None, donor: int | None = None):
+        """Padded columns of a row with ``n`` real tokens (None: every position).
 
-    def _add_mean(self, r: int, op: RowOp, layers: dict[int, list[int]]) -> None:
-        assert op.means is not None  # specs.resolve_rows sets it for every mean op
-        for layer, heads in layers.items():
-            entries = self.mean.setdefault(layer, [])
-            entry = next((e for e in entries if e[1] is op.means[layer]), None)
-            if entry is None:
-                entry = (
-                    torch.zeros(self.n_rows, self.n_heads, dtype=torch.bool),
-                    op.means[layer],
-                )
-                entries.append(entry)
-            entry[0][r, heads] = True
+        With a donor of ``donor`` tokens (end-aligned), only columns the donor has.
+        """
+        if positions is None and donor is None:
+            return None
+        if positions is None:
+            return list(range(self.width - min(n, donor or n), self.width))
+        lowest = n - donor if donor is not None else 0
+        return [self.width - n + p for p in positions if p >= lowest]
 
-    def _add_patch(
-        self, r: int, n: int, op: RowOp, layers: dict[int, list[int]], slot: int
-    ) -> None:
-        assert op.donor is not None
-        width, m = self.width, len(op.donor)
-        if op.positions is None:
-            columns = list(range(width - min(n, m), width))
-        else:  # positions of the text; the donor must have them (end-aligned)
-            columns = [width - n + p for p in op.positions if p >= n - m]
-        for layer, heads in layers.items():
-            entries = self.patch.setdefault(layer, [])
-            while len(entries) <= slot:
-                entries.append(
-                    (
-                        torch.zeros(self.n_rows, width, self.n_heads, dtype=torch.bool),
-                        torch.zeros(self.n_rows, dtype=torch.long),
-                    )
-                )
-            where, donor_row = entries[slot]
+    def edit(self, site: str, layer: int, make, *, every_position: bool, same=None) -> ops.Edit:
+        """The edit of ``(site, layer)`` made by ``make(where)``, shared when ``same`` matches.
+
+        ``same(edit)`` says whether an existing edit can take another row's cells (the same
+        kind and value); otherwise a new edit with an empty mask is appended.
+        """
+        entries = self.edits.setdefault((site, layer), [])
+        for entry in entries:
+            if entry.every_position == every_position and same is not None and same(entry):
+                return entry
+        width = 1 if every_position else self.width
+        where = torch.zeros(self.n_rows, width, self.units(site), dtype=torch.bool)
+        entry = make(where)
+        entry.every_position = every_position
+        entries.append(entry)
+        return entry
+
+    @staticmethod
+    def mark(edit: ops.Edit, r: int, columns, units) -> None:
+        """Set row ``r``'s cells of ``edit`` (``columns`` None: the every-position column)."""
+        units = list(units)
+        if columns is None:
+            edit.where[r, 0, units] = True
+        else:
             for c in columns:
-                where[r, c, heads] = True
-            donor_row[r] = self.donor_ids[op.donor]
+                edit.where[r, c, units] = True
 
-    def _add_knockout(self, r: int, n: int, op: RowOp, layers: dict[int, list[int]]) -> None:
-        width = self.width
-        offset = width - n  # left padding
-        q = torch.tensor([offset + a for a, _ in op.edges])
-        k = torch.tensor([offset + b for _, b in op.edges])
-        for layer, heads in layers.items():
+    def knock_out(self, r: int, n: int, heads_by_layer, edges) -> None:
+        """Remove ``edges`` of row ``r`` (``n`` real tokens) for the listed heads."""
+        offset = self.width - n  # left padding
+        q = torch.tensor([offset + a for a, _ in edges])
+        k = torch.tensor([offset + b for _, b in edges])
+        for layer, heads in heads_by_layer.items():
             removed = self.knockout.setdefault(
-                layer, torch.zeros(self.n_rows, self.n_heads, width, width, dtype=torch.bool)
+                layer,
+                torch.zeros(
+                    self.n_rows, self.model.n_heads, self.width, self.width, dtype=torch.bool
+                ),
             )
             for h in heads:
                 removed[r, h, q, k] = True
 
-    def plan(self, model: LanguageModel, donors: dict[str, torch.Tensor] | None) -> dict:
-        """The plan dict (module docstring) of everything added."""
-        plan: dict = {}
-        if self.zero:
-            plan["zero"] = self.zero
-        if self.mean:
-            plan["mean"] = {
-                layer: [tuple(e) for e in entries] for layer, entries in self.mean.items()
-            }
-        if self.patch:
-            plan["patch"] = self.patch
-            plan["donor_layers"] = sorted(self.patch)
+    def plan(self, donors: dict[str, torch.Tensor] | None) -> ops.TracePlan:
+        """The `ops.TracePlan` of everything added."""
+        order = list(self.model.sites)
+        donor_keys = sorted(
+            {
+                edit.key
+                for entries in self.edits.values()
+                for edit in entries
+                if isinstance(edit, ops.DonorEdit)
+            },
+            key=lambda key: (key[1], order.index(key[0])),
+        )
+        knockout, knockout_batch, site = {}, {}, None
         if self.knockout:
-            plan["site"] = model.knockout_site
+            site = self.model.knockout_site
             if donors is None:
-                plan["knockout"] = self.knockout
+                knockout = self.knockout
             else:  # knocked out for the whole batch at once, donor rows (first) untouched
                 n_donors = donors["input_ids"].shape[0]
-                plan["knockout_batch"] = {
+                knockout_batch = {
                     layer: torch.cat(
                         [torch.zeros_like(removed[:1]).expand(n_donors, -1, -1, -1), removed]
                     )
                     for layer, removed in self.knockout.items()
                 }
-        return plan
+        return ops.TracePlan(
+            self.edits, donor_keys, knockout, knockout_batch, site, rows=self.n_rows
+        )

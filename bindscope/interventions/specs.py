@@ -1,26 +1,55 @@
-"""Intervention specs: *what* is done to which heads, one vocabulary for every call.
+"""Intervention specs: *what* is done where, one vocabulary for every call.
 
-Every call that runs the model (``Model.logits``, ``attention_probs``, ``generate``,
-``generate_ids`` and the runners) takes ``intervene=`` (one spec or a list applied to
-every text) and ``per_row=`` (one spec, list of specs or ``None`` per text). All of them
-act at the input of the output projection (the per-head outputs), except ``Knockout``,
-which removes attention edges before the softmax.
+Every call that runs the model (``Model.logits``, ``attention_probs``, ``capture``,
+``generate``, ``generate_ids`` and the runners) takes ``intervene=`` (one spec or a list
+applied to every text) and ``per_row=`` (one spec, list of specs or ``None`` per text).
 
-Specs are checked against the model and the texts before any trace runs
-(`resolve_rows`); the trace itself sees only plain tensors (``plan.py`` -> ``ops``).
+``Zero``, ``Mean``, ``Patch`` and ``Resample`` act on heads (the per-head input of the
+output projection, ``head_out``) or on any site of some layers (``Zero("mlp_out",
+layers=[3])``; ``Zero(layers=[0, 1])`` is every head of those layers). ``Steer`` adds a
+vector at a site; ``Knockout`` removes attention edges before the softmax.
+
+Each spec class checks itself and turns into row ops for one text (`Spec.row_ops`);
+`resolve_rows` does that for every text before any trace runs, and refuses two specs on the
+same cell of one text. The trace itself sees only tensors (``plan.py`` -> ``ops``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import math
+import numbers
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import torch
 
 from bindscope.errors import InterventionError
+from bindscope.families import SITE_NAMES
+from bindscope.interventions.rowops import (
+    AddOp,
+    DonorOp,
+    KnockoutOp,
+    ReplaceOp,
+    RowOp,
+    Units,
+)
 from bindscope.protocols import LanguageModel
 
-__all__ = ["Knockout", "Mean", "Patch", "Resample", "Spec", "Zero", "as_specs", "resolve_rows"]
+__all__ = [
+    "Intervention",
+    "Knockout",
+    "Mean",
+    "Patch",
+    "PerRow",
+    "Resample",
+    "RowOp",
+    "Spec",
+    "Steer",
+    "Zero",
+    "as_specs",
+    "resolve_rows",
+]
 
 
 def _pairs(items, what: str) -> tuple[tuple[int, int], ...]:
@@ -34,73 +63,268 @@ def _pairs(items, what: str) -> tuple[tuple[int, int], ...]:
             raise InterventionError(
                 f"{what} {item!r} is not a (query, key) pair; pass e.g. [(5, 0), (5, 1)]"
             )
-        out.append((int(item[0]), int(item[1])))
+        out.append((_integer(item[0], what, item), _integer(item[1], what, item)))
     return tuple(out)
 
 
-@dataclass(frozen=True)
-class Zero:
-    """Zero-ablation: the heads' outputs are set to zero at every position."""
+def _integer(value, what: str, item) -> int:
+    """A whole number (a Python or numpy integer), never a bool, float or string."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    raise InterventionError(
+        f"{what} {item!r}: {value!r} is a {type(value).__name__}, not an integer; token "
+        "positions are whole numbers counted from 0 in the unpadded text"
+    )
 
-    heads: tuple[tuple[int, int], ...]
+
+def _positions(positions) -> tuple[int, ...] | None:
+    if positions is None:
+        return None
+    if isinstance(positions, numbers.Integral) and not isinstance(positions, bool):
+        positions = (positions,)
+    return tuple(_integer(p, "position", p) for p in positions)
+
+
+def _layers(layers) -> Any:
+    """Layers as given (checked against the model when used); one int is one layer."""
+    if layers is None or isinstance(layers, (str, bytes)):
+        return layers
+    if isinstance(layers, numbers.Integral) and not isinstance(layers, bool):
+        return (int(layers),)
+    return tuple(layers) if isinstance(layers, Iterable) else layers
+
+
+class _Context:
+    """What the specs of one call share: the texts, their token counts, drawn donors."""
+
+    def __init__(self, model: LanguageModel, texts: Sequence) -> None:
+        self.model, self.texts = model, list(texts)
+        self._lengths: dict[int, int] = {}
+        self.drawn: dict[int, tuple[int, ...]] = {}  # id(Resample) -> donors, once per call
+
+    def ids(self, text) -> list[int]:
+        return self.model.tokenize(text) if isinstance(text, str) else list(text)
+
+    def length(self, i: int) -> int:
+        if i not in self._lengths:
+            self._lengths[i] = len(self.ids(self.texts[i]))
+        return self._lengths[i]
+
+    def check_positions(self, spec: str, positions, i: int) -> None:
+        n = self.length(i)
+        bad = [p for p in positions or () if not 0 <= p < n]
+        if bad:
+            raise InterventionError(
+                f"{self.model.name}: {spec} positions {bad} are outside text #{i} "
+                f"{_short(self.texts[i])} ({n} tokens, positions 0..{n - 1})"
+            )
+
+
+class _Targeted:
+    """Shared by specs that act on heads or on a site of some layers.
+
+    Fields (each subclass declares them): ``heads``, ``site``, ``layers``, ``positions``.
+    A string in place of ``heads`` is the site: ``Zero("resid_post", layers=[2])``.
+    """
+
+    heads: Any
+    site: str | None
+    layers: Any
+    positions: tuple[int, ...] | None
+    takes_positions: ClassVar[bool] = True
+
+    def _normalize(self) -> None:
+        heads = self.heads
+        if isinstance(heads, str):
+            if self.site is not None and self.site != heads:
+                raise InterventionError(
+                    f"{type(self).__name__}: site given twice ({heads!r} and {self.site!r})"
+                )
+            object.__setattr__(self, "site", heads)
+            heads = None
+        object.__setattr__(self, "heads", None if heads is None else _pairs(heads, "head"))
+        object.__setattr__(self, "layers", _layers(self.layers))
+        if self.heads is not None and self.layers is not None:
+            raise InterventionError(
+                f"{type(self).__name__}: give heads or layers=, not both (layers= alone is "
+                "every head of those layers, or with a site, that site of those layers)"
+            )
+        if self.heads is None and self.layers is None:
+            raise InterventionError(
+                f"{type(self).__name__}: say where: heads, e.g. {type(self).__name__}([(2, 8)]"
+                f", ...), or a site with layers, e.g. {type(self).__name__}('resid_post', "
+                "..., layers=[3])"
+            )
+        if self.site is not None and self.site not in SITE_NAMES:
+            raise InterventionError(
+                f"{type(self).__name__}: unknown site {self.site!r}; the sites are "
+                f"{', '.join(SITE_NAMES)}"
+            )
+        if self.heads is not None and self.site not in (None, "head_out"):
+            raise InterventionError(
+                f"{type(self).__name__}: heads live at site 'head_out', not {self.site!r}; "
+                "for a whole site give layers= instead of heads"
+            )
+        object.__setattr__(self, "positions", _positions(self.positions))
+
+    def describe(self) -> str:
+        """A short form for messages, e.g. ``Zero([(1, 0)])``."""
+        if self.heads is not None:
+            return f"{type(self).__name__}({list(self.heads)!r})"
+        return f"{type(self).__name__}({self.site or 'head_out'!r}, layers={list(self.layers)!r})"
+
+    def target(self, model: LanguageModel) -> tuple[str, Units]:
+        """The site and the units of each layer, checked against the model."""
+        if self.heads is not None:
+            heads = model.check_heads(self.heads)
+            grouped: dict[int, list[int]] = {}
+            for layer, head in heads:
+                grouped.setdefault(layer, []).append(head)
+            return "head_out", tuple((layer, tuple(hs)) for layer, hs in grouped.items())
+        site = self.site or "head_out"
+        _check_site(model, site, self.describe())
+        layers = model.check_layers(self.layers)
+        units = tuple(range(model.n_heads)) if site == "head_out" else (0,)
+        return site, tuple((layer, units) for layer in layers)
+
+
+def _check_site(model: LanguageModel, site: str, spec: str) -> None:
+    if site == "pattern":
+        raise InterventionError(
+            f"{model.name}: {spec}: the attention probabilities (pattern) can be captured, "
+            "not replaced; remove attention edges with Knockout"
+        )
+    if site not in model.sites:
+        raise InterventionError(
+            f"{model.name} ({model.family}): {spec}: the family has no site {site!r} (e.g. "
+            "a parallel residual has no resid_mid); its sites are "
+            f"{', '.join(s for s in model.sites if s != 'pattern')}"
+        )
+
+
+def _width(model: LanguageModel, site: str) -> tuple[int, int]:
+    """``(U, k)`` of a site's view: heads x head_dim at head_out, 1 x d_model elsewhere."""
+    return (model.n_heads, model.head_dim) if site == "head_out" else (1, model.d_model)
+
+
+@dataclass(frozen=True)
+class Zero(_Targeted):
+    """Zero-ablation: the heads' outputs (or a site's activations) are set to zero.
+
+    ``positions`` (token positions of the unpadded text) restricts it; by default every
+    position, in generation every step too.
+    """
+
+    heads: Any = None
+    site: str | None = field(default=None, kw_only=True)
+    layers: Any = field(default=None, kw_only=True)
+    positions: tuple[int, ...] | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "heads", _pairs(self.heads, "head"))
+        self._normalize()
+
+    def row_ops(self, ctx: _Context, i: int) -> tuple[RowOp, ...]:
+        """Check the spec against the model and text ``i``; its row ops for that text."""
+        site, units = self.target(ctx.model)
+        ctx.check_positions(self.describe(), self.positions, i)
+        return (ReplaceOp(self.describe(), site, units, self.positions),)
 
 
 @dataclass(frozen=True, eq=False)
-class Mean:
-    """Mean-ablation: the heads' outputs are replaced by their means over reference texts.
+class Mean(_Targeted):
+    """Mean-ablation: the heads' outputs (or a site's activations) take reference means.
 
     Attributes:
-        means: ``HeadMeans`` from ``head_means(model, reference, heads)`` (or a plain
-            ``{layer: [H, hd]}`` dict).
+        means: For heads, ``HeadMeans`` from ``head_means(model, reference, heads)`` (or a
+            plain ``{layer: [H, hd]}`` dict); for a site, ``site_means(model, reference,
+            site, layers)`` (or ``{layer: [d_model]}``).
     """
 
-    heads: tuple[tuple[int, int], ...]
-    means: object
+    heads: Any = None
+    means: object = None
+    site: str | None = field(default=None, kw_only=True)
+    layers: Any = field(default=None, kw_only=True)
+    positions: tuple[int, ...] | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "heads", _pairs(self.heads, "head"))
+        self._normalize()
+
+    def row_ops(self, ctx: _Context, i: int) -> tuple[RowOp, ...]:
+        """Check the spec against the model and text ``i``; its row ops for that text."""
+        site, units = self.target(ctx.model)
+        ctx.check_positions(self.describe(), self.positions, i)
+        values = _check_means(ctx.model, self, site, units)
+        return (ReplaceOp(self.describe(), site, units, self.positions, values),)
 
 
 @dataclass(frozen=True)
-class Patch:
-    """Activation patching: text ``i`` takes the heads' outputs of a clean run on ``source[i]``.
+class Patch(_Targeted):
+    """Activation patching: text ``i`` takes the activations of a clean run on ``source[i]``.
 
     ``source`` has one text per target text (or a single text used for all of them), each
     tokenizing to the same length as its target. ``positions`` restricts the patch to those
-    token positions of the unpadded text.
+    token positions of the unpadded text. Heads as for ``Zero``, or a site with layers:
+    ``Patch("resid_pre", corrupted, layers=[0], positions=[5])``.
     """
 
-    heads: tuple[tuple[int, int], ...]
+    heads: Any = None
     source: tuple = ()
-    positions: tuple[int, ...] | None = None
+    site: str | None = field(default=None, kw_only=True)
+    layers: Any = field(default=None, kw_only=True)
+    positions: tuple[int, ...] | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "heads", _pairs(self.heads, "head"))
+        self._normalize()
         source = self.source
         object.__setattr__(self, "source", (source,) if isinstance(source, str) else tuple(source))
-        if self.positions is not None:
-            object.__setattr__(self, "positions", tuple(int(p) for p in self.positions))
+
+    def row_ops(self, ctx: _Context, i: int) -> tuple[RowOp, ...]:
+        """Check the spec against the model and text ``i``; its row ops for that text."""
+        model, texts = ctx.model, ctx.texts
+        site, units = self.target(model)
+        if len(self.source) not in (1, len(texts)):
+            raise InterventionError(
+                f"{model.name}: Patch has {len(self.source)} source texts for {len(texts)} "
+                "texts; give one source per text (or a single source for all)"
+            )
+        source = self.source[0] if len(self.source) == 1 else self.source[i]
+        donor, n = tuple(ctx.ids(source)), ctx.length(i)
+        if len(donor) != n:
+            raise InterventionError(
+                f"{model.name}: Patch needs equal lengths, but text #{i} {_short(texts[i])} has "
+                f"{n} tokens and its source {_short(source)} has {len(donor)}; choose a source "
+                "that tokenizes to the same length (or use Resample, aligned from the end)"
+            )
+        ctx.check_positions("Patch", self.positions, i)
+        return (DonorOp(self.describe(), site, units, self.positions, donor),)
 
 
 @dataclass(frozen=True)
-class Resample:
-    """Resample-ablation: each text's heads take the outputs of a random *other* reference text.
+class Resample(_Targeted):
+    """Resample-ablation: each text's heads (or site) take a random *other* reference text's.
 
     The donor of each text is drawn with ``torch.Generator().manual_seed(seed)``, is
     recorded by `donors`, and is position-aligned from the end (positions the donor does
     not have are left alone).
     """
 
-    heads: tuple[tuple[int, int], ...]
+    heads: Any = None
     reference: tuple = ()
     seed: int = field(default=0, kw_only=True)
+    site: str | None = field(default=None, kw_only=True)
+    layers: Any = field(default=None, kw_only=True)
+    positions: tuple[int, ...] | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "heads", _pairs(self.heads, "head"))
+        self._normalize()
         object.__setattr__(self, "reference", tuple(self.reference))
+        seed = self.seed
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+            raise InterventionError(
+                f"Resample: seed={seed!r} is a {type(seed).__name__}, not an integer; the "
+                "donors are drawn with torch.Generator().manual_seed(seed): pass e.g. seed=0"
+            )
+        object.__setattr__(self, "seed", int(seed))
 
     def donors(self, texts: Sequence) -> tuple[int, ...]:
         """Index into ``reference`` of each text's donor (deterministic given ``seed``).
@@ -124,6 +348,82 @@ class Resample:
             chosen.append(candidates[pick])
         return tuple(chosen)
 
+    def row_ops(self, ctx: _Context, i: int) -> tuple[RowOp, ...]:
+        """Check the spec against the model and text ``i``; its row ops for that text."""
+        site, units = self.target(ctx.model)
+        ctx.check_positions("Resample", self.positions, i)
+        if id(self) not in ctx.drawn:
+            ctx.drawn[id(self)] = self.donors(ctx.texts)
+        donor = tuple(ctx.ids(self.reference[ctx.drawn[id(self)][i]]))
+        return (DonorOp(self.describe(), site, units, self.positions, donor),)
+
+
+@dataclass(frozen=True, eq=False)
+class Steer:
+    """Add ``scale * vector`` to a site's activations at one layer (or several).
+
+    ``vector`` has the site's width (``d_model``; ``n_heads * head_dim`` at head_out).
+    ``positions`` (of the unpadded text) restricts it; by default it acts on every
+    position, and in ``generate`` on every new token as well.
+    """
+
+    site: str
+    layer: Any
+    vector: torch.Tensor
+    positions: tuple[int, ...] | None = field(default=None, kw_only=True)
+    scale: float = field(default=1.0, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if self.site not in SITE_NAMES:
+            raise InterventionError(
+                f"Steer: unknown site {self.site!r}; the sites are {', '.join(SITE_NAMES)}"
+            )
+        if not isinstance(self.vector, torch.Tensor) or self.vector.dim() != 1:
+            raise InterventionError(
+                f"Steer: vector must be a 1-D torch tensor of the site's width, not "
+                f"{type(self.vector).__name__}"
+                + (f" {tuple(self.vector.shape)}" if isinstance(self.vector, torch.Tensor) else "")
+            )
+        if not bool(torch.isfinite(self.vector).all()):
+            raise InterventionError("Steer: the vector has NaN or infinite entries")
+        scale = self.scale
+        if (
+            isinstance(scale, bool)
+            or not isinstance(scale, numbers.Real)
+            or not math.isfinite(scale)
+        ):
+            raise InterventionError(f"Steer: scale={scale!r} is not a finite number")
+        object.__setattr__(self, "layer", _layers(self.layer))
+        object.__setattr__(self, "positions", _positions(self.positions))
+
+    def describe(self) -> str:
+        """A short form for messages, e.g. ``Zero([(1, 0)])``."""
+        return f"Steer({self.site!r}, layer={list(self.layer)!r})"
+
+    def row_ops(self, ctx: _Context, i: int) -> tuple[RowOp, ...]:
+        """Check the spec against the model and text ``i``; its row ops for that text."""
+        model = ctx.model
+        _check_site(model, self.site, self.describe())
+        layers = model.check_layers(self.layer)
+        units, width = _width(model, self.site)
+        if self.vector.numel() != units * width:
+            raise InterventionError(
+                f"{model.name}: {self.describe()}: the vector has {self.vector.numel()} entries "
+                f"but site {self.site!r} is {units * width} wide"
+            )
+        ctx.check_positions("Steer", self.positions, i)
+        vector = self._scaled(units, width)
+        cells = tuple((layer, tuple(range(units))) for layer in layers)
+        return (AddOp(self.describe(), self.site, cells, self.positions, vector),)
+
+    def _scaled(self, units: int, width: int) -> torch.Tensor:
+        # one tensor per spec, so every text's op shares one edit in the plan
+        cached = self.__dict__.get("_vector")
+        if cached is None:
+            cached = (self.vector.detach().float() * float(self.scale)).view(units, width)
+            object.__setattr__(self, "_vector", cached)
+        return cached
+
 
 @dataclass(frozen=True)
 class Knockout:
@@ -133,18 +433,110 @@ class Knockout:
     each query row renormalises over the keys left. The listed heads' mask at the attention
     call gets minus infinity on those edges, so it works under eager and sdpa attention,
     with GQA and under left padding; during generation it applies to the prompt pass.
+    ``layers=`` instead of heads knocks out every head of those layers.
+
+    ``term=`` gives each text its own edges from the term's token span (found with
+    ``bindscope.prompts.locate``): with ``query=None`` the edges inside the span (each
+    later token of the term to its earlier ones: the pairs BSI measures), with ``query=q``
+    the edges from position ``q`` of each text (``-1``: the last token) to every token of
+    the span.
     """
 
-    heads: tuple[tuple[int, int], ...]
+    heads: Any = None
     edges: tuple[tuple[int, int], ...] = ()
+    layers: Any = field(default=None, kw_only=True)
+    term: str | None = field(default=None, kw_only=True)
+    query: int | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "heads", _pairs(self.heads, "head"))
+        if self.heads is not None:
+            object.__setattr__(self, "heads", _pairs(self.heads, "head"))
+        object.__setattr__(self, "layers", _layers(self.layers))
+        if (self.heads is None) == (self.layers is None):
+            raise InterventionError(
+                "Knockout: give heads, e.g. Knockout([(2, 8)], edges), or layers= (every "
+                "head of those layers), not both"
+            )
         object.__setattr__(self, "edges", _pairs(self.edges, "edge"))
+        if self.term is not None and (self.edges or not isinstance(self.term, str)):
+            raise InterventionError(
+                "Knockout: give edges or term= (a string: each text's edges come from its "
+                "span), not both"
+            )
+        if self.query is not None:
+            if self.term is None:
+                raise InterventionError("Knockout: query= goes with term=")
+            object.__setattr__(self, "query", _integer(self.query, "query", self.query))
+
+    def edges_for(self, ctx: _Context, i: int) -> tuple[tuple[int, int], ...]:
+        """The edges of text ``i``: ``edges``, or those of the term's span in it."""
+        if self.term is None:
+            return self.edges
+        from bindscope.prompts.spans import locate
+
+        text = ctx.texts[i]
+        if not isinstance(text, str):
+            raise InterventionError(
+                f"{ctx.model.name}: Knockout(term={self.term!r}) needs texts as strings to "
+                f"find the term in; text #{i} is a token-id list"
+            )
+        span = locate(ctx.model, text, self.term, prompt_id=f"#{i}").indices
+        if self.query is None:
+            return tuple((q, k) for q in span for k in span if k < q)
+        n = ctx.length(i)
+        q = self.query % n if self.query < 0 else self.query
+        return tuple((q, k) for k in span if k <= q)
+
+    def describe(self) -> str:
+        """A short form for messages, e.g. ``Zero([(1, 0)])``."""
+        if self.heads is not None:
+            return f"Knockout({list(self.heads)!r})"
+        return f"Knockout(layers={list(self.layers)!r})"
+
+    def row_ops(self, ctx: _Context, i: int) -> tuple[RowOp, ...]:
+        """Check the spec against the model and text ``i``; its row ops for that text."""
+        model = ctx.model
+        if self.heads is not None:
+            heads = model.check_heads(self.heads)
+        else:
+            heads = tuple(
+                (layer, h)
+                for layer in model.check_layers(self.layers)
+                for h in range(model.n_heads)
+            )
+        edges = self.edges_for(ctx, i)
+        if not heads or not edges:
+            return ()
+        n = ctx.length(i)
+        removed: dict[int, set[int]] = {}
+        for q, k in edges:
+            if not 0 <= k <= q < n:
+                raise InterventionError(
+                    f"{model.name}: Knockout edge ({q}, {k}) is not a causal edge of text #{i} "
+                    f"{_short(ctx.texts[i])} ({n} tokens): need 0 <= key <= query <= {n - 1}"
+                )
+            removed.setdefault(q, set()).add(k)
+        for q, keys in removed.items():
+            if len(keys) == q + 1:
+                raise InterventionError(
+                    f"{model.name}: Knockout removes every key of query {q} in text #{i} "
+                    f"{_short(ctx.texts[i])}; keep at least one key so the row can renormalise"
+                )
+        grouped: dict[int, list[int]] = {}
+        for layer, head in heads:
+            grouped.setdefault(layer, []).append(head)
+        units = tuple((layer, tuple(hs)) for layer, hs in grouped.items())
+        return (KnockoutOp(self.describe(), "head_out", units, None, edges),)
 
 
-Spec = Zero | Mean | Patch | Resample | Knockout
-SPEC_TYPES = (Zero, Mean, Patch, Resample, Knockout)
+Spec = Zero | Mean | Patch | Resample | Steer | Knockout
+SPEC_TYPES = (Zero, Mean, Patch, Resample, Steer, Knockout)
+# ``(layer, head)`` pairs, or ``{layer: [heads]}`` (``ablate=``, a spec's heads).
+HeadList = Iterable[Sequence[int]] | Mapping[int, Iterable[int]]
+# What ``intervene=`` takes: a spec, a list of specs (or the old list of head pairs), or None.
+Intervention = Spec | Sequence[Spec] | HeadList | None
+# What ``per_row=`` takes: one ``Intervention`` per text, or None.
+PerRow = Sequence[Intervention] | None
 
 
 def _short(text) -> str:
@@ -152,11 +544,15 @@ def _short(text) -> str:
     return text if len(text) <= 60 else text[:57] + "...'"
 
 
-def as_specs(entry, *, means=None) -> tuple:
+def as_specs(entry: Intervention) -> tuple:
     """One ``intervene``/``per_row`` entry as a tuple of specs.
 
-    ``None`` and empty lists mean no intervention; a list of ``(layer, head)`` pairs is the
-    old head-list form (zero-ablation, or mean-ablation when ``means`` is given).
+    ``None`` and empty lists mean no intervention; a list of ``(layer, head)`` pairs is
+    short for ``Zero`` of those heads.
+
+    Raises:
+        InterventionError: An entry is neither a spec nor a head list (an unknown kind is
+            never dropped silently).
     """
     if entry is None:
         return ()
@@ -164,6 +560,11 @@ def as_specs(entry, *, means=None) -> tuple:
         return (entry,)
     if isinstance(entry, dict):
         entry = [(layer, h) for layer, hs in entry.items() for h in hs]
+    if isinstance(entry, (str, bytes)) or not isinstance(entry, Iterable):
+        raise InterventionError(
+            f"{entry!r} is not an intervention: pass a spec "
+            f"({', '.join(t.__name__ for t in SPEC_TYPES)}), a list of specs, or None"
+        )
     items = list(entry)
     if not items:
         return ()
@@ -174,83 +575,61 @@ def as_specs(entry, *, means=None) -> tuple:
             "an intervention list mixes specs and (layer, head) pairs; wrap the pairs, "
             "e.g. [Zero([(2, 8)]), Patch(...)]"
         )
-    return (Zero(tuple(items)) if means is None else Mean(tuple(items), means),)
-
-
-@dataclass(frozen=True)
-class RowOp:
-    """One checked intervention of one text, in the form ``plan.py`` turns into tensors.
-
-    ``kind`` is ``zero``, ``mean``, ``donor`` (Patch and Resample) or ``knockout``.
-    """
-
-    kind: str
-    heads: tuple[tuple[int, int], ...]
-    means: dict | None = None
-    donor: tuple[int, ...] | None = None
-    positions: tuple[int, ...] | None = None
-    edges: tuple[tuple[int, int], ...] = ()
-
-
-def _ids(model: LanguageModel, text) -> list[int]:
-    return model.tokenize(text) if isinstance(text, str) else list(text)
+    return (Zero(tuple(items)),)
 
 
 def resolve_rows(
     model: LanguageModel,
     texts: Sequence,
     *,
-    intervene=None,
-    per_row=None,
-    ablate=None,
-    means=None,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
+    ablate: HeadList | None = None,
 ) -> list[tuple[RowOp, ...]]:
-    """Check every spec against the model and the texts; one tuple of ops per text.
+    """Check every spec against the model and the texts; one tuple of row ops per text.
 
     ``ablate`` (zero-ablation shorthand), ``intervene`` and ``per_row[i]`` add up, in that
-    order. ``means`` turns ``ablate`` and head-list entries into mean-ablation (the old
-    ``generate_ids(means=)`` form).
+    order.
 
     Raises:
         HeadSpecError: A head or layer is out of range (names the model and head).
-        InterventionError: A spec does not fit a text (names the text and what is wrong).
+        InterventionError: A spec does not fit a text (names the text and what is wrong),
+            or two specs act on the same head (or site) of one text.
     """
     texts = list(texts)
     _check_per_row(per_row, len(texts))
-    shared = as_specs(ablate, means=means) + as_specs(intervene, means=means)
-    rows = [
-        shared + (as_specs(per_row[i], means=means) if per_row else ()) for i in range(len(texts))
-    ]
-    lengths: dict[int, int] = {}
-
-    def length(i: int) -> int:
-        if i not in lengths:
-            lengths[i] = len(_ids(model, texts[i]))
-        return lengths[i]
-
-    donors: dict[int, tuple[int, ...]] = {}  # id(Resample) -> donors, drawn once per call
+    shared = as_specs(ablate) + as_specs(intervene)
+    ctx = _Context(model, texts)
     out = []
-    for i, specs in enumerate(rows):
-        ops = []
+    for i in range(len(texts)):
+        specs = shared + (as_specs(per_row[i]) if per_row else ())
+        row: list[RowOp] = []
         for spec in specs:
-            heads = model.check_heads(spec.heads)
-            if not heads:
-                continue
-            if isinstance(spec, Zero):
-                ops.append(RowOp("zero", heads))
-            elif isinstance(spec, Mean):
-                ops.append(RowOp("mean", heads, means=_check_means(model, spec, heads)))
-            elif isinstance(spec, Patch):
-                ops.append(_patch_op(model, texts, i, spec, heads, length(i)))
-            elif isinstance(spec, Resample):
-                if id(spec) not in donors:
-                    donors[id(spec)] = spec.donors(texts)
-                ref = spec.reference[donors[id(spec)][i]]
-                ops.append(RowOp("donor", heads, donor=tuple(_ids(model, ref))))
-            elif isinstance(spec, Knockout) and spec.edges:
-                ops.append(_knockout_op(model, texts, i, spec, heads, length(i)))
-        out.append(tuple(ops))
+            row.extend(spec.row_ops(ctx, i))
+        _check_claims(model, row, i)
+        out.append(tuple(row))
     return out
+
+
+def _check_claims(model: LanguageModel, row: list[RowOp], i: int) -> None:
+    """Refuse two ops on one cell of a text: one would silently undo or hide the other.
+
+    Steers add up (additions commute), so several may share a cell.
+    """
+    owner: dict[tuple[str, int, int], RowOp] = {}
+    for op in row:
+        for cell in op.cells():
+            other = owner.setdefault(cell, op)
+            if other is op or (other.composes and op.composes):
+                continue
+            site, layer, unit = cell
+            where = f"head {(layer, unit)}" if site == "head_out" else f"{site} of layer {layer}"
+            raise InterventionError(
+                f"{model.name}: text #{i}: {where} is in both {other.spec} and {op.spec}; one "
+                "spec per head (or site) and text (their effects do not compose: the later "
+                "edit would overwrite or hide the earlier one). Drop it from one of them, or "
+                "run them in separate calls"
+            )
 
 
 def _check_per_row(per_row, n_texts: int) -> None:
@@ -263,64 +642,45 @@ def _check_per_row(per_row, n_texts: int) -> None:
         )
 
 
-def _check_means(model: LanguageModel, spec: Mean, heads) -> dict:
+def _check_means(
+    model: LanguageModel, spec: Mean, site: str, units: Units
+) -> dict[int, torch.Tensor]:
+    """Each layer's means as ``[U, k]``, checked for presence, shape and finiteness."""
     means = getattr(spec.means, "means", spec.means)
+    helper = (
+        "head_means(model, reference, heads)"
+        if site == "head_out"
+        else f"site_means(model, reference, {site!r}, layers)"
+    )
     if not isinstance(means, dict):
         raise InterventionError(
-            f"{model.name}: Mean(heads, means) needs means=head_means(model, reference, heads), "
-            f"got {type(spec.means).__name__}"
+            f"{model.name}: {spec.describe()} needs means={helper}, got {type(spec.means).__name__}"
         )
-    for layer, head in heads:
+    shape = _width(model, site)
+    wanted = list(shape) if site == "head_out" else [shape[1]]
+    out = {}
+    for layer, unit_list in units:
+        where = f"head ({layer}, {unit_list[0]})" if site == "head_out" else f"{site}"
         if layer not in means:
             raise InterventionError(
-                f"{model.name}: no reference means for layer {layer} (head ({layer}, {head})); "
-                "include the head in head_means(model, reference, heads)"
+                f"{model.name}: no reference means for layer {layer} ({where}); "
+                f"include the layer in {helper}"
             )
-    return means
-
-
-def _patch_op(model: LanguageModel, texts, i, spec: Patch, heads, n: int) -> RowOp:
-    if len(spec.source) not in (1, len(texts)):
-        raise InterventionError(
-            f"{model.name}: Patch has {len(spec.source)} source texts for {len(texts)} texts; "
-            "give one source per text (or a single source for all)"
-        )
-    source = spec.source[0] if len(spec.source) == 1 else spec.source[i]
-    donor = tuple(_ids(model, source))
-    if len(donor) != n:
-        raise InterventionError(
-            f"{model.name}: Patch needs equal lengths, but text #{i} {_short(texts[i])} has "
-            f"{n} tokens and its source {_short(source)} has {len(donor)}; choose a source "
-            "that tokenizes to the same length (or use Resample, aligned from the end)"
-        )
-    if spec.positions is not None:
-        bad = [p for p in spec.positions if not 0 <= p < n]
-        if bad:
+        value = means[layer]
+        if not isinstance(value, torch.Tensor) or list(value.shape) != wanted:
+            got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
             raise InterventionError(
-                f"{model.name}: Patch positions {bad} are outside text #{i} "
-                f"{_short(texts[i])} ({n} tokens, positions 0..{n - 1})"
+                f"{model.name}: {spec.describe()}: the means of layer {layer} are {got}, not a "
+                f"tensor [{', '.join(map(str, wanted))}]; build them with {helper}"
             )
-    return RowOp("donor", heads, donor=donor, positions=spec.positions)
-
-
-def _knockout_op(model: LanguageModel, texts, i, spec: Knockout, heads, n: int) -> RowOp:
-    removed: dict[int, set[int]] = {}
-    for q, k in spec.edges:
-        if not 0 <= k <= q < n:
-            raise InterventionError(
-                f"{model.name}: Knockout edge ({q}, {k}) is not a causal edge of text #{i} "
-                f"{_short(texts[i])} ({n} tokens): need 0 <= key <= query <= {n - 1}"
-            )
-        removed.setdefault(q, set()).add(k)
-    for q, keys in removed.items():
-        if len(keys) == q + 1:
-            raise InterventionError(
-                f"{model.name}: Knockout removes every key of query {q} in text #{i} "
-                f"{_short(texts[i])}; keep at least one key so the row can renormalise"
-            )
-    return RowOp("knockout", heads, edges=spec.edges)
-
-
-def any_kind(rows: Iterable[tuple[RowOp, ...]], kind: str) -> bool:
-    """Whether any text has an op of this kind."""
-    return any(op.kind == kind for ops in rows for op in ops)
+        for unit in unit_list if site == "head_out" else (None,):
+            part = value if unit is None else value[unit]
+            if not bool(torch.isfinite(part).all()):
+                name = f"head ({layer}, {unit})" if unit is not None else f"{site}"
+                raise InterventionError(
+                    f"{model.name}: {spec.describe()}: the means of {name} (layer {layer}) are "
+                    f"not finite (NaN or infinity); recompute them with {helper} on "
+                    "reference texts the model runs cleanly"
+                )
+        out[layer] = value.view(*shape)
+    return out

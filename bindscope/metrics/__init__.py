@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from bindscope.metrics.attribution import HeadContributions, frozen_norm
 from bindscope.metrics.binding import BindingResult, bsi_from_probs, summarize
+from bindscope.metrics.patching import logit_diff, token_loss
 from bindscope.metrics.ranking import mean_bsi, rank_heads, top_heads
 
 __all__ = [
@@ -14,8 +15,10 @@ __all__ = [
     "HeadContributions",
     "bsi_from_probs",
     "frozen_norm",
+    "logit_diff",
     "mean_bsi",
     "rank_heads",
     "summarize",
+    "token_loss",
     "top_heads",
 ]

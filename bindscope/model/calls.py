@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +12,7 @@ from bindscope.batch import DEFAULT_BATCH_SIZE, check_texts, widened
 from bindscope.errors import InterventionError
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import PlannedBatch, plan_batches
-from bindscope.interventions.specs import resolve_rows
+from bindscope.interventions.specs import HeadList, Intervention, PerRow, resolve_rows
 
 if TYPE_CHECKING:
     from bindscope.model.wrapper import Model
@@ -37,13 +38,13 @@ def trace_batch(model: Model, planned: PlannedBatch, body: Callable[[Any], Any],
     donors: dict = {}  # filled by the first invoke, read by the second
     with env.trace(**options, **model.trace_options) as tracer:
         with tracer.invoke(**donor_inputs):
-            ops.donor_outputs(model, plan["donor_layers"], donors)
+            ops.site_outputs(model, plan.donor_keys, donors)
         with tracer.invoke(**inputs):
             found = body(donors)
             tracer.stop()
-        if "knockout_batch" in plan:
+        if plan.knockout_batch:
             with tracer.invoke():  # the whole batch, donor rows first
-                ops.knock_out_batch(model, plan["knockout_batch"], plan["site"])
+                ops.knock_out_batch(model, plan.knockout_batch, plan.knockout_site)
     return found
 
 
@@ -53,9 +54,9 @@ def attention_probs(
     texts: Sequence[str],
     *,
     layers: Iterable[int] | None = None,
-    intervene=None,
-    per_row=None,
-    ablate=None,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
+    ablate: HeadList | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[torch.Tensor]:
     """``Model.attention_probs`` (arguments as there)."""
@@ -66,7 +67,7 @@ def attention_probs(
     with model.eager():
         for planned in plan_batches(model, texts, rows, batch_size=batch_size):
             batch = planned.batch
-            if "knockout_batch" in planned.plan and model.capture_mode == "recompute":
+            if planned.plan.knockout_batch and model.capture_mode == "recompute":
                 raise InterventionError(
                     f"{model.name}: capturing probabilities by recomputation sees the "
                     "mask before a Knockout that shares its batch with a Patch; run "
@@ -91,9 +92,9 @@ def logits(
     model: Model,
     texts: Sequence[str],
     *,
-    intervene=None,
-    per_row=None,
-    ablate=None,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
+    ablate: HeadList | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[torch.Tensor]:
     """``Model.logits`` (arguments as there)."""
@@ -113,3 +114,117 @@ def logits(
         for row, index in enumerate(batch.indices):
             out[index] = widened(found[row, batch.pad(row) :])
     return out  # type: ignore[return-value]
+
+
+@torch.no_grad()
+def capture(
+    model: Model,
+    texts: Sequence[str],
+    *,
+    sites: Sequence[str],
+    layers: Iterable[int] | None = None,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> list[dict[str, dict[int, torch.Tensor]]]:
+    """``Model.capture`` (arguments as there)."""
+    wanted = model.check_layers(layers)
+    names = _check_capture_sites(model, sites)
+    texts = check_texts(texts)
+    rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row)
+    out: list[dict[str, dict[int, torch.Tensor]]] = [{} for _ in texts]
+    probs = [n for n in names if n == "pattern"]
+    others = {n: wanted for n in names if n != "pattern"}
+    context = model.eager() if probs else contextlib.nullcontext()
+    with context:
+        for planned in plan_batches(model, texts, rows, batch_size=batch_size):
+            batch = planned.batch
+
+            def body(donors, plan=planned.plan):
+                found = run_layers(
+                    model,
+                    capture=wanted if probs else (),
+                    sites=others,
+                    plan=plan,
+                    donors=donors,
+                )
+                return found
+
+            found = trace_batch(model, planned, body)
+            for row, index in enumerate(batch.indices):
+                pad = batch.pad(row)
+                got = out[index]
+                for layer in wanted:
+                    if probs:
+                        value = found[layer][row, :, pad:, pad:]
+                        got.setdefault("pattern", {})[layer] = value.float().contiguous()
+                    for name in others:
+                        value = found[(name, layer)][row, pad:]  # [n, U, k]
+                        if name != "head_out":
+                            value = value[:, 0]  # [n, d_model]
+                        got.setdefault(name, {})[layer] = value.float().contiguous()
+    return out
+
+
+def _check_capture_sites(model: Model, sites: Sequence[str]) -> list[str]:
+    """Site names to capture, checked against the family (raises ``InterventionError``)."""
+    if isinstance(sites, str):
+        sites = [sites]
+    names = list(sites)
+    if not names:
+        raise InterventionError(f"{model.name}: sites=[] captures nothing; name some sites")
+    for name in names:
+        if name not in model.sites:
+            raise InterventionError(
+                f"{model.name} ({model.family}): no site {name!r}; its sites are "
+                f"{', '.join(model.sites)}"
+            )
+    return sorted(set(names), key=list(model.sites).index)
+
+
+@torch.no_grad()
+def logit_lens(
+    model: Model,
+    texts: Sequence[str],
+    *,
+    layers: Iterable[int] | None = None,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> list[torch.Tensor]:
+    """``Model.logit_lens`` (arguments as there)."""
+    from bindscope.nnsight_private import underlying_module
+
+    wanted = model.check_layers(layers)
+    if model.dtype is not None and next(model.hf.parameters()).device.type == "meta":
+        raise InterventionError(
+            f"{model.name}: logit_lens applies the final norm and unembedding here, but this "
+            "model's weights stay on the server (meta device); capture resid_post with "
+            "model.capture(texts, sites=['resid_post']) and unembed with local weights"
+        )
+    captured = capture(
+        model,
+        texts,
+        sites=["resid_post"],
+        layers=wanted,
+        intervene=intervene,
+        per_row=per_row,
+        batch_size=batch_size,
+    )
+    norm = underlying_module(getattr(model.nnsight.model, model.family_row.final_norm))
+    head = underlying_module(model.nnsight.lm_head)
+    out = []
+    for found in captured:
+        resid = torch.stack([found["resid_post"][layer] for layer in wanted])  # [L, n, d]
+        resid = resid.to(model.dtype)
+        out.append(_unembed(model, head, norm(resid)).float())
+    return out
+
+
+def _unembed(model: Model, head, normed: torch.Tensor) -> torch.Tensor:
+    """The LM head on normed residuals, with the family's final logit soft-capping if any."""
+    logits = head(normed)
+    cap = getattr(model.hf.config, "final_logit_softcapping", None)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits

@@ -6,7 +6,8 @@ import numbers
 import re
 from collections.abc import Iterable
 
-from bindscope.errors import HeadSpecError, InterventionOrderError
+from bindscope.errors import HeadSpecError, InterventionOrderError, UnsupportedModelError
+from bindscope.families import SITE_NAMES, Family
 
 
 def check_layers(layers: Iterable[int] | None, *, n_layers: int, model_name: str) -> list[int]:
@@ -77,3 +78,32 @@ def order_error(exc: Exception, *, model_name: str) -> Exception | None:
         "and a layer's ablation before its capture; or pass both to one "
         "run_layers(model, capture=..., zero=...) call, which orders them for you"
     )
+
+
+def check_sites(envoy, family: Family, *, model_name: str) -> dict[str, tuple[str, str, int]]:
+    """Find every site of the family row under each decoder layer of the renamed model.
+
+    Returns ``{site: (module, port, index)}`` in execution order (a site the family lacks,
+    such as a parallel residual's ``resid_mid``, is left out).
+
+    Raises:
+        UnsupportedModelError: A row names a module the model does not have.
+    """
+    found: dict[str, tuple[str, str, int]] = {}
+    layers = envoy.model.layers
+    for name in SITE_NAMES:
+        at = family.sites.get(name)
+        if at is None:
+            continue
+        for layer in range(len(layers)):
+            module = layers[layer]
+            for part in at.module.split(".") if at.module else ():
+                module = getattr(module, part, None)
+                if module is None:
+                    raise UnsupportedModelError(
+                        f"{model_name} ({family.name}): the family row puts site {name!r} at "
+                        f"model.layers[{layer}].{at.module}, which the model does not have; "
+                        "fix the row's sites=Sites(...) (paths are in the renamed layout)"
+                    )
+        found[name] = (at.module, at.port, at.index)
+    return found

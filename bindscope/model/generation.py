@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -15,10 +16,10 @@ from bindscope.batch import (
     check_texts,
     sessions,
 )
-from bindscope.errors import InterventionError
+from bindscope.errors import InputError, InterventionError
 from bindscope.interventions import ops
 from bindscope.interventions.plan import plan_batches
-from bindscope.interventions.specs import resolve_rows
+from bindscope.interventions.specs import HeadList, Intervention, PerRow, resolve_rows
 
 if TYPE_CHECKING:
     from bindscope.model.wrapper import Model
@@ -30,20 +31,26 @@ def generate_ids(
     texts: Sequence[str] | Sequence[Sequence[int]],
     *,
     max_new_tokens: int,
-    intervene=None,
-    per_row=None,
-    ablate=None,
-    means=None,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
+    ablate: HeadList | None = None,
     batch_size: int = GENERATION_BATCH_SIZE,
 ) -> list[list[int]]:
     """``Model.generate_ids`` (arguments as there)."""
     texts = check_texts(texts)
     check_batch_size(batch_size)
-    rows = resolve_rows(
-        model, texts, intervene=intervene, per_row=per_row, ablate=ablate, means=means
-    )
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral):
+        raise InputError(
+            f"{model.name}: max_new_tokens={max_new_tokens!r} is not an integer; pass how many "
+            "tokens to generate, e.g. max_new_tokens=20"
+        )
+    if max_new_tokens < 1:
+        raise InputError(
+            f"{model.name}: max_new_tokens={max_new_tokens} generates nothing; pass at least 1"
+        )
+    rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row, ablate=ablate)
     for i, row in enumerate(rows):
-        if any(op.kind == "donor" for op in row):
+        if any(op.donor is not None for op in row):
             raise InterventionError(
                 f"{model.name}: text #{i}: Patch and Resample act on fixed-length texts, "
                 "not on generation; use them with logits() or attention_probs()"
@@ -56,7 +63,7 @@ def generate_ids(
         "do_sample": False,
         "pad_token_id": model.tokenizer.pad_token_id,
     }
-    jobs: list[tuple[Batch, dict, dict]] = []
+    jobs: list[tuple[Batch, dict, ops.TracePlan]] = []
     for planned in plan_batches(model, texts, rows, batch_size=batch_size):
         batch = planned.batch
         inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
@@ -67,7 +74,7 @@ def generate_ids(
             new = result[:, batch.input_ids.shape[1] :].tolist()
             for r, index in enumerate(batch.indices):
                 out[index] = _until_eos(new[r], eos_ids)
-    return out  # type: ignore[return-value]
+    return out  # type: ignore[return-value,unused-ignore]
 
 
 def _until_eos(tokens: list[int], eos_ids: set[int]) -> list[int]:
@@ -81,7 +88,7 @@ def _until_eos(tokens: list[int], eos_ids: set[int]) -> list[int]:
 
 
 def generate_session(
-    model: Model, jobs: Sequence[tuple[dict, dict]], kwargs: dict[str, Any]
+    model: Model, jobs: Sequence[tuple[dict, ops.TracePlan]], kwargs: dict[str, Any]
 ) -> list[torch.Tensor]:
     """Generate every ``(inputs, plan)`` job in one session.
 
@@ -97,8 +104,8 @@ def generate_session(
                 with env.generate(**kwargs) as tracer:
                     with tracer.invoke(**inputs):
                         if plan:
-                            for _ in tracer.all():
-                                ops.run_layers(model, plan=plan)
+                            for step in tracer.all():
+                                ops.run_layers(model, plan=plan, step=step)
                     with tracer.invoke():
                         results.append(tracer.result)
     return results

@@ -20,7 +20,7 @@ from bindscope.families import Family, dims_from_config
 from bindscope.interventions import ops
 from bindscope.interventions.heads import Head, normalize_heads
 from bindscope.interventions.plan import PlannedBatch
-from bindscope.interventions.specs import resolve_rows
+from bindscope.interventions.specs import HeadList, Intervention, PerRow
 from bindscope.model import calls, checks, generation
 
 
@@ -60,12 +60,15 @@ class Model:
         self.remote: bool | str = remote
         self.n_layers, self.n_heads = dims.n_layers, dims.n_heads
         self.n_kv_heads, self.head_dim = dims.n_kv_heads, dims.head_dim
+        self.d_model = dims.d_model
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         self.tokenizer = tokenizer
         self.nnsight = nnsight_model or TransformersModel(
             hf_model, tokenizer=tokenizer, rename=dict(family.rename)
         )
+        # {site: (module, port, index)} in a decoder layer's execution order, checked here
+        self.sites = checks.check_sites(self.nnsight, family, model_name=name)
         probe = tokenizer("a", add_special_tokens=True)["input_ids"]
         self.tokenizer_adds_bos = tokenizer.bos_token_id is not None and (
             probe[:1] == [tokenizer.bos_token_id]
@@ -101,9 +104,10 @@ class Model:
     def encode(self, texts: Sequence[str] | Sequence[Sequence[int]]) -> Batch:
         """Left-pad texts (or pre-tokenized id lists) into one batch."""
         rows = [t if not isinstance(t, str) else self.tokenize(t) for t in check_texts(texts)]
-        return self._pad(list(range(len(rows))), rows)
+        return self.pad(list(range(len(rows))), rows)
 
-    def _pad(self, indices: list[int], rows: list[list[int]]) -> Batch:
+    def pad(self, indices: list[int], rows: list[list[int]]) -> Batch:
+        """Left-pad token-id rows into one batch; ``indices`` are the rows' text indices."""
         vocab = self.hf.get_input_embeddings().num_embeddings
         window = self.context_length
         check_rows(indices, rows, model_name=self.name, vocab_size=vocab, context_length=window)
@@ -128,7 +132,7 @@ class Model:
         order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
-            yield self._pad(chunk, [rows[i] for i in chunk])
+            yield self.pad(chunk, [rows[i] for i in chunk])
 
     # -- heads and attention implementation ----------------------------------------------
 
@@ -136,7 +140,7 @@ class Model:
         """Validate layer indices (None: all) and return them sorted (raises ``HeadSpecError``)."""
         return checks.check_layers(layers, n_layers=self.n_layers, model_name=self.name)
 
-    def check_heads(self, heads) -> tuple[Head, ...]:
+    def check_heads(self, heads: Iterable[Sequence[int]] | None) -> tuple[Head, ...]:
         """Validate ``(layer, head)`` pairs against this model (raises ``HeadSpecError``)."""
         return normalize_heads(
             heads, n_layers=self.n_layers, n_heads=self.n_heads, model_name=self.name
@@ -241,13 +245,7 @@ class Model:
 
     # -- high-level calls -----------------------------------------------------------------
 
-    def _rows(self, texts, *, intervene=None, per_row=None, ablate=None, means=None):
-        """Checked ops per text (``specs.resolve_rows``)."""
-        return resolve_rows(
-            self, texts, intervene=intervene, per_row=per_row, ablate=ablate, means=means
-        )
-
-    def _trace_batch(self, planned: PlannedBatch, body, **options):
+    def trace_batch(self, planned: PlannedBatch, body, **options):
         """Run ``body(donors)`` on a planned batch; donors (if any) run first in their own invoke.
 
         ``body`` applies the plan (and captures); it must return its result saved.
@@ -259,9 +257,9 @@ class Model:
         texts: Sequence[str],
         *,
         layers: Iterable[int] | None = None,
-        intervene=None,
-        per_row=None,
-        ablate=None,
+        intervene: Intervention = None,
+        per_row: PerRow = None,
+        ablate: HeadList | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> list[torch.Tensor]:
         """Post-softmax attention per text: ``[n_layers_selected, H, n, n]``.
@@ -292,8 +290,8 @@ class Model:
         texts: Sequence[str],
         term: str,
         *,
-        intervene=None,
-        per_row=None,
+        intervene: Intervention = None,
+        per_row: PerRow = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> list[torch.Tensor]:
         """BSI ``[L, H]`` of ``term`` in each text (NaN when the term is one token).
@@ -318,9 +316,9 @@ class Model:
         self,
         texts: Sequence[str],
         *,
-        intervene=None,
-        per_row=None,
-        ablate=None,
+        intervene: Intervention = None,
+        per_row: PerRow = None,
+        ablate: HeadList | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> list[torch.Tensor]:
         """Next-token logits ``[n, vocab]`` per text, padding removed.
@@ -336,14 +334,69 @@ class Model:
             batch_size=batch_size,
         )
 
+    def capture(
+        self,
+        texts: Sequence[str],
+        sites: Sequence[str],
+        layers: Iterable[int] | None = None,
+        *,
+        intervene: Intervention = None,
+        per_row: PerRow = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> list[dict[str, dict[int, torch.Tensor]]]:
+        """Activations at ``sites`` of ``layers``, per text, in one trace per batch.
+
+        ``got[i][site][layer]`` is float32 and unpadded: ``[n, d_model]`` for ``resid_pre``,
+        ``resid_mid``, ``resid_post``, ``attn_out`` and ``mlp_out``; ``[n, H, head_dim]``
+        for ``head_out``; ``[H, n, n]`` for ``pattern``. Names are TransformerLens's
+        (``families.SITE_NAMES``); ``intervene``/``per_row`` as in `attention_probs`
+        (captured after the interventions of the same site).
+
+        Raises:
+            InterventionError: A site the family does not have (e.g. ``resid_mid`` of a
+                parallel-residual model).
+        """
+        return calls.capture(
+            self,
+            texts,
+            sites=sites,
+            layers=layers,
+            intervene=intervene,
+            per_row=per_row,
+            batch_size=batch_size,
+        )
+
+    def logit_lens(
+        self,
+        texts: Sequence[str],
+        layers: Iterable[int] | None = None,
+        *,
+        intervene: Intervention = None,
+        per_row: PerRow = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+    ) -> list[torch.Tensor]:
+        """Each layer's ``resid_post`` through the final norm and unembedding.
+
+        Returns ``[len(layers), n, vocab]`` float32 logits per text; the last layer's
+        equals `logits` (up to rounding).
+        """
+        return calls.logit_lens(
+            self,
+            texts,
+            layers=layers,
+            intervene=intervene,
+            per_row=per_row,
+            batch_size=batch_size,
+        )
+
     def generate(
         self,
         texts: Sequence[str],
         *,
         max_new_tokens: int,
-        intervene=None,
-        per_row=None,
-        ablate=None,
+        intervene: Intervention = None,
+        per_row: PerRow = None,
+        ablate: HeadList | None = None,
         batch_size: int = GENERATION_BATCH_SIZE,
     ) -> list[str]:
         """Greedy continuations (prompt excluded), intervening on every decoding step."""
@@ -364,18 +417,17 @@ class Model:
         texts: Sequence[str] | Sequence[Sequence[int]],
         *,
         max_new_tokens: int,
-        intervene=None,
-        per_row=None,
-        ablate=None,
-        means=None,
+        intervene: Intervention = None,
+        per_row: PerRow = None,
+        ablate: HeadList | None = None,
         batch_size: int = GENERATION_BATCH_SIZE,
     ) -> list[list[int]]:
         """Greedy new token ids per text, cut at the first end-of-sequence token.
 
-        ``intervene``/``per_row`` take ``Zero``, ``Mean`` and ``Knockout`` (edges within
-        the prompt); ``Patch`` and ``Resample`` need fixed-length texts and are refused.
-        The old forms still work: ``per_row`` as one head list per text, and ``means``
-        (from ``head_means``) turning ``ablate`` and head lists into mean-ablation.
+        ``intervene``/``per_row`` take ``Zero``, ``Mean``, ``Steer`` (every position:
+        also every new token) and ``Knockout`` (edges within the prompt); ``Patch`` and
+        ``Resample`` need fixed-length texts and are refused. A head list in ``per_row``
+        is short for ``Zero``.
         """
         return generation.generate_ids(
             self,
@@ -384,7 +436,6 @@ class Model:
             intervene=intervene,
             per_row=per_row,
             ablate=ablate,
-            means=means,
             batch_size=batch_size,
         )
 
@@ -407,6 +458,8 @@ class Model:
                 self.head_dim,
                 self.capture_mode,
                 label,
+                dict(self.sites),
+                self.d_model,
             ),
         )
 

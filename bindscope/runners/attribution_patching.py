@@ -18,6 +18,7 @@ GradDrop's ranking scores instead (the same paper), at ``L`` more backward passe
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,8 +27,8 @@ import torch
 
 from bindscope.errors import InputError
 from bindscope.interventions import Knockout, Mean, Patch, Resample, Zero
-from bindscope.interventions.heads import by_layer
-from bindscope.interventions.specs import RowOp, resolve_rows
+from bindscope.interventions.rowops import DonorOp, KnockoutOp, ReplaceOp, RowOp
+from bindscope.interventions.specs import resolve_rows
 from bindscope.protocols import LanguageModel
 from bindscope.runners import attribution_ops
 from bindscope.runners.attribution_metrics import (
@@ -63,7 +64,7 @@ class PatternPatch:
 
     def as_patch(self) -> Patch:
         """The same heads, sources and positions as a ``Patch`` (checked the same way)."""
-        return Patch(self.heads, self.source, self.positions)
+        return Patch(self.heads, self.source, positions=self.positions)
 
 
 def _split(entry) -> tuple[list, list]:
@@ -132,27 +133,26 @@ class _Plan:
     def add(self, r: int, n: int, op: RowOp, pattern: bool = False) -> None:
         """Add one checked ``RowOp`` of batch row ``r`` (``n`` real tokens)."""
         model, width = self.model, self.width
-        layers = by_layer(op.heads)
+        if op.site != "head_out" or not isinstance(op, (ReplaceOp, DonorOp, KnockoutOp)):
+            raise InputError(
+                f"attribution patching estimates heads: {op.spec} acts on {op.site}; "
+                "give heads to Zero, Mean, Patch, Resample, Knockout or PatternPatch"
+            )
+        layers = {layer: list(heads) for layer, heads in op.units}
         for layer, heads in layers.items():
             self.chosen[layer, r, heads] = True
-        if op.kind == "zero":
+        if isinstance(op, ReplaceOp) and op.values is None:  # Zero
             for layer, heads in layers.items():
                 self._layer("zero", layer, lambda: torch.zeros(self.b, model.n_heads))[r, heads] = 1
-        elif op.kind == "mean":
-            assert op.means is not None  # resolve_rows sets it on every mean op
+        elif isinstance(op, ReplaceOp):  # Mean: values[layer] is [U, head_dim]
+            assert op.values is not None
             for layer, heads in layers.items():
-                table = op.means[layer].float()
-                sel, means = self._layer(
-                    "mean", layer, lambda t=table: (torch.zeros(self.b, model.n_heads), t)
-                )
-                if means is not table and not torch.equal(means, table):
-                    raise InputError("one call takes one Mean table; estimate the others apart")
-                sel[r, heads] = 1
-        elif op.kind == "donor":
-            assert op.donor is not None  # resolve_rows sets it on every donor op
+                self._add_means(r, layer, heads, op.values[layer].float())
+        elif isinstance(op, DonorOp):
+            assert op.donor is not None  # every donor spec sets it
             self.donors.setdefault(op.donor, len(self.donors))
             self.donor_ops.append((r, n, op, pattern))
-        elif op.kind == "knockout":
+        else:  # Knockout
             offset = width - n
             q = torch.tensor([offset + a for a, _ in op.edges])[None, :]
             k = torch.tensor([offset + c for _, c in op.edges])[None, :]
@@ -162,6 +162,23 @@ class _Plan:
                     "knockout", layer, lambda s=shape: torch.zeros(s, dtype=torch.bool)
                 )
                 removed[r, torch.tensor(heads)[:, None], q, k] = True
+
+    def _add_means(self, r: int, layer: int, heads: list[int], values: torch.Tensor) -> None:
+        """Row ``r`` takes ``values`` ([U, head_dim]) at ``heads``: one mean per head and call."""
+        n_heads, head_dim = self.model.n_heads, values.shape[-1]
+        sel, means = self._layer(
+            "mean",
+            layer,
+            lambda: (torch.zeros(self.b, n_heads), torch.full((n_heads, head_dim), math.nan)),
+        )
+        for head, value in zip(heads, values):
+            if not torch.isnan(means[head]).any() and not torch.equal(means[head], value):
+                raise InputError(
+                    f"one call takes one mean per head, but L{layer}.H{head} got two; "
+                    "estimate the other means in another call"
+                )
+            means[head] = value
+        sel[r, heads] = 1
 
     def add_donors(self, found: dict, donor_width: int) -> None:
         """Place the donor pass's outputs (``attribution_ops.head_outputs``) end-aligned."""
@@ -176,7 +193,7 @@ class _Plan:
             else:
                 columns = [width - n + p for p in op.positions if p >= n - m]
             cols = torch.tensor(columns, dtype=torch.long)[:, None]  # [C, 1]
-            for layer, heads in by_layer(op.heads).items():
+            for layer, heads in op.units:
                 hs = torch.tensor(heads)
                 if pattern:
                     rows, source = self._layer(
@@ -199,12 +216,14 @@ class _Plan:
                 ].float()
 
     def donor_layers(self) -> tuple[list[int], list[int]]:
-        outputs = {layer for _, _, op, p in self.donor_ops if not p for layer, _ in op.heads}
-        patterns = {layer for _, _, op, p in self.donor_ops if p for layer, _ in op.heads}
+        outputs = {layer for _, _, op, p in self.donor_ops if not p for layer, _ in op.units}
+        patterns = {layer for _, _, op, p in self.donor_ops if p for layer, _ in op.units}
         return sorted(outputs), sorted(patterns)
 
     def finish(self) -> dict:
         plan = self.plan
+        for layer, (sel, means) in plan.get("mean", {}).items():  # heads no row means: unused
+            plan["mean"][layer] = (sel, torch.nan_to_num(means, nan=0.0))
         plan["outputs"] = sorted(
             {*plan.get("zero", {}), *plan.get("mean", {}), *plan.get("donor", {})}
         )
@@ -245,7 +264,7 @@ def _estimate(
     if method not in METHODS:
         raise InputError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
     rows = _row_ops(model, texts, intervene, per_row)
-    if method == "atp" and any(op.kind == "knockout" for row in rows for op, _ in row):
+    if method == "atp" and any(isinstance(op, KnockoutOp) for row in rows for op, _ in row):
         raise InputError(
             "method='atp' linearises the softmax, but a Knockout moves its scores to minus "
             "infinity; use method='atp*' (the knocked-out pattern is recomputed)"
@@ -259,7 +278,7 @@ def _estimate(
         )
     lengths = [len(model.tokenize(t)) if isinstance(t, str) else len(t) for t in texts]
     metrics = check_metrics(model, metric, lengths)
-    needs_eager = any(p or op.kind == "knockout" for row in rows for op, p in row)
+    needs_eager = any(p or isinstance(op, KnockoutOp) for row in rows for op, p in row)
     if needs_eager and getattr(model, "capture_fallback", None):
         raise InputError(
             f"{model.name}: pattern estimates need eager attention's probabilities, which this "

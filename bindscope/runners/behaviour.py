@@ -22,7 +22,15 @@ from bindscope.errors import InputError, InterventionError
 from bindscope.interventions import ops
 from bindscope.interventions.ops import run_layers
 from bindscope.interventions.plan import plan_batch
-from bindscope.interventions.specs import Patch, Resample, as_specs, resolve_rows
+from bindscope.interventions.specs import (
+    HeadList,
+    Intervention,
+    Patch,
+    PerRow,
+    Resample,
+    as_specs,
+    resolve_rows,
+)
 from bindscope.metrics.behaviour import (
     GenerationResult,
     RecognitionResult,
@@ -34,22 +42,20 @@ from bindscope.protocols import LanguageModel
 
 
 def _rows_for(
-    model: LanguageModel, records, *, ablate=None, intervene=None, per_row=None, means=None
+    model: LanguageModel,
+    records,
+    *,
+    ablate: HeadList | None = None,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
 ):
-    """Specs per record: ``ablate`` + ``intervene`` + ``per_row[i]``.
-
-    ``per_record`` is the older name of ``per_row``; head lists mean-ablate when ``means``
-    is given.
-    """
+    """Specs per record: ``ablate`` + ``intervene`` + ``per_row[i]``."""
     if per_row is not None and len(per_row) != len(records):
         raise InputError(f"per_row has {len(per_row)} entries for {len(records)} records")
-    shared = as_specs(ablate, means=means) + as_specs(intervene, means=means)
-    rows = [
-        shared + as_specs(per_row[i] if per_row else None, means=means) for i in range(len(records))
-    ]
+    shared = as_specs(ablate) + as_specs(intervene)
+    rows = [shared + as_specs(per_row[i] if per_row else None) for i in range(len(records))]
     for i, row in enumerate(rows):
         for spec in row:
-            model.check_heads(spec.heads)
             if isinstance(spec, (Patch, Resample)):
                 raise InterventionError(
                     f"{model.name}: record {records[i].key}: Patch and Resample need texts "
@@ -58,10 +64,10 @@ def _rows_for(
     return rows
 
 
-def _plan(model: LanguageModel, batch, rows, *, positions: bool = True) -> dict:
-    """A plan for one batch; ``positions=False`` keeps only the head-wise parts."""
+def _plan(model: LanguageModel, batch, rows, *, positions: bool = True) -> ops.TracePlan:
+    """A plan for one batch; ``positions=False`` keeps only what acts on every position."""
     if not positions:
-        rows = [tuple(op for op in row if op.kind in ("zero", "mean")) for row in rows]
+        rows = [tuple(op for op in row if op.every_position) for row in rows]
     return plan_batch(model, batch, rows).plan
 
 
@@ -70,11 +76,9 @@ def recognition(
     model: LanguageModel,
     records: Sequence[PromptRecord],
     *,
-    ablate=None,
-    intervene=None,
-    per_row=None,
-    per_record=None,
-    means=None,
+    ablate: HeadList | None = None,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
     batch_size: int = 16,
     strategy: str = "shared_prefix",
     progress: bool = False,
@@ -88,8 +92,6 @@ def recognition(
         intervene: ``Zero``, ``Mean`` or ``Knockout`` spec(s) for all records.
         per_row: One spec, list of specs, head list or ``None`` per record (different
             interventions in one batch).
-        per_record: Older name of ``per_row``.
-        means: ``HeadMeans`` from ``head_means``: head lists mean-ablate instead.
         strategy: ``shared_prefix`` (prompt once, choices on its cache) or ``full``
             (every prompt + choice sequence in full; the reference).
         batch_size: Records per forward pass.
@@ -101,10 +103,7 @@ def recognition(
     for r in records:
         if r.task != "recognition":
             raise InputError(f"{r.source or r.key}: recognition() got a {r.task} record")
-    per_row = per_row if per_row is not None else per_record
-    specs = _rows_for(
-        model, records, ablate=ablate, intervene=intervene, per_row=per_row, means=means
-    )
+    specs = _rows_for(model, records, ablate=ablate, intervene=intervene, per_row=per_row)
     prompts = [model.tokenize(r.template) for r in records]
     rows = resolve_rows(model, prompts, per_row=specs)
     choices = [
@@ -124,7 +123,6 @@ def recognition(
             batch,
             [choices[i] for i in batch.indices],
             [rows[i] for i in batch.indices],
-            means,
         )
         for index, values in zip(batch.indices, found):
             scores[index] = values
@@ -152,7 +150,7 @@ def _targets(positions: list[list[int]], ids: list[list[int]]):
     return index, target, weight
 
 
-def _full_batch(model: LanguageModel, batch, choices, rows, means=None):
+def _full_batch(model: LanguageModel, batch, choices, rows):
     """Every (prompt + choice) sequence in full, one row each."""
     seqs, positions, targets, seq_rows, owner = [], [], [], [], []
     for r, index_choices in enumerate(choices):
@@ -162,7 +160,7 @@ def _full_batch(model: LanguageModel, batch, choices, rows, means=None):
             targets.append(c)
             seq_rows.append(rows[r])
             owner.append(r)
-    full = model._pad(list(range(len(seqs))), seqs)
+    full = model.pad(list(range(len(seqs))), seqs)
     positions = [
         [full.pad(s) + len(seqs[s]) - len(targets[s]) - 1 + i for i in range(len(targets[s]))]
         for s in range(len(seqs))
@@ -187,19 +185,17 @@ def _keeps_logits(model: LanguageModel) -> bool:
     return "logits_to_keep" in inspect.signature(model.hf.forward).parameters
 
 
-def _shared_prefix_batch(model: LanguageModel, batch, choices, rows, means=None):
+def _shared_prefix_batch(model: LanguageModel, batch, choices, rows):
     """Prompt once with a cache; then all choices of all prompts on the repeated cache."""
     n_choices = {len(c) for c in choices}
     if len(n_choices) != 1:  # mixed 4-choice and True/False: split by choice count
         out: list[list[float] | None] = [None] * len(choices)
         for count in sorted(n_choices):
             sel = [r for r, c in enumerate(choices) if len(c) == count]
-            sub = model._pad(sel, [batch.input_ids[r, batch.pad(r) :].tolist() for r in sel])
+            sub = model.pad(sel, [batch.input_ids[r, batch.pad(r) :].tolist() for r in sel])
             for r, values in zip(
                 sel,
-                _shared_prefix_batch(
-                    model, sub, [choices[r] for r in sel], [rows[r] for r in sel], means
-                ),
+                _shared_prefix_batch(model, sub, [choices[r] for r in sel], [rows[r] for r in sel]),
             ):
                 out[r] = values
         return out
@@ -260,11 +256,9 @@ def generation(
     model: LanguageModel,
     records: Sequence[PromptRecord],
     *,
-    ablate=None,
-    intervene=None,
-    per_row=None,
-    per_record=None,
-    means=None,
+    ablate: HeadList | None = None,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
     prefix: dict[str, str] | None = None,
     rubric: dict | None = None,
     batch_size: int = GENERATION_BATCH_SIZE,
@@ -279,8 +273,6 @@ def generation(
         intervene: As in `recognition` (``Knockout`` edges count tokens of
             ``prefix + template``).
         per_row: As in `recognition`.
-        per_record: Older name of ``per_row``.
-        means: As in `recognition`.
         prefix: Optional text per term put before the stem (few-shot exemplars).
         rubric: Keyword rubric (default: the package's ``rubrics.json``).
         batch_size: Records per generation batch.
@@ -296,10 +288,7 @@ def generation(
     missing = sorted({r.term for r in records} - set(rubric["terms"]))
     if missing:
         raise InputError(f"no rubric entry for terms {missing}; add them to the rubric file")
-    per_row = per_row if per_row is not None else per_record
-    rows = _rows_for(
-        model, records, ablate=ablate, intervene=intervene, per_row=per_row, means=means
-    )
+    rows = _rows_for(model, records, ablate=ablate, intervene=intervene, per_row=per_row)
     texts = [(prefix[r.term] if prefix else "") + r.template for r in records]
     groups: dict[Any, list[int]] = {}  # by max_tokens
     for i, r in enumerate(records):
@@ -313,7 +302,6 @@ def generation(
                 [texts[i] for i in chunk],
                 max_new_tokens=max_tokens,
                 per_row=[rows[i] for i in chunk],
-                means=means,
                 batch_size=batch_size,
             )
             for i, new in zip(chunk, ids):

@@ -15,7 +15,7 @@ import torch
 from bindscope.errors import InputError, PromptTooLongError, SpanNotFoundError
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import plan_batches
-from bindscope.interventions.specs import resolve_rows
+from bindscope.interventions.specs import HeadList, Intervention, resolve_rows
 from bindscope.metrics.binding import BindingResult, span_pair_index, summarize
 from bindscope.prompts.context import length_problem
 from bindscope.prompts.records import PromptRecord
@@ -53,8 +53,8 @@ def binding(
     records: Iterable[PromptRecord],
     *,
     batch_size: int = 32,
-    ablate=None,
-    intervene=None,
+    ablate: HeadList | None = None,
+    intervene: Intervention = None,
     on_missing: str = "error",
     on_sink: str = "skip",
     progress: bool = False,
@@ -160,7 +160,7 @@ def _batched_bsi(
                 )
                 return found
 
-            found = model._trace_batch(item, body)
+            found = model.trace_batch(item, body)
             stacked = torch.stack([found[layer] for layer in range(model.n_layers)], 1)  # [b, L, H]
             for r, index in enumerate(batch.indices):
                 out[index] = stacked[r].float().clone()

@@ -79,7 +79,7 @@ def score_rows(
                 found = run_layers(model, capture=range(model.n_layers), reduce=reduce)
                 return found
 
-            found = model._trace_batch(PlannedBatch(batch, None, {}), body)
+            found = model.trace_batch(PlannedBatch(batch, None, ops.TracePlan()), body)
             stacked = torch.stack([found[layer] for layer in range(model.n_layers)], 1)
             for r, index in enumerate(batch.indices):
                 scores = {}

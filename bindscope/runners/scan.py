@@ -18,13 +18,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import nnsight
 import numpy as np
 import torch
 
 from bindscope.errors import InputError
-from bindscope.interventions import ops
+from bindscope.interventions import Mean, Zero, ops
+from bindscope.interventions.heads import Head
+from bindscope.interventions.ops import by_layer
+from bindscope.interventions.plan import Planner, plan_batch
+from bindscope.interventions.specs import resolve_rows
+from bindscope.protocols import LanguageModel
+
+if TYPE_CHECKING:
+    from bindscope.batch import Batch
+    from bindscope.interventions import HeadMeans
 
 __all__ = ["ScoredSequence", "condition_scores"]
 
@@ -74,17 +84,48 @@ def _targets(batch, sequences: Sequence[ScoredSequence], keep: int | None = None
     return index, target, weight
 
 
-def _keep_masks(model, conditions, rows) -> dict[int, torch.Tensor]:
-    """``{layer: keep [rows, H]}``: 0 where a row's condition ablates the head."""
-    keep: dict[int, torch.Tensor] = {}
+def _condition_plan(
+    model: LanguageModel,
+    conditions: Sequence[Sequence[Head]],
+    rows: list[int],
+    means: dict[int, torch.Tensor] | None,
+    batch: Batch,
+    resample: tuple[dict, torch.Tensor] | None = None,
+) -> ops.TracePlan:
+    """The plan of one pass whose row ``r`` applies condition ``rows[r]``.
+
+    Zero and mean ablation go through the specs (``Zero``/``Mean`` per row) and the planner
+    like every other call; resampling copies each row's precomputed, end-aligned donor
+    outputs (``resample``: ``({layer: [rows, W, H, hd]}, valid [rows, W])``) as donor edits,
+    so no donor rows run in the pass.
+    """
+    if resample is None:
+        per_row = [
+            Zero(conditions[c]) if means is None else Mean(conditions[c], means) for c in rows
+        ]
+        ids = [batch.input_ids[r, batch.pad(r) :].tolist() for r in range(len(rows))]
+        return plan_batch(model, batch, resolve_rows(model, ids, per_row=per_row)).plan
+    valid = resample[1]
+    planner = Planner(model, len(rows), batch.input_ids.shape[1], {})
+    index = torch.arange(len(rows))
     for r, c in enumerate(rows):
-        for layer, head in conditions[c]:
-            keep.setdefault(layer, torch.ones(len(rows), model.n_heads))[r, head] = 0.0
-    return keep
+        columns = valid[r].nonzero().flatten().tolist()
+        for layer, heads in by_layer(conditions[c]).items():
+            edit = planner.edit(
+                "head_out",
+                layer,
+                lambda where, layer=layer: ops.DonorEdit(where, ("head_out", layer), index),
+                every_position=False,
+                same=lambda e: isinstance(e, ops.DonorEdit),
+            )
+            planner.mark(edit, r, columns, heads)
+    return planner.plan(None)
 
 
 @torch.no_grad()
-def _donor_outputs(model, donors: Sequence[ScoredSequence], rows: Sequence[ScoredSequence]):
+def _donor_outputs(
+    model: LanguageModel, donors: Sequence[ScoredSequence], rows: Sequence[ScoredSequence]
+):
     """Each row's donor per-head outputs at every layer, end-aligned to the row's batch.
 
     Returns ``({layer: [b, W, H, hd]}, valid [b, W])``: ``valid`` marks the positions both
@@ -112,32 +153,10 @@ def _donor_outputs(model, donors: Sequence[ScoredSequence], rows: Sequence[Score
     return aligned, valid
 
 
-def _resample(model, layer, keep, donor, valid):
-    """Replace the heads whose keep mask is 0 by the donor's outputs where both have tokens."""
-    x = ops.attention_module(model.nnsight, layer).o_proj.input  # [rows, W, H*hd]
-    view = ops.head_view(x, model.n_heads, model.head_dim)  # [rows, W, H, hd]
-    swap = valid[:, :, None] & (keep == 0)[:, None, :]  # [rows, W, H]
-    view.copy_(torch.where(swap[..., None], donor.to(view.dtype), view))
-
-
-def _ablate(model, layer, keep, means, resample=None):
-    """Zero, mean-ablate or resample the heads whose keep mask is 0, at one layer.
-
-    ``resample`` is ``(donor [rows, W, H, hd] per layer, valid [rows, W])`` for this pass.
-    """
-    if resample is not None:
-        donors, valid = resample
-        _resample(model, layer, keep, donors[layer], valid)
-    elif means is None:
-        ops.zero_heads(model.nnsight, layer, None, model.n_heads, model.head_dim, keep=keep)
-    else:
-        ops.mean_heads(
-            model.nnsight, layer, None, model.n_heads, model.head_dim, means[layer], keep == 0
-        )
-
-
 @torch.no_grad()
-def _clean(model, batch, index, target, weight, keep_layers: int, options: dict):
+def _clean(
+    model: LanguageModel, batch: Batch, index, target, weight, keep_layers: int, options: dict
+):
     """One clean pass: target scores and the outputs of the layers below ``keep_layers``.
 
     Scores are ``[b]``; each kept output is ``[b, W, d]``.
@@ -154,22 +173,50 @@ def _clean(model, batch, index, target, weight, keep_layers: int, options: dict)
 
 @torch.no_grad()
 def _conditions_pass(
-    model, inputs, index, target, weight, keep, means, start, residual, options, resample=None
+    model: LanguageModel,
+    inputs: dict,
+    targets: tuple,
+    plan: ops.TracePlan,
+    start: int,
+    residual: torch.Tensor | None,
+    options: dict,
+    donors: dict | None = None,
 ):
-    """Scores ``[rows]`` of one pass that starts at layer ``start``.
+    """Scores ``[rows]`` of one pass that starts at layer ``start``, under ``plan``.
 
     Layers below ``start`` are skipped and replaced by ``residual``, the clean output of
-    layer ``start - 1`` for every row.
+    layer ``start - 1`` for every row (the plan has no edit there).
     """
+    index, target, weight = targets
     layers = model.nnsight.model.layers
     with model.nnsight.trace(**inputs, **options, **model.trace_options):
         for i in range(start):
             layers[i].skip(residual)
-        for layer in sorted(keep):
-            _ablate(model, layer, keep[layer], means, resample)
+        ops.run_layers(model, plan=plan, donors=donors)
         logits = model.nnsight.lm_head.output  # [rows, W, V]
         scores = ops.choice_logprob_sums(logits, index, target, weight).save()
     return scores
+
+
+def _rows_batch(batch, rows: torch.Tensor):
+    """The batch of the given rows (same width, so the clean residual stream fits)."""
+    from bindscope.batch import Batch
+
+    picked = rows.tolist()
+    return Batch(
+        [batch.indices[r] for r in picked],
+        batch.input_ids[rows],
+        batch.attention_mask[rows],
+        batch.position_ids[rows],
+        [batch.lengths[r] for r in picked],
+    )
+
+
+def _donor_table(resample):
+    """``{("head_out", layer): [rows, W, H, hd]}`` for the plan's donor edits, or None."""
+    if resample is None:
+        return None
+    return {("head_out", layer): acts for layer, acts in resample[0].items()}
 
 
 def _residual_passes(
@@ -186,26 +233,26 @@ def _residual_passes(
         for lo in range(0, len(pairs), rows_per_pass):
             chunk = pairs[lo : lo + rows_per_pass]
             rows = torch.tensor([r for _, r in chunk])
-            inputs = {k: v[rows] for k, v in batch.inputs.items()}
-            keep = _keep_masks(model, conditions, [c for c, _ in chunk])
+            part = _rows_batch(batch, rows)
             residual = outputs[start - 1][rows] if start > 0 else None
             rows_swap = None
             if swap is not None:
                 rows_swap = ({k: v[rows] for k, v in swap[0].items()}, swap[1][rows])
+            plan = _condition_plan(model, conditions, [c for c, _ in chunk], table, part, rows_swap)
             got = _conditions_pass(
-                model, inputs, index[rows], target[rows], weight[rows], keep, table, start,
-                residual, options, rows_swap,
+                model, part.inputs, (index[rows], target[rows], weight[rows]), plan, start,
+                residual, options, _donor_table(rows_swap),
             )  # fmt: skip
             for (c, r), value in zip(chunk, got.double().tolist()):
                 yield c, r, value
 
 
 def condition_scores(
-    model,
+    model: LanguageModel,
     sequences: Sequence[ScoredSequence],
     conditions: Sequence[Sequence[tuple[int, int]]],
     *,
-    means=None,
+    means: HeadMeans | None = None,
     donors: Sequence[ScoredSequence] | None = None,
     strategy: str = "residual",
     batch_size: int = 16,
@@ -280,10 +327,10 @@ def condition_scores(
             swap = _donor_outputs(model, [donors[i] for i in batch.indices], part)
         if strategy == "naive":
             for c in range(len(conditions)):
-                keep = _keep_masks(model, conditions, [c] * b)
+                plan = _condition_plan(model, conditions, [c] * b, table, batch, swap)
                 got = _conditions_pass(
-                    model, batch.inputs, index, target, weight, keep, table, 0, None, options,
-                    swap,
+                    model, batch.inputs, (index, target, weight), plan, 0, None, options,
+                    _donor_table(swap),
                 )  # fmt: skip
                 scores[c, batch.indices] = got.double().numpy()
                 bar.update(b)

@@ -14,7 +14,7 @@ from bindscope import cli
 from bindscope.errors import InputError, ModelLoadError
 from bindscope.experiments import binding_run, controls, fewshot, sweep
 from bindscope.figures.fewshot import HOW_TO_READ
-from bindscope.interventions import head_means
+from bindscope.interventions import Mean, head_means
 from bindscope.metrics import stats
 from bindscope.prompts import PromptRecord, load
 from bindscope.runners.behaviour import generation
@@ -32,10 +32,11 @@ def test_1_mean_ablation_reaches_generation(tiny_llama, tmp_path):
     heads = [(layer, h) for layer in range(3) for h in range(4)]  # every head: a visible change
     means = head_means(tiny_llama, [r.template for r in records], heads)
     rows = [heads] * len(records)
-    zero = generation(tiny_llama, records, per_record=rows, rubric=prompts_tiny.RUBRIC)
-    mean = generation(tiny_llama, records, per_record=rows, means=means, rubric=prompts_tiny.RUBRIC)
+    zero = generation(tiny_llama, records, per_row=rows, rubric=prompts_tiny.RUBRIC)
+    meaned = [Mean(heads, means)] * len(records)
+    mean = generation(tiny_llama, records, per_row=meaned, rubric=prompts_tiny.RUBRIC)
     direct = tiny_llama.generate_ids(
-        [r.template for r in records], max_new_tokens=4, per_row=rows, means=means
+        [r.template for r in records], max_new_tokens=4, per_row=meaned
     )
     decode = tiny_llama.tokenizer.decode
     assert [m.text for m in mean] == [decode(ids, skip_special_tokens=True) for ids in direct]

@@ -7,6 +7,7 @@ import torch
 
 from tests.conftest import PROMPTS
 from tests.reference import hf_eager_attentions, pre_hooks, prob_zero
+from tests.reference_sites import greedy_reference
 from tests.tolerance import assert_within, logit_bound, prob_bound, row_sum_bound
 
 pytestmark = pytest.mark.slow
@@ -48,18 +49,34 @@ def test_generation_under_ablation_equals_pre_hooks(smollm2):
     texts = ["The capital of France is", "Once upon a time"]
     got = smollm2.generate_ids(texts, max_new_tokens=8, ablate=HEADS)
     for text, ids in zip(texts, got):
-        prompt = torch.tensor([smollm2.tokenize(text)])
-        with pre_hooks(smollm2.hf, "llama", HEADS, 9, 64), torch.no_grad():
-            ref = smollm2.hf.generate(
-                prompt,
-                attention_mask=torch.ones_like(prompt),
-                max_new_tokens=8,
-                do_sample=False,
-                pad_token_id=smollm2.tokenizer.pad_token_id,
-            )
-        ref = ref[0, prompt.shape[1] :].tolist()
-        eos = smollm2.tokenizer.eos_token_id
-        assert ids == (ref[: ref.index(eos)] if eos in ref else ref)
+        hooks = pre_hooks(smollm2.hf, "llama", HEADS, 9, 64)
+        assert ids == greedy_reference(smollm2, smollm2.tokenize(text), 8, hooks)
+
+
+def test_sites_equal_torch_hooks_and_steered_generation_matches(smollm2):
+    from bindscope.interventions import Steer
+    from tests.interventions.test_sites import site_bound
+    from tests.reference_sites import hooked, site_reference
+
+    sites = [s for s in smollm2.sites if s != "pattern"]
+    layers = [0, 14, 29]
+    got = smollm2.capture(PROMPTS, sites=sites, layers=layers)
+    for i, text in enumerate(PROMPTS):
+        ids = smollm2.tokenize(text)
+        for site in sites:
+            for layer in layers:
+                ref = site_reference(smollm2, ids, site, layer)
+                bound = site_bound(smollm2, ref, layer)
+                assert_within(got[i][site][layer], ref, bound, f"{site} layer {layer}")
+    vector = 4.0 * torch.randn(smollm2.d_model, generator=torch.Generator().manual_seed(0))
+    texts = ["The capital of France is", "Once upon a time"]
+    steered = smollm2.generate_ids(
+        texts, max_new_tokens=8, intervene=Steer("resid_post", 10, vector)
+    )
+    for text, ids in zip(texts, steered):
+        adding = hooked(smollm2.hf, "llama", "resid_post", 10, edit=lambda x: x + vector)
+        assert ids == greedy_reference(smollm2, smollm2.tokenize(text), 8, adding)
+    assert steered != smollm2.generate_ids(texts, max_new_tokens=8)  # the vector mattered
 
 
 def test_float64_passes_the_self_check_and_returns_float64():

@@ -196,7 +196,7 @@ def _per_row_cases(model):
     per_row = [
         [Zero(HEADS[:2]), Knockout(HEADS[2:], _edges(n))],
         None,
-        [Patch(HEADS, [texts[0]]), Mean(HEADS[:1], means)],
+        [Patch(HEADS[1:], [texts[0]]), Mean(HEADS[:1], means)],
     ]
     return texts, per_row
 

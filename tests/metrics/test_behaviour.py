@@ -53,7 +53,7 @@ def one_forward_per_choice(model, record, heads=()):
 def test_batched_recognition_equals_one_forward_per_choice(tiny, strategy):
     heads = [(1, 0), (2, 3)]
     per_record = [[], heads, []]
-    got = recognition(tiny, REC, per_record=per_record, strategy=strategy, batch_size=2)
+    got = recognition(tiny, REC, per_row=per_record, strategy=strategy, batch_size=2)
     for record, result, hs in zip(REC, got, per_record):
         ref = one_forward_per_choice(tiny, record, hs)
         assert len(result.scores) == len(record.choices)

@@ -65,3 +65,34 @@ def test_binding_under_knockout_equals_bsi_of_knocked_out_probabilities(tiny):
         expected = bsi_from_probs(probs, result.span)
         # BSI is a mean of probabilities (<= 1): a few eps per layer
         torch.testing.assert_close(result.bsi, expected, rtol=0, atol=16 * 4 * EPS)
+
+
+def test_recognition_takes_site_specs_and_steer_in_both_strategies(tiny):
+    """A kind the runner did not list before (Steer, a site Zero) is applied, never dropped:
+    the shared-prefix strategy (choices on the prompt's cache) equals one pass per choice."""
+    from bindscope.interventions import Steer
+
+    vector = 2.0 * torch.randn(tiny.d_model, generator=torch.Generator().manual_seed(3))
+    per_row = [Steer("resid_post", 1, vector), Zero("mlp_out", layers=[0]), None]
+    shared = recognition(tiny, REC, per_row=per_row, strategy="shared_prefix")
+    full = recognition(tiny, REC, per_row=per_row, strategy="full")
+    clean = recognition(tiny, REC, strategy="full")
+    for a, b in zip(shared, full):
+        a_scores, b_scores = torch.tensor(a.scores), torch.tensor(b.scores)
+        atol = 16 * (tiny.n_layers + 1) * EPS * (float(b_scores.abs().max()) + 10)
+        torch.testing.assert_close(a_scores, b_scores, rtol=0, atol=atol)
+    for spec_row in range(2):
+        moved = torch.tensor(full[spec_row].scores) - torch.tensor(clean[spec_row].scores)
+        assert float(moved.abs().max()) > 1e-3  # the intervention was applied
+
+
+@pytest.mark.parametrize("bad", [object(), "zero", 3.5, [Zero(HEADS), "patch"]])
+def test_an_unknown_kind_fails_loudly_everywhere(tiny, bad):
+    from bindscope.errors import BindscopeError
+
+    with pytest.raises(BindscopeError):
+        tiny.logits(PROMPTS[:1], intervene=bad)
+    with pytest.raises(BindscopeError):
+        recognition(tiny, REC[:1], intervene=bad)
+    with pytest.raises(BindscopeError):
+        tiny.generate_ids(PROMPTS[:1], max_new_tokens=2, per_row=[bad])

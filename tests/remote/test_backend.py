@@ -19,8 +19,8 @@ from nnsight.modeling.huggingface import _ID_CACHE
 
 import bindscope
 import bindscope.remote as remote
-from bindscope.errors import RemoteSandboxError
-from bindscope.interventions import head_means
+from bindscope.errors import InterventionError, RemoteSandboxError
+from bindscope.interventions import Steer, head_means
 from bindscope.remote import preflight, transport
 from bindscope.results.records import provenance
 from tests.conftest import PROMPTS, tiny_config
@@ -78,7 +78,15 @@ def test_remote_model_runs_on_the_server_and_matches_its_twin(fake_ndif):
         assert torch.equal(got, ref)
     got, ref = head_means(model, PROMPTS, HEADS), head_means(twin, PROMPTS, HEADS)
     assert all(torch.equal(got.means[layer], ref.means[layer]) for layer in ref.means)
+    steer = Steer("resid_mid", 1, torch.ones(model.d_model))
+    far = model.capture(PROMPTS, sites=["mlp_out"], layers=[2], intervene=steer)
+    near = twin.capture(PROMPTS, sites=["mlp_out"], layers=[2], intervene=steer)
+    assert all(torch.equal(a["mlp_out"][2], b["mlp_out"][2]) for a, b in zip(far, near))
     assert server.findings == set()
+    before = len(sent)
+    with pytest.raises(InterventionError, match="meta device"):
+        model.logit_lens(PROMPTS)  # the final norm's weights are not here: refused, not sent
+    assert len(sent) == before
 
     prov = provenance(model)
     assert (prov["remote"], prov["device"], prov["dtype"]) == ("ndif", "ndif", None)

@@ -20,7 +20,7 @@ from cloudpickle.cloudpickle import _PICKLE_BY_VALUE_MODULES
 
 import bindscope.remote as remote
 from bindscope.errors import RemoteSandboxError
-from bindscope.interventions import head_means, ops
+from bindscope.interventions import Mean, Patch, Steer, head_means, ops
 from bindscope.prompts import PromptRecord
 from bindscope.remote import shipping
 from bindscope.runners.behaviour import recognition
@@ -105,7 +105,18 @@ def test_ops_module_and_model_pickle_without_bindscope_or_secrets(llama):
         (
             "mean generate",
             lambda m: m.generate_ids(
-                PROMPTS[:2], max_new_tokens=3, ablate=HEADS, means=head_means(m, PROMPTS, HEADS)
+                PROMPTS[:2], max_new_tokens=3, intervene=Mean(HEADS, head_means(m, PROMPTS, HEADS))
+            ),
+        ),
+        (
+            "site specs and capture",
+            lambda m: m.capture(
+                PROMPTS[:2],
+                sites=["resid_post", "head_out"],
+                intervene=[
+                    Steer("resid_pre", 1, torch.ones(m.d_model)),
+                    Patch("mlp_out", PROMPTS[:2], layers=[0]),
+                ],
             ),
         ),
         ("probe", remote.probe_capture),
@@ -144,9 +155,7 @@ def test_binding_request_is_sandbox_clean(llama):
 
 @pytest.mark.parametrize("strategy", ["full", "shared_prefix"])
 def test_recognition_requests_are_sandbox_clean(llama, strategy):
-    found = _refs(
-        llama, lambda m: recognition(m, RECORDS[1:], per_record=[HEADS], strategy=strategy)
-    )
+    found = _refs(llama, lambda m: recognition(m, RECORDS[1:], per_row=[HEADS], strategy=strategy))
     assert found == []
 
 

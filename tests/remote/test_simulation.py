@@ -16,7 +16,7 @@ import torch
 import bindscope
 import bindscope.remote as remote
 from bindscope.experiments import c5
-from bindscope.interventions import head_means
+from bindscope.interventions import Mean, head_means
 from bindscope.prompts import PromptRecord
 from bindscope.results.records import provenance, read_records
 from bindscope.runners.binding import binding
@@ -54,8 +54,9 @@ def test_generation_under_ablation_equals_local(twins):
         got = simulated.generate_ids(PROMPTS, max_new_tokens=6, **model_kwargs)
         assert got == local.generate_ids(PROMPTS, max_new_tokens=6, **model_kwargs)
     means = head_means(local, PROMPTS, HEADS)
-    got = simulated.generate_ids(PROMPTS, max_new_tokens=6, per_row=rows, means=means)
-    assert got == local.generate_ids(PROMPTS, max_new_tokens=6, per_row=rows, means=means)
+    meaned = [Mean(row, means) if row else None for row in rows]
+    got = simulated.generate_ids(PROMPTS, max_new_tokens=6, per_row=meaned)
+    assert got == local.generate_ids(PROMPTS, max_new_tokens=6, per_row=meaned)
     server = simulated.trace_options["backend"]
     assert server.result_bytes[-1] < 4096  # the generated ids, nothing else
 

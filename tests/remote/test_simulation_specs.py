@@ -76,3 +76,35 @@ def test_patch_and_knockout_probabilities_generation_and_binding_equal_local(twi
         binding(simulated, RECORDS, intervene=knock), binding(local, RECORDS, intervene=knock)
     ):
         assert torch.equal(a.bsi.nan_to_num(-1), b.bsi.nan_to_num(-1))
+
+
+def test_site_specs_steer_and_capture_equal_local(twins):
+    """Sites, Steer vectors and captured activations travel like head outputs."""
+    from bindscope.interventions import Mean, Steer
+    from bindscope.interventions.means import site_means
+
+    local, simulated = twins
+    texts = _variants(local)
+    vector = torch.randn(local.d_model, generator=torch.Generator().manual_seed(2))
+    means = site_means(local, PROMPTS, "mlp_out", [1])
+    cases = [
+        {"intervene": Patch("resid_pre", texts[::-1], layers=[1], positions=[5, 6])},
+        {"intervene": [Steer("resid_post", 0, vector, scale=2.0), Zero("attn_out", layers=[2])]},
+        {"per_row": [Mean("mlp_out", means, layers=[1]), None, Zero(layers=[0]), None]},
+    ]
+    for kwargs in cases:
+        for got, ref in zip(simulated.logits(texts, **kwargs), local.logits(texts, **kwargs)):
+            assert torch.equal(got, ref), kwargs
+        sites = ["resid_pre", "head_out", "mlp_out", "resid_post"]
+        far = simulated.capture(texts, sites=sites, layers=[0, 2], **kwargs)
+        near = local.capture(texts, sites=sites, layers=[0, 2], **kwargs)
+        for a, b in zip(far, near):
+            for site in sites:
+                for layer in (0, 2):
+                    assert torch.equal(a[site][layer], b[site][layer]), (kwargs, site, layer)
+    steer = Steer("resid_post", 1, 3.0 * vector)
+    assert simulated.generate_ids(PROMPTS, max_new_tokens=4, intervene=steer) == (
+        local.generate_ids(PROMPTS, max_new_tokens=4, intervene=steer)
+    )
+    for got, ref in zip(simulated.logit_lens(PROMPTS[:2]), local.logit_lens(PROMPTS[:2])):
+        assert torch.equal(got, ref)

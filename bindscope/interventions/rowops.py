@@ -1,0 +1,153 @@
+"""Row ops: one checked intervention of one text, as typed data a `plan.Planner` consumes.
+
+A spec (``specs.py``) checks itself against the model and one text and returns row ops; a
+row op knows which cells it claims (two specs on one cell of a text are refused) and how it
+adds itself to a batch's plan (`add_to`). The four kinds cover every spec: replace a
+value (``Zero``, ``Mean``), copy a donor text's activations (``Patch``, ``Resample``),
+add a vector (``Steer``) and remove attention edges (``Knockout``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+from bindscope.interventions import ops
+
+if TYPE_CHECKING:
+    from bindscope.interventions.plan import Planner
+
+__all__ = ["AddOp", "DonorOp", "KnockoutOp", "ReplaceOp", "RowOp"]
+
+# ((layer, (unit, ...)), ...): the units of a site each layer touches (heads at head_out)
+Units = tuple[tuple[int, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True)
+class RowOp:
+    """What every row op has: its spec (for messages), site, units and positions.
+
+    Attributes:
+        spec: A short description of the spec it came from (``Zero([(1, 0)])``).
+        site: One of ``families.SITE_NAMES`` (``head_out`` for head specs).
+        units: The units of the site per layer.
+        positions: Token positions of the unpadded text (None: every position).
+    """
+
+    spec: str
+    site: str
+    units: Units
+    positions: tuple[int, ...] | None = None
+
+    # Set by DonorOp only: the donor's token ids (the planner batches donor rows).
+    donor = None
+    # Whether two ops of this kind may share a cell (additions commute).
+    composes = False
+
+    @property
+    def every_position(self) -> bool:
+        """Whether the op acts alike on every position (so on new tokens as well)."""
+        return self.positions is None
+
+    def cells(self) -> Iterator[tuple[str, int, int]]:
+        """The ``(site, layer, unit)`` cells this op claims."""
+        for layer, units in self.units:
+            for unit in units:
+                yield self.site, layer, unit
+
+    def add_to(self, planner: Planner, r: int, n: int) -> None:
+        """Add this op for batch row ``r`` (``n`` real tokens) to the planner."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class ReplaceOp(RowOp):
+    """Replace the cells by ``values[layer]`` (``[U, k]``), or by zero when ``values`` is None."""
+
+    values: dict[int, torch.Tensor] | None = field(default=None, compare=False)
+
+    def add_to(self, planner: Planner, r: int, n: int) -> None:
+        """Add this op for batch row ``r`` (``n`` real tokens) to the planner."""
+        columns = planner.columns(n, self.positions)
+        for layer, units in self.units:
+            value = None if self.values is None else self.values[layer]
+            edit = planner.edit(
+                self.site,
+                layer,
+                lambda where, value=value: ops.ReplaceEdit(where, value),
+                every_position=columns is None,
+                same=lambda e, value=value: isinstance(e, ops.ReplaceEdit) and e.value is value,
+            )
+            planner.mark(edit, r, columns, units)
+
+
+@dataclass(frozen=True)
+class DonorOp(RowOp):
+    """Copy a donor text's activations, end-aligned (positions the donor lacks are kept)."""
+
+    donor: tuple[int, ...] | None = None  # type: ignore[assignment]
+    every_position = False  # aligned to one text's positions
+
+    def add_to(self, planner: Planner, r: int, n: int) -> None:
+        """Add this op for batch row ``r`` (``n`` real tokens) to the planner."""
+        assert self.donor is not None  # set by every spec that makes one
+        columns = planner.columns(n, self.positions, donor=len(self.donor))
+        row = planner.donor_ids[self.donor]
+        for layer, units in self.units:
+
+            def make(where, layer=layer):
+                return ops.DonorEdit(
+                    where, (self.site, layer), torch.zeros(len(where), dtype=torch.long)
+                )
+
+            # a row takes an edit it has no cell in yet (one donor per row and edit)
+            edit = planner.edit(
+                self.site,
+                layer,
+                make,
+                every_position=False,
+                same=lambda e: isinstance(e, ops.DonorEdit) and not bool(e.where[r].any()),
+            )
+            assert isinstance(edit, ops.DonorEdit)
+            edit.donor_row[r] = row
+            planner.mark(edit, r, columns, units)
+
+
+@dataclass(frozen=True)
+class AddOp(RowOp):
+    """Add ``vector`` (``[U, k]``, scale included) to the cells."""
+
+    vector: torch.Tensor | None = field(default=None, compare=False)
+    composes = True
+
+    def add_to(self, planner: Planner, r: int, n: int) -> None:
+        """Add this op for batch row ``r`` (``n`` real tokens) to the planner."""
+        columns = planner.columns(n, self.positions)
+        for layer, units in self.units:
+            edit = planner.edit(
+                self.site,
+                layer,
+                lambda where: ops.AddEdit(where, self.vector),
+                every_position=columns is None,
+                same=lambda e: (
+                    isinstance(e, ops.AddEdit)
+                    and e.vector is self.vector
+                    and not bool(e.where[r].any())
+                ),
+            )
+            planner.mark(edit, r, columns, units)
+
+
+@dataclass(frozen=True)
+class KnockoutOp(RowOp):
+    """Remove ``(query, key)`` edges of the listed heads before the softmax."""
+
+    edges: tuple[tuple[int, int], ...] = ()
+    every_position = False  # edges of one text's positions
+
+    def add_to(self, planner: Planner, r: int, n: int) -> None:
+        """Add this op for batch row ``r`` (``n`` real tokens) to the planner."""
+        planner.knock_out(r, n, dict(self.units), self.edges)

@@ -1,0 +1,30 @@
+"""The measures every patching study reads off logits: logit difference and per-token loss."""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["logit_diff", "token_loss"]
+
+
+def logit_diff(logits: torch.Tensor, correct: int, wrong: int, *, position: int = -1) -> float:
+    """``logits[position, correct] - logits[position, wrong]`` of one text's ``[n, vocab]``.
+
+    The usual patching metric (IOI and after): positive when the model prefers ``correct``.
+    """
+    row = logits[position].float()
+    return float(row[correct] - row[wrong])
+
+
+def token_loss(logits: torch.Tensor, ids: list[int] | torch.Tensor) -> torch.Tensor:
+    """Per-token cross-entropy ``[n - 1]``: the loss of predicting ``ids[t + 1]`` at ``t``.
+
+    Args:
+        logits: One text's ``[n, vocab]`` logits (``Model.logits`` gives them per text).
+        ids: The text's ``n`` token ids (``model.tokenize(text)``).
+    """
+    ids = torch.as_tensor(ids, dtype=torch.long, device=logits.device)
+    if logits.shape[0] != ids.shape[0]:
+        raise ValueError(f"{logits.shape[0]} logit rows for {ids.shape[0]} tokens")
+    logp = logits[:-1].float().log_softmax(-1)
+    return -logp.gather(-1, ids[1:, None]).squeeze(-1)
