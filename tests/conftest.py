@@ -34,6 +34,7 @@ FAMILY_NAMES = [
     "mistral",
     "gemma",
     "gemma2",
+    "gemma3",
     "phi3",
 ]
 
@@ -125,6 +126,17 @@ def tiny_config(family: str):
             attn_logit_softcapping=5.0,
             final_logit_softcapping=None,
             tie_word_embeddings=False,  # tied, the scaled input embedding decides every token
+        ),
+        # window 4 and layers sliding, full, sliding: PROMPTS[0] and [2] are longer than the
+        # window, so capture and ablation must honour the sliding mask to match HF
+        "gemma3": lambda: tf.Gemma3TextConfig(
+            **common,
+            num_key_value_heads=1,
+            head_dim=16,
+            query_pre_attn_scalar=16,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            tie_word_embeddings=False,
         ),
         "phi3": lambda: tf.Phi3Config(**common, num_key_value_heads=2),
     }[family]()

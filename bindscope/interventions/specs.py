@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from bindscope.errors import InterventionError
+from bindscope.families import attention_windows
 from bindscope.protocols import LanguageModel
 
 __all__ = ["Knockout", "Mean", "Patch", "Resample", "Spec", "Zero", "as_specs", "resolve_rows"]
@@ -312,13 +313,24 @@ def _knockout_op(model: LanguageModel, texts, i, spec: Knockout, heads, n: int) 
                 f"{_short(texts[i])} ({n} tokens): need 0 <= key <= query <= {n - 1}"
             )
         removed.setdefault(q, set()).add(k)
+    windows = _windows(model)
     for q, keys in removed.items():
-        if len(keys) == q + 1:
-            raise InterventionError(
-                f"{model.name}: Knockout removes every key of query {q} in text #{i} "
-                f"{_short(texts[i])}; keep at least one key so the row can renormalise"
-            )
+        for layer in sorted({layer for layer, _ in heads}):
+            window = windows[layer] if layer < len(windows) else None
+            seen = set(range(max(0, q - window + 1) if window else 0, q + 1))
+            if seen <= keys:
+                where = f" (layer {layer} sees the last {window} keys)" if window else ""
+                raise InterventionError(
+                    f"{model.name}: Knockout removes every key of query {q}{where} in text "
+                    f"#{i} {_short(texts[i])}; keep at least one key so the row can renormalise"
+                )
     return RowOp("knockout", heads, edges=spec.edges)
+
+
+def _windows(model: LanguageModel) -> tuple[int | None, ...]:
+    """Each layer's sliding window (None: full attention; no config: all full)."""
+    config = getattr(getattr(model, "hf", None), "config", None)
+    return attention_windows(config) if config is not None else ()
 
 
 def any_kind(rows: Iterable[tuple[RowOp, ...]], kind: str) -> bool:
