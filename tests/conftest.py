@@ -172,6 +172,24 @@ def smollm2():
     return bindscope.load_model()
 
 
+def gemma3_available() -> bool:
+    from bindscope.loading import GEMMA3_PACKAGES
+
+    return all(importlib.util.find_spec(p.replace("-", "_")) for p in GEMMA3_PACKAGES)
+
+
+@pytest.fixture(scope="session")
+def gemma3_real():
+    """The embedded Gemma 3 270M (base), converted once into the usual cache."""
+    from bindscope.loading import GEMMA3_INSTALL_HINT
+
+    if not gemma3_available() and not os.environ.get("CI"):
+        pytest.skip(f"gemma3-270m packages not installed: {GEMMA3_INSTALL_HINT}")
+    import bindscope
+
+    return bindscope.load_model("gemma-3-270m")
+
+
 PROMPTS = [
     "In web accessibility, a screen reader is",
     "Alt text",

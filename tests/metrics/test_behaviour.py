@@ -113,3 +113,37 @@ def test_generation_matches_model_generate_and_ablation(tiny):
 def test_wrong_task_is_rejected(tiny):
     with pytest.raises(InputError, match="recognition\\(\\) got a generation record"):
         recognition(tiny, [PromptRecord("g", "alt text", "generation", "alt text", max_tokens=2)])
+
+
+def test_recognition_runs_the_lm_head_only_where_a_score_reads_it(tiny):
+    """Prompt pass: the last position; choice pass: all but the last choice column."""
+    from bindscope.runners.behaviour import _keeps_logits
+
+    if not _keeps_logits(tiny):
+        pytest.skip(f"{tiny.family}: forward takes no logits_to_keep")
+    one_token = PromptRecord(
+        "rec_009",
+        "alt text",
+        "recognition",
+        "Alt text: yes or no?",
+        choices=("a", "b"),
+        answer_idx=0,
+    )
+    widths: list[int] = []
+    handle = tiny.hf.lm_head.register_forward_pre_hook(
+        lambda module, args: widths.append(args[0].shape[1])
+    )
+    try:
+        recognition(tiny, REC[:1], batch_size=1)  # choices of 1 to 3 tokens
+        multi = list(widths)
+        widths.clear()
+        recognition(tiny, [one_token], batch_size=1)
+    finally:
+        handle.remove()
+    lengths = {
+        c: len(tiny.tokenizer(" " + c, add_special_tokens=False)["input_ids"])
+        for c in (*REC[0].choices, *one_token.choices)
+    }
+    longest = max(lengths[c] for c in REC[0].choices)
+    assert longest > 1 and multi == [1, longest - 1]
+    assert lengths["a"] == lengths["b"] == 1 and widths == [1]  # no choice pass at all
