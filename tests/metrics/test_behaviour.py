@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from bindscope.errors import InputError
 from bindscope.metrics.behaviour import rubric_score
@@ -115,35 +116,32 @@ def test_wrong_task_is_rejected(tiny):
         recognition(tiny, [PromptRecord("g", "alt text", "generation", "alt text", max_tokens=2)])
 
 
-def test_recognition_runs_the_lm_head_only_where_a_score_reads_it(tiny):
-    """Prompt pass: the last position; choice pass: all but the last choice column."""
+def test_recognition_runs_the_lm_head_only_where_a_score_reads_it(tiny, monkeypatch):
+    """Prompt pass: its last position; choice pass: only the tokens after each choice's first."""
     from bindscope.runners.behaviour import _keeps_logits
 
     if not _keeps_logits(tiny):
         pytest.skip(f"{tiny.family}: forward takes no logits_to_keep")
-    one_token = PromptRecord(
-        "rec_009",
-        "alt text",
-        "recognition",
-        "Alt text: yes or no?",
-        choices=("a", "b"),
-        answer_idx=0,
-    )
-    widths: list[int] = []
-    handle = tiny.hf.lm_head.register_forward_pre_hook(
-        lambda module, args: widths.append(args[0].shape[1])
-    )
-    try:
-        recognition(tiny, REC[:1], batch_size=1)  # choices of 1 to 3 tokens
-        multi = list(widths)
-        widths.clear()
-        recognition(tiny, [one_token], batch_size=1)
-    finally:
-        handle.remove()
+    question = "Alt text: yes or no?"
+    one_token = PromptRecord("rec_9", "alt text", "recognition", question, choices=("a", "b"))
+    vocab = tiny.hf.get_output_embeddings().weight.shape[0]
+    rows: list[int] = []  # positions each unembedding call ran on
+    linear = torch.nn.functional.linear
+
+    def counting(x, w, b=None):
+        if w.shape[0] == vocab:
+            rows.append(x.shape[:-1].numel())
+        return linear(x, w, b)
+
+    monkeypatch.setattr(torch.nn.functional, "linear", counting)
+    recognition(tiny, REC[:1], batch_size=1)  # choices of 1 to 10 tokens
+    multi = list(rows)
+    rows.clear()
+    recognition(tiny, [one_token], batch_size=1)
+    monkeypatch.undo()
     lengths = {
         c: len(tiny.tokenizer(" " + c, add_special_tokens=False)["input_ids"])
         for c in (*REC[0].choices, *one_token.choices)
     }
-    longest = max(lengths[c] for c in REC[0].choices)
-    assert longest > 1 and multi == [1, longest - 1]
-    assert lengths["a"] == lengths["b"] == 1 and widths == [1]  # no choice pass at all
+    assert multi == [1, sum(lengths[c] - 1 for c in REC[0].choices)]
+    assert lengths["a"] == lengths["b"] == 1 and rows == [1]  # no choice pass at all
