@@ -18,13 +18,18 @@ from bindscope.prompts.records import PromptSet, load
 #: The models the demo runs, in order: None is the default (SmolLM2-135M-Instruct).
 DEMO_MODELS = (None, "gemma-3-270m")
 QUICK_TERMS = ("screen reader", "alt text", "skip link", "focus indicator")
-#: C5 evaluates 3 recognition items of every term (123 of the 451 prompts, all 41 terms)
-#: under 39 random sets per model, so its rank p-value can reach 1/40 = 0.025; few-shot 2
-#: stems per term. Generation is left out of the demo's C5: SmolLM2's rubric baseline is
-#: about 0.016, at the floor, so an ablation has no room to lower it and the budget goes to
-#: the null instead. Heads are still ranked on all canonical prompts, and binding and
-#: controls use every prompt. ``bindscope c5`` and ``bindscope fewshot`` evaluate every prompt.
-DEMO_C5_IDS = ("rec_001", "rec_002", "rec_003")
+#: C5 evaluates 2 recognition items of every term (82 of the 451 prompts, all 41 terms): the
+#: definitional question (rec_001, four choices) and the True/False one (rec_003), under 39
+#: random sets per model, so its rank p-value can reach 1/40 = 0.025; few-shot 2 stems per
+#: term. Two items, not more, so both models fit a 15-minute budget on 2 cores: one item
+#: under one condition costs about 0.23 s of one busy core on SmolLM2 and 0.25 s on Gemma 3
+#: for rec_001, a fifth of that for a True/False item (one-token choices need no choice
+#: pass), and C5 runs 42 conditions. Generation is left out of the demo's C5: SmolLM2's rubric
+#: baseline is about 0.016, at the floor, so an ablation has no room to lower it and the
+#: budget goes to the null instead. Heads are still ranked on all canonical prompts, and
+#: binding and controls use every prompt. ``bindscope c5`` and ``bindscope fewshot``
+#: evaluate every prompt.
+DEMO_C5_IDS = ("rec_001", "rec_003")
 DEMO_N_RANDOM = 39
 DEMO_K = 4
 DEMO_C5_DESIGN = (
