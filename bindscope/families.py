@@ -157,6 +157,15 @@ FAMILIES: tuple[Family, ...] = (
         attention_post_norm="post_attention_layernorm",
         sites=_GEMMA2_SITES,
     ),
+    Family(
+        "gemma3",
+        ("gemma3_text",),
+        _LLAMA_LIKE_RENAME,
+        notes="q/k norm; sliding-window attention in most layers, full in the rest; "
+        "norms before and after attention; scaled embeds",
+        attention_post_norm="post_attention_layernorm",
+        sites=_GEMMA2_SITES,  # the same sandwich norms as Gemma 2
+    ),
     Family("phi3", ("phi3",), _LLAMA_LIKE_RENAME, notes="fused qkv_proj; GQA"),
 )
 
@@ -243,3 +252,20 @@ def dims_from_config(config) -> Dims:
     return Dims(
         int(config.num_hidden_layers), n_heads, n_kv, int(head_dim), int(config.hidden_size)
     )
+
+
+def attention_windows(config) -> tuple[int | None, ...]:
+    """Each layer's sliding-window size (a query sees its last ``w`` keys), None for full.
+
+    Read as transformers builds the masks: with ``layer_types``, the window applies to the
+    ``sliding_attention`` layers only (Gemma 2/3, Qwen 2); without, a ``sliding_window`` set
+    on the config applies to every layer (Mistral).
+    """
+    n_layers = int(config.num_hidden_layers)
+    window = getattr(config, "sliding_window", None)
+    if not window:
+        return (None,) * n_layers
+    types = getattr(config, "layer_types", None)
+    if types is None:
+        return (int(window),) * n_layers
+    return tuple(int(window) if t == "sliding_attention" else None for t in types)

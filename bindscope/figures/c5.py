@@ -277,15 +277,28 @@ def tables(exp: ExperimentResults) -> list[str]:
                 ]
             )
     heads = [
-        [label, md.heads(e.get("top_heads")), md.heads(e.get("bottom_heads"))]
+        [
+            label,
+            _share(s.get("k"), (exp.provenance.get(label) or {}).get("heads")),
+            md.heads(e.get("top_heads")),
+            md.heads(e.get("bottom_heads")),
+        ]
         for label, e in exp.models.items()
     ]
     return [
         settings,
         "",
         *md.table(header, rows, left=2),
-        *md.table(["model", "top heads", "bottom heads"], heads, left=3),
+        *md.table(["model", "heads per set", "top heads", "bottom heads"], heads, left=4),
     ]
+
+
+def _share(k, heads) -> str:
+    """``k of N heads (x%)``: how much of a model one ablated set removes."""
+    if k is None or not heads:
+        return md.num(k)
+    total = heads[0] * heads[1]
+    return f"{k} of {total} ({100 * k / total:.1f}%)"
 
 
 __all__ = ["HOW_TO_READ", "KINDS", "TITLE", "cross_architecture", "model_figure", "plots", "tables"]

@@ -121,6 +121,7 @@ def _provenance(results: dict[str, ExperimentResults]) -> list[str]:
         "",
         f"*How to read these numbers.* {PROVENANCE_HOW_TO_READ}",
         "",
+        *_models(results),
         *md.table([*header, "remote", "prompt set (sha256)", "seed"], rows, left=9),
     ]
     lines += md.table(list(VERSION_FIELDS), sorted(versions), left=4)
@@ -131,6 +132,35 @@ def _provenance(results: dict[str, ExperimentResults]) -> list[str]:
     elif times:
         lines += [f"Records written at {min(times)} (UTC).", ""]
     return lines
+
+
+MODELS_HOW_TO_READ = (
+    "One row per model: its head count and what its checkpoint is. A base (pretrained) "
+    "model continues text; an instruction-tuned one was further trained to answer, so "
+    "behaviour scores (recognition accuracy, rubric scores) can differ between the two for "
+    "that reason alone, whatever their attention does."
+)
+
+
+def _models(results: dict[str, ExperimentResults]) -> list[str]:
+    """Each model once: family, layers x heads, and base or instruction-tuned."""
+    seen: dict[str, list[str]] = {}
+    for name in SECTIONS:
+        for label, prov in results[name].provenance.items():
+            heads = prov.get("heads")
+            seen.setdefault(
+                label,
+                [
+                    label,
+                    prov.get("family") or md.DASH,
+                    f"{heads[0]} x {heads[1]} = {heads[0] * heads[1]}" if heads else md.DASH,
+                    prov.get("training") or "not stated",
+                ],
+            )
+    if not seen:
+        return []
+    header = ["model", "family", "heads (layers x heads)", "checkpoint"]
+    return [f"*Models.* {MODELS_HOW_TO_READ}", "", *md.table(header, list(seen.values()), left=4)]
 
 
 LIMITS_HOW_TO_READ = (

@@ -255,6 +255,25 @@ def choice_logprob_sums(logits, target_index, target_ids, target_weight):
     return (logp * target_weight.to(device)).sum(-1)  # [b]
 
 
+def scored_token_sums(logits, owner, target_ids, weight, n_rows: int):
+    """Weighted log-probabilities of scored tokens, summed per sequence.
+
+    Args:
+        logits: ``[T, V]``, one row per scored token.
+        owner: ``[T]`` long, the sequence each token belongs to.
+        target_ids: ``[T]`` long, the token scored.
+        weight: ``[T]`` float, each token's weight (1/|choice| for a mean per choice token).
+        n_rows: Number of sequences.
+
+    Returns:
+        ``[n_rows]`` float32 sums (0 for a sequence without scored tokens).
+    """
+    device = logits.device
+    logp = logits.float().log_softmax(-1).gather(-1, target_ids.to(device)[:, None])[:, 0]
+    out = torch.zeros(n_rows, dtype=torch.float32, device=device)
+    return out.index_add(0, owner.to(device), logp * weight.to(device))
+
+
 def head_sums(x, mask, n_heads, head_dim):
     """Each head's pre-projection output summed over real positions: ``[H, hd]`` float32.
 

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import torch
 
 from bindscope.errors import InterventionError
-from bindscope.families import SITE_NAMES
+from bindscope.families import SITE_NAMES, attention_windows
 from bindscope.interventions.rowops import (
     AddOp,
     DonorOp,
@@ -516,17 +516,30 @@ class Knockout:
                     f"{_short(ctx.texts[i])} ({n} tokens): need 0 <= key <= query <= {n - 1}"
                 )
             removed.setdefault(q, set()).add(k)
-        for q, keys in removed.items():
-            if len(keys) == q + 1:
-                raise InterventionError(
-                    f"{model.name}: Knockout removes every key of query {q} in text #{i} "
-                    f"{_short(ctx.texts[i])}; keep at least one key so the row can renormalise"
-                )
+        _check_rows_keep_a_key(model, heads, removed, ctx.texts[i], i)
         grouped: dict[int, list[int]] = {}
         for layer, head in heads:
             grouped.setdefault(layer, []).append(head)
         units = tuple((layer, tuple(hs)) for layer, hs in grouped.items())
         return (KnockoutOp(self.describe(), "head_out", units, None, edges),)
+
+
+def _check_rows_keep_a_key(model: LanguageModel, heads, removed: dict, text, i: int) -> None:
+    """Refuse a Knockout that leaves a query no key its layer's window lets it see.
+
+    Such a row would renormalise over masked keys (future ones included): wrong numbers.
+    """
+    windows = _windows(model)
+    for q, keys in removed.items():
+        for layer in sorted({layer for layer, _ in heads}):
+            window = windows[layer] if layer < len(windows) else None
+            seen = set(range(max(0, q - window + 1) if window else 0, q + 1))
+            if seen <= keys:
+                where = f" (layer {layer} sees the last {window} keys)" if window else ""
+                raise InterventionError(
+                    f"{model.name}: Knockout removes every key of query {q}{where} in text "
+                    f"#{i} {_short(text)}; keep at least one key so the row can renormalise"
+                )
 
 
 Spec = Zero | Mean | Patch | Resample | Steer | Knockout
@@ -684,3 +697,9 @@ def _check_means(
                 )
         out[layer] = value.view(*shape)
     return out
+
+
+def _windows(model: LanguageModel) -> tuple[int | None, ...]:
+    """Each layer's sliding window (None: full attention; no config: all full)."""
+    config = getattr(getattr(model, "hf", None), "config", None)
+    return attention_windows(config) if config is not None else ()

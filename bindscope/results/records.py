@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO
 
 from bindscope.errors import BindscopeWarning, RecordFileError
+from bindscope.loading import training
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import label, model_label  # noqa: F401  (re-exported)
 
@@ -50,6 +51,8 @@ def provenance(model: LanguageModel, *, prompt_set=None, seed: int | None = None
         "model": model.name,
         "revision": model.revision,
         "family": model.family,
+        "heads": [model.n_layers, model.n_heads],  # layers x query heads
+        "training": training(model.name),  # embedded models: base or instruction-tuned
         # on NDIF the deployment holds the weights: its dtype is not visible from here
         "dtype": None if remote == "ndif" else str(weights.dtype).replace("torch.", ""),
         "device": "ndif" if remote == "ndif" else str(weights.device),

@@ -210,25 +210,51 @@ def _shared_prefix_batch(model: LanguageModel, batch, choices, rows):
             run_layers(model, plan=plan)
         first = model.nnsight.lm_head.output[:, -1].float().log_softmax(-1).save()  # [b, V]
         cache = tracer.result.past_key_values.save()
-    cache.batch_repeat_interleave(n_c)
     flat = [c for cs in choices for c in cs]  # row r*n_c + j
-    width = max(len(c) for c in flat)
-    ids = torch.full((b * n_c, width), model.tokenizer.pad_token_id, dtype=torch.long)
-    cmask = torch.zeros(b * n_c, width, dtype=torch.long)
+    if max(len(c) for c in flat) == 1:  # one-token choices: the prompt pass scored them
+        rest = torch.zeros(b * n_c)
+    else:
+        cache.batch_repeat_interleave(n_c)
+        rest = _choice_pass(model, batch, flat, cache, rows, n_c)
+    out = []
+    for r in range(b):
+        values = []
+        for j in range(n_c):
+            s = r * n_c + j
+            c = flat[s]
+            values.append(float(first[r, c[0]]) / len(c) + float(rest[s]))
+        out.append(values)
+    return out
+
+
+def _choice_pass(model: LanguageModel, batch, flat, cache, rows, n_c: int):
+    """Each choice's later tokens on its prompt's cache: ``[b*C]`` weighted log-prob sums.
+
+    Only the tokens that predict a later choice token run (not a choice's last), and the LM
+    head runs only on those positions, gathered into one row, not on every position of the
+    right-padded choices: with Gemma 3's 262k-token vocabulary the head on every position
+    costs as much as all the layers.
+    """
+    # a choice's last token predicts nothing that is scored: it is not run
+    n, width = len(flat), max(len(c) for c in flat) - 1
+    ids = torch.full((n, width), model.tokenizer.pad_token_id, dtype=torch.long)
+    cmask = torch.zeros(n, width, dtype=torch.long)
     for s, c in enumerate(flat):  # right-padded: pad positions are never scored
-        ids[s, : len(c)] = torch.tensor(c)
-        cmask[s, : len(c)] = 1
+        ids[s, : len(c) - 1] = torch.tensor(c[:-1], dtype=torch.long)
+        cmask[s, : len(c) - 1] = 1
     prompt_mask = batch.attention_mask.repeat_interleave(n_c, 0)
     lengths = torch.tensor(batch.lengths).repeat_interleave(n_c)
     position_ids = lengths[:, None] + torch.arange(width)[None, :]
-    seq_rows = [rows[s // n_c] for s in range(b * n_c)]
-    positions = [list(range(len(c) - 1)) for c in flat]
-    index, target, weight = _targets([p or [0] for p in positions], [c[1:] or [0] for c in flat])
-    # _targets weights 1/(m-1); the mean runs over all m choice tokens, the first from `first`
-    weight = weight * torch.tensor([[(len(c) - 1) / len(c) if len(c) > 1 else 0.0] for c in flat])
+    # one entry per scored token: (sequence, position predicting it, token, weight); the
+    # first token of every choice comes from the prompt pass, so the mean over all m tokens
+    # weights each later one 1/m
+    owner = torch.tensor([s for s, c in enumerate(flat) for _ in c[1:]])
+    where = torch.tensor([i for c in flat for i in range(len(c) - 1)])
+    target = torch.tensor([t for c in flat for t in c[1:]])
+    weight = torch.tensor([1.0 / len(c) for c in flat for _ in c[1:]])
     # choice tokens only: Knockout's edges lie in the prompt, already in the cache
-    choice_batch = Batch(list(range(b * n_c)), ids, cmask, position_ids, [width] * (b * n_c))
-    plan = _plan(model, choice_batch, seq_rows, positions=False)
+    choice_batch = Batch(list(range(n)), ids, cmask, position_ids, [width] * n)
+    plan = _plan(model, choice_batch, [rows[s // n_c] for s in range(n)], positions=False)
     with model.nnsight.trace(
         **model.trace_options,
         input_ids=ids,
@@ -239,17 +265,11 @@ def _shared_prefix_batch(model: LanguageModel, batch, choices, rows):
     ):
         if plan:
             run_layers(model, plan=plan)
-        logits = model.nnsight.lm_head.output  # [b*C, m, V]
-        rest = ops.choice_logprob_sums(logits, index, target, weight).save()
-    out = []
-    for r in range(b):
-        values = []
-        for j in range(n_c):
-            s = r * n_c + j
-            c = flat[s]
-            values.append(float(first[r, c[0]]) / len(c) + float(rest[s]))
-        out.append(values)
-    return out
+        hidden = model.nnsight.lm_head.input  # [b*C, m - 1, d]
+        model.nnsight.lm_head.input = hidden[owner, where][None]  # [1, scored tokens, d]
+        rest = ops.scored_token_sums(model.nnsight.lm_head.output[0], owner, target, weight, n)
+        rest = rest.save()
+    return rest
 
 
 def generation(

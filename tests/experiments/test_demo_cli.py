@@ -15,7 +15,8 @@ def demo_dir(tmp_path_factory, sp_tokenizer):
     from tests.conftest import build_tiny
 
     out = tmp_path_factory.mktemp("demo")
-    demo.run(out=out, quick=True, progress=False, model=build_tiny("llama", sp_tokenizer))
+    two = [build_tiny("llama", sp_tokenizer), build_tiny("gemma3", sp_tokenizer)]
+    demo.run(out=out, quick=True, progress=False, models=two, force=True)
     return out
 
 
@@ -23,18 +24,24 @@ def test_demo_writes_records_summaries_figures_and_report(demo_dir, capsys):
     for name in ("binding", "c5", "controls", "fewshot"):
         assert validate_file(demo_dir / name / "records.jsonl") > 0
         summary = json.loads((demo_dir / name / "summary.json").read_text())
-        assert summary["experiment"] == name and summary["models"]
+        assert summary["experiment"] == name and len(summary["models"]) == 2
     c5 = json.loads((demo_dir / "c5" / "summary.json").read_text())
     # 39 random sets: the rank p-value can reach 1/40 = 0.025, below 0.05
     assert c5["k"] == 4 and c5["n_random"] == 39 and c5["ablation"] == "zero"
     assert not [f for f in c5["limits"] if f["kind"] == "p_resolution"]
-    (m,) = c5["models"].values()
-    assert "generation" not in m["conditions"]["baseline"]  # at the floor: left out
+    assert len(c5["models"]) == 2  # both models side by side (force discarded nothing)
+    for m in c5["models"].values():
+        assert "generation" not in m["conditions"]["baseline"]  # at the floor: left out
     assert "recognition only" in c5["design"]
     assert "recognition only" in (demo_dir / "report.md").read_text()
     assert c5["ranking_set"] == "canonical-quick"
     assert (demo_dir / "report.md").stat().st_size > 1000
     assert len(list((demo_dir / "figures").glob("*.png"))) >= 4
+    assert (demo_dir / "figures" / "c5_cross_architecture.png").is_file()
+    report = (demo_dir / "report.md").read_text()
+    # heads per set stated per model: 4 of 3 x 4 = 12 heads on both tiny models
+    assert report.count("| 4 of 12 (33.3%) |") == 2
+    assert "| 3 x 4 = 12 | not stated |" in report  # tiny models: no training stated
 
 
 def test_summarize_recomputes_the_same_summaries(demo_dir, capsys):

@@ -251,6 +251,10 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
         ),
         "--force": NoEffect("discards finished records"),
         "--no-progress": NoEffect("hides progress bars"),
+        "--model": NoEffect(
+            "which models run, in order",
+            "tests/test_embedded.py::test_demo_model_option_picks_the_models_in_order",
+        ),
     },
 }
 EXEMPLAR_SHA: dict[str | None, str] = {}

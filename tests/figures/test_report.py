@@ -87,3 +87,34 @@ def test_report_on_corrupt_records_names_file_and_line(tmp_path):
     (folder / "records.jsonl").write_text("not json\n")
     with pytest.raises(RecordFileError, match=re.escape(f"{folder / 'records.jsonl'}:1:")):
         write_report(tmp_path)
+
+
+def test_models_table_states_heads_and_which_checkpoint_is_base(tmp_path):
+    from types import SimpleNamespace
+
+    from bindscope.figures.report import _models
+
+    prov = {
+        "SmolLM2-135M-Instruct": {
+            "family": "llama",
+            "heads": [30, 9],
+            "training": "instruction-tuned",
+        },
+        "gemma-3-270m": {
+            "family": "gemma3",
+            "heads": [18, 4],
+            "training": "base (pretrained, not instruction-tuned)",
+        },
+        "org/other": {"family": "qwen2"},  # records written before the fields existed
+    }
+    results = {name: SimpleNamespace(provenance={}) for name in SECTIONS}
+    results["c5"] = SimpleNamespace(provenance=prov)
+    results["binding"] = SimpleNamespace(provenance={"gemma-3-270m": prov["gemma-3-270m"]})
+    text = "\n".join(_models(results))
+    assert "| SmolLM2-135M-Instruct | llama | 30 x 9 = 270 | instruction-tuned |" in text
+    assert (
+        "| gemma-3-270m | gemma3 | 18 x 4 = 72 | base (pretrained, not instruction-tuned) |" in text
+    )
+    assert f"| org/other | qwen2 | {md.DASH} | not stated |" in text
+    assert text.count("gemma-3-270m |") == 1  # one row per model, not per experiment
+    assert "instruction-tuned one" in text  # says why the distinction matters

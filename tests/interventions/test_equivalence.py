@@ -6,7 +6,7 @@ import torch
 
 from bindscope.interventions import capture_attention, head_means, mean_ablate, zero_ablate
 from tests.conftest import PROMPTS
-from tests.reference import hf_eager_attentions, pre_hooks, prob_zero
+from tests.reference import hf_eager_attentions, hf_greedy_under_pre_hooks, pre_hooks, prob_zero
 from tests.tolerance import assert_within, logit_bound, prob_bound, row_sum_bound
 
 HEADS = [(0, 1), (1, 0), (1, 3), (2, 2)]
@@ -115,18 +115,7 @@ def test_generation_under_ablation_equals_pre_hooks(tiny):
     got = tiny.generate_ids(texts, max_new_tokens=6, ablate=HEADS)
     clean = tiny.generate_ids(texts, max_new_tokens=6)
     for text, ids in zip(texts, got):
-        prompt = torch.tensor([tiny.tokenize(text)])
-        with pre_hooks(tiny.hf, tiny.family, HEADS, tiny.n_heads, tiny.head_dim), torch.no_grad():
-            ref = tiny.hf.generate(
-                prompt,
-                attention_mask=torch.ones_like(prompt),
-                max_new_tokens=6,
-                do_sample=False,
-                pad_token_id=tiny.tokenizer.pad_token_id,
-            )[0, prompt.shape[1] :].tolist()
-        eos = tiny.tokenizer.eos_token_id
-        ref = ref[: ref.index(eos)] if eos in ref else ref
-        assert ids == ref
+        assert ids == hf_greedy_under_pre_hooks(tiny, text, HEADS, 6)
     assert got != clean or tiny.family == "never"  # ablation changed some continuation
 
 

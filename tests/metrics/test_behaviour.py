@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from bindscope.errors import InputError
 from bindscope.metrics.behaviour import rubric_score
@@ -113,3 +114,34 @@ def test_generation_matches_model_generate_and_ablation(tiny):
 def test_wrong_task_is_rejected(tiny):
     with pytest.raises(InputError, match="recognition\\(\\) got a generation record"):
         recognition(tiny, [PromptRecord("g", "alt text", "generation", "alt text", max_tokens=2)])
+
+
+def test_recognition_runs_the_lm_head_only_where_a_score_reads_it(tiny, monkeypatch):
+    """Prompt pass: its last position; choice pass: only the tokens after each choice's first."""
+    from bindscope.runners.behaviour import _keeps_logits
+
+    if not _keeps_logits(tiny):
+        pytest.skip(f"{tiny.family}: forward takes no logits_to_keep")
+    question = "Alt text: yes or no?"
+    one_token = PromptRecord("rec_9", "alt text", "recognition", question, choices=("a", "b"))
+    vocab = tiny.hf.get_output_embeddings().weight.shape[0]
+    rows: list[int] = []  # positions each unembedding call ran on
+    linear = torch.nn.functional.linear
+
+    def counting(x, w, b=None):
+        if w.shape[0] == vocab:
+            rows.append(x.shape[:-1].numel())
+        return linear(x, w, b)
+
+    monkeypatch.setattr(torch.nn.functional, "linear", counting)
+    recognition(tiny, REC[:1], batch_size=1)  # choices of 1 to 10 tokens
+    multi = list(rows)
+    rows.clear()
+    recognition(tiny, [one_token], batch_size=1)
+    monkeypatch.undo()
+    lengths = {
+        c: len(tiny.tokenizer(" " + c, add_special_tokens=False)["input_ids"])
+        for c in (*REC[0].choices, *one_token.choices)
+    }
+    assert multi == [1, sum(lengths[c] - 1 for c in REC[0].choices)]
+    assert lengths["a"] == lengths["b"] == 1 and rows == [1]  # no choice pass at all

@@ -1,0 +1,116 @@
+"""The same equivalences on the two embedded real models.
+
+SmolLM2-135M-Instruct (Llama architecture, GQA 9/3) and Gemma 3 270M (base; sliding-window
+attention in 15 of 18 layers, one key/value head), both GGUF de-quantised to float32.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bindscope.families import attention_windows
+from tests.conftest import PROMPTS
+from tests.reference import hf_eager_attentions, hf_greedy_under_pre_hooks, prob_zero
+from tests.tolerance import assert_within, logit_bound, prob_bound, row_sum_bound
+
+pytestmark = pytest.mark.slow
+HEADS = {
+    "smollm2": [(0, 3), (5, 0), (5, 8), (14, 4), (29, 2)],
+    "gemma3_real": [(0, 3), (5, 0), (5, 2), (11, 1), (17, 3)],  # sliding 0, full 5, 11, 17
+}
+
+
+@pytest.fixture(params=list(HEADS))
+def real(request):
+    return request.param, request.getfixturevalue(request.param)
+
+
+def test_smollm2_loads_as_llama_with_gqa(smollm2):
+    assert smollm2.family == "llama"
+    dims = (smollm2.n_layers, smollm2.n_heads, smollm2.n_kv_heads, smollm2.head_dim)
+    assert dims == (30, 9, 3, 64)
+    assert smollm2.prepend_bos is False  # measured: this tokenizer adds no BOS
+
+
+def test_gemma3_loads_as_gemma3_with_sliding_layers(gemma3_real):
+    model = gemma3_real
+    assert model.family == "gemma3"
+    assert (model.n_layers, model.n_heads, model.n_kv_heads, model.head_dim) == (18, 4, 1, 256)
+    windows = attention_windows(model.hf.config)
+    assert [layer for layer, w in enumerate(windows) if w is None] == [5, 11, 17]
+    assert set(windows) - {None} == {512}
+    assert model.prepend_bos is True  # the Gemma tokenizer adds <bos>
+    assert model.hf.lm_head.weight.shape[0] == 262_144
+
+
+def test_probs_equal_output_attentions(real):
+    _, model = real
+    batched = model.attention_probs(PROMPTS)
+    bound = prob_bound(model)  # batching: summation order only
+    for text, got in zip(PROMPTS, batched):
+        ref = hf_eager_attentions(model, model.tokenize(text))
+        assert_within(model.attention_probs([text])[0], ref, bound, "one prompt")
+        assert_within(got, ref, bound, "left-padded batch")
+        assert (got.sum(-1) - 1).abs().max() <= row_sum_bound(got.shape[-1])
+
+
+def test_zero_ablation_equals_prob_zeroing_and_changes_logits(real):
+    name, model = real
+    text = PROMPTS[0]
+    got = model.logits([text], ablate=HEADS[name])[0]
+    with prob_zero(model.hf, HEADS[name]), torch.no_grad():
+        ref = model.hf(torch.tensor([model.tokenize(text)])).logits[0]
+    bound = logit_bound(model, [text])
+    assert_within(got, ref, bound, "zero-ablation vs prob-zeroing")
+    assert (got - model.logits([text])[0]).abs().max() > 100 * bound
+
+
+def test_generation_under_ablation_equals_pre_hooks(real):
+    name, model = real
+    texts = ["The capital of France is", "Once upon a time"]
+    got = model.generate_ids(texts, max_new_tokens=8, ablate=HEADS[name])
+    for text, ids in zip(texts, got):
+        assert ids == hf_greedy_under_pre_hooks(model, text, HEADS[name], 8)
+
+
+def test_sites_equal_torch_hooks_and_steered_generation_matches(real):
+    from bindscope.interventions import Steer
+    from tests.interventions.test_sites import site_bound
+    from tests.reference_sites import greedy_reference, hooked, site_reference
+
+    _, model = real
+    sites = [s for s in model.sites if s != "pattern"]
+    last = model.n_layers - 1
+    layers = [0, last // 2, last]
+    got = model.capture(PROMPTS, sites=sites, layers=layers)
+    for i, text in enumerate(PROMPTS):
+        ids = model.tokenize(text)
+        for site in sites:
+            for layer in layers:
+                ref = site_reference(model, ids, site, layer)
+                bound = site_bound(model, ref, layer)
+                assert_within(got[i][site][layer], ref, bound, f"{site} layer {layer}")
+    layer = last // 2
+    residual = got[0]["resid_post"][layer].norm(dim=-1).mean()  # the stream's own scale
+    vector = torch.randn(model.d_model, generator=torch.Generator().manual_seed(0))
+    vector = 0.5 * residual * vector / vector.norm()
+    texts = ["The capital of France is", "Once upon a time"]
+    steered = model.generate_ids(
+        texts, max_new_tokens=8, intervene=Steer("resid_post", layer, vector)
+    )
+    for text, ids in zip(texts, steered):
+        adding = hooked(model.hf, model.family, "resid_post", layer, edit=lambda x: x + vector)
+        assert ids == greedy_reference(model, model.tokenize(text), 8, adding)
+    assert steered != model.generate_ids(texts, max_new_tokens=8)  # the vector mattered
+
+
+def test_float64_passes_the_self_check_and_returns_float64():
+    """--dtype float64 on the default model: the self-check bounds rows by the float32 of the
+    eager softmax (issue 19.7), and probabilities and logits come back float64."""
+    import bindscope
+
+    wide = bindscope.load_model(dtype="float64")  # runs the self-check
+    probs = wide.attention_probs([PROMPTS[0]])[0]
+    assert probs.dtype == torch.float64 and wide.logits([PROMPTS[0]])[0].dtype == torch.float64
+    assert (probs.sum(-1) - 1).abs().max() <= row_sum_bound(probs.shape[-1])
