@@ -72,8 +72,9 @@ def run(
     the finished records in ``out`` (needed to switch between quick and full in one folder).
     """
     import bindscope
-    from bindscope.experiments import binding_run, c5, controls, fewshot
-    from bindscope.experiments.text import summary_lines
+    from bindscope.experiments import binding as binding_run
+    from bindscope.experiments import c5, controls, fewshot
+    from bindscope.experiments.registry import summary_lines
 
     out = Path(out)
     started = time.perf_counter()

@@ -9,6 +9,7 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from bindscope.figures import markdown as md
+from bindscope.figures.section import Section
 from bindscope.figures.style import (
     CONDITION_STYLE,
     figure_legend,
@@ -19,7 +20,8 @@ from bindscope.figures.style import (
 from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "C5: causal head ablation"
-KINDS = ("c5", "c5_cross_architecture")
+#: Inches per figure kind; at DPI 150 each gives whole pixels.
+SIZES = {"c5": (12.0, 4.4), "c5_cross_architecture": (12.0, 5.0)}
 TASKS = ("recognition", "generation")
 UNITS = {
     "recognition": "accuracy (fraction correct)",
@@ -79,7 +81,7 @@ def _condition_bar(entry: dict, condition: str, task: str):
 def model_figure(label: str, entry: dict, *, k=None, where: str = "summary"):
     """Condition scores with CIs (left) and each task's random-set drop histogram (right)."""
     need(entry, "conditions", "baseline", where=where)
-    fig, axes = new_figure("c5", ncols=3, width_ratios=[1.3, 1, 1])
+    fig, axes = new_figure(SIZES["c5"], ncols=3, width_ratios=[1.3, 1, 1])
     ax = axes[0]
     width = 0.2
     for i, condition in enumerate(BAR_CONDITIONS):
@@ -181,7 +183,7 @@ def cross_architecture(models: dict[str, dict], *, k=None, where: str = "summary
     if not models:
         raise MissingData(f"{where} lists no models")
     labels = list(models)
-    fig, axes = new_figure("c5_cross_architecture", ncols=2, sharey=True)
+    fig, axes = new_figure(SIZES["c5_cross_architecture"], ncols=2, sharey=True)
     width = 0.26
     for ax, task in zip(axes, TASKS):
         ax.axhline(0, color="black", linewidth=0.8)
@@ -288,4 +290,15 @@ def tables(exp: ExperimentResults) -> list[str]:
     ]
 
 
-__all__ = ["HOW_TO_READ", "KINDS", "TITLE", "cross_architecture", "model_figure", "plots", "tables"]
+SECTION = Section("c5", TITLE, HOW_TO_READ, SIZES, plots, tables, order=3)
+
+__all__ = [
+    "HOW_TO_READ",
+    "SECTION",
+    "SIZES",
+    "TITLE",
+    "cross_architecture",
+    "model_figure",
+    "plots",
+    "tables",
+]

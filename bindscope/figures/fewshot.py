@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from bindscope.figures import markdown as md
+from bindscope.figures.section import Section
 from bindscope.figures.style import (
     OKABE_ITO,
     SERIES,
@@ -18,7 +19,8 @@ from bindscope.figures.style import (
 from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "Few-shot and paraphrase prompting"
-KINDS = ("fewshot",)
+#: Inches per figure kind; at DPI 150 each gives whole pixels.
+SIZES = {"fewshot": (8.0, 9.0)}
 CONDITIONS = ("few_shot", "paraphrase")
 HOW_TO_READ = (
     "Each generation prompt is asked three ways, its stem always unchanged: alone (zero-shot), "
@@ -45,7 +47,7 @@ def term_deltas(label: str, entry: dict, *, where: str = "summary"):
         raise MissingData(f"{where} has no per-term results")
     # per-term deltas are stored in points already: 100 x (condition - zero_shot)
     terms = sorted(per_term, key=lambda t: _order(per_term[t], t))
-    fig, ax = new_figure("fewshot")
+    fig, ax = new_figure(SIZES["fewshot"])
     n_rows = len(terms) + 1
     ys = np.arange(n_rows)[::-1]
     ax.axvline(0, color=OKABE_ITO["black"], linewidth=0.8)
@@ -138,4 +140,6 @@ def tables(exp: ExperimentResults) -> list[str]:
     return md.table(header, rows)
 
 
-__all__ = ["HOW_TO_READ", "KINDS", "TITLE", "plots", "tables", "term_deltas"]
+SECTION = Section("fewshot", TITLE, HOW_TO_READ, SIZES, plots, tables, order=5)
+
+__all__ = ["HOW_TO_READ", "SECTION", "SIZES", "TITLE", "plots", "tables", "term_deltas"]

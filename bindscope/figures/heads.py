@@ -12,6 +12,7 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from bindscope.figures import markdown as md
+from bindscope.figures.section import Section
 from bindscope.figures.style import (
     HEATMAP_CMAP,
     SERIES,
@@ -23,7 +24,8 @@ from bindscope.figures.style import (
 from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "Head taxonomy: sink, previous-token, induction, duplicate-token and binding heads"
-KINDS = ("heads_map", "heads_emergence")
+#: Inches per figure kind; at DPI 150 each gives whole pixels.
+SIZES = {"heads_map": (10.0, 6.0), "heads_emergence": (12.0, 7.0)}
 HOW_TO_READ = (
     "Every head gets six scores, each a mean over texts with a 95% percentile bootstrap CI "
     "over texts: sink (attention from each query to the text's first position, BOS when the "
@@ -77,7 +79,7 @@ def score_maps(label: str, entry: dict, *, where: str = "summary"):
     scores = need(entry, "scores", where=where)
     if not scores:
         raise MissingData(f"{where} has no scores")
-    fig, axes = new_figure("heads_map", nrows=2, ncols=3, sharex=True, sharey=True)
+    fig, axes = new_figure(SIZES["heads_map"], nrows=2, ncols=3, sharex=True, sharey=True)
     image = None
     for ax, score in zip(axes.flat, MAP_SCORES):
         values = _map(entry, score)
@@ -114,7 +116,7 @@ def emergence(model: str, entry: dict, *, where: str = "summary"):
     """Fraction of heads per class per checkpoint, and the top heads' score trajectories."""
     revisions = need(entry, "revisions", where=where)
     fraction = need(entry, "fraction", where=where)
-    fig, axes = new_figure("heads_emergence", nrows=2, ncols=3)
+    fig, axes = new_figure(SIZES["heads_emergence"], nrows=2, ncols=3)
     x = np.arange(len(revisions))
     ax = axes.flat[0]
     for i, (cls, values) in enumerate(fraction.items()):
@@ -203,4 +205,6 @@ def tables(exp: ExperimentResults) -> list[str]:
     return lines
 
 
-__all__ = ["HOW_TO_READ", "KINDS", "TITLE", "emergence", "plots", "score_maps", "tables"]
+SECTION = Section("heads", TITLE, HOW_TO_READ, SIZES, plots, tables, order=6)
+
+__all__ = ["HOW_TO_READ", "SECTION", "SIZES", "TITLE", "emergence", "plots", "score_maps", "tables"]

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from bindscope.figures import markdown as md
+from bindscope.figures.section import Section
 from bindscope.figures.style import (
     OKABE_ITO,
     SERIES,
@@ -18,7 +19,8 @@ from bindscope.figures.style import (
 from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "Checkpoint sweep: emergence and lead-lag"
-KINDS = ("sweep_emergence", "sweep_leadlag")
+#: Inches per figure kind; at DPI 150 each gives whole pixels.
+SIZES = {"sweep_emergence": (8.0, 6.0), "sweep_leadlag": (8.0, 4.4)}
 METHODS = ("pearson", "spearman")
 HOW_TO_READ = (
     "For each training checkpoint (Hub revision, in training order) EB* and the behaviour "
@@ -61,7 +63,7 @@ def emergence(model: str, entry: dict, *, where: str = "summary"):
     if not revisions:
         raise MissingData(f"{where} has no revisions")
     x = np.arange(len(revisions))
-    fig, (ax_eb, ax_beh) = new_figure("sweep_emergence", nrows=2, sharex=True)
+    fig, (ax_eb, ax_beh) = new_figure(SIZES["sweep_emergence"], nrows=2, sharex=True)
     panels = (
         (ax_eb, "eb_star", "EB* (attention probability difference, 0–1)", SERIES[0]),
         (ax_beh, "behaviour", "behaviour score (0–1)", SERIES[1]),
@@ -146,7 +148,7 @@ def leadlag_forest(models: dict[str, dict], *, where: str = "summary"):
     if not rows:
         reasons = "; ".join(f"{model}: {reason}" for model, reason in skipped)
         raise MissingData(f"{where} has no lead-lag results ({reasons})")
-    fig, ax = new_figure("sweep_leadlag")
+    fig, ax = new_figure(SIZES["sweep_leadlag"])
     ys = np.arange(len(rows))[::-1]
     ax.axvline(0.5, color=OKABE_ITO["black"], linestyle="--", linewidth=1, label="0.5 (no lead)")
     for y, row in zip(ys, rows):
@@ -233,9 +235,12 @@ def tables(exp: ExperimentResults) -> list[str]:
     return lines
 
 
+SECTION = Section("sweep", TITLE, HOW_TO_READ, SIZES, plots, tables, order=4)
+
 __all__ = [
     "HOW_TO_READ",
-    "KINDS",
+    "SECTION",
+    "SIZES",
     "TITLE",
     "emergence",
     "lead_fraction",
