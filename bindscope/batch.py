@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import torch
 
-from bindscope.errors import InputError
+from bindscope.errors import InputError, PromptTooLongError
 
 T = TypeVar("T")
 
@@ -86,6 +86,44 @@ def check_texts(texts) -> list:
                 "(or a list of token ids)"
             )
     return texts
+
+
+def check_rows(
+    indices: Sequence[int],
+    rows: Sequence[Sequence[int]],
+    *,
+    model_name: str,
+    vocab_size: int,
+    context_length: int | None,
+) -> None:
+    """Refuse a row the model cannot run: empty, ids outside the vocabulary, too long.
+
+    ``indices`` are the rows' positions in the caller's list of texts (named as ``text #i``).
+
+    Raises:
+        InputError: An empty row or a token id outside ``0 .. vocab_size - 1``.
+        PromptTooLongError: A row longer than ``context_length`` (positions past the window
+            would be computed with no error and mean nothing).
+    """
+    for index, row in zip(indices, rows):
+        if not row:
+            raise InputError(f"{model_name}: text #{index} tokenizes to nothing")
+        bad = [t for t in row if not 0 <= t < vocab_size]
+        if bad:
+            raise InputError(
+                f"{model_name}: text #{index} holds token id(s) {bad[:3]} outside the "
+                f"vocabulary (0 to {vocab_size - 1}); pass ids from the model's tokenizer"
+            )
+        if context_length and len(row) > context_length:
+            raise PromptTooLongError(
+                f"{model_name}: text #{index} is {len(row)} tokens, longer than the model's "
+                f"context window of {context_length}; shorten or split it"
+            )
+
+
+def widened(tensor: torch.Tensor) -> torch.Tensor:
+    """Outputs as the API returns them: float32, or float64 from a float64 model."""
+    return tensor.to(torch.promote_types(tensor.dtype, torch.float32))
 
 
 def check_batch_size(

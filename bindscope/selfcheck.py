@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from bindscope.batch import widened
 from bindscope.errors import SelfCheckError
 from bindscope.protocols import LanguageModel
 
@@ -19,6 +20,20 @@ def row_sum_tolerance(dtype: torch.dtype, n_keys: int) -> float:
     wrong output) misses 1 by far more.
     """
     return n_keys * torch.finfo(dtype).eps
+
+
+def softmax_dtype(dtype: torch.dtype, capture: str = "eager") -> torch.dtype:
+    """The dtype whose rounding captured probabilities carry, for weights in ``dtype``.
+
+    transformers' eager attention runs its softmax in float32 (a few families in the weights'
+    dtype) and casts the result to the weights' dtype: float32 rounding for float32 and
+    float64 weights, the half dtype's for float16 and bfloat16. A recomputed capture
+    (``capture="recompute"``, sdpa) runs it in float32, or float64 for float64 weights.
+    """
+    wider = torch.promote_types(dtype, torch.float32)
+    if capture == "recompute":
+        return wider
+    return dtype if torch.finfo(dtype).eps > torch.finfo(torch.float32).eps else torch.float32
 
 
 def self_check(model: LanguageModel) -> dict[str, float]:
@@ -37,17 +52,18 @@ def self_check(model: LanguageModel) -> dict[str, float]:
             f"{where}: probabilities have shape {tuple(probs.shape)}, expected {expected}"
         )
     row_error = float((probs.sum(-1) - 1).abs().max())
-    if row_error > row_sum_tolerance(model.dtype, n):
+    ran_in = softmax_dtype(model.dtype, model.capture_method)
+    if row_error > row_sum_tolerance(ran_in, n):
         raise SelfCheckError(
-            f"{where}: attention rows sum to 1 +- {row_error:.2e} in {model.dtype}, beyond the "
-            f"{row_sum_tolerance(model.dtype, n):.1e} that rounding explains; the captured tensor "
-            "is not a softmax"
+            f"{where}: attention rows sum to 1 +- {row_error:.2e}, beyond the "
+            f"{row_sum_tolerance(ran_in, n):.1e} that rounding in {ran_in} (the softmax of "
+            f"{model.dtype} weights) explains; the captured tensor is not a softmax"
         )
     upper = float(probs.triu(1).abs().max())
     check_causal(where, upper)
     batch = model.encode([ids])
     with torch.no_grad():
-        plain = model.hf(**batch.inputs).logits[0].float()
+        plain = widened(model.hf(**batch.inputs).logits[0])
     traced = model.logits([ids], ablate=[])[0]
     if not torch.equal(plain, traced):
         raise SelfCheckError(

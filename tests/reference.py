@@ -88,4 +88,5 @@ def hf_eager_attentions(model, ids: list[int]) -> torch.Tensor:
     """``output_attentions`` of one unpadded prompt under eager: ``[L, H, n, n]``."""
     with model.eager(), torch.no_grad():
         out = model.hf(torch.tensor([ids]), output_attentions=True)
-    return torch.stack([a[0] for a in out.attentions]).float()
+    found = torch.stack([a[0] for a in out.attentions])
+    return found.to(torch.promote_types(found.dtype, torch.float32))  # float64 stays float64

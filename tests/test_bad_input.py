@@ -114,3 +114,25 @@ def test_capturing_after_a_later_ablation_names_the_capture(model):
     ):
         zero_ablate(model, [(2, 1)])
         capture_attention(model, [0])
+
+
+@pytest.mark.parametrize("bad", [10**9, -1, 704])
+def test_token_ids_outside_the_vocabulary(model, bad):
+    size = model.hf.get_input_embeddings().num_embeddings
+    with pytest.raises(InputError, match=rf"text #1 holds token id\(s\) \[{bad}\] outside"):
+        model.logits([[1, 2, 3], [1, 2, bad]])
+    with pytest.raises(InputError, match=f"0 to {size - 1}"):
+        model.logits([[bad]])
+    with pytest.raises(InputError, match="outside the vocabulary"):
+        model.attention_probs([[1, bad]])
+
+
+def test_text_longer_than_the_context_window(model):
+    window = model.context_length
+    words = " ".join(["text"] * (window + 10))
+    n = len(model.tokenize(words))
+    with pytest.raises(BindscopeError, match=rf"text #1 is {n} tokens.*window of {window}"):
+        model.logits(["Alt text", words])
+    with pytest.raises(BindscopeError, match="text #0 is"):
+        model.attention_probs([words])
+    model.logits([" ".join(["text"] * (window // 4))])  # a text within the window runs

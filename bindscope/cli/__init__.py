@@ -25,7 +25,7 @@ from bindscope.loading import check_device, check_dtype
 from bindscope.prompts import load
 from bindscope.prompts.audit import audit, format_audit, write_audit
 from bindscope.protocols import LanguageModel
-from bindscope.results.lock import FolderLock, check_writable
+from bindscope.results.lock import INFO_NAME, LOCK_NAME, FolderLock, check_writable
 
 
 def _load(spec: str | None, revision: str | None, args: argparse.Namespace) -> LanguageModel:
@@ -38,14 +38,22 @@ def _load(spec: str | None, revision: str | None, args: argparse.Namespace) -> L
         revision=revision,
         dtype=args.dtype,
         device=args.device,
-        remote=args.remote,
+        remote=remote_option(args),
         prepend_bos=getattr(args, "prepend_bos", None),
     )
 
 
+def remote_option(args: argparse.Namespace) -> bool | str:
+    """``--remote`` as ``load_model``'s ``remote``: True (NDIF), ``"local"`` or False."""
+    value = getattr(args, "remote", None)
+    if value == "local":
+        return "local"
+    return value == "ndif"
+
+
 def _check_compute(args: argparse.Namespace) -> None:
     """The dtype and device, checked before any model loads (NDIF chooses its own)."""
-    if not getattr(args, "remote", False):
+    if remote_option(args) is not True:
         check_dtype(getattr(args, "dtype", None))
         check_device(getattr(args, "device", None))
 
@@ -74,6 +82,16 @@ def _options(definition: Experiment, args: argparse.Namespace) -> Options:
     return dataclasses.replace(options, **sets)
 
 
+def _check_folder(folder: Path) -> None:
+    """The output folder is writable and not in use; a folder made to check it is removed."""
+    made = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
+    FolderLock(folder).acquire().release()
+    for path in made:
+        for name in (LOCK_NAME, INFO_NAME):
+            (path / name).unlink(missing_ok=True)
+        path.rmdir()
+
+
 def _models(definition: Experiment, args: argparse.Namespace) -> object:
     """What ``run`` takes as its models: one, a list, or the ``--model`` id (revisions)."""
     if definition.models == "revisions":
@@ -91,7 +109,7 @@ def _run_experiment(definition: Experiment, args: argparse.Namespace) -> int:
         raise BindscopeError(f"{args.command} needs --model (a Hub id with training checkpoints)")
     _check_compute(args)
     options = _options(definition, args)
-    FolderLock(args.out / definition.name).acquire().release()  # writable and not in use
+    _check_folder(args.out / definition.name)
     keywords = options.keywords()
     if definition.models == "revisions":  # each revision loads as --model would
         keywords["loader"] = lambda name, revision=None, **_: _load(name, revision, args)
@@ -109,6 +127,10 @@ def _run_experiment(definition: Experiment, args: argparse.Namespace) -> int:
         print(f"records: {args.out / definition.name / 'records.jsonl'}")
     for name in definition.also(options):
         _print_summary(registry.definitions()[name].summarize(args.out / name))
+    print(
+        f"figures: `bindscope figures {args.out}` draws them from the records; "
+        f"`bindscope report {args.out}` writes the report"
+    )
     return 0
 
 
@@ -152,6 +174,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
     # matplotlib loads only for the commands that draw
     from bindscope.figures import make_figures
 
+    registry.experiment_folders(args.results)  # no results: refused, as summarize does
     if args.out is not None:
         check_writable(args.out)
     report = make_figures(args.results, args.out)
@@ -165,6 +188,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     # matplotlib loads only for the commands that draw
     from bindscope.figures import write_report
 
+    registry.experiment_folders(args.results)  # no results: refused, as summarize does
     if args.out is not None:
         if args.out.is_dir():
             raise BindscopeError(f"--out {args.out} is a folder; pass the report's file path")

@@ -10,6 +10,9 @@ from typing import Any
 from bindscope.experiments.experiment import Experiment
 from bindscope.experiments.options import count, positive
 
+#: What ``RESULTS`` is, for summarize, figures and report.
+RESULTS_HELP = "the --out folder of one or more experiment runs"
+
 
 def add_common(
     p: argparse.ArgumentParser,
@@ -42,10 +45,18 @@ def add_common(
         "--dtype",
         default=None,
         choices=("float32", "float16", "bfloat16", "float64"),
-        help="weights dtype (default float32)",
+        help="weights dtype (default float32; float64 gives float64 probabilities and logits)",
     )
     p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:1, mps")
-    p.add_argument("--remote", action="store_true", help="run on NDIF (see docs/remote.md)")
+    p.add_argument(
+        "--remote",
+        nargs="?",
+        const="ndif",
+        default=None,
+        choices=("ndif", "local"),
+        help="run every trace on NDIF (--remote) or through its local simulation "
+        "(--remote local: the weights load here); default: plain local runs. docs/remote.md",
+    )
     p.add_argument(
         "--prepend-bos",
         action=argparse.BooleanOptionalAction,
@@ -57,8 +68,18 @@ def add_common(
         p.add_argument("--out", required=True, type=Path, help="results folder")
         p.add_argument("--force", action="store_true", help="discard finished records, redo")
     if compute:
-        p.add_argument("--batch-size", type=positive, default=16)
-        p.add_argument("--seed", type=int, default=0, help="seed of bootstrap CIs, random sets")
+        p.add_argument(
+            "--batch-size",
+            type=positive,
+            default=16,
+            help="texts per forward pass; results equal to rounding (default %(default)s)",
+        )
+        p.add_argument(
+            "--seed",
+            type=int,
+            default=0,
+            help="seed of bootstrap CIs, permutation tests and random draws (default %(default)s)",
+        )
         p.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
 
@@ -71,7 +92,10 @@ def add_experiment(
     add_common(p, several=several, revision=not revisions)
     for name, flag, default in definition.options.flags():
         spelled = flag.flag or "--" + name.replace("_", "-")
-        given: dict[str, Any] = {"dest": name, "help": flag.help or None}
+        text = flag.help
+        if default not in (None, False, ()) and "default" not in text:
+            text += " (default %(default)s)"
+        given: dict[str, Any] = {"dest": name, "help": text}
         if flag.switch:
             given["action"] = "store_true"
         elif flag.repeat:
@@ -102,30 +126,39 @@ def build(
 
     p = sub.add_parser("audit", help="each prompt's term span under a model's tokenizer")
     add_common(p, out=False, compute=False)
-    p.add_argument("--prompts", default="canonical")
+    p.add_argument(
+        "--prompts",
+        default="canonical",
+        help="prompt set: canonical, controls or a .jsonl path (default %(default)s)",
+    )
     p.add_argument("--write", type=Path, default=None, help="audit JSONL path")
     p.add_argument("--strict", action="store_true", help="exit 1 if any span is missing/short")
     p.set_defaults(func=commands["audit"])
 
     p = sub.add_parser("summarize", help="recompute summary.json files from records")
-    p.add_argument("results", type=Path)
+    p.add_argument("results", type=Path, help=RESULTS_HELP)
     p.set_defaults(func=commands["summarize"])
 
     p = sub.add_parser("figures", help="PNG and PDF figures from a results folder")
-    p.add_argument("results", type=Path)
+    p.add_argument("results", type=Path, help=RESULTS_HELP)
     p.add_argument("--out", type=Path, default=None, help="default: RESULTS/figures")
     p.set_defaults(func=commands["figures"])
 
     p = sub.add_parser("report", help="Markdown report (tables + figures) for a results folder")
-    p.add_argument("results", type=Path)
+    p.add_argument("results", type=Path, help=RESULTS_HELP)
     p.add_argument("--out", type=Path, default=None, help="default: RESULTS/report.md")
     p.set_defaults(func=commands["report"])
 
     p = sub.add_parser("demo", help="the full study on the default model (about 15 min, CPU)")
-    p.add_argument("--out", type=Path, default=Path("bindscope-demo"))
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("bindscope-demo"),
+        help="results folder (default %(default)s)",
+    )
     p.add_argument("--quick", action="store_true", help="a few terms only, for a smoke test")
     p.add_argument("--force", action="store_true", help="discard finished records, redo")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.set_defaults(func=commands["demo"])
     return top
 

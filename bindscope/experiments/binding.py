@@ -30,9 +30,13 @@ class BindingOptions(Options):
     """The options of ``bindscope binding``."""
 
     prompts: str | Path | PromptSet = option(
-        "canonical", "canonical, controls or a .jsonl path", prompts=True
+        "canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True
     )
-    on_missing: str = option("skip", "term not in a prompt", choices=("skip", "error"))
+    on_missing: str = option(
+        "skip",
+        "a term the tokenizer cannot place in its prompt: skip it with the reason, or stop",
+        choices=("skip", "error"),
+    )
 
 
 def _plan(models: list[LanguageModel], opts: BindingOptions, common: Common) -> Plan:

@@ -135,14 +135,18 @@ class C5Options(Options):
     """
 
     prompts: str | Path | PromptSet = option(
-        "canonical", "canonical, controls or a .jsonl path", prompts=True
+        "canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True
     )
     ranking: str | Path | PromptSet | None = option(
         None, "prompt set that ranks heads (default: prompts)", prompts=True
     )
     k: int = option(4, "heads per ablated set", type=positive)
     n_random: int = option(50, "number of random k-head sets", type=count)
-    ablation: str = option("zero", choices=ABLATIONS)
+    ablation: str = option(
+        "zero",
+        "zero the heads' outputs, or set them to their mean over the prompts",
+        choices=ABLATIONS,
+    )
     matched_layers: bool = option(False, "random sets in top's layers", switch=True)
     matched_classes: bool = option(
         False,

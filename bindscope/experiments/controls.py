@@ -41,8 +41,12 @@ REAL = "real"
 class ControlsOptions(Options):
     """The options of ``bindscope controls``."""
 
-    controls: str | Path | PromptSet = option("controls", "control items", prompts=True)
-    real: str | Path | PromptSet = option("canonical", "real terms' prompts", prompts=True)
+    controls: str | Path | PromptSet = option(
+        "controls", "control groups' prompt set: a built-in name or a .jsonl path", prompts=True
+    )
+    real: str | Path | PromptSet = option(
+        "canonical", "real terms' prompt set: a built-in name or a .jsonl path", prompts=True
+    )
 
 
 def _plan(models: list[LanguageModel], opts: ControlsOptions, common: Common) -> Plan:

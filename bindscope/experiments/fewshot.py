@@ -74,7 +74,7 @@ class FewshotOptions(Options):
     """The options of ``bindscope fewshot``."""
 
     prompts: str | Path | PromptSet = option(
-        "canonical", "canonical, controls or a .jsonl path", prompts=True
+        "canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True
     )
     exemplars: dict | str | Path | None = option(None, "exemplars JSON (default: the package's)")
     rubric: dict | None = setting(None)

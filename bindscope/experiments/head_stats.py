@@ -8,6 +8,7 @@ sign-flip permutation p-value; p-values are adjusted across all cells of the map
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -32,9 +33,20 @@ class HeadTestOptions(Options):
 
     UNITS: ClassVar[tuple[str, ...]] = ("head", "layer")
 
-    unit: str = option("head", "one condition per head or per layer", choices=UNITS)
-    correction: str = option("bh", "across heads", choices=tuple(CORRECTIONS))
-    limit: int | None = option(None, "only the first N prompts/pairs", type=positive)
+    unit: str = option(
+        "head", "one condition per head, or per layer (every head of it)", choices=UNITS
+    )
+    correction: str = option(
+        "bh",
+        "multiple-comparison correction across heads: Benjamini-Hochberg or Holm",
+        choices=tuple(CORRECTIONS),
+    )
+    limit: int | None = option(
+        None,
+        "only N items (default: all): the first N scannable prompts (scan: recognition items "
+        "and prompts with a target) or the first N pairs that fit the tokenizer (patch)",
+        type=positive,
+    )
     n_resamples: int | None = option(
         None,
         "bootstrap/permutation draws (default: enough for one head alone to pass the "
@@ -57,6 +69,41 @@ def default_resamples(n_tests: int) -> int:
     ``limits.resamples_for_one`` (10,800 for 270 heads), never fewer than ``MIN_RESAMPLES``.
     """
     return max(MIN_RESAMPLES, limits.resamples_for_one(n_tests))
+
+
+#: Bytes the summary's resampling holds per resample and item: scipy draws every resample
+#: at once (int64 indices and float64 values for the bootstrap; signs and values for the
+#: permutation test), about four 8-byte numbers each.
+BYTES_PER_DRAW = 32
+
+
+def check_resamples(n_resamples: int | None, n_items: int) -> None:
+    """Refuse ``n_resamples`` the summary could not hold in memory, before any work.
+
+    Raises:
+        InputError: ``n_resamples x n_items x BYTES_PER_DRAW`` exceeds half this machine's
+            memory (16 GiB when it cannot be read).
+    """
+    if n_resamples is None or n_items < 1:
+        return
+    need = n_resamples * n_items * BYTES_PER_DRAW
+    room = _memory() // 2
+    if need > room:
+        most = max(1, room // (n_items * BYTES_PER_DRAW))
+        raise InputError(
+            f"n_resamples={n_resamples} (--n-resamples {n_resamples}): the summary's "
+            f"bootstrap over {n_items} items would hold about {need / 2**30:,.1f} GiB, more "
+            f"than half this machine's {2 * room / 2**30:,.1f} GiB; pass at most {most:,} "
+            "(or leave it out for the default)"
+        )
+
+
+def _memory() -> int:
+    """This machine's physical memory in bytes (16 GiB when it cannot be read)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return 16 * 2**30
 
 
 def finite(value: object) -> bool:

@@ -19,7 +19,7 @@ import numpy as np
 from bindscope.errors import InputError
 from bindscope.experiments.experiment import ModelRun
 from bindscope.experiments.heads_summary import CLASSIFICATION_FILE, EXPERIMENT, summarize
-from bindscope.experiments.options import Options, option
+from bindscope.experiments.options import Options, option, positive
 from bindscope.experiments.recording import binding_metrics
 from bindscope.experiments.reuse import BINDING_FROM, stored_binding
 from bindscope.metrics import heads as taxonomy
@@ -49,6 +49,11 @@ def parse_thresholds(pairs: Sequence[str] | Mapping[str, float] | None) -> dict[
             sep = ""
         if not sep:
             raise InputError(f"--threshold {pair!r}: expected CLASS=VALUE, e.g. sink=0.6")
+        if name.strip().replace("-", "_") not in taxonomy.PRECEDENCE:
+            raise InputError(
+                f"--threshold {pair}: no head class {name.strip()!r}; the classes are "
+                f"{', '.join(taxonomy.PRECEDENCE)}"
+            )
     return out
 
 
@@ -56,9 +61,9 @@ def parse_thresholds(pairs: Sequence[str] | Mapping[str, float] | None) -> dict[
 class TaxonomyOptions(Options):
     """Options of the head taxonomy (``bindscope heads``, ``bindscope sweep --heads``)."""
 
-    n_repeated: int = option(32, "repeated random sequences", type=int)
-    repeat_length: int = option(24, "random tokens per copy", type=int)
-    top_k: int = option(4, "binding top-k compared with classes", type=int)
+    n_repeated: int = option(32, "repeated random sequences", type=positive)
+    repeat_length: int = option(24, "random tokens per copy", type=positive)
+    top_k: int = option(4, "binding top-k compared with classes", type=positive)
     thresholds: Mapping[str, float] | None = option(
         None,
         "classification threshold, repeatable: sink, previous_token, induction, "
@@ -70,12 +75,39 @@ class TaxonomyOptions(Options):
     )
 
     def check(self) -> None:
-        """Thresholds name known head classes."""
+        """Positive sizes, and thresholds that name known head classes."""
+        for name in ("n_repeated", "repeat_length", "top_k"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                flag = "--" + name.replace("_", "-")
+                raise InputError(f"{name}={value!r} ({flag}) must be a positive integer")
         unknown = sorted(set(self.thresholds or {}) - set(taxonomy.PRECEDENCE))
         if unknown:
             raise InputError(
                 f"no head class {unknown}; thresholds apply to {', '.join(taxonomy.PRECEDENCE)}"
             )
+
+
+def check_taxonomy_fit(model: LanguageModel, options: TaxonomyOptions) -> None:
+    """Refuse a ``top_k`` above the model's head count or sequences past its context window.
+
+    Raises:
+        InputError: The option named, with a value that works.
+    """
+    total = model.n_layers * model.n_heads
+    if options.top_k > total:
+        raise InputError(
+            f"top_k={options.top_k}: {model_label(model)} has {total} heads ({model.n_layers} "
+            f"layers x {model.n_heads}); pass --top-k {total} or less"
+        )
+    window = getattr(model, "context_length", None)
+    need = 2 * options.repeat_length + (1 if model.prepend_bos else 0)
+    if window and need > window:
+        raise InputError(
+            f"repeat_length={options.repeat_length}: a repeated sequence takes {need} tokens, "
+            f"more than {model_label(model)}'s context window of {window}; pass "
+            f"--repeat-length {(window - 1) // 2} or less"
+        )
 
 
 class RevisionScorer:

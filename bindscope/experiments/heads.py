@@ -30,6 +30,7 @@ from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.head_taxonomy import (
     RevisionScorer,
     TaxonomyOptions,
+    check_taxonomy_fit,
     head_settings,
     score_model,
     write_classification,
@@ -52,13 +53,15 @@ class HeadsOptions(TaxonomyOptions):
     """The options of ``bindscope heads``."""
 
     prompts: str | Path | PromptSet = option(
-        "canonical", "canonical, controls or a .jsonl path", prompts=True
+        "canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True
     )
 
 
 def _plan(models: list[LanguageModel], opts: HeadsOptions, common: Common) -> Plan:
     pset = prompt_set(opts.prompts)
     settings = head_settings(pset, opts, common.seed)
+    for model in models:
+        check_taxonomy_fit(model, opts)
 
     def each(run: ModelRun) -> None:
         write_classification(run.writer.path.parent, opts)

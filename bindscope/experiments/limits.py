@@ -155,7 +155,7 @@ def excluded(
     if not total:
         return None
     said = ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items()))
-    found = {
+    found: dict[str, object] = {
         "kind": "excluded",
         "model": model,
         "where": where,

@@ -50,7 +50,7 @@ class Pair:
     """One clean/corrupted pair (see ``docs/records.md``, "Pair files")."""
 
     pair_id: str
-    term: str
+    term: str  # "" when the pair has none (an IOI pair); only labels the records
     clean: str
     corrupted: str
     target: str | None = None
@@ -60,8 +60,8 @@ class Pair:
 
     @property
     def key(self) -> str:
-        """``term/pair_id``, unique in a pair file."""
-        return f"{self.term}/{self.pair_id}"
+        """``term/pair_id`` (``pair_id`` without a term), unique in a pair file."""
+        return f"{self.term}/{self.pair_id}" if self.term else self.pair_id
 
     @property
     def prompt_id(self) -> str:
@@ -92,7 +92,7 @@ def load_pairs(path_or_name: str | Path = "pairs") -> tuple[list[Pair], str, str
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             raise PromptFileError(f"{where}: not valid JSON ({exc.msg})") from None
-        missing = [k for k in ("pair_id", "term", "clean", "corrupted") if k not in row]
+        missing = [k for k in ("pair_id", "clean", "corrupted") if k not in row]
         if missing:
             raise PromptFileError(f"{where}: missing field(s) {missing}")
         has_answers = "clean_answer" in row and "corrupted_answer" in row
@@ -100,9 +100,15 @@ def load_pairs(path_or_name: str | Path = "pairs") -> tuple[list[Pair], str, str
             raise PromptFileError(
                 f"{where}: give a 'target' text, or both 'clean_answer' and 'corrupted_answer'"
             )
+        if row.get("target") and ("clean_answer" in row or "corrupted_answer" in row):
+            raise PromptFileError(
+                f"{where}: both 'target' and 'clean_answer'/'corrupted_answer'; a pair has one "
+                "metric: keep 'target' (its mean log-prob) or the two answers (their logit "
+                "difference)"
+            )
         pair = Pair(
             str(row["pair_id"]),
-            str(row["term"]),
+            str(row.get("term") or ""),
             row["clean"],
             row["corrupted"],
             row.get("target"),
@@ -114,6 +120,8 @@ def load_pairs(path_or_name: str | Path = "pairs") -> tuple[list[Pair], str, str
             raise PromptFileError(f"{where}: pair {pair.key} appears twice")
         seen.add(pair.key)
         pairs.append(pair)
+    if not pairs:
+        raise PromptFileError(f"{path}: no pairs (the file holds no JSON line); docs/records.md")
     return pairs, path.stem, content_sha256(path)
 
 
@@ -162,15 +170,18 @@ class PatchingOptions(HeadTestOptions):
 
     UNITS: ClassVar[tuple[str, ...]] = ("head", "layer", "position")
 
-    pairs: str | Path = option("pairs", "'pairs' (built-in) or a pair file")
+    pairs: str | Path = option("pairs", "'pairs' (built-in) or a pair file, docs/records.md")
     unit: str = option(
-        "head", "one condition per head, per layer, or per layer and position", choices=UNITS
+        "head",
+        "one condition per head, per layer (every head of it), or per layer and token position",
+        choices=UNITS,
     )
 
     def check(self) -> None:
-        """A known unit and correction, a positive limit, and a pair file that reads."""
+        """Unit, correction and limit; a pair file that reads; resamples that fit in memory."""
         super().check()
-        load_pairs(self.pairs)
+        pairs, _, _ = load_pairs(self.pairs)
+        head_stats.check_resamples(self.n_resamples, len(pairs[: self.limit]))
 
 
 def _plan(models: list[LanguageModel], opts: PatchingOptions, common: Common) -> Plan:

@@ -65,6 +65,18 @@ def summarize(results_dir: str | Path) -> dict[str, dict]:
         InputError: No ``<experiment>/records.jsonl`` under the folder.
         RecordFileError: A records file is corrupt (file and line named).
     """
+    found = experiment_folders(results_dir)
+    return {name: definitions()[name].summarize(folder) for name, folder in found.items()}
+
+
+def experiment_folders(results_dir: str | Path) -> dict[str, Path]:
+    """Each experiment with records under ``results_dir`` -> its folder.
+
+    ``summarize``, ``report`` and ``figures`` read these.
+
+    Raises:
+        InputError: None (the folder holds no experiment's ``records.jsonl``).
+    """
     root = Path(results_dir)
     names = definitions()
     found = {n: root / n for n in names if (root / n / "records.jsonl").is_file()}
@@ -75,12 +87,13 @@ def summarize(results_dir: str | Path) -> dict[str, dict]:
             f"{root}: no experiment results here (expected {', '.join(names)} folders with "
             "records.jsonl); pass the --out folder of a run"
         )
-    return {name: names[name].summarize(folder) for name, folder in found.items()}
+    return found
 
 
 __all__ = [
     "by_command",
     "definitions",
+    "experiment_folders",
     "record_kinds",
     "summarize",
     "summary_lines",

@@ -28,7 +28,7 @@ from bindscope.experiments import head_stats
 from bindscope.experiments.chunks import prompt_set
 from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.head_sets import as_pairs, conditions_of
-from bindscope.experiments.head_stats import HeadTestOptions
+from bindscope.experiments.head_stats import HeadTestOptions, check_resamples
 from bindscope.experiments.head_taxonomy import primary_classes
 from bindscope.experiments.options import count, option, positive
 from bindscope.experiments.recording import binding_metrics
@@ -74,6 +74,19 @@ def scannable(pset: PromptSet) -> list[PromptRecord]:
     return [r for r in pset.records if r.task == "recognition" or r.extra.get("target")]
 
 
+def spread_over_terms(items: list[PromptRecord], n: int | None) -> list[PromptRecord]:
+    """``n`` items taken in turn from each term (first of each term, then second, ...).
+
+    Terms in order of first appearance; the items keep their file order within a term.
+    """
+    by_term: dict[str, list] = {}
+    for item in items:
+        by_term.setdefault(item.term, []).append(item)
+    rounds = max((len(group) for group in by_term.values()), default=0)
+    order = [group[i] for i in range(rounds) for group in by_term.values() if i < len(group)]
+    return order[:n]
+
+
 #: Why a prompt of the set is not scanned (counted in the summary's limits).
 UNSCORED = "generation item without a 'target' to score"
 
@@ -97,15 +110,23 @@ class ScanOptions(HeadTestOptions):
             "binding heads matter" is told apart from "sink heads matter". 0: off.
         k: Size of the EB* top set compared under ``matched_classes`` (default 4); refused
             without it, where it would change nothing.
+        spread: With ``limit``, take the prompts in turn from each term (recorded); refused
+            without ``limit``.
     """
 
     prompts: str | Path | PromptSet = option(
-        "canonical", "canonical, controls or a .jsonl path", prompts=True
+        "canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True
     )
-    ablation: str = option("zero", choices=ABLATIONS)
+    ablation: str = option(
+        "zero",
+        "zero each head's output, set it to its mean over the prompts, or take it from "
+        "another prompt drawn with --seed",
+        choices=ABLATIONS,
+    )
     matched_classes: int = option(
         0,
-        "compare the EB* top-k heads' effect with N class-matched random head sets",
+        "compare the EB* top-k heads' effect with N class-matched random head sets "
+        "(default %(default)s: off)",
         type=count,
         metavar="N",
     )
@@ -113,6 +134,12 @@ class ScanOptions(HeadTestOptions):
         None,
         "EB* top set size compared under --matched-classes (default 4; refused without it)",
         type=positive,
+    )
+    spread: bool = option(
+        False,
+        "with --limit N: take the N prompts in turn from each term (one per term, then a "
+        "second, ...) instead of the first N in the file; refused without --limit",
+        switch=True,
     )
 
     def check(self) -> None:
@@ -124,6 +151,13 @@ class ScanOptions(HeadTestOptions):
             )
         if self.matched_classes and self.unit != "head":
             raise InputError("--matched-classes compares heads: it needs --unit head")
+        if self.spread and self.limit is None:
+            raise InputError(
+                "--spread spreads --limit N prompts over the terms: add --limit N "
+                "(spread=True needs limit=N)"
+            )
+        if isinstance(self.prompts, PromptSet):  # loaded: the summary's resampling is sized
+            check_resamples(self.n_resamples, len(self.items(self.prompts)))
         if self.k is not None and not self.matched_classes:
             raise InputError(
                 f"k={self.k} applies only with matched_classes (on the command line: --k "
@@ -132,14 +166,20 @@ class ScanOptions(HeadTestOptions):
                 "(--matched-classes N)"
             )
 
+    def items(self, pset: PromptSet) -> list[PromptRecord]:
+        """The prompts scanned: the first ``limit``, or with ``spread`` taken term by term."""
+        found = scannable(pset)
+        return spread_over_terms(found, self.limit) if self.spread else found[: self.limit]
+
 
 def _plan(models: list[LanguageModel], opts: ScanOptions, common: Common) -> Plan:
     pset = prompt_set(opts.prompts)
-    items = scannable(pset)[: opts.limit]
+    items = opts.items(pset)
     if not items:
         raise InputError(
             f"{pset.name}: no recognition record and no record with a 'target' field to scan"
         )
+    check_resamples(opts.n_resamples, len(items))
     seed = common.seed
     settings = {
         "ablation": opts.ablation,
@@ -149,6 +189,8 @@ def _plan(models: list[LanguageModel], opts: ScanOptions, common: Common) -> Pla
         "prompt_sha256": pset.sha256,
         "matched_classes": opts.matched_classes,
     }
+    if opts.spread:
+        settings["spread"] = True
     if opts.matched_classes:
         settings["k"] = 4 if opts.k is None else opts.k
     unscored = {UNSCORED: len(pset.records) - len(scannable(pset))}
@@ -240,6 +282,7 @@ def _run_model(run: ModelRun, items: list[PromptRecord], settings: dict, batch_s
             means=means,
             donors=donors or None,
             batch_size=batch_size,
+            progress=run.progress,  # moves after every pass, with an ETA for the chunk
         )
         owner_of = np.array(owners)
         out = []
@@ -342,6 +385,7 @@ __all__ = [
     "draw_donors",
     "matched_comparison",
     "run",
+    "spread_over_terms",
     "summarize",
     "summarize_scan",
 ]

@@ -56,7 +56,7 @@ class SweepOptions(TaxonomyOptions):
         required=True,
     )
     prompts: str | Path | PromptSet = option(
-        "canonical", "canonical, controls or a .jsonl path", prompts=True
+        "canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True
     )
     heads: bool = option(False, "also the head taxonomy per revision (OUT/heads)", switch=True)
     generation_batch_size: int = option(GENERATION_BATCH_SIZE, GENERATION_HELP, type=positive)

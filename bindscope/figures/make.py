@@ -42,11 +42,20 @@ class FigureReport:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     figures: list[FigureFile] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    not_run: list[str] = field(default_factory=list)  # experiments with no results here
 
     def lines(self) -> list[str]:
-        """One line per figure written or skipped, then the notes, for printing."""
+        """One line per figure written, one line for all that were not, then the notes."""
         out = [f"wrote {f.png} (+ {f.pdf.name})" for f in self.figures]
-        out += [f"skipped {name}: {reason}" for name, reason in self.skipped]
+        missing = {f"no {name} results" for name in self.not_run}
+        parts = [f"{', '.join(self.not_run)} (not run here)"] if self.not_run else []
+        parts += [
+            f"{name} ({reason})"
+            for name, reason in self.skipped
+            if not any(reason.startswith(m) for m in missing)
+        ]
+        if parts:
+            out.append(f"not drawn: {'; '.join(parts)}")
         out += [f"note: {note}" for note in self.notes]
         return out
 
@@ -74,6 +83,8 @@ def make_figures(results_dir: str | Path, out_dir: str | Path | None = None) -> 
         report.notes.extend(exp.notes)
         if exp.missing:
             report.skipped.extend((kind, exp.missing) for kind in section.sizes)
+            if exp.summary is None and not exp.n_records:
+                report.not_run.append(name)
             continue
         for figure_name, build in section.plots(exp):
             drawn = _draw(exp, figure_name, build, out, report)

@@ -284,15 +284,16 @@ def recompute_probs(args, kwargs):
         kwargs: Its keyword inputs (``scaling``, ``attention_mask``, ``sliding_window``).
 
     Returns:
-        ``[b, H, q, k]`` float32 probabilities.
+        ``[b, H, q, k]`` probabilities, float32 (float64 for float64 inputs).
     """
     q, k = args[1], args[2]
+    wide = torch.promote_types(q.dtype, torch.float32)
     mask = args[4] if len(args) > 4 else kwargs.get("attention_mask")
     scaling = kwargs.get("scaling")
     if scaling is None:
         scaling = 1.0 / math.sqrt(q.shape[-1])
     k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)  # GQA, same as repeat_kv
-    scores = (q.float() @ k.float().transpose(-1, -2)) * scaling  # [b, H, q, k]
+    scores = (q.to(wide) @ k.to(wide).transpose(-1, -2)) * scaling  # [b, H, q, k]
     softcap = kwargs.get("softcap")
     if softcap:  # Gemma 2 caps the logits before the mask
         scores = torch.tanh(scores / softcap) * softcap
@@ -303,7 +304,7 @@ def recompute_probs(args, kwargs):
     elif mask.dtype == torch.bool:
         scores = scores.masked_fill(~mask[..., :n_q, :n_k], float("-inf"))
     else:
-        scores = scores + mask[..., :n_q, :n_k].float()
+        scores = scores + mask[..., :n_q, :n_k].to(wide)
     window = kwargs.get("sliding_window")
     if window:
         rows = torch.arange(n_q, device=scores.device)[:, None] + (n_k - n_q)
@@ -536,7 +537,11 @@ def _run_layers(
                     "eager attention was requested; the model may not support switching "
                     "(reload it so the load-time probe can fall back to recomputing them)"
                 )
-            value = reduce(probs) if reduce is not None else probs.float()
+            value = (
+                reduce(probs)
+                if reduce is not None
+                else probs.to(torch.promote_types(probs.dtype, torch.float32))
+            )
             out[layer] = save(value)
     return save(out)
 

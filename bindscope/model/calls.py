@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from bindscope.batch import DEFAULT_BATCH_SIZE, check_texts
+from bindscope.batch import DEFAULT_BATCH_SIZE, check_texts, widened
 from bindscope.errors import InterventionError
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import PlannedBatch, plan_batches
@@ -82,7 +82,7 @@ def attention_probs(
             stacked = torch.stack([found[layer] for layer in wanted], 1)  # [b, L', H, n, n]
             for row, index in enumerate(batch.indices):
                 pad = batch.pad(row)
-                out[index] = stacked[row, :, :, pad:, pad:].float().contiguous()
+                out[index] = widened(stacked[row, :, :, pad:, pad:]).contiguous()
     return out  # type: ignore[return-value]
 
 
@@ -111,5 +111,5 @@ def logits(
 
         found = trace_batch(model, planned, body)
         for row, index in enumerate(batch.indices):
-            out[index] = found[row, batch.pad(row) :].float()
+            out[index] = widened(found[row, batch.pad(row) :])
     return out  # type: ignore[return-value]

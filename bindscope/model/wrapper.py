@@ -12,6 +12,7 @@ from bindscope.batch import (
     GENERATION_BATCH_SIZE,
     Batch,
     check_batch_size,
+    check_rows,
     check_texts,
 )
 from bindscope.errors import InputError
@@ -103,12 +104,13 @@ class Model:
         return self._pad(list(range(len(rows))), rows)
 
     def _pad(self, indices: list[int], rows: list[list[int]]) -> Batch:
+        vocab = self.hf.get_input_embeddings().num_embeddings
+        window = self.context_length
+        check_rows(indices, rows, model_name=self.name, vocab_size=vocab, context_length=window)
         width = max(len(r) for r in rows)
         ids = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         for i, row in enumerate(rows):
-            if not row:
-                raise InputError(f"{self.name}: text #{indices[i]} tokenizes to nothing")
             ids[i, width - len(row) :] = torch.tensor(row)
             mask[i, width - len(row) :] = 1
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -162,7 +164,14 @@ class Model:
 
     @property
     def capture_mode(self) -> str:
-        """``eager`` (weights returned by the module) or ``recompute`` (from q and k)."""
+        """How a capture would read probabilities *now*: ``eager`` or ``recompute``.
+
+        ``eager``: the attention module returns its weights; ``recompute``: they are
+        recomputed from q and k (one more q.k^T softmax per captured layer). Outside
+        ``eager()`` an sdpa model says ``recompute``; every bindscope call captures inside
+        ``eager()``, where a local model says ``eager`` (``capture_method``, what records
+        store). Only a remote model after a capture fallback recomputes there.
+        """
         if self.capture_fallback or self.attn_implementation != "eager":
             return "recompute"
         return "eager"
@@ -255,7 +264,9 @@ class Model:
         ablate=None,
         batch_size: int = DEFAULT_BATCH_SIZE,
     ) -> list[torch.Tensor]:
-        """Post-softmax attention per text: ``[n_layers_selected, H, n, n]`` float32.
+        """Post-softmax attention per text: ``[n_layers_selected, H, n, n]``.
+
+        float32, or float64 for a float64 model.
 
         Args:
             texts: Prompts.

@@ -11,7 +11,13 @@ import torch
 
 from bindscope.errors import RemoteJobError, SelfCheckError
 from bindscope.protocols import LanguageModel
-from bindscope.selfcheck import PROBE_TEXT, check_ablation_effect, check_causal, row_sum_tolerance
+from bindscope.selfcheck import (
+    PROBE_TEXT,
+    check_ablation_effect,
+    check_causal,
+    row_sum_tolerance,
+    softmax_dtype,
+)
 
 
 def _run_probe(model: LanguageModel) -> dict:
@@ -54,7 +60,8 @@ def probe_capture(model: LanguageModel) -> dict:
         raise SelfCheckError(f"{where}: attention probabilities could not be captured")
     row_error, upper = float(stats[:, 1].max()), float(stats[:, 2].max())
     # NDIF's deployment dtype is not visible from here: bound rows by the coarsest it may use
-    dtype = torch.bfloat16 if model.remote == "ndif" else model.dtype
+    weights = torch.bfloat16 if model.remote == "ndif" else model.dtype
+    dtype = softmax_dtype(weights, model.capture_method)  # the softmax's own rounding
     bound = row_sum_tolerance(dtype, len(model.tokenize(PROBE_TEXT)))
     if row_error > bound:
         raise SelfCheckError(

@@ -255,7 +255,14 @@ def condition_scores(
         by_start.setdefault(start, []).append(c)
     keep_layers = max(starts) if strategy == "residual" else 0
     batches = list(model.batches([list(s.ids) for s in sequences], batch_size=batch_size))
-    bar = tqdm(total=len(batches), desc=f"scan ({strategy})", unit="batch", disable=not progress)
+    # one step per (sequence, condition) row: the bar moves after every pass, with an ETA
+    bar = tqdm(
+        total=len(sequences) * len(conditions),
+        desc=f"scan ({strategy}) rows",
+        unit="row",
+        disable=not progress,
+        leave=False,
+    )
     from bindscope.runners.behaviour import _keeps_logits
 
     keeps = _keeps_logits(model)
@@ -279,13 +286,13 @@ def condition_scores(
                     swap,
                 )  # fmt: skip
                 scores[c, batch.indices] = got.double().numpy()
-            bar.update(1)
+                bar.update(b)
             continue
         for c, r, value in _residual_passes(
             model, batch, conditions, by_start, outputs, (index, target, weight), table,
             options, swap, rows_per_pass,
         ):  # fmt: skip
             scores[c, batch.indices[r]] = value
-        bar.update(1)
+            bar.update(1)
     bar.close()
     return clean, scores

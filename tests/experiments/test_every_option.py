@@ -59,6 +59,10 @@ def scan_setting(record, name):
     return record["provenance"]["scan"][name]
 
 
+def patch_setting(record, name):
+    return record["patching"][name]
+
+
 def seed_recorded(record, value):
     return record["provenance"]["seed"] == int(value or 0)
 
@@ -201,6 +205,10 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
         "--ablation": Changes("zero", "mean", lambda r, v: scan_setting(r, "ablation") == v),
         "--unit": Changes("head", "layer", lambda r, v: scan_setting(r, "unit") == v),
         "--limit": Changes("1", "2", lambda r, v: scan_setting(r, "limit") == int(v)),
+        "--spread": NoEffect(
+            "which --limit prompts are taken; refused without --limit",
+            "tests/experiments/test_reliability.py::test_scan_spread_takes_prompts_from_every_term",
+        ),
         "--correction": NoEffect(
             "multiple-comparison method of the summary",
             "tests/experiments/test_scan.py::test_layer_unit_and_holm",
@@ -217,14 +225,10 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
     "patch": {
         **{option: NoEffect("the same loader as scan's") for option in (*LOAD, *MODEL)},
         **{option: NoEffect("the same run options as scan's") for option in RUN},
-        "--pairs": NoEffect(
-            "the pair file",
-            "tests/experiments/test_patching.py::test_resume_gives_the_same_summary",
-        ),
-        "--unit": NoEffect(
-            "head or layer", "tests/experiments/test_patching.py::test_cli_scan_and_patch"
-        ),
-        "--limit": NoEffect("first N pairs"),
+        "--seed": Changes("1", "2", seed_recorded),
+        "--pairs": Changes("pairs_two", "pairs_one", lambda r, v: patch_setting(r, "pairs") == v),
+        "--unit": Changes("head", "layer", lambda r, v: patch_setting(r, "unit") == v),
+        "--limit": Changes("1", "2", lambda r, v: patch_setting(r, "limit") == int(v)),
         "--correction": NoEffect("multiple-comparison method of the summary"),
         "--n-resamples": NoEffect("bootstrap and permutation draws of the summary"),
     },
@@ -342,7 +346,29 @@ def world(tmp_path_factory, byte_tokenizer):
 
     EXEMPLAR_SHA[None] = content_sha256(prefixes(None))
     EXEMPLAR_SHA["exemplars"] = content_sha256(prefixes(files["exemplars"]))
+    files["pairs_two"] = _write(root / "pairs_two.jsonl", _pairs(byte_tokenizer, 4))
+    files["pairs_one"] = _write(root / "pairs_one.jsonl", _pairs(byte_tokenizer, 3))
     return root, files
+
+
+def _pairs(tokenizer, n: int) -> list[dict]:
+    """``n`` pairs whose clean and corrupted texts tokenize to equal lengths (target metric)."""
+    phrases = ["alt text", "a skip link", "the page", "the dog", "the river", "blind users"]
+    rows = []
+    for a in phrases:
+        for b in phrases:
+            clean, corrupted = (
+                f"In web accessibility, {a} helps",
+                f"In web accessibility, {b} helps",
+            )
+            if a == b or len(tokenizer(clean)["input_ids"]) != len(
+                tokenizer(corrupted)["input_ids"]
+            ):
+                continue
+            rows.append({"pair_id": f"p{len(rows)}", "term": a, "clean": clean,
+                         "corrupted": corrupted, "target": " people"})  # fmt: skip
+    assert len(rows) >= n, "too few equal-length pairs under the tiny tokenizer"
+    return rows[:n]
 
 
 def _argv(command, option, value, root, files, out) -> list[str]:
@@ -358,6 +384,9 @@ def _argv(command, option, value, root, files, out) -> list[str]:
         base.update({"--k": "1", "--n-random": "1"})
     if command == "scan":
         base.update({"--n-resamples": "99"})
+    if command == "patch":
+        del base["--prompts"]
+        base.update({"--pairs": files["pairs_two"], "--n-resamples": "99"})
     if command == "controls":
         del base["--prompts"]
         base.update({"--controls": files["controls"], "--real": files["two"]})
@@ -419,7 +448,7 @@ def test_option_changes_results_and_is_recorded(world, tmp_path, command, option
     assert written[entry.a] != written[entry.b], f"bindscope {command} {option} changed nothing"
 
 
-PROMPT_FILES = {"--prompts", "--ranking", "--controls", "--real"}
+PROMPT_FILES = {"--prompts", "--ranking", "--controls", "--real", "--pairs"}
 
 
 def test_batch_size_changes_only_rounding(world, tmp_path, capsys):
@@ -502,14 +531,22 @@ def test_scan_k_changes_the_comparison_and_is_refused_without_matched_classes(
     assert a["binding_top_vs_matched"] != b["binding_top_vs_matched"]
 
 
-def test_every_recorded_scan_setting_is_an_option_that_changes_results(world, tmp_path, capsys):
-    """What a scan records as its settings is each a Changes entry (k: above, only with
-    --matched-classes); the prompt file's hash stands for --prompts."""
+@pytest.mark.parametrize(("command", "folder"), [("scan", "scan"), ("patch", "patching")])
+def test_every_recorded_setting_is_an_option_that_changes_results(
+    world, tmp_path, capsys, command, folder
+):
+    """What a scan or patching run records as its settings is each a Changes entry (scan's
+    k: above, only with --matched-classes); a file's hash stands for the file's option."""
     root, files = world
-    argv = _argv("scan", "--seed", "1", root, files, tmp_path)
+    argv = _argv(command, "--seed", "1", root, files, tmp_path)
     assert cli.main(argv) == 0, capsys.readouterr().err
-    settings = _written(tmp_path)["scan/records.jsonl"][0]["scan"]
-    option = {"prompt_sha256": "--prompts", "matched_classes": "--matched-classes"}
+    settings = _written(tmp_path)[f"{folder}/records.jsonl"][0][folder]
+    option = {
+        "prompt_sha256": "--prompts",
+        "pairs_sha256": "--pairs",
+        "matched_classes": "--matched-classes",
+    }
+    assert "spread" not in settings  # recorded only with --spread (shown to change the items)
     for name in settings:
-        entry = TABLE["scan"][option.get(name, "--" + name.replace("_", "-"))]
-        assert isinstance(entry, Changes), f"scan records {name} but it changes nothing"
+        entry = TABLE[command][option.get(name, "--" + name.replace("_", "-"))]
+        assert isinstance(entry, Changes), f"{command} records {name} but it changes nothing"

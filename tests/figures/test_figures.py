@@ -52,7 +52,11 @@ def test_lines_name_each_file_and_skip(full_results, fewshot_only):
     assert len(report.lines()) == len(report.figures)
     assert all(line.startswith("wrote ") for line in report.lines())
     _, partial = fewshot_only
-    assert any(line.startswith("skipped c5_cross_architecture: ") for line in partial.lines())
+    # what was drawn, then one line for everything that was not
+    (wrote, not_drawn) = partial.lines()
+    assert wrote.startswith("wrote ") and not_drawn.startswith("not drawn: ")
+    assert "c5" in not_drawn and "binding" in not_drawn and "(not run here)" in not_drawn
+    assert "fewshot" not in not_drawn
 
 
 def test_missing_experiments_are_skipped_with_a_reason(fewshot_only):

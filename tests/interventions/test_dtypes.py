@@ -63,3 +63,43 @@ def test_self_check_bound_scales_with_dtype():
     assert row_sum_tolerance(torch.float32, 14) < 2e-6
     assert row_sum_tolerance(torch.bfloat16, 14) > 2.9e-3  # what bf16 rows were measured at
     assert row_sum_tolerance(torch.float16, 14) > 3.7e-4  # and fp16 rows
+
+
+def test_float64_runs_end_to_end(tiny):
+    """float64 weights give float64 probabilities and logits, the self-check passes with the
+    bound of the dtype the softmax ran in, and the probabilities equal HF eager's."""
+    from transformers import AutoModelForCausalLM
+
+    from bindscope.selfcheck import softmax_dtype
+
+    torch.manual_seed(sum(map(ord, tiny.family)))
+    config = tiny_config(tiny.family)
+    # GPT-2's reordered, upcast attention raises in float64 inside transformers (its softmax
+    # must come out float32); GPT-2's own configs leave it off
+    config.reorder_and_upcast_attn = False
+    hf = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    wide = bindscope.load_model(hf.eval().to(torch.float64), tokenizer=tiny.tokenizer)
+    text = PROMPTS[0]
+    ids = wide.tokenize(text)
+    probs = wide.attention_probs([text])[0]
+    assert probs.dtype == torch.float64 and wide.logits([text])[0].dtype == torch.float64
+    ran_in = softmax_dtype(torch.float64, wide.capture_method)
+    assert (probs.sum(-1) - 1).abs().max() <= row_sum_tolerance(ran_in, len(ids))
+    # same kernels, same dtype, one unpadded prompt: equal up to one rounding of the softmax
+    ref = hf_eager_attentions(wide, ids)
+    assert ref.dtype == torch.float64
+    assert (probs - ref).abs().max() <= torch.finfo(ran_in).eps
+    # a recomputed capture (sdpa) runs its softmax in float64 itself: the float64 bound holds
+    assert softmax_dtype(torch.float64, "recompute") == torch.float64
+    assert softmax_dtype(torch.float16, "eager") == torch.float16
+    assert softmax_dtype(torch.float16, "recompute") == torch.float32
+
+
+def test_float64_through_the_local_simulation(sp_tokenizer):
+    """The remote probe bounds rows by the softmax's dtype too (float32 under eager)."""
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_config(tiny_config("llama"), attn_implementation="eager")
+    wide = bindscope.load_model(hf.eval().to(torch.float64), tokenizer=sp_tokenizer,
+                                remote="local")  # fmt: skip
+    assert wide.attention_probs([PROMPTS[0]])[0].dtype == torch.float64

@@ -60,3 +60,14 @@ def test_generation_under_ablation_equals_pre_hooks(smollm2):
         ref = ref[0, prompt.shape[1] :].tolist()
         eos = smollm2.tokenizer.eos_token_id
         assert ids == (ref[: ref.index(eos)] if eos in ref else ref)
+
+
+def test_float64_passes_the_self_check_and_returns_float64():
+    """--dtype float64 on the default model: the self-check bounds rows by the float32 of the
+    eager softmax (issue 19.7), and probabilities and logits come back float64."""
+    import bindscope
+
+    wide = bindscope.load_model(dtype="float64")  # runs the self-check
+    probs = wide.attention_probs([PROMPTS[0]])[0]
+    assert probs.dtype == torch.float64 and wide.logits([PROMPTS[0]])[0].dtype == torch.float64
+    assert (probs.sum(-1) - 1).abs().max() <= row_sum_bound(probs.shape[-1])
