@@ -10,9 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from bindscope._version import __version__
 from bindscope.errors import BindscopeError
-
-__version__ = "0.1.0"
 
 SUBPACKAGES = (
     "batch",

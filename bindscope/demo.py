@@ -119,7 +119,7 @@ def run(
             print(f"[{loaded.name} {name}] done in {time.perf_counter() - t1:.0f} s")
         minutes[loaded.name] = (time.perf_counter() - t0) / 60
     t0 = time.perf_counter()
-    from bindscope.experiments.text import summary_lines
+    from bindscope.experiments.registry import summary_lines
     from bindscope.figures import make_figures, write_report
 
     figures = make_figures(out)
@@ -153,7 +153,8 @@ def _load(spec):
 
 def _steps(model, canonical: PromptSet, control_set: PromptSet, out: Path, n_random, force):
     """The demo's experiments on one model: ``(name, run(progress))`` in order."""
-    from bindscope.experiments import binding_run, c5, controls, fewshot
+    from bindscope.experiments import binding as binding_run
+    from bindscope.experiments import c5, controls, fewshot
 
     design = DEMO_C5_DESIGN.format(
         items=len(DEMO_C5_IDS),

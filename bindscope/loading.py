@@ -478,6 +478,7 @@ def load_model(
     wrapped = wrap_model(
         hf, tokenizer or tok, name=name, revision=revision, prepend_bos=prepend_bos, family=family
     )
+    wrapped.training = training(name)  # what an embedded checkpoint is, for the records
     if inferred:
         check_inferred(wrapped)
     elif self_check:

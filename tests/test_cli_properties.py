@@ -95,9 +95,11 @@ def command_lines(draw, paths):
 )
 @given(data=st.data())
 def test_any_command_line_stops_cleanly_or_reaches_the_model(data, paths, monkeypatch, capsys):
+    # bindscope.load_model first: its first lookup caches loading.load_model, which must be
+    # the real one, so that undoing the patches restores it
+    monkeypatch.setattr(bindscope, "load_model", _loaded)
     monkeypatch.setattr(cli, "_load", _loaded)
     monkeypatch.setattr(loading, "load_model", _loaded)
-    monkeypatch.setattr(bindscope, "load_model", _loaded)
     argv = data.draw(command_lines(paths))
     try:
         code = cli.main(argv)

@@ -12,6 +12,7 @@ batches (different heads per row), so 50 random sets stay affordable.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,26 +20,32 @@ import numpy as np
 
 from bindscope.batch import GENERATION_BATCH_SIZE, check_batch_size
 from bindscope.errors import InputError
-from bindscope.experiments.c5_summary import EXPERIMENT, summarize_c5
-from bindscope.experiments.common import (
-    BINDING_FROM,
-    base_record,
-    batch_order,
-    binding_metrics,
-    chunk_items,
-    model_label,
-    prompt_set,
-    provenance,
-    record_key,
-    run_chunks,
-    stored_binding,
-    summarize_folder,
+from bindscope.experiments.c5_summary import EXPERIMENT, RANKING, summarize_c5
+from bindscope.experiments.chunks import batch_order, chunk_items, prompt_set
+from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
+from bindscope.experiments.head_taxonomy import primary_classes
+from bindscope.experiments.options import (
+    GENERATION_HELP,
+    Options,
+    count,
+    option,
+    positive,
+    setting,
 )
+from bindscope.experiments.recording import binding_metrics
+from bindscope.experiments.reuse import BINDING_FROM, stored_binding
+from bindscope.experiments.summary import folder_summary
 from bindscope.interventions import Mean, Zero, head_means
 from bindscope.metrics.behaviour import RecognitionResult, default_rubric
+from bindscope.metrics.heads import draw_class_matched_sets
 from bindscope.metrics.ranking import mean_bsi, rank_heads
 from bindscope.prompts.context import check_fit
-from bindscope.results.records import RecordWriter, read_records
+from bindscope.prompts.records import PromptRecord, PromptSet
+from bindscope.protocols import LanguageModel
+from bindscope.results.format import estimate, num, pvalue
+from bindscope.results.labels import model_label
+from bindscope.results.records import provenance, read_records
+from bindscope.results.schema import RecordKind, behaviour_metrics, binding_kind
 from bindscope.results.settings import content_sha256
 from bindscope.results.summaries import check_complete
 from bindscope.runners.behaviour import generation, recognition
@@ -47,6 +54,7 @@ from bindscope.runners.scan import ScoredSequence, condition_scores
 
 #: How recognition conditions run; see ``run``.
 STRATEGIES = ("residual", "batched")
+ABLATIONS = ("zero", "mean")
 
 
 def draw_random_sets(
@@ -92,30 +100,15 @@ def draw_random_sets(
     return sets
 
 
-def run(
-    models,
-    *,
-    prompts="canonical",
-    ranking=None,
-    out: str | Path,
-    k: int = 4,
-    n_random: int = 50,
-    ablation: str = "zero",
-    matched_layers: bool = False,
-    matched_classes: bool = False,
-    seed: int = 0,
-    rubric: dict | None = None,
-    batch_size: int = 16,
-    generation_batch_size: int = GENERATION_BATCH_SIZE,
-    force: bool = False,
-    progress: bool = True,
-    strategy: str = "batched",
-    design: str | None = None,
-) -> dict:
-    """Run C5 for one or several models and write records and a summary.
+@dataclass(frozen=True)
+class C5Options(Options):
+    """The options of C5 (``bindscope c5``; ``run(models, *, out, ..., **options)``).
 
-    Args:
-        models: One ``Model`` or a list (each gets its own ranking and conditions).
+    ``run`` runs C5 for one ``Model`` or a list (each gets its own ranking and conditions)
+    and writes records and a summary; ``batch_size`` is texts per forward pass (ranking and
+    recognition) and ``seed`` seeds the random sets and the bootstrap.
+
+    Attributes:
         prompts: Evaluation prompt set (recognition and generation records).
         ranking: Prompt set used to rank heads by mean BSI (default: ``prompts``).
         k: Heads per ablated set.
@@ -123,17 +116,11 @@ def run(
         ablation: ``zero`` or ``mean`` (means over the ranking set's templates).
         matched_layers: Random sets use the top set's layers.
         matched_classes: Random sets copy the top set's head classes (sink, previous-token,
-            induction, duplicate-token or other; ``bindscope.experiments.heads.
+            induction, duplicate-token or other; ``bindscope.experiments.head_taxonomy.
             primary_classes`` on the ranking templates, default thresholds), so an effect of
             the top set can be told from an effect of, say, sink heads.
-        seed: Seed of the random sets and of the bootstrap.
-        rubric: Keyword rubric for generation (default: the package rubric).
-        out: Results folder; records go to ``OUT/<experiment>/records.jsonl``.
-        batch_size: Texts per forward pass (ranking and recognition).
         generation_batch_size: Rows per greedy-generation batch (conditions mix in it).
-        force: Start afresh even where the folder's settings differ (else refused).
-        design: One sentence on how the items were sampled and why, stored with the
-            records and shown in the summary and the report.
+        rubric: Keyword rubric for generation (default: the package rubric).
         strategy: How recognition conditions run (equal to rounding; recorded in
             provenance). ``batched`` (default): conditions mixed in batches, each prompt
             run once per condition with its choices on the prompt's cache. ``residual``
@@ -143,48 +130,92 @@ def run(
             sequence, so it pays off only where choices outnumber the saved layers (on the
             canonical recognition items it runs about 2.4x the token-layers of ``batched``:
             3.3 choices per prompt, and a random 4-head set still runs 82% of 30 layers).
-        progress: Show a progress bar.
+        design: One sentence on how the items were sampled and why, stored with the
+            records and shown in the summary and the report.
     """
-    if strategy not in STRATEGIES:
-        raise InputError(f"strategy={strategy!r}: pass one of {', '.join(STRATEGIES)}")
-    check_batch_size(batch_size)
-    check_batch_size(generation_batch_size, "generation_batch_size", GENERATION_BATCH_SIZE)
-    if ablation not in ("zero", "mean"):
-        raise ValueError("ablation must be 'zero' or 'mean'")
-    if matched_layers and matched_classes:
-        raise ValueError("match random sets on layers or on classes, not both")
-    models = models if isinstance(models, (list, tuple)) else [models]
-    pset = prompt_set(prompts)
-    rset = prompt_set(ranking) if ranking is not None else pset
+
+    prompts: str | Path | PromptSet = option(
+        "canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True
+    )
+    ranking: str | Path | PromptSet | None = option(
+        None, "prompt set that ranks heads (default: prompts)", prompts=True
+    )
+    k: int = option(4, "heads per ablated set", type=positive)
+    n_random: int = option(50, "number of random k-head sets", type=count)
+    ablation: str = option(
+        "zero",
+        "zero the heads' outputs, or set them to their mean over the prompts",
+        choices=ABLATIONS,
+    )
+    matched_layers: bool = option(False, "random sets in top's layers", switch=True)
+    matched_classes: bool = option(
+        False,
+        "random sets with the top set's head classes (sink, previous-token, ...)",
+        switch=True,
+    )
+    generation_batch_size: int = option(GENERATION_BATCH_SIZE, GENERATION_HELP, type=positive)
+    rubric: dict | None = setting(None)
+    strategy: str = setting("batched")
+    design: str | None = setting(None)
+
+    def check(self) -> None:
+        """Values and combinations that no model can make right."""
+        if self.strategy not in STRATEGIES:
+            raise InputError(f"strategy={self.strategy!r}: pass one of {', '.join(STRATEGIES)}")
+        check_batch_size(self.generation_batch_size, "generation_batch_size", GENERATION_BATCH_SIZE)
+        if self.ablation not in ABLATIONS:
+            raise InputError(f"ablation={self.ablation!r}: ablation must be 'zero' or 'mean'")
+        if self.matched_layers and self.matched_classes:
+            raise InputError("match random sets on layers or on classes, not both")
+        k, n_random = self.k, self.n_random
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise InputError(f"--k {k!r}: the number of heads per ablated set must be 1 or more")
+        if isinstance(n_random, bool) or not isinstance(n_random, int) or n_random < 0:
+            raise InputError(
+                f"--n-random {n_random!r}: the number of random sets must be 0 or more"
+            )
+
+
+def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
+    pset = prompt_set(opts.prompts)
+    rset = prompt_set(opts.ranking) if opts.ranking is not None else pset
     for model in models:
-        check_k(model, k=k, n_random=n_random)
+        check_k(model, k=opts.k, n_random=opts.n_random)
         check_fit(model, [*pset, *(rset if rset is not pset else ())])
-    folder = Path(out) / EXPERIMENT
     settings = {
-        "k": k,
-        "n_random": n_random,
-        "ablation": ablation,
-        "seed": seed,
-        "matched_layers": matched_layers,
+        "k": opts.k,
+        "n_random": opts.n_random,
+        "ablation": opts.ablation,
+        "seed": common.seed,
+        "matched_layers": opts.matched_layers,
         "ranking_set": rset.name,
         "ranking_sha256": rset.sha256,
     }
-    if matched_classes:  # only when set: folders written before the option still resume
+    if opts.matched_classes:  # only when set: folders written before the option still resume
         settings["matched_classes"] = True
-    if design:  # likewise
-        settings["design"] = design
-    rubric = rubric or default_rubric()
+    if opts.design:  # likewise
+        settings["design"] = opts.design
+    rubric = opts.rubric or default_rubric()
     inputs = {"prompt_sha256": pset.sha256, "rubric_sha256": content_sha256(rubric)}
-    checked = {**settings, **inputs}
-    records = folder / "records.jsonl"
-    with RecordWriter(records, force=force, settings=checked, models=models) as writer:
-        for model in models:
-            sizes = (batch_size, generation_batch_size)
-            _run_model(model, pset, rset, writer, settings, rubric, sizes, progress, strategy)
-    return summarize(folder)
+    sizes = (common.batch_size, opts.generation_batch_size)
+
+    def strategy(model: LanguageModel) -> str:
+        # the residual stream would cross the network
+        return "batched" if getattr(model, "remote", False) else opts.strategy
+
+    def prov(model: LanguageModel) -> dict:
+        c5_strategy = strategy(model)
+        return provenance(
+            model, prompt_set=pset, seed=common.seed, c5=settings, c5_strategy=c5_strategy
+        )
+
+    def each(run: ModelRun) -> None:
+        _run_model(run, pset, rset, settings, rubric, sizes, strategy(run.model))
+
+    return Plan({**settings, **inputs}, each, provenance=prov)
 
 
-def check_k(model, *, k: int, n_random: int) -> None:
+def check_k(model: LanguageModel, *, k: int, n_random: int) -> None:
     """Refuse a head-set size the model cannot supply, before any work.
 
     The top set has k heads and every random set k more from outside it, so 2k heads must
@@ -193,11 +224,8 @@ def check_k(model, *, k: int, n_random: int) -> None:
     Raises:
         InputError: k is not an integer in 1..heads/2, or n_random is negative.
     """
+    C5Options(k=k, n_random=n_random)  # an integer k in 1.., n_random in 0..
     total = model.n_layers * model.n_heads
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise InputError(f"--k {k!r}: the number of heads per ablated set must be 1 or more")
-    if isinstance(n_random, bool) or not isinstance(n_random, int) or n_random < 0:
-        raise InputError(f"--n-random {n_random!r}: the number of random sets must be 0 or more")
     if 2 * k > total:
         raise InputError(
             f"--k {k}: {model_label(model)} has {total} heads ({model.n_layers} layers x "
@@ -206,80 +234,98 @@ def check_k(model, *, k: int, n_random: int) -> None:
         )
 
 
-def _run_model(model, pset, rset, writer, settings, rubric, sizes, progress, strategy) -> None:
-    batch_size, generation_batch_size = sizes
-    if getattr(model, "remote", False):
-        strategy = "batched"  # the residual stream would cross the network
-    prov = provenance(
-        model, prompt_set=pset, seed=settings["seed"], c5=settings, c5_strategy=strategy
-    )
-    rank_key = lambda r: record_key("c5-ranking", model.name, model.revision, r.key, "clean")  # noqa: E731
+def _run_model(
+    run: ModelRun,
+    pset: PromptSet,
+    rset: PromptSet,
+    settings: dict,
+    rubric: dict,
+    sizes: tuple[int, int],
+    strategy: str,
+) -> None:
+    """Rank one model's heads, draw its sets and write every condition's records."""
+    top, bottom = _rank(run, rset, settings["k"], sizes[0])
+    conditions = {"baseline": [], "top": top, "bottom": bottom}
+    randoms = _random_sets(run.model, rset, top, settings, sizes[0])
+    conditions.update({f"random:{i:02d}": s for i, s in enumerate(randoms)})
+    _evaluate(run, pset, rset, conditions, settings, rubric, sizes, strategy)
 
-    stored = stored_binding(model, writer.path.parents[1], rset)
-    reused = {**prov, "binding_from": BINDING_FROM}
 
-    def rank_work(chunk):
+def _rank(
+    run: ModelRun, rset: PromptSet, k: int, batch_size: int
+) -> tuple[list[list[int]], list[list[int]]]:
+    """The top and bottom k heads by mean BSI over the ranking set (written as records)."""
+    model = run.model
+
+    def rank_key(r: PromptRecord) -> str:
+        return run.key(r.key, name=RANKING)
+
+    stored = stored_binding(model, run.writer.path.parents[1], rset)
+    reused = {**run.prov, "binding_from": BINDING_FROM}
+
+    def rank_work(chunk: list[PromptRecord]) -> list[dict]:
         if all(rec.key in stored for rec in chunk):  # computed once per folder: reuse
             return [
-                base_record("c5-ranking", model, rec, "clean", stored[rec.key], reused)
+                run.record(rec, "clean", stored[rec.key], name=RANKING, prov=reused)
                 for rec in chunk
             ]
         results = binding(model, chunk, batch_size=batch_size * 2, on_missing="skip")
         return [
-            base_record("c5-ranking", model, rec, "clean", binding_metrics(res, model), prov)
+            run.record(rec, "clean", binding_metrics(res, model), name=RANKING)
             for rec, res in zip(chunk, results)
         ]
 
-    run_chunks(
-        rset.records,
-        writer=writer,
-        key=rank_key,
-        work=rank_work,
-        chunk_size=batch_size * 8,
-        desc="c5 ranking",
-        progress=progress,
-    )
-    label = model_label(model)
+    run.chunks(rset.records, rank_work, key=rank_key, chunk_size=batch_size * 8, desc="c5 ranking")
     keys = {rank_key(r) for r in rset.records}
-    ranking_records = [r for r in read_records(writer.path) if r["key"] in keys]
+    ranking_records = [r for r in read_records(run.writer.path) if r["key"] in keys]
     ok = [r for r in ranking_records if r["metrics"].get("eb_star") is not None]
     if not ok:
-        raise ValueError(f"{label}: no ranking prompt has a 2+ token span; cannot rank heads")
-    top, bottom = rank_heads(mean_bsi(ok), settings["k"])
-    if settings.get("matched_classes"):
-        from bindscope.experiments.heads import primary_classes
-        from bindscope.metrics.heads import draw_class_matched_sets
+        raise InputError(
+            f"{model_label(model)}: no ranking prompt has a 2+ token span; cannot rank heads"
+        )
+    return rank_heads(mean_bsi(ok), k)
 
+
+def _random_sets(
+    model: LanguageModel, rset: PromptSet, top: list[list[int]], settings: dict, batch_size: int
+) -> list[list[list[int]]]:
+    """The random k-head sets: class-matched, layer-matched or drawn from all other heads."""
+    seed, n = settings["seed"], settings["n_random"]
+    if settings.get("matched_classes"):
         templates = [r.template for r in rset.records]
-        primary = primary_classes(model, templates, seed=settings["seed"], batch_size=batch_size)
-        randoms = draw_class_matched_sets(
-            primary, top, n=settings["n_random"], seed=settings["seed"]
-        )
-    else:
-        randoms = draw_random_sets(
-            model.n_layers,
-            model.n_heads,
-            top,
-            k=settings["k"],
-            n=settings["n_random"],
-            seed=settings["seed"],
-            matched_layers=settings["matched_layers"],
-        )
-    conditions = {"baseline": [], "top": top, "bottom": bottom}
-    conditions.update({f"random:{i:02d}": s for i, s in enumerate(randoms)})
+        primary = primary_classes(model, templates, seed=seed, batch_size=batch_size)
+        return draw_class_matched_sets(primary, top, n=n, seed=seed)
+    return draw_random_sets(
+        model.n_layers, model.n_heads, top, k=settings["k"], n=n, seed=seed,
+        matched_layers=settings["matched_layers"],
+    )  # fmt: skip
+
+
+def _evaluate(
+    run: ModelRun,
+    pset: PromptSet,
+    rset: PromptSet,
+    conditions: dict[str, list],
+    settings: dict,
+    rubric: dict,
+    sizes: tuple[int, int],
+    strategy: str,
+) -> None:
+    """Every evaluation prompt under every condition, mixed in batches (written as records)."""
+    model = run.model
+    batch_size, generation_batch_size = sizes
     means = None
     if settings["ablation"] == "mean":
         heads = sorted({tuple(h) for hs in conditions.values() for h in hs})
         means = head_means(model, [r.template for r in rset.records], heads, batch_size=batch_size)
     items = [(rec, name) for rec in batch_order(model, pset.records) for name in conditions]
-    key = lambda item: record_key(EXPERIMENT, model.name, model.revision, item[0].key, item[1])  # noqa: E731
 
-    task_options = {
+    task_options: dict[str, dict[str, Any]] = {
         "recognition": {"batch_size": batch_size},
         "generation": {"rubric": rubric, "batch_size": generation_batch_size},
     }
 
-    def work(chunk):
+    def work(chunk: list[tuple[PromptRecord, str]]) -> list[dict]:
         out = []
         # looked up at call time (not a module-level table), so a test can stand in for either
         scorers: dict[str, Callable[..., list[Any]]] = {"recognition": recognition}
@@ -305,13 +351,10 @@ def _run_model(model, pset, rset, writer, settings, rubric, sizes, progress, str
                 metrics = res.to_dict()
                 metrics.pop("key")
                 out.append(
-                    base_record(
-                        EXPERIMENT,
-                        model,
+                    run.record(
                         rec,
                         name,
                         metrics,
-                        prov,
                         heads=conditions[name],
                         ablation=settings["ablation"],
                         c5=settings,
@@ -319,26 +362,31 @@ def _run_model(model, pset, rset, writer, settings, rubric, sizes, progress, str
                 )
         return out
 
-    run_chunks(
+    run.chunks(
         items,
-        writer=writer,
-        key=key,
-        work=work,
+        work,
+        key=lambda item: run.key(item[0].key, item[1]),
         # about batch_size records with every condition, in whole batches of both kinds
         chunk_size=chunk_items(batch_size, generation_batch_size, batch_size * len(conditions)),
-        desc=f"c5 {label}",
-        progress=progress,
+        desc=f"c5 {model_label(model)}",
     )
 
 
-def _spec(heads, means):
+def _spec(heads: list, means: Any) -> Zero | Mean | None:
     """The intervention of one condition: its heads zeroed, or mean-ablated with ``means``."""
     if not heads:
         return None
     return Zero(heads) if means is None else Mean(heads, means)
 
 
-def recognition_residual(model, part, conditions, *, means=None, batch_size: int = 16):
+def recognition_residual(
+    model: LanguageModel,
+    part: list[tuple[PromptRecord, str]],
+    conditions: dict[str, list],
+    *,
+    means: Any = None,
+    batch_size: int = 16,
+) -> list[RecognitionResult]:
     """Recognition results of ``(record, condition name)`` pairs by residual start.
 
     Every choice of a record is the sequence prompt + " choice", scored by its mean
@@ -370,9 +418,51 @@ def recognition_residual(model, part, conditions, *, means=None, batch_size: int
     return out
 
 
-def summarize(folder: str | Path) -> dict:
-    """Rebuild ``folder/summary.json`` from ``folder/records.jsonl`` (a finished run only)."""
-    return summarize_folder(folder, summarize_c5, check=check_complete)
+summarize = folder_summary(EXPERIMENT, summarize_c5, check=check_complete)
 
 
-__all__ = ["EXPERIMENT", "draw_random_sets", "run", "summarize", "summarize_c5"]
+def text(s: dict) -> list[str]:
+    """The C5 summary as terminal lines."""
+    out = [
+        f"C5 head ablation: k={s['k']}, {s['n_random']} random sets, {s['ablation']} ablation "
+        f"(drops are baseline minus ablated; 95% paired bootstrap CIs)"
+    ]
+    if s.get("design"):
+        out.append(f"  design: {s['design']}")
+    for label, m in s["models"].items():
+        out.append(f"  {label}: top {m['top_heads']}  bottom {m['bottom_heads']}")
+        header = f"    {'task':<12}{'baseline':>9}{'top':>8}{'bottom':>8}{'random':>8}"
+        out.append(header + "   top drop               specificity            p      p_holm")
+        for task in ("recognition", "generation"):
+            cond = m["conditions"]
+            if "baseline" not in cond or task not in cond["baseline"]:
+                continue
+            rand = [v[task] for c, v in cond.items() if c.startswith("random:") and task in v]
+            out.append(
+                f"    {task:<12}{num(cond['baseline'][task]):>9}"
+                f"{num(cond.get('top', {}).get(task)):>8}{num(cond.get('bottom', {}).get(task)):>8}"
+                f"{num(sum(rand) / len(rand) if rand else None):>8}   "
+                f"{estimate(m['drops'].get('top', {}).get(task)):<23}"
+                f"{estimate(m['specificity'].get(task)):<23}"
+                f"{pvalue(m['p_value'].get(task)):<7}{pvalue(m.get('p_holm', {}).get(task))}"
+            )
+    return out
+
+
+CONDITIONS = RecordKind(EXPERIMENT, ("baseline", "top", "bottom"), ("random:",), behaviour_metrics)
+DEFINITION = Experiment(
+    EXPERIMENT, "c5", "causal head ablation: top/bottom/random k-head sets", C5Options,
+    summarize, text, records=(CONDITIONS, binding_kind(RANKING)), plan=_plan, models="several",
+)  # fmt: skip
+run = DEFINITION.run
+
+__all__ = [
+    "DEFINITION",
+    "EXPERIMENT",
+    "C5Options",
+    "draw_random_sets",
+    "run",
+    "summarize",
+    "summarize_c5",
+    "text",
+]

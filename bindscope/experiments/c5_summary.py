@@ -5,17 +5,14 @@ from __future__ import annotations
 import numpy as np
 
 from bindscope.experiments import limits
-from bindscope.experiments.common import (
-    skipped_reasons,
-)
+from bindscope.experiments.summary import skipped_reasons
 from bindscope.metrics import stats
 from bindscope.metrics.ranking import mean_bsi
 from bindscope.results.labels import by_model
 
-#: How recognition conditions run; see ``run``.
-STRATEGIES = ("residual", "batched")
-
 EXPERIMENT = "c5"
+#: The records of the heads' ranking (mean BSI over the ranking set).
+RANKING = "c5-ranking"
 
 
 def summarize_c5(records: list[dict], *, n_resamples: int = 9999) -> dict:
@@ -55,14 +52,16 @@ def summarize_c5(records: list[dict], *, n_resamples: int = 9999) -> dict:
     }
 
 
-def _summarize_model(group, all_records, seed, n_resamples, label) -> dict:
+def _summarize_model(
+    group: list[dict], all_records: list[dict], seed: int, n_resamples: int, label: str
+) -> dict:
     first = group[0]
     heads = {r["condition"]: r["heads"] for r in group}
     random_names = sorted(c for c in heads if c.startswith("random:"))
     ranked = [
         r
         for r in all_records
-        if r["experiment"] == "c5-ranking"
+        if r["experiment"] == RANKING
         and r["model"] == first["model"]
         and r["revision"] == first["revision"]
     ]

@@ -12,92 +12,79 @@ span lengths both sides share, each side keeping only those lengths.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from bindscope.experiments import limits
-from bindscope.experiments.common import (
-    BINDING_FROM,
-    base_record,
-    binding_metrics,
-    mean_estimate,
-    prompt_set,
-    provenance,
-    record_key,
-    run_chunks,
-    skipped_reasons,
-    stored_binding,
-    summarize_folder,
-)
+from bindscope.experiments.chunks import prompt_set
+from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
+from bindscope.experiments.options import Options, option
+from bindscope.experiments.recording import binding_metrics
+from bindscope.experiments.reuse import BINDING_FROM, stored_binding
+from bindscope.experiments.summary import folder_summary, mean_estimate, skipped_reasons
 from bindscope.metrics import stats
 from bindscope.prompts.context import check_fit
-from bindscope.prompts.records import PromptSet
+from bindscope.prompts.records import PromptRecord, PromptSet
+from bindscope.protocols import LanguageModel
+from bindscope.results.format import DASH, estimate, num, pvalue
 from bindscope.results.labels import by_model
-from bindscope.results.records import RecordWriter
+from bindscope.results.schema import binding_kind
 from bindscope.runners.binding import binding
 
 EXPERIMENT = "controls"
 REAL = "real"
 
 
-def run(
-    model,
-    *,
-    controls="controls",
-    real="canonical",
-    out: str | Path,
-    batch_size: int = 32,
-    seed: int = 0,
-    force: bool = False,
-    progress: bool = True,
-) -> dict:
-    """EB* for every control item and every real generation prompt, then the comparison."""
-    cset = prompt_set(controls)
-    rset = prompt_set(real)
+@dataclass(frozen=True)
+class ControlsOptions(Options):
+    """The options of ``bindscope controls``."""
+
+    controls: str | Path | PromptSet = option(
+        "controls", "control groups' prompt set: a built-in name or a .jsonl path", prompts=True
+    )
+    real: str | Path | PromptSet = option(
+        "canonical", "real terms' prompt set: a built-in name or a .jsonl path", prompts=True
+    )
+
+
+def _plan(models: list[LanguageModel], opts: ControlsOptions, common: Common) -> Plan:
+    cset = prompt_set(opts.controls)
+    rset = prompt_set(opts.real)
     real_records = [r for r in rset if r.task == "generation" and r.control_group is None]
     items = [r for r in cset if r.control_group] + real_records
-    check_fit(model, items)
+    for model in models:
+        check_fit(model, items)
     combined = PromptSet(f"{cset.name}+{rset.name}", tuple(items), cset.sha256 + rset.sha256)
-    folder = Path(out) / EXPERIMENT
-    settings = {"controls_sha256": cset.sha256, "real_sha256": rset.sha256, "seed": seed}
-    prov = provenance(model, prompt_set=combined, seed=seed, settings=settings)
 
-    stored = stored_binding(model, out, rset)  # real terms: computed once per folder
-    reused = {**prov, "binding_from": BINDING_FROM}
+    def each(run: ModelRun) -> None:
+        model, size = run.model, common.batch_size
+        stored = stored_binding(model, common.out, rset)  # real terms: computed once per folder
+        reused = {**run.prov, "binding_from": BINDING_FROM}
 
-    def work(chunk):
-        fresh = [r for r in chunk if r.control_group or r.key not in stored]
-        results = binding(model, fresh, batch_size=batch_size, on_missing="skip")
-        computed = {r.key: res for r, res in zip(fresh, results)}
-        return [
-            base_record(
-                EXPERIMENT,
-                model,
-                r,
-                "clean",
-                binding_metrics(computed[r.key], model) if r.key in computed else stored[r.key],
-                prov if r.key in computed else reused,
-                control_family=r.extra.get("control_family"),
-            )
-            for r in chunk
-        ]
+        def work(chunk: list[PromptRecord]) -> list[dict]:
+            fresh = [r for r in chunk if r.control_group or r.key not in stored]
+            results = binding(model, fresh, batch_size=size, on_missing="skip")
+            computed = {r.key: binding_metrics(res, model) for r, res in zip(fresh, results)}
+            return [
+                run.record(
+                    r,
+                    "clean",
+                    computed.get(r.key) or stored[r.key],
+                    prov=None if r.key in computed else reused,
+                    control_family=r.extra.get("control_family"),
+                )
+                for r in chunk
+            ]
 
-    records = folder / "records.jsonl"
-    with RecordWriter(records, force=force, settings=settings, models=[model]) as writer:
-        run_chunks(
-            items,
-            writer=writer,
-            key=lambda r: record_key(EXPERIMENT, model.name, model.revision, r.key, "clean"),
-            work=work,
-            chunk_size=batch_size * 4,
-            desc=f"controls {model.name}",
-            progress=progress,
-        )
-    return summarize(folder)
+        run.chunks(items, work, chunk_size=size * 4, desc=f"controls {model.name}")
+
+    settings = {"controls_sha256": cset.sha256, "real_sha256": rset.sha256, "seed": common.seed}
+    return Plan(settings, each, prompt_set=combined)
 
 
-def _d(real, group, seed, n_resamples):
+def _d(real: np.ndarray, group: np.ndarray, seed: int, n_resamples: int) -> dict | None:
     """Cohen's d with CI, or None when it is undefined on these data."""
     try:
         return stats.cohens_d_ci(real, group, seed=seed, n_resamples=n_resamples).to_dict()
@@ -189,9 +176,39 @@ def summarize_controls(records: list[dict], *, n_resamples: int = 9999) -> dict:
     }
 
 
-def summarize(folder: str | Path) -> dict:
-    """Rebuild ``folder/summary.json`` from ``folder/records.jsonl``."""
-    return summarize_folder(folder, summarize_controls)
+summarize = folder_summary(EXPERIMENT, summarize_controls)
 
 
-__all__ = ["compare", "run", "summarize"]
+def text(s: dict) -> list[str]:
+    """The controls summary as terminal lines."""
+    out = ["Discriminant validity: EB* real terms vs control groups (d = real - control)"]
+    for label, m in s["models"].items():
+        real = m["real"]
+        out.append(
+            f"  {label}: real terms EB* {estimate(real['eb_star'])} n={real['n']} "
+            f"span {num(real['n_span_mean'], 1)} tokens"
+        )
+        out.append(
+            f"    {'group':<20}{'fam':<5}{'n':>4}{'span':>6}  {'EB*':<24}{'d':<24}{'p_holm':<8}"
+            "matched d (n)"
+        )
+        for g, row in m["groups"].items():
+            mt = row["matched"]
+            out.append(
+                f"    {g:<20}{row.get('family') or DASH:<5}{row['n']:>4}"
+                f"{num(row['n_span_mean'], 1):>6}  {estimate(row['eb_star']):<24}"
+                f"{estimate(row.get('cohens_d'), digits=2):<24}{pvalue(row.get('p_holm')):<8}"
+                f"{estimate(mt.get('cohens_d'), digits=2)} ({mt['n']})"
+            )
+    return out
+
+
+DEFINITION = Experiment(
+    EXPERIMENT, "controls", "discriminant validity: real terms vs control groups",
+    ControlsOptions, summarize, text, records=(binding_kind(EXPERIMENT),), plan=_plan,
+)  # fmt: skip
+#: ``run(model, *, out, batch_size=16, seed=0, force=False, progress=True, **options)``: EB*
+#: of every control item and real generation prompt (``ControlsOptions``), then the comparison.
+run = DEFINITION.run
+
+__all__ = ["DEFINITION", "ControlsOptions", "compare", "run", "summarize", "text"]

@@ -9,27 +9,27 @@ exemplar, the paraphrase gains much less. Deltas are paired per prompt, reported
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from bindscope.batch import GENERATION_BATCH_SIZE, check_batch_size
+from bindscope.batch import GENERATION_BATCH_SIZE
 from bindscope.errors import InputError
 from bindscope.experiments import limits
-from bindscope.experiments.common import (
-    base_record,
-    prompt_set,
-    provenance,
-    record_key,
-    run_chunks,
-    summarize_folder,
-)
+from bindscope.experiments.chunks import prompt_set
+from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
+from bindscope.experiments.options import Options, option, setting
+from bindscope.experiments.summary import folder_summary
 from bindscope.metrics import stats
 from bindscope.metrics.behaviour import default_rubric
 from bindscope.prompts.context import check_fit
-from bindscope.prompts.records import load_json
+from bindscope.prompts.records import PromptRecord, PromptSet, load_json
+from bindscope.protocols import LanguageModel
+from bindscope.results.format import estimate, num, pvalue
 from bindscope.results.labels import by_model
-from bindscope.results.records import RecordWriter
+from bindscope.results.schema import RecordKind, behaviour_metrics
 from bindscope.results.settings import content_sha256
 from bindscope.runners.behaviour import generation
 
@@ -48,8 +48,6 @@ def prefixes(exemplars: dict | str | Path | None = None) -> dict[str, dict[str, 
     elif isinstance(exemplars, dict):
         data = exemplars
     else:
-        import json
-
         try:
             data = json.loads(Path(exemplars).read_text("utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -71,82 +69,71 @@ def prefixes(exemplars: dict | str | Path | None = None) -> dict[str, dict[str, 
         ) from None
 
 
-def run(
-    model,
-    *,
-    prompts="canonical",
-    out: str | Path,
-    exemplars: dict | str | Path | None = None,
-    rubric: dict | None = None,
-    batch_size: int = GENERATION_BATCH_SIZE,
-    seed: int = 0,
-    force: bool = False,
-    progress: bool = True,
-) -> dict:
-    """Zero-shot, few-shot and paraphrase generation for every generation prompt.
+@dataclass(frozen=True)
+class FewshotOptions(Options):
+    """The options of ``bindscope fewshot``."""
 
-    Every step is greedy generation, so ``batch_size`` is rows per generation batch
-    (default ``bindscope.batch.GENERATION_BATCH_SIZE``; ``bindscope fewshot --batch-size``).
+    prompts: str | Path | PromptSet = option(
+        "canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True
+    )
+    exemplars: dict | str | Path | None = option(None, "exemplars JSON (default: the package's)")
+    rubric: dict | None = setting(None)
 
-    Raises:
-        InputError: A term has no exemplar (name it in the exemplars file).
-    """
-    check_batch_size(batch_size)
-    pset = prompt_set(prompts)
+    def check(self) -> None:
+        """A bad exemplars file fails here, before any model loads."""
+        prefixes(self.exemplars)
+
+
+def _plan(models: list[LanguageModel], opts: FewshotOptions, common: Common) -> Plan:
+    pset = prompt_set(opts.prompts)
     records = [r for r in pset if r.task == "generation"]
     if not records:
         raise InputError(f"prompt set {pset.name!r} has no generation prompts")
-    prefix = prefixes(exemplars)
-    rubric = rubric or default_rubric()
+    prefix = prefixes(opts.exemplars)
+    rubric = opts.rubric or default_rubric()
     missing = sorted({r.term for r in records} - set(prefix["few_shot"]))
     if missing:
         raise InputError(
             f"no exemplar for term(s) {missing}; add them to the exemplars file "
             '({"terms": {term: {"exemplar": ..., "paraphrase": ...}}})'
         )
-    for condition in ("few_shot", "paraphrase"):
-        check_fit(model, records, prefixes=prefix[condition])
-    folder = Path(out) / EXPERIMENT
+    for model in models:
+        for condition in ("few_shot", "paraphrase"):
+            check_fit(model, records, prefixes=prefix[condition])
+    items = [(r, c) for c in CONDITIONS for r in records]
+
+    def each(run: ModelRun) -> None:
+        model, size = run.model, common.batch_size
+
+        def work(chunk: list[tuple[PromptRecord, str]]) -> list[dict]:
+            out_records = []
+            for condition in CONDITIONS:
+                part = [r for r, c in chunk if c == condition]
+                if not part:
+                    continue
+                found = prefix.get(condition)
+                results = generation(model, part, prefix=found, rubric=rubric, batch_size=size)
+                for r, res in zip(part, results):
+                    metrics = res.to_dict()
+                    metrics.pop("key", None)
+                    out_records.append(run.record(r, condition, metrics))
+            return out_records
+
+        run.chunks(
+            items,
+            work,
+            key=lambda item: run.key(item[0].key, item[1]),
+            chunk_size=size,  # one generation batch per chunk
+            desc=f"fewshot {model.name}",
+        )
+
     settings = {
         "prompt_sha256": pset.sha256,
         "exemplars_sha256": content_sha256(prefix),
         "rubric_sha256": content_sha256(rubric),
-        "seed": seed,
+        "seed": common.seed,
     }
-    prov = provenance(model, prompt_set=pset, seed=seed, settings=settings)
-    items = [(r, c) for c in CONDITIONS for r in records]
-
-    def key(item):
-        return record_key(EXPERIMENT, model.name, model.revision, item[0].key, item[1])
-
-    def work(chunk):
-        out_records = []
-        for condition in CONDITIONS:
-            part = [r for r, c in chunk if c == condition]
-            if not part:
-                continue
-            results = generation(
-                model, part, prefix=prefix.get(condition), rubric=rubric, batch_size=batch_size
-            )
-            for r, res in zip(part, results):
-                metrics = res.to_dict()
-                metrics.pop("key", None)
-                out_records.append(base_record(EXPERIMENT, model, r, condition, metrics, prov))
-        return out_records
-
-    with RecordWriter(
-        folder / "records.jsonl", force=force, settings=settings, models=[model]
-    ) as writer:
-        run_chunks(
-            items,
-            writer=writer,
-            key=key,
-            work=work,
-            chunk_size=batch_size,  # one generation batch per chunk
-            desc=f"fewshot {model.name}",
-            progress=progress,
-        )
-    return summarize(folder)
+    return Plan(settings, each, prompt_set=pset)
 
 
 def summarize_fewshot(records: list[dict], *, n_resamples: int = 9999) -> dict:
@@ -194,9 +181,38 @@ def summarize_fewshot(records: list[dict], *, n_resamples: int = 9999) -> dict:
     return {"experiment": EXPERIMENT, "models": models, "limits": limits.collect(*found)}
 
 
-def summarize(folder: str | Path) -> dict:
-    """Rebuild ``folder/summary.json`` from ``folder/records.jsonl``."""
-    return summarize_folder(folder, summarize_fewshot)
+summarize = folder_summary(EXPERIMENT, summarize_fewshot)
 
 
-__all__ = ["CONDITIONS", "prefixes", "run", "summarize"]
+def text(s: dict) -> list[str]:
+    """The few-shot summary as terminal lines."""
+    out = ["Few-shot (C3): rubric score; delta in points vs zero-shot, paired bootstrap CI"]
+    for label, m in s["models"].items():
+        c = m["conditions"]
+        out.append(
+            f"  {label}: zero-shot {num(c.get('zero_shot'))}  few-shot {num(c.get('few_shot'))}"
+            f"  paraphrase {num(c.get('paraphrase'))}  (n={m['n']})"
+        )
+        for cond in ("few_shot", "paraphrase"):
+            if cond in m["delta_points"]:
+                out.append(
+                    f"    {cond:<11} delta {estimate(m['delta_points'][cond], digits=1)} points, "
+                    f"paired permutation p {pvalue(m['test'][cond]['p_value'])}"
+                )
+    return out
+
+
+DEFINITION = Experiment(
+    EXPERIMENT, "fewshot", "C3: zero-shot vs exemplar vs paraphrase prefix", FewshotOptions,
+    summarize, text, records=(RecordKind(EXPERIMENT, CONDITIONS, metrics=behaviour_metrics),),
+    plan=_plan,
+    # every pass here is generation: --batch-size counts generation rows
+    batch_size=GENERATION_BATCH_SIZE,
+)  # fmt: skip
+#: ``run(model, *, out, batch_size=64, seed=0, force=False, progress=True, **options)``:
+#: zero-shot, few-shot and paraphrase generation of every generation prompt
+#: (``FewshotOptions``); ``batch_size`` counts generation rows. Raises ``InputError`` when a
+#: term has no exemplar (name it in the exemplars file).
+run = DEFINITION.run
+
+__all__ = ["CONDITIONS", "DEFINITION", "FewshotOptions", "prefixes", "run", "summarize", "text"]

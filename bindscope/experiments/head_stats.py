@@ -1,4 +1,4 @@
-"""Per-head statistics shared by the head scan and activation patching.
+"""Per-head tests shared by the head scan and activation patching: options and statistics.
 
 Every cell of an ``[L, H]`` map carries a paired bootstrap CI over prompts and a paired
 sign-flip permutation p-value; p-values are adjusted across all cells of the map
@@ -8,17 +8,59 @@ sign-flip permutation p-value; p-values are adjusted across all cells of the map
 from __future__ import annotations
 
 import math
+import os
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
+from scipy.stats import spearmanr
 
 from bindscope.errors import InputError
 from bindscope.experiments import limits
+from bindscope.experiments.head_sets import check_limit
+from bindscope.experiments.options import Options, option, positive
 from bindscope.metrics import stats
 from bindscope.results import format as fmt
 
 CORRECTIONS = {"bh": "fdr_bh", "holm": "holm"}
 #: Resamples at least, when none are asked for.
 MIN_RESAMPLES = 9999
+
+
+@dataclass(frozen=True)
+class HeadTestOptions(Options):
+    """Options of the per-head tests (``bindscope scan``, ``bindscope patch``)."""
+
+    UNITS: ClassVar[tuple[str, ...]] = ("head", "layer")
+
+    unit: str = option(
+        "head", "one condition per head, or per layer (every head of it)", choices=UNITS
+    )
+    correction: str = option(
+        "bh",
+        "multiple-comparison correction across heads: Benjamini-Hochberg or Holm",
+        choices=tuple(CORRECTIONS),
+    )
+    limit: int | None = option(
+        None,
+        "only N items (default: all): the first N scannable prompts (scan: recognition items "
+        "and prompts with a target) or the first N pairs that fit the tokenizer (patch)",
+        type=positive,
+    )
+    n_resamples: int | None = option(
+        None,
+        "bootstrap/permutation draws (default: enough for one head alone to pass the "
+        "correction, 2 x heads / 0.05, and at least 9999)",
+        type=positive,
+    )
+
+    def check(self) -> None:
+        """A known unit and correction, and a positive ``limit`` (or none)."""
+        if self.unit not in self.UNITS:
+            raise InputError(f"unit must be one of {', '.join(self.UNITS)}, not {self.unit!r}")
+        if self.correction not in CORRECTIONS:
+            raise InputError(f"correction must be 'bh' or 'holm', not {self.correction!r}")
+        check_limit(self.limit)
 
 
 def default_resamples(n_tests: int) -> int:
@@ -58,32 +100,15 @@ def check_resamples(n_resamples: int | None, n_items: int) -> None:
 
 def _memory() -> int:
     """This machine's physical memory in bytes (16 GiB when it cannot be read)."""
-    import os
-
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
         return 16 * 2**30
 
 
-def finite(value) -> bool:
+def finite(value: object) -> bool:
     """A record's metric that can enter a test: a number, not null, NaN or inf."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def previous_options(path) -> dict:
-    """``correction`` and ``n_resamples`` of an existing summary (empty when there is none)."""
-    import json
-    from pathlib import Path
-
-    path = Path(path)
-    if not path.is_file():
-        return {}
-    try:
-        found = json.loads(path.read_text("utf-8"))
-    except ValueError:
-        return {}
-    return {k: found[k] for k in ("correction", "n_resamples") if found.get(k) is not None}
 
 
 def cell_stats(
@@ -128,7 +153,9 @@ def adjust(cells: dict[str, dict], *, correction: str, alpha: float = 0.05) -> N
         cells[name]["significant"] = bool(p < alpha)
 
 
-def effect_map(cells: dict[str, dict], heads: dict[str, list], n_layers: int, n_heads: int):
+def effect_map(
+    cells: dict[str, dict], heads: dict[str, list], n_layers: int, n_heads: int
+) -> list[list]:
     """``[L, H]`` (or ``[L, 1]`` for layer conditions) lists of the cells' values."""
     out = [[None] * n_heads for _ in range(n_layers)]
     for name, cell in cells.items():
@@ -163,9 +190,8 @@ def map_correlation(
     """
     if x.shape[0] < 2 or x.shape[1] < 3:
         return None
-    from scipy.stats import spearmanr
 
-    def rho(rows) -> float:
+    def rho(rows: Any) -> float:
         a, b = x[rows].mean(0), y[rows].mean(0)
         if np.ptp(a) == 0 or np.ptp(b) == 0:
             return math.nan

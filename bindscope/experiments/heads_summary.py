@@ -1,20 +1,24 @@
 """Head taxonomy summaries: per-head estimates, classes and emergence from the records.
 
-Split from ``bindscope.experiments.heads`` (which runs the models and re-exports these).
+Both ``bindscope heads`` and ``bindscope sweep --heads`` summarise ``OUT/heads`` with these.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 
 from bindscope.experiments import limits
-from bindscope.experiments.common import skipped_reasons
+from bindscope.experiments.summary import skipped_reasons, summarize_folder
 from bindscope.metrics import heads as taxonomy
 from bindscope.results import labels
 
 EXPERIMENT = "heads"
+#: The classification rule (thresholds, top-k) a heads run stores for its summary.
+CLASSIFICATION_FILE = "classification.json"
 
 
 def _array(records: list[dict], name: str) -> np.ndarray:
@@ -85,8 +89,6 @@ def summarize_heads(
     seed: int | None = None,
 ) -> dict:
     """Per ``model@revision`` summaries, plus ``emergence`` per model with 2+ revisions."""
-    from bindscope.experiments.sweep import checkpoint_order
-
     groups = labels.by_model(records, EXPERIMENT)
     models = {}
     found: list[dict] = []
@@ -107,7 +109,7 @@ def summarize_heads(
         if r["experiment"] == EXPERIMENT:
             by_model.setdefault(r["model"], []).append(r)
     for name, group in by_model.items():
-        revisions = checkpoint_order(group)
+        revisions = labels.checkpoint_order(group)
         if len(revisions) < 2:
             continue
         means = [
@@ -120,4 +122,18 @@ def summarize_heads(
     return summary
 
 
-__all__ = ["EXPERIMENT", "summarize_heads", "summarize_model"]
+def summarize(
+    folder: str | Path, *, thresholds: Mapping[str, float] | None = None, top_k: int | None = None
+) -> dict:
+    """Rebuild ``summary.json`` from the records (thresholds default to the run's)."""
+    folder = Path(folder)
+    path = folder / CLASSIFICATION_FILE
+    stored = json.loads(path.read_text("utf-8")) if path.is_file() else {}
+    rule = {**stored.get("thresholds", {}), **(thresholds or {})}
+    k = top_k if top_k is not None else stored.get("top_k", 4)
+    return summarize_folder(
+        folder, lambda records: summarize_heads(records, thresholds=rule, top_k=k), name=EXPERIMENT
+    )
+
+
+__all__ = ["CLASSIFICATION_FILE", "EXPERIMENT", "summarize", "summarize_heads", "summarize_model"]

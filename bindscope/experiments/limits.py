@@ -198,6 +198,12 @@ def not_run(model: str, test: str, reason: str, n: int) -> dict:
     }
 
 
+def limit_lines(summary: dict) -> list[str]:
+    """The summary's own limits, one terminal line each."""
+    found = summary.get("limits") or []
+    return [f"  limit ({f['kind']}): {f['message']}" for f in found]
+
+
 def collect(*found: dict | None) -> list[dict]:
     """The limits found, Nones dropped."""
     return [f for f in found if f is not None]
@@ -212,6 +218,7 @@ __all__ = [
     "corrected_resolution",
     "excluded",
     "floor_ceiling",
+    "limit_lines",
     "not_run",
     "p_resolution",
     "resamples_for_one",

@@ -18,30 +18,31 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 
 from bindscope.errors import InputError, PromptFileError
 from bindscope.experiments import head_stats, limits
-from bindscope.experiments.common import (
-    as_pairs,
-    check_limit,
-    model_label,
-    provenance,
-    record_key,
-    run_chunks,
-    summarize_tests,
-)
-from bindscope.experiments.scan import conditions_of
+from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
+from bindscope.experiments.head_sets import as_pairs, conditions_of
+from bindscope.experiments.head_stats import HeadTestOptions, summary_lines
+from bindscope.experiments.options import option
+from bindscope.experiments.summary import summarize_tests
 from bindscope.interventions import Patch
 from bindscope.prompts.datafiles import data_path
-from bindscope.results.labels import by_model
-from bindscope.results.records import RecordWriter
+from bindscope.protocols import LanguageModel
+from bindscope.results.labels import by_model, model_label
+from bindscope.results.records import provenance
+from bindscope.results.schema import RecordKind
 from bindscope.results.settings import content_sha256
 
 EXPERIMENT = "patching"
+#: What every patching record's metrics hold.
+PATCHED = ("clean", "corrupted", "patched")
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,16 @@ class Pair:
     def key(self) -> str:
         """``term/pair_id`` (``pair_id`` without a term), unique in a pair file."""
         return f"{self.term}/{self.pair_id}" if self.term else self.pair_id
+
+    @property
+    def prompt_id(self) -> str:
+        """The pair's id (what a prompt's id is to other records)."""
+        return self.pair_id
+
+    @property
+    def task(self) -> str:
+        """``recognition`` for a target pair, ``generation`` for an answer pair."""
+        return "recognition" if self.target is not None else "generation"
 
 
 def load_pairs(path_or_name: str | Path = "pairs") -> tuple[list[Pair], str, str]:
@@ -114,7 +125,7 @@ def load_pairs(path_or_name: str | Path = "pairs") -> tuple[list[Pair], str, str
     return pairs, path.stem, content_sha256(path)
 
 
-def _texts_and_metric(model, pair: Pair):
+def _texts_and_metric(model: LanguageModel, pair: Pair) -> tuple[Any, Any, Callable[[Any], float]]:
     """The two texts as run, and a function of a text's logits ``[n, V]`` giving the metric."""
     tok = model.tokenizer
     if pair.clean_answer is not None and pair.corrupted_answer is not None:
@@ -126,7 +137,7 @@ def _texts_and_metric(model, pair: Pair):
                 f"under {model.name}'s tokenizer (got {[len(i) for i in ids]})"
             )
 
-        def logit_difference(logits):
+        def logit_difference(logits: Any) -> float:
             return float(logits[-1, ids[0][0]] - logits[-1, ids[1][0]])
 
         return pair.clean, pair.corrupted, logit_difference
@@ -134,7 +145,7 @@ def _texts_and_metric(model, pair: Pair):
     clean = model.tokenize(pair.clean) + target
     corrupted = model.tokenize(pair.corrupted) + target
 
-    def metric(logits):
+    def metric(logits: Any) -> float:
         logp = logits.float().log_softmax(-1)
         n = logits.shape[0]
         return float(np.mean([float(logp[p - 1, clean[p]]) for p in range(n - len(target), n)]))
@@ -142,43 +153,40 @@ def _texts_and_metric(model, pair: Pair):
     return clean, corrupted, metric
 
 
-def run(
-    model,
-    *,
-    pairs="pairs",
-    out: str | Path,
-    unit: str = "head",
-    correction: str = "bh",
-    seed: int = 0,
-    limit: int | None = None,
-    batch_size: int = 16,
-    n_resamples: int | None = None,
-    force: bool = False,
-    progress: bool = True,
-) -> dict:
-    """Patch every head (or layer) from clean into corrupted runs; write records, summary.
+@dataclass(frozen=True)
+class PatchingOptions(HeadTestOptions):
+    """The options of activation patching (``bindscope patch``; ``run(model, *, out, ...)``).
 
-    Args:
-        model: A ``Model``.
-        pairs: ``pairs`` (built-in) or a pair file path.
+    ``run`` patches every head (or layer) from clean into corrupted runs of one ``Model``
+    and writes records and a summary; ``batch_size`` is texts per forward pass and ``seed``
+    seeds the bootstrap and permutation tests.
+
+    Attributes:
+        pairs: ``pairs`` (the built-in set) or a pair file path.
         unit: ``head``, ``layer``, or ``position``: every head of one layer patched at one
-            token position, counted from the end (``L3.P0`` is layer 3 at the last token), over
-            the positions every pair has.
-        correction: ``bh`` or ``holm``, across conditions.
-        limit: Only the first ``limit`` pairs that fit the model's tokenizer.
-        out: Results folder; records go to ``OUT/<experiment>/records.jsonl``.
-        batch_size: Texts per forward pass.
-        force: Start afresh even where the folder's settings differ (else refused).
-        progress: Show a progress bar.
-        n_resamples: Bootstrap and permutation resamples per condition (default: enough
-            for one head alone to pass the correction, and at least 9999).
-        seed: Seed of the bootstrap and permutation tests.
+            token position, counted from the end (``L3.P0`` is layer 3 at the last token),
+            over the positions every pair has.
     """
-    if correction not in head_stats.CORRECTIONS:
-        raise InputError(f"correction must be 'bh' or 'holm', not {correction!r}")
-    check_limit(limit)
-    found, name, sha = load_pairs(pairs)
-    head_stats.check_resamples(n_resamples, len(found[:limit]))
+
+    UNITS: ClassVar[tuple[str, ...]] = ("head", "layer", "position")
+
+    pairs: str | Path = option("pairs", "'pairs' (built-in) or a pair file, docs/records.md")
+    unit: str = option(
+        "head",
+        "one condition per head, per layer (every head of it), or per layer and token position",
+        choices=UNITS,
+    )
+
+    def check(self) -> None:
+        """Unit, correction and limit; a pair file that reads; resamples that fit in memory."""
+        super().check()
+        pairs, _, _ = load_pairs(self.pairs)
+        head_stats.check_resamples(self.n_resamples, len(pairs[: self.limit]))
+
+
+def _plan(models: list[LanguageModel], opts: PatchingOptions, common: Common) -> Plan:
+    (model,) = models  # one model: the pairs are prepared under its tokenizer
+    found, name, sha = load_pairs(opts.pairs)
     prepared = []
     skipped = 0
     for pair in found:
@@ -189,72 +197,85 @@ def run(
             skipped += 1  # another tokenizer than the one the pairs were matched under
             continue
         prepared.append((pair, clean, corrupted, metric))
-    prepared = prepared[:limit]
+    prepared = prepared[: opts.limit]
     if not prepared:
         raise InputError(f"{name}: no pair tokenizes to equal lengths under {model.name}")
-    folder = Path(out) / EXPERIMENT
-    settings = {"unit": unit, "seed": seed, "limit": limit, "pairs": name, "pairs_sha256": sha}
+    settings = {"unit": opts.unit, "seed": common.seed, "limit": opts.limit}
+    settings |= {"pairs": name, "pairs_sha256": sha}
     shortest = min(_length(model, corrupted) for _, _, corrupted, _ in prepared)
-    conditions, offsets = _conditions(model, unit, shortest)
+    conditions, offsets = _conditions(model, opts.unit, shortest)
     names = list(conditions)
-    prov = provenance(
-        model, seed=seed, patching=settings, n_layers=model.n_layers, n_heads=model.n_heads,
-        pairs_skipped=skipped,
-    )  # fmt: skip
-    prov.update(prompt_set=name, prompt_sha256=sha)
 
-    def key(pair, condition):
-        return record_key(EXPERIMENT, model.name, model.revision, pair.key, condition)
-
-    def work(chunk):
-        out = []
-        for pair, clean, corrupted, metric in chunk:
-            base = model.logits([clean, corrupted], batch_size=batch_size)
-            values = {"clean": metric(base[0]), "corrupted": metric(base[1])}
-            last = _length(model, corrupted) - 1
-            patched = model.logits(
-                [corrupted] * len(names),
-                per_row=[
-                    Patch(
-                        as_pairs(conditions[n]),
-                        source=(clean,),
-                        positions=_where(offsets, n, last),
-                    )
-                    for n in names
-                ],
-                batch_size=batch_size,
-            )
-            rows: list[tuple[str, list, float]] = [("clean", [], values["clean"])]
-            rows += [(n, conditions[n], metric(p)) for n, p in zip(names, patched)]
-            for condition, heads, value in rows:
-                if key(pair, condition) in writer:
-                    continue
-                metrics = {**values, "patched": value}
-                if condition in offsets:
-                    metrics["position_from_end"] = offsets[condition]
-                out.append(_record(model, pair, condition, heads, metrics, prov, settings))
-        return out
-
-    records = folder / "records.jsonl"
-    with RecordWriter(records, force=force, settings=settings, models=[model]) as writer:
-        run_chunks(
-            prepared,
-            writer=writer,
-            key=lambda item: key(item[0], names[-1]),
-            work=work,
-            chunk_size=max(1, batch_size // 4),
-            desc=f"patching {model_label(model)}",
-            progress=progress,
+    def prov(model: LanguageModel) -> dict:
+        found = provenance(
+            model,
+            seed=common.seed,
+            patching=settings,
+            n_layers=model.n_layers,
+            n_heads=model.n_heads,
+            pairs_skipped=skipped,
         )
-    return summarize(folder, correction=correction, n_resamples=n_resamples)
+        return {**found, "prompt_set": name, "prompt_sha256": sha}
+
+    def each(run: ModelRun) -> None:
+        def work(chunk: list[tuple[Pair, Any, Any, Callable[..., float]]]) -> list[dict]:
+            out = []
+            for pair, clean, corrupted, metric in chunk:
+                base = model.logits([clean, corrupted], batch_size=common.batch_size)
+                values = {"clean": metric(base[0]), "corrupted": metric(base[1])}
+                last = _length(model, corrupted) - 1
+                patched = model.logits(
+                    [corrupted] * len(names),
+                    per_row=[
+                        Patch(
+                            as_pairs(conditions[n]),
+                            source=(clean,),
+                            positions=_where(offsets, n, last),
+                        )
+                        for n in names
+                    ],
+                    batch_size=common.batch_size,
+                )
+                rows: list[tuple[str, list, float]] = [("clean", [], values["clean"])]
+                rows += [(n, conditions[n], metric(p)) for n, p in zip(names, patched)]
+                for condition, heads, value in rows:
+                    if run.done(pair.key, condition):
+                        continue
+                    metrics = {**values, "patched": value}
+                    if condition in offsets:
+                        metrics["position_from_end"] = offsets[condition]
+                    out.append(
+                        run.record(
+                            pair,
+                            condition,
+                            metrics,
+                            heads=heads,
+                            ablation="patch",
+                            patching=settings,
+                        )
+                    )
+            return out
+
+        run.chunks(
+            prepared,
+            work,
+            key=lambda item: run.key(item[0].key, names[-1]),
+            chunk_size=max(1, common.batch_size // 4),
+            desc=f"patching {model_label(model)}",
+        )
+
+    def summary(folder: Path) -> dict:
+        return summarize(folder, correction=opts.correction, n_resamples=opts.n_resamples)
+
+    return Plan(settings, each, provenance=prov, summarize=summary)
 
 
-def _length(model, text) -> int:
+def _length(model: LanguageModel, text: str | Sequence[int]) -> int:
     """Tokens of a text as run (token-id lists are already tokens)."""
     return len(text) if not isinstance(text, str) else len(model.tokenize(text))
 
 
-def _conditions(model, unit: str, shortest: int) -> tuple[dict, dict[str, int]]:
+def _conditions(model: LanguageModel, unit: str, shortest: int) -> tuple[dict, dict[str, int]]:
     """Condition -> patched heads, and (``unit="position"``) condition -> offset from the end.
 
     Offsets run over the positions every pair has: ``0 .. shortest - 1``.
@@ -273,27 +294,6 @@ def _conditions(model, unit: str, shortest: int) -> tuple[dict, dict[str, int]]:
 def _where(offsets: dict[str, int], name: str, last: int) -> tuple[int, ...] | None:
     """The patched token position of a condition (None: every position)."""
     return (last - offsets[name],) if name in offsets else None
-
-
-def _record(model, pair, condition, heads, metrics, prov, settings) -> dict:
-    return {
-        "experiment": EXPERIMENT,
-        "key": record_key(EXPERIMENT, model.name, model.revision, pair.key, condition),
-        "model": model.name,
-        "revision": model.revision,
-        "family": model.family,
-        "prompt_key": pair.key,
-        "prompt_id": pair.pair_id,
-        "term": pair.term,
-        "task": "recognition" if pair.target is not None else "generation",
-        "control_group": pair.control_group,
-        "condition": condition,
-        "heads": [list(h) for h in heads],
-        "ablation": "patch" if heads else None,
-        "metrics": metrics,
-        "provenance": prov,
-        "patching": settings,
-    }
 
 
 def summarize_patching(
@@ -406,15 +406,29 @@ def summarize_patching(
 def summarize(
     folder: str | Path, *, correction: str | None = None, n_resamples: int | None = None
 ) -> dict:
-    """Summarise ``folder/records.jsonl`` into ``folder/summary.json``.
-
-    ``correction`` and ``n_resamples`` default to those of the summary already there (so
-    ``bindscope summarize`` keeps a run's ``--correction``), else ``bh`` and enough
-    resamples for one head alone to pass the correction (at least 9999).
-    """
+    """Rebuild ``folder/summary.json``; the test options as in ``summary.summarize_tests``."""
     return summarize_tests(
-        folder, summarize_patching, correction=correction, n_resamples=n_resamples
+        folder,
+        summarize_patching,
+        name=EXPERIMENT,
+        correction=correction,
+        n_resamples=n_resamples,
     )
 
 
-__all__ = ["Pair", "load_pairs", "run", "summarize", "summarize_patching"]
+CONDITIONS = RecordKind(EXPERIMENT, prefixes=("L",), metrics=lambda record: PATCHED)
+DEFINITION = Experiment(
+    EXPERIMENT, "patch", "patch each head from clean into corrupted runs", PatchingOptions,
+    summarize, summary_lines, records=(CONDITIONS,), plan=_plan,
+)  # fmt: skip
+run = DEFINITION.run
+
+__all__ = [
+    "DEFINITION",
+    "Pair",
+    "PatchingOptions",
+    "load_pairs",
+    "run",
+    "summarize",
+    "summarize_patching",
+]

@@ -17,24 +17,21 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from bindscope.errors import InputError
 from bindscope.experiments import head_stats, scan_attribution
-from bindscope.experiments.common import (
-    as_pairs,
-    base_record,
-    binding_metrics,
-    check_limit,
-    model_label,
-    prompt_set,
-    provenance,
-    record_key,
-    run_chunks,
-    summarize_tests,
-)
+from bindscope.experiments.chunks import prompt_set
+from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
+from bindscope.experiments.head_sets import as_pairs, conditions_of
+from bindscope.experiments.head_stats import HeadTestOptions, check_resamples
+from bindscope.experiments.head_taxonomy import primary_classes
+from bindscope.experiments.options import count, option, positive
+from bindscope.experiments.recording import binding_metrics
 from bindscope.experiments.scan_summary import (
     BSI,
     EXPERIMENT,
@@ -42,8 +39,13 @@ from bindscope.experiments.scan_summary import (
     matched_comparison,
     summarize_scan,
 )
+from bindscope.experiments.summary import summarize_tests
 from bindscope.interventions import head_means
-from bindscope.results.records import RecordWriter
+from bindscope.prompts.records import PromptRecord, PromptSet
+from bindscope.protocols import LanguageModel
+from bindscope.results.labels import model_label
+from bindscope.results.records import provenance
+from bindscope.results.schema import RECOGNITION_METRICS, RecordKind, binding_kind
 from bindscope.runners.binding import binding
 from bindscope.runners.scan import ScoredSequence, condition_scores
 
@@ -51,17 +53,7 @@ ABLATIONS = ("zero", "mean", "resample")
 CLASSES_FILE = "classes.json"  # per model label: [L][H] primary taxonomy class
 
 
-def conditions_of(model, unit: str) -> dict[str, list[list[int]]]:
-    """Condition name -> ablated heads: ``L3.H5`` per head, or ``L3`` per layer."""
-    if unit == "head":
-        layers, heads = range(model.n_layers), range(model.n_heads)
-        return {f"L{layer}.H{h}": [[layer, h]] for layer in layers for h in heads}
-    if unit == "layer":
-        return {f"L{l}": [[l, h] for h in range(model.n_heads)] for l in range(model.n_layers)}  # noqa: E741
-    raise InputError(f"unit must be 'head' or 'layer', not {unit!r}")
-
-
-def scored(model, record) -> tuple[list[ScoredSequence], int | None]:
+def scored(model: LanguageModel, record: PromptRecord) -> tuple[list[ScoredSequence], int | None]:
     """The sequences a record is scored on, and the index of the correct one (or None)."""
     prompt = model.tokenize(record.template)
     if record.task == "recognition":
@@ -69,7 +61,7 @@ def scored(model, record) -> tuple[list[ScoredSequence], int | None]:
         seqs = [
             ScoredSequence(prompt + tok(" " + c, add_special_tokens=False)["input_ids"],
                            len(tok(" " + c, add_special_tokens=False)["input_ids"]))
-            for c in record.choices
+            for c in record.choices or ()
         ]  # fmt: skip
         return seqs, record.answer_idx
     target = record.extra.get("target")
@@ -77,12 +69,12 @@ def scored(model, record) -> tuple[list[ScoredSequence], int | None]:
     return [ScoredSequence(prompt + ids, len(ids))], None
 
 
-def scannable(pset) -> list:
+def scannable(pset: PromptSet) -> list[PromptRecord]:
     """Recognition records and records with a ``target`` (text appended after the prompt)."""
     return [r for r in pset.records if r.task == "recognition" or r.extra.get("target")]
 
 
-def spread_over_terms(items: list, n: int | None) -> list:
+def spread_over_terms(items: list[PromptRecord], n: int | None) -> list[PromptRecord]:
     """``n`` items taken in turn from each term (first of each term, then second, ...).
 
     Terms in order of first appearance; the items keep their file order within a term.
@@ -99,110 +91,150 @@ def spread_over_terms(items: list, n: int | None) -> list:
 UNSCORED = "generation item without a 'target' to score"
 
 
-def run(
-    models,
-    *,
-    prompts="canonical",
-    out: str | Path,
-    ablation: str = "zero",
-    unit: str = "head",
-    correction: str = "bh",
-    seed: int = 0,
-    limit: int | None = None,
-    spread: bool = False,
-    batch_size: int = 16,
-    n_resamples: int | None = None,
-    matched_classes: int = 0,
-    k: int | None = None,
-    method: str = "exact",
-    verify: int | None = None,
-    force: bool = False,
-    progress: bool = True,
-) -> dict:
-    """Scan every head (or layer) of each model; write records and a summary.
+@dataclass(frozen=True)
+class ScanOptions(HeadTestOptions):
+    """The options of the head scan (``bindscope scan``; ``run(models, *, out, ...)``).
 
-    Args:
-        models: One ``Model`` or a list.
-        prompts: Prompt set: recognition items and any records with a ``target`` field.
+    ``run`` scans every head (or layer) of one ``Model`` or a list and writes records and a
+    summary; ``batch_size`` is sequences per clean pass and ``seed`` seeds the bootstrap,
+    the permutation tests and the resample donors.
+
+    Attributes:
+        prompts: Recognition items and any records with a ``target`` field.
         ablation: ``zero``, ``mean`` (means over the scanned prompts) or ``resample``: each
             prompt's heads take the outputs of another scanned prompt, drawn with ``seed``
             (recorded as ``donor`` in the metrics), aligned from the end.
-        unit: ``head`` (one condition per head) or ``layer`` (one per layer).
-        correction: ``bh`` (Benjamini-Hochberg) or ``holm``, across conditions.
-        seed: Seed of the bootstrap and permutation tests.
-        limit: Scan only ``limit`` scannable prompts (recognition items and prompts with a
-            ``target``; quick looks): the first in file order, or with ``spread`` taken in
-            turn from each term (one per term, then a second per term, ...).
-        spread: With ``limit``, spread the prompts evenly over the terms (recorded);
-            refused without ``limit``.
-        batch_size: Sequences per clean pass.
-        n_resamples: Bootstrap and permutation resamples per condition (default: enough
-            for one head alone to pass the correction, and at least 9999).
         matched_classes: With ``unit="head"``, compare the EB* top-``k`` heads' mean effect
             with this many random head sets matched to their taxonomy classes (sink,
             previous-token, induction, duplicate-token; ``bindscope.metrics.heads``), so
             "binding heads matter" is told apart from "sink heads matter". 0: off.
         k: Size of the EB* top set compared under ``matched_classes`` (default 4); refused
             without it, where it would change nothing.
+        spread: With ``limit``, take the prompts in turn from each term (recorded); refused
+            without ``limit``.
         method: ``exact`` (every condition ablated) or ``attribution``: every head's effect
             estimated by attribution patching, then only the ``verify`` heads with the
             largest estimates scanned exactly (`bindscope.experiments.scan_attribution`).
         verify: Heads verified exactly under ``attribution`` (default 20).
-        out: Results folder; records go to ``OUT/<experiment>/records.jsonl``.
-        force: Start afresh even where the folder's settings differ (else refused).
-        progress: Show a progress bar.
     """
-    if ablation not in ABLATIONS:
-        raise InputError(f"ablation must be one of {', '.join(ABLATIONS)}, not {ablation!r}")
-    if correction not in head_stats.CORRECTIONS:
-        raise InputError(f"correction must be 'bh' or 'holm', not {correction!r}")
-    check_limit(limit)
-    if matched_classes and unit != "head":
-        raise InputError("--matched-classes compares heads: it needs --unit head")
-    if k is not None and not matched_classes:
-        raise InputError(
-            f"k={k} applies only with matched_classes (it sizes the EB* top set compared "
-            "with class-matched head sets); leave it out or pass matched_classes=N"
-        )
-    verify = scan_attribution.check_options(method, verify, unit)
-    models = models if isinstance(models, (list, tuple)) else [models]
-    pset = prompt_set(prompts)
-    if spread and limit is None:
-        raise InputError(
-            "spread=True (--spread) spreads --limit prompts over the terms: add --limit N"
-        )
-    items = spread_over_terms(scannable(pset), limit) if spread else scannable(pset)[:limit]
+
+    prompts: str | Path | PromptSet = option(
+        "canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True
+    )
+    ablation: str = option(
+        "zero",
+        "zero each head's output, set it to its mean over the prompts, or take it from "
+        "another prompt drawn with --seed",
+        choices=ABLATIONS,
+    )
+    matched_classes: int = option(
+        0,
+        "compare the EB* top-k heads' effect with N class-matched random head sets "
+        "(default %(default)s: off)",
+        type=count,
+        metavar="N",
+    )
+    k: int | None = option(
+        None,
+        "EB* top set size compared under --matched-classes (default 4; refused without it)",
+        type=positive,
+    )
+    spread: bool = option(
+        False,
+        "with --limit N: take the N prompts in turn from each term (one per term, then a "
+        "second, ...) instead of the first N in the file; refused without --limit",
+        switch=True,
+    )
+    method: str = option(
+        "exact",
+        "exact: ablate every head; attribution: estimate every head by attribution "
+        "patching (AtP*), then scan the --verify top heads exactly",
+        choices=scan_attribution.METHODS,
+    )
+    verify: int | None = option(
+        None,
+        "heads verified exactly under --method attribution (default 20)",
+        type=positive,
+        metavar="K",
+    )
+
+    def check(self) -> None:
+        """Options that apply only in some modes are refused elsewhere."""
+        super().check()
+        scan_attribution.check_options(self.method, self.verify, self.unit)
+        if self.ablation not in ABLATIONS:
+            raise InputError(
+                f"ablation must be one of {', '.join(ABLATIONS)}, not {self.ablation!r}"
+            )
+        if self.matched_classes and self.unit != "head":
+            raise InputError("--matched-classes compares heads: it needs --unit head")
+        if self.spread and self.limit is None:
+            raise InputError(
+                "--spread spreads --limit N prompts over the terms: add --limit N "
+                "(spread=True needs limit=N)"
+            )
+        if isinstance(self.prompts, PromptSet):  # loaded: the summary's resampling is sized
+            check_resamples(self.n_resamples, len(self.items(self.prompts)))
+        if self.k is not None and not self.matched_classes:
+            raise InputError(
+                f"k={self.k} applies only with matched_classes (on the command line: --k "
+                "applies only with --matched-classes); it sizes the EB* top set compared with "
+                "class-matched head sets: leave it out or add matched_classes=N "
+                "(--matched-classes N)"
+            )
+
+    def items(self, pset: PromptSet) -> list[PromptRecord]:
+        """The prompts scanned: the first ``limit``, or with ``spread`` taken term by term."""
+        found = scannable(pset)
+        return spread_over_terms(found, self.limit) if self.spread else found[: self.limit]
+
+
+def _plan(models: list[LanguageModel], opts: ScanOptions, common: Common) -> Plan:
+    pset = prompt_set(opts.prompts)
+    items = opts.items(pset)
     if not items:
         raise InputError(
             f"{pset.name}: no recognition record and no record with a 'target' field to scan"
         )
-    head_stats.check_resamples(n_resamples, len(items))
-    folder = Path(out) / EXPERIMENT
+    check_resamples(opts.n_resamples, len(items))
+    seed = common.seed
     settings = {
-        "ablation": ablation,
-        "unit": unit,
+        "ablation": opts.ablation,
+        "unit": opts.unit,
         "seed": seed,
-        "limit": limit,
+        "limit": opts.limit,
         "prompt_sha256": pset.sha256,
-        "matched_classes": matched_classes,
-        "method": method,
+        "matched_classes": opts.matched_classes,
+        "method": opts.method,
     }
+    verify = scan_attribution.check_options(opts.method, opts.verify, opts.unit)
     if verify is not None:
         settings["verify"] = verify
-    if spread:
+    if opts.spread:
         settings["spread"] = True
-    if matched_classes:
-        settings["k"] = 4 if k is None else k
-    records = folder / "records.jsonl"
-    with RecordWriter(records, force=force, settings=settings, models=models) as writer:
-        for model in models:
-            _run_model(model, pset, items, writer, settings, batch_size, progress)
-            if matched_classes:
-                _write_classes(folder, model, items, seed, batch_size)
-    return summarize(folder, correction=correction, n_resamples=n_resamples)
+    if opts.matched_classes:
+        settings["k"] = 4 if opts.k is None else opts.k
+    unscored = {UNSCORED: len(pset.records) - len(scannable(pset))}
+
+    def prov(model: LanguageModel) -> dict:
+        n_layers, n_heads = model.n_layers, model.n_heads
+        return provenance(
+            model, prompt_set=pset, seed=seed, scan=settings, n_layers=n_layers,
+            n_heads=n_heads, prompts_skipped=unscored,
+        )  # fmt: skip
+
+    def each(run: ModelRun) -> None:
+        _run_model(run, items, settings, common.batch_size)
+        if opts.matched_classes:
+            _write_classes(run.writer.path.parent, run.model, items, seed, common.batch_size)
+
+    def summary(folder: Path) -> dict:
+        return summarize(folder, correction=opts.correction, n_resamples=opts.n_resamples)
+
+    return Plan(settings, each, provenance=prov, summarize=summary)
 
 
-def draw_donors(items, seed: int) -> dict:
+def draw_donors(items: Sequence[PromptRecord], seed: int) -> dict[str, PromptRecord]:
     """Each prompt's resample donor: another scanned prompt, drawn reproducibly from ``seed``.
 
     Raises:
@@ -218,7 +250,9 @@ def draw_donors(items, seed: int) -> dict:
     return out
 
 
-def _chunk_sequences(model, chunk, donor_of: dict) -> tuple[list, list[int], list, list]:
+def _chunk_sequences(
+    model: LanguageModel, chunk: list[PromptRecord], donor_of: dict[str, PromptRecord]
+) -> tuple[list, list[int], list, list]:
     """A chunk's scored sequences, their prompt indices and donors, and each prompt's answer.
 
     Each prompt is tokenized once here, for the pass and for its records. A donor (resample
@@ -236,7 +270,9 @@ def _chunk_sequences(model, chunk, donor_of: dict) -> tuple[list, list[int], lis
     return sequences, owners, donors, answers
 
 
-def _metrics(mine: list[float], answer: int | None, donor) -> dict[str, object]:
+def _metrics(
+    mine: list[float], answer: int | None, donor: PromptRecord | None
+) -> dict[str, object]:
     """A record's metrics from its sequences' scores (one per choice, or the target's)."""
     metrics: dict[str, object] = {"logprob": mine[0] if answer is None else mine[answer]}
     if donor is not None:
@@ -247,12 +283,8 @@ def _metrics(mine: list[float], answer: int | None, donor) -> dict[str, object]:
     return metrics
 
 
-def _run_model(model, pset, items, writer, settings, batch_size, progress) -> None:
-    prov = provenance(
-        model, prompt_set=pset, seed=settings["seed"], scan=settings,
-        n_layers=model.n_layers, n_heads=model.n_heads,
-        prompts_skipped={UNSCORED: len(pset.records) - len(scannable(pset))},
-    )  # fmt: skip
+def _run_model(run: ModelRun, items: list[PromptRecord], settings: dict, batch_size: int) -> None:
+    model = run.model
     conditions = conditions_of(model, settings["unit"])
     names = list(conditions)
     label = model_label(model)
@@ -263,15 +295,12 @@ def _run_model(model, pset, items, writer, settings, batch_size, progress) -> No
     donor_of = draw_donors(items, settings["seed"]) if settings["ablation"] == "resample" else {}
     if settings["method"] == "attribution":  # estimate every head, verify the top ones
         chosen = scan_attribution.estimate_heads(
-            model, items, writer, settings, prov, means=means, donor_of=donor_of,
-            batch_size=batch_size, progress=progress,
+            model, items, run.writer, settings, run.prov, scored=scored, means=means,
+            donor_of=donor_of, batch_size=batch_size, progress=run.progress,
         )  # fmt: skip
         names = [name for name in names if name in chosen]
 
-    def key(rec, name):
-        return record_key(EXPERIMENT, model.name, model.revision, rec.key, name)
-
-    def work(chunk):
+    def work(chunk: list[PromptRecord]) -> list[dict]:
         sequences, owners, donors, answers = _chunk_sequences(model, chunk, donor_of)
         # a remote attribution scan verifies its few heads through Model.logits
         remote = getattr(model, "remote", False) and settings["method"] == "attribution"
@@ -283,7 +312,7 @@ def _run_model(model, pset, items, writer, settings, batch_size, progress) -> No
             means=means,
             donors=donors or None,
             batch_size=batch_size,
-            progress=progress,  # moves after every pass, with an ETA for the chunk
+            progress=run.progress,  # moves after every pass, with an ETA for the chunk
         )
         owner_of = np.array(owners)
         out = []
@@ -291,19 +320,16 @@ def _run_model(model, pset, items, writer, settings, batch_size, progress) -> No
             answer = answers[i]
             columns = np.flatnonzero(owner_of == i)
             for name, values in [("clean", clean), *zip(names, scores)]:
-                if key(rec, name) in writer:
+                if run.done(rec.key, name):
                     continue
                 mine = [float(v) for v in values[columns]]
                 metrics = _metrics(mine, answer, donor_of.get(rec.key))
                 heads = conditions.get(name, [])
                 out.append(
-                    base_record(
-                        EXPERIMENT,
-                        model,
+                    run.record(
                         rec,
                         name,
                         metrics,
-                        prov,
                         heads=heads,
                         ablation=settings["ablation"],
                         scan=settings,
@@ -311,41 +337,36 @@ def _run_model(model, pset, items, writer, settings, batch_size, progress) -> No
                 )
         return out
 
-    run_chunks(
+    run.chunks(
         items,
-        writer=writer,
-        key=lambda rec: key(rec, names[-1]),  # a prompt's last record is written last
-        work=work,
+        work,
+        key=lambda rec: run.key(rec.key, names[-1]),  # a prompt's last record is written last
         chunk_size=batch_size,
         desc=f"scan {label}",
-        progress=progress,
     )
     if settings["unit"] != "head":
         return
-    bsi_key = lambda r: record_key(BSI, model.name, model.revision, r.key, "clean")  # noqa: E731
 
-    def bsi_work(chunk):
+    def bsi_work(chunk: list[PromptRecord]) -> list[dict]:
         results = binding(model, chunk, batch_size=batch_size, on_missing="skip")
         return [
-            base_record(BSI, model, rec, "clean", binding_metrics(res, model), prov)
+            run.record(rec, "clean", binding_metrics(res, model), name=BSI)
             for rec, res in zip(chunk, results)
         ]
 
-    run_chunks(
+    run.chunks(
         items,
-        writer=writer,
-        key=bsi_key,
-        work=bsi_work,
+        bsi_work,
+        key=lambda r: run.key(r.key, name=BSI),
         chunk_size=batch_size * 4,
         desc=f"scan BSI {label}",
-        progress=progress,
     )
 
 
-def _write_classes(folder: Path, model, items, seed: int, batch_size: int) -> None:
+def _write_classes(
+    folder: Path, model: LanguageModel, items: list[PromptRecord], seed: int, batch_size: int
+) -> None:
     """Store each head's primary taxonomy class for this model in ``classes.json``."""
-    from bindscope.experiments.heads import primary_classes
-
     path = folder / CLASSES_FILE
     found = json.loads(path.read_text("utf-8")) if path.is_file() else {}
     label = model_label(model)
@@ -367,13 +388,33 @@ def summarize(
     path = Path(folder) / CLASSES_FILE
     classes = json.loads(path.read_text("utf-8")) if path.is_file() else None
     build = functools.partial(summarize_scan, classes=classes)
-    return summarize_tests(folder, build, correction=correction, n_resamples=n_resamples)
+    return summarize_tests(
+        folder, build, name=EXPERIMENT, correction=correction, n_resamples=n_resamples
+    )
 
+
+def _metrics_of(record: dict) -> tuple[str, ...]:
+    return ("logprob",) + (RECOGNITION_METRICS if record["task"] == "recognition" else ())
+
+
+CONDITIONS = RecordKind(EXPERIMENT, prefixes=("L",), metrics=_metrics_of)
+#: ``--method attribution``: each prompt's estimate of every head (docs/records.md).
+ESTIMATES = RecordKind(
+    scan_attribution.ESTIMATE, conditions=("estimate",), metrics=lambda r: ("logprob", "estimate")
+)
+DEFINITION = Experiment(
+    EXPERIMENT, "scan", "ablate every head alone: effect map with CIs and BH p", ScanOptions,
+    summarize, head_stats.summary_lines, records=(CONDITIONS, binding_kind(BSI), ESTIMATES),
+    plan=_plan, models="several",
+)  # fmt: skip
+run = DEFINITION.run
 
 __all__ = [
     "BSI",
+    "DEFINITION",
     "EXPERIMENT",
     "METRICS",
+    "ScanOptions",
     "conditions_of",
     "draw_donors",
     "matched_comparison",

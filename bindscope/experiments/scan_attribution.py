@@ -16,12 +16,27 @@ significant that the exact scan of every head would not declare too.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
+from scipy.stats import spearmanr
+from tqdm.auto import tqdm
 
 from bindscope.errors import InputError
 from bindscope.experiments import head_stats
-from bindscope.experiments.common import base_record, record_key, run_chunks
+from bindscope.experiments.chunks import run_chunks
+from bindscope.experiments.recording import base_record
+from bindscope.interventions import Mean, Patch, Resample, Zero
+from bindscope.interventions.specs import Spec
+from bindscope.prompts.records import PromptRecord
+from bindscope.protocols import LanguageModel
+from bindscope.results.records import RecordWriter, read_records, record_key
+from bindscope.runners.attribution_patching import TargetLogprob, all_heads, attribution_scores
+from bindscope.runners.scan import ScoredSequence
+
+#: How the scan scores one prompt: its sequences and the correct one's index (or None).
+Scorer = Callable[[LanguageModel, PromptRecord], tuple[list[ScoredSequence], int | None]]
 
 ESTIMATE = "scan-estimate"
 METHODS = ("exact", "attribution")
@@ -49,14 +64,11 @@ def check_options(method: str, verify: int | None, unit: str) -> int | None:
     return verify
 
 
-def _spec(model, settings: dict, means, text, donor):
+def _spec(model: LanguageModel, settings: dict, means: Any, text: list[int], donor: Any) -> Spec:
     """The intervention the estimate linearises: the scan's ablation on every head.
 
     A resample donor is aligned from the end, as the exact scan aligns it (`_donor_spec`).
     """
-    from bindscope.interventions import Mean, Zero
-    from bindscope.runners.attribution_patching import all_heads
-
     heads = tuple(all_heads(model))
     if settings["ablation"] == "mean":
         return Mean(heads, means)
@@ -65,20 +77,31 @@ def _spec(model, settings: dict, means, text, donor):
     return Zero(heads)
 
 
-def estimate_heads(model, items, writer, settings, prov, *, means, donor_of, batch_size, progress):
+def estimate_heads(
+    model: LanguageModel,
+    items: Sequence[PromptRecord],
+    writer: RecordWriter,
+    settings: dict,
+    prov: dict,
+    *,
+    scored: Scorer,
+    means: Any,
+    donor_of: dict[str, PromptRecord],
+    batch_size: int,
+    progress: bool,
+) -> list[str]:
     """Write one ``scan-estimate`` record per prompt: every head's estimated effect.
 
     The metric is the scan's log-prob (the correct choice's, or the target's, mean
-    log-probability per token); the estimate is of ``clean - ablated`` (positive: the
-    ablation hurts), as the scan's effects are.
+    log-probability per token, as ``scored`` lays the prompt out); the estimate is of
+    ``clean - ablated`` (positive: the ablation hurts), as the scan's effects are.
+    Returns the condition names of the heads to verify.
     """
-    from bindscope.experiments.scan import scored
-    from bindscope.runners.attribution_patching import TargetLogprob, attribution_scores
 
-    def key(rec):
+    def key(rec: PromptRecord) -> str:
         return record_key(ESTIMATE, model.name, model.revision, rec.key, "estimate")
 
-    def work(chunk):
+    def work(chunk: list[PromptRecord]) -> list[dict]:
         texts, targets, per_row = [], [], []
         for rec in chunk:
             seqs, answer = scored(model, rec)
@@ -146,10 +169,10 @@ def _groups(texts: list, specs: list) -> list[list[int]]:
     return groups
 
 
-def _select(model, items, path, verify: int) -> list[str]:
+def _select(
+    model: LanguageModel, items: Sequence[PromptRecord], path: Any, verify: int
+) -> list[str]:
     """Condition names of the ``verify`` heads with the largest mean |estimate|."""
-    from bindscope.results.records import read_records
-
     keys = {rec.key for rec in items}
     maps = [
         r["metrics"]["estimate"]
@@ -165,12 +188,12 @@ def _select(model, items, path, verify: int) -> list[str]:
 
 
 def logits_condition_scores(
-    model,
-    sequences,
-    conditions,
+    model: LanguageModel,
+    sequences: Sequence[ScoredSequence],
+    conditions: Sequence[Sequence[tuple[int, int]]],
     *,
-    means=None,
-    donors=None,
+    means: Any = None,
+    donors: Sequence[ScoredSequence] | None = None,
     batch_size: int = 16,
     progress: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -182,17 +205,14 @@ def logits_condition_scores(
     Same arguments and return value (``(clean [S], scores [C, S])`` float64); the progress
     bar moves once per condition.
     """
-    from tqdm.auto import tqdm
-
-    from bindscope.interventions import Mean, Zero
-
     texts = [list(s.ids) for s in sequences]
 
-    def scores(per_row) -> np.ndarray:
+    def scores(per_row: list | None) -> np.ndarray:
         out = np.zeros(len(texts))
         for group in _groups(texts, per_row or [None] * len(texts)):
             rows = [per_row[i] for i in group] if per_row else None
-            found = model.logits([texts[i] for i in group], per_row=rows, batch_size=batch_size)
+            ids: list[Any] = [texts[i] for i in group]  # token ids (logits takes ids or text)
+            found = model.logits(ids, per_row=rows, batch_size=batch_size)
             for i, logits in zip(group, found):
                 logp = logits.float().log_softmax(-1)
                 n, t = len(texts[i]), sequences[i].n_target
@@ -204,6 +224,7 @@ def logits_condition_scores(
     bar = tqdm(conditions, desc="verified heads", unit="head", disable=not progress, leave=False)
     for c, heads in enumerate(bar):
         heads = tuple(tuple(h) for h in heads)
+        specs: list[Spec]
         if donors is not None:
             specs = [_donor_spec(heads, t, list(d.ids)) for t, d in zip(texts, donors)]
         else:
@@ -212,10 +233,8 @@ def logits_condition_scores(
     return scores(None), result
 
 
-def _donor_spec(heads, text: list, donor: list):
+def _donor_spec(heads: tuple, text: list, donor: list) -> Patch | Resample:
     """A resample donor aligned from the end: ``Patch`` at equal length, else ``Resample``."""
-    from bindscope.interventions import Patch, Resample
-
     return Patch(heads, (donor,)) if len(donor) == len(text) else Resample(heads, (donor,))
 
 
@@ -265,8 +284,6 @@ def agreement(top: list[dict]) -> dict:
     out["sign_agreement"] = float(np.mean(np.sign(est) == np.sign(exact)))
     out["max_abs_error"] = float(np.max(np.abs(est - exact)))
     if len(pairs) >= 3 and np.ptp(est) > 0 and np.ptp(exact) > 0:
-        from scipy.stats import spearmanr
-
         out["spearman"] = float(spearmanr(est, exact).statistic)
     return out
 

@@ -10,6 +10,8 @@ import math
 import numpy as np
 
 from bindscope.experiments import head_stats, limits, scan_attribution
+from bindscope.metrics.heads import draw_class_matched_sets
+from bindscope.metrics.ranking import rank_heads
 from bindscope.results.labels import by_model
 
 EXPERIMENT = "scan"
@@ -34,9 +36,6 @@ def matched_comparison(
         The top set, its classes and mean effect, each random set's mean effect, and the rank
         p-value ``(1 + #{random >= top}) / (n + 1)`` (it cannot go below ``1 / (n + 1)``).
     """
-    from bindscope.metrics.heads import draw_class_matched_sets
-    from bindscope.metrics.ranking import rank_heads
-
     values = np.array([[np.nan if v is None else v for v in row] for row in effect])
     top = rank_heads(bsi, k)[0]
     sets = draw_class_matched_sets(primary, top, n=n, seed=seed)
@@ -150,7 +149,9 @@ def scan_limits(label: str, entry: dict, *, correction: str) -> list[dict]:
     return limits.collect(*found)
 
 
-def _unusable(present, rows, keys, field: str) -> list[tuple[str, str]]:
+def _unusable(
+    present: list[str], rows: list[tuple[str, dict]], keys: dict, field: str
+) -> list[tuple[str, str]]:
     """(prompt, record key) of every record whose ``field`` is null or not finite."""
     return [
         (p, keys[condition, p])
@@ -160,7 +161,7 @@ def _unusable(present, rows, keys, field: str) -> list[tuple[str, str]]:
     ]
 
 
-def _mean_bsi(first: dict, bsi_records) -> np.ndarray | None:
+def _mean_bsi(first: dict, bsi_records: list[dict]) -> np.ndarray | None:
     """Mean BSI map [L, H] of the first record's model over its measured prompts, or None."""
     measured = [
         r["metrics"]["bsi"]
@@ -172,7 +173,7 @@ def _mean_bsi(first: dict, bsi_records) -> np.ndarray | None:
     return np.nanmean(np.array(measured, dtype=float), 0) if measured else None
 
 
-def _tables(group) -> tuple[dict[str, dict[str, dict]], dict[str, list], dict]:
+def _tables(group: list[dict]) -> tuple[dict[str, dict[str, dict]], dict[str, list], dict]:
     """Metrics by condition and prompt, each condition's head, and each record's key."""
     table: dict[str, dict[str, dict]] = {}  # condition -> prompt -> metrics
     heads: dict[str, list] = {}
@@ -187,7 +188,13 @@ def _tables(group) -> tuple[dict[str, dict[str, dict]], dict[str, list], dict]:
 
 
 def _summarize_model(
-    group, bsi_records, settings, correction, n_resamples, top, estimates=()
+    group: list[dict],
+    bsi_records: list[dict],
+    settings: dict,
+    correction: str,
+    n_resamples: int | None,
+    top: int,
+    estimates: list[dict] | tuple = (),
 ) -> dict:
     first = group[0]
     seed = settings["seed"]
@@ -277,7 +284,9 @@ def _left_out(entry: dict, metric: str) -> set[str]:
     return set(entry["unusable"].get(metric, {}).get("prompts", []))
 
 
-def _map(cells, heads, n_layers, width, field):
+def _map(
+    cells: dict[str, dict], heads: dict[str, list], n_layers: int, width: int, field: str
+) -> list[list]:
     out = [[None] * width for _ in range(n_layers)]
     for name, cell in cells.items():
         layer, head = heads[name]
@@ -285,7 +294,16 @@ def _map(cells, heads, n_layers, width, field):
     return out
 
 
-def _bsi_correlation(first, bsi_records, table, clean, names, heads, n_heads, seed):
+def _bsi_correlation(
+    first: dict,
+    bsi_records: list[dict],
+    table: dict,
+    clean: dict,
+    names: list[str],
+    heads: dict[str, list],
+    n_heads: int,
+    seed: int,
+) -> dict | None:
     """Spearman of the mean-BSI map with the log-prob effect map over prompts with both."""
     bsi = {
         r["prompt_key"]: r["metrics"]["bsi"]

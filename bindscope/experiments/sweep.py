@@ -12,187 +12,117 @@ from __future__ import annotations
 
 import contextlib
 import math
-import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from bindscope.batch import GENERATION_BATCH_SIZE, check_batch_size
-from bindscope.errors import InputError
 from bindscope.experiments import limits
-from bindscope.experiments.common import (
-    base_record,
-    batch_order,
-    binding_metrics,
-    chunk_items,
-    load_revision,
-    mean_estimate,
-    prompt_set,
-    provenance,
-    record_key,
-    run_chunks,
-    skipped_reasons,
-    summarize_folder,
-)
+from bindscope.experiments.chunks import batch_order, chunk_items, prompt_set
+from bindscope.experiments.experiment import Common, Experiment, ModelRun
+from bindscope.experiments.head_taxonomy import RevisionScorer, TaxonomyOptions
+from bindscope.experiments.options import GENERATION_HELP, option, positive, setting
+from bindscope.experiments.recording import binding_metrics
+from bindscope.experiments.revisions import CRFM_SEEDS, PRESETS, load_revision, resolve_revisions
+from bindscope.experiments.summary import folder_summary, mean_estimate, skipped_reasons
+from bindscope.loading import load_model
 from bindscope.metrics import stats
 from bindscope.metrics.behaviour import default_rubric
 from bindscope.prompts.context import check_fit
-from bindscope.results.records import RecordWriter
+from bindscope.prompts.records import PromptRecord, PromptSet
+from bindscope.protocols import LanguageModel
+from bindscope.results.format import estimate, num, pvalue
+from bindscope.results.labels import checkpoint_order
+from bindscope.results.records import RecordWriter, provenance, record_key
+from bindscope.results.schema import binding_kind
 from bindscope.results.settings import check_settings, content_sha256
 from bindscope.runners.behaviour import generation, recognition
 from bindscope.runners.binding import binding
 
 EXPERIMENT = "sweep"
 
-_PYTHIA = [
-    "step0",
-    "step15000",
-    "step30000",
-    "step60000",
-    "step90000",
-    "step120000",
-    "step140000",
-    "step143000",
-]
-_CRFM = [f"checkpoint-{s}" for s in (0, 1000, 5000, 10000, 50000, 100000, 200000, 400000)]
 
-#: Named revision lists from the published study (spec section 4.1). ``model`` is the Hub id
-#: the preset belongs to; for Pythia it fits every size.
-PRESETS: dict[str, dict] = {
-    "pythia-paper": {"model": "EleutherAI/pythia-160m-deduped", "revisions": _PYTHIA},
-    "olmo-1b": {
-        "model": "allenai/OLMo-1B-hf",
-        "revisions": [
-            "step1000-tokens4B",
-            "step80000-tokens335B",
-            "step110000-tokens461B",
-            "step330000-tokens1383B",
-            "step460000-tokens1928B",
-            "step620000-tokens2599B",
-            "step720000-tokens3018B",
-            "step738020-tokens3094B",
-        ],
-    },
-    "crfm": {"model": "stanford-crfm/alias-gpt2-small-x21", "revisions": _CRFM},
-    "smollm3": {
-        "model": "HuggingFaceTB/SmolLM3-3B-checkpoints",
-        "revisions": [
-            f"stage1-step-{s}"
-            for s in (40000, 120000, 400000, 800000, 1200000, 1600000, 2400000, 3440000)
-        ],
-    },
-}
-#: The five CRFM GPT-2 small seeds share the ``crfm`` revisions.
-CRFM_SEEDS = [
-    "stanford-crfm/alias-gpt2-small-x21",
-    "stanford-crfm/battlestar-gpt2-small-x49",
-    "stanford-crfm/caprica-gpt2-small-x81",
-    "stanford-crfm/darkmatter-gpt2-small-x343",
-    "stanford-crfm/expanse-gpt2-small-x777",
-]
+@dataclass(frozen=True)
+class SweepOptions(TaxonomyOptions):
+    """The options of ``bindscope sweep`` (the taxonomy's apply with ``heads``)."""
+
+    revisions: str | Sequence[str] = option(
+        (),
+        "comma-separated revisions in training order, or a preset: "
+        "pythia-paper, olmo-1b, crfm, smollm3",
+        required=True,
+    )
+    prompts: str | Path | PromptSet = option(
+        "canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True
+    )
+    heads: bool = option(False, "also the head taxonomy per revision (OUT/heads)", switch=True)
+    generation_batch_size: int = option(GENERATION_BATCH_SIZE, GENERATION_HELP, type=positive)
+    rubric: dict | None = setting(None)
+    loader: Callable[..., LanguageModel] | None = setting(None)
+    load_options: dict | None = setting(None)
+
+    def check(self) -> None:
+        """Revisions resolve (a preset or a list without repeats); batch sizes are positive."""
+        super().check()
+        resolve_revisions(self.revisions)
+        check_batch_size(self.generation_batch_size, "generation_batch_size", GENERATION_BATCH_SIZE)
 
 
-def resolve_revisions(spec: str | Sequence[str]) -> list[str]:
-    """A preset name (``pythia-paper``, ``olmo-1b``, ``crfm``, ``smollm3``) or a list.
-
-    Raises:
-        InputError: The list is empty or has duplicates.
-    """
-    if isinstance(spec, str):
-        if spec in PRESETS:
-            return list(PRESETS[spec]["revisions"])
-        spec = [s.strip() for s in spec.split(",") if s.strip()]
-    revisions = list(spec)
-    if not revisions:
-        raise InputError(
-            f"no revisions given; pass a comma-separated list or a preset ({', '.join(PRESETS)})"
-        )
-    dupes = sorted({r for r in revisions if revisions.count(r) > 1})
-    if dupes:
-        raise InputError(f"revision(s) {dupes} listed twice; each revision is one checkpoint")
-    return revisions
-
-
-def run(
-    model: str,
-    revisions: str | Sequence[str],
-    *,
-    prompts="canonical",
-    out: str | Path,
-    loader: Callable | None = None,
-    rubric: dict | None = None,
-    batch_size: int = 16,
-    generation_batch_size: int = GENERATION_BATCH_SIZE,
-    seed: int = 0,
-    force: bool = False,
-    progress: bool = True,
-    heads: bool = False,
-    head_options: dict | None = None,
-    **load_options,
-) -> dict:
+def run(model: str, revisions: str | Sequence[str] | None = None, **keywords: Any) -> dict:
     """EB* and behaviour per prompt for each revision of ``model``; then the summary.
 
-    Args:
-        model: Hub id or folder.
-        revisions: A preset name or the revisions in training order.
-        loader: ``loader(model, revision=..., **load_options) -> Model``; default
-            ``bindscope.load_model``. The model it returns must carry the revision asked for.
-        seed: Seed of the summary's bootstrap intervals, stored in every record.
-        heads: Also score every head of each revision (``bindscope.experiments.heads``,
-            written to ``OUT/heads``; its summary holds the emergence of each class).
-        head_options: ``n_repeated``, ``repeat_length``, ``thresholds``, ``top_k`` for it.
-        out: Results folder; records go to ``OUT/<experiment>/records.jsonl``.
-        prompts: Prompt set (name, path or ``PromptSet``) of recognition and generation records.
-        rubric: Keyword rubric for generation (default: the package rubric).
-        batch_size: Texts per forward pass (binding and recognition).
-        generation_batch_size: Rows per greedy-generation batch.
-        force: Start afresh even where the folder's settings differ (else refused).
-        progress: Show a progress bar.
-        **load_options: Passed to ``loader`` (dtype, device, remote ...).
+    ``revisions`` (a preset name or the revisions in training order) may come first;
+    ``keywords`` are ``Experiment.run``'s (``out``, ``batch_size``, ``seed``, ``force``,
+    ``progress``) and ``SweepOptions``: ``prompts`` (recognition and generation records),
+    ``heads`` (also score every head of each revision into ``OUT/heads``, with the taxonomy
+    options ``n_repeated``, ``repeat_length``, ``thresholds``, ``top_k``),
+    ``generation_batch_size``, ``rubric`` (default: the package rubric), ``loader``
+    (``loader(model, revision=..., **load_options) -> Model``, default
+    ``bindscope.load_model``; the model it returns must carry the revision asked for) and
+    ``load_options`` (dtype, device, remote ...).
 
     Raises:
         InputError: The loader returned another revision than the one asked for (a revision
             is applied or refused, never only written down).
     """
-    from bindscope.loading import load_model
+    if revisions is not None:
+        keywords["revisions"] = revisions
+    return DEFINITION.run(model, **keywords)
 
-    check_batch_size(batch_size)
-    check_batch_size(generation_batch_size, "generation_batch_size", GENERATION_BATCH_SIZE)
-    loader = loader or load_model
-    revisions = resolve_revisions(revisions)
-    pset = prompt_set(prompts)
-    rubric = rubric or default_rubric()
-    folder = Path(out) / EXPERIMENT
+
+def _loop(model: str, opts: SweepOptions, common: Common) -> dict:
+    """Each revision finished (and on disk) before the next is loaded; then the summary."""
+    loader = opts.loader or load_model
+    revisions = resolve_revisions(opts.revisions)
+    pset = prompt_set(opts.prompts)
+    rubric = opts.rubric or default_rubric()
+    folder = common.out / EXPERIMENT
+    seed = common.seed
     settings = {"prompt_sha256": pset.sha256, "rubric_sha256": content_sha256(rubric), "seed": seed}
     side = None
     with contextlib.ExitStack() as stack:
-        if heads:
-            from bindscope.experiments.heads import RevisionScorer
-
+        if opts.heads:
             side = stack.enter_context(
                 RevisionScorer(
-                    out,
-                    pset,
-                    seed=seed,
-                    force=force,
-                    batch_size=batch_size,
-                    progress=progress,
-                    **(head_options or {}),
+                    common.out, pset, opts, seed=seed, force=common.force,
+                    batch_size=common.batch_size, progress=common.progress,
                 )
-            )
+            )  # fmt: skip
         records = folder / "records.jsonl"
-        writer = stack.enter_context(RecordWriter(records, force=force, settings=settings))
+        writer = stack.enter_context(RecordWriter(records, force=common.force, settings=settings))
         for revision in revisions:
             keys = [record_key(EXPERIMENT, model, revision, r.key, "clean") for r in pset]
             if all(k in writer for k in keys) and (side is None or side.done(model, revision)):
                 continue
-            loaded = load_revision(loader, model, revision, **load_options)
+            loaded = load_revision(loader, model, revision, **(opts.load_options or {}))
             check_settings(folder, settings, models=[loaded])
             info = {"settings": settings, "sweep": {"revisions": revisions}}
             prov = provenance(loaded, prompt_set=pset, seed=seed, **info)
-            sizes = (batch_size, generation_batch_size)
-            _run_revision(loaded, pset, writer, rubric, sizes, progress, prov)
+            run = ModelRun(EXPERIMENT, loaded, writer, prov, common.progress)
+            _run_revision(run, pset, rubric, (common.batch_size, opts.generation_batch_size))
             if side is not None:
                 side.score(loaded, revisions)
             del loaded
@@ -201,11 +131,12 @@ def run(
     return summarize(folder)
 
 
-def _run_revision(model, pset, writer, rubric, sizes, progress, prov) -> None:
+def _run_revision(run: ModelRun, pset: PromptSet, rubric: dict, sizes: tuple[int, int]) -> None:
+    model = run.model
     batch_size, generation_batch_size = sizes
     check_fit(model, pset)
 
-    def work(chunk):
+    def work(chunk: list[PromptRecord]) -> list[dict]:
         bound = binding(model, chunk, batch_size=batch_size, on_missing="skip")
         scores: dict[str, float] = {}
         rec = [r for r in chunk if r.task == "recognition"]
@@ -217,25 +148,15 @@ def _run_revision(model, pset, writer, rubric, sizes, progress, prov) -> None:
             for r, out in zip(gen, generated):
                 scores[r.key] = out.score
         return [
-            base_record(
-                EXPERIMENT,
-                model,
-                r,
-                "clean",
-                {**binding_metrics(res, model), "behaviour": scores[r.key]},
-                prov,
-            )
+            run.record(r, "clean", {**binding_metrics(res, model), "behaviour": scores[r.key]})
             for r, res in zip(chunk, bound)
         ]
 
-    run_chunks(
+    run.chunks(
         batch_order(model, pset.records),
-        writer=writer,
-        key=lambda r: record_key(EXPERIMENT, model.name, model.revision, r.key, "clean"),
-        work=work,
+        work,
         chunk_size=chunk_items(batch_size, generation_batch_size, batch_size * 4),
         desc=f"sweep {model.name}@{model.revision}",
-        progress=progress,
     )
 
 
@@ -282,33 +203,7 @@ def sweep_limits(name: str, group: list[dict], entry: dict) -> list[dict]:
     return limits.collect(*found)
 
 
-def _step_key(revision: str) -> tuple[int, ...] | None:
-    """The numbers in a revision name, in order (``step1000-tokens4B`` -> (1000, 4))."""
-    numbers = re.findall(r"\d+", revision)
-    return tuple(int(n) for n in numbers) if numbers else None
-
-
-def checkpoint_order(records: list[dict]) -> list[str]:
-    """Every revision present in the records, in training order.
-
-    Revision names that carry their step (Pythia ``step15000``, OLMo ``step1000-tokens4B``,
-    CRFM ``checkpoint-5000``) are ordered by those numbers, never as strings (``step15000``
-    before ``step143000``). Otherwise the order the runs declared is kept, each resumed run's
-    new revisions after the earlier ones.
-    """
-    present = {r["revision"] for r in records}
-    keys = {v: _step_key(v or "") for v in present}
-    if all(k is not None for k in keys.values()):
-        return sorted(present, key=lambda v: (keys[v], v))
-    declared: list[str] = []
-    for r in records:
-        for v in r["provenance"].get("sweep", {}).get("revisions") or []:
-            if v in present and v not in declared:
-                declared.append(v)
-    return declared + sorted(present - set(declared), key=str)
-
-
-def _term_series(group, revisions):
+def _term_series(group: list[dict], revisions: list[str]) -> dict[str, dict]:
     cells: dict[str, dict[str, dict[str, list[float]]]] = {}
     for r in group:
         m = r["metrics"]
@@ -329,7 +224,7 @@ def _mean(values: list[float]) -> float:
     return float(np.mean(values)) if values else math.nan
 
 
-def _summarize_model(group, revisions, seed, split) -> dict:
+def _summarize_model(group: list[dict], revisions: list[str], seed: int, split: int | None) -> dict:
     series = _term_series(group, revisions)
     entry: dict = {"revisions": revisions, "per_term": series, "eb_star": [], "behaviour": []}
     for i in range(len(revisions)):
@@ -424,9 +319,64 @@ def decoupling(series: dict[str, dict], *, split: int | None = None) -> dict:
     }
 
 
-def summarize(folder: str | Path) -> dict:
-    """Rebuild ``folder/summary.json`` from ``folder/records.jsonl``."""
-    return summarize_folder(folder, summarize_sweep)
+summarize = folder_summary(EXPERIMENT, summarize_sweep)
 
 
-__all__ = ["CRFM_SEEDS", "PRESETS", "decoupling", "leadlag", "resolve_revisions", "run"]
+def text(s: dict) -> list[str]:
+    """The sweep summary as terminal lines."""
+    out = ["Checkpoint sweep (means over terms, 95% CI)"]
+    for name, m in s["models"].items():
+        out.append(f"  {name}")
+        for rev, eb, beh in zip(m["revisions"], m["eb_star"], m["behaviour"]):
+            out.append(f"    {rev:<28} EB* {estimate(eb):<24} behaviour {estimate(beh)}")
+        out += _leadlag_lines(m.get("leadlag", {}))
+        dc = m.get("decoupling", {})
+        if dc.get("skipped"):
+            out.append(f"    decoupling: skipped ({dc['skipped']})")
+        elif dc:
+            out.append(
+                f"    decoupling: {dc['n_strict']}/{dc['n_terms']} strict, "
+                f"{dc['n_attenuate']} attenuate; mean rho early {num(dc['mean_early'], 2)}, "
+                f"late {num(dc['mean_late'], 2)}"
+            )
+    return out
+
+
+def _leadlag_lines(ll: dict) -> list[str]:
+    if ll.get("skipped"):
+        return [f"    lead-lag: skipped ({ll['skipped']})"]
+    out = []
+    for meth in ("pearson", "spearman"):
+        if meth in ll.get("binomial", {}):
+            n = ll.get("n", {}).get(meth, ll["n_terms"])
+            left_out = len(ll.get("excluded", {})) + len(
+                ll.get("excluded_by_method", {}).get(meth, {})
+            )
+            out.append(
+                f"    lead-lag ({meth}): {ll['n_lead'][meth]}/{n} terms lead "
+                f"({left_out} excluded), "
+                f"fraction {estimate(ll['lead_fraction'][meth], digits=2)}, "
+                f"binomial p {pvalue(ll['binomial'][meth]['p_value'])}"
+            )
+    return out
+
+
+DEFINITION = Experiment(
+    EXPERIMENT, "sweep", "EB* and behaviour across training checkpoints", SweepOptions,
+    summarize, text, records=(binding_kind(EXPERIMENT, "behaviour"),), loop=_loop,
+    models="revisions", also=lambda options: ("heads",) if options.heads else (),
+)  # fmt: skip
+
+__all__ = [
+    "CRFM_SEEDS",
+    "DEFINITION",
+    "PRESETS",
+    "SweepOptions",
+    "checkpoint_order",
+    "decoupling",
+    "leadlag",
+    "resolve_revisions",
+    "run",
+    "summarize",
+    "text",
+]

@@ -10,11 +10,13 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from bindscope.figures import markdown as md
+from bindscope.figures.section import Section
 from bindscope.figures.style import HEATMAP_CMAP, new_figure, per_model, short_label
 from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "Binding (EB*)"
-KINDS = ("binding_bsi",)
+#: Inches per figure kind; at DPI 150 each gives whole pixels.
+SIZES = {"binding_bsi": (7.0, 6.0)}
 HOW_TO_READ = (
     "BSI is the mean attention probability that later tokens of a multi-token term put on "
     "its earlier tokens, for one head; EB at a layer is the best head's BSI minus the "
@@ -38,7 +40,7 @@ def bsi_heatmap(label: str, entry: dict, *, where: str = "summary"):
     if bsi.ndim != 2 or bsi.size == 0:
         raise MissingData(f"{where}: mean_bsi is not a [layer][head] table")
     top = need(entry, "top_heads", where=where)
-    fig, ax = new_figure("binding_bsi")
+    fig, ax = new_figure(SIZES["binding_bsi"])
     image = ax.imshow(bsi, origin="lower", aspect="auto", cmap=HEATMAP_CMAP, interpolation="none")
     fig.colorbar(image, ax=ax, label="mean BSI (attention probability, 0–1)")
     for rank, (layer, head) in enumerate(top, start=1):
@@ -84,4 +86,6 @@ def tables(exp: ExperimentResults) -> list[str]:
     return md.table([*header, "top heads (by mean BSI)"], rows, left=1)
 
 
-__all__ = ["HOW_TO_READ", "KINDS", "TITLE", "bsi_heatmap", "plots", "tables"]
+SECTION = Section("binding", TITLE, HOW_TO_READ, SIZES, plots, tables, order=1)
+
+__all__ = ["HOW_TO_READ", "SECTION", "SIZES", "TITLE", "bsi_heatmap", "plots", "tables"]

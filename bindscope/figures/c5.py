@@ -9,17 +9,13 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from bindscope.figures import markdown as md
-from bindscope.figures.style import (
-    CONDITION_STYLE,
-    figure_legend,
-    new_figure,
-    short_label,
-    slug,
-)
+from bindscope.figures import style
+from bindscope.figures.section import Section
 from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "C5: causal head ablation"
-KINDS = ("c5", "c5_cross_architecture")
+#: Inches per figure kind; at DPI 150 each gives whole pixels.
+SIZES = {"c5": (12.0, 4.4), "c5_cross_architecture": (12.0, 5.0)}
 TASKS = ("recognition", "generation")
 UNITS = {
     "recognition": "accuracy (fraction correct)",
@@ -49,7 +45,7 @@ def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     k = (exp.summary or {}).get("k")
     for label, entry in exp.models.items():
         yield (
-            f"c5_{slug(label)}",
+            f"c5_{style.slug(label)}",
             lambda label=label, entry=entry: model_figure(
                 label, entry, k=k, where=f"{where} [{label}]"
             ),
@@ -79,7 +75,7 @@ def _condition_bar(entry: dict, condition: str, task: str):
 def model_figure(label: str, entry: dict, *, k=None, where: str = "summary"):
     """Condition scores with CIs (left) and each task's random-set drop histogram (right)."""
     need(entry, "conditions", "baseline", where=where)
-    fig, axes = new_figure("c5", ncols=3, width_ratios=[1.3, 1, 1])
+    fig, axes = style.new_figure(SIZES["c5"], ncols=3, width_ratios=[1.3, 1, 1])
     ax = axes[0]
     width = 0.2
     for i, condition in enumerate(BAR_CONDITIONS):
@@ -94,10 +90,10 @@ def model_figure(label: str, entry: dict, *, k=None, where: str = "summary"):
     )
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("score (recognition: accuracy; generation: rubric, 0–1)")
-    ax.set_title(f"{short_label(label)}: score by condition")
+    ax.set_title(f"{style.short_label(label)}: score by condition")
     for panel, task in zip(axes[1:], TASKS):
         _random_histogram(panel, entry, task, k)
-    figure_legend(fig, axes, ncols=6)
+    style.figure_legend(fig, axes, ncols=6)
     caption = (
         f"{label}: C5 ablation. Left, mean score per condition; bars for top and bottom "
         "show the 95% CI of the paired drop from baseline, the random bar the 2.5-97.5% "
@@ -120,7 +116,7 @@ def _bar(
     **errorbar: Any,
 ) -> None:
     """One condition's bar in its style, with its interval when it has one."""
-    s = CONDITION_STYLE[condition]
+    s = style.CONDITION_STYLE[condition]
     ax.bar(x, value, width, color=s["color"], hatch=s["hatch"], edgecolor="black",
            linewidth=0.6, label=_condition_name(condition, k))  # fmt: skip
     if err is not None:
@@ -146,7 +142,7 @@ def _random_histogram(ax, entry: dict, task: str, k) -> None:
         ax.set_title(f"{task}: no random-set drops stored")
         ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
         return
-    s = CONDITION_STYLE["random"]
+    s = style.CONDITION_STYLE["random"]
     bins = int(min(20, max(5, len(drops) // 3)))
     ax.hist(drops, bins=bins, color=s["color"], hatch=s["hatch"], edgecolor="black", linewidth=0.5)
     for condition, linestyle in (("top", "-"), ("bottom", "--")):
@@ -154,7 +150,7 @@ def _random_histogram(ax, entry: dict, task: str, k) -> None:
         if drop and drop.get("value") is not None:
             ax.axvline(
                 drop["value"],
-                color=CONDITION_STYLE[condition]["color"],
+                color=style.CONDITION_STYLE[condition]["color"],
                 linestyle=linestyle,
                 linewidth=2,
                 label=f"{condition}-{k if k is not None else 'k'} set's drop",
@@ -181,7 +177,7 @@ def cross_architecture(models: dict[str, dict], *, k=None, where: str = "summary
     if not models:
         raise MissingData(f"{where} lists no models")
     labels = list(models)
-    fig, axes = new_figure("c5_cross_architecture", ncols=2, sharey=True)
+    fig, axes = style.new_figure(SIZES["c5_cross_architecture"], ncols=2, sharey=True)
     width = 0.26
     for ax, task in zip(axes, TASKS):
         ax.axhline(0, color="black", linewidth=0.8)
@@ -193,7 +189,9 @@ def cross_architecture(models: dict[str, dict], *, k=None, where: str = "summary
                     x = m + (i - 1) * width
                     _bar(ax, x, value, err, width=width, condition=condition, k=k)
         holm = [(models[label].get("p_holm") or {}).get(task) for label in labels]
-        ticks = [f"{short_label(label)}\nHolm p = {md.pvalue(p)}" for label, p in zip(labels, holm)]
+        ticks = [
+            f"{style.short_label(label)}\nHolm p = {md.pvalue(p)}" for label, p in zip(labels, holm)
+        ]
         ax.set_xticks(range(len(labels)), ticks)
         if len(labels) > 3:
             ax.tick_params(axis="x", labelrotation=25)
@@ -201,7 +199,7 @@ def cross_architecture(models: dict[str, dict], *, k=None, where: str = "summary
         ax.set_title(f"{task}: drop in {UNITS[task]}")
         ax.set_xlabel("model (Holm p: top set vs random sets, one-sided)")
     axes[0].set_ylabel("drop from baseline (baseline − ablated, score units)")
-    figure_legend(fig, axes, ncols=3)
+    style.figure_legend(fig, axes, ncols=3)
     caption = (
         "C5 across architectures: paired drop from baseline when the top-k, bottom-k or random "
         "k-head sets are ablated (top and bottom: 95% bootstrap CI; random: 2.5-97.5% range "
@@ -301,4 +299,15 @@ def _share(k, heads) -> str:
     return f"{k} of {total} ({100 * k / total:.1f}%)"
 
 
-__all__ = ["HOW_TO_READ", "KINDS", "TITLE", "cross_architecture", "model_figure", "plots", "tables"]
+SECTION = Section("c5", TITLE, HOW_TO_READ, SIZES, plots, tables, order=3)
+
+__all__ = [
+    "HOW_TO_READ",
+    "SECTION",
+    "SIZES",
+    "TITLE",
+    "cross_architecture",
+    "model_figure",
+    "plots",
+    "tables",
+]

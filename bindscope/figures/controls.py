@@ -6,11 +6,13 @@ from collections.abc import Iterator
 
 from bindscope.figures import markdown as md
 from bindscope.figures.markdown import DASH
+from bindscope.figures.section import Section
 from bindscope.figures.style import OKABE_ITO, SERIES, new_figure, per_model, short_label
 from bindscope.results.summaries import ExperimentResults, need
 
 TITLE = "Discriminant validity (controls)"
-KINDS = ("controls",)
+#: Inches per figure kind; at DPI 150 each gives whole pixels.
+SIZES = {"controls": (12.0, 5.0)}
 HOW_TO_READ = (
     "Each control group holds items that should not bind like real multi-word terms (V1 to V4 "
     "name the control family). The table gives each group's mean EB* with a 95% bootstrap CI "
@@ -40,7 +42,7 @@ def group_means(label: str, entry: dict, *, where: str = "summary"):
     groups = _groups(entry, where)
     families = sorted({str(g.get("family")) for _, g in groups})
     style = {f: SERIES[i % len(SERIES)] for i, f in enumerate(families)}
-    fig, (ax_mean, ax_d) = new_figure("controls", ncols=2, width_ratios=[1, 1])
+    fig, (ax_mean, ax_d) = new_figure(SIZES["controls"], ncols=2, width_ratios=[1, 1])
     n_rows = len(groups) + 1
     ys = list(range(n_rows))[::-1]  # real terms on top
     _interval(ax_mean, ys[0], real, color=OKABE_ITO["black"], marker="D", filled=True)
@@ -160,4 +162,6 @@ def tables(exp: ExperimentResults) -> list[str]:
     return lines
 
 
-__all__ = ["HOW_TO_READ", "KINDS", "TITLE", "group_means", "plots", "tables"]
+SECTION = Section("controls", TITLE, HOW_TO_READ, SIZES, plots, tables, order=2)
+
+__all__ = ["HOW_TO_READ", "SECTION", "SIZES", "TITLE", "group_means", "plots", "tables"]

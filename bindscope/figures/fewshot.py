@@ -7,18 +7,13 @@ from collections.abc import Iterator
 import numpy as np
 
 from bindscope.figures import markdown as md
-from bindscope.figures.style import (
-    OKABE_ITO,
-    SERIES,
-    figure_legend,
-    new_figure,
-    per_model,
-    short_label,
-)
+from bindscope.figures import style
+from bindscope.figures.section import Section
 from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "Few-shot and paraphrase prompting"
-KINDS = ("fewshot",)
+#: Inches per figure kind; at DPI 150 each gives whole pixels.
+SIZES = {"fewshot": (8.0, 9.0)}
 CONDITIONS = ("few_shot", "paraphrase")
 HOW_TO_READ = (
     "Each generation prompt is asked three ways, its stem always unchanged: alone (zero-shot), "
@@ -34,7 +29,7 @@ HOW_TO_READ = (
 
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     """The few-shot figures: (file stem, builder) pairs, drawn only when asked."""
-    return per_model(exp.models, exp.folder, "fewshot", term_deltas)
+    return style.per_model(exp.models, exp.folder, "fewshot", term_deltas)
 
 
 def term_deltas(label: str, entry: dict, *, where: str = "summary"):
@@ -45,13 +40,13 @@ def term_deltas(label: str, entry: dict, *, where: str = "summary"):
         raise MissingData(f"{where} has no per-term results")
     # per-term deltas are stored in points already: 100 x (condition - zero_shot)
     terms = sorted(per_term, key=lambda t: _order(per_term[t], t))
-    fig, ax = new_figure("fewshot")
+    fig, ax = style.new_figure(SIZES["fewshot"])
     n_rows = len(terms) + 1
     ys = np.arange(n_rows)[::-1]
-    ax.axvline(0, color=OKABE_ITO["black"], linewidth=0.8)
+    ax.axvline(0, color=style.OKABE_ITO["black"], linewidth=0.8)
     ax.axhline(ys[0] - 0.5, color="#999999", linewidth=0.6)
     for i, condition in enumerate(CONDITIONS):
-        s = SERIES[i]
+        s = style.SERIES[i]
         offset = 0.15 if i == 0 else -0.15
         face = s["color"] if i == 0 else "white"
         est = deltas.get(condition)
@@ -83,10 +78,10 @@ def term_deltas(label: str, entry: dict, *, where: str = "summary"):
     ax.set_yticks(ys, ["all terms (mean)", *terms], fontsize=6 if len(terms) > 25 else 8)
     ax.set_ylim(-0.7, n_rows - 0.3)
     ax.set_xlabel("change from zero-shot (percentage points of rubric score)")
-    ax.set_title(f"{short_label(label)}: few-shot and paraphrase vs zero-shot")
+    ax.set_title(f"{style.short_label(label)}: few-shot and paraphrase vs zero-shot")
     ax.grid(axis="y", color="#DDDDDD", linewidth=0.5)
     ax.set_axisbelow(True)
-    figure_legend(fig, [ax], ncols=2)
+    style.figure_legend(fig, [ax], ncols=2)
     caption = (
         f"{label}: change in generation score from zero-shot, in percentage points; the top "
         "row is the mean paired delta over prompts with its 95% bootstrap CI, the rows below "
@@ -138,4 +133,6 @@ def tables(exp: ExperimentResults) -> list[str]:
     return md.table(header, rows)
 
 
-__all__ = ["HOW_TO_READ", "KINDS", "TITLE", "plots", "tables", "term_deltas"]
+SECTION = Section("fewshot", TITLE, HOW_TO_READ, SIZES, plots, tables, order=5)
+
+__all__ = ["HOW_TO_READ", "SECTION", "SIZES", "TITLE", "plots", "tables", "term_deltas"]

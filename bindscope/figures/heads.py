@@ -12,18 +12,13 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from bindscope.figures import markdown as md
-from bindscope.figures.style import (
-    HEATMAP_CMAP,
-    SERIES,
-    figure_legend,
-    new_figure,
-    short_label,
-    slug,
-)
+from bindscope.figures import style
+from bindscope.figures.section import Section
 from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "Head taxonomy: sink, previous-token, induction, duplicate-token and binding heads"
-KINDS = ("heads_map", "heads_emergence")
+#: Inches per figure kind; at DPI 150 each gives whole pixels.
+SIZES = {"heads_map": (10.0, 6.0), "heads_emergence": (12.0, 7.0)}
 HOW_TO_READ = (
     "Every head gets six scores, each a mean over texts with a 95% percentile bootstrap CI "
     "over texts: sink (attention from each query to the text's first position, BOS when the "
@@ -56,12 +51,12 @@ def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     where = str(exp.folder / "summary.json")
     for label, entry in exp.models.items():
         yield (
-            f"heads_map_{slug(label)}",
+            f"heads_map_{style.slug(label)}",
             lambda label=label, entry=entry: score_maps(label, entry, where=f"{where} [{label}]"),
         )
     for model, entry in ((exp.summary or {}).get("emergence") or {}).items():
         yield (
-            f"heads_emergence_{slug(model)}",
+            f"heads_emergence_{style.slug(model)}",
             lambda model=model, entry=entry: emergence(model, entry, where=f"{where} [{model}]"),
         )
 
@@ -77,7 +72,7 @@ def score_maps(label: str, entry: dict, *, where: str = "summary"):
     scores = need(entry, "scores", where=where)
     if not scores:
         raise MissingData(f"{where} has no scores")
-    fig, axes = new_figure("heads_map", nrows=2, ncols=3, sharex=True, sharey=True)
+    fig, axes = style.new_figure(SIZES["heads_map"], nrows=2, ncols=3, sharex=True, sharey=True)
     image = None
     for ax, score in zip(axes.flat, MAP_SCORES):
         values = _map(entry, score)
@@ -87,7 +82,7 @@ def score_maps(label: str, entry: dict, *, where: str = "summary"):
             continue
         arr = np.array([[np.nan if x is None else x for x in row] for row in values], dtype=float)
         image = ax.imshow(
-            arr, origin="lower", aspect="auto", cmap=HEATMAP_CMAP, vmin=0.0, vmax=1.0,
+            arr, origin="lower", aspect="auto", cmap=style.HEATMAP_CMAP, vmin=0.0, vmax=1.0,
             interpolation="none",
         )  # fmt: skip
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -99,7 +94,7 @@ def score_maps(label: str, entry: dict, *, where: str = "summary"):
     if image is not None:
         fig.colorbar(image, ax=axes, label="mean score (0–1; spread as a fraction of keys)")
     counts = (entry.get("classes") or {}).get("counts") or {}
-    fig.suptitle(f"{short_label(label)}: head scores")
+    fig.suptitle(f"{style.short_label(label)}: head scores")
     caption = (
         f"{label}: mean score of every head over {entry.get('n_prompts')} prompts "
         f"({entry.get('n_repeated')} repeated random sequences for induction and duplicate-"
@@ -114,12 +109,12 @@ def emergence(model: str, entry: dict, *, where: str = "summary"):
     """Fraction of heads per class per checkpoint, and the top heads' score trajectories."""
     revisions = need(entry, "revisions", where=where)
     fraction = need(entry, "fraction", where=where)
-    fig, axes = new_figure("heads_emergence", nrows=2, ncols=3)
+    fig, axes = style.new_figure(SIZES["heads_emergence"], nrows=2, ncols=3)
     x = np.arange(len(revisions))
     ax = axes.flat[0]
     for i, (cls, values) in enumerate(fraction.items()):
-        style = SERIES[i % len(SERIES)]
-        ax.plot(x, values, label=cls, **style)
+        series = style.SERIES[i % len(style.SERIES)]
+        ax.plot(x, values, label=cls, **series)
     ax.set_title("fraction of heads in each class")
     ax.set_ylim(-0.02, 1.02)
     trajectories = entry.get("trajectories") or {}
@@ -134,7 +129,7 @@ def emergence(model: str, entry: dict, *, where: str = "summary"):
             continue
         for j, ((layer, head), values) in enumerate(zip(found["heads"], found["values"])):
             ys = [np.nan if v is None else v for v in values]
-            ax.plot(x, ys, color=SERIES[j % len(SERIES)]["color"], marker=".", lw=1,
+            ax.plot(x, ys, color=style.SERIES[j % len(style.SERIES)]["color"], marker=".", lw=1,
                     label=f"L{layer}.H{head}")  # fmt: skip
         if score in thresholds:
             ax.axhline(thresholds[score], color="grey", lw=0.8, ls=":")
@@ -146,7 +141,7 @@ def emergence(model: str, entry: dict, *, where: str = "summary"):
     ]  # fmt: skip
     for ax in axes.flat:
         ax.set_xticks(x, ticks, rotation=45, ha="right", fontsize=6)
-    figure_legend(fig, [axes.flat[0]], ncols=6)
+    style.figure_legend(fig, [axes.flat[0]], ncols=6)
     lead = entry.get("induction_lead_tokens")
     caption = (
         f"{model}: fraction of heads in each class (left) and the score trajectories of the "
@@ -203,4 +198,6 @@ def tables(exp: ExperimentResults) -> list[str]:
     return lines
 
 
-__all__ = ["HOW_TO_READ", "KINDS", "TITLE", "emergence", "plots", "score_maps", "tables"]
+SECTION = Section("heads", TITLE, HOW_TO_READ, SIZES, plots, tables, order=6)
+
+__all__ = ["HOW_TO_READ", "SECTION", "SIZES", "TITLE", "emergence", "plots", "score_maps", "tables"]

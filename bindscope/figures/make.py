@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from matplotlib.figure import Figure
+
 from bindscope.errors import BindscopeError
-from bindscope.figures import binding, c5, controls, fewshot, heads, sweep
-from bindscope.figures import patching as patching_figures
-from bindscope.figures import scan as scan_figures
+from bindscope.figures.sections import sections
 from bindscope.figures.style import rc_context, save
 from bindscope.results.summaries import ExperimentResults, MissingData, load_results
-
-# Report order: what is measured, whether it is valid, whether it is causal, how it develops.
-SECTIONS = {
-    "binding": binding,
-    "controls": controls,
-    "c5": c5,
-    "sweep": sweep,
-    "fewshot": fewshot,
-    "heads": heads,
-    "scan": scan_figures,
-    "patching": patching_figures,
-}
 
 
 @dataclass(frozen=True)
@@ -87,17 +76,17 @@ def make_figures(results_dir: str | Path, out_dir: str | Path | None = None) -> 
     """
     root = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else root / "figures"
-    results = load_results(root)
+    results = load_results(root, sections())
     report = FigureReport(out_dir=out)
-    for name, module in SECTIONS.items():
+    for name, section in sections().items():
         exp = results[name]
         report.notes.extend(exp.notes)
         if exp.missing:
-            report.skipped.extend((kind, exp.missing) for kind in module.KINDS)
+            report.skipped.extend((kind, exp.missing) for kind in section.sizes)
             if exp.summary is None and not exp.n_records:
                 report.not_run.append(name)
             continue
-        for figure_name, build in module.plots(exp):
+        for figure_name, build in section.plots(exp):
             drawn = _draw(exp, figure_name, build, out, report)
             if drawn is not None:
                 report.figures.append(drawn)
@@ -105,7 +94,13 @@ def make_figures(results_dir: str | Path, out_dir: str | Path | None = None) -> 
     return report
 
 
-def _draw(exp: ExperimentResults, name: str, build, out: Path, report: FigureReport):
+def _draw(
+    exp: ExperimentResults,
+    name: str,
+    build: Callable[[], tuple[Figure, str]],
+    out: Path,
+    report: FigureReport,
+) -> FigureFile | None:
     with rc_context():
         try:
             fig, caption = build()
@@ -123,4 +118,4 @@ def _draw(exp: ExperimentResults, name: str, build, out: Path, report: FigureRep
     return FigureFile(name, exp.name, caption, png, pdf)
 
 
-__all__ = ["SECTIONS", "FigureFile", "FigureReport", "make_figures"]
+__all__ = ["FigureFile", "FigureReport", "make_figures"]

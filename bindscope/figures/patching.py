@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from bindscope.figures import markdown as md
-from bindscope.figures.scan import _top_rows, heads_figure
-from bindscope.figures.style import slug
+from bindscope.figures.head_maps import map_plots, top_rows
+from bindscope.figures.section import Section
 from bindscope.results.summaries import ExperimentResults
 
 TITLE = "Activation patching: which heads carry the clean answer"
-KINDS = ("patching",)
+#: Inches per figure kind; at DPI 150 each gives whole pixels.
+SIZES = {"patching": (12.0, 5.0)}
 HOW_TO_READ = (
     "Each head's (or layer's) output is copied from the clean prompt's run into the "
     "corrupted prompt's run. Recovery is (patched − corrupted) / (clean − corrupted) of the "
@@ -24,14 +25,8 @@ HOW_TO_READ = (
 
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     """The activation-patching figures: (file stem, builder) pairs, drawn only when asked."""
-    for label, entry in exp.models.items():
-        yield (
-            f"patching_{slug(label)}",
-            lambda label=label, entry=entry: heads_figure(
-                label, entry["recovery"], entry["significant"], entry["top"],
-                f"{(exp.summary or {}).get('unit', 'head')} patched: recovery",
-            ),
-        )  # fmt: skip
+    what = f"{(exp.summary or {}).get('unit', 'head')} patched: recovery"
+    return map_plots("patching", exp.models, "recovery", what, SIZES["patching"])
 
 
 def tables(exp: ExperimentResults) -> list[str]:
@@ -46,10 +41,12 @@ def tables(exp: ExperimentResults) -> list[str]:
             "",
             *md.table(
                 ["condition", "recovery [95% CI]", "p", f"p ({correction})"],
-                _top_rows(entry["top"]),
+                top_rows(entry["top"]),
             ),
         ]
     return lines
 
 
-__all__ = ["HOW_TO_READ", "KINDS", "TITLE", "plots", "tables"]
+SECTION = Section("patching", TITLE, HOW_TO_READ, SIZES, plots, tables, order=8)
+
+__all__ = ["HOW_TO_READ", "SECTION", "SIZES", "TITLE", "plots", "tables"]

@@ -6,7 +6,8 @@ import os
 from pathlib import Path
 
 from bindscope.figures import markdown as md
-from bindscope.figures.make import SECTIONS, FigureReport, make_figures
+from bindscope.figures.make import FigureReport, make_figures
+from bindscope.figures.sections import sections
 from bindscope.results.records import SCHEMA
 from bindscope.results.summaries import VERSION_FIELDS, ExperimentResults, MissingData, load_results
 
@@ -41,7 +42,7 @@ def write_report(
     path = Path(out) if out is not None else root / "report.md"
     if figures is None:
         figures = make_figures(root)
-    results = load_results(root)
+    results = load_results(root, sections())
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [
         f"# bindscope results: `{root.name or root.resolve().name}`",
@@ -54,18 +55,18 @@ def write_report(
     ]
     lines += _provenance(results)
     number = 0
-    for name, module in SECTIONS.items():
+    for name, section in sections().items():
         exp = results[name]
         if exp.missing:
             continue
         lines += [
-            f"## {module.TITLE}",
+            f"## {section.title}",
             "",
-            f"*How to read these numbers.* {module.HOW_TO_READ}",
+            f"*How to read these numbers.* {section.how_to_read}",
             "",
         ]
         try:
-            lines += module.tables(exp)
+            lines += section.tables(exp)
         except MissingData as exc:
             lines += [f"Table not available: {exc}.", ""]
         for fig in (f for f in figures.figures if f.experiment == name):
@@ -91,7 +92,7 @@ def _provenance(results: dict[str, ExperimentResults]) -> list[str]:
     rows: list[list[str]] = []
     versions: set[tuple[str, ...]] = set()
     times: list[str] = []
-    for name in SECTIONS:
+    for name in sections():
         exp = results[name]
         versions |= exp.versions
         if exp.times:
@@ -145,7 +146,7 @@ MODELS_HOW_TO_READ = (
 def _models(results: dict[str, ExperimentResults]) -> list[str]:
     """Each model once: family, layers x heads, and base or instruction-tuned."""
     seen: dict[str, list[str]] = {}
-    for name in SECTIONS:
+    for name in results:
         for label, prov in results[name].provenance.items():
             heads = prov.get("heads")
             seen.setdefault(
@@ -175,7 +176,7 @@ def _limits(results: dict[str, ExperimentResults]) -> list[str]:
     """The limits each summary states (computed by the experiments; read here)."""
     found = [
         (name, limit)
-        for name in SECTIONS
+        for name in sections()
         for limit in ((results[name].summary or {}).get("limits") or [])
         if not results[name].missing
     ]

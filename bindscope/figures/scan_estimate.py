@@ -10,12 +10,12 @@ from bindscope.figures.style import new_figure, short_label
 from bindscope.results.summaries import MissingData
 
 
-def estimate_figure(label: str, block: dict):
+def estimate_figure(label: str, block: dict, size: tuple[float, float]):
     """Heatmap of the estimated effect (verified heads boxed) and estimate vs exact."""
     values = np.array(block["estimate"], dtype=float)
     if values.size == 0 or not np.isfinite(values).any():
         raise MissingData("the estimate map is empty")
-    fig, (heat, scatter) = new_figure("scan", ncols=2, width_ratios=[3, 2])
+    fig, (heat, scatter) = new_figure(size, ncols=2, width_ratios=[3, 2])
     bound = float(np.nanmax(np.abs(values))) or 1.0
     image = heat.imshow(values, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
     fig.colorbar(image, ax=heat, label="estimated log-prob drop")

@@ -18,21 +18,6 @@ from matplotlib.figure import Figure
 
 DPI = 150
 
-# Inches; at DPI 150 each gives whole pixels. Tests read these to check the PNG size.
-SIZES: dict[str, tuple[float, float]] = {
-    "binding_bsi": (7.0, 6.0),
-    "c5": (12.0, 4.4),
-    "c5_cross_architecture": (12.0, 5.0),
-    "controls": (12.0, 5.0),
-    "fewshot": (8.0, 9.0),
-    "sweep_emergence": (8.0, 6.0),
-    "sweep_leadlag": (8.0, 4.4),
-    "heads_map": (10.0, 6.0),
-    "heads_emergence": (12.0, 7.0),
-    "scan": (12.0, 5.0),
-    "patching": (12.0, 5.0),
-}
-
 # Okabe & Ito (2008): distinguishable with the common colour-vision deficiencies.
 OKABE_ITO = {
     "black": "#000000",
@@ -75,9 +60,9 @@ RC = {
 }
 
 
-def new_figure(kind: str, **subplots: Any) -> tuple[Figure, Any]:
-    """A figure of the fixed size for ``kind`` and its axes (``Figure.subplots`` options)."""
-    fig = Figure(figsize=SIZES[kind], dpi=DPI, layout="constrained")
+def new_figure(size: tuple[float, float], **subplots: Any) -> tuple[Figure, Any]:
+    """A figure of a fixed ``size`` (inches) and its axes (``Figure.subplots`` options)."""
+    fig = Figure(figsize=size, dpi=DPI, layout="constrained")
     return fig, fig.subplots(**subplots)
 
 
@@ -145,7 +130,6 @@ __all__ = [
     "HEATMAP_CMAP",
     "OKABE_ITO",
     "SERIES",
-    "SIZES",
     "figure_legend",
     "new_figure",
     "per_model",

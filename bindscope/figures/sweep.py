@@ -7,18 +7,13 @@ from collections.abc import Iterator
 import numpy as np
 
 from bindscope.figures import markdown as md
-from bindscope.figures.style import (
-    OKABE_ITO,
-    SERIES,
-    figure_legend,
-    new_figure,
-    short_label,
-    slug,
-)
+from bindscope.figures import style
+from bindscope.figures.section import Section
 from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "Checkpoint sweep: emergence and lead-lag"
-KINDS = ("sweep_emergence", "sweep_leadlag")
+#: Inches per figure kind; at DPI 150 each gives whole pixels.
+SIZES = {"sweep_emergence": (8.0, 6.0), "sweep_leadlag": (8.0, 4.4)}
 METHODS = ("pearson", "spearman")
 HOW_TO_READ = (
     "For each training checkpoint (Hub revision, in training order) EB* and the behaviour "
@@ -39,7 +34,7 @@ def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     where = str(exp.folder / "summary.json")
     for model, entry in exp.models.items():
         yield (
-            f"sweep_emergence_{slug(model)}",
+            f"sweep_emergence_{style.slug(model)}",
             lambda model=model, entry=entry: emergence(model, entry, where=f"{where} [{model}]"),
         )
     yield "sweep_leadlag", lambda: leadlag_forest(exp.models, where=where)
@@ -61,10 +56,10 @@ def emergence(model: str, entry: dict, *, where: str = "summary"):
     if not revisions:
         raise MissingData(f"{where} has no revisions")
     x = np.arange(len(revisions))
-    fig, (ax_eb, ax_beh) = new_figure("sweep_emergence", nrows=2, sharex=True)
+    fig, (ax_eb, ax_beh) = style.new_figure(SIZES["sweep_emergence"], nrows=2, sharex=True)
     panels = (
-        (ax_eb, "eb_star", "EB* (attention probability difference, 0–1)", SERIES[0]),
-        (ax_beh, "behaviour", "behaviour score (0–1)", SERIES[1]),
+        (ax_eb, "eb_star", "EB* (attention probability difference, 0–1)", style.SERIES[0]),
+        (ax_beh, "behaviour", "behaviour score (0–1)", style.SERIES[1]),
     )
     per_term = entry.get("per_term") or {}
     for ax, key, ylabel, s in panels:
@@ -100,7 +95,7 @@ def emergence(model: str, entry: dict, *, where: str = "summary"):
         ax_beh.tick_params(axis="x", labelrotation=35)
     ax_beh.set_xlabel("checkpoint (Hub revision, training order)")
     n_terms = len(per_term) or (entry.get("leadlag") or {}).get("n_terms")
-    ax_eb.set_title(f"{short_label(model)}: emergence over training ({n_terms} terms)")
+    ax_eb.set_title(f"{style.short_label(model)}: emergence over training ({n_terms} terms)")
     caption = (
         f"{model}: EB* (top) and behaviour score (bottom) across checkpoints; line = mean "
         "over terms, band = 95% bootstrap CI over terms, grey = single terms."
@@ -146,12 +141,14 @@ def leadlag_forest(models: dict[str, dict], *, where: str = "summary"):
     if not rows:
         reasons = "; ".join(f"{model}: {reason}" for model, reason in skipped)
         raise MissingData(f"{where} has no lead-lag results ({reasons})")
-    fig, ax = new_figure("sweep_leadlag")
+    fig, ax = style.new_figure(SIZES["sweep_leadlag"])
     ys = np.arange(len(rows))[::-1]
-    ax.axvline(0.5, color=OKABE_ITO["black"], linestyle="--", linewidth=1, label="0.5 (no lead)")
+    ax.axvline(
+        0.5, color=style.OKABE_ITO["black"], linestyle="--", linewidth=1, label="0.5 (no lead)"
+    )
     for y, row in zip(ys, rows):
         method, est = row["method"], row["fraction"]
-        s = SERIES[METHODS.index(method)]
+        s = style.SERIES[METHODS.index(method)]
         ax.hlines(y, est["low"], est["high"], color=s["color"], linewidth=1.8)
         filled = method == "pearson"
         ax.plot(
@@ -165,7 +162,7 @@ def leadlag_forest(models: dict[str, dict], *, where: str = "summary"):
             linestyle="none",
             label=f"{method} (Wilson 95% CI)",
         )
-    ax.set_yticks(ys, [f"{short_label(r['model'])} ({r['method']})" for r in rows])
+    ax.set_yticks(ys, [f"{style.short_label(r['model'])} ({r['method']})" for r in rows])
     right = ax.secondary_yaxis("right")
     right.set_ticks(
         ys, labels=[f"{r['n_lead']}/{md.num(r['n'])}, p = {md.pvalue(r['p'])}" for r in rows]
@@ -174,7 +171,7 @@ def leadlag_forest(models: dict[str, dict], *, where: str = "summary"):
     ax.set_xlim(-0.02, 1.02)
     ax.set_xlabel("fraction of terms where EB* leads behaviour (0–1)")
     ax.set_title("lead-lag: does binding precede behaviour? (binomial p, one-sided)")
-    figure_legend(fig, [ax], ncols=3)
+    style.figure_legend(fig, [ax], ncols=3)
     caption = (
         "Lead-lag forest plot: per model and correlation method, the fraction of terms where "
         "EB* leads behaviour (Wilson 95% CI), the count and the one-sided binomial p against "
@@ -233,9 +230,12 @@ def tables(exp: ExperimentResults) -> list[str]:
     return lines
 
 
+SECTION = Section("sweep", TITLE, HOW_TO_READ, SIZES, plots, tables, order=4)
+
 __all__ = [
     "HOW_TO_READ",
-    "KINDS",
+    "SECTION",
+    "SIZES",
     "TITLE",
     "emergence",
     "lead_fraction",

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from bindscope.interventions import ops
-from bindscope.interventions.specs import RowOp
+from bindscope.interventions.rowops import RowOp
 from bindscope.protocols import LanguageModel
 
 if TYPE_CHECKING:

@@ -11,14 +11,39 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import torch
 
 from bindscope.interventions import ops
 
-if TYPE_CHECKING:
-    from bindscope.interventions.plan import Planner
+
+class Planner(Protocol):
+    """What a row op needs of the planner (``plan.Planner``) to add itself to a batch's plan.
+
+    A protocol here, so that the row ops do not import the planner that imports them.
+    """
+
+    donor_ids: dict[tuple[int, ...], int]
+
+    def columns(self, n: int, positions: tuple[int, ...] | None, donor: int | None = None) -> Any:
+        """Padded columns of a row with ``n`` real tokens (None: every position)."""
+        ...
+
+    def edit(
+        self, site: str, layer: int, make: Any, *, every_position: bool, same: Any = None
+    ) -> ops.Edit:
+        """The edit of ``(site, layer)`` made by ``make(where)``, shared when ``same`` matches."""
+        ...
+
+    def mark(self, edit: ops.Edit, r: int, columns: Any, units: tuple[int, ...]) -> None:
+        """Mark row ``r``'s cells (``columns`` x ``units``) in ``edit``."""
+        ...
+
+    def knock_out(self, r: int, n: int, units: dict[int, tuple[int, ...]], edges: tuple) -> None:
+        """Remove row ``r``'s ``edges`` for the heads ``units`` (per layer)."""
+        ...
+
 
 __all__ = ["AddOp", "DonorOp", "KnockoutOp", "ReplaceOp", "RowOp"]
 

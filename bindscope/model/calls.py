@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -13,12 +13,10 @@ from bindscope.errors import InterventionError
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import PlannedBatch, plan_batches
 from bindscope.interventions.specs import HeadList, Intervention, PerRow, resolve_rows
-
-if TYPE_CHECKING:
-    from bindscope.model.wrapper import Model
+from bindscope.protocols import LanguageModel
 
 
-def trace_batch(model: Model, planned: PlannedBatch, body: Callable[[Any], Any], **options):
+def trace_batch(model: LanguageModel, planned: PlannedBatch, body: Callable[[Any], Any], **options):
     """Run ``body(donors)`` on a planned batch; donors (if any) run first in their own invoke.
 
     ``body`` applies the plan (and captures); it must return its result saved.
@@ -50,7 +48,7 @@ def trace_batch(model: Model, planned: PlannedBatch, body: Callable[[Any], Any],
 
 @torch.no_grad()
 def attention_probs(
-    model: Model,
+    model: LanguageModel,
     texts: Sequence[str],
     *,
     layers: Iterable[int] | None = None,
@@ -89,7 +87,7 @@ def attention_probs(
 
 @torch.no_grad()
 def logits(
-    model: Model,
+    model: LanguageModel,
     texts: Sequence[str],
     *,
     intervene: Intervention = None,
@@ -118,7 +116,7 @@ def logits(
 
 @torch.no_grad()
 def capture(
-    model: Model,
+    model: LanguageModel,
     texts: Sequence[str],
     *,
     sites: Sequence[str],
@@ -166,7 +164,7 @@ def capture(
     return out
 
 
-def _check_capture_sites(model: Model, sites: Sequence[str]) -> list[str]:
+def _check_capture_sites(model: LanguageModel, sites: Sequence[str]) -> list[str]:
     """Site names to capture, checked against the family (raises ``InterventionError``)."""
     if isinstance(sites, str):
         sites = [sites]
@@ -184,7 +182,7 @@ def _check_capture_sites(model: Model, sites: Sequence[str]) -> list[str]:
 
 @torch.no_grad()
 def logit_lens(
-    model: Model,
+    model: LanguageModel,
     texts: Sequence[str],
     *,
     layers: Iterable[int] | None = None,
@@ -221,7 +219,7 @@ def logit_lens(
     return out
 
 
-def _unembed(model: Model, head, normed: torch.Tensor) -> torch.Tensor:
+def _unembed(model: LanguageModel, head, normed: torch.Tensor) -> torch.Tensor:
     """The LM head on normed residuals, with the family's final logit soft-capping if any."""
     logits = head(normed)
     cap = getattr(model.hf.config, "final_logit_softcapping", None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numbers
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -20,14 +20,12 @@ from bindscope.errors import InputError, InterventionError
 from bindscope.interventions import ops
 from bindscope.interventions.plan import plan_batches
 from bindscope.interventions.specs import HeadList, Intervention, PerRow, resolve_rows
-
-if TYPE_CHECKING:
-    from bindscope.model.wrapper import Model
+from bindscope.protocols import LanguageModel
 
 
 @torch.no_grad()
 def generate_ids(
-    model: Model,
+    model: LanguageModel,
     texts: Sequence[str] | Sequence[Sequence[int]],
     *,
     max_new_tokens: int,
@@ -88,7 +86,7 @@ def _until_eos(tokens: list[int], eos_ids: set[int]) -> list[int]:
 
 
 def generate_session(
-    model: Model, jobs: Sequence[tuple[dict, ops.TracePlan]], kwargs: dict[str, Any]
+    model: LanguageModel, jobs: Sequence[tuple[dict, ops.TracePlan]], kwargs: dict[str, Any]
 ) -> list[torch.Tensor]:
     """Generate every ``(inputs, plan)`` job in one session.
 

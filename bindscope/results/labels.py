@@ -1,6 +1,9 @@
-"""How a model is named in summaries, figures and settings: ``name@revision``."""
+"""How a model is named (``name@revision``) in summaries, figures and settings; revision order."""
 
 from __future__ import annotations
+
+import re
+from collections.abc import Iterable
 
 from bindscope.protocols import LanguageModel
 
@@ -20,7 +23,7 @@ def record_label(record: dict) -> str:
     return label(record["model"], record.get("revision"))
 
 
-def by_model(records, experiment: str | None = None) -> dict[str, list[dict]]:
+def by_model(records: Iterable[dict], experiment: str | None = None) -> dict[str, list[dict]]:
     """Records grouped by ``record_label``, in first-seen order (only ``experiment``'s if given)."""
     groups: dict[str, list[dict]] = {}
     for record in records:
@@ -29,4 +32,30 @@ def by_model(records, experiment: str | None = None) -> dict[str, list[dict]]:
     return groups
 
 
-__all__ = ["by_model", "label", "model_label", "record_label"]
+def _step_key(revision: str) -> tuple[int, ...] | None:
+    """The numbers in a revision name, in order (``step1000-tokens4B`` -> (1000, 4))."""
+    numbers = re.findall(r"\d+", revision)
+    return tuple(int(n) for n in numbers) if numbers else None
+
+
+def checkpoint_order(records: list[dict]) -> list[str]:
+    """Every revision present in the records, in training order.
+
+    Revision names that carry their step (Pythia ``step15000``, OLMo ``step1000-tokens4B``,
+    CRFM ``checkpoint-5000``) are ordered by those numbers, never as strings (``step15000``
+    before ``step143000``). Otherwise the order the runs declared is kept, each resumed run's
+    new revisions after the earlier ones.
+    """
+    present = {r["revision"] for r in records}
+    keys = {v: _step_key(v or "") for v in present}
+    if all(k is not None for k in keys.values()):
+        return sorted(present, key=lambda v: (keys[v], v))
+    declared: list[str] = []
+    for r in records:
+        for v in r["provenance"].get("sweep", {}).get("revisions") or []:
+            if v in present and v not in declared:
+                declared.append(v)
+    return declared + sorted(present - set(declared), key=str)
+
+
+__all__ = ["by_model", "checkpoint_order", "label", "model_label", "record_label"]

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
+
 from bindscope.errors import InputError, ResultsLockedError
 
 LOCK_NAME = ".bindscope.lock"
@@ -42,8 +44,6 @@ class FolderLock:
         Raises:
             ResultsLockedError: Another process holds it.
         """
-        from filelock import FileLock, Timeout
-
         check_writable(self.folder)
         lock = FileLock(str(self.folder / LOCK_NAME), timeout=0)
         try:
@@ -77,7 +77,7 @@ class FolderLock:
     def __enter__(self) -> FolderLock:
         return self.acquire()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
 

@@ -13,14 +13,17 @@ import json
 import math
 import os
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+from bindscope._version import __version__
 from bindscope.errors import BindscopeWarning, RecordFileError
-from bindscope.loading import training
+from bindscope.prompts.records import PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import label, model_label  # noqa: F401  (re-exported)
+from bindscope.results.lock import FolderLock
+from bindscope.results.settings import check_settings
 
 SCHEMA = "bindscope.result/1"
 REQUIRED = ("schema", "experiment", "key", "model", "condition", "metrics", "provenance")
@@ -33,18 +36,23 @@ def record_key(
     return "|".join([experiment, model, revision or "main", prompt_key, condition])
 
 
-def provenance(model: LanguageModel, *, prompt_set=None, seed: int | None = None, **extra) -> dict:
+def provenance(
+    model: LanguageModel,
+    *,
+    prompt_set: PromptSet | None = None,
+    seed: int | None = None,
+    **extra: object,
+) -> dict:
     """Versions, model identity and run settings stored with every record."""
+    # heavy, and needed only where a model ran: reading records and summaries imports none
     import nnsight
     import torch
     import transformers
 
-    import bindscope
-
     remote = getattr(model, "remote", False) or False  # False, "ndif" or "local" (simulated)
     weights = next(model.hf.parameters())
     out = {
-        "bindscope": bindscope.__version__,
+        "bindscope": __version__,
         "nnsight": getattr(nnsight, "__version__", "?"),
         "transformers": transformers.__version__,
         "torch": torch.__version__,
@@ -52,7 +60,7 @@ def provenance(model: LanguageModel, *, prompt_set=None, seed: int | None = None
         "revision": model.revision,
         "family": model.family,
         "heads": [model.n_layers, model.n_heads],  # layers x query heads
-        "training": training(model.name),  # embedded models: base or instruction-tuned
+        "training": getattr(model, "training", None),  # embedded: base or instruction-tuned
         # on NDIF the deployment holds the weights: its dtype is not visible from here
         "dtype": None if remote == "ndif" else str(weights.dtype).replace("torch.", ""),
         "device": "ndif" if remote == "ndif" else str(weights.device),
@@ -76,7 +84,7 @@ def provenance(model: LanguageModel, *, prompt_set=None, seed: int | None = None
     return out
 
 
-def _clean(value):
+def _clean(value: Any) -> Any:
     """Make a value JSON-safe: NaN/inf become null."""
     if isinstance(value, float):
         return None if math.isnan(value) or math.isinf(value) else value
@@ -97,11 +105,13 @@ class RecordWriter:
     """
 
     def __init__(
-        self, path: str | Path, *, force: bool = False, settings: dict | None = None, models=()
+        self,
+        path: str | Path,
+        *,
+        force: bool = False,
+        settings: dict | None = None,
+        models: Sequence[LanguageModel] = (),
     ) -> None:
-        from bindscope.results.lock import FolderLock
-        from bindscope.results.settings import check_settings
-
         self.path = Path(path)
         # one writer per folder: a second run stops here instead of duplicating records
         self._lock = FolderLock(self.path.parent).acquire()
@@ -161,7 +171,7 @@ class RecordWriter:
     def __enter__(self) -> RecordWriter:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -2,28 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
+from bindscope.errors import RecordFileError
 from bindscope.families import FAMILIES
 from bindscope.results.records import SCHEMA, read_records, record_key
 
-# scan-bsi: the BSI records a head scan compares its effect map with; scan-estimate: each
-# prompt's attribution-patching estimates of every head (scan --method attribution)
-EXPERIMENTS = (
-    "binding",
-    "c5",
-    "c5-ranking",
-    "sweep",
-    "fewshot",
-    "controls",
-    "heads",
-    "scan",
-    "scan-bsi",
-    "scan-estimate",
-    "patching",
-)
-SCAN_METRICS = ("logprob",)
-PATCHING_METRICS = ("clean", "corrupted", "patched")
 PROVENANCE = (
     "bindscope",
     "nnsight",
@@ -59,30 +45,67 @@ BINDING_METRICS = (
 )
 RECOGNITION_METRICS = ("score", "prediction", "choice_scores")
 GENERATION_METRICS = ("score", "text", "hits", "contradictions")
-HEAD_TEXT_METRICS = ("sink", "previous_token", "spread", "position_0_is_bos", "n_tokens")
-HEAD_REPEATED_METRICS = ("induction", "duplicate_token", "tokens", "length", "start", "n_layers")
-CONDITIONS = {
-    "binding": ("clean",),
-    "c5-ranking": ("clean",),
-    "sweep": ("clean",),
-    "controls": ("clean",),
-    "scan-bsi": ("clean",),
-    "scan-estimate": ("estimate",),
-    "fewshot": ("zero_shot", "few_shot", "paraphrase"),
-    "heads": ("clean", "repeated"),
-}
+TASKS = ("recognition", "generation")
 
 
-def problems(record: dict) -> list[str]:
-    """What is wrong with one record (empty when it matches the schema)."""
+def _no_metrics(record: dict) -> tuple[str, ...]:
+    return ()
+
+
+def _prompt_tasks(record: dict) -> tuple[str, ...]:
+    return TASKS
+
+
+def behaviour_metrics(record: dict) -> tuple[str, ...]:
+    """The metrics a recognition or a generation record holds (by its task)."""
+    return RECOGNITION_METRICS if record["task"] == "recognition" else GENERATION_METRICS
+
+
+@dataclass(frozen=True)
+class RecordKind:
+    """What one kind of record (one ``experiment`` field value) may hold.
+
+    Attributes:
+        experiment: The records' ``experiment`` field.
+        conditions: The condition names allowed.
+        prefixes: Condition name prefixes allowed besides (``L`` for ``L3.H5``, ``random:``).
+        metrics: The metric fields a record needs (given the record).
+        tasks: The tasks a record may have (given the record).
+    """
+
+    experiment: str
+    conditions: tuple[str, ...] = ("clean",)
+    prefixes: tuple[str, ...] = ()
+    metrics: Callable[[dict], tuple[str, ...]] = _no_metrics
+    tasks: Callable[[dict], tuple[str, ...]] = _prompt_tasks
+
+    def allows(self, condition: str) -> bool:
+        """Whether ``condition`` is one this kind of record may have."""
+        return condition in self.conditions or condition.startswith(self.prefixes or ("\0",))
+
+
+def binding_kind(experiment: str, *extra: str) -> RecordKind:
+    """A kind of record that holds binding metrics (BSI, EB*), plus ``extra`` metrics."""
+    return RecordKind(experiment, metrics=lambda record: BINDING_METRICS + extra)
+
+
+def problems(record: dict, kinds: Mapping[str, RecordKind]) -> list[str]:
+    """What is wrong with one record (empty when it matches the schema).
+
+    ``kinds`` maps each known ``experiment`` field value to its ``RecordKind``
+    (``bindscope.experiments.registry.record_kinds()``).
+    """
     out = _type_problems(record)
     if out:
         return out
+    kind = kinds.get(record["experiment"])
+    if kind is None:
+        return [f"unknown experiment {record['experiment']!r}"]
     return (
-        _identity_problems(record)
+        _identity_problems(record, kind)
         + _head_problems(record)
-        + _condition_problems(record)
-        + _content_problems(record)
+        + _condition_problems(record, kind)
+        + _content_problems(record, kind)
     )
 
 
@@ -90,7 +113,7 @@ def _type_problems(record: dict) -> list[str]:
     """Missing fields and fields of the wrong type."""
     out = []
 
-    def need(name, kinds):
+    def need(name: str, kinds: type | tuple[type, ...]) -> None:
         if name not in record:
             out.append(f"missing field {name!r}")
         elif not isinstance(record[name], kinds):
@@ -108,26 +131,21 @@ def _type_problems(record: dict) -> list[str]:
     return out
 
 
-def _is_repeated(record: dict) -> bool:
-    """A head-taxonomy record of a repeated random sequence (task ``induction``)."""
-    return record["experiment"] == "heads" and record["condition"] == "repeated"
-
-
-def _identity_problems(record: dict) -> list[str]:
-    """Schema, experiment, family, task, and a key that matches its fields."""
+def _identity_problems(record: dict, kind: RecordKind) -> list[str]:
+    """Schema, family, task, and a key that matches its fields."""
     out = []
     if record["schema"] != SCHEMA:
         out.append(f"schema {record['schema']!r} is not {SCHEMA!r}")
-    experiment = record["experiment"]
-    if experiment not in EXPERIMENTS:
-        out.append(f"unknown experiment {experiment!r}")
     if record["family"] not in {f.name for f in FAMILIES}:
         out.append(f"unknown family {record['family']!r}")
-    repeated = _is_repeated(record)
-    if record["task"] not in (("induction",) if repeated else ("recognition", "generation")):
+    if record["task"] not in kind.tasks(record):
         out.append(f"unknown task {record['task']!r}")
     expected = record_key(
-        experiment, record["model"], record["revision"], record["prompt_key"], record["condition"]
+        record["experiment"],
+        record["model"],
+        record["revision"],
+        record["prompt_key"],
+        record["condition"],
     )
     if record["key"] != expected:
         out.append(f"key {record['key']!r} does not match its fields ({expected!r})")
@@ -147,64 +165,38 @@ def _head_problems(record: dict) -> list[str]:
     return out
 
 
-def _condition_problems(record: dict) -> list[str]:
+def _condition_problems(record: dict, kind: RecordKind) -> list[str]:
     """The condition is one its experiment knows."""
-    experiment, condition = record["experiment"], record["condition"]
-    allowed = CONDITIONS.get(experiment)
-    if experiment in ("scan", "patching"):
-        if condition != "clean" and not condition.startswith("L"):
-            return [f"unknown {experiment} condition {condition!r}"]
-    elif experiment == "c5":
-        if condition not in ("baseline", "top", "bottom") and not condition.startswith("random:"):
-            return [f"unknown c5 condition {condition!r}"]
-    elif allowed and condition not in allowed:
-        return [f"unknown {experiment} condition {condition!r}"]
+    if not kind.allows(record["condition"]):
+        return [f"unknown {record['experiment']} condition {record['condition']!r}"]
     return []
 
 
-def _content_problems(record: dict) -> list[str]:
+def _content_problems(record: dict, kind: RecordKind) -> list[str]:
     """Provenance and metrics carry the fields their experiment requires."""
     out = []
-    experiment = record["experiment"]
-    repeated = _is_repeated(record)
     missing = [k for k in PROVENANCE if k not in record["provenance"]]
     if missing:
         out.append(f"provenance lacks {missing}")
-    metrics = record["metrics"]
-    wanted: tuple[str, ...] = ()
-    if experiment in ("binding", "c5-ranking", "controls", "sweep", "scan-bsi"):
-        wanted = BINDING_METRICS + (("behaviour",) if experiment == "sweep" else ())
-    elif experiment == "heads":
-        wanted = HEAD_REPEATED_METRICS if repeated else BINDING_METRICS + HEAD_TEXT_METRICS
-    elif experiment in ("c5", "fewshot"):
-        wanted = RECOGNITION_METRICS if record["task"] == "recognition" else GENERATION_METRICS
-    elif experiment == "scan":
-        wanted = SCAN_METRICS + (RECOGNITION_METRICS if record["task"] == "recognition" else ())
-    elif experiment == "patching":
-        wanted = PATCHING_METRICS
-    elif experiment == "scan-estimate":
-        wanted = ("logprob", "estimate")
-    missing = [k for k in wanted if k not in metrics]
+    missing = [k for k in kind.metrics(record) if k not in record["metrics"]]
     if missing:
         out.append(f"metrics lack {missing}")
     return out
 
 
-def validate_file(path: str | Path) -> int:
-    """Validate every record of a records file; returns the number of records.
+def validate_file(path: str | Path, kinds: Mapping[str, RecordKind]) -> int:
+    """Validate every record of a records file against ``kinds``; returns the number of records.
 
     Raises:
         RecordFileError: A line breaks the schema or repeats a key (file, line and the
             problem named).
     """
-    from bindscope.errors import RecordFileError
-
     count = 0
     for count, record in enumerate(read_records(path, duplicates="error"), start=1):
-        found = problems(record)
+        found = problems(record, kinds)
         if found:
             raise RecordFileError(f"{path}:{count}: {'; '.join(found)}")
     return count
 
 
-__all__ = ["EXPERIMENTS", "problems", "validate_file"]
+__all__ = ["RecordKind", "behaviour_metrics", "binding_kind", "problems", "validate_file"]

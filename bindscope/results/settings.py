@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from bindscope.errors import InputError
@@ -21,7 +22,7 @@ from bindscope.results.labels import model_label
 SETTINGS_FILE = "settings.json"
 
 
-def content_sha256(value) -> str:
+def content_sha256(value: object) -> str:
     """SHA-256 of a file's bytes, or of a JSON-able value's canonical JSON."""
     if isinstance(value, (str, Path)) and Path(value).is_file():
         return hashlib.sha256(Path(value).read_bytes()).hexdigest()
@@ -43,7 +44,13 @@ def _describe(changes: list[tuple[str, object, object]]) -> str:
     return "; ".join(f"{name}: {old!r} then, {new!r} now" for name, old, new in changes)
 
 
-def check_settings(folder: str | Path, settings: dict, *, models=(), force: bool = False) -> None:
+def check_settings(
+    folder: str | Path,
+    settings: dict,
+    *,
+    models: Sequence[LanguageModel] = (),
+    force: bool = False,
+) -> None:
     """Refuse to resume ``folder`` if its records were made with other settings or inputs.
 
     Args:

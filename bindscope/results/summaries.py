@@ -7,14 +7,14 @@ Every ``records.jsonl`` present is read in full, so a corrupt line stops the run
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bindscope.errors import InputError, RecordFileError
 from bindscope.results.labels import record_label
 from bindscope.results.records import read_records
-
-EXPERIMENTS = ("binding", "controls", "c5", "sweep", "fewshot", "heads", "scan", "patching")
 
 VERSION_FIELDS = ("bindscope", "nnsight", "transformers", "torch")
 
@@ -28,7 +28,7 @@ class ExperimentResults:
     """What is stored for one experiment.
 
     Attributes:
-        name: ``binding``, ``c5``, ``sweep``, ``fewshot`` or ``controls``.
+        name: The experiment (``binding``, ``c5``, ...).
         folder: ``RESULTS_DIR/<name>``.
         summary: The parsed ``summary.json``, or None when missing.
         n_records: Lines in ``records.jsonl`` (0 when the file is missing).
@@ -55,8 +55,8 @@ class ExperimentResults:
         return (self.summary or {}).get("models") or {}
 
 
-def load_results(results_dir: str | Path) -> dict[str, ExperimentResults]:
-    """Read every experiment folder of ``results_dir`` (missing ones come back ``missing``).
+def load_results(results_dir: str | Path, names: Iterable[str]) -> dict[str, ExperimentResults]:
+    """Read the ``names`` experiment folders of ``results_dir`` (missing ones: ``missing``).
 
     Raises:
         InputError: ``results_dir`` is not a folder.
@@ -67,7 +67,7 @@ def load_results(results_dir: str | Path) -> dict[str, ExperimentResults]:
         raise InputError(
             f"{root}: no such results folder; pass the OUT folder the experiments wrote to"
         )
-    return {name: load_experiment(root, name) for name in EXPERIMENTS}
+    return {name: load_experiment(root, name) for name in names}
 
 
 def load_experiment(root: Path, name: str) -> ExperimentResults:
@@ -145,7 +145,7 @@ def _read_summary(path: Path) -> dict:
     return summary
 
 
-def need(mapping, *path: str | int, where: str = "summary"):
+def need(mapping: Any, *path: str | int, where: str = "summary") -> Any:
     """``mapping[p0][p1]...``; raises ``MissingData`` naming the path when absent or null."""
     value = mapping
     for i, key in enumerate(path):
@@ -175,7 +175,6 @@ def check_complete(folder: Path, records: list[dict]) -> None:
 
 
 __all__ = [
-    "EXPERIMENTS",
     "ExperimentResults",
     "MissingData",
     "check_complete",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from bindscope.experiments import c5
 from tests.conftest import build_tiny
 from tests.experiments import prompts_tiny
 
@@ -16,6 +17,21 @@ def tiny_llama(sp_tokenizer):
 @pytest.fixture
 def tiny_prompts(tmp_path):
     return prompts_tiny.write(tmp_path)
+
+
+@pytest.fixture
+def tiny_c5(tiny_llama, tiny_prompts, tmp_path):
+    """Runs C5 small on the tiny prompts: k=2, three random sets, the tiny rubric, into tmp_path.
+
+    ``tiny_c5(models=tiny_llama, **options)`` returns the summary; options override those.
+    """
+
+    def run(models=None, **options):
+        given = {"k": 2, "n_random": 3, "rubric": prompts_tiny.RUBRIC, **options}
+        models = tiny_llama if models is None else models
+        return c5.run(models, prompts=tiny_prompts, out=tmp_path, progress=False, **given)
+
+    return run
 
 
 @pytest.fixture

@@ -12,7 +12,8 @@ import torch
 import bindscope
 from bindscope import cli
 from bindscope.errors import InputError, ModelLoadError
-from bindscope.experiments import binding_run, controls, fewshot, sweep
+from bindscope.experiments import binding as binding_experiment
+from bindscope.experiments import controls, fewshot, sweep
 from bindscope.figures.fewshot import HOW_TO_READ
 from bindscope.interventions import Mean, head_means
 from bindscope.metrics import stats
@@ -113,9 +114,9 @@ def test_5_means_equal_up_to_rounding_are_a_constant_series():
 def test_6_every_experiment_refuses_to_resume_with_other_inputs(tiny_llama, tmp_path):
     a = prompts_tiny.write(tmp_path, name="a.jsonl")
     b = prompts_tiny.write(tmp_path, prompts_tiny.records()[:5], name="b.jsonl")
-    binding_run.run(tiny_llama, prompts=a, out=tmp_path, progress=False)
+    binding_experiment.run(tiny_llama, prompts=a, out=tmp_path, progress=False)
     with pytest.raises(InputError, match="prompt_sha256"):
-        binding_run.run(tiny_llama, prompts=b, out=tmp_path, progress=False)
+        binding_experiment.run(tiny_llama, prompts=b, out=tmp_path, progress=False)
     options = {"prompts": a, "out": tmp_path, "rubric": prompts_tiny.RUBRIC, "progress": False}
     fewshot.run(tiny_llama, exemplars=prompts_tiny.EXEMPLARS, **options)
     other = {"terms": {t: {"exemplar": "x", "paraphrase": "y"} for t in prompts_tiny.TERMS}}
@@ -131,21 +132,25 @@ def test_6_every_experiment_refuses_to_resume_with_other_inputs(tiny_llama, tmp_
 
 def test_6_a_model_in_another_dtype_does_not_resume_its_records(tiny_llama, tmp_path):
     a = prompts_tiny.write(tmp_path)
-    binding_run.run(tiny_llama, prompts=a, out=tmp_path, progress=False)
+    binding_experiment.run(tiny_llama, prompts=a, out=tmp_path, progress=False)
     half = bindscope.load_model(
         tiny_llama.hf.to(torch.bfloat16), tokenizer=tiny_llama.tokenizer, self_check=False
     )
     try:
         with pytest.raises(InputError, match="dtype"):
-            binding_run.run(half, prompts=a, out=tmp_path, progress=False)
+            binding_experiment.run(half, prompts=a, out=tmp_path, progress=False)
     finally:
         tiny_llama.hf.to(torch.float32)
 
 
 def test_7_binding_seed_reaches_the_intervals_and_the_records(tiny_llama, tmp_path):
     prompts = prompts_tiny.write(tmp_path)
-    one = binding_run.run(tiny_llama, prompts=prompts, out=tmp_path / "1", seed=1, progress=False)
-    two = binding_run.run(tiny_llama, prompts=prompts, out=tmp_path / "2", seed=2, progress=False)
+    one = binding_experiment.run(
+        tiny_llama, prompts=prompts, out=tmp_path / "1", seed=1, progress=False
+    )
+    two = binding_experiment.run(
+        tiny_llama, prompts=prompts, out=tmp_path / "2", seed=2, progress=False
+    )
     (label,) = one["models"]
     assert one["models"][label]["eb_star"]["low"] != two["models"][label]["eb_star"]["low"]
     lines = (tmp_path / "2" / "binding" / "records.jsonl").read_text().splitlines()
@@ -179,7 +184,7 @@ def test_10_single_token_prompts_are_counted_as_skipped(tiny_llama, tmp_path):
         {"prompt_id": "gen_009", "term": "dog", "task": "generation",
          "template": "The quick brown fox jumps over the lazy dog", "max_tokens": 2}
     )  # fmt: skip
-    summary = binding_run.run(
+    summary = binding_experiment.run(
         tiny_llama, prompts=prompts_tiny.write(tmp_path, rows), out=tmp_path, progress=False
     )
     (entry,) = summary["models"].values()

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from bindscope.experiments import binding_run, c5, controls
-from bindscope.experiments.common import BINDING_FROM
+from bindscope.experiments import binding as binding_experiment
+from bindscope.experiments import c5, controls
+from bindscope.experiments.reuse import BINDING_FROM
 from bindscope.results.records import read_records
 from tests.experiments import prompts_tiny
 
@@ -32,7 +33,7 @@ def _metrics(path, experiment):
 def test_c5_and_controls_reuse_the_folders_binding(
     tiny_llama, tiny_prompts, tiny_controls, tmp_path, monkeypatch
 ):
-    binding_run.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, progress=False)
+    binding_experiment.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, progress=False)
     stored = _metrics(tmp_path / "binding" / "records.jsonl", "binding")
     in_c5 = _counting(monkeypatch, c5)
     options = {"k": 2, "n_random": 1, "rubric": prompts_tiny.RUBRIC, "progress": False}
@@ -60,11 +61,11 @@ def test_c5_and_controls_reuse_the_folders_binding(
 
 
 def test_heads_reuse_the_folders_binding(tiny_llama, tiny_prompts, tmp_path, monkeypatch):
-    from bindscope.experiments import heads
+    from bindscope.experiments import head_taxonomy, heads
 
-    binding_run.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, progress=False)
+    binding_experiment.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, progress=False)
     stored = _metrics(tmp_path / "binding" / "records.jsonl", "binding")
-    in_heads = _counting(monkeypatch, heads)
+    in_heads = _counting(monkeypatch, head_taxonomy)
     heads.run(
         tiny_llama,
         prompts=tiny_prompts,
@@ -106,7 +107,7 @@ def test_another_bos_policy_is_not_reused(sp_tokenizer, tiny_prompts, tmp_path, 
 
     with_bos = build_tiny("llama", sp_tokenizer)
     assert with_bos.prepend_bos
-    binding_run.run(with_bos, prompts=tiny_prompts, out=tmp_path, progress=False)
+    binding_experiment.run(with_bos, prompts=tiny_prompts, out=tmp_path, progress=False)
     without = bindscope.load_model(with_bos.hf, tokenizer=sp_tokenizer, prepend_bos=False)
     in_c5 = _counting(monkeypatch, c5)
     c5.run(

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from bindscope.experiments import c5
+from bindscope.experiments.registry import validate_file
 from bindscope.prompts import load
 from bindscope.results.records import read_records
-from bindscope.results.schema import validate_file
 from tests.experiments import planted, prompts_tiny
 
 
@@ -57,16 +57,8 @@ def test_null_model_shows_no_specific_drop(byte_tokenizer, tmp_path):
     assert m["drops"]["top"]["recognition"]["value"] == pytest.approx(0.0, abs=0.05)
 
 
-def test_records_match_schema_and_conditions(tiny_llama, tiny_prompts, tmp_path):
-    summary = c5.run(
-        tiny_llama,
-        prompts=tiny_prompts,
-        out=tmp_path,
-        k=2,
-        n_random=3,
-        rubric=prompts_tiny.RUBRIC,
-        progress=False,
-    )
+def test_records_match_schema_and_conditions(tiny_c5, tmp_path):
+    summary = tiny_c5()
     path = tmp_path / "c5" / "records.jsonl"
     n = validate_file(path)
     n_prompts = len(prompts_tiny.records())
@@ -133,21 +125,13 @@ def test_mean_ablation_and_matched_layers_run(tiny_llama, tiny_prompts, tmp_path
     validate_file(tmp_path / "c5" / "records.jsonl")
 
 
-def test_several_models_get_holm_correction(sp_tokenizer, byte_tokenizer, tiny_prompts, tmp_path):
+def test_several_models_get_holm_correction(sp_tokenizer, byte_tokenizer, tiny_c5):
     from tests.conftest import build_tiny
 
     a = build_tiny("llama", sp_tokenizer)
     b = build_tiny("qwen2", byte_tokenizer)
     a.name, b.name = "tiny-a", "tiny-b"
-    summary = c5.run(
-        [a, b],
-        prompts=tiny_prompts,
-        out=tmp_path,
-        k=2,
-        n_random=3,
-        rubric=prompts_tiny.RUBRIC,
-        progress=False,
-    )
+    summary = tiny_c5([a, b])
     assert len(summary["models"]) == 2
     for m in summary["models"].values():
         assert m["p_holm"]["recognition"] >= m["p_value"]["recognition"]

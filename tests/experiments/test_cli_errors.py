@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bindscope import cli
-from bindscope.experiments import c5
+from bindscope.experiments import c5, registry
 from tests.experiments import prompts_tiny
 
 
@@ -163,9 +163,11 @@ def test_half_written_c5_folder(tmp_path, capsys, tiny_llama, tiny_prompts):
 
 
 def test_reader_hints_name_only_options_the_command_has(tmp_path, capsys, tiny_llama):
-    from bindscope.experiments import binding_run
+    from bindscope.experiments import binding as binding_experiment
 
-    binding_run.run(tiny_llama, prompts=prompts_tiny.write(tmp_path), out=tmp_path, progress=False)
+    binding_experiment.run(
+        tiny_llama, prompts=prompts_tiny.write(tmp_path), out=tmp_path, progress=False
+    )
     path = tmp_path / "binding" / "records.jsonl"
     lines = path.read_text().splitlines(keepends=True)
     path.write_text(lines[0] + "{oops\n" + "".join(lines[1:]))
@@ -283,11 +285,16 @@ def test_a_locked_folder_stops_before_the_model(tmp_path, capsys, loads, tiny_pr
     assert not loads
 
 
+@pytest.mark.parametrize("name", sorted(registry.definitions()))
 @pytest.mark.parametrize("batch_size", [0, -1])
-def test_experiments_refuse_a_batch_size_below_one(tmp_path, tiny_llama, tiny_prompts, batch_size):
+def test_experiments_refuse_a_batch_size_below_one(tmp_path, tiny_llama, name, batch_size):
+    """Every experiment goes through the one run skeleton, which checks the batch size first."""
     from bindscope.errors import InputError
-    from bindscope.experiments import binding_run
 
-    with pytest.raises(InputError, match="batch_size must be 1 or more"):
-        binding_run.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, batch_size=batch_size)
-    assert not (tmp_path / "binding" / "records.jsonl").exists()  # nothing written, no file
+    definition = registry.definitions()[name]
+    revisions = definition.models == "revisions"  # a sweep takes a model id and its revisions
+    options = {"revisions": ["step1"]} if revisions else {}
+    out = tmp_path / "out"
+    with pytest.raises(InputError, match=rf"batch_size={batch_size} is not positive"):
+        definition.run("m" if revisions else tiny_llama, out=out, batch_size=batch_size, **options)
+    assert not out.exists()  # refused before anything is written

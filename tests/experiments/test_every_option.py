@@ -525,13 +525,6 @@ def test_generation_batch_size_changes_only_batches(world, tmp_path, capsys, mon
     assert texts[0] and texts[0] == texts[1]
 
 
-def test_generation_rows_default_matches_the_library():
-    from bindscope.batch import GENERATION_BATCH_SIZE
-    from bindscope.cli.arguments import GENERATION_ROWS
-
-    assert GENERATION_ROWS == GENERATION_BATCH_SIZE
-
-
 def test_scan_k_changes_the_comparison_and_is_refused_without_matched_classes(
     world, tmp_path, capsys
 ):

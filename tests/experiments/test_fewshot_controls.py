@@ -7,10 +7,10 @@ import pytest
 
 from bindscope.errors import InputError
 from bindscope.experiments import controls, fewshot
+from bindscope.experiments.registry import validate_file
 from bindscope.metrics import stats
 from bindscope.prompts import load
 from bindscope.results.records import read_records
-from bindscope.results.schema import validate_file
 from bindscope.runners.behaviour import generation
 from tests.experiments import prompts_tiny
 

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from bindscope.experiments import heads, sweep
+from bindscope.experiments.registry import validate_file
 from bindscope.figures import make_figures, write_report
 from bindscope.metrics import heads as taxonomy
-from bindscope.results.schema import validate_file
 from tests.conftest import build_tiny
 from tests.experiments import prompts_tiny
 
@@ -88,7 +88,7 @@ def test_sweep_heads_emergence_resumes_and_validates(sp_tokenizer, tiny_prompts,
         "rubric": prompts_tiny.RUBRIC,
         "progress": False,
         "heads": True,
-        "head_options": SMALL,
+        **SMALL,
     }
     with pytest.raises(KeyboardInterrupt):
         sweep.run("fake/model", revisions, **options)

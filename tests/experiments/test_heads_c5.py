@@ -5,11 +5,10 @@ from __future__ import annotations
 import pytest
 
 from bindscope.experiments import c5
-from bindscope.experiments.heads import primary_classes
+from bindscope.experiments.head_taxonomy import primary_classes
+from bindscope.experiments.registry import validate_file
 from bindscope.metrics.heads import draw_class_matched_sets
 from bindscope.prompts import load
-from bindscope.results.schema import validate_file
-from tests.experiments import prompts_tiny
 
 PRIMARY = [
     ["sink", "other", "other", "sink"],
@@ -29,17 +28,8 @@ def test_class_matched_sets_copy_the_top_sets_classes():
         draw_class_matched_sets(PRIMARY, [[1, 0], [1, 3]], n=1, seed=0)  # no third one
 
 
-def test_c5_matched_classes_runs_and_matches(tiny_llama, tiny_prompts, tmp_path):
-    summary = c5.run(
-        tiny_llama,
-        prompts=tiny_prompts,
-        out=tmp_path,
-        k=2,
-        n_random=3,
-        matched_classes=True,
-        rubric=prompts_tiny.RUBRIC,
-        progress=False,
-    )
+def test_c5_matched_classes_runs_and_matches(tiny_llama, tiny_prompts, tiny_c5, tmp_path):
+    summary = tiny_c5(matched_classes=True)
     m = next(iter(summary["models"].values()))
     primary = primary_classes(tiny_llama, [r.template for r in load(tiny_prompts).records])
     wanted = sorted(primary[l][h] for l, h in m["top_heads"])  # noqa: E741

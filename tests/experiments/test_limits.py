@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from bindscope.experiments import binding_run, c5, limits
-from bindscope.experiments.text import summary_lines
+from bindscope.experiments import binding as binding_experiment
+from bindscope.experiments import limits
+from bindscope.experiments.registry import summary_lines
 from bindscope.figures import write_report
 from bindscope.prompts.records import PromptRecord, PromptSet
-from tests.experiments import prompts_tiny
 
 
 @pytest.mark.parametrize(("n_random", "flagged"), [(0, True), (10, True), (19, False), (39, False)])
@@ -28,16 +28,8 @@ def test_floor_and_ceiling(baseline, kind):
     assert (found and found["kind"]) == kind
 
 
-def test_c5_with_few_random_sets_says_its_p_cannot_reject(tiny_llama, tiny_prompts, tmp_path):
-    summary = c5.run(
-        tiny_llama,
-        prompts=tiny_prompts,
-        out=tmp_path,
-        k=2,
-        n_random=3,
-        rubric=prompts_tiny.RUBRIC,
-        progress=False,
-    )
+def test_c5_with_few_random_sets_says_its_p_cannot_reject(tiny_c5, tmp_path):
+    summary = tiny_c5()
     kinds = {(f["kind"], f.get("task")) for f in summary["limits"]}
     assert ("p_resolution", "recognition") in kinds and ("p_resolution", "generation") in kinds
     (m,) = summary["models"].values()
@@ -62,7 +54,7 @@ def test_binding_summary_counts_prompts_on_the_sink(tiny_llama, byte_tokenizer, 
         PromptRecord("gen_a", "screen reader", "generation", "screen reader users rely on it"),
         PromptRecord("gen_b", "screen reader", "generation", "A screen reader reads pages"),
     )
-    summary = binding_run.run(
+    summary = binding_experiment.run(
         model, prompts=PromptSet("s", records, "1" * 64), out=tmp_path, progress=False
     )
     (found,) = summary["limits"]
@@ -120,7 +112,7 @@ def test_binomial_resolution_matches_scipy(n):
 
 def test_sweep_scan_patching_and_heads_summaries_state_limits():
     """Each summary computes its own limits; the terminal lines print them."""
-    from bindscope.experiments.heads import summarize_heads
+    from bindscope.experiments.heads_summary import summarize_heads
     from bindscope.experiments.patching import summarize_patching
     from bindscope.experiments.scan import summarize_scan
     from bindscope.experiments.sweep import summarize_sweep

@@ -13,9 +13,9 @@ import pytest
 
 from bindscope import cli
 from bindscope.errors import BindscopeWarning, RecordFileError, ResultsLockedError
+from bindscope.experiments.registry import validate_file
 from bindscope.results.lock import FolderLock
 from bindscope.results.records import SCHEMA, RecordWriter, read_records
-from bindscope.results.schema import validate_file
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -120,9 +120,9 @@ def test_readers_drop_repeated_keys_with_a_count(tmp_path):
 def test_schema_validator_and_summarize_on_repeated_keys(
     tmp_path, tiny_llama, tiny_prompts, capsys
 ):
-    from bindscope.experiments import binding_run
+    from bindscope.experiments import binding as binding_experiment
 
-    binding_run.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, progress=False)
+    binding_experiment.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, progress=False)
     path = tmp_path / "binding" / "records.jsonl"
     lines = path.read_text("utf-8").splitlines(keepends=True)
     assert validate_file(path) == len(lines)

@@ -9,7 +9,7 @@ import pytest
 
 from bindscope.errors import PromptFileError
 from bindscope.experiments import patching
-from bindscope.results.schema import validate_file
+from bindscope.experiments.registry import validate_file
 from tests.experiments import planted
 
 # clean/corrupted texts of equal length under the tiny byte tokenizer (checked below)

@@ -15,10 +15,10 @@ import pytest
 from bindscope.cli import main
 from bindscope.errors import InputError
 from bindscope.experiments import scan
+from bindscope.experiments.registry import validate_file
 from bindscope.experiments.scan_attribution import ESTIMATE
 from bindscope.prompts import load
 from bindscope.results.records import read_records
-from bindscope.results.schema import validate_file
 from tests.conftest import FAMILY_NAMES, build_tiny
 from tests.experiments import planted, prompts_tiny
 

@@ -9,7 +9,7 @@ import pytest
 import bindscope
 from bindscope import cli
 from bindscope.errors import BindscopeError, InputError
-from bindscope.experiments import binding_run
+from bindscope.experiments import binding as binding_experiment
 from bindscope.prompts.records import PromptRecord, load
 from bindscope.prompts.spans import locate
 from bindscope.runners.binding import SINK_SKIP, binding
@@ -37,7 +37,7 @@ def test_span_on_the_sink_is_skipped_by_default_and_counted(tiny_gpt2, tmp_path)
 
     from bindscope.prompts.records import PromptSet
 
-    summary = binding_run.run(
+    summary = binding_experiment.run(
         tiny_gpt2, prompts=PromptSet("sink", (sink, inner), "0" * 64), out=tmp_path, progress=False
     )
     (entry,) = summary["models"].values()

@@ -10,7 +10,7 @@ from scipy import stats as sps
 
 from bindscope.errors import InputError
 from bindscope.experiments import sweep
-from bindscope.results.schema import validate_file
+from bindscope.experiments.registry import validate_file
 from tests.conftest import build_tiny
 from tests.experiments import prompts_tiny
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bindscope.experiments.binding_run import summarize_binding
+from bindscope.experiments.binding import summarize_binding
 from bindscope.experiments.c5 import summarize_c5
 from bindscope.experiments.patching import summarize_patching
 from bindscope.experiments.scan import summarize_scan
@@ -448,7 +448,7 @@ def write_results(root: Path, experiments=ALL) -> Path:
             records = c5_records()
             summary = summarize_c5(records, n_resamples=199)
         elif name == "heads":
-            from bindscope.experiments.heads import summarize_heads
+            from bindscope.experiments.heads_summary import summarize_heads
 
             records = heads_records()
             summary = summarize_heads(records)

@@ -10,7 +10,8 @@ import pytest
 
 from bindscope.errors import InputError, RecordFileError
 from bindscope.figures import FigureReport, make_figures
-from bindscope.figures.style import CONDITION_STYLE, DPI, SERIES, SIZES
+from bindscope.figures.sections import sizes
+from bindscope.figures.style import CONDITION_STYLE, DPI, SERIES
 from bindscope.figures.sweep import lead_fraction
 from bindscope.metrics.stats import wilson_ci
 from bindscope.results.summaries import MissingData, load_experiment
@@ -26,7 +27,7 @@ def png_size(path) -> tuple[int, int]:
 
 def kind_of(name: str) -> str:
     """The SIZES key of a figure name (the longest matching prefix)."""
-    kinds = [k for k in SIZES if name == k or name.startswith(k + "_")]
+    kinds = [k for k in sizes() if name == k or name.startswith(k + "_")]
     return max(kinds, key=len)
 
 
@@ -41,7 +42,7 @@ def test_every_figure_renders_at_its_fixed_size(full_results):
         assert fig.png.parent == root / "figures"
         assert fig.pdf.read_bytes()[:5] == b"%PDF-"
         assert fig.pdf.stat().st_size > 1000 and fig.png.stat().st_size > 1000
-        width, height = SIZES[kind_of(fig.name)]
+        width, height = sizes()[kind_of(fig.name)]
         assert png_size(fig.png) == (round(width * DPI), round(height * DPI)), fig.name
         assert fig.caption
 

@@ -10,7 +10,7 @@ import pytest
 from bindscope.errors import RecordFileError
 from bindscope.figures import markdown as md
 from bindscope.figures import write_report
-from bindscope.figures.make import SECTIONS
+from bindscope.figures.sections import sections
 
 LINK = re.compile(r"\]\(([^)]+\.(?:png|pdf))\)")
 
@@ -24,10 +24,10 @@ def test_report_has_every_section_table_and_figure(full_results):
     path = write_report(root, figures=figures)
     assert path == root / "report.md"
     text = path.read_text()
-    for module in SECTIONS.values():
-        assert f"## {module.TITLE}" in text
+    for section in sections().values():
+        assert f"## {section.title}" in text
     assert "## Models and provenance" in text
-    assert text.count("*How to read these numbers.*") == len(SECTIONS) + 1
+    assert text.count("*How to read these numbers.*") == len(sections()) + 1
     assert "| 0.1.0 | 0.8.1 | 5.0.0 | 2.13.0 |" in text
     assert "Not in this report" not in text
     found = links(text)
@@ -78,7 +78,7 @@ def test_report_draws_figures_when_none_are_given(tmp_path):
     root.mkdir()
     path = write_report(root)
     assert path.is_file() and (root / "figures").exists() is False
-    assert path.read_text().count("- experiment `") == len(SECTIONS)
+    assert path.read_text().count("- experiment `") == len(sections())
 
 
 def test_report_on_corrupt_records_names_file_and_line(tmp_path):
@@ -107,7 +107,7 @@ def test_models_table_states_heads_and_which_checkpoint_is_base(tmp_path):
         },
         "org/other": {"family": "qwen2"},  # records written before the fields existed
     }
-    results = {name: SimpleNamespace(provenance={}) for name in SECTIONS}
+    results = {name: SimpleNamespace(provenance={}) for name in sections()}
     results["c5"] = SimpleNamespace(provenance=prov)
     results["binding"] = SimpleNamespace(provenance={"gemma-3-270m": prov["gemma-3-270m"]})
     text = "\n".join(_models(results))

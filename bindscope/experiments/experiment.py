@@ -1,0 +1,243 @@
+"""What an experiment is, and the one run skeleton every experiment goes through.
+
+Each experiment module ends with ``DEFINITION = Experiment(...)``; the registry
+(``bindscope.experiments.registry``) finds them, and the command line, ``summarize``, the
+terminal text and the record schema read everything from there. ``Experiment.run`` is the
+skeleton: the options checked, the batch size checked, the experiment's ``plan`` made, then
+``OUT/<name>/records.jsonl`` opened once (the one-writer lock, the folder's settings checked
+against the run's), each model handed a ``ModelRun`` (its provenance, record keys and
+builder, and chunked, resumable writing with a progress bar), and the summary rebuilt from
+the records. A reliability fix to any of these steps lands here once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from bindscope.batch import check_batch_size
+from bindscope.experiments.chunks import as_models, run_chunks
+from bindscope.experiments.options import Options
+from bindscope.experiments.recording import RecordFields, base_record
+from bindscope.prompts.records import PromptSet
+from bindscope.protocols import LanguageModel
+from bindscope.results.records import RecordWriter, provenance, record_key
+from bindscope.results.schema import RecordKind
+
+Item = TypeVar("Item")
+
+
+@dataclass(frozen=True)
+class Common:
+    """What every run takes besides its own options (the shared ``run`` keywords).
+
+    Attributes:
+        out: The results folder; records go to ``OUT/<experiment>/records.jsonl``.
+        batch_size: Texts per forward pass.
+        seed: Seeds what is drawn and the summary's bootstrap; stored in every record.
+        force: Start afresh even where the folder's settings differ (else refused).
+        progress: Show progress bars.
+    """
+
+    out: Path
+    batch_size: int
+    seed: int
+    force: bool
+    progress: bool
+
+
+@dataclass(frozen=True)
+class ModelRun:
+    """One model's part of an experiment run: its record keys, records and chunked writing.
+
+    Attributes:
+        name: The experiment (the records' ``experiment`` field).
+        model: The model that runs.
+        writer: The open records file.
+        prov: The provenance stored with every record.
+        progress: Show progress bars.
+    """
+
+    name: str
+    model: LanguageModel
+    writer: RecordWriter
+    prov: dict
+    progress: bool = True
+
+    def key(self, item: str, condition: str = "clean", *, name: str | None = None) -> str:
+        """The record key of ``item`` (a prompt or pair key) under ``condition``."""
+        model = self.model
+        return record_key(name or self.name, model.name, model.revision, item, condition)
+
+    def done(self, item: str, condition: str = "clean") -> bool:
+        """Whether that record is on disk already."""
+        return self.key(item, condition) in self.writer
+
+    def record(
+        self,
+        item: RecordFields,
+        condition: str,
+        metrics: dict,
+        *,
+        name: str | None = None,
+        prov: dict | None = None,
+        **extra: Any,
+    ) -> dict:
+        """A result line of this model (``bindscope.experiments.recording.base_record``)."""
+        prov = self.prov if prov is None else prov
+        return base_record(name or self.name, self.model, item, condition, metrics, prov, **extra)
+
+    def chunks(
+        self,
+        items: Sequence[Item],
+        work: Callable[[list[Item]], list[dict]],
+        *,
+        chunk_size: int,
+        desc: str,
+        key: Callable[[Item], str] | None = None,
+    ) -> int:
+        """``run_chunks`` into this run's records; ``key`` defaults to the item's clean key."""
+        return run_chunks(
+            items,
+            writer=self.writer,
+            key=key or (lambda item: self.key(item.key)),  # type: ignore[attr-defined]
+            work=work,
+            chunk_size=chunk_size,
+            desc=desc,
+            progress=self.progress,
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one run goes, as an experiment's ``plan`` lays it out.
+
+    Attributes:
+        settings: What the folder must have been made with to resume (``force`` restarts).
+        each: Writes one model's records.
+        prompt_set: The prompt set recorded in the provenance (when ``provenance`` is None).
+        provenance: A model's provenance; default the versions, the prompt set, the seed and
+            ``settings``.
+        summarize: Rebuilds the summary from the folder; default the experiment's.
+    """
+
+    settings: dict
+    each: Callable[[ModelRun], None]
+    prompt_set: PromptSet | None = None
+    provenance: Callable[[LanguageModel], dict] | None = None
+    summarize: Callable[[Path], dict] | None = None
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One experiment, as the command line, ``summarize``, the text view and the schema see it.
+
+    Attributes:
+        name: The module name, the folder ``OUT/<name>`` and the records' ``experiment``.
+        command: The ``bindscope`` subcommand (``patch`` runs ``patching``).
+        help: The subcommand's line in ``bindscope --help``.
+        options: The options dataclass; its ``option`` fields are the subcommand's own flags.
+        summarize: Rebuilds ``OUT/<name>/summary.json`` from the records (``folder`` only).
+        text: The summary as terminal lines (limits are added by the registry).
+        records: The kinds of record it writes (its own and any helper records).
+        plan: ``plan(models, options, common) -> Plan``: what ``run`` does per model.
+        loop: For an experiment that loads its own models (a sweep loads each revision):
+            ``loop(model id, options, common) -> summary`` runs instead of the model loop.
+        models: ``one`` model, ``several`` (``--model`` repeatable) or ``revisions`` (run
+            takes the ``--model`` id and loads each revision itself).
+        batch_size: The ``batch_size`` default (``--batch-size`` too).
+        check_terms: Whether the prompt sets' terms must be found in their templates when
+            loaded (binding's ``--on-missing skip`` skips such prompts with the reason).
+        show_records: Print the records path after the summary.
+        also: Other experiments' folders the run writes, summarized after it (``sweep
+            --heads`` writes ``heads``).
+    """
+
+    name: str
+    command: str
+    help: str
+    options: type[Options]
+    summarize: Callable[[Path], dict]
+    text: Callable[[dict], list[str]]
+    records: tuple[RecordKind, ...]
+    plan: Callable[[list[LanguageModel], Any, Common], Plan] | None = None
+    loop: Callable[[str, Any, Common], dict] | None = None
+    models: Literal["one", "several", "revisions"] = "one"
+    batch_size: int = 16
+    check_terms: Callable[[Any], bool] = lambda options: True
+    show_records: bool = False
+    also: Callable[[Any], tuple[str, ...]] = lambda options: ()
+
+    def run(
+        self,
+        models: Any,
+        *,
+        out: str | Path,
+        batch_size: int | None = None,
+        seed: int = 0,
+        force: bool = False,
+        progress: bool = True,
+        **options: Any,
+    ) -> dict:
+        """Run the experiment on ``models`` into ``OUT/<name>``; returns the summary.
+
+        Args:
+            models: One ``Model`` or a list (``several``), or a model id (``revisions``).
+            out: The results folder.
+            batch_size: Texts per forward pass (default: the experiment's).
+            seed: Seeds what is drawn and the bootstrap; stored in every record.
+            force: Discard finished records and settings, start afresh.
+            progress: Show progress bars.
+            **options: The experiment's own options (its ``options`` dataclass).
+
+        Raises:
+            InputError: An unknown option, a bad value, or a folder made with other settings.
+        """
+        opts = self.options.of(options)
+        batch = self.batch_size if batch_size is None else batch_size
+        check_batch_size(batch, example=self.batch_size)
+        common = Common(Path(out), batch, seed, force, progress)
+        if self.loop is not None:
+            return self.loop(models, opts, common)
+        assert self.plan is not None, f"{self.name}: an Experiment needs a plan or a loop"
+        found = as_models(models)
+        plan = self.plan(found, opts, common)
+
+        def prov(model: LanguageModel) -> dict:
+            if plan.provenance is not None:
+                return plan.provenance(model)
+            return provenance(model, prompt_set=plan.prompt_set, seed=seed, settings=plan.settings)
+
+        return run_models(
+            self.name,
+            found,
+            common,
+            settings=plan.settings,
+            provenance=prov,
+            each=plan.each,
+            summarize=plan.summarize or self.summarize,
+        )
+
+
+def run_models(
+    name: str,
+    models: Sequence[LanguageModel],
+    common: Common,
+    *,
+    settings: dict,
+    provenance: Callable[[LanguageModel], dict],
+    each: Callable[[ModelRun], None],
+    summarize: Callable[[Path], dict],
+) -> dict:
+    """Write each model's records into ``OUT/<name>`` through one writer; returns the summary."""
+    folder = common.out / name
+    records = folder / "records.jsonl"
+    with RecordWriter(records, force=common.force, settings=settings, models=models) as writer:
+        for model in models:
+            each(ModelRun(name, model, writer, provenance(model), common.progress))
+    return summarize(folder)
+
+
+__all__ = ["Common", "Experiment", "ModelRun", "Plan", "run_models"]

@@ -1,0 +1,297 @@
+"""Scoring every head of a model for the taxonomy: records of ``OUT/heads``, and head classes.
+
+The ``heads`` experiment runs it on one model, ``sweep --heads`` on every revision it loads
+(``RevisionScorer``), and C5 and the scan match random head sets on ``primary_classes``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from bindscope.errors import InputError
+from bindscope.experiments.experiment import ModelRun
+from bindscope.experiments.heads_summary import CLASSIFICATION_FILE, EXPERIMENT, summarize
+from bindscope.experiments.options import Options, option, positive
+from bindscope.experiments.recording import binding_metrics
+from bindscope.experiments.reuse import BINDING_FROM, stored_binding
+from bindscope.metrics import heads as taxonomy
+from bindscope.prompts.records import PromptRecord, PromptSet
+from bindscope.protocols import LanguageModel
+from bindscope.results.labels import model_label
+from bindscope.results.records import RecordWriter, provenance, record_key
+from bindscope.results.settings import check_settings
+from bindscope.runners.binding import binding
+from bindscope.runners.head_scores import repeated_scores, text_scores
+
+
+def parse_thresholds(pairs: Sequence[str] | Mapping[str, float] | None) -> dict[str, float]:
+    """``["sink=0.6", ...]`` (``--threshold``) to ``{"sink": 0.6}``; a mapping passes through.
+
+    Raises:
+        InputError: A pair is not ``CLASS=VALUE`` with a number.
+    """
+    if pairs is None or isinstance(pairs, Mapping):
+        return dict(pairs or {})
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        try:
+            out[name.strip().replace("-", "_")] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            raise InputError(f"--threshold {pair!r}: expected CLASS=VALUE, e.g. sink=0.6")
+        if name.strip().replace("-", "_") not in taxonomy.PRECEDENCE:
+            raise InputError(
+                f"--threshold {pair}: no head class {name.strip()!r}; the classes are "
+                f"{', '.join(taxonomy.PRECEDENCE)}"
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class TaxonomyOptions(Options):
+    """Options of the head taxonomy (``bindscope heads``, ``bindscope sweep --heads``)."""
+
+    n_repeated: int = option(32, "repeated random sequences", type=positive)
+    repeat_length: int = option(24, "random tokens per copy", type=positive)
+    top_k: int = option(4, "binding top-k compared with classes", type=positive)
+    thresholds: Mapping[str, float] | None = option(
+        None,
+        "classification threshold, repeatable: sink, previous_token, induction, "
+        "duplicate_token, binding (defaults: bindscope.metrics.heads.THRESHOLDS)",
+        flag="--threshold",
+        metavar="CLASS=VALUE",
+        repeat=True,
+        convert=parse_thresholds,
+    )
+
+    def check(self) -> None:
+        """Positive sizes, and thresholds that name known head classes."""
+        for name in ("n_repeated", "repeat_length", "top_k"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                flag = "--" + name.replace("_", "-")
+                raise InputError(f"{name}={value!r} ({flag}) must be a positive integer")
+        unknown = sorted(set(self.thresholds or {}) - set(taxonomy.PRECEDENCE))
+        if unknown:
+            raise InputError(
+                f"no head class {unknown}; thresholds apply to {', '.join(taxonomy.PRECEDENCE)}"
+            )
+
+
+def check_taxonomy_fit(model: LanguageModel, options: TaxonomyOptions) -> None:
+    """Refuse a ``top_k`` above the model's head count or sequences past its context window.
+
+    Raises:
+        InputError: The option named, with a value that works.
+    """
+    total = model.n_layers * model.n_heads
+    if options.top_k > total:
+        raise InputError(
+            f"top_k={options.top_k}: {model_label(model)} has {total} heads ({model.n_layers} "
+            f"layers x {model.n_heads}); pass --top-k {total} or less"
+        )
+    window = getattr(model, "context_length", None)
+    need = 2 * options.repeat_length + (1 if model.prepend_bos else 0)
+    if window and need > window:
+        raise InputError(
+            f"repeat_length={options.repeat_length}: a repeated sequence takes {need} tokens, "
+            f"more than {model_label(model)}'s context window of {window}; pass "
+            f"--repeat-length {(window - 1) // 2} or less"
+        )
+
+
+class RevisionScorer:
+    """Scores the heads of each revision a sweep loads, into ``OUT/heads`` (resumable).
+
+    ``bindscope sweep --heads`` uses it so each checkpoint is loaded once for both.
+    """
+
+    def __init__(
+        self,
+        out: str | Path,
+        pset: PromptSet,
+        options: TaxonomyOptions,
+        *,
+        batch_size: int = 16,
+        seed: int = 0,
+        force: bool = False,
+        progress: bool = True,
+    ) -> None:
+        self.folder = Path(out) / EXPERIMENT
+        self.pset = pset
+        self.settings = head_settings(pset, options, seed)
+        self.batch_size, self.progress, self.seed = batch_size, progress, seed
+        records = self.folder / "records.jsonl"
+        self.writer = RecordWriter(records, force=force, settings=self.settings)
+        write_classification(self.folder, options)
+
+    def done(self, model: str, revision: str | None) -> bool:
+        """Whether every record of ``model@revision`` is on disk."""
+        keys = _keys(self.pset, self.settings)
+        return all(record_key(EXPERIMENT, model, revision, k, c) in self.writer for k, c in keys)
+
+    def score(self, loaded: LanguageModel, revisions: Sequence[str]) -> None:
+        """Write the records of one loaded revision (those not on disk yet)."""
+        check_settings(self.folder, self.settings, models=[loaded])
+        prov = provenance(
+            loaded,
+            prompt_set=self.pset,
+            seed=self.seed,
+            settings=self.settings,
+            sweep={"revisions": list(revisions)},
+        )
+        run = ModelRun(EXPERIMENT, loaded, self.writer, prov, self.progress)
+        score_model(run, self.pset, self.settings, batch_size=self.batch_size)
+
+    def close(self) -> dict:
+        """Close the records file and write the summary (with ``emergence``)."""
+        self.writer.close()
+        return summarize(self.folder)
+
+    def __enter__(self) -> RevisionScorer:
+        return self
+
+    def __exit__(self, kind: object, error: object, trace: object) -> None:
+        if kind is not None:  # interrupted: release the folder, keep what is on disk
+            self.writer.close()
+
+
+def head_settings(pset: PromptSet, options: TaxonomyOptions, seed: int) -> dict:
+    """What a heads folder checks when resumed: the prompt set, the random sequences, the seed."""
+    return {
+        "prompt_sha256": pset.sha256,
+        "n_repeated": options.n_repeated,
+        "repeat_length": options.repeat_length,
+        "seed": seed,
+    }
+
+
+def _keys(pset: PromptSet, settings: dict) -> list[tuple[str, str]]:
+    keys = [(r.key, "clean") for r in pset]
+    keys += [(_repeated_key(i), "repeated") for i in range(settings["n_repeated"])]
+    return keys
+
+
+def _repeated_key(i: int) -> str:
+    return f"repeated/{i:03d}"
+
+
+def write_classification(folder: Path, options: TaxonomyOptions) -> None:
+    """Store the classification rule (thresholds, top-k) that the summary applies."""
+    thresholds = {**taxonomy.THRESHOLDS, **(options.thresholds or {})}
+    rule = {"thresholds": thresholds, "top_k": options.top_k}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / CLASSIFICATION_FILE).write_text(json.dumps(rule, indent=2) + "\n", "utf-8")
+
+
+def _grid(tensor: Any) -> list:
+    return [[None if math.isnan(float(x)) else float(x) for x in row] for row in tensor]
+
+
+def score_model(run: ModelRun, pset: PromptSet, settings: dict, *, batch_size: int) -> None:
+    """Write the records of one model (one revision) that ``run`` does not hold yet."""
+    model = run.model
+    bos = bool(model.prepend_bos)
+    shape = {"n_layers": model.n_layers, "n_heads": model.n_heads, "position_0_is_bos": bos}
+
+    stored = stored_binding(model, run.writer.path.parents[1], pset)  # computed once per folder
+    reused = {**run.prov, "binding_from": BINDING_FROM}
+
+    def prompt_work(chunk: list[PromptRecord]) -> list[dict]:
+        fresh = [r for r in chunk if r.key not in stored]
+        bound = binding(model, fresh, batch_size=batch_size, on_missing="skip")
+        computed = {r.key: binding_metrics(res, model) for r, res in zip(fresh, bound)}
+        templates = sorted({r.template for r in chunk})
+        scores = dict(zip(templates, text_scores(model, templates, batch_size=batch_size)))
+        out = []
+        for r in chunk:
+            s = scores[r.template]
+            extra = {name: _grid(s[name]) for name in taxonomy.TEXT_SCORES}
+            n = len(model.tokenize(r.template))
+            found = computed.get(r.key)
+            metrics = {**(found or stored[r.key]), **extra, **shape, "n_tokens": n}
+            out.append(run.record(r, "clean", metrics, prov=None if found else reused))
+        return out
+
+    label = model_label(model)
+    run.chunks(pset.records, prompt_work, chunk_size=batch_size * 4, desc=f"heads {label} prompts")
+    n, length, seed = settings["n_repeated"], settings["repeat_length"], settings["seed"]
+
+    def repeated_work(chunk: list[int]) -> list[dict]:
+        # every sequence is drawn (the draw is seeded as a whole), only the chunk is run
+        scores, tokens = repeated_scores(
+            model, n=n, length=length, seed=seed, batch_size=batch_size
+        )
+        out = []
+        for i in chunk:
+            item = SimpleNamespace(
+                key=_repeated_key(i),
+                prompt_id=f"repeated-{i:03d}",
+                term="",
+                task="induction",
+                control_group=None,
+            )
+            metrics = {
+                **{name: _grid(scores[i][name]) for name in taxonomy.REPEATED_SCORES},
+                **shape,
+                "tokens": tokens[i],
+                "length": length,
+                "start": 1 if bos else 0,
+            }
+            out.append(run.record(item, "repeated", metrics))
+        return out
+
+    run.chunks(
+        list(range(n)),
+        repeated_work,
+        key=lambda i: run.key(_repeated_key(i), "repeated"),
+        chunk_size=max(n, 1),
+        desc=f"heads {label} repeated",
+    )
+
+
+def primary_classes(
+    model: LanguageModel,
+    texts: Sequence[str],
+    *,
+    thresholds: Mapping[str, float] | None = None,
+    n_repeated: int = 32,
+    repeat_length: int = 24,
+    seed: int = 0,
+    batch_size: int = 16,
+) -> list[list[str]]:
+    """Each head's primary class from every score but binding (``[L][H]`` class names).
+
+    What class-matched random head sets are matched on (C5's ``matched_classes``):
+    binding is left out so the matched sets copy the top set's sink, previous-token,
+    induction and duplicate-token make-up, not its binding.
+    """
+    means = {}
+    found = text_scores(model, list(dict.fromkeys(texts)), batch_size=batch_size)
+    for name in taxonomy.TEXT_SCORES:
+        means[name] = np.nanmean(np.stack([s[name].numpy() for s in found]), 0)
+    found, _ = repeated_scores(
+        model, n=n_repeated, length=repeat_length, seed=seed, batch_size=batch_size
+    )
+    for name in taxonomy.REPEATED_SCORES:
+        means[name] = np.stack([s[name].numpy() for s in found]).mean(0)
+    return taxonomy.classify(means, thresholds=thresholds)["primary"]
+
+
+__all__ = [
+    "RevisionScorer",
+    "head_settings",
+    "primary_classes",
+    "score_model",
+    "write_classification",
+]

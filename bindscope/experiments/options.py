@@ -1,0 +1,135 @@
+"""An experiment's own options: one frozen dataclass, from which its flags are derived.
+
+Each field is a keyword of the experiment's ``run``; ``option(...)`` fields are also
+command-line flags (``bindscope <command> --name``), ``setting(...)`` fields are for Python
+callers only. Checks of the options alone go in ``Options.check``: they run whenever the
+options are made, so the command line refuses a bad value before any model loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from bindscope.errors import InputError
+
+T = TypeVar("T")
+OptionsT = TypeVar("OptionsT", bound="Options")
+
+#: The ``--generation-batch-size`` help, for experiments that generate besides other passes.
+GENERATION_HELP = (
+    "rows per greedy-generation batch (a decoding step costs little more for more rows)"
+)
+
+
+def positive(text: str) -> int:
+    """Flag type: an integer >= 1."""
+    value = _integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer (1 or more)")
+    return value
+
+
+def count(text: str) -> int:
+    """Flag type: an integer >= 0."""
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; pass 0 or more")
+    return value
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How one option reads on the command line (``bindscope COMMAND --name VALUE``).
+
+    Attributes:
+        help: The ``--help`` line.
+        type: Turns the text into a value (``int``, ``bindscope.cli.arguments.positive`` ...).
+        choices: The values allowed.
+        metavar: The value's name in ``--help``.
+        switch: A flag without a value (``store_true``).
+        repeat: Repeatable; the values come as a list.
+        required: The command fails without it.
+        prompts: The value names a prompt set, loaded and checked before the model loads.
+        convert: Turns the command-line value into the option's value (after ``type``).
+        flag: The flag's spelling when not ``--`` and the field name with dashes.
+    """
+
+    help: str = ""
+    type: Callable[[str], Any] | None = None
+    choices: tuple[str, ...] | None = None
+    metavar: str | None = None
+    switch: bool = False
+    repeat: bool = False
+    required: bool = False
+    prompts: bool = False
+    convert: Callable[[Any], Any] | None = None
+    flag: str | None = None
+
+
+def option(default: T, help: str = "", **flag: Any) -> T:
+    """A field of an ``Options`` dataclass that is also a command-line flag (``Flag`` fields)."""
+    return dataclasses.field(default=default, metadata={"flag": Flag(help=help, **flag)})
+
+
+def setting(default: T) -> T:
+    """A field of an ``Options`` dataclass that only Python callers set (no flag)."""
+    return dataclasses.field(default=default)
+
+
+@dataclass(frozen=True)
+class Options:
+    """An experiment's own options; subclasses are frozen dataclasses of ``option`` fields."""
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Refuse a bad value or combination of the options alone (override; InputError)."""
+
+    @classmethod
+    def of(cls: type[OptionsT], given: Mapping[str, Any]) -> OptionsT:
+        """The options from ``run`` keywords, refusing a keyword the experiment does not take.
+
+        Raises:
+            InputError: An unknown keyword (the known ones named) or a bad value.
+        """
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(given) - known)
+        if unknown:
+            raise InputError(f"unknown option(s) {unknown}; this experiment takes {sorted(known)}")
+        return cls(**given)
+
+    @classmethod
+    def flags(cls) -> list[tuple[str, Flag, Any]]:
+        """``(field name, flag, default)`` of every command-line option, in field order."""
+        return [
+            (f.name, f.metadata["flag"], f.default)
+            for f in dataclasses.fields(cls)
+            if "flag" in f.metadata
+        ]
+
+    def keywords(self) -> dict[str, Any]:
+        """The options as ``run`` keywords."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+__all__ = [
+    "GENERATION_HELP",
+    "Flag",
+    "Options",
+    "count",
+    "option",
+    "positive",
+    "setting",
+]

@@ -1,0 +1,101 @@
+"""Every experiment, found from its ``DEFINITION``: what the command line and summaries read.
+
+An experiment module in this package that ends with ``DEFINITION = Experiment(...)`` is
+registered by being there; nothing else lists it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+import sys
+from pathlib import Path
+
+from bindscope.errors import InputError
+from bindscope.experiments.experiment import Experiment
+from bindscope.experiments.limits import limit_lines
+from bindscope.results import schema
+from bindscope.results.schema import RecordKind
+
+
+@functools.cache
+def definitions() -> dict[str, Experiment]:
+    """Every experiment by name (its folder), in name order."""
+    found = {}
+    for info in sorted(
+        pkgutil.iter_modules(sys.modules[__package__].__path__), key=lambda m: m.name
+    ):
+        module = importlib.import_module(f"{__package__}.{info.name}")
+        definition = getattr(module, "DEFINITION", None)
+        if isinstance(definition, Experiment):
+            found[definition.name] = definition
+    return found
+
+
+def by_command(command: str) -> Experiment:
+    """The experiment a ``bindscope`` subcommand runs."""
+    return next(d for d in definitions().values() if d.command == command)
+
+
+def record_kinds() -> dict[str, RecordKind]:
+    """Every kind of record an experiment writes, by its ``experiment`` field."""
+    return {kind.experiment: kind for d in definitions().values() for kind in d.records}
+
+
+def validate_file(path: str | Path) -> int:
+    """``bindscope.results.schema.validate_file`` against every experiment's record kinds."""
+    return schema.validate_file(path, record_kinds())
+
+
+def summary_lines(summary: dict) -> list[str]:
+    """Readable terminal lines for any experiment's summary, its limits last."""
+    name = str(summary.get("experiment"))
+    definition = definitions().get(name)
+    lines = definition.text(summary) if definition else [f"(no text view for experiment {name!r})"]
+    return lines + limit_lines(summary)
+
+
+def summarize(results_dir: str | Path) -> dict[str, dict]:
+    """Recompute ``summary.json`` for every experiment found under ``results_dir``.
+
+    ``results_dir`` is a run's ``--out`` folder, or one experiment's folder in it.
+
+    Raises:
+        InputError: No ``<experiment>/records.jsonl`` under the folder.
+        RecordFileError: A records file is corrupt (file and line named).
+    """
+    found = experiment_folders(results_dir)
+    return {name: definitions()[name].summarize(folder) for name, folder in found.items()}
+
+
+def experiment_folders(results_dir: str | Path) -> dict[str, Path]:
+    """Each experiment with records under ``results_dir`` -> its folder.
+
+    ``summarize``, ``report`` and ``figures`` read these.
+
+    Raises:
+        InputError: None (the folder holds no experiment's ``records.jsonl``).
+    """
+    root = Path(results_dir)
+    names = definitions()
+    found = {n: root / n for n in names if (root / n / "records.jsonl").is_file()}
+    if not found and (root / "records.jsonl").is_file() and root.name in names:
+        found = {root.name: root}
+    if not found:
+        raise InputError(
+            f"{root}: no experiment results here (expected {', '.join(names)} folders with "
+            "records.jsonl); pass the --out folder of a run"
+        )
+    return found
+
+
+__all__ = [
+    "by_command",
+    "definitions",
+    "experiment_folders",
+    "record_kinds",
+    "summarize",
+    "summary_lines",
+    "validate_file",
+]

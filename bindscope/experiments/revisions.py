@@ -1,0 +1,98 @@
+"""Training checkpoints: named revision lists, and loading one revision of a sweep."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from bindscope.errors import InputError
+from bindscope.protocols import LanguageModel
+
+_PYTHIA = [
+    "step0",
+    "step15000",
+    "step30000",
+    "step60000",
+    "step90000",
+    "step120000",
+    "step140000",
+    "step143000",
+]
+_CRFM = [f"checkpoint-{s}" for s in (0, 1000, 5000, 10000, 50000, 100000, 200000, 400000)]
+
+#: Named revision lists from the published study (spec section 4.1). ``model`` is the Hub id
+#: the preset belongs to; for Pythia it fits every size.
+PRESETS: dict[str, dict] = {
+    "pythia-paper": {"model": "EleutherAI/pythia-160m-deduped", "revisions": _PYTHIA},
+    "olmo-1b": {
+        "model": "allenai/OLMo-1B-hf",
+        "revisions": [
+            "step1000-tokens4B",
+            "step80000-tokens335B",
+            "step110000-tokens461B",
+            "step330000-tokens1383B",
+            "step460000-tokens1928B",
+            "step620000-tokens2599B",
+            "step720000-tokens3018B",
+            "step738020-tokens3094B",
+        ],
+    },
+    "crfm": {"model": "stanford-crfm/alias-gpt2-small-x21", "revisions": _CRFM},
+    "smollm3": {
+        "model": "HuggingFaceTB/SmolLM3-3B-checkpoints",
+        "revisions": [
+            f"stage1-step-{s}"
+            for s in (40000, 120000, 400000, 800000, 1200000, 1600000, 2400000, 3440000)
+        ],
+    },
+}
+#: The five CRFM GPT-2 small seeds share the ``crfm`` revisions.
+CRFM_SEEDS = [
+    "stanford-crfm/alias-gpt2-small-x21",
+    "stanford-crfm/battlestar-gpt2-small-x49",
+    "stanford-crfm/caprica-gpt2-small-x81",
+    "stanford-crfm/darkmatter-gpt2-small-x343",
+    "stanford-crfm/expanse-gpt2-small-x777",
+]
+
+
+def resolve_revisions(spec: str | Sequence[str]) -> list[str]:
+    """A preset name (``pythia-paper``, ``olmo-1b``, ``crfm``, ``smollm3``) or a list.
+
+    Raises:
+        InputError: The list is empty or has duplicates.
+    """
+    if isinstance(spec, str):
+        if spec in PRESETS:
+            return list(PRESETS[spec]["revisions"])
+        spec = [s.strip() for s in spec.split(",") if s.strip()]
+    revisions = list(spec)
+    if not revisions:
+        raise InputError(
+            f"no revisions given; pass a comma-separated list or a preset ({', '.join(PRESETS)})"
+        )
+    dupes = sorted({r for r in revisions if revisions.count(r) > 1})
+    if dupes:
+        raise InputError(f"revision(s) {dupes} listed twice; each revision is one checkpoint")
+    return revisions
+
+
+def load_revision(
+    loader: Callable[..., LanguageModel], model: str, revision: str, **load_options: Any
+) -> LanguageModel:
+    """One checkpoint of a sweep, refused unless it is the revision asked for.
+
+    Raises:
+        InputError: The loaded model is at another revision (the sweep would mislabel it).
+    """
+    loaded = loader(model, revision=revision, **load_options)
+    if loaded.revision != revision:
+        raise InputError(
+            f"asked for {model}@{revision}, but the loaded model is at revision "
+            f"{loaded.revision!r}; the sweep would label one checkpoint as another"
+        )
+    loaded.name = model
+    return loaded
+
+
+__all__ = ["CRFM_SEEDS", "PRESETS", "load_revision", "resolve_revisions"]

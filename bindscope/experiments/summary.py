@@ -1,0 +1,158 @@
+"""Summaries rebuilt from records alone: the folder loop, shared estimates and test options."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from bindscope.errors import InputError
+from bindscope.metrics import stats
+from bindscope.results.records import read_records, write_summary
+
+
+def summarize_folder(
+    folder: str | Path,
+    build: Callable[[list[dict]], dict],
+    *,
+    name: str,
+    check: Callable[[Path, list[dict]], None] | None = None,
+) -> dict:
+    """Rebuild ``folder/summary.json`` from ``folder/records.jsonl`` alone.
+
+    Args:
+        folder: An experiment's results folder.
+        build: The experiment's summary of its records.
+        name: The experiment; the folder must hold some of its records.
+        check: Called with the folder and records first; raises when they cannot be summarized.
+
+    Returns:
+        The summary as written.
+    """
+    folder = Path(folder)
+    records = list(read_records(folder / "records.jsonl"))
+    check_records_belong(folder, records, name)
+    if check is not None:
+        check(folder, records)
+    summary = build(records)
+    write_summary(folder / "summary.json", summary)
+    return summary
+
+
+def folder_summary(
+    name: str,
+    build: Callable[[list[dict]], dict],
+    *,
+    check: Callable[[Path, list[dict]], None] | None = None,
+) -> Callable[[str | Path], dict]:
+    """An experiment's ``summarize(folder)``: ``summarize_folder`` with its name and builder."""
+
+    def summarize(folder: str | Path) -> dict:
+        return summarize_folder(folder, build, name=name, check=check)
+
+    summarize.__doc__ = f"Rebuild ``folder/summary.json`` ({name}) from its records alone."
+    return summarize
+
+
+def check_records_belong(folder: Path, records: list[dict], experiment: str) -> None:
+    """Refuse to summarize a folder none of whose records belong to ``experiment``.
+
+    ``scan`` owns ``scan`` and ``scan-bsi`` records, ``c5`` owns ``c5`` and ``c5-ranking``.
+    A summary built from zero of N records would be an empty summary that looks like a result.
+
+    Raises:
+        InputError: Every record belongs to another experiment (named in the message).
+    """
+    if not records or any(
+        r["experiment"] == experiment or str(r["experiment"]).startswith(experiment + "-")
+        for r in records
+    ):
+        return
+    kinds = sorted({str(r["experiment"]) for r in records})
+    raise InputError(
+        f"{folder / 'records.jsonl'}: none of its {len(records)} records belongs to "
+        f"{experiment} (they are {', '.join(kinds)} records, copied or moved here?); "
+        f"put them under OUT/{kinds[0]}/ and summarize that folder, or rerun the "
+        f"{experiment} experiment"
+    )
+
+
+def previous_options(path: str | Path) -> dict:
+    """``correction`` and ``n_resamples`` of an existing summary (empty when there is none)."""
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    try:
+        found = json.loads(path.read_text("utf-8"))
+    except ValueError:
+        return {}
+    return {k: found[k] for k in ("correction", "n_resamples") if found.get(k) is not None}
+
+
+def summarize_tests(
+    folder: str | Path,
+    build: Callable[..., dict],
+    *,
+    name: str,
+    correction: str | None,
+    n_resamples: int | None,
+) -> dict:
+    """``summarize_folder`` for the per-head tests (scan, patching).
+
+    ``correction`` and ``n_resamples`` default to those of the summary already there (so
+    ``bindscope summarize`` keeps a run's ``--correction``), else ``bh`` and enough
+    resamples for one head alone to pass the correction
+    (``bindscope.experiments.head_stats.default_resamples``).
+    """
+    previous = previous_options(Path(folder) / "summary.json")
+    options = {
+        "correction": correction or previous.get("correction", "bh"),
+        "n_resamples": n_resamples or previous.get("n_resamples"),
+    }
+    return summarize_folder(folder, lambda records: build(records, **options), name=name)
+
+
+def mean_estimate(values: Iterable[float], *, seed: int = 0) -> dict | None:
+    """Mean with a bootstrap CI as a dict; with one value the CI is null, with none None."""
+    values = [float(v) for v in values]
+    if not values:
+        return None
+    if len(values) == 1:
+        return {
+            "value": values[0],
+            "low": None,
+            "high": None,
+            "confidence": 0.95,
+            "method": "single value: no interval",
+            "n": 1,
+        }
+    return stats.mean_ci(values, seed=seed).to_dict()
+
+
+def skipped_reasons(records: Iterable[dict]) -> dict[str, int]:
+    """How many records have no EB*, per reason.
+
+    The reason is the audit flag that explains it (``not_found``, ``single_token``,
+    ``at_position_0``: the span starts on the attention sink), else the record's skip message.
+    """
+    counts: dict[str, int] = {}
+    for r in records:
+        metrics = r["metrics"]
+        if metrics.get("eb_star") is not None:
+            continue
+        flags = metrics.get("flags") or []
+        known = [f for f in ("not_found", "single_token", "at_position_0") if f in flags]
+        reason = known[0] if known else str(metrics.get("skipped") or ", ".join(flags) or "no EB*")
+        counts[reason] = counts.get(reason, 0) + 1
+    return counts
+
+
+__all__ = [
+    "check_records_belong",
+    "folder_summary",
+    "mean_estimate",
+    "previous_options",
+    "skipped_reasons",
+    "summarize_folder",
+    "summarize_tests",
+]

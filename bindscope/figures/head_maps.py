@@ -1,0 +1,82 @@
+"""An ``[L, H]`` map of per-head effects with the largest ones beside it (scan, patching)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from bindscope.figures import markdown as md
+from bindscope.figures.style import new_figure, short_label, slug
+from bindscope.results.summaries import MissingData
+
+
+def heads_figure(
+    label: str,
+    effect: list,
+    significant: list,
+    top: list[dict],
+    what: str,
+    size: tuple[float, float],
+    *,
+    limit: int = 10,
+) -> tuple[Figure, str]:
+    """Heatmap ``[L, H]`` of ``effect`` (significant cells marked) and top cells with CIs."""
+    values = np.array([[np.nan if v is None else v for v in row] for row in effect], float)
+    if values.size == 0 or np.isnan(values).all():
+        raise MissingData("the effect map is empty")
+    fig, (heat, bars) = new_figure(size, ncols=2, width_ratios=[3, 2])
+    bound = float(np.nanmax(np.abs(values))) or 1.0
+    image = heat.imshow(values, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
+    fig.colorbar(image, ax=heat, label=what.split(": ", 1)[-1])
+    for layer, head in significant:
+        heat.plot(head, layer, marker="o", ms=4, mfc="none", mec="black", mew=1.0)
+    heat.set(xlabel="head", ylabel="layer", title=f"{short_label(label)}: {what}")
+    heat.xaxis.set_major_locator(MaxNLocator(integer=True))
+    heat.yaxis.set_major_locator(MaxNLocator(integer=True))
+    heat.invert_yaxis()
+    shown = top[:limit][::-1]
+    y = np.arange(len(shown))
+    mids = np.array([c["value"] for c in shown], float)
+    lows = np.array([c["low"] if c["low"] is not None else c["value"] for c in shown], float)
+    highs = np.array([c["high"] if c["high"] is not None else c["value"] for c in shown], float)
+    bars.errorbar(mids, y, xerr=[mids - lows, highs - mids], fmt="o", color="black", capsize=3)
+    bars.axvline(0, color="grey", lw=0.8)
+    names = [f"{c['condition']}{' *' if c.get('significant') else ''}" for c in shown]
+    bars.set_yticks(y, names)
+    bars.set(xlabel="effect, 95% CI (* adjusted p < 0.05)", title=f"top {len(shown)}")
+    caption = (
+        f"{short_label(label)}: {what}; circles mark adjusted p < 0.05 "
+        f"({len(significant)} cells). Right: the largest effects with 95% paired bootstrap CIs."
+    )
+    return fig, caption
+
+
+def top_rows(top: list[dict], limit: int = 10) -> list[list[str]]:
+    """The largest effects as report table rows: condition, estimate, p, adjusted p."""
+    return [
+        [c["condition"], md.estimate(c), md.pvalue(c.get("p")), md.pvalue(c.get("p_adjusted"))]
+        for c in top[:limit]
+    ]
+
+
+def map_plots(
+    stem: str, maps: dict[str, dict], field: str, what: str, size: tuple[float, float]
+) -> Iterator[tuple[str, Callable[[], tuple[Figure, str]]]]:
+    """One ``heads_figure`` per model, file stem ``<stem>_<label>``.
+
+    ``maps[label]`` holds the ``field`` map, its ``significant`` cells and its ``top`` list.
+    """
+
+    def builder(label: str, block: dict) -> Callable[[], tuple[Figure, str]]:
+        return lambda: heads_figure(
+            label, block[field], block["significant"], block["top"], what, size
+        )
+
+    for label, block in maps.items():
+        yield f"{stem}_{slug(label)}", builder(label, block)
+
+
+__all__ = ["heads_figure", "map_plots", "top_rows"]
