@@ -120,18 +120,23 @@ class _Context:
             )
 
 
+@dataclass(frozen=True)
 class _Targeted:
     """Shared by specs that act on heads or on a site of some layers.
 
-    Fields (each subclass declares them): ``heads``, ``site``, ``layers``, ``positions``.
-    A string in place of ``heads`` is the site: ``Zero("resid_post", layers=[2])``.
+    ``heads`` comes first (a subclass's own fields follow it); ``site``, ``layers`` and
+    ``positions`` are keywords. A string in place of ``heads`` is the site:
+    ``Zero("resid_post", layers=[2])``.
     """
 
-    heads: Any
-    site: str | None
-    layers: Any
-    positions: tuple[int, ...] | None
+    heads: Any = None
+    site: str | None = field(default=None, kw_only=True)
+    layers: Any = field(default=None, kw_only=True)
+    positions: tuple[int, ...] | None = field(default=None, kw_only=True)
     takes_positions: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        self._normalize()
 
     def _normalize(self) -> None:
         heads = self.heads
@@ -215,14 +220,6 @@ class Zero(_Targeted):
     position, in generation every step too.
     """
 
-    heads: Any = None
-    site: str | None = field(default=None, kw_only=True)
-    layers: Any = field(default=None, kw_only=True)
-    positions: tuple[int, ...] | None = field(default=None, kw_only=True)
-
-    def __post_init__(self) -> None:
-        self._normalize()
-
     def row_ops(self, ctx: _Context, i: int) -> tuple[RowOp, ...]:
         """Check the spec against the model and text ``i``; its row ops for that text."""
         site, units = self.target(ctx.model)
@@ -240,14 +237,10 @@ class Mean(_Targeted):
             site, layers)`` (or ``{layer: [d_model]}``).
     """
 
-    heads: Any = None
     means: object = None
-    site: str | None = field(default=None, kw_only=True)
-    layers: Any = field(default=None, kw_only=True)
-    positions: tuple[int, ...] | None = field(default=None, kw_only=True)
-
-    def __post_init__(self) -> None:
-        self._normalize()
+    # the means are tensors: a Mean equals only itself (as with eq=False before)
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
 
     def row_ops(self, ctx: _Context, i: int) -> tuple[RowOp, ...]:
         """Check the spec against the model and text ``i``; its row ops for that text."""
@@ -267,14 +260,10 @@ class Patch(_Targeted):
     ``Patch("resid_pre", corrupted, layers=[0], positions=[5])``.
     """
 
-    heads: Any = None
     source: tuple = ()
-    site: str | None = field(default=None, kw_only=True)
-    layers: Any = field(default=None, kw_only=True)
-    positions: tuple[int, ...] | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
-        self._normalize()
+        super().__post_init__()
         source = self.source
         object.__setattr__(self, "source", (source,) if isinstance(source, str) else tuple(source))
 
@@ -308,15 +297,11 @@ class Resample(_Targeted):
     not have are left alone).
     """
 
-    heads: Any = None
     reference: tuple = ()
     seed: int = field(default=0, kw_only=True)
-    site: str | None = field(default=None, kw_only=True)
-    layers: Any = field(default=None, kw_only=True)
-    positions: tuple[int, ...] | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
-        self._normalize()
+        super().__post_init__()
         object.__setattr__(self, "reference", tuple(self.reference))
         seed = self.seed
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
