@@ -177,9 +177,14 @@ def cross_architecture(models: dict[str, dict], *, k=None, where: str = "summary
     if not models:
         raise MissingData(f"{where} lists no models")
     labels = list(models)
-    fig, axes = style.new_figure(SIZES["c5_cross_architecture"], ncols=2, sharey=True)
+    # a task no model evaluated (the demo leaves generation out) gets no empty panel
+    tasks = [t for t in TASKS if any(_drop_bar(models[m], "top", t)[0] is not None for m in labels)]
+    if not tasks:
+        raise MissingData(f"{where}: no model has a top-set drop for any task")
+    fig, axes = style.new_figure(SIZES["c5_cross_architecture"], ncols=len(tasks), sharey=True)
+    axes = np.atleast_1d(axes)
     width = 0.26
-    for ax, task in zip(axes, TASKS):
+    for ax, task in zip(axes, tasks):
         ax.axhline(0, color="black", linewidth=0.8)
         for m, label in enumerate(labels):
             entry = models[label]

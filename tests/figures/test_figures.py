@@ -170,3 +170,23 @@ def test_report_object_is_a_plain_dataclass(tmp_path):
 def test_a_results_folder_that_does_not_exist_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="no such results folder"):
         make_figures(tmp_path / "typo")
+
+
+def test_cross_architecture_draws_only_the_tasks_some_model_evaluated():
+    """The demo evaluates recognition only: no empty generation panel beside it."""
+    from bindscope.figures.c5 import cross_architecture
+
+    def entry(tasks):
+        drop = {"value": 0.1, "low": 0.0, "high": 0.2}
+        return {
+            "drops": {c: dict.fromkeys(tasks, drop) for c in ("top", "bottom")},
+            "random_drops": {t: [0.0, 0.05, -0.02] for t in tasks},
+            "p_holm": dict.fromkeys(tasks, 0.05),
+        }
+
+    one, _ = cross_architecture({"a": entry(["recognition"]), "b": entry(["recognition"])})
+    assert [ax.get_title().split(":")[0] for ax in one.axes] == ["recognition"]
+    both, _ = cross_architecture({"a": entry(["recognition", "generation"])})
+    assert [ax.get_title().split(":")[0] for ax in both.axes] == ["recognition", "generation"]
+    with pytest.raises(MissingData):
+        cross_architecture({"a": entry([])})
