@@ -37,6 +37,7 @@ from bindscope.runners.attribution_metrics import (
     check_metrics,
     metric_terms,
 )
+from bindscope.runners.behaviour import keeps_logits
 
 __all__ = [
     "METHODS",
@@ -109,12 +110,6 @@ def _row_ops(model: LanguageModel, texts: list, intervene, per_row) -> list[list
         [(op, False) for op in mine] + [(op, True) for op in theirs]
         for mine, theirs in zip(outputs, pattern)
     ]
-
-
-def _keeps_logits(model: LanguageModel) -> bool:
-    import inspect
-
-    return "logits_to_keep" in inspect.signature(model.hf.forward).parameters
 
 
 class _Plan:
@@ -284,7 +279,7 @@ def _estimate(
             f"{model.name}: pattern estimates need eager attention's probabilities, which this "
             f"model cannot return ({model.capture_fallback}); estimate head outputs only"
         )
-    keeps = _keeps_logits(model)
+    keeps = keeps_logits(model)
     clean = np.zeros(len(texts))
     estimates = np.full((len(texts), model.n_layers, model.n_heads), np.nan)
     dropped = estimates.copy()

@@ -12,6 +12,7 @@ per choice (``strategy="full"``, the published way). The result types and the ru
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -178,10 +179,8 @@ def _full_batch(model: LanguageModel, batch, choices, rows):
     return out
 
 
-def _keeps_logits(model: LanguageModel) -> bool:
+def keeps_logits(model: LanguageModel) -> bool:
     """Whether the model's forward takes ``logits_to_keep`` (skip the LM head on the prompt)."""
-    import inspect
-
     return "logits_to_keep" in inspect.signature(model.hf.forward).parameters
 
 
@@ -201,7 +200,7 @@ def _shared_prefix_batch(model: LanguageModel, batch, choices, rows):
         return out
     n_c = n_choices.pop()
     b = batch.input_ids.shape[0]
-    last_only = {"logits_to_keep": 1} if _keeps_logits(model) else {}
+    last_only = {"logits_to_keep": 1} if keeps_logits(model) else {}
     plan = _plan(model, batch, rows)
     with model.nnsight.trace(
         **batch.inputs, use_cache=True, **last_only, **model.trace_options

@@ -31,6 +31,7 @@ from bindscope.interventions.ops import by_layer
 from bindscope.interventions.plan import Planner, plan_batch
 from bindscope.interventions.specs import resolve_rows
 from bindscope.protocols import LanguageModel
+from bindscope.runners.behaviour import keeps_logits
 
 if TYPE_CHECKING:
     from bindscope.batch import Batch
@@ -310,9 +311,8 @@ def condition_scores(
         disable=not progress,
         leave=False,
     )
-    from bindscope.runners.behaviour import _keeps_logits
 
-    keeps = _keeps_logits(model)
+    keeps = keeps_logits(model)
     for batch in batches:
         part = [sequences[i] for i in batch.indices]
         # the unembedding runs only where a target is predicted (the last T + 1 positions)
