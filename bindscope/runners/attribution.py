@@ -11,6 +11,7 @@ from bindscope.interventions import ops
 from bindscope.metrics.attribution import HeadContributions, frozen_norm
 from bindscope.nnsight_private import underlying_module
 from bindscope.protocols import LanguageModel
+from bindscope.runners.attribution_metrics import token_id
 
 __all__ = ["head_attribution", "head_contributions"]
 
@@ -70,14 +71,7 @@ def _direction(model: LanguageModel, target) -> torch.Tensor:
     """
     if isinstance(target, (tuple, list)) and len(target) == 2:
         return _direction(model, target[0]) - _direction(model, target[1])
-    if isinstance(target, str):
-        ids = model.tokenizer(target, add_special_tokens=False)["input_ids"]
-        if len(ids) != 1:
-            raise InputError(
-                f"{model.name}: target {target!r} is {len(ids)} tokens; pass one token "
-                "(e.g. ' Paris') or its id"
-            )
-        target = ids[0]
+    target = token_id(model, target, "target")
     unembed = underlying_module(model.nnsight.lm_head).weight.detach().double().cpu()
     return unembed[int(target)]
 

@@ -41,12 +41,17 @@ class LogitDifference:
 Metric = TargetLogprob | LogitDifference
 
 
-def _token(model: LanguageModel, token) -> int:
+def token_id(model: LanguageModel, token: int | str, what: str = "token") -> int:
+    """A token id, or the id of a one-token string (``what`` names it in the error).
+
+    Raises:
+        InputError: The string is not exactly one token.
+    """
     if isinstance(token, str):
         ids = model.tokenizer(token, add_special_tokens=False)["input_ids"]
         if len(ids) != 1:
             raise InputError(
-                f"{model.name}: LogitDifference token {token!r} is {len(ids)} tokens; pass "
+                f"{model.name}: {what} {token!r} is {len(ids)} tokens; pass "
                 "one token (e.g. ' Paris') or its id"
             )
         return int(ids[0])
@@ -73,7 +78,12 @@ def check_metrics(model: LanguageModel, metric, lengths: list[int]) -> list[Metr
                 )
             out.append(m)
         elif isinstance(m, LogitDifference):
-            out.append(LogitDifference(_token(model, m.correct), _token(model, m.wrong)))
+            out.append(
+                LogitDifference(
+                    token_id(model, m.correct, "LogitDifference token"),
+                    token_id(model, m.wrong, "LogitDifference token"),
+                )
+            )
         else:
             raise InputError(
                 f"metric #{i} is a {type(m).__name__}; pass TargetLogprob(n_target) or "
