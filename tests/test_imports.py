@@ -6,7 +6,14 @@ catches a circle anywhere, also between modules of one package, where no contrac
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import grimp
+
+import bindscope
+
+PACKAGE = Path(bindscope.__file__).parent
 
 #: Circles known to remain, each with the reason; a new circle fails the test. None remain:
 #: model/calls.py and model/generation.py annotate their model with the LanguageModel protocol,
@@ -64,3 +71,68 @@ def test_a_circle_is_found():
     graph.add_import(importer="a.two", imported="a.one")
     graph.add_import(importer="a.three", imported="a.one")
     assert circles(graph) == [frozenset({"a.one", "a.two"})]
+
+
+def function_level_imports(source: str) -> list[tuple[int, str]]:
+    """``(line, statement)`` of every import inside a function, not under ``TYPE_CHECKING``."""
+    found = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            if isinstance(child, (ast.Import, ast.ImportFrom)) and in_function:
+                found.append((child.lineno, ast.unparse(child)))
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
+            visit(child, inner)
+
+    visit(ast.parse(source), False)
+    return found
+
+
+def says_why(lines: list[str], line: int) -> bool:
+    """Whether the import at ``line`` (1-based) has a comment on it or just above its group.
+
+    The group is the run of import lines it stands in; one comment above the run serves all.
+    """
+    if "#" in lines[line - 1]:
+        return True
+    above = line - 2
+    while above >= 0 and lines[above].strip().startswith(("import ", "from ")):
+        above -= 1
+    return above >= 0 and lines[above].strip().startswith("#")
+
+
+def test_function_level_imports_say_why():
+    """An import inside a function hides a dependency from the linters: each says why.
+
+    The reasons that hold: a heavy or optional third-party library that most commands do not
+    need (nnsight, transformers, matplotlib, the HTTP clients), also behind a bindscope module
+    that imports one, and nnsight's private modules, looked up where used.
+    """
+    unexplained = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        source = path.read_text()
+        lines = source.splitlines()
+        for line, statement in function_level_imports(source):
+            where = f"{path.relative_to(PACKAGE.parent)}:{line}: {statement}"
+            if not says_why(lines, line):
+                unexplained.append(f"{where} (no comment says why it is not at the top)")
+    assert unexplained == [], "\n".join(unexplained)
+
+
+def test_an_unexplained_function_level_import_is_found():
+    source = (
+        "import os\n"
+        "def f():\n"
+        "    import json\n"
+        "    # heavy, needed only here\n"
+        "    import numpy\n"
+        "    import torch\n"
+        "    if TYPE_CHECKING:\n"
+        "        import typing\n"
+    )
+    lines = source.splitlines()
+    found = function_level_imports(source)
+    assert [line for line, _ in found] == [3, 5, 6]
+    assert [says_why(lines, line) for line, _ in found] == [False, True, True]

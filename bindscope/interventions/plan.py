@@ -20,16 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
+from bindscope.batch import Batch
 from bindscope.interventions import ops
 from bindscope.interventions.rowops import RowOp
 from bindscope.protocols import LanguageModel
-
-if TYPE_CHECKING:
-    from bindscope.batch import Batch
 
 __all__ = ["PlannedBatch", "Planner", "plan_batch", "plan_batches"]
 
@@ -83,8 +80,6 @@ def _with_donors(
 
     Returns the widened batch and the donor invoke's keyword inputs.
     """
-    from bindscope.batch import Batch
-
     n_rows = len(batch.indices)
     own = [batch.input_ids[r, batch.pad(r) :].tolist() for r in range(n_rows)]
     full = model.pad(list(range(n_rows + len(donor_ids))), own + [list(d) for d in donor_ids])

@@ -34,22 +34,8 @@ from bindscope.interventions.rowops import (
     RowOp,
     Units,
 )
+from bindscope.prompts.spans import locate
 from bindscope.protocols import LanguageModel
-
-__all__ = [
-    "Intervention",
-    "Knockout",
-    "Mean",
-    "Patch",
-    "PerRow",
-    "Resample",
-    "RowOp",
-    "Spec",
-    "Steer",
-    "Zero",
-    "as_specs",
-    "resolve_rows",
-]
 
 
 def _pairs(items, what: str) -> tuple[tuple[int, int], ...]:
@@ -457,7 +443,6 @@ class Knockout:
         """The edges of text ``i``: ``edges``, or those of the term's span in it."""
         if self.term is None:
             return self.edges
-        from bindscope.prompts.spans import locate
 
         text = ctx.texts[i]
         if not isinstance(text, str):

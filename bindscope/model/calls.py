@@ -1,4 +1,8 @@
-"""The traced forward passes behind ``Model.attention_probs`` and ``Model.logits``."""
+"""The traced forward passes behind ``Model``'s high-level calls.
+
+Each function here is a ``Model`` method (the class binds it: ``Model.logits =
+calls.logits``), so its signature and docstring are the public ones.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,9 @@ from bindscope.errors import InterventionError
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import PlannedBatch, plan_batches
 from bindscope.interventions.specs import HeadList, Intervention, PerRow, resolve_rows
+from bindscope.metrics.binding import bsi_from_probs
+from bindscope.nnsight_private import underlying_module
+from bindscope.prompts.spans import locate
 from bindscope.protocols import LanguageModel
 
 
@@ -57,7 +64,20 @@ def attention_probs(
     ablate: HeadList | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[torch.Tensor]:
-    """``Model.attention_probs`` (arguments as there)."""
+    """Post-softmax attention per text: ``[n_layers_selected, H, n, n]``.
+
+    float32, or float64 for a float64 model.
+
+    Args:
+        model: The model (``self`` of the ``Model`` method).
+        texts: Prompts.
+        layers: Layer indices to capture (default all), ascending in the output.
+        intervene: A spec (``Zero``, ``Mean``, ``Patch``, ``Resample``, ``Knockout``) or
+            a list of specs applied to every text.
+        per_row: One spec, list of specs or ``None`` per text.
+        ablate: ``(layer, head)`` pairs zero-ablated (shorthand for ``Zero``).
+        batch_size: Texts per forward pass.
+    """
     wanted = model.check_layers(layers)
     texts = check_texts(texts)
     rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row, ablate=ablate)
@@ -85,6 +105,31 @@ def attention_probs(
     return out  # type: ignore[return-value]
 
 
+def bsi(
+    model: LanguageModel,
+    texts: Sequence[str],
+    term: str,
+    *,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> list[torch.Tensor]:
+    """BSI ``[L, H]`` of ``term`` in each text (NaN when the term is one token).
+
+    The term is found with ``bindscope.prompts.locate`` (plural and alias forms too);
+    ``intervene``/``per_row`` as in `attention_probs`.
+
+    Raises:
+        SpanNotFoundError: The term is not in a text (the message names it).
+    """
+    texts = check_texts(texts)
+    spans = [locate(model, t, term, prompt_id=f"#{i}") for i, t in enumerate(texts)]
+    probs = attention_probs(
+        model, texts, intervene=intervene, per_row=per_row, batch_size=batch_size
+    )
+    return [bsi_from_probs(p, span.indices) for p, span in zip(probs, spans)]
+
+
 @torch.no_grad()
 def logits(
     model: LanguageModel,
@@ -95,7 +140,10 @@ def logits(
     ablate: HeadList | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[torch.Tensor]:
-    """``Model.logits`` (arguments as there)."""
+    """Next-token logits ``[n, vocab]`` per text, padding removed.
+
+    ``intervene``, ``per_row`` and ``ablate`` as in `attention_probs`.
+    """
     texts = check_texts(texts)
     rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row, ablate=ablate)
     out: list[torch.Tensor | None] = [None] * len(texts)
@@ -118,14 +166,25 @@ def logits(
 def capture(
     model: LanguageModel,
     texts: Sequence[str],
-    *,
     sites: Sequence[str],
     layers: Iterable[int] | None = None,
+    *,
     intervene: Intervention = None,
     per_row: PerRow = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[dict[str, dict[int, torch.Tensor]]]:
-    """``Model.capture`` (arguments as there)."""
+    """Activations at ``sites`` of ``layers``, per text, in one trace per batch.
+
+    ``got[i][site][layer]`` is float32 and unpadded: ``[n, d_model]`` for ``resid_pre``,
+    ``resid_mid``, ``resid_post``, ``attn_out`` and ``mlp_out``; ``[n, H, head_dim]``
+    for ``head_out``; ``[H, n, n]`` for ``pattern``. Names are TransformerLens's
+    (``families.SITE_NAMES``); ``intervene``/``per_row`` as in `attention_probs`
+    (captured after the interventions of the same site).
+
+    Raises:
+        InterventionError: A site the family does not have (e.g. ``resid_mid`` of a
+            parallel-residual model).
+    """
     wanted = model.check_layers(layers)
     names = _check_capture_sites(model, sites)
     texts = check_texts(texts)
@@ -184,15 +243,17 @@ def _check_capture_sites(model: LanguageModel, sites: Sequence[str]) -> list[str
 def logit_lens(
     model: LanguageModel,
     texts: Sequence[str],
-    *,
     layers: Iterable[int] | None = None,
+    *,
     intervene: Intervention = None,
     per_row: PerRow = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[torch.Tensor]:
-    """``Model.logit_lens`` (arguments as there)."""
-    from bindscope.nnsight_private import underlying_module
+    """Each layer's ``resid_post`` through the final norm and unembedding.
 
+    Returns ``[len(layers), n, vocab]`` float32 logits per text; the last layer's
+    equals `logits` (up to rounding).
+    """
     wanted = model.check_layers(layers)
     if model.dtype is not None and next(model.hf.parameters()).device.type == "meta":
         raise InterventionError(
@@ -203,7 +264,7 @@ def logit_lens(
     captured = capture(
         model,
         texts,
-        sites=["resid_post"],
+        ["resid_post"],
         layers=wanted,
         intervene=intervene,
         per_row=per_row,

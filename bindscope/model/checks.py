@@ -46,6 +46,7 @@ def check_layers(layers: Iterable[int] | None, *, n_layers: int, model_name: str
 def _past_first_step() -> bool:
     """Whether an nnsight worker is at a generation step past the first."""
     try:
+        # nnsight's own dependency, imported only inside its worker threads
         from greenlet import getcurrent
 
         return getcurrent().mediator().iteration != 0

@@ -1,4 +1,7 @@
-"""Greedy generation under interventions, several batches per nnsight session."""
+"""Greedy generation under interventions, several batches per nnsight session.
+
+``generate`` and ``generate_ids`` are ``Model`` methods (the class binds them).
+"""
 
 from __future__ import annotations
 
@@ -23,6 +26,32 @@ from bindscope.interventions.specs import HeadList, Intervention, PerRow, resolv
 from bindscope.protocols import LanguageModel
 
 
+def generate(
+    model: LanguageModel,
+    texts: Sequence[str],
+    *,
+    max_new_tokens: int,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
+    ablate: HeadList | None = None,
+    batch_size: int = GENERATION_BATCH_SIZE,
+) -> list[str]:
+    """Greedy continuations (prompt excluded), intervening on every decoding step.
+
+    Arguments as in `generate_ids`.
+    """
+    ids = generate_ids(
+        model,
+        texts,
+        max_new_tokens=max_new_tokens,
+        intervene=intervene,
+        per_row=per_row,
+        ablate=ablate,
+        batch_size=batch_size,
+    )
+    return [model.tokenizer.decode(row, skip_special_tokens=True) for row in ids]
+
+
 @torch.no_grad()
 def generate_ids(
     model: LanguageModel,
@@ -34,7 +63,13 @@ def generate_ids(
     ablate: HeadList | None = None,
     batch_size: int = GENERATION_BATCH_SIZE,
 ) -> list[list[int]]:
-    """``Model.generate_ids`` (arguments as there)."""
+    """Greedy new token ids per text, cut at the first end-of-sequence token.
+
+    ``intervene``/``per_row`` take ``Zero``, ``Mean``, ``Steer`` (every position:
+    also every new token) and ``Knockout`` (edges within the prompt); ``Patch`` and
+    ``Resample`` need fixed-length texts and are refused. A head list in ``per_row``
+    is short for ``Zero``.
+    """
     texts = check_texts(texts)
     check_batch_size(batch_size)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral):

@@ -9,7 +9,6 @@ import torch
 
 from bindscope.batch import (
     DEFAULT_BATCH_SIZE,
-    GENERATION_BATCH_SIZE,
     Batch,
     check_batch_size,
     check_rows,
@@ -19,8 +18,6 @@ from bindscope.errors import InputError
 from bindscope.families import Family, dims_from_config
 from bindscope.interventions import ops
 from bindscope.interventions.heads import Head, normalize_heads
-from bindscope.interventions.plan import PlannedBatch
-from bindscope.interventions.specs import HeadList, Intervention, PerRow
 from bindscope.model import calls, checks, generation
 
 
@@ -47,6 +44,7 @@ class Model:
         nnsight_model=None,
         remote: bool | str = False,
     ) -> None:
+        # heavy (about 0.5 s): nnsight loads when a model is built, not for `bindscope --help`
         from nnsight import TransformersModel
 
         dims = dims_from_config(hf_model.config)
@@ -245,201 +243,16 @@ class Model:
         """
         return checks.order_error(exc, model_name=self.name)
 
-    # -- high-level calls -----------------------------------------------------------------
+    # -- high-level calls: the functions of ``calls`` and ``generation``, bound as methods --
 
-    def trace_batch(self, planned: PlannedBatch, body, **options):
-        """Run ``body(donors)`` on a planned batch; donors (if any) run first in their own invoke.
-
-        ``body`` applies the plan (and captures); it must return its result saved.
-        """
-        return calls.trace_batch(self, planned, body, **options)
-
-    def attention_probs(
-        self,
-        texts: Sequence[str],
-        *,
-        layers: Iterable[int] | None = None,
-        intervene: Intervention = None,
-        per_row: PerRow = None,
-        ablate: HeadList | None = None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-    ) -> list[torch.Tensor]:
-        """Post-softmax attention per text: ``[n_layers_selected, H, n, n]``.
-
-        float32, or float64 for a float64 model.
-
-        Args:
-            texts: Prompts.
-            layers: Layer indices to capture (default all), ascending in the output.
-            intervene: A spec (``Zero``, ``Mean``, ``Patch``, ``Resample``, ``Knockout``) or
-                a list of specs applied to every text.
-            per_row: One spec, list of specs or ``None`` per text.
-            ablate: ``(layer, head)`` pairs zero-ablated (shorthand for ``Zero``).
-            batch_size: Texts per forward pass.
-        """
-        return calls.attention_probs(
-            self,
-            texts,
-            layers=layers,
-            intervene=intervene,
-            per_row=per_row,
-            ablate=ablate,
-            batch_size=batch_size,
-        )
-
-    def bsi(
-        self,
-        texts: Sequence[str],
-        term: str,
-        *,
-        intervene: Intervention = None,
-        per_row: PerRow = None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-    ) -> list[torch.Tensor]:
-        """BSI ``[L, H]`` of ``term`` in each text (NaN when the term is one token).
-
-        The term is found with ``bindscope.prompts.locate`` (plural and alias forms too);
-        ``intervene``/``per_row`` as in `attention_probs`.
-
-        Raises:
-            SpanNotFoundError: The term is not in a text (the message names it).
-        """
-        from bindscope.metrics.binding import bsi_from_probs
-        from bindscope.prompts.spans import locate
-
-        texts = check_texts(texts)
-        spans = [locate(self, t, term, prompt_id=f"#{i}") for i, t in enumerate(texts)]
-        probs = self.attention_probs(
-            texts, intervene=intervene, per_row=per_row, batch_size=batch_size
-        )
-        return [bsi_from_probs(p, span.indices) for p, span in zip(probs, spans)]
-
-    def logits(
-        self,
-        texts: Sequence[str],
-        *,
-        intervene: Intervention = None,
-        per_row: PerRow = None,
-        ablate: HeadList | None = None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-    ) -> list[torch.Tensor]:
-        """Next-token logits ``[n, vocab]`` per text, padding removed.
-
-        ``intervene``, ``per_row`` and ``ablate`` as in `attention_probs`.
-        """
-        return calls.logits(
-            self,
-            texts,
-            intervene=intervene,
-            per_row=per_row,
-            ablate=ablate,
-            batch_size=batch_size,
-        )
-
-    def capture(
-        self,
-        texts: Sequence[str],
-        sites: Sequence[str],
-        layers: Iterable[int] | None = None,
-        *,
-        intervene: Intervention = None,
-        per_row: PerRow = None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-    ) -> list[dict[str, dict[int, torch.Tensor]]]:
-        """Activations at ``sites`` of ``layers``, per text, in one trace per batch.
-
-        ``got[i][site][layer]`` is float32 and unpadded: ``[n, d_model]`` for ``resid_pre``,
-        ``resid_mid``, ``resid_post``, ``attn_out`` and ``mlp_out``; ``[n, H, head_dim]``
-        for ``head_out``; ``[H, n, n]`` for ``pattern``. Names are TransformerLens's
-        (``families.SITE_NAMES``); ``intervene``/``per_row`` as in `attention_probs`
-        (captured after the interventions of the same site).
-
-        Raises:
-            InterventionError: A site the family does not have (e.g. ``resid_mid`` of a
-                parallel-residual model).
-        """
-        return calls.capture(
-            self,
-            texts,
-            sites=sites,
-            layers=layers,
-            intervene=intervene,
-            per_row=per_row,
-            batch_size=batch_size,
-        )
-
-    def logit_lens(
-        self,
-        texts: Sequence[str],
-        layers: Iterable[int] | None = None,
-        *,
-        intervene: Intervention = None,
-        per_row: PerRow = None,
-        batch_size: int = DEFAULT_BATCH_SIZE,
-    ) -> list[torch.Tensor]:
-        """Each layer's ``resid_post`` through the final norm and unembedding.
-
-        Returns ``[len(layers), n, vocab]`` float32 logits per text; the last layer's
-        equals `logits` (up to rounding).
-        """
-        return calls.logit_lens(
-            self,
-            texts,
-            layers=layers,
-            intervene=intervene,
-            per_row=per_row,
-            batch_size=batch_size,
-        )
-
-    def generate(
-        self,
-        texts: Sequence[str],
-        *,
-        max_new_tokens: int,
-        intervene: Intervention = None,
-        per_row: PerRow = None,
-        ablate: HeadList | None = None,
-        batch_size: int = GENERATION_BATCH_SIZE,
-    ) -> list[str]:
-        """Greedy continuations (prompt excluded), intervening on every decoding step."""
-        return [
-            self.tokenizer.decode(ids, skip_special_tokens=True)
-            for ids in self.generate_ids(
-                texts,
-                max_new_tokens=max_new_tokens,
-                intervene=intervene,
-                per_row=per_row,
-                ablate=ablate,
-                batch_size=batch_size,
-            )
-        ]
-
-    def generate_ids(
-        self,
-        texts: Sequence[str] | Sequence[Sequence[int]],
-        *,
-        max_new_tokens: int,
-        intervene: Intervention = None,
-        per_row: PerRow = None,
-        ablate: HeadList | None = None,
-        batch_size: int = GENERATION_BATCH_SIZE,
-    ) -> list[list[int]]:
-        """Greedy new token ids per text, cut at the first end-of-sequence token.
-
-        ``intervene``/``per_row`` take ``Zero``, ``Mean``, ``Steer`` (every position:
-        also every new token) and ``Knockout`` (edges within the prompt); ``Patch`` and
-        ``Resample`` need fixed-length texts and are refused. A head list in ``per_row``
-        is short for ``Zero``.
-        """
-        return generation.generate_ids(
-            self,
-            texts,
-            max_new_tokens=max_new_tokens,
-            intervene=intervene,
-            per_row=per_row,
-            ablate=ablate,
-            batch_size=batch_size,
-        )
+    trace_batch = calls.trace_batch
+    attention_probs = calls.attention_probs
+    bsi = calls.bsi
+    logits = calls.logits
+    capture = calls.capture
+    logit_lens = calls.logit_lens
+    generate = generation.generate
+    generate_ids = generation.generate_ids
 
     def __reduce__(self):
         # A Model inside a trace body travels to NDIF as an ops.TraceModel: the nnsight

@@ -10,6 +10,7 @@ from typing import Any
 
 from bindscope.errors import PromptFileError
 from bindscope.prompts.datafiles import data_path, load_json
+from bindscope.prompts.spans import find_term_chars
 
 __all__ = ["BUILTIN_SETS", "TASKS", "PromptRecord", "PromptSet", "data_path", "load", "load_json"]
 
@@ -127,7 +128,6 @@ def load(path_or_name: str | Path, *, check_terms: bool = True) -> PromptSet:
     text = _decode(raw, path)
     records: list[PromptRecord] = []
     seen: dict[str, int] = {}
-    from bindscope.prompts.spans import find_term_chars
 
     # JSON Lines ends lines at "\n" only: str.splitlines would also cut at U+2028 and friends
     for number, line in enumerate(text.split("\n"), start=1):

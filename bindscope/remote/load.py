@@ -7,6 +7,7 @@ from pathlib import Path
 
 from bindscope import nnsight_private
 from bindscope.errors import ModelLoadError
+from bindscope.families import family_for_config
 from bindscope.remote.preflight import check_backend
 from bindscope.remote.probe import probe_capture
 from bindscope.remote.shipping import register_shipped
@@ -16,10 +17,9 @@ from bindscope.wrap import wrap_model
 
 def _build_meta(model_id: str, revision: str | None):
     """The nnsight model on the meta device (config and tokenizer from the Hub, no weights)."""
+    # heavy: nnsight and transformers load when a remote model is built
     from nnsight import TransformersModel
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
-
-    from bindscope.families import family_for_config
 
     try:
         config = AutoConfig.from_pretrained(model_id, revision=revision)

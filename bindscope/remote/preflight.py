@@ -25,6 +25,7 @@ class RemoteVersionWarning(UserWarning):
 
 def _get(path: str) -> dict:
     """GET ``{host}{path}`` as JSON: the preflight's only network call (tests replace it)."""
+    # heavy: loaded on the remote path only, not by `import bindscope` or the CLI's checks
     import httpx
 
     response = httpx.get(f"{host()}{path}", timeout=httpx.Timeout(10.0, read=30.0))
@@ -55,6 +56,7 @@ def check_versions(server: dict | None, *, model: str) -> dict:
     change between them) unless ``BINDSCOPE_ALLOW_VERSION_DRIFT=1``; smaller differences
     warn. Returns the server's versions for the provenance.
     """
+    # heavy: loaded on the remote path only, not by `import bindscope` or the CLI's checks
     import nnsight
     import transformers
 
@@ -105,6 +107,7 @@ def _canonical_id(model_id: str) -> str:
     """The Hub's canonical spelling of a repo id (what NDIF deployments are keyed by)."""
     cache = nnsight_private.hub_id_cache()
     if model_id not in cache:
+        # heavy: loaded on the remote path only, not by `import bindscope` or the CLI's checks
         from huggingface_hub import HfApi
 
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from bindscope.errors import RemoteJobError, SelfCheckError
+from bindscope.interventions import ops
 from bindscope.protocols import LanguageModel
 from bindscope.selfcheck import (
     PROBE_TEXT,
@@ -21,8 +22,6 @@ from bindscope.selfcheck import (
 
 
 def _run_probe(model: LanguageModel) -> dict:
-    from bindscope.interventions import ops
-
     ids = model.tokenize(PROBE_TEXT)
     batch = model.encode([ids, ids])
     with torch.no_grad(), model.eager(), model.nnsight.trace(**batch.inputs, **model.trace_options):

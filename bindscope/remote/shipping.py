@@ -13,6 +13,7 @@ import types
 
 from bindscope import nnsight_private
 from bindscope.errors import RemoteSandboxError
+from bindscope.interventions import ops
 
 # Modules whose source ships by value with every request. Each may import only the
 # sandbox modules below (tests/remote/test_shipping.py walks them).
@@ -40,8 +41,6 @@ class _ShippableModule(types.ModuleType):
     """A shipped module that pickles as an ``ops.ShippedModule`` (no spec, no loader)."""
 
     def __reduce__(self):
-        from bindscope.interventions import ops
-
         members = {
             key: value
             for key, value in vars(self).items()
@@ -57,6 +56,7 @@ def register_shipped() -> None:
     Their functions and classes then pickle by value (source), so the server, where
     bindscope is not installed, can rebuild them.
     """
+    # heavy: loaded on the remote path only, not by `import bindscope` or the CLI's checks
     import nnsight
 
     for name in SHIPPED_MODULES:

@@ -26,20 +26,24 @@ KEY_ENV = "NDIF_API_KEY"
 KEY_URL = "https://login.ndif.us"
 
 
-def host() -> str:
-    """The NDIF host: ``NDIF_HOST``, else nnsight's ``CONFIG.API.HOST``."""
+def _config():
+    """The ``CONFIG`` of nnsight (host and API key as nnsight stores them)."""
+    # heavy: loaded on the remote path only, not by `import bindscope` or the CLI's checks
     from nnsight import CONFIG
 
+    return CONFIG
+
+
+def host() -> str:
+    """The NDIF host: ``NDIF_HOST``, else nnsight's ``CONFIG.API.HOST``."""
     if os.environ.get("NDIF_HOST"):  # set after nnsight was imported: requests must agree
-        CONFIG.API.HOST = os.environ["NDIF_HOST"]
-    return CONFIG.API.HOST
+        _config().API.HOST = os.environ["NDIF_HOST"]
+    return _config().API.HOST
 
 
 def api_key() -> str:
     """The configured NDIF API key; raises ``RemoteAuthError`` saying where to set one."""
-    from nnsight import CONFIG
-
-    key = os.environ.get(KEY_ENV) or CONFIG.API.APIKEY
+    key = os.environ.get(KEY_ENV) or _config().API.APIKEY
     if not key:
         raise RemoteAuthError(
             f"No NDIF API key is configured, so {host()} cannot run remote jobs. Get a key "
@@ -47,15 +51,13 @@ def api_key() -> str:
             f"{KEY_ENV}=...), or store it once with: python -c 'import nnsight; "
             "nnsight.login()'"
         )
-    CONFIG.API.APIKEY = key  # an env var set after nnsight was imported
+    _config().API.APIKEY = key  # an env var set after nnsight was imported
     return key
 
 
 def redact(text: str) -> str:
     """``text`` with the API key (if any is configured) replaced by ``***``."""
-    from nnsight import CONFIG
-
-    for key in {os.environ.get(KEY_ENV), CONFIG.API.APIKEY}:
+    for key in {os.environ.get(KEY_ENV), _config().API.APIKEY}:
         if key:
             text = text.replace(key, "***")
     return text
@@ -66,6 +68,7 @@ def translate(exc: BaseException, *, model: str) -> RemoteError | None:
 
     Returns None for anything else (a bug here, not a remote failure), to be re-raised.
     """
+    # heavy: loaded on the remote path only, not by `import bindscope` or the CLI's checks
     import httpx
     import websocket
 

@@ -18,6 +18,7 @@ GradDrop's ranking scores instead (the same paper), at ``L`` more backward passe
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -314,8 +315,6 @@ def _shift(terms: dict, width: int, keep: int) -> dict:
 
 
 def _gradient_pass(model, batch, terms, plan, options, eager: bool) -> dict:
-    import contextlib
-
     context = model.eager() if eager else contextlib.nullcontext()
     with context, torch.enable_grad():  # noqa: SIM117 (nnsight reads the trace's own block)
         with model.nnsight.trace(**batch.inputs, **options, **model.trace_options):

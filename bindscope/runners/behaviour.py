@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from tqdm.auto import tqdm
 
 from bindscope.batch import GENERATION_BATCH_SIZE, Batch
 from bindscope.errors import InputError, InterventionError
@@ -40,6 +41,15 @@ from bindscope.metrics.behaviour import (
 )
 from bindscope.prompts.records import PromptRecord
 from bindscope.protocols import LanguageModel
+
+
+def _records_of(records: Sequence[PromptRecord], task: str) -> list[PromptRecord]:
+    """The records as a list, each checked to be of ``task`` (the runner's name)."""
+    records = list(records)
+    for r in records:
+        if r.task != task:
+            raise InputError(f"{r.source or r.key}: {task}() got a {r.task} record")
+    return records
 
 
 def _rows_for(
@@ -98,12 +108,7 @@ def recognition(
         batch_size: Records per forward pass.
         progress: Show a progress bar.
     """
-    from tqdm.auto import tqdm
-
-    records = list(records)
-    for r in records:
-        if r.task != "recognition":
-            raise InputError(f"{r.source or r.key}: recognition() got a {r.task} record")
+    records = _records_of(records, "recognition")
     specs = _rows_for(model, records, ablate=ablate, intervene=intervene, per_row=per_row)
     prompts = [model.tokenize(r.template) for r in records]
     rows = resolve_rows(model, prompts, per_row=specs)
@@ -297,12 +302,7 @@ def generation(
         batch_size: Records per generation batch.
         progress: Show a progress bar.
     """
-    from tqdm.auto import tqdm
-
-    records = list(records)
-    for r in records:
-        if r.task != "generation":
-            raise InputError(f"{r.source or r.key}: generation() got a {r.task} record")
+    records = _records_of(records, "generation")
     rubric = rubric or default_rubric()
     missing = sorted({r.term for r in records} - set(rubric["terms"]))
     if missing:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import torch
+from tqdm.auto import tqdm
 
 from bindscope.errors import InputError, PromptTooLongError, SpanNotFoundError
 from bindscope.interventions import ops, run_layers
@@ -131,8 +132,6 @@ def binding(
 def _batched_bsi(
     model: LanguageModel, prefixes, spans, batch_size, spec, progress
 ) -> list[torch.Tensor]:
-    from tqdm.auto import tqdm
-
     if not prefixes:  # every record skipped (e.g. all on the sink): nothing to run
         return []
     out: list[torch.Tensor | None] = [None] * len(prefixes)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
+from tqdm.auto import tqdm
 
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import PlannedBatch
@@ -47,8 +48,6 @@ def score_rows(
     Returns:
         One ``{score: [L, H] float32}`` per row, in input order.
     """
-    from tqdm.auto import tqdm
-
     rows = [list(r) for r in rows]
     names = list(pairs_for(max(len(r) for r in rows)))
     out: list[dict[str, torch.Tensor] | None] = [None] * len(rows)

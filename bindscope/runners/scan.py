@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING
 import nnsight
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
+from bindscope.batch import Batch
 from bindscope.errors import InputError
 from bindscope.interventions import Mean, Zero, ops
 from bindscope.interventions.heads import Head
@@ -34,7 +36,6 @@ from bindscope.protocols import LanguageModel
 from bindscope.runners.behaviour import keeps_logits
 
 if TYPE_CHECKING:
-    from bindscope.batch import Batch
     from bindscope.interventions import HeadMeans
 
 __all__ = ["ScoredSequence", "condition_scores"]
@@ -201,8 +202,6 @@ def _conditions_pass(
 
 def _rows_batch(batch, rows: torch.Tensor):
     """The batch of the given rows (same width, so the clean residual stream fits)."""
-    from bindscope.batch import Batch
-
     picked = rows.tolist()
     return Batch(
         [batch.indices[r] for r in picked],
@@ -285,8 +284,6 @@ def condition_scores(
         raise InputError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
     if getattr(model, "remote", False):
         raise InputError(f"{model.name}: the scan runner runs local models only")
-    from tqdm.auto import tqdm
-
     conditions = [model.check_heads(c) for c in conditions]
     for i, heads in enumerate(conditions):
         if not heads:
