@@ -33,6 +33,8 @@ class TraceTarget(Protocol):
     n_kv_heads: int
     head_dim: int
     d_model: int
+    # the final logit soft-capping after the LM head (None: none)
+    logit_softcap: float | None
     # {site: (module, port, index)} in a decoder layer's execution order
     sites: dict[str, tuple[str, str, int]]
 

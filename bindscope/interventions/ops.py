@@ -46,8 +46,10 @@ class TraceModel:
         attention_call_label=None,
         sites=None,
         d_model=0,
+        logit_softcap=None,
     ):
         self.nnsight = envoy
+        self.logit_softcap = logit_softcap
         self.sites = sites or {}  # {site: (module, port, index)} in execution order
         self.d_model = d_model
         self.name = name
@@ -335,10 +337,26 @@ def probe(model):
         plan=head_plan(model, per_row=[(), ((0, 0),)]),
         allow_missing=True,
     )
-    logits = model.nnsight.lm_head.output  # [2, n, V]
+    logits = final_logits(model)  # [2, n, V]
     effect = (logits[0].float() - logits[1].float()).abs().max().cpu()
     stats = torch.stack([found[layer] for layer in range(model.n_layers)])
     return save({"stats": stats, "effect": effect})
+
+
+def soft_capped(logits, cap):
+    """``cap * tanh(logits / cap)``: the final logit soft-capping (Gemma 2); None: none."""
+    if not cap:
+        return logits
+    return torch.tanh(logits / cap) * cap
+
+
+def final_logits(model):
+    """The logits the causal-LM forward returns (the LM head's output, then soft-capping).
+
+    The forward caps after the head (Gemma 2, ``model.logit_softcap``), so the head's own
+    output is not what the model predicts there.
+    """
+    return soft_capped(model.nnsight.lm_head.output, model.logit_softcap)
 
 
 # -- the engine: sites, edits, plans ---------------------------------------------------------

@@ -153,7 +153,7 @@ def logits(
         def body(donors, plan=planned.plan):
             if plan:
                 run_layers(model, plan=plan, donors=donors)
-            logits = model.nnsight.lm_head.output.save()  # [b, n, V]
+            logits = ops.final_logits(model).save()  # [b, n, V]
             return logits
 
         found = trace_batch(model, planned, body)
@@ -276,14 +276,5 @@ def logit_lens(
     for found in captured:
         resid = torch.stack([found["resid_post"][layer] for layer in wanted])  # [L, n, d]
         resid = resid.to(model.dtype)
-        out.append(_unembed(model, head, norm(resid)).float())
+        out.append(ops.soft_capped(head(norm(resid)), model.logit_softcap).float())
     return out
-
-
-def _unembed(model: LanguageModel, head, normed: torch.Tensor) -> torch.Tensor:
-    """The LM head on normed residuals, with the family's final logit soft-capping if any."""
-    logits = head(normed)
-    cap = getattr(model.hf.config, "final_logit_softcapping", None)
-    if cap:
-        logits = torch.tanh(logits / cap) * cap
-    return logits

@@ -61,6 +61,10 @@ class Model:
         self.n_layers, self.n_heads = dims.n_layers, dims.n_heads
         self.n_kv_heads, self.head_dim = dims.n_kv_heads, dims.head_dim
         self.d_model = dims.d_model
+        # the final logit soft-capping the forward applies after the LM head (Gemma 2)
+        self.logit_softcap: float | None = (
+            getattr(hf_model.config, "final_logit_softcapping", None) or None
+        )
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         self.tokenizer = tokenizer
@@ -275,6 +279,7 @@ class Model:
                 label,
                 dict(self.sites),
                 self.d_model,
+                self.logit_softcap,
             ),
         )
 

@@ -81,6 +81,10 @@ def head_attribution(
 ) -> list[torch.Tensor]:
     """Direct logit attribution ``[L, H]`` (float64) per text, at its last position.
 
+    What is decomposed is the LM head's output, which is linear in the heads' outputs under
+    the frozen final-norm scale: for a family that soft-caps its logits after the head
+    (Gemma 2, ``model.logit_softcap``) that is the logit before the cap.
+
     Args:
         model: A local ``bindscope.Model``.
         texts: Prompts.

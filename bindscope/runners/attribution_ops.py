@@ -202,7 +202,11 @@ def attribution_pass(model, terms, plan):
             probs[layer] = attn.output[1]  # [b, H, W, W]
         if drop:  # what the layer adds to the residual stream: attention, then MLP
             blocks.append((attn.output[0], env.model.layers[layer].mlp.output))
-    metric = metric_values(env.lm_head.output, terms)
+    logits = env.lm_head.output
+    cap = model.logit_softcap
+    if cap:  # the forward's final soft-capping (Gemma 2), as ops.soft_capped
+        logits = torch.tanh(logits / cap) * cap
+    metric = metric_values(logits, terms)
     wrt = [zs[k] for k in sorted(zs)] + [probs[k] for k in sorted(probs)]
     total = metric.sum()
     grads = torch.autograd.grad(total, wrt, allow_unused=True, retain_graph=drop)

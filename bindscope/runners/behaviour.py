@@ -176,7 +176,7 @@ def _full_batch(model: LanguageModel, batch, choices, rows):
     with model.nnsight.trace(**full.inputs, **model.trace_options):
         if plan:
             run_layers(model, plan=plan)
-        logits = model.nnsight.lm_head.output  # [b*C, n, V]
+        logits = ops.final_logits(model)  # [b*C, n, V]
         sums = ops.choice_logprob_sums(logits, index, target, weight).save()
     out: list[list[float]] = [[] for _ in choices]
     for s, r in enumerate(owner):
@@ -212,7 +212,7 @@ def _shared_prefix_batch(model: LanguageModel, batch, choices, rows):
     ) as tracer:
         if plan:
             run_layers(model, plan=plan)
-        first = model.nnsight.lm_head.output[:, -1].float().log_softmax(-1).save()  # [b, V]
+        first = ops.final_logits(model)[:, -1].float().log_softmax(-1).save()  # [b, V]
         cache = tracer.result.past_key_values.save()
     flat = [c for cs in choices for c in cs]  # row r*n_c + j
     if max(len(c) for c in flat) == 1:  # one-token choices: the prompt pass scored them
@@ -271,7 +271,7 @@ def _choice_pass(model: LanguageModel, batch, flat, cache, rows, n_c: int):
             run_layers(model, plan=plan)
         hidden = model.nnsight.lm_head.input  # [b*C, m - 1, d]
         model.nnsight.lm_head.input = hidden[owner, where][None]  # [1, scored tokens, d]
-        rest = ops.scored_token_sums(model.nnsight.lm_head.output[0], owner, target, weight, n)
+        rest = ops.scored_token_sums(ops.final_logits(model)[0], owner, target, weight, n)
         rest = rest.save()
     return rest
 

@@ -168,7 +168,7 @@ def _clean(
         outputs: list = nnsight.save([])  # filled below, kept after the trace
         for i in range(keep_layers):
             outputs.append(layers[i].output)  # [b, W, d]
-        logits = model.nnsight.lm_head.output  # [b, W, V]
+        logits = ops.final_logits(model)  # [b, W, V]
         scores = ops.choice_logprob_sums(logits, index, target, weight).save()
     return scores, outputs
 
@@ -195,7 +195,7 @@ def _conditions_pass(
         for i in range(start):
             layers[i].skip(residual)
         ops.run_layers(model, plan=plan, donors=donors)
-        logits = model.nnsight.lm_head.output  # [rows, W, V]
+        logits = ops.final_logits(model)  # [rows, W, V]
         scores = ops.choice_logprob_sums(logits, index, target, weight).save()
     return scores
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from bindscope.interventions import capture_attention, head_means, mean_ablate, zero_ablate
+from bindscope.interventions import capture_attention, head_means, mean_ablate, ops, zero_ablate
 from tests.conftest import PROMPTS
 from tests.reference import hf_eager_attentions, hf_greedy_under_pre_hooks, pre_hooks, prob_zero
 from tests.tolerance import assert_within, logit_bound, prob_bound, row_sum_bound
@@ -59,7 +59,7 @@ def test_per_row_head_sets_equal_separate_runs(tiny):
     batch = tiny.encode(PROMPTS)
     with torch.no_grad(), tiny.nnsight.trace(**batch.inputs):
         zero_ablate(tiny, per_row=rows)
-        logits = tiny.nnsight.lm_head.output.save()
+        logits = ops.final_logits(tiny).save()
     bound = logit_bound(tiny, PROMPTS)  # one batch vs separate runs: summation order only
     for r, (text, heads) in enumerate(zip(PROMPTS, rows)):
         alone = tiny.logits([text], ablate=heads)[0]
@@ -125,7 +125,7 @@ def test_mean_ablation_equals_pre_hook_replacement(tiny):
     batch = tiny.encode(PROMPTS[:1])
     with torch.no_grad(), tiny.nnsight.trace(**batch.inputs):
         mean_ablate(tiny, means, HEADS)
-        logits = tiny.nnsight.lm_head.output.save()
+        logits = ops.final_logits(tiny).save()
     with (
         pre_hooks(tiny.hf, tiny.family, HEADS, tiny.n_heads, tiny.head_dim, means.means),
         torch.no_grad(),

@@ -19,6 +19,7 @@ from bindscope.interventions import (
     Zero,
     head_means,
     mean_ablate,
+    ops,
     zero_ablate,
 )
 from tests.conftest import PROMPTS
@@ -52,10 +53,10 @@ def test_zero_and_mean_through_intervene_equal_the_primitives(tiny):
     means = head_means(tiny, PROMPTS, HEADS)
     with torch.no_grad(), tiny.nnsight.trace(**batch.inputs):
         zero_ablate(tiny, HEADS)
-        zeroed = tiny.nnsight.lm_head.output.save()
+        zeroed = ops.final_logits(tiny).save()
     with torch.no_grad(), tiny.nnsight.trace(**batch.inputs):
         mean_ablate(tiny, means, HEADS)
-        meaned = tiny.nnsight.lm_head.output.save()
+        meaned = ops.final_logits(tiny).save()
     got_zero = tiny.logits(PROMPTS, intervene=Zero(HEADS))
     got_ablate = tiny.logits(PROMPTS, ablate=HEADS)
     got_mean = tiny.logits(PROMPTS, intervene=[Mean(HEADS, means)])

@@ -63,7 +63,11 @@ def test_heads_plus_rest_equal_the_logit_with_frozen_scale(tiny):
     targets = [5, (7, 9), 11]
     attribution = head_attribution(tiny, texts, targets)
     parts = head_contributions(tiny, texts)
-    logits = tiny.logits(texts)
+    # the decomposed logit is the LM head's output: before Gemma 2's final soft-capping
+    batch = tiny.encode(texts)
+    with torch.no_grad(), tiny.nnsight.trace(**batch.inputs):
+        head_out = tiny.nnsight.lm_head.output.save()
+    logits = [head_out[r, batch.pad(r) :] for r in range(len(texts))]
     norm = _final_norm(tiny)
     unembed = tiny.nnsight.lm_head._module.weight.detach().double()
     lm_bias = _bias(tiny.nnsight.lm_head._module)

@@ -22,6 +22,7 @@ from bindscope.runners.attribution_patching import (
     LogitDifference,
     TargetLogprob,
     all_heads,
+    attribution_scores,
     head_attribution_patching,
 )
 from tests.conftest import FAMILY_NAMES, PROMPTS, tiny_config
@@ -39,11 +40,18 @@ class _ZeroMLP(nn.Module):
 
 
 def linearised(family: str, tokenizer):
-    """The family's tiny model with its logits affine in the last layer's head outputs."""
+    """The family's tiny model with its logits affine in the last layer's head outputs.
+
+    No final norm, no last MLP, no norm after the last attention, and no final logit
+    soft-capping (Gemma 2's tanh after the LM head).
+    """
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(sum(map(ord, family)))
-    hf = AutoModelForCausalLM.from_config(tiny_config(family), attn_implementation="eager")
+    config = tiny_config(family)
+    if getattr(config, "final_logit_softcapping", None):
+        config.final_logit_softcapping = None
+    hf = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
     row = family_for_config(hf.config)
     base = hf.base_model
     last = (base.layers if hasattr(base, "layers") else base.h)[-1]
@@ -149,3 +157,23 @@ def test_bad_metric_and_method_are_refused(flat):
         head_attribution_patching(flat, TEXTS, TargetLogprob(1), intervene=spec, method="atp")
     with pytest.raises(InputError, match="intervene"):
         head_attribution_patching(flat, TEXTS, TargetLogprob(1))
+
+
+def test_clean_metric_equals_the_model_logits(tiny):
+    """The gradient pass reads the logits the model returns (Gemma 2: after the final cap).
+
+    Under ``tiny``'s Gemma 2 config (final soft-capping at 5) the LM head's own output
+    differs from the returned logits by far more than rounding, so a pass that read it
+    would fail here.
+    """
+    tiny.hf.requires_grad_(True)
+    clean, _ = attribution_scores(tiny, TEXTS, LogitDifference(A, B), intervene=Zero([(0, 0)]))
+    expected = _logit_difference(tiny, TEXTS).numpy()
+    bound = 2 * logit_bound(tiny, TEXTS)  # two logits, each within one forward's rounding
+    assert abs(clean - expected).max() <= bound
+    if tiny.logit_softcap:
+        batch = tiny.encode(TEXTS)
+        with torch.no_grad(), tiny.nnsight.trace(**batch.inputs):
+            head = tiny.nnsight.lm_head.output[:, -1].save()
+        uncapped = (head[:, A] - head[:, B]).double().numpy()
+        assert abs(uncapped - expected).max() > 100 * bound
