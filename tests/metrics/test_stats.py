@@ -46,6 +46,19 @@ def test_test_result_to_dict_is_plain_json() -> None:
     assert json.loads(json.dumps(d)) == d
 
 
+def test_to_dict_turns_numpy_scalars_into_declared_plain_types() -> None:
+    est = stats.Estimate(
+        np.float32(0.5), np.float64(0.25), 1, np.float64(0.95), np.str_("m"), np.int64(7)
+    )
+    res = stats.TestResult(np.float64(2.0), np.float32(0.125), "t", np.str_("less"), np.int32(4))
+    want_est = {"value": 0.5, "low": 0.25, "high": 1.0, "confidence": 0.95, "method": "m", "n": 7}
+    want_res = {"statistic": 2.0, "p_value": 0.125, "method": "t", "alternative": "less", "n": 4}
+    for got, want in ((est.to_dict(), want_est), (res.to_dict(), want_res)):
+        assert list(got) == list(want)  # field order
+        assert got == want
+        assert [type(v) for v in got.values()] == [type(v) for v in want.values()]
+
+
 # --------------------------------------------------------------------------
 # Bootstrap intervals
 # --------------------------------------------------------------------------
@@ -520,6 +533,29 @@ def test_nan_input_raises_with_argument_name(call, name: str) -> None:
 def test_too_short_input_raises(call, name: str) -> None:
     with pytest.raises(ValueError, match=name):
         call()
+
+
+PAIRED_CALLS = {
+    "cohens_dz": lambda a, b: stats.cohens_dz(a, b),
+    "paired_difference": lambda a, b: stats.paired_difference(a, b, n_resamples=99),
+    "paired_permutation": lambda a, b: stats.paired_permutation(a, b, n_resamples=99),
+}
+INDEPENDENT_CALLS = {
+    "cohens_d": lambda x, y: stats.cohens_d(x, y),
+    "cohens_d_ci": lambda x, y: stats.cohens_d_ci(x, y, n_resamples=99),
+    "two_sample_permutation": lambda x, y: stats.two_sample_permutation(x, y, n_resamples=99),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PAIRED_CALLS))
+def test_paired_statistics_reject_unequal_lengths(name: str) -> None:
+    with pytest.raises(ValueError, match="'a' and 'b' must have the same length, got 4 and 3"):
+        PAIRED_CALLS[name]([1.0, 2.0, 4.0, 3.0], [2.0, 1.0, 5.0])
+
+
+@pytest.mark.parametrize("name", sorted(INDEPENDENT_CALLS))
+def test_independent_statistics_take_unequal_lengths(name: str) -> None:
+    INDEPENDENT_CALLS[name]([1.0, 2.0, 4.0, 3.0], [2.0, 1.0, 5.0])  # no length error
 
 
 def test_seed_must_be_int() -> None:

@@ -68,6 +68,17 @@ def _same_length(a: NDArray[np.float64], b: NDArray[np.float64], na: str, nb: st
         )
 
 
+def _two_samples(
+    a: ArrayLike, b: ArrayLike, names: tuple[str, str], *, min_len: int, paired: bool
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Two checked 1-D samples (``a`` first, then ``b``); of equal length when ``paired``."""
+    first = _as_1d(a, names[0], min_len=min_len)
+    second = _as_1d(b, names[1], min_len=min_len)
+    if paired:
+        _same_length(first, second, *names)
+    return first, second
+
+
 def _check_count(value: int, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
         raise TypeError(f"{name!r} must be an int, got {type(value).__name__}")

@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-from numpy.typing import ArrayLike, NDArray
+from numpy.typing import ArrayLike
 from scipy import stats as sps
 
-from bindscope.metrics.stats._checks import _as_1d, _check_count, _nearly_constant, _same_length
+from bindscope.metrics.stats._checks import _check_count, _nearly_constant, _two_samples
 from bindscope.metrics.stats.results import TestResult
 
 _CORRELATION_METHODS = ("spearman", "pearson")
@@ -35,9 +34,7 @@ def correlation(x: ArrayLike, y: ArrayLike, *, method: str) -> TestResult:
         suffix ``":constant"``.
     """
     _check_corr_method(method)
-    ax = _as_1d(x, "x", min_len=3)
-    ay = _as_1d(y, "y", min_len=3)
-    _same_length(ax, ay, "x", "y")
+    ax, ay = _two_samples(x, y, ("x", "y"), min_len=3, paired=True)
     n = int(ax.size)
     # Means that are mathematically equal differ in their last bits with the summation order,
     # so "constant" is judged up to rounding relative to the values, never with ==.
@@ -45,13 +42,6 @@ def correlation(x: ArrayLike, y: ArrayLike, *, method: str) -> TestResult:
         return TestResult(math.nan, math.nan, f"{method}:constant", "two-sided", n)
     res = sps.spearmanr(ax, ay) if method == "spearman" else sps.pearsonr(ax, ay)
     return TestResult(float(res.statistic), float(res.pvalue), method, "two-sided", n)
-
-
-def _check_series(eb: ArrayLike, beh: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    e = _as_1d(eb, "eb")
-    b = _as_1d(beh, "beh")
-    _same_length(e, b, "eb", "beh")
-    return e, b
 
 
 def lagged_correlations(eb: ArrayLike, beh: ArrayLike, *, lag: int = 1) -> dict[str, Any]:
@@ -73,7 +63,7 @@ def lagged_correlations(eb: ArrayLike, beh: ArrayLike, *, lag: int = 1) -> dict[
     lag = _check_count(lag, "lag")
     if lag < 1:
         raise ValueError(f"'lag' must be >= 1, got {lag}")
-    e, b = _check_series(eb, beh)
+    e, b = _two_samples(eb, beh, ("eb", "beh"), min_len=1, paired=True)
     if e.size < lag + 3:
         raise ValueError(
             f"'eb' and 'beh' need at least lag + 3 = {lag + 3} checkpoints, got {e.size}"
@@ -107,7 +97,7 @@ def windowed_correlation(
     """
     _check_corr_method(method)
     split = _check_count(split, "split")
-    e, b = _check_series(eb, beh)
+    e, b = _two_samples(eb, beh, ("eb", "beh"), min_len=1, paired=True)
     if split < 3 or e.size - split < 3:
         raise ValueError(
             f"'split'={split} must leave at least 3 checkpoints in each window "

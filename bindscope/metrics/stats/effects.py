@@ -7,7 +7,7 @@ import math
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from bindscope.metrics.stats._checks import _as_1d, _same_length
+from bindscope.metrics.stats._checks import _two_samples
 from bindscope.metrics.stats.estimates import bootstrap_statistic
 from bindscope.metrics.stats.results import Estimate
 
@@ -38,8 +38,7 @@ def cohens_d(x: ArrayLike, y: ArrayLike) -> float:
     Returns:
         The effect size; NaN if the pooled standard deviation is zero.
     """
-    ax = _as_1d(x, "x", min_len=2)
-    ay = _as_1d(y, "y", min_len=2)
+    ax, ay = _two_samples(x, y, ("x", "y"), min_len=2, paired=False)
     return float(_cohens_d_stat(ax, ay))
 
 
@@ -69,8 +68,7 @@ def cohens_d_ci(
         ValueError: If the pooled SD is zero on the data or on some resample
             (groups too small or too discrete).
     """
-    ax = _as_1d(x, "x", min_len=2)
-    ay = _as_1d(y, "y", min_len=2)
+    ax, ay = _two_samples(x, y, ("x", "y"), min_len=2, paired=False)
     if not math.isfinite(float(_cohens_d_stat(ax, ay))):
         raise ValueError("Cohen's d is undefined: pooled standard deviation of x and y is 0")
     return bootstrap_statistic(
@@ -93,9 +91,7 @@ def cohens_dz(a: ArrayLike, b: ArrayLike) -> float:
     Returns:
         The effect size; NaN if the differences have zero SD.
     """
-    xa = _as_1d(a, "a", min_len=2)
-    xb = _as_1d(b, "b", min_len=2)
-    _same_length(xa, xb, "a", "b")
+    xa, xb = _two_samples(a, b, ("a", "b"), min_len=2, paired=True)
     d = xa - xb
     sd = float(np.std(d, ddof=1))
     if sd == 0.0:

@@ -21,6 +21,7 @@ from bindscope.metrics.stats._checks import (
     _check_resampling,
     _nearly_constant,
     _same_length,
+    _two_samples,
 )
 from bindscope.metrics.stats.results import (
     METHOD_BCA,
@@ -207,9 +208,7 @@ def paired_difference(
     Returns:
         Estimate of the mean difference with ``n`` = number of pairs.
     """
-    xa = _as_1d(a, "a", min_len=2)
-    xb = _as_1d(b, "b", min_len=2)
-    _same_length(xa, xb, "a", "b")
+    xa, xb = _two_samples(a, b, ("a", "b"), min_len=2, paired=True)
     scale = float(max(np.max(np.abs(xa)), np.max(np.abs(xb))))
     return _mean_estimate(xa - xb, confidence, n_resamples, seed, scale)
 
@@ -243,9 +242,7 @@ def specificity(
     Returns:
         Estimate with ``n`` = number of prompts.
     """
-    base = _as_1d(baseline, "baseline", min_len=2)
-    tp = _as_1d(top, "top", min_len=2)
-    _same_length(base, tp, "baseline", "top")
+    base, tp = _two_samples(baseline, top, ("baseline", "top"), min_len=2, paired=True)
     rs = np.asarray(random_sets, dtype=np.float64)
     if rs.ndim != 2:
         raise ValueError(f"'random_sets' must be 2-D [m, n], got shape {rs.shape}")

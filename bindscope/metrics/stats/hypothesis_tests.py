@@ -8,7 +8,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats as sps
 
-from bindscope.metrics.stats._checks import _as_1d, _rng, _same_length
+from bindscope.metrics.stats._checks import _as_1d, _rng, _two_samples
 from bindscope.metrics.stats.results import TestResult
 
 _ALTERNATIVES = ("two-sided", "greater", "less")
@@ -106,8 +106,7 @@ def two_sample_permutation(
     Returns:
         TestResult with ``n = len(x) + len(y)``.
     """
-    ax = _as_1d(x, "x", min_len=2)
-    ay = _as_1d(y, "y", min_len=2)
+    ax, ay = _two_samples(x, y, ("x", "y"), min_len=2, paired=False)
     return _mean_diff_permutation(ax, ay, "independent", alternative, n_resamples, seed)
 
 
@@ -136,9 +135,7 @@ def paired_permutation(
     Returns:
         TestResult with ``n`` = number of pairs.
     """
-    xa = _as_1d(a, "a", min_len=2)
-    xb = _as_1d(b, "b", min_len=2)
-    _same_length(xa, xb, "a", "b")
+    xa, xb = _two_samples(a, b, ("a", "b"), min_len=2, paired=True)
     return _mean_diff_permutation(xa, xb, "samples", alternative, n_resamples, seed)
 
 

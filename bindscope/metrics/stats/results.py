@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import Field, dataclass, fields
+from typing import Any, ClassVar, get_type_hints
 
 METHOD_BCA = "bootstrap-bca"
 METHOD_PERCENTILE = "bootstrap-percentile"
@@ -11,8 +11,24 @@ METHOD_DEGENERATE = "degenerate"
 METHOD_WILSON = "wilson"
 
 
+class _PlainResult:
+    """Base of the result dataclasses: their ``to_dict``."""
+
+    # Set by @dataclass on each subclass; declared so that type checkers see a dataclass.
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+
+    def to_dict(self) -> dict[str, float | int | str]:
+        """Returns the fields as plain Python floats, ints and strings.
+
+        Each field is converted to its declared type, so numpy scalars become plain
+        Python values that JSON takes.
+        """
+        declared = get_type_hints(type(self))
+        return {f.name: declared[f.name](getattr(self, f.name)) for f in fields(self)}
+
+
 @dataclass(frozen=True)
-class Estimate:
+class Estimate(_PlainResult):
     """A point estimate with a confidence interval.
 
     Attributes:
@@ -32,20 +48,9 @@ class Estimate:
     method: str
     n: int
 
-    def to_dict(self) -> dict[str, float | int | str]:
-        """Returns the fields as plain Python floats, ints and strings."""
-        return {
-            "value": float(self.value),
-            "low": float(self.low),
-            "high": float(self.high),
-            "confidence": float(self.confidence),
-            "method": str(self.method),
-            "n": int(self.n),
-        }
-
 
 @dataclass(frozen=True)
-class TestResult:
+class TestResult(_PlainResult):
     """The outcome of a hypothesis test or a correlation.
 
     Attributes:
@@ -63,13 +68,3 @@ class TestResult:
     method: str
     alternative: str
     n: int
-
-    def to_dict(self) -> dict[str, float | int | str]:
-        """Returns the fields as plain Python floats, ints and strings."""
-        return {
-            "statistic": float(self.statistic),
-            "p_value": float(self.p_value),
-            "method": str(self.method),
-            "alternative": str(self.alternative),
-            "n": int(self.n),
-        }
