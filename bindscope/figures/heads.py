@@ -48,17 +48,9 @@ NAMES = {
 
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     """The head-taxonomy figures: (file stem, builder) pairs, drawn only when asked."""
-    where = str(exp.folder / "summary.json")
-    for label, entry in exp.models.items():
-        yield (
-            f"heads_map_{style.slug(label)}",
-            lambda label=label, entry=entry: score_maps(label, entry, where=f"{where} [{label}]"),
-        )
-    for model, entry in ((exp.summary or {}).get("emergence") or {}).items():
-        yield (
-            f"heads_emergence_{style.slug(model)}",
-            lambda model=model, entry=entry: emergence(model, entry, where=f"{where} [{model}]"),
-        )
+    yield from style.per_model(exp.models, exp.folder, "heads_map", score_maps)
+    checkpoints = (exp.summary or {}).get("emergence") or {}
+    yield from style.per_model(checkpoints, exp.folder, "heads_emergence", emergence)
 
 
 def _map(entry: dict, score: str):

@@ -32,11 +32,7 @@ HOW_TO_READ = (
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     """The checkpoint-sweep figures: (file stem, builder) pairs, drawn only when asked."""
     where = str(exp.folder / "summary.json")
-    for model, entry in exp.models.items():
-        yield (
-            f"sweep_emergence_{style.slug(model)}",
-            lambda model=model, entry=entry: emergence(model, entry, where=f"{where} [{model}]"),
-        )
+    yield from style.per_model(exp.models, exp.folder, "sweep_emergence", emergence)
     yield "sweep_leadlag", lambda: leadlag_forest(exp.models, where=where)
 
 
