@@ -213,12 +213,8 @@ def tables(exp: ExperimentResults) -> list[str]:
             [
                 model,
                 md.DASH,
-                md.num(d.get("split")),
-                md.num(d.get("n_terms")),
-                md.num(d.get("n_strict")),
-                md.num(d.get("n_attenuate")),
-                md.num(d.get("mean_early")),
-                md.num(d.get("mean_late")),
+                *md.nums(d, "split", "n_terms", "n_strict", "n_attenuate"),
+                *md.nums(d, "mean_early", "mean_late"),
             ]
         )
     header = ["model", "note", "split (revisions early)", "terms", "strict", "attenuated"]
