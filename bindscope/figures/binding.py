@@ -73,10 +73,7 @@ def tables(exp: ExperimentResults) -> list[str]:
         rows.append(
             [
                 label,
-                md.num(entry.get("n_layers")),
-                md.num(entry.get("n_heads")),
-                md.num(entry.get("n")),
-                md.num(entry.get("n_skipped")),
+                *md.nums(entry, "n_layers", "n_heads", "n", "n_skipped"),
                 md.estimate(entry.get("eb_star")),
                 md.estimate(entry.get("eb_star_norm")),
                 md.heads(entry.get("top_heads")),

@@ -43,13 +43,7 @@ def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     """The C5 ablation figures: (file stem, builder) pairs, drawn only when asked."""
     where = str(exp.folder / "summary.json")
     k = (exp.summary or {}).get("k")
-    for label, entry in exp.models.items():
-        yield (
-            f"c5_{style.slug(label)}",
-            lambda label=label, entry=entry: model_figure(
-                label, entry, k=k, where=f"{where} [{label}]"
-            ),
-        )
+    yield from style.per_model(exp.models, exp.folder, "c5", model_figure, k=k)
     yield "c5_cross_architecture", lambda: cross_architecture(exp.models, k=k, where=where)
 
 

@@ -121,9 +121,7 @@ def tables(exp: ExperimentResults) -> list[str]:
         rows.append(
             [
                 label,
-                md.num(cond.get("zero_shot")),
-                md.num(cond.get("few_shot")),
-                md.num(cond.get("paraphrase")),
+                *md.nums(cond, "zero_shot", "few_shot", "paraphrase"),
                 md.estimate(delta.get("few_shot"), 1),
                 md.pvalue((test.get("few_shot") or {}).get("p_value")),
                 md.estimate(delta.get("paraphrase"), 1),

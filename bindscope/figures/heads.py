@@ -35,6 +35,7 @@ HOW_TO_READ = (
     "threshold; the induction lead is the training tokens between induction's and the sink's "
     "first crossing (positive: induction first)."
 )
+CLASSES = ("sink", "previous_token", "induction", "duplicate_token", "binding")  # table order
 MAP_SCORES = ("sink", "previous_token", "induction", "duplicate_token", "binding", "spread")
 NAMES = {
     "sink": "sink",
@@ -48,17 +49,9 @@ NAMES = {
 
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     """The head-taxonomy figures: (file stem, builder) pairs, drawn only when asked."""
-    where = str(exp.folder / "summary.json")
-    for label, entry in exp.models.items():
-        yield (
-            f"heads_map_{style.slug(label)}",
-            lambda label=label, entry=entry: score_maps(label, entry, where=f"{where} [{label}]"),
-        )
-    for model, entry in ((exp.summary or {}).get("emergence") or {}).items():
-        yield (
-            f"heads_emergence_{style.slug(model)}",
-            lambda model=model, entry=entry: emergence(model, entry, where=f"{where} [{model}]"),
-        )
+    yield from style.per_model(exp.models, exp.folder, "heads_map", score_maps)
+    checkpoints = (exp.summary or {}).get("emergence") or {}
+    yield from style.per_model(checkpoints, exp.folder, "heads_emergence", emergence)
 
 
 def _map(entry: dict, score: str):
@@ -167,15 +160,13 @@ def tables(exp: ExperimentResults) -> list[str]:
         rows.append(
             [
                 label,
-                md.num(entry.get("n_layers")),
-                md.num(entry.get("n_heads")),
+                *md.nums(entry, "n_layers", "n_heads"),
                 str(entry.get("position_0_is_bos")),
-                *[md.num(counts.get(c)) for c in ("sink", "previous_token", "induction",
-                                                  "duplicate_token", "binding")],
+                *md.nums(counts, *CLASSES),
                 md.heads(entry.get("binding_top")),
                 f"{overlap.get('sink', 0)} sink, {overlap.get('previous_token', 0)} previous",
             ]
-        )  # fmt: skip
+        )
     header = ["model", "layers", "heads", "position 0 is BOS", "sink", "previous-token"]
     header += ["induction", "duplicate-token", "binding", "binding top-k", "of which"]
     lines += md.table(header, rows, left=1)

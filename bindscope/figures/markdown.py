@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from bindscope.results.format import DASH, estimate, heads, num, pvalue
 
@@ -10,6 +10,11 @@ from bindscope.results.format import DASH, estimate, heads, num, pvalue
 def cell(text: object) -> str:
     """A table cell: pipes escaped, on one line."""
     return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def nums(entry: Mapping, *keys: str) -> list[str]:
+    """The ``keys`` of a summary entry as number cells (a dash where one is missing)."""
+    return [num(entry.get(key)) for key in keys]
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence], *, left: int = 1) -> list[str]:
@@ -23,4 +28,4 @@ def table(header: Sequence[str], rows: Sequence[Sequence], *, left: int = 1) -> 
     return [*lines, ""]
 
 
-__all__ = ["DASH", "cell", "estimate", "heads", "num", "pvalue", "table"]
+__all__ = ["DASH", "cell", "estimate", "heads", "num", "nums", "pvalue", "table"]

@@ -97,19 +97,27 @@ def save(fig: Figure, out_dir: Path, name: str) -> tuple[Path, Path]:
 
 
 def per_model(
-    models: Mapping[str, dict], folder: Path, stem: str, build: Callable[..., Figure]
-) -> Iterator[tuple[str, Callable[[], Figure]]]:
+    models: Mapping[str, dict],
+    folder: Path,
+    stem: str,
+    build: Callable[..., tuple[Figure, str]],
+    **options: Any,
+) -> Iterator[tuple[str, Callable[[], tuple[Figure, str]]]]:
     """One figure per model: ``<stem>_<model slug>``, drawn by ``build(label, entry, where=)``.
 
     Args:
         models: The summary's per-model entries.
         folder: The experiment's folder (named in errors about its summary).
         stem: The figure's file name before the model's slug.
-        build: Draws one model's figure from its summary entry.
+        build: Draws one model's figure (and its caption) from its summary entry.
+        **options: Further keywords for every ``build`` call (e.g. C5's ``k``).
     """
     for label, entry in models.items():
         where = f"{folder / 'summary.json'} [{label}]"
-        yield f"{stem}_{slug(label)}", functools.partial(build, label, entry, where=where)
+        yield (
+            f"{stem}_{slug(label)}",
+            functools.partial(build, label, entry, where=where, **options),
+        )
 
 
 def slug(label: str) -> str:

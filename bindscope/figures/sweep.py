@@ -32,11 +32,7 @@ HOW_TO_READ = (
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     """The checkpoint-sweep figures: (file stem, builder) pairs, drawn only when asked."""
     where = str(exp.folder / "summary.json")
-    for model, entry in exp.models.items():
-        yield (
-            f"sweep_emergence_{style.slug(model)}",
-            lambda model=model, entry=entry: emergence(model, entry, where=f"{where} [{model}]"),
-        )
+    yield from style.per_model(exp.models, exp.folder, "sweep_emergence", emergence)
     yield "sweep_leadlag", lambda: leadlag_forest(exp.models, where=where)
 
 
@@ -217,12 +213,8 @@ def tables(exp: ExperimentResults) -> list[str]:
             [
                 model,
                 md.DASH,
-                md.num(d.get("split")),
-                md.num(d.get("n_terms")),
-                md.num(d.get("n_strict")),
-                md.num(d.get("n_attenuate")),
-                md.num(d.get("mean_early")),
-                md.num(d.get("mean_late")),
+                *md.nums(d, "split", "n_terms", "n_strict", "n_attenuate"),
+                *md.nums(d, "mean_early", "mean_late"),
             ]
         )
     header = ["model", "note", "split (revisions early)", "terms", "strict", "attenuated"]

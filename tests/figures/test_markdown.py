@@ -17,6 +17,17 @@ def test_numbers_estimates_and_pvalues():
     assert md.pvalue(0.0) == "0.000" and md.pvalue(None) == md.DASH
 
 
+def test_nums_formats_each_key_and_dashes_a_missing_one():
+    entry = {"n": 12, "mean": 0.25, "nan": float("nan")}
+    assert md.nums(entry, "mean", "n", "absent", "nan") == [
+        md.num(0.25),
+        md.num(12),
+        md.DASH,
+        md.DASH,
+    ]
+    assert md.nums(entry) == []
+
+
 def test_table_escapes_pipes_and_aligns():
     lines = md.table(["model", "n"], [["a|b", 3]], left=1)
     assert lines[0] == "| model | n |"
