@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,7 +13,12 @@ from bindscope.experiments.chunks import prompt_set
 from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.options import Options, option
 from bindscope.experiments.recording import binding_metrics
-from bindscope.experiments.summary import folder_summary, mean_estimate, skipped_reasons
+from bindscope.experiments.summary import (
+    folder_summary,
+    mean_estimate,
+    per_model_text,
+    skipped_reasons,
+)
 from bindscope.metrics.ranking import mean_bsi, rank_heads
 from bindscope.prompts.context import check_fit
 from bindscope.prompts.records import PromptRecord, PromptSet
@@ -120,14 +126,15 @@ summarize = folder_summary(EXPERIMENT, _summary)
 
 def text(s: dict) -> list[str]:
     """The binding summary as terminal lines."""
-    out = ["EB* (mean over prompts, 95% bootstrap CI)"]
-    for label, m in s["models"].items():
-        out.append(
-            f"  {label}: EB* {estimate(m.get('eb_star'))}  "
-            f"EB*/ceiling {estimate(m.get('eb_star_norm'))}"
-            f"  n={m['n']} skipped={m['n_skipped']}  top heads {heads(m.get('top_heads'))}"
-        )
-    return out
+    return per_model_text(s, ["EB* (mean over prompts, 95% bootstrap CI)"], _model_lines)
+
+
+def _model_lines(label: str, m: dict) -> Iterator[str]:
+    yield (
+        f"  {label}: EB* {estimate(m.get('eb_star'))}  "
+        f"EB*/ceiling {estimate(m.get('eb_star_norm'))}"
+        f"  n={m['n']} skipped={m['n_skipped']}  top heads {heads(m.get('top_heads'))}"
+    )
 
 
 DEFINITION = Experiment(

@@ -11,7 +11,7 @@ batches (different heads per row), so 50 random sets stay affordable.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from bindscope.experiments.options import (
 )
 from bindscope.experiments.recording import binding_metrics
 from bindscope.experiments.reuse import BINDING_FROM, stored_binding
-from bindscope.experiments.summary import folder_summary
+from bindscope.experiments.summary import folder_summary, per_model_text
 from bindscope.interventions import Mean, Zero, head_means
 from bindscope.metrics.behaviour import RecognitionResult, default_rubric
 from bindscope.metrics.heads import draw_class_matched_sets
@@ -423,30 +423,32 @@ summarize = folder_summary(EXPERIMENT, summarize_c5, check=check_complete)
 
 def text(s: dict) -> list[str]:
     """The C5 summary as terminal lines."""
-    out = [
+    header = [
         f"C5 head ablation: k={s['k']}, {s['n_random']} random sets, {s['ablation']} ablation "
         f"(drops are baseline minus ablated; 95% paired bootstrap CIs)"
     ]
     if s.get("design"):
-        out.append(f"  design: {s['design']}")
-    for label, m in s["models"].items():
-        out.append(f"  {label}: top {m['top_heads']}  bottom {m['bottom_heads']}")
-        header = f"    {'task':<12}{'baseline':>9}{'top':>8}{'bottom':>8}{'random':>8}"
-        out.append(header + "   top drop               specificity            p      p_holm")
-        for task in ("recognition", "generation"):
-            cond = m["conditions"]
-            if "baseline" not in cond or task not in cond["baseline"]:
-                continue
-            rand = [v[task] for c, v in cond.items() if c.startswith("random:") and task in v]
-            out.append(
-                f"    {task:<12}{num(cond['baseline'][task]):>9}"
-                f"{num(cond.get('top', {}).get(task)):>8}{num(cond.get('bottom', {}).get(task)):>8}"
-                f"{num(sum(rand) / len(rand) if rand else None):>8}   "
-                f"{estimate(m['drops'].get('top', {}).get(task)):<23}"
-                f"{estimate(m['specificity'].get(task)):<23}"
-                f"{pvalue(m['p_value'].get(task)):<7}{pvalue(m.get('p_holm', {}).get(task))}"
-            )
-    return out
+        header.append(f"  design: {s['design']}")
+    return per_model_text(s, header, _model_lines)
+
+
+def _model_lines(label: str, m: dict) -> Iterator[str]:
+    yield f"  {label}: top {m['top_heads']}  bottom {m['bottom_heads']}"
+    header = f"    {'task':<12}{'baseline':>9}{'top':>8}{'bottom':>8}{'random':>8}"
+    yield header + "   top drop               specificity            p      p_holm"
+    for task in ("recognition", "generation"):
+        cond = m["conditions"]
+        if "baseline" not in cond or task not in cond["baseline"]:
+            continue
+        rand = [v[task] for c, v in cond.items() if c.startswith("random:") and task in v]
+        yield (
+            f"    {task:<12}{num(cond['baseline'][task]):>9}"
+            f"{num(cond.get('top', {}).get(task)):>8}{num(cond.get('bottom', {}).get(task)):>8}"
+            f"{num(sum(rand) / len(rand) if rand else None):>8}   "
+            f"{estimate(m['drops'].get('top', {}).get(task)):<23}"
+            f"{estimate(m['specificity'].get(task)):<23}"
+            f"{pvalue(m['p_value'].get(task)):<7}{pvalue(m.get('p_holm', {}).get(task))}"
+        )
 
 
 CONDITIONS = RecordKind(EXPERIMENT, ("baseline", "top", "bottom"), ("random:",), behaviour_metrics)

@@ -12,6 +12,7 @@ span lengths both sides share, each side keeping only those lengths.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +24,12 @@ from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.options import Options, option
 from bindscope.experiments.recording import binding_metrics
 from bindscope.experiments.reuse import BINDING_FROM, stored_binding
-from bindscope.experiments.summary import folder_summary, mean_estimate, skipped_reasons
+from bindscope.experiments.summary import (
+    folder_summary,
+    mean_estimate,
+    per_model_text,
+    skipped_reasons,
+)
 from bindscope.metrics import stats
 from bindscope.prompts.context import check_fit
 from bindscope.prompts.records import PromptRecord, PromptSet
@@ -181,26 +187,28 @@ summarize = folder_summary(EXPERIMENT, summarize_controls)
 
 def text(s: dict) -> list[str]:
     """The controls summary as terminal lines."""
-    out = ["Discriminant validity: EB* real terms vs control groups (d = real - control)"]
-    for label, m in s["models"].items():
-        real = m["real"]
-        out.append(
-            f"  {label}: real terms EB* {estimate(real['eb_star'])} n={real['n']} "
-            f"span {num(real['n_span_mean'], 1)} tokens"
+    title = "Discriminant validity: EB* real terms vs control groups (d = real - control)"
+    return per_model_text(s, [title], _model_lines)
+
+
+def _model_lines(label: str, m: dict) -> Iterator[str]:
+    real = m["real"]
+    yield (
+        f"  {label}: real terms EB* {estimate(real['eb_star'])} n={real['n']} "
+        f"span {num(real['n_span_mean'], 1)} tokens"
+    )
+    yield (
+        f"    {'group':<20}{'fam':<5}{'n':>4}{'span':>6}  {'EB*':<24}{'d':<24}{'p_holm':<8}"
+        "matched d (n)"
+    )
+    for g, row in m["groups"].items():
+        mt = row["matched"]
+        yield (
+            f"    {g:<20}{row.get('family') or DASH:<5}{row['n']:>4}"
+            f"{num(row['n_span_mean'], 1):>6}  {estimate(row['eb_star']):<24}"
+            f"{estimate(row.get('cohens_d'), digits=2):<24}{pvalue(row.get('p_holm')):<8}"
+            f"{estimate(mt.get('cohens_d'), digits=2)} ({mt['n']})"
         )
-        out.append(
-            f"    {'group':<20}{'fam':<5}{'n':>4}{'span':>6}  {'EB*':<24}{'d':<24}{'p_holm':<8}"
-            "matched d (n)"
-        )
-        for g, row in m["groups"].items():
-            mt = row["matched"]
-            out.append(
-                f"    {g:<20}{row.get('family') or DASH:<5}{row['n']:>4}"
-                f"{num(row['n_span_mean'], 1):>6}  {estimate(row['eb_star']):<24}"
-                f"{estimate(row.get('cohens_d'), digits=2):<24}{pvalue(row.get('p_holm')):<8}"
-                f"{estimate(mt.get('cohens_d'), digits=2)} ({mt['n']})"
-            )
-    return out
 
 
 DEFINITION = Experiment(

@@ -10,6 +10,7 @@ exemplar, the paraphrase gains much less. Deltas are paired per prompt, reported
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from bindscope.experiments import limits
 from bindscope.experiments.chunks import prompt_set
 from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.options import Options, option, setting
-from bindscope.experiments.summary import folder_summary
+from bindscope.experiments.summary import folder_summary, per_model_text
 from bindscope.metrics import stats
 from bindscope.metrics.behaviour import default_rubric
 from bindscope.prompts.context import check_fit
@@ -186,20 +187,22 @@ summarize = folder_summary(EXPERIMENT, summarize_fewshot)
 
 def text(s: dict) -> list[str]:
     """The few-shot summary as terminal lines."""
-    out = ["Few-shot (C3): rubric score; delta in points vs zero-shot, paired bootstrap CI"]
-    for label, m in s["models"].items():
-        c = m["conditions"]
-        out.append(
-            f"  {label}: zero-shot {num(c.get('zero_shot'))}  few-shot {num(c.get('few_shot'))}"
-            f"  paraphrase {num(c.get('paraphrase'))}  (n={m['n']})"
-        )
-        for cond in ("few_shot", "paraphrase"):
-            if cond in m["delta_points"]:
-                out.append(
-                    f"    {cond:<11} delta {estimate(m['delta_points'][cond], digits=1)} points, "
-                    f"paired permutation p {pvalue(m['test'][cond]['p_value'])}"
-                )
-    return out
+    title = "Few-shot (C3): rubric score; delta in points vs zero-shot, paired bootstrap CI"
+    return per_model_text(s, [title], _model_lines)
+
+
+def _model_lines(label: str, m: dict) -> Iterator[str]:
+    c = m["conditions"]
+    yield (
+        f"  {label}: zero-shot {num(c.get('zero_shot'))}  few-shot {num(c.get('few_shot'))}"
+        f"  paraphrase {num(c.get('paraphrase'))}  (n={m['n']})"
+    )
+    for cond in ("few_shot", "paraphrase"):
+        if cond in m["delta_points"]:
+            yield (
+                f"    {cond:<11} delta {estimate(m['delta_points'][cond], digits=1)} points, "
+                f"paired permutation p {pvalue(m['test'][cond]['p_value'])}"
+            )
 
 
 DEFINITION = Experiment(

@@ -20,7 +20,7 @@ the binding top-k heads are in each class. Several revisions of one model add
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +38,7 @@ from bindscope.experiments.head_taxonomy import (
 from bindscope.experiments.heads_summary import EXPERIMENT, summarize
 from bindscope.experiments.options import option
 from bindscope.experiments.revisions import load_revision
+from bindscope.experiments.summary import per_model_text
 from bindscope.prompts.records import PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.format import heads as head_list
@@ -100,21 +101,24 @@ def run_revisions(
     return summarize(side.folder)
 
 
+def _model_lines(label: str, m: dict) -> Iterator[str]:
+    classes = m.get("classes") or {}
+    counts = ", ".join(f"{c} {n}" for c, n in (classes.get("counts") or {}).items())
+    yield f"  {label}: {counts}  (position 0 is BOS: {m.get('position_0_is_bos')})"
+    top = m.get("binding_top") or []
+    if top:
+        overlap = m.get("binding_top_overlap") or {}
+        yield (
+            f"    binding top-{len(top)} {head_list(top)}: {overlap.get('sink', 0)} sink, "
+            f"{overlap.get('previous_token', 0)} previous-token, "
+            f"{overlap.get('induction', 0)} induction"
+        )
+
+
 def text(s: dict) -> list[str]:
     """The head taxonomy summary as terminal lines."""
-    out = ["Head taxonomy (heads per class: mean score at or above its threshold)"]
-    for label, m in s["models"].items():
-        classes = m.get("classes") or {}
-        counts = ", ".join(f"{c} {n}" for c, n in (classes.get("counts") or {}).items())
-        out.append(f"  {label}: {counts}  (position 0 is BOS: {m.get('position_0_is_bos')})")
-        top = m.get("binding_top") or []
-        if top:
-            overlap = m.get("binding_top_overlap") or {}
-            out.append(
-                f"    binding top-{len(top)} {head_list(top)}: {overlap.get('sink', 0)} sink, "
-                f"{overlap.get('previous_token', 0)} previous-token, "
-                f"{overlap.get('induction', 0)} induction"
-            )
+    title = "Head taxonomy (heads per class: mean score at or above its threshold)"
+    out = per_model_text(s, [title], _model_lines)
     for model, e in (s.get("emergence") or {}).items():
         first = ", ".join(
             f"{c} at {(f or {}).get('revision') or 'never'}" for c, f in e["first"].items()

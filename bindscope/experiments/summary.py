@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from bindscope.errors import InputError
 from bindscope.metrics import stats
 from bindscope.results.records import read_records, write_summary
+
+
+def per_model_text(
+    s: dict, header: list[str], lines: Callable[[str, dict], Iterator[str]]
+) -> list[str]:
+    """A summary's terminal text: the ``header`` lines, then ``lines(label, m)`` per model."""
+    out = list(header)
+    for label, m in s["models"].items():
+        out += lines(label, m)
+    return out
 
 
 def summarize_folder(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,12 @@ from bindscope.experiments.head_taxonomy import RevisionScorer, TaxonomyOptions
 from bindscope.experiments.options import GENERATION_HELP, option, positive, setting
 from bindscope.experiments.recording import binding_metrics
 from bindscope.experiments.revisions import CRFM_SEEDS, PRESETS, load_revision, resolve_revisions
-from bindscope.experiments.summary import folder_summary, mean_estimate, skipped_reasons
+from bindscope.experiments.summary import (
+    folder_summary,
+    mean_estimate,
+    per_model_text,
+    skipped_reasons,
+)
 from bindscope.loading import load_model
 from bindscope.metrics import stats
 from bindscope.metrics.behaviour import default_rubric
@@ -324,22 +329,23 @@ summarize = folder_summary(EXPERIMENT, summarize_sweep)
 
 def text(s: dict) -> list[str]:
     """The sweep summary as terminal lines."""
-    out = ["Checkpoint sweep (means over terms, 95% CI)"]
-    for name, m in s["models"].items():
-        out.append(f"  {name}")
-        for rev, eb, beh in zip(m["revisions"], m["eb_star"], m["behaviour"]):
-            out.append(f"    {rev:<28} EB* {estimate(eb):<24} behaviour {estimate(beh)}")
-        out += _leadlag_lines(m.get("leadlag", {}))
-        dc = m.get("decoupling", {})
-        if dc.get("skipped"):
-            out.append(f"    decoupling: skipped ({dc['skipped']})")
-        elif dc:
-            out.append(
-                f"    decoupling: {dc['n_strict']}/{dc['n_terms']} strict, "
-                f"{dc['n_attenuate']} attenuate; mean rho early {num(dc['mean_early'], 2)}, "
-                f"late {num(dc['mean_late'], 2)}"
-            )
-    return out
+    return per_model_text(s, ["Checkpoint sweep (means over terms, 95% CI)"], _model_lines)
+
+
+def _model_lines(name: str, m: dict) -> Iterator[str]:
+    yield f"  {name}"
+    for rev, eb, beh in zip(m["revisions"], m["eb_star"], m["behaviour"]):
+        yield f"    {rev:<28} EB* {estimate(eb):<24} behaviour {estimate(beh)}"
+    yield from _leadlag_lines(m.get("leadlag", {}))
+    dc = m.get("decoupling", {})
+    if dc.get("skipped"):
+        yield f"    decoupling: skipped ({dc['skipped']})"
+    elif dc:
+        yield (
+            f"    decoupling: {dc['n_strict']}/{dc['n_terms']} strict, "
+            f"{dc['n_attenuate']} attenuate; mean rho early {num(dc['mean_early'], 2)}, "
+            f"late {num(dc['mean_late'], 2)}"
+        )
 
 
 def _leadlag_lines(ll: dict) -> list[str]:
