@@ -71,7 +71,7 @@ def test_unknown_layout_that_fails_the_self_check_is_refused(byte_tokenizer, mon
     def failing(model):
         raise SelfCheckError("ablating head (0, 0) left the logits unchanged")
 
-    monkeypatch.setattr("bindscope.selfcheck.self_check", failing)
+    monkeypatch.setattr("bindscope.wrap.self_check", failing)
     with pytest.raises(UnsupportedModelError, match="register"):
         bindscope.load_model(new, tokenizer=byte_tokenizer)
 

@@ -323,17 +323,17 @@ def test_scan_spread_takes_prompts_from_every_term(tiny_llama, tiny_prompts, tmp
 
 def test_scan_progress_moves_after_every_pass(tiny_llama, tiny_prompts, tmp_path, monkeypatch):
     """The bar counts (prompt, condition) rows and moves after each pass, not per chunk."""
-    import tqdm.auto
+    from bindscope.runners import scan as scan_runner
 
     updates: list[tuple[str, int]] = []
-    real = tqdm.auto.tqdm
+    real = scan_runner.tqdm
 
     class Spy(real):
         def update(self, n=1):
             updates.append((self.desc, n))
             return super().update(n)
 
-    monkeypatch.setattr(tqdm.auto, "tqdm", Spy)
+    monkeypatch.setattr(scan_runner, "tqdm", Spy)
     scan.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, limit=2, batch_size=2,
              n_resamples=99, progress=True)  # fmt: skip
     rows = [n for desc, n in updates if "rows" in desc]
