@@ -17,16 +17,6 @@ from bindscope.results.summaries import ExperimentResults, MissingData, need
 TITLE = "Binding (EB*)"
 #: Inches per figure kind; at DPI 150 each gives whole pixels.
 SIZES = {"binding_bsi": (7.0, 6.0)}
-HOW_TO_READ = (
-    "BSI is the mean attention probability that later tokens of a multi-token term put on "
-    "its earlier tokens, for one head; EB at a layer is the best head's BSI minus the "
-    "layer's mean BSI, and EB* is the largest EB over layers (0 to 1; the normalised value "
-    "divides by 1 - 1/H so models with different head counts compare). Intervals are 95% "
-    "bootstrap CIs over prompts. A prompt whose term is a single token has no BSI and is "
-    "counted as skipped, not as zero. The heatmap shows the mean BSI of every head; the "
-    "boxed, numbered heads are the top-k by mean BSI, the set C5 ablates when it ranks on "
-    "the same prompts."
-)
 
 
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
@@ -68,21 +58,19 @@ def bsi_heatmap(label: str, entry: dict, *, where: str = "summary"):
 
 def tables(exp: ExperimentResults) -> list[str]:
     """The report's binding tables, as Markdown lines."""
-    rows = []
-    for label, entry in exp.models.items():
-        rows.append(
-            [
-                label,
-                *md.nums(entry, "n_layers", "n_heads", "n", "n_skipped"),
-                md.estimate(entry.get("eb_star")),
-                md.estimate(entry.get("eb_star_norm")),
-                md.heads(entry.get("top_heads")),
-            ]
-        )
     header = ["model", "layers", "heads", "n", "skipped", "EB* [95% CI]", "EB* norm [95% CI]"]
+    rows = md.model_rows(exp.models, _row)
     return md.table([*header, "top heads (by mean BSI)"], rows, left=1)
 
 
-SECTION = Section("binding", TITLE, HOW_TO_READ, SIZES, plots, tables, order=1)
+def _row(label: str, entry: dict) -> Iterator[list[str]]:
+    yield [
+        label,
+        *md.nums(entry, "n_layers", "n_heads", "n", "n_skipped"),
+        md.estimate(entry.get("eb_star")),
+        md.estimate(entry.get("eb_star_norm")),
+        md.heads(entry.get("top_heads")),
+    ]
 
-__all__ = ["HOW_TO_READ", "SECTION", "SIZES", "TITLE", "bsi_heatmap", "plots", "tables"]
+
+SECTION = Section("binding", TITLE, md.prose("binding"), SIZES, plots, tables, order=1)

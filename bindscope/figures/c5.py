@@ -25,17 +25,6 @@ DROP_LABEL = {
     "recognition": "accuracy drop, baseline − ablated (fraction of prompts)",
     "generation": "rubric-score drop, baseline − ablated (0–1 scale)",
 }
-HOW_TO_READ = (
-    "Each model is scored on the same prompts with no heads ablated (baseline), with the k "
-    "heads of highest mean BSI ablated (top), with the k lowest (bottom), and with many "
-    "random k-head sets drawn from outside the top set. A drop is baseline minus ablated "
-    "score, paired by prompt (recognition: accuracy, generation: rubric score in [0, 1]), "
-    "with a 95% bootstrap CI. Specificity is the top set's drop minus the mean drop of the "
-    "random sets. The p-value is the rank of the top set's drop among the random sets' drops "
-    "(one-sided: is the top set worse than chance heads?), Holm-adjusted across models per "
-    "task. A binding-specific effect shows as a top drop whose CI excludes 0, a specificity "
-    "CI above 0 and a top drop in the right tail of the random-set histogram."
-)
 BAR_CONDITIONS = ("baseline", "top", "bottom", "random")
 
 
@@ -248,31 +237,6 @@ def tables(exp: ExperimentResults) -> list[str]:
         "p",
         "Holm p",
     ]
-    rows = []
-    for label, entry in exp.models.items():
-        conditions = entry.get("conditions") or {}
-        random_mean = (entry.get("drops") or {}).get("random_mean") or {}
-        for task in TASKS:
-            base = (conditions.get("baseline") or {}).get(task)
-            if base is None:
-                continue
-            rand = random_mean.get(task)
-            rows.append(
-                [
-                    label,
-                    task,
-                    md.num((conditions.get("baseline") or {}).get(f"n_{task}")),
-                    md.num(base),
-                    md.num((conditions.get("top") or {}).get(task)),
-                    md.num((conditions.get("bottom") or {}).get(task)),
-                    md.num(None if rand is None else base - rand),
-                    md.estimate(((entry.get("drops") or {}).get("top") or {}).get(task)),
-                    md.estimate(((entry.get("drops") or {}).get("bottom") or {}).get(task)),
-                    md.estimate((entry.get("specificity") or {}).get(task)),
-                    md.pvalue((entry.get("p_value") or {}).get(task)),
-                    md.pvalue((entry.get("p_holm") or {}).get(task)),
-                ]
-            )
     heads = [
         [
             label,
@@ -285,9 +249,34 @@ def tables(exp: ExperimentResults) -> list[str]:
     return [
         settings,
         "",
-        *md.table(header, rows, left=2),
+        *md.table(header, md.model_rows(exp.models, _task_rows), left=2),
         *md.table(["model", "heads per set", "top heads", "bottom heads"], heads, left=4),
     ]
+
+
+def _task_rows(label: str, entry: dict) -> Iterator[list[str]]:
+    """One row per task the model was scored on: scores, drops, specificity and p."""
+    conditions = entry.get("conditions") or {}
+    drops = entry.get("drops") or {}
+    for task in TASKS:
+        base = (conditions.get("baseline") or {}).get(task)
+        if base is None:
+            continue
+        rand = (drops.get("random_mean") or {}).get(task)
+        yield [
+            label,
+            task,
+            md.num((conditions.get("baseline") or {}).get(f"n_{task}")),
+            md.num(base),
+            md.num((conditions.get("top") or {}).get(task)),
+            md.num((conditions.get("bottom") or {}).get(task)),
+            md.num(None if rand is None else base - rand),
+            md.estimate((drops.get("top") or {}).get(task)),
+            md.estimate((drops.get("bottom") or {}).get(task)),
+            md.estimate((entry.get("specificity") or {}).get(task)),
+            md.pvalue((entry.get("p_value") or {}).get(task)),
+            md.pvalue((entry.get("p_holm") or {}).get(task)),
+        ]
 
 
 def _share(k, heads) -> str:
@@ -298,15 +287,4 @@ def _share(k, heads) -> str:
     return f"{k} of {total} ({100 * k / total:.1f}%)"
 
 
-SECTION = Section("c5", TITLE, HOW_TO_READ, SIZES, plots, tables, order=3)
-
-__all__ = [
-    "HOW_TO_READ",
-    "SECTION",
-    "SIZES",
-    "TITLE",
-    "cross_architecture",
-    "model_figure",
-    "plots",
-    "tables",
-]
+SECTION = Section("c5", TITLE, md.prose("c5"), SIZES, plots, tables, order=3)

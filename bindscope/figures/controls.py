@@ -13,17 +13,6 @@ from bindscope.results.summaries import ExperimentResults, need
 TITLE = "Discriminant validity (controls)"
 #: Inches per figure kind; at DPI 150 each gives whole pixels.
 SIZES = {"controls": (12.0, 5.0)}
-HOW_TO_READ = (
-    "Each control group holds items that should not bind like real multi-word terms (V1 to V4 "
-    "name the control family). The table gives each group's mean EB* with a 95% bootstrap CI "
-    "next to the real terms' mean; Cohen's d is real minus group over the pooled SD "
-    "(positive: the group binds less than real terms), with its CI, the permutation p and "
-    "the Holm-adjusted p across groups. Spans of different lengths can move EB* on their "
-    "own, so the matched columns repeat the comparison on real and control items with the "
-    "same span lengths; a difference that survives matching is not a length artefact. An "
-    "interval for d that excludes 0 and a small Holm p mean the group is separated from "
-    "real terms."
-)
 
 
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
@@ -162,6 +151,4 @@ def tables(exp: ExperimentResults) -> list[str]:
     return lines
 
 
-SECTION = Section("controls", TITLE, HOW_TO_READ, SIZES, plots, tables, order=2)
-
-__all__ = ["HOW_TO_READ", "SECTION", "SIZES", "TITLE", "group_means", "plots", "tables"]
+SECTION = Section("controls", TITLE, md.prose("controls"), SIZES, plots, tables, order=2)

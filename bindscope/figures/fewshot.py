@@ -15,16 +15,6 @@ TITLE = "Few-shot and paraphrase prompting"
 #: Inches per figure kind; at DPI 150 each gives whole pixels.
 SIZES = {"fewshot": (8.0, 9.0)}
 CONDITIONS = ("few_shot", "paraphrase")
-HOW_TO_READ = (
-    "Each generation prompt is asked three ways, its stem always unchanged: alone (zero-shot), "
-    "after an example sentence about the term (few-shot), and after a paraphrase of that "
-    "example that avoids the rubric's keywords (paraphrase); each answer gets a rubric score "
-    "in [0, 1]. The delta is the mean paired change from zero-shot, in percentage points (100 "
-    "times the score difference), with a 95% bootstrap CI and a paired permutation p. A "
-    "few-shot gain that the paraphrase keeps says the example taught the model about the "
-    "term; a large few-shot gain with a paraphrase gain near 0 says the answers copied the "
-    "example's keywords. Per-term deltas rest on few prompts each and are descriptive only."
-)
 
 
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
@@ -113,24 +103,20 @@ def tables(exp: ExperimentResults) -> list[str]:
         "paraphrase delta, points [95% CI]",
         "p",
     ]
-    rows = []
-    for label, entry in exp.models.items():
-        cond = entry.get("conditions") or {}
-        delta = entry.get("delta_points") or {}
-        test = entry.get("test") or {}
-        rows.append(
-            [
-                label,
-                *md.nums(cond, "zero_shot", "few_shot", "paraphrase"),
-                md.estimate(delta.get("few_shot"), 1),
-                md.pvalue((test.get("few_shot") or {}).get("p_value")),
-                md.estimate(delta.get("paraphrase"), 1),
-                md.pvalue((test.get("paraphrase") or {}).get("p_value")),
-            ]
-        )
-    return md.table(header, rows)
+    return md.table(header, md.model_rows(exp.models, _row))
 
 
-SECTION = Section("fewshot", TITLE, HOW_TO_READ, SIZES, plots, tables, order=5)
+def _row(label: str, entry: dict) -> Iterator[list[str]]:
+    delta = entry.get("delta_points") or {}
+    test = entry.get("test") or {}
+    yield [
+        label,
+        *md.nums(entry.get("conditions") or {}, "zero_shot", "few_shot", "paraphrase"),
+        md.estimate(delta.get("few_shot"), 1),
+        md.pvalue((test.get("few_shot") or {}).get("p_value")),
+        md.estimate(delta.get("paraphrase"), 1),
+        md.pvalue((test.get("paraphrase") or {}).get("p_value")),
+    ]
 
-__all__ = ["HOW_TO_READ", "SECTION", "SIZES", "TITLE", "plots", "tables", "term_deltas"]
+
+SECTION = Section("fewshot", TITLE, md.prose("fewshot"), SIZES, plots, tables, order=5)

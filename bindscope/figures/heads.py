@@ -19,22 +19,6 @@ from bindscope.results.summaries import ExperimentResults, MissingData, need
 TITLE = "Head taxonomy: sink, previous-token, induction, duplicate-token and binding heads"
 #: Inches per figure kind; at DPI 150 each gives whole pixels.
 SIZES = {"heads_map": (10.0, 6.0), "heads_emergence": (12.0, 7.0)}
-HOW_TO_READ = (
-    "Every head gets six scores, each a mean over texts with a 95% percentile bootstrap CI "
-    "over texts: sink (attention from each query to the text's first position, BOS when the "
-    "model prepends one), previous-token (to the token just before), induction (on random "
-    "tokens repeated twice, from each second-copy token to the token after its first "
-    "occurrence), duplicate-token (to that first occurrence itself), binding (mean BSI over "
-    "the term prompts) and spread (the participation ratio 1/sum p^2, the effective number "
-    "of attended keys; mapped as a fraction of the keys a query sees on average so every "
-    "map shares the 0-1 scale). A head belongs to a class when its mean score is at or "
-    "above that class's threshold (listed with the counts); a head may be in several "
-    "classes. The overlap row says how many of the binding top-k heads (by mean BSI, the "
-    "set C5 ablates) are also sink, previous-token or other kinds of head. Across "
-    "checkpoints, a class forms at the first checkpoint where some head crosses its "
-    "threshold; the induction lead is the training tokens between induction's and the sink's "
-    "first crossing (positive: induction first)."
-)
 CLASSES = ("sink", "previous_token", "induction", "duplicate_token", "binding")  # table order
 MAP_SCORES = ("sink", "previous_token", "induction", "duplicate_token", "binding", "spread")
 NAMES = {
@@ -151,25 +135,9 @@ def emergence(model: str, entry: dict, *, where: str = "summary"):
 
 def tables(exp: ExperimentResults) -> list[str]:
     """The report's head-taxonomy tables, as Markdown lines."""
-    lines: list[str] = []
-    rows = []
-    for label, entry in exp.models.items():
-        classes = entry.get("classes") or {}
-        counts = classes.get("counts") or {}
-        overlap = entry.get("binding_top_overlap") or {}
-        rows.append(
-            [
-                label,
-                *md.nums(entry, "n_layers", "n_heads"),
-                str(entry.get("position_0_is_bos")),
-                *md.nums(counts, *CLASSES),
-                md.heads(entry.get("binding_top")),
-                f"{overlap.get('sink', 0)} sink, {overlap.get('previous_token', 0)} previous",
-            ]
-        )
     header = ["model", "layers", "heads", "position 0 is BOS", "sink", "previous-token"]
     header += ["induction", "duplicate-token", "binding", "binding top-k", "of which"]
-    lines += md.table(header, rows, left=1)
+    lines = md.table(header, md.model_rows(exp.models, _class_row), left=1)
     thresholds = next(iter(exp.models.values()), {}).get("classes", {}).get("thresholds")
     if thresholds:
         lines += [
@@ -189,6 +157,17 @@ def tables(exp: ExperimentResults) -> list[str]:
     return lines
 
 
-SECTION = Section("heads", TITLE, HOW_TO_READ, SIZES, plots, tables, order=6)
+def _class_row(label: str, entry: dict) -> Iterator[list[str]]:
+    counts = (entry.get("classes") or {}).get("counts") or {}
+    overlap = entry.get("binding_top_overlap") or {}
+    yield [
+        label,
+        *md.nums(entry, "n_layers", "n_heads"),
+        str(entry.get("position_0_is_bos")),
+        *md.nums(counts, *CLASSES),
+        md.heads(entry.get("binding_top")),
+        f"{overlap.get('sink', 0)} sink, {overlap.get('previous_token', 0)} previous",
+    ]
 
-__all__ = ["HOW_TO_READ", "SECTION", "SIZES", "TITLE", "emergence", "plots", "score_maps", "tables"]
+
+SECTION = Section("heads", TITLE, md.prose("heads"), SIZES, plots, tables, order=6)

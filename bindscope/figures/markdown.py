@@ -1,10 +1,19 @@
-"""Markdown tables for the report (numbers read as ``bindscope.results.format`` writes them)."""
+"""Markdown for the report: tables and the paragraphs kept as files in ``figures/prose``.
+
+Numbers are read as ``bindscope.results.format`` writes them.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from importlib import resources
+from typing import TypeVar
 
 from bindscope.results.format import DASH, estimate, heads, num, pvalue
+
+E = TypeVar("E")  # a model's summary entry
+R = TypeVar("R")  # a table row
 
 
 def cell(text: object) -> str:
@@ -28,4 +37,47 @@ def table(header: Sequence[str], rows: Sequence[Sequence], *, left: int = 1) -> 
     return [*lines, ""]
 
 
-__all__ = ["DASH", "cell", "estimate", "heads", "num", "nums", "pvalue", "table"]
+def model_rows(models: Mapping[str, E], rows: Callable[[str, E], Iterable[R]]) -> list[R]:
+    """The rows of a table over models, in model order.
+
+    ``rows(label, entry)`` gives each model's rows: one, several, or none when the model has
+    nothing for this table.
+    """
+    return [row for label, entry in models.items() for row in rows(label, entry)]
+
+
+@functools.cache
+def prose(name: str) -> str:
+    """The paragraph in ``figures/prose/<name>.md`` on one line, as the report writes it.
+
+    The file is one Markdown paragraph, wrapped for editing; its lines are joined by spaces.
+
+    Raises:
+        FileNotFoundError: No such file (a new section needs its paragraph; an installed
+            package lacking it was built without its package data).
+        ValueError: The file is empty or holds more than one paragraph.
+    """
+    path = resources.files("bindscope.figures") / "prose" / f"{name}.md"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no paragraph {path}: write bindscope/figures/prose/{name}.md, and keep "
+            '"prose/*.md" in pyproject\'s [tool.setuptools.package-data]'
+        )
+    lines = [line.strip() for line in path.read_text("utf-8").strip().splitlines()]
+    if not lines or "" in lines:
+        raise ValueError(f"{path} must hold exactly one paragraph (no blank lines, not empty)")
+    return " ".join(lines)
+
+
+__all__ = [
+    "DASH",
+    "cell",
+    "estimate",
+    "heads",
+    "model_rows",
+    "num",
+    "nums",
+    "prose",
+    "pvalue",
+    "table",
+]

@@ -12,15 +12,6 @@ from bindscope.results.summaries import ExperimentResults
 TITLE = "Activation patching: which heads carry the clean answer"
 #: Inches per figure kind; at DPI 150 each gives whole pixels.
 SIZES = {"patching": (12.0, 5.0)}
-HOW_TO_READ = (
-    "Each head's (or layer's) output is copied from the clean prompt's run into the "
-    "corrupted prompt's run. Recovery is (patched − corrupted) / (clean − corrupted) of the "
-    "pair's metric (the target's mean log-probability, or a clean-minus-corrupted answer "
-    "logit difference): 1 means the head alone restores the clean behaviour, 0 that it "
-    "carries none of the difference. Means over pairs with 95% paired bootstrap CIs; p is a "
-    "sign-flip permutation test of recovery against 0, adjusted across heads; pairs whose "
-    "clean and corrupted metrics are equal are left out."
-)
 
 
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
@@ -47,6 +38,4 @@ def tables(exp: ExperimentResults) -> list[str]:
     return lines
 
 
-SECTION = Section("patching", TITLE, HOW_TO_READ, SIZES, plots, tables, order=8)
-
-__all__ = ["HOW_TO_READ", "SECTION", "SIZES", "TITLE", "plots", "tables"]
+SECTION = Section("patching", TITLE, md.prose("patching"), SIZES, plots, tables, order=8)

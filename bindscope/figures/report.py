@@ -11,14 +11,6 @@ from bindscope.figures.sections import sections
 from bindscope.results.records import SCHEMA
 from bindscope.results.summaries import VERSION_FIELDS, ExperimentResults, MissingData, load_results
 
-PROVENANCE_HOW_TO_READ = (
-    "Each row is one model as run in one experiment, taken from the provenance stored with "
-    "its first result record. Numbers are only comparable across rows with the same "
-    "prompt set (the hash identifies its exact content), dtype and attention "
-    "implementation; `capture` says whether attention probabilities were read directly "
-    "(eager) or recomputed from queries and keys."
-)
-
 
 def write_report(
     results_dir: str | Path,
@@ -120,7 +112,7 @@ def _provenance(results: dict[str, ExperimentResults]) -> list[str]:
     lines = [
         "## Models and provenance",
         "",
-        f"*How to read these numbers.* {PROVENANCE_HOW_TO_READ}",
+        f"*How to read these numbers.* {md.prose('provenance')}",
         "",
         *_models(results),
         *md.table([*header, "remote", "prompt set (sha256)", "seed"], rows, left=9),
@@ -133,14 +125,6 @@ def _provenance(results: dict[str, ExperimentResults]) -> list[str]:
     elif times:
         lines += [f"Records written at {min(times)} (UTC).", ""]
     return lines
-
-
-MODELS_HOW_TO_READ = (
-    "One row per model: its head count and what its checkpoint is. A base (pretrained) "
-    "model continues text; an instruction-tuned one was further trained to answer, so "
-    "behaviour scores (recognition accuracy, rubric scores) can differ between the two for "
-    "that reason alone, whatever their attention does."
-)
 
 
 def _models(results: dict[str, ExperimentResults]) -> list[str]:
@@ -161,15 +145,7 @@ def _models(results: dict[str, ExperimentResults]) -> list[str]:
     if not seen:
         return []
     header = ["model", "family", "heads (layers x heads)", "checkpoint"]
-    return [f"*Models.* {MODELS_HOW_TO_READ}", "", *md.table(header, list(seen.values()), left=4)]
-
-
-LIMITS_HOW_TO_READ = (
-    "Each line is a limit the experiment's summary found in its own numbers: a p-value that "
-    "cannot reach 0.05 with the random sets, prompts, resamples or terms it had (after the "
-    "correction across heads, for a head scan), a baseline at the floor or ceiling of a 0-1 "
-    "score, prompts left out and why, or a test not run because its group was too small."
-)
+    return [f"*Models.* {md.prose('models')}", "", *md.table(header, list(seen.values()), left=4)]
 
 
 def _limits(results: dict[str, ExperimentResults]) -> list[str]:
@@ -182,7 +158,7 @@ def _limits(results: dict[str, ExperimentResults]) -> list[str]:
     ]
     if not found:
         return []
-    lines = ["## Limits of these results", "", f"*How to read these.* {LIMITS_HOW_TO_READ}", ""]
+    lines = ["## Limits of these results", "", f"*How to read these.* {md.prose('limits')}", ""]
     lines += [f"- `{name}` ({limit['kind']}): {limit['message']}" for name, limit in found]
     return [*lines, ""]
 

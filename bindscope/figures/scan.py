@@ -14,16 +14,6 @@ from bindscope.results.summaries import ExperimentResults, need
 TITLE = "Head scan: what each head's ablation costs"
 #: Inches per figure kind; at DPI 150 each gives whole pixels.
 SIZES = {"scan": (12.0, 5.0)}
-HOW_TO_READ = (
-    "Each head (or layer) is ablated alone. Its effect is the clean score minus the ablated "
-    "score, paired by prompt (log-prob: the correct choice's mean log-probability per token; "
-    "accuracy: the fraction of prompts answered correctly), averaged over prompts with a 95% "
-    "paired bootstrap CI. p is a sign-flip permutation test per head, adjusted across all "
-    "heads (Benjamini-Hochberg unless the summary says Holm); heads with adjusted p < 0.05 "
-    "are marked. The BSI row is the Spearman correlation of the mean-BSI map with the "
-    "log-prob effect map, with a bootstrap CI over prompts: whether heads that bind terms "
-    "are the heads behaviour needs."
-)
 
 
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
@@ -70,6 +60,4 @@ def tables(exp: ExperimentResults) -> list[str]:
     return lines
 
 
-SECTION = Section("scan", TITLE, HOW_TO_READ, SIZES, plots, tables, order=7)
-
-__all__ = ["HOW_TO_READ", "SECTION", "SIZES", "TITLE", "plots", "tables"]
+SECTION = Section("scan", TITLE, md.prose("scan"), SIZES, plots, tables, order=7)

@@ -19,7 +19,8 @@ class Section:
     Attributes:
         experiment: The experiment (its folder ``RESULTS/<experiment>``).
         title: The report's heading.
-        how_to_read: The paragraph under the heading.
+        how_to_read: The paragraph under the heading (``markdown.prose(experiment)``, the
+            Markdown file ``figures/prose/<experiment>.md``).
         sizes: Inches per figure kind (a figure's file stem starts with its kind).
         plots: ``(file stem, builder)`` pairs; a builder returns ``(figure, caption)``.
         tables: The report's Markdown lines.

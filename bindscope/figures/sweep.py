@@ -15,18 +15,6 @@ TITLE = "Checkpoint sweep: emergence and lead-lag"
 #: Inches per figure kind; at DPI 150 each gives whole pixels.
 SIZES = {"sweep_emergence": (8.0, 6.0), "sweep_leadlag": (8.0, 4.4)}
 METHODS = ("pearson", "spearman")
-HOW_TO_READ = (
-    "For each training checkpoint (Hub revision, in training order) EB* and the behaviour "
-    "score (recognition accuracy or generation rubric score, 0 to 1) are averaged per term "
-    "and then over terms; the bands are 95% bootstrap CIs over terms and the thin grey "
-    "lines are single terms. Lead-lag asks, per term, whether EB* at one checkpoint "
-    "predicts behaviour at the next better than behaviour predicts the next EB* (forward "
-    "minus backward lagged correlation, Pearson and Spearman). The lead fraction is the "
-    "share of terms where EB* leads, with a Wilson 95% CI; 0.5 is what no precedence "
-    "would give, and the binomial p tests whether the fraction exceeds 0.5. Decoupling "
-    "counts terms whose binding-behaviour correlation is positive early in training and "
-    "not positive late (strict) or only weaker late (attenuated)."
-)
 
 
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
@@ -203,36 +191,19 @@ def tables(exp: ExperimentResults) -> list[str]:
     lines += md.table(
         [*header, "binomial p (> 0.5)", "mean lead difference [95% CI]"], rows, left=3
     )
-    rows = []
-    for model, entry in exp.models.items():
-        d = entry.get("decoupling") or {}
-        if d.get("skipped") or not d:
-            rows.append([model, d.get("skipped") or "not stored", *[md.DASH] * 6])
-            continue
-        rows.append(
-            [
-                model,
-                md.DASH,
-                *md.nums(d, "split", "n_terms", "n_strict", "n_attenuate"),
-                *md.nums(d, "mean_early", "mean_late"),
-            ]
-        )
+    rows = md.model_rows(exp.models, _decoupling_row)
     header = ["model", "note", "split (revisions early)", "terms", "strict", "attenuated"]
     lines += md.table([*header, "mean early correlation", "mean late correlation"], rows, left=2)
     return lines
 
 
-SECTION = Section("sweep", TITLE, HOW_TO_READ, SIZES, plots, tables, order=4)
+def _decoupling_row(model: str, entry: dict) -> Iterator[list[str]]:
+    d = entry.get("decoupling") or {}
+    if d.get("skipped") or not d:
+        yield [model, d.get("skipped") or "not stored", *[md.DASH] * 6]
+    else:
+        keys = ("split", "n_terms", "n_strict", "n_attenuate", "mean_early", "mean_late")
+        yield [model, md.DASH, *md.nums(d, *keys)]
 
-__all__ = [
-    "HOW_TO_READ",
-    "SECTION",
-    "SIZES",
-    "TITLE",
-    "emergence",
-    "lead_fraction",
-    "leadlag_forest",
-    "leadlag_rows",
-    "plots",
-    "tables",
-]
+
+SECTION = Section("sweep", TITLE, md.prose("sweep"), SIZES, plots, tables, order=4)

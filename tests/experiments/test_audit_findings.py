@@ -14,7 +14,7 @@ from bindscope import cli
 from bindscope.errors import InputError, ModelLoadError
 from bindscope.experiments import binding as binding_experiment
 from bindscope.experiments import controls, fewshot, sweep
-from bindscope.figures.fewshot import HOW_TO_READ
+from bindscope.figures.fewshot import SECTION as FEWSHOT_SECTION
 from bindscope.interventions import Mean, head_means
 from bindscope.metrics import stats
 from bindscope.prompts import PromptRecord, load
@@ -174,8 +174,9 @@ def test_8_lead_lag_counts_one_n_and_names_the_excluded():
 
 
 def test_9_the_few_shot_guide_describes_the_paraphrase_condition():
-    assert "stem always unchanged" in HOW_TO_READ and "copied" in HOW_TO_READ
-    assert "wording" not in HOW_TO_READ
+    guide = FEWSHOT_SECTION.how_to_read
+    assert "stem always unchanged" in guide and "copied" in guide
+    assert "wording" not in guide
 
 
 def test_10_single_token_prompts_are_counted_as_skipped(tiny_llama, tmp_path):

@@ -34,3 +34,14 @@ def test_table_escapes_pipes_and_aligns():
     assert lines[1] == "| :--- | ---: |"
     assert lines[2] == "| a\\|b | 3 |"
     assert md.heads([[0, 1], [2, 3]]) == "L0.H1, L2.H3"
+
+
+def test_model_rows_gives_each_models_rows_in_order():
+    models = {"a": {"tasks": ["x", "y"]}, "b": {"tasks": []}, "c": {"tasks": ["z"]}}
+
+    def rows(label, entry):
+        for task in entry["tasks"]:
+            yield [label, task]
+
+    assert md.model_rows(models, rows) == [["a", "x"], ["a", "y"], ["c", "z"]]
+    assert md.model_rows({}, rows) == []
