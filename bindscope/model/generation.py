@@ -26,29 +26,12 @@ from bindscope.interventions.specs import HeadList, Intervention, PerRow, resolv
 from bindscope.protocols import LanguageModel
 
 
-def generate(
-    model: LanguageModel,
-    texts: Sequence[str],
-    *,
-    max_new_tokens: int,
-    intervene: Intervention = None,
-    per_row: PerRow = None,
-    ablate: HeadList | None = None,
-    batch_size: int = GENERATION_BATCH_SIZE,
-) -> list[str]:
+def generate(model: LanguageModel, texts: Sequence[str], **options: Any) -> list[str]:
     """Greedy continuations (prompt excluded), intervening on every decoding step.
 
-    Arguments as in `generate_ids`.
+    The decoded `generate_ids` (``max_new_tokens=`` and every other keyword as there).
     """
-    ids = generate_ids(
-        model,
-        texts,
-        max_new_tokens=max_new_tokens,
-        intervene=intervene,
-        per_row=per_row,
-        ablate=ablate,
-        batch_size=batch_size,
-    )
+    ids = generate_ids(model, texts, **options)
     return [model.tokenizer.decode(row, skip_special_tokens=True) for row in ids]
 
 
