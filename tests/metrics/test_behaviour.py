@@ -145,3 +145,14 @@ def test_recognition_runs_the_lm_head_only_where_a_score_reads_it(tiny, monkeypa
     }
     assert multi == [1, sum(lengths[c] - 1 for c in REC[0].choices)]
     assert lengths["a"] == lengths["b"] == 1 and rows == [1]  # no choice pass at all
+
+
+def test_the_shared_prefix_cache_goes_by_the_forwards_own_name(tiny):
+    """No deprecated keyword: transformers drops ``past_key_values`` in 5.40 (pin: <6)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        recognition(tiny, REC[:1], strategy="shared_prefix")
+    messages = [str(w.message) for w in caught if "past_key_values" in str(w.message)]
+    assert messages == []
