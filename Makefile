@@ -23,12 +23,15 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# Style, docstrings and complexity (ruff), types (mypy) and the layers contract (import-linter).
+# Style, docstrings and complexity (ruff), types (mypy), the layers contract (import-linter),
+# and the import checks import-linter cannot make: no circle anywhere, every function-level
+# import commented (tests/test_imports.py, a second; make test runs it too).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	$(VENV)/bin/mypy bindscope
 	$(VENV)/bin/lint-imports
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_imports.py
 
 format: $(STAMP)
 	$(VENV)/bin/ruff check --fix $(LINT_PATHS)
