@@ -44,18 +44,8 @@ from bindscope.interventions.ops import (
     run_layers,
     zero_ablate,
 )
-from bindscope.interventions.specs import (
-    HeadList,
-    Intervention,
-    Knockout,
-    Mean,
-    Patch,
-    PerRow,
-    Resample,
-    Spec,
-    Steer,
-    Zero,
-)
+from bindscope.interventions.resolve import HeadList, Intervention, PerRow
+from bindscope.interventions.specs import Knockout, Mean, Patch, Resample, Spec, Steer, Zero
 from bindscope.protocols import LanguageModel
 
 __all__ = [

@@ -471,7 +471,7 @@ class TracePlan:
 
     Attributes:
         edits: ``{(site, layer): [Edit, ...]}``, applied in list order (a text's edits
-            touch disjoint cells: ``specs.resolve_rows`` refuses two specs on one unit).
+            touch disjoint cells: ``resolve.resolve_rows`` refuses two specs on one unit).
         donor_keys: ``(site, layer)`` pairs the donor invoke reads, in execution order.
         knockout: ``{layer: removed [b, H, W, W] bool}`` for this invoke's rows.
         knockout_batch: The same over donor and patched rows together (an empty invoke).

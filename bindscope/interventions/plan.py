@@ -1,4 +1,4 @@
-"""Turn checked row ops (`specs.resolve_rows`) into the `ops.TracePlan` a trace body applies.
+"""Turn checked row ops (`resolve.resolve_rows`) into the `ops.TracePlan` a trace body applies.
 
 A plan holds tensors and small trace-side classes only (``ops`` ships whole to NDIF), and
 ``ops.run_layers(model, plan=plan, donors=...)`` applies it layer by layer:

@@ -10,15 +10,16 @@ layers=[3])``; ``Zero(layers=[0, 1])`` is every head of those layers). ``Steer``
 vector at a site; ``Knockout`` removes attention edges before the softmax.
 
 Each spec class checks itself and turns into row ops for one text (`Spec.row_ops`);
-`resolve_rows` does that for every text before any trace runs, and refuses two specs on the
-same cell of one text. The trace itself sees only tensors (``plan.py`` -> ``ops``).
+``resolve.resolve_rows`` does that for every text before any trace runs, and refuses two
+specs on the same cell of one text. The trace itself sees only tensors (``plan.py`` ->
+``ops``).
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -80,8 +81,11 @@ def _layers(layers) -> Any:
     return tuple(layers) if isinstance(layers, Iterable) else layers
 
 
-class _Context:
-    """What the specs of one call share: the texts, their token counts, drawn donors."""
+class RowContext:
+    """What the specs of one call share: the texts, their token counts, drawn donors.
+
+    ``resolve.resolve_rows`` makes one per call and hands it to every spec's ``row_ops``.
+    """
 
     def __init__(self, model: LanguageModel, texts: Sequence) -> None:
         self.model, self.texts = model, list(texts)
@@ -89,20 +93,23 @@ class _Context:
         self.drawn: dict[int, tuple[int, ...]] = {}  # id(Resample) -> donors, once per call
 
     def ids(self, text) -> list[int]:
+        """A text's token ids (a token-id list as it is)."""
         return self.model.tokenize(text) if isinstance(text, str) else list(text)
 
     def length(self, i: int) -> int:
+        """Text ``i``'s length in tokens (tokenised once per call)."""
         if i not in self._lengths:
             self._lengths[i] = len(self.ids(self.texts[i]))
         return self._lengths[i]
 
     def check_positions(self, spec: str, positions, i: int) -> None:
+        """Refuse positions outside text ``i`` (raises ``InterventionError``)."""
         n = self.length(i)
         bad = [p for p in positions or () if not 0 <= p < n]
         if bad:
             raise InterventionError(
                 f"{self.model.name}: {spec} positions {bad} are outside text #{i} "
-                f"{_short(self.texts[i])} ({n} tokens, positions 0..{n - 1})"
+                f"{short(self.texts[i])} ({n} tokens, positions 0..{n - 1})"
             )
 
 
@@ -206,7 +213,7 @@ class Zero(_Targeted):
     position, in generation every step too.
     """
 
-    def row_ops(self, ctx: _Context, i: int) -> tuple[RowOp, ...]:
+    def row_ops(self, ctx: RowContext, i: int) -> tuple[RowOp, ...]:
         """Check the spec against the model and text ``i``; its row ops for that text."""
         site, units = self.target(ctx.model)
         ctx.check_positions(self.describe(), self.positions, i)
@@ -228,7 +235,7 @@ class Mean(_Targeted):
     __eq__ = object.__eq__
     __hash__ = object.__hash__
 
-    def row_ops(self, ctx: _Context, i: int) -> tuple[RowOp, ...]:
+    def row_ops(self, ctx: RowContext, i: int) -> tuple[RowOp, ...]:
         """Check the spec against the model and text ``i``; its row ops for that text."""
         site, units = self.target(ctx.model)
         ctx.check_positions(self.describe(), self.positions, i)
@@ -253,7 +260,7 @@ class Patch(_Targeted):
         source = self.source
         object.__setattr__(self, "source", (source,) if isinstance(source, str) else tuple(source))
 
-    def row_ops(self, ctx: _Context, i: int) -> tuple[RowOp, ...]:
+    def row_ops(self, ctx: RowContext, i: int) -> tuple[RowOp, ...]:
         """Check the spec against the model and text ``i``; its row ops for that text."""
         model, texts = ctx.model, ctx.texts
         site, units = self.target(model)
@@ -266,8 +273,8 @@ class Patch(_Targeted):
         donor, n = tuple(ctx.ids(source)), ctx.length(i)
         if len(donor) != n:
             raise InterventionError(
-                f"{model.name}: Patch needs equal lengths, but text #{i} {_short(texts[i])} has "
-                f"{n} tokens and its source {_short(source)} has {len(donor)}; choose a source "
+                f"{model.name}: Patch needs equal lengths, but text #{i} {short(texts[i])} has "
+                f"{n} tokens and its source {short(source)} has {len(donor)}; choose a source "
                 "that tokenizes to the same length (or use Resample, aligned from the end)"
             )
         ctx.check_positions("Patch", self.positions, i)
@@ -312,14 +319,14 @@ class Resample(_Targeted):
             candidates = [j for j, ref in enumerate(self.reference) if ref != text]
             if not candidates:
                 raise InterventionError(
-                    f"Resample: text #{i} {_short(text)} has no other text in the reference "
+                    f"Resample: text #{i} {short(text)} has no other text in the reference "
                     "to draw from; add different reference texts"
                 )
             pick = int(torch.randint(len(candidates), (1,), generator=generator))
             chosen.append(candidates[pick])
         return tuple(chosen)
 
-    def row_ops(self, ctx: _Context, i: int) -> tuple[RowOp, ...]:
+    def row_ops(self, ctx: RowContext, i: int) -> tuple[RowOp, ...]:
         """Check the spec against the model and text ``i``; its row ops for that text."""
         site, units = self.target(ctx.model)
         ctx.check_positions("Resample", self.positions, i)
@@ -371,7 +378,7 @@ class Steer:
         """A short form for messages, e.g. ``Zero([(1, 0)])``."""
         return f"Steer({self.site!r}, layer={list(self.layer)!r})"
 
-    def row_ops(self, ctx: _Context, i: int) -> tuple[RowOp, ...]:
+    def row_ops(self, ctx: RowContext, i: int) -> tuple[RowOp, ...]:
         """Check the spec against the model and text ``i``; its row ops for that text."""
         model = ctx.model
         _check_site(model, self.site, self.describe())
@@ -439,7 +446,7 @@ class Knockout:
                 raise InterventionError("Knockout: query= goes with term=")
             object.__setattr__(self, "query", _integer(self.query, "query", self.query))
 
-    def edges_for(self, ctx: _Context, i: int) -> tuple[tuple[int, int], ...]:
+    def edges_for(self, ctx: RowContext, i: int) -> tuple[tuple[int, int], ...]:
         """The edges of text ``i``: ``edges``, or those of the term's span in it."""
         if self.term is None:
             return self.edges
@@ -463,7 +470,7 @@ class Knockout:
             return f"Knockout({list(self.heads)!r})"
         return f"Knockout(layers={list(self.layers)!r})"
 
-    def row_ops(self, ctx: _Context, i: int) -> tuple[RowOp, ...]:
+    def row_ops(self, ctx: RowContext, i: int) -> tuple[RowOp, ...]:
         """Check the spec against the model and text ``i``; its row ops for that text."""
         model = ctx.model
         if self.heads is not None:
@@ -483,7 +490,7 @@ class Knockout:
             if not 0 <= k <= q < n:
                 raise InterventionError(
                     f"{model.name}: Knockout edge ({q}, {k}) is not a causal edge of text #{i} "
-                    f"{_short(ctx.texts[i])} ({n} tokens): need 0 <= key <= query <= {n - 1}"
+                    f"{short(ctx.texts[i])} ({n} tokens): need 0 <= key <= query <= {n - 1}"
                 )
             removed.setdefault(q, set()).add(k)
         _check_rows_keep_a_key(model, heads, removed, ctx.texts[i], i)
@@ -508,121 +515,14 @@ def _check_rows_keep_a_key(model: LanguageModel, heads, removed: dict, text, i: 
                 where = f" (layer {layer} sees the last {window} keys)" if window else ""
                 raise InterventionError(
                     f"{model.name}: Knockout removes every key of query {q}{where} in text "
-                    f"#{i} {_short(text)}; keep at least one key so the row can renormalise"
+                    f"#{i} {short(text)}; keep at least one key so the row can renormalise"
                 )
 
 
-Spec = Zero | Mean | Patch | Resample | Steer | Knockout
-SPEC_TYPES = (Zero, Mean, Patch, Resample, Steer, Knockout)
-# ``(layer, head)`` pairs, or ``{layer: [heads]}`` (``ablate=``, a spec's heads).
-HeadList = Iterable[Sequence[int]] | Mapping[int, Iterable[int]]
-# What ``intervene=`` takes: a spec, a list of specs (or the old list of head pairs), or None.
-Intervention = Spec | Sequence[Spec] | HeadList | None
-# What ``per_row=`` takes: one ``Intervention`` per text, or None.
-PerRow = Sequence[Intervention] | None
-
-
-def _short(text) -> str:
+def short(text) -> str:
+    """``repr(text)``, cut to 60 characters for an error message."""
     text = repr(text)
     return text if len(text) <= 60 else text[:57] + "...'"
-
-
-def as_specs(entry: Intervention) -> tuple:
-    """One ``intervene``/``per_row`` entry as a tuple of specs.
-
-    ``None`` and empty lists mean no intervention; a list of ``(layer, head)`` pairs is
-    short for ``Zero`` of those heads.
-
-    Raises:
-        InterventionError: An entry is neither a spec nor a head list (an unknown kind is
-            never dropped silently).
-    """
-    if entry is None:
-        return ()
-    if isinstance(entry, SPEC_TYPES):
-        return (entry,)
-    if isinstance(entry, dict):
-        entry = [(layer, h) for layer, hs in entry.items() for h in hs]
-    if isinstance(entry, (str, bytes)) or not isinstance(entry, Iterable):
-        raise InterventionError(
-            f"{entry!r} is not an intervention: pass a spec "
-            f"({', '.join(t.__name__ for t in SPEC_TYPES)}), a list of specs, or None"
-        )
-    items = list(entry)
-    if not items:
-        return ()
-    if all(isinstance(x, SPEC_TYPES) for x in items):
-        return tuple(items)
-    if any(isinstance(x, SPEC_TYPES) for x in items):
-        raise InterventionError(
-            "an intervention list mixes specs and (layer, head) pairs; wrap the pairs, "
-            "e.g. [Zero([(2, 8)]), Patch(...)]"
-        )
-    return (Zero(tuple(items)),)
-
-
-def resolve_rows(
-    model: LanguageModel,
-    texts: Sequence,
-    *,
-    intervene: Intervention = None,
-    per_row: PerRow = None,
-    ablate: HeadList | None = None,
-) -> list[tuple[RowOp, ...]]:
-    """Check every spec against the model and the texts; one tuple of row ops per text.
-
-    ``ablate`` (zero-ablation shorthand), ``intervene`` and ``per_row[i]`` add up, in that
-    order.
-
-    Raises:
-        HeadSpecError: A head or layer is out of range (names the model and head).
-        InterventionError: A spec does not fit a text (names the text and what is wrong),
-            or two specs act on the same head (or site) of one text.
-    """
-    texts = list(texts)
-    _check_per_row(per_row, len(texts))
-    shared = as_specs(ablate) + as_specs(intervene)
-    ctx = _Context(model, texts)
-    out = []
-    for i in range(len(texts)):
-        specs = shared + (as_specs(per_row[i]) if per_row else ())
-        row: list[RowOp] = []
-        for spec in specs:
-            row.extend(spec.row_ops(ctx, i))
-        _check_claims(model, row, i)
-        out.append(tuple(row))
-    return out
-
-
-def _check_claims(model: LanguageModel, row: list[RowOp], i: int) -> None:
-    """Refuse two ops on one cell of a text: one would silently undo or hide the other.
-
-    Steers add up (additions commute), so several may share a cell.
-    """
-    owner: dict[tuple[str, int, int], RowOp] = {}
-    for op in row:
-        for cell in op.cells():
-            other = owner.setdefault(cell, op)
-            if other is op or (other.composes and op.composes):
-                continue
-            site, layer, unit = cell
-            where = f"head {(layer, unit)}" if site == "head_out" else f"{site} of layer {layer}"
-            raise InterventionError(
-                f"{model.name}: text #{i}: {where} is in both {other.spec} and {op.spec}; one "
-                "spec per head (or site) and text (their effects do not compose: the later "
-                "edit would overwrite or hide the earlier one). Drop it from one of them, or "
-                "run them in separate calls"
-            )
-
-
-def _check_per_row(per_row, n_texts: int) -> None:
-    """``per_row`` must have one entry per text (raises ``InterventionError``)."""
-    if per_row is not None and (isinstance(per_row, SPEC_TYPES) or len(per_row) != n_texts):
-        count = 1 if isinstance(per_row, SPEC_TYPES) else len(per_row)
-        raise InterventionError(
-            f"per_row has {count} entries for {n_texts} texts; give one spec, list of "
-            "specs or None per text (or use intervene= for the same spec on every text)"
-        )
 
 
 def _check_means(
@@ -673,3 +573,8 @@ def _windows(model: LanguageModel) -> tuple[int | None, ...]:
     """Each layer's sliding window (None: full attention; no config: all full)."""
     config = getattr(getattr(model, "hf", None), "config", None)
     return attention_windows(config) if config is not None else ()
+
+
+Spec = Zero | Mean | Patch | Resample | Steer | Knockout
+#: Every spec class: ``resolve.as_specs`` recognises these (a new spec is added here).
+SPEC_TYPES = (Zero, Mean, Patch, Resample, Steer, Knockout)

@@ -16,7 +16,7 @@ from bindscope.batch import DEFAULT_BATCH_SIZE, check_texts, widened
 from bindscope.errors import InterventionError
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import PlannedBatch, plan_batches
-from bindscope.interventions.specs import HeadList, Intervention, PerRow, resolve_rows
+from bindscope.interventions.resolve import HeadList, Intervention, PerRow, resolve_rows
 from bindscope.metrics.binding import bsi_from_probs
 from bindscope.nnsight_private import underlying_module
 from bindscope.prompts.spans import locate

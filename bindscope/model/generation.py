@@ -22,7 +22,7 @@ from bindscope.batch import (
 from bindscope.errors import InputError, InterventionError
 from bindscope.interventions import ops
 from bindscope.interventions.plan import plan_batches
-from bindscope.interventions.specs import HeadList, Intervention, PerRow, resolve_rows
+from bindscope.interventions.resolve import HeadList, Intervention, PerRow, resolve_rows
 from bindscope.protocols import LanguageModel
 
 

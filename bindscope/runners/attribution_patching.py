@@ -28,8 +28,8 @@ import torch
 
 from bindscope.errors import InputError
 from bindscope.interventions import Knockout, Mean, Patch, Resample, Zero
+from bindscope.interventions.resolve import resolve_rows
 from bindscope.interventions.rowops import DonorOp, KnockoutOp, ReplaceOp, RowOp
-from bindscope.interventions.specs import resolve_rows
 from bindscope.protocols import LanguageModel
 from bindscope.runners import attribution_ops
 from bindscope.runners.attribution_metrics import (
@@ -88,7 +88,7 @@ def _split(entry) -> tuple[list, list]:
 def _row_ops(model: LanguageModel, texts: list, intervene, per_row) -> list[list]:
     """Checked ops of every text as ``(RowOp, is_pattern)`` pairs.
 
-    The one place that reads ``bindscope.interventions.specs.resolve_rows``' ops: the specs'
+    The one place that reads ``bindscope.interventions.resolve.resolve_rows``' ops: the specs'
     checks (lengths, donors drawn with the seed, edges) are the engine's own.
     """
     if intervene is None and per_row is None:

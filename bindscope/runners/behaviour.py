@@ -24,15 +24,8 @@ from bindscope.errors import InputError, InterventionError
 from bindscope.interventions import ops
 from bindscope.interventions.ops import run_layers
 from bindscope.interventions.plan import plan_batch
-from bindscope.interventions.specs import (
-    HeadList,
-    Intervention,
-    Patch,
-    PerRow,
-    Resample,
-    as_specs,
-    resolve_rows,
-)
+from bindscope.interventions.resolve import HeadList, Intervention, PerRow, as_specs, resolve_rows
+from bindscope.interventions.specs import Patch, Resample
 from bindscope.metrics.behaviour import (
     GenerationResult,
     RecognitionResult,

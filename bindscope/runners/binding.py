@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from bindscope.errors import InputError, PromptTooLongError, SpanNotFoundError
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import plan_batches
-from bindscope.interventions.specs import HeadList, Intervention, resolve_rows
+from bindscope.interventions.resolve import HeadList, Intervention, resolve_rows
 from bindscope.metrics.binding import BindingResult, span_pair_index, summarize
 from bindscope.prompts.context import length_problem
 from bindscope.prompts.records import PromptRecord

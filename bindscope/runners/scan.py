@@ -31,7 +31,7 @@ from bindscope.interventions import Mean, Zero, ops
 from bindscope.interventions.heads import Head
 from bindscope.interventions.ops import by_layer
 from bindscope.interventions.plan import Planner, plan_batch
-from bindscope.interventions.specs import resolve_rows
+from bindscope.interventions.resolve import resolve_rows
 from bindscope.protocols import LanguageModel
 from bindscope.runners.behaviour import keeps_logits
 

@@ -1,0 +1,120 @@
+"""What ``intervene=``, ``per_row=`` and ``ablate=`` take, and their checked row ops.
+
+`as_specs` reads one entry (a spec, a list of specs, a head list or None); `resolve_rows`
+checks every spec of a call against the model and the texts before any trace runs, and
+refuses two specs on one cell (head, or site of a layer) of a text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from bindscope.errors import InterventionError
+from bindscope.interventions.rowops import RowOp
+from bindscope.interventions.specs import SPEC_TYPES, RowContext, Spec, Zero
+from bindscope.protocols import LanguageModel
+
+# ``(layer, head)`` pairs, or ``{layer: [heads]}`` (``ablate=``, a spec's heads).
+HeadList = Iterable[Sequence[int]] | Mapping[int, Iterable[int]]
+# What ``intervene=`` takes: a spec, a list of specs (or the old list of head pairs), or None.
+Intervention = Spec | Sequence[Spec] | HeadList | None
+# What ``per_row=`` takes: one ``Intervention`` per text, or None.
+PerRow = Sequence[Intervention] | None
+
+
+def as_specs(entry: Intervention) -> tuple:
+    """One ``intervene``/``per_row`` entry as a tuple of specs.
+
+    ``None`` and empty lists mean no intervention; a list of ``(layer, head)`` pairs is
+    short for ``Zero`` of those heads.
+
+    Raises:
+        InterventionError: An entry is neither a spec nor a head list (an unknown kind is
+            never dropped silently).
+    """
+    if entry is None:
+        return ()
+    if isinstance(entry, SPEC_TYPES):
+        return (entry,)
+    if isinstance(entry, dict):
+        entry = [(layer, h) for layer, hs in entry.items() for h in hs]
+    if isinstance(entry, (str, bytes)) or not isinstance(entry, Iterable):
+        raise InterventionError(
+            f"{entry!r} is not an intervention: pass a spec "
+            f"({', '.join(t.__name__ for t in SPEC_TYPES)}), a list of specs, or None"
+        )
+    items = list(entry)
+    if not items:
+        return ()
+    if all(isinstance(x, SPEC_TYPES) for x in items):
+        return tuple(items)
+    if any(isinstance(x, SPEC_TYPES) for x in items):
+        raise InterventionError(
+            "an intervention list mixes specs and (layer, head) pairs; wrap the pairs, "
+            "e.g. [Zero([(2, 8)]), Patch(...)]"
+        )
+    return (Zero(tuple(items)),)
+
+
+def resolve_rows(
+    model: LanguageModel,
+    texts: Sequence,
+    *,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
+    ablate: HeadList | None = None,
+) -> list[tuple[RowOp, ...]]:
+    """Check every spec against the model and the texts; one tuple of row ops per text.
+
+    ``ablate`` (zero-ablation shorthand), ``intervene`` and ``per_row[i]`` add up, in that
+    order.
+
+    Raises:
+        HeadSpecError: A head or layer is out of range (names the model and head).
+        InterventionError: A spec does not fit a text (names the text and what is wrong),
+            or two specs act on the same head (or site) of one text.
+    """
+    texts = list(texts)
+    _check_per_row(per_row, len(texts))
+    shared = as_specs(ablate) + as_specs(intervene)
+    ctx = RowContext(model, texts)
+    out = []
+    for i in range(len(texts)):
+        specs = shared + (as_specs(per_row[i]) if per_row else ())
+        row: list[RowOp] = []
+        for spec in specs:
+            row.extend(spec.row_ops(ctx, i))
+        _check_claims(model, row, i)
+        out.append(tuple(row))
+    return out
+
+
+def _check_claims(model: LanguageModel, row: list[RowOp], i: int) -> None:
+    """Refuse two ops on one cell of a text: one would silently undo or hide the other.
+
+    Steers add up (additions commute), so several may share a cell.
+    """
+    owner: dict[tuple[str, int, int], RowOp] = {}
+    for op in row:
+        for cell in op.cells():
+            other = owner.setdefault(cell, op)
+            if other is op or (other.composes and op.composes):
+                continue
+            site, layer, unit = cell
+            where = f"head {(layer, unit)}" if site == "head_out" else f"{site} of layer {layer}"
+            raise InterventionError(
+                f"{model.name}: text #{i}: {where} is in both {other.spec} and {op.spec}; one "
+                "spec per head (or site) and text (their effects do not compose: the later "
+                "edit would overwrite or hide the earlier one). Drop it from one of them, or "
+                "run them in separate calls"
+            )
+
+
+def _check_per_row(per_row, n_texts: int) -> None:
+    """``per_row`` must have one entry per text (raises ``InterventionError``)."""
+    if per_row is not None and (isinstance(per_row, SPEC_TYPES) or len(per_row) != n_texts):
+        count = 1 if isinstance(per_row, SPEC_TYPES) else len(per_row)
+        raise InterventionError(
+            f"per_row has {count} entries for {n_texts} texts; give one spec, list of "
+            "specs or None per text (or use intervene= for the same spec on every text)"
+        )
