@@ -8,6 +8,8 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
+from tests.reference_sites import greedy_reference
+
 PROB_ZERO: dict[int, list[int]] = {}
 PROB_SET: dict[tuple[int, int], torch.Tensor] = {}  # (layer, head) -> [n, n] probabilities
 
@@ -109,14 +111,5 @@ def hf_greedy_under_pre_hooks(model, text: str, heads, max_new_tokens: int) -> l
 
     Returns the new token ids up to (not including) the first end-of-sequence token.
     """
-    prompt = torch.tensor([model.tokenize(text)])
-    with pre_hooks(model.hf, model.family, heads, model.n_heads, model.head_dim), torch.no_grad():
-        ref = model.hf.generate(
-            prompt,
-            attention_mask=torch.ones_like(prompt),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            pad_token_id=model.tokenizer.pad_token_id,
-        )[0, prompt.shape[1] :].tolist()
-    eos = model.tokenizer.eos_token_id
-    return ref[: ref.index(eos)] if eos in ref else ref
+    hooks = pre_hooks(model.hf, model.family, heads, model.n_heads, model.head_dim)
+    return greedy_reference(model, model.tokenize(text), max_new_tokens, hooks)
