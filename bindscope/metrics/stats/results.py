@@ -11,6 +11,10 @@ METHOD_DEGENERATE = "degenerate"
 METHOD_WILSON = "wilson"
 
 
+# Each result class's field types, evaluated once (summaries call ``to_dict`` per head).
+_DECLARED: dict[type, dict[str, Any]] = {}
+
+
 class _PlainResult:
     """Base of the result dataclasses: their ``to_dict``."""
 
@@ -23,7 +27,10 @@ class _PlainResult:
         Each field is converted to its declared type, so numpy scalars become plain
         Python values that JSON takes.
         """
-        declared = get_type_hints(type(self))
+        cls = type(self)
+        if cls not in _DECLARED:
+            _DECLARED[cls] = get_type_hints(cls)
+        declared = _DECLARED[cls]
         return {f.name: declared[f.name](getattr(self, f.name)) for f in fields(self)}
 
 
