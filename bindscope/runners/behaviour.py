@@ -182,7 +182,7 @@ def keeps_logits(model: LanguageModel) -> bool:
     return "logits_to_keep" in inspect.signature(model.hf.forward).parameters
 
 
-def cache_name(model: LanguageModel) -> str:
+def _cache_name(model: LanguageModel) -> str:
     """The forward's name for the key/value cache, also the output's field.
 
     ``cache`` in the transformers 5 releases that renamed it (``past_key_values`` still
@@ -216,7 +216,7 @@ def _shared_prefix_batch(model: LanguageModel, batch, choices, rows):
         if plan:
             run_layers(model, plan=plan)
         first = ops.final_logits(model)[:, -1].float().log_softmax(-1).save()  # [b, V]
-        cache = getattr(tracer.result, cache_name(model)).save()
+        cache = getattr(tracer.result, _cache_name(model)).save()
     flat = [c for cs in choices for c in cs]  # row r*n_c + j
     if max(len(c) for c in flat) == 1:  # one-token choices: the prompt pass scored them
         rest = torch.zeros(b * n_c)
@@ -267,7 +267,7 @@ def _choice_pass(model: LanguageModel, batch, flat, cache, rows, n_c: int):
         input_ids=ids,
         attention_mask=torch.cat([prompt_mask, cmask], 1),
         position_ids=position_ids,
-        **{cache_name(model): cache},
+        **{_cache_name(model): cache},
         use_cache=True,
     ):
         if plan:
