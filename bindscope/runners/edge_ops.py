@@ -15,7 +15,7 @@ input residual, the final residual for the logits).
 ``geo`` (built by ``edges.py``): ``w_o`` ``{layer: [H, hd, d]}``, the output projection of
 each head as a matrix; ``post``, the module after the output projection whose output is
 ``attn_out`` (a sandwich norm), or ``""``; ``head_out`` and ``attn_out`` module paths;
-``label``, the attention call; ``mlp_reads``, ``"resid_mid"`` or ``"resid_pre"``
+``label``, the attention call (``qkv``: the index of its query argument); ``mlp_reads``, ``"resid_mid"`` or ``"resid_pre"``
 (a parallel residual); ``slots``, the scratch rows per text of a path-patching pass.
 """
 
@@ -79,11 +79,14 @@ def head_deltas(model, geo, layer, z_cur, z_cor, sets, o_cur=None, a_cur=None):
 
 
 def attention_qkv(model, geo, layer):
-    """The attention call of ``layer`` and its query, key and value ``[b, H|KV, s, hd]``."""
+    """The attention call of ``layer``, its inputs, and where its query, key and value are.
+
+    Query, key and value (``[b, H|KV, s, hd]``) are ``args[first : first + 3]``.
+    """
     attn = model.nnsight.model.layers[layer].self_attn
     call = getattr(attn.source, geo["label"])
     args, kwargs = call.inputs
-    return call, args, kwargs
+    return call, args, kwargs, geo["qkv"]
 
 
 def _interpolate(model, geo, plan):
@@ -117,8 +120,8 @@ def edge_gradients(model, geo, plan, terms):
         if layer == 0 and corrupt is not None:
             deltas.append((corrupt["embed"].to(x.device, x.dtype) - x)[None].detach())
         inputs.append(x)
-        _, args, _ = attention_qkv(model, geo, layer)
-        qkv.append((args[1], args[2], args[3]))
+        _, args, _, first = attention_qkv(model, geo, layer)
+        qkv.append(tuple(args[first : first + 3]))
         if corrupt is not None:
             z = at(model, layer, "head_out")
             o = a = None
@@ -224,12 +227,12 @@ def path_patched(model, geo, plan, terms):
                 x[rows + slot] = x[:b] + delta[r]
         attention = [entry for entry in receivers if entry[1] != "mlp"]
         if attention:
-            call, args, kwargs = attention_qkv(model, geo, layer)
-            new = [args[1].clone(), args[2].clone(), args[3].clone()]
+            call, args, kwargs, first = attention_qkv(model, geo, layer)
+            new = [t.clone() for t in args[first : first + 3]]
             for slot, kind, unit, _ in attention:
                 t = new["qkv".index(kind)]
                 t[:b, unit] = t[rows + slot, unit]
-            call.inputs = ((*args[:1], *new, *args[4:]), kwargs)
+            call.inputs = ((*args[:first], *new, *args[first + 3 :]), kwargs)
         if layer in heads:
             z = at(model, layer, "head_out")
             o = a = None

@@ -312,6 +312,7 @@ def _geometry(model: LanguageModel) -> dict:
             f"{model.name} ({model.family}): attn_out is the input of {attn_module!r}; edges "
             "need it as the attention block's output (a module's output)"
         )
+    label, mask_index = model.knockout_site  # the attention call and its mask argument
     width = model.n_heads * model.head_dim
     w_o = {}
     with torch.no_grad():
@@ -328,7 +329,8 @@ def _geometry(model: LanguageModel) -> dict:
         "w_o": w_o,
         "post": post,
         "head_out": head_module,
-        "label": model.attention_call_label,
+        "label": label,
+        "qkv": mask_index - 3,  # query, key, value come just before the mask
         "mlp_reads": "resid_pre" if "resid_mid" not in sites else "resid_mid",
         "slots": model.n_heads + 2 * model.n_kv_heads + 1,
     }

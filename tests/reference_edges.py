@@ -1,0 +1,128 @@
+"""An independent reference for edges: plain torch hooks on the native HF modules.
+
+One receiver of one text reads its own copy of the residual stream: the text runs as two
+rows, the second gets ``added`` at the receiver's input (its layer input for a query, key
+or value; the MLP's input residual; the final residual for the logits), and the receiver's
+query, key or value (an HF attention function, no nnsight) or MLP output is copied from
+the second row into the first. A sender's change is measured the same way: the site
+tensors of two plain forward passes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+from tests.reference import _prob_zero_attention
+from tests.reference_sites import hooked
+
+SPLICE: dict[int, tuple[str, int]] = {}  # layer -> (q|k|v, head or group)
+
+
+def _splice_attention(module, query, key, value, attention_mask, **kwargs):
+    """Eager attention whose row 0 takes one head's (or group's) q, k or v from row 1."""
+    spliced = SPLICE.get(module.layer_idx)
+    if spliced is not None:
+        kind, unit = spliced
+        tensors = {"q": query, "k": key, "v": value}
+        t = tensors[kind].clone()
+        t[0, unit] = t[1, unit]
+        tensors[kind] = t
+        query, key, value = tensors["q"], tensors["k"], tensors["v"]
+    return _prob_zero_attention(module, query, key, value, attention_mask, **kwargs)
+
+
+AttentionInterface.register("bindscope_splice", _splice_attention)
+AttentionMaskInterface.register("bindscope_splice", eager_mask)
+
+
+def _second_row(added: torch.Tensor):
+    def edit(x):
+        return x + torch.stack([torch.zeros_like(added), added]).to(x.dtype)
+
+    return edit
+
+
+def _copy_second_row(y):
+    return torch.stack([y[1], y[1]])
+
+
+def receiver_logits(model, ids: list[int], receiver: str, added: torch.Tensor) -> torch.Tensor:
+    """Last-position logits ``[V]`` of ``ids`` with ``receiver`` reading ``x + added``.
+
+    ``receiver`` is named as in ``EdgeGraph.receivers``; ``added`` is ``[n, d]``.
+    """
+    hf, family = model.hf, model.family
+    inputs = torch.tensor([ids, ids])
+    with contextlib.ExitStack() as stack:
+        if receiver == "logits":
+            last = model.n_layers - 1
+            stack.enter_context(hooked(hf, family, "resid_post", last, edit=_second_row(added)))
+            stack.enter_context(hooked(hf, family, "resid_post", last, edit=_copy_second_row))
+        elif receiver.startswith("m"):
+            layer = int(receiver[1:])
+            reads = "resid_pre" if "resid_mid" not in model.sites else "resid_mid"
+            stack.enter_context(hooked(hf, family, reads, layer, edit=_second_row(added)))
+            stack.enter_context(hooked(hf, family, "mlp_out", layer, edit=_copy_second_row))
+        else:
+            layer, rest = receiver[1:].split(".", 1)
+            SPLICE.clear()
+            SPLICE[int(layer)] = (rest[-2], int(rest[1:].split("<")[0]))
+            previous = hf.config._attn_implementation
+            hf.set_attn_implementation("bindscope_splice")
+            stack.callback(hf.set_attn_implementation, previous)
+            stack.callback(SPLICE.clear)
+            stack.enter_context(hooked(hf, family, "resid_pre", int(layer), edit=_second_row(added)))
+        return hf(inputs).logits[0, -1]
+
+
+def read_input(model, ids: list[int], receiver: str) -> torch.Tensor:
+    """``[n, d]``: the residual ``receiver`` reads on ``ids`` (one plain forward pass)."""
+    if receiver == "logits":
+        site, layer = "resid_post", model.n_layers - 1
+    elif receiver.startswith("m"):
+        site, layer = ("resid_mid" if "resid_mid" in model.sites else "resid_pre"), int(receiver[1:])
+    else:
+        site, layer = "resid_pre", int(receiver[1:].split(".")[0])
+    found: list[torch.Tensor] = []
+    with hooked(model.hf, model.family, site, layer, into=found), torch.no_grad():
+        model.hf(torch.tensor([ids]))
+    return found[0][0]
+
+
+def sender_delta(model, clean: list[int], corrupted: list[int], sender: str) -> torch.Tensor:
+    """``[n, d]``: the sender's corrupted minus clean output into the residual stream.
+
+    A head's output is its layer's ``attn_out`` with only that head's slice of the output
+    projection's input taken from the corrupted run.
+    """
+    hf, family = model.hf, model.family
+
+    def run(ids, site, layer, edit=None, into_site=None):
+        found: list[torch.Tensor] = []
+        with contextlib.ExitStack() as stack, torch.no_grad():
+            if edit is not None:
+                stack.enter_context(hooked(hf, family, "head_out", layer, edit=edit))
+            stack.enter_context(hooked(hf, family, into_site or site, layer, into=found))
+            hf(torch.tensor([ids]))
+        return found[0][0]
+
+    if sender == "embed":
+        return run(corrupted, "resid_pre", 0) - run(clean, "resid_pre", 0)
+    if sender.startswith("m"):
+        layer = int(sender[1:])
+        return run(corrupted, "mlp_out", layer) - run(clean, "mlp_out", layer)
+    layer, head = (int(x) for x in sender[1:].split(".h"))
+    z_cor = run(corrupted, "head_out", layer)
+    hd = model.head_dim
+
+    def swap(z):
+        z = z.clone()
+        z[..., head * hd : (head + 1) * hd] = z_cor[..., head * hd : (head + 1) * hd]
+        return z
+
+    swapped = run(clean, "attn_out", layer, edit=swap)
+    return swapped - run(clean, "attn_out", layer)

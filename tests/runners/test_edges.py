@@ -1,0 +1,187 @@
+"""Edges on every family: exact path patching and EAP against plain torch (tests/reference_edges.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from bindscope.errors import InputError
+from bindscope.runners.attribution_metrics import LogitDifference
+from bindscope.runners.edges import edge_attribution, edge_graph, path_patching
+from tests.reference_edges import read_input, receiver_logits, sender_delta
+from tests.tolerance import SAFETY
+
+EPS = torch.finfo(torch.float32).eps
+CORRECT, WRONG = 5, 7
+
+
+def _pairs(model):
+    """Two pairs of random token ids (lengths 7 and 5: the batch is left-padded)."""
+    generator = torch.Generator().manual_seed(0)
+    clean = [torch.randint(3, 700, (n,), generator=generator).tolist() for n in (7, 5)]
+    corrupted = [list(c) for c in clean]
+    corrupted[0][2], corrupted[0][4], corrupted[1][1] = 50, 60, 70
+    if model.prepend_bos:  # the same first token in both
+        for c, k in zip(clean, corrupted):
+            k[0] = c[0]
+    return clean, corrupted
+
+
+def _edges(model):
+    """One edge of each kind: embed -> q, head -> k, head -> v, MLP -> MLP, head -> logits."""
+    last = model.n_layers - 1
+    return [
+        ("embed", "a0.h1<q>"),
+        ("a0.h2", f"a1.g{model.n_kv_heads - 1}<k>"),
+        ("m0", "a1.g0<v>"),
+        ("a0.h0", "m1"),
+        ("m0", "m2"),
+        (f"a{last}.h3", "logits"),
+    ]
+
+
+def _metric(logits):
+    return logits[CORRECT] - logits[WRONG]
+
+
+def _bound(magnitude, width, depth):
+    """Rounding of one value of size ``magnitude`` through ``depth`` layers of dot products
+    ``width`` wide (tests/tolerance.py), twice: ours and the reference's orderings."""
+    return 2 * SAFETY * EPS * magnitude * math.sqrt(width) * depth
+
+
+@pytest.fixture(scope="module")
+def scored(tiny):
+    tiny.hf.requires_grad_(True)
+    clean, corrupted = _pairs(tiny)
+    metric = LogitDifference(CORRECT, WRONG)
+    scores = edge_attribution(tiny, clean, corrupted, metric, method="eap")
+    return tiny, clean, corrupted, metric, scores
+
+
+def test_path_patching_matches_reference(scored):
+    model, clean, corrupted, metric, scores = scored
+    graph = scores.graph
+    for edge in _edges(model):
+        ours = path_patching(model, clean, corrupted, metric, [edge])
+        for p in range(2):
+            delta = sender_delta(model, clean[p], corrupted[p], edge[0])
+            with torch.no_grad():
+                ref = float(_metric(receiver_logits(model, clean[p], edge[1], delta)))
+                # negative controls: a wrong sender, a wrong receiver, a wrong input kind
+                wrong_sender = sender_delta(model, clean[p], corrupted[p], _other_sender(edge[0]))
+                wrongs = [
+                    float(_metric(receiver_logits(model, clean[p], edge[1], wrong_sender))),
+                    float(_metric(receiver_logits(model, clean[p], _other(model, edge[1]), delta))),
+                ]
+            effect = abs(ref - scores.clean[p])
+            bound = _bound(max(abs(ref), 1.0), model.d_model, model.n_layers + 1)
+            assert abs(ours[p] - ref) <= bound, (edge, p, ours[p], ref, bound)
+            for wrong in wrongs:
+                assert abs(ours[p] - wrong) > 100 * bound or effect < 100 * bound, (edge, wrong)
+    assert graph.n_edges == int(graph.valid.sum())
+
+
+def _other_sender(sender: str) -> str:
+    if sender == "embed":
+        return "m0"
+    if sender.startswith("m"):
+        return "a0.h1"
+    layer, head = sender[1:].split(".h")
+    return f"a{layer}.h{(int(head) + 1) % 4}"
+
+
+def _other(model, receiver: str) -> str:
+    """Another receiver: a query for a key/value, a key for a query, another MLP or head."""
+    if receiver == "logits":
+        return f"m{model.n_layers - 1}"
+    if receiver.startswith("m"):
+        return f"a{receiver[1:]}.h0<q>"
+    layer, rest = receiver[1:].split(".", 1)
+    if rest.endswith("<q>"):
+        return f"a{layer}.g0<k>"
+    return f"a{layer}.h1<q>"
+
+
+def test_eap_scores_are_gradient_times_difference(scored):
+    model, clean, corrupted, _, scores = scored
+    graph = scores.graph
+    for sender, receiver in _edges(model):
+        i, j = graph.senders.index(sender), graph.receivers.index(receiver)
+        for p in range(2):
+            delta = sender_delta(model, clean[p], corrupted[p], sender)
+            added = torch.zeros_like(delta, requires_grad=True)
+            value = _metric(receiver_logits(model, clean[p], receiver, added))
+            (grad,) = torch.autograd.grad(value, added)
+            ref = float((grad * delta).sum())
+            magnitude = float((grad * delta).abs().sum())
+            bound = _bound(magnitude, model.d_model, model.n_layers + 1)
+            assert abs(scores.scores[p, i, j] - ref) <= bound, (sender, receiver, p)
+
+
+def test_incoming_scores_sum_to_node_attribution(scored):
+    """Sum over a receiver's senders = gradient at its input x (corrupted - clean input).
+
+    With a norm after the attention output (OLMo 2, Gemma 2/3) the heads' changes do not
+    add up, so there only the first layer's query/key/value receivers (embedding only) count.
+    """
+    model, clean, corrupted, _, scores = scored
+    graph = scores.graph
+    sandwich = model.sites["attn_out"][0] != "self_attn"
+    receivers = ["a0.h0<q>", "a0.g0<v>"] if sandwich else ["a1.h2<q>", "m1", "logits"]
+    for receiver in receivers:
+        j = graph.receivers.index(receiver)
+        for p in range(2):
+            x = read_input(model, clean[p], receiver)
+            x_cor = read_input(model, corrupted[p], receiver)
+            added = torch.zeros_like(x, requires_grad=True)
+            value = _metric(receiver_logits(model, clean[p], receiver, added))
+            (grad,) = torch.autograd.grad(value, added)
+            node = float((grad * (x_cor - x)).sum())
+            total = float(scores.scores[p, :, j].sum())
+            magnitude = float((grad.abs() * (x_cor - x).abs()).sum()) + 1e-3
+            bound = _bound(magnitude, model.d_model, model.n_layers + 1) * len(graph.senders)
+            assert abs(total - node) <= bound, (receiver, p, total, node)
+
+
+def test_every_edge_and_no_edge(scored):
+    """Patching every edge gives the corrupted metric; patching none the clean one."""
+    model, clean, corrupted, metric, scores = scored
+    graph = scores.graph
+    everything = path_patching(model, clean, corrupted, metric, graph.valid)
+    nothing = path_patching(model, clean, corrupted, metric, np.zeros_like(graph.valid))
+    bound = _bound(float(np.abs(scores.corrupted).max()) + 1, model.d_model, model.n_layers + 1)
+    np.testing.assert_allclose(everything, scores.corrupted, atol=bound * 4, rtol=0)
+    np.testing.assert_allclose(nothing, scores.clean, atol=bound, rtol=0)
+    assert np.abs(scores.clean - scores.corrupted).min() > 1000 * bound  # the control moves
+
+
+def test_eap_ig_one_step_is_eap(scored):
+    model, clean, corrupted, metric, scores = scored
+    one = edge_attribution(model, clean, corrupted, metric, method="eap-ig", steps=1)
+    np.testing.assert_array_equal(one.scores, scores.scores)
+    three = edge_attribution(model, clean, corrupted, metric, method="eap-ig", steps=3)
+    assert not np.allclose(three.scores, scores.scores)  # the steps are used
+
+
+def test_graph_shape(tiny):
+    graph = edge_graph(tiny)
+    heads, kv, layers = tiny.n_heads, tiny.n_kv_heads, tiny.n_layers
+    assert len(graph.senders) == 1 + layers * (heads + 1)
+    assert len(graph.receivers) == layers * (heads + 2 * kv + 1) + 1
+    same_layer = graph.valid[graph.senders.index("a0.h0"), graph.receivers.index("m0")]
+    assert same_layer == ("resid_mid" in tiny.sites)  # a parallel residual's MLP reads resid_pre
+    assert not graph.valid[graph.senders.index("a1.h0"), graph.receivers.index("a1.h0<q>")]
+
+
+def test_bad_edges_are_refused(tiny):
+    graph = edge_graph(tiny)
+    with pytest.raises(InputError, match="not a node"):
+        graph.index([("a0.h99", "logits")])
+    with pytest.raises(InputError, match="does not read"):
+        graph.index([("a1.h0", "a0.h0<q>")])
+    with pytest.raises(InputError, match="same length|tokenize"):
+        path_patching(tiny, [[5, 6, 7]], [[5, 6]], LogitDifference(1, 2), [("embed", "logits")])
