@@ -1,0 +1,158 @@
+"""A circuit (a set of edges) and how much of the behaviour it keeps.
+
+`faithfulness` keeps a circuit's edges clean and patches every other edge with its
+corrupted value (`edges.path_patching`), and reports the share of the clean-minus-corrupted
+metric kept, with a bootstrap CI over pairs, beside the same share for random circuits of
+the same size (a null). `stability` is the share of the top-n edges that stay in the top n
+when the pairs are resampled. `verify` measures the top edges exactly and compares them
+with their estimates (Spearman, recall@K).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import spearmanr
+
+from bindscope.metrics.stats.estimates import Estimate, bootstrap_statistic
+from bindscope.protocols import LanguageModel
+from bindscope.runners.edges import Edge, EdgeScores, path_patching
+
+__all__ = ["Faithfulness", "Verification", "faithfulness", "stability", "top_mask", "verify"]
+
+
+@dataclass(frozen=True)
+class Faithfulness:
+    """How much of the metric a circuit keeps.
+
+    Attributes:
+        n_edges: Edges in the circuit.
+        share: ``(patched - corrupted) / (clean - corrupted)`` of the pair means, with a
+            paired bootstrap CI over pairs (1: the whole behaviour, 0: none of it).
+        patched: ``[pairs]`` the metric with every edge outside the circuit patched.
+        null: The share of each random circuit of the same size.
+    """
+
+    n_edges: int
+    share: Estimate
+    patched: np.ndarray
+    null: np.ndarray
+
+
+@dataclass(frozen=True)
+class Verification:
+    """Estimated against exact edge effects (mean over pairs) of the verified edges."""
+
+    edges: list[Edge]
+    estimate: np.ndarray
+    exact: np.ndarray
+    spearman: float
+    recall_at_k: float
+    k: int
+
+
+def _share(patched, clean, corrupted, axis=-1):
+    gap = np.mean(clean, axis=axis) - np.mean(corrupted, axis=axis)
+    return (np.mean(patched, axis=axis) - np.mean(corrupted, axis=axis)) / gap
+
+
+def top_mask(scores: EdgeScores, n: int) -> np.ndarray:
+    """``[S, R]`` bool mask of the ``n`` edges of largest mean |score|."""
+    return scores.graph.index(scores.top(n))
+
+
+def faithfulness(
+    model: LanguageModel,
+    clean: Sequence,
+    corrupted: Sequence,
+    metric,
+    scores: EdgeScores,
+    keep: np.ndarray,
+    *,
+    n_random: int = 3,
+    seed: int = 0,
+    batch_size: int = 4,
+    n_resamples: int = 2000,
+) -> Faithfulness:
+    """The share of the metric ``keep`` (an ``[S, R]`` bool mask of edges) keeps.
+
+    ``scores`` gives the clean and corrupted metrics (from `edges.edge_attribution` on the
+    same pairs); every edge outside ``keep`` is patched.
+    """
+    graph = scores.graph
+    valid = graph.valid
+
+    def run(mask: np.ndarray) -> np.ndarray:
+        return path_patching(model, clean, corrupted, metric, valid & ~mask, batch_size=batch_size)
+
+    patched = run(keep)
+    share = bootstrap_statistic(
+        (patched, scores.clean, scores.corrupted),
+        _share,
+        paired=True,
+        n_resamples=n_resamples,
+        seed=seed,
+    )
+    rng = np.random.default_rng(seed)
+    flat = np.flatnonzero(valid)
+    n_edges = int(keep.sum())
+    null = []
+    for _ in range(n_random):
+        mask = np.zeros_like(valid)
+        mask.flat[rng.choice(flat, n_edges, replace=False)] = True
+        null.append(float(_share(run(mask), scores.clean, scores.corrupted)))
+    return Faithfulness(n_edges, share, patched, np.array(null))
+
+
+def stability(scores: EdgeScores, n: int, *, n_resamples: int = 200, seed: int = 0) -> float:
+    """Mean share of the top-``n`` edges kept in the top ``n`` of resampled pairs."""
+    valid = scores.graph.valid
+    n = min(n, int(valid.sum()))
+
+    def top(mean: np.ndarray) -> set[int]:
+        key = np.where(valid, np.abs(mean), -np.inf).ravel()
+        return set(np.argsort(-key, kind="stable")[:n].tolist())
+
+    full = top(scores.mean())
+    rng = np.random.default_rng(seed)
+    pairs = scores.scores.shape[0]
+    kept = [
+        len(full & top(scores.scores[rng.integers(0, pairs, pairs)].mean(0))) / n
+        for _ in range(n_resamples)
+    ]
+    return float(np.mean(kept))
+
+
+def verify(
+    model: LanguageModel,
+    clean: Sequence,
+    corrupted: Sequence,
+    metric,
+    scores: EdgeScores,
+    k: int,
+    *,
+    batch_size: int = 4,
+) -> Verification:
+    """Patch each of the top ``2k`` edges (by mean |score|) alone and compare.
+
+    Spearman is over those ``2k`` edges' mean estimated and exact effects; recall@K is the
+    share of the exact top ``k`` among them (by |effect|) that the estimate ranks top ``k``.
+    """
+    edges = scores.top(2 * k)
+    graph = scores.graph
+    estimate = np.array(
+        [scores.mean()[graph.senders.index(s), graph.receivers.index(r)] for s, r in edges]
+    )
+    exact = np.array(
+        [
+            float(np.mean(path_patching(model, clean, corrupted, metric, [e], batch_size=batch_size) - scores.clean))
+            for e in edges
+        ]
+    )
+    rho = float(spearmanr(estimate, exact).statistic) if len(edges) > 2 else float("nan")
+    k = min(k, len(edges))
+    by_exact = set(np.argsort(-np.abs(exact), kind="stable")[:k].tolist())
+    recall = len(by_exact & set(range(k))) / k if k else float("nan")
+    return Verification(edges, estimate, exact, rho, recall, k)
