@@ -75,7 +75,9 @@ def receiver_logits(model, ids: list[int], receiver: str, added: torch.Tensor) -
             hf.set_attn_implementation("bindscope_splice")
             stack.callback(hf.set_attn_implementation, previous)
             stack.callback(SPLICE.clear)
-            stack.enter_context(hooked(hf, family, "resid_pre", int(layer), edit=_second_row(added)))
+            stack.enter_context(
+                hooked(hf, family, "resid_pre", int(layer), edit=_second_row(added))
+            )
         return hf(inputs).logits[0, -1]
 
 
@@ -84,7 +86,10 @@ def read_input(model, ids: list[int], receiver: str) -> torch.Tensor:
     if receiver == "logits":
         site, layer = "resid_post", model.n_layers - 1
     elif receiver.startswith("m"):
-        site, layer = ("resid_mid" if "resid_mid" in model.sites else "resid_pre"), int(receiver[1:])
+        site, layer = (
+            ("resid_mid" if "resid_mid" in model.sites else "resid_pre"),
+            int(receiver[1:]),
+        )
     else:
         site, layer = "resid_pre", int(receiver[1:].split(".")[0])
     found: list[torch.Tensor] = []

@@ -147,7 +147,12 @@ def verify(
     )
     exact = np.array(
         [
-            float(np.mean(path_patching(model, clean, corrupted, metric, [e], batch_size=batch_size) - scores.clean))
+            float(
+                np.mean(
+                    path_patching(model, clean, corrupted, metric, [e], batch_size=batch_size)
+                    - scores.clean
+                )
+            )
             for e in edges
         ]
     )

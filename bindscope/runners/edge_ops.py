@@ -15,8 +15,9 @@ input residual, the final residual for the logits).
 ``geo`` (built by ``edges.py``): ``w_o`` ``{layer: [H, hd, d]}``, the output projection of
 each head as a matrix; ``post``, the module after the output projection whose output is
 ``attn_out`` (a sandwich norm), or ``""``; ``head_out`` and ``attn_out`` module paths;
-``label``, the attention call (``qkv``: the index of its query argument); ``mlp_reads``, ``"resid_mid"`` or ``"resid_pre"``
-(a parallel residual); ``slots``, the scratch rows per text of a path-patching pass.
+``label``, the attention call (``qkv``: the index of its query argument);
+``mlp_reads``, ``"resid_mid"`` or ``"resid_pre"`` (a parallel residual); ``slots``, the
+scratch rows per text of a path-patching pass.
 """
 
 import torch
@@ -56,6 +57,9 @@ def head_deltas(model, geo, layer, z_cur, z_cor, sets, o_cur=None, a_cur=None):
     """``[G, b, s, d]``: the change of ``attn_out`` when each set's heads take ``z_cor``.
 
     Args:
+        model: The model (a ``TraceModel`` when shipped).
+        geo: The layout (module docstring).
+        layer: The heads' layer.
         z_cur: ``[b, s, H*hd]`` the heads' outputs in this run (the output projection's input).
         z_cor: The same on the corrupted texts.
         sets: ``[G, H]`` 0/1, the heads of each set.
@@ -103,6 +107,8 @@ def edge_gradients(model, geo, plan, terms):
     """One forward and backward pass: each receiver's gradient at its own input copy.
 
     Args:
+        model: The model.
+        geo: The layout (module docstring).
         plan: ``{"alpha": float, "embed": [b, s, d]}`` (the corrupted embedding, for
             ``alpha`` below 1), and with ``"corrupt"`` (``{"embed", ("z", l), ("mlp", l)}``)
             the senders' activation differences are computed too (on a clean pass).
@@ -123,13 +129,8 @@ def edge_gradients(model, geo, plan, terms):
         _, args, _, first = attention_qkv(model, geo, layer)
         qkv.append(tuple(args[first : first + 3]))
         if corrupt is not None:
-            z = at(model, layer, "head_out")
-            o = a = None
-            if geo["post"]:
-                o = at_module(model, layer, (geo["head_out"], "output", 0))
-                a = at(model, layer, "attn_out")
             sets = torch.eye(model.n_heads)
-            found = head_deltas(model, geo, layer, z, corrupt[("z", layer)], sets, o, a)
+            found = layer_head_deltas(model, geo, layer, None, corrupt[("z", layer)], sets)
             deltas.append(found.detach())
         reads = at(model, layer, geo["mlp_reads"]) if geo["mlp_reads"] == "resid_mid" else x
         mlp_in.append(reads)
@@ -203,6 +204,8 @@ def path_patched(model, geo, plan, terms):
     that receiver sees the change. The scratch rows are reset at every layer.
 
     Args:
+        model: The model.
+        geo: The layout (module docstring).
         plan: ``{"b": int, "corrupt": {...}, "embed": [R], "heads": {l: [R, H]},
             "mlp": {l: [R]}, "at": {l: [(slot, kind, unit, r)]}, "logits": r or -1}``:
             the patched edges as 0/1 masks over the ``R`` receivers that have any.
@@ -212,7 +215,6 @@ def path_patched(model, geo, plan, terms):
         ``{"metric": [b]}`` saved.
     """
     b, slots, corrupt = plan["b"], geo["slots"], plan["corrupt"]
-    heads, mlps = plan["heads"], plan["mlp"]
     delta = None
     for layer in range(model.n_layers):
         x = at(model, layer, "resid_pre")
@@ -227,38 +229,54 @@ def path_patched(model, geo, plan, terms):
                 x[rows + slot] = x[:b] + delta[r]
         attention = [entry for entry in receivers if entry[1] != "mlp"]
         if attention:
-            call, args, kwargs, first = attention_qkv(model, geo, layer)
-            new = [t.clone() for t in args[first : first + 3]]
-            for slot, kind, unit, _ in attention:
-                t = new["qkv".index(kind)]
-                t[:b, unit] = t[rows + slot, unit]
-            call.inputs = ((*args[:first], *new, *args[first + 3 :]), kwargs)
-        if layer in heads:
-            z = at(model, layer, "head_out")
-            o = a = None
-            if geo["post"]:
-                o = at_module(model, layer, (geo["head_out"], "output", 0))[:b]
-                a = at(model, layer, "attn_out")[:b]
-            sets = heads[layer]
-            delta = delta + head_deltas(model, geo, layer, z[:b], corrupt[("z", layer)], sets, o, a)
+            _receive_attention(model, geo, layer, attention, rows, b)
+        if layer in plan["heads"]:
+            sets = plan["heads"][layer]
+            delta = delta + layer_head_deltas(model, geo, layer, b, corrupt[("z", layer)], sets)
         mlp = [entry for entry in receivers if entry[1] == "mlp"]
-        if mlp and geo["mlp_reads"] == "resid_mid":
-            slot, r = mlp[0][0], mlp[0][3]
-            xm = at(model, layer, "resid_mid")
-            xm[rows + slot] = xm[:b] + delta[r]
-        if mlp or layer in mlps:
-            y = at(model, layer, "mlp_out")
-            if mlp:
-                y[:b] = y[rows + mlp[0][0]]
-            if layer in mlps:
+        if mlp or layer in plan["mlp"]:
+            y = _receive_mlp(model, geo, layer, mlp[0] if mlp else None, rows, b, delta)
+            if layer in plan["mlp"]:
                 cor = corrupt[("mlp", layer)].to(y.device, y.dtype) - y[:b]
-                delta = delta + mlps[layer].to(y.device, y.dtype)[:, None, None, None] * cor
-    if plan["logits"] >= 0:
+                mask = plan["mlp"][layer].to(y.device, y.dtype)
+                delta = delta + mask[:, None, None, None] * cor
+    if plan["logits"] >= 0 and delta is not None:
         final = at(model, model.n_layers - 1, "resid_post")
         final[:b] = final[:b] + delta[plan["logits"]]
     logits = model.nnsight.lm_head.output[:b]
     metric = metric_of(model, logits, terms)
     return save({"metric": metric.detach()})
+
+
+def _receive_attention(model, geo, layer, entries, rows, b):
+    """Each receiver's query, key or value of text ``a`` taken from its scratch row."""
+    call, args, kwargs, first = attention_qkv(model, geo, layer)
+    new = [t.clone() for t in args[first : first + 3]]
+    for slot, kind, unit, _ in entries:
+        t = new["qkv".index(kind)]
+        t[:b, unit] = t[rows + slot, unit]
+    call.inputs = ((*args[:first], *new, *args[first + 3 :]), kwargs)
+
+
+def _receive_mlp(model, geo, layer, entry, rows, b, delta):
+    """The MLP output of the texts, taken from the scratch row of ``entry`` if given."""
+    if entry is not None and geo["mlp_reads"] == "resid_mid":
+        xm = at(model, layer, "resid_mid")
+        xm[rows + entry[0]] = xm[:b] + delta[entry[3]]
+    y = at(model, layer, "mlp_out")
+    if entry is not None:
+        y[:b] = y[rows + entry[0]]
+    return y
+
+
+def layer_head_deltas(model, geo, layer, b, z_cor, sets):
+    """`head_deltas` of the first ``b`` rows of ``layer`` (``b`` None: every row)."""
+    z = at(model, layer, "head_out")[:b]
+    o = a = None
+    if geo["post"]:
+        o = at_module(model, layer, (geo["head_out"], "output", 0))[:b]
+        a = at(model, layer, "attn_out")[:b]
+    return head_deltas(model, geo, layer, z, z_cor, sets, o, a)
 
 
 def corrupted_activations(model, geo):
@@ -267,7 +285,7 @@ def corrupted_activations(model, geo):
     Returns:
         ``{"embed": [b, s, d], ("z", l): [b, s, H*hd], ("mlp", l): [b, s, d]}`` saved.
     """
-    found = {}
+    found: dict = {}  # a local annotation is never evaluated: nothing to import
     for layer in range(model.n_layers):
         if layer == 0:
             found["embed"] = at(model, 0, "resid_pre").detach().clone()

@@ -86,8 +86,9 @@ class EdgeGraph:
                 raise InputError(
                     f"edge {edge!r}: senders are embed, a<layer>.h<head>, m<layer>; receivers "
                     "a<layer>.h<head><q>, a<layer>.g<group><k|v>, m<layer>, logits "
-                    f"(e.g. ('a0.h1', 'a2.h0<q>')); {sender if sender not in sender_at else receiver!r} "
-                    "is not a node of this model"
+                    f"(e.g. ('a0.h1', 'a2.h0<q>')); "
+                    f"{sender if sender not in sender_at else receiver!r} is not a node of this "
+                    "model"
                 )
             i, j = sender_at[sender], receiver_at[receiver]
             if not self.valid[i, j]:
@@ -239,7 +240,9 @@ def path_patching(
         cor, _ = _corrupted(model, geo, pairs, rows)
         plan = _patch_plan(model, graph, geo, mask, cor, len(rows))
         batch = pairs.clean_batch(rows)
-        inputs = {k: torch.cat([v, v.repeat_interleave(geo["slots"], 0)]) for k, v in batch.inputs.items()}
+        inputs = {
+            k: torch.cat([v, v.repeat_interleave(geo["slots"], 0)]) for k, v in batch.inputs.items()
+        }
         with torch.no_grad(), model.nnsight.trace(**inputs, **model.trace_options):
             found = edge_ops.path_patched(model, geo, plan, pairs.terms(rows))
         out[rows] = found["metric"].double().numpy()
@@ -280,8 +283,8 @@ def _patch_plan(model: LanguageModel, graph: EdgeGraph, geo: dict, mask, cor, b:
         if name == "logits":
             logits = r
             continue
-        layer, rest = name[1:].split(".", 1) if name[0] == "a" else (name[1:], "")
-        layer = int(layer)
+        number, rest = name[1:].split(".", 1) if name[0] == "a" else (name[1:], "")
+        layer = int(number)
         if not rest:
             entry = (geo["slots"] - 1, "mlp", 0, r)
         else:

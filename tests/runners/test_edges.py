@@ -1,4 +1,4 @@
-"""Edges on every family: exact path patching and EAP against plain torch (tests/reference_edges.py)."""
+"""Edges on every family: path patching and EAP against plain torch (tests/reference_edges.py)."""
 
 from __future__ import annotations
 
@@ -188,7 +188,7 @@ def test_bad_edges_are_refused(tiny):
         graph.index([("a0.h99", "logits")])
     with pytest.raises(InputError, match="does not read"):
         graph.index([("a1.h0", "a0.h0<q>")])
-    with pytest.raises(InputError, match="same length|tokenize"):
+    with pytest.raises(InputError, match=r"tokenize to its clean"):
         path_patching(tiny, [[5, 6, 7]], [[5, 6]], LogitDifference(1, 2), [("embed", "logits")])
 
 
@@ -209,8 +209,9 @@ def test_verify_and_stability(scored):
     model, clean, corrupted, metric, scores = scored
     checked = verify(model, clean, corrupted, metric, scores, 3)
     assert len(checked.edges) == 6 and 0 <= checked.recall_at_k <= 1
-    i, j = scores.graph.senders.index(checked.edges[0][0]), scores.graph.receivers.index(
-        checked.edges[0][1]
+    i, j = (
+        scores.graph.senders.index(checked.edges[0][0]),
+        scores.graph.receivers.index(checked.edges[0][1]),
     )
     single = path_patching(model, clean, corrupted, metric, [checked.edges[0]])
     assert checked.exact[0] == pytest.approx(float(np.mean(single - scores.clean)))
