@@ -1,0 +1,137 @@
+"""Two circuit tasks with clean/corrupted pairs, generated (no download).
+
+* **IOI** (indirect object identification, Wang et al. 2022): "When Mary and John went to
+  the store, John gave a drink to" -> " Mary" (the indirect object), not " John" (the
+  subject). The corrupted text names three different people ("ABC"), so nothing in it
+  says which of the first two is the answer.
+* **greater-than** (Hanna et al. 2023): "The war lasted from the year 1732 to the year 17"
+  -> an end year after 32. The corrupted text starts in 1701, so any year fits. The metric
+  here is the logit difference between the next tens digit above the start's and the one
+  below it (``correct`` and ``wrong``), which reads alike whether the tokenizer splits
+  digits (SmolLM2, Gemma) or not.
+
+Each pair is a `TaskPair`; `task_pairs` keeps only those whose clean and corrupted texts
+tokenize to the same length (and whose answers are one token) under a given tokenizer.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from bindscope.errors import InputError
+
+__all__ = ["TASKS", "TaskPair", "greater_than_pairs", "ioi_pairs", "task_pairs"]
+
+NAMES = (
+    "Mary John Anna Paul Sarah James Laura Mark Emma David Alice Peter Kate Tom Lucy Jack "
+    "Sophie Daniel Rachel Michael"
+).split()
+PLACES = ("store", "park", "school", "market", "office", "station", "beach", "garden")
+OBJECTS = ("a drink", "a book", "a ring", "a bag", "a letter", "a flower", "an apple")
+EVENTS = ("war", "trip", "project", "drought", "festival", "reign", "strike", "survey")
+
+
+@dataclass(frozen=True)
+class TaskPair:
+    """A clean text, its corrupted twin, and the answer tokens the metric compares.
+
+    Attributes:
+        key: A unique key (``ioi-0003``).
+        clean: The clean text (the model should answer ``correct``).
+        corrupted: The same text with the cue removed.
+        correct: The answer on the clean text (with its leading space where it has one).
+        wrong: The competing answer.
+        task: ``ioi`` or ``greater-than``.
+    """
+
+    key: str
+    clean: str
+    corrupted: str
+    correct: str
+    wrong: str
+    task: str
+
+    # the fields every result line takes from what it ran (RecordFields)
+    @property
+    def prompt_id(self) -> str:
+        """The pair's key."""
+        return self.key
+
+    @property
+    def term(self) -> str:
+        """The answer the clean text asks for."""
+        return self.correct.strip()
+
+    @property
+    def control_group(self) -> None:
+        """Pairs have no control group."""
+        return None
+
+
+def ioi_pairs(n: int, *, seed: int = 0) -> list[TaskPair]:
+    """``n`` IOI pairs: A and B meet, B gives something to (A); corrupted: A, B, C."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        a, b, c = rng.sample(NAMES, 3)
+        place, thing = rng.choice(PLACES), rng.choice(OBJECTS)
+        start = f"When {a} and {b} went to the {place},"
+        clean = f"{start} {b} gave {thing} to"
+        corrupted = f"When {a} and {b} went to the {place}, {c} gave {thing} to"
+        out.append(TaskPair(f"ioi-{i:04d}", clean, corrupted, f" {a}", f" {b}", "ioi"))
+    return out
+
+
+def greater_than_pairs(n: int, *, seed: int = 0) -> list[TaskPair]:
+    """``n`` greater-than pairs: from the year 1XYZ to the year 1X..; corrupted: 1X01."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        century, tens, unit = rng.randint(11, 19), rng.randint(2, 7), rng.randint(1, 9)
+        event = rng.choice(EVENTS)
+        clean = f"The {event} lasted from the year {century}{tens}{unit} to the year {century}"
+        corrupted = f"The {event} lasted from the year {century}01 to the year {century}"
+        out.append(
+            TaskPair(f"gt-{i:04d}", clean, corrupted, str(tens + 1), str(tens - 1), "greater-than")
+        )
+    return out
+
+
+TASKS: dict[str, Callable[..., list[TaskPair]]] = {
+    "ioi": ioi_pairs,
+    "greater-than": greater_than_pairs,
+}
+
+
+def task_pairs(task: str, n: int, tokenize: Callable[[str], list[int]], *, seed: int = 0):
+    """``n`` pairs of ``task`` whose texts tokenize to equal lengths and answers to one token.
+
+    ``tokenize`` maps a text to token ids (``model.tokenize``). Pairs are drawn until ``n``
+    fit (at most ``20 n`` draws).
+
+    Raises:
+        InputError: An unknown task, or fewer than ``n`` pairs fit the tokenizer.
+    """
+    if task not in TASKS:
+        raise InputError(f"unknown task {task!r}; the tasks are {', '.join(TASKS)}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InputError(f"n={n!r}: give a whole number of pairs >= 1")
+    drawn = TASKS[task](20 * n, seed=seed)
+    kept = [p for p in drawn if _fits(p, tokenize)][:n]
+    if len(kept) < n:
+        raise InputError(
+            f"only {len(kept)} of {len(drawn)} {task} pairs tokenize to equal lengths with one-"
+            f"token answers under this tokenizer; ask for at most {len(kept)} pairs"
+        )
+    return [
+        TaskPair(f"{p.task}-{i:04d}", p.clean, p.corrupted, p.correct, p.wrong, p.task)
+        for i, p in enumerate(kept)
+    ]
+
+
+def _fits(pair: TaskPair, tokenize: Callable[[str], list[int]]) -> bool:
+    if len(tokenize(pair.clean)) != len(tokenize(pair.corrupted)):
+        return False
+    return len(tokenize(pair.correct)) == 1 and len(tokenize(pair.wrong)) == 1
