@@ -11,7 +11,8 @@
   digits (SmolLM2, Gemma) or not.
 
 Each pair is a `TaskPair`; `task_pairs` keeps only those whose clean and corrupted texts
-tokenize to the same length (and whose answers are one token) under a given tokenizer.
+tokenize to the same length, and whose answers start with different tokens, under a given
+tokenizer (the metric compares the answers' first tokens).
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ TASKS: dict[str, Callable[..., list[TaskPair]]] = {
 
 
 def task_pairs(task: str, n: int, tokenize: Callable[[str], list[int]], *, seed: int = 0):
-    """``n`` pairs of ``task`` whose texts tokenize to equal lengths and answers to one token.
+    """``n`` pairs of ``task`` of equal token lengths whose answers' first tokens differ.
 
     ``tokenize`` maps a text to token ids (``model.tokenize``). Pairs are drawn until ``n``
     fit (at most ``20 n`` draws).
@@ -122,8 +123,8 @@ def task_pairs(task: str, n: int, tokenize: Callable[[str], list[int]], *, seed:
     kept = [p for p in drawn if _fits(p, tokenize)][:n]
     if len(kept) < n:
         raise InputError(
-            f"only {len(kept)} of {len(drawn)} {task} pairs tokenize to equal lengths with one-"
-            f"token answers under this tokenizer; ask for at most {len(kept)} pairs"
+            f"only {len(kept)} of {len(drawn)} {task} pairs tokenize to equal lengths with "
+            f"answers that start apart under this tokenizer; ask for at most {len(kept)} pairs"
         )
     return [
         TaskPair(f"{p.task}-{i:04d}", p.clean, p.corrupted, p.correct, p.wrong, p.task)
@@ -134,4 +135,5 @@ def task_pairs(task: str, n: int, tokenize: Callable[[str], list[int]], *, seed:
 def _fits(pair: TaskPair, tokenize: Callable[[str], list[int]]) -> bool:
     if len(tokenize(pair.clean)) != len(tokenize(pair.corrupted)):
         return False
-    return len(tokenize(pair.correct)) == 1 and len(tokenize(pair.wrong)) == 1
+    correct, wrong = tokenize(pair.correct), tokenize(pair.wrong)
+    return bool(correct) and bool(wrong) and correct[0] != wrong[0]

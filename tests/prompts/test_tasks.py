@@ -29,7 +29,7 @@ def test_greater_than_pairs_compare_the_tens_digit():
 
 def test_task_pairs_keep_equal_lengths():
     def tokenize(text: str) -> list[int]:  # one token a word, digits one a character
-        return [0 for w in text.split() for _ in (w if w.isdigit() else [w])]
+        return [sum(map(ord, t)) for w in text.split() for t in (w if w.isdigit() else [w])]
 
     pairs = task_pairs("ioi", 5, tokenize, seed=0)
     assert [p.key for p in pairs] == [f"ioi-{i:04d}" for i in range(5)]
@@ -37,4 +37,4 @@ def test_task_pairs_keep_equal_lengths():
     with pytest.raises(InputError, match="unknown task"):
         task_pairs("sorting", 5, tokenize)
     with pytest.raises(InputError, match="tokenize to equal lengths"):
-        task_pairs("ioi", 3, lambda text: list(range(len(text))))  # names differ in length
+        task_pairs("ioi", 3, lambda text: [0] * len(text))  # every answer starts alike

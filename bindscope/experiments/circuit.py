@@ -1,0 +1,233 @@
+"""Circuits: which edges between heads and MLPs carry a task, and how faithfully.
+
+For a task's clean/corrupted pairs (`bindscope.prompts.tasks`: IOI names or greater-than
+years) every edge is scored (EAP or EAP-IG, `bindscope.runners.edges`); the top-n edges
+form a circuit whose faithfulness (share of the clean-minus-corrupted logit difference kept
+with every other edge patched exactly) is measured with a bootstrap CI over pairs beside
+random circuits of the same size, with the top-n edges' stability across resampled pairs;
+``--verify K`` patches the top edges one by one and compares estimates with exact effects.
+
+A model's records are written at once when its scan ends (the scores of every edge are
+needed for the circuit); a resumed run skips the models already written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bindscope.errors import InputError
+from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
+from bindscope.experiments.options import Options, option
+from bindscope.experiments.summary import summarize_folder
+from bindscope.prompts.tasks import TASKS, TaskPair, task_pairs
+from bindscope.protocols import LanguageModel
+from bindscope.results.labels import by_model
+from bindscope.results.schema import RecordKind
+from bindscope.runners.attribution_metrics import LogitDifference
+from bindscope.runners.circuit import faithfulness, stability, top_mask, verify
+from bindscope.runners.edges import METHODS, EdgeScores, edge_attribution
+
+EXPERIMENT = "circuit"
+TOP_EDGES = 50  # edges listed in the summary (and drawn in the graph figure)
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in str(text).split(","))
+
+
+@dataclass(frozen=True)
+class CircuitOptions(Options):
+    """The task, the method and what to measure of the circuit."""
+
+    task: str = option("ioi", "the task's clean/corrupted pairs", choices=tuple(TASKS))
+    method: str = option("eap-ig", "edge scores", choices=METHODS)
+    steps: int = option(5, "EAP-IG integration steps", type=int)
+    pairs: int = option(16, "pairs drawn", type=int)
+    edges: str = option("50,100,200", "circuit sizes (edges), comma-separated")
+    verify: int = option(0, "patch the top 2K edges exactly (0: none)", type=int)
+    n_random: int = option(3, "random circuits per size (the null)", type=int)
+
+    def check(self) -> None:
+        """Refuse counts below their minimum and unreadable sizes."""
+        for name, least in (("steps", 1), ("pairs", 2), ("verify", 0), ("n_random", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise InputError(f"--{name.replace('_', '-')} {value!r}: give an integer >= {least}")
+        try:
+            sizes = _sizes(self.edges)
+        except ValueError:
+            sizes = ()
+        if not sizes or min(sizes) < 1:
+            raise InputError(f"--edges {self.edges!r}: give sizes >= 1 like 50,100,200")
+
+
+@dataclass(frozen=True)
+class _Item:
+    """A record's item for what belongs to the whole circuit, not to one pair."""
+
+    key: str
+    task: str
+    prompt_id: str = "circuit"
+    term: str = ""
+    control_group: None = None
+
+
+def _plan(models: list[LanguageModel], opts: CircuitOptions, common: Common) -> Plan:
+    settings = {
+        "task": opts.task,
+        "method": opts.method,
+        "steps": opts.steps if opts.method == "eap-ig" else 1,
+        "pairs": opts.pairs,
+        "edges": list(_sizes(opts.edges)),
+        "verify": opts.verify,
+        "n_random": opts.n_random,
+    }
+
+    def each(run: ModelRun) -> None:
+        model = run.model
+        pairs = task_pairs(opts.task, opts.pairs, model.tokenize, seed=common.seed)
+        if run.done(pairs[0].key):
+            return
+        model.hf.requires_grad_(True)  # gradients reach the edges; none is stored
+        run.writer.write_many(_measure(run, pairs, opts, settings, common))
+
+    return Plan(settings, each)
+
+
+def _measure(run: ModelRun, pairs: list[TaskPair], opts, settings: dict, common: Common):
+    model = run.model
+    clean, corrupted = [p.clean for p in pairs], [p.corrupted for p in pairs]
+    metric = [
+        LogitDifference(model.tokenize(p.correct)[0], model.tokenize(p.wrong)[0]) for p in pairs
+    ]
+    scores = edge_attribution(
+        model, clean, corrupted, metric, method=opts.method, steps=settings["steps"],
+        batch_size=common.batch_size,
+    )  # fmt: skip
+    extra = {"circuit": settings}
+    records = [
+        run.record(p, "clean", {"clean": float(a), "corrupted": float(b)}, **extra)
+        for p, a, b in zip(pairs, scores.clean, scores.corrupted)
+    ]
+    item = _Item(f"{opts.task}-circuit", opts.task)
+    for rank, (edge, score) in enumerate(_top(scores, TOP_EDGES)):
+        metrics = {"rank": rank, "score": score}
+        records.append(run.record(item, f"edge:{edge[0]}->{edge[1]}", metrics, **extra))
+    for n in settings["edges"]:
+        kept = faithfulness(
+            model, clean, corrupted, metric, scores, top_mask(scores, n),
+            n_random=opts.n_random, seed=common.seed,
+        )  # fmt: skip
+        metrics = {
+            "n_edges": kept.n_edges,
+            "share": kept.share.value,
+            "low": kept.share.low,
+            "high": kept.share.high,
+            "null": [float(x) for x in kept.null],
+            "stability": stability(scores, n, seed=common.seed),
+        }
+        records.append(run.record(item, f"top:{n}", metrics, **extra))
+    if opts.verify:
+        checked = verify(model, clean, corrupted, metric, scores, opts.verify)
+        metrics = {
+            "k": checked.k,
+            "spearman": checked.spearman,
+            "recall_at_k": checked.recall_at_k,
+            "edges": [f"{s}->{r}" for s, r in checked.edges],
+            "estimate": [float(x) for x in checked.estimate],
+            "exact": [float(x) for x in checked.exact],
+        }
+        records.append(run.record(item, "verify", metrics, **extra))
+    return records
+
+
+def _top(scores: EdgeScores, n: int) -> list[tuple[tuple[str, str], float]]:
+    mean, graph = scores.mean(), scores.graph
+    return [
+        (edge, float(mean[graph.senders.index(edge[0]), graph.receivers.index(edge[1])]))
+        for edge in scores.top(n)
+    ]
+
+
+def summary(records: list[dict]) -> dict:
+    """Per model: the metric gap, the top edges, faithfulness per size, the verification."""
+    models = {}
+    for label, group in by_model(records, EXPERIMENT).items():
+        pairs = [r for r in group if r["condition"] == "clean"]
+        edges = sorted(
+            (r for r in group if r["condition"].startswith("edge:")),
+            key=lambda r: r["metrics"]["rank"],
+        )
+        sizes = [r for r in group if r["condition"].startswith("top:")]
+        checked = [r["metrics"] for r in group if r["condition"] == "verify"]
+        models[label] = {
+            "settings": group[0]["circuit"],
+            "n_pairs": len(pairs),
+            "clean": float(np.mean([r["metrics"]["clean"] for r in pairs])),
+            "corrupted": float(np.mean([r["metrics"]["corrupted"] for r in pairs])),
+            "edges": [[r["condition"][5:], r["metrics"]["score"]] for r in edges],
+            "faithfulness": [
+                {**r["metrics"], "null_mean": float(np.mean(r["metrics"]["null"]))
+                 if r["metrics"]["null"] else None}
+                for r in sorted(sizes, key=lambda r: r["metrics"]["n_edges"])
+            ],  # fmt: skip
+            "verify": checked[0] if checked else None,
+        }
+    return {"experiment": EXPERIMENT, "models": models, "limits": []}
+
+
+def summarize(folder: str | Path) -> dict:
+    """Rebuild ``folder/summary.json`` from the records."""
+    return summarize_folder(folder, summary, name=EXPERIMENT)
+
+
+def text(s: dict) -> list[str]:
+    """The summary on the terminal."""
+    lines = []
+    for label, m in s["models"].items():
+        settings = m["settings"]
+        lines.append(
+            f"  {label}: {settings['task']}, {settings['method']}, {m['n_pairs']} pairs, "
+            f"metric {m['clean']:.3f} clean, {m['corrupted']:.3f} corrupted"
+        )
+        for f in m["faithfulness"]:
+            null = "n/a" if f["null_mean"] is None else f"{f['null_mean']:.3f}"
+            lines.append(
+                f"    top {f['n_edges']} edges keep {f['share']:.3f} [{f['low']:.3f}, "
+                f"{f['high']:.3f}] (random: {null}; stability {f['stability']:.2f})"
+            )
+        if m["verify"]:
+            v = m["verify"]
+            lines.append(
+                f"    verified {2 * v['k']} edges exactly: Spearman {v['spearman']:.3f}, "
+                f"recall@{v['k']} {v['recall_at_k']:.2f}"
+            )
+    return lines
+
+
+def _metrics(record: dict) -> tuple[str, ...]:
+    condition = record["condition"]
+    if condition == "clean":
+        return ("clean", "corrupted")
+    if condition.startswith("edge:"):
+        return ("rank", "score")
+    if condition.startswith("top:"):
+        return ("n_edges", "share", "low", "high", "null", "stability")
+    return ("k", "spearman", "recall_at_k", "edges", "estimate", "exact")
+
+
+DEFINITION = Experiment(
+    EXPERIMENT, "circuit", "edge attribution (EAP, EAP-IG) and circuit faithfulness",
+    CircuitOptions, summarize, text,
+    records=(
+        RecordKind(
+            EXPERIMENT, conditions=("clean", "verify"), prefixes=("edge:", "top:"),
+            metrics=_metrics, tasks=lambda record: tuple(TASKS),
+        ),
+    ),
+    plan=_plan, batch_size=4,
+)  # fmt: skip
+run = DEFINITION.run
