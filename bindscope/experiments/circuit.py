@@ -201,8 +201,9 @@ def text(s: dict) -> list[str]:
             )
         if m["verify"]:
             v = m["verify"]
+            rho = "n/a" if v["spearman"] is None else f"{v['spearman']:.3f}"  # under 3 edges
             lines.append(
-                f"    verified {2 * v['k']} edges exactly: Spearman {v['spearman']:.3f}, "
+                f"    verified {len(v['edges'])} edges exactly: Spearman {rho}, "
                 f"recall@{v['k']} {v['recall_at_k']:.2f}"
             )
     return lines

@@ -63,6 +63,10 @@ def patch_setting(record, name):
     return record["patching"][name]
 
 
+def circuit_setting(record, name):
+    return record["circuit"][name]
+
+
 def seed_recorded(record, value):
     return record["provenance"]["seed"] == int(value or 0)
 
@@ -229,6 +233,23 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
             "tests/experiments/test_scan_attribution.py::"
             "test_verified_heads_equal_the_exact_scan_and_are_the_top_estimates",
         ),
+    },
+    "circuit": {
+        **{option: NoEffect("the same loader as scan's") for option in (*LOAD, *MODEL)},
+        **{option: NoEffect("the same run options as scan's") for option in RUN},
+        "--task": NoEffect(
+            "the tiny tokenizers split every name after its leading space, so no IOI pair "
+            "has answers that start apart; the generators are tested on their own",
+            "tests/prompts/test_tasks.py::test_ioi_pairs_name_the_indirect_object",
+        ),
+        "--method": Changes("eap", "eap-ig", lambda r, v: circuit_setting(r, "method") == v),
+        "--steps": Changes("2", "3", lambda r, v: circuit_setting(r, "steps") == int(v)),
+        "--pairs": Changes("2", "3", lambda r, v: circuit_setting(r, "pairs") == int(v)),
+        "--edges": Changes("5", "10", lambda r, v: circuit_setting(r, "edges") == [int(v)]),
+        "--verify": Changes(
+            None, "1", lambda r, v: circuit_setting(r, "verify") == int(v or 0)
+        ),
+        "--n-random": Changes("1", "2", lambda r, v: circuit_setting(r, "n_random") == int(v)),
     },
     "patch": {
         **{option: NoEffect("the same loader as scan's") for option in (*LOAD, *MODEL)},
@@ -399,6 +420,9 @@ def _argv(command, option, value, root, files, out) -> list[str]:
     if command == "patch":
         del base["--prompts"]
         base.update({"--pairs": files["pairs_two"], "--n-resamples": "99"})
+    if command == "circuit":
+        del base["--prompts"]
+        base.update({"--task": "greater-than", "--pairs": "2", "--edges": "5", "--n-random": "1"})
     if command == "controls":
         del base["--prompts"]
         base.update({"--controls": files["controls"], "--real": files["two"]})
