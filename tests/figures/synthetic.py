@@ -30,13 +30,14 @@ MODELS_OF = {
     "sweep": MODELS[:1],
     "scan": MODELS[:1],
     "patching": MODELS[:1],
+    "circuit": MODELS[:1],
 }
 N_LAYERS, N_HEADS = 3, 4
 TERMS = ("screen reader", "alt text", "skip link")
 PROMPTS_PER_TERM = 2
 REVISIONS = ("step0", "step1000", "step2000", "step4000")
 N_RANDOM = 6
-ALL = ("binding", "controls", "c5", "sweep", "fewshot", "heads", "scan", "patching")
+ALL = ("binding", "controls", "c5", "sweep", "fewshot", "heads", "scan", "patching", "circuit")
 HEAD_REVISIONS = REVISIONS[:2]  # two checkpoints: a map each and one emergence figure
 
 
@@ -432,6 +433,34 @@ def patching_records(seed: int = 0) -> list[dict]:
     return out
 
 
+def circuit_records(seed: int = 0) -> list[dict]:
+    """Circuit records: pairs, the top edges, faithfulness at two sizes, a verification."""
+    rng = np.random.default_rng(seed)
+    settings = {"task": "ioi", "method": "eap-ig", "steps": 5, "pairs": 4, "edges": [5, 10],
+                "verify": 2, "n_random": 2}  # fmt: skip
+    out = []
+    for model in MODELS_OF["circuit"]:
+        for i in range(4):
+            metrics = {"clean": 2.0 + rng.standard_normal(), "corrupted": 0.1}
+            out.append(record("circuit", model, "", f"ioi-{i:04d}", "clean", metrics, task="ioi",
+                              circuit=settings))  # fmt: skip
+        edges = ["embed->a0.h1<q>", "a0.h1->a2.g0<k>", "m0->m1", "a1.h2->m1", "a2.h3->logits"]
+        for rank, edge in enumerate(edges):
+            metrics = {"rank": rank, "score": (-1) ** rank / (rank + 1)}
+            out.append(record("circuit", model, "", "circuit", f"edge:{edge}", metrics,
+                              task="ioi", circuit=settings))  # fmt: skip
+        for n, share in ((5, 0.6), (10, 0.8)):
+            metrics = {"n_edges": n, "share": share, "low": share - 0.1, "high": share + 0.1,
+                       "null": [0.0, 0.1], "stability": 0.9}  # fmt: skip
+            out.append(record("circuit", model, "", "circuit", f"top:{n}", metrics, task="ioi",
+                              circuit=settings))  # fmt: skip
+        metrics = {"k": 2, "spearman": 0.8, "recall_at_k": 1.0, "edges": edges[:4],
+                   "estimate": [1.0, -0.5, 0.3, -0.2], "exact": [0.9, -0.4, 0.2, -0.3]}  # fmt: skip
+        out.append(record("circuit", model, "", "circuit", "verify", metrics, task="ioi",
+                          circuit=settings))  # fmt: skip
+    return out
+
+
 def write_records(path: Path, records: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records), "utf-8")
@@ -458,6 +487,11 @@ def write_results(root: Path, experiments=ALL) -> Path:
         elif name == "patching":
             records = patching_records()
             summary = summarize_patching(records, n_resamples=199)
+        elif name == "circuit":
+            from bindscope.experiments.circuit import summary as summarize_circuit
+
+            records = circuit_records()
+            summary = summarize_circuit(records)
         else:
             records = {
                 "sweep": sweep_records,
@@ -488,4 +522,6 @@ def expected_figures() -> set[str]:
     names |= {f"heads_emergence_{slug(MODELS[0])}"}
     names |= {f"scan_{slug(m + '@main')}" for m in MODELS_OF["scan"]}
     names |= {f"patching_{slug(m + '@main')}" for m in MODELS_OF["patching"]}
+    for kind in ("circuit_graph", "circuit_faithfulness"):
+        names |= {f"{kind}_{slug(m + '@main')}" for m in MODELS_OF["circuit"]}
     return names

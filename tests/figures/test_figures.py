@@ -74,6 +74,8 @@ def test_missing_experiments_are_skipped_with_a_reason(fewshot_only):
         "heads_emergence",
         "scan",
         "patching",
+        "circuit_graph",
+        "circuit_faithfulness",
     }
     assert set(skipped) == expected
     assert str(root / "c5") in skipped["c5"] and "not been run" in skipped["c5"]
@@ -163,7 +165,7 @@ def test_report_object_is_a_plain_dataclass(tmp_path):
     report = make_figures(tmp_path)  # an empty folder: everything skipped, nothing raised
     assert isinstance(report, FigureReport)
     # every figure kind of every experiment
-    assert report.written == [] and len(report.skipped) == 11
+    assert report.written == [] and len(report.skipped) == 13
     assert all("not been run" in reason for _, reason in report.skipped)
 
 
