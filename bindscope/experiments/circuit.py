@@ -55,7 +55,8 @@ class CircuitOptions(Options):
         for name, least in (("steps", 1), ("pairs", 2), ("verify", 0), ("n_random", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise InputError(f"--{name.replace('_', '-')} {value!r}: give an integer >= {least}")
+                flag = name.replace("_", "-")
+                raise InputError(f"--{flag} {value!r}: give an integer >= {least}")
         try:
             sizes = _sizes(self.edges)
         except ValueError:
@@ -97,7 +98,9 @@ def _plan(models: list[LanguageModel], opts: CircuitOptions, common: Common) -> 
     return Plan(settings, each)
 
 
-def _measure(run: ModelRun, pairs: list[TaskPair], opts, settings: dict, common: Common):
+def _measure(
+    run: ModelRun, pairs: list[TaskPair], opts: CircuitOptions, settings: dict, common: Common
+) -> list[dict]:
     model = run.model
     clean, corrupted = [p.clean for p in pairs], [p.corrupted for p in pairs]
     metric = [
@@ -107,15 +110,14 @@ def _measure(run: ModelRun, pairs: list[TaskPair], opts, settings: dict, common:
         model, clean, corrupted, metric, method=opts.method, steps=settings["steps"],
         batch_size=common.batch_size,
     )  # fmt: skip
-    extra = {"circuit": settings}
     records = [
-        run.record(p, "clean", {"clean": float(a), "corrupted": float(b)}, **extra)
+        run.record(p, "clean", {"clean": float(a), "corrupted": float(b)}, circuit=settings)
         for p, a, b in zip(pairs, scores.clean, scores.corrupted)
     ]
     item = _Item(f"{opts.task}-circuit", opts.task)
     for rank, (edge, score) in enumerate(_top(scores, TOP_EDGES)):
-        metrics = {"rank": rank, "score": score}
-        records.append(run.record(item, f"edge:{edge[0]}->{edge[1]}", metrics, **extra))
+        metrics: dict = {"rank": rank, "score": score}
+        records.append(run.record(item, f"edge:{edge[0]}->{edge[1]}", metrics, circuit=settings))
     for n in settings["edges"]:
         kept = faithfulness(
             model, clean, corrupted, metric, scores, top_mask(scores, n),
@@ -129,7 +131,7 @@ def _measure(run: ModelRun, pairs: list[TaskPair], opts, settings: dict, common:
             "null": [float(x) for x in kept.null],
             "stability": stability(scores, n, seed=common.seed),
         }
-        records.append(run.record(item, f"top:{n}", metrics, **extra))
+        records.append(run.record(item, f"top:{n}", metrics, circuit=settings))
     if opts.verify:
         checked = verify(model, clean, corrupted, metric, scores, opts.verify)
         metrics = {
@@ -140,7 +142,7 @@ def _measure(run: ModelRun, pairs: list[TaskPair], opts, settings: dict, common:
             "estimate": [float(x) for x in checked.estimate],
             "exact": [float(x) for x in checked.exact],
         }
-        records.append(run.record(item, "verify", metrics, **extra))
+        records.append(run.record(item, "verify", metrics, circuit=settings))
     return records
 
 
@@ -170,13 +172,16 @@ def summary(records: list[dict]) -> dict:
             "corrupted": float(np.mean([r["metrics"]["corrupted"] for r in pairs])),
             "edges": [[r["condition"][5:], r["metrics"]["score"]] for r in edges],
             "faithfulness": [
-                {**r["metrics"], "null_mean": float(np.mean(r["metrics"]["null"]))
-                 if r["metrics"]["null"] else None}
+                {**r["metrics"], "null_mean": _mean(r["metrics"]["null"])}
                 for r in sorted(sizes, key=lambda r: r["metrics"]["n_edges"])
-            ],  # fmt: skip
+            ],
             "verify": checked[0] if checked else None,
         }
     return {"experiment": EXPERIMENT, "models": models, "limits": []}
+
+
+def _mean(values: list[float]) -> float | None:
+    return float(np.mean(values)) if values else None
 
 
 def summarize(folder: str | Path) -> dict:

@@ -112,11 +112,7 @@ def tables(exp: ExperimentResults) -> list[str]:
             "",
             *md.table(
                 ["edges", "share kept [95% CI]", "random", "stability"],
-                [
-                    [r["n_edges"], f"{md.num(r['share'])} [{md.num(r['low'])}, "
-                     f"{md.num(r['high'])}]", md.num(r["null_mean"]), md.num(r["stability"])]
-                    for r in entry["faithfulness"]
-                ],  # fmt: skip
+                [_row(r) for r in entry["faithfulness"]],
             ),
         ]
         checked = entry.get("verify")
@@ -128,6 +124,11 @@ def tables(exp: ExperimentResults) -> list[str]:
                 "",
             ]
     return lines
+
+
+def _row(r: dict) -> list:
+    share = f"{md.num(r['share'])} [{md.num(r['low'])}, {md.num(r['high'])}]"
+    return [r["n_edges"], share, md.num(r["null_mean"]), md.num(r["stability"])]
 
 
 SECTION = Section("circuit", TITLE, md.prose("circuit"), SIZES, plots, tables, order=9)

@@ -26,9 +26,9 @@ from bindscope.errors import InputError
 __all__ = ["TASKS", "TaskPair", "greater_than_pairs", "ioi_pairs", "task_pairs"]
 
 NAMES = (
-    "Mary John Anna Paul Sarah James Laura Mark Emma David Alice Peter Kate Tom Lucy Jack "
-    "Sophie Daniel Rachel Michael"
-).split()
+    *("Mary", "John", "Anna", "Paul", "Sarah", "James", "Laura", "Mark", "Emma", "David"),
+    *("Alice", "Peter", "Kate", "Tom", "Lucy", "Jack", "Sophie", "Daniel", "Rachel", "Michael"),
+)
 PLACES = ("store", "park", "school", "market", "office", "station", "beach", "garden")
 OBJECTS = ("a drink", "a book", "a ring", "a bag", "a letter", "a flower", "an apple")
 EVENTS = ("war", "trip", "project", "drought", "festival", "reign", "strike", "survey")
