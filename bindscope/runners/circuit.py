@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import spearmanr
 
+from bindscope.errors import InputError
 from bindscope.metrics.stats.estimates import Estimate, bootstrap_statistic
 from bindscope.protocols import LanguageModel
 from bindscope.runners.edges import Edge, EdgeScores, path_patching
@@ -83,6 +84,13 @@ def faithfulness(
     """
     graph = scores.graph
     valid = graph.valid
+    gap = float(np.mean(scores.clean) - np.mean(scores.corrupted))
+    if not abs(gap) > 1e-6 * max(1.0, float(np.abs(scores.clean).max())):
+        raise InputError(
+            f"{model.name}: the clean and corrupted metrics are equal on average ({gap:.3g} "
+            "apart), so there is no difference for a circuit to keep; choose pairs whose "
+            "corruption changes the metric"
+        )
 
     def run(mask: np.ndarray) -> np.ndarray:
         return path_patching(model, clean, corrupted, metric, valid & ~mask, batch_size=batch_size)
