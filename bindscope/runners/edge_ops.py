@@ -206,46 +206,72 @@ def path_patched(model, geo, plan, terms):
     Args:
         model: The model.
         geo: The layout (module docstring).
-        plan: ``{"b": int, "corrupt": {...}, "embed": [R], "heads": {l: [R, H]},
-            "mlp": {l: [R]}, "at": {l: [(slot, kind, unit, r)]}, "logits": r or -1}``:
-            the patched edges as 0/1 masks over the ``R`` receivers that have any.
+        plan: ``{"b": int, "corrupt": {...}, "mask": [R, S], "heads": {l: [R, H]},
+            "first_head": {l: s}, "mlp": {l: s}, "at": {l: [(slot, kind, unit, r)]},
+            "logits": r or -1}``: the patched edges as a 0/1 mask over the ``R`` receivers
+            that have any and every sender; the layers whose heads send (with the sender
+            index of their first head) and whose MLP sends (its sender index).
         terms: The metric's terms.
 
     Returns:
         ``{"metric": [b]}`` saved.
     """
     b, slots, corrupt = plan["b"], geo["slots"], plan["corrupt"]
-    delta = None
+    sent = joint = None
     for layer in range(model.n_layers):
         x = at(model, layer, "resid_pre")
-        if delta is None:
-            delta = torch.zeros(len(plan["embed"]), *x[:b].shape, dtype=x.dtype, device=x.device)
-            embed = corrupt["embed"].to(x.device, x.dtype) - x[:b]
-            delta = delta + plan["embed"].to(x.device, x.dtype)[:, None, None, None] * embed
+        if sent is None:
+            sent, joint = _sender_buffers(geo, plan, x[:b])
+            sent[0] = corrupt["embed"].to(x.device, x.dtype) - x[:b]
         receivers = plan["at"].get(layer, [])
         rows = torch.arange(b, device=x.device) * slots + b
         for slot, kind, _, r in receivers:
             if kind != "mlp" or geo["mlp_reads"] == "resid_pre":
-                x[rows + slot] = x[:b] + delta[r]
+                x[rows + slot] = x[:b] + received(plan, sent, joint, r)
         attention = [entry for entry in receivers if entry[1] != "mlp"]
         if attention:
             _receive_attention(model, geo, layer, attention, rows, b)
         if layer in plan["heads"]:
             sets = plan["heads"][layer]
-            delta = delta + layer_head_deltas(model, geo, layer, b, corrupt[("z", layer)], sets)
+            if joint is None:  # each head's change alone: they add up
+                first = plan["first_head"][layer]
+                eye = torch.eye(model.n_heads)
+                found = layer_head_deltas(model, geo, layer, b, corrupt[("z", layer)], eye)
+                sent[first : first + model.n_heads] = found
+            else:  # through the norm: the heads of each receiver's set together
+                joint += layer_head_deltas(model, geo, layer, b, corrupt[("z", layer)], sets)
         mlp = [entry for entry in receivers if entry[1] == "mlp"]
         if mlp or layer in plan["mlp"]:
-            y = _receive_mlp(model, geo, layer, mlp[0] if mlp else None, rows, b, delta)
+            entry = mlp[0] if mlp else None
+            y = _receive_mlp(model, geo, layer, entry, rows, b, plan, sent, joint)
             if layer in plan["mlp"]:
-                cor = corrupt[("mlp", layer)].to(y.device, y.dtype) - y[:b]
-                mask = plan["mlp"][layer].to(y.device, y.dtype)
-                delta = delta + mask[:, None, None, None] * cor
-    if plan["logits"] >= 0 and delta is not None:
+                sent[plan["mlp"][layer]] = corrupt[("mlp", layer)].to(y.device, y.dtype) - y[:b]
+    if plan["logits"] >= 0 and sent is not None:
         final = at(model, model.n_layers - 1, "resid_post")
-        final[:b] = final[:b] + delta[plan["logits"]]
+        final[:b] = final[:b] + received(plan, sent, joint, plan["logits"])
     logits = model.nnsight.lm_head.output[:b]
     metric = metric_of(model, logits, terms)
     return save({"metric": metric.detach()})
+
+
+def _sender_buffers(geo, plan, x):
+    """Zeros for the senders' changes ``[S, b, s, d]``, and for the heads' changes.
+
+    The second, ``[R, b, s, d]`` per receiver, only with a sandwich norm (else None).
+    """
+    mask = plan["mask"]
+    sent = torch.zeros(mask.shape[1], *x.shape, dtype=x.dtype, device=x.device)
+    joint = None
+    if geo["post"]:
+        joint = torch.zeros(mask.shape[0], *x.shape, dtype=x.dtype, device=x.device)
+    return sent, joint
+
+
+def received(plan, sent, joint, r):
+    """``[b, s, d]``: the sum of receiver ``r``'s patched senders' changes."""
+    weights = plan["mask"][r].to(sent.device, sent.dtype)  # [S]
+    total = torch.einsum("s,sbtd->btd", weights, sent)
+    return total if joint is None else total + joint[r]
 
 
 def _receive_attention(model, geo, layer, entries, rows, b):
@@ -258,11 +284,11 @@ def _receive_attention(model, geo, layer, entries, rows, b):
     call.inputs = ((*args[:first], *new, *args[first + 3 :]), kwargs)
 
 
-def _receive_mlp(model, geo, layer, entry, rows, b, delta):
+def _receive_mlp(model, geo, layer, entry, rows, b, plan, sent, joint):
     """The MLP output of the texts, taken from the scratch row of ``entry`` if given."""
     if entry is not None and geo["mlp_reads"] == "resid_mid":
         xm = at(model, layer, "resid_mid")
-        xm[rows + entry[0]] = xm[:b] + delta[entry[3]]
+        xm[rows + entry[0]] = xm[:b] + received(plan, sent, joint, entry[3])
     y = at(model, layer, "mlp_out")
     if entry is not None:
         y[:b] = y[rows + entry[0]]

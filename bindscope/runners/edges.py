@@ -268,14 +268,13 @@ def _patch_plan(model: LanguageModel, graph: EdgeGraph, geo: dict, mask, cor, b:
     sub = torch.from_numpy(mask[:, used].T.astype(np.float32))  # [R', S]
     sender_at = {name: i for i, name in enumerate(graph.senders)}
     n_heads, n_kv = model.n_heads, model.n_kv_heads
-    heads, mlps = {}, {}
+    heads, first_head, mlps = {}, {}, {}
     for layer in range(model.n_layers):
         cols = [sender_at[f"a{layer}.h{h}"] for h in range(n_heads)]
         if sub[:, cols].any():
-            heads[layer] = sub[:, cols]
-        column = sub[:, sender_at[f"m{layer}"]]
-        if column.any():
-            mlps[layer] = column
+            heads[layer], first_head[layer] = sub[:, cols], cols[0]
+        if sub[:, sender_at[f"m{layer}"]].any():
+            mlps[layer] = sender_at[f"m{layer}"]
     at: dict[int, list] = {}
     logits = -1
     for r, j in enumerate(used):
@@ -295,8 +294,9 @@ def _patch_plan(model: LanguageModel, graph: EdgeGraph, geo: dict, mask, cor, b:
     return {
         "b": b,
         "corrupt": cor,
-        "embed": sub[:, sender_at["embed"]],
+        "mask": sub,
         "heads": heads,
+        "first_head": first_head,
         "mlp": mlps,
         "at": at,
         "logits": logits,
