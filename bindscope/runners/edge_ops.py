@@ -197,7 +197,8 @@ def metric_of(model, logits, terms):
 def path_patched(model, geo, plan, terms):
     """The metric with a set of edges patched exactly: each receiver reads its own input.
 
-    The batch is ``b`` texts followed by ``slots`` scratch rows per text (copies of it).
+    The batch is ``b`` texts followed by ``slots`` scratch rows per text (copies of it;
+    as many as the plan's receivers use).
     At each layer a receiver of text ``a`` gets a scratch row whose residual is text
     ``a``'s plus the receiver's patched edges' ``corrupted - current`` sender outputs; the
     receiver's query, key or value (or MLP output) is then taken from that row, so only
@@ -206,7 +207,7 @@ def path_patched(model, geo, plan, terms):
     Args:
         model: The model.
         geo: The layout (module docstring).
-        plan: ``{"b": int, "corrupt": {...}, "mask": [R, S], "heads": {l: [R, H]},
+        plan: ``{"b": int, "slots": int, "corrupt": {...}, "mask": [R, S], "heads": {l: [R, H]},
             "first_head": {l: s}, "mlp": {l: s}, "at": {l: [(slot, kind, unit, r)]},
             "logits": r or -1}``: the patched edges as a 0/1 mask over the ``R`` receivers
             that have any and every sender; the layers whose heads send (with the sender
@@ -216,7 +217,7 @@ def path_patched(model, geo, plan, terms):
     Returns:
         ``{"metric": [b]}`` saved.
     """
-    b, slots, corrupt = plan["b"], geo["slots"], plan["corrupt"]
+    b, slots, corrupt = plan["b"], plan["slots"], plan["corrupt"]
     sent = joint = None
     for layer in range(model.n_layers):
         x = at(model, layer, "resid_pre")

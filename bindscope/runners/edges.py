@@ -240,9 +240,8 @@ def path_patching(
         cor, _ = _corrupted(model, geo, pairs, rows)
         plan = _patch_plan(model, graph, geo, mask, cor, len(rows))
         batch = pairs.clean_batch(rows)
-        inputs = {
-            k: torch.cat([v, v.repeat_interleave(geo["slots"], 0)]) for k, v in batch.inputs.items()
-        }
+        slots = plan["slots"]  # each text, then its scratch rows
+        inputs = {k: torch.cat([v, v.repeat_interleave(slots, 0)]) for k, v in batch.inputs.items()}
         with torch.no_grad(), model.nnsight.trace(**inputs, **model.trace_options):
             found = edge_ops.path_patched(model, geo, plan, pairs.terms(rows))
         out[rows] = found["metric"].double().numpy()
@@ -291,7 +290,12 @@ def _patch_plan(model: LanguageModel, graph: EdgeGraph, geo: dict, mask, cor, b:
             slot = {"q": 0, "k": n_heads, "v": n_heads + n_kv}[kind] + unit
             entry = (slot, kind, unit, r)
         at.setdefault(layer, []).append(entry)
+    # only the scratch rows some receiver uses: one edge needs one
+    used_slots = sorted({entry[0] for entries in at.values() for entry in entries})
+    compact = {slot: i for i, slot in enumerate(used_slots)}
+    at = {layer: [(compact[e[0]], *e[1:]) for e in entries] for layer, entries in at.items()}
     return {
+        "slots": len(used_slots),
         "b": b,
         "corrupt": cor,
         "mask": sub,
@@ -335,7 +339,7 @@ def _geometry(model: LanguageModel) -> dict:
         "label": label,
         "qkv": mask_index - 3,  # query, key, value come just before the mask
         "mlp_reads": "resid_pre" if "resid_mid" not in sites else "resid_mid",
-        "slots": model.n_heads + 2 * model.n_kv_heads + 1,
+        "slots": model.n_heads + 2 * model.n_kv_heads + 1,  # scratch rows a text may need
     }
 
 
