@@ -24,7 +24,7 @@ node reads the clean stream. It is the ground truth the scores are checked again
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -159,9 +159,6 @@ class EdgeScores:
         return [(self.graph.senders[i], self.graph.receivers[j]) for i, j in zip(s, r)]
 
 
-Metric = Callable[[torch.Tensor, list[int]], torch.Tensor]
-
-
 def edge_attribution(
     model: LanguageModel,
     clean: Sequence,
@@ -206,12 +203,12 @@ def edge_attribution(
             with torch.enable_grad(), model.nnsight.trace(**batch.inputs, **model.trace_options):
                 found = edge_ops.edge_gradients(model, geo, plan, terms)
             if k == steps:
-                deltas, clean_metric[rows] = found["deltas"], found["metric"].double().numpy()
+                deltas, clean_metric[rows] = found["deltas"], found["metric"].double().cpu().numpy()
             total = found["grads"] if total is None else total + found["grads"]
         assert total is not None and deltas is not None
         mask = batch.attention_mask[None, :, :, None].to(deltas.dtype)
         got = torch.einsum("rbsd,tbsd->btr", total.float() / steps, (deltas * mask).float())
-        scores[rows] = np.where(graph.valid, got.numpy(), 0.0)
+        scores[rows] = np.where(graph.valid, got.cpu().numpy(), 0.0)
     return EdgeScores(graph, scores, clean_metric, corrupt_metric, method, steps)
 
 
@@ -244,7 +241,7 @@ def path_patching(
         inputs = {k: torch.cat([v, v.repeat_interleave(slots, 0)]) for k, v in batch.inputs.items()}
         with torch.no_grad(), model.nnsight.trace(**inputs, **model.trace_options):
             found = edge_ops.path_patched(model, geo, plan, pairs.terms(rows))
-        out[rows] = found["metric"].double().numpy()
+        out[rows] = found["metric"].double().cpu().numpy()
     return out
 
 
@@ -415,4 +412,4 @@ def _corrupted(model: LanguageModel, geo: dict, pairs: _Pairs, rows: list[int]):
         metric = edge_ops.save(
             edge_ops.metric_of(model, model.nnsight.lm_head.output, pairs.terms(rows))
         )
-    return found, metric.double().numpy()
+    return found, metric.double().cpu().numpy()
