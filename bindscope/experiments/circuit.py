@@ -27,7 +27,7 @@ from bindscope.protocols import LanguageModel
 from bindscope.results.labels import by_model
 from bindscope.results.schema import RecordKind
 from bindscope.runners.attribution_metrics import LogitDifference
-from bindscope.runners.circuit import faithfulness, stability, top_mask, verify
+from bindscope.runners.circuit import faithfulness, greedy_mask, stability, top_mask, verify
 from bindscope.runners.edges import METHODS, EdgeScores, edge_attribution
 
 EXPERIMENT = "circuit"
@@ -47,6 +47,10 @@ class CircuitOptions(Options):
     steps: int = option(5, "EAP-IG integration steps", type=int)
     pairs: int = option(16, "pairs drawn", type=int)
     edges: str = option("50,100,200", "circuit sizes (edges), comma-separated")
+    selection: str = option(
+        "top", "top: the n largest |scores|; greedy: grown back from the logits",
+        choices=("top", "greedy"),
+    )  # fmt: skip
     verify: int = option(0, "patch the top 2K edges exactly (0: none)", type=int)
     n_random: int = option(3, "random circuits per size (the null)", type=int)
 
@@ -83,6 +87,7 @@ def _plan(models: list[LanguageModel], opts: CircuitOptions, common: Common) -> 
         "steps": opts.steps if opts.method == "eap-ig" else 1,
         "pairs": opts.pairs,
         "edges": list(_sizes(opts.edges)),
+        "selection": opts.selection,
         "verify": opts.verify,
         "n_random": opts.n_random,
     }
@@ -119,8 +124,9 @@ def _measure(
         metrics: dict = {"rank": rank, "score": score}
         records.append(run.record(item, f"edge:{edge[0]}->{edge[1]}", metrics, circuit=settings))
     for n in settings["edges"]:
+        select = greedy_mask if opts.selection == "greedy" else top_mask
         kept = faithfulness(
-            model, clean, corrupted, metric, scores, top_mask(scores, n),
+            model, clean, corrupted, metric, scores, select(scores, n),
             n_random=opts.n_random, seed=common.seed,
         )  # fmt: skip
         metrics = {
@@ -200,8 +206,9 @@ def text(s: dict) -> list[str]:
         )
         for f in m["faithfulness"]:
             null = "n/a" if f["null_mean"] is None else f"{f['null_mean']:.3f}"
+            chosen = settings.get("selection", "top")
             lines.append(
-                f"    top {f['n_edges']} edges keep {f['share']:.3f} [{f['low']:.3f}, "
+                f"    {chosen} {f['n_edges']} edges keep {f['share']:.3f} [{f['low']:.3f}, "
                 f"{f['high']:.3f}] (random: {null}; stability {f['stability']:.2f})"
             )
         if m["verify"]:

@@ -10,6 +10,7 @@ with their estimates (Spearman, recall@K).
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,7 +22,15 @@ from bindscope.metrics.stats.estimates import Estimate, bootstrap_statistic
 from bindscope.protocols import LanguageModel
 from bindscope.runners.edges import Edge, EdgeScores, path_patching
 
-__all__ = ["Faithfulness", "Verification", "faithfulness", "stability", "top_mask", "verify"]
+__all__ = [
+    "Faithfulness",
+    "Verification",
+    "faithfulness",
+    "greedy_mask",
+    "stability",
+    "top_mask",
+    "verify",
+]
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,63 @@ def _share(patched, clean, corrupted, axis=-1):
 def top_mask(scores: EdgeScores, n: int) -> np.ndarray:
     """``[S, R]`` bool mask of the ``n`` edges of largest mean |score|."""
     return scores.graph.index(scores.top(n))
+
+
+def greedy_mask(scores: EdgeScores, n: int) -> np.ndarray:
+    """``[S, R]`` mask of ``n`` edges grown back from the logits, largest mean |score| first.
+
+    An edge joins only when its receiver already belongs to the circuit (the logits, or a
+    node whose output an edge in it reads), so the circuit is connected to the output,
+    as EAP-IG's greedy search builds it.
+    """
+    graph = scores.graph
+    key = np.where(graph.valid, np.abs(scores.mean()), -np.inf)
+    inputs = _receivers_of(graph)  # a sender node -> the receivers that are its inputs
+    mask = np.zeros_like(graph.valid)
+    heap: list[tuple[float, int, int]] = []
+
+    def open_receiver(j: int) -> None:
+        for i in np.flatnonzero(graph.valid[:, j]):
+            heapq.heappush(heap, (-float(key[i, j]), int(i), j))
+
+    open_receiver(graph.receivers.index("logits"))
+    reached: set[int] = set()
+    while heap and int(mask.sum()) < n:
+        _, i, j = heapq.heappop(heap)
+        if mask[i, j]:
+            continue
+        mask[i, j] = True
+        if i not in reached:
+            reached.add(i)
+            for receiver in inputs.get(graph.senders[i], ()):
+                open_receiver(receiver)
+    return mask
+
+
+def _receivers_of(graph) -> dict[str, list[int]]:
+    """Each sender node's own inputs as receiver indices (a head: its query, key, value)."""
+    found: dict[str, list[int]] = {}
+    kv_of: dict[str, list[int]] = {}
+    for j, name in enumerate(graph.receivers):
+        if name.endswith(("<k>", "<v>")):
+            kv_of.setdefault(name.split(".")[0], []).append(j)
+    for j, name in enumerate(graph.receivers):
+        if name.endswith("<q>"):
+            found[name[: -len("<q>")]] = [j]
+        elif name.startswith("m"):
+            found[name] = [j]
+    n_groups = {layer: len(js) // 2 for layer, js in kv_of.items()}
+    for sender in list(found):
+        if sender.startswith("a"):
+            layer, head = sender.split(".h")
+            heads = sum(1 for other in found if other.startswith(layer + ".h"))
+            group = int(head) // max(heads // n_groups[layer], 1)
+            found[sender] += [
+                j
+                for j in kv_of[layer]
+                if graph.receivers[j].split(".g")[1].split("<")[0] == str(group)
+            ]
+    return found
 
 
 def faithfulness(

@@ -246,6 +246,7 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
         "--steps": Changes("2", "3", lambda r, v: circuit_setting(r, "steps") == int(v)),
         "--pairs": Changes("2", "3", lambda r, v: circuit_setting(r, "pairs") == int(v)),
         "--edges": Changes("5", "10", lambda r, v: circuit_setting(r, "edges") == [int(v)]),
+        "--selection": Changes("top", "greedy", lambda r, v: circuit_setting(r, "selection") == v),
         "--verify": Changes(None, "1", lambda r, v: circuit_setting(r, "verify") == int(v or 0)),
         "--n-random": Changes("1", "2", lambda r, v: circuit_setting(r, "n_random") == int(v)),
     },

@@ -437,7 +437,7 @@ def circuit_records(seed: int = 0) -> list[dict]:
     """Circuit records: pairs, the top edges, faithfulness at two sizes, a verification."""
     rng = np.random.default_rng(seed)
     settings = {"task": "ioi", "method": "eap-ig", "steps": 5, "pairs": 4, "edges": [5, 10],
-                "verify": 2, "n_random": 2}  # fmt: skip
+                "selection": "top", "verify": 2, "n_random": 2}  # fmt: skip
     out = []
     for model in MODELS_OF["circuit"]:
         for i in range(4):

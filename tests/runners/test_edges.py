@@ -10,7 +10,7 @@ import torch
 
 from bindscope.errors import InputError
 from bindscope.runners.attribution_metrics import LogitDifference
-from bindscope.runners.circuit import faithfulness, stability, verify
+from bindscope.runners.circuit import faithfulness, greedy_mask, stability, verify
 from bindscope.runners.edges import edge_attribution, edge_graph, path_patching
 from tests.reference_edges import read_input, receiver_logits, sender_delta
 from tests.tolerance import SAFETY
@@ -217,3 +217,25 @@ def test_verify_and_stability(scored):
     assert checked.exact[0] == pytest.approx(float(np.mean(single - scores.clean)))
     assert checked.estimate[0] == pytest.approx(float(scores.scores[:, i, j].mean()))
     assert stability(scores, scores.graph.n_edges) == 1.0  # every edge: always kept
+
+
+def test_greedy_circuit_is_connected_to_the_logits(scored):
+    model, _, _, _, scores = scored
+    graph = scores.graph
+    mask = greedy_mask(scores, 12)
+    assert int(mask.sum()) == 12 and not (mask & ~graph.valid).any()
+    senders = {graph.senders[i] for i in np.flatnonzero(mask.any(1))}
+    group = model.n_heads // model.n_kv_heads
+    for i, j in zip(*np.nonzero(mask)):
+        receiver = graph.receivers[j]
+        if receiver == "logits":
+            continue
+        node = receiver.split("<")[0]
+        if ".g" in node:  # a key/value group: some head of the group is in the circuit
+            layer, g = node.split(".g")
+            assert any(
+                f"{layer}.h{h}" in senders for h in range(int(g) * group, (int(g) + 1) * group)
+            )
+        else:
+            assert node in senders, (graph.senders[i], receiver)
+    assert greedy_mask(scores, graph.n_edges).sum() <= graph.n_edges
