@@ -16,8 +16,7 @@ input residual, the final residual for the logits).
 each head as a matrix; ``post``, the module after the output projection whose output is
 ``attn_out`` (a sandwich norm), or ``""``; ``head_out`` and ``attn_out`` module paths;
 ``label``, the attention call (``qkv``: the index of its query argument);
-``mlp_reads``, ``"resid_mid"`` or ``"resid_pre"`` (a parallel residual); ``slots``, the
-scratch rows per text of a path-patching pass.
+``mlp_reads``, ``"resid_mid"`` or ``"resid_pre"`` (a parallel residual).
 """
 
 import torch
@@ -226,9 +225,11 @@ def path_patched(model, geo, plan, terms):
             sent[0] = corrupt["embed"].to(x.device, x.dtype) - x[:b]
         receivers = plan["at"].get(layer, [])
         rows = torch.arange(b, device=x.device) * slots + b
+        filled = set()  # receivers sharing a row read equal copies: fill it once
         for slot, kind, _, r in receivers:
-            if kind != "mlp" or geo["mlp_reads"] == "resid_pre":
+            if (kind != "mlp" or geo["mlp_reads"] == "resid_pre") and slot not in filled:
                 x[rows + slot] = x[:b] + received(plan, sent, joint, r)
+                filled.add(slot)
         attention = [entry for entry in receivers if entry[1] != "mlp"]
         if attention:
             _receive_attention(model, geo, layer, attention, rows, b)

@@ -263,7 +263,7 @@ def _patch_plan(model: LanguageModel, graph: EdgeGraph, geo: dict, mask, cor, b:
     used = np.nonzero(mask.any(0))[0]  # receivers with a patched edge
     sub = torch.from_numpy(mask[:, used].T.astype(np.float32))  # [R', S]
     sender_at = {name: i for i, name in enumerate(graph.senders)}
-    n_heads, n_kv = model.n_heads, model.n_kv_heads
+    n_heads = model.n_heads
     heads, first_head, mlps = {}, {}, {}
     for layer in range(model.n_layers):
         cols = [sender_at[f"a{layer}.h{h}"] for h in range(n_heads)]
@@ -271,7 +271,10 @@ def _patch_plan(model: LanguageModel, graph: EdgeGraph, geo: dict, mask, cor, b:
             heads[layer], first_head[layer] = sub[:, cols], cols[0]
         if sub[:, sender_at[f"m{layer}"]].any():
             mlps[layer] = sender_at[f"m{layer}"]
+    # receivers of one layer that read the same patched senders read equal residual copies:
+    # they share a scratch row (an MLP after attention reuses row 0, reset at resid_mid)
     at: dict[int, list] = {}
+    rows_of: dict[tuple[int, bytes], int] = {}
     logits = -1
     for r, j in enumerate(used):
         name = graph.receivers[j]
@@ -280,19 +283,17 @@ def _patch_plan(model: LanguageModel, graph: EdgeGraph, geo: dict, mask, cor, b:
             continue
         number, rest = name[1:].split(".", 1) if name[0] == "a" else (name[1:], "")
         layer = int(number)
-        if not rest:
-            entry = (geo["slots"] - 1, "mlp", 0, r)
+        if not rest and geo["mlp_reads"] == "resid_mid":
+            entry = (0, "mlp", 0, r)
         else:
-            kind, unit = rest[-2], int(rest[1:].split("<")[0])
-            slot = {"q": 0, "k": n_heads, "v": n_heads + n_kv}[kind] + unit
+            same = (layer, mask[:, j].tobytes())
+            slot = rows_of.setdefault(same, sum(1 for key in rows_of if key[0] == layer))
+            kind, unit = ("mlp", 0) if not rest else (rest[-2], int(rest[1:].split("<")[0]))
             entry = (slot, kind, unit, r)
         at.setdefault(layer, []).append(entry)
-    # only the scratch rows some receiver uses: one edge needs one
-    used_slots = sorted({entry[0] for entries in at.values() for entry in entries})
-    compact = {slot: i for i, slot in enumerate(used_slots)}
-    at = {layer: [(compact[e[0]], *e[1:]) for e in entries] for layer, entries in at.items()}
+    used_slots = max((e[0] + 1 for entries in at.values() for e in entries), default=0)
     return {
-        "slots": len(used_slots),
+        "slots": used_slots,
         "b": b,
         "corrupt": cor,
         "mask": sub,
@@ -336,7 +337,6 @@ def _geometry(model: LanguageModel) -> dict:
         "label": label,
         "qkv": mask_index - 3,  # query, key, value come just before the mask
         "mlp_reads": "resid_pre" if "resid_mid" not in sites else "resid_mid",
-        "slots": model.n_heads + 2 * model.n_kv_heads + 1,  # scratch rows a text may need
     }
 
 
