@@ -239,3 +239,17 @@ def test_greedy_circuit_is_connected_to_the_logits(scored):
         else:
             assert node in senders, (graph.senders[i], receiver)
     assert greedy_mask(scores, graph.n_edges).sum() <= graph.n_edges
+
+
+def test_a_user_metric_function_gives_the_same_scores(scored):
+    """``f(logits at the last position, pair indices)`` in place of LogitDifference."""
+    model, clean, corrupted, _, scores = scored
+    seen = []
+
+    def difference(logits, rows):
+        seen.append(list(rows))
+        return logits[:, CORRECT] - logits[:, WRONG]
+
+    mine = edge_attribution(model, clean, corrupted, difference, method="eap")
+    np.testing.assert_array_equal(mine.scores, scores.scores)
+    assert seen[0] == [0, 1]  # the pair indices of the batch's rows
