@@ -570,7 +570,7 @@ def _check_means(
     if taken_at != site:
         raise InterventionError(
             f"{model.name}: {spec.describe()} replaces site {site!r} but its means were taken "
-            f"at site {taken_at!r} (layers {sorted(means)}); means of one site are not "
+            f"at site {taken_at!r}; means of one site are not "
             f"activations of another: build them with {helper}"
         )
     if not isinstance(means, dict):

@@ -280,9 +280,10 @@ def logit_lens(
             "model.capture(texts, sites=['resid_post']) and unembed with local weights"
         )
     texts = check_texts(texts)
-    for i, text in enumerate(texts if chosen is not None else ()):  # all before any trace
-        n = len(model.tokenize(text)) if isinstance(text, str) else len(text)
-        absolute_positions(chosen, n, model_name=model.name, index=i)
+    if chosen is not None:  # every text's positions, before any trace
+        for i, text in enumerate(texts):
+            n = len(model.tokenize(text)) if isinstance(text, str) else len(text)
+            absolute_positions(chosen, n, model_name=model.name, index=i)
     rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row)
     norm = underlying_module(getattr(model.nnsight.model, model.family_row.final_norm))
     head = underlying_module(model.nnsight.lm_head)

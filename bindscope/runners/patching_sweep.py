@@ -86,7 +86,7 @@ def patching_sweep(
         chosen, n, model_name=model.name, index=1
     )  # fmt: skip
     cells = [(site, layer, p) for site in names for layer in wanted for p in where]
-    specs = [Patch(site, [clean_ids], layers=[layer], positions=[p]) for site, layer, p in cells]
+    specs = [Patch(site, (clean_ids,), layers=(layer,), positions=(p,)) for site, layer, p in cells]
     texts = [corrupt_ids] * len(cells)
     rows = resolve_rows(model, texts, per_row=specs)
     values = torch.empty(len(cells))

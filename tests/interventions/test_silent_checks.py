@@ -90,8 +90,8 @@ def test_resid_post_and_the_next_resid_pre_are_one_cell(tiny, case, reverse):
     with pytest.raises(InterventionError, match="one tensor"):
         tiny.logits(PROMPTS[:1], intervene=specs[0], per_row=[specs[1]])
     # not aliased: resid_pre of layer 1 is another tensor (the layer's own input)
-    tiny.logits(PROMPTS[:1], intervene=[Zero("resid_post", layers=[1]),
-                                        Steer("resid_pre", 1, torch.ones(tiny.d_model))])  # fmt: skip
+    apart = [Zero("resid_post", layers=[1]), Steer("resid_pre", 1, torch.ones(tiny.d_model))]
+    tiny.logits(PROMPTS[:1], intervene=apart)
 
 
 def test_steers_on_aliased_cells_compose_and_equal_a_hook_adding_both(tiny):
