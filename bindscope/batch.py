@@ -174,9 +174,11 @@ def read_positions(positions, *, what: str = "positions") -> tuple[int, ...] | N
 
 
 def absolute_positions(
-    positions: tuple[int, ...], n: int, *, model_name: str, index: int, what: str = "positions"
+    positions: tuple[int, ...], n: int, *, model_name: str, text: str, what: str = "positions"
 ) -> list[int]:
-    """``positions`` of text ``index`` (``n`` tokens) counted from its start.
+    """``positions`` of a text of ``n`` tokens, counted from its start.
+
+    ``text`` names the text in the message (``"text #3"``).
 
     Raises:
         InputError: A position outside the text (names the text, its length and the range).
@@ -185,7 +187,7 @@ def absolute_positions(
     bad = [p for p, q in zip(positions, out) if not 0 <= q < n]
     if bad:
         raise InputError(
-            f"{model_name}: {what} {bad} are outside text #{index} ({n} tokens: positions "
+            f"{model_name}: {what} {bad} are outside {text} ({n} tokens: positions "
             f"0..{n - 1}, or -{n}..-1 from the end)"
         )
     return out

@@ -283,7 +283,7 @@ def logit_lens(
     if chosen is not None:  # every text's positions, before any trace
         for i, text in enumerate(texts):
             n = len(model.tokenize(text)) if isinstance(text, str) else len(text)
-            absolute_positions(chosen, n, model_name=model.name, index=i)
+            absolute_positions(chosen, n, model_name=model.name, text=f"text #{i}")
     rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row)
     norm = underlying_module(getattr(model.nnsight.model, model.family_row.final_norm))
     head = underlying_module(model.nnsight.lm_head)
@@ -312,13 +312,11 @@ def _columns(model: LanguageModel, batch, positions: tuple[int, ...] | None):
     if positions is None:
         columns = torch.arange(width).expand(len(batch.indices), width)
     else:
-        columns = torch.tensor(
-            [
-                [batch.pad(r) + p for p in absolute_positions(
-                    positions, n, model_name=model.name, index=batch.indices[r]
-                )]
-                for r, n in enumerate(batch.lengths)
-            ]
-        )  # fmt: skip
+        picked = []
+        for r, n in enumerate(batch.lengths):
+            text = f"text #{batch.indices[r]}"
+            found = absolute_positions(positions, n, model_name=model.name, text=text)
+            picked.append([batch.pad(r) + p for p in found])
+        columns = torch.tensor(picked)
     rows = torch.arange(columns.shape[0])[:, None].expand_as(columns)
     return rows, columns

@@ -83,7 +83,7 @@ def patching_sweep(
     wanted = model.check_layers(layers)
     chosen = read_positions(positions)
     where = list(range(n)) if chosen is None else absolute_positions(
-        chosen, n, model_name=model.name, index=1
+        chosen, n, model_name=model.name, text="the clean and corrupt texts"
     )  # fmt: skip
     cells = [(site, layer, p) for site in names for layer in wanted for p in where]
     specs = [Patch(site, (clean_ids,), layers=(layer,), positions=(p,)) for site, layer, p in cells]
