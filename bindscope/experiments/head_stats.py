@@ -263,8 +263,9 @@ def summary_lines(s: dict, *, top: int = 5) -> list[str]:
             corr = m.get("bsi_vs_effect")
             if corr and corr.get("value") is not None:
                 out.append(
-                    f"    BSI vs effect: Spearman {corr['value']:.3f} "
-                    f"[{corr['low']:.3f}, {corr['high']:.3f}] over {corr['n_prompts']} prompts"
+                    f"    BSI vs {corr.get('effect', 'exact')} effect: Spearman "
+                    f"{corr['value']:.3f} [{corr['low']:.3f}, {corr['high']:.3f}] over "
+                    f"{corr['n_prompts']} prompts and {corr['n_cells']} heads"
                 )
             out += _matched_lines(m.get("binding_top_vs_matched"))
         else:

@@ -168,6 +168,13 @@ class ScanOptions(HeadTestOptions):
             )
         if self.matched_classes and self.unit != "head":
             raise InputError("--matched-classes compares heads: it needs --unit head")
+        if self.matched_classes and self.method == "attribution":
+            raise InputError(
+                "--matched-classes compares the EB* top set's mean effect with random sets, but "
+                "--method attribution measures only the --verify heads exactly (the others have "
+                "no effect, and a mean over them is NaN); drop --matched-classes or use "
+                "--method exact"
+            )
         if self.spread and self.limit is None:
             raise InputError(
                 "--spread spreads --limit N prompts over the terms: add --limit N "
