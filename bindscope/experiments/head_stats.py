@@ -251,6 +251,8 @@ def _agreement_lines(found: dict | None) -> list[str]:
 def summary_lines(s: dict, *, top: int = 5) -> list[str]:
     """Readable lines of a scan or patching summary: top conditions per model and metric."""
     name = "Head scan" if s["experiment"] == "scan" else "Activation patching"
+    if not s.get("models"):  # nothing summarised: no effect, no correction to name
+        return [f"{name}: no records"]
     out = [f"{name}: {s.get('effect', '')}; 95% paired bootstrap CIs, {s.get('correction')} p"]
     for label, m in s.get("models", {}).items():
         if s["experiment"] == "scan":
@@ -275,4 +277,5 @@ def summary_lines(s: dict, *, top: int = 5) -> list[str]:
                 f"{len(m['significant'])} significant"
             )
             out += [f"    {_cell_line(c)}" for c in m["top"][:top]]
+            out += _agreement_lines(m.get("agreement"))
     return out
