@@ -186,6 +186,7 @@ def prepare(model: LanguageModel, pair: Pair) -> Prepared:
 
         difference = LogitDifference(ids[0][0], ids[1][0])
         return Prepared(pair, pair.clean, pair.corrupted, logit_difference, difference)
+    assert pair.target is not None  # a pair has a target or both answers (load_pairs)
     target = continuation_ids(tok, pair.target)
     clean = model.tokenize(pair.clean) + target
     corrupted = model.tokenize(pair.corrupted) + target

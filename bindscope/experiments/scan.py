@@ -62,8 +62,8 @@ def scored(model: LanguageModel, record: PromptRecord) -> tuple[list[ScoredSeque
     if record.task == "recognition":
         ids = [continuation_ids(model.tokenizer, c) for c in record.choices or ()]
         return [ScoredSequence(prompt + i, len(i)) for i in ids], record.answer_idx
-    ids = continuation_ids(model.tokenizer, record.extra["target"])
-    return [ScoredSequence(prompt + ids, len(ids))], None
+    target = continuation_ids(model.tokenizer, record.extra["target"])
+    return [ScoredSequence(prompt + target, len(target))], None
 
 
 def scannable(pset: PromptSet) -> list[PromptRecord]:

@@ -98,10 +98,8 @@ def test_planted_head_is_estimated_top_and_verified(byte_tokenizer, tmp_path):
     head = 5
     planted.plant(model, head, up=20.0, down=0.02)  # one head carries what differs
     pairs = _write(tmp_path, _pairs(model))
-    m = _entry(
-        patching.run(model, pairs=pairs, out=tmp_path / "out", method="attribution", verify=2,
-                     n_resamples=999, progress=False)  # fmt: skip
-    )
+    options = {"method": "attribution", "verify": 2, "n_resamples": 999, "progress": False}
+    m = _entry(patching.run(model, pairs=pairs, out=tmp_path / "out", **options))
     estimate = np.abs(np.array(m["estimate"], dtype=float))
     assert int(estimate[0].argmax()) == head
     assert m["top"][0]["head"] == [0, head]

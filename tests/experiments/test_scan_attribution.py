@@ -149,7 +149,7 @@ def test_matched_classes_with_attribution_is_refused_before_the_model_loads(
     argv += ["--method", "attribution", "--verify", "3", "--matched-classes", "9"]
     assert main(argv) == 2
     assert loads == [] and not out.exists()
-    with pytest.raises(InputError, match="--matched-classes.*--method exact"):
+    with pytest.raises(InputError, match=r"--matched-classes.*--method exact"):
         scan.ScanOptions.of({"method": "attribution", "matched_classes": 9})
 
 

@@ -92,7 +92,9 @@ def test_pair_answers_and_targets_follow_the_same_rule(tmp_path):
         wrong = _write(tmp_path / "w.jsonl", [{**base, "target": bad}])
         with pytest.raises(PromptFileError, match=r"w\.jsonl:1: .*'target'"):
             patching.load_pairs(wrong)
-    ok = _write(tmp_path / "ok.jsonl", [{**base, "clean_answer": "Mary", "corrupted_answer": "John"}])
+    ok = _write(
+        tmp_path / "ok.jsonl", [{**base, "clean_answer": "Mary", "corrupted_answer": "John"}]
+    )
     pairs, _, _ = patching.load_pairs(ok)
     assert pairs[0].clean_answer == "Mary"
     builtin, _, _ = patching.load_pairs("pairs")  # the built-in set follows the rule
@@ -144,6 +146,9 @@ def test_the_docs_give_a_complete_example_line_for_each_file_kind(doc, tmp_path)
         assert loader(path)  # complete: it loads as it stands
         # and the rule bites: a leading space on its continuation is refused
         field = next(f for f in ("choices", "target", "clean_answer") if f in row)
-        row = {**row, field: [" " + c for c in row[field]] if field == "choices" else " " + row[field]}
+        row = {
+            **row,
+            field: [" " + c for c in row[field]] if field == "choices" else " " + row[field],
+        }
         with pytest.raises(PromptFileError, match="doubled whitespace"):
             loader(_write(path, [row]))
