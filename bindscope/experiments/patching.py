@@ -32,7 +32,7 @@ from bindscope.experiments import head_stats, limits, scan_attribution
 from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.head_sets import as_pairs, conditions_of
 from bindscope.experiments.head_stats import HeadTestOptions, summary_lines
-from bindscope.experiments.options import option, positive
+from bindscope.experiments.options import option
 from bindscope.experiments.summary import summarize_tests
 from bindscope.interventions import Patch
 from bindscope.prompts.continuations import appended, continuation_ids, whitespace_problems
@@ -246,18 +246,8 @@ class PatchingOptions(HeadTestOptions):
         "one condition per head, per layer (every head of it), or per layer and token position",
         choices=UNITS,
     )
-    method: str = option(
-        "exact",
-        "exact: patch every head; attribution: estimate every head by attribution "
-        "patching (AtP*), then patch the --verify top heads exactly",
-        choices=scan_attribution.METHODS,
-    )
-    verify: int | None = option(
-        None,
-        "heads patched exactly under --method attribution (default 20)",
-        type=positive,
-        metavar="K",
-    )
+    method: str = scan_attribution.method_option("patch")
+    verify: int | None = scan_attribution.verify_option()
 
     def check(self) -> None:
         """Unit, correction and limit; a pair file that reads; resamples that fit in memory."""

@@ -142,18 +142,8 @@ class ScanOptions(HeadTestOptions):
         "second, ...) instead of the first N in the file; refused without --limit",
         switch=True,
     )
-    method: str = option(
-        "exact",
-        "exact: ablate every head; attribution: estimate every head by attribution "
-        "patching (AtP*), then scan the --verify top heads exactly",
-        choices=scan_attribution.METHODS,
-    )
-    verify: int | None = option(
-        None,
-        "heads verified exactly under --method attribution (default 20)",
-        type=positive,
-        metavar="K",
-    )
+    method: str = scan_attribution.method_option("ablate")
+    verify: int | None = scan_attribution.verify_option()
 
     def check(self) -> None:
         """Options that apply only in some modes are refused elsewhere."""

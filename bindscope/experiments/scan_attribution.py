@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from bindscope.errors import InputError
 from bindscope.experiments import head_stats
 from bindscope.experiments.chunks import run_chunks
+from bindscope.experiments.options import option, positive
 from bindscope.experiments.recording import base_record
 from bindscope.interventions import Mean, Patch, Resample, Zero
 from bindscope.interventions.specs import Spec
@@ -44,6 +45,26 @@ Scorer = Callable[[LanguageModel, PromptRecord], tuple[list[ScoredSequence], int
 ESTIMATE = "scan-estimate"
 METHODS = ("exact", "attribution")
 DEFAULT_VERIFY = 20
+
+
+def method_option(verb: str) -> Any:
+    """The ``--method`` option of an experiment that ``verb``s (ablates, patches) every head."""
+    return option(
+        "exact",
+        f"exact: {verb} every head; attribution: estimate every head by attribution "
+        f"patching (AtP*), then {verb} the --verify top heads exactly",
+        choices=METHODS,
+    )
+
+
+def verify_option() -> Any:
+    """The ``--verify K`` option: heads measured exactly under ``--method attribution``."""
+    return option(
+        None,
+        f"heads measured exactly under --method attribution (default {DEFAULT_VERIFY})",
+        type=positive,
+        metavar="K",
+    )
 
 
 def check_options(method: str, verify: int | None, unit: str) -> int | None:
@@ -338,4 +359,6 @@ __all__ = [
     "check_options",
     "estimate_heads",
     "estimate_scan",
+    "method_option",
+    "verify_option",
 ]
