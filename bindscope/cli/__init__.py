@@ -8,10 +8,11 @@ Run ``bindscope <command> --help`` for the options.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,23 @@ def _check_resume(definition: Experiment, options: Options, args: argparse.Names
     check_resumable(args.out / definition.name, planned.settings)
 
 
+@contextlib.contextmanager
+def _writable(folder: Path | None) -> Iterator[None]:
+    """``folder`` checked writable (made if missing), and removed again if refused empty."""
+    if folder is None:
+        yield
+        return
+    made = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
+    check_writable(folder)
+    try:
+        yield
+    except BindscopeError:  # refused: leave no empty folder behind
+        for path in made:
+            if path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
+        raise
+
+
 def _models(definition: Experiment, args: argparse.Namespace) -> object:
     """What ``run`` takes as its models: one, a list, or the ``--model`` id (revisions)."""
     if definition.models == "revisions":
@@ -163,12 +181,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
     """``bindscope audit``: each prompt's term span under a model's tokenizer."""
     _check_compute(args)
     records = load(args.prompts)
-    if args.write is not None:  # a path that cannot be written is refused before the load
-        if args.write.is_dir():
-            raise BindscopeError(f"--write {args.write} is a folder; pass the audit file's path")
-        check_writable(args.write.parent)
-    model = _load(args.model, args.revision, args)
-    rows = audit(model, records)
+    if args.write is not None and args.write.is_dir():
+        raise BindscopeError(f"--write {args.write} is a folder; pass the audit file's path")
+    where = args.write.parent if args.write is not None else None
+    with _writable(where):  # a path that cannot be written is refused before the load
+        model = _load(args.model, args.revision, args)
+        rows = audit(model, records)
     for line in format_audit(rows):
         print(line)
     written = f"; written to {write_audit(rows, args.write)}" if args.write else ""
@@ -222,10 +240,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     # the demo draws figures: matplotlib loads only for the commands that draw
     from bindscope import demo
 
-    made = [p for p in (args.out, *args.out.parents) if not p.exists()]  # deepest first
-    check_writable(args.out)
     models = [None if m == "default" else m for m in args.model] if args.model else None
-    try:
+    with _writable(args.out):
         demo.run(
             out=args.out,
             quick=args.quick,
@@ -233,11 +249,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
             models=models,
         )
-    except BindscopeError:  # refused: leave no empty folder behind
-        for path in made:
-            if path.is_dir() and not any(path.iterdir()):
-                path.rmdir()
-        raise
     return 0
 
 

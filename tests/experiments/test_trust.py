@@ -208,3 +208,14 @@ def test_audit_names_the_line_and_field_of_a_doubled_space(tmp_path, loads, caps
     err = capsys.readouterr().err
     assert f"{path}:1: field 'choices'[0] is ' True'" in err and "20 field(s)" in err
     assert loads == []  # refused before the model loads
+
+
+def test_a_refused_audit_leaves_no_folder_for_its_file(tiny_prompts, tmp_path, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise ModelLoadError("no such model (a stand-in for any refusal)")
+
+    monkeypatch.setattr(cli, "_load", refuse)
+    target = tmp_path / "new" / "audit.jsonl"
+    assert cli.main(["audit", "--prompts", str(tiny_prompts), "--write", str(target)]) == 2
+    assert not target.parent.exists()
+    assert cli.main(["audit", "--prompts", str(tiny_prompts), "--write", str(tmp_path)]) == 2
