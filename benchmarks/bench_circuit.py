@@ -29,18 +29,16 @@ def main() -> int:
     args = parser.parse_args()
 
     import bindscope
-    from bindscope.prompts.tasks import task_pairs
+    from bindscope.prompts.tasks import answer_ids, task_pairs
     from bindscope.runners.attribution_metrics import LogitDifference
     from bindscope.runners.circuit import faithfulness, stability, top_mask, verify
     from bindscope.runners.edges import edge_attribution
 
     model = bindscope.load_model(args.model) if args.model else bindscope.load_model()
     model.hf.requires_grad_(True)
-    pairs = task_pairs(args.task, args.pairs, model.tokenize)
+    pairs = task_pairs(args.task, args.pairs, model.tokenizer)
     clean, corrupted = [p.clean for p in pairs], [p.corrupted for p in pairs]
-    metric = [
-        LogitDifference(model.tokenize(p.correct)[0], model.tokenize(p.wrong)[0]) for p in pairs
-    ]
+    metric = [LogitDifference(*answer_ids(p, model.tokenizer)) for p in pairs]
     edge_attribution(model, clean[:2], corrupted[:2], metric[:2], method="eap")  # warm-up
     print(f"{model.name}, {args.task}, {len(pairs)} pairs")
     for method, steps in (("eap", 1), ("eap-ig", 5)):

@@ -22,7 +22,7 @@ from bindscope.errors import InputError
 from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.options import Options, option
 from bindscope.experiments.summary import summarize_folder
-from bindscope.prompts.tasks import TASKS, TaskPair, task_pairs
+from bindscope.prompts.tasks import TASKS, TaskPair, answer_ids, task_pairs
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import by_model
 from bindscope.results.schema import RecordKind
@@ -94,7 +94,7 @@ def _plan(models: list[LanguageModel], opts: CircuitOptions, common: Common) -> 
 
     def each(run: ModelRun) -> None:
         model = run.model
-        pairs = task_pairs(opts.task, opts.pairs, model.tokenize, seed=common.seed)
+        pairs = task_pairs(opts.task, opts.pairs, model.tokenizer, seed=common.seed)
         if run.done(pairs[0].key):
             return
         model.hf.requires_grad_(True)  # gradients reach the edges; none is stored
@@ -108,9 +108,7 @@ def _measure(
 ) -> list[dict]:
     model = run.model
     clean, corrupted = [p.clean for p in pairs], [p.corrupted for p in pairs]
-    metric = [
-        LogitDifference(model.tokenize(p.correct)[0], model.tokenize(p.wrong)[0]) for p in pairs
-    ]
+    metric = [LogitDifference(*answer_ids(p, model.tokenizer)) for p in pairs]
     scores = edge_attribution(
         model, clean, corrupted, metric, method=opts.method, steps=settings["steps"],
         batch_size=common.batch_size,

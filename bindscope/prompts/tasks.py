@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from bindscope.errors import InputError
 
-__all__ = ["TASKS", "TaskPair", "greater_than_pairs", "ioi_pairs", "task_pairs"]
+__all__ = ["TASKS", "TaskPair", "answer_ids", "greater_than_pairs", "ioi_pairs", "task_pairs"]
 
 NAMES = (
     *("Mary", "John", "Anna", "Paul", "Sarah", "James", "Laura", "Mark", "Emma", "David"),
@@ -106,11 +106,12 @@ TASKS: dict[str, Callable[..., list[TaskPair]]] = {
 }
 
 
-def task_pairs(task: str, n: int, tokenize: Callable[[str], list[int]], *, seed: int = 0):
+def task_pairs(task: str, n: int, tokenizer, *, seed: int = 0) -> list[TaskPair]:
     """``n`` pairs of ``task`` of equal token lengths whose answers' first tokens differ.
 
-    ``tokenize`` maps a text to token ids (``model.tokenize``). Pairs are drawn until ``n``
-    fit (at most ``20 n`` draws).
+    ``tokenizer`` is the model's (a Hugging Face tokenizer: called with
+    ``add_special_tokens=False``, so a BOS token counts for neither answer). Pairs are drawn
+    until ``n`` fit (at most ``20 n`` draws).
 
     Raises:
         InputError: An unknown task, or fewer than ``n`` pairs fit the tokenizer.
@@ -120,7 +121,7 @@ def task_pairs(task: str, n: int, tokenize: Callable[[str], list[int]], *, seed:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise InputError(f"n={n!r}: give a whole number of pairs >= 1")
     drawn = TASKS[task](20 * n, seed=seed)
-    kept = [p for p in drawn if _fits(p, tokenize)][:n]
+    kept = [p for p in drawn if _fits(p, tokenizer)][:n]
     if len(kept) < n:
         raise InputError(
             f"only {len(kept)} of {len(drawn)} {task} pairs tokenize to equal lengths with "
@@ -132,8 +133,17 @@ def task_pairs(task: str, n: int, tokenize: Callable[[str], list[int]], *, seed:
     ]
 
 
-def _fits(pair: TaskPair, tokenize: Callable[[str], list[int]]) -> bool:
-    if len(tokenize(pair.clean)) != len(tokenize(pair.corrupted)):
+def _ids(tokenizer, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def answer_ids(pair: TaskPair, tokenizer) -> tuple[int, int]:
+    """The first token of the correct and of the wrong answer (what the metric compares)."""
+    return _ids(tokenizer, pair.correct)[0], _ids(tokenizer, pair.wrong)[0]
+
+
+def _fits(pair: TaskPair, tokenizer) -> bool:
+    if len(_ids(tokenizer, pair.clean)) != len(_ids(tokenizer, pair.corrupted)):
         return False
-    correct, wrong = tokenize(pair.correct), tokenize(pair.wrong)
+    correct, wrong = _ids(tokenizer, pair.correct), _ids(tokenizer, pair.wrong)
     return bool(correct) and bool(wrong) and correct[0] != wrong[0]
