@@ -35,6 +35,7 @@ from bindscope.nnsight_private import underlying_module
 from bindscope.protocols import LanguageModel
 from bindscope.runners import attribution_ops, edge_ops
 from bindscope.runners.attribution_metrics import check_metrics, metric_terms
+from bindscope.runners.behaviour import keeps_logits
 
 __all__ = ["METHODS", "EdgeGraph", "EdgeScores", "edge_attribution", "edge_graph", "path_patching"]
 
@@ -200,7 +201,8 @@ def edge_attribution(
             plan = {"alpha": k / steps, "embed": cor["embed"]}
             if k == steps:
                 plan["corrupt"] = cor
-            with torch.enable_grad(), model.nnsight.trace(**batch.inputs, **model.trace_options):
+            options = {**model.trace_options, **_kept_logits(model, terms)}
+            with torch.enable_grad(), model.nnsight.trace(**batch.inputs, **options):
                 found = edge_ops.edge_gradients(model, geo, plan, terms)
             if k == steps:
                 deltas, clean_metric[rows] = found["deltas"], found["metric"].double().cpu().numpy()
@@ -239,8 +241,10 @@ def path_patching(
         batch = pairs.clean_batch(rows)
         slots = plan["slots"]  # each text, then its scratch rows
         inputs = {k: torch.cat([v, v.repeat_interleave(slots, 0)]) for k, v in batch.inputs.items()}
-        with torch.no_grad(), model.nnsight.trace(**inputs, **model.trace_options):
-            found = edge_ops.path_patched(model, geo, plan, pairs.terms(rows))
+        terms = pairs.terms(rows)
+        options = {**model.trace_options, **_kept_logits(model, terms)}
+        with torch.no_grad(), model.nnsight.trace(**inputs, **options):
+            found = edge_ops.path_patched(model, geo, plan, terms)
         out[rows] = found["metric"].double().cpu().numpy()
     return out
 
@@ -404,12 +408,19 @@ class _Pairs:
         return {"fn": attribution_ops.metric_values, "keep": keep, "terms": terms}
 
 
+def _kept_logits(model: LanguageModel, terms: dict) -> dict:
+    """``logits_to_keep``: only the positions the metric reads go through the LM head."""
+    if not keeps_logits(model):
+        return {}
+    return {"logits_to_keep": terms.get("keep", 1)}
+
+
 def _corrupted(model: LanguageModel, geo: dict, pairs: _Pairs, rows: list[int]):
     """The corrupted texts' sender outputs and their metric ``[b]``."""
     batch = pairs.corrupted_batch(rows)
-    with torch.no_grad(), model.nnsight.trace(**batch.inputs, **model.trace_options):
+    terms = pairs.terms(rows)
+    options = {**model.trace_options, **_kept_logits(model, terms)}
+    with torch.no_grad(), model.nnsight.trace(**batch.inputs, **options):
         found = edge_ops.corrupted_activations(model, geo)
-        metric = edge_ops.save(
-            edge_ops.metric_of(model, model.nnsight.lm_head.output, pairs.terms(rows))
-        )
+        metric = edge_ops.save(edge_ops.metric_of(model, model.nnsight.lm_head.output, terms))
     return found, metric.double().cpu().numpy()
