@@ -26,12 +26,13 @@ def main() -> int:
     parser.add_argument("--sizes", default="50,100,200")
     parser.add_argument("--verify", type=int, default=30)
     parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--greedy", action="store_true", help="greedy circuits, not top-n")
     args = parser.parse_args()
 
     import bindscope
     from bindscope.prompts.tasks import answer_ids, task_pairs
     from bindscope.runners.attribution_metrics import LogitDifference
-    from bindscope.runners.circuit import faithfulness, stability, top_mask, verify
+    from bindscope.runners.circuit import faithfulness, greedy_mask, stability, top_mask, verify
     from bindscope.runners.edges import edge_attribution
 
     model = bindscope.load_model(args.model) if args.model else bindscope.load_model()
@@ -40,6 +41,7 @@ def main() -> int:
     clean, corrupted = [p.clean for p in pairs], [p.corrupted for p in pairs]
     metric = [LogitDifference(*answer_ids(p, model.tokenizer)) for p in pairs]
     edge_attribution(model, clean[:2], corrupted[:2], metric[:2], method="eap")  # warm-up
+    select = greedy_mask if args.greedy else top_mask
     print(f"{model.name}, {args.task}, {len(pairs)} pairs")
     for method, steps in (("eap", 1), ("eap-ig", 5)):
         start = time.perf_counter()
@@ -55,11 +57,11 @@ def main() -> int:
         )
         for n in (int(x) for x in args.sizes.split(",")):
             kept = faithfulness(
-                model, clean, corrupted, metric, scores, top_mask(scores, n), n_random=1
+                model, clean, corrupted, metric, scores, select(scores, n), n_random=1
             )
             share = kept.share
             print(
-                f"  top {n}: {share.value:.3f} [{share.low:.3f}, {share.high:.3f}], random "
+                f"  {'greedy' if args.greedy else 'top'} {n}: {share.value:.3f} [{share.low:.3f}, {share.high:.3f}], random "
                 f"{kept.null[0]:.3f}, stability {stability(scores, n):.2f}"
             )
     if args.verify:
