@@ -59,9 +59,9 @@ def main() -> int:
             kept = faithfulness(
                 model, clean, corrupted, metric, scores, select(scores, n), n_random=1
             )
-            share = kept.share
+            share, chosen = kept.share, "greedy" if args.greedy else "top"
             print(
-                f"  {'greedy' if args.greedy else 'top'} {n}: {share.value:.3f} [{share.low:.3f}, {share.high:.3f}], random "
+                f"  {chosen} {n}: {share.value:.3f} [{share.low:.3f}, {share.high:.3f}], random "
                 f"{kept.null[0]:.3f}, stability {stability(scores, n):.2f}"
             )
     if args.verify:
