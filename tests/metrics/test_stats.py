@@ -604,7 +604,7 @@ def test_sequential_p_stops_as_the_exact_tail_says() -> None:
     mean_l = float((ls * pmf).sum() / pmf.sum())  # E[L | stopped within max]
     sd_l = math.sqrt(float(((ls - mean_l) ** 2 * pmf).sum() / pmf.sum()))
     assert abs(drawn.mean() - mean_l) < 5 * sd_l / math.sqrt(drawn.size)
-    # (h - 1) / (L - 1) is unbiased for q under negative binomial sampling; h / L's median sits near q
+    # (h - 1) / (L - 1) is unbiased for q (negative binomial); h / L has its median near q
     assert np.median([f.p for f in found]) == pytest.approx(q, rel=0.35)
 
 
