@@ -272,9 +272,29 @@ def primary_classes(
 ) -> list[list[str]]:
     """Each head's primary class from every score but binding (``[L][H]`` class names).
 
-    What class-matched random head sets are matched on (C5's ``matched_classes``):
-    binding is left out so the matched sets copy the top set's sink, previous-token,
-    induction and duplicate-token make-up, not its binding.
+    Binding is left out so that sets matched on it copy the top set's sink,
+    previous-token, induction and duplicate-token make-up, not its binding.
+    """
+    means = taxonomy_means(
+        model, texts, n_repeated=n_repeated, repeat_length=repeat_length, seed=seed,
+        batch_size=batch_size,
+    )  # fmt: skip
+    return taxonomy.classify(means, thresholds=thresholds)["primary"]
+
+
+def taxonomy_means(
+    model: LanguageModel,
+    texts: Sequence[str],
+    *,
+    n_repeated: int = 32,
+    repeat_length: int = 24,
+    seed: int = 0,
+    batch_size: int = 16,
+) -> dict[str, np.ndarray]:
+    """Every head's mean taxonomy score but binding: ``{score: [L, H] array}``.
+
+    Text scores over ``texts``, repeated-sequence scores over ``n_repeated`` random
+    sequences; what C5's class-matched null matches heads on (graded, not thresholded).
     """
     means = {}
     found = text_scores(model, list(dict.fromkeys(texts)), batch_size=batch_size)
@@ -285,7 +305,7 @@ def primary_classes(
     )
     for name in taxonomy.REPEATED_SCORES:
         means[name] = np.stack([s[name].numpy() for s in found]).mean(0)
-    return taxonomy.classify(means, thresholds=thresholds)["primary"]
+    return means
 
 
 __all__ = [
@@ -293,5 +313,6 @@ __all__ = [
     "head_settings",
     "primary_classes",
     "score_model",
+    "taxonomy_means",
     "write_classification",
 ]

@@ -6,7 +6,10 @@ reach the test level: a rank p over N random sets cannot go below 1/(N+1), a sig
 permutation p over n pairs below 2/2^n, a binomial p over n terms below 1/2^n, and a
 correction over m heads multiplies the smallest by up to m), ``floor`` / ``ceiling`` (a 0-1
 baseline below ``FLOOR`` or above ``CEILING``: a drop has little room), ``excluded`` (prompts
-left out of the numbers and why) and ``small_group`` (fewer items than the test needs).
+left out of the numbers and why), ``small_group`` (fewer items than the test needs), and
+C5's ``clustered`` (items share terms), ``tiny_margins`` (0/1 scores on tiny choice
+margins), ``layers`` (a top set's layers against unmatched random sets) and ``undecided``
+(a sequential null cut short).
 """
 
 from __future__ import annotations
@@ -213,15 +216,99 @@ __all__ = [
     "ALPHA",
     "CEILING",
     "FLOOR",
+    "MARGIN_THRESHOLD",
     "binomial_resolution",
     "collect",
     "corrected_resolution",
     "excluded",
     "floor_ceiling",
+    "layer_concentration",
     "limit_lines",
     "not_run",
     "p_resolution",
     "resamples_for_one",
     "sign_flip_floor",
     "small_group",
+    "term_clustering",
+    "tiny_margins",
+    "undecided",
 ]
+
+
+# -- C5's caveats: items clustered in terms, 0/1 scores on tiny margins, layers, sequential --
+
+#: A recognition item's choice margin (mean log-probability per choice token of the answer
+#: minus the best other choice) under this many nats is "decided by a tiny margin".
+MARGIN_THRESHOLD = 0.1
+
+
+def term_clustering(
+    model: str, score: str, n_terms: int, n_items: int, by_terms: dict, by_items: dict
+) -> dict:
+    """Items that share terms: the top drop's CI over terms beside the one over prompts.
+
+    The design effect is the squared ratio of the two CI widths (how much the prompts-only
+    interval understates the spread when terms, not prompts, are the sampled unit).
+    """
+    wide = by_terms["high"] - by_terms["low"]
+    narrow = by_items["high"] - by_items["low"]
+    effect = (wide / narrow) ** 2 if narrow > 0 else None
+    said = f"{effect:.2f}" if effect is not None else "undefined (a degenerate CI over prompts)"
+    return {
+        "kind": "clustered",
+        "model": model,
+        "score": score,
+        "n_terms": n_terms,
+        "n_items": n_items,
+        "ci_terms": [by_terms["low"], by_terms["high"]],
+        "ci_items": [by_items["low"], by_items["high"]],
+        "design_effect": effect,
+        "message": f"{model}: {score}: {n_items} items come from {n_terms} terms; the top drop's "
+        f"95% CI resampling terms is [{by_terms['low']:.3f}, {by_terms['high']:.3f}] against "
+        f"[{by_items['low']:.3f}, {by_items['high']:.3f}] resampling prompts (design effect "
+        f"{said}); read the wider one when generalising over terms",
+    }
+
+
+def tiny_margins(model: str, *, threshold: float, n_items: int, n_small: int, n_flip: int) -> dict:
+    """Recognition items whose 0/1 score rests on a choice margin under ``threshold``."""
+    return {
+        "kind": "tiny_margins",
+        "model": model,
+        "threshold": threshold,
+        "n_items": n_items,
+        "n_small": n_small,
+        "n_flip": n_flip,
+        "message": f"{model}: {n_small} of {n_items} recognition items have a baseline choice "
+        f"margin under {threshold} nats (log-prob per choice token), and {n_flip} of them flip "
+        "under the top set: accuracy moves by whole items on tiny changes; the margin score "
+        "(its own drop, CI and p) is the continuous reading",
+    }
+
+
+def layer_concentration(model: str, top: list, n_layers: int | None) -> dict:
+    """A top set's layers, when the random sets were not drawn from the same layers."""
+    layers = sorted({int(h[0]) for h in top})
+    return {
+        "kind": "layers",
+        "model": model,
+        "layers": layers,
+        "n_layers": n_layers,
+        "message": f"{model}: the top set's {len(top)} heads lie in {len(layers)} layer(s) "
+        f"({', '.join(map(str, layers))}) of {n_layers or '?'}, while the random sets come "
+        "from every layer: a drop may be the layers' rather than the heads'; pass "
+        "--matched-layers for a layer-matched null",
+    }
+
+
+def undecided(model: str, score: str, null: str, n_drawn: int) -> dict:
+    """A sequential null that stopped before its rule decided (an interrupted run)."""
+    return {
+        "kind": "undecided",
+        "model": model,
+        "score": score,
+        "null": null,
+        "n_drawn": n_drawn,
+        "message": f"{model}: {score}: the {null} null stopped after {n_drawn} sets, before "
+        "its sequential rule decided; rerun the same command to continue it",
+    }

@@ -119,8 +119,12 @@ def test_mean_ablation_and_matched_layers_run(tiny_llama, tiny_prompts, tmp_path
     )
     m = next(iter(summary["models"].values()))
     top_layers = sorted(h[0] for h in m["top_heads"])
-    for heads in m["random_heads"]:
+    assert len(m["null_heads"]["layers"]) == 2 == len(m["random_heads"])
+    for heads in m["null_heads"]["layers"]:
         assert sorted(h[0] for h in heads) == top_layers
+    # the layer-matched null is a second null beside the unmatched one, each with its own p
+    assert m["nulls"]["layers"]["recognition"]["n_drawn"] == 2
+    assert m["nulls"]["random"]["recognition"]["p"] == m["p_value"]["recognition"]
     assert summary["ablation"] == "mean"
     validate_file(tmp_path / "c5" / "records.jsonl")
 

@@ -580,7 +580,10 @@ def test_sequential_p_formula_on_hand_sequences() -> None:
     # the far tail reaches the floor 1 / (max + 1)
     assert stats.sequential_p_value(9.0, np.zeros(199)).p == pytest.approx(0.005)
     with pytest.raises(ValueError, match="max_draws"):
-        stats.sequential_p_value(0.0, [1.0], stop_at=5, max_draws=4)
+        stats.sequential_p_value(0.0, [1.0], stop_at=5, max_draws=0)
+    # max below h: never stops early, the fixed-count rank p
+    short = stats.sequential_p_value(0.5, [0.9, 0.1, 0.7], stop_at=5, max_draws=3)
+    assert short.p == stats.rank_p_value(0.5, [0.9, 0.1, 0.7]) == 0.75
 
 
 def test_sequential_p_stops_as_the_exact_tail_says() -> None:

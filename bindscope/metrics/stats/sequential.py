@@ -56,8 +56,8 @@ def sequential_p_value(
         null: Null statistics in the order they were drawn; draws past the stopping point
             are ignored, so a longer evaluated sequence gives the same answer.
         stop_at: h, the exceedances that stop the sequence (1 or more).
-        max_draws: The most null draws (at least ``stop_at``); p can reach
-            ``1 / (max_draws + 1)``.
+        max_draws: The most null draws; p can reach ``1 / (max_draws + 1)``. Below
+            ``stop_at`` the rule never stops early: the fixed-count rank p.
 
     Returns:
         The p-value and where it stopped; None while ``null`` is too short to decide (fewer
@@ -65,10 +65,8 @@ def sequential_p_value(
     """
     if isinstance(stop_at, bool) or not isinstance(stop_at, int) or stop_at < 1:
         raise ValueError(f"'stop_at' must be an integer of 1 or more, got {stop_at!r}")
-    if isinstance(max_draws, bool) or not isinstance(max_draws, int) or max_draws < stop_at:
-        raise ValueError(
-            f"'max_draws' must be an integer >= stop_at ({stop_at}), got {max_draws!r}"
-        )
+    if isinstance(max_draws, bool) or not isinstance(max_draws, int) or max_draws < 1:
+        raise ValueError(f"'max_draws' must be an integer of 1 or more, got {max_draws!r}")
     obs = float(observed)
     if not math.isfinite(obs):
         raise ValueError(f"'observed' must be finite, got {observed!r}")
