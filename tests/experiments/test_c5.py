@@ -13,7 +13,8 @@ from bindscope.results.records import read_records
 from tests.experiments import planted, prompts_tiny
 
 
-def _planted_run(tokenizer, tmp_path, *, null: bool):
+def _planted(tokenizer, tmp_path, *, null: bool):
+    """A one-layer model with one planted head (or none), and the C5 options that test it."""
     rows = [r for r in planted.prompt_rows() if r["task"] == "recognition"]
     pset = load(prompts_tiny.write(tmp_path, rows, name="all.jsonl"))
     model = planted.one_layer_model(tokenizer)
@@ -24,17 +25,14 @@ def _planted_run(tokenizer, tmp_path, *, null: bool):
         planted.plant(model, head, up=20.0, down=0.02)  # one head carries the answer
     answered = planted.answered_by_model(model, list(pset.records))
     path = prompts_tiny.write(tmp_path, [r.to_dict() for r in answered], name="answered.jsonl")
-    summary = c5.run(
-        model,
-        prompts=path,
-        ranking=tmp_path / "all.jsonl",
-        out=tmp_path / "out",
-        k=2,
-        n_random=30,
-        seed=3,
-        rubric=prompts_tiny.RUBRIC,
-        progress=False,
-    )
+    options = {"prompts": path, "ranking": tmp_path / "all.jsonl", "k": 2, "seed": 3,
+               "rubric": prompts_tiny.RUBRIC, "progress": False}  # fmt: skip
+    return model, head, options
+
+
+def _planted_run(tokenizer, tmp_path, *, null: bool, **options):
+    model, head, given = _planted(tokenizer, tmp_path, null=null)
+    summary = c5.run(model, out=tmp_path / "out", **{**given, "n_random": 30, **options})
     return head, next(iter(summary["models"].values()))
 
 
@@ -45,6 +43,9 @@ def test_planted_head_shows_as_specific_top_drop(byte_tokenizer, tmp_path):
     spec = m["specificity"]["recognition"]
     assert spec["low"] > 0, spec
     assert m["p_value"]["recognition"] < 0.05
+    # no random set reaches the top drop: the sequence runs to its maximum, p = 1 / 31
+    test = m["nulls"]["random"]["recognition"]
+    assert (test["stopped"], test["n_drawn"], test["p"]) == ("maximum", 30, 1 / 31)
     assert m["drops"]["top"]["recognition"]["value"] > 0.3
     assert m["drops"]["bottom"]["recognition"]["value"] < m["drops"]["top"]["recognition"]["value"]
 
@@ -165,3 +166,105 @@ def test_resuming_with_other_settings_is_refused(tiny_llama, tiny_prompts, tmp_p
         c5.run(tiny_llama, k=2, n_random=2, progress=False, **options)
     summary = c5.run(tiny_llama, k=2, n_random=2, progress=False, force=True, **options)
     assert summary["n_random"] == 2
+
+
+def _drops_from_records(path, score):
+    """Per random set (in draw order), the mean drop over items: plain Python from records."""
+    table = {}
+    for r in read_records(path):
+        if r["experiment"] != "c5" or r["task"] != "recognition":
+            continue
+        value = r["metrics"]["score"] if score == "recognition" else r["metrics"]["margin"]
+        table.setdefault(r["condition"], {})[r["prompt_key"]] = value
+    keys = sorted(table["baseline"])
+
+    def drop(name):
+        return sum(table["baseline"][k] - table[name][k] for k in keys) / len(keys)
+
+    names = sorted((c for c in table if c.startswith("random:")), key=lambda c: int(c[7:]))
+    return drop("top"), [drop(n) for n in names]
+
+
+def _besag_clifford(top, drops, h):
+    """(stopped, sets drawn, p) by the rule, written out by hand."""
+    hits = [i + 1 for i, d in enumerate(drops) if d >= top]  # draws that reach the top drop
+    if len(hits) >= h:
+        return "reached", hits[h - 1], h / hits[h - 1]
+    return "maximum", len(drops), (len(hits) + 1) / (len(drops) + 1)
+
+
+def _check_sequential(m, path, h, most):
+    drawn = []
+    for score in ("recognition", "margin"):
+        test = m["nulls"]["random"][score]
+        top, drops = _drops_from_records(path, score)
+        stopped, n, p = _besag_clifford(top, drops[:most], h)
+        assert (test["stopped"], test["n_drawn"]) == (stopped, n)
+        assert test["p"] == pytest.approx(p, rel=1e-12)
+        drawn.append(n)
+    # the run evaluates blocks of 2h, 4h, ... sets and stops at the first that decides all
+    blocks = [b for b in (2 * h * 2**i for i in range(8)) if b < most] + [most]
+    assert len(m["random_heads"]) == next(b for b in blocks if b >= max(drawn))
+    return drawn
+
+
+def test_sequential_null_stops_early_with_the_besag_clifford_p(tiny_c5, tmp_path):
+    summary = tiny_c5(n_random=40, stop_at=2)
+    m = next(iter(summary["models"].values()))
+    _check_sequential(m, tmp_path / "c5" / "records.jsonl", 2, 40)
+    assert len(m["random_heads"]) < 40  # a null-looking top set stops early
+
+
+def test_sequential_null_runs_on_until_every_score_decides(byte_tokenizer, tmp_path):
+    # no head matters for accuracy, but the top set still lowers the choice margin: accuracy
+    # decides after 2 sets, the margin goes on to the maximum, and so does the run
+    _, m = _planted_run(byte_tokenizer, tmp_path, null=True, n_random=40, stop_at=2)
+    drawn = _check_sequential(m, tmp_path / "out" / "c5" / "records.jsonl", 2, 40)
+    assert drawn == [2, 40]
+
+
+def test_margin_is_the_answer_minus_the_best_other_choice(tiny_c5, tiny_prompts, tmp_path):
+    tiny_c5()
+    answers = {r.key: r.answer_idx for r in load(tiny_prompts).records}
+    seen = 0
+    for r in read_records(tmp_path / "c5" / "records.jsonl"):
+        if r["experiment"] == "c5" and r["task"] == "recognition":
+            scores = r["metrics"]["choice_scores"]
+            answer = answers[r["prompt_key"]]
+            best_other = max(v for i, v in enumerate(scores) if i != answer)
+            assert r["metrics"]["margin"] == pytest.approx(scores[answer] - best_other, abs=0)
+            assert (r["metrics"]["margin"] > 0) == bool(r["metrics"]["score"])
+            seen += 1
+    assert seen
+
+
+def test_resumed_sequential_run_continues_the_same_sets(byte_tokenizer, tmp_path):
+    # the planted null runs blocks of 4, 8 and 16 sets (the margin decides only at the end)
+    model, _, options = _planted(byte_tokenizer, tmp_path, null=True)
+    options.update(n_random=16, stop_at=2, batch_size=4)
+    calls = {"n": 0, "crash_at": None}
+    real = c5.recognition
+
+    def counting(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == calls["crash_at"]:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    c5.recognition = counting
+    try:
+        whole = c5.run(model, out=tmp_path / "a", **options)
+        calls.update(crash_at=calls["n"] - 1, n=0)  # the last block's next-to-last batch
+        with pytest.raises(KeyboardInterrupt):
+            c5.run(model, out=tmp_path / "b", **options)
+    finally:
+        c5.recognition = real
+    m = next(iter(whole["models"].values()))
+    assert len(m["random_heads"]) == 16
+    partial = {r["condition"] for r in read_records(tmp_path / "b" / "c5" / "records.jsonl")}
+    assert "random:07" in partial and "random:15" not in partial  # stopped in the last block
+    resumed = c5.run(model, out=tmp_path / "b", **options)
+    strip = lambda s: json.loads(json.dumps(s))  # noqa: E731
+    assert strip(resumed) == strip(whole)
+    drawn = c5.draw_random_sets(1, model.n_heads, m["top_heads"], k=2, n=200, seed=3)
+    assert m["random_heads"] == drawn[:16]  # the first 16 of one seeded sequence
