@@ -114,6 +114,6 @@ def test_demo_runs_three_architectures_and_refuses_a_model_it_cannot_load(monkey
     )
     monkeypatch.setattr(loading, "check_embedded", lambda name: None)
     monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("loaded a model"))
-    with pytest.raises(InputError, match="'qwen2.5-coder-0.5b' is not an embedded model"):
+    with pytest.raises(InputError, match=r"'qwen2\.5-coder-0\.5b' is not an embedded model"):
         demo.run(out=tmp_path / "demo", progress=False)
     assert not (tmp_path / "demo").exists()
