@@ -15,7 +15,7 @@ of prompts run in the same batches (different heads per row).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -247,10 +247,35 @@ def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
             model, prompt_set=pset, seed=common.seed, c5=settings, c5_strategy=c5_strategy
         )
 
+    study = _Study(opts, common.seed, pset, rset, rubric, sizes, settings)
+
     def each(run: ModelRun) -> None:
-        _run_model(run, pset, rset, settings, rubric, sizes, strategy(run.model))
+        _run_model(run, study, strategy(run.model))
 
     return Plan({**settings, **inputs}, each, provenance=prov)
+
+
+@dataclass(frozen=True)
+class _Study:
+    """What every model's part of one C5 run shares.
+
+    Attributes:
+        opts: The typed options the functions read.
+        seed: Seeds the random sets (and the summary's bootstrap).
+        pset: The evaluation prompts.
+        rset: The ranking prompts.
+        rubric: Generation's keyword rubric.
+        sizes: Texts per recognition batch, rows per generation batch.
+        settings: The options as written with every record: provenance, resume, summary.
+    """
+
+    opts: C5Options
+    seed: int
+    pset: PromptSet
+    rset: PromptSet
+    rubric: dict
+    sizes: tuple[int, int]
+    settings: dict
 
 
 def check_k(model: LanguageModel, *, k: int, n_random: int, matched_classes: bool = False) -> None:
@@ -279,50 +304,48 @@ def check_k(model: LanguageModel, *, k: int, n_random: int, matched_classes: boo
         )
 
 
-def _run_model(
-    run: ModelRun,
-    pset: PromptSet,
-    rset: PromptSet,
-    settings: dict,
-    rubric: dict,
-    sizes: tuple[int, int],
-    strategy: str,
-) -> None:
+def _run_model(run: ModelRun, study: _Study, strategy: str) -> None:
     """Rank one model's heads, draw its nulls and write every condition's records.
 
     Sequential sampling evaluates each null's sets in blocks (2h, 4h, ... up to n_random)
     and stops a null once its rule has decided on every score; a resumed run reads the
     same decisions from the records, so it continues the same sequence of sets.
     """
-    top, bottom = _rank(run, rset, settings["k"], sizes[0])
+    model, opts = run.model, study.opts
+    top, bottom = _rank(run, study.rset, opts.k, study.sizes[0])
     conditions: dict[str, list] = {"baseline": [], "top": top, "bottom": bottom}
-    nulls, match = _null_sets(run.model, rset, top, settings, sizes[0])
+    nulls, match = _null_sets(model, study, top)
     extra = {"null_match": match} if match else {}
+    means = None
+    if opts.ablation == "mean":  # once, for every head any condition may ablate
+        every = [top, bottom, *(s for sets in nulls.values() for s in sets)]
+        heads = sorted({tuple(h) for hs in every for h in hs})
+        templates = [r.template for r in study.rset.records]
+        means = head_means(model, templates, heads, batch_size=study.sizes[0])
     open_nulls = set(nulls)
-    for size in _blocks(settings):
+    for size in _blocks(opts):
         for null in open_nulls:
             conditions.update({f"{null}:{i:02d}": s for i, s in enumerate(nulls[null][:size])})
-        _evaluate(run, pset, rset, conditions, settings, rubric, sizes, strategy, extra)
-        if settings.get("sampling") != "sequential":
+        _evaluate(run, study, conditions, means, strategy, extra)
+        if opts.sampling != "sequential":
             break
-        model = run.model
         mine = [
             r
             for r in read_records(run.writer.path)
             if (r["experiment"], r["model"], r["revision"])
             == (EXPERIMENT, model.name, model.revision)
         ]
-        open_nulls &= undecided_nulls(mine, settings)
+        open_nulls &= undecided_nulls(mine, study.settings)
         if not open_nulls:
             break
 
 
-def _blocks(settings: dict) -> list[int]:
+def _blocks(opts: C5Options) -> list[int]:
     """Cumulative set counts at which a sequential run checks its rule (fixed: all at once)."""
-    n = settings["n_random"]
-    if settings.get("sampling") != "sequential":
+    n = opts.n_random
+    if opts.sampling != "sequential":
         return [n]
-    sizes, size = [], 2 * settings["stop_at"]
+    sizes, size = [], 2 * opts.stop_at
     while size < n:
         sizes.append(size)
         size *= 2
@@ -365,25 +388,18 @@ def _rank(
 
 
 def _null_sets(
-    model: LanguageModel, rset: PromptSet, top: list[list[int]], settings: dict, batch_size: int
+    model: LanguageModel, study: _Study, top: list[list[int]]
 ) -> tuple[dict[str, list], dict | None]:
-    """Each null's sets in draw order, and how close the class-matched null's match is.
-
-    A folder written before ``nulls`` existed has one null, ``random``, drawn as its
-    ``matched_layers`` / ``matched_classes`` said.
-    """
-    seed, n, k = settings["seed"], settings["n_random"], settings["k"]
-    nulls = settings.get("nulls")
-    if nulls is None:
-        nulls = ["random"]
-        if settings["matched_layers"] or settings.get("matched_classes"):
-            nulls = ["layers" if settings["matched_layers"] else "classes"]
+    """Each null's sets in draw order, and how close the class-matched null's match is."""
+    opts, seed = study.opts, study.seed
+    n, k = opts.n_random, opts.k
+    on = (True, opts.matched_layers, opts.matched_classes)
     drawn: dict[str, list] = {}
     match = None
-    for null in nulls:
+    for null in [name for name, wanted in zip(NULLS, on) if wanted]:
         if null == "classes":
-            templates = [r.template for r in rset.records]
-            means = taxonomy_means(model, templates, seed=seed, batch_size=batch_size)
+            templates = [r.template for r in study.rset.records]
+            means = taxonomy_means(model, templates, seed=seed, batch_size=study.sizes[0])
             drawn[null], closeness = draw_score_matched_sets(
                 means, top, n=n, seed=seed, neighbours=2 * k
             )
@@ -393,8 +409,6 @@ def _null_sets(
                 model.n_layers, model.n_heads, top, k=k, n=n, seed=seed,
                 matched_layers=null == "layers",
             )  # fmt: skip
-    if settings.get("nulls") is None and nulls != ["random"]:
-        drawn = {"random": drawn[nulls[0]]}
     return drawn, match
 
 
@@ -414,30 +428,25 @@ def _class_counts(means: dict, top: list[list[int]], closeness: list[dict]) -> d
 
 def _evaluate(
     run: ModelRun,
-    pset: PromptSet,
-    rset: PromptSet,
+    study: _Study,
     conditions: dict[str, list],
-    settings: dict,
-    rubric: dict,
-    sizes: tuple[int, int],
+    means: Any,
     strategy: str,
     extra: dict,
 ) -> None:
     """Every evaluation prompt under every condition, mixed in batches (written as records).
 
-    ``extra`` is stored with the top set's records (the class-matched null's closeness).
+    ``means``: the heads' means under mean ablation (None: zero). ``extra`` is stored with
+    the top set's records (the class-matched null's closeness). Records already on disk
+    are skipped, so each block of a sequential run evaluates only its new sets.
     """
     model = run.model
-    batch_size, generation_batch_size = sizes
-    means = None
-    if settings["ablation"] == "mean":
-        heads = sorted({tuple(h) for hs in conditions.values() for h in hs})
-        means = head_means(model, [r.template for r in rset.records], heads, batch_size=batch_size)
-    items = [(rec, name) for rec in batch_order(model, pset.records) for name in conditions]
+    batch_size, generation_batch_size = study.sizes
+    items = [(rec, name) for rec in batch_order(model, study.pset.records) for name in conditions]
 
     task_options: dict[str, dict[str, Any]] = {
         "recognition": {"batch_size": batch_size},
-        "generation": {"rubric": rubric, "batch_size": generation_batch_size},
+        "generation": {"rubric": study.rubric, "batch_size": generation_batch_size},
     }
 
     def work(chunk: list[tuple[PromptRecord, str]]) -> list[dict]:
@@ -474,8 +483,8 @@ def _evaluate(
                         name,
                         metrics,
                         heads=conditions[name],
-                        ablation=settings["ablation"],
-                        c5=settings,
+                        ablation=study.opts.ablation,
+                        c5=study.settings,
                         **fields,
                     )
                 )
@@ -597,7 +606,26 @@ DEFINITION = Experiment(
     EXPERIMENT, "c5", "causal head ablation: top/bottom/random k-head sets", C5Options,
     summarize, text, records=(CONDITIONS, binding_kind(RANKING)), plan=_plan, models="several",
 )  # fmt: skip
-run = DEFINITION.run
+
+
+def run(models: Any, options: C5Options | None = None, /, **keywords: Any) -> dict:
+    """Run C5: ``run(model, C5Options(k=4), out=...)`` or ``run(model, out=..., k=4)``.
+
+    ``DEFINITION.run`` with the typed options taken as they are; the run's own keywords
+    (``out``, ``batch_size``, ``seed``, ``force``, ``progress``) are keywords either way.
+
+    Raises:
+        InputError: An option given both in ``options`` and as a keyword.
+    """
+    if options is None:
+        return DEFINITION.run(models, **keywords)
+    if not isinstance(options, C5Options):
+        raise InputError(f"c5.run takes C5Options as its second argument, not {type(options)}")
+    both = sorted(set(keywords) & {f.name for f in fields(C5Options)})
+    if both:
+        raise InputError(f"{both} given in the C5Options and as keywords; pass each once")
+    return DEFINITION.run(models, **options.keywords(), **keywords)
+
 
 __all__ = [
     "DEFINITION",

@@ -268,3 +268,15 @@ def test_resumed_sequential_run_continues_the_same_sets(byte_tokenizer, tmp_path
     assert strip(resumed) == strip(whole)
     drawn = c5.draw_random_sets(1, model.n_heads, m["top_heads"], k=2, n=200, seed=3)
     assert m["random_heads"] == drawn[:16]  # the first 16 of one seeded sequence
+
+
+def test_typed_options_run_as_the_keywords_do(tiny_llama, tiny_prompts, tmp_path):
+    from bindscope.errors import InputError
+
+    given = {"prompts": tiny_prompts, "k": 2, "n_random": 2, "rubric": prompts_tiny.RUBRIC}
+    typed = c5.run(tiny_llama, c5.C5Options(**given), out=tmp_path / "a", progress=False)
+    keywords = c5.run(tiny_llama, out=tmp_path / "b", progress=False, **given)
+    strip = lambda s: json.loads(json.dumps(s))  # noqa: E731
+    assert strip(typed) == strip(keywords)
+    with pytest.raises(InputError, match=r"\['k'\] given in the C5Options and as keywords"):
+        c5.run(tiny_llama, c5.C5Options(**given), out=tmp_path / "c", k=3)
