@@ -150,7 +150,7 @@ def build(
     p.set_defaults(func=commands["report"])
 
     p = sub.add_parser(
-        "demo", help="the full study on both embedded models (SmolLM2, Gemma 3 270M; CPU)"
+        "demo", help="the full study on the embedded models (SmolLM2, Gemma 3, Qwen2.5-Coder; CPU)"
     )
     p.add_argument(
         "--out",
@@ -162,7 +162,7 @@ def build(
         "--model",
         action="append",
         help="run only these (repeatable): default (SmolLM2-135M-Instruct), gemma-3-270m, "
-        "or any id or folder (default: both embedded models)",
+        "qwen2.5-coder-0.5b, or any id or folder (default: all three)",
     )
     p.add_argument("--quick", action="store_true", help="a few terms only, for a smoke test")
     p.add_argument("--force", action="store_true", help="discard finished records, redo")

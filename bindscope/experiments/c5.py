@@ -500,8 +500,10 @@ def _evaluate(
     )
 
 
-def _margin(scores: tuple[float, ...], answer: int) -> float | None:
+def _margin(scores: tuple[float, ...], answer: int | None) -> float | None:
     """The answer's choice score minus the best other choice's (mean log-prob per token)."""
+    if answer is None:
+        return None
     others = [v for i, v in enumerate(scores) if i != answer]
     return float(scores[answer] - max(others)) if others else None
 

@@ -6,6 +6,8 @@ margins, a top set's layers against unmatched random sets.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from bindscope.experiments import limits
@@ -27,7 +29,7 @@ NULLS = ("random", "layers", "classes")
 POWER = 0.8
 
 
-def null_names(conditions, null: str) -> list[str]:
+def null_names(conditions: Iterable[str], null: str) -> list[str]:
     """The condition names of one null in draw order (``random:7`` before ``random:10``)."""
     names = [c for c in conditions if c.startswith(f"{null}:")]
     return sorted(names, key=lambda c: int(c.split(":", 1)[1]))
@@ -144,7 +146,9 @@ def _across_models(models: dict[str, dict]) -> None:
                 )
 
 
-def _ranking(all_records: list[dict], first: dict, label: str) -> tuple[list[dict], dict, dict]:
+def _ranking(
+    all_records: list[dict], first: dict, label: str
+) -> tuple[list[dict], dict[str, int], dict | None]:
     ranked = [
         r
         for r in all_records

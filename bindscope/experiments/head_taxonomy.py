@@ -290,7 +290,7 @@ def taxonomy_means(
     repeat_length: int = 24,
     seed: int = 0,
     batch_size: int = 16,
-) -> dict[str, np.ndarray]:
+) -> dict[str, Any]:
     """Every head's mean taxonomy score but binding: ``{score: [L, H] array}``.
 
     Text scores over ``texts``, repeated-sequence scores over ``n_repeated`` random
