@@ -179,16 +179,12 @@ def _steps(canonical: PromptSet, control_set: PromptSet, n_random: int) -> list:
         n1=n_random + 1,
         k=DEMO_K,
     )
+    # the random null, and beside it a layer-matched and a class-matched one
     c5_options = C5Options(
-        prompts=by_prompt_id(canonical, DEMO_C5_IDS),
-        ranking=canonical,
-        k=DEMO_K,
-        n_random=n_random,
-        stop_at=DEMO_STOP_AT,
-        matched_layers=True,
-        matched_classes=True,
+        prompts=by_prompt_id(canonical, DEMO_C5_IDS), ranking=canonical, k=DEMO_K,
+        n_random=n_random, stop_at=DEMO_STOP_AT, matched_layers=True, matched_classes=True,
         design=design,
-    ).keywords()
+    ).keywords()  # fmt: skip
     return [
         ("binding", binding.run, {"prompts": canonical}),
         ("c5", c5.run, c5_options),

@@ -139,11 +139,13 @@ def _across_models(models: dict[str, dict]) -> None:
                     models[m].setdefault("p_holm", {})[score] = p
         for entry in models.values():
             drops = entry["random_drops"].get(score)
-            sd, n = entry["paired_sd"].get(score), entry["n_items"].get(score)
-            if drops and len(drops) >= 2 and sd is not None:
+            items = entry["_item_drops"].get(score)
+            if drops and len(drops) >= 2 and items is not None:
                 entry["detectable_drop"][score] = stats.detectable_drop(
-                    drops, sd, n, alpha=alpha, power=POWER
+                    drops, items, alpha=alpha, power=POWER
                 )
+    for entry in models.values():
+        del entry["_item_drops"]  # the per-item drops stay in the records
 
 
 def _ranking(
@@ -190,6 +192,7 @@ def _summarize_model(
         "nulls": {},
         "paired_sd": {},
         "n_items": {},
+        "_item_drops": {},
         "detectable_drop": {},
         "per_term": {},
         "n_ranking": len(ranking),
@@ -252,6 +255,7 @@ def _summarize_score(
     if "top" not in cond:
         return found
     top_drop = float(np.mean(base - cond["top"]))
+    entry["_item_drops"][score] = base - cond["top"]
     entry["paired_sd"][score] = float(np.std(base - cond["top"], ddof=1))
     entry["n_items"][score] = len(complete)
     found.append(

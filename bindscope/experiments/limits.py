@@ -242,6 +242,11 @@ __all__ = [
 MARGIN_THRESHOLD = 0.1
 
 
+def _limit(kind: str, model: str, message: str, **numbers: object) -> dict:
+    """A limit of ``kind`` with its numbers and its message."""
+    return {"kind": kind, "model": model, **numbers, "message": message}
+
+
 def term_clustering(
     model: str, score: str, n_terms: int, n_items: int, by_terms: dict, by_items: dict
 ) -> dict:
@@ -254,61 +259,45 @@ def term_clustering(
     narrow = by_items["high"] - by_items["low"]
     effect = (wide / narrow) ** 2 if narrow > 0 else None
     said = f"{effect:.2f}" if effect is not None else "undefined (a degenerate CI over prompts)"
-    return {
-        "kind": "clustered",
-        "model": model,
-        "score": score,
-        "n_terms": n_terms,
-        "n_items": n_items,
-        "ci_terms": [by_terms["low"], by_terms["high"]],
-        "ci_items": [by_items["low"], by_items["high"]],
-        "design_effect": effect,
-        "message": f"{model}: {score}: {n_items} items come from {n_terms} terms; the top drop's "
-        f"95% CI resampling terms is [{by_terms['low']:.3f}, {by_terms['high']:.3f}] against "
-        f"[{by_items['low']:.3f}, {by_items['high']:.3f}] resampling prompts (design effect "
-        f"{said}); read the wider one when generalising over terms",
-    }
+    terms, items = [by_terms["low"], by_terms["high"]], [by_items["low"], by_items["high"]]
+    message = (
+        f"{model}: {score}: {n_items} items come from {n_terms} terms; the top drop's 95% CI "
+        f"resampling terms is [{terms[0]:.3f}, {terms[1]:.3f}] against [{items[0]:.3f}, "
+        f"{items[1]:.3f}] resampling prompts (design effect {said}); read the wider one when "
+        "generalising over terms"
+    )
+    return _limit("clustered", model, message, score=score, n_terms=n_terms, n_items=n_items,
+                  ci_terms=terms, ci_items=items, design_effect=effect)  # fmt: skip
 
 
 def tiny_margins(model: str, *, threshold: float, n_items: int, n_small: int, n_flip: int) -> dict:
     """Recognition items whose 0/1 score rests on a choice margin under ``threshold``."""
-    return {
-        "kind": "tiny_margins",
-        "model": model,
-        "threshold": threshold,
-        "n_items": n_items,
-        "n_small": n_small,
-        "n_flip": n_flip,
-        "message": f"{model}: {n_small} of {n_items} recognition items have a baseline choice "
-        f"margin under {threshold} nats (log-prob per choice token), and {n_flip} of them flip "
-        "under the top set: accuracy moves by whole items on tiny changes; the margin score "
-        "(its own drop, CI and p) is the continuous reading",
-    }
+    message = (
+        f"{model}: {n_small} of {n_items} recognition items have a baseline choice margin "
+        f"under {threshold} nats (log-prob per choice token), and {n_flip} of them flip under "
+        "the top set: accuracy moves by whole items on tiny changes; the margin score (its "
+        "own drop, CI and p) is the continuous reading"
+    )
+    return _limit("tiny_margins", model, message, threshold=threshold, n_items=n_items,
+                  n_small=n_small, n_flip=n_flip)  # fmt: skip
 
 
 def layer_concentration(model: str, top: list, n_layers: int | None) -> dict:
     """A top set's layers, when the random sets were not drawn from the same layers."""
     layers = sorted({int(h[0]) for h in top})
-    return {
-        "kind": "layers",
-        "model": model,
-        "layers": layers,
-        "n_layers": n_layers,
-        "message": f"{model}: the top set's {len(top)} heads lie in {len(layers)} layer(s) "
+    message = (
+        f"{model}: the top set's {len(top)} heads lie in {len(layers)} layer(s) "
         f"({', '.join(map(str, layers))}) of {n_layers or '?'}, while the random sets come "
         "from every layer: a drop may be the layers' rather than the heads'; pass "
-        "--matched-layers for a layer-matched null",
-    }
+        "--matched-layers for a layer-matched null"
+    )
+    return _limit("layers", model, message, layers=layers, n_layers=n_layers)
 
 
 def undecided(model: str, score: str, null: str, n_drawn: int) -> dict:
     """A sequential null that stopped before its rule decided (an interrupted run)."""
-    return {
-        "kind": "undecided",
-        "model": model,
-        "score": score,
-        "null": null,
-        "n_drawn": n_drawn,
-        "message": f"{model}: {score}: the {null} null stopped after {n_drawn} sets, before "
-        "its sequential rule decided; rerun the same command to continue it",
-    }
+    message = (
+        f"{model}: {score}: the {null} null stopped after {n_drawn} sets, before its "
+        "sequential rule decided; rerun the same command to continue it"
+    )
+    return _limit("undecided", model, message, score=score, null=null, n_drawn=n_drawn)

@@ -629,8 +629,15 @@ def test_sequential_p_is_valid_under_the_null() -> None:
 
 def test_detectable_drop_formula_and_its_sqrt_n_cost() -> None:
     drops = np.array([0.0, 0.02, -0.01, 0.01, 0.03])
-    mdd = stats.detectable_drop(drops, 0.3, 80, alpha=0.05, power=0.8)
-    by_hand = drops.mean() + 1.6448536 * drops.std(ddof=1) + 0.8416212 * 0.3 / math.sqrt(80)
+    items = np.random.default_rng(0).normal(0.1, 0.3, 80)
+    mdd = stats.detectable_drop(drops, items, alpha=0.05, power=0.8)
+    error = items.std(ddof=1) / math.sqrt(80)
+    by_hand = drops.mean() + 1.6448536 * drops.std(ddof=1) + 0.8416212 * error
     assert mdd == pytest.approx(by_hand, rel=1e-6)
     # a stricter level (Holm over 3) needs a bigger drop
-    assert stats.detectable_drop(drops, 0.3, 80, alpha=0.05 / 3) > mdd
+    assert stats.detectable_drop(drops, items, alpha=0.05 / 3) > mdd
+    # the sqrt(N / n) cost of cutting items: 4x the items, half the part above the mean
+    # (random drops, themselves means over the items, shrink alike)
+    more = stats.detectable_drop(drops / 2, np.tile(items, 4) + 0 * np.arange(320))
+    below = stats.detectable_drop(drops, items)
+    assert more - (drops / 2).mean() < below - drops.mean()
