@@ -314,8 +314,7 @@ def _run_model(run: ModelRun, study: _Study, strategy: str) -> None:
     model, opts = run.model, study.opts
     top, bottom = _rank(run, study.rset, opts.k, study.sizes[0])
     conditions: dict[str, list] = {"baseline": [], "top": top, "bottom": bottom}
-    nulls, match = _null_sets(model, study, top)
-    extra = {"null_match": match} if match else {}
+    nulls, extra = _null_sets(model, study, top)
     means = None
     if opts.ablation == "mean":  # once, for every head any condition may ablate
         every = [top, bottom, *(s for sets in nulls.values() for s in sets)]
@@ -389,13 +388,19 @@ def _rank(
 
 def _null_sets(
     model: LanguageModel, study: _Study, top: list[list[int]]
-) -> tuple[dict[str, list], dict | None]:
-    """Each null's sets in draw order, and how close the class-matched null's match is."""
+) -> tuple[dict[str, list], dict]:
+    """Each null's sets in draw order, and what the top set's records note about them.
+
+    The notes: how close the class-matched null's match is (``null_match``), and a
+    layer-matched null that this top set makes impossible (``nulls_not_drawn``: a layer
+    holding more top heads than heads outside them; known only once heads are ranked, so
+    it is a stated limit, not an error after the ranking's work).
+    """
     opts, seed = study.opts, study.seed
     n, k = opts.n_random, opts.k
     on = (True, opts.matched_layers, opts.matched_classes)
     drawn: dict[str, list] = {}
-    match = None
+    notes: dict = {}
     for null in [name for name, wanted in zip(NULLS, on) if wanted]:
         if null == "classes":
             templates = [r.template for r in study.rset.records]
@@ -403,13 +408,18 @@ def _null_sets(
             drawn[null], closeness = draw_score_matched_sets(
                 means, top, n=n, seed=seed, neighbours=2 * k
             )
-            match = _class_counts(means, top, closeness)
-        else:
+            notes["null_match"] = _class_counts(means, top, closeness)
+            continue
+        try:
             drawn[null] = draw_random_sets(
                 model.n_layers, model.n_heads, top, k=k, n=n, seed=seed,
                 matched_layers=null == "layers",
             )  # fmt: skip
-    return drawn, match
+        except InputError as exc:
+            if null != "layers":
+                raise
+            notes["nulls_not_drawn"] = {null: str(exc)}
+    return drawn, notes
 
 
 def _class_counts(means: dict, top: list[list[int]], closeness: list[dict]) -> dict:

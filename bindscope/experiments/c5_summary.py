@@ -97,7 +97,7 @@ def summarize_c5(records: list[dict], *, n_resamples: int = 9999) -> dict:
     for label, group in by_model(evaluated).items():
         models[label] = _summarize_model(group, records, settings, n_resamples, label)
     _across_models(models)
-    noted: list[dict] = []
+    noted: list[dict] = limits.collect(limits.holm_resolution(settings["n_random"], len(models)))
     for entry in models.values():
         noted += entry.pop("_limits")
     return {
@@ -171,6 +171,10 @@ def _summarize_model(
     ranking, ranking_skipped, excluded = _ranking(all_records, first, label)
     found: list[dict | None] = [excluded]
     match = next((r["null_match"] for r in group if r.get("null_match")), None)
+    for null, why in next(
+        (r["nulls_not_drawn"] for r in group if r.get("nulls_not_drawn")), {}
+    ).items():
+        found.append(limits.null_not_drawn(label, null, why))
     entry: dict = {
         "model": first["model"],
         "revision": first["revision"],

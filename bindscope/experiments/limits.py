@@ -8,8 +8,9 @@ correction over m heads multiplies the smallest by up to m), ``floor`` / ``ceili
 baseline below ``FLOOR`` or above ``CEILING``: a drop has little room), ``excluded`` (prompts
 left out of the numbers and why), ``small_group`` (fewer items than the test needs), and
 C5's ``clustered`` (items share terms), ``tiny_margins`` (0/1 scores on tiny choice
-margins), ``layers`` (a top set's layers against unmatched random sets) and ``undecided``
-(a sequential null cut short).
+margins), ``layers`` (a top set's layers against unmatched random sets), ``undecided``
+(a sequential null cut short) and ``null_not_drawn`` (a matched null the top set made
+impossible).
 """
 
 from __future__ import annotations
@@ -222,9 +223,11 @@ __all__ = [
     "corrected_resolution",
     "excluded",
     "floor_ceiling",
+    "holm_resolution",
     "layer_concentration",
     "limit_lines",
     "not_run",
+    "null_not_drawn",
     "p_resolution",
     "resamples_for_one",
     "sign_flip_floor",
@@ -301,3 +304,23 @@ def undecided(model: str, score: str, null: str, n_drawn: int) -> dict:
         "sequential rule decided; rerun the same command to continue it"
     )
     return _limit("undecided", model, message, score=score, null=null, n_drawn=n_drawn)
+
+
+def null_not_drawn(model: str, null: str, why: str) -> dict:
+    """A matched null the model's top set left impossible to draw, and why."""
+    message = f"{model}: no {null}-matched null could be drawn for this top set: {why}"
+    return _limit("null_not_drawn", model, message, null=null)
+
+
+def holm_resolution(n_random: int, n_models: int) -> dict | None:
+    """A rank p floor that Holm across ``n_models`` lifts above ``ALPHA`` (None when not)."""
+    best = n_models / (n_random + 1)
+    if n_models < 2 or best <= ALPHA:
+        return None
+    message = (
+        f"with at most {n_random} random sets a p cannot go below 1/{n_random + 1}, and Holm "
+        f"across {n_models} models multiplies the smallest by {n_models}: {best:.3g}, above "
+        f"{ALPHA}, so no model can pass; use --n-random {math.ceil(n_models / ALPHA) - 1} or more"
+    )
+    return _limit("p_resolution", "all models", message, n_random=n_random, n_tests=n_models,
+                  min_p=best)  # fmt: skip

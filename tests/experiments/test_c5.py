@@ -140,6 +140,9 @@ def test_several_models_get_holm_correction(sp_tokenizer, byte_tokenizer, tiny_c
     assert len(summary["models"]) == 2
     for m in summary["models"].values():
         assert m["p_holm"]["recognition"] >= m["p_value"]["recognition"]
+    # 3 sets: p >= 1/4, and Holm over 2 models lifts the smallest to 0.5: stated, with a fix
+    (floor,) = [f for f in summary["limits"] if f["model"] == "all models"]
+    assert floor["min_p"] == 0.5 and "--n-random 39 or more" in floor["message"]
 
 
 def test_random_sets_are_reproducible_and_exclude_top():
@@ -280,3 +283,17 @@ def test_typed_options_run_as_the_keywords_do(tiny_llama, tiny_prompts, tmp_path
     assert strip(typed) == strip(keywords)
     with pytest.raises(InputError, match=r"\['k'\] given in the C5Options and as keywords"):
         c5.run(tiny_llama, c5.C5Options(**given), out=tmp_path / "c", k=3)
+
+
+def test_a_layer_matched_null_the_top_set_forbids_is_a_stated_limit(
+    monkeypatch, tiny_llama, tiny_c5
+):
+    # three top heads in layer 0, which has four: one head outside them cannot match three
+    monkeypatch.setattr(
+        c5, "_rank", lambda *a: ([[0, 0], [0, 1], [0, 2]], [[2, 0], [2, 1], [2, 2]])
+    )
+    summary = tiny_c5(k=3, matched_layers=True)
+    m = next(iter(summary["models"].values()))
+    assert "layers" not in m["nulls"] and m["nulls"]["random"]["recognition"]["p"] is not None
+    (limit,) = [f for f in summary["limits"] if f["kind"] == "null_not_drawn"]
+    assert "layer 0 has 4 heads" in limit["message"] and limit["null"] == "layers"
