@@ -35,13 +35,13 @@ QUICK_TERMS = ("screen reader", "alt text", "skip link", "focus indicator")
 #: SmolLM2 (0.05 s on Gemma 3; Qwen2.5-0.5B, with about 4.7x SmolLM2's multiply-adds per
 #: token, an estimated 0.2 s), against 0.23 s for the four-choice rec_001 (one-token choices
 #: need no choice pass). Those unit costs are the earlier demo's profile on a quiet 2-core
-#: machine, not measured for this design. The cost of the cut in power: the detectable drop
-#: grows about as sqrt(123 / 41) = 1.7 against the three recognition items of every term
-#: (the summary states it per model); the choice-margin score, continuous, is tested beside
-#: accuracy. Generation is left out of the demo's C5: SmolLM2's rubric baseline is about
-#: 0.016, at the floor. Heads are still ranked on all canonical prompts, and binding and
-#: controls use every prompt. ``bindscope c5`` and ``bindscope fewshot`` evaluate every
-#: prompt.
+#: machine, not measured for this design. The cost of the cut in power: the detectable
+#: drop's excess over the random mean grows about as sqrt(205 / 41) = 2.2 against all five
+#: recognition items of every term (the summary states the drop per model); the
+#: choice-margin score, continuous, is tested beside accuracy. Generation is left out of
+#: the demo's C5: SmolLM2's rubric baseline is about 0.016, at the floor. Heads are still
+#: ranked on all canonical prompts, and binding and controls use every prompt.
+#: ``bindscope c5`` and ``bindscope fewshot`` evaluate every prompt.
 DEMO_C5_IDS = ("rec_003",)
 DEMO_N_RANDOM = 199
 DEMO_STOP_AT = 10
@@ -50,7 +50,10 @@ DEMO_C5_DESIGN = (
     "the demo evaluates recognition only ({items} item x {terms} terms: the True/False "
     "question) under three nulls per model (random, layer-matched, class-matched), each "
     "drawn sequentially: it stops once {h} random sets drop at least as much as the top "
-    "set, else at {n} sets (p down to 1/{n1}); generation is left out because SmolLM2's "
+    "set, else at {n} sets (p down to 1/{n1}). One of the five recognition items per term "
+    "costs power: the detectable drop's excess over the random sets' mean is about "
+    "sqrt(5) = 2.2 times what all five would give (the detectable drop per model is in "
+    "the nulls table); generation is left out because SmolLM2's "
     "rubric baseline is about 0.016, at the floor, where a drop cannot show (bindscope c5 "
     "runs both). Every model's top, bottom and random sets hold k = {k} heads, the "
     "published design's k; the models have different head counts, so the share of heads "
