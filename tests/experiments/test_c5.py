@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from bindscope.experiments import c5
@@ -297,3 +298,54 @@ def test_a_layer_matched_null_the_top_set_forbids_is_a_stated_limit(
     assert "layers" not in m["nulls"] and m["nulls"]["random"]["recognition"]["p"] is not None
     (limit,) = [f for f in summary["limits"] if f["kind"] == "null_not_drawn"]
     assert "layer 0 has 4 heads" in limit["message"] and limit["null"] == "layers"
+
+
+def _clustered_records(within_term_sd: float, seed: int = 0) -> list[dict]:
+    """One model's C5 records: 30 terms x 4 items; the top set's drop is a per-term effect
+    plus item noise of ``within_term_sd`` (random sets drop nothing but noise)."""
+    from tests.figures.synthetic import record
+
+    rng = np.random.default_rng(seed)
+    settings = {"k": 2, "n_random": 10, "ablation": "zero", "seed": 0,
+                "matched_layers": False, "ranking_set": "r", "ranking_sha256": "abc"}  # fmt: skip
+    items = [(f"term{t}", f"p{i}") for t in range(30) for i in range(4)]
+    effect = {f"term{t}": rng.normal(0.2, 0.3) for t in range(30)}
+    base = {key: rng.normal(1.0, 0.1) for key in items}
+    out = []
+    conditions = ["baseline", "top", *(f"random:{i:02d}" for i in range(10))]
+    for name in conditions:
+        for term, pid in items:
+            if name == "baseline":
+                margin = base[term, pid]
+            elif name == "top":
+                margin = base[term, pid] - effect[term] - rng.normal(0, within_term_sd)
+            else:
+                margin = base[term, pid] - rng.normal(0, 0.05)
+            metrics = {"score": float(margin > 0.9), "margin": float(margin)}
+            out.append(record("c5", "m", term, pid, name, metrics, task="recognition",
+                              heads=[[0, 0], [1, 1]] if name != "baseline" else [],
+                              c5=settings))  # fmt: skip
+    return out
+
+
+def test_term_clustered_ci_states_the_design_effect():
+    from bindscope.experiments.c5_summary import summarize_c5
+
+    def effect(within):
+        summary = summarize_c5(_clustered_records(within), n_resamples=999)
+        (found,) = [
+            f for f in summary["limits"] if f["kind"] == "clustered" and f["score"] == "margin"
+        ]
+        m = summary["models"][next(iter(summary["models"]))]
+        assert found["ci_terms"] == [
+            m["drops"]["top_by_terms"]["margin"][k] for k in ("low", "high")
+        ]
+        assert found["n_terms"] == 30 and found["n_items"] == 120
+        return found["design_effect"]
+
+    # items of a term share its effect: the design effect 1 + (m - 1) * ICC nears the m = 4
+    # items per term (ICC near 1); with item noise sd 1 against a term sd 0.3, ICC = 0.08
+    # and it is about 1.25. A variance ratio over 30 terms varies as chi2(29) / 29 (5-95%:
+    # 0.6-1.5), hence the bounds.
+    assert effect(0.01) > 2.5
+    assert 0.6 < effect(1.0) < 2.0
