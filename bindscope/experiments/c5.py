@@ -604,11 +604,20 @@ def _model_lines(label: str, m: dict) -> Iterator[str]:
         )
     for null, by_score in (m.get("nulls") or {}).items():
         for score, t in by_score.items():
+            power = (m.get("detectable_drop") or {}).get(score) if null == "random" else None
             yield (
                 f"    {null} null, {score}: p {pvalue(t.get('p'))} (Holm "
-                f"{pvalue(t.get('p_holm'))}) after {t['n_drawn']} sets ({t['stopped']}); "
-                f"detectable drop {num((m.get('detectable_drop') or {}).get(score))}"
+                f"{pvalue(t.get('p_holm'))}) after {t['n_drawn']} sets ({t['stopped']})"
+                + (f"; detectable drop {num(power)}" if power is not None else "")
             )
+    match = m.get("class_match") or {}
+    for head in match.get("heads", []):
+        counts = (match.get("classes") or {}).get(head["class"], {})
+        yield (
+            f"    class match L{head['head'][0]}.H{head['head'][1]} ({head['class']}): mean "
+            f"distance {num(head['distance'])} (typical {num(head['typical'])}); "
+            f"{counts.get('outside')} {head['class']} head(s) outside the top set"
+        )
 
 
 CONDITIONS = RecordKind(
