@@ -19,8 +19,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from bindscope.batch import GENERATION_BATCH_SIZE, check_batch_size
 from bindscope.errors import InputError
 from bindscope.experiments.c5_summary import (
@@ -32,7 +30,11 @@ from bindscope.experiments.c5_summary import (
 )
 from bindscope.experiments.chunks import batch_order, chunk_items, prompt_set
 from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
-from bindscope.experiments.head_sets import draw_score_matched_sets
+from bindscope.experiments.head_sets import (
+    class_counts,
+    draw_random_sets,
+    draw_score_matched_sets,
+)
 from bindscope.experiments.head_taxonomy import taxonomy_means
 from bindscope.experiments.options import (
     GENERATION_HELP,
@@ -46,7 +48,6 @@ from bindscope.experiments.recording import binding_metrics
 from bindscope.experiments.reuse import BINDING_FROM, stored_binding
 from bindscope.experiments.summary import folder_summary, per_model_text
 from bindscope.interventions import Mean, Zero, head_means
-from bindscope.metrics import heads as taxonomy
 from bindscope.metrics.behaviour import RecognitionResult, default_rubric
 from bindscope.metrics.ranking import mean_bsi, rank_heads
 from bindscope.prompts.context import check_fit
@@ -66,49 +67,6 @@ from bindscope.runners.scan import ScoredSequence, condition_scores
 STRATEGIES = ("residual", "batched")
 ABLATIONS = ("zero", "mean")
 SAMPLINGS = ("sequential", "fixed")
-
-
-def draw_random_sets(
-    n_layers: int,
-    n_heads: int,
-    top: list[list[int]],
-    *,
-    k: int,
-    n: int,
-    seed: int,
-    matched_layers: bool = False,
-) -> list[list[list[int]]]:
-    """N random k-head sets from the heads outside ``top``, reproducible from ``seed``.
-
-    With ``matched_layers`` each set has one head in the layer of each top head.
-    """
-    rng = np.random.default_rng(seed)
-    excluded = {tuple(h) for h in top}
-    pool = [(l, h) for l in range(n_layers) for h in range(n_heads) if (l, h) not in excluded]  # noqa: E741
-    if len(pool) < k:
-        raise InputError(
-            f"only {len(pool)} heads outside the top set; cannot draw random sets of {k} "
-            "(pass a smaller --k)"
-        )
-    sets = []
-    for _ in range(n):
-        if matched_layers:
-            chosen = []
-            for layer, _head in top:
-                options = [p for p in pool if p[0] == layer and list(p) not in chosen]
-                if not options:
-                    raise InputError(
-                        f"--matched-layers: layer {layer} has {n_heads} heads, too few to "
-                        f"match the top set's {sum(h[0] == layer for h in top)} heads there "
-                        "with as many heads outside it; pass a smaller --k or drop "
-                        "--matched-layers"
-                    )
-                chosen.append(list(options[rng.integers(len(options))]))
-        else:
-            picks = rng.choice(len(pool), size=k, replace=False)
-            chosen = [list(pool[i]) for i in picks]
-        sets.append(sorted(chosen))
-    return sets
 
 
 @dataclass(frozen=True)
@@ -408,7 +366,7 @@ def _null_sets(
             drawn[null], closeness = draw_score_matched_sets(
                 means, top, n=n, seed=seed, neighbours=2 * k
             )
-            notes["null_match"] = _class_counts(means, top, closeness)
+            notes["null_match"] = class_counts(means, top, closeness)
             continue
         try:
             drawn[null] = draw_random_sets(
@@ -420,20 +378,6 @@ def _null_sets(
                 raise
             notes["nulls_not_drawn"] = {null: str(exc)}
     return drawn, notes
-
-
-def _class_counts(means: dict, top: list[list[int]], closeness: list[dict]) -> dict:
-    """The top heads' classes (default thresholds), their match, and the class sizes outside."""
-    primary = taxonomy.classify(means)["primary"]
-    inside = {(l, h) for l, h in top}  # noqa: E741
-    for entry in closeness:
-        entry["class"] = primary[entry["head"][0]][entry["head"][1]]
-    classes = {}
-    for cls in sorted({e["class"] for e in closeness}):
-        members = [(l, h) for l, row in enumerate(primary) for h, c in enumerate(row) if c == cls]  # noqa: E741
-        in_top = sum(m in inside for m in members)
-        classes[cls] = {"in_top": in_top, "outside": len(members) - in_top}
-    return {"heads": closeness, "classes": classes}
 
 
 def _evaluate(

@@ -1,4 +1,8 @@
-"""Which heads a condition ablates or patches (per head, per layer), and how many items."""
+"""Head sets: which heads a condition ablates or patches, and C5's random sets.
+
+Per head or per layer, how many items, and C5's random head sets (from all heads,
+layer-matched, matched on taxonomy scores).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from bindscope.errors import InputError
+from bindscope.metrics import heads as taxonomy
 from bindscope.protocols import LanguageModel
 
 
@@ -41,6 +46,66 @@ def check_limit(limit: object) -> None:
             f"limit={limit!r} is not a positive integer; pass the number of items to take "
             "(e.g. limit=20), or None for all"
         )
+
+
+def draw_random_sets(
+    n_layers: int,
+    n_heads: int,
+    top: list[list[int]],
+    *,
+    k: int,
+    n: int,
+    seed: int,
+    matched_layers: bool = False,
+) -> list[list[list[int]]]:
+    """N random k-head sets from the heads outside ``top``, reproducible from ``seed``.
+
+    With ``matched_layers`` each set has one head in the layer of each top head.
+    """
+    rng = np.random.default_rng(seed)
+    excluded = {tuple(h) for h in top}
+    pool = [(l, h) for l in range(n_layers) for h in range(n_heads) if (l, h) not in excluded]  # noqa: E741
+    if len(pool) < k:
+        raise InputError(
+            f"only {len(pool)} heads outside the top set; cannot draw random sets of {k} "
+            "(pass a smaller --k)"
+        )
+    sets = []
+    for _ in range(n):
+        if matched_layers:
+            chosen = []
+            for layer, _head in top:
+                options = [p for p in pool if p[0] == layer and list(p) not in chosen]
+                if not options:
+                    raise InputError(
+                        f"--matched-layers: layer {layer} has {n_heads} heads, too few to "
+                        f"match the top set's {sum(h[0] == layer for h in top)} heads there "
+                        "with as many heads outside it; pass a smaller --k or drop "
+                        "--matched-layers"
+                    )
+                chosen.append(list(options[rng.integers(len(options))]))
+        else:
+            picks = rng.choice(len(pool), size=k, replace=False)
+            chosen = [list(pool[i]) for i in picks]
+        sets.append(sorted(chosen))
+    return sets
+
+
+def class_counts(means: dict, top: list[list[int]], closeness: list[dict]) -> dict:
+    """The class-matched null's note: top heads' classes, and class sizes in and outside.
+
+    Each top head's class (default thresholds) goes beside its match's ``closeness``.
+    """
+    primary = taxonomy.classify(means)["primary"]
+    inside = {(l, h) for l, h in top}  # noqa: E741
+    for entry in closeness:
+        entry["class"] = primary[entry["head"][0]][entry["head"][1]]
+    classes = {}
+    for cls in sorted({e["class"] for e in closeness}):
+        members = [(l, h) for l, row in enumerate(primary) for h, c in enumerate(row) if c == cls]  # noqa: E741
+        in_top = sum(m in inside for m in members)
+        classes[cls] = {"in_top": in_top, "outside": len(members) - in_top}
+    return {"heads": closeness, "classes": classes}
 
 
 #: The taxonomy scores a class-matched null matches heads on (binding left out).
@@ -114,6 +179,8 @@ __all__ = [
     "MATCH_SCORES",
     "as_pairs",
     "check_limit",
+    "class_counts",
     "conditions_of",
+    "draw_random_sets",
     "draw_score_matched_sets",
 ]
