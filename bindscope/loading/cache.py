@@ -1,0 +1,212 @@
+"""The model cache: one folder per converted embedded model, written once, checked on load.
+
+An entry is written by one process at a time (a lock file beside it), in a staging folder
+inside the cache that is renamed into place when complete, so a reader sees a whole entry or
+none, and a converter killed midway leaves only a staging folder that the next converter
+removes. The entry's manifest (``MANIFEST``, written last) records every file's size and
+sha256; loading checks them all, so a truncated or edited file is found before it is read.
+
+Files and folders are created with the default permissions the umask allows (a shared cache
+stays readable by the group or everyone the umask lets in).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from bindscope._version import __version__
+from bindscope.errors import ModelLoadError
+
+MANIFEST = "bindscope-cache.json"
+#: Weight files whose digest is the model's ``weights_sha256`` (the rest: config, tokenizer).
+WEIGHT_SUFFIX = ".safetensors"
+_BLOCK = 1 << 22
+
+
+def cache_dir(cache: str | os.PathLike | None = None) -> Path:
+    """Where converted weights live: ``cache``, ``$BINDSCOPE_CACHE`` or ``~/.cache/bindscope``.
+
+    Moving the folder and pointing ``BINDSCOPE_CACHE`` at the new place keeps every conversion.
+    """
+    if cache is not None:
+        return Path(cache)
+    return Path(os.environ.get("BINDSCOPE_CACHE") or Path.home() / ".cache" / "bindscope")
+
+
+def _where(cache: Path, given: str | os.PathLike | None) -> str:
+    if given is not None:
+        return f"the cache folder {cache} (cache=)"
+    if os.environ.get("BINDSCOPE_CACHE"):
+        return f"BINDSCOPE_CACHE={cache}"
+    return f"the cache folder {cache} (default; set BINDSCOPE_CACHE to move it)"
+
+
+def writable_cache(cache: str | os.PathLike | None = None, *, create: bool = True) -> Path:
+    """The cache folder that conversions may write to, created if needed (unless ``create``).
+
+    ``create=False`` only checks that it could be created and written, writing nothing.
+
+    Raises:
+        ModelLoadError: It is a file, cannot be created, or cannot be written to; the message
+            names the folder and where it came from (``cache=`` or ``BINDSCOPE_CACHE``).
+    """
+    folder = cache_dir(cache)
+    where = _where(folder, cache)
+    if folder.exists() and not folder.is_dir():
+        raise ModelLoadError(
+            f"{where} is a file, not a folder; point it at a folder (or remove the file)"
+        )
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        raise ModelLoadError(
+            f"{where} cannot be created: {existing} is a file; point it at a folder you can "
+            "write to"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ModelLoadError(
+            f"{where} cannot be written to ({existing} is not writable), so the model cannot "
+            "be converted into it; point it at a folder you can write to"
+        )
+    if create:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ModelLoadError(
+                f"{where} cannot be created ({exc.strerror or exc}); point it at a folder you "
+                "can write to"
+            ) from None
+    return folder
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of one file, read in blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(_BLOCK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def weights_sha256(files: dict[str, dict]) -> str:
+    """One digest for the weight files of a manifest: sha256 over their names and digests."""
+    lines = "".join(
+        f"{name} {entry['sha256']}\n"
+        for name, entry in sorted(files.items())
+        if name.endswith(WEIGHT_SUFFIX)
+    )
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def write_manifest(folder: Path, **facts: object) -> dict:
+    """Record every file of ``folder`` (size and sha256) in its manifest; the manifest."""
+    files = {
+        p.name: {"size": p.stat().st_size, "sha256": file_sha256(p)}
+        for p in sorted(folder.iterdir())
+        if p.is_file() and p.name != MANIFEST
+    }
+    manifest = {
+        "bindscope": __version__,
+        **facts,
+        "weights_sha256": weights_sha256(files),
+        "files": files,
+    }
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", "utf-8")
+    return manifest
+
+
+def damage(folder: Path) -> str | None:
+    """Why the entry ``folder`` cannot be loaded as it is (None: it matches its manifest).
+
+    Reads every file once (about 1 s per GB); a missing entry says so.
+    """
+    if not folder.is_dir():
+        return "not converted yet"
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text("utf-8"))
+        files = manifest["files"]
+    except FileNotFoundError:
+        return f"no {MANIFEST} (written by an earlier bindscope, or a conversion cut short)"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"{MANIFEST} is unreadable ({exc})"
+    present = {p.name for p in folder.iterdir() if p.is_file() and p.name != MANIFEST}
+    for name in sorted(set(files) - present):
+        return f"{name} is missing"
+    for name in sorted(present - set(files)):
+        return f"{name} was added after the conversion"
+    for name, entry in sorted(files.items()):
+        size = (folder / name).stat().st_size
+        if size != entry["size"]:
+            return f"{name} has {size:,} bytes, {entry['size']:,} when converted (truncated?)"
+    for name, entry in sorted(files.items()):
+        if file_sha256(folder / name) != entry["sha256"]:
+            return f"{name} differs from the file converted (sha256 changed)"
+    return None
+
+
+def manifest(folder: Path) -> dict:
+    """The manifest of a checked entry."""
+    return json.loads((folder / MANIFEST).read_text("utf-8"))
+
+
+@contextmanager
+def entry_lock(folder: Path) -> Iterator[None]:
+    """Hold the lock of the cache entry ``folder``; say on stderr when another holds it."""
+    lock = FileLock(folder.parent / f".{folder.name}.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        print(
+            f"bindscope: another process is converting into {folder}; waiting for it "
+            f"(lock {lock.lock_file})",
+            file=sys.stderr,
+            flush=True,
+        )
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _leftovers(folder: Path) -> list[Path]:
+    """Staging and replaced folders of ``folder`` left by converters that died (lock held)."""
+    return [
+        p
+        for prefix in (".convert-", ".replaced-")
+        for p in folder.parent.glob(f"{prefix}{folder.name}-*")
+    ]
+
+
+def build(folder: Path, write: Callable[[Path], dict]) -> None:
+    """Write the entry ``folder`` atomically; call with its lock held.
+
+    ``write(staging)`` fills a fresh staging folder beside ``folder`` and returns the facts for
+    the manifest; the manifest is written last and the staging folder renamed into place, so
+    an entry without its manifest is never one this function finished. A damaged entry it
+    replaces is renamed aside first, then removed.
+    """
+    for stale in _leftovers(folder):  # their converters are gone: we hold the lock
+        shutil.rmtree(stale, ignore_errors=True)
+    staging = folder.parent / f".convert-{folder.name}-{os.getpid()}"
+    staging.mkdir()  # default mode: the umask decides who may read the cache
+    try:
+        write_manifest(staging, **write(staging))
+        if folder.exists():
+            replaced = folder.parent / f".replaced-{folder.name}-{os.getpid()}"
+            folder.rename(replaced)
+            staging.rename(folder)
+            shutil.rmtree(replaced, ignore_errors=True)
+        else:
+            staging.rename(folder)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
