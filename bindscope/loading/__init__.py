@@ -13,7 +13,7 @@ import torch
 from bindscope.errors import ModelLoadError, SelfCheckError
 from bindscope.families import Family
 from bindscope.loading.cache import cache_dir, writable_cache
-from bindscope.loading.embedded import (
+from bindscope.loading.embedded_models import (
     ALIASES,
     DEFAULT_MODEL_NAME,
     EMBEDDED,
@@ -310,6 +310,7 @@ def load_model(
     self_check: bool = True,
     family: Family | None = None,
     cache: str | os.PathLike | None = None,
+    verify_cache: bool = False,
 ) -> Model:
     """Load and wrap a causal LM for capture and ablation.
 
@@ -337,7 +338,10 @@ def load_model(
             table's (for an architecture bindscope does not know yet).
         cache: Folder for the embedded models' converted weights (default
             ``$BINDSCOPE_CACHE``, else ``~/.cache/bindscope``); the first load converts, later
-            loads read it after checking every file's sha256 against the conversion's.
+            loads read it after checking it against the conversion's manifest: sizes, mtimes,
+            the small files' and the weight headers' sha256.
+        verify_cache: Also hash every byte of an embedded model's weights against the
+            conversion's sha256 (about 1 s per GB); a mismatch converts it again.
     """
     if remote not in (False, True, "local", None):
         raise ModelLoadError(f"remote must be True, 'local' or False, not {remote!r}")
@@ -353,7 +357,7 @@ def load_model(
     device = check_device(device)
     _check_revision(model, revision)
     packaged = embedded(model)
-    folder = embedded_folder(packaged.name, cache) if packaged is not None else None
+    folder = None if packaged is None else embedded_folder(packaged.name, cache, full=verify_cache)
     hf, tok, name = _load_local(
         model, revision=revision, tokenizer=tokenizer, dtype=dtype, device=device, folder=folder
     )

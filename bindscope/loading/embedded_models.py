@@ -230,13 +230,16 @@ def check_embedded(name, cache: str | os.PathLike | None = None) -> None:
     writable_cache(cache, create=False)
 
 
-def embedded_folder(name: str = DEFAULT_MODEL_NAME, cache: str | os.PathLike | None = None) -> Path:
+def embedded_folder(
+    name: str = DEFAULT_MODEL_NAME, cache: str | os.PathLike | None = None, *, full: bool = False
+) -> Path:
     """The embedded model ``name`` as a checked safetensors folder in the cache.
 
     The first call de-quantises the GGUF to float32 and saves model and tokenizer there (a
     line on stderr says so and how long it took), so later loads skip the GGUF entirely. A
     damaged entry (a file missing, truncated or changed since it was converted) is rebuilt,
-    or refused with its folder named when it cannot be.
+    or refused with its folder named when it cannot be. The check is ``cache.damage``'s quick
+    one unless ``full`` (every byte's sha256, about 1 s per GB).
 
     Raises:
         ModelLoadError: The packages are missing, the cache folder is unusable, or a damaged
@@ -244,7 +247,7 @@ def embedded_folder(name: str = DEFAULT_MODEL_NAME, cache: str | os.PathLike | N
     """
     spec = EMBEDDED[ALIASES.get(name, name)]
     folder = cache_dir(cache) / spec.folder
-    reason = damage(folder)
+    reason = damage(folder, full=full)
     if reason is None:
         return folder
     try:
@@ -259,7 +262,7 @@ def embedded_folder(name: str = DEFAULT_MODEL_NAME, cache: str | os.PathLike | N
             "it again)"
         ) from None
     with entry_lock(folder):
-        reason = damage(folder)  # another process may have converted it while we waited
+        reason = damage(folder, full=full)  # another process may have converted it meanwhile
         if reason is not None:
             if folder.exists():
                 _say(f"{folder} cannot be used ({reason}); converting {spec.name} again")
