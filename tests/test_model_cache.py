@@ -162,7 +162,15 @@ def _edit_later(path: Path, data: bytes) -> None:
         (lambda f: (f / cache.MANIFEST).unlink(), "earlier bindscope"),
         (lambda f: (f / "extra.safetensors").write_bytes(b""), "added after the conversion"),
     ],
-    ids=["truncated", "same-size-edit", "header-edit", "config-edit", "missing-file", "no-manifest", "added"],
+    ids=[
+        "truncated",
+        "same-size-edit",
+        "header-edit",
+        "config-edit",
+        "missing",
+        "no-manifest",
+        "added",
+    ],
 )
 def test_a_damaged_entry_is_found_and_rebuilt_with_the_folder_named(
     tmp_path, stand_in, capsys, damage, reason

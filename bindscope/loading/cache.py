@@ -31,6 +31,8 @@ MANIFEST = "bindscope-cache.json"
 #: Weight files whose digest is the model's ``weights_sha256`` (the rest: config, tokenizer).
 WEIGHT_SUFFIX = ".safetensors"
 _BLOCK = 1 << 22
+#: What the manifest records of a weight file (the small files: size and sha256 suffice).
+KEYS = frozenset({"size", "mtime_ns", "sha256", "header_sha256"})
 
 
 def cache_dir(cache: str | os.PathLike | None = None) -> Path:
@@ -155,10 +157,12 @@ def damage(folder: Path, *, full: bool = False) -> str | None:
     try:
         manifest = json.loads((folder / MANIFEST).read_text("utf-8"))
         files = manifest["files"]
+        if not all(set(e) >= KEYS for n, e in files.items() if n.endswith(WEIGHT_SUFFIX)):
+            return f"{MANIFEST} lacks the weights' {', '.join(sorted(KEYS))}"
     except FileNotFoundError:
         return f"no {MANIFEST} (written by an earlier bindscope, or a conversion cut short)"
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        return f"{MANIFEST} is unreadable ({exc})"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return f"{MANIFEST} is unreadable ({type(exc).__name__}: {exc})"
     listed = _listing(folder, files)
     if listed is not None:
         return listed
