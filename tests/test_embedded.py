@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import bindscope
 from bindscope import loading
 from bindscope.errors import ModelLoadError, SelfCheckError
 from bindscope.loading import embedded_models
-from tests.conftest import PROMPTS, tiny_config
+from tests.conftest import PROMPTS, gguf_stand_in, tiny_config
 
 
 def _hide(monkeypatch, *modules: str) -> None:
@@ -52,11 +53,6 @@ def fake_conversion(monkeypatch, byte_tokenizer):
     """Stand-in for the GGUF step: a tiny Gemma 3 'converted' into the target; counts calls."""
     calls: list[Path] = []
 
-    def source(cache: Path) -> Path:
-        path = cache / "fake.gguf"
-        path.write_bytes(b"GGUF")
-        return path
-
     def convert(src: Path, target: Path) -> None:
         # the entry this staging folder (.convert-ENTRY-PID) becomes
         calls.append(target.parent / target.name.removeprefix(".convert-").rsplit("-", 1)[0])
@@ -64,7 +60,7 @@ def fake_conversion(monkeypatch, byte_tokenizer):
 
     for name, spec in loading.EMBEDDED.items():  # every embedded model: a tiny Gemma 3
         monkeypatch.setitem(
-            loading.EMBEDDED, name, loading.Embedded(name, spec.folder, source, "base")
+            loading.EMBEDDED, name, loading.Embedded(name, spec.folder, gguf_stand_in, "base")
         )
     monkeypatch.setattr(embedded_models, "_convert_gguf", convert)
     return calls
@@ -80,6 +76,18 @@ def test_first_load_converts_once_into_the_cache_argument(fake_conversion, tmp_p
     assert len(fake_conversion) == 1 and "converting" not in capsys.readouterr().err
     assert first.name == second.name == "gemma-3-270m" and second.family == "gemma3"
     assert torch.equal(first.logits(PROMPTS[:1])[0], second.logits(PROMPTS[:1])[0])
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002])
+def test_converted_files_get_the_mode_the_umask_gives(fake_conversion, tmp_path, umask):
+    old = os.umask(umask)
+    try:
+        folder = loading.embedded_folder("gemma-3-270m", tmp_path)  # written by save_pretrained
+    finally:
+        os.umask(old)
+    assert folder.stat().st_mode & 0o777 == 0o777 & ~umask
+    modes = {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o666 & ~umask}, modes
 
 
 def test_environment_variable_picks_the_cache_and_a_moved_cache_still_loads(
@@ -201,15 +209,11 @@ def test_a_damaged_cache_is_converted_again_before_it_loads(
 
 
 def test_a_self_check_failure_names_the_cache_folder(monkeypatch, tmp_path, byte_tokenizer):
-    def source(scratch: Path) -> Path:
-        (scratch / "fake.gguf").write_bytes(b"GGUF")
-        return scratch / "fake.gguf"
-
     def convert(src: Path, target: Path) -> None:  # a conversion that itself went wrong
         _save_tiny(target, byte_tokenizer)
         _nan_weights(target)
 
-    spec = loading.Embedded("gemma-3-270m", "gemma-3-270m-Q4_K_M", source, "base")
+    spec = loading.Embedded("gemma-3-270m", "gemma-3-270m-Q4_K_M", gguf_stand_in, "base")
     monkeypatch.setitem(loading.EMBEDDED, "gemma-3-270m", spec)
     monkeypatch.setattr(embedded_models, "_convert_gguf", convert)
     with pytest.raises(SelfCheckError) as err:

@@ -22,6 +22,7 @@ from safetensors.torch import save
 from bindscope.errors import ModelLoadError
 from bindscope.loading import cache
 from bindscope.loading import embedded_models as emb
+from tests.conftest import gguf_stand_in
 
 ROOT = Path(__file__).resolve().parents[1]
 WEIGHTS = save({"w": torch.ones(250)})  # a safetensors file: a header, then 1,000 bytes
@@ -90,17 +91,12 @@ def stand_in(monkeypatch):
     """The same stand-in conversion in this process; counts its calls."""
     calls: list[Path] = []
 
-    def source(scratch: Path) -> Path:
-        path = scratch / "stand-in.gguf"
-        path.write_bytes(b"GGUF")
-        return path
-
     def convert(src: Path, target: Path) -> None:
         calls.append(target)
         (target / "model.safetensors").write_bytes(WEIGHTS)
         (target / "config.json").write_text("{}")
 
-    monkeypatch.setitem(emb.EMBEDDED, NAME, emb.Embedded(NAME, ENTRY, source, "base"))
+    monkeypatch.setitem(emb.EMBEDDED, NAME, emb.Embedded(NAME, ENTRY, gguf_stand_in, "base"))
     monkeypatch.setattr(emb, "_convert_gguf", convert)
     return calls
 

@@ -249,6 +249,24 @@ def _leftovers(folder: Path) -> list[Path]:
     ]
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)  # the only way to read it: set, then put back at once
+    os.umask(mask)
+    return mask
+
+
+def _umask_modes(staging: Path) -> None:
+    """Give every file in ``staging`` the mode the umask gives a new file.
+
+    Writers that go through a private temporary file (safetensors via transformers writes
+    ``model.safetensors`` 0600) would otherwise make a shared cache unreadable to others.
+    """
+    mode = 0o666 & ~_umask()
+    for path in staging.iterdir():
+        if path.is_file():
+            path.chmod(mode)
+
+
 def build(folder: Path, write: Callable[[Path], dict]) -> None:
     """Write the entry ``folder`` atomically; call with its lock held.
 
@@ -262,7 +280,9 @@ def build(folder: Path, write: Callable[[Path], dict]) -> None:
     staging = folder.parent / f".convert-{folder.name}-{os.getpid()}"
     staging.mkdir()  # default mode: the umask decides who may read the cache
     try:
-        write_manifest(staging, **write(staging))
+        facts = write(staging)
+        _umask_modes(staging)
+        write_manifest(staging, **facts)
         if folder.exists():
             replaced = folder.parent / f".replaced-{folder.name}-{os.getpid()}"
             folder.rename(replaced)
