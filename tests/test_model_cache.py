@@ -255,7 +255,7 @@ def test_the_cache_is_created_as_the_umask_says(tmp_path, stand_in, umask):
         os.umask(old)
     for path in [tmp_path / "cache", folder]:
         assert path.stat().st_mode & 0o777 == 0o777 & ~umask, path
-    for path in folder.iterdir():
+    for path in [*folder.iterdir(), tmp_path / "cache" / f".{ENTRY}.lock"]:
         assert path.stat().st_mode & 0o777 == 0o666 & ~umask, path
 
 
