@@ -216,6 +216,17 @@ def _files(folder: Path) -> list[str]:
     return list(_manifest(folder)["files"])
 
 
+def test_an_unreadable_file_is_damage_not_a_traceback(tmp_path, stand_in, monkeypatch):
+    folder = emb.embedded_folder(NAME, tmp_path)
+
+    def unreadable(path: Path) -> str:  # as a 0600 file of another user reads (root reads all)
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(cache, "_header_sha256", unreadable)
+    reason = cache.damage(folder)
+    assert reason.startswith("a file cannot be read") and "model.safetensors" in reason
+
+
 def test_a_damaged_entry_that_cannot_be_rebuilt_is_refused_with_how_to_clear_it(
     tmp_path, stand_in, monkeypatch
 ):

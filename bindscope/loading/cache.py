@@ -168,8 +168,16 @@ def damage(folder: Path, *, full: bool = False) -> str | None:
     listed = _listing(folder, files)
     if listed is not None:
         return listed
+    try:
+        return _contents(folder, manifest, full=full)
+    except OSError as exc:  # e.g. a file another user's older bindscope wrote 0600
+        return f"a file cannot be read ({exc})"
+
+
+def _contents(folder: Path, manifest: dict, *, full: bool) -> str | None:
+    """What differs in the files' contents from the manifest (see ``damage``)."""
     moved = False
-    for name, entry in sorted(files.items()):
+    for name, entry in sorted(manifest["files"].items()):
         path = folder / name
         if name.endswith(WEIGHT_SUFFIX):
             if _header_sha256(path) != entry["header_sha256"]:
