@@ -131,6 +131,17 @@ def test_a_converter_killed_midway_leaves_no_entry_and_the_next_one_cleans_up(tm
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [f".{ENTRY}.lock", ENTRY]
 
 
+def test_staging_folders_of_earlier_versions_are_removed_once_an_hour_old(tmp_path, stand_in):
+    stale, recent = tmp_path / ".convert-ab_d1234", tmp_path / ".convert-wxyz9876"
+    for path in (stale, recent):
+        path.mkdir()
+        (path / "model.safetensors").write_bytes(b"half")
+    hour_ago = time.time() - 3601
+    os.utime(stale, (hour_ago, hour_ago))
+    emb.embedded_folder(NAME, tmp_path)
+    assert not stale.exists() and recent.exists()  # recent: an older converter may still run
+
+
 def _manifest(folder: Path) -> dict:
     return json.loads((folder / cache.MANIFEST).read_text())
 

@@ -16,8 +16,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -249,8 +251,18 @@ def entry_lock(folder: Path) -> Iterator[None]:
 
 
 def _leftovers(folder: Path) -> list[Path]:
-    """Staging and replaced folders of ``folder`` left by converters that died (lock held)."""
-    return [
+    """Staging and replaced folders of ``folder`` left by converters that died (lock held).
+
+    Also the staging folders of earlier bindscope versions (``.convert-XXXXXXXX``, written
+    without a lock): removed once an hour old, when no conversion of theirs still runs.
+    """
+    old = time.time() - 3600
+    legacy = [
+        p
+        for p in folder.parent.glob(".convert-*")
+        if re.fullmatch(r"\.convert-[a-z0-9_]{8}", p.name) and p.stat().st_mtime < old
+    ]
+    return legacy + [
         p
         for prefix in (".convert-", ".replaced-")
         for p in folder.parent.glob(f"{prefix}{folder.name}-*")
