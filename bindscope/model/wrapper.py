@@ -60,6 +60,8 @@ class Model:
         self.remote: bool | str = remote
         # an embedded model's checkpoint (base or instruction-tuned), set by load_model
         self.training: str | None = None
+        # an embedded model's converted weights, checked on load (set by load_model)
+        self.weights_sha256: str | None = None
         self.n_layers, self.n_heads = dims.n_layers, dims.n_heads
         self.n_kv_heads, self.head_dim = dims.n_kv_heads, dims.head_dim
         self.d_model = dims.d_model
