@@ -130,7 +130,7 @@ def test_sites_equal_torch_hooks_and_steered_generation_matches(real):
 def test_logit_lens_equals_the_final_norm_and_unembedding_of_hf_hidden_states(real):
     _, model = real
     layers = [0, model.n_layers // 2, model.n_layers - 1]
-    lens = model.logit_lens(PROMPTS[:2], layers)
+    lens = model.logit_lens(PROMPTS[:2], layers, positions=None)  # every position
     norm = getattr(model.hf.model, model.family_row.final_norm)
     for text, got in zip(PROMPTS[:2], lens):
         with torch.no_grad():
