@@ -109,9 +109,19 @@ def by_layer(heads):
     return grouped
 
 
-def attention_module(envoy, layer):
-    """The uniform attention envoy of one decoder layer."""
-    return envoy.model.layers[layer].self_attn
+def site(model, name, layer):
+    """The tensor at site ``name`` of decoder layer ``layer``, where the family keeps it.
+
+    The one accessor of a site (``families.Sites``, checked at load as ``model.sites``):
+    every read and write of a head output, pattern, residual or block output goes
+    through it, the engine's own included.
+    """
+    return site_tensor(model.nnsight, layer, model.sites[name])
+
+
+def attention_module(model, layer):
+    """The attention envoy of one layer: the module whose output holds the pattern."""
+    return site_module(model.nnsight, layer, model.sites["pattern"][0])
 
 
 def head_view(x, n_heads, head_dim):
@@ -292,7 +302,7 @@ def head_sums(x, mask, n_heads, head_dim):
 def collect_head_sums(model, layers, mask, into):
     """Save ``head_sums`` of each listed layer into ``into`` (``{layer: [H, hd]}``)."""
     for layer in layers:
-        x = attention_module(model.nnsight, layer).o_proj.input
+        x = site(model, "head_out", layer)
         into[layer] = save(head_sums(x, mask, model.n_heads, model.head_dim))
     return save(into)
 
@@ -306,7 +316,7 @@ def last_position_inputs(model, final_norm):
     env = model.nnsight
     found: dict = {}  # a local annotation is never evaluated: nothing to import
     for layer in range(model.n_layers):
-        found[layer] = save(attention_module(env, layer).o_proj.input[:, -1].clone())
+        found[layer] = save(site(model, "head_out", layer)[:, -1].clone())
     found["final"] = save(getattr(env.model, final_norm).input[:, -1].clone())
     return save(found)
 
@@ -521,9 +531,8 @@ def site_outputs(model, keys, into):
     Runs in an earlier invoke of the same trace as the patched texts: each site is read
     (and copied at once) before the patched rows' invoke reaches it and writes.
     """
-    env = model.nnsight
     for name, layer in keys:
-        x = site_tensor(env, layer, model.sites[name])
+        x = site(model, name, layer)
         into[(name, layer)] = unit_view(model, name, x).clone()
 
 
@@ -534,7 +543,7 @@ def knock_out_batch(model, knockout, site):
     one invoke's per-head mask cannot be joined to the others' shared one.
     """
     for layer in sorted(knockout):
-        knock_out(attention_module(model.nnsight, layer), knockout[layer], site)
+        knock_out(attention_module(model, layer), knockout[layer], site)
 
 
 def _layer_filter(layers, n_layers):
@@ -606,7 +615,7 @@ def _run_layers(
             continue
         probs = None
         # model.sites lists the sites in a decoder layer's execution order
-        for name, where in model.sites.items():
+        for name in model.sites:
             if name == "pattern":
                 if layer in capture:
                     out[layer] = save(_pattern(model, layer, probs, reduce, allow_missing))
@@ -616,7 +625,7 @@ def _run_layers(
             keep = layer in wanted.get(name, ())
             if (name, layer) not in plan.edits and not keep:
                 continue
-            x = site_tensor(model.nnsight, layer, where)
+            x = site(model, name, layer)
             apply_edits(model, name, layer, x, plan, donors, step)
             if keep:
                 out[(name, layer)] = save(unit_view(model, name, x).clone())
@@ -626,7 +635,7 @@ def _run_layers(
 def _pattern(model, layer, probs, reduce, allow_missing):
     """One layer's captured probabilities (or ``reduce`` of them)."""
     if probs is None:
-        probs = site_tensor(model.nnsight, layer, model.sites["pattern"])  # [b, H, n, n]
+        probs = site(model, "pattern", layer)  # [b, H, n, n]
     if probs is None and not allow_missing:
         raise RuntimeError(
             f"{model.name}: layer {layer}'s attention returned no weights although "
@@ -662,7 +671,7 @@ def _attention_call(model, layer, plan, label):
     """
     if layer not in plan.knockout and label is None:
         return None
-    attn = attention_module(model.nnsight, layer)
+    attn = attention_module(model, layer)
     args = None
     if layer in plan.knockout:
         args, kwargs = knock_out(attn, plan.knockout[layer], plan.knockout_site)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-from bindscope.errors import InputError
+from bindscope.errors import InputError, UnsupportedModelError
 from bindscope.interventions import ops
 from bindscope.metrics.attribution import HeadContributions, frozen_norm
 from bindscope.nnsight_private import underlying_module
@@ -27,6 +27,18 @@ def _bias(module) -> torch.Tensor:
     return torch.zeros(()) if bias is None else bias.detach().double().cpu()
 
 
+def _output_projection(model: LanguageModel) -> str:
+    """The module whose input is the ``head_out`` site: it maps head outputs to the residual."""
+    module, port, _ = model.sites["head_out"]
+    if port != "input":
+        raise UnsupportedModelError(
+            f"{model.name} ({model.family}): head attribution reads the output projection, the "
+            f"module whose input is head_out, but the family row puts head_out at the {port} of "
+            f"{module!r}; give head_out as At(<output projection>, 'input') in its Sites"
+        )
+    return module
+
+
 @torch.no_grad()
 def head_contributions(
     model: LanguageModel, texts: Sequence[str], *, batch_size: int = 16
@@ -39,6 +51,8 @@ def head_contributions(
         )
     row = model.family_row
     env = model.nnsight
+    projection = _output_projection(model)
+    post_norm = row.attention_post_norm
     n_heads, head_dim = model.n_heads, model.head_dim
     out: list[HeadContributions | None] = [None] * len(list(texts))
     for batch in model.batches(texts, batch_size=batch_size):
@@ -48,12 +62,12 @@ def head_contributions(
         b = batch.input_ids.shape[0]
         per_layer = []
         for layer in range(model.n_layers):
-            o_proj = underlying_module(env.model.layers[layer].self_attn.o_proj)
+            o_proj = underlying_module(ops.site_module(env, layer, projection))
             w = _weight_o(o_proj).view(-1, n_heads, head_dim)  # [d, H, hd]
             z = found[layer].double().view(b, n_heads, head_dim)  # [b, H, hd]
             c = torch.einsum("dhk,bhk->bhd", w, z)  # [b, H, d]
-            if row.attention_post_norm:
-                norm = getattr(underlying_module(env.model.layers[layer]), row.attention_post_norm)
+            if post_norm:
+                norm = underlying_module(ops.site_module(env, layer, post_norm))
                 c = frozen_norm(norm, c.sum(1) + _bias(o_proj), c)
             per_layer.append(c)
         heads = torch.stack(per_layer, 1)  # [b, L, H, d]

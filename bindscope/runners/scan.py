@@ -139,7 +139,7 @@ def _donor_outputs(
     with model.nnsight.trace(**inputs, **model.trace_options) as tracer:
         found: list = nnsight.save([])
         for layer in range(model.n_layers):
-            found.append(ops.attention_module(model.nnsight, layer).o_proj.input)
+            found.append(ops.site(model, "head_out", layer))
         tracer.stop()
     donor_width = batch.input_ids.shape[1]
     valid = torch.zeros(len(rows), width, dtype=torch.bool)
