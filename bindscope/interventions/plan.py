@@ -110,8 +110,8 @@ class Planner:
         self.knockout: dict[int, torch.Tensor] = {}
 
     def units(self, site: str) -> int:
-        """Units of a site's view: heads at ``head_out``, one vector elsewhere."""
-        return self.model.n_heads if site == "head_out" else 1
+        """Units of a site's view: heads at ``head_out`` and ``pattern``, one vector elsewhere."""
+        return self.model.n_heads if site in ("head_out", "pattern") else 1
 
     def columns(self, n: int, positions: tuple[int, ...] | None, donor: int | None = None):
         """Padded columns of a row with ``n`` real tokens (None: every position).
