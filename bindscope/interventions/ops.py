@@ -900,15 +900,28 @@ def _site_estimate(model, name, layer, x, g, plan, donors, method, keys):
 
 
 def _estimates(model, taps, grads, plan, donors, method, keys):
-    """``{(site, layer): [b, U]}`` from one set of gradients (``grads`` in ``taps`` order)."""
-    out = {}
-    for (name, layer), g in zip(taps, grads):
-        x = taps[(name, layer)].detach()
-        if g is None:  # nothing above this site reaches the metric
-            out[(name, layer)] = torch.zeros(x.shape[0], unit_view(model, name, x).shape[2], device=x.device)
+    """``{(site, layer): [b, U]}`` from one set of gradients (``grads``: one per live tap).
+
+    A site that nothing reaches the metric from estimates 0; one that no parameter
+    reaches (a constant: it is not in the graph) has no gradient, and estimates NaN.
+    """
+    out, grads = {}, iter(grads)
+    for (name, layer), x in taps.items():
+        g = next(grads) if x.requires_grad else math.nan
+        x = x.detach()
+        if g is None or g is math.nan:
+            units = unit_view(model, name, x).shape[2]
+            out[(name, layer)] = torch.full((x.shape[0], units), 0.0 if g is None else g)
             continue
         out[(name, layer)] = _site_estimate(model, name, layer, x, g, plan, donors, method, keys)
     return out
+
+
+def _gradients(total, wrt, retain):
+    """``d total / d x`` for each tensor of ``wrt`` (None where it does not reach)."""
+    if not wrt:  # nothing in this batch is estimated, or nothing reaches the metric
+        return ()
+    return torch.autograd.grad(total, wrt, allow_unused=True, retain_graph=retain)
 
 
 def attribution_pass(model, terms, plan, donors=None, method="atp*", grad_drop=False, keys=None):
@@ -940,11 +953,9 @@ def attribution_pass(model, terms, plan, donors=None, method="atp*", grad_drop=F
             if grad_drop and name in ("attn_out", "mlp_out"):
                 blocks.append(site(model, name, layer))
     metric = metric_values(final_logits(model), terms)
-    wrt = list(taps.values())
+    wrt = [x for x in taps.values() if x.requires_grad]
     total = metric.sum()
-    if not wrt:  # nothing planned in this batch: the clean metric only
-        return save({"metric": metric.detach(), "estimate": {}, "grad_drop": {}})
-    grads = torch.autograd.grad(total, wrt, allow_unused=True, retain_graph=grad_drop)
+    grads = _gradients(total, wrt, grad_drop)
     estimate = _estimates(model, taps, grads, plan, donors, method, keys)
     found = {"metric": metric.detach(), "estimate": {k: v.detach() for k, v in estimate.items()}}
     if grad_drop:
@@ -955,7 +966,7 @@ def attribution_pass(model, terms, plan, donors=None, method="atp*", grad_drop=F
         for layer in range(model.n_layers):
             hooks = [b.register_hook(zero_grad) for b in blocks[2 * layer : 2 * layer + 2]]
             last = layer == model.n_layers - 1
-            dropped = torch.autograd.grad(total, wrt, allow_unused=True, retain_graph=not last)
+            dropped = _gradients(total, wrt, not last)
             for hook in hooks:
                 hook.remove()
             for k, v in _estimates(model, taps, dropped, plan, donors, method, keys).items():

@@ -34,7 +34,9 @@ class _Doubled(nn.Module):
 
     def __init__(self, original: nn.Linear) -> None:
         super().__init__()
-        self.proj = nn.Linear(original.in_features, original.out_features, original.bias is not None)
+        self.proj = nn.Linear(
+            original.in_features, original.out_features, original.bias is not None
+        )
         with torch.no_grad():
             self.proj.weight.copy_(original.weight / 2)
             if original.bias is not None:
@@ -128,9 +130,7 @@ def test_attributions_read_where_the_edits_write(pair):
         lambda m: Mean(HEADS, head_means(m, PROMPTS, HEADS)),
         lambda m: Resample(HEADS, PROMPTS, seed=3),
     ):
-        want, got = (
-            head_attribution_patching(m, PROMPTS, metric, intervene=make(m)) for m in pair
-        )
+        want, got = (head_attribution_patching(m, PROMPTS, metric, intervene=make(m)) for m in pair)
         for w, g in zip(want, got):
             torch.testing.assert_close(g, w, rtol=0, atol=bound, equal_nan=True)
     # direct logit attribution multiplies the head outputs by the projection they enter
