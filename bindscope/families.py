@@ -195,7 +195,7 @@ def families() -> tuple[Family, ...]:
     return (*_REGISTERED, *FAMILIES)
 
 
-def family_for_config(config, *, model_name: str = "model") -> Family:
+def family_for_config(config: Any, *, model_name: str = "model") -> Family:
     """Return the family row for a transformers config, or raise naming the class."""
     model_type = getattr(config, "model_type", None)
     for family in families():
@@ -208,7 +208,7 @@ def family_for_config(config, *, model_name: str = "model") -> Family:
     )
 
 
-def standard_layout_family(hf_model) -> Family | None:
+def standard_layout_family(hf_model: Any) -> Family | None:
     """A Llama-layout row for an unknown model whose modules follow the standard names.
 
     Standard: ``model.layers[i].self_attn.o_proj``, ``model.norm`` and ``lm_head``.
@@ -244,7 +244,7 @@ class Dims:
     d_model: int = 0  # the hidden size: width of the residual stream
 
 
-def dims_from_config(config) -> Dims:
+def dims_from_config(config: Any) -> Dims:
     """Read layer and head counts and the hidden size from any supported config."""
     n_heads = int(config.num_attention_heads)
     n_kv = int(getattr(config, "num_key_value_heads", None) or n_heads)
@@ -254,7 +254,7 @@ def dims_from_config(config) -> Dims:
     )
 
 
-def attention_windows(config) -> tuple[int | None, ...]:
+def attention_windows(config: Any) -> tuple[int | None, ...]:
     """Each layer's sliding-window size (a query sees its last ``w`` keys), None for full.
 
     Read as transformers builds the masks: with ``layer_types``, the window applies to the

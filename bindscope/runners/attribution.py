@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -16,13 +17,13 @@ from bindscope.runners.attribution_metrics import token_id
 __all__ = ["head_attribution", "head_contributions"]
 
 
-def _weight_o(module) -> torch.Tensor:
+def _weight_o(module: Any) -> torch.Tensor:
     """``[d, H*hd]`` output-projection matrix (GPT-2's Conv1D stores it transposed)."""
     weight = module.weight.detach().double().cpu()
     return weight.T if type(module).__name__ == "Conv1D" else weight
 
 
-def _bias(module) -> torch.Tensor:
+def _bias(module: Any) -> torch.Tensor:
     bias = getattr(module, "bias", None)
     return torch.zeros(()) if bias is None else bias.detach().double().cpu()
 

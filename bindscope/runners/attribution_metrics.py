@@ -58,7 +58,7 @@ def token_id(model: LanguageModel, token: int | str, what: str = "token") -> int
     return int(token)
 
 
-def check_metrics(model: LanguageModel, metric, lengths: list[int]) -> list[Metric]:
+def check_metrics(model: LanguageModel, metric: object, lengths: list[int]) -> list[Metric]:
     """One checked metric per text (token strings resolved to ids).
 
     Raises:

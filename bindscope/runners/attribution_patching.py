@@ -23,10 +23,12 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import torch
 
+from bindscope.batch import Batch
 from bindscope.errors import InputError
 from bindscope.interventions import Patch, ops
 from bindscope.interventions.plan import PlannedBatch, plan_batches
@@ -53,6 +55,8 @@ __all__ = [
 ]
 
 METHODS = ("atp*", "atp")
+# A metric for every text, or one per text.
+MetricArg = TargetLogprob | LogitDifference | Sequence[TargetLogprob | LogitDifference]
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,7 @@ class PatternPatch:
         return Patch(self.heads, self.source, positions=self.positions)
 
 
-def _split(entry) -> tuple[list, list]:
+def _split(entry: object) -> tuple[list, list]:
     """One ``intervene``/``per_row`` entry as (the engine's specs, pattern patches)."""
     if entry is None:
         return [], []
@@ -86,7 +90,9 @@ def _split(entry) -> tuple[list, list]:
     return others, patterns
 
 
-def _row_ops(model: LanguageModel, texts: list, intervene, per_row) -> list[tuple[RowOp, ...]]:
+def _row_ops(
+    model: LanguageModel, texts: list, intervene: object, per_row: Sequence[object] | None
+) -> list[tuple[RowOp, ...]]:
     """Checked row ops of every text; a `PatternPatch` is a ``Patch`` of the pattern site.
 
     The specs' checks (lengths, donors drawn with the seed, edges) are the engine's own.
@@ -155,9 +161,9 @@ def _check_model(model: LanguageModel, rows: list, method: str) -> bool:
 def _estimate(
     model: LanguageModel,
     texts: list,
-    metric,
-    intervene=None,
-    per_row=None,
+    metric: MetricArg,
+    intervene: object = None,
+    per_row: Sequence[object] | None = None,
     method: str = "atp*",
     batch_size: int = 16,
     grad_drop: bool = False,
@@ -219,7 +225,15 @@ def _shift(terms: dict, width: int, keep: int) -> dict:
 
 
 def _gradient_pass(
-    model, batch, terms, plan, donors, options, method: str, grad_drop: bool, eager: bool
+    model: LanguageModel,
+    batch: Batch,
+    terms: dict,
+    plan: ops.TracePlan,
+    donors: dict | None,
+    options: dict,
+    method: str,
+    grad_drop: bool,
+    eager: bool,
 ) -> dict:
     keys = batch.attention_mask.bool()  # [b, W] the texts' own tokens
     context = model.eager() if eager else contextlib.nullcontext()
@@ -244,7 +258,9 @@ def _head_table(model: LanguageModel, estimates: dict) -> np.ndarray:
     return table
 
 
-def attribution_scores(model: LanguageModel, texts: Sequence, metric, **options):
+def attribution_scores(
+    model: LanguageModel, texts: Sequence, metric: MetricArg, **options: Any
+) -> tuple:
     """Clean metric ``[S]`` and estimated change ``[S, L, H]`` (float64; NaN: not intervened).
 
     Arguments as in `head_attribution_patching`; with ``grad_drop=True`` the GradDrop
@@ -258,10 +274,10 @@ def attribution_scores(model: LanguageModel, texts: Sequence, metric, **options)
 def attribution_patching(
     model: LanguageModel,
     texts: Sequence,
-    metric,
+    metric: MetricArg,
     *,
-    intervene=None,
-    per_row=None,
+    intervene: object = None,
+    per_row: Sequence[object] | None = None,
     method: str = "atp*",
     batch_size: int = 16,
 ) -> list[dict[tuple[str, int], torch.Tensor]]:
@@ -280,10 +296,10 @@ def attribution_patching(
 def head_attribution_patching(
     model: LanguageModel,
     texts: Sequence,
-    metric,
+    metric: MetricArg,
     *,
-    intervene=None,
-    per_row=None,
+    intervene: object = None,
+    per_row: Sequence[object] | None = None,
     method: str = "atp*",
     batch_size: int = 16,
     grad_drop: bool = False,

@@ -16,7 +16,7 @@ only (the layers below run on another batch shape in the clean pass).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -64,7 +64,7 @@ class ScoredSequence:
             )
 
 
-def _targets(batch, sequences: Sequence[ScoredSequence], keep: int | None = None):
+def _targets(batch: Batch, sequences: Sequence[ScoredSequence], keep: int | None = None):
     """Positions, ids and weights ``[b, T]`` of every target token in a left-padded batch.
 
     With ``keep``, positions count within the last ``keep`` logits only (left padding puts
@@ -157,8 +157,14 @@ def _donor_outputs(
 
 @torch.no_grad()
 def _clean(
-    model: LanguageModel, batch: Batch, index, target, weight, keep_layers: int, options: dict
-):
+    model: LanguageModel,
+    batch: Batch,
+    index: torch.Tensor,
+    target: torch.Tensor,
+    weight: torch.Tensor,
+    keep_layers: int,
+    options: dict,
+) -> tuple:
     """One clean pass: target scores and the outputs of the layers below ``keep_layers``.
 
     Scores are ``[b]``; each kept output is ``[b, W, d]``.
@@ -200,7 +206,7 @@ def _conditions_pass(
     return scores
 
 
-def _rows_batch(batch, rows: torch.Tensor):
+def _rows_batch(batch: Batch, rows: torch.Tensor) -> Batch:
     """The batch of the given rows (same width, so the clean residual stream fits)."""
     picked = rows.tolist()
     return Batch(
@@ -212,7 +218,7 @@ def _rows_batch(batch, rows: torch.Tensor):
     )
 
 
-def _donor_table(resample):
+def _donor_table(resample: tuple | None) -> dict | None:
     """``{("head_out", layer): [rows, W, H, hd]}`` for the plan's donor edits, or None."""
     if resample is None:
         return None
@@ -220,8 +226,17 @@ def _donor_table(resample):
 
 
 def _residual_passes(
-    model, batch, conditions, by_start, outputs, targets, table, options, swap, rows_per_pass
-):
+    model: LanguageModel,
+    batch: Batch,
+    conditions: Sequence[Sequence[tuple[int, int]]],
+    by_start: dict[int, list[int]],
+    outputs: list,
+    targets: tuple,
+    table: dict | None,
+    options: dict,
+    swap: tuple | None,
+    rows_per_pass: int,
+) -> Iterator[tuple[int, int, float]]:
     """Every condition of one batch, each started at its lowest layer; yields (c, row, score).
 
     Rows of a pass are (condition, sequence) pairs, condition-major, ``rows_per_pass`` at most.
