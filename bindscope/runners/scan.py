@@ -262,6 +262,28 @@ def _residual_passes(
                 yield c, r, value
 
 
+def _checked(
+    model: LanguageModel,
+    conditions: Sequence[Sequence[tuple[int, int]]],
+    means: HeadMeans | None,
+    donors: Sequence[ScoredSequence] | None,
+    n_sequences: int,
+    strategy: str,
+) -> list[tuple[Head, ...]]:
+    """The conditions' checked heads; refuses a bad strategy, model, condition or donors."""
+    if strategy not in STRATEGIES:
+        raise InputError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
+    if getattr(model, "remote", False):
+        raise InputError(f"{model.name}: the scan runner runs local models only")
+    checked = [model.check_heads(c) for c in conditions]
+    for i, heads in enumerate(checked):
+        if not heads:
+            raise InputError(f"condition #{i} ablates no head; give at least one (layer, head)")
+    if donors is not None and (means is not None or len(donors) != n_sequences):
+        raise InputError("donors= resample-ablates: give one donor per sequence and no means=")
+    return checked
+
+
 def condition_scores(
     model: LanguageModel,
     sequences: Sequence[ScoredSequence],
@@ -295,17 +317,8 @@ def condition_scores(
     Returns:
         ``(clean [S], scores [C, S])`` float64 arrays.
     """
-    if strategy not in STRATEGIES:
-        raise InputError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
-    if getattr(model, "remote", False):
-        raise InputError(f"{model.name}: the scan runner runs local models only")
-    conditions = [model.check_heads(c) for c in conditions]
-    for i, heads in enumerate(conditions):
-        if not heads:
-            raise InputError(f"condition #{i} ablates no head; give at least one (layer, head)")
+    conditions = _checked(model, conditions, means, donors, len(sequences), strategy)
     table = means.means if means is not None else None
-    if donors is not None and (means is not None or len(donors) != len(sequences)):
-        raise InputError("donors= resample-ablates: give one donor per sequence and no means=")
     rows_per_pass = rows_per_pass or batch_size * model.n_heads
     clean = np.zeros(len(sequences))
     scores = np.zeros((len(conditions), len(sequences)))
@@ -337,13 +350,13 @@ def condition_scores(
         swap = None
         if donors is not None:
             swap = _donor_outputs(model, [donors[i] for i in batch.indices], part)
-        if strategy == "naive":
+        if strategy == "naive":  # every condition from the embeddings, one per pass
             for c in range(len(conditions)):
                 plan = _condition_plan(model, conditions, [c] * b, table, batch, swap)
+                targets, donor_table = (index, target, weight), _donor_table(swap)
                 got = _conditions_pass(
-                    model, batch.inputs, (index, target, weight), plan, 0, None, options,
-                    _donor_table(swap),
-                )  # fmt: skip
+                    model, batch.inputs, targets, plan, 0, None, options, donor_table
+                )
                 scores[c, batch.indices] = got.double().numpy()
                 bar.update(b)
             continue
