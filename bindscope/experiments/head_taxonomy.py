@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -26,6 +26,7 @@ from bindscope.metrics import heads as taxonomy
 from bindscope.prompts.records import PromptRecord, PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import model_label
+from bindscope.results.records import provenance
 from bindscope.runners.binding import binding
 from bindscope.runners.head_scores import repeated_scores, text_scores
 
@@ -113,14 +114,19 @@ def taxonomy_plan(
     options: TaxonomyOptions,
     common: Common,
     *,
-    provenance: Callable[[LanguageModel], dict] | None = None,
+    sweep: dict | None = None,
 ) -> Plan:
     """The plan of an ``OUT/heads`` folder: every head of each model scored, resumably.
 
     ``heads`` runs it on its models; ``sweep --heads`` writes it beside the sweep's own
-    folder from every revision the sweep loads (``Plan.also``), so each is loaded once.
+    folder from every revision the sweep loads (``Plan.also``), so each is loaded once; the
+    records' provenance then names the sweep's revisions (``sweep``).
     """
     settings = head_settings(pset, options, common.seed)
+    info = {} if sweep is None else {"sweep": sweep}
+
+    def prov(model: LanguageModel) -> dict:
+        return provenance(model, prompt_set=pset, seed=common.seed, settings=settings, **info)
 
     def each(run: ModelRun) -> None:
         write_classification(run.writer.path.parent, options)
@@ -129,9 +135,7 @@ def taxonomy_plan(
     def items() -> list[tuple[str, str]]:
         return _keys(pset, settings)
 
-    return Plan(
-        settings, each, prompt_set=pset, provenance=provenance, summarize=summarize, items=items
-    )
+    return Plan(settings, each, provenance=prov, summarize=summarize, items=items)
 
 
 def head_settings(pset: PromptSet, options: TaxonomyOptions, seed: int) -> dict:

@@ -23,7 +23,7 @@ from bindscope.batch import GENERATION_BATCH_SIZE, check_batch_size
 from bindscope.experiments import limits
 from bindscope.experiments.chunks import batch_order, chunk_items, prompt_set
 from bindscope.experiments.experiment import Common, Experiment, LazyModel, ModelRun, Plan
-from bindscope.experiments.head_taxonomy import TaxonomyOptions, head_settings, taxonomy_plan
+from bindscope.experiments.head_taxonomy import TaxonomyOptions, taxonomy_plan
 from bindscope.experiments.options import GENERATION_HELP, option, positive, setting
 from bindscope.experiments.recording import binding_metrics
 from bindscope.experiments.revisions import CRFM_SEEDS, PRESETS, load_revision, resolve_revisions
@@ -123,16 +123,7 @@ def _plan(models: list[str], opts: SweepOptions, common: Common) -> Plan:
     def items() -> list[tuple[str, str]]:
         return [(r.key, "clean") for r in pset]
 
-    also: tuple[tuple[str, Plan], ...] = ()
-    if opts.heads:
-        heads_settings = head_settings(pset, opts, seed)
-
-        def heads_prov(loaded: LanguageModel) -> dict:
-            return provenance(
-                loaded, prompt_set=pset, seed=seed, settings=heads_settings, sweep=sweep
-            )
-
-        also = (("heads", taxonomy_plan(pset, opts, common, provenance=heads_prov)),)
+    also = (("heads", taxonomy_plan(pset, opts, common, sweep=sweep)),) if opts.heads else ()
     return Plan(settings, each, provenance=prov, models=lazy, items=items, also=also)
 
 
