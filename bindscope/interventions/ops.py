@@ -878,7 +878,7 @@ def zero_grad(grad):
     return torch.zeros_like(grad)
 
 
-def _site_estimate(model, name, layer, x, g, plan, donors, method, keys):
+def _site_estimate(model, name, layer, x, g, plan, donors, method):
     """``[b, U]`` estimate of every edit of one site and layer (``g``: ``dm/dx``)."""
     view, grad = unit_view(model, name, x), unit_view(model, name, g)
     total = torch.zeros(view.shape[0], view.shape[2], device=x.device)
@@ -891,15 +891,15 @@ def _site_estimate(model, name, layer, x, g, plan, donors, method, keys):
         if name != "pattern":
             total += (edit.delta(view, donors).float() * grad.float()).sum((1, 3))
             continue
-        # a donor's pattern keeps the text's own keys: it has none before its first token
+        # a pattern comes from a donor of the text's length (Patch): the same keys
         mask = edit.mask(view)  # [b, W, H, 1]
-        new = torch.where(mask, edit.target(view, donors) * keys.to(x.device)[:, None, None], view)
+        new = torch.where(mask, edit.target(view, donors), view)
         rows = mask[..., 0].transpose(1, 2)  # [b, H, W]
         total += pattern_estimate(x, g, new.transpose(1, 2), rows, method)
     return total
 
 
-def _estimates(model, taps, grads, plan, donors, method, keys):
+def _estimates(model, taps, grads, plan, donors, method):
     """``{(site, layer): [b, U]}`` from one set of gradients (``grads``: one per live tap).
 
     A site that nothing reaches the metric from estimates 0; one that no parameter
@@ -913,7 +913,7 @@ def _estimates(model, taps, grads, plan, donors, method, keys):
             units = unit_view(model, name, x).shape[2]
             out[(name, layer)] = torch.full((x.shape[0], units), 0.0 if g is None else g)
             continue
-        out[(name, layer)] = _site_estimate(model, name, layer, x, g, plan, donors, method, keys)
+        out[(name, layer)] = _site_estimate(model, name, layer, x, g, plan, donors, method)
     return out
 
 
@@ -924,7 +924,7 @@ def _gradients(total, wrt, retain):
     return torch.autograd.grad(total, wrt, allow_unused=True, retain_graph=retain)
 
 
-def attribution_pass(model, terms, plan, donors=None, method="atp*", grad_drop=False, keys=None):
+def attribution_pass(model, terms, plan, donors=None, method="atp*", grad_drop=False):
     """One clean forward pass with gradients: the metric and every planned edit's estimate.
 
     Walks the layers like `run_layers`, reading each site the plan edits (and, for a
@@ -939,7 +939,6 @@ def attribution_pass(model, terms, plan, donors=None, method="atp*", grad_drop=F
         donors: The donor pass's `site_outputs` when the plan copies donors.
         method: ``atp*`` or ``atp`` (`pattern_estimate`).
         grad_drop: Also return GradDrop scores (Kramar et al. 2024).
-        keys: ``[b, W]`` bool, the rows' real tokens (a donor pattern keeps only these keys).
 
     Returns:
         ``{"metric": [b], "estimate": {(site, layer): [b, U]}}`` float32, saved; with
@@ -956,7 +955,7 @@ def attribution_pass(model, terms, plan, donors=None, method="atp*", grad_drop=F
     wrt = [x for x in taps.values() if x.requires_grad]
     total = metric.sum()
     grads = _gradients(total, wrt, grad_drop)
-    estimate = _estimates(model, taps, grads, plan, donors, method, keys)
+    estimate = _estimates(model, taps, grads, plan, donors, method)
     found = {"metric": metric.detach(), "estimate": {k: v.detach() for k, v in estimate.items()}}
     if grad_drop:
         # GradDrop: the estimate again with the gradient through one layer's residual
@@ -969,7 +968,7 @@ def attribution_pass(model, terms, plan, donors=None, method="atp*", grad_drop=F
             dropped = _gradients(total, wrt, not last)
             for hook in hooks:
                 hook.remove()
-            for k, v in _estimates(model, taps, dropped, plan, donors, method, keys).items():
+            for k, v in _estimates(model, taps, dropped, plan, donors, method).items():
                 score[k] += v.abs()
         found["grad_drop"] = {
             k: (v / max(model.n_layers - 1, 1)).detach() for k, v in score.items()

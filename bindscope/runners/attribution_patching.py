@@ -235,11 +235,10 @@ def _gradient_pass(
     grad_drop: bool,
     eager: bool,
 ) -> dict:
-    keys = batch.attention_mask.bool()  # [b, W] the texts' own tokens
     context = model.eager() if eager else contextlib.nullcontext()
     with context, torch.enable_grad():  # noqa: SIM117 (nnsight reads the trace's own block)
         with model.nnsight.trace(**batch.inputs, **options, **model.trace_options):
-            found = ops.attribution_pass(model, terms, plan, donors, method, grad_drop, keys)
+            found = ops.attribution_pass(model, terms, plan, donors, method, grad_drop)
     return found
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bindscope.interventions import Mean, Resample, Steer, Zero
+from bindscope.interventions import Knockout, Mean, Resample, Steer, Zero
 from bindscope.interventions.means import site_means
 from bindscope.runners.attribution_patching import (
     LogitDifference,
@@ -106,3 +106,36 @@ def test_sites_below_are_estimated_and_heads_refuse_a_site(flat):
         head_attribution_patching(
             flat, TEXTS, LogitDifference(A, B), intervene=Zero("mlp_out", layers=[0])
         )
+
+
+def test_specs_of_one_call_are_estimated_as_alone(flat):
+    """Every cell's estimate comes from one clean pass: specs on other cells do not move it.
+
+    Donor rows (``Resample``) widen the batch and move the knockout's masks to the donor
+    pass's layout, so this also checks that each spec's cells survive being planned
+    together; the two computations differ by the padding's rounding only.
+    """
+    last = flat.n_layers - 1
+    metric = LogitDifference(A, B)
+    n = min(len(flat.tokenize(t)) for t in TEXTS)
+    specs = [
+        Knockout([(last, 0), (last, 1)], [(q, 0) for q in range(1, n)]),
+        Resample([(0, 2), (1, 3)], TEXTS, seed=3),
+        Steer("resid_post", last, torch.ones(flat.d_model)),
+    ]
+    together = attribution_patching(flat, TEXTS, metric, intervene=specs)
+    alone: list[dict] = [{} for _ in TEXTS]
+    for spec in specs:
+        for into, found in zip(alone, attribution_patching(flat, TEXTS, metric, intervene=spec)):
+            into.update(found)
+    width = max(len(flat.tokenize(t)) for t in TEXTS)
+    largest = max(float(v.abs().nan_to_num().max()) for f in alone for v in f.values())
+    bound = 4 * logit_bound(flat, TEXTS) + rounding_bound(
+        magnitude=largest, width=width * flat.d_model, depth=flat.n_layers + 1
+    )
+    assert largest > MARGIN * bound  # the estimates are not all rounding
+    for got, want in zip(together, alone):
+        assert set(got) == set(want) == {("pattern", last), ("head_out", 0), ("head_out", 1),
+                                         ("resid_post", last)}  # fmt: skip
+        for cell, value in want.items():
+            torch.testing.assert_close(got[cell], value, rtol=0, atol=bound, equal_nan=True)
