@@ -100,7 +100,6 @@ def run(model: str, revisions: str | Sequence[str] | None = None, **keywords: An
 
 def _plan(models: list[str], opts: SweepOptions, common: Common) -> Plan:
     """A `LazyModel` per revision: each finished (and on disk) before the next is loaded."""
-    (model,) = models  # the --model id
     loader = opts.loader or load_model
     revisions = resolve_revisions(opts.revisions)
     pset = prompt_set(opts.prompts)
@@ -108,8 +107,9 @@ def _plan(models: list[str], opts: SweepOptions, common: Common) -> Plan:
     seed = common.seed
     settings = {"prompt_sha256": pset.sha256, "rubric_sha256": content_sha256(rubric), "seed": seed}
     load_options = opts.load_options or {}
-    lazy = [
+    lazy = [  # models: the --model id (none when only the settings are asked for)
         LazyModel(model, revision, partial(load_revision, loader, model, revision, **load_options))
+        for model in models
         for revision in revisions
     ]
     sweep = {"revisions": revisions}
