@@ -131,7 +131,12 @@ def build(
         default="canonical",
         help="prompt set: canonical, controls or a .jsonl path (default %(default)s)",
     )
-    p.add_argument("--write", type=Path, default=None, help="audit JSONL path")
+    p.add_argument(
+        "--write",
+        type=Path,
+        default=None,
+        help="also write the audit rows to this JSON Lines path (default: write no file)",
+    )
     p.add_argument("--strict", action="store_true", help="exit 1 if any span is missing/short")
     p.set_defaults(func=commands["audit"])
 

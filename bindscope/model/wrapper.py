@@ -19,6 +19,7 @@ from bindscope.families import Family, dims_from_config
 from bindscope.interventions import ops
 from bindscope.interventions.heads import Head, normalize_heads
 from bindscope.model import calls, checks, generation
+from bindscope.model.masks import install_float64_padding_fix
 
 
 class Model:
@@ -48,6 +49,7 @@ class Model:
         from nnsight import TransformersModel
 
         dims = dims_from_config(hf_model.config)
+        install_float64_padding_fix()  # a float64 eager model pads without NaN (masks.py)
         self.hf = hf_model
         self.family = family.name
         self.family_row = family
