@@ -9,6 +9,7 @@ from typing import Any
 
 from bindscope.experiments.experiment import Experiment
 from bindscope.experiments.options import count, positive
+from bindscope.loading import EMBEDDED
 
 #: What ``RESULTS`` is, for summarize, figures and report.
 RESULTS_HELP = "the --out folder of one or more experiment runs"
@@ -31,8 +32,9 @@ def add_common(
         "--model",
         default=None,
         action="append" if several else "store",
-        help="Hub id, local folder or 'default' (SmolLM2-135M-Instruct, offline); "
-        "id@revision also works"
+        help="Hub id, local folder, or an embedded model (offline): 'default' or "
+        + ", ".join(EMBEDDED)
+        + "; id@revision also works"
         + ("; repeat for several models (Holm across them)" if several else ""),
     )
     if revision:
