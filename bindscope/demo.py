@@ -1,10 +1,13 @@
-"""``bindscope demo``: the study on the two embedded models, end to end, on a laptop CPU.
+"""``bindscope demo``: the study on the three embedded models, end to end, on a laptop CPU.
 
-For SmolLM2-135M-Instruct (instruction-tuned, Llama architecture, 30 x 9 = 270 heads) and
-Gemma 3 270M (pretrained base, sliding-window attention, 18 x 4 = 72 heads) in turn: EB* on
-the canonical prompts, C5 (k=4, 39 random sets, zero ablation), discriminant validity and
-few-shot; records and summaries under ``OUT/`` (both models in the same records, side by
-side in every table), then figures and one report. Rerunning resumes where it stopped.
+For SmolLM2-135M-Instruct (instruction-tuned, Llama architecture, 30 x 9 = 270 heads),
+Gemma 3 270M (pretrained base, sliding-window attention, 18 x 4 = 72 heads) and
+Qwen2.5-Coder-0.5B-Instruct (Qwen2, one of the EB* paper's families, 24 x 14 = 336 heads)
+in turn: EB* on the canonical prompts, C5 (k=4 on each, so a set removes 1.5%, 5.6% and
+1.2% of the heads; sequential nulls of up to 199 sets: random, layer-matched and
+class-matched), discriminant validity and few-shot; records and summaries under ``OUT/``
+(all models in the same records, side by side in every table), then figures and one
+report. Rerunning resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -14,35 +17,47 @@ import time
 from pathlib import Path
 
 from bindscope import loading
+from bindscope.errors import InputError
 from bindscope.experiments import binding, c5, controls, fewshot
+from bindscope.experiments.c5 import C5Options
 from bindscope.experiments.registry import summary_lines
 from bindscope.figures import make_figures, write_report
 from bindscope.prompts.records import PromptSet, load
 
 #: The models the demo runs, in order: None is the default (SmolLM2-135M-Instruct).
-DEMO_MODELS = (None, "gemma-3-270m")
+DEMO_MODELS = (None, "gemma-3-270m", "qwen2.5-coder-0.5b")
 QUICK_TERMS = ("screen reader", "alt text", "skip link", "focus indicator")
-#: C5 evaluates 2 recognition items of every term (82 of the 451 prompts, all 41 terms): the
-#: definitional question (rec_001, four choices) and the True/False one (rec_003), under 39
-#: random sets per model, so its rank p-value can reach 1/40 = 0.025; few-shot 2 stems per
-#: term. Two items, not more, so both models fit a 15-minute budget on 2 cores: one item
-#: under one condition costs about 0.23 s of one busy core on SmolLM2 and 0.25 s on Gemma 3
-#: for rec_001, a fifth of that for a True/False item (one-token choices need no choice
-#: pass), and C5 runs 42 conditions. Generation is left out of the demo's C5: SmolLM2's rubric
-#: baseline is about 0.016, at the floor, so an ablation has no room to lower it and the
-#: budget goes to the null instead. Heads are still ranked on all canonical prompts, and
-#: binding and controls use every prompt. ``bindscope c5`` and ``bindscope fewshot``
-#: evaluate every prompt.
-DEMO_C5_IDS = ("rec_001", "rec_003")
-DEMO_N_RANDOM = 39
+#: C5 evaluates the True/False recognition item of every term (rec_003: 41 of the 451
+#: prompts, all 41 terms) under three nulls per model, each drawn sequentially (stop once 10
+#: sets drop as much as the top set, else at 199, so p can reach 1/200 = 0.005 and pass Holm
+#: across the three models). Why one item, and the True/False one: a null at its floor runs
+#: 199 sets, and one item under one condition costs about 0.046 s of one busy core on
+#: SmolLM2 (0.05 s on Gemma 3; Qwen2.5-0.5B, with about 4.7x SmolLM2's multiply-adds per
+#: token, an estimated 0.2 s), against 0.23 s for the four-choice rec_001 (one-token choices
+#: need no choice pass). Those unit costs are the earlier demo's profile on a quiet 2-core
+#: machine, not measured for this design. The cost of the cut in power: the detectable
+#: drop's excess over the random mean grows about as sqrt(205 / 41) = 2.2 against all five
+#: recognition items of every term (the summary states the drop per model); the
+#: choice-margin score, continuous, is tested beside accuracy. Generation is left out of
+#: the demo's C5: SmolLM2's rubric baseline is about 0.016, at the floor. Heads are still
+#: ranked on all canonical prompts, and binding and controls use every prompt.
+#: ``bindscope c5`` and ``bindscope fewshot`` evaluate every prompt.
+DEMO_C5_IDS = ("rec_003",)
+DEMO_N_RANDOM = 199
+DEMO_STOP_AT = 10
 DEMO_K = 4
 DEMO_C5_DESIGN = (
-    "the demo evaluates recognition only ({items} items x {terms} terms) under {n} random "
-    "sets per model (p down to 1/{n1}); generation is left out because SmolLM2's rubric "
-    "baseline is about 0.016, at the floor, where a drop cannot show (bindscope c5 runs "
-    "both). Every model's top, bottom and random sets hold k = {k} heads, the published "
-    "design's k; the models have different head counts, so the share of heads one set "
-    "ablates differs by model (the heads table gives it)"
+    "the demo evaluates recognition only ({items} item x {terms} terms: the True/False "
+    "question) under three nulls per model (random, layer-matched, class-matched), each "
+    "drawn sequentially: it stops once {h} random sets drop at least as much as the top "
+    "set, else at {n} sets (p down to 1/{n1}). One of the five recognition items per term "
+    "costs power: the detectable drop's excess over the random sets' mean is about "
+    "sqrt(5) = 2.2 times what all five would give (the detectable drop per model is in "
+    "the nulls table); generation is left out because SmolLM2's "
+    "rubric baseline is about 0.016, at the floor, where a drop cannot show (bindscope c5 "
+    "runs both). Every model's top, bottom and random sets hold k = {k} heads, the "
+    "published design's k; the models have different head counts, so the share of heads "
+    "one set ablates differs by model (the heads table gives it)"
 )
 DEMO_FEWSHOT_IDS = ("gen_001", "gen_002")
 
@@ -91,8 +106,8 @@ def run(
         progress: Show progress bars.
         model: One loaded model to run instead of ``models`` (tests use a tiny one).
         models: Loaded models or ``load_model`` names, run in turn (default ``DEMO_MODELS``:
-            SmolLM2-135M-Instruct, then gemma-3-270m).
-        n_random: Random head sets per model in C5.
+            SmolLM2-135M-Instruct, gemma-3-270m, then qwen2.5-coder-0.5b).
+        n_random: The most random head sets per null and model in C5.
         force: Discard the finished records in ``out`` (needed to switch between quick and
             full in one folder); only the first model's steps discard, so the models' records
             still end up side by side.
@@ -105,6 +120,11 @@ def run(
     chosen = [model] if model is not None else list(DEMO_MODELS if models is None else models)
     for spec in chosen:  # a missing package fails now, not after the first model's run
         if spec is None or isinstance(spec, str):
+            if models is None and model is None and loading.embedded(spec) is None:
+                raise InputError(
+                    f"the demo's model {spec!r} is not an embedded model of this install; "
+                    "update bindscope, or pass --model for each model to run"
+                )
             loading.check_embedded(spec)
     canonical, control_set = load("canonical"), load("controls")
     if quick:
@@ -157,18 +177,17 @@ def _steps(canonical: PromptSet, control_set: PromptSet, n_random: int) -> list:
     design = DEMO_C5_DESIGN.format(
         items=len(DEMO_C5_IDS),
         terms=len({r.term for r in canonical}),
+        h=DEMO_STOP_AT,
         n=n_random,
         n1=n_random + 1,
         k=DEMO_K,
     )
-    c5_options = {
-        "prompts": by_prompt_id(canonical, DEMO_C5_IDS),
-        "ranking": canonical,
-        "k": DEMO_K,
-        "n_random": n_random,
-        "ablation": "zero",
-        "design": design,
-    }
+    # the random null, and beside it a layer-matched and a class-matched one
+    c5_options = C5Options(
+        prompts=by_prompt_id(canonical, DEMO_C5_IDS), ranking=canonical, k=DEMO_K,
+        n_random=n_random, stop_at=DEMO_STOP_AT, matched_layers=True, matched_classes=True,
+        design=design,
+    ).keywords()  # fmt: skip
     return [
         ("binding", binding.run, {"prompts": canonical}),
         ("c5", c5.run, c5_options),

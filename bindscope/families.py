@@ -94,24 +94,29 @@ class Family:
         name: Family name used throughout bindscope (``Model.family``).
         model_types: ``config.model_type`` values that belong to the family.
         rename: nnsight ``rename=`` aliases giving the uniform layout.
-        ablation_site: Native path (relative to a decoder layer) of the output projection
-            whose *input* holds the per-head outputs; zero-ablation edits that input.
         notes: What is special about the family, for error messages and docs.
         final_norm: Name of the final norm under the uniform ``model`` (head attribution).
-        attention_post_norm: Name (in a decoder layer) of a norm applied to the attention
-            output before the residual add (OLMo 2, Gemma 2), else ``None``.
         sites: Where the residual stream, block outputs, head outputs and attention
-            probabilities are (uniform layout; checked at load).
+            probabilities are (uniform layout; checked at load). Every read and write of a
+            site goes through them (``ops.site``), inside the package too.
     """
 
     name: str
     model_types: tuple[str, ...]
     rename: dict[str, str] = field(default_factory=dict)
-    ablation_site: str = "self_attn.o_proj"
     notes: str = ""
     final_norm: str = "norm"
-    attention_post_norm: str | None = None
     sites: Sites = field(default_factory=Sites)
+
+    @property
+    def attention_post_norm(self) -> str | None:
+        """The norm applied to the attention output before the residual add, else ``None``.
+
+        Read from the sites: ``attn_out`` is that norm's output (OLMo 2, Gemma 2) wherever it
+        is not the attention module's own output, the module that returns the pattern.
+        """
+        attn_out = self.sites.attn_out.module
+        return None if attn_out == self.sites.pattern.module else attn_out
 
 
 FAMILIES: tuple[Family, ...] = (
@@ -119,7 +124,6 @@ FAMILIES: tuple[Family, ...] = (
         "gpt_neox",
         ("gpt_neox",),
         {"gpt_neox": "model", "attention": "self_attn", "dense": "o_proj", "embed_out": "lm_head"},
-        ablation_site="attention.dense",
         notes="Pythia; partial rotary; parallel residual",
         final_norm="final_layer_norm",
         sites=Sites(resid_mid=None),
@@ -128,7 +132,6 @@ FAMILIES: tuple[Family, ...] = (
         "gpt2",
         ("gpt2",),
         {"transformer": "model", "h": "layers", "attn": "self_attn", "c_proj": "o_proj"},
-        ablation_site="attn.c_proj",
         notes="absolute positions (left padding needs position_ids); CRFM checkpoints use "
         "scale_attn_by_inverse_layer_idx, which transformers honours",
         final_norm="ln_f",
@@ -140,7 +143,6 @@ FAMILIES: tuple[Family, ...] = (
         ("olmo2",),
         _LLAMA_LIKE_RENAME,
         notes="q/k norm before RoPE; norm after attention",
-        attention_post_norm="post_attention_layernorm",
         sites=_OLMO2_SITES,
     ),
     Family("smollm3", ("smollm3",), _LLAMA_LIKE_RENAME, notes="GQA; NoPE layers"),
@@ -154,7 +156,6 @@ FAMILIES: tuple[Family, ...] = (
         ("gemma2",),
         _LLAMA_LIKE_RENAME,
         notes="attention logit soft-capping; norms before and after attention",
-        attention_post_norm="post_attention_layernorm",
         sites=_GEMMA2_SITES,
     ),
     Family(
@@ -163,7 +164,6 @@ FAMILIES: tuple[Family, ...] = (
         _LLAMA_LIKE_RENAME,
         notes="q/k norm; sliding-window attention in most layers, full in the rest; "
         "norms before and after attention; scaled embeds",
-        attention_post_norm="post_attention_layernorm",
         sites=_GEMMA2_SITES,  # the same sandwich norms as Gemma 2
     ),
     Family("phi3", ("phi3",), _LLAMA_LIKE_RENAME, notes="fused qkv_proj; GQA"),
@@ -176,7 +176,7 @@ FAMILY_NAMES: tuple[str, ...] = tuple(f.name for f in FAMILIES)
 
 REGISTER_HINT = (
     "To add one without editing bindscope: bindscope.families.register(Family(name, "
-    "(model_type,), rename={...native: uniform...}, ablation_site=..., sites=Sites(...))), or pass "
+    "(model_type,), rename={...native: uniform...}, sites=Sites(...))), or pass "
     "load_model(..., family=Family(...)) for one model."
 )
 
@@ -195,7 +195,7 @@ def families() -> tuple[Family, ...]:
     return (*_REGISTERED, *FAMILIES)
 
 
-def family_for_config(config, *, model_name: str = "model") -> Family:
+def family_for_config(config: Any, *, model_name: str = "model") -> Family:
     """Return the family row for a transformers config, or raise naming the class."""
     model_type = getattr(config, "model_type", None)
     for family in families():
@@ -208,7 +208,7 @@ def family_for_config(config, *, model_name: str = "model") -> Family:
     )
 
 
-def standard_layout_family(hf_model) -> Family | None:
+def standard_layout_family(hf_model: Any) -> Family | None:
     """A Llama-layout row for an unknown model whose modules follow the standard names.
 
     Standard: ``model.layers[i].self_attn.o_proj``, ``model.norm`` and ``lm_head``.
@@ -244,7 +244,7 @@ class Dims:
     d_model: int = 0  # the hidden size: width of the residual stream
 
 
-def dims_from_config(config) -> Dims:
+def dims_from_config(config: Any) -> Dims:
     """Read layer and head counts and the hidden size from any supported config."""
     n_heads = int(config.num_attention_heads)
     n_kv = int(getattr(config, "num_key_value_heads", None) or n_heads)
@@ -254,7 +254,7 @@ def dims_from_config(config) -> Dims:
     )
 
 
-def attention_windows(config) -> tuple[int | None, ...]:
+def attention_windows(config: Any) -> tuple[int | None, ...]:
     """Each layer's sliding-window size (a query sees its last ``w`` keys), None for full.
 
     Read as transformers builds the masks: with ``layer_types``, the window applies to the

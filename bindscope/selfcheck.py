@@ -6,6 +6,7 @@ import torch
 
 from bindscope.batch import widened
 from bindscope.errors import SelfCheckError
+from bindscope.interventions import ops
 from bindscope.protocols import LanguageModel
 
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog near the river bank."
@@ -42,7 +43,7 @@ def self_check(model: LanguageModel) -> dict[str, float]:
     Checks: shape ``[L, H, n, n]``, rows sum to 1, nothing above the diagonal, ablating
     no heads leaves logits bit-identical to a plain forward, ablating a head changes them.
     """
-    where = f"{model.name} (family {model.family}, {model.nnsight.model.layers[0].self_attn.path})"
+    where = f"{model.name} (family {model.family}, {ops.attention_module(model, 0).path})"
     ids = model.tokenize(PROBE_TEXT)
     n = len(ids)
     probs = model.attention_probs([ids])[0].detach()  # [L, H, n, n]
@@ -87,8 +88,8 @@ def check_causal(where: str, upper: float) -> None:
 def check_ablation_effect(where: str, effect: float, model: LanguageModel) -> None:
     """Raise if ablating head (0, 0) changed no logit (``effect``: the largest change)."""
     if effect == 0.0:
-        site = model.nnsight.model.layers[0].self_attn.o_proj.path
+        module, port, _ = model.sites["head_out"]
         raise SelfCheckError(
-            f"{where}: ablating head (0, 0) at {site} "
+            f"{where}: ablating head (0, 0) at the {port} of model.layers[0].{module} (head_out) "
             "left the logits unchanged; the ablation site is wrong for this family"
         )

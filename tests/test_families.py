@@ -91,7 +91,6 @@ def test_nonstandard_layout_needs_a_family_and_register_adds_it(byte_tokenizer, 
         "new_gpt_like",
         ("new_gpt_like",),
         dict(gpt2_row.rename),
-        ablation_site="attn.c_proj",
         final_norm="ln_f",
         sites=gpt2_row.sites,
     )

@@ -136,3 +136,35 @@ def test_an_unexplained_function_level_import_is_found():
     found = function_level_imports(source)
     assert [line for line, _ in found] == [3, 5, 6]
     assert [says_why(lines, line) for line, _ in found] == [False, True, True]
+
+
+def _sibling_layers(container: str) -> list[set[str]]:
+    """The ``|`` layers of the import-linter contract on ``container`` (``pyproject.toml``)."""
+    import tomllib
+
+    config = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text("utf-8"))
+    contracts = config["tool"]["importlinter"]["contracts"]
+    (contract,) = [c for c in contracts if c.get("containers") == [container]]
+    return [{m.strip() for m in layer.split("|")} for layer in contract["layers"]]
+
+
+def test_sibling_contracts_list_exactly_the_discovered_studies():
+    """Adding a study is two modules: this names the contract line the linter needs.
+
+    The experiments (``registry.definitions``) and their figure sections
+    (``sections.sections``) are found by discovery; the import-linter contracts that keep
+    them siblings list them by name, so each must list exactly what is discovered.
+    """
+    from bindscope.experiments.registry import definitions
+    from bindscope.figures.sections import sections
+
+    for container, found in (
+        ("bindscope.experiments", set(definitions())),
+        ("bindscope.figures", set(sections())),
+    ):
+        layers = _sibling_layers(container)
+        line = " | ".join(sorted(found))
+        assert found in layers, (
+            f"pyproject.toml: the contract on {container} must have the layer {line!r} "
+            "(its studies, found by discovery) as one line, in place of the old one"
+        )

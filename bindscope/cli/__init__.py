@@ -100,7 +100,7 @@ def _check_resume(definition: Experiment, options: Options, args: argparse.Names
     The plan is made without models (plans check models only in their loops), for its
     settings; the run checks them again, with the models' dtype and BOS policy.
     """
-    if definition.plan is None or args.force:  # a sweep checks each revision as it loads it
+    if args.force:
         return
     common = Common(args.out, args.batch_size, args.seed, args.force, progress=False)
     planned = definition.plan([], options, common)

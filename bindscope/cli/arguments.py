@@ -9,6 +9,7 @@ from typing import Any
 
 from bindscope.experiments.experiment import Experiment
 from bindscope.experiments.options import count, positive
+from bindscope.loading import EMBEDDED
 
 #: What ``RESULTS`` is, for summarize, figures and report.
 RESULTS_HELP = "the --out folder of one or more experiment runs"
@@ -31,8 +32,9 @@ def add_common(
         "--model",
         default=None,
         action="append" if several else "store",
-        help="Hub id, local folder or 'default' (SmolLM2-135M-Instruct, offline); "
-        "id@revision also works"
+        help="Hub id, local folder, or an embedded model (offline): 'default' or "
+        + ", ".join(EMBEDDED)
+        + "; id@revision also works"
         + ("; repeat for several models (Holm across them)" if several else ""),
     )
     if revision:
@@ -155,7 +157,7 @@ def build(
     p.set_defaults(func=commands["report"])
 
     p = sub.add_parser(
-        "demo", help="the full study on both embedded models (SmolLM2, Gemma 3 270M; CPU)"
+        "demo", help="the full study on the embedded models (SmolLM2, Gemma 3, Qwen2.5-Coder; CPU)"
     )
     p.add_argument(
         "--out",
@@ -167,7 +169,7 @@ def build(
         "--model",
         action="append",
         help="run only these (repeatable): default (SmolLM2-135M-Instruct), gemma-3-270m, "
-        "or any id or folder (default: both embedded models)",
+        "qwen2.5-coder-0.5b, or any id or folder (default: all three)",
     )
     p.add_argument("--quick", action="store_true", help="a few terms only, for a smoke test")
     p.add_argument("--force", action="store_true", help="discard finished records, redo")

@@ -2,28 +2,40 @@
 
 Does ablating the heads that bind terms most hurt behaviour more than ablating random heads?
 
-Heads are ranked by mean BSI over an explicit ranking set that is the same for every
-family (default: all canonical prompts). Conditions: baseline, top-k, bottom-k and N random
-k-head sets drawn from the heads outside the top set (optionally matched to the top set's
-layers), with zero or mean ablation. All conditions of a chunk of prompts run in the same
-batches (different heads per row), so 50 random sets stay affordable.
+Heads are ranked by mean BSI over a ranking set (default: the evaluation prompts).
+Conditions: baseline, top-k, bottom-k and random k-head sets drawn from the heads outside
+the top set (the ``random`` null), and, when asked, from the top set's layers (``layers``)
+and matched on the heads' graded taxonomy scores (``classes``), with zero or mean ablation.
+Each null is its own sequence of sets with its own p: under ``sampling="sequential"``
+(Besag-Clifford) a null stops once ``stop_at`` of its sets drop at least as much as the top
+set, else at ``n_random`` sets; ``fixed`` draws all ``n_random``. All conditions of a chunk
+of prompts run in the same batches (different heads per row).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from bindscope.batch import GENERATION_BATCH_SIZE, check_batch_size
 from bindscope.errors import InputError
-from bindscope.experiments.c5_summary import EXPERIMENT, RANKING, summarize_c5
+from bindscope.experiments.c5_summary import (
+    EXPERIMENT,
+    NULLS,
+    RANKING,
+    summarize_c5,
+    undecided_nulls,
+)
 from bindscope.experiments.chunks import batch_order, chunk_items, prompt_set
 from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
-from bindscope.experiments.head_taxonomy import primary_classes
+from bindscope.experiments.head_sets import (
+    class_counts,
+    draw_random_sets,
+    draw_score_matched_sets,
+)
+from bindscope.experiments.head_taxonomy import taxonomy_means
 from bindscope.experiments.options import (
     GENERATION_HELP,
     Options,
@@ -37,7 +49,6 @@ from bindscope.experiments.reuse import BINDING_FROM, stored_binding
 from bindscope.experiments.summary import folder_summary, per_model_text
 from bindscope.interventions import Mean, Zero, head_means
 from bindscope.metrics.behaviour import RecognitionResult, default_rubric
-from bindscope.metrics.heads import draw_class_matched_sets
 from bindscope.metrics.ranking import mean_bsi, rank_heads
 from bindscope.prompts.context import check_fit
 from bindscope.prompts.records import PromptRecord, PromptSet
@@ -55,49 +66,7 @@ from bindscope.runners.scan import ScoredSequence, condition_scores
 #: How recognition conditions run; see ``run``.
 STRATEGIES = ("residual", "batched")
 ABLATIONS = ("zero", "mean")
-
-
-def draw_random_sets(
-    n_layers: int,
-    n_heads: int,
-    top: list[list[int]],
-    *,
-    k: int,
-    n: int,
-    seed: int,
-    matched_layers: bool = False,
-) -> list[list[list[int]]]:
-    """N random k-head sets from the heads outside ``top``, reproducible from ``seed``.
-
-    With ``matched_layers`` each set has one head in the layer of each top head.
-    """
-    rng = np.random.default_rng(seed)
-    excluded = {tuple(h) for h in top}
-    pool = [(l, h) for l in range(n_layers) for h in range(n_heads) if (l, h) not in excluded]  # noqa: E741
-    if len(pool) < k:
-        raise InputError(
-            f"only {len(pool)} heads outside the top set; cannot draw random sets of {k} "
-            "(pass a smaller --k)"
-        )
-    sets = []
-    for _ in range(n):
-        if matched_layers:
-            chosen = []
-            for layer, _head in top:
-                options = [p for p in pool if p[0] == layer and list(p) not in chosen]
-                if not options:
-                    raise InputError(
-                        f"--matched-layers: layer {layer} has {n_heads} heads, too few to "
-                        f"match the top set's {sum(h[0] == layer for h in top)} heads there "
-                        "with as many heads outside it; pass a smaller --k or drop "
-                        "--matched-layers"
-                    )
-                chosen.append(list(options[rng.integers(len(options))]))
-        else:
-            picks = rng.choice(len(pool), size=k, replace=False)
-            chosen = [list(pool[i]) for i in picks]
-        sets.append(sorted(chosen))
-    return sets
+SAMPLINGS = ("sequential", "fixed")
 
 
 @dataclass(frozen=True)
@@ -112,13 +81,23 @@ class C5Options(Options):
         prompts: Evaluation prompt set (recognition and generation records).
         ranking: Prompt set used to rank heads by mean BSI (default: ``prompts``).
         k: Heads per ablated set.
-        n_random: Number of random k-head sets.
+        n_random: Random k-head sets per null: the most under ``sequential`` sampling (199
+            lets p reach 1/200 = 0.005, low enough to pass Holm across 3 models), all of
+            them under ``fixed``.
+        sampling: ``sequential`` (default; Besag and Clifford 1991): each null draws sets in
+            order and stops once ``stop_at`` of them drop at least as much as the top set,
+            p = stop_at / sets drawn, else goes on to ``n_random``, p = (hits + 1) /
+            (n_random + 1). ``fixed``: all ``n_random`` sets, the rank p.
+        stop_at: The ``h`` of the sequential rule (exceedances that stop a null).
         ablation: ``zero`` or ``mean`` (means over the ranking set's templates).
-        matched_layers: Random sets use the top set's layers.
-        matched_classes: Random sets copy the top set's head classes (sink, previous-token,
-            induction, duplicate-token or other; ``bindscope.experiments.head_taxonomy.
-            primary_classes`` on the ranking templates, default thresholds), so an effect of
-            the top set can be told from an effect of, say, sink heads.
+        matched_layers: Also draw a layer-matched null: one head in the layer of each top
+            head (its own sets and p, beside the unmatched null).
+        matched_classes: Also draw a class-matched null: each top head matched by one of
+            its 2k nearest heads outside the top set in taxonomy-score space (sink,
+            previous-token, induction, duplicate-token; ``head_sets.
+            draw_score_matched_sets``), so an effect of the top set can be told from an
+            effect of, say, previous-token heads; the summary says how close the match is
+            and how many heads of each top class lie outside the top set.
         generation_batch_size: Rows per greedy-generation batch (conditions mix in it).
         rubric: Keyword rubric for generation (default: the package rubric).
         strategy: How recognition conditions run (equal to rounding; recorded in
@@ -141,16 +120,25 @@ class C5Options(Options):
         None, "prompt set that ranks heads (default: prompts)", prompts=True
     )
     k: int = option(4, "heads per ablated set", type=positive)
-    n_random: int = option(50, "number of random k-head sets", type=count)
+    n_random: int = option(
+        199, "random sets per null (the most under sequential sampling)", type=count
+    )
+    sampling: str = option(
+        "sequential",
+        "sequential: stop a null once --stop-at sets drop as much as the top set "
+        "(Besag-Clifford); fixed: draw all --n-random",
+        choices=SAMPLINGS,
+    )
+    stop_at: int = option(10, "exceedances that stop a sequential null (its h)", type=positive)
     ablation: str = option(
         "zero",
         "zero the heads' outputs, or set them to their mean over the prompts",
         choices=ABLATIONS,
     )
-    matched_layers: bool = option(False, "random sets in top's layers", switch=True)
+    matched_layers: bool = option(False, "also a null drawn in the top set's layers", switch=True)
     matched_classes: bool = option(
         False,
-        "random sets with the top set's head classes (sink, previous-token, ...)",
+        "also a null matched on the heads' taxonomy scores (sink, previous-token, ...)",
         switch=True,
     )
     generation_batch_size: int = option(GENERATION_BATCH_SIZE, GENERATION_HELP, type=positive)
@@ -165,9 +153,11 @@ class C5Options(Options):
         check_batch_size(self.generation_batch_size, "generation_batch_size", GENERATION_BATCH_SIZE)
         if self.ablation not in ABLATIONS:
             raise InputError(f"ablation={self.ablation!r}: ablation must be 'zero' or 'mean'")
-        if self.matched_layers and self.matched_classes:
-            raise InputError("match random sets on layers or on classes, not both")
-        k, n_random = self.k, self.n_random
+        if self.sampling not in SAMPLINGS:
+            raise InputError(f"--sampling {self.sampling!r}: pass one of {', '.join(SAMPLINGS)}")
+        k, n_random, stop_at = self.k, self.n_random, self.stop_at
+        if isinstance(stop_at, bool) or not isinstance(stop_at, int) or stop_at < 1:
+            raise InputError(f"--stop-at {stop_at!r}: pass an integer of 1 or more (e.g. 10)")
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise InputError(f"--k {k!r}: the number of heads per ablated set must be 1 or more")
         if isinstance(n_random, bool) or not isinstance(n_random, int) or n_random < 0:
@@ -180,7 +170,7 @@ def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
     pset = prompt_set(opts.prompts)
     rset = prompt_set(opts.ranking) if opts.ranking is not None else pset
     for model in models:
-        check_k(model, k=opts.k, n_random=opts.n_random)
+        check_k(model, k=opts.k, n_random=opts.n_random, matched_classes=opts.matched_classes)
         check_fit(model, [*pset, *(rset if rset is not pset else ())])
     settings = {
         "k": opts.k,
@@ -191,8 +181,14 @@ def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
         "ranking_set": rset.name,
         "ranking_sha256": rset.sha256,
     }
-    if opts.matched_classes:  # only when set: folders written before the option still resume
+    # each only when set: folders written before the option still resume
+    if opts.matched_classes:
         settings["matched_classes"] = True
+    nulls = [n for n, on in zip(NULLS, (True, opts.matched_layers, opts.matched_classes)) if on]
+    if len(nulls) > 1:
+        settings["nulls"] = nulls
+    if opts.sampling == "sequential":
+        settings.update(sampling="sequential", stop_at=opts.stop_at)
     if opts.design:  # likewise
         settings["design"] = opts.design
     rubric = opts.rubric or default_rubric()
@@ -209,17 +205,43 @@ def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
             model, prompt_set=pset, seed=common.seed, c5=settings, c5_strategy=c5_strategy
         )
 
+    study = _Study(opts, common.seed, pset, rset, rubric, sizes, settings)
+
     def each(run: ModelRun) -> None:
-        _run_model(run, pset, rset, settings, rubric, sizes, strategy(run.model))
+        _run_model(run, study, strategy(run.model))
 
     return Plan({**settings, **inputs}, each, provenance=prov)
 
 
-def check_k(model: LanguageModel, *, k: int, n_random: int) -> None:
+@dataclass(frozen=True)
+class _Study:
+    """What every model's part of one C5 run shares.
+
+    Attributes:
+        opts: The typed options the functions read.
+        seed: Seeds the random sets (and the summary's bootstrap).
+        pset: The evaluation prompts.
+        rset: The ranking prompts.
+        rubric: Generation's keyword rubric.
+        sizes: Texts per recognition batch, rows per generation batch.
+        settings: The options as written with every record: provenance, resume, summary.
+    """
+
+    opts: C5Options
+    seed: int
+    pset: PromptSet
+    rset: PromptSet
+    rubric: dict
+    sizes: tuple[int, int]
+    settings: dict
+
+
+def check_k(model: LanguageModel, *, k: int, n_random: int, matched_classes: bool = False) -> None:
     """Refuse a head-set size the model cannot supply, before any work.
 
     The top set has k heads and every random set k more from outside it, so 2k heads must
-    exist (the bottom set is drawn from all heads).
+    exist (the bottom set is drawn from all heads); a class-matched null draws each top
+    head's match from its 2k nearest heads outside the top set, so 3k.
 
     Raises:
         InputError: k is not an integer in 1..heads/2, or n_random is negative.
@@ -232,23 +254,59 @@ def check_k(model: LanguageModel, *, k: int, n_random: int) -> None:
             f"{model.n_heads}), but the top set and each random set drawn outside it need "
             f"{2 * k}; pass --k {total // 2} or less"
         )
+    if matched_classes and 3 * k > total:
+        raise InputError(
+            f"--matched-classes --k {k}: {model_label(model)} has {total} heads, but a "
+            f"class-matched null picks each top head's match among its {2 * k} nearest heads "
+            f"outside the top set ({3 * k} heads); pass --k {total // 3} or less"
+        )
 
 
-def _run_model(
-    run: ModelRun,
-    pset: PromptSet,
-    rset: PromptSet,
-    settings: dict,
-    rubric: dict,
-    sizes: tuple[int, int],
-    strategy: str,
-) -> None:
-    """Rank one model's heads, draw its sets and write every condition's records."""
-    top, bottom = _rank(run, rset, settings["k"], sizes[0])
-    conditions = {"baseline": [], "top": top, "bottom": bottom}
-    randoms = _random_sets(run.model, rset, top, settings, sizes[0])
-    conditions.update({f"random:{i:02d}": s for i, s in enumerate(randoms)})
-    _evaluate(run, pset, rset, conditions, settings, rubric, sizes, strategy)
+def _run_model(run: ModelRun, study: _Study, strategy: str) -> None:
+    """Rank one model's heads, draw its nulls and write every condition's records.
+
+    Sequential sampling evaluates each null's sets in blocks (2h, 4h, ... up to n_random)
+    and stops a null once its rule has decided on every score; a resumed run reads the
+    same decisions from the records, so it continues the same sequence of sets.
+    """
+    model, opts = run.model, study.opts
+    top, bottom = _rank(run, study.rset, opts.k, study.sizes[0])
+    conditions: dict[str, list] = {"baseline": [], "top": top, "bottom": bottom}
+    nulls, extra = _null_sets(model, study, top)
+    means = None
+    if opts.ablation == "mean":  # once, for every head any condition may ablate
+        every = [top, bottom, *(s for sets in nulls.values() for s in sets)]
+        heads = sorted({tuple(h) for hs in every for h in hs})
+        templates = [r.template for r in study.rset.records]
+        means = head_means(model, templates, heads, batch_size=study.sizes[0])
+    open_nulls = set(nulls)
+    for size in _blocks(opts):
+        for null in open_nulls:
+            conditions.update({f"{null}:{i:02d}": s for i, s in enumerate(nulls[null][:size])})
+        _evaluate(run, study, conditions, means, strategy, extra)
+        if opts.sampling != "sequential":
+            break
+        mine = [
+            r
+            for r in read_records(run.writer.path)
+            if (r["experiment"], r["model"], r["revision"])
+            == (EXPERIMENT, model.name, model.revision)
+        ]
+        open_nulls &= undecided_nulls(mine, study.settings)
+        if not open_nulls:
+            break
+
+
+def _blocks(opts: C5Options) -> list[int]:
+    """Cumulative set counts at which a sequential run checks its rule (fixed: all at once)."""
+    n = opts.n_random
+    if opts.sampling != "sequential":
+        return [n]
+    sizes, size = [], 2 * opts.stop_at
+    while size < n:
+        sizes.append(size)
+        size *= 2
+    return [*sizes, n]
 
 
 def _rank(
@@ -286,43 +344,63 @@ def _rank(
     return rank_heads(mean_bsi(ok), k)
 
 
-def _random_sets(
-    model: LanguageModel, rset: PromptSet, top: list[list[int]], settings: dict, batch_size: int
-) -> list[list[list[int]]]:
-    """The random k-head sets: class-matched, layer-matched or drawn from all other heads."""
-    seed, n = settings["seed"], settings["n_random"]
-    if settings.get("matched_classes"):
-        templates = [r.template for r in rset.records]
-        primary = primary_classes(model, templates, seed=seed, batch_size=batch_size)
-        return draw_class_matched_sets(primary, top, n=n, seed=seed)
-    return draw_random_sets(
-        model.n_layers, model.n_heads, top, k=settings["k"], n=n, seed=seed,
-        matched_layers=settings["matched_layers"],
-    )  # fmt: skip
+def _null_sets(
+    model: LanguageModel, study: _Study, top: list[list[int]]
+) -> tuple[dict[str, list], dict]:
+    """Each null's sets in draw order, and what the top set's records note about them.
+
+    The notes: how close the class-matched null's match is (``null_match``), and a
+    layer-matched null that this top set makes impossible (``nulls_not_drawn``: a layer
+    holding more top heads than heads outside them; known only once heads are ranked, so
+    it is a stated limit, not an error after the ranking's work).
+    """
+    opts, seed = study.opts, study.seed
+    n, k = opts.n_random, opts.k
+    on = (True, opts.matched_layers, opts.matched_classes)
+    drawn: dict[str, list] = {}
+    notes: dict = {}
+    for null in [name for name, wanted in zip(NULLS, on) if wanted]:
+        if null == "classes":
+            templates = [r.template for r in study.rset.records]
+            means = taxonomy_means(model, templates, seed=seed, batch_size=study.sizes[0])
+            drawn[null], closeness = draw_score_matched_sets(
+                means, top, n=n, seed=seed, neighbours=2 * k
+            )
+            notes["null_match"] = class_counts(means, top, closeness)
+            continue
+        try:
+            drawn[null] = draw_random_sets(
+                model.n_layers, model.n_heads, top, k=k, n=n, seed=seed,
+                matched_layers=null == "layers",
+            )  # fmt: skip
+        except InputError as exc:
+            if null != "layers":
+                raise
+            notes["nulls_not_drawn"] = {null: str(exc)}
+    return drawn, notes
 
 
 def _evaluate(
     run: ModelRun,
-    pset: PromptSet,
-    rset: PromptSet,
+    study: _Study,
     conditions: dict[str, list],
-    settings: dict,
-    rubric: dict,
-    sizes: tuple[int, int],
+    means: Any,
     strategy: str,
+    extra: dict,
 ) -> None:
-    """Every evaluation prompt under every condition, mixed in batches (written as records)."""
+    """Every evaluation prompt under every condition, mixed in batches (written as records).
+
+    ``means``: the heads' means under mean ablation (None: zero). ``extra`` is stored with
+    the top set's records (the class-matched null's closeness). Records already on disk
+    are skipped, so each block of a sequential run evaluates only its new sets.
+    """
     model = run.model
-    batch_size, generation_batch_size = sizes
-    means = None
-    if settings["ablation"] == "mean":
-        heads = sorted({tuple(h) for hs in conditions.values() for h in hs})
-        means = head_means(model, [r.template for r in rset.records], heads, batch_size=batch_size)
-    items = [(rec, name) for rec in batch_order(model, pset.records) for name in conditions]
+    batch_size, generation_batch_size = study.sizes
+    items = [(rec, name) for rec in batch_order(model, study.pset.records) for name in conditions]
 
     task_options: dict[str, dict[str, Any]] = {
         "recognition": {"batch_size": batch_size},
-        "generation": {"rubric": rubric, "batch_size": generation_batch_size},
+        "generation": {"rubric": study.rubric, "batch_size": generation_batch_size},
     }
 
     def work(chunk: list[tuple[PromptRecord, str]]) -> list[dict]:
@@ -350,14 +428,18 @@ def _evaluate(
             for (rec, name), res in zip(part, results):
                 metrics = res.to_dict()
                 metrics.pop("key")
+                if task == "recognition":
+                    metrics["margin"] = _margin(res.scores, rec.answer_idx)
+                fields = extra if name == "top" else {}
                 out.append(
                     run.record(
                         rec,
                         name,
                         metrics,
                         heads=conditions[name],
-                        ablation=settings["ablation"],
-                        c5=settings,
+                        ablation=study.opts.ablation,
+                        c5=study.settings,
+                        **fields,
                     )
                 )
         return out
@@ -370,6 +452,14 @@ def _evaluate(
         chunk_size=chunk_items(batch_size, generation_batch_size, batch_size * len(conditions)),
         desc=f"c5 {model_label(model)}",
     )
+
+
+def _margin(scores: tuple[float, ...], answer: int | None) -> float | None:
+    """The answer's choice score minus the best other choice's (mean log-prob per token)."""
+    if answer is None:
+        return None
+    others = [v for i, v in enumerate(scores) if i != answer]
+    return float(scores[answer] - max(others)) if others else None
 
 
 def _spec(heads: list, means: Any) -> Zero | Mean | None:
@@ -423,8 +513,15 @@ summarize = folder_summary(EXPERIMENT, summarize_c5, check=check_complete)
 
 def text(s: dict) -> list[str]:
     """The C5 summary as terminal lines."""
+    sampling = s.get("sampling", "fixed")
+    sets = (
+        f"random sets drawn sequentially (stop at {s.get('stop_at')} exceedances, at most "
+        f"{s['n_random']})"
+        if sampling == "sequential"
+        else f"{s['n_random']} random sets"
+    )
     header = [
-        f"C5 head ablation: k={s['k']}, {s['n_random']} random sets, {s['ablation']} ablation "
+        f"C5 head ablation: k={s['k']}, {sets}, {s['ablation']} ablation "
         f"(drops are baseline minus ablated; 95% paired bootstrap CIs)"
     ]
     if s.get("design"):
@@ -436,7 +533,7 @@ def _model_lines(label: str, m: dict) -> Iterator[str]:
     yield f"  {label}: top {m['top_heads']}  bottom {m['bottom_heads']}"
     header = f"    {'task':<12}{'baseline':>9}{'top':>8}{'bottom':>8}{'random':>8}"
     yield header + "   top drop               specificity            p      p_holm"
-    for task in ("recognition", "generation"):
+    for task in ("recognition", "margin", "generation"):
         cond = m["conditions"]
         if "baseline" not in cond or task not in cond["baseline"]:
             continue
@@ -449,14 +546,51 @@ def _model_lines(label: str, m: dict) -> Iterator[str]:
             f"{estimate(m['specificity'].get(task)):<23}"
             f"{pvalue(m['p_value'].get(task)):<7}{pvalue(m.get('p_holm', {}).get(task))}"
         )
+    for null, by_score in (m.get("nulls") or {}).items():
+        for score, t in by_score.items():
+            power = (m.get("detectable_drop") or {}).get(score) if null == "random" else None
+            yield (
+                f"    {null} null, {score}: p {pvalue(t.get('p'))} (Holm "
+                f"{pvalue(t.get('p_holm'))}) after {t['n_drawn']} sets ({t['stopped']})"
+                + (f"; detectable drop {num(power)}" if power is not None else "")
+            )
+    match = m.get("class_match") or {}
+    for head in match.get("heads", []):
+        counts = (match.get("classes") or {}).get(head["class"], {})
+        yield (
+            f"    class match L{head['head'][0]}.H{head['head'][1]} ({head['class']}): mean "
+            f"distance {num(head['distance'])} (typical {num(head['typical'])}); "
+            f"{counts.get('outside')} {head['class']} head(s) outside the top set"
+        )
 
 
-CONDITIONS = RecordKind(EXPERIMENT, ("baseline", "top", "bottom"), ("random:",), behaviour_metrics)
+CONDITIONS = RecordKind(
+    EXPERIMENT, ("baseline", "top", "bottom"), tuple(f"{n}:" for n in NULLS), behaviour_metrics
+)
 DEFINITION = Experiment(
     EXPERIMENT, "c5", "causal head ablation: top/bottom/random k-head sets", C5Options,
     summarize, text, records=(CONDITIONS, binding_kind(RANKING)), plan=_plan, models="several",
 )  # fmt: skip
-run = DEFINITION.run
+
+
+def run(models: Any, options: C5Options | None = None, /, **keywords: Any) -> dict:
+    """Run C5: ``run(model, C5Options(k=4), out=...)`` or ``run(model, out=..., k=4)``.
+
+    ``DEFINITION.run`` with the typed options taken as they are; the run's own keywords
+    (``out``, ``batch_size``, ``seed``, ``force``, ``progress``) are keywords either way.
+
+    Raises:
+        InputError: An option given both in ``options`` and as a keyword.
+    """
+    if options is None:
+        return DEFINITION.run(models, **keywords)
+    if not isinstance(options, C5Options):
+        raise InputError(f"c5.run takes C5Options as its second argument, not {type(options)}")
+    both = sorted(set(keywords) & {f.name for f in fields(C5Options)})
+    if both:
+        raise InputError(f"{both} given in the C5Options and as keywords; pass each once")
+    return DEFINITION.run(models, **options.keywords(), **keywords)
+
 
 __all__ = [
     "DEFINITION",

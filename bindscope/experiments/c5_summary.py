@@ -1,6 +1,12 @@
-"""C5's summary: condition means, paired drops with CIs, specificity, rank p and Holm per model."""
+"""C5's summary: condition means, drops with CIs, each null's p (Holm), power, limits.
+
+The limits are those a reviewer raises first: items clustered in terms, 0/1 scores on tiny
+margins, a top set's layers against unmatched random sets.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -13,28 +19,85 @@ from bindscope.results.labels import by_model
 EXPERIMENT = "c5"
 #: The records of the heads' ranking (mean BSI over the ranking set).
 RANKING = "c5-ranking"
+#: The scores tested: recognition accuracy, its choice log-prob margin, generation's rubric.
+SCORES = ("recognition", "margin", "generation")
+#: The nulls, by condition prefix: random sets from all heads outside the top set, from the
+#: top set's layers, and matched on the heads' taxonomy scores.
+NULLS = ("random", "layers", "classes")
+#: Power is stated for this one-sided level (divided by the number of models, Holm's
+#: strictest step) and this power.
+POWER = 0.8
+
+
+def null_names(conditions: Iterable[str], null: str) -> list[str]:
+    """The condition names of one null in draw order (``random:7`` before ``random:10``)."""
+    names = [c for c in conditions if c.startswith(f"{null}:")]
+    return sorted(names, key=lambda c: int(c.split(":", 1)[1]))
+
+
+def null_test(top_drop: float, drops: list[float], settings: dict) -> dict | None:
+    """The p of the top drop against one null's drops, as the run's sampling design says.
+
+    ``fixed``: the rank p over every drop. ``sequential`` (Besag-Clifford): stop once
+    ``stop_at`` drops reach the top drop, at most ``n_random``; None while undecided.
+    """
+    if settings.get("sampling", "fixed") == "fixed":
+        p = stats.rank_p_value(top_drop, drops, alternative="greater")
+        hits = sum(d >= top_drop for d in drops)
+        return {"p": p, "n_drawn": len(drops), "exceedances": hits, "stopped": "fixed"}
+    found = stats.sequential_p_value(
+        top_drop, drops, stop_at=settings["stop_at"], max_draws=settings["n_random"]
+    )
+    return None if found is None else found.to_dict()
+
+
+def score_table(group: list[dict]) -> dict[str, dict[str, dict[str, float]]]:
+    """Score -> condition -> prompt key -> value, from one model's C5 records."""
+    table: dict[str, dict[str, dict[str, float]]] = {}
+    for r in group:
+        metrics = r["metrics"]
+        table.setdefault(r["task"], {}).setdefault(r["condition"], {})[r["prompt_key"]] = metrics[
+            "score"
+        ]
+        if r["task"] == "recognition" and metrics.get("margin") is not None:
+            by_prompt = table.setdefault("margin", {}).setdefault(r["condition"], {})
+            by_prompt[r["prompt_key"]] = metrics["margin"]
+    return table
+
+
+def _complete(by_condition: dict[str, dict[str, float]]) -> list[str]:
+    prompts = sorted(by_condition.get("baseline", {}))
+    return [p for p in prompts if all(p in v for v in by_condition.values())]
+
+
+def undecided_nulls(group: list[dict], settings: dict) -> set[str]:
+    """The nulls whose sequential p is not decided yet on some score (empty when fixed)."""
+    open_nulls: set[str] = set()
+    for by_condition in score_table(group).values():
+        complete = _complete(by_condition)
+        if len(complete) < limits.MIN_GROUP or "top" not in by_condition:
+            continue
+        base = np.array([by_condition["baseline"][p] for p in complete])
+        top_drop = float(np.mean(base - [by_condition["top"][p] for p in complete]))
+        for null in NULLS:
+            names = null_names(by_condition, null)
+            drops = [float(np.mean(base - [by_condition[n][p] for p in complete])) for n in names]
+            if names and null_test(top_drop, drops, settings) is None:
+                open_nulls.add(null)
+    return open_nulls
 
 
 def summarize_c5(records: list[dict], *, n_resamples: int = 9999) -> dict:
-    """Condition means, paired drops with CIs, specificity and permutation p per model."""
+    """Condition means, paired drops with CIs, specificity and each null's p per model."""
     evaluated = [r for r in records if r["experiment"] == EXPERIMENT]
     if not evaluated:
         return {"experiment": EXPERIMENT, "models": {}}
     settings = evaluated[0]["c5"]
     models: dict[str, dict] = {}
-    seed = settings["seed"]
     for label, group in by_model(evaluated).items():
-        models[label] = _summarize_model(group, records, seed, n_resamples, label)
-    for task in ("recognition", "generation"):
-        labels = [m for m in models if models[m]["p_value"].get(task) is not None]
-        adjusted = (
-            stats.adjust_pvalues([models[m]["p_value"][task] for m in labels], method="holm")
-            if labels
-            else []
-        )
-        for m, p in zip(labels, adjusted):
-            models[m].setdefault("p_holm", {})[task] = p
-    noted: list[dict] = []
+        models[label] = _summarize_model(group, records, settings, n_resamples, label)
+    _across_models(models)
+    noted: list[dict] = limits.collect(limits.holm_resolution(settings["n_random"], len(models)))
     for entry in models.values():
         noted += entry.pop("_limits")
     return {
@@ -43,21 +106,51 @@ def summarize_c5(records: list[dict], *, n_resamples: int = 9999) -> dict:
         "k": settings["k"],
         "ablation": settings["ablation"],
         "n_random": settings["n_random"],
-        "seed": seed,
+        "sampling": settings.get("sampling", "fixed"),
+        "stop_at": settings.get("stop_at"),
+        "seed": settings["seed"],
         "matched_layers": settings["matched_layers"],
+        "nulls": settings.get("nulls", ["random"]),
         "ranking_set": settings["ranking_set"],
+        "ranking_sha256": settings.get("ranking_sha256"),
+        "prompt_set": evaluated[0]["provenance"].get("prompt_set"),
+        "prompt_sha256": evaluated[0]["provenance"].get("prompt_sha256"),
         "design": settings.get("design"),
-        "multiple_comparisons": "holm across models, per task",
+        "multiple_comparisons": "holm across models, per score and null",
+        "power": f"detectable drop at one-sided alpha {limits.ALPHA}/models, power {POWER}",
         "models": models,
     }
 
 
-def _summarize_model(
-    group: list[dict], all_records: list[dict], seed: int, n_resamples: int, label: str
-) -> dict:
-    first = group[0]
-    heads = {r["condition"]: r["heads"] for r in group}
-    random_names = sorted(c for c in heads if c.startswith("random:"))
+def _across_models(models: dict[str, dict]) -> None:
+    """Holm across models per score and null; the detectable drop at Holm's strictest level."""
+    alpha = limits.ALPHA / max(1, len(models))
+    for score in SCORES:
+        for null in NULLS:
+            tests = {
+                m: e["nulls"][null][score]
+                for m, e in models.items()
+                if (e["nulls"].get(null) or {}).get(score, {}).get("p") is not None
+            }
+            adjusted = stats.adjust_pvalues([t["p"] for t in tests.values()]) if tests else []
+            for m, p in zip(tests, adjusted):
+                tests[m]["p_holm"] = p
+                if null == "random":
+                    models[m].setdefault("p_holm", {})[score] = p
+        for entry in models.values():
+            drops = entry["random_drops"].get(score)
+            items = entry["_item_drops"].get(score)
+            if drops and len(drops) >= 2 and items is not None:
+                entry["detectable_drop"][score] = stats.detectable_drop(
+                    drops, items, alpha=alpha, power=POWER
+                )
+    for entry in models.values():
+        del entry["_item_drops"]  # the per-item drops stay in the records
+
+
+def _ranking(
+    all_records: list[dict], first: dict, label: str
+) -> tuple[list[dict], dict[str, int], dict | None]:
     ranked = [
         r
         for r in all_records
@@ -65,23 +158,46 @@ def _summarize_model(
         and r["model"] == first["model"]
         and r["revision"] == first["revision"]
     ]
-    ranking = [r for r in ranked if r["metrics"].get("eb_star") is not None]
-    ranking_skipped = skipped_reasons(ranked)
-    found: list[dict | None] = [
-        limits.excluded(label, ranking_skipped, "the head ranking (mean BSI)")
-    ]
-    entry = {
+    ok = [r for r in ranked if r["metrics"].get("eb_star") is not None]
+    reasons = skipped_reasons(ranked)
+    return ok, reasons, limits.excluded(label, reasons, "the head ranking (mean BSI)")
+
+
+def _summarize_model(
+    group: list[dict], all_records: list[dict], settings: dict, n_resamples: int, label: str
+) -> dict:
+    first = group[0]
+    heads = {r["condition"]: r["heads"] for r in group}
+    ranking, ranking_skipped, excluded = _ranking(all_records, first, label)
+    found: list[dict | None] = [excluded]
+    match = next((r["null_match"] for r in group if r.get("null_match")), None)
+    for null, why in next(
+        (r["nulls_not_drawn"] for r in group if r.get("nulls_not_drawn")), {}
+    ).items():
+        found.append(limits.null_not_drawn(label, null, why))
+    entry: dict = {
         "model": first["model"],
         "revision": first["revision"],
         "n_layers": first["provenance"].get("n_layers"),
         "top_heads": heads.get("top"),
         "bottom_heads": heads.get("bottom"),
-        "random_heads": [heads[c] for c in random_names],
+        "random_heads": [heads[c] for c in null_names(heads, "random")],
+        "null_heads": {
+            null: [heads[c] for c in null_names(heads, null)]
+            for null in NULLS
+            if null_names(heads, null)
+        },
+        "class_match": match,
         "conditions": {},
         "drops": {},
         "random_drops": {},
         "specificity": {},
         "p_value": {},
+        "nulls": {},
+        "paired_sd": {},
+        "n_items": {},
+        "_item_drops": {},
+        "detectable_drop": {},
         "per_term": {},
         "n_ranking": len(ranking),
         "ranking_skipped_reasons": ranking_skipped,
@@ -89,57 +205,118 @@ def _summarize_model(
     if ranking:
         entry["mean_bsi"] = mean_bsi(ranking).tolist()
         entry["n_layers"], entry["n_heads"] = (len(entry["mean_bsi"]), len(entry["mean_bsi"][0]))
-    table: dict[str, dict[str, dict[str, float]]] = {}  # task -> condition -> prompt -> score
-    terms: dict[str, str] = {}
-    for r in group:
-        table.setdefault(r["task"], {}).setdefault(r["condition"], {})[r["prompt_key"]] = r[
-            "metrics"
-        ]["score"]
-        terms[r["prompt_key"]] = r["term"]
-    for task, by_condition in table.items():
-        prompts = sorted(by_condition.get("baseline", {}))
-        complete = [p for p in prompts if all(p in v for v in by_condition.values())]
-        base = np.array([by_condition["baseline"][p] for p in complete])
-        for name, scores in by_condition.items():
-            entry["conditions"].setdefault(name, {})[task] = float(
-                np.mean([scores[p] for p in complete])
-            )
-            entry["conditions"][name][f"n_{task}"] = len(complete)
-        if complete:
-            found.append(limits.floor_ceiling(label, f"{task} score", float(base.mean())))
-        found.append(limits.p_resolution(label, len(random_names), task))
-        if len(complete) < limits.MIN_GROUP:
-            found.append(limits.small_group(label, f"{task} items", len(complete), "the test"))
-            continue
-        cond = {n: np.array([by_condition[n][p] for p in complete]) for n in by_condition}
-        for name in ("top", "bottom"):
-            if name in cond:
-                entry["drops"].setdefault(name, {})[task] = stats.paired_difference(
-                    base, cond[name], seed=seed, n_resamples=n_resamples
-                ).to_dict()
-        rand = [cond[n] for n in random_names if n in cond]
-        if rand and "top" in cond:
-            random_drops = [float(np.mean(base - x)) for x in rand]
-            entry["random_drops"][task] = random_drops
-            entry["drops"].setdefault("random_mean", {})[task] = float(np.mean(random_drops))
-            entry["specificity"][task] = stats.specificity(
-                base, cond["top"], np.stack(rand), seed=seed, n_resamples=n_resamples
-            ).to_dict()
-            top_drop = float(np.mean(base - cond["top"]))
-            entry["p_value"][task] = stats.rank_p_value(
-                top_drop, random_drops, alternative="greater"
-            )
-        if task == "recognition":
-            entry["per_term"].update(_per_term(complete, terms, cond, rand))
+    terms = {r["prompt_key"]: r["term"] for r in group}
+    table = score_table(group)
+    for score, by_condition in table.items():
+        found += _summarize_score(entry, score, by_condition, terms, settings, n_resamples, label)
+    if "layers" not in settings.get("nulls", ["random"]) and entry["top_heads"]:
+        found.append(limits.layer_concentration(label, entry["top_heads"], entry["n_layers"]))
+    if "margin" in table and "top" in table["margin"]:
+        found.append(_tiny_margins(entry, table["margin"], table["recognition"], label))
     entry["_limits"] = limits.collect(*found)
     return entry
 
 
+def _tiny_margins(entry: dict, margin: dict, correct: dict, label: str) -> dict | None:
+    """Items whose baseline choice margin is under ``MARGIN_THRESHOLD`` and that flip at top."""
+    small = [p for p, m in margin["baseline"].items() if abs(m) < limits.MARGIN_THRESHOLD]
+    flips = [p for p in small if correct["top"].get(p) != correct["baseline"].get(p)]
+    entry["tiny_margins"] = {
+        "threshold": limits.MARGIN_THRESHOLD, "n_items": len(margin["baseline"]),
+        "n_small": len(small), "n_flip": len(flips),
+    }  # fmt: skip
+    return limits.tiny_margins(label, **entry["tiny_margins"])
+
+
+def _summarize_score(
+    entry: dict,
+    score: str,
+    by_condition: dict[str, dict[str, float]],
+    terms: dict[str, str],
+    settings: dict,
+    n_resamples: int,
+    label: str,
+) -> list[dict | None]:
+    """One score's means, drops, nulls and limits, written into ``entry``."""
+    seed = settings["seed"]
+    complete = _complete(by_condition)
+    base = np.array([by_condition["baseline"][p] for p in complete])
+    for name, scores in by_condition.items():
+        means = entry["conditions"].setdefault(name, {})
+        means[score] = float(np.mean([scores[p] for p in complete]))
+        means[f"n_{score}"] = len(complete)
+    found: list[dict | None] = []
+    if complete and score != "margin":
+        found.append(limits.floor_ceiling(label, f"{score} score", float(base.mean())))
+    if len(complete) < limits.MIN_GROUP:
+        return [*found, limits.small_group(label, f"{score} items", len(complete), "the test")]
+    cond = {n: np.array([by_condition[n][p] for p in complete]) for n in by_condition}
+    for name in ("top", "bottom"):
+        if name in cond:
+            entry["drops"].setdefault(name, {})[score] = stats.paired_difference(
+                base, cond[name], seed=seed, n_resamples=n_resamples
+            ).to_dict()
+    if "top" not in cond:
+        return found
+    top_drop = float(np.mean(base - cond["top"]))
+    entry["_item_drops"][score] = base - cond["top"]
+    entry["paired_sd"][score] = float(np.std(base - cond["top"], ddof=1))
+    entry["n_items"][score] = len(complete)
+    found.append(
+        _term_clustering(
+            entry, score, base - cond["top"], [terms[p] for p in complete], seed, label
+        )
+    )
+    for null in NULLS:
+        names = null_names(cond, null)
+        if not names:
+            continue
+        rand = np.stack([cond[n] for n in names])
+        drops = [float(np.mean(base - x)) for x in rand]
+        test = null_test(top_drop, drops, settings)
+        if test is None:
+            found.append(limits.undecided(label, score, null, len(drops)))
+            test = {"p": None, "n_drawn": len(drops), "stopped": "incomplete"}
+        spec = stats.specificity(base, cond["top"], rand, seed=seed, n_resamples=n_resamples)
+        test.update(random_mean=float(np.mean(drops)), n_evaluated=len(drops))
+        test["specificity"] = spec.to_dict()
+        entry["nulls"].setdefault(null, {})[score] = test
+        if null == "random":
+            entry["random_drops"][score] = drops
+            entry["drops"].setdefault("random_mean", {})[score] = float(np.mean(drops))
+            entry["specificity"][score] = test["specificity"]
+            entry["p_value"][score] = test["p"]
+            found.append(limits.p_resolution(label, settings["n_random"], score))
+    if score == "recognition":
+        entry["per_term"].update(_per_term(complete, terms, cond, null_names(cond, "random")))
+    return found
+
+
+def _term_clustering(
+    entry: dict, score: str, diffs: np.ndarray, clusters: list[str], seed: int, label: str
+) -> dict | None:
+    """The top drop's CI when terms, not prompts, are resampled (items share a term)."""
+    names = sorted(set(clusters))
+    if len(names) == len(diffs) or len(names) < limits.MIN_GROUP:
+        return None
+    sums = np.array([diffs[[c == t for c in clusters]].sum() for t in names])
+    counts = np.array([float(clusters.count(t)) for t in names])
+
+    def ratio(s: np.ndarray, c: np.ndarray, axis: int = -1) -> np.ndarray:
+        return s.sum(axis=axis) / c.sum(axis=axis)  # the item mean of the resampled terms
+
+    by_terms = stats.bootstrap_statistic((sums, counts), ratio, paired=True, seed=seed).to_dict()
+    entry["drops"].setdefault("top_by_terms", {})[score] = by_terms
+    by_items = entry["drops"]["top"][score]
+    return limits.term_clustering(label, score, len(names), len(diffs), by_terms, by_items)
+
+
 def _per_term(
-    complete: list[str], terms: dict[str, str], cond: dict[str, np.ndarray], rand: list
+    complete: list[str], terms: dict[str, str], cond: dict[str, np.ndarray], names: list[str]
 ) -> dict[str, dict[str, float]]:
     """Recognition means per term and condition (descriptive: few prompts a term)."""
     out = {}
+    rand = [cond[n] for n in names]
     for term in sorted({terms[p] for p in complete}):
         idx = [i for i, p in enumerate(complete) if terms[p] == term]
         row: dict[str, float] = {

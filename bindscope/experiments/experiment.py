@@ -7,12 +7,16 @@ skeleton: the options checked, the batch size checked, the experiment's ``plan``
 ``OUT/<name>/records.jsonl`` opened once (the one-writer lock, the folder's settings checked
 against the run's), each model handed a ``ModelRun`` (its provenance, record keys and
 builder, and chunked, resumable writing with a progress bar), and the summary rebuilt from
-the records. A reliability fix to any of these steps lands here once.
+the records. Models may come lazily (`LazyModel`: a sweep's checkpoints), each loaded only
+when its records are not all on disk and freed before the next; a plan may write other
+experiments' folders from the same models (``sweep --heads`` writes ``OUT/heads``). A
+reliability fix to any of these steps lands here once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -25,6 +29,7 @@ from bindscope.prompts.records import PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.records import RecordWriter, provenance, record_key
 from bindscope.results.schema import RecordKind
+from bindscope.results.settings import check_settings
 
 Item = TypeVar("Item")
 
@@ -111,6 +116,21 @@ class ModelRun:
 
 
 @dataclass(frozen=True)
+class LazyModel:
+    """A model the run loads only when its records are not all on disk, then frees.
+
+    Attributes:
+        name: The model's name in record keys (a Hub id).
+        revision: Its revision (a checkpoint).
+        load: Loads it (``revisions.load_revision``: refused unless at ``revision``).
+    """
+
+    name: str
+    revision: str | None
+    load: Callable[[], LanguageModel]
+
+
+@dataclass(frozen=True)
 class Plan:
     """How one run goes, as an experiment's ``plan`` lays it out.
 
@@ -121,6 +141,12 @@ class Plan:
         provenance: A model's provenance; default the versions, the prompt set, the seed and
             ``settings``.
         summarize: Rebuilds the summary from the folder; default the experiment's.
+        models: The models to run when the plan makes them (a sweep's `LazyModel` per
+            revision); default those given to ``run``.
+        items: The ``(item, condition)`` keys each model writes: a `LazyModel` whose keys
+            are all on disk (in every folder) is not loaded.
+        also: Other experiments' folders written from the same models, ``(name, Plan)``
+            each (summarized after the run).
     """
 
     settings: dict
@@ -128,6 +154,9 @@ class Plan:
     prompt_set: PromptSet | None = None
     provenance: Callable[[LanguageModel], dict] | None = None
     summarize: Callable[[Path], dict] | None = None
+    models: Sequence[LanguageModel | LazyModel] | None = None
+    items: Callable[[], Iterable[tuple[str, str]]] | None = None
+    also: tuple[tuple[str, Plan], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -145,10 +174,8 @@ class Experiment:
         plan: ``plan(models, options, common) -> Plan``: what ``run`` does per model. The
             command line also calls it with no models, before any loads, for the settings a
             resumed folder must match: model checks belong in loops over ``models``.
-        loop: For an experiment that loads its own models (a sweep loads each revision):
-            ``loop(model id, options, common) -> summary`` runs instead of the model loop.
         models: ``one`` model, ``several`` (``--model`` repeatable) or ``revisions`` (run
-            takes the ``--model`` id and loads each revision itself).
+            takes the ``--model`` id; the plan gives a `LazyModel` per revision).
         batch_size: The ``batch_size`` default (``--batch-size`` too).
         check_terms: Whether the prompt sets' terms must be found in their templates when
             loaded (binding's ``--on-missing skip`` skips such prompts with the reason).
@@ -164,8 +191,7 @@ class Experiment:
     summarize: Callable[[Path], dict]
     text: Callable[[dict], list[str]]
     records: tuple[RecordKind, ...]
-    plan: Callable[[list[LanguageModel], Any, Common], Plan] | None = None
-    loop: Callable[[str, Any, Common], dict] | None = None
+    plan: Callable[[list[Any], Any, Common], Plan]
     models: Literal["one", "several", "revisions"] = "one"
     batch_size: int = 16
     check_terms: Callable[[Any], bool] = lambda options: True
@@ -201,45 +227,69 @@ class Experiment:
         batch = self.batch_size if batch_size is None else batch_size
         check_batch_size(batch, example=self.batch_size)
         common = Common(Path(out), batch, seed, force, progress)
-        if self.loop is not None:
-            return self.loop(models, opts, common)
-        assert self.plan is not None, f"{self.name}: an Experiment needs a plan or a loop"
         found = as_models(models)
         plan = self.plan(found, opts, common)
+        return run_models(self.name, plan.models or found, common, plan, seed, self.summarize)
 
-        def prov(model: LanguageModel) -> dict:
-            if plan.provenance is not None:
-                return plan.provenance(model)
-            return provenance(model, prompt_set=plan.prompt_set, seed=seed, settings=plan.settings)
 
-        return run_models(
-            self.name,
-            found,
-            common,
-            settings=plan.settings,
-            provenance=prov,
-            each=plan.each,
-            summarize=plan.summarize or self.summarize,
-        )
+def _provenance(plan: Plan, model: LanguageModel, seed: int) -> dict:
+    if plan.provenance is not None:
+        return plan.provenance(model)
+    return provenance(model, prompt_set=plan.prompt_set, seed=seed, settings=plan.settings)
+
+
+def _finished(name: str, plan: Plan, writer: RecordWriter, model: Any) -> bool:
+    """Whether a lazy model's records of this folder are all on disk (a loaded one: never)."""
+    if not isinstance(model, LazyModel) or plan.items is None:
+        return False
+    return all(
+        record_key(name, model.name, model.revision, item, condition) in writer
+        for item, condition in plan.items()
+    )
 
 
 def run_models(
     name: str,
-    models: Sequence[LanguageModel],
+    models: Sequence[LanguageModel | LazyModel],
     common: Common,
-    *,
-    settings: dict,
-    provenance: Callable[[LanguageModel], dict],
-    each: Callable[[ModelRun], None],
+    plan: Plan,
+    seed: int,
     summarize: Callable[[Path], dict],
 ) -> dict:
-    """Write each model's records into ``OUT/<name>`` through one writer; returns the summary."""
-    folder = common.out / name
-    records = folder / "records.jsonl"
-    with RecordWriter(records, force=common.force, settings=settings, models=models) as writer:
+    """Write each model's records into ``OUT/<name>`` (and the plan's other folders).
+
+    One writer per folder; a `LazyModel` is loaded only when a folder lacks some of its
+    records, its settings checked, and freed before the next. Returns the summary.
+    """
+    parts = ((name, plan), *plan.also)
+    loaded_now = [m for m in models if not isinstance(m, LazyModel)]
+    with contextlib.ExitStack() as stack:
+        writers = [
+            stack.enter_context(
+                RecordWriter(
+                    common.out / part / "records.jsonl",
+                    force=common.force,
+                    settings=p.settings,
+                    models=loaded_now,
+                )
+            )
+            for part, p in parts
+        ]
         for model in models:
-            each(ModelRun(name, model, writer, provenance(model), common.progress))
-    return summarize(folder)
+            todo = [(n, p, w) for (n, p), w in zip(parts, writers) if not _finished(n, p, w, model)]
+            if not todo:
+                continue
+            loaded = model.load() if isinstance(model, LazyModel) else model
+            for part, p, writer in todo:
+                if isinstance(model, LazyModel):
+                    check_settings(writer.path.parent, p.settings, models=[loaded])
+                prov = _provenance(p, loaded, seed)
+                p.each(ModelRun(part, loaded, writer, prov, common.progress))
+            del loaded  # a lazy model is freed before the next loads
+    for part, p in plan.also:
+        assert p.summarize is not None, f"{part}: a plan written beside another summarizes"
+        p.summarize(common.out / part)
+    return (plan.summarize or summarize)(common.out / name)
 
 
-__all__ = ["Common", "Experiment", "ModelRun", "Plan", "run_models"]
+__all__ = ["Common", "Experiment", "LazyModel", "ModelRun", "Plan", "run_models"]

@@ -1,11 +1,18 @@
-"""Which heads a condition ablates or patches (per head, per layer), and how many items."""
+"""Head sets: which heads a condition ablates or patches, and C5's random sets.
+
+Per head or per layer, how many items, and C5's random head sets (from all heads,
+layer-matched, matched on taxonomy scores).
+"""
 
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
 
 from bindscope.errors import InputError
+from bindscope.metrics import heads as taxonomy
 from bindscope.protocols import LanguageModel
 
 
@@ -41,4 +48,139 @@ def check_limit(limit: object) -> None:
         )
 
 
-__all__ = ["as_pairs", "check_limit", "conditions_of"]
+def draw_random_sets(
+    n_layers: int,
+    n_heads: int,
+    top: list[list[int]],
+    *,
+    k: int,
+    n: int,
+    seed: int,
+    matched_layers: bool = False,
+) -> list[list[list[int]]]:
+    """N random k-head sets from the heads outside ``top``, reproducible from ``seed``.
+
+    With ``matched_layers`` each set has one head in the layer of each top head.
+    """
+    rng = np.random.default_rng(seed)
+    excluded = {tuple(h) for h in top}
+    pool = [(l, h) for l in range(n_layers) for h in range(n_heads) if (l, h) not in excluded]  # noqa: E741
+    if len(pool) < k:
+        raise InputError(
+            f"only {len(pool)} heads outside the top set; cannot draw random sets of {k} "
+            "(pass a smaller --k)"
+        )
+    sets = []
+    for _ in range(n):
+        if matched_layers:
+            chosen = []
+            for layer, _head in top:
+                options = [p for p in pool if p[0] == layer and list(p) not in chosen]
+                if not options:
+                    raise InputError(
+                        f"--matched-layers: layer {layer} has {n_heads} heads, too few to "
+                        f"match the top set's {sum(h[0] == layer for h in top)} heads there "
+                        "with as many heads outside it; pass a smaller --k or drop "
+                        "--matched-layers"
+                    )
+                chosen.append(list(options[rng.integers(len(options))]))
+        else:
+            picks = rng.choice(len(pool), size=k, replace=False)
+            chosen = [list(pool[i]) for i in picks]
+        sets.append(sorted(chosen))
+    return sets
+
+
+def class_counts(means: dict, top: list[list[int]], closeness: list[dict]) -> dict:
+    """The class-matched null's note: top heads' classes, and class sizes in and outside.
+
+    Each top head's class (default thresholds) goes beside its match's ``closeness``.
+    """
+    primary = taxonomy.classify(means)["primary"]
+    inside = {(l, h) for l, h in top}  # noqa: E741
+    for entry in closeness:
+        entry["class"] = primary[entry["head"][0]][entry["head"][1]]
+    classes = {}
+    for cls in sorted({e["class"] for e in closeness}):
+        members = [(l, h) for l, row in enumerate(primary) for h, c in enumerate(row) if c == cls]  # noqa: E741
+        in_top = sum(m in inside for m in members)
+        classes[cls] = {"in_top": in_top, "outside": len(members) - in_top}
+    return {"heads": closeness, "classes": classes}
+
+
+#: The taxonomy scores a class-matched null matches heads on (binding left out).
+MATCH_SCORES = ("sink", "previous_token", "induction", "duplicate_token")
+
+
+def draw_score_matched_sets(
+    scores: Mapping[str, np.ndarray],
+    top: Sequence[Sequence[int]],
+    *,
+    n: int,
+    seed: int,
+    neighbours: int,
+) -> tuple[list[list[list[int]]], list[dict]]:
+    """``n`` head sets matched to ``top`` on graded taxonomy scores, and how close they are.
+
+    Each top head is matched by one of its ``neighbours`` nearest heads outside ``top``
+    (Euclidean distance over ``MATCH_SCORES``, each a mean attention fraction in [0, 1];
+    ties by layer, then head), drawn without repeats within a set, so a set always exists
+    when ``neighbours >= len(top)``. Unlike a class threshold this never runs dry: when a
+    class has few heads outside the top set, the nearest heads of the next class stand in,
+    and the returned closeness says how far they are.
+
+    Args:
+        scores: ``{score: [L, H] array}`` with every ``MATCH_SCORES`` entry.
+        top: The top set's ``(layer, head)`` pairs.
+        n: Sets to draw (a longer draw extends a shorter one: same seed, same first sets).
+        seed: Seeds the draw.
+        neighbours: Candidates per top head.
+
+    Returns:
+        The sets, and per top head ``{"head", "scores", "distance", "typical"}``: the mean
+        distance to its candidates, and the median distance to every head outside ``top``
+        (what an unmatched draw would give).
+    """
+    grid = np.stack([np.asarray(scores[name], dtype=float) for name in MATCH_SCORES], -1)
+    n_layers, n_heads = grid.shape[:2]
+    excluded = {(int(layer), int(head)) for layer, head in top}
+    pool = [(l, h) for l in range(n_layers) for h in range(n_heads) if (l, h) not in excluded]  # noqa: E741
+    if len(pool) < neighbours or neighbours < len(top):
+        raise InputError(
+            f"a score-matched null needs {max(neighbours, len(top))} heads outside the top set "
+            f"of {len(top)}, and {len(pool)} lie there; pass a smaller --k"
+        )
+    points = np.array([grid[l, h] for l, h in pool])  # noqa: E741
+    candidates, closeness = [], []
+    for layer, head in top:
+        distance = np.linalg.norm(points - grid[layer, head], axis=1)
+        order = np.argsort(distance, kind="stable")[:neighbours]
+        candidates.append([pool[i] for i in order])
+        closeness.append(
+            {
+                "head": [int(layer), int(head)],
+                "scores": dict(zip(MATCH_SCORES, map(float, grid[layer, head]))),
+                "distance": float(distance[order].mean()),
+                "typical": float(np.median(distance)),
+            }
+        )
+    rng = np.random.default_rng(seed)
+    sets = []
+    for _ in range(n):
+        chosen: list[list[int]] = []
+        for options in candidates:
+            left = [list(p) for p in options if list(p) not in chosen]
+            chosen.append(left[rng.integers(len(left))])
+        sets.append(sorted(chosen))
+    return sets, closeness
+
+
+__all__ = [
+    "MATCH_SCORES",
+    "as_pairs",
+    "check_limit",
+    "class_counts",
+    "conditions_of",
+    "draw_random_sets",
+    "draw_score_matched_sets",
+]

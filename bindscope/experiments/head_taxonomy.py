@@ -1,7 +1,7 @@
 """Scoring every head of a model for the taxonomy: records of ``OUT/heads``, and head classes.
 
 The ``heads`` experiment runs it on one model, ``sweep --heads`` on every revision it loads
-(``RevisionScorer``), and C5 and the scan match random head sets on ``primary_classes``.
+(``taxonomy_plan``), and C5 and the scan match random head sets on ``primary_classes``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from bindscope.errors import InputError
-from bindscope.experiments.experiment import ModelRun
-from bindscope.experiments.heads_summary import CLASSIFICATION_FILE, EXPERIMENT, summarize
+from bindscope.experiments.experiment import Common, ModelRun, Plan
+from bindscope.experiments.heads_summary import CLASSIFICATION_FILE, summarize
 from bindscope.experiments.options import Options, option, positive
 from bindscope.experiments.recording import binding_metrics
 from bindscope.experiments.reuse import BINDING_FROM, stored_binding
@@ -26,8 +26,7 @@ from bindscope.metrics import heads as taxonomy
 from bindscope.prompts.records import PromptRecord, PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import model_label
-from bindscope.results.records import RecordWriter, provenance, record_key
-from bindscope.results.settings import check_settings
+from bindscope.results.records import provenance
 from bindscope.runners.binding import binding
 from bindscope.runners.head_scores import repeated_scores, text_scores
 
@@ -110,60 +109,33 @@ def check_taxonomy_fit(model: LanguageModel, options: TaxonomyOptions) -> None:
         )
 
 
-class RevisionScorer:
-    """Scores the heads of each revision a sweep loads, into ``OUT/heads`` (resumable).
+def taxonomy_plan(
+    pset: PromptSet,
+    options: TaxonomyOptions,
+    common: Common,
+    *,
+    sweep: dict | None = None,
+) -> Plan:
+    """The plan of an ``OUT/heads`` folder: every head of each model scored, resumably.
 
-    ``bindscope sweep --heads`` uses it so each checkpoint is loaded once for both.
+    ``heads`` runs it on its models; ``sweep --heads`` writes it beside the sweep's own
+    folder from every revision the sweep loads (``Plan.also``), so each is loaded once; the
+    records' provenance then names the sweep's revisions (``sweep``).
     """
+    settings = head_settings(pset, options, common.seed)
+    info = {} if sweep is None else {"sweep": sweep}
 
-    def __init__(
-        self,
-        out: str | Path,
-        pset: PromptSet,
-        options: TaxonomyOptions,
-        *,
-        batch_size: int = 16,
-        seed: int = 0,
-        force: bool = False,
-        progress: bool = True,
-    ) -> None:
-        self.folder = Path(out) / EXPERIMENT
-        self.pset = pset
-        self.settings = head_settings(pset, options, seed)
-        self.batch_size, self.progress, self.seed = batch_size, progress, seed
-        records = self.folder / "records.jsonl"
-        self.writer = RecordWriter(records, force=force, settings=self.settings)
-        write_classification(self.folder, options)
+    def prov(model: LanguageModel) -> dict:
+        return provenance(model, prompt_set=pset, seed=common.seed, settings=settings, **info)
 
-    def done(self, model: str, revision: str | None) -> bool:
-        """Whether every record of ``model@revision`` is on disk."""
-        keys = _keys(self.pset, self.settings)
-        return all(record_key(EXPERIMENT, model, revision, k, c) in self.writer for k, c in keys)
+    def each(run: ModelRun) -> None:
+        write_classification(run.writer.path.parent, options)
+        score_model(run, pset, settings, batch_size=common.batch_size)
 
-    def score(self, loaded: LanguageModel, revisions: Sequence[str]) -> None:
-        """Write the records of one loaded revision (those not on disk yet)."""
-        check_settings(self.folder, self.settings, models=[loaded])
-        prov = provenance(
-            loaded,
-            prompt_set=self.pset,
-            seed=self.seed,
-            settings=self.settings,
-            sweep={"revisions": list(revisions)},
-        )
-        run = ModelRun(EXPERIMENT, loaded, self.writer, prov, self.progress)
-        score_model(run, self.pset, self.settings, batch_size=self.batch_size)
+    def items() -> list[tuple[str, str]]:
+        return _keys(pset, settings)
 
-    def close(self) -> dict:
-        """Close the records file and write the summary (with ``emergence``)."""
-        self.writer.close()
-        return summarize(self.folder)
-
-    def __enter__(self) -> RevisionScorer:
-        return self
-
-    def __exit__(self, kind: object, error: object, trace: object) -> None:
-        if kind is not None:  # interrupted: release the folder, keep what is on disk
-            self.writer.close()
+    return Plan(settings, each, provenance=prov, summarize=summarize, items=items)
 
 
 def head_settings(pset: PromptSet, options: TaxonomyOptions, seed: int) -> dict:
@@ -272,9 +244,29 @@ def primary_classes(
 ) -> list[list[str]]:
     """Each head's primary class from every score but binding (``[L][H]`` class names).
 
-    What class-matched random head sets are matched on (C5's ``matched_classes``):
-    binding is left out so the matched sets copy the top set's sink, previous-token,
-    induction and duplicate-token make-up, not its binding.
+    Binding is left out so that sets matched on it copy the top set's sink,
+    previous-token, induction and duplicate-token make-up, not its binding.
+    """
+    means = taxonomy_means(
+        model, texts, n_repeated=n_repeated, repeat_length=repeat_length, seed=seed,
+        batch_size=batch_size,
+    )  # fmt: skip
+    return taxonomy.classify(means, thresholds=thresholds)["primary"]
+
+
+def taxonomy_means(
+    model: LanguageModel,
+    texts: Sequence[str],
+    *,
+    n_repeated: int = 32,
+    repeat_length: int = 24,
+    seed: int = 0,
+    batch_size: int = 16,
+) -> dict[str, Any]:
+    """Every head's mean taxonomy score but binding: ``{score: [L, H] array}``.
+
+    Text scores over ``texts``, repeated-sequence scores over ``n_repeated`` random
+    sequences; what C5's class-matched null matches heads on (graded, not thresholded).
     """
     means = {}
     found = text_scores(model, list(dict.fromkeys(texts)), batch_size=batch_size)
@@ -285,13 +277,14 @@ def primary_classes(
     )
     for name in taxonomy.REPEATED_SCORES:
         means[name] = np.stack([s[name].numpy() for s in found]).mean(0)
-    return taxonomy.classify(means, thresholds=thresholds)["primary"]
+    return means
 
 
 __all__ = [
-    "RevisionScorer",
     "head_settings",
     "primary_classes",
     "score_model",
+    "taxonomy_means",
+    "taxonomy_plan",
     "write_classification",
 ]

@@ -20,24 +20,19 @@ the binding top-k heads are in each class. Several revisions of one model add
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from bindscope.experiments.chunks import prompt_set
-from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
+from bindscope.experiments.experiment import Common, Experiment, Plan
 from bindscope.experiments.head_taxonomy import (
-    RevisionScorer,
     TaxonomyOptions,
     check_taxonomy_fit,
-    head_settings,
-    score_model,
-    write_classification,
+    taxonomy_plan,
 )
 from bindscope.experiments.heads_summary import EXPERIMENT, summarize
 from bindscope.experiments.options import option
-from bindscope.experiments.revisions import load_revision
 from bindscope.experiments.summary import per_model_text
 from bindscope.prompts.records import PromptSet
 from bindscope.protocols import LanguageModel
@@ -59,46 +54,9 @@ class HeadsOptions(TaxonomyOptions):
 
 
 def _plan(models: list[LanguageModel], opts: HeadsOptions, common: Common) -> Plan:
-    pset = prompt_set(opts.prompts)
-    settings = head_settings(pset, opts, common.seed)
     for model in models:
         check_taxonomy_fit(model, opts)
-
-    def each(run: ModelRun) -> None:
-        write_classification(run.writer.path.parent, opts)
-        score_model(run, pset, settings, batch_size=common.batch_size)
-
-    return Plan(settings, each, prompt_set=pset)
-
-
-def run_revisions(
-    model: str,
-    revisions: Sequence[str],
-    *,
-    loader: Callable[..., LanguageModel],
-    out: str | Path,
-    load_options: dict | None = None,
-    **keywords: Any,
-) -> dict:
-    """The head taxonomy at every revision of ``model`` (what ``bindscope sweep --heads`` runs).
-
-    Each revision is finished (and on disk) before the next is loaded; a rerun loads only
-    revisions with unfinished records. ``loader(model, revision=..., **load_options)``;
-    ``keywords`` are ``batch_size``, ``seed``, ``force``, ``progress`` and ``HeadsOptions``.
-    """
-    run = {k: keywords.pop(k) for k in ("batch_size", "seed", "force", "progress") if k in keywords}
-    opts = HeadsOptions.of(keywords)
-    side = RevisionScorer(out, prompt_set(opts.prompts), opts, **run)
-    try:
-        for revision in revisions:
-            if side.done(model, revision):
-                continue
-            loaded = load_revision(loader, model, revision, **(load_options or {}))
-            side.score(loaded, revisions)
-            del loaded
-    finally:
-        side.writer.close()
-    return summarize(side.folder)
+    return taxonomy_plan(prompt_set(opts.prompts), opts, common)
 
 
 def _model_lines(label: str, m: dict) -> Iterator[str]:
@@ -151,4 +109,4 @@ DEFINITION = Experiment(
 #: random sequences of ``repeat_length`` tokens a copy); reruns skip finished texts.
 run = DEFINITION.run
 
-__all__ = ["DEFINITION", "HeadsOptions", "run", "run_revisions", "summarize", "text"]
+__all__ = ["DEFINITION", "HeadsOptions", "run", "summarize", "text"]

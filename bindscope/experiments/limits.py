@@ -6,7 +6,11 @@ reach the test level: a rank p over N random sets cannot go below 1/(N+1), a sig
 permutation p over n pairs below 2/2^n, a binomial p over n terms below 1/2^n, and a
 correction over m heads multiplies the smallest by up to m), ``floor`` / ``ceiling`` (a 0-1
 baseline below ``FLOOR`` or above ``CEILING``: a drop has little room), ``excluded`` (prompts
-left out of the numbers and why) and ``small_group`` (fewer items than the test needs).
+left out of the numbers and why), ``small_group`` (fewer items than the test needs), and
+C5's ``clustered`` (items share terms), ``tiny_margins`` (0/1 scores on tiny choice
+margins), ``layers`` (a top set's layers against unmatched random sets), ``undecided``
+(a sequential null cut short) and ``null_not_drawn`` (a matched null the top set made
+impossible).
 """
 
 from __future__ import annotations
@@ -221,15 +225,110 @@ __all__ = [
     "ALPHA",
     "CEILING",
     "FLOOR",
+    "MARGIN_THRESHOLD",
     "binomial_resolution",
     "collect",
     "corrected_resolution",
     "excluded",
     "floor_ceiling",
+    "holm_resolution",
+    "layer_concentration",
     "limit_lines",
     "not_run",
+    "null_not_drawn",
     "p_resolution",
     "resamples_for_one",
     "sign_flip_floor",
     "small_group",
+    "term_clustering",
+    "tiny_margins",
+    "undecided",
 ]
+
+
+# -- C5's caveats: items clustered in terms, 0/1 scores on tiny margins, layers, sequential --
+
+#: A recognition item's choice margin (mean log-probability per choice token of the answer
+#: minus the best other choice) under this many nats is "decided by a tiny margin".
+MARGIN_THRESHOLD = 0.1
+
+
+def _limit(kind: str, model: str, message: str, **numbers: object) -> dict:
+    """A limit of ``kind`` with its numbers and its message."""
+    return {"kind": kind, "model": model, **numbers, "message": message}
+
+
+def term_clustering(
+    model: str, score: str, n_terms: int, n_items: int, by_terms: dict, by_items: dict
+) -> dict:
+    """Items that share terms: the top drop's CI over terms beside the one over prompts.
+
+    The design effect is the squared ratio of the two CI widths (how much the prompts-only
+    interval understates the spread when terms, not prompts, are the sampled unit).
+    """
+    wide = by_terms["high"] - by_terms["low"]
+    narrow = by_items["high"] - by_items["low"]
+    effect = (wide / narrow) ** 2 if narrow > 0 else None
+    said = f"{effect:.2f}" if effect is not None else "undefined (a degenerate CI over prompts)"
+    terms, items = [by_terms["low"], by_terms["high"]], [by_items["low"], by_items["high"]]
+    message = (
+        f"{model}: {score}: {n_items} items come from {n_terms} terms; the top drop's 95% CI "
+        f"resampling terms is [{terms[0]:.3f}, {terms[1]:.3f}] against [{items[0]:.3f}, "
+        f"{items[1]:.3f}] resampling prompts (design effect {said}); read the wider one when "
+        "generalising over terms"
+    )
+    return _limit("clustered", model, message, score=score, n_terms=n_terms, n_items=n_items,
+                  ci_terms=terms, ci_items=items, design_effect=effect)  # fmt: skip
+
+
+def tiny_margins(model: str, *, threshold: float, n_items: int, n_small: int, n_flip: int) -> dict:
+    """Recognition items whose 0/1 score rests on a choice margin under ``threshold``."""
+    message = (
+        f"{model}: {n_small} of {n_items} recognition items have a baseline choice margin "
+        f"under {threshold} nats (log-prob per choice token), and {n_flip} of them flip under "
+        "the top set: accuracy moves by whole items on tiny changes; the margin score (its "
+        "own drop, CI and p) is the continuous reading"
+    )
+    return _limit("tiny_margins", model, message, threshold=threshold, n_items=n_items,
+                  n_small=n_small, n_flip=n_flip)  # fmt: skip
+
+
+def layer_concentration(model: str, top: list, n_layers: int | None) -> dict:
+    """A top set's layers, when the random sets were not drawn from the same layers."""
+    layers = sorted({int(h[0]) for h in top})
+    message = (
+        f"{model}: the top set's {len(top)} heads lie in {len(layers)} layer(s) "
+        f"({', '.join(map(str, layers))}) of {n_layers or '?'}, while the random sets come "
+        "from every layer: a drop may be the layers' rather than the heads'; pass "
+        "--matched-layers for a layer-matched null"
+    )
+    return _limit("layers", model, message, layers=layers, n_layers=n_layers)
+
+
+def undecided(model: str, score: str, null: str, n_drawn: int) -> dict:
+    """A sequential null that stopped before its rule decided (an interrupted run)."""
+    message = (
+        f"{model}: {score}: the {null} null stopped after {n_drawn} sets, before its "
+        "sequential rule decided; rerun the same command to continue it"
+    )
+    return _limit("undecided", model, message, score=score, null=null, n_drawn=n_drawn)
+
+
+def null_not_drawn(model: str, null: str, why: str) -> dict:
+    """A matched null the model's top set left impossible to draw, and why."""
+    message = f"{model}: no {null}-matched null could be drawn for this top set: {why}"
+    return _limit("null_not_drawn", model, message, null=null)
+
+
+def holm_resolution(n_random: int, n_models: int) -> dict | None:
+    """A rank p floor that Holm across ``n_models`` lifts above ``ALPHA`` (None when not)."""
+    best = n_models / (n_random + 1)
+    if n_models < 2 or best <= ALPHA:
+        return None
+    message = (
+        f"with at most {n_random} random sets a p cannot go below 1/{n_random + 1}, and Holm "
+        f"across {n_models} models multiplies the smallest by {n_models}: {best:.3g}, above "
+        f"{ALPHA}, so no model can pass; use --n-random {math.ceil(n_models / ALPHA) - 1} or more"
+    )
+    return _limit("p_resolution", "all models", message, n_random=n_random, n_tests=n_models,
+                  min_p=best)  # fmt: skip

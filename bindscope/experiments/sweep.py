@@ -10,10 +10,10 @@ the batch in flight and a rerun loads only the revisions that are not done.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,8 @@ import numpy as np
 from bindscope.batch import GENERATION_BATCH_SIZE, check_batch_size
 from bindscope.experiments import limits
 from bindscope.experiments.chunks import batch_order, chunk_items, prompt_set
-from bindscope.experiments.experiment import Common, Experiment, ModelRun
-from bindscope.experiments.head_taxonomy import RevisionScorer, TaxonomyOptions
+from bindscope.experiments.experiment import Common, Experiment, LazyModel, ModelRun, Plan
+from bindscope.experiments.head_taxonomy import TaxonomyOptions, taxonomy_plan
 from bindscope.experiments.options import GENERATION_HELP, option, positive, setting
 from bindscope.experiments.recording import binding_metrics
 from bindscope.experiments.revisions import CRFM_SEEDS, PRESETS, load_revision, resolve_revisions
@@ -41,9 +41,9 @@ from bindscope.prompts.records import PromptRecord, PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.format import estimate, num, pvalue
 from bindscope.results.labels import checkpoint_order
-from bindscope.results.records import RecordWriter, provenance, record_key
+from bindscope.results.records import provenance
 from bindscope.results.schema import binding_kind
-from bindscope.results.settings import check_settings, content_sha256
+from bindscope.results.settings import content_sha256
 from bindscope.runners.behaviour import generation, recognition
 from bindscope.runners.binding import binding
 
@@ -98,42 +98,33 @@ def run(model: str, revisions: str | Sequence[str] | None = None, **keywords: An
     return DEFINITION.run(model, **keywords)
 
 
-def _loop(model: str, opts: SweepOptions, common: Common) -> dict:
-    """Each revision finished (and on disk) before the next is loaded; then the summary."""
+def _plan(models: list[str], opts: SweepOptions, common: Common) -> Plan:
+    """A `LazyModel` per revision: each finished (and on disk) before the next is loaded."""
     loader = opts.loader or load_model
     revisions = resolve_revisions(opts.revisions)
     pset = prompt_set(opts.prompts)
     rubric = opts.rubric or default_rubric()
-    folder = common.out / EXPERIMENT
     seed = common.seed
     settings = {"prompt_sha256": pset.sha256, "rubric_sha256": content_sha256(rubric), "seed": seed}
-    side = None
-    with contextlib.ExitStack() as stack:
-        if opts.heads:
-            side = stack.enter_context(
-                RevisionScorer(
-                    common.out, pset, opts, seed=seed, force=common.force,
-                    batch_size=common.batch_size, progress=common.progress,
-                )
-            )  # fmt: skip
-        records = folder / "records.jsonl"
-        writer = stack.enter_context(RecordWriter(records, force=common.force, settings=settings))
-        for revision in revisions:
-            keys = [record_key(EXPERIMENT, model, revision, r.key, "clean") for r in pset]
-            if all(k in writer for k in keys) and (side is None or side.done(model, revision)):
-                continue
-            loaded = load_revision(loader, model, revision, **(opts.load_options or {}))
-            check_settings(folder, settings, models=[loaded])
-            info = {"settings": settings, "sweep": {"revisions": revisions}}
-            prov = provenance(loaded, prompt_set=pset, seed=seed, **info)
-            run = ModelRun(EXPERIMENT, loaded, writer, prov, common.progress)
-            _run_revision(run, pset, rubric, (common.batch_size, opts.generation_batch_size))
-            if side is not None:
-                side.score(loaded, revisions)
-            del loaded
-    if side is not None:
-        side.close()
-    return summarize(folder)
+    load_options = opts.load_options or {}
+    lazy = [  # models: the --model id (none when only the settings are asked for)
+        LazyModel(model, revision, partial(load_revision, loader, model, revision, **load_options))
+        for model in models
+        for revision in revisions
+    ]
+    sweep = {"revisions": revisions}
+
+    def prov(loaded: LanguageModel) -> dict:
+        return provenance(loaded, prompt_set=pset, seed=seed, settings=settings, sweep=sweep)
+
+    def each(run: ModelRun) -> None:
+        _run_revision(run, pset, rubric, (common.batch_size, opts.generation_batch_size))
+
+    def items() -> list[tuple[str, str]]:
+        return [(r.key, "clean") for r in pset]
+
+    also = (("heads", taxonomy_plan(pset, opts, common, sweep=sweep)),) if opts.heads else ()
+    return Plan(settings, each, provenance=prov, models=lazy, items=items, also=also)
 
 
 def _run_revision(run: ModelRun, pset: PromptSet, rubric: dict, sizes: tuple[int, int]) -> None:
@@ -369,7 +360,7 @@ def _leadlag_lines(ll: dict) -> list[str]:
 
 DEFINITION = Experiment(
     EXPERIMENT, "sweep", "EB* and behaviour across training checkpoints", SweepOptions,
-    summarize, text, records=(binding_kind(EXPERIMENT, "behaviour"),), loop=_loop,
+    summarize, text, records=(binding_kind(EXPERIMENT, "behaviour"),), plan=_plan,
     models="revisions", also=lambda options: ("heads",) if options.heads else (),
 )  # fmt: skip
 

@@ -56,25 +56,33 @@ def _condition_bar(entry: dict, condition: str, task: str):
 
 
 def model_figure(label: str, entry: dict, *, k=None, where: str = "summary"):
-    """Condition scores with CIs (left) and each task's random-set drop histogram (right)."""
-    need(entry, "conditions", "baseline", where=where)
-    fig, axes = style.new_figure(SIZES["c5"], ncols=3, width_ratios=[1.3, 1, 1])
+    """Condition scores with CIs (left) and each task's random-set drop histogram (right).
+
+    Only the tasks the model was scored on get bars and a panel.
+    """
+    baseline = need(entry, "conditions", "baseline", where=where)
+    tasks = [t for t in TASKS if baseline.get(t) is not None and baseline.get(f"n_{t}")]
+    if not tasks:
+        raise MissingData(f"{where}: {label} has no task with a baseline score")
+    fig, axes = style.new_figure(
+        SIZES["c5"], ncols=1 + len(tasks), width_ratios=[1.3] + [1] * len(tasks)
+    )
     ax = axes[0]
     width = 0.2
+    ends = [0.0, 1.0]  # the y range must hold every bar and whisker
     for i, condition in enumerate(BAR_CONDITIONS):
-        for t, task in enumerate(TASKS):
+        for t, task in enumerate(tasks):
             value, err = _condition_bar(entry, condition, task)
             if value is not None:
                 x = t + (i - 1.5) * width
                 _bar(ax, x, value, err, width=width, condition=condition, k=k, lw=1)
-    counts = (entry.get("conditions") or {}).get("baseline", {})
-    ax.set_xticks(
-        range(len(TASKS)), [f"{task}\n(n = {counts.get(f'n_{task}', '?')})" for task in TASKS]
-    )
-    ax.set_ylim(0, 1.05)
+                low, high = err if err is not None else (0.0, 0.0)
+                ends += [value - low, value + high]
+    ax.set_xticks(range(len(tasks)), [f"{task}\n(n = {baseline[f'n_{task}']})" for task in tasks])
+    ax.set_ylim(min(ends) - 0.05, max(ends) + 0.05)
     ax.set_ylabel("score (recognition: accuracy; generation: rubric, 0–1)")
     ax.set_title(f"{style.short_label(label)}: score by condition")
-    for panel, task in zip(axes[1:], TASKS):
+    for panel, task in zip(axes[1:], tasks):
         _random_histogram(panel, entry, task, k)
     style.figure_legend(fig, axes, ncols=6)
     caption = (
@@ -214,15 +222,31 @@ def _drop_bar(entry: dict, condition: str, task: str):
     return value, (max(0.0, value - drop["low"]), max(0.0, drop["high"] - value))
 
 
+def _settings(s: dict) -> str:
+    """The run's design in one paragraph: sets, sampling, nulls, and the files with hashes."""
+    if s.get("sampling") == "sequential":
+        sets = (
+            f"random sets drawn sequentially per null (Besag-Clifford: stop once "
+            f"{s.get('stop_at')} sets drop at least as much as the top set, at most "
+            f"{s.get('n_random')}, so p can reach 1/{(s.get('n_random') or 0) + 1})"
+        )
+    else:
+        sets = f"{s.get('n_random')} random sets per null (fixed count)"
+    files = (
+        f"heads ranked on `{s.get('ranking_set')}` (sha256 `{str(s.get('ranking_sha256'))[:12]}`), "
+        f"evaluated on `{s.get('prompt_set')}` (sha256 `{str(s.get('prompt_sha256'))[:12]}`)"
+    )
+    return (
+        f"k = {s.get('k')} heads per set, {s.get('ablation')} ablation, {sets}, seed "
+        f"{s.get('seed')}; nulls: {', '.join(s.get('nulls') or ['random'])}; {files}."
+        + (f" Design: {s['design']}" if s.get("design") else "")
+    )
+
+
 def tables(exp: ExperimentResults) -> list[str]:
     """The report's C5 ablation tables, as Markdown lines."""
     s = exp.summary or {}
-    settings = (
-        f"k = {s.get('k')} heads per set, {s.get('ablation')} ablation, "
-        f"{s.get('n_random')} random sets (seed {s.get('seed')}"
-        f"{', layer-matched' if s.get('matched_layers') else ''}), heads ranked on "
-        f"`{s.get('ranking_set')}`." + (f" Design: {s['design']}" if s.get("design") else "")
-    )
+    settings = _settings(s)
     header = [
         "model",
         "task",
@@ -246,19 +270,61 @@ def tables(exp: ExperimentResults) -> list[str]:
         ]
         for label, e in exp.models.items()
     ]
-    return [
+    nulls = ["model", "score", "null", "p", "Holm p", "sets drawn", "stopped",
+             "specificity [95% CI]", "detectable drop"]  # fmt: skip
+    out = [
         settings,
         "",
         *md.table(header, md.model_rows(exp.models, _task_rows), left=2),
         *md.table(["model", "heads per set", "top heads", "bottom heads"], heads, left=4),
+        "",
+        *md.table(nulls, md.model_rows(exp.models, _null_rows), left=3),
     ]
+    matched = md.model_rows(exp.models, _match_rows)
+    if matched:
+        header = ["model", "top head", "class", "match distance", "typical distance",
+                  "heads of its class outside the top set"]  # fmt: skip
+        out += ["", *md.table(header, matched, left=3)]
+    return out
+
+
+def _null_rows(label: str, entry: dict) -> Iterator[list[str]]:
+    """One row per score and null: its p, Holm p, sets drawn and why it stopped."""
+    for null, by_score in (entry.get("nulls") or {}).items():
+        for score, t in by_score.items():
+            yield [
+                label,
+                score,
+                null,
+                md.pvalue(t.get("p")),
+                md.pvalue(t.get("p_holm")),
+                md.num(t.get("n_drawn")),
+                str(t.get("stopped")),
+                md.estimate(t.get("specificity")),
+                md.num((entry.get("detectable_drop") or {}).get(score)) if null == "random" else "",
+            ]
+
+
+def _match_rows(label: str, entry: dict) -> Iterator[list[str]]:
+    """How close the class-matched null's candidates are to each top head."""
+    match = entry.get("class_match") or {}
+    for head in match.get("heads", []):
+        counts = (match.get("classes") or {}).get(head.get("class"), {})
+        yield [
+            label,
+            md.heads([head["head"]]),
+            str(head.get("class")),
+            md.num(head.get("distance")),
+            md.num(head.get("typical")),
+            f"{counts.get('outside', '?')} (top set holds {counts.get('in_top', '?')})",
+        ]
 
 
 def _task_rows(label: str, entry: dict) -> Iterator[list[str]]:
     """One row per task the model was scored on: scores, drops, specificity and p."""
     conditions = entry.get("conditions") or {}
     drops = entry.get("drops") or {}
-    for task in TASKS:
+    for task in (*TASKS[:1], "margin", *TASKS[1:]):
         base = (conditions.get("baseline") or {}).get(task)
         if base is None:
             continue

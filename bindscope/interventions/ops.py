@@ -109,9 +109,19 @@ def by_layer(heads):
     return grouped
 
 
-def attention_module(envoy, layer):
-    """The uniform attention envoy of one decoder layer."""
-    return envoy.model.layers[layer].self_attn
+def site(model, name, layer):
+    """The tensor at site ``name`` of decoder layer ``layer``, where the family keeps it.
+
+    The one accessor of a site (``families.Sites``, checked at load as ``model.sites``):
+    every read and write of a head output, pattern, residual or block output goes
+    through it, the engine's own included.
+    """
+    return site_tensor(model.nnsight, layer, model.sites[name])
+
+
+def attention_module(model, layer):
+    """The attention envoy of one layer: the module whose output holds the pattern."""
+    return site_module(model.nnsight, layer, model.sites["pattern"][0])
 
 
 def head_view(x, n_heads, head_dim):
@@ -292,7 +302,7 @@ def head_sums(x, mask, n_heads, head_dim):
 def collect_head_sums(model, layers, mask, into):
     """Save ``head_sums`` of each listed layer into ``into`` (``{layer: [H, hd]}``)."""
     for layer in layers:
-        x = attention_module(model.nnsight, layer).o_proj.input
+        x = site(model, "head_out", layer)
         into[layer] = save(head_sums(x, mask, model.n_heads, model.head_dim))
     return save(into)
 
@@ -306,7 +316,7 @@ def last_position_inputs(model, final_norm):
     env = model.nnsight
     found: dict = {}  # a local annotation is never evaluated: nothing to import
     for layer in range(model.n_layers):
-        found[layer] = save(attention_module(env, layer).o_proj.input[:, -1].clone())
+        found[layer] = save(site(model, "head_out", layer)[:, -1].clone())
     found["final"] = save(getattr(env.model, final_norm).input[:, -1].clone())
     return save(found)
 
@@ -385,9 +395,15 @@ def site_tensor(envoy, layer, where):
 
 
 def unit_view(model, name, x):
-    """A site's tensor as ``[b, s, U, k]``: U heads of head_dim for head_out, else 1 x d."""
+    """A site's tensor as ``[b, s, U, k]``: U heads of head_dim for head_out, else 1 x d.
+
+    The pattern ``[b, H, q, k]`` is seen as ``[b, q, H, k]``: a query row is a position,
+    each head a unit, the keys its width (pattern edits exist for estimates only).
+    """
     if name == "head_out":
         return head_view(x, model.n_heads, model.head_dim)
+    if name == "pattern":
+        return x.transpose(1, 2)
     return x.view(*x.shape[:-1], 1, x.shape[-1])
 
 
@@ -416,6 +432,18 @@ class Edit:
         """The mask as ``[b, W|1, U, 1]`` on the view's device."""
         return self.where.to(view.device)[..., None]  # [b, W|1, U, 1]
 
+    def target(self, view, donors):
+        """What the edited cells become (``donors``: the donor invoke's `site_outputs`)."""
+        raise NotImplementedError
+
+    def apply(self, view, donors):
+        """Edit ``view`` in place."""
+        view.copy_(torch.where(self.mask(view), self.target(view, donors), view))
+
+    def delta(self, view, donors):
+        """``new - view``: what `apply` would change, 0 outside the edited cells."""
+        return torch.where(self.mask(view), self.target(view, donors) - view, 0.0)
+
 
 class ReplaceEdit(Edit):
     """Set edited cells to ``value`` (``[U, k]``; ``None`` for zero)."""
@@ -424,13 +452,11 @@ class ReplaceEdit(Edit):
         Edit.__init__(self, where)
         self.value = value
 
-    def apply(self, view, donors):
-        """Edit ``view`` in place (``donors``: the donor invoke's `site_outputs`)."""
+    def target(self, view, donors):
+        """The value (zero when ``None``), broadcast over rows and positions."""
         if self.value is None:
-            value = torch.zeros((), dtype=view.dtype, device=view.device)
-        else:
-            value = self.value.to(device=view.device, dtype=view.dtype)[None, None]
-        view.copy_(torch.where(self.mask(view), value, view))
+            return torch.zeros((), dtype=view.dtype, device=view.device)
+        return self.value.to(device=view.device, dtype=view.dtype)[None, None]
 
 
 class DonorEdit(Edit):
@@ -446,11 +472,10 @@ class DonorEdit(Edit):
         self.key = key
         self.donor_row = donor_row
 
-    def apply(self, view, donors):
-        """Edit ``view`` in place (``donors``: the donor invoke's `site_outputs`)."""
+    def target(self, view, donors):
+        """Each row's donor activations at the same site and padded columns."""
         acts = donors[self.key]
-        source = acts[self.donor_row.to(acts.device)].to(view.device, view.dtype)
-        view.copy_(torch.where(self.mask(view), source, view))
+        return acts[self.donor_row.to(acts.device)].to(view.device, view.dtype)
 
 
 class AddEdit(Edit):
@@ -460,10 +485,9 @@ class AddEdit(Edit):
         Edit.__init__(self, where)
         self.vector = vector
 
-    def apply(self, view, donors):
-        """Edit ``view`` in place (``donors``: the donor invoke's `site_outputs`)."""
-        vector = self.vector.to(device=view.device, dtype=view.dtype)[None, None]
-        view.copy_(torch.where(self.mask(view), view + vector, view))
+    def target(self, view, donors):
+        """The cells plus the vector."""
+        return view + self.vector.to(device=view.device, dtype=view.dtype)[None, None]
 
 
 class TracePlan:
@@ -521,10 +545,10 @@ def site_outputs(model, keys, into):
     Runs in an earlier invoke of the same trace as the patched texts: each site is read
     (and copied at once) before the patched rows' invoke reaches it and writes.
     """
-    env = model.nnsight
     for name, layer in keys:
-        x = site_tensor(env, layer, model.sites[name])
+        x = site(model, name, layer)
         into[(name, layer)] = unit_view(model, name, x).clone()
+    return into
 
 
 def knock_out_batch(model, knockout, site):
@@ -534,7 +558,7 @@ def knock_out_batch(model, knockout, site):
     one invoke's per-head mask cannot be joined to the others' shared one.
     """
     for layer in sorted(knockout):
-        knock_out(attention_module(model.nnsight, layer), knockout[layer], site)
+        knock_out(attention_module(model, layer), knockout[layer], site)
 
 
 def _layer_filter(layers, n_layers):
@@ -614,7 +638,7 @@ def resid_post_at(model, layers, rows, columns, plan=None, donors=None):
     for layer in range(max(wanted) + 1):
         run_layers(model, plan=plan, donors=donors, only_layers=[layer])
         if layer in wanted:
-            x = site_tensor(model.nnsight, layer, model.sites["resid_post"])
+            x = site(model, "resid_post", layer)
             found[layer] = save(x[rows.to(x.device), columns.to(x.device)].clone())
     return save(found)
 
@@ -634,8 +658,10 @@ def _run_layers(
             continue
         probs = None
         # model.sites lists the sites in a decoder layer's execution order
-        for name, where in model.sites.items():
+        for name in model.sites:
             if name == "pattern":
+                if (name, layer) in plan.edits:
+                    raise ValueError("a pattern edit is estimated (attribution_pass), not run")
                 if layer in capture:
                     out[layer] = save(_pattern(model, layer, probs, reduce, allow_missing))
                 continue
@@ -644,7 +670,7 @@ def _run_layers(
             keep = layer in wanted.get(name, ())
             if (name, layer) not in plan.edits and not keep:
                 continue
-            x = site_tensor(model.nnsight, layer, where)
+            x = site(model, name, layer)
             apply_edits(model, name, layer, x, plan, donors, step)
             if keep:
                 out[(name, layer)] = save(unit_view(model, name, x).clone())
@@ -654,7 +680,7 @@ def _run_layers(
 def _pattern(model, layer, probs, reduce, allow_missing):
     """One layer's captured probabilities (or ``reduce`` of them)."""
     if probs is None:
-        probs = site_tensor(model.nnsight, layer, model.sites["pattern"])  # [b, H, n, n]
+        probs = site(model, "pattern", layer)  # [b, H, n, n]
     if probs is None and not allow_missing:
         raise RuntimeError(
             f"{model.name}: layer {layer}'s attention returned no weights although "
@@ -690,7 +716,7 @@ def _attention_call(model, layer, plan, label):
     """
     if layer not in plan.knockout and label is None:
         return None
-    attn = attention_module(model.nnsight, layer)
+    attn = attention_module(model, layer)
     args = None
     if layer in plan.knockout:
         args, kwargs = knock_out(attn, plan.knockout[layer], plan.knockout_site)
@@ -793,3 +819,186 @@ def ablate_rows(model, rows, means=None):
     per_row = None if all(r == rows[0] for r in rows) else rows
     plan = head_plan(model, rows[0] if per_row is None else None, per_row=per_row, means=means)
     run_layers(model, plan=plan)
+
+
+# -- attribution patching: the same plans, estimated to first order ---------------------------
+#
+# For a metric ``m`` and an edit that would move a site's tensor from ``x`` to ``x'``, the
+# first-order estimate of the metric's change is ``sum((x' - x) * dm/dx)`` over the edited
+# cells (Nanda 2023; Syed, Rager and Conmy 2023; Kramar et al. 2024, "AtP*"), from one clean
+# forward pass and one backward pass for every edit at once. The pass walks a `TracePlan`
+# through the same site accessor as `run_layers` and asks each edit for its `Edit.delta`, so
+# whatever a plan can apply it can estimate, at any site.
+#
+# A pattern change (``Knockout``, a pattern copied from a donor) reaches the metric through
+# ``z = A v``, linear in the probabilities ``A``: ``sum((A' - A) * dm/dA)`` is exact in the
+# pattern (AtP* recomputes ``A'``, first order only above the head). The linearised estimate
+# (plain AtP, ``method="atp"``) instead takes the score change ``ds`` through the softmax to
+# first order, ``sum(ds * dm/ds)``, which misses a head whose softmax is saturated.
+
+# A probability that underflows is read as this much when its log is needed (the
+# linearised estimate's score change); log(1e-30) = -69, far past any saturation.
+TINY = 1e-30
+
+
+def metric_values(logits, terms):
+    """The metric of every row: weighted log-probabilities plus weighted logits.
+
+    Args:
+        logits: ``[b, K, V]`` (the last ``K`` positions' logits).
+        terms: ``{"logprob": (index, target, weight), "logit": (index, target, weight)}``
+            (either may be missing), each ``[b, T]``: the kept position that predicts,
+            the token id, and its weight (0 on padding).
+
+    Returns:
+        ``[b]`` float32.
+    """
+    device = logits.device
+    rows = torch.arange(logits.shape[0], device=device)[:, None]
+    value = torch.zeros(logits.shape[0], device=device)
+    for kind in ("logprob", "logit"):
+        if kind not in terms:
+            continue
+        index, target, weight = terms[kind]
+        picked = logits[rows, index.to(device)].float()  # [b, T, V]
+        if kind == "logprob":
+            picked = picked.log_softmax(-1)
+        chosen = picked.gather(-1, target.to(device)[:, :, None]).squeeze(-1)  # [b, T]
+        value = value + (chosen * weight.to(device)).sum(-1)
+    return value
+
+
+def knockout_pattern(probs, removed):
+    """The probabilities after removing edges: each query row renormalised over the rest.
+
+    A softmax with minus infinity on some scores is the softmax of the others, so this is
+    the exact pattern the knockout gives (the head's inputs left as they are).
+    """
+    kept = probs * (~removed.to(probs.device)).to(probs.dtype)
+    total = kept.sum(-1, keepdim=True)
+    return kept / torch.where(total > 0, total, torch.ones_like(total))
+
+
+def pattern_estimate(probs, grad, new, rows, method):
+    """``[b, H]`` estimate of a pattern change ``probs -> new`` on the query ``rows``.
+
+    Args:
+        probs: ``[b, H, W, W]`` clean probabilities.
+        grad: ``dm/dprobs``, same shape.
+        new: The intervened probabilities, same shape.
+        rows: ``[b, H, W]`` bool, the query rows that change.
+        method: ``atp*`` (exact pattern, ``sum((new - probs) * grad)``) or ``atp``
+            (softmax linearised in the scores: ``ds = log new - log probs``).
+    """
+    rows = rows.to(probs.device)[..., None]
+    p, g, q = probs.float(), grad.float(), new.float()
+    if method == "atp*":
+        return torch.where(rows, (q - p) * g, 0.0).sum((-1, -2))
+    # dm/ds of a softmax row: p * (g - sum_k p g); the row's shift of s cancels in it
+    dm_ds = p * (g - (p * g).sum(-1, keepdim=True))
+    live = (p > 0) | (q > 0)  # causal, unpadded entries
+    ds = torch.log(q.clamp_min(TINY)) - torch.log(p.clamp_min(TINY))
+    return torch.where(rows & live, ds * dm_ds, 0.0).sum((-1, -2))
+
+
+def zero_grad(grad):
+    """A tensor hook that stops the gradient (GradDrop's dropped layer)."""
+    return torch.zeros_like(grad)
+
+
+def _site_estimate(model, name, layer, x, g, plan, donors, method):
+    """``[b, U]`` estimate of every edit of one site and layer (``g``: ``dm/dx``)."""
+    view, grad = unit_view(model, name, x), unit_view(model, name, g)
+    total = torch.zeros(view.shape[0], view.shape[2], device=x.device)
+    if name == "pattern" and layer in plan.knockout:
+        removed = plan.knockout[layer].to(x.device)  # [b, H, W, W]
+        total += pattern_estimate(x, g, knockout_pattern(x, removed), removed.any(-1), method)
+    for edit in plan.edits.get((name, layer), ()):
+        if not edit.fits(view):
+            continue
+        if name != "pattern":
+            total += (edit.delta(view, donors).float() * grad.float()).sum((1, 3))
+            continue
+        # a pattern comes from a donor of the text's length (Patch): the same keys
+        mask = edit.mask(view)  # [b, W, H, 1]
+        new = torch.where(mask, edit.target(view, donors), view)
+        rows = mask[..., 0].transpose(1, 2)  # [b, H, W]
+        total += pattern_estimate(x, g, new.transpose(1, 2), rows, method)
+    return total
+
+
+def _estimates(model, taps, grads, plan, donors, method):
+    """``{(site, layer): [b, U]}`` from one set of gradients (``grads``: one per live tap).
+
+    A site that nothing reaches the metric from estimates 0; one that no parameter
+    reaches (a constant: it is not in the graph) has no gradient, and estimates NaN.
+    """
+    out, grads = {}, iter(grads)
+    for (name, layer), x in taps.items():
+        g = next(grads) if x.requires_grad else math.nan
+        x = x.detach()
+        if g is None or g is math.nan:
+            units = unit_view(model, name, x).shape[2]
+            out[(name, layer)] = torch.full((x.shape[0], units), 0.0 if g is None else g)
+            continue
+        out[(name, layer)] = _site_estimate(model, name, layer, x, g, plan, donors, method)
+    return out
+
+
+def _gradients(total, wrt, retain):
+    """``d total / d x`` for each tensor of ``wrt`` (None where it does not reach)."""
+    if not wrt:  # nothing in this batch is estimated, or nothing reaches the metric
+        return ()
+    return torch.autograd.grad(total, wrt, allow_unused=True, retain_graph=retain)
+
+
+def attribution_pass(model, terms, plan, donors=None, method="atp*", grad_drop=False):
+    """One clean forward pass with gradients: the metric and every planned edit's estimate.
+
+    Walks the layers like `run_layers`, reading each site the plan edits (and, for a
+    knockout, the pattern) through `site` without applying anything, then the metric from
+    the logits and its gradients with ``torch.autograd.grad`` (no parameter gradient is
+    accumulated). Only estimates and ``[b]`` metric values come back.
+
+    Args:
+        model: The model (a ``TraceModel`` when shipped).
+        terms: The metric's terms (`metric_values`).
+        plan: The batch's `TracePlan` (``knockout`` for these rows, not ``knockout_batch``).
+        donors: The donor pass's `site_outputs` when the plan copies donors.
+        method: ``atp*`` or ``atp`` (`pattern_estimate`).
+        grad_drop: Also return GradDrop scores (Kramar et al. 2024).
+
+    Returns:
+        ``{"metric": [b], "estimate": {(site, layer): [b, U]}}`` float32, saved; with
+        ``grad_drop`` also ``"grad_drop"`` in the same form.
+    """
+    taps, blocks = {}, []
+    for layer in range(model.n_layers):
+        for name in model.sites:  # in execution order
+            if (name, layer) in plan.edits or (name == "pattern" and layer in plan.knockout):
+                taps[(name, layer)] = site(model, name, layer)
+            if grad_drop and name in ("attn_out", "mlp_out"):
+                blocks.append(site(model, name, layer))
+    metric = metric_values(final_logits(model), terms)
+    wrt = [x for x in taps.values() if x.requires_grad]
+    total = metric.sum()
+    grads = _gradients(total, wrt, grad_drop)
+    estimate = _estimates(model, taps, grads, plan, donors, method)
+    found = {"metric": metric.detach(), "estimate": {k: v.detach() for k, v in estimate.items()}}
+    if grad_drop:
+        # GradDrop: the estimate again with the gradient through one layer's residual
+        # contributions (attention, then MLP) stopped, for every layer; the mean |estimate|
+        # over the L - 1 layers that leave a head's gradient (its own layer stops all of it)
+        score = {k: torch.zeros_like(v) for k, v in estimate.items()}
+        for layer in range(model.n_layers):
+            hooks = [b.register_hook(zero_grad) for b in blocks[2 * layer : 2 * layer + 2]]
+            last = layer == model.n_layers - 1
+            dropped = _gradients(total, wrt, not last)
+            for hook in hooks:
+                hook.remove()
+            for k, v in _estimates(model, taps, dropped, plan, donors, method).items():
+                score[k] += v.abs()
+        found["grad_drop"] = {
+            k: (v / max(model.n_layers - 1, 1)).detach() for k, v in score.items()
+        }
+    return save(found)

@@ -18,7 +18,7 @@ A plan holds tensors and small trace-side classes only (``ops`` ships whole to N
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -110,8 +110,8 @@ class Planner:
         self.knockout: dict[int, torch.Tensor] = {}
 
     def units(self, site: str) -> int:
-        """Units of a site's view: heads at ``head_out``, one vector elsewhere."""
-        return self.model.n_heads if site == "head_out" else 1
+        """Units of a site's view: heads at ``head_out`` and ``pattern``, one vector elsewhere."""
+        return self.model.n_heads if site in ("head_out", "pattern") else 1
 
     def columns(self, n: int, positions: tuple[int, ...] | None, donor: int | None = None):
         """Padded columns of a row with ``n`` real tokens (None: every position).
@@ -125,7 +125,15 @@ class Planner:
         lowest = n - donor if donor is not None else 0
         return [self.width - n + p for p in positions if p >= lowest]
 
-    def edit(self, site: str, layer: int, make, *, every_position: bool, same=None) -> ops.Edit:
+    def edit(
+        self,
+        site: str,
+        layer: int,
+        make: Callable[..., ops.Edit],
+        *,
+        every_position: bool,
+        same: Callable[[ops.Edit], bool] | None = None,
+    ) -> ops.Edit:
         """The edit of ``(site, layer)`` made by ``make(where)``, shared when ``same`` matches.
 
         ``same(edit)`` says whether an existing edit can take another row's cells (the same
@@ -143,7 +151,7 @@ class Planner:
         return entry
 
     @staticmethod
-    def mark(edit: ops.Edit, r: int, columns, units) -> None:
+    def mark(edit: ops.Edit, r: int, columns: list[int] | None, units: Iterable[int]) -> None:
         """Set row ``r``'s cells of ``edit`` (``columns`` None: the every-position column)."""
         units = list(units)
         if columns is None:
@@ -152,7 +160,9 @@ class Planner:
             for c in columns:
                 edit.where[r, c, units] = True
 
-    def knock_out(self, r: int, n: int, heads_by_layer, edges) -> None:
+    def knock_out(
+        self, r: int, n: int, heads_by_layer: dict[int, tuple[int, ...]], edges: tuple
+    ) -> None:
         """Remove ``edges`` of row ``r`` (``n`` real tokens) for the listed heads."""
         offset = self.width - n  # left padding
         q = torch.tensor([offset + a for a, _ in edges])

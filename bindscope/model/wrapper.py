@@ -60,6 +60,8 @@ class Model:
         self.remote: bool | str = remote
         # an embedded model's checkpoint (base or instruction-tuned), set by load_model
         self.training: str | None = None
+        # an embedded model's converted weights, checked on load (set by load_model)
+        self.weights_sha256: str | None = None
         self.n_layers, self.n_heads = dims.n_layers, dims.n_heads
         self.n_kv_heads, self.head_dim = dims.n_kv_heads, dims.head_dim
         self.d_model = dims.d_model
@@ -208,7 +210,7 @@ class Model:
                 self.hf.set_attn_implementation(previous)
 
     def _source_labels(self, prefix: str) -> list[str]:
-        listing = str(self.nnsight.model.layers[0].self_attn.source)
+        listing = str(ops.attention_module(self, 0).source)
         return [line.split()[0] for line in listing.splitlines() if line.strip().startswith(prefix)]
 
     @property
@@ -234,7 +236,7 @@ class Model:
             if not labels:
                 raise RuntimeError(
                     f"{self.name} ({self.family}): no attention_interface call found in "
-                    f"{self.nnsight.model.layers[0].self_attn.path}.forward; cannot recompute "
+                    f"{ops.attention_module(self, 0).path}.forward; cannot recompute "
                     "probabilities. Use eager attention (model.eager())."
                 )
             self._call_label = labels[-1]  # the last one is the call, earlier ones assignments

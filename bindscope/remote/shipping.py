@@ -17,7 +17,7 @@ from bindscope.interventions import ops
 
 # Modules whose source ships by value with every request. Each may import only the
 # sandbox modules below (tests/remote/test_shipping.py walks them).
-SHIPPED_MODULES = ("bindscope.interventions.ops", "bindscope.runners.attribution_ops")
+SHIPPED_MODULES = ("bindscope.interventions.ops",)
 # What NDIF's sandbox lets shipped code import (ndif-team/ndif security/whitelist.yaml).
 SANDBOX_MODULES = (
     "torch",

@@ -77,13 +77,13 @@ def load_experiment(root: Path, name: str) -> ExperimentResults:
     provenance: dict[str, dict] = {}
     versions: set[tuple[str, ...]] = set()
     times: list[str] = []
-    keys: set[str] = set()
+    keys: set[tuple[str, str, str | None]] = set()  # (label, model, revision)
     n_records = 0
     if records_path.is_file():
         for record in read_records(records_path):
             n_records += 1
             label = record_label(record)
-            keys.add(record["model"] if name == "sweep" else label)
+            keys.add((label, record["model"], record.get("revision")))
             prov = record.get("provenance") or {}
             provenance.setdefault(label, {**prov, "family": record.get("family")})
             versions.add(tuple(str(prov.get(f, "?")) for f in VERSION_FIELDS))
@@ -108,7 +108,10 @@ def load_experiment(root: Path, name: str) -> ExperimentResults:
             f"was written), so its numbers may not be theirs; run `bindscope summarize {root}`"
         )
     if summary is not None and summary.get("models"):
-        stale = sorted(keys - set(summary["models"]))
+        models = summary["models"]
+        stale = sorted(
+            label for label, model, rev in keys if not _covers(models, label, model, rev)
+        )
         if stale:
             notes.append(
                 f"{summary_path} does not cover {', '.join(stale)} found in the records; "
@@ -125,6 +128,16 @@ def load_experiment(root: Path, name: str) -> ExperimentResults:
         missing=missing,
         notes=tuple(notes),
     )
+
+
+def _covers(models: dict, label: str, model: str, revision: str | None) -> bool:
+    """Whether a summary's ``models`` cover a record: its entry, or its model's revisions.
+
+    An entry keyed by the model may cover several revisions by listing them (a sweep's).
+    """
+    if label in models:
+        return True
+    return revision in ((models.get(model) or {}).get("revisions") or ())
 
 
 def _older(summary_path: Path, records_path: Path) -> bool:

@@ -1,7 +1,7 @@
 """The metrics attribution patching differentiates, and their tensors for the trace body.
 
 A metric is computed from the logits inside the trace
-(``bindscope.runners.attribution_ops.metric_values``): weighted log-probabilities of target
+(``bindscope.interventions.ops.metric_values``): weighted log-probabilities of target
 tokens and weighted logits. `TargetLogprob` is the scan's metric; `LogitDifference` the
 usual one of circuit studies.
 """
@@ -70,7 +70,7 @@ def token_id(model: LanguageModel, token: int | str, what: str = "token") -> int
     return int(token)
 
 
-def check_metrics(model: LanguageModel, metric, lengths: list[int]) -> list[Metric]:
+def check_metrics(model: LanguageModel, metric: object, lengths: list[int]) -> list[Metric]:
     """One checked metric per text (token strings resolved to ids).
 
     Raises:
@@ -105,7 +105,7 @@ def check_metrics(model: LanguageModel, metric, lengths: list[int]) -> list[Metr
 
 
 def metric_terms(metrics: list[Metric], ids: torch.Tensor) -> tuple[dict, int]:
-    """The metric's terms (``attribution_ops.metric_values``) and how many logits to keep.
+    """The metric's terms (``ops.metric_values``) and how many logits to keep.
 
     ``ids`` is the left-padded batch ``[b, W]``: every text ends in the last column.
     """

@@ -1,6 +1,6 @@
 """Trace bodies of edge attribution (EAP, EAP-IG) and exact path patching: torch only.
 
-Like ``bindscope.runners.attribution_ops`` this module imports only ``torch``, carries no
+Like ``bindscope.interventions.ops`` this module imports only ``torch``, carries no
 annotations and no ``from __future__`` import, so it can ship to NDIF as it is. Every
 tensor is read through the family's site table (``model.sites``: ``(module, port,
 index)`` per site) and the attention call's ``.source`` label, never a fixed module path.
@@ -111,7 +111,7 @@ def edge_gradients(model, geo, plan, terms):
         plan: ``{"alpha": float, "embed": [b, s, d]}`` (the corrupted embedding, for
             ``alpha`` below 1), and with ``"corrupt"`` (``{"embed", ("z", l), ("mlp", l)}``)
             the senders' activation differences are computed too (on a clean pass).
-        terms: The metric's terms (``attribution_ops.metric_values``).
+        terms: The metric's terms (``ops.metric_values``).
 
     Returns:
         ``{"metric": [b], "grads": [R, b, s, d], "deltas": [S, b, s, d]}`` (deltas only
@@ -181,7 +181,7 @@ def metric_of(model, logits, terms):
     """The metric of every row from the logits (soft-capped as the forward returns them).
 
     ``terms`` is ``{"fn": metric_values, "keep": K, "terms": ...}`` (``fn`` is
-    ``attribution_ops.metric_values``, passed in so that this module imports only torch),
+    ``interventions.ops.metric_values``, passed in so that this module imports only torch),
     or ``{"fn": f, "rows": [pair indices]}`` for a user function
     ``f(logits [b, V] at the last position, rows) -> [b]``.
     """

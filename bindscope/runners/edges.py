@@ -33,7 +33,8 @@ import torch
 from bindscope.errors import InputError
 from bindscope.nnsight_private import underlying_module
 from bindscope.protocols import LanguageModel
-from bindscope.runners import attribution_ops, edge_ops
+from bindscope.interventions import ops
+from bindscope.runners import edge_ops
 from bindscope.runners.attribution_metrics import check_metrics, metric_terms
 from bindscope.runners.behaviour import keeps_logits
 
@@ -405,7 +406,7 @@ class _Pairs:
         assert self.metrics is not None
         ids = self.clean_batch(rows).input_ids
         terms, keep = metric_terms([self.metrics[i] for i in rows], ids)
-        return {"fn": attribution_ops.metric_values, "keep": keep, "terms": terms}
+        return {"fn": ops.metric_values, "keep": keep, "terms": terms}
 
 
 def _kept_logits(model: LanguageModel, terms: dict) -> dict:

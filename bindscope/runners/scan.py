@@ -16,7 +16,7 @@ only (the layers below run on another batch shape in the clean pass).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -64,7 +64,7 @@ class ScoredSequence:
             )
 
 
-def _targets(batch, sequences: Sequence[ScoredSequence], keep: int | None = None):
+def _targets(batch: Batch, sequences: Sequence[ScoredSequence], keep: int | None = None):
     """Positions, ids and weights ``[b, T]`` of every target token in a left-padded batch.
 
     With ``keep``, positions count within the last ``keep`` logits only (left padding puts
@@ -139,7 +139,7 @@ def _donor_outputs(
     with model.nnsight.trace(**inputs, **model.trace_options) as tracer:
         found: list = nnsight.save([])
         for layer in range(model.n_layers):
-            found.append(ops.attention_module(model.nnsight, layer).o_proj.input)
+            found.append(ops.site(model, "head_out", layer))
         tracer.stop()
     donor_width = batch.input_ids.shape[1]
     valid = torch.zeros(len(rows), width, dtype=torch.bool)
@@ -157,8 +157,14 @@ def _donor_outputs(
 
 @torch.no_grad()
 def _clean(
-    model: LanguageModel, batch: Batch, index, target, weight, keep_layers: int, options: dict
-):
+    model: LanguageModel,
+    batch: Batch,
+    index: torch.Tensor,
+    target: torch.Tensor,
+    weight: torch.Tensor,
+    keep_layers: int,
+    options: dict,
+) -> tuple:
     """One clean pass: target scores and the outputs of the layers below ``keep_layers``.
 
     Scores are ``[b]``; each kept output is ``[b, W, d]``.
@@ -200,7 +206,7 @@ def _conditions_pass(
     return scores
 
 
-def _rows_batch(batch, rows: torch.Tensor):
+def _rows_batch(batch: Batch, rows: torch.Tensor) -> Batch:
     """The batch of the given rows (same width, so the clean residual stream fits)."""
     picked = rows.tolist()
     return Batch(
@@ -212,7 +218,7 @@ def _rows_batch(batch, rows: torch.Tensor):
     )
 
 
-def _donor_table(resample):
+def _donor_table(resample: tuple | None) -> dict | None:
     """``{("head_out", layer): [rows, W, H, hd]}`` for the plan's donor edits, or None."""
     if resample is None:
         return None
@@ -220,8 +226,17 @@ def _donor_table(resample):
 
 
 def _residual_passes(
-    model, batch, conditions, by_start, outputs, targets, table, options, swap, rows_per_pass
-):
+    model: LanguageModel,
+    batch: Batch,
+    conditions: Sequence[Sequence[tuple[int, int]]],
+    by_start: dict[int, list[int]],
+    outputs: list,
+    targets: tuple,
+    table: dict | None,
+    options: dict,
+    swap: tuple | None,
+    rows_per_pass: int,
+) -> Iterator[tuple[int, int, float]]:
     """Every condition of one batch, each started at its lowest layer; yields (c, row, score).
 
     Rows of a pass are (condition, sequence) pairs, condition-major, ``rows_per_pass`` at most.
@@ -245,6 +260,28 @@ def _residual_passes(
             )  # fmt: skip
             for (c, r), value in zip(chunk, got.double().tolist()):
                 yield c, r, value
+
+
+def _checked(
+    model: LanguageModel,
+    conditions: Sequence[Sequence[tuple[int, int]]],
+    means: HeadMeans | None,
+    donors: Sequence[ScoredSequence] | None,
+    n_sequences: int,
+    strategy: str,
+) -> list[tuple[Head, ...]]:
+    """The conditions' checked heads; refuses a bad strategy, model, condition or donors."""
+    if strategy not in STRATEGIES:
+        raise InputError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
+    if getattr(model, "remote", False):
+        raise InputError(f"{model.name}: the scan runner runs local models only")
+    checked = [model.check_heads(c) for c in conditions]
+    for i, heads in enumerate(checked):
+        if not heads:
+            raise InputError(f"condition #{i} ablates no head; give at least one (layer, head)")
+    if donors is not None and (means is not None or len(donors) != n_sequences):
+        raise InputError("donors= resample-ablates: give one donor per sequence and no means=")
+    return checked
 
 
 def condition_scores(
@@ -280,17 +317,8 @@ def condition_scores(
     Returns:
         ``(clean [S], scores [C, S])`` float64 arrays.
     """
-    if strategy not in STRATEGIES:
-        raise InputError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
-    if getattr(model, "remote", False):
-        raise InputError(f"{model.name}: the scan runner runs local models only")
-    conditions = [model.check_heads(c) for c in conditions]
-    for i, heads in enumerate(conditions):
-        if not heads:
-            raise InputError(f"condition #{i} ablates no head; give at least one (layer, head)")
+    conditions = _checked(model, conditions, means, donors, len(sequences), strategy)
     table = means.means if means is not None else None
-    if donors is not None and (means is not None or len(donors) != len(sequences)):
-        raise InputError("donors= resample-ablates: give one donor per sequence and no means=")
     rows_per_pass = rows_per_pass or batch_size * model.n_heads
     clean = np.zeros(len(sequences))
     scores = np.zeros((len(conditions), len(sequences)))
@@ -322,13 +350,13 @@ def condition_scores(
         swap = None
         if donors is not None:
             swap = _donor_outputs(model, [donors[i] for i in batch.indices], part)
-        if strategy == "naive":
+        if strategy == "naive":  # every condition from the embeddings, one per pass
             for c in range(len(conditions)):
                 plan = _condition_plan(model, conditions, [c] * b, table, batch, swap)
+                targets, donor_table = (index, target, weight), _donor_table(swap)
                 got = _conditions_pass(
-                    model, batch.inputs, (index, target, weight), plan, 0, None, options,
-                    _donor_table(swap),
-                )  # fmt: skip
+                    model, batch.inputs, targets, plan, 0, None, options, donor_table
+                )
                 scores[c, batch.indices] = got.double().numpy()
                 bar.update(b)
             continue

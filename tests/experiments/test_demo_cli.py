@@ -15,8 +15,9 @@ def demo_dir(tmp_path_factory, sp_tokenizer):
     from tests.conftest import build_tiny
 
     out = tmp_path_factory.mktemp("demo")
-    two = [build_tiny("llama", sp_tokenizer), build_tiny("gemma3", sp_tokenizer)]
-    demo.run(out=out, quick=True, progress=False, models=two, force=True)
+    # the demo's three architectures: Llama (SmolLM2), Gemma 3 and Qwen2 (Qwen2.5-Coder)
+    three = [build_tiny(f, sp_tokenizer) for f in ("llama", "gemma3", "qwen2")]
+    demo.run(out=out, quick=True, progress=False, models=three, force=True)
     return out
 
 
@@ -24,14 +25,20 @@ def test_demo_writes_records_summaries_figures_and_report(demo_dir, capsys):
     for name in ("binding", "c5", "controls", "fewshot"):
         assert validate_file(demo_dir / name / "records.jsonl") > 0
         summary = json.loads((demo_dir / name / "summary.json").read_text())
-        assert summary["experiment"] == name and len(summary["models"]) == 2
+        assert summary["experiment"] == name and len(summary["models"]) == 3
     c5 = json.loads((demo_dir / "c5" / "summary.json").read_text())
-    # 39 random sets: the rank p-value can reach 1/40 = 0.025, below 0.05
-    assert c5["k"] == 4 and c5["n_random"] == 39 and c5["ablation"] == "zero"
-    assert not [f for f in c5["limits"] if f["kind"] == "p_resolution"]
-    assert len(c5["models"]) == 2  # both models side by side (force discarded nothing)
+    # up to 199 sets per null: p can reach 1/200 = 0.005, x 3 models under Holm 0.015 < 0.05
+    assert c5["k"] == 4 and c5["n_random"] == 199 and c5["ablation"] == "zero"
+    assert c5["sampling"] == "sequential" and c5["stop_at"] == 10
+    assert not [f for f in c5["limits"] if f["kind"] in ("p_resolution", "undecided")]
+    assert len(c5["models"]) == 3  # all models side by side (force discarded nothing)
     for m in c5["models"].values():
         assert "generation" not in m["conditions"]["baseline"]  # at the floor: left out
+        for null in ("random", "layers", "classes"):  # each null with its own p and sets
+            test = m["nulls"][null]["recognition"]
+            assert test["p"] is not None and test["p_holm"] >= test["p"]
+            assert 1 <= test["n_drawn"] <= 199 and test["stopped"] in ("reached", "maximum")
+        assert m["class_match"]["heads"] and m["detectable_drop"]["recognition"] is not None
     assert "recognition only" in c5["design"]
     assert "recognition only" in (demo_dir / "report.md").read_text()
     assert c5["ranking_set"] == "canonical-quick"
@@ -40,7 +47,7 @@ def test_demo_writes_records_summaries_figures_and_report(demo_dir, capsys):
     assert (demo_dir / "figures" / "c5_cross_architecture.png").is_file()
     report = (demo_dir / "report.md").read_text()
     # heads per set stated per model: 4 of 3 x 4 = 12 heads on both tiny models
-    assert report.count("| 4 of 12 (33.3%) |") == 2
+    assert report.count("| 4 of 12 (33.3%) |") == 3
     assert "| 3 x 4 = 12 | not stated |" in report  # tiny models: no training stated
 
 
@@ -68,7 +75,8 @@ def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, capsys):
 def test_cli_parses_every_command():
     p = cli.parser()
     args = p.parse_args(["c5", "--model", "a", "--model", "b@step1", "--out", "x", "--k", "2"])
-    assert args.model == ["a", "b@step1"] and args.k == 2 and args.n_random == 50
+    assert args.model == ["a", "b@step1"] and args.k == 2 and args.n_random == 199
+    assert args.sampling == "sequential" and args.stop_at == 10
     args = p.parse_args(["sweep", "--model", "m", "--revisions", "pythia-paper", "--out", "x"])
     assert args.revisions == "pythia-paper"
     for command in ("binding", "fewshot", "controls"):
@@ -92,3 +100,20 @@ def test_audit_flags_missing_and_single_token_spans(tiny_llama):
     assert "single_token" in rows[2]["flags"]
     lines = format_audit(rows)
     assert lines[1].startswith("!") and lines[2].startswith("!")
+
+
+def test_demo_runs_three_architectures_and_refuses_a_model_it_cannot_load(monkeypatch, tmp_path):
+    from bindscope import loading
+    from bindscope.errors import InputError
+
+    assert demo.DEMO_MODELS == (None, "gemma-3-270m", "qwen2.5-coder-0.5b")
+    # an install whose loader lacks the Qwen row: refused before any model loads
+    real = loading.embedded
+    monkeypatch.setattr(
+        loading, "embedded", lambda name: None if name == "qwen2.5-coder-0.5b" else real(name)
+    )
+    monkeypatch.setattr(loading, "check_embedded", lambda name: None)
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("loaded a model"))
+    with pytest.raises(InputError, match=r"'qwen2\.5-coder-0\.5b' is not an embedded model"):
+        demo.run(out=tmp_path / "demo", progress=False)
+    assert not (tmp_path / "demo").exists()

@@ -135,6 +135,12 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
         ),
         "--k": Changes("1", "2", lambda r, v: c5_setting(r, "k") == int(v)),
         "--n-random": Changes("1", "2", lambda r, v: c5_setting(r, "n_random") == int(v)),
+        "--sampling": Changes(
+            "fixed",
+            "sequential",
+            lambda r, v: r["provenance"]["c5"].get("sampling", "fixed") == v,
+        ),
+        "--stop-at": Changes("1", "2", lambda r, v: c5_setting(r, "stop_at") == int(v)),
         "--ablation": Changes("zero", "mean", lambda r, v: c5_setting(r, "ablation") == v),
         "--matched-layers": Changes(
             None, "", lambda r, v: c5_setting(r, "matched_layers") == (v is not None)

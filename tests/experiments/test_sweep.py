@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import math
+import weakref
 
 import numpy as np
 import pytest
@@ -55,6 +57,36 @@ def test_sweep_runs_each_revision_once_and_resumes(sp_tokenizer, tiny_prompts, t
     assert loads == revisions  # nothing reloaded
     sweep.run("fake/model", [*revisions, "r4"], progress=False, **options)
     assert loads == [*revisions, "r4"]
+
+
+def test_revisions_load_lazily_one_at_a_time_for_every_folder(sp_tokenizer, tiny_prompts, tmp_path):
+    """Each revision is loaded only while a folder lacks its records, the last one freed first.
+
+    ``sweep --heads`` writes ``OUT/heads`` from the same loaded revisions (one skeleton,
+    two folders): a revision whose sweep records exist is loaded again for its heads.
+    """
+    loads, alive = [], []
+
+    def loader(name, *, revision):
+        gc.collect()
+        assert not [r for r in alive if r() is not None], "the previous revision is still held"
+        loads.append(revision)
+        model = build_tiny("llama", sp_tokenizer)
+        model.revision = revision
+        alive.append(weakref.ref(model))
+        return model
+
+    revisions = ["r0", "r1"]
+    options = {"prompts": tiny_prompts, "out": tmp_path, "loader": loader, "progress": False}
+    options |= {"rubric": prompts_tiny.RUBRIC, "n_repeated": 2, "repeat_length": 4}
+    sweep.run("fake/model", revisions, **options)
+    assert loads == revisions
+    sweep.run("fake/model", revisions, heads=True, **options)
+    assert loads == revisions * 2  # the heads folder lacked every revision
+    assert validate_file(tmp_path / "heads" / "records.jsonl") > 0
+    assert (tmp_path / "heads" / "summary.json").is_file()
+    sweep.run("fake/model", revisions, heads=True, **options)
+    assert loads == revisions * 2  # both folders complete: nothing loaded
 
 
 def _records(series: dict[str, tuple[list[float], list[float]]]) -> list[dict]:

@@ -159,9 +159,11 @@ def c5_records(seed: int = 0) -> list[dict]:
             hurt = {"baseline": 0.0, "top": 0.6, "bottom": 0.1}.get(name, 0.2)
             for term, pid in _prompts():
                 for task in ("recognition", "generation"):
-                    score = float(rng.uniform() > 0.2 + hurt)
+                    margin = float(rng.normal(0.3 - hurt, 0.3))
+                    score = float(margin > 0)
+                    metrics = {"score": score, "margin": margin}
                     if task == "generation":
-                        score = float(np.clip(rng.uniform(0.5, 1.0) - hurt, 0, 1))
+                        metrics = {"score": float(np.clip(rng.uniform(0.5, 1.0) - hurt, 0, 1))}
                     out.append(
                         record(
                             "c5",
@@ -169,7 +171,7 @@ def c5_records(seed: int = 0) -> list[dict]:
                             term,
                             f"{pid}-{task[:3]}",
                             name,
-                            {"score": score},
+                            metrics,
                             task=task,
                             heads=heads,
                             c5=settings,

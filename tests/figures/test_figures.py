@@ -192,3 +192,37 @@ def test_cross_architecture_draws_only_the_tasks_some_model_evaluated():
     assert [ax.get_title().split(":")[0] for ax in both.axes] == ["recognition", "generation"]
     with pytest.raises(MissingData):
         cross_architecture({"a": entry([])})
+
+
+def _c5_entry(tasks, *, low=-0.3, high=0.5):
+    """A C5 summary entry scored on ``tasks``, its top-drop CI from ``low`` to ``high``."""
+    drop = {"value": 0.1, "low": low, "high": high}
+    return {
+        "conditions": {
+            "baseline": {**dict.fromkeys(tasks, 0.95), **{f"n_{t}": 82 for t in tasks}},
+            "top": dict.fromkeys(tasks, 0.85),
+            "bottom": dict.fromkeys(tasks, 0.9),
+        },
+        "drops": {c: dict.fromkeys(tasks, drop) for c in ("top", "bottom")},
+        "random_drops": {t: [0.0, 0.05, -0.02] for t in tasks},
+        "p_value": dict.fromkeys(tasks, 0.2),
+        "p_holm": dict.fromkeys(tasks, 0.4),
+    }
+
+
+def test_model_figure_draws_only_tasks_that_ran_and_never_cuts_a_whisker():
+    from bindscope.figures.c5 import model_figure
+
+    fig, _ = model_figure("m", _c5_entry(["recognition"]), k=4)
+    bars, *panels = fig.axes
+    assert [ax.get_title().split(":")[0] for ax in panels] == ["recognition"]  # no empty panel
+    labels = [t.get_text() for t in bars.get_xticklabels()]
+    assert labels == ["recognition\n(n = 82)"] and not any("?" in t for t in labels)
+    # the top drop's CI on the score scale, [base - high, base - low] = [0.45, 1.25], must
+    # lie inside the axis, not be cut at a fixed 1.05
+    low, high = bars.get_ylim()
+    assert low <= 0.45 and high >= 1.25
+    whiskers = [seg for c in bars.collections for seg in c.get_segments()]
+    assert whiskers and all(low <= y <= high for seg in whiskers for _, y in seg)
+    both, _ = model_figure("m", _c5_entry(["recognition", "generation"]), k=4)
+    assert len(both.axes) == 3

@@ -47,6 +47,15 @@ def test_report_numbers_come_from_the_summaries(full_results):
     for entry in c5["models"].values():
         assert md.estimate(entry["specificity"]["recognition"]) in text
         assert md.pvalue(entry["p_holm"]["generation"]) in text
+        # the continuous score beside accuracy, with its own drop and p; the power
+        assert md.estimate(entry["drops"]["top"]["margin"]) in text
+        assert md.num(entry["detectable_drop"]["recognition"]) in text
+    # the ranking and evaluation files with their hashes
+    assert f"`{c5['ranking_set']}` (sha256 `{c5['ranking_sha256'][:12]}`)" in text
+    # the limits a reviewer raises first: terms, tiny margins, unmatched layers
+    kinds = {limit["kind"] for limit in c5["limits"]}
+    assert {"clustered", "tiny_margins", "layers"} <= kinds
+    assert "--matched-layers" in text and "design effect" in text
     sweep = json.loads((root / "sweep" / "summary.json").read_text())
     for entry in sweep["models"].values():
         assert md.estimate(entry["leadlag"]["lead_fraction"]["pearson"]) in text

@@ -561,3 +561,83 @@ def test_independent_statistics_take_unequal_lengths(name: str) -> None:
 def test_seed_must_be_int() -> None:
     with pytest.raises(TypeError, match="seed"):
         stats.mean_ci([1.0, 2.0, 3.0], seed=np.random.default_rng(0))  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------
+# Sequential Monte Carlo p-values (Besag and Clifford 1991)
+# --------------------------------------------------------------------------
+
+
+def test_sequential_p_formula_on_hand_sequences() -> None:
+    # h = 2 exceedances (>= counts ties) reached at the 4th draw: p = h / l = 2 / 4
+    found = stats.sequential_p_value(0.5, [0.1, 0.5, 0.2, 0.9, 0.7], stop_at=2, max_draws=9)
+    assert (found.p, found.n_drawn, found.exceedances, found.stopped) == (0.5, 4, 2, "reached")
+    # never reached within max_draws = 5: p = (g + 1) / (max + 1) with g = 1
+    found = stats.sequential_p_value(0.8, [0.1, 0.9, 0.2, 0.3, 0.4, 0.95], stop_at=3, max_draws=5)
+    assert (found.p, found.n_drawn, found.exceedances, found.stopped) == (2 / 6, 5, 1, "maximum")
+    # undecided: too few draws yet, and fewer than h exceedances
+    assert stats.sequential_p_value(0.8, [0.1, 0.9], stop_at=3, max_draws=5) is None
+    # the far tail reaches the floor 1 / (max + 1)
+    assert stats.sequential_p_value(9.0, np.zeros(199)).p == pytest.approx(0.005)
+    with pytest.raises(ValueError, match="max_draws"):
+        stats.sequential_p_value(0.0, [1.0], stop_at=5, max_draws=0)
+    # max below h: never stops early, the fixed-count rank p
+    short = stats.sequential_p_value(0.5, [0.9, 0.1, 0.7], stop_at=5, max_draws=3)
+    assert short.p == stats.rank_p_value(0.5, [0.9, 0.1, 0.7]) == 0.75
+
+
+def test_sequential_p_stops_as_the_exact_tail_says() -> None:
+    # Null U(0, 1) and observed x: each draw exceeds with the exact tail q = 1 - x. The rule
+    # stops on h exceedances within max draws with probability binom.sf(h - 1, max, q), and
+    # then after L draws with L - h ~ negative binomial(h, q).
+    rng = np.random.default_rng(0)
+    h, most, x, n_sim = 5, 60, 0.9, 4000
+    q = 1 - x
+    found = [
+        stats.sequential_p_value(x, rng.random(most), stop_at=h, max_draws=most)
+        for _ in range(n_sim)
+    ]
+    reached = np.array([f.stopped == "reached" for f in found])
+    exact = sps.binom.sf(h - 1, most, q)
+    # 5 binomial standard errors: a wrong rule (e.g. > instead of >=, or h - 1) moves it by more
+    assert abs(reached.mean() - exact) < 5 * math.sqrt(exact * (1 - exact) / n_sim)
+    drawn = np.array([f.n_drawn for f in found if f.stopped == "reached"])
+    ls = np.arange(h, most + 1)
+    pmf = sps.nbinom.pmf(ls - h, h, q)
+    mean_l = float((ls * pmf).sum() / pmf.sum())  # E[L | stopped within max]
+    sd_l = math.sqrt(float(((ls - mean_l) ** 2 * pmf).sum() / pmf.sum()))
+    assert abs(drawn.mean() - mean_l) < 5 * sd_l / math.sqrt(drawn.size)
+    # (h - 1) / (L - 1) is unbiased for q (negative binomial); h / L has its median near q
+    assert np.median([f.p for f in found]) == pytest.approx(q, rel=0.35)
+
+
+def test_sequential_p_is_valid_under_the_null() -> None:
+    # Observed and null from the same distribution: P(p <= a) = a at each attainable a
+    # (Besag and Clifford 1991, section 2), here a = 1 / (max + 1) and h / l values.
+    rng = np.random.default_rng(1)
+    h, most, n_sim = 4, 39, 20000
+    ps = np.array(
+        [
+            stats.sequential_p_value(rng.random(), rng.random(most), stop_at=h, max_draws=most).p
+            for _ in range(n_sim)
+        ]
+    )
+    for level in (1 / (most + 1), h / 20, h / 8):
+        rate = float((ps <= level + 1e-12).mean())
+        assert abs(rate - level) < 5 * math.sqrt(level * (1 - level) / n_sim), (level, rate)
+
+
+def test_detectable_drop_formula_and_its_sqrt_n_cost() -> None:
+    drops = np.array([0.0, 0.02, -0.01, 0.01, 0.03])
+    items = np.random.default_rng(0).normal(0.1, 0.3, 80)
+    mdd = stats.detectable_drop(drops, items, alpha=0.05, power=0.8)
+    error = items.std(ddof=1) / math.sqrt(80)
+    by_hand = drops.mean() + 1.6448536 * drops.std(ddof=1) + 0.8416212 * error
+    assert mdd == pytest.approx(by_hand, rel=1e-6)
+    # a stricter level (Holm over 3) needs a bigger drop
+    assert stats.detectable_drop(drops, items, alpha=0.05 / 3) > mdd
+    # the sqrt(N / n) cost of cutting items: 4x the items, half the part above the mean
+    # (random drops, themselves means over the items, shrink alike)
+    more = stats.detectable_drop(drops / 2, np.tile(items, 4) + 0 * np.arange(320))
+    below = stats.detectable_drop(drops, items)
+    assert more - (drops / 2).mean() < below - drops.mean()

@@ -131,6 +131,9 @@ def test_c5_equals_local(tmp_path, sp_tokenizer):
             ref["metrics"].pop("choice_scores", []),
         )
         assert scores == pytest.approx(expected, abs=bound), key
+        # the margin is a difference of two choice scores: twice their bound
+        margin, expected = got["metrics"].pop("margin", 0.0), ref["metrics"].pop("margin", 0.0)
+        assert margin == pytest.approx(expected, abs=2 * bound), key
         assert got["metrics"] == ref["metrics"], key
         assert got["heads"] == ref["heads"], key
         assert got["provenance"]["remote"] == "local" and ref["provenance"]["remote"] is False

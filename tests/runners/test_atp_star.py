@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bindscope.runners import attribution_ops
+from bindscope.interventions import ops
 from bindscope.runners.attribution_patching import (
     LogitDifference,
     PatternPatch,
@@ -98,7 +98,7 @@ def test_pattern_estimate_on_a_single_saturated_row():
     new = torch.tensor([[[[1.0, 0.0], [1e-13, 1 - 1e-13]]]])
     grad = torch.tensor([[[[0.0, 0.0], [0.0, 2.0]]]])  # dm/dA: m = 2 * A[1, 1]
     rows = torch.tensor([[[False, True]]])
-    star = attribution_ops.pattern_estimate(probs, grad, new, rows, "atp*")
-    linear = attribution_ops.pattern_estimate(probs, grad, new, rows, "atp")
+    star = ops.pattern_estimate(probs, grad, new, rows, "atp*")
+    linear = ops.pattern_estimate(probs, grad, new, rows, "atp")
     assert torch.allclose(star, torch.tensor([[2.0]]))  # 2 * (1 - 2e-13)
     assert float(linear.abs()) < 1e-10

@@ -9,6 +9,8 @@ Modules:
     effects: Cohen's d and d_z.
     hypothesis_tests: rank p-values, permutation tests, the binomial test.
     multiple: p-value adjustment.
+    sequential: sequential Monte Carlo p-values (Besag and Clifford).
+    power: the smallest drop a rank test could detect.
     correlation: correlations, lead-lag and windowed correlations.
 
 Conventions:
@@ -53,6 +55,7 @@ from bindscope.metrics.stats.hypothesis_tests import (
     two_sample_permutation,
 )
 from bindscope.metrics.stats.multiple import adjust_pvalues
+from bindscope.metrics.stats.power import detectable_drop
 from bindscope.metrics.stats.results import (  # noqa: F401  METHOD_*: names the one-file module had
     METHOD_BCA,
     METHOD_DEGENERATE,
@@ -60,6 +63,7 @@ from bindscope.metrics.stats.results import (  # noqa: F401  METHOD_*: names the
     Estimate,
     TestResult,
 )
+from bindscope.metrics.stats.sequential import SequentialP, sequential_p_value
 
 # The keyword scipy (>= 1.15) takes a Generator by; tests build their reference
 # scipy calls with it.
@@ -67,6 +71,7 @@ _RNG_KW = "rng"
 
 __all__ = [
     "Estimate",
+    "SequentialP",
     "TestResult",
     "adjust_pvalues",
     "binomial_leads",
@@ -75,12 +80,14 @@ __all__ = [
     "cohens_d_ci",
     "cohens_dz",
     "correlation",
+    "detectable_drop",
     "is_constant",
     "lagged_correlations",
     "mean_ci",
     "paired_difference",
     "paired_permutation",
     "rank_p_value",
+    "sequential_p_value",
     "specificity",
     "two_sample_permutation",
     "wilson_ci",
