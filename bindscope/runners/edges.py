@@ -31,9 +31,9 @@ import numpy as np
 import torch
 
 from bindscope.errors import InputError
+from bindscope.interventions import ops
 from bindscope.nnsight_private import underlying_module
 from bindscope.protocols import LanguageModel
-from bindscope.interventions import ops
 from bindscope.runners import edge_ops
 from bindscope.runners.attribution_metrics import check_metrics, metric_terms
 from bindscope.runners.behaviour import keeps_logits
