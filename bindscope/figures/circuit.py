@@ -107,7 +107,8 @@ def tables(exp: ExperimentResults) -> list[str]:
     for label, entry in (exp.summary or {}).get("models", {}).items():
         settings = entry["settings"]
         lines += [
-            f"**{label}**: {settings['task']}, {settings['method']}, {entry['n_pairs']} pairs; "
+            f"**{label}**: {settings['task']}, {settings['method']}, "
+            f"{settings.get('selection', 'top')} circuits, {entry['n_pairs']} pairs; "
             f"mean metric {md.num(entry['clean'])} clean, {md.num(entry['corrupted'])} corrupted",
             "",
             *md.table(
