@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bindscope.experiments.experiment import Experiment
+from bindscope.cli.ndif import add_parser as add_ndif
 from bindscope.experiments.options import count, positive
 
 #: What ``RESULTS`` is, for summarize, figures and report.
@@ -168,6 +169,8 @@ def build(
     p.add_argument("--force", action="store_true", help="discard finished records, redo")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.set_defaults(func=commands["demo"])
+    if "ndif" in commands:
+        add_ndif(sub, commands["ndif"])
     return top
 
 
