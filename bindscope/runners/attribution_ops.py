@@ -192,6 +192,9 @@ def attribution_pass(model, terms, plan):
     outputs, patterns = plan["outputs"], plan["patterns"]
     drop = plan.get("grad_drop", False)
     zs, probs, blocks = {}, {}, []
+    stream = env.model.layers[0].input  # [b, W, d]
+    if not stream.requires_grad:  # NDIF serves frozen weights: track gradients from here
+        stream.requires_grad_(True)
     for layer in range(model.n_layers):
         if layer not in outputs and layer not in patterns and not drop:
             continue

@@ -1,7 +1,7 @@
 """Binding, recognition and every experiment through the real NDIF server equal local runs.
 
-The runners are called directly on both embedded models; the experiments (C5, the exact and
-the attribution scan, patch, heads) run from the CLI with ``--remote`` against the local
+The runners are called directly on both embedded models; the experiments (C5, the
+attribution scan, patch, heads) run from the CLI with ``--remote`` against the local
 server, as a user runs them, and their summaries must equal the local CLI's. Options keep
 each run small (``--limit``, ``--unit layer``, two random sets) so the layer stays quick.
 """
@@ -86,7 +86,6 @@ def _summary(folder: Path, experiment: str, name: str) -> dict:
 
 EXPERIMENTS = {
     "c5": ["--k", "2", "--n-random", "2"],
-    "scan": ["--unit", "layer", "--limit", "2", "--n-resamples", "50"],
     "scan-attribution": ["--method", "attribution", "--verify", "1", "--limit", "2",
                          "--n-resamples", "50"],
     "patch": ["--unit", "layer", "--limit", "2", "--n-resamples", "50"],
@@ -99,7 +98,7 @@ EXPERIMENTS = {
 def test_experiment_from_the_cli_equals_local(experiment, name, live, tmp_path, capsys):
     command = experiment.split("-")[0]
     options = EXPERIMENTS[experiment]
-    if command in ("c5", "heads", "scan"):
+    if command in ("c5", "heads"):
         options = [*options, "--prompts", str(_prompts(tmp_path))]
     common = [command, *options, "--no-progress"]
     assert main([*common, "--model", name, "--out", str(tmp_path / "local")]) == 0
@@ -110,3 +109,11 @@ def test_experiment_from_the_cli_equals_local(experiment, name, live, tmp_path, 
     records = (tmp_path / "far" / folder / "records.jsonl").read_text().splitlines()
     provenance = json.loads(records[0])["provenance"]
     assert provenance["remote"] == "ndif" and provenance["ndif_host"] == live
+
+
+def test_the_exact_scan_refuses_a_remote_model_clearly(live, tmp_path, capsys):
+    """The exact scan keeps a clean residual stream on this machine: local models only."""
+    name = "SmolLM2-135M-Instruct"
+    args = ["scan", "--unit", "layer", "--limit", "2", "--no-progress", "--remote"]
+    assert main([*args, "--model", SERVED[name], "--out", str(tmp_path)]) == 2
+    assert "runs local models only" in capsys.readouterr().err
