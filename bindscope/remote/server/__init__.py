@@ -160,7 +160,8 @@ def _pieces(home: Path, ports: Ports) -> list[Piece]:
             "api",
             [str(bin_dir / "gunicorn"), "--config", "python:ndif.services.api.gunicorn_conf",
              "--bind", f"127.0.0.1:{ports.api}", "ndif.services.api.app:app"],
-            ready=lambda: _answers(f"{host(ports.api)}/ping"),
+            # /status answers once the API reaches Ray (/ping answers before)
+            ready=lambda: _answers(f"{host(ports.api)}/status"),
             timeout=120,
         ),
     ]
@@ -229,9 +230,32 @@ def up(
         (home / STATE).unlink(missing_ok=True)
         raise
     state = {"port": port, "host": host(port), "models": list(models), "sandboxed": sandboxed,
-             "started_s": round(time.perf_counter() - started, 1)}
+             "hub_cache": str(hub_cache), "started_s": round(time.perf_counter() - started, 1)}
     (home / STATE).write_text(json.dumps(state))
     return host(port)
+
+
+def _piece(home: Path, name: str) -> tuple[Piece, dict[str, str]]:
+    state = _state(home)
+    if state is None:
+        raise NdifServerError(f"no local NDIF server runs from {home}; `bindscope ndif up` first")
+    ports = Ports.of(state["port"])
+    found = {p.slug: p for p in _pieces(home, ports) if p.ready is not None}
+    if name not in found:
+        raise NdifServerError(f"no piece {name!r}; the pieces are {', '.join(found)}")
+    return found[name], _environment(home, ports, Path(state["hub_cache"]))
+
+
+def stop_piece(*, home: Path, name: str) -> None:
+    """Stop one piece of a running server (``api``: clients then find no server)."""
+    piece, _ = _piece(home, name)
+    processes.stop(home, [piece.slug], others=False)
+
+
+def start_piece(*, home: Path, name: str) -> None:
+    """Start again a piece that `stop_piece` stopped."""
+    piece, env = _piece(home, name)
+    processes.start(home, piece, env)
 
 
 def running(home: Path) -> dict[str, list[psutil.Process]]:
@@ -254,4 +278,15 @@ def status(*, home: Path) -> dict:
     return {**state, "pieces": pieces, "api_answers": answers}
 
 
-__all__ = ["DEFAULT_PORT", "SERVED", "Ports", "down", "host", "running", "status", "up"]
+__all__ = [
+    "DEFAULT_PORT",
+    "SERVED",
+    "Ports",
+    "down",
+    "host",
+    "running",
+    "start_piece",
+    "status",
+    "stop_piece",
+    "up",
+]

@@ -151,11 +151,13 @@ def _alive(process: psutil.Process) -> bool:
     return False
 
 
-def stop(home: Path, order: Sequence[str]) -> list[str]:
-    """Stop every started piece, last started first; the names of those stopped."""
+def stop(home: Path, order: Sequence[str], *, others: bool = True) -> list[str]:
+    """Stop the pieces of ``order`` (last first), then with ``others`` any other started
+    piece; the names of those stopped."""
     stopped = []
     files = {p.stem: p for p in (home / "run").glob("*.pid")} if (home / "run").is_dir() else {}
-    for slug in [*reversed(order), *sorted(set(files) - set(order))]:
+    rest = sorted(set(files) - set(order)) if others else []
+    for slug in [*reversed(order), *rest]:
         if slug in files:
             _stop_session(int(files[slug].read_text()))
             files[slug].unlink()

@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import os
 import urllib.request
+from pathlib import Path
 
 import huggingface_hub
 import pytest
 
 import bindscope
+from bindscope.loading import cache_dir
 from bindscope.remote.server import DEFAULT_PORT, SERVED, host
 
 # A marked key: tests/remote/live/test_faults.py checks it appears in no payload, record,
 # log line or message of ours.
 KEY = "bindscope-live-key-3c9e71"
 HOST = os.environ.get("BINDSCOPE_NDIF_LIVE_HOST") or host(DEFAULT_PORT)
+# The server's folder (pid files, logs): where `bindscope ndif up` put it.
+HOME = Path(os.environ.get("BINDSCOPE_NDIF_HOME") or cache_dir() / "ndif")
 
 
 def answers(where: str = HOST) -> bool:
