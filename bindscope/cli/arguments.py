@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from bindscope.experiments.experiment import Experiment
 from bindscope.cli.ndif import add_parser as add_ndif
+from bindscope.experiments.experiment import Experiment
 from bindscope.experiments.options import count, positive
 
 #: What ``RESULTS`` is, for summarize, figures and report.

@@ -60,7 +60,10 @@ def cmd_ndif(args: argparse.Namespace) -> int:
         raise BindscopeError(f"--port {args.port}: pick a port between 1024 and 64000")
     folders = {repo: embedded_folder(name) for name, repo in server.SERVED.items()}
     where = server.up(
-        home=home, models=folders, port=args.port, hub_cache=_hub_cache(),
+        home=home,
+        models=folders,
+        port=args.port,
+        hub_cache=_hub_cache(),
         sandboxed=args.sandboxed,
     )
     print(f"NDIF runs at {where}, serving {', '.join(folders)}; logs in {home / 'logs'}")

@@ -15,9 +15,9 @@ from bindscope.runners.attribution_patching import (
     head_attribution_patching,
 )
 from tests.conftest import PROMPTS
-from tests.tolerance import assert_within, gradient_bound
 from tests.remote.test_simulation import twins  # noqa: F401 (the local and remote twins)
 from tests.remote.test_simulation_specs import _variants
+from tests.tolerance import assert_within, gradient_bound
 
 
 def test_estimates_through_the_simulated_server_equal_local(twins):  # noqa: F811

@@ -50,10 +50,12 @@ class Ports:
 
     @classmethod
     def of(cls, api: int) -> Ports:
+        """The ports of the server whose API listens on ``api``."""
         return cls(api, api + 1000, api + 1001, api + 1002, api + 1003, api + 1004)
 
 
 def host(port: int = DEFAULT_PORT) -> str:
+    """The URL clients use (``NDIF_HOST``) for a server on ``port``."""
     return f"http://127.0.0.1:{port}"
 
 
@@ -130,8 +132,19 @@ def _pieces(home: Path, ports: Ports) -> list[Piece]:
     return [
         Piece(
             "redis",
-            [_redis_server(), "--bind", "127.0.0.1", "--port", str(ports.redis), "--save", "",
-             "--appendonly", "no", "--dir", str(home)],
+            [
+                _redis_server(),
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(ports.redis),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(home),
+            ],
             ready=lambda: listening(ports.redis),
         ),
         Piece(
@@ -141,12 +154,23 @@ def _pieces(home: Path, ports: Ports) -> list[Piece]:
         ),
         Piece(
             "ray",
-            [str(bin_dir / "ray"), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
-             f"--port={ports.ray}", f"--ray-client-server-port={ports.ray_client}",
-             "--num-cpus=4", "--num-gpus=2", f"--resources={json.dumps(resources)}",
-             "--include-dashboard=true", "--dashboard-host=127.0.0.1",
-             f"--dashboard-port={ports.dashboard}", f"--temp-dir={home / 'ray'}",
-             "--disable-usage-stats"],
+            [
+                str(bin_dir / "ray"),
+                "start",
+                "--head",
+                "--block",
+                "--node-ip-address=127.0.0.1",
+                f"--port={ports.ray}",
+                f"--ray-client-server-port={ports.ray_client}",
+                "--num-cpus=4",
+                "--num-gpus=2",
+                f"--resources={json.dumps(resources)}",
+                "--include-dashboard=true",
+                "--dashboard-host=127.0.0.1",
+                f"--dashboard-port={ports.dashboard}",
+                f"--temp-dir={home / 'ray'}",
+                "--disable-usage-stats",
+            ],
             ready=lambda: listening(ports.ray_client) and listening(ports.dashboard),
             timeout=120,
         ),
@@ -158,8 +182,14 @@ def _pieces(home: Path, ports: Ports) -> list[Piece]:
         ),
         Piece(
             "api",
-            [str(bin_dir / "gunicorn"), "--config", "python:ndif.services.api.gunicorn_conf",
-             "--bind", f"127.0.0.1:{ports.api}", "ndif.services.api.app:app"],
+            [
+                str(bin_dir / "gunicorn"),
+                "--config",
+                "python:ndif.services.api.gunicorn_conf",
+                "--bind",
+                f"127.0.0.1:{ports.api}",
+                "ndif.services.api.app:app",
+            ],
             # /status answers once the API reaches Ray (/ping answers before)
             ready=lambda: _answers(f"{host(ports.api)}/status"),
             timeout=120,
@@ -220,17 +250,30 @@ def up(
         spec_file.write_text(json.dumps(deploy))
         processes.start(
             home,
-            Piece("deploy", [str(environment.venv_python(home / "venv")),
-                             str(NDIF_SIDE / "bindscope_ndif_cpu.py"), "deploy", str(spec_file)],
-                  timeout=600),
+            Piece(
+                "deploy",
+                [
+                    str(environment.venv_python(home / "venv")),
+                    str(NDIF_SIDE / "bindscope_ndif_cpu.py"),
+                    "deploy",
+                    str(spec_file),
+                ],
+                timeout=600,
+            ),
             env,
         )
     except BaseException:
         processes.stop(home, ORDER)
         (home / STATE).unlink(missing_ok=True)
         raise
-    state = {"port": port, "host": host(port), "models": list(models), "sandboxed": sandboxed,
-             "hub_cache": str(hub_cache), "started_s": round(time.perf_counter() - started, 1)}
+    state = {
+        "port": port,
+        "host": host(port),
+        "models": list(models),
+        "sandboxed": sandboxed,
+        "hub_cache": str(hub_cache),
+        "started_s": round(time.perf_counter() - started, 1),
+    }
     (home / STATE).write_text(json.dumps(state))
     return host(port)
 

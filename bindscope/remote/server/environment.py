@@ -35,6 +35,7 @@ STAMP = ".bindscope-ndif-installed"
 
 
 def venv_python(venv: Path) -> Path:
+    """The venv's interpreter."""
     return venv / "bin" / "python"
 
 
@@ -77,8 +78,7 @@ def build(venv: Path, log: Path) -> None:
             out.flush()
             if subprocess.run(step, stdout=out, stderr=subprocess.STDOUT).returncode:
                 raise NdifServerError(
-                    f"building the NDIF server venv failed at `{' '.join(step[:6])} ...`; "
-                    f"see {log}"
+                    f"building the NDIF server venv failed at `{' '.join(step[:6])} ...`; see {log}"
                 )
     (venv / STAMP).write_text(_stamp_text())
     print(

@@ -42,7 +42,7 @@ def place(hub_cache: Path, repo_id: str, folder: Path) -> Path:
 
 
 def specs(hub_cache: Path, folders: Mapping[str, Path], *, trusted: bool) -> list[dict]:
-    """ndif deploy specs: float32 (the server's default is bfloat16), sized from the files."""
+    """Ndif deploy specs: float32 (the server's default is bfloat16), sized from the files."""
     found = []
     for repo_id, folder in folders.items():
         snapshot = place(hub_cache, repo_id, folder)

@@ -37,6 +37,7 @@ class Piece:
 
     @property
     def slug(self) -> str:
+        """The name in file names (pid file, log)."""
         return self.name.replace(" ", "-")
 
 
@@ -48,6 +49,7 @@ def listening(port: int) -> bool:
 
 
 def log_path(home: Path, piece: Piece) -> Path:
+    """Where a piece's output goes."""
     return home / "logs" / f"{piece.slug}.log"
 
 
@@ -99,7 +101,9 @@ def start(home: Path, piece: Piece, env: Mapping[str, str]) -> None:
         code = None
     if process.poll() is None:
         _stop_session(process.pid)
-    why = f"exited with status {code}" if code is not None else f"not ready in {piece.timeout:.0f} s"
+    why = (
+        f"exited with status {code}" if code is not None else f"not ready in {piece.timeout:.0f} s"
+    )
     raise NdifServerError(
         f"NDIF server piece '{piece.name}' {why}; its log is {log}:\n{_tail(log)}\n"
         "Run `bindscope ndif down` to stop what did start."
@@ -152,8 +156,10 @@ def _alive(process: psutil.Process) -> bool:
 
 
 def stop(home: Path, order: Sequence[str], *, others: bool = True) -> list[str]:
-    """Stop the pieces of ``order`` (last first), then with ``others`` any other started
-    piece; the names of those stopped."""
+    """Stop the pieces of ``order`` (last first); the names of those stopped.
+
+    With ``others``, then any other piece that has a pid file (what ``down`` wants).
+    """
     stopped = []
     files = {p.stem: p for p in (home / "run").glob("*.pid")} if (home / "run").is_dir() else {}
     rest = sorted(set(files) - set(order)) if others else []

@@ -1,6 +1,7 @@
 """The live layer: bindscope against the real NDIF server, started by ``bindscope ndif up``.
 
-Every module is marked ``ndif_live`` (deselected by ``make test``; ``make test-live`` and ``.ci/run`` run it).
+Every module is marked ``ndif_live`` (deselected by ``make test``; ``make test-live`` and
+``.ci/run`` run it).
 With no server answering, every test fails with what to run: the layer never skips.
 """
 

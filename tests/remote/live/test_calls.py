@@ -45,10 +45,12 @@ def _equal_lists(got, ref, what):
 def test_probabilities_and_logits_equal_local(twins):
     local, far = twins
     for kwargs in ({}, {"ablate": HEADS}):
-        _equal_lists(far.attention_probs(TEXTS, **kwargs), local.attention_probs(TEXTS, **kwargs),
-                     ("attention_probs", kwargs))
-        _equal_lists(far.logits(TEXTS, **kwargs), local.logits(TEXTS, **kwargs),
-                     ("logits", kwargs))
+        _equal_lists(
+            far.attention_probs(TEXTS, **kwargs),
+            local.attention_probs(TEXTS, **kwargs),
+            ("attention_probs", kwargs),
+        )
+        _equal_lists(far.logits(TEXTS, **kwargs), local.logits(TEXTS, **kwargs), ("logits", kwargs))
     # negative control: a wrong head changes the logits far beyond equality
     moved = far.logits(TEXTS[:1], ablate=[(0, 0)])[0]
     assert not torch.equal(moved, local.logits(TEXTS[:1], ablate=HEADS[:1])[0])
@@ -82,8 +84,14 @@ def test_every_intervention_spec_equals_local(twins):
         {"intervene": Knockout(HEADS, [(n - 1, 0), (n - 1, 1)])},
         {"intervene": [Steer("resid_post", 0, vector, scale=2.0), Zero("attn_out", layers=[2])]},
         {"intervene": Patch("resid_pre", texts[::-1], layers=[1], positions=[5, 6])},
-        {"per_row": [Mean("mlp_out", mlp_means, layers=[1]), None, Zero(layers=[0]),
-                     Knockout(HEADS, [(n - 2, 1)])]},
+        {
+            "per_row": [
+                Mean("mlp_out", mlp_means, layers=[1]),
+                None,
+                Zero(layers=[0]),
+                Knockout(HEADS, [(n - 2, 1)]),
+            ]
+        },
     ]
     for kwargs in cases:
         _equal_lists(far.logits(texts, **kwargs), local.logits(texts, **kwargs), kwargs)
@@ -93,8 +101,12 @@ def test_generation_under_interventions_equals_local(twins):
     local, far = twins
     vector = torch.randn(local.d_model, generator=torch.Generator().manual_seed(3))
     steer = Steer("resid_post", 1, 3.0 * vector)
-    for kwargs in ({}, {"ablate": HEADS}, {"intervene": steer},
-                   {"per_row": [HEADS[:1], None, Zero(HEADS)]}):
+    for kwargs in (
+        {},
+        {"ablate": HEADS},
+        {"intervene": steer},
+        {"per_row": [HEADS[:1], None, Zero(HEADS)]},
+    ):
         got = far.generate_ids(TEXTS, max_new_tokens=5, **kwargs)
         assert got == local.generate_ids(TEXTS, max_new_tokens=5, **kwargs), kwargs
     assert far.generate(TEXTS[:1], max_new_tokens=4, ablate=HEADS) == local.generate(

@@ -28,18 +28,30 @@ from tests.tolerance import gradient_bound, logit_bound
 pytestmark = pytest.mark.ndif_live
 
 RECORDS = [
-    PromptRecord("gen_001", "screen reader", "generation",
-                 "In web accessibility, a screen reader is"),
-    PromptRecord("gen_002", "color contrast", "generation",
-                 "Developers should test color contrast and"),
+    PromptRecord(
+        "gen_001", "screen reader", "generation", "In web accessibility, a screen reader is"
+    ),
+    PromptRecord(
+        "gen_002", "color contrast", "generation", "Developers should test color contrast and"
+    ),
 ]
 CHOICES = [
-    PromptRecord("rec_001", "alt text", "recognition",
-                 "Alt text describes an image for: A) people B) dogs", choices=["people", "dogs"],
-                 answer_idx=0),
-    PromptRecord("rec_002", "skip link", "recognition",
-                 "True or False: a skip link helps keyboard users.", choices=["True", "False"],
-                 answer_idx=0),
+    PromptRecord(
+        "rec_001",
+        "alt text",
+        "recognition",
+        "Alt text describes an image for: A) people B) dogs",
+        choices=["people", "dogs"],
+        answer_idx=0,
+    ),
+    PromptRecord(
+        "rec_002",
+        "skip link",
+        "recognition",
+        "True or False: a skip link helps keyboard users.",
+        choices=["True", "False"],
+        answer_idx=0,
+    ),
 ]
 
 
@@ -47,7 +59,9 @@ def test_eb_star_equals_local(twins):
     local, far = twins
     for kwargs in ({}, {"ablate": HEADS}):
         for got, ref in zip(binding(far, RECORDS, **kwargs), binding(local, RECORDS, **kwargs)):
-            assert got.eb_star == ref.eb_star or (math.isnan(got.eb_star) and math.isnan(ref.eb_star))
+            assert got.eb_star == ref.eb_star or (
+                math.isnan(got.eb_star) and math.isnan(ref.eb_star)
+            )
             assert torch.equal(got.bsi.nan_to_num(-1), ref.bsi.nan_to_num(-1))
 
 
@@ -103,8 +117,16 @@ def _summary(folder: Path, experiment: str, name: str) -> dict:
 
 EXPERIMENTS = {
     "c5": ["--k", "2", "--n-random", "2"],
-    "scan-attribution": ["--method", "attribution", "--verify", "1", "--limit", "2",
-                         "--n-resamples", "50"],
+    "scan-attribution": [
+        "--method",
+        "attribution",
+        "--verify",
+        "1",
+        "--limit",
+        "2",
+        "--n-resamples",
+        "50",
+    ],
     "patch": ["--unit", "layer", "--limit", "2", "--n-resamples", "50"],
     "heads": ["--n-repeated", "2"],
 }

@@ -92,9 +92,12 @@ def test_a_model_not_deployed_names_what_runs(live):
 def test_a_job_raising_on_the_server_brings_its_traceback(twins):
     _, far = twins
     batch = far.encode(["Alt text describes an image"])
-    with pytest.raises(RemoteJobError, match="IndexError") as error:
-        with torch.no_grad(), far.nnsight.trace(**batch.inputs, **far.trace_options):
-            far.nnsight.lm_head.output[:, :, 10**9].save()  # out of range there, not here
+    with (
+        pytest.raises(RemoteJobError, match="IndexError") as error,
+        torch.no_grad(),
+        far.nnsight.trace(**batch.inputs, **far.trace_options),
+    ):
+        far.nnsight.lm_head.output[:, :, 10**9].save()  # out of range there, not here
     assert "Traceback" in str(error.value) and KEY not in str(error.value)
 
 

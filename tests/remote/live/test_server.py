@@ -47,6 +47,10 @@ def test_every_piece_runs_and_listens_on_loopback_except_ray(live):
         assert not wide, f"{name} listens beyond loopback: {sorted(wide)}"
     # the ports clients and the server's own pieces use are all on loopback
     ports = server.Ports.of(int(live.rsplit(":", 1)[1]))
-    for name, port in (("api", ports.api), ("redis", ports.redis), ("object-store", ports.object_store)):
+    for name, port in (
+        ("api", ports.api),
+        ("redis", ports.redis),
+        ("object-store", ports.object_store),
+    ):
         addresses = {ip for ip, p in _listening(pieces[name]) if p == port}
         assert addresses and all(_loopback(ip) for ip in addresses), (name, addresses)

@@ -23,18 +23,21 @@ import sys
 from typing import Any
 
 import ray
-from nnsight.modeling.huggingface import HuggingFaceModel
-
+from ndif.cli.lib.deploy import deploy as ndif_deploy
 from ndif.services.ray.deployments.controller.controller import _ControllerActor
 from ndif.services.ray.deployments.modeling.base import (
     KILL_REASON_PREEMPTED,
     BaseModelDeployment,
 )
 from ndif.services.ray.sandbox.model import SandboxModelDeployment
+from nnsight import TransformersModel
+from nnsight.modeling.huggingface import _ID_CACHE, HuggingFaceModel
+from nnsight.modeling.mixins.remotable import Remotable
+from transformers import pipelines
 
 
 def _accepting_trust_remote_code(method: Any) -> classmethod:
-    """ndif passes ``trust_remote_code=`` to two nnsight 0.8.1 methods that do not take it."""
+    """Ndif passes ``trust_remote_code=`` to two nnsight 0.8.1 methods that do not take it."""
     function = method.__func__
 
     def call(cls, *args, trust_remote_code=None, **kwargs):
@@ -45,7 +48,7 @@ def _accepting_trust_remote_code(method: Any) -> classmethod:
 
 
 def _resolving_check_task(check_task: Any) -> Any:
-    """transformers 5.24 names the pipeline class as a dotted string; nnsight reads its flags."""
+    """Transformers 5.24 names the pipeline class as a dotted string; nnsight reads its flags."""
 
     def call(task, *args, **kwargs):
         name, targeted, options = check_task(task, *args, **kwargs)
@@ -61,9 +64,6 @@ def _resolving_check_task(check_task: Any) -> Any:
 
 def patch() -> None:
     """Apply the compatibility patches once per process (idempotent)."""
-    from nnsight.modeling.mixins.remotable import Remotable
-    from transformers import pipelines
-
     for name in ("describe_checkpoint", "max_tp_size"):
         if not getattr(getattr(Remotable, name), "__bindscope_patch__", False):
             setattr(Remotable, name, _accepting_trust_remote_code(getattr(Remotable, name)))
@@ -80,6 +80,7 @@ class CpuModelDeployment(BaseModelDeployment):
     """ndif's model actor with its CUDA steps (place, sync, verify, cache moves) removed."""
 
     def load_from_disk(self) -> HuggingFaceModel:
+        """Load the weights into CPU memory, in the deployment's dtype."""
         model = HuggingFaceModel.from_model_key(
             self.model_key, dispatch=True, dtype=self.dtype_name, **self.kwargs
         )
@@ -87,14 +88,17 @@ class CpuModelDeployment(BaseModelDeployment):
         return model
 
     async def to_cache(self) -> None:
+        """Park the replica (HOT -> WARM) without moving anything."""
         await self.cancel(KILL_REASON_PREEMPTED)  # weights already live in CPU memory
         self.cached = True
 
     def from_cache(self, gpu_mem_bytes_by_id: dict[int, int]) -> None:
+        """Unpark the replica (WARM -> HOT)."""
         self.gpu_mem_bytes_by_id = gpu_mem_bytes_by_id
         self.cached = False
 
     def cleanup(self) -> None:
+        """Reset the request's state, as ndif's does, without the CUDA calls."""
         self.kill_switch.clear()
         self.kill_reason = None
         self.execution_ident = None
@@ -112,24 +116,19 @@ class CpuController(_ControllerActor):
 
 CpuModelActor = ray.remote(num_cpus=1, max_restarts=-1)(CpuModelDeployment)
 CpuSandboxModelActor = ray.remote(num_cpus=1, max_restarts=-1)(CpuSandboxDeployment)
-CpuControllerActor = ray.remote(
-    num_cpus=1, num_gpus=0, max_restarts=-1, resources={"head": 1}
-)(CpuController)
+CpuControllerActor = ray.remote(num_cpus=1, num_gpus=0, max_restarts=-1, resources={"head": 1})(
+    CpuController
+)
 
 
 def model_key(checkpoint: str) -> str:
     """The key a bindscope client sends for ``checkpoint`` (text-generation, no revision)."""
-    from nnsight import TransformersModel
-    from nnsight.modeling.huggingface import _ID_CACHE
-
     _ID_CACHE[checkpoint] = checkpoint  # offline: the id is canonical as written
     return TransformersModel(checkpoint, task="text-generation").to_model_key()
 
 
 def deploy(specs_path: str) -> int:
     """Deploy each spec and wait for its replica; print one JSON line per model."""
-    from ndif.cli.lib.deploy import deploy as ndif_deploy
-
     with open(specs_path) as handle:
         specs = json.load(handle)
     for spec in specs:
