@@ -13,6 +13,7 @@ import torch
 
 from bindscope.interventions import Knockout, Mean, Patch, Resample, Steer, Zero, head_means
 from bindscope.interventions.means import site_means
+from tests.remote.test_simulation_specs import _variants as variants
 
 pytestmark = pytest.mark.ndif_live
 
@@ -27,13 +28,7 @@ SITES = ["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "head_ou
 
 def _variants(model):
     """Four texts of one length: a base text and three with token 5 swapped (donors)."""
-    base = model.tokenize(TEXTS[2])
-    out = [base]
-    for token in (300, 301, 302):
-        ids = list(base)
-        ids[5] = token
-        out.append(ids)
-    return out
+    return variants(model, TEXTS[2], tokens=(300, 301, 302))
 
 
 def _equal_lists(got, ref, what):
