@@ -67,7 +67,7 @@ def cmd_ndif(args: argparse.Namespace) -> int:
         sandboxed=args.sandboxed,
     )
     print(f"NDIF runs at {where}, serving {', '.join(folders)}; logs in {home / 'logs'}")
-    print(f"export NDIF_HOST={where} NDIF_API_KEY=local   # any non-empty key: auth is off")
+    print(f"export NDIF_HOST={where} NDIF_API_KEY=local HF_HUB_OFFLINE=1   # auth is off")
     print("stop it with: bindscope ndif down")
     return 0
 
