@@ -165,14 +165,9 @@ def quiet() -> None:
 
 
 MODEL_HELP = (
-    "model to benchmark: default (SmolLM2-135M-Instruct), gemma-3-270m, or any load_model "
-    "name, Hub id or folder"
+    "model to benchmark: default (SmolLM2-135M-Instruct), gemma-3-270m, qwen2.5-coder-0.5b, "
+    "or any load_model name, Hub id or folder"
 )
-
-
-def model_spec(name: str | None):
-    """``--model`` to a ``load_model`` argument (``default`` or None: the default model)."""
-    return None if name in (None, "default") else name
 
 
 def load_default_model(name: str | None = None):
@@ -183,7 +178,7 @@ def load_default_model(name: str | None = None):
     import bindscope
 
     started = time.perf_counter()
-    model = bindscope.load_model(model_spec(name))
+    model = bindscope.load_model(name)  # takes "default" like --model
     model.hf.eval()
     return model, time.perf_counter() - started
 

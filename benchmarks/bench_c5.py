@@ -442,7 +442,7 @@ def floor_agreement(ours: dict, floor: dict, model: str | None = None) -> dict:
     baseline = [k for k in floor["results"] if k.endswith("|baseline")]
     keys = [k for k in baseline if "prediction" in floor["results"][k]]
     gen = [k for k in baseline if "prediction" not in floor["results"][k]]
-    tok = bindscope.load_model(common.model_spec(model)).tokenizer if gen else None
+    tok = bindscope.load_model(model).tokenizer if gen else None
     same = 0
     for key in gen:
         ids = [t for t in floor["results"][key]["ids"] if t != tok.pad_token_id]

@@ -147,3 +147,47 @@ def sessions(jobs: Sequence[T], size: int = SESSION_BATCHES) -> Iterator[list[T]
     """Consecutive groups of at most ``size`` jobs, one nnsight session each."""
     for start in range(0, len(jobs), size):
         yield list(jobs[start : start + size])
+
+
+def read_positions(positions, *, what: str = "positions") -> tuple[int, ...] | None:
+    """``positions=`` of a reading call as a tuple of integers (None: every position).
+
+    One integer is one position; negative ones count from each text's end (``-1``: the
+    last token).
+
+    Raises:
+        InputError: Not an integer or a non-empty list of integers.
+    """
+    if positions is None:
+        return None
+    if isinstance(positions, numbers.Integral) and not isinstance(positions, bool):
+        return (int(positions),)
+    items = list(positions) if isinstance(positions, (list, tuple, range)) else None
+    if not items or not all(
+        isinstance(p, numbers.Integral) and not isinstance(p, bool) for p in items
+    ):
+        raise InputError(
+            f"{what}={positions!r} is not a position or a list of them; pass token positions "
+            "of the unpadded text, e.g. -1 (the last token) or [0, 5, -1], or None for all"
+        )
+    return tuple(int(p) for p in items)
+
+
+def absolute_positions(
+    positions: tuple[int, ...], n: int, *, model_name: str, text: str, what: str = "positions"
+) -> list[int]:
+    """``positions`` of a text of ``n`` tokens, counted from its start.
+
+    ``text`` names the text in the message (``"text #3"``).
+
+    Raises:
+        InputError: A position outside the text (names the text, its length and the range).
+    """
+    out = [p + n if p < 0 else p for p in positions]
+    bad = [p for p, q in zip(positions, out) if not 0 <= q < n]
+    if bad:
+        raise InputError(
+            f"{model_name}: {what} {bad} are outside {text} ({n} tokens: positions "
+            f"0..{n - 1}, or -{n}..-1 from the end)"
+        )
+    return out

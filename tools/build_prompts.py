@@ -368,7 +368,7 @@ def build_pairs(
                     "control_group": groups[base],
                     "clean": template,
                     "corrupted": corrupted,
-                    "target": " " + rec["choices"][rec["answer_idx"]],
+                    "target": rec["choices"][rec["answer_idx"]],  # one space is put before it
                     "n_span_tokens": rec["n_span_tokens"],
                 }
             )

@@ -8,10 +8,11 @@ Run ``bindscope <command> --help`` for the options.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +21,14 @@ from bindscope.cli.arguments import build
 from bindscope.cli.ndif import cmd_ndif
 from bindscope.errors import BindscopeError, BindscopeWarning
 from bindscope.experiments import registry
-from bindscope.experiments.experiment import Experiment
+from bindscope.experiments.experiment import Common, Experiment
 from bindscope.experiments.options import Options
 from bindscope.loading import check_device, check_dtype
 from bindscope.prompts import load
 from bindscope.prompts.audit import audit, format_audit, write_audit
 from bindscope.protocols import LanguageModel
 from bindscope.results.lock import INFO_NAME, LOCK_NAME, FolderLock, check_writable
+from bindscope.results.settings import check_resumable
 
 
 def _load(spec: str | None, revision: str | None, args: argparse.Namespace) -> LanguageModel:
@@ -93,6 +95,36 @@ def _check_folder(folder: Path) -> None:
         path.rmdir()
 
 
+def _check_resume(definition: Experiment, options: Options, args: argparse.Namespace) -> None:
+    """A folder made with other settings or versions is refused before any model loads.
+
+    The plan is made without models (plans check models only in their loops), for its
+    settings; the run checks them again, with the models' dtype and BOS policy.
+    """
+    if definition.plan is None or args.force:  # a sweep checks each revision as it loads it
+        return
+    common = Common(args.out, args.batch_size, args.seed, args.force, progress=False)
+    planned = definition.plan([], options, common)
+    check_resumable(args.out / definition.name, planned.settings)
+
+
+@contextlib.contextmanager
+def _writable(folder: Path | None) -> Iterator[None]:
+    """``folder`` checked writable (made if missing), and removed again if refused empty."""
+    if folder is None:
+        yield
+        return
+    made = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
+    check_writable(folder)
+    try:
+        yield
+    except BindscopeError:  # refused: leave no empty folder behind
+        for path in made:
+            if path.is_dir() and not any(path.iterdir()):
+                path.rmdir()
+        raise
+
+
 def _models(definition: Experiment, args: argparse.Namespace) -> object:
     """What ``run`` takes as its models: one, a list, or the ``--model`` id (revisions)."""
     if definition.models == "revisions":
@@ -111,6 +143,7 @@ def _run_experiment(definition: Experiment, args: argparse.Namespace) -> int:
     _check_compute(args)
     options = _options(definition, args)
     _check_folder(args.out / definition.name)
+    _check_resume(definition, options, args)
     keywords = options.keywords()
     if definition.models == "revisions":  # each revision loads as --model would
         keywords["loader"] = lambda name, revision=None, **_: _load(name, revision, args)
@@ -149,15 +182,19 @@ def cmd_audit(args: argparse.Namespace) -> int:
     """``bindscope audit``: each prompt's term span under a model's tokenizer."""
     _check_compute(args)
     records = load(args.prompts)
-    model = _load(args.model, args.revision, args)
-    rows = audit(model, records)
+    if args.write is not None and args.write.is_dir():
+        raise BindscopeError(f"--write {args.write} is a folder; pass the audit file's path")
+    where = args.write.parent if args.write is not None else None
+    with _writable(where):  # a path that cannot be written is refused before the load
+        model = _load(args.model, args.revision, args)
+        rows = audit(model, records)
     for line in format_audit(rows):
         print(line)
-    path = write_audit(rows, args.write or Path(f"audit-{Path(str(args.prompts)).stem}.jsonl"))
+    written = f"; written to {write_audit(rows, args.write)}" if args.write else ""
     bad = [r for r in rows if {"not_found", "single_token", "too_long"} & set(r["flags"])]
     print(
         f"{len(rows)} prompts, {len(bad)} without a 2+ token span or too long for the "
-        f"context window; written to {path}"
+        f"context window{written}"
     )
     return 1 if bad and args.strict else 0
 
@@ -204,15 +241,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     # the demo draws figures: matplotlib loads only for the commands that draw
     from bindscope import demo
 
-    check_writable(args.out)
     models = [None if m == "default" else m for m in args.model] if args.model else None
-    demo.run(
-        out=args.out,
-        quick=args.quick,
-        force=args.force,
-        progress=not args.no_progress,
-        models=models,
-    )
+    with _writable(args.out):
+        demo.run(
+            out=args.out,
+            quick=args.quick,
+            force=args.force,
+            progress=not args.no_progress,
+            models=models,
+        )
     return 0
 
 

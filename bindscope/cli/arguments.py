@@ -10,6 +10,7 @@ from typing import Any
 from bindscope.cli.ndif import add_parser as add_ndif
 from bindscope.experiments.experiment import Experiment
 from bindscope.experiments.options import count, positive
+from bindscope.loading import EMBEDDED
 
 #: What ``RESULTS`` is, for summarize, figures and report.
 RESULTS_HELP = "the --out folder of one or more experiment runs"
@@ -32,8 +33,9 @@ def add_common(
         "--model",
         default=None,
         action="append" if several else "store",
-        help="Hub id, local folder or 'default' (SmolLM2-135M-Instruct, offline); "
-        "id@revision also works"
+        help="Hub id, local folder, or an embedded model (offline): 'default' or "
+        + ", ".join(EMBEDDED)
+        + "; id@revision also works"
         + ("; repeat for several models (Holm across them)" if several else ""),
     )
     if revision:
@@ -132,7 +134,12 @@ def build(
         default="canonical",
         help="prompt set: canonical, controls or a .jsonl path (default %(default)s)",
     )
-    p.add_argument("--write", type=Path, default=None, help="audit JSONL path")
+    p.add_argument(
+        "--write",
+        type=Path,
+        default=None,
+        help="also write the audit rows to this JSON Lines path (default: write no file)",
+    )
     p.add_argument("--strict", action="store_true", help="exit 1 if any span is missing/short")
     p.set_defaults(func=commands["audit"])
 

@@ -142,7 +142,9 @@ class Experiment:
         summarize: Rebuilds ``OUT/<name>/summary.json`` from the records (``folder`` only).
         text: The summary as terminal lines (limits are added by the registry).
         records: The kinds of record it writes (its own and any helper records).
-        plan: ``plan(models, options, common) -> Plan``: what ``run`` does per model.
+        plan: ``plan(models, options, common) -> Plan``: what ``run`` does per model. The
+            command line also calls it with no models, before any loads, for the settings a
+            resumed folder must match: model checks belong in loops over ``models``.
         loop: For an experiment that loads its own models (a sweep loads each revision):
             ``loop(model id, options, common) -> summary`` runs instead of the model loop.
         models: ``one`` model, ``several`` (``--model`` repeatable) or ``revisions`` (run

@@ -251,6 +251,8 @@ def _agreement_lines(found: dict | None) -> list[str]:
 def summary_lines(s: dict, *, top: int = 5) -> list[str]:
     """Readable lines of a scan or patching summary: top conditions per model and metric."""
     name = "Head scan" if s["experiment"] == "scan" else "Activation patching"
+    if not s.get("models"):  # nothing summarised: no effect, no correction to name
+        return [f"{name}: no records"]
     out = [f"{name}: {s.get('effect', '')}; 95% paired bootstrap CIs, {s.get('correction')} p"]
     for label, m in s.get("models", {}).items():
         if s["experiment"] == "scan":
@@ -263,8 +265,9 @@ def summary_lines(s: dict, *, top: int = 5) -> list[str]:
             corr = m.get("bsi_vs_effect")
             if corr and corr.get("value") is not None:
                 out.append(
-                    f"    BSI vs effect: Spearman {corr['value']:.3f} "
-                    f"[{corr['low']:.3f}, {corr['high']:.3f}] over {corr['n_prompts']} prompts"
+                    f"    BSI vs {corr.get('effect', 'exact')} effect: Spearman "
+                    f"{corr['value']:.3f} [{corr['low']:.3f}, {corr['high']:.3f}] over "
+                    f"{corr['n_prompts']} prompts and {corr['n_cells']} heads"
                 )
             out += _matched_lines(m.get("binding_top_vs_matched"))
         else:
@@ -274,4 +277,5 @@ def summary_lines(s: dict, *, top: int = 5) -> list[str]:
                 f"{len(m['significant'])} significant"
             )
             out += [f"    {_cell_line(c)}" for c in m["top"][:top]]
+            out += _agreement_lines(m.get("agreement"))
     return out

@@ -143,6 +143,14 @@ def floor_ceiling(model: str, name: str, baseline: float | None) -> dict | None:
     }
 
 
+#: What a skip reason means and how to keep such prompts, in ``excluded``'s message.
+EXPLAINED = {
+    "at_position_0": "the term starts on the attention sink, pass --prepend-bos to keep them",
+    "too_long": "the prompt exceeds the model's context window (its term was found); shorten "
+    "the template (`bindscope audit` flags them)",
+}
+
+
 def excluded(
     model: str, reasons: dict[str, int], where: str, *, keys: list[str] | None = None
 ) -> dict | None:
@@ -155,16 +163,16 @@ def excluded(
     if not total:
         return None
     said = ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items()))
+    said += "".join(
+        f"; {reason}: {why}" for reason, why in EXPLAINED.items() if reasons.get(reason)
+    )
     found: dict[str, object] = {
         "kind": "excluded",
         "model": model,
         "where": where,
         "n": total,
         "reasons": dict(reasons),
-        "message": f"{model}: {total} prompts left out of {where} ({said}; at_position_0: the "
-        "term starts on the attention sink, pass --prepend-bos to keep them)"
-        if "at_position_0" in reasons
-        else f"{model}: {total} prompts left out of {where} ({said})",
+        "message": f"{model}: {total} prompts left out of {where} ({said})",
     }
     if keys:
         more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""

@@ -2,7 +2,9 @@
 
 Method. Each pair holds a clean and a corrupted prompt that tokenize to the same length and
 a metric: the mean log-probability of a ``target`` text appended to both, or the logit
-difference ``clean_answer - corrupted_answer`` (one token each) at the last position. Every
+difference ``clean_answer - corrupted_answer`` (one token each) at the last position. Both
+follow the prompt after one space, as a prompt file's choices do
+(`bindscope.prompts.continuations`): they are written without leading whitespace. Every
 head's output (or every layer's, ``unit="layer"``) is patched from the clean run into the
 corrupted run (``Patch``), and the normalised recovery
 ``(patched - corrupted) / (clean - corrupted)`` is recorded per pair. Per head: the mean
@@ -10,13 +12,13 @@ recovery with a paired bootstrap 95% CI and a sign-flip permutation p-value (rec
 against 0), adjusted across heads (Benjamini-Hochberg, or Holm). Pairs whose clean and
 corrupted metrics are equal have no recovery to measure and are left out of the summary.
 
-Pair files are JSON Lines (``docs/records.md``, "Pair files"); the built-in ``pairs`` set
-replaces the term of each canonical recognition item with a control term.
+Pair files are JSON Lines (``docs/records.md``, "Pair files"; read by
+`bindscope.prompts.pairs`); the built-in ``pairs`` set replaces the term of each canonical
+recognition item with a control term.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,132 +27,100 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from bindscope.errors import InputError, PromptFileError
-from bindscope.experiments import head_stats, limits
+from bindscope.errors import InputError
+from bindscope.experiments import head_stats, limits, scan_attribution
 from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.head_sets import as_pairs, conditions_of
 from bindscope.experiments.head_stats import HeadTestOptions, summary_lines
 from bindscope.experiments.options import option
 from bindscope.experiments.summary import summarize_tests
 from bindscope.interventions import Patch
-from bindscope.prompts.datafiles import data_path
+from bindscope.prompts.continuations import appended, continuation_ids
+from bindscope.prompts.pairs import Pair, load_pairs
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import by_model, model_label
 from bindscope.results.records import provenance
 from bindscope.results.schema import RecordKind
-from bindscope.results.settings import content_sha256
+from bindscope.runners.attribution_metrics import LogitDifference, Metric, TargetLogprob
+from bindscope.runners.attribution_patching import all_heads
 
 EXPERIMENT = "patching"
+#: ``--method attribution``: each pair's estimate of every head (docs/records.md).
+ESTIMATE = "patching-estimate"
 #: What every patching record's metrics hold.
 PATCHED = ("clean", "corrupted", "patched")
 
 
 @dataclass(frozen=True)
-class Pair:
-    """One clean/corrupted pair (see ``docs/records.md``, "Pair files")."""
+class Prepared:
+    """A pair as one model runs it: both texts, and its metric two ways."""
 
-    pair_id: str
-    term: str  # "" when the pair has none (an IOI pair); only labels the records
-    clean: str
-    corrupted: str
-    target: str | None = None
-    clean_answer: str | None = None
-    corrupted_answer: str | None = None
-    control_group: str | None = None
+    pair: Pair
+    clean: Any  # a string, or token ids (prompt + target)
+    corrupted: Any
+    measure: Callable[[Any], float]  # the metric of one text's logits [n, V]
+    metric: Metric  # the same metric for attribution patching
 
     @property
     def key(self) -> str:
-        """``term/pair_id`` (``pair_id`` without a term), unique in a pair file."""
-        return f"{self.term}/{self.pair_id}" if self.term else self.pair_id
-
-    @property
-    def prompt_id(self) -> str:
-        """The pair's id (what a prompt's id is to other records)."""
-        return self.pair_id
-
-    @property
-    def task(self) -> str:
-        """``recognition`` for a target pair, ``generation`` for an answer pair."""
-        return "recognition" if self.target is not None else "generation"
+        """The pair's key."""
+        return self.pair.key
 
 
-def load_pairs(path_or_name: str | Path = "pairs") -> tuple[list[Pair], str, str]:
-    """Read a pair file (``pairs`` is the built-in set); returns pairs, name and SHA-256.
+def prepare(model: LanguageModel, pair: Pair) -> Prepared:
+    """The two texts as run, and the pair's metric as a function of logits and as a `Metric`.
 
     Raises:
-        PromptFileError: A line is not JSON or lacks a field (file and line named).
+        InputError: An answer that is not one token under the model's tokenizer.
     """
-    path = data_path("pairs.jsonl") if str(path_or_name) == "pairs" else Path(path_or_name)
-    if not path.is_file():
-        raise PromptFileError(f"{path}: no such pair file; pass 'pairs' or a .jsonl path")
-    pairs, seen = [], set()
-    for number, line in enumerate(path.read_text("utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise PromptFileError(f"{where}: not valid JSON ({exc.msg})") from None
-        missing = [k for k in ("pair_id", "clean", "corrupted") if k not in row]
-        if missing:
-            raise PromptFileError(f"{where}: missing field(s) {missing}")
-        has_answers = "clean_answer" in row and "corrupted_answer" in row
-        if not row.get("target") and not has_answers:
-            raise PromptFileError(
-                f"{where}: give a 'target' text, or both 'clean_answer' and 'corrupted_answer'"
-            )
-        if row.get("target") and ("clean_answer" in row or "corrupted_answer" in row):
-            raise PromptFileError(
-                f"{where}: both 'target' and 'clean_answer'/'corrupted_answer'; a pair has one "
-                "metric: keep 'target' (its mean log-prob) or the two answers (their logit "
-                "difference)"
-            )
-        pair = Pair(
-            str(row["pair_id"]),
-            str(row.get("term") or ""),
-            row["clean"],
-            row["corrupted"],
-            row.get("target"),
-            row.get("clean_answer"),
-            row.get("corrupted_answer"),
-            row.get("control_group"),
-        )
-        if pair.key in seen:
-            raise PromptFileError(f"{where}: pair {pair.key} appears twice")
-        seen.add(pair.key)
-        pairs.append(pair)
-    if not pairs:
-        raise PromptFileError(f"{path}: no pairs (the file holds no JSON line); docs/records.md")
-    return pairs, path.stem, content_sha256(path)
-
-
-def _texts_and_metric(model: LanguageModel, pair: Pair) -> tuple[Any, Any, Callable[[Any], float]]:
-    """The two texts as run, and a function of a text's logits ``[n, V]`` giving the metric."""
     tok = model.tokenizer
     if pair.clean_answer is not None and pair.corrupted_answer is not None:
-        ids = [tok(a, add_special_tokens=False)["input_ids"] for a in
-               (pair.clean_answer, pair.corrupted_answer)]  # fmt: skip
+        answers = (pair.clean_answer, pair.corrupted_answer)
+        ids = [continuation_ids(tok, a) for a in answers]
         if any(len(i) != 1 for i in ids):
             raise InputError(
                 f"pair {pair.key}: clean_answer and corrupted_answer must be one token each "
-                f"under {model.name}'s tokenizer (got {[len(i) for i in ids]})"
+                f"under {model.name}'s tokenizer as they follow the prompt "
+                f"({', '.join(repr(appended(a)) for a in answers)}: "
+                f"{[len(i) for i in ids]} tokens)"
             )
 
         def logit_difference(logits: Any) -> float:
             return float(logits[-1, ids[0][0]] - logits[-1, ids[1][0]])
 
-        return pair.clean, pair.corrupted, logit_difference
-    target = tok(pair.target, add_special_tokens=False)["input_ids"]
+        difference = LogitDifference(ids[0][0], ids[1][0])
+        return Prepared(pair, pair.clean, pair.corrupted, logit_difference, difference)
+    assert pair.target is not None  # a pair has a target or both answers (load_pairs)
+    target = continuation_ids(tok, pair.target)
     clean = model.tokenize(pair.clean) + target
     corrupted = model.tokenize(pair.corrupted) + target
 
-    def metric(logits: Any) -> float:
+    def measure(logits: Any) -> float:
         logp = logits.float().log_softmax(-1)
         n = logits.shape[0]
         return float(np.mean([float(logp[p - 1, clean[p]]) for p in range(n - len(target), n)]))
 
-    return clean, corrupted, metric
+    return Prepared(pair, clean, corrupted, measure, TargetLogprob(len(target)))
+
+
+def prepare_all(
+    model: LanguageModel, pairs: list[Pair], name: str, limit: int | None
+) -> tuple[list[Prepared], int]:
+    """The first ``limit`` pairs of equal token length under ``model``, and how many were not.
+
+    Raises:
+        InputError: No pair has equal lengths under this model's tokenizer.
+    """
+    prepared, skipped = [], 0
+    for pair in pairs:
+        found = prepare(model, pair)
+        if _length(model, found.clean) != _length(model, found.corrupted):
+            skipped += 1  # another tokenizer than the one the pairs were matched under
+            continue
+        prepared.append(found)
+    if not prepared:
+        raise InputError(f"{name}: no pair tokenizes to equal lengths under {model.name}")
+    return prepared[:limit], skipped
 
 
 @dataclass(frozen=True)
@@ -166,6 +136,10 @@ class PatchingOptions(HeadTestOptions):
         unit: ``head``, ``layer``, or ``position``: every head of one layer patched at one
             token position, counted from the end (``L3.P0`` is layer 3 at the last token),
             over the positions every pair has.
+        method: ``exact`` (every head patched) or ``attribution``: every head's recovery
+            estimated by attribution patching, then only the ``verify`` heads with the
+            largest mean |estimate| patched exactly (as ``scan --method attribution``).
+        verify: Heads patched exactly under ``attribution`` (default 20).
     """
 
     UNITS: ClassVar[tuple[str, ...]] = ("head", "layer", "position")
@@ -176,35 +150,26 @@ class PatchingOptions(HeadTestOptions):
         "one condition per head, per layer (every head of it), or per layer and token position",
         choices=UNITS,
     )
+    method: str = scan_attribution.method_option("patch")
+    verify: int | None = scan_attribution.verify_option()
 
     def check(self) -> None:
         """Unit, correction and limit; a pair file that reads; resamples that fit in memory."""
         super().check()
+        scan_attribution.check_options(self.method, self.verify, self.unit)
         pairs, _, _ = load_pairs(self.pairs)
         head_stats.check_resamples(self.n_resamples, len(pairs[: self.limit]))
 
 
 def _plan(models: list[LanguageModel], opts: PatchingOptions, common: Common) -> Plan:
-    (model,) = models  # one model: the pairs are prepared under its tokenizer
     found, name, sha = load_pairs(opts.pairs)
-    prepared = []
-    skipped = 0
-    for pair in found:
-        clean, corrupted, metric = _texts_and_metric(model, pair)
-        lengths = [len(t) if not isinstance(t, str) else len(model.tokenize(t)) for t in
-                   (clean, corrupted)]  # fmt: skip
-        if lengths[0] != lengths[1]:
-            skipped += 1  # another tokenizer than the one the pairs were matched under
-            continue
-        prepared.append((pair, clean, corrupted, metric))
-    prepared = prepared[: opts.limit]
-    if not prepared:
-        raise InputError(f"{name}: no pair tokenizes to equal lengths under {model.name}")
     settings = {"unit": opts.unit, "seed": common.seed, "limit": opts.limit}
-    settings |= {"pairs": name, "pairs_sha256": sha}
-    shortest = min(_length(model, corrupted) for _, _, corrupted, _ in prepared)
-    conditions, offsets = _conditions(model, opts.unit, shortest)
-    names = list(conditions)
+    settings |= {"pairs": name, "pairs_sha256": sha, "method": opts.method}
+    verify = scan_attribution.check_options(opts.method, opts.verify, opts.unit)
+    if verify is not None:
+        settings["verify"] = verify
+    # the pairs are prepared under each model's tokenizer, checked before any record
+    prepared = {id(m): prepare_all(m, found, name, opts.limit) for m in models}
 
     def prov(model: LanguageModel) -> dict:
         found = provenance(
@@ -213,23 +178,32 @@ def _plan(models: list[LanguageModel], opts: PatchingOptions, common: Common) ->
             patching=settings,
             n_layers=model.n_layers,
             n_heads=model.n_heads,
-            pairs_skipped=skipped,
+            pairs_skipped=prepared[id(model)][1],
         )
         return {**found, "prompt_set": name, "prompt_sha256": sha}
 
     def each(run: ModelRun) -> None:
-        def work(chunk: list[tuple[Pair, Any, Any, Callable[..., float]]]) -> list[dict]:
+        model = run.model
+        items = prepared[id(model)][0]
+        shortest = min(_length(model, p.corrupted) for p in items)
+        conditions, offsets = _conditions(model, opts.unit, shortest)
+        names = list(conditions)
+        if verify is not None:  # estimate every head, patch the top ones exactly
+            chosen = _estimate(run, items, settings, common)
+            names = [n for n in names if n in chosen]
+
+        def work(chunk: list[Prepared]) -> list[dict]:
             out = []
-            for pair, clean, corrupted, metric in chunk:
-                base = model.logits([clean, corrupted], batch_size=common.batch_size)
-                values = {"clean": metric(base[0]), "corrupted": metric(base[1])}
-                last = _length(model, corrupted) - 1
+            for p in chunk:
+                base = model.logits([p.clean, p.corrupted], batch_size=common.batch_size)
+                values = {"clean": p.measure(base[0]), "corrupted": p.measure(base[1])}
+                last = _length(model, p.corrupted) - 1
                 patched = model.logits(
-                    [corrupted] * len(names),
+                    [p.corrupted] * len(names),
                     per_row=[
                         Patch(
                             as_pairs(conditions[n]),
-                            source=(clean,),
+                            source=(p.clean,),
                             positions=_where(offsets, n, last),
                         )
                         for n in names
@@ -237,16 +211,16 @@ def _plan(models: list[LanguageModel], opts: PatchingOptions, common: Common) ->
                     batch_size=common.batch_size,
                 )
                 rows: list[tuple[str, list, float]] = [("clean", [], values["clean"])]
-                rows += [(n, conditions[n], metric(p)) for n, p in zip(names, patched)]
+                rows += [(n, conditions[n], p.measure(x)) for n, x in zip(names, patched)]
                 for condition, heads, value in rows:
-                    if run.done(pair.key, condition):
+                    if run.done(p.key, condition):
                         continue
                     metrics = {**values, "patched": value}
                     if condition in offsets:
                         metrics["position_from_end"] = offsets[condition]
                     out.append(
                         run.record(
-                            pair,
+                            p.pair,
                             condition,
                             metrics,
                             heads=heads,
@@ -257,9 +231,9 @@ def _plan(models: list[LanguageModel], opts: PatchingOptions, common: Common) ->
             return out
 
         run.chunks(
-            prepared,
+            items,
             work,
-            key=lambda item: run.key(item[0].key, names[-1]),
+            key=lambda p: run.key(p.key, names[-1]),
             chunk_size=max(1, common.batch_size // 4),
             desc=f"patching {model_label(model)}",
         )
@@ -268,6 +242,31 @@ def _plan(models: list[LanguageModel], opts: PatchingOptions, common: Common) ->
         return summarize(folder, correction=opts.correction, n_resamples=opts.n_resamples)
 
     return Plan(settings, each, provenance=prov, summarize=summary)
+
+
+def _estimate(run: ModelRun, items: list[Prepared], settings: dict, common: Common) -> list[str]:
+    """One ``patching-estimate`` record per pair; the heads to patch exactly.
+
+    Each head's ``patched - corrupted`` change of the pair's metric, estimated by
+    attribution patching of the clean run into the corrupted one (the scan's shared
+    `scan_attribution.estimate_heads`).
+    """
+    model = run.model
+    every = tuple(all_heads(model))
+
+    def rows(p: Prepared) -> scan_attribution.Row:
+        return p.corrupted, p.metric, Patch(every, source=(p.clean,))
+
+    def fields(p: Prepared, value: float, change: np.ndarray) -> dict:
+        metrics = {"corrupted": value, "estimate": change.tolist()}
+        return run.record(
+            p.pair, "estimate", metrics, name=ESTIMATE, ablation="patch", patching=settings
+        )
+
+    return scan_attribution.estimate_heads(
+        model, items, run.writer, experiment=ESTIMATE, rows=rows, fields=fields,
+        verify=settings["verify"], batch_size=common.batch_size, progress=run.progress,
+    )  # fmt: skip
 
 
 def _length(model: LanguageModel, text: str | Sequence[int]) -> int:
@@ -308,6 +307,7 @@ def summarize_patching(
     if not evaluated:
         return {"experiment": EXPERIMENT, "models": {}}
     settings = evaluated[0]["patching"]
+    estimates = [r for r in records if r["experiment"] == ESTIMATE]
     groups = by_model(evaluated)
     models = {}
     found: list[dict] = []
@@ -336,13 +336,16 @@ def summarize_patching(
             heads[r["condition"]] = h[0] if len(h) == 1 else [h[0][0], column]
             table.setdefault(r["condition"], {})[r["prompt_key"]] = m["patched"]
         names = sorted(table, key=lambda n: heads[n])
+        # attribution: the patched heads were chosen among all, so tests count all heads
+        attribution = settings.get("method") == "attribution"
+        n_tests = n_layers * n_heads if attribution else len(names)
         usable = sorted(
             p
             for p, (c, x) in ends.items()
             if p not in unusable and c != x and all(p in table[n] for n in names)
         )
         no_gap = len(ends) - len(unusable) - len(usable)
-        used = n_resamples or head_stats.default_resamples(len(names))
+        used = n_resamples or head_stats.default_resamples(n_tests)
         cells = {}
         for name in names:
             recovery = np.array(
@@ -355,7 +358,10 @@ def summarize_patching(
                 n_resamples=used,
                 alternative="two-sided",
             )
-        head_stats.adjust(cells, correction=correction)
+        if attribution:
+            scan_attribution.adjust_all_heads(cells, correction=correction, n_heads=n_tests)
+        else:
+            head_stats.adjust(cells, correction=correction)
         gap = [ends[p][0] - ends[p][1] for p in usable]
         models[label] = {
             "model": first["model"],
@@ -369,8 +375,11 @@ def summarize_patching(
             "mean_gap": float(np.mean(gap)) if gap else math.nan,
             "recovery": head_stats.effect_map(cells, heads, n_layers, width),
             "significant": [list(heads[n]) for n in names if cells[n]["significant"]],
-            "top": head_stats.top_cells(cells, heads, top),
+            "top": head_stats.top_cells(cells, heads, len(cells) if attribution else top),
         }
+        if attribution:
+            mine = by_model(estimates).get(label, [])
+            _add_estimates(models[label], mine, {p: ends[p] for p in usable}, n_tests)
         found += limits.collect(
             limits.small_group(label, "the usable pairs", len(usable), "a test"),
             limits.excluded(label, {"no clean-corrupted gap": no_gap}, "recovery"),
@@ -385,7 +394,7 @@ def summarize_patching(
                 "recovery",
                 n_pairs=len(usable),
                 n_resamples=used,
-                n_tests=len(names),
+                n_tests=n_tests,
                 correction=correction,
                 items="pairs",
             ),
@@ -394,6 +403,8 @@ def summarize_patching(
         "experiment": EXPERIMENT,
         "limits": found,
         "unit": settings["unit"],
+        "method": settings.get("method", "exact"),
+        "verify": settings.get("verify"),
         "pairs": settings["pairs"],
         "seed": settings["seed"],
         "correction": correction,
@@ -401,6 +412,30 @@ def summarize_patching(
         "effect": "(patched - corrupted) / (clean - corrupted), mean over pairs",
         "models": models,
     }
+
+
+def _add_estimates(entry: dict, estimates: list[dict], ends: dict, n_tests: int) -> None:
+    """``patch --method attribution``: the estimated recovery map and its agreement.
+
+    Each pair's estimated change is divided by its clean - corrupted gap (``ends``: the
+    usable pairs), as the exact recovery is; ``estimate`` is the mean over those pairs,
+    each ``top`` cell gains its ``estimate``, and ``agreement`` compares them on the
+    patched heads (`scan_attribution.agreement`).
+    """
+    by_pair = {r["prompt_key"]: r["metrics"]["estimate"] for r in estimates}
+    used = [p for p in ends if p in by_pair]
+    entry["n_tests"] = n_tests
+    entry["verified"] = [list(c["head"]) for c in entry["top"]]
+    if not used:
+        return
+    ratio = [np.array(by_pair[p], dtype=float) / (ends[p][0] - ends[p][1]) for p in used]
+    mean = np.mean(ratio, 0)  # [L, H]
+    entry["estimate"] = mean.tolist()
+    entry["n_estimated_pairs"] = len(used)
+    for cell in entry["top"]:
+        layer, head = cell["head"]
+        cell["estimate"] = float(mean[layer, head])
+    entry["agreement"] = scan_attribution.agreement(entry["top"])
 
 
 def summarize(
@@ -417,17 +452,24 @@ def summarize(
 
 
 CONDITIONS = RecordKind(EXPERIMENT, prefixes=("L",), metrics=lambda record: PATCHED)
+#: ``--method attribution``: each pair's estimate of every head (docs/records.md).
+ESTIMATES = RecordKind(
+    ESTIMATE, conditions=("estimate",), metrics=lambda record: ("corrupted", "estimate")
+)
 DEFINITION = Experiment(
     EXPERIMENT, "patch", "patch each head from clean into corrupted runs", PatchingOptions,
-    summarize, summary_lines, records=(CONDITIONS,), plan=_plan,
+    summarize, summary_lines, records=(CONDITIONS, ESTIMATES), plan=_plan,
 )  # fmt: skip
 run = DEFINITION.run
 
 __all__ = [
     "DEFINITION",
+    "ESTIMATE",
     "Pair",
     "PatchingOptions",
+    "Prepared",
     "load_pairs",
+    "prepare",
     "run",
     "summarize",
     "summarize_patching",

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from bindscope.prompts.records import PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import model_label
 from bindscope.results.records import read_records
-from bindscope.results.settings import SETTINGS_FILE, model_settings
+from bindscope.results.settings import SETTINGS_FILE, model_settings, read_settings, versions
 
 #: Where reused binding results come from, relative to the results folder.
 BINDING_FROM = "binding/records.jsonl"
@@ -20,16 +19,19 @@ def stored_binding(model: LanguageModel, out: str | Path, pset: PromptSet) -> di
 
     Binding results are computed once per results folder: they are reused when the binding
     run used the same prompt set (content hash), model, revision and BOS policy and dtype
-    (its ``settings.json``). Returns ``{prompt key: metrics}``, empty when nothing matches.
+    (its ``settings.json``), under the same code versions. Returns ``{prompt key: metrics}``,
+    empty when nothing matches.
     """
     folder = Path(out) / "binding"
     records, settings = folder / "records.jsonl", folder / SETTINGS_FILE
     if not (records.is_file() and settings.is_file()):
         return {}
-    stored = json.loads(settings.read_text("utf-8"))
-    if (stored.get("settings") or {}).get("prompt_sha256") != pset.sha256:
+    stored = read_settings(settings)
+    if stored["settings"].get("prompt_sha256") != pset.sha256:
         return {}
-    if (stored.get("models") or {}).get(model_label(model)) != model_settings(model):
+    if stored.get("versions") != versions():  # another code version's numbers
+        return {}
+    if stored["models"].get(model_label(model)) != model_settings(model):
         return {}
     return {
         r["prompt_key"]: r["metrics"]

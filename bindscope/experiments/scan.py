@@ -3,7 +3,8 @@
 Method. Each condition zero- or mean-ablates one head (``unit="head"``) or every head of
 one layer (``unit="layer"``). A recognition item scores the correct choice's mean
 log-probability per token and whether the arg-max choice is correct; a prompt with a
-``target`` field scores the target's mean log-probability. The effect of a condition is
+``target`` field scores the target's mean log-probability (the target follows the prompt
+after one space, as a choice does: `bindscope.prompts.continuations`). The effect of a condition is
 the paired drop ``clean - ablated`` per prompt; its mean gets a paired bootstrap 95% CI
 and a sign-flip permutation p-value, adjusted across all conditions (Benjamini-Hochberg,
 or Holm). With ``unit="head"`` the scan also measures each head's mean BSI on the same
@@ -41,6 +42,8 @@ from bindscope.experiments.scan_summary import (
 )
 from bindscope.experiments.summary import summarize_tests
 from bindscope.interventions import head_means
+from bindscope.prompts.context import check_fit
+from bindscope.prompts.continuations import continuation_ids
 from bindscope.prompts.records import PromptRecord, PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import model_label
@@ -57,16 +60,10 @@ def scored(model: LanguageModel, record: PromptRecord) -> tuple[list[ScoredSeque
     """The sequences a record is scored on, and the index of the correct one (or None)."""
     prompt = model.tokenize(record.template)
     if record.task == "recognition":
-        tok = model.tokenizer
-        seqs = [
-            ScoredSequence(prompt + tok(" " + c, add_special_tokens=False)["input_ids"],
-                           len(tok(" " + c, add_special_tokens=False)["input_ids"]))
-            for c in record.choices or ()
-        ]  # fmt: skip
-        return seqs, record.answer_idx
-    target = record.extra.get("target")
-    ids = model.tokenizer(target, add_special_tokens=False)["input_ids"]
-    return [ScoredSequence(prompt + ids, len(ids))], None
+        ids = [continuation_ids(model.tokenizer, c) for c in record.choices or ()]
+        return [ScoredSequence(prompt + i, len(i)) for i in ids], record.answer_idx
+    target = continuation_ids(model.tokenizer, record.extra["target"])
+    return [ScoredSequence(prompt + target, len(target))], None
 
 
 def scannable(pset: PromptSet) -> list[PromptRecord]:
@@ -145,18 +142,8 @@ class ScanOptions(HeadTestOptions):
         "second, ...) instead of the first N in the file; refused without --limit",
         switch=True,
     )
-    method: str = option(
-        "exact",
-        "exact: ablate every head; attribution: estimate every head by attribution "
-        "patching (AtP*), then scan the --verify top heads exactly",
-        choices=scan_attribution.METHODS,
-    )
-    verify: int | None = option(
-        None,
-        "heads verified exactly under --method attribution (default 20)",
-        type=positive,
-        metavar="K",
-    )
+    method: str = scan_attribution.method_option("ablate")
+    verify: int | None = scan_attribution.verify_option()
 
     def check(self) -> None:
         """Options that apply only in some modes are refused elsewhere."""
@@ -168,6 +155,13 @@ class ScanOptions(HeadTestOptions):
             )
         if self.matched_classes and self.unit != "head":
             raise InputError("--matched-classes compares heads: it needs --unit head")
+        if self.matched_classes and self.method == "attribution":
+            raise InputError(
+                "--matched-classes compares the EB* top set's mean effect with random sets, but "
+                "--method attribution measures only the --verify heads exactly (the others have "
+                "no effect, and a mean over them is NaN); drop --matched-classes or use "
+                "--method exact"
+            )
         if self.spread and self.limit is None:
             raise InputError(
                 "--spread spreads --limit N prompts over the terms: add --limit N "
@@ -197,6 +191,8 @@ def _plan(models: list[LanguageModel], opts: ScanOptions, common: Common) -> Pla
             f"{pset.name}: no recognition record and no record with a 'target' field to scan"
         )
     check_resamples(opts.n_resamples, len(items))
+    for model in models:  # refused by prompt id before anything is written
+        check_fit(model, items, scored=True)
     seed = common.seed
     settings = {
         "ablation": opts.ablation,
@@ -294,7 +290,7 @@ def _run_model(run: ModelRun, items: list[PromptRecord], settings: dict, batch_s
         means = head_means(model, [r.template for r in items], heads, batch_size=batch_size)
     donor_of = draw_donors(items, settings["seed"]) if settings["ablation"] == "resample" else {}
     if settings["method"] == "attribution":  # estimate every head, verify the top ones
-        chosen = scan_attribution.estimate_heads(
+        chosen = scan_attribution.estimate_scan(
             model, items, run.writer, settings, run.prov, scored=scored, means=means,
             donor_of=donor_of, batch_size=batch_size, progress=run.progress,
         )  # fmt: skip

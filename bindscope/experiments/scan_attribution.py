@@ -1,11 +1,13 @@
-"""The head scan's attribution method: estimate every head, verify the top heads exactly.
+"""The attribution method of the scan and of patching: estimate every head, verify the top.
 
-``bindscope scan --method attribution --verify K`` first estimates every head's effect on
-each prompt with attribution patching (`bindscope.runners.attribution_patching`: one
-forward and one backward pass per batch, whatever the number of heads), then runs the exact
-single-head scan on the ``K`` heads with the largest mean |estimate| only. The summary keeps
-the exact scan's layout; the estimate map and the estimate-vs-exact agreement on the
-verified heads are added (docs/records.md).
+``bindscope scan --method attribution --verify K`` (and ``bindscope patch --method
+attribution --verify K`` on pairs; `estimate_heads` is the part they share) first estimates
+every head's effect on each item with attribution patching
+(`bindscope.runners.attribution_patching`: one forward and one backward pass per batch,
+whatever the number of heads), then runs the exact single-head scan (or patch) on the ``K``
+heads with the largest mean |estimate| only. The summary keeps the exact layout; the
+estimate map and the estimate-vs-exact agreement on the verified heads are added
+(docs/records.md).
 
 Statistics. The verified heads are chosen by the estimate on the same prompts, so their
 p-values are adjusted across *all* ``L x H`` heads, the heads not verified counted with
@@ -26,12 +28,14 @@ from tqdm.auto import tqdm
 from bindscope.errors import InputError
 from bindscope.experiments import head_stats
 from bindscope.experiments.chunks import run_chunks
+from bindscope.experiments.options import option, positive
 from bindscope.experiments.recording import base_record
 from bindscope.interventions import Mean, Patch, Resample, Zero
 from bindscope.interventions.specs import Spec
 from bindscope.prompts.records import PromptRecord
 from bindscope.protocols import LanguageModel
 from bindscope.results.records import RecordWriter, read_records, record_key
+from bindscope.runners.attribution_metrics import Metric
 from bindscope.runners.attribution_patching import TargetLogprob, all_heads, attribution_scores
 from bindscope.runners.scan import ScoredSequence
 
@@ -41,6 +45,26 @@ Scorer = Callable[[LanguageModel, PromptRecord], tuple[list[ScoredSequence], int
 ESTIMATE = "scan-estimate"
 METHODS = ("exact", "attribution")
 DEFAULT_VERIFY = 20
+
+
+def method_option(verb: str) -> Any:
+    """The ``--method`` option of an experiment that ``verb``s (ablates, patches) every head."""
+    return option(
+        "exact",
+        f"exact: {verb} every head; attribution: estimate every head by attribution "
+        f"patching (AtP*), then {verb} the --verify top heads exactly",
+        choices=METHODS,
+    )
+
+
+def verify_option() -> Any:
+    """The ``--verify K`` option: heads measured exactly under ``--method attribution``."""
+    return option(
+        None,
+        f"heads measured exactly under --method attribution (default {DEFAULT_VERIFY})",
+        type=positive,
+        metavar="K",
+    )
 
 
 def check_options(method: str, verify: int | None, unit: str) -> int | None:
@@ -77,7 +101,69 @@ def _spec(model: LanguageModel, settings: dict, means: Any, text: list[int], don
     return Zero(heads)
 
 
+#: One item as attribution patching runs it: its text (ids or a string), its metric and
+#: the intervention on every head whose per-head effect is estimated.
+Row = tuple[Any, Metric, Spec]
+
+
 def estimate_heads(
+    model: LanguageModel,
+    items: Sequence[Any],
+    writer: RecordWriter,
+    *,
+    experiment: str,
+    rows: Callable[[Any], Row],
+    fields: Callable[[Any, float, np.ndarray], dict],
+    verify: int,
+    batch_size: int,
+    progress: bool,
+) -> list[str]:
+    """Write one ``estimate`` record per item; return the ``verify`` heads to measure exactly.
+
+    The shared half of ``scan --method attribution`` and ``patch --method attribution``:
+    each item (a prompt or a pair, anything with a ``key``) is laid out by ``rows``, every
+    head's effect on its metric estimated in batches (`attribution_scores`: one forward
+    and one backward pass per batch), and ``fields(item, metric value, change [L, H])``
+    makes its record (``experiment``, condition ``estimate``), written through the chunked,
+    resumable loop. Returns the condition names (``L<layer>.H<head>``) of the ``verify``
+    heads with the largest mean |estimate| over ``items``, read back from the records.
+    """
+
+    def key(item: Any) -> str:
+        return record_key(experiment, model.name, model.revision, item.key, "estimate")
+
+    def work(chunk: list[Any]) -> list[dict]:
+        laid = [rows(item) for item in chunk]
+        texts, metrics, specs = (
+            [row[0] for row in laid],
+            [row[1] for row in laid],
+            [row[2] for row in laid],
+        )
+        value = np.zeros(len(texts))
+        change = np.zeros((len(texts), model.n_layers, model.n_heads))
+        for group in _groups(texts, specs):
+            value[group], change[group] = attribution_scores(
+                model,
+                [texts[i] for i in group],
+                [metrics[i] for i in group],
+                per_row=[specs[i] for i in group],
+                batch_size=batch_size,
+            )
+        return [fields(item, float(v), c) for item, v, c in zip(chunk, value, change)]
+
+    run_chunks(
+        items,
+        writer=writer,
+        key=key,
+        work=work,
+        chunk_size=batch_size,
+        desc=f"{experiment} {model.name}",
+        progress=progress,
+    )
+    return _select(model, items, writer.path, verify, experiment)
+
+
+def estimate_scan(
     model: LanguageModel,
     items: Sequence[PromptRecord],
     writer: RecordWriter,
@@ -90,7 +176,7 @@ def estimate_heads(
     batch_size: int,
     progress: bool,
 ) -> list[str]:
-    """Write one ``scan-estimate`` record per prompt: every head's estimated effect.
+    """The scan's estimates: one ``scan-estimate`` record per prompt (`estimate_heads`).
 
     The metric is the scan's log-prob (the correct choice's, or the target's, mean
     log-probability per token, as ``scored`` lays the prompt out); the estimate is of
@@ -98,54 +184,29 @@ def estimate_heads(
     Returns the condition names of the heads to verify.
     """
 
-    def key(rec: PromptRecord) -> str:
-        return record_key(ESTIMATE, model.name, model.revision, rec.key, "estimate")
+    def rows(rec: PromptRecord) -> Row:
+        seqs, answer = scored(model, rec)
+        seq = seqs[answer or 0]
+        donor = None
+        if rec.key in donor_of:
+            theirs, _ = scored(model, donor_of[rec.key])
+            donor = theirs[(answer or 0) % len(theirs)]
+        text = list(seq.ids)
+        return text, TargetLogprob(seq.n_target), _spec(model, settings, means, text, donor)
 
-    def work(chunk: list[PromptRecord]) -> list[dict]:
-        texts, targets, per_row = [], [], []
-        for rec in chunk:
-            seqs, answer = scored(model, rec)
-            seq = seqs[answer or 0]
-            texts.append(list(seq.ids))
-            targets.append(TargetLogprob(seq.n_target))
-            donor = None
-            if rec.key in donor_of:
-                theirs, _ = scored(model, donor_of[rec.key])
-                donor = theirs[(answer or 0) % len(theirs)]
-            per_row.append(_spec(model, settings, means, texts[-1], donor))
-        clean = np.zeros(len(texts))
-        change = np.zeros((len(texts), model.n_layers, model.n_heads))
-        for group in _groups(texts, per_row):
-            clean[group], change[group] = attribution_scores(
-                model,
-                [texts[i] for i in group],
-                [targets[i] for i in group],
-                per_row=[per_row[i] for i in group],
-                batch_size=batch_size,
-            )
-        out = []
-        for rec, value, est in zip(chunk, clean, change):
-            fields = {"logprob": float(value), "estimate": (-est).tolist()}
-            if rec.key in donor_of:
-                fields["donor"] = donor_of[rec.key].key
-            out.append(
-                base_record(
-                    ESTIMATE, model, rec, "estimate", fields, prov,
-                    ablation=settings["ablation"], scan=settings,
-                )
-            )  # fmt: skip
-        return out
+    def fields(rec: PromptRecord, value: float, change: np.ndarray) -> dict:
+        found = {"logprob": value, "estimate": (-change).tolist()}
+        if rec.key in donor_of:
+            found["donor"] = donor_of[rec.key].key
+        return base_record(
+            ESTIMATE, model, rec, "estimate", found, prov,
+            ablation=settings["ablation"], scan=settings,
+        )  # fmt: skip
 
-    run_chunks(
-        items,
-        writer=writer,
-        key=key,
-        work=work,
-        chunk_size=batch_size,
-        desc=f"scan estimate {model.name}",
-        progress=progress,
-    )
-    return _select(model, items, writer.path, settings["verify"])
+    return estimate_heads(
+        model, items, writer, experiment=ESTIMATE, rows=rows, fields=fields,
+        verify=settings["verify"], batch_size=batch_size, progress=progress,
+    )  # fmt: skip
 
 
 def _groups(texts: list, specs: list) -> list[list[int]]:
@@ -170,14 +231,14 @@ def _groups(texts: list, specs: list) -> list[list[int]]:
 
 
 def _select(
-    model: LanguageModel, items: Sequence[PromptRecord], path: Any, verify: int
+    model: LanguageModel, items: Sequence[Any], path: Any, verify: int, experiment: str
 ) -> list[str]:
     """Condition names of the ``verify`` heads with the largest mean |estimate|."""
-    keys = {rec.key for rec in items}
+    keys = {item.key for item in items}
     maps = [
         r["metrics"]["estimate"]
         for r in read_records(path)
-        if r["experiment"] == ESTIMATE
+        if r["experiment"] == experiment
         and r["model"] == model.name
         and r["revision"] == model.revision
         and r["prompt_key"] in keys
@@ -297,4 +358,7 @@ __all__ = [
     "agreement",
     "check_options",
     "estimate_heads",
+    "estimate_scan",
+    "method_option",
+    "verify_option",
 ]

@@ -268,9 +268,10 @@ def _summarize_model(
         scan_attribution.add_estimates(entry, mine, complete)
     if settings["unit"] == "head" and "logprob" in entry["metrics"]:
         usable = {p: clean[p] for p in clean if p not in _left_out(entry, "logprob")}
-        entry["bsi_vs_effect"] = _bsi_correlation(
-            first, bsi_records, table, usable, names, heads, n_heads, seed
-        )
+        effects = _exact_effects(table, usable, names, heads)
+        if attribution:  # every head's estimate: the exact effects cover the verified only
+            effects = _estimated_effects(first, estimates, n_layers, n_heads)
+        entry["bsi_vs_effect"] = _bsi_correlation(first, bsi_records, effects, usable, seed)
         mean_bsi = _mean_bsi(first, bsi_records)
         if mean_bsi is not None:
             entry["_mean_bsi"] = mean_bsi
@@ -294,17 +295,45 @@ def _map(
     return out
 
 
+#: Per prompt: the heads measured and each one's effect (clean - ablated log-prob).
+Effects = tuple[list[list[int]], dict[str, list[float]], str]
+
+
+def _exact_effects(table: dict, clean: dict, names: list[str], heads: dict[str, list]) -> Effects:
+    """Each prompt's exact log-prob drop on every scanned head (prompts with all of them)."""
+    order = [list(heads[n]) for n in names]
+    found = {
+        p: [clean[p]["logprob"] - table[n][p]["logprob"] for n in names]
+        for p in clean
+        if all(p in table[n] for n in names)
+    }
+    return order, found, "exact"
+
+
+def _estimated_effects(
+    first: dict, estimates: list[dict] | tuple, n_layers: int, n_heads: int
+) -> Effects:
+    """Each prompt's estimated drop on every head (``scan --method attribution``)."""
+    order = [[layer, head] for layer in range(n_layers) for head in range(n_heads)]
+    found = {
+        r["prompt_key"]: [r["metrics"]["estimate"][layer][head] for layer, head in order]
+        for r in estimates
+        if (r["model"], r["revision"]) == (first["model"], first["revision"])
+    }
+    return order, found, "attribution estimate"
+
+
 def _bsi_correlation(
-    first: dict,
-    bsi_records: list[dict],
-    table: dict,
-    clean: dict,
-    names: list[str],
-    heads: dict[str, list],
-    n_heads: int,
-    seed: int,
+    first: dict, bsi_records: list[dict], effects: Effects, clean: dict, seed: int
 ) -> dict | None:
-    """Spearman of the mean-BSI map with the log-prob effect map over prompts with both."""
+    """Spearman of the mean-BSI map with the effect map over prompts with both.
+
+    ``effects`` says which heads and which effect: the exact scan's (every scanned head) or,
+    for the attribution scan, every head's estimate (its exact effects cover only the
+    verified heads, too few and chosen by the estimate). The result names it (``effect``)
+    and its ``n_cells``.
+    """
+    order, per_prompt, kind = effects
     bsi = {
         r["prompt_key"]: r["metrics"]["bsi"]
         for r in bsi_records
@@ -312,18 +341,16 @@ def _bsi_correlation(
         and r["revision"] == first["revision"]
         and r["metrics"].get("eb_star") is not None
     }
-    prompts = sorted(p for p in clean if p in bsi and all(p in table[n] for n in names))
+    prompts = sorted(p for p in clean if p in bsi and p in per_prompt)
     if len(prompts) < 2:
         return None
-    order = [heads[n] for n in names]
     x = np.array([[bsi[p][l][h] for l, h in order] for p in prompts], dtype=float)  # noqa: E741
-    y = np.array(
-        [[clean[p]["logprob"] - table[n][p]["logprob"] for n in names] for p in prompts],
-        dtype=float,
-    )
-    if not np.isfinite(x).all():
+    y = np.array([per_prompt[p] for p in prompts], dtype=float)
+    if not np.isfinite(x).all() or not np.isfinite(y).all():
         return None
     found = head_stats.map_correlation(x, y, seed=seed)
-    if found is not None and not math.isfinite(found["value"]):
-        found["value"] = None
+    if found is not None:
+        found["effect"] = kind
+        if not math.isfinite(found["value"]):
+            found["value"] = None
     return found

@@ -142,8 +142,9 @@ def mean_estimate(values: Iterable[float], *, seed: int = 0) -> dict | None:
 def skipped_reasons(records: Iterable[dict]) -> dict[str, int]:
     """How many records have no EB*, per reason.
 
-    The reason is the audit flag that explains it (``not_found``, ``single_token``,
-    ``at_position_0``: the span starts on the attention sink), else the record's skip message.
+    The reason is the audit flag that explains it (``not_found``, ``too_long``: past the
+    context window, ``single_token``, ``at_position_0``: the span starts on the attention
+    sink), else the record's skip message.
     """
     counts: dict[str, int] = {}
     for r in records:
@@ -151,7 +152,9 @@ def skipped_reasons(records: Iterable[dict]) -> dict[str, int]:
         if metrics.get("eb_star") is not None:
             continue
         flags = metrics.get("flags") or []
-        known = [f for f in ("not_found", "single_token", "at_position_0") if f in flags]
+        known = [
+            f for f in ("not_found", "too_long", "single_token", "at_position_0") if f in flags
+        ]
         reason = known[0] if known else str(metrics.get("skipped") or ", ".join(flags) or "no EB*")
         counts[reason] = counts.get(reason, 0) + 1
     return counts

@@ -53,7 +53,8 @@ def tables(exp: ExperimentResults) -> list[str]:
         corr = entry.get("bsi_vs_effect")
         if corr:
             lines += [
-                f"BSI vs log-prob effect, Spearman over heads: {md.estimate(corr)} "
+                f"BSI vs log-prob effect ({corr.get('effect', 'exact')}), Spearman over heads: "
+                f"{md.estimate(corr)} "
                 f"({corr['n_prompts']} prompts, {corr['n_cells']} heads).",
                 "",
             ]

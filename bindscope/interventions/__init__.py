@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -83,6 +84,8 @@ class HeadMeans:
 
     means: dict[int, torch.Tensor]
     n_positions: int
+    # where the means were taken (a Mean at another site refuses them, like SiteMeans')
+    site: ClassVar[str] = "head_out"
 
     def __reduce__(self):
         # Inside a shipped trace body only the tensors are needed (and bindscope is not

@@ -591,6 +591,34 @@ def run_layers(
         raise error from None
 
 
+def resid_post_at(model, layers, rows, columns, plan=None, donors=None):
+    """Walk the layers applying ``plan``; save ``resid_post`` of ``layers`` at some positions.
+
+    Only the selected positions come back (a logit lens or a sweep's metric reads a few
+    positions of a long text). ``resid_post`` is the last site of a layer, so reading it
+    after `run_layers` of that layer keeps execution order.
+
+    Args:
+        model: The model (``TraceTarget``).
+        layers: Layer indices to read.
+        rows: ``[b, P]`` long, the batch row of each selected position.
+        columns: ``[b, P]`` long, its padded column.
+        plan: A `TracePlan` applied on the way (None: none).
+        donors: The donor invoke's `site_outputs`, when the plan patches.
+
+    Returns:
+        ``{layer: [b, P, d_model]}``, saved.
+    """
+    wanted = {int(layer) for layer in layers}
+    found = {}
+    for layer in range(max(wanted) + 1):
+        run_layers(model, plan=plan, donors=donors, only_layers=[layer])
+        if layer in wanted:
+            x = site_tensor(model.nnsight, layer, model.sites["resid_post"])
+            found[layer] = save(x[rows.to(x.device), columns.to(x.device)].clone())
+    return save(found)
+
+
 def _run_layers(
     model, capture, reduce, sites, only_layers, into, allow_missing, plan, donors, step
 ):

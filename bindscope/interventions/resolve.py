@@ -7,7 +7,7 @@ refuses two specs on one cell (head, or site of a layer) of a text.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from bindscope.errors import InterventionError
 from bindscope.interventions.rowops import RowOp
@@ -92,22 +92,52 @@ def resolve_rows(
 def _check_claims(model: LanguageModel, row: list[RowOp], i: int) -> None:
     """Refuse two ops on one cell of a text: one would silently undo or hide the other.
 
-    Steers add up (additions commute), so several may share a cell.
+    Aliased cells are one cell (`one_tensor`: ``resid_pre`` of layer L+1 is ``resid_post``
+    of layer L). Steers add up (additions commute), so several may share a cell.
     """
-    owner: dict[tuple[str, int, int], RowOp] = {}
+    same = one_tensor(model)
+    owner: dict[tuple[str, int, int], tuple[RowOp, tuple[str, int, int]]] = {}
     for op in row:
         for cell in op.cells():
-            other = owner.setdefault(cell, op)
+            other, first = owner.setdefault(same(cell), (op, cell))
             if other is op or (other.composes and op.composes):
                 continue
-            site, layer, unit = cell
-            where = f"head {(layer, unit)}" if site == "head_out" else f"{site} of layer {layer}"
+            where = _where(cell)
+            if first != cell:
+                where += f" (one tensor with {_where(first)})"
             raise InterventionError(
                 f"{model.name}: text #{i}: {where} is in both {other.spec} and {op.spec}; one "
                 "spec per head (or site) and text (their effects do not compose: the later "
                 "edit would overwrite or hide the earlier one). Drop it from one of them, or "
                 "run them in separate calls"
             )
+
+
+def _where(cell: tuple[str, int, int]) -> str:
+    site, layer, unit = cell
+    return f"head {(layer, unit)}" if site == "head_out" else f"{site} of layer {layer}"
+
+
+def one_tensor(model: LanguageModel) -> Callable[[tuple[str, int, int]], tuple[str, int, int]]:
+    """The cell a ``(site, layer, unit)`` cell is one tensor with, read off the site table.
+
+    Two sites at one location of a layer are one tensor; a decoder layer's input
+    (``resid_pre``) is the previous layer's output (``resid_post``), so ``resid_pre`` of
+    layer L+1 is ``resid_post`` of layer L (in every family, parallel residual included).
+    """
+    first: dict[tuple, str] = {}
+    name = {site: first.setdefault(tuple(where), site) for site, where in model.sites.items()}
+    layer_input = first.get(("", "input", 0))
+    layer_output = first.get(("", "output", 0))
+
+    def same(cell: tuple[str, int, int]) -> tuple[str, int, int]:
+        site, layer, unit = cell
+        site = name.get(site, site)
+        if site == layer_input and layer > 0 and layer_output is not None:
+            return layer_output, layer - 1, unit
+        return site, layer, unit
+
+    return same
 
 
 def _check_per_row(per_row, n_texts: int) -> None:

@@ -340,9 +340,11 @@ class Resample(_Targeted):
 class Steer:
     """Add ``scale * vector`` to a site's activations at one layer (or several).
 
-    ``vector`` has the site's width (``d_model``; ``n_heads * head_dim`` at head_out).
-    ``positions`` (of the unpadded text) restricts it; by default it acts on every
-    position, and in ``generate`` on every new token as well.
+    ``vector`` has the site's width (``d_model``; ``n_heads * head_dim`` at head_out). It
+    is copied (and checked: 1-D, finite, on a real device) when the spec is built, so
+    later edits to the caller's tensor do not reach the spec. ``positions`` (of the
+    unpadded text) restricts it; by default it acts on every position, and in ``generate``
+    on every new token as well (with ``positions``, on the prompt pass only).
     """
 
     site: str
@@ -356,14 +358,7 @@ class Steer:
             raise InterventionError(
                 f"Steer: unknown site {self.site!r}; the sites are {', '.join(SITE_NAMES)}"
             )
-        if not isinstance(self.vector, torch.Tensor) or self.vector.dim() != 1:
-            raise InterventionError(
-                f"Steer: vector must be a 1-D torch tensor of the site's width, not "
-                f"{type(self.vector).__name__}"
-                + (f" {tuple(self.vector.shape)}" if isinstance(self.vector, torch.Tensor) else "")
-            )
-        if not bool(torch.isfinite(self.vector).all()):
-            raise InterventionError("Steer: the vector has NaN or infinite entries")
+        object.__setattr__(self, "vector", _steering_vector(self.vector))
         scale = self.scale
         if (
             isinstance(scale, bool)
@@ -371,8 +366,10 @@ class Steer:
             or not math.isfinite(scale)
         ):
             raise InterventionError(f"Steer: scale={scale!r} is not a finite number")
-        object.__setattr__(self, "layer", _layers(self.layer))
+        object.__setattr__(self, "layer", _steer_layers(self.layer))
         object.__setattr__(self, "positions", _positions(self.positions))
+        # the added tensor, made once: every text's op shares one edit in the plan
+        object.__setattr__(self, "_added", self.vector.float() * float(scale))
 
     def describe(self) -> str:
         """A short form for messages, e.g. ``Zero([(1, 0)])``."""
@@ -395,12 +392,46 @@ class Steer:
         return (AddOp(self.describe(), self.site, cells, self.positions, vector),)
 
     def _scaled(self, units: int, width: int) -> torch.Tensor:
-        # one tensor per spec, so every text's op shares one edit in the plan
-        cached = self.__dict__.get("_vector")
-        if cached is None:
-            cached = (self.vector.detach().float() * float(self.scale)).view(units, width)
-            object.__setattr__(self, "_vector", cached)
+        # one view per spec and shape, so every text's op shares one edit in the plan
+        cached = self.__dict__.get("_view")
+        if cached is None or cached.shape != (units, width):
+            cached = self.__dict__["_added"].view(units, width)
+            object.__setattr__(self, "_view", cached)
         return cached
+
+
+def _steering_vector(vector) -> torch.Tensor:
+    """A private copy of a steering vector, checked (raises ``InterventionError``)."""
+    if not isinstance(vector, torch.Tensor) or vector.dim() != 1:
+        raise InterventionError(
+            f"Steer: vector must be a 1-D torch tensor of the site's width, not "
+            f"{type(vector).__name__}"
+            + (f" {tuple(vector.shape)}" if isinstance(vector, torch.Tensor) else "")
+        )
+    if vector.device.type == "meta":
+        raise InterventionError(
+            "Steer: the vector is on the meta device (a shape without values); build it on "
+            "a real device, e.g. from model.capture(...) or torch.randn(model.d_model)"
+        )
+    if vector.is_complex() or vector.dtype == torch.bool:
+        raise InterventionError(f"Steer: the vector is {vector.dtype}; pass a real float tensor")
+    if not bool(torch.isfinite(vector).all()):
+        raise InterventionError("Steer: the vector has NaN or infinite entries")
+    return vector.detach().clone()
+
+
+def _steer_layers(layer) -> tuple[int, ...]:
+    """Steer's ``layer``: one integer or a list of them (ranges are checked when used)."""
+    layers = _layers(layer)
+    whole = isinstance(layers, tuple) and all(
+        isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in layers
+    )
+    if not whole or not layers:
+        raise InterventionError(
+            f"Steer: layer={layer!r} is not a layer index; pass one integer, e.g. layer=3, "
+            "or a list of them, e.g. layer=[2, 3]"
+        )
+    return tuple(int(x) for x in layers)
 
 
 @dataclass(frozen=True)
@@ -535,6 +566,13 @@ def _check_means(
         if site == "head_out"
         else f"site_means(model, reference, {site!r}, layers)"
     )
+    taken_at = getattr(spec.means, "site", site)  # SiteMeans and HeadMeans say; a dict cannot
+    if taken_at != site:
+        raise InterventionError(
+            f"{model.name}: {spec.describe()} replaces site {site!r} but its means were taken "
+            f"at site {taken_at!r}; means of one site are not "
+            f"activations of another: build them with {helper}"
+        )
     if not isinstance(means, dict):
         raise InterventionError(
             f"{model.name}: {spec.describe()} needs means={helper}, got {type(spec.means).__name__}"

@@ -12,7 +12,13 @@ from typing import Any
 
 import torch
 
-from bindscope.batch import DEFAULT_BATCH_SIZE, check_texts, widened
+from bindscope.batch import (
+    DEFAULT_BATCH_SIZE,
+    absolute_positions,
+    check_texts,
+    read_positions,
+    widened,
+)
 from bindscope.errors import InterventionError
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import PlannedBatch, plan_batches
@@ -245,36 +251,72 @@ def logit_lens(
     texts: Sequence[str],
     layers: Iterable[int] | None = None,
     *,
+    positions: int | Sequence[int] | None = -1,
     intervene: Intervention = None,
     per_row: PerRow = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[torch.Tensor]:
-    """Each layer's ``resid_post`` through the final norm and unembedding.
+    """Each layer's ``resid_post`` through the final norm and unembedding, at ``positions``.
 
-    Returns ``[len(layers), n, vocab]`` float32 logits per text; the last layer's
-    equals `logits` (up to rounding).
+    A lens is read where the model predicts: by default the last position (``-1``).
+    ``positions`` are token positions of each unpadded text (negative: from its end; one
+    integer is one position; ``None``: every position, ``n x vocab`` floats per layer).
+    Only those positions leave the trace and are unembedded.
+
+    Returns:
+        ``[len(layers), len(positions), vocab]`` float32 logits per text (``[L, n, vocab]``
+        for ``positions=None``); the last layer's equals `logits` at those positions (up
+        to rounding).
+
+    Raises:
+        InputError: A position outside a text (names the text and its length).
     """
     wanted = model.check_layers(layers)
+    chosen = read_positions(positions)
     if model.dtype is not None and next(model.hf.parameters()).device.type == "meta":
         raise InterventionError(
             f"{model.name}: logit_lens applies the final norm and unembedding here, but this "
             "model's weights stay on the server (meta device); capture resid_post with "
             "model.capture(texts, sites=['resid_post']) and unembed with local weights"
         )
-    captured = capture(
-        model,
-        texts,
-        ["resid_post"],
-        layers=wanted,
-        intervene=intervene,
-        per_row=per_row,
-        batch_size=batch_size,
-    )
+    texts = check_texts(texts)
+    if chosen is not None:  # every text's positions, before any trace
+        for i, text in enumerate(texts):
+            n = len(model.tokenize(text)) if isinstance(text, str) else len(text)
+            absolute_positions(chosen, n, model_name=model.name, text=f"text #{i}")
+    rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row)
     norm = underlying_module(getattr(model.nnsight.model, model.family_row.final_norm))
     head = underlying_module(model.nnsight.lm_head)
-    out = []
-    for found in captured:
-        resid = torch.stack([found["resid_post"][layer] for layer in wanted])  # [L, n, d]
-        resid = resid.to(model.dtype)
-        out.append(ops.soft_capped(head(norm(resid)), model.logit_softcap).float())
-    return out
+    out: list[torch.Tensor | None] = [None] * len(texts)
+    for planned in plan_batches(model, texts, rows, batch_size=batch_size):
+        batch = planned.batch
+        index_rows, columns = _columns(model, batch, chosen)
+
+        def body(donors, plan=planned.plan, index_rows=index_rows, columns=columns):
+            found = ops.resid_post_at(model, wanted, index_rows, columns, plan, donors)
+            return found
+
+        found = trace_batch(model, planned, body)
+        for row, index in enumerate(batch.indices):
+            resid = torch.stack([found[layer][row] for layer in wanted])  # [L, P, d]
+            if chosen is None:
+                resid = resid[:, batch.pad(row) :]
+            logits = head(norm(resid.to(model.dtype)))
+            out[index] = ops.soft_capped(logits, model.logit_softcap).float()
+    return out  # type: ignore[return-value]
+
+
+def _columns(model: LanguageModel, batch, positions: tuple[int, ...] | None):
+    """``[b, P]`` batch rows and padded columns of each text's ``positions`` (None: all)."""
+    width = batch.input_ids.shape[1]
+    if positions is None:
+        columns = torch.arange(width).expand(len(batch.indices), width)
+    else:
+        picked = []
+        for r, n in enumerate(batch.lengths):
+            text = f"text #{batch.indices[r]}"
+            found = absolute_positions(positions, n, model_name=model.name, text=text)
+            picked.append([batch.pad(r) + p for p in found])
+        columns = torch.tensor(picked)
+    rows = torch.arange(columns.shape[0])[:, None].expand_as(columns)
+    return rows, columns

@@ -19,10 +19,11 @@ from bindscope.batch import (
     check_texts,
     sessions,
 )
-from bindscope.errors import InputError, InterventionError
+from bindscope.errors import InputError, InterventionError, PromptTooLongError
 from bindscope.interventions import ops
 from bindscope.interventions.plan import plan_batches
 from bindscope.interventions.resolve import HeadList, Intervention, PerRow, resolve_rows
+from bindscope.interventions.specs import short
 from bindscope.protocols import LanguageModel
 
 
@@ -64,6 +65,7 @@ def generate_ids(
         raise InputError(
             f"{model.name}: max_new_tokens={max_new_tokens} generates nothing; pass at least 1"
         )
+    _check_window(model, texts, max_new_tokens)
     rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row, ablate=ablate)
     for i, row in enumerate(rows):
         if any(op.donor is not None for op in row):
@@ -91,6 +93,29 @@ def generate_ids(
             for r, index in enumerate(batch.indices):
                 out[index] = _until_eos(new[r], eos_ids)
     return out  # type: ignore[return-value,unused-ignore]
+
+
+def _check_window(model: LanguageModel, texts: Sequence, max_new_tokens: int) -> None:
+    """Refuse a prompt whose continuation would run past the context window.
+
+    Raises:
+        PromptTooLongError: Prompt tokens plus ``max_new_tokens`` exceed the window (names
+            the text and the numbers); positions past it mean nothing, or fail inside the
+            model (GPT-2's position table raises an IndexError).
+    """
+    window = model.context_length
+    if not window:
+        return
+    for i, text in enumerate(texts):
+        n = len(model.tokenize(text)) if isinstance(text, str) else len(text)
+        if n + max_new_tokens > window:
+            room = f"at most {window - n} new tokens" if n < window else "no new token"
+            raise PromptTooLongError(
+                f"{model.name}: text #{i} {short(text)} is {n} tokens, and {max_new_tokens} "
+                f"new tokens would reach {n + max_new_tokens}, past the model's context "
+                f"window of {window}; it has room for {room}: lower max_new_tokens or "
+                "shorten the prompt"
+            )
 
 
 def _until_eos(tokens: list[int], eos_ids: set[int]) -> list[int]:

@@ -19,6 +19,7 @@ from bindscope.families import Family, dims_from_config
 from bindscope.interventions import ops
 from bindscope.interventions.heads import Head, normalize_heads
 from bindscope.model import calls, checks, generation
+from bindscope.model.masks import install_float64_padding_fix
 
 
 class Model:
@@ -48,6 +49,7 @@ class Model:
         from nnsight import TransformersModel
 
         dims = dims_from_config(hf_model.config)
+        install_float64_padding_fix()  # a float64 eager model pads without NaN (masks.py)
         self.hf = hf_model
         self.family = family.name
         self.family_row = family
@@ -58,6 +60,8 @@ class Model:
         self.remote: bool | str = remote
         # an embedded model's checkpoint (base or instruction-tuned), set by load_model
         self.training: str | None = None
+        # an embedded model's converted weights, checked on load (set by load_model)
+        self.weights_sha256: str | None = None
         self.n_layers, self.n_heads = dims.n_layers, dims.n_heads
         self.n_kv_heads, self.head_dim = dims.n_kv_heads, dims.head_dim
         self.d_model = dims.d_model

@@ -8,45 +8,55 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from bindscope.errors import PromptTooLongError
+from bindscope.prompts.continuations import continuation_ids
 from bindscope.protocols import LanguageModel
 
 
-def tokens_needed(model: LanguageModel, record, *, prefix: str = "") -> tuple[int, int]:
+def tokens_needed(
+    model: LanguageModel, record, *, prefix: str = "", scored: bool = False
+) -> tuple[int, int]:
     """``(prompt tokens, tokens after them)`` of one record.
 
-    "After" is the new tokens for generation, the longest answer choice for recognition.
+    "After" is the new tokens for generation, the longest answer choice for recognition;
+    with ``scored`` (the scan scores a generation item's ``target``) the target's tokens.
     """
     n = len(model.tokenize(prefix + record.template))
-    if record.task == "generation":
+    target = record.extra.get("target") if scored else None
+    if record.task == "generation" and target is None:
         return n, record.max_tokens or 0
-    choices = record.choices or ()
-    after = [len(model.tokenizer(" " + c, add_special_tokens=False)["input_ids"]) for c in choices]
-    return n, max(after, default=0)
+    texts = (record.choices or ()) if target is None else (target,)
+    return n, max((len(continuation_ids(model.tokenizer, c)) for c in texts), default=0)
 
 
 def length_problem(
-    model: LanguageModel, record, *, prefix: str = "", n_tokens: int | None = None
+    model: LanguageModel,
+    record,
+    *,
+    prefix: str = "",
+    n_tokens: int | None = None,
+    scored: bool = False,
 ) -> str | None:
     """Why ``record`` does not fit ``model``'s context window.
 
     None when it fits or the model states no window. With ``n_tokens`` only that many
-    prompt tokens are checked.
+    prompt tokens are checked; ``scored`` as in `tokens_needed`.
     """
     limit = getattr(model, "context_length", None)
     if not limit:
         return None
+    generated = record.task == "generation" and not (scored and record.extra.get("target"))
     if n_tokens is not None:
         n, after, what = n_tokens, 0, ""
     else:
-        n, after = tokens_needed(model, record, prefix=prefix)
-        what = " new (max_tokens)" if record.task == "generation" else " answer"
+        n, after = tokens_needed(model, record, prefix=prefix, scored=scored)
+        what = " new (max_tokens)" if generated else " answer"
     if n + after <= limit:
         return None
     needed = f"{n} prompt tokens" + (f" + {after}{what} tokens" if after else "")
     return (
         f"prompt {record.key} ({record.source or 'no file'}): {needed} exceed "
         f"{model.name}'s context window of {limit} tokens; shorten the template"
-        + (" or lower max_tokens" if record.task == "generation" and after else "")
+        + (" or lower max_tokens" if generated and after else "")
     )
 
 
@@ -56,6 +66,7 @@ def check_fit(
     *,
     prefixes: dict[str, str] | None = None,
     prompt_only: bool = False,
+    scored: bool = False,
 ) -> None:
     """Refuse prompts that do not fit the context window, naming them.
 
@@ -64,6 +75,8 @@ def check_fit(
         records: Prompt records.
         prefixes: Optional text put before each term's template (few-shot exemplars).
         prompt_only: Check the template alone (binding reads no generated or answer tokens).
+        scored: Count a generation item's ``target`` instead of its ``max_tokens`` (the
+            scan scores the target, generating nothing).
 
     Raises:
         PromptTooLongError: One or more prompts are too long (the first three named).
@@ -72,7 +85,7 @@ def check_fit(
     for r in records:
         prefix = (prefixes or {}).get(r.term, "")
         n_tokens = len(model.tokenize(prefix + r.template)) if prompt_only else None
-        problem = length_problem(model, r, prefix=prefix, n_tokens=n_tokens)
+        problem = length_problem(model, r, prefix=prefix, n_tokens=n_tokens, scored=scored)
         if problem:
             problems.append(problem)
     if problems:

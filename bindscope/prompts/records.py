@@ -9,10 +9,20 @@ from pathlib import Path
 from typing import Any
 
 from bindscope.errors import PromptFileError
+from bindscope.prompts.continuations import RULE, whitespace_problems
 from bindscope.prompts.datafiles import data_path, load_json
 from bindscope.prompts.spans import find_term_chars
 
-__all__ = ["BUILTIN_SETS", "TASKS", "PromptRecord", "PromptSet", "data_path", "load", "load_json"]
+__all__ = [
+    "BUILTIN_SETS",
+    "TASKS",
+    "PromptRecord",
+    "PromptSet",
+    "data_path",
+    "load",
+    "load_json",
+    "refuse_whitespace",
+]
 
 TASKS = ("recognition", "generation")
 BUILTIN_SETS = ("canonical", "controls")
@@ -29,7 +39,8 @@ class PromptRecord:
         term: The multi-token term whose binding is measured.
         task: ``recognition`` (choices scored by log-prob) or ``generation`` (greedy + rubric).
         template: The full text fed to the model.
-        choices: Recognition options.
+        choices: Recognition options, written without leading whitespace (one space is put
+            between the template and each, `bindscope.prompts.continuations`).
         answer_idx: Index of the correct choice.
         max_tokens: New-token budget for generation.
         control_group: Control group name for discriminant-validity items, else None.
@@ -128,6 +139,7 @@ def load(path_or_name: str | Path, *, check_terms: bool = True) -> PromptSet:
     text = _decode(raw, path)
     records: list[PromptRecord] = []
     seen: dict[str, int] = {}
+    spaced: list[str] = []  # whitespace that would be doubled, every line's
 
     # JSON Lines ends lines at "\n" only: str.splitlines would also cut at U+2028 and friends
     for number, line in enumerate(text.split("\n"), start=1):
@@ -151,6 +163,9 @@ def load(path_or_name: str | Path, *, check_terms: bool = True) -> PromptSet:
                 "character; write the character itself or a valid surrogate pair"
             ) from None
         record = _parse(obj, where)
+        spaced += whitespace_problems(
+            where, obj, prompts=("template",), continuations=("choices", "target")
+        )
         if record.key in seen:
             raise PromptFileError(
                 f"{where}: prompt_id {record.prompt_id!r} for term {record.term!r} repeats line "
@@ -166,7 +181,24 @@ def load(path_or_name: str | Path, *, check_terms: bool = True) -> PromptSet:
         records.append(record)
     if not records:
         raise PromptFileError(f"{path}: no records")
+    refuse_whitespace(path, spaced)
     return PromptSet(name, tuple(records), hashlib.sha256(raw).hexdigest())
+
+
+def refuse_whitespace(path: Path, problems: list[str]) -> None:
+    """Refuse a file whose continuations would be read with doubled whitespace.
+
+    Raises:
+        PromptFileError: Names the first few lines and fields, counts the rest, and states
+            the rule (`bindscope.prompts.continuations`).
+    """
+    if not problems:
+        return
+    more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+    raise PromptFileError(
+        f"{path}: {len(problems)} field(s) would be read with doubled whitespace: "
+        f"{'; '.join(problems[:3])}{more}. {RULE[0].upper()}{RULE[1:]}"
+    )
 
 
 def _decode(raw: bytes, path: Path) -> str:
@@ -243,9 +275,8 @@ def _parse(obj, where: str) -> PromptRecord:
                 f"{where}: field 'max_tokens' is {max_tokens!r}; generation records need a "
                 "positive integer new-token budget"
             )
+    _check_optional(obj, where)
     group = obj.get("control_group")
-    if group is not None and not isinstance(group, str):
-        raise PromptFileError(f"{where}: field 'control_group' must be a string")
     extra = {k: v for k, v in obj.items() if k not in _KNOWN}
     return PromptRecord(
         obj["prompt_id"],
@@ -259,3 +290,16 @@ def _parse(obj, where: str) -> PromptRecord:
         where,
         extra,
     )
+
+
+def _check_optional(obj: dict, where: str) -> None:
+    """The optional string fields: ``control_group``, and ``target`` (non-empty)."""
+    group = obj.get("control_group")
+    if group is not None and not isinstance(group, str):
+        raise PromptFileError(f"{where}: field 'control_group' must be a string")
+    target = obj.get("target")
+    if target is not None and (not isinstance(target, str) or not target.strip()):
+        raise PromptFileError(
+            f"{where}: field 'target' is {target!r}; it must be a non-empty string (the text "
+            "scored after the prompt), or left out"
+        )

@@ -61,6 +61,7 @@ def provenance(
         "family": model.family,
         "heads": [model.n_layers, model.n_heads],  # layers x query heads
         "training": getattr(model, "training", None),  # embedded: base or instruction-tuned
+        "weights_sha256": getattr(model, "weights_sha256", None),  # embedded: checked on load
         # on NDIF the deployment holds the weights: its dtype is not visible from here
         "dtype": None if remote == "ndif" else str(weights.dtype).replace("torch.", ""),
         "device": "ndif" if remote == "ndif" else str(weights.device),

@@ -5,7 +5,9 @@ change what a record contains, and content hashes of every input file). The sett
 ``OUT/<experiment>/settings.json``; a rerun into the folder compares its own settings with them
 before it computes anything, so finished records are reused only when they are what this run
 would have produced. Models are compared per ``name@revision``: a new model (or revision) joins a
-folder freely, a model seen before must come with the same dtype and BOS policy.
+folder freely, a model seen before must come with the same dtype and BOS policy. The versions
+of bindscope, transformers, torch and nnsight are settings too: records written by two code
+versions never end in one summary.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 
+from bindscope._version import __version__
 from bindscope.errors import InputError
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import model_label
@@ -40,8 +44,108 @@ def model_settings(model: LanguageModel) -> dict:
     }
 
 
+def versions() -> dict[str, str | None]:
+    """The versions that decide what a record holds: bindscope and the libraries it runs on.
+
+    Read from the installed packages' metadata, so nothing heavy is imported.
+    """
+    found: dict[str, str | None] = {"bindscope": __version__}
+    for name in ("transformers", "torch", "nnsight"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def read_settings(path: str | Path) -> dict:
+    """A folder's ``settings.json``, checked: ``{"settings": {...}, "models": {...}, ...}``.
+
+    Raises:
+        InputError: The file is not JSON or not of that shape (damaged or edited by hand);
+            names it and how to go on.
+    """
+    path = Path(path)
+    fix = f"delete {path} and rerun with --force to start afresh, or use another --out"
+    try:
+        found = json.loads(path.read_text("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        why = f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else exc
+        raise InputError(f"{path} is damaged ({why}); {fix}") from None
+    if not (
+        isinstance(found, dict)
+        and isinstance(found.get("settings"), dict)
+        and isinstance(found.get("models"), dict)
+    ):
+        raise InputError(
+            f"{path} is damaged: it must be a JSON object with 'settings' and 'models' "
+            f"objects, as bindscope writes it; {fix}"
+        )
+    return found
+
+
 def _describe(changes: list[tuple[str, object, object]]) -> str:
     return "; ".join(f"{name}: {old!r} then, {new!r} now" for name, old, new in changes)
+
+
+def check_resumable(
+    folder: str | Path, settings: dict, *, models: dict | None = None
+) -> dict | None:
+    """Refuse to resume ``folder`` if its records were made with other settings or versions.
+
+    Writes nothing: the command line calls it before any model loads (``check_settings``
+    calls it again, with the models, when the run starts).
+
+    Args:
+        folder: The experiment's folder (``OUT/<experiment>``).
+        settings: Options and input hashes that decide what a record holds (JSON values).
+        models: ``{name@revision: model_settings}`` of the models this run uses, if known.
+
+    Raises:
+        InputError: The folder holds records made with other settings or versions, records
+            whose settings are unknown, or a damaged ``settings.json``; names each difference
+            and how to proceed.
+
+    Returns:
+        The stored settings when the folder holds records to resume, else None.
+    """
+    folder = Path(folder)
+    path = folder / SETTINGS_FILE
+    records = folder / "records.jsonl"
+    if not (records.is_file() and records.stat().st_size > 0):
+        return None
+    if not path.is_file():
+        raise InputError(
+            f"{records} has no {SETTINGS_FILE} beside it, so the settings its records were "
+            "made with are unknown and resuming could mix two runs. Use another --out, or "
+            "--force to start afresh"
+        )
+    old = read_settings(path)
+    changes = [
+        (name, old["settings"].get(name), value)
+        for name, value in settings.items()
+        if old["settings"].get(name) != value
+    ]
+    before = old.get("versions") or {}
+    changes += [
+        (f"{name} version", before.get(name, "not recorded"), value)
+        for name, value in versions().items()
+        if before.get(name, "not recorded") != value
+    ]
+    changes += [
+        (f"{label} {name}", old["models"][label].get(name), value)
+        for label, fields in (models or {}).items()
+        if isinstance(old["models"].get(label), dict)
+        for name, value in fields.items()
+        if old["models"][label].get(name) != value
+    ]
+    if changes:
+        raise InputError(
+            f"{folder} holds records made with other settings ({_describe(changes)}); "
+            "resuming would mix the two runs in one summary. Use another --out, or --force "
+            "to discard the finished records and start afresh"
+        )
+    return old
 
 
 def check_settings(
@@ -53,6 +157,8 @@ def check_settings(
 ) -> None:
     """Refuse to resume ``folder`` if its records were made with other settings or inputs.
 
+    Then store this run's settings, models and versions in ``settings.json``.
+
     Args:
         folder: The experiment's folder (``OUT/<experiment>``).
         settings: Options and input hashes that decide what a record holds (JSON values).
@@ -60,40 +166,17 @@ def check_settings(
         force: Start afresh: the stored settings are replaced (the caller discards the records).
 
     Raises:
-        InputError: The folder holds records made with other settings, or records whose settings
-            are unknown; names each difference and how to proceed.
+        InputError: As ``check_resumable``.
     """
     folder = Path(folder)
     path = folder / SETTINGS_FILE
-    records = folder / "records.jsonl"
-    new = {"settings": settings, "models": {model_label(m): model_settings(m) for m in models}}
-    has_records = records.is_file() and records.stat().st_size > 0
-    if has_records and not force:
-        if not path.is_file():
-            raise InputError(
-                f"{records} has no {SETTINGS_FILE} beside it, so the settings its records were "
-                "made with are unknown and resuming could mix two runs. Use another --out, or "
-                "--force to start afresh"
-            )
-        old = json.loads(path.read_text("utf-8"))
-        changes = [
-            (name, old["settings"].get(name), value)
-            for name, value in settings.items()
-            if old["settings"].get(name) != value
-        ]
-        changes += [
-            (f"{label} {name}", old["models"][label].get(name), value)
-            for label, fields in new["models"].items()
-            if label in old["models"]
-            for name, value in fields.items()
-            if old["models"][label].get(name) != value
-        ]
-        if changes:
-            raise InputError(
-                f"{folder} holds records made with other settings ({_describe(changes)}); "
-                "resuming would mix the two runs in one summary. Use another --out, or --force "
-                "to discard the finished records and start afresh"
-            )
+    new = {
+        "settings": settings,
+        "models": {model_label(m): model_settings(m) for m in models},
+        "versions": versions(),
+    }
+    old = None if force else check_resumable(folder, settings, models=new["models"])
+    if old is not None:
         new["models"] = {**old["models"], **new["models"]}
     folder.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
@@ -101,4 +184,11 @@ def check_settings(
     tmp.replace(path)
 
 
-__all__ = ["check_settings", "content_sha256", "model_settings"]
+__all__ = [
+    "check_resumable",
+    "check_settings",
+    "content_sha256",
+    "model_settings",
+    "read_settings",
+    "versions",
+]

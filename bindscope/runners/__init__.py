@@ -2,7 +2,8 @@
 
 Each runner composes the trace primitives of ``bindscope.interventions`` with the pure maths
 of ``bindscope.metrics``: binding (BSI/EB*), recognition and generation (behaviour), and
-per-head direct logit attribution; attribution patching (every head's intervention
+per-head direct logit attribution; activation patching over sites x layers x positions
+(`patching_sweep`); attribution patching (every head's intervention
 effect estimated from one backward pass, AtP*).
 """
 
@@ -12,6 +13,7 @@ from bindscope.runners.attribution import head_attribution, head_contributions
 from bindscope.runners.attribution_patching import head_attribution_patching
 from bindscope.runners.behaviour import generation, recognition
 from bindscope.runners.binding import binding
+from bindscope.runners.patching_sweep import patching_sweep
 
 __all__ = [
     "binding",
@@ -19,5 +21,6 @@ __all__ = [
     "head_attribution",
     "head_attribution_patching",
     "head_contributions",
+    "patching_sweep",
     "recognition",
 ]

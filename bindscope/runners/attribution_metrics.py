@@ -8,6 +8,7 @@ usual one of circuit studies.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -45,7 +46,7 @@ def token_id(model: LanguageModel, token: int | str, what: str = "token") -> int
     """A token id, or the id of a one-token string (``what`` names it in the error).
 
     Raises:
-        InputError: The string is not exactly one token.
+        InputError: The string is not exactly one token, or the id is not in the vocabulary.
     """
     if isinstance(token, str):
         ids = model.tokenizer(token, add_special_tokens=False)["input_ids"]
@@ -55,6 +56,17 @@ def token_id(model: LanguageModel, token: int | str, what: str = "token") -> int
                 "one token (e.g. ' Paris') or its id"
             )
         return int(ids[0])
+    vocab = model.hf.get_output_embeddings().weight.shape[0]  # the logits' width
+    if isinstance(token, bool) or not isinstance(token, numbers.Integral):
+        raise InputError(
+            f"{model.name}: {what} {token!r} is a {type(token).__name__}; pass a token id "
+            "(an integer) or a one-token string (e.g. ' Paris')"
+        )
+    if not 0 <= token < vocab:
+        raise InputError(
+            f"{model.name}: {what} {token} is outside the vocabulary (ids 0 to {vocab - 1}); "
+            "pass an id from the model's tokenizer, e.g. model.tokenizer.encode(' Paris')"
+        )
     return int(token)
 
 

@@ -25,11 +25,13 @@ from bindscope.protocols import LanguageModel
 
 #: The ``skipped`` reason of a span that starts on the attention sink (position 0, no BOS).
 SINK_SKIP = "at_position_0"
+#: The flag of a prompt whose span lies past the model's context window (as ``audit``'s).
+TOO_LONG = "too_long"
 
 
-def _result(record: PromptRecord, bsi: torch.Tensor, span: Span | None, *, skipped=None):
+def _result(record: PromptRecord, bsi: torch.Tensor, span: Span | None, *, skipped=None, flags=()):
     s = summarize(bsi)
-    flags = span.flags if span else ("not_found",)
+    flags = (*(span.flags if span else ("not_found",)), *flags)
     return BindingResult(
         record.key,
         record.prompt_id,
@@ -72,7 +74,8 @@ def binding(
             the term's span, since BSI never looks further).
         on_missing: ``error`` raises ``SpanNotFoundError`` (or ``PromptTooLongError`` for a
             prompt longer than the context window); ``skip`` returns a result with
-            ``skipped`` set to the reason and NaN numbers.
+            ``skipped`` set to the reason and NaN numbers (flagged ``not_found``, or
+            ``too_long`` beside the span's flags).
         on_sink: A span starting at position 0 sits on the attention sink, which every later
             token attends to whatever it binds, so its BSI measures the sink, not binding.
             ``skip`` (default) returns it unmeasured with ``skipped`` = ``SINK_SKIP`` (every
@@ -98,13 +101,16 @@ def binding(
     for i, record in enumerate(records):
         try:
             span = locate(model, record.template, record.term, prompt_id=record.key)
-            too_long = length_problem(model, record, n_tokens=span.n_tokens)
-            if too_long:
-                raise PromptTooLongError(too_long)
-        except (SpanNotFoundError, PromptTooLongError) as exc:
+        except SpanNotFoundError as exc:
             if on_missing == "error":
                 raise
             results[i] = _result(record, nan, None, skipped=str(exc))
+            continue
+        too_long = length_problem(model, record, n_tokens=span.n_tokens)
+        if too_long:  # the term is there: the context window is the reason
+            if on_missing == "error":
+                raise PromptTooLongError(too_long)
+            results[i] = _result(record, nan, span, skipped=too_long, flags=(TOO_LONG,))
             continue
         if len(span.indices) < 2:
             results[i] = _result(record, nan, span)

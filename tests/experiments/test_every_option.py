@@ -239,6 +239,14 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
         "--limit": Changes("1", "2", lambda r, v: patch_setting(r, "limit") == int(v)),
         "--correction": NoEffect("multiple-comparison method of the summary"),
         "--n-resamples": NoEffect("bootstrap and permutation draws of the summary"),
+        "--method": Changes(
+            None, "attribution", lambda r, v: patch_setting(r, "method") == (v or "exact")
+        ),
+        "--verify": NoEffect(
+            "how many heads --method attribution patches exactly (refused without it)",
+            "tests/experiments/test_patching_attribution.py::"
+            "test_verified_heads_equal_the_exact_patch_answer_pairs",
+        ),
     },
     "summarize": {"results": NoEffect("the folder read")},
     "figures": {"results": NoEffect("the folder read"), "--out": NoEffect("where figures go")},
@@ -378,7 +386,7 @@ def _pairs(tokenizer, n: int) -> list[dict]:
             ):
                 continue
             rows.append({"pair_id": f"p{len(rows)}", "term": a, "clean": clean,
-                         "corrupted": corrupted, "target": " people"})  # fmt: skip
+                         "corrupted": corrupted, "target": "people"})  # fmt: skip
     assert len(rows) >= n, "too few equal-length pairs under the tiny tokenizer"
     return rows[:n]
 

@@ -10,6 +10,7 @@ import pytest
 from bindscope.errors import PromptFileError
 from bindscope.experiments import patching
 from bindscope.experiments.registry import validate_file
+from bindscope.prompts.continuations import continuation_ids
 from tests.experiments import planted
 
 # clean/corrupted texts of equal length under the tiny byte tokenizer (checked below)
@@ -37,11 +38,10 @@ def _pairs(model) -> list[dict]:
             top = [int(x[-1].argmax()) for x in model.logits([clean, corrupted])]
             if top[0] == top[1]:
                 continue
-            answers = [model.tokenizer.decode([t]) for t in top]
-            if [model.tokenizer(a, add_special_tokens=False)["input_ids"] for a in answers] != [
-                [t] for t in top
-            ]:
-                continue  # decoding does not round-trip to one token
+            # answers are written without their leading space (one is put before them)
+            answers = [model.tokenizer.decode([t]).removeprefix(" ") for t in top]
+            if [continuation_ids(model.tokenizer, a) for a in answers] != [[t] for t in top]:
+                continue  # not a space-led word, or decoding does not round-trip to one token
             if len(rows) == 12:
                 return rows
             rows.append(

@@ -229,8 +229,8 @@ def test_empty_pair_file_is_refused_before_the_model(tmp_path, capsys, loads):
 def test_pair_with_target_and_answers_is_refused(tmp_path):
     from bindscope.errors import PromptFileError
 
-    row = {"pair_id": "p", "term": "t", "clean": "a b", "corrupted": "a c", "target": " d",
-           "clean_answer": " x", "corrupted_answer": " y"}  # fmt: skip
+    row = {"pair_id": "p", "term": "t", "clean": "a b", "corrupted": "a c", "target": "d",
+           "clean_answer": "x", "corrupted_answer": "y"}  # fmt: skip
     path = write_pairs(tmp_path, [row])
     with pytest.raises(PromptFileError, match=r"pairs\.jsonl:1: .*both 'target' and"):
         patching.load_pairs(path)

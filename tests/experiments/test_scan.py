@@ -109,7 +109,7 @@ def test_records_with_a_target_are_scanned_by_its_logprob(tiny_llama, tmp_path):
             "task": "generation",
             "template": f"{stem} a screen reader",
             "max_tokens": 5,
-            "target": " reads the page aloud",
+            "target": "reads the page aloud",  # one space is put before it
         }
         for i, stem in enumerate(["In web accessibility,", "Blind users use", "We test"])
     ]
@@ -122,7 +122,7 @@ def test_records_with_a_target_are_scanned_by_its_logprob(tiny_llama, tmp_path):
     records = list(read_records(tmp_path / "out" / "scan" / "records.jsonl"))
     clean = [r for r in records if r["experiment"] == "scan" and r["condition"] == "clean"]
     ids = tiny_llama.tokenize(rows[0]["template"])
-    target = tiny_llama.tokenizer(rows[0]["target"], add_special_tokens=False)["input_ids"]
+    target = tiny_llama.tokenizer(" " + rows[0]["target"], add_special_tokens=False)["input_ids"]
     logits = tiny_llama.logits([ids + target])[0]  # prompt and target tokenized apart
     logp = logits.log_softmax(-1)
     want = np.mean([float(logp[len(ids) + j - 1, t]) for j, t in enumerate(target)])

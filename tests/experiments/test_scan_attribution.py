@@ -135,3 +135,51 @@ def test_cli_attribution_scan_and_report(tiny_llama, tiny_prompts, tmp_path, mon
     assert main(["scan", "--out", str(bad), "--verify", "3"]) == 2
     assert main(["scan", "--out", str(bad), "--method", "attribution", "--unit", "layer"]) == 2
     assert not bad.exists()
+
+
+# ------------------------------------------------ issue 27, items 2 and 3
+
+
+def test_matched_classes_with_attribution_is_refused_before_the_model_loads(
+    tiny_prompts, tmp_path, loads
+):
+    # unverified heads have no exact effect: the top set's mean would be NaN and p its floor
+    out = tmp_path / "out"
+    argv = ["scan", "--prompts", str(tiny_prompts), "--out", str(out), "--no-progress"]
+    argv += ["--method", "attribution", "--verify", "3", "--matched-classes", "9"]
+    assert main(argv) == 2
+    assert loads == [] and not out.exists()
+    with pytest.raises(InputError, match=r"--matched-classes.*--method exact"):
+        scan.ScanOptions.of({"method": "attribution", "matched_classes": 9})
+
+
+def test_bsi_vs_effect_of_the_attribution_scan_covers_every_head(
+    tiny_llama, tiny_prompts, tmp_path
+):
+    from scipy.stats import spearmanr
+
+    out = tmp_path / "out"
+    summary = scan.run(
+        tiny_llama, prompts=tiny_prompts, out=out, method="attribution", verify=3, **RUN
+    )
+    corr = _entry(summary)["bsi_vs_effect"]
+    n_heads = tiny_llama.n_layers * tiny_llama.n_heads
+    assert corr["effect"] == "attribution estimate" and corr["n_cells"] == n_heads > 3
+    # independently: the mean BSI map against the mean estimate map, over every head
+    records = list(read_records(out / "scan" / "records.jsonl"))
+    bsi = {r["prompt_key"]: r["metrics"]["bsi"] for r in records
+           if r["experiment"] == scan.BSI and r["metrics"]["eb_star"] is not None}  # fmt: skip
+    est = {r["prompt_key"]: r["metrics"]["estimate"] for r in records
+           if r["experiment"] == ESTIMATE and r["prompt_key"] in bsi}  # fmt: skip
+    keys = sorted(est)
+    x = np.mean([np.ravel(bsi[k]) for k in keys], 0)
+    y = np.mean([np.ravel(est[k]) for k in keys], 0)
+    assert corr["n_prompts"] == len(keys)
+    # the same Spearman of the same float64 means (summed in another order): 1e-12
+    assert abs(corr["value"] - spearmanr(x, y).statistic) < 1e-12
+    # the exact scan's statistic covers its scanned heads and says so
+    exact = _entry(scan.run(tiny_llama, prompts=tiny_prompts, out=tmp_path / "e", **RUN))
+    assert exact["bsi_vs_effect"]["effect"] == "exact"
+    assert exact["bsi_vs_effect"]["n_cells"] == n_heads
+    lines = "\n".join(scan.DEFINITION.text(summary))
+    assert "BSI vs attribution estimate effect" in lines and f"{n_heads} heads" in lines

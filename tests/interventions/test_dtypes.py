@@ -103,3 +103,34 @@ def test_float64_through_the_local_simulation(sp_tokenizer):
     wide = bindscope.load_model(hf.eval().to(torch.float64), tokenizer=sp_tokenizer,
                                 remote="local")  # fmt: skip
     assert wide.attention_probs([PROMPTS[0]])[0].dtype == torch.float64
+
+
+def test_float64_left_padding_equals_the_unpadded_run(tiny):
+    """Issue 27 item 1: in float64 under eager attention a left-padded text's probabilities
+    were NaN from layer 1 on (transformers' mask fill, float64's minimum, is -inf once the
+    softmax casts to float32). Padded, they now equal the text run alone, and so do logits."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(sum(map(ord, tiny.family)))
+    config = tiny_config(tiny.family)
+    config.reorder_and_upcast_attn = False  # GPT-2's upcast attention refuses float64 (above)
+    hf = AutoModelForCausalLM.from_config(config, attn_implementation="eager")
+    wide = bindscope.load_model(hf.eval().to(torch.float64), tokenizer=tiny.tokenizer)
+    long_text, short = PROMPTS[2], PROMPTS[1]
+    assert len(wide.tokenize(long_text)) > len(wide.tokenize(short)) + 5  # really padded
+    padded = wide.attention_probs([long_text, short])[1]
+    alone = wide.attention_probs([short])[0]
+    assert padded.dtype == torch.float64 and bool(torch.isfinite(padded).all())
+    # The softmax runs in float32 under eager attention: one float32 rounding of a
+    # probability (<= 1) bounds the difference between two batch shapes.
+    assert (padded - alone).abs().max() <= torch.finfo(torch.float32).eps
+    got = wide.logits([long_text, short])[1]
+    ref = wide.logits([short])[0]
+    assert bool(torch.isfinite(got).all())
+    # logits inherit those float32-rounded probabilities: eps times their scale, with a
+    # factor for the layers the rounding passes through
+    scale = float(ref.abs().max())
+    assert (got - ref).abs().max() <= 8 * wide.n_layers * torch.finfo(torch.float32).eps * scale
+    # negative control: the long text's own last row is a different distribution by far
+    other = wide.attention_probs([long_text])[0][:, :, -1, -padded.shape[-1] :]
+    assert (other - padded[:, :, -1]).abs().max() > 1e4 * torch.finfo(torch.float32).eps

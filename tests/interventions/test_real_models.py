@@ -1,7 +1,8 @@
-"""The same equivalences on the two embedded real models.
+"""The same equivalences on the three embedded real models.
 
-SmolLM2-135M-Instruct (Llama architecture, GQA 9/3) and Gemma 3 270M (base; sliding-window
-attention in 15 of 18 layers, one key/value head), both GGUF de-quantised to float32.
+SmolLM2-135M-Instruct (Llama architecture, GQA 9/3), Gemma 3 270M (base; sliding-window
+attention in 15 of 18 layers, one key/value head) and Qwen2.5-Coder-0.5B-Instruct (Qwen2: GQA
+14/2, qkv biases, untied output matrix), all GGUF de-quantised to float32.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.slow
 HEADS = {
     "smollm2": [(0, 3), (5, 0), (5, 8), (14, 4), (29, 2)],
     "gemma3_real": [(0, 3), (5, 0), (5, 2), (11, 1), (17, 3)],  # sliding 0, full 5, 11, 17
+    "qwen_real": [(0, 3), (5, 0), (11, 13), (17, 7), (23, 2)],  # both kv groups (7 heads each)
 }
 
 
@@ -42,6 +44,26 @@ def test_gemma3_loads_as_gemma3_with_sliding_layers(gemma3_real):
     assert set(windows) - {None} == {512}
     assert model.prepend_bos is True  # the Gemma tokenizer adds <bos>
     assert model.hf.lm_head.weight.shape[0] == 262_144
+
+
+def test_qwen_loads_as_qwen2_with_biases_from_the_checked_gguf(qwen_real):
+    from bindscope.loading import cache_dir
+    from bindscope.loading.cache import manifest
+    from bindscope.loading.embedded_models import QWEN_SHA256
+
+    model = qwen_real
+    assert model.family == "qwen2"
+    dims = (model.n_layers, model.n_heads, model.n_kv_heads, model.head_dim, model.d_model)
+    assert dims == (24, 14, 2, 64, 896)
+    assert model.prepend_bos is False  # the Qwen tokenizer adds no BOS
+    attention = model.hf.model.layers[0].self_attn
+    assert all(getattr(attention, p).bias is not None for p in ("q_proj", "k_proj", "v_proj"))
+    assert model.hf.lm_head.weight.shape == (151_936, 896)
+    assert model.hf.lm_head.weight.data_ptr() != model.hf.model.embed_tokens.weight.data_ptr()
+    facts = manifest(cache_dir() / "qwen2.5-coder-0.5b-instruct-Q4_K_M")
+    assert facts["source_sha256"] == QWEN_SHA256  # the joined GGUF it was converted from
+    assert model.weights_sha256 == facts["weights_sha256"]
+    assert "AWQ" in model.training and "Apache-2.0" in model.training
 
 
 def test_probs_equal_output_attentions(real):
@@ -103,6 +125,26 @@ def test_sites_equal_torch_hooks_and_steered_generation_matches(real):
         adding = hooked(model.hf, model.family, "resid_post", layer, edit=lambda x: x + vector)
         assert ids == greedy_reference(model, model.tokenize(text), 8, adding)
     assert steered != model.generate_ids(texts, max_new_tokens=8)  # the vector mattered
+
+
+def test_logit_lens_equals_the_final_norm_and_unembedding_of_hf_hidden_states(real):
+    _, model = real
+    layers = [0, model.n_layers // 2, model.n_layers - 1]
+    lens = model.logit_lens(PROMPTS[:2], layers, positions=None)  # every position
+    norm = getattr(model.hf.model, model.family_row.final_norm)
+    for text, got in zip(PROMPTS[:2], lens):
+        with torch.no_grad():
+            out = model.hf(torch.tensor([model.tokenize(text)]), output_hidden_states=True)
+            # hidden_states[l + 1] is layer l's output; the last one has the final norm applied
+            hidden = [out.hidden_states[layer + 1][0] for layer in layers[:-1]]
+            ref = [model.hf.lm_head(norm(h)) for h in hidden] + [out.logits[0]]
+        if model.logit_softcap is not None:
+            ref[:-1] = [model.logit_softcap * torch.tanh(r / model.logit_softcap) for r in ref[:-1]]
+        bound = logit_bound(model, [text])
+        for i, layer in enumerate(layers):
+            assert_within(got[i], ref[i], bound, f"logit lens layer {layer}")
+        # negative control: another layer's logits are far outside the bound
+        assert (got[1] - ref[0]).abs().max() > 100 * bound
 
 
 def test_float64_passes_the_self_check_and_returns_float64():

@@ -140,7 +140,7 @@ def test_residual_self_patch_is_bit_identical_and_layer0_patch_gives_the_corrupt
 
 
 def test_logit_lens_last_layer_equals_the_logits(tiny):
-    lens = tiny.logit_lens(PROMPTS)
+    lens = tiny.logit_lens(PROMPTS, positions=None)  # every position
     logits = tiny.logits(PROMPTS)
     for found, ref in zip(lens, logits):
         assert found.shape == (tiny.n_layers, *ref.shape)

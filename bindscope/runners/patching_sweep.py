@@ -1,0 +1,133 @@
+"""Activation patching over sites x layers x positions: the grid, in batched traces.
+
+Each cell of the grid is one run of the corrupt text with the clean run's activation of one
+site, layer and position patched in (``Patch(site, [clean], layers=[l], positions=[p])``).
+The cells are the rows of ordinary batches (``per_row=``): the clean text runs once per
+batch as the donor row, the planner turns every row's patch into one edit per site and
+layer, and ``ops.run_layers`` applies them, as in every other call. Only the last
+position's logits leave the trace.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Iterable, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from bindscope.batch import DEFAULT_BATCH_SIZE, absolute_positions, check_texts, read_positions
+from bindscope.errors import InputError, InterventionError
+from bindscope.interventions import ops, run_layers
+from bindscope.interventions.plan import plan_batches
+from bindscope.interventions.resolve import resolve_rows
+from bindscope.interventions.specs import Patch
+from bindscope.protocols import LanguageModel
+
+__all__ = ["patching_sweep"]
+
+
+@torch.no_grad()
+def patching_sweep(
+    model: LanguageModel,
+    clean: str | Sequence[int],
+    corrupt: str | Sequence[int],
+    *,
+    sites: str | Sequence[str],
+    layers: Iterable[int] | None = None,
+    positions: int | Sequence[int] | None = None,
+    metric: Callable[[torch.Tensor], float],
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    progress: bool = False,
+) -> dict[str, torch.Tensor]:
+    """Patch each clean activation into the corrupt run, one cell at a time; the metric grid.
+
+    Args:
+        model: The model.
+        clean: The clean text (a string or token ids), whose activations are patched in.
+        corrupt: The corrupt text that runs, as many tokens long as ``clean``.
+        sites: Site names (``resid_pre``, ``attn_out``, ``mlp_out``, ``resid_post``, ...;
+            ``head_out`` patches every head of the layer).
+        layers: Layer indices (default all), ascending in the grid.
+        positions: Token positions of the texts (negative: from the end; default all).
+        metric: A function of the patched run's logits at the last position, given as
+            ``[1, vocab]`` (so ``lambda logits: logit_diff(logits, a, b)`` with
+            ``bindscope.metrics.logit_diff`` reads it as written), returning a number.
+        batch_size: Cells per forward pass.
+        progress: Show a progress bar over batches.
+
+    Returns:
+        ``{site: [len(layers), len(positions)]}`` float32: the metric of each patched run.
+
+    Raises:
+        InputError: Texts of different lengths, positions outside them, or a metric that is
+            not a function or does not return one finite number.
+        InterventionError: A site the family does not have (or ``pattern``).
+    """
+    clean_ids, corrupt_ids = (model.tokenize(t) if isinstance(t, str) else list(t)
+                              for t in check_texts([clean, corrupt]))  # fmt: skip
+    n = len(corrupt_ids)
+    if len(clean_ids) != n:
+        raise InputError(
+            f"{model.name}: patching_sweep needs texts of one length, but clean is "
+            f"{len(clean_ids)} tokens and corrupt {n}; choose a corrupt text that tokenizes "
+            "to the same length (one changed word, as in the IOI pairs)"
+        )
+    if not callable(metric):
+        raise InputError(
+            f"metric={metric!r} is not a function; pass e.g. "
+            "metric=lambda logits: logit_diff(logits, correct_id, wrong_id)"
+        )
+    names = _check_sites(model, sites)
+    wanted = model.check_layers(layers)
+    chosen = read_positions(positions)
+    where = list(range(n)) if chosen is None else absolute_positions(
+        chosen, n, model_name=model.name, text="the clean and corrupt texts"
+    )  # fmt: skip
+    cells = [(site, layer, p) for site in names for layer in wanted for p in where]
+    specs = [Patch(site, (clean_ids,), layers=(layer,), positions=(p,)) for site, layer, p in cells]
+    texts = [corrupt_ids] * len(cells)
+    rows = resolve_rows(model, texts, per_row=specs)
+    values = torch.empty(len(cells))
+    planned = plan_batches(model, texts, rows, batch_size=batch_size)
+    total = math.ceil(len(cells) / batch_size)
+    for item in tqdm(planned, total=total, desc="patching sweep", unit="batch",
+                     disable=not progress):  # fmt: skip
+
+        def body(donors, plan=item.plan):
+            run_layers(model, plan=plan, donors=donors)
+            last = ops.save(ops.final_logits(model)[:, -1])  # [b, V]: the metric's row
+            return last
+
+        last = model.trace_batch(item, body)
+        for r, index in enumerate(item.batch.indices):
+            values[index] = _number(metric(last[r : r + 1].float()), cells[index])
+    grid = values.view(len(names), len(wanted), len(where))
+    return {site: grid[k].clone() for k, site in enumerate(names)}
+
+
+def _check_sites(model: LanguageModel, sites) -> list[str]:
+    """The sites to sweep, checked against the family (raises ``InterventionError``)."""
+    names = [sites] if isinstance(sites, str) else list(sites)
+    patchable = [s for s in model.sites if s != "pattern"]
+    bad = [s for s in names if s not in patchable]
+    if not names or bad:
+        raise InterventionError(
+            f"{model.name} ({model.family}): cannot sweep site(s) {bad or names!r}; the sites "
+            f"that can be patched are {', '.join(patchable)}"
+        )
+    return list(dict.fromkeys(names))
+
+
+def _number(value, cell: tuple[str, int, int]) -> float:
+    """The metric's value as a float (raises ``InputError`` naming the cell)."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        site, layer, p = cell
+        raise InputError(
+            f"the metric returned {value!r} for {site} of layer {layer} at position {p}; it "
+            "must return one finite number from the last position's logits [1, vocab]"
+        )
+    return float(value)
