@@ -197,6 +197,28 @@ def _pieces(home: Path, ports: Ports) -> list[Piece]:
     ]
 
 
+def _serving(where: str) -> set[str]:
+    """The repo ids the server's /status reports RUNNING."""
+    try:
+        with urllib.request.urlopen(f"{where}/status", timeout=5) as response:
+            status = json.load(response)
+    except (OSError, ValueError):
+        return set()
+    deployments = status.get("deployments", {}).values()
+    return {d.get("repo_id") for d in deployments if d.get("application_state") == "RUNNING"}
+
+
+def _wait_serving(where: str, repos: list[str], home: Path, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not set(repos) <= _serving(where):
+        if time.monotonic() > deadline:
+            raise NdifServerError(
+                f"NDIF deployed {', '.join(repos)} but its /status does not report them "
+                f"running after {timeout:.0f} s; see {home / 'logs'} (deploy.log, api.log)"
+            )
+        time.sleep(2)
+
+
 def _state(home: Path) -> dict | None:
     path = home / STATE
     return json.loads(path.read_text()) if path.is_file() else None
@@ -262,6 +284,8 @@ def up(
             ),
             env,
         )
+        # /status is a cache the API refreshes now and then: wait until it shows the models
+        _wait_serving(host(port), list(models), home)
     except BaseException:
         processes.stop(home, ORDER)
         (home / STATE).unlink(missing_ok=True)
