@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.bindscope-installed
 LINT_PATHS := bindscope tests benchmarks tools
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test test-live lint format bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -25,6 +25,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The live layer: the remote path against the real NDIF server of `bindscope ndif up`
+# (deselected by `make test`; fails, never skips, when no server answers).
+test-live: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m ndif_live tests/remote/live
 
 # Style, docstrings and complexity (ruff), types (mypy), the layers contract (import-linter),
 # and the import checks import-linter cannot make: no circle anywhere, every function-level

@@ -95,3 +95,10 @@ class RemoteSandboxError(RemoteError):
 
 class RemoteJobError(RemoteError):
     """NDIF accepted a request and the job failed on the server."""
+
+
+class NdifServerError(BindscopeError):
+    """The local NDIF server (``bindscope ndif up``) could not be built, started or stopped.
+
+    Messages name the piece (redis, object store, Ray, controller, API, deploy) and its log.
+    """

@@ -67,6 +67,23 @@ def prob_bound(model, dtype: torch.dtype = torch.float32) -> float:
     )
 
 
+def gradient_bound(model, estimates: torch.Tensor, dtype: torch.dtype = torch.float32) -> float:
+    """Bound for attribution estimates (activation differences times gradients).
+
+    NDIF serves frozen weights, so a remote body starts gradient tracking at the first layer's
+    input while a local model's graph starts at its weights: the same derivatives, reached by
+    other backward kernels, that agree to rounding. The signal passes every layer twice
+    (forward, then backward), over dot products as wide as the hidden size, at the estimates'
+    own scale.
+    """
+    return rounding_bound(
+        magnitude=float(estimates.abs().max()),
+        width=model.hf.config.hidden_size,
+        depth=2 * model.n_layers + 1,
+        dtype=dtype,
+    )
+
+
 def row_sum_bound(keys: int, dtype: torch.dtype = torch.float32) -> float:
     """Bound for |sum(p) - 1| over a softmax row of ``keys`` probabilities."""
     return rounding_bound(magnitude=1.0, width=keys, depth=1, dtype=dtype)

@@ -18,6 +18,7 @@ from typing import Any
 
 import bindscope
 from bindscope.cli.arguments import build
+from bindscope.cli.ndif import cmd_ndif
 from bindscope.errors import BindscopeError, BindscopeWarning
 from bindscope.experiments import registry
 from bindscope.experiments.experiment import Common, Experiment
@@ -256,6 +257,7 @@ def parser() -> argparse.ArgumentParser:
     """The ``bindscope`` argument parser, one subparser per command."""
     others = {"audit": cmd_audit, "summarize": cmd_summarize, "figures": cmd_figures}
     others |= {"report": cmd_report, "demo": cmd_demo}
+    others |= {"ndif": cmd_ndif}
     return build(registry.definitions().values(), _command, others)
 
 

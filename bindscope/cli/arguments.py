@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from bindscope.cli.ndif import add_parser as add_ndif
 from bindscope.experiments.experiment import Experiment
 from bindscope.experiments.options import count, positive
 from bindscope.loading import EMBEDDED
@@ -175,6 +176,8 @@ def build(
     p.add_argument("--force", action="store_true", help="discard finished records, redo")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.set_defaults(func=commands["demo"])
+    if "ndif" in commands:
+        add_ndif(sub, commands["ndif"])
     return top
 
 

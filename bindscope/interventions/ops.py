@@ -973,10 +973,14 @@ def attribution_pass(model, terms, plan, donors=None, method="atp*", grad_drop=F
         ``grad_drop`` also ``"grad_drop"`` in the same form.
     """
     taps, blocks = {}, []
+    stream = site(model, "resid_pre", 0)  # [b, W, d]
+    if not stream.requires_grad:  # NDIF serves frozen weights: track gradients from here
+        stream.requires_grad_(True)
     for layer in range(model.n_layers):
         for name in model.sites:  # in execution order
             if (name, layer) in plan.edits or (name == "pattern" and layer in plan.knockout):
-                taps[(name, layer)] = site(model, name, layer)
+                first = (name, layer) == ("resid_pre", 0)  # read once: a second read would wait
+                taps[(name, layer)] = stream if first else site(model, name, layer)
             if grad_drop and name in ("attn_out", "mlp_out"):
                 blocks.append(site(model, name, layer))
     metric = metric_values(final_logits(model), terms)

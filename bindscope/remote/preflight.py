@@ -103,9 +103,19 @@ def check_versions(server: dict | None, *, model: str) -> dict:
     return remote
 
 
+def _hub_offline() -> bool:
+    """``HF_HUB_OFFLINE`` is set: ids are not looked up, configs come from the local cache."""
+    # heavy: loaded on the remote path only, not by `import bindscope` or the CLI's checks
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
 def _canonical_id(model_id: str) -> str:
     """The Hub's canonical spelling of a repo id (what NDIF deployments are keyed by)."""
     cache = nnsight_private.hub_id_cache()
+    if model_id not in cache and _hub_offline():
+        cache[model_id] = model_id  # offline (a local NDIF): the id is canonical as written
     if model_id not in cache:
         # heavy: loaded on the remote path only, not by `import bindscope` or the CLI's checks
         from huggingface_hub import HfApi

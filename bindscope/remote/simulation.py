@@ -25,6 +25,9 @@ class SimulatedServer:
         if audit not in ("error", "record"):
             raise ValueError("audit must be 'error' or 'record'")
         self.model = nnsight_model
+        # NDIF's model actor freezes the weights (inference only): a body that takes
+        # gradients must start them itself, here as there.
+        nnsight_private.underlying_module(nnsight_model).requires_grad_(False)
         self.audit = audit
         self.findings: set[str] = set()
         self.payload_bytes: list[int] = []

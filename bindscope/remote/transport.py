@@ -78,7 +78,7 @@ def translate(exc: BaseException, *, model: str) -> RemoteError | None:
     while cause is not None and len(chain) < 8:
         chain.append(cause)
         cause = cause.__cause__ or cause.__context__
-    detail = redact(f"{type(exc).__name__}: {exc}")[:500]
+    detail = _shorten(redact(f"{type(exc).__name__}: {exc}"))
     timeouts = (httpx.TimeoutException, websocket.WebSocketTimeoutException, TimeoutError)
     if any(isinstance(c, timeouts) for c in chain):
         return RemoteTimeoutError(
@@ -108,9 +108,21 @@ def translate(exc: BaseException, *, model: str) -> RemoteError | None:
     return None
 
 
+def _shorten(text: str, head: int = 300, tail: int = 1700) -> str:
+    """``text`` cut to its start and its end: a server traceback names its error last."""
+    if len(text) <= head + tail:
+        return text
+    return f"{text[:head]}\n[...]\n{text[-tail:]}"
+
+
 def _job_failure(detail: str, *, where: str, model: str) -> RemoteError:
-    """The error for a job NDIF ran and reported as failed, by what its message says."""
-    text = detail.lower()
+    """The error for a job NDIF ran and reported as failed, by what its message says.
+
+    A server traceback is judged by its last line (the error): its frames quote server code
+    (``timeout=self.execution_timeout``) that says nothing about this failure.
+    """
+    lines = detail.strip().splitlines()
+    text = (lines[-1] if "Traceback" in detail and lines else detail).lower()
     if re.search(r"api.?key|unauthori[sz]ed|forbidden|\b40[13]\b", text):
         return _rejected_key(where, detail, model)
     if re.search(r"whitelist|not allowed|modulenotfounderror|no module named", text):

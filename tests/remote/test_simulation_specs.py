@@ -26,10 +26,11 @@ def twins(request, byte_tokenizer, sp_tokenizer):
     return local, simulated
 
 
-def _variants(model):
-    base = model.tokenize(PROMPTS[2])
+def _variants(model, text: str = PROMPTS[2], tokens=(30, 31, 32)):
+    """Four texts of one length: ``text`` and three with token 5 swapped (donors)."""
+    base = model.tokenize(text)
     out = [base]
-    for token in (30, 31, 32):
+    for token in tokens:
         ids = list(base)
         ids[5] = token
         out.append(ids)

@@ -1,0 +1,75 @@
+"""``bindscope ndif up|down|status``: a local NDIF server for ``--remote`` runs on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from bindscope.errors import BindscopeError
+from bindscope.loading import cache_dir, embedded_folder
+from bindscope.remote import server
+
+SUBCOMMANDS = ("up", "down", "status")
+
+
+def add_parser(sub: argparse._SubParsersAction, command: object) -> None:
+    """The ``ndif`` subcommand's options."""
+    p = sub.add_parser("ndif", help="run the real NDIF server locally (up, down, status)")
+    p.add_argument("action", choices=SUBCOMMANDS, help="start, stop, or say what runs")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=server.DEFAULT_PORT,
+        help="the API's port (default %(default)s; the other pieces take PORT+1000..PORT+1004)",
+    )
+    p.add_argument(
+        "--home",
+        type=Path,
+        default=None,
+        help="the server's folder: venv, logs, pids (default: BINDSCOPE_CACHE/ndif)",
+    )
+    p.add_argument(
+        "--sandboxed",
+        action="store_true",
+        help="deploy ndif's sandboxed model actor (untrusted requests run in its runner)",
+    )
+    p.set_defaults(func=command)
+
+
+def _hub_cache() -> Path:
+    """The Hugging Face hub cache a client on this machine reads (so both see the models)."""
+    # heavy: huggingface_hub loads for `ndif up` only
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def cmd_ndif(args: argparse.Namespace) -> int:
+    """``bindscope ndif``: start, stop or describe the local NDIF server."""
+    home = args.home or cache_dir() / "ndif"
+    if args.action == "down":
+        stopped = server.down(home=home)
+        print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
+        return 0
+    if args.action == "status":
+        state = server.status(home=home)
+        print(json.dumps(state, indent=1))
+        return 0 if state["api_answers"] else 1
+    if not 1024 <= args.port <= 64000:
+        raise BindscopeError(f"--port {args.port}: pick a port between 1024 and 64000")
+    folders = {repo: embedded_folder(name) for name, repo in server.SERVED.items()}
+    where = server.up(
+        home=home,
+        models=folders,
+        port=args.port,
+        hub_cache=_hub_cache(),
+        sandboxed=args.sandboxed,
+    )
+    print(f"NDIF runs at {where}, serving {', '.join(folders)}; logs in {home / 'logs'}")
+    print(f"export NDIF_HOST={where} NDIF_API_KEY=local HF_HUB_OFFLINE=1   # auth is off")
+    print("stop it with: bindscope ndif down")
+    return 0
+
+
+__all__ = ["add_parser", "cmd_ndif"]

@@ -1,0 +1,59 @@
+"""The embedded models in the Hugging Face cache layout, and their deploy specs."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
+
+# The Hub ids the embedded models are served under (what ``load_model(..., remote=True)``
+# and ``--model ID --remote`` name). Their weights are the float32 conversions bindscope
+# makes of the embedded GGUFs, the same files a local run loads.
+SERVED = {
+    "SmolLM2-135M-Instruct": "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "gemma-3-270m": "google/gemma-3-270m",
+}
+
+
+def _snapshot_root(hub_cache: Path, repo_id: str) -> Path:
+    return hub_cache / ("models--" + repo_id.replace("/", "--"))
+
+
+def place(hub_cache: Path, repo_id: str, folder: Path) -> Path:
+    """Link ``folder``'s files as ``repo_id``'s snapshot in ``hub_cache``; the snapshot.
+
+    A repo already in the cache that is not ours (a real download) is left alone.
+    """
+    root = _snapshot_root(hub_cache, repo_id)
+    revision = hashlib.sha1(f"bindscope:{folder.resolve()}".encode()).hexdigest()
+    snapshot = root / "snapshots" / revision
+    ref = root / "refs" / "main"
+    if ref.is_file() and ref.read_text().strip() != revision:
+        return root / "snapshots" / ref.read_text().strip()
+    snapshot.mkdir(parents=True, exist_ok=True)
+    for source in folder.iterdir():
+        if source.is_file():
+            link = snapshot / source.name
+            link.unlink(missing_ok=True)
+            link.symlink_to(source.resolve())
+    ref.parent.mkdir(parents=True, exist_ok=True)
+    ref.write_text(revision)
+    return snapshot
+
+
+def specs(hub_cache: Path, folders: Mapping[str, Path], *, trusted: bool) -> list[dict]:
+    """Ndif deploy specs: float32 (the server's default is bfloat16), sized from the files."""
+    found = []
+    for repo_id, folder in folders.items():
+        snapshot = place(hub_cache, repo_id, folder)
+        size = sum(p.stat().st_size for p in snapshot.glob("*.safetensors"))
+        found.append(
+            {
+                "checkpoint": repo_id,
+                "dtype": "float32",
+                "size_bytes": size,
+                "trusted": trusted,
+                "pinned": True,
+            }
+        )
+    return found

@@ -1,0 +1,69 @@
+"""The live layer: bindscope against the real NDIF server, started by ``bindscope ndif up``.
+
+Every module is marked ``ndif_live`` (deselected by ``make test``; ``make test-live`` and
+``.ci/run`` run it).
+With no server answering, every test fails with what to run: the layer never skips.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.request
+from pathlib import Path
+
+import huggingface_hub
+import pytest
+
+import bindscope
+from bindscope.loading import cache_dir
+from bindscope.remote.server import DEFAULT_PORT, SERVED, host
+
+# A marked key: tests/remote/live/test_faults.py checks it appears in no payload, record,
+# log line or message of ours.
+KEY = "bindscope-live-key-3c9e71"
+HOST = os.environ.get("BINDSCOPE_NDIF_LIVE_HOST") or host(DEFAULT_PORT)
+# The server's folder (pid files, logs): where `bindscope ndif up` put it.
+HOME = Path(os.environ.get("BINDSCOPE_NDIF_HOME") or cache_dir() / "ndif")
+
+
+def answers(where: str = HOST) -> bool:
+    try:
+        with urllib.request.urlopen(f"{where}/ping", timeout=3) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="session")
+def live():
+    """The environment a client of the local server has: host, any key, the Hub offline."""
+    if not answers():
+        pytest.fail(
+            f"no NDIF server answers at {HOST}: start it with `bindscope ndif up` (.ci/run "
+            "and `make test-live` do); the live layer never skips",
+            pytrace=False,
+        )
+    # nnsight's remote client (not quieted: keep its progress lines out of the test log)
+    from nnsight import CONFIG
+
+    patch = pytest.MonkeyPatch()
+    patch.setenv("NDIF_HOST", HOST)
+    patch.setenv("NDIF_API_KEY", KEY)
+    patch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    patch.setattr(CONFIG.APP, "REMOTE_LOGGING", False)
+    yield HOST
+    patch.undo()
+
+
+_LOADED: dict[str, tuple] = {}
+
+
+@pytest.fixture(scope="session", params=list(SERVED))
+def twins(request, live):
+    """(local, remote) for an embedded model: same float32 weights, here and on the server."""
+    name = request.param
+    if name not in _LOADED:
+        local = bindscope.load_model(name)
+        far = bindscope.load_model(SERVED[name], remote=True)
+        _LOADED[name] = (local, far)
+    return _LOADED[name]

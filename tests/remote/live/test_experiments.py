@@ -1,0 +1,168 @@
+"""Binding, recognition and every experiment through the real NDIF server equal local runs.
+
+The runners are called directly on both embedded models; the experiments (C5, the
+attribution scan, patch, heads) run from the CLI with ``--remote`` against the local
+server, as a user runs them, and their summaries must equal the local CLI's. Options keep
+each run small (``--limit``, ``--unit layer``, two random sets) so the layer stays quick.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import bindscope
+from bindscope.cli import main
+from bindscope.prompts import PromptRecord
+from bindscope.remote.server import SERVED
+from bindscope.runners.behaviour import recognition
+from bindscope.runners.binding import binding
+from tests.experiments import prompts_tiny
+from tests.remote.live.test_calls import HEADS, TEXTS
+from tests.tolerance import gradient_bound, logit_bound
+
+pytestmark = pytest.mark.ndif_live
+
+RECORDS = [
+    PromptRecord(
+        "gen_001", "screen reader", "generation", "In web accessibility, a screen reader is"
+    ),
+    PromptRecord(
+        "gen_002", "color contrast", "generation", "Developers should test color contrast and"
+    ),
+]
+CHOICES = [
+    PromptRecord(
+        "rec_001",
+        "alt text",
+        "recognition",
+        "Alt text describes an image for: A) people B) dogs",
+        choices=["people", "dogs"],
+        answer_idx=0,
+    ),
+    PromptRecord(
+        "rec_002",
+        "skip link",
+        "recognition",
+        "True or False: a skip link helps keyboard users.",
+        choices=["True", "False"],
+        answer_idx=0,
+    ),
+]
+
+
+def test_eb_star_equals_local(twins):
+    local, far = twins
+    for kwargs in ({}, {"ablate": HEADS}):
+        for got, ref in zip(binding(far, RECORDS, **kwargs), binding(local, RECORDS, **kwargs)):
+            assert got.eb_star == ref.eb_star or (
+                math.isnan(got.eb_star) and math.isnan(ref.eb_star)
+            )
+            assert torch.equal(got.bsi.nan_to_num(-1), ref.bsi.nan_to_num(-1))
+
+
+def test_recognition_equals_local(twins):
+    local, far = twins
+    for kwargs in ({}, {"ablate": HEADS}):
+        got = recognition(far, CHOICES, **kwargs)
+        full = recognition(local, CHOICES, strategy="full", **kwargs)
+        shared = recognition(local, CHOICES, **kwargs)
+        # remotely each prompt+choice is scored in full (a shared KV cache would cross the
+        # network twice): bit-equal to the local full strategy ...
+        assert [r.to_dict() for r in got] == [r.to_dict() for r in full]
+        # ... and within float noise of the local shared-prefix one: a log-softmax moves by at
+        # most twice its logits' rounding bound
+        bound = 2 * logit_bound(local, [r.template for r in CHOICES])
+        for g, s in zip(got, shared):
+            assert g.scores == pytest.approx(s.scores, abs=bound)
+
+
+def _prompts(folder: Path) -> Path:
+    """Ten records (two terms) of the small prompt set, as a prompt file."""
+    path = folder / "prompts.jsonl"
+    rows = [r for r in prompts_tiny.records() if r["term"] in ("screen reader", "skip link")]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _assert_close(got, ref, bound: float, where: str = "summary") -> None:
+    """Equal structure and text; numbers within ``bound``."""
+    if isinstance(ref, dict):
+        assert got.keys() == ref.keys(), where
+        for key in ref:
+            _assert_close(got[key], ref[key], bound, f"{where}.{key}")
+    elif isinstance(ref, list):
+        assert len(got) == len(ref), where
+        for i, (g, r) in enumerate(zip(got, ref)):
+            _assert_close(g, r, bound, f"{where}[{i}]")
+    elif isinstance(ref, float) and not isinstance(ref, bool):
+        assert got == pytest.approx(ref, abs=bound, nan_ok=True), where
+    else:
+        assert got == ref, where
+
+
+def _summary(folder: Path, experiment: str, name: str) -> dict:
+    """The summary with the model's name spelled one way (a Hub id remotely)."""
+    text = (folder / experiment / "summary.json").read_text()
+    for short, repo in SERVED.items():
+        text = text.replace(repo, short)
+    summary = json.loads(text)
+    summary.pop("created", None)
+    return summary
+
+
+EXPERIMENTS = {
+    "c5": ["--k", "2", "--n-random", "2"],
+    "scan-attribution": [
+        "--method",
+        "attribution",
+        "--verify",
+        "1",
+        "--limit",
+        "2",
+        "--n-resamples",
+        "50",
+    ],
+    "patch": ["--unit", "layer", "--limit", "2", "--n-resamples", "50"],
+    "heads": ["--n-repeated", "2"],
+}
+
+
+@pytest.mark.parametrize("name", list(SERVED))
+@pytest.mark.parametrize("experiment", list(EXPERIMENTS))
+def test_experiment_from_the_cli_equals_local(experiment, name, live, tmp_path, capsys):
+    command = experiment.split("-")[0]
+    options = EXPERIMENTS[experiment]
+    if command in ("c5", "heads"):
+        options = [*options, "--prompts", str(_prompts(tmp_path))]
+    common = [command, *options, "--no-progress"]
+    assert main([*common, "--model", name, "--out", str(tmp_path / "local")]) == 0
+    assert main([*common, "--model", SERVED[name], "--remote", "--out", str(tmp_path / "far")]) == 0
+    capsys.readouterr()
+    folder = command if command != "patch" else "patching"
+    got, ref = _summary(tmp_path / "far", folder, name), _summary(tmp_path / "local", folder, name)
+    if experiment == "scan-attribution":
+        # estimates: frozen server weights, other backward kernels (tests/tolerance.py
+        # gradient_bound); verified effects: Model.logits remotely, the residual-start runner
+        # locally, each mean log-prob within twice the logit bound, an effect within 4x
+        local = bindscope.load_model(name)
+        estimates = torch.tensor(ref["models"][f"{name}@main"]["metrics"]["logprob"]["estimate"])
+        bound = max(gradient_bound(local, estimates), 4 * logit_bound(local, TEXTS))
+        _assert_close(got, ref, bound)
+    else:
+        assert got == ref
+    records = (tmp_path / "far" / folder / "records.jsonl").read_text().splitlines()
+    provenance = json.loads(records[0])["provenance"]
+    assert provenance["remote"] == "ndif" and provenance["ndif_host"] == live
+
+
+def test_the_exact_scan_refuses_a_remote_model_clearly(live, tmp_path, capsys):
+    """The exact scan keeps a clean residual stream on this machine: local models only."""
+    name = "SmolLM2-135M-Instruct"
+    args = ["scan", "--unit", "layer", "--limit", "2", "--no-progress", "--remote"]
+    assert main([*args, "--model", SERVED[name], "--out", str(tmp_path)]) == 2
+    assert "runs local models only" in capsys.readouterr().err
