@@ -51,7 +51,7 @@ class CircuitOptions(Options):
         "top", "top: the n largest |scores|; greedy: grown back from the logits",
         choices=("top", "greedy"),
     )  # fmt: skip
-    verify: int = option(0, "patch the top 2K edges exactly (0: none)", type=int)
+    verify: int = option(0, "patch the top 2K edges exactly (default 0: none)", type=int)
     n_random: int = option(3, "random circuits per size (the null)", type=int)
 
     def check(self) -> None:

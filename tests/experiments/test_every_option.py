@@ -274,6 +274,18 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
             "test_verified_heads_equal_the_exact_patch_answer_pairs",
         ),
     },
+    "ndif": {
+        "action": NoEffect(
+            "up, down or status of the local server; no numbers",
+            "tests/remote/test_server.py::test_cli_checks_the_port_and_says_what_runs",
+        ),
+        "--port": NoEffect(
+            "where the local server listens",
+            "tests/remote/test_server.py::test_up_refuses_busy_ports_before_building_anything",
+        ),
+        "--home": NoEffect("where the server's venv, logs and models live"),
+        "--sandboxed": NoEffect("which model actor the server deploys; the client is unchanged"),
+    },
     "summarize": {"results": NoEffect("the folder read")},
     "figures": {"results": NoEffect("the folder read"), "--out": NoEffect("where figures go")},
     "report": {"results": NoEffect("the folder read"), "--out": NoEffect("where it goes")},
