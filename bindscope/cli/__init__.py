@@ -1,7 +1,7 @@
 """The ``bindscope`` command line.
 
 One subcommand per experiment (read from each experiment's ``DEFINITION``, see
-``bindscope.experiments.registry``), plus audit, summaries, figures, the report and the demo.
+``bindscope.experiments.kit.registry``), plus audit, summaries, figures, the report and the demo.
 Run ``bindscope <command> --help`` for the options.
 """
 
@@ -20,9 +20,9 @@ import bindscope
 from bindscope.cli.arguments import build
 from bindscope.cli.ndif import cmd_ndif
 from bindscope.errors import BindscopeError, BindscopeWarning
-from bindscope.experiments import registry
-from bindscope.experiments.experiment import Common, Experiment
-from bindscope.experiments.options import Options
+from bindscope.experiments.kit import registry
+from bindscope.experiments.kit.experiment import Common, Experiment
+from bindscope.experiments.kit.options import Options
 from bindscope.loading import check_device, check_dtype
 from bindscope.prompts import load
 from bindscope.prompts.audit import audit, format_audit, write_audit

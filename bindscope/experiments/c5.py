@@ -28,15 +28,15 @@ from bindscope.experiments.c5_summary import (
     summarize_c5,
     undecided_nulls,
 )
-from bindscope.experiments.chunks import batch_order, chunk_items, prompt_set
-from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
-from bindscope.experiments.head_sets import (
+from bindscope.experiments.kit.ablation_sets import (
     class_counts,
     draw_random_sets,
     draw_score_matched_sets,
 )
-from bindscope.experiments.head_taxonomy import taxonomy_means
-from bindscope.experiments.options import (
+from bindscope.experiments.kit.binding_reuse import BINDING_FROM, stored_binding
+from bindscope.experiments.kit.chunks import batch_order, chunk_items, prompt_set
+from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
+from bindscope.experiments.kit.options import (
     GENERATION_HELP,
     Options,
     count,
@@ -44,14 +44,14 @@ from bindscope.experiments.options import (
     positive,
     setting,
 )
-from bindscope.experiments.recording import binding_metrics
-from bindscope.experiments.reuse import BINDING_FROM, stored_binding
-from bindscope.experiments.summary import folder_summary, per_model_text
+from bindscope.experiments.kit.record_fields import binding_metrics
+from bindscope.experiments.kit.summary import folder_summary, per_model_text
+from bindscope.experiments.kit.taxonomy_plan import taxonomy_means
 from bindscope.interventions import Mean, Zero, head_means
 from bindscope.metrics.behaviour import RecognitionResult, default_rubric
 from bindscope.metrics.ranking import mean_bsi, rank_heads
 from bindscope.prompts.context import check_fit
-from bindscope.prompts.records import PromptRecord, PromptSet
+from bindscope.prompts.prompt_sets import PromptRecord, PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.format import estimate, num, pvalue
 from bindscope.results.labels import model_label
@@ -94,7 +94,7 @@ class C5Options(Options):
             head (its own sets and p, beside the unmatched null).
         matched_classes: Also draw a class-matched null: each top head matched by one of
             its 2k nearest heads outside the top set in taxonomy-score space (sink,
-            previous-token, induction, duplicate-token; ``head_sets.
+            previous-token, induction, duplicate-token; ``ablation_sets.
             draw_score_matched_sets``), so an effect of the top set can be told from an
             effect of, say, previous-token heads; the summary says how close the match is
             and how many heads of each top class lie outside the top set.

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from bindscope.errors import InputError
-from bindscope.prompts.records import load_json
+from bindscope.prompts.prompt_sets import load_json
 
 
 @dataclass(frozen=True)

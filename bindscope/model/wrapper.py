@@ -17,7 +17,7 @@ from bindscope.batch import (
 from bindscope.errors import InputError
 from bindscope.families import Family, dims_from_config
 from bindscope.interventions import ops
-from bindscope.interventions.heads import Head, normalize_heads
+from bindscope.interventions.head_checks import Head, normalize_heads
 from bindscope.model import calls, checks, generation
 from bindscope.model.masks import install_float64_padding_fix
 

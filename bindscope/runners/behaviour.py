@@ -32,7 +32,7 @@ from bindscope.metrics.behaviour import (
     default_rubric,
     rubric_score,
 )
-from bindscope.prompts.records import PromptRecord
+from bindscope.prompts.prompt_sets import PromptRecord
 from bindscope.protocols import LanguageModel
 
 

@@ -14,7 +14,7 @@ import pytest
 from bindscope import cli
 from bindscope.errors import InputError, ModelLoadError
 from bindscope.experiments import binding, patching, scan
-from bindscope.experiments.head_stats import summary_lines
+from bindscope.experiments.kit.per_head_tests import summary_lines
 from bindscope.results.settings import versions
 from tests.experiments import prompts_tiny
 from tests.experiments.test_patching import _pairs, _write

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bindscope.experiments import limits
-from bindscope.experiments.summary import skipped_reasons, summarize_folder
-from bindscope.metrics import heads as taxonomy
+from bindscope.experiments.kit import limits
+from bindscope.experiments.kit.summary import skipped_reasons, summarize_folder
+from bindscope.metrics import taxonomy
 from bindscope.results import labels
 
 EXPERIMENT = "heads"

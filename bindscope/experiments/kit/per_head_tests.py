@@ -16,9 +16,9 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from bindscope.errors import InputError
-from bindscope.experiments import limits
-from bindscope.experiments.head_sets import check_limit
-from bindscope.experiments.options import Options, option, positive
+from bindscope.experiments.kit import limits
+from bindscope.experiments.kit.ablation_sets import check_limit
+from bindscope.experiments.kit.options import Options, option, positive
 from bindscope.metrics import stats
 from bindscope.results import format as fmt
 

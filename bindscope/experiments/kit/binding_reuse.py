@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bindscope.prompts.records import PromptSet
+from bindscope.prompts.prompt_sets import PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import model_label
 from bindscope.results.records import read_records
