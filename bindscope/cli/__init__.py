@@ -212,7 +212,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
     # matplotlib loads only for the commands that draw
     from bindscope.figures import make_figures
 
-    registry.experiment_folders(args.results)  # no results: refused, as summarize does
+    registry.check_folders(args.results)  # refused as summarize refuses it
     if args.out is not None:
         check_writable(args.out)
     report = make_figures(args.results, args.out)
@@ -226,7 +226,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     # matplotlib loads only for the commands that draw
     from bindscope.figures import write_report
 
-    registry.experiment_folders(args.results)  # no results: refused, as summarize does
+    registry.check_folders(args.results)  # refused as summarize refuses it
     if args.out is not None:
         if args.out.is_dir():
             raise BindscopeError(f"--out {args.out} is a folder; pass the report's file path")

@@ -58,7 +58,6 @@ from bindscope.results.labels import model_label
 from bindscope.results.records import provenance, read_records
 from bindscope.results.schema import RecordKind, behaviour_metrics, binding_kind
 from bindscope.results.settings import content_sha256
-from bindscope.results.summaries import check_complete
 from bindscope.runners.behaviour import generation, recognition
 from bindscope.runners.binding import binding
 from bindscope.runners.scan import ScoredSequence, condition_scores
@@ -508,6 +507,21 @@ def recognition_residual(
     return out
 
 
+def check_complete(folder: Path, records: list[dict]) -> None:
+    """Refuse a C5 folder that holds ranking records and no evaluated condition.
+
+    Raises:
+        InputError: The run stopped after ranking heads; nothing can be summarized yet.
+    """
+    ranking = sum(r["experiment"] == RANKING for r in records)
+    if ranking and not any(r["experiment"] == EXPERIMENT for r in records):
+        raise InputError(
+            f"{folder / 'records.jsonl'}: holds only {ranking} C5 ranking record(s) and no "
+            "evaluated condition (the run stopped after ranking heads); rerun the same "
+            f"`bindscope c5 ... --out {folder.parent}` command to finish it"
+        )
+
+
 summarize = folder_summary(EXPERIMENT, summarize_c5, check=check_complete)
 
 
@@ -570,6 +584,7 @@ CONDITIONS = RecordKind(
 DEFINITION = Experiment(
     EXPERIMENT, "c5", "causal head ablation: top/bottom/random k-head sets", C5Options,
     summarize, text, records=(CONDITIONS, binding_kind(RANKING)), plan=_plan, models="several",
+    check_folder=check_complete,
 )  # fmt: skip
 
 

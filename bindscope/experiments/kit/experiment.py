@@ -182,6 +182,9 @@ class Experiment:
         show_records: Print the records path after the summary.
         also: Other experiments' folders the run writes, summarized after it (``sweep
             --heads`` writes ``heads``).
+        check_folder: ``check_folder(folder, records)`` raises ``InputError`` when a folder's
+            records cannot be read as results yet (a run stopped halfway); ``summarize``,
+            ``figures`` and ``report`` run it before reading (``registry.check_folders``).
     """
 
     name: str
@@ -197,6 +200,7 @@ class Experiment:
     check_terms: Callable[[Any], bool] = lambda options: True
     show_records: bool = False
     also: Callable[[Any], tuple[str, ...]] = lambda options: ()
+    check_folder: Callable[[Path, list[dict]], None] | None = None
 
     def run(
         self,

@@ -15,6 +15,7 @@ from bindscope.errors import InputError
 from bindscope.experiments.kit.experiment import Experiment
 from bindscope.experiments.kit.limits import limit_lines
 from bindscope.results import schema
+from bindscope.results.records import read_records
 from bindscope.results.schema import RecordKind
 
 STUDIES = "bindscope.experiments"
@@ -71,6 +72,24 @@ def summarize(results_dir: str | Path) -> dict[str, dict]:
     return {name: definitions()[name].summarize(folder) for name, folder in found.items()}
 
 
+def check_folders(results_dir: str | Path) -> dict[str, Path]:
+    """``experiment_folders``, each folder checked by its experiment's ``check_folder``.
+
+    ``figures`` and ``report`` call it before reading, so a folder a run left halfway is
+    refused with its experiment's own message, as ``summarize`` refuses it.
+
+    Raises:
+        InputError: No results under the folder, or a folder its experiment refuses.
+        RecordFileError: A records file is corrupt (file and line named).
+    """
+    found = experiment_folders(results_dir)
+    for name, folder in found.items():
+        check = definitions()[name].check_folder
+        if check is not None:
+            check(folder, list(read_records(folder / "records.jsonl")))
+    return found
+
+
 def experiment_folders(results_dir: str | Path) -> dict[str, Path]:
     """Each experiment with records under ``results_dir`` -> its folder.
 
@@ -94,6 +113,7 @@ def experiment_folders(results_dir: str | Path) -> dict[str, Path]:
 
 __all__ = [
     "by_command",
+    "check_folders",
     "definitions",
     "experiment_folders",
     "record_kinds",
