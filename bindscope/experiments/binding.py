@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from bindscope.experiments.kit import limits
+from bindscope.experiments.kit.binding_reuse import BINDING
 from bindscope.experiments.kit.chunks import prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.kit.options import Options, option
@@ -28,7 +29,7 @@ from bindscope.results.labels import by_model
 from bindscope.results.schema import binding_kind
 from bindscope.runners.binding import binding
 
-EXPERIMENT = "binding"
+EXPERIMENT = BINDING
 
 
 @dataclass(frozen=True)

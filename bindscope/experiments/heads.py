@@ -33,7 +33,7 @@ from bindscope.experiments.kit.taxonomy_plan import (
     check_taxonomy_fit,
     taxonomy_plan,
 )
-from bindscope.experiments.kit.taxonomy_summary import EXPERIMENT, summarize
+from bindscope.experiments.kit.taxonomy_summary import TAXONOMY, summarize
 from bindscope.prompts.prompt_sets import PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.format import heads as head_list
@@ -97,6 +97,8 @@ def _metrics(record: dict) -> tuple[str, ...]:
 def _tasks(record: dict) -> tuple[str, ...]:
     return ("induction",) if record["condition"] == "repeated" else TASKS
 
+
+EXPERIMENT = TAXONOMY
 
 DEFINITION = Experiment(
     EXPERIMENT, "heads", "head taxonomy: sink, previous-token, induction, binding", HeadsOptions,

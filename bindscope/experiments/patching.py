@@ -32,7 +32,7 @@ from bindscope.experiments.kit import attribution_method, limits, per_head_tests
 from bindscope.experiments.kit.ablation_sets import as_pairs, conditions_of
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.kit.options import option
-from bindscope.experiments.kit.per_head_tests import HeadTestOptions, summary_lines
+from bindscope.experiments.kit.per_head_tests import HeadTestOptions
 from bindscope.experiments.kit.summary import summarize_tests
 from bindscope.interventions import Patch
 from bindscope.prompts.continuations import appended, continuation_ids
@@ -451,6 +451,22 @@ def summarize(
     )
 
 
+def _model_lines(label: str, m: dict, top: int) -> list[str]:
+    out = [
+        f"  {label}: {m['n_pairs']} pairs ({m['n_pairs_no_gap']} without a gap, "
+        f"{m['pairs_skipped']} of unequal length skipped); "
+        f"{len(m['significant'])} significant"
+    ]
+    out += [f"    {per_head_tests.cell_line(c)}" for c in m["top"][:top]]
+    return out + per_head_tests.agreement_lines(m.get("agreement"))
+
+
+def text(s: dict, *, top: int = 5) -> list[str]:
+    """The patching summary as terminal lines: the top heads per model."""
+    title = "Activation patching"
+    return per_head_tests.summary_lines(s, title=title, model_lines=_model_lines, top=top)
+
+
 CONDITIONS = RecordKind(EXPERIMENT, prefixes=("L",), metrics=lambda record: PATCHED)
 #: ``--method attribution``: each pair's estimate of every head (docs/records.md).
 ESTIMATES = RecordKind(
@@ -458,7 +474,7 @@ ESTIMATES = RecordKind(
 )
 DEFINITION = Experiment(
     EXPERIMENT, "patch", "patch each head from clean into corrupted runs", PatchingOptions,
-    summarize, summary_lines, records=(CONDITIONS, ESTIMATES), plan=_plan,
+    summarize, text, records=(CONDITIONS, ESTIMATES), plan=_plan,
 )  # fmt: skip
 run = DEFINITION.run
 

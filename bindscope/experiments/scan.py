@@ -393,6 +393,28 @@ def _metrics_of(record: dict) -> tuple[str, ...]:
     return ("logprob",) + (RECOGNITION_METRICS if record["task"] == "recognition" else ())
 
 
+def _model_lines(label: str, m: dict, top: int) -> list[str]:
+    out = [f"  {label}: {m['n_prompts']} prompts"]
+    for metric, block in m["metrics"].items():
+        n_sig = len(block["significant"])
+        out.append(f"    {metric} (clean {block['clean_mean']:.3f}; {n_sig} significant)")
+        out += [f"      {per_head_tests.cell_line(c)}" for c in block["top"][:top]]
+        out += per_head_tests.agreement_lines(block.get("agreement"))
+    corr = m.get("bsi_vs_effect")
+    if corr and corr.get("value") is not None:
+        out.append(
+            f"    BSI vs {corr.get('effect', 'exact')} effect: Spearman "
+            f"{corr['value']:.3f} [{corr['low']:.3f}, {corr['high']:.3f}] over "
+            f"{corr['n_prompts']} prompts and {corr['n_cells']} heads"
+        )
+    return out + per_head_tests.matched_lines(m.get("binding_top_vs_matched"))
+
+
+def text(s: dict, *, top: int = 5) -> list[str]:
+    """The scan summary as terminal lines: the top heads per model and metric."""
+    return per_head_tests.summary_lines(s, title="Head scan", model_lines=_model_lines, top=top)
+
+
 CONDITIONS = RecordKind(EXPERIMENT, prefixes=("L",), metrics=_metrics_of)
 #: ``--method attribution``: each prompt's estimate of every head (docs/records.md).
 ESTIMATES = RecordKind(
@@ -400,7 +422,7 @@ ESTIMATES = RecordKind(
 )
 DEFINITION = Experiment(
     EXPERIMENT, "scan", "ablate every head alone: effect map with CIs and BH p", ScanOptions,
-    summarize, per_head_tests.summary_lines, records=(CONDITIONS, binding_kind(BSI), ESTIMATES),
+    summarize, text, records=(CONDITIONS, binding_kind(BSI), ESTIMATES),
     plan=_plan, models="several",
 )  # fmt: skip
 run = DEFINITION.run

@@ -38,6 +38,7 @@ from bindscope.experiments.kit.summary import (
     skipped_reasons,
 )
 from bindscope.experiments.kit.taxonomy_plan import TaxonomyOptions, taxonomy_plan
+from bindscope.experiments.kit.taxonomy_summary import TAXONOMY
 from bindscope.loading import load_model
 from bindscope.metrics import stats
 from bindscope.metrics.behaviour import default_rubric
@@ -128,7 +129,7 @@ def _plan(models: list[str], opts: SweepOptions, common: Common) -> Plan:
     def items() -> list[tuple[str, str]]:
         return [(r.key, "clean") for r in pset]
 
-    also = (("heads", taxonomy_plan(pset, opts, common, sweep=sweep)),) if opts.heads else ()
+    also = ((TAXONOMY, taxonomy_plan(pset, opts, common, sweep=sweep)),) if opts.heads else ()
     return Plan(settings, each, provenance=prov, models=lazy, items=items, also=also)
 
 
@@ -366,7 +367,7 @@ def _leadlag_lines(ll: dict) -> list[str]:
 DEFINITION = Experiment(
     EXPERIMENT, "sweep", "EB* and behaviour across training checkpoints", SweepOptions,
     summarize, text, records=(binding_kind(EXPERIMENT, "behaviour"),), plan=_plan,
-    models="revisions", also=lambda options: ("heads",) if options.heads else (),
+    models="revisions", also=lambda options: (TAXONOMY,) if options.heads else (),
 )  # fmt: skip
 
 __all__ = [
