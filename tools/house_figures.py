@@ -1,4 +1,4 @@
-"""Print the house figures of a bindscope tree: lines, lines per sub-package, long functions, typing.
+"""Print the house figures of a bindscope tree: lines, long functions, typed arguments.
 
 Usage: ``python tools/house_figures.py [PACKAGE_DIR]`` (default: ``bindscope`` beside this
 folder). Run it on two checkouts to report a change before and after. Lines are physical
