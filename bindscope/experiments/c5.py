@@ -51,6 +51,7 @@ from bindscope.interventions import Mean, Zero, head_means
 from bindscope.metrics.behaviour import RecognitionResult, default_rubric
 from bindscope.metrics.ranking import mean_bsi, rank_heads
 from bindscope.prompts.context import check_fit
+from bindscope.prompts.continuations import continuation_ids
 from bindscope.prompts.prompt_sets import PromptRecord, PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.format import estimate, num, pvalue
@@ -489,7 +490,7 @@ def recognition_residual(
     for r, rec in enumerate(records):
         prompt = model.tokenize(rec.template)
         for choice in rec.choices or ():
-            ids = model.tokenizer(" " + choice, add_special_tokens=False)["input_ids"]
+            ids = continuation_ids(model.tokenizer, choice)
             sequences.append(ScoredSequence((*prompt, *ids), len(ids)))
             owner.append(r)
     clean, scores = condition_scores(

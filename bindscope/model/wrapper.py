@@ -249,7 +249,7 @@ class Model:
         past the first, nnsight throws the same error to end an open ``tracer.all()`` loop
         and expects it back unchanged, so only step 0 is translated.
         """
-        return checks.order_error(exc, model_name=self.name)
+        return checks.order_error(exc, model_name=self.name, head_out=self.sites["head_out"])
 
     # -- high-level calls: the functions of ``calls`` and ``generation``, bound as methods --
 
