@@ -86,3 +86,12 @@ def test_the_scanner_finds_each_way_of_naming_a_study():
     )
     found = places_naming(source, {"c5", "scan", "binding"})
     assert found == [(1, "c5"), (2, "scan"), (3, "c5"), (5, "binding"), (6, "c5")]
+
+
+def test_experiments_holds_only_the_studies():
+    """``experiments/`` shows the studies: each module is one, or a study's summary."""
+    names = set(definitions())
+    folder = PACKAGE / "experiments"
+    modules = {p.stem for p in folder.glob("*.py")} - {"__init__"}
+    others = sorted(m for m in modules if m.removesuffix("_summary") not in names)
+    assert not others, f"bindscope/experiments/ holds {others}: the kit goes in experiments/kit/"
