@@ -17,12 +17,15 @@ from bindscope.experiments.kit.registry import definitions
 
 PACKAGE = Path(bindscope.__file__).parent
 
-#: Folders one study writes and others read, named once, where the kit reads them (the
-#: study takes its name from this constant): OUT/binding (reused by C5, the controls and
+#: Folders (and one record kind) one study writes and others read, named once where the kit
+#: reads them (the study takes its name from that constant): OUT/binding (reused by C5, the controls and
 #: the taxonomy) and OUT/heads (written by `heads` and by `sweep --heads`).
 SHARED_FOLDERS = {
     ("binding", "experiments/kit/binding_reuse.py"),
     ("heads", "experiments/kit/taxonomy_summary.py"),
+    # the estimate records of `--method attribution`, written by scan and patch alike: their
+    # kind `scan-estimate` is a stored format, so renaming it would orphan existing folders
+    ("scan", "experiments/kit/attribution_method.py"),
 }
 
 #: The demo composes four studies into one run: it is their user, like the README.
