@@ -18,8 +18,8 @@ from bindscope.experiments.kit.registry import definitions
 PACKAGE = Path(bindscope.__file__).parent
 
 #: Folders (and one record kind) one study writes and others read, named once where the kit
-#: reads them (the study takes its name from that constant): OUT/binding (reused by C5, the controls and
-#: the taxonomy) and OUT/heads (written by `heads` and by `sweep --heads`).
+#: reads them (the study takes its name from that constant): OUT/binding (reused by C5,
+#: the controls and the taxonomy) and OUT/heads (written by `heads` and by `sweep --heads`).
 SHARED_FOLDERS = {
     ("binding", "experiments/kit/binding_reuse.py"),
     ("heads", "experiments/kit/taxonomy_summary.py"),
