@@ -20,9 +20,9 @@ from bindscope import loading
 from bindscope.errors import InputError
 from bindscope.experiments import binding, c5, controls, fewshot
 from bindscope.experiments.c5 import C5Options
-from bindscope.experiments.registry import summary_lines
+from bindscope.experiments.kit.registry import summary_lines
 from bindscope.figures import make_figures, write_report
-from bindscope.prompts.records import PromptSet, load
+from bindscope.prompts.prompt_sets import PromptSet, load
 
 #: The models the demo runs, in order: None is the default (SmolLM2-135M-Instruct).
 DEMO_MODELS = (None, "gemma-3-270m", "qwen2.5-coder-0.5b")

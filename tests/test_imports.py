@@ -155,7 +155,7 @@ def test_sibling_contracts_list_exactly_the_discovered_studies():
     (``sections.sections``) are found by discovery; the import-linter contracts that keep
     them siblings list them by name, so each must list exactly what is discovered.
     """
-    from bindscope.experiments.registry import definitions
+    from bindscope.experiments.kit.registry import definitions
     from bindscope.figures.sections import sections
 
     for container, found in (

@@ -1,7 +1,7 @@
 """The ``bindscope`` command line.
 
 One subcommand per experiment (read from each experiment's ``DEFINITION``, see
-``bindscope.experiments.registry``), plus audit, summaries, figures, the report and the demo.
+``bindscope.experiments.kit.registry``), plus audit, summaries, figures, the report and the demo.
 Run ``bindscope <command> --help`` for the options.
 """
 
@@ -20,9 +20,9 @@ import bindscope
 from bindscope.cli.arguments import build
 from bindscope.cli.ndif import cmd_ndif
 from bindscope.errors import BindscopeError, BindscopeWarning
-from bindscope.experiments import registry
-from bindscope.experiments.experiment import Common, Experiment
-from bindscope.experiments.options import Options
+from bindscope.experiments.kit import registry
+from bindscope.experiments.kit.experiment import Common, Experiment
+from bindscope.experiments.kit.options import Options
 from bindscope.loading import check_device, check_dtype
 from bindscope.prompts import load
 from bindscope.prompts.audit import audit, format_audit, write_audit
@@ -212,7 +212,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
     # matplotlib loads only for the commands that draw
     from bindscope.figures import make_figures
 
-    registry.experiment_folders(args.results)  # no results: refused, as summarize does
+    registry.check_folders(args.results)  # refused as summarize refuses it
     if args.out is not None:
         check_writable(args.out)
     report = make_figures(args.results, args.out)
@@ -226,7 +226,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     # matplotlib loads only for the commands that draw
     from bindscope.figures import write_report
 
-    registry.experiment_folders(args.results)  # no results: refused, as summarize does
+    registry.check_folders(args.results)  # refused as summarize refuses it
     if args.out is not None:
         if args.out.is_dir():
             raise BindscopeError(f"--out {args.out} is a folder; pass the report's file path")

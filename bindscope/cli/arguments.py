@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from bindscope.cli.ndif import add_parser as add_ndif
-from bindscope.experiments.experiment import Experiment
-from bindscope.experiments.options import count, positive
+from bindscope.experiments.kit.experiment import Experiment
+from bindscope.experiments.kit.options import count, positive
 from bindscope.loading import EMBEDDED
 
 #: What ``RESULTS`` is, for summarize, figures and report.

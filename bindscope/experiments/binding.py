@@ -8,12 +8,13 @@ from pathlib import Path
 
 import numpy as np
 
-from bindscope.experiments import limits
-from bindscope.experiments.chunks import prompt_set
-from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
-from bindscope.experiments.options import Options, option
-from bindscope.experiments.recording import binding_metrics
-from bindscope.experiments.summary import (
+from bindscope.experiments.kit import limits
+from bindscope.experiments.kit.binding_reuse import BINDING
+from bindscope.experiments.kit.chunks import prompt_set
+from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
+from bindscope.experiments.kit.options import Options, option
+from bindscope.experiments.kit.record_fields import binding_metrics
+from bindscope.experiments.kit.summary import (
     folder_summary,
     mean_estimate,
     per_model_text,
@@ -21,14 +22,14 @@ from bindscope.experiments.summary import (
 )
 from bindscope.metrics.ranking import mean_bsi, rank_heads
 from bindscope.prompts.context import check_fit
-from bindscope.prompts.records import PromptRecord, PromptSet
+from bindscope.prompts.prompt_sets import PromptRecord, PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.format import estimate, heads
 from bindscope.results.labels import by_model
 from bindscope.results.schema import binding_kind
 from bindscope.runners.binding import binding
 
-EXPERIMENT = "binding"
+EXPERIMENT = BINDING
 
 
 @dataclass(frozen=True)

@@ -28,15 +28,15 @@ from bindscope.experiments.c5_summary import (
     summarize_c5,
     undecided_nulls,
 )
-from bindscope.experiments.chunks import batch_order, chunk_items, prompt_set
-from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
-from bindscope.experiments.head_sets import (
+from bindscope.experiments.kit.ablation_sets import (
     class_counts,
     draw_random_sets,
     draw_score_matched_sets,
 )
-from bindscope.experiments.head_taxonomy import taxonomy_means
-from bindscope.experiments.options import (
+from bindscope.experiments.kit.binding_reuse import BINDING_FROM, stored_binding
+from bindscope.experiments.kit.chunks import batch_order, chunk_items, prompt_set
+from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
+from bindscope.experiments.kit.options import (
     GENERATION_HELP,
     Options,
     count,
@@ -44,21 +44,21 @@ from bindscope.experiments.options import (
     positive,
     setting,
 )
-from bindscope.experiments.recording import binding_metrics
-from bindscope.experiments.reuse import BINDING_FROM, stored_binding
-from bindscope.experiments.summary import folder_summary, per_model_text
+from bindscope.experiments.kit.record_fields import binding_metrics
+from bindscope.experiments.kit.summary import folder_summary, per_model_text
+from bindscope.experiments.kit.taxonomy_plan import taxonomy_means
 from bindscope.interventions import Mean, Zero, head_means
 from bindscope.metrics.behaviour import RecognitionResult, default_rubric
 from bindscope.metrics.ranking import mean_bsi, rank_heads
 from bindscope.prompts.context import check_fit
-from bindscope.prompts.records import PromptRecord, PromptSet
+from bindscope.prompts.continuations import continuation_ids
+from bindscope.prompts.prompt_sets import PromptRecord, PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.format import estimate, num, pvalue
 from bindscope.results.labels import model_label
 from bindscope.results.records import provenance, read_records
 from bindscope.results.schema import RecordKind, behaviour_metrics, binding_kind
 from bindscope.results.settings import content_sha256
-from bindscope.results.summaries import check_complete
 from bindscope.runners.behaviour import generation, recognition
 from bindscope.runners.binding import binding
 from bindscope.runners.scan import ScoredSequence, condition_scores
@@ -94,7 +94,7 @@ class C5Options(Options):
             head (its own sets and p, beside the unmatched null).
         matched_classes: Also draw a class-matched null: each top head matched by one of
             its 2k nearest heads outside the top set in taxonomy-score space (sink,
-            previous-token, induction, duplicate-token; ``head_sets.
+            previous-token, induction, duplicate-token; ``ablation_sets.
             draw_score_matched_sets``), so an effect of the top set can be told from an
             effect of, say, previous-token heads; the summary says how close the match is
             and how many heads of each top class lie outside the top set.
@@ -491,7 +491,7 @@ def recognition_residual(
     for r, rec in enumerate(records):
         prompt = model.tokenize(rec.template)
         for choice in rec.choices or ():
-            ids = model.tokenizer(" " + choice, add_special_tokens=False)["input_ids"]
+            ids = continuation_ids(model.tokenizer, choice)
             sequences.append(ScoredSequence((*prompt, *ids), len(ids)))
             owner.append(r)
     clean, scores = condition_scores(
@@ -507,6 +507,21 @@ def recognition_residual(
             RecognitionResult(rec.key, tuple(values), prediction, int(prediction == rec.answer_idx))
         )
     return out
+
+
+def check_complete(folder: Path, records: list[dict]) -> None:
+    """Refuse a C5 folder that holds ranking records and no evaluated condition.
+
+    Raises:
+        InputError: The run stopped after ranking heads; nothing can be summarized yet.
+    """
+    ranking = sum(r["experiment"] == RANKING for r in records)
+    if ranking and not any(r["experiment"] == EXPERIMENT for r in records):
+        raise InputError(
+            f"{folder / 'records.jsonl'}: holds only {ranking} C5 ranking record(s) and no "
+            "evaluated condition (the run stopped after ranking heads); rerun the same "
+            f"`bindscope c5 ... --out {folder.parent}` command to finish it"
+        )
 
 
 summarize = folder_summary(EXPERIMENT, summarize_c5, check=check_complete)
@@ -571,6 +586,7 @@ CONDITIONS = RecordKind(
 DEFINITION = Experiment(
     EXPERIMENT, "c5", "causal head ablation: top/bottom/random k-head sets", C5Options,
     summarize, text, records=(CONDITIONS, binding_kind(RANKING)), plan=_plan, models="several",
+    check_folder=check_complete,
 )  # fmt: skip
 
 

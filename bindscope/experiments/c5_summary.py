@@ -10,8 +10,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from bindscope.experiments import limits
-from bindscope.experiments.summary import skipped_reasons
+from bindscope.experiments.kit import limits
+from bindscope.experiments.kit.summary import skipped_reasons
 from bindscope.metrics import stats
 from bindscope.metrics.ranking import mean_bsi
 from bindscope.results.labels import by_model

@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from bindscope.errors import InputError
-from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
-from bindscope.experiments.options import Options, option
-from bindscope.experiments.summary import summarize_folder
+from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
+from bindscope.experiments.kit.options import Options, option
+from bindscope.experiments.kit.summary import summarize_folder
 from bindscope.prompts.tasks import TASKS, TaskPair, answer_ids, task_pairs
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import by_model

@@ -18,15 +18,15 @@ import numpy as np
 
 from bindscope.batch import GENERATION_BATCH_SIZE
 from bindscope.errors import InputError
-from bindscope.experiments import limits
-from bindscope.experiments.chunks import prompt_set
-from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
-from bindscope.experiments.options import Options, option, setting
-from bindscope.experiments.summary import folder_summary, per_model_text
+from bindscope.experiments.kit import limits
+from bindscope.experiments.kit.chunks import prompt_set
+from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
+from bindscope.experiments.kit.options import Options, option, setting
+from bindscope.experiments.kit.summary import folder_summary, per_model_text
 from bindscope.metrics import stats
 from bindscope.metrics.behaviour import default_rubric
 from bindscope.prompts.context import check_fit
-from bindscope.prompts.records import PromptRecord, PromptSet, load_json
+from bindscope.prompts.prompt_sets import PromptRecord, PromptSet, load_json
 from bindscope.protocols import LanguageModel
 from bindscope.results.format import estimate, num, pvalue
 from bindscope.results.labels import by_model

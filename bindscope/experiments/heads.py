@@ -12,10 +12,10 @@ Records (``OUT/heads/records.jsonl``, see docs/records.md):
   ``induction`` and ``duplicate_token`` ``[L][H]`` and the sequence's random tokens.
 
 The summary averages each score over texts with a bootstrap CI per head, classifies heads
-with ``bindscope.metrics.heads.classify`` (thresholds from ``OUT/heads/classification.json``,
+with ``bindscope.metrics.taxonomy.classify`` (thresholds from ``OUT/heads/classification.json``,
 written by the run, or given to ``summarize``), counts heads per class, and says how many of
 the binding top-k heads are in each class. Several revisions of one model add
-``emergence`` (``bindscope.metrics.heads.emergence``).
+``emergence`` (``bindscope.metrics.taxonomy.emergence``).
 """
 
 from __future__ import annotations
@@ -24,17 +24,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bindscope.experiments.chunks import prompt_set
-from bindscope.experiments.experiment import Common, Experiment, Plan
-from bindscope.experiments.head_taxonomy import (
+from bindscope.experiments.kit.chunks import prompt_set
+from bindscope.experiments.kit.experiment import Common, Experiment, Plan
+from bindscope.experiments.kit.options import option
+from bindscope.experiments.kit.summary import per_model_text
+from bindscope.experiments.kit.taxonomy_plan import (
     TaxonomyOptions,
     check_taxonomy_fit,
     taxonomy_plan,
 )
-from bindscope.experiments.heads_summary import EXPERIMENT, summarize
-from bindscope.experiments.options import option
-from bindscope.experiments.summary import per_model_text
-from bindscope.prompts.records import PromptSet
+from bindscope.experiments.kit.taxonomy_summary import TAXONOMY, summarize
+from bindscope.prompts.prompt_sets import PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.format import heads as head_list
 from bindscope.results.schema import BINDING_METRICS, TASKS, RecordKind
@@ -97,6 +97,8 @@ def _metrics(record: dict) -> tuple[str, ...]:
 def _tasks(record: dict) -> tuple[str, ...]:
     return ("induction",) if record["condition"] == "repeated" else TASKS
 
+
+EXPERIMENT = TAXONOMY
 
 DEFINITION = Experiment(
     EXPERIMENT, "heads", "head taxonomy: sink, previous-token, induction, binding", HeadsOptions,

@@ -28,12 +28,12 @@ from typing import Any, ClassVar
 import numpy as np
 
 from bindscope.errors import InputError
-from bindscope.experiments import head_stats, limits, scan_attribution
-from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
-from bindscope.experiments.head_sets import as_pairs, conditions_of
-from bindscope.experiments.head_stats import HeadTestOptions, summary_lines
-from bindscope.experiments.options import option
-from bindscope.experiments.summary import summarize_tests
+from bindscope.experiments.kit import attribution_method, limits, per_head_tests
+from bindscope.experiments.kit.ablation_sets import as_pairs, conditions_of
+from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
+from bindscope.experiments.kit.options import option
+from bindscope.experiments.kit.per_head_tests import HeadTestOptions
+from bindscope.experiments.kit.summary import summarize_tests
 from bindscope.interventions import Patch
 from bindscope.prompts.continuations import appended, continuation_ids
 from bindscope.prompts.pairs import Pair, load_pairs
@@ -150,22 +150,22 @@ class PatchingOptions(HeadTestOptions):
         "one condition per head, per layer (every head of it), or per layer and token position",
         choices=UNITS,
     )
-    method: str = scan_attribution.method_option("patch")
-    verify: int | None = scan_attribution.verify_option()
+    method: str = attribution_method.method_option("patch")
+    verify: int | None = attribution_method.verify_option()
 
     def check(self) -> None:
         """Unit, correction and limit; a pair file that reads; resamples that fit in memory."""
         super().check()
-        scan_attribution.check_options(self.method, self.verify, self.unit)
+        attribution_method.check_options(self.method, self.verify, self.unit)
         pairs, _, _ = load_pairs(self.pairs)
-        head_stats.check_resamples(self.n_resamples, len(pairs[: self.limit]))
+        per_head_tests.check_resamples(self.n_resamples, len(pairs[: self.limit]))
 
 
 def _plan(models: list[LanguageModel], opts: PatchingOptions, common: Common) -> Plan:
     found, name, sha = load_pairs(opts.pairs)
     settings = {"unit": opts.unit, "seed": common.seed, "limit": opts.limit}
     settings |= {"pairs": name, "pairs_sha256": sha, "method": opts.method}
-    verify = scan_attribution.check_options(opts.method, opts.verify, opts.unit)
+    verify = attribution_method.check_options(opts.method, opts.verify, opts.unit)
     if verify is not None:
         settings["verify"] = verify
     # the pairs are prepared under each model's tokenizer, checked before any record
@@ -249,12 +249,12 @@ def _estimate(run: ModelRun, items: list[Prepared], settings: dict, common: Comm
 
     Each head's ``patched - corrupted`` change of the pair's metric, estimated by
     attribution patching of the clean run into the corrupted one (the scan's shared
-    `scan_attribution.estimate_heads`).
+    `attribution_method.estimate_heads`).
     """
     model = run.model
     every = tuple(all_heads(model))
 
-    def rows(p: Prepared) -> scan_attribution.Row:
+    def rows(p: Prepared) -> attribution_method.Row:
         return p.corrupted, p.metric, Patch(every, source=(p.clean,))
 
     def fields(p: Prepared, value: float, change: np.ndarray) -> dict:
@@ -263,7 +263,7 @@ def _estimate(run: ModelRun, items: list[Prepared], settings: dict, common: Comm
             p.pair, "estimate", metrics, name=ESTIMATE, ablation="patch", patching=settings
         )
 
-    return scan_attribution.estimate_heads(
+    return attribution_method.estimate_heads(
         model, items, run.writer, experiment=ESTIMATE, rows=rows, fields=fields,
         verify=settings["verify"], batch_size=common.batch_size, progress=run.progress,
     )  # fmt: skip
@@ -327,7 +327,7 @@ def summarize_patching(
         for r in group:
             m = r["metrics"]
             ends[r["prompt_key"]] = (m["clean"], m["corrupted"])
-            if not all(head_stats.finite(m.get(f)) for f in ("clean", "corrupted", "patched")):
+            if not all(per_head_tests.finite(m.get(f)) for f in ("clean", "corrupted", "patched")):
                 unusable.setdefault(r["prompt_key"], []).append(r["key"])
             if r["condition"] == "clean":
                 continue
@@ -345,13 +345,13 @@ def summarize_patching(
             if p not in unusable and c != x and all(p in table[n] for n in names)
         )
         no_gap = len(ends) - len(unusable) - len(usable)
-        used = n_resamples or head_stats.default_resamples(n_tests)
+        used = n_resamples or per_head_tests.default_resamples(n_tests)
         cells = {}
         for name in names:
             recovery = np.array(
                 [(table[name][p] - ends[p][1]) / (ends[p][0] - ends[p][1]) for p in usable]
             )
-            cells[name] = head_stats.cell_stats(
+            cells[name] = per_head_tests.cell_stats(
                 recovery,
                 np.zeros_like(recovery),
                 seed=settings["seed"],
@@ -359,9 +359,9 @@ def summarize_patching(
                 alternative="two-sided",
             )
         if attribution:
-            scan_attribution.adjust_all_heads(cells, correction=correction, n_heads=n_tests)
+            attribution_method.adjust_all_heads(cells, correction=correction, n_heads=n_tests)
         else:
-            head_stats.adjust(cells, correction=correction)
+            per_head_tests.adjust(cells, correction=correction)
         gap = [ends[p][0] - ends[p][1] for p in usable]
         models[label] = {
             "model": first["model"],
@@ -373,9 +373,9 @@ def summarize_patching(
             "n_pairs_no_gap": no_gap,
             "pairs_skipped": first["provenance"].get("pairs_skipped", 0),
             "mean_gap": float(np.mean(gap)) if gap else math.nan,
-            "recovery": head_stats.effect_map(cells, heads, n_layers, width),
+            "recovery": per_head_tests.effect_map(cells, heads, n_layers, width),
             "significant": [list(heads[n]) for n in names if cells[n]["significant"]],
-            "top": head_stats.top_cells(cells, heads, len(cells) if attribution else top),
+            "top": per_head_tests.top_cells(cells, heads, len(cells) if attribution else top),
         }
         if attribution:
             mine = by_model(estimates).get(label, [])
@@ -420,7 +420,7 @@ def _add_estimates(entry: dict, estimates: list[dict], ends: dict, n_tests: int)
     Each pair's estimated change is divided by its clean - corrupted gap (``ends``: the
     usable pairs), as the exact recovery is; ``estimate`` is the mean over those pairs,
     each ``top`` cell gains its ``estimate``, and ``agreement`` compares them on the
-    patched heads (`scan_attribution.agreement`).
+    patched heads (`attribution_method.agreement`).
     """
     by_pair = {r["prompt_key"]: r["metrics"]["estimate"] for r in estimates}
     used = [p for p in ends if p in by_pair]
@@ -435,7 +435,7 @@ def _add_estimates(entry: dict, estimates: list[dict], ends: dict, n_tests: int)
     for cell in entry["top"]:
         layer, head = cell["head"]
         cell["estimate"] = float(mean[layer, head])
-    entry["agreement"] = scan_attribution.agreement(entry["top"])
+    entry["agreement"] = attribution_method.agreement(entry["top"])
 
 
 def summarize(
@@ -451,6 +451,22 @@ def summarize(
     )
 
 
+def _model_lines(label: str, m: dict, top: int) -> list[str]:
+    out = [
+        f"  {label}: {m['n_pairs']} pairs ({m['n_pairs_no_gap']} without a gap, "
+        f"{m['pairs_skipped']} of unequal length skipped); "
+        f"{len(m['significant'])} significant"
+    ]
+    out += [f"    {per_head_tests.cell_line(c)}" for c in m["top"][:top]]
+    return out + per_head_tests.agreement_lines(m.get("agreement"))
+
+
+def text(s: dict, *, top: int = 5) -> list[str]:
+    """The patching summary as terminal lines: the top heads per model."""
+    title = "Activation patching"
+    return per_head_tests.summary_lines(s, title=title, model_lines=_model_lines, top=top)
+
+
 CONDITIONS = RecordKind(EXPERIMENT, prefixes=("L",), metrics=lambda record: PATCHED)
 #: ``--method attribution``: each pair's estimate of every head (docs/records.md).
 ESTIMATES = RecordKind(
@@ -458,7 +474,7 @@ ESTIMATES = RecordKind(
 )
 DEFINITION = Experiment(
     EXPERIMENT, "patch", "patch each head from clean into corrupted runs", PatchingOptions,
-    summarize, summary_lines, records=(CONDITIONS, ESTIMATES), plan=_plan,
+    summarize, text, records=(CONDITIONS, ESTIMATES), plan=_plan,
 )  # fmt: skip
 run = DEFINITION.run
 

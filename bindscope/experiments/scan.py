@@ -25,14 +25,15 @@ from pathlib import Path
 import numpy as np
 
 from bindscope.errors import InputError
-from bindscope.experiments import head_stats, scan_attribution
-from bindscope.experiments.chunks import prompt_set
-from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
-from bindscope.experiments.head_sets import as_pairs, conditions_of
-from bindscope.experiments.head_stats import HeadTestOptions, check_resamples
-from bindscope.experiments.head_taxonomy import primary_classes
-from bindscope.experiments.options import count, option, positive
-from bindscope.experiments.recording import binding_metrics
+from bindscope.experiments.kit import attribution_method, per_head_tests
+from bindscope.experiments.kit.ablation_sets import as_pairs, conditions_of
+from bindscope.experiments.kit.chunks import prompt_set
+from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
+from bindscope.experiments.kit.options import count, option, positive
+from bindscope.experiments.kit.per_head_tests import HeadTestOptions, check_resamples
+from bindscope.experiments.kit.record_fields import binding_metrics
+from bindscope.experiments.kit.summary import summarize_tests
+from bindscope.experiments.kit.taxonomy_plan import primary_classes
 from bindscope.experiments.scan_summary import (
     BSI,
     EXPERIMENT,
@@ -40,11 +41,10 @@ from bindscope.experiments.scan_summary import (
     matched_comparison,
     summarize_scan,
 )
-from bindscope.experiments.summary import summarize_tests
 from bindscope.interventions import head_means
 from bindscope.prompts.context import check_fit
 from bindscope.prompts.continuations import continuation_ids
-from bindscope.prompts.records import PromptRecord, PromptSet
+from bindscope.prompts.prompt_sets import PromptRecord, PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import model_label
 from bindscope.results.records import provenance
@@ -103,7 +103,7 @@ class ScanOptions(HeadTestOptions):
             (recorded as ``donor`` in the metrics), aligned from the end.
         matched_classes: With ``unit="head"``, compare the EB* top-``k`` heads' mean effect
             with this many random head sets matched to their taxonomy classes (sink,
-            previous-token, induction, duplicate-token; ``bindscope.metrics.heads``), so
+            previous-token, induction, duplicate-token; ``bindscope.metrics.taxonomy``), so
             "binding heads matter" is told apart from "sink heads matter". 0: off.
         k: Size of the EB* top set compared under ``matched_classes`` (default 4); refused
             without it, where it would change nothing.
@@ -111,7 +111,7 @@ class ScanOptions(HeadTestOptions):
             without ``limit``.
         method: ``exact`` (every condition ablated) or ``attribution``: every head's effect
             estimated by attribution patching, then only the ``verify`` heads with the
-            largest estimates scanned exactly (`bindscope.experiments.scan_attribution`).
+            largest estimates scanned exactly (`bindscope.experiments.kit.attribution_method`).
         verify: Heads verified exactly under ``attribution`` (default 20).
     """
 
@@ -142,13 +142,13 @@ class ScanOptions(HeadTestOptions):
         "second, ...) instead of the first N in the file; refused without --limit",
         switch=True,
     )
-    method: str = scan_attribution.method_option("ablate")
-    verify: int | None = scan_attribution.verify_option()
+    method: str = attribution_method.method_option("ablate")
+    verify: int | None = attribution_method.verify_option()
 
     def check(self) -> None:
         """Options that apply only in some modes are refused elsewhere."""
         super().check()
-        scan_attribution.check_options(self.method, self.verify, self.unit)
+        attribution_method.check_options(self.method, self.verify, self.unit)
         if self.ablation not in ABLATIONS:
             raise InputError(
                 f"ablation must be one of {', '.join(ABLATIONS)}, not {self.ablation!r}"
@@ -203,7 +203,7 @@ def _plan(models: list[LanguageModel], opts: ScanOptions, common: Common) -> Pla
         "matched_classes": opts.matched_classes,
         "method": opts.method,
     }
-    verify = scan_attribution.check_options(opts.method, opts.verify, opts.unit)
+    verify = attribution_method.check_options(opts.method, opts.verify, opts.unit)
     if verify is not None:
         settings["verify"] = verify
     if opts.spread:
@@ -290,7 +290,7 @@ def _run_model(run: ModelRun, items: list[PromptRecord], settings: dict, batch_s
         means = head_means(model, [r.template for r in items], heads, batch_size=batch_size)
     donor_of = draw_donors(items, settings["seed"]) if settings["ablation"] == "resample" else {}
     if settings["method"] == "attribution":  # estimate every head, verify the top ones
-        chosen = scan_attribution.estimate_scan(
+        chosen = attribution_method.estimate_scan(
             model, items, run.writer, settings, run.prov, scored=scored, means=means,
             donor_of=donor_of, batch_size=batch_size, progress=run.progress,
         )  # fmt: skip
@@ -300,7 +300,7 @@ def _run_model(run: ModelRun, items: list[PromptRecord], settings: dict, batch_s
         sequences, owners, donors, answers = _chunk_sequences(model, chunk, donor_of)
         # a remote attribution scan verifies its few heads through Model.logits
         remote = getattr(model, "remote", False) and settings["method"] == "attribution"
-        score = scan_attribution.logits_condition_scores if remote else condition_scores
+        score = attribution_method.logits_condition_scores if remote else condition_scores
         clean, scores = score(
             model,
             sequences,
@@ -393,14 +393,36 @@ def _metrics_of(record: dict) -> tuple[str, ...]:
     return ("logprob",) + (RECOGNITION_METRICS if record["task"] == "recognition" else ())
 
 
+def _model_lines(label: str, m: dict, top: int) -> list[str]:
+    out = [f"  {label}: {m['n_prompts']} prompts"]
+    for metric, block in m["metrics"].items():
+        n_sig = len(block["significant"])
+        out.append(f"    {metric} (clean {block['clean_mean']:.3f}; {n_sig} significant)")
+        out += [f"      {per_head_tests.cell_line(c)}" for c in block["top"][:top]]
+        out += per_head_tests.agreement_lines(block.get("agreement"))
+    corr = m.get("bsi_vs_effect")
+    if corr and corr.get("value") is not None:
+        out.append(
+            f"    BSI vs {corr.get('effect', 'exact')} effect: Spearman "
+            f"{corr['value']:.3f} [{corr['low']:.3f}, {corr['high']:.3f}] over "
+            f"{corr['n_prompts']} prompts and {corr['n_cells']} heads"
+        )
+    return out + per_head_tests.matched_lines(m.get("binding_top_vs_matched"))
+
+
+def text(s: dict, *, top: int = 5) -> list[str]:
+    """The scan summary as terminal lines: the top heads per model and metric."""
+    return per_head_tests.summary_lines(s, title="Head scan", model_lines=_model_lines, top=top)
+
+
 CONDITIONS = RecordKind(EXPERIMENT, prefixes=("L",), metrics=_metrics_of)
 #: ``--method attribution``: each prompt's estimate of every head (docs/records.md).
 ESTIMATES = RecordKind(
-    scan_attribution.ESTIMATE, conditions=("estimate",), metrics=lambda r: ("logprob", "estimate")
+    attribution_method.ESTIMATE, conditions=("estimate",), metrics=lambda r: ("logprob", "estimate")
 )
 DEFINITION = Experiment(
     EXPERIMENT, "scan", "ablate every head alone: effect map with CIs and BH p", ScanOptions,
-    summarize, head_stats.summary_lines, records=(CONDITIONS, binding_kind(BSI), ESTIMATES),
+    summarize, text, records=(CONDITIONS, binding_kind(BSI), ESTIMATES),
     plan=_plan, models="several",
 )  # fmt: skip
 run = DEFINITION.run

@@ -9,9 +9,9 @@ import math
 
 import numpy as np
 
-from bindscope.experiments import head_stats, limits, scan_attribution
-from bindscope.metrics.heads import draw_class_matched_sets
+from bindscope.experiments.kit import attribution_method, limits, per_head_tests
 from bindscope.metrics.ranking import rank_heads
+from bindscope.metrics.taxonomy import draw_class_matched_sets
 from bindscope.results.labels import by_model
 
 EXPERIMENT = "scan"
@@ -65,7 +65,7 @@ def summarize_scan(
     """Effect maps with CIs and adjusted p per model, top conditions, BSI correlation.
 
     ``n_resamples`` (bootstrap and permutation) defaults per model to
-    ``head_stats.default_resamples`` of its number of conditions; each model's entry holds
+    ``per_head_tests.default_resamples`` of its number of conditions; each model's entry holds
     the number used.
 
     With ``classes`` (``{label: [L][H] primary class}``, from ``classes.json``) and a run
@@ -77,7 +77,7 @@ def summarize_scan(
     settings = evaluated[0]["scan"]
     groups = by_model(evaluated)
     bsi = [r for r in records if r["experiment"] == BSI]
-    estimates = [r for r in records if r["experiment"] == scan_attribution.ESTIMATE]
+    estimates = [r for r in records if r["experiment"] == attribution_method.ESTIMATE]
     models = {
         label: _summarize_model(group, bsi, settings, correction, n_resamples, top, estimates)
         for label, group in groups.items()
@@ -157,7 +157,7 @@ def _unusable(
         (p, keys[condition, p])
         for p in present
         for condition, values in rows
-        if not head_stats.finite(values[p].get(field))
+        if not per_head_tests.finite(values[p].get(field))
     ]
 
 
@@ -207,7 +207,7 @@ def _summarize_model(
     # attribution: the verified heads were chosen among all, so tests count all heads
     attribution = settings.get("method") == "attribution"
     n_tests = n_layers * n_heads if attribution else len(names)
-    n_resamples = n_resamples or head_stats.default_resamples(n_tests)
+    n_resamples = n_resamples or per_head_tests.default_resamples(n_tests)
     entry = {
         "model": first["model"],
         "revision": first["revision"],
@@ -241,23 +241,23 @@ def _summarize_model(
         cells = {}
         for name in names:
             ablated = np.array([table[name][p][field] for p in prompts], dtype=float)
-            cells[name] = head_stats.cell_stats(
+            cells[name] = per_head_tests.cell_stats(
                 base, ablated, seed=seed, n_resamples=n_resamples, alternative="two-sided"
             )
         if attribution:
-            scan_attribution.adjust_all_heads(cells, correction=correction, n_heads=n_tests)
+            attribution_method.adjust_all_heads(cells, correction=correction, n_heads=n_tests)
         else:
-            head_stats.adjust(cells, correction=correction)
+            per_head_tests.adjust(cells, correction=correction)
         entry["metrics"][metric] = {
             "clean_mean": float(base.mean()),
             "n_prompts": len(prompts),
-            "effect": head_stats.effect_map(cells, heads, n_layers, width),
+            "effect": per_head_tests.effect_map(cells, heads, n_layers, width),
             "low": _map(cells, heads, n_layers, width, "low"),
             "high": _map(cells, heads, n_layers, width, "high"),
             "p": _map(cells, heads, n_layers, width, "p"),
             "p_adjusted": _map(cells, heads, n_layers, width, "p_adjusted"),
             "significant": [list(heads[n]) for n in names if cells[n]["significant"]],
-            "top": head_stats.top_cells(cells, heads, len(cells) if attribution else top),
+            "top": per_head_tests.top_cells(cells, heads, len(cells) if attribution else top),
         }
     if attribution:  # the estimate map and its agreement with the verified heads
         mine = [
@@ -265,7 +265,7 @@ def _summarize_model(
             for r in estimates
             if (r["model"], r["revision"]) == (first["model"], first["revision"])
         ]
-        scan_attribution.add_estimates(entry, mine, complete)
+        attribution_method.add_estimates(entry, mine, complete)
     if settings["unit"] == "head" and "logprob" in entry["metrics"]:
         usable = {p: clean[p] for p in clean if p not in _left_out(entry, "logprob")}
         effects = _exact_effects(table, usable, names, heads)
@@ -348,7 +348,7 @@ def _bsi_correlation(
     y = np.array([per_prompt[p] for p in prompts], dtype=float)
     if not np.isfinite(x).all() or not np.isfinite(y).all():
         return None
-    found = head_stats.map_correlation(x, y, seed=seed)
+    found = per_head_tests.map_correlation(x, y, seed=seed)
     if found is not None:
         found["effect"] = kind
         if not math.isfinite(found["value"]):

@@ -20,24 +20,30 @@ from typing import Any
 import numpy as np
 
 from bindscope.batch import GENERATION_BATCH_SIZE, check_batch_size
-from bindscope.experiments import limits
-from bindscope.experiments.chunks import batch_order, chunk_items, prompt_set
-from bindscope.experiments.experiment import Common, Experiment, LazyModel, ModelRun, Plan
-from bindscope.experiments.head_taxonomy import TaxonomyOptions, taxonomy_plan
-from bindscope.experiments.options import GENERATION_HELP, option, positive, setting
-from bindscope.experiments.recording import binding_metrics
-from bindscope.experiments.revisions import CRFM_SEEDS, PRESETS, load_revision, resolve_revisions
-from bindscope.experiments.summary import (
+from bindscope.experiments.kit import limits
+from bindscope.experiments.kit.chunks import batch_order, chunk_items, prompt_set
+from bindscope.experiments.kit.experiment import Common, Experiment, LazyModel, ModelRun, Plan
+from bindscope.experiments.kit.options import GENERATION_HELP, option, positive, setting
+from bindscope.experiments.kit.record_fields import binding_metrics
+from bindscope.experiments.kit.revisions import (
+    CRFM_SEEDS,
+    PRESETS,
+    load_revision,
+    resolve_revisions,
+)
+from bindscope.experiments.kit.summary import (
     folder_summary,
     mean_estimate,
     per_model_text,
     skipped_reasons,
 )
+from bindscope.experiments.kit.taxonomy_plan import TaxonomyOptions, taxonomy_plan
+from bindscope.experiments.kit.taxonomy_summary import TAXONOMY
 from bindscope.loading import load_model
 from bindscope.metrics import stats
 from bindscope.metrics.behaviour import default_rubric
 from bindscope.prompts.context import check_fit
-from bindscope.prompts.records import PromptRecord, PromptSet
+from bindscope.prompts.prompt_sets import PromptRecord, PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.format import estimate, num, pvalue
 from bindscope.results.labels import checkpoint_order
@@ -123,7 +129,7 @@ def _plan(models: list[str], opts: SweepOptions, common: Common) -> Plan:
     def items() -> list[tuple[str, str]]:
         return [(r.key, "clean") for r in pset]
 
-    also = (("heads", taxonomy_plan(pset, opts, common, sweep=sweep)),) if opts.heads else ()
+    also = ((TAXONOMY, taxonomy_plan(pset, opts, common, sweep=sweep)),) if opts.heads else ()
     return Plan(settings, each, provenance=prov, models=lazy, items=items, also=also)
 
 
@@ -361,7 +367,7 @@ def _leadlag_lines(ll: dict) -> list[str]:
 DEFINITION = Experiment(
     EXPERIMENT, "sweep", "EB* and behaviour across training checkpoints", SweepOptions,
     summarize, text, records=(binding_kind(EXPERIMENT, "behaviour"),), plan=_plan,
-    models="revisions", also=lambda options: ("heads",) if options.heads else (),
+    models="revisions", also=lambda options: (TAXONOMY,) if options.heads else (),
 )  # fmt: skip
 
 __all__ = [

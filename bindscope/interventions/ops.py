@@ -5,7 +5,7 @@ Everything a trace body calls lives here, and this module imports only ``torch``
 its source travels with each request and is rebuilt inside NDIF's sandbox, which refuses
 other imports (``tests/remote/test_shipping.py`` enforces this). Inside a shipped body a
 ``bindscope.Model`` arrives as a `TraceModel` and ``HeadMeans`` as a `TraceMeans`; heads
-are validated before the trace, in ``bindscope.interventions.heads``.
+are validated before the trace, in ``bindscope.interventions.head_checks``.
 
 A remote run returns only saved values that the body binds to a name, so helpers here
 return their results saved (``found = run_layers(...)``) rather than only filling a

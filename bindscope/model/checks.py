@@ -54,21 +54,27 @@ def _past_first_step() -> bool:
         return False
 
 
-def order_error(exc: Exception, *, model_name: str) -> Exception | None:
+def order_error(
+    exc: Exception, *, model_name: str, head_out: tuple[str, str, int]
+) -> Exception | None:
     """Nnsight's ``OutOfOrderError`` as an ``InterventionOrderError`` (None: leave it).
+
+    ``head_out`` is where the family keeps the heads' output (``model.sites["head_out"]``):
+    an error at that site is an ablation's, anything else a capture's.
 
     At a generation step past the first, nnsight throws the same error to end an open
     ``tracer.all()`` loop and expects it back unchanged, so only step 0 is translated.
     """
     if type(exc).__name__ != "OutOfOrderError" or _past_first_step():
         return None
-    # nnsight names the site: 'model.model.layers.0.self_attn.o_proj.input.i0'
+    # nnsight names the site: 'model.model.layers.0.self_attn.o_proj.input.i0' (Llama)
+    ablated = ".".join(part for part in head_out[:2] if part)
     site = str(exc).split("'")[1] if str(exc).count("'") >= 2 else ""
     found = re.search(r"layers\.(\d+)\.", site)
     layer = found.group(1) if found else "?"
     what = (
         "an ablation (zero_ablate / mean_ablate)"
-        if "o_proj.input" in site
+        if f".{ablated}." in f"{site}."
         else "a capture (capture_attention)"
     )
     return InterventionOrderError(

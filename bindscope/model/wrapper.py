@@ -17,7 +17,7 @@ from bindscope.batch import (
 from bindscope.errors import InputError
 from bindscope.families import Family, dims_from_config
 from bindscope.interventions import ops
-from bindscope.interventions.heads import Head, normalize_heads
+from bindscope.interventions.head_checks import Head, normalize_heads
 from bindscope.model import calls, checks, generation
 from bindscope.model.masks import install_float64_padding_fix
 
@@ -249,7 +249,7 @@ class Model:
         past the first, nnsight throws the same error to end an open ``tracer.all()`` loop
         and expects it back unchanged, so only step 0 is translated.
         """
-        return checks.order_error(exc, model_name=self.name)
+        return checks.order_error(exc, model_name=self.name, head_out=self.sites["head_out"])
 
     # -- high-level calls: the functions of ``calls`` and ``generation``, bound as methods --
 

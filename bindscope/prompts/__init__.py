@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bindscope.errors import SpanNotFoundError
-from bindscope.prompts.records import PromptRecord, PromptSet, load, load_json
+from bindscope.prompts.prompt_sets import PromptRecord, PromptSet, load, load_json
 from bindscope.prompts.spans import Span, find_term_chars, locate
 
 __all__ = [

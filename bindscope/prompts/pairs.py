@@ -16,7 +16,7 @@ from pathlib import Path
 from bindscope.errors import PromptFileError
 from bindscope.prompts.continuations import whitespace_problems
 from bindscope.prompts.datafiles import data_path
-from bindscope.prompts.records import refuse_whitespace
+from bindscope.prompts.prompt_sets import refuse_whitespace
 
 #: A pair's continuations: each follows its prompt after one space (docs/records.md).
 ANSWER_FIELDS = ("target", "clean_answer", "corrupted_answer")

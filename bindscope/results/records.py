@@ -19,7 +19,7 @@ from typing import IO, Any
 
 from bindscope._version import __version__
 from bindscope.errors import BindscopeWarning, RecordFileError
-from bindscope.prompts.records import PromptSet
+from bindscope.prompts.prompt_sets import PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import label, model_label  # noqa: F401  (re-exported)
 from bindscope.results.lock import FolderLock

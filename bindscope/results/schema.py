@@ -93,7 +93,7 @@ def problems(record: dict, kinds: Mapping[str, RecordKind]) -> list[str]:
     """What is wrong with one record (empty when it matches the schema).
 
     ``kinds`` maps each known ``experiment`` field value to its ``RecordKind``
-    (``bindscope.experiments.registry.record_kinds()``).
+    (``bindscope.experiments.kit.registry.record_kinds()``).
     """
     out = _type_problems(record)
     if out:

@@ -89,8 +89,6 @@ def load_experiment(root: Path, name: str) -> ExperimentResults:
             versions.add(tuple(str(prov.get(f, "?")) for f in VERSION_FIELDS))
             if prov.get("time"):
                 times.append(str(prov["time"]))
-    if name == "c5" and n_records:
-        check_complete(folder, list(read_records(records_path)))
     summary = _read_summary(summary_path) if summary_path.is_file() else None
     missing, notes = None, []
     if summary is None and n_records:
@@ -172,25 +170,9 @@ def need(mapping: Any, *path: str | int, where: str = "summary") -> Any:
     return value
 
 
-def check_complete(folder: Path, records: list[dict]) -> None:
-    """Refuse a C5 folder that holds ranking records and no evaluated condition.
-
-    Raises:
-        InputError: The run stopped after ranking heads; nothing can be summarized yet.
-    """
-    ranking = sum(r["experiment"] == "c5-ranking" for r in records)
-    if ranking and not any(r["experiment"] == "c5" for r in records):
-        raise InputError(
-            f"{folder / 'records.jsonl'}: holds only {ranking} C5 ranking record(s) and no "
-            "evaluated condition (the run stopped after ranking heads); rerun the same "
-            f"`bindscope c5 ... --out {folder.parent}` command to finish it"
-        )
-
-
 __all__ = [
     "ExperimentResults",
     "MissingData",
-    "check_complete",
     "load_experiment",
     "load_results",
     "need",

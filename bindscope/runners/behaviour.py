@@ -3,11 +3,11 @@
 Recognition scores choice log-probabilities; generation scores greedy continuations with
 the rubric.
 
-Recognition scores each choice by the mean log-probability per token of ``" " + choice``
-right after the prompt; the prompt runs once per record and its key/value cache is shared by
-all choices (``strategy="shared_prefix"``), which gives the same numbers as one forward pass
-per choice (``strategy="full"``, the published way). The result types and the rubric live in
-``bindscope.metrics.behaviour``.
+Recognition scores each choice by the mean log-probability per token of the choice, one
+space after the prompt (``prompts.continuations``); the prompt runs once per record
+and its key/value cache is shared by all choices (``strategy="shared_prefix"``), which
+gives the same numbers as one forward pass per choice (``strategy="full"``, the published
+way). The result types and the rubric live in ``bindscope.metrics.behaviour``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from bindscope.metrics.behaviour import (
     default_rubric,
     rubric_score,
 )
-from bindscope.prompts.records import PromptRecord
+from bindscope.prompts.continuations import continuation_ids
+from bindscope.prompts.prompt_sets import PromptRecord
 from bindscope.protocols import LanguageModel
 
 
@@ -105,10 +106,7 @@ def recognition(
     specs = _rows_for(model, records, ablate=ablate, intervene=intervene, per_row=per_row)
     prompts = [model.tokenize(r.template) for r in records]
     rows = resolve_rows(model, prompts, per_row=specs)
-    choices = [
-        [model.tokenizer(" " + c, add_special_tokens=False)["input_ids"] for c in r.choices or ()]
-        for r in records
-    ]
+    choices = [[continuation_ids(model.tokenizer, c) for c in r.choices or ()] for r in records]
     scores: list[list[float] | None] = [None] * len(records)
     if strategy not in ("shared_prefix", "full"):
         raise ValueError("strategy must be 'shared_prefix' or 'full'")

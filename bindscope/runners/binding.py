@@ -19,7 +19,7 @@ from bindscope.interventions.plan import plan_batches
 from bindscope.interventions.resolve import HeadList, Intervention, resolve_rows
 from bindscope.metrics.binding import BindingResult, span_pair_index, summarize
 from bindscope.prompts.context import length_problem
-from bindscope.prompts.records import PromptRecord
+from bindscope.prompts.prompt_sets import PromptRecord
 from bindscope.prompts.spans import Span, locate
 from bindscope.protocols import LanguageModel
 

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from bindscope.batch import Batch
 from bindscope.errors import InputError
 from bindscope.interventions import Mean, Zero, ops
-from bindscope.interventions.heads import Head
+from bindscope.interventions.head_checks import Head
 from bindscope.interventions.ops import by_layer
 from bindscope.interventions.plan import Planner, plan_batch
 from bindscope.interventions.resolve import resolve_rows

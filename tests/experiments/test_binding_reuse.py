@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bindscope.experiments import binding as binding_experiment
 from bindscope.experiments import c5, controls
-from bindscope.experiments.reuse import BINDING_FROM
+from bindscope.experiments.kit.binding_reuse import BINDING_FROM
 from bindscope.results.records import read_records
 from tests.experiments import prompts_tiny
 
@@ -61,11 +61,12 @@ def test_c5_and_controls_reuse_the_folders_binding(
 
 
 def test_heads_reuse_the_folders_binding(tiny_llama, tiny_prompts, tmp_path, monkeypatch):
-    from bindscope.experiments import head_taxonomy, heads
+    from bindscope.experiments import heads
+    from bindscope.experiments.kit import taxonomy_plan
 
     binding_experiment.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, progress=False)
     stored = _metrics(tmp_path / "binding" / "records.jsonl", "binding")
-    in_heads = _counting(monkeypatch, head_taxonomy)
+    in_heads = _counting(monkeypatch, taxonomy_plan)
     heads.run(
         tiny_llama,
         prompts=tiny_prompts,

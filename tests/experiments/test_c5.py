@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bindscope.experiments import c5
-from bindscope.experiments.registry import validate_file
+from bindscope.experiments.kit.registry import validate_file
 from bindscope.prompts import load
 from bindscope.results.records import read_records
 from tests.experiments import planted, prompts_tiny

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from bindscope import cli
-from bindscope.experiments import c5, registry
+from bindscope.experiments import c5
+from bindscope.experiments.kit import registry
 from tests.experiments import prompts_tiny
 
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from bindscope import cli, demo
-from bindscope.experiments.registry import validate_file
+from bindscope.experiments.kit.registry import validate_file
 
 
 @pytest.fixture(scope="module")

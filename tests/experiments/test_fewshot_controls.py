@@ -7,7 +7,7 @@ import pytest
 
 from bindscope.errors import InputError
 from bindscope.experiments import controls, fewshot
-from bindscope.experiments.registry import validate_file
+from bindscope.experiments.kit.registry import validate_file
 from bindscope.metrics import stats
 from bindscope.prompts import load
 from bindscope.results.records import read_records

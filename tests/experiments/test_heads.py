@@ -7,9 +7,9 @@ import json
 import pytest
 
 from bindscope.experiments import heads, sweep
-from bindscope.experiments.registry import validate_file
+from bindscope.experiments.kit.registry import validate_file
 from bindscope.figures import make_figures, write_report
-from bindscope.metrics import heads as taxonomy
+from bindscope.metrics import taxonomy
 from tests.conftest import build_tiny
 from tests.experiments import prompts_tiny
 

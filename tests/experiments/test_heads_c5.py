@@ -7,11 +7,11 @@ import pytest
 
 from bindscope.errors import InputError
 from bindscope.experiments import c5
-from bindscope.experiments.head_sets import draw_score_matched_sets
-from bindscope.experiments.head_taxonomy import primary_classes, taxonomy_means
-from bindscope.experiments.registry import validate_file
-from bindscope.metrics import heads as taxonomy
-from bindscope.metrics.heads import draw_class_matched_sets
+from bindscope.experiments.kit.ablation_sets import draw_score_matched_sets
+from bindscope.experiments.kit.registry import validate_file
+from bindscope.experiments.kit.taxonomy_plan import primary_classes, taxonomy_means
+from bindscope.metrics import taxonomy
+from bindscope.metrics.taxonomy import draw_class_matched_sets
 from bindscope.prompts import load
 
 PRIMARY = [

@@ -16,7 +16,7 @@ import pytest
 import bindscope.experiments
 import bindscope.figures
 from bindscope import cli
-from bindscope.experiments import registry
+from bindscope.experiments.kit import registry
 from bindscope.figures.sections import sections
 from bindscope.prompts import load
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from bindscope.experiments import binding as binding_experiment
-from bindscope.experiments import limits
-from bindscope.experiments.registry import summary_lines
+from bindscope.experiments.kit import limits
+from bindscope.experiments.kit.registry import summary_lines
 from bindscope.figures import write_report
-from bindscope.prompts.records import PromptRecord, PromptSet
+from bindscope.prompts.prompt_sets import PromptRecord, PromptSet
 
 
 @pytest.mark.parametrize(("n_random", "flagged"), [(0, True), (10, True), (19, False), (39, False)])
@@ -112,7 +112,7 @@ def test_binomial_resolution_matches_scipy(n):
 
 def test_sweep_scan_patching_and_heads_summaries_state_limits():
     """Each summary computes its own limits; the terminal lines print them."""
-    from bindscope.experiments.heads_summary import summarize_heads
+    from bindscope.experiments.kit.taxonomy_summary import summarize_heads
     from bindscope.experiments.patching import summarize_patching
     from bindscope.experiments.scan import summarize_scan
     from bindscope.experiments.sweep import summarize_sweep
@@ -143,7 +143,7 @@ def test_sweep_scan_patching_and_heads_summaries_state_limits():
 @pytest.mark.parametrize("n_tests", [1, 12, 270, 1000])
 def test_default_resamples_let_one_head_pass_the_correction(n_tests):
     """The scan's default resamples never leave a single head unable to pass (20 prompts)."""
-    from bindscope.experiments.head_stats import MIN_RESAMPLES, default_resamples
+    from bindscope.experiments.kit.per_head_tests import MIN_RESAMPLES, default_resamples
 
     used = default_resamples(n_tests)
     assert used >= MIN_RESAMPLES

@@ -13,7 +13,7 @@ import pytest
 
 from bindscope import cli
 from bindscope.errors import BindscopeWarning, RecordFileError, ResultsLockedError
-from bindscope.experiments.registry import validate_file
+from bindscope.experiments.kit.registry import validate_file
 from bindscope.results.lock import FolderLock
 from bindscope.results.records import SCHEMA, RecordWriter, read_records
 

@@ -9,7 +9,7 @@ import pytest
 
 from bindscope.errors import PromptFileError
 from bindscope.experiments import patching
-from bindscope.experiments.registry import validate_file
+from bindscope.experiments.kit.registry import validate_file
 from bindscope.prompts.continuations import continuation_ids
 from tests.experiments import planted
 

@@ -15,7 +15,7 @@ import pytest
 from bindscope.cli import main
 from bindscope.errors import InputError
 from bindscope.experiments import patching
-from bindscope.experiments.registry import validate_file
+from bindscope.experiments.kit.registry import validate_file
 from bindscope.results.records import read_records
 from tests.conftest import FAMILY_NAMES, build_tiny
 from tests.experiments import planted

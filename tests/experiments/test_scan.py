@@ -7,7 +7,7 @@ import json
 import numpy as np
 
 from bindscope.experiments import scan
-from bindscope.experiments.registry import validate_file
+from bindscope.experiments.kit.registry import validate_file
 from bindscope.prompts import load
 from bindscope.results.records import read_records
 from tests.experiments import planted, prompts_tiny

@@ -15,8 +15,8 @@ import pytest
 from bindscope.cli import main
 from bindscope.errors import InputError
 from bindscope.experiments import scan
-from bindscope.experiments.registry import validate_file
-from bindscope.experiments.scan_attribution import ESTIMATE
+from bindscope.experiments.kit.attribution_method import ESTIMATE
+from bindscope.experiments.kit.registry import validate_file
 from bindscope.prompts import load
 from bindscope.results.records import read_records
 from tests.conftest import FAMILY_NAMES, build_tiny

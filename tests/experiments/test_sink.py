@@ -10,7 +10,7 @@ import bindscope
 from bindscope import cli
 from bindscope.errors import BindscopeError, InputError
 from bindscope.experiments import binding as binding_experiment
-from bindscope.prompts.records import PromptRecord, load
+from bindscope.prompts.prompt_sets import PromptRecord, load
 from bindscope.prompts.spans import locate
 from bindscope.runners.binding import SINK_SKIP, binding
 from tests.conftest import build_tiny
@@ -35,7 +35,7 @@ def test_span_on_the_sink_is_skipped_by_default_and_counted(tiny_gpt2, tmp_path)
     kept = binding(tiny_gpt2, [sink], on_sink="keep")[0]
     assert kept.skipped is None and not math.isnan(kept.eb_star)
 
-    from bindscope.prompts.records import PromptSet
+    from bindscope.prompts.prompt_sets import PromptSet
 
     summary = binding_experiment.run(
         tiny_gpt2, prompts=PromptSet("sink", (sink, inner), "0" * 64), out=tmp_path, progress=False

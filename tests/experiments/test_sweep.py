@@ -12,7 +12,7 @@ from scipy import stats as sps
 
 from bindscope.errors import InputError
 from bindscope.experiments import sweep
-from bindscope.experiments.registry import validate_file
+from bindscope.experiments.kit.registry import validate_file
 from tests.conftest import build_tiny
 from tests.experiments import prompts_tiny
 

@@ -14,7 +14,6 @@ import pytest
 from bindscope import cli
 from bindscope.errors import InputError, ModelLoadError
 from bindscope.experiments import binding, patching, scan
-from bindscope.experiments.head_stats import summary_lines
 from bindscope.results.settings import versions
 from tests.experiments import prompts_tiny
 from tests.experiments.test_patching import _pairs, _write
@@ -145,8 +144,11 @@ def test_an_over_long_prompt_in_binding_is_labelled_too_long(tiny_llama, tmp_pat
 
 
 def test_an_empty_summary_never_prints_none_p():
-    for summarize in (scan.summarize_scan, patching.summarize_patching):
-        lines = summary_lines(summarize([]))
+    for summarize, text in (
+        (scan.summarize_scan, scan.text),
+        (patching.summarize_patching, patching.text),
+    ):
+        lines = text(summarize([]))
         assert lines and not any("None" in line for line in lines), lines
 
 

@@ -479,7 +479,7 @@ def write_results(root: Path, experiments=ALL) -> Path:
             records = c5_records()
             summary = summarize_c5(records, n_resamples=199)
         elif name == "heads":
-            from bindscope.experiments.heads_summary import summarize_heads
+            from bindscope.experiments.kit.taxonomy_summary import summarize_heads
 
             records = heads_records()
             summary = summarize_heads(records)

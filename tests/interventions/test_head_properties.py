@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bindscope.errors import HeadSpecError
-from bindscope.interventions.heads import normalize_heads
+from bindscope.interventions.head_checks import normalize_heads
 
 scalars = (
     st.integers(-3, 8)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bindscope.metrics.heads import classify
-from bindscope.runners.head_scores import repeated_scores, text_scores
+from bindscope.metrics.taxonomy import classify
+from bindscope.runners.taxonomy_scores import repeated_scores, text_scores
 from tests.conftest import CORPUS
 from tests.metrics.planted_heads import INDUCTION, PREV, SINK, planted_model
 

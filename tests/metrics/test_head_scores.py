@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from bindscope.metrics.heads import repeated_scores_from_probs, scores_from_probs
-from bindscope.runners.head_scores import repeated_scores, text_scores
+from bindscope.metrics.taxonomy import repeated_scores_from_probs, scores_from_probs
+from bindscope.runners.taxonomy_scores import repeated_scores, text_scores
 from tests.reference import hf_eager_attentions
 from tests.tolerance import prob_bound
 

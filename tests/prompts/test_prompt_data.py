@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from bindscope import prompts
-from bindscope.prompts.records import data_path
+from bindscope.prompts.prompt_sets import data_path
 
 EXPECTED_TERMS = 41
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import bindscope.remote as remote
-from bindscope.runners.head_scores import repeated_scores, text_scores
+from bindscope.runners.taxonomy_scores import repeated_scores, text_scores
 from tests.conftest import PROMPTS, build_tiny
 from tests.tolerance import assert_within, prob_bound
 

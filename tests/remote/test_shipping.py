@@ -161,7 +161,7 @@ def test_recognition_requests_are_sandbox_clean(llama, strategy):
 
 def _leaky_trace(model):
     """A body calling a bindscope function outside ops (pickled by reference)."""
-    from bindscope.interventions.heads import normalize_heads
+    from bindscope.interventions.head_checks import normalize_heads
 
     batch = model.encode(PROMPTS[:1])
     with torch.no_grad(), model.nnsight.trace(**batch.inputs, **model.trace_options):
@@ -173,12 +173,14 @@ def _leaky_trace(model):
 def test_audit_refuses_what_the_server_would_refuse(llama):
     strict = remote.simulate(llama, audit="error")
     try:
-        with pytest.raises(RemoteSandboxError, match=r"heads\.normalize_heads \(pickled by ref"):
+        with pytest.raises(
+            RemoteSandboxError, match=r"head_checks\.normalize_heads \(pickled by ref"
+        ):
             _leaky_trace(strict)
     finally:
         remote.simulate(llama, audit="record")
     assert _refs(llama, _leaky_trace) == [
-        "bindscope.interventions.heads.normalize_heads (pickled by reference; bindscope is "
+        "bindscope.interventions.head_checks.normalize_heads (pickled by reference; bindscope is "
         "not installed on the server; call it from bindscope.interventions.ops, which ships "
         "by value)"
     ]

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bindscope.experiments.chunks import prompt_set
-from bindscope.experiments.experiment import Common, Experiment, ModelRun, Plan
-from bindscope.experiments.options import Options, option
-from bindscope.experiments.summary import summarize_folder
-from bindscope.prompts.records import PromptRecord, PromptSet
+from bindscope.experiments.kit.chunks import prompt_set
+from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
+from bindscope.experiments.kit.options import Options, option
+from bindscope.experiments.kit.summary import summarize_folder
+from bindscope.prompts.prompt_sets import PromptRecord, PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import by_model
 from bindscope.results.schema import RecordKind

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from bindscope.errors import InputError
-from bindscope.metrics import heads as taxonomy
+from bindscope.metrics import taxonomy
 from bindscope.protocols import LanguageModel
 
 

@@ -1,6 +1,6 @@
 """Every experiment, found from its ``DEFINITION``: what the command line and summaries read.
 
-An experiment module in this package that ends with ``DEFINITION = Experiment(...)`` is
+An experiment module in ``bindscope.experiments`` that ends with ``DEFINITION = Experiment(...)`` is
 registered by being there; nothing else lists it.
 """
 
@@ -9,24 +9,27 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
-import sys
 from pathlib import Path
 
 from bindscope.errors import InputError
-from bindscope.experiments.experiment import Experiment
-from bindscope.experiments.limits import limit_lines
+from bindscope.experiments.kit.experiment import Experiment
+from bindscope.experiments.kit.limits import limit_lines
 from bindscope.results import schema
+from bindscope.results.records import read_records
 from bindscope.results.schema import RecordKind
+
+STUDIES = "bindscope.experiments"
 
 
 @functools.cache
 def definitions() -> dict[str, Experiment]:
-    """Every experiment by name (its folder), in name order."""
+    """Every experiment by name (its folder), in name order: the modules of ``STUDIES``."""
     found = {}
-    for info in sorted(
-        pkgutil.iter_modules(sys.modules[__package__].__path__), key=lambda m: m.name
-    ):
-        module = importlib.import_module(f"{__package__}.{info.name}")
+    package = importlib.import_module(STUDIES)
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if info.ispkg:
+            continue  # the kit, not a study
+        module = importlib.import_module(f"{STUDIES}.{info.name}")
         definition = getattr(module, "DEFINITION", None)
         if isinstance(definition, Experiment):
             found[definition.name] = definition
@@ -69,6 +72,24 @@ def summarize(results_dir: str | Path) -> dict[str, dict]:
     return {name: definitions()[name].summarize(folder) for name, folder in found.items()}
 
 
+def check_folders(results_dir: str | Path) -> dict[str, Path]:
+    """``experiment_folders``, each folder checked by its experiment's ``check_folder``.
+
+    ``figures`` and ``report`` call it before reading, so a folder a run left halfway is
+    refused with its experiment's own message, as ``summarize`` refuses it.
+
+    Raises:
+        InputError: No results under the folder, or a folder its experiment refuses.
+        RecordFileError: A records file is corrupt (file and line named).
+    """
+    found = experiment_folders(results_dir)
+    for name, folder in found.items():
+        check = definitions()[name].check_folder
+        if check is not None:
+            check(folder, list(read_records(folder / "records.jsonl")))
+    return found
+
+
 def experiment_folders(results_dir: str | Path) -> dict[str, Path]:
     """Each experiment with records under ``results_dir`` -> its folder.
 
@@ -92,6 +113,7 @@ def experiment_folders(results_dir: str | Path) -> dict[str, Path]:
 
 __all__ = [
     "by_command",
+    "check_folders",
     "definitions",
     "experiment_folders",
     "record_kinds",

@@ -11,12 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
-from bindscope.experiments import limits
-from bindscope.experiments.summary import skipped_reasons, summarize_folder
-from bindscope.metrics import heads as taxonomy
+from bindscope.experiments.kit import limits
+from bindscope.experiments.kit.summary import skipped_reasons, summarize_folder
+from bindscope.metrics import taxonomy
 from bindscope.results import labels
 
-EXPERIMENT = "heads"
+#: The folder and records of the taxonomy: the study `heads` runs it alone, `sweep --heads`
+#: beside its own folder; one name, kept here so that neither names the other.
+TAXONOMY = "heads"
 #: The classification rule (thresholds, top-k) a heads run stores for its summary.
 CLASSIFICATION_FILE = "classification.json"
 
@@ -89,7 +91,7 @@ def summarize_heads(
     seed: int | None = None,
 ) -> dict:
     """Per ``model@revision`` summaries, plus ``emergence`` per model with 2+ revisions."""
-    groups = labels.by_model(records, EXPERIMENT)
+    groups = labels.by_model(records, TAXONOMY)
     models = {}
     found: list[dict] = []
     for label, group in groups.items():
@@ -103,10 +105,10 @@ def summarize_heads(
                 label, "the repeated sequences", models[label]["n_repeated"], "a bootstrap interval"
             ),
         )
-    summary: dict = {"experiment": EXPERIMENT, "models": models, "emergence": {}, "limits": found}
+    summary: dict = {"experiment": TAXONOMY, "models": models, "emergence": {}, "limits": found}
     by_model: dict[str, list[dict]] = {}
     for r in records:
-        if r["experiment"] == EXPERIMENT:
+        if r["experiment"] == TAXONOMY:
             by_model.setdefault(r["model"], []).append(r)
     for name, group in by_model.items():
         revisions = labels.checkpoint_order(group)
@@ -132,8 +134,8 @@ def summarize(
     rule = {**stored.get("thresholds", {}), **(thresholds or {})}
     k = top_k if top_k is not None else stored.get("top_k", 4)
     return summarize_folder(
-        folder, lambda records: summarize_heads(records, thresholds=rule, top_k=k), name=EXPERIMENT
+        folder, lambda records: summarize_heads(records, thresholds=rule, top_k=k), name=TAXONOMY
     )
 
 
-__all__ = ["CLASSIFICATION_FILE", "EXPERIMENT", "summarize", "summarize_heads", "summarize_model"]
+__all__ = ["CLASSIFICATION_FILE", "TAXONOMY", "summarize", "summarize_heads", "summarize_model"]

@@ -1,7 +1,7 @@
 """What an experiment is, and the one run skeleton every experiment goes through.
 
 Each experiment module ends with ``DEFINITION = Experiment(...)``; the registry
-(``bindscope.experiments.registry``) finds them, and the command line, ``summarize``, the
+(``bindscope.experiments.kit.registry``) finds them, and the command line, ``summarize``, the
 terminal text and the record schema read everything from there. ``Experiment.run`` is the
 skeleton: the options checked, the batch size checked, the experiment's ``plan`` made, then
 ``OUT/<name>/records.jsonl`` opened once (the one-writer lock, the folder's settings checked
@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from bindscope.batch import check_batch_size
-from bindscope.experiments.chunks import as_models, run_chunks
-from bindscope.experiments.options import Options
-from bindscope.experiments.recording import RecordFields, base_record
-from bindscope.prompts.records import PromptSet
+from bindscope.experiments.kit.chunks import as_models, run_chunks
+from bindscope.experiments.kit.options import Options
+from bindscope.experiments.kit.record_fields import RecordFields, base_record
+from bindscope.prompts.prompt_sets import PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.records import RecordWriter, provenance, record_key
 from bindscope.results.schema import RecordKind
@@ -90,7 +90,7 @@ class ModelRun:
         prov: dict | None = None,
         **extra: Any,
     ) -> dict:
-        """A result line of this model (``bindscope.experiments.recording.base_record``)."""
+        """A result line of this model (``bindscope.experiments.kit.record_fields.base_record``)."""
         prov = self.prov if prov is None else prov
         return base_record(name or self.name, self.model, item, condition, metrics, prov, **extra)
 
@@ -182,6 +182,9 @@ class Experiment:
         show_records: Print the records path after the summary.
         also: Other experiments' folders the run writes, summarized after it (``sweep
             --heads`` writes ``heads``).
+        check_folder: ``check_folder(folder, records)`` raises ``InputError`` when a folder's
+            records cannot be read as results yet (a run stopped halfway); ``summarize``,
+            ``figures`` and ``report`` run it before reading (``registry.check_folders``).
     """
 
     name: str
@@ -197,6 +200,7 @@ class Experiment:
     check_terms: Callable[[Any], bool] = lambda options: True
     show_records: bool = False
     also: Callable[[Any], tuple[str, ...]] = lambda options: ()
+    check_folder: Callable[[Path, list[dict]], None] | None = None
 
     def run(
         self,

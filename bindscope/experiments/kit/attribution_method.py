@@ -26,13 +26,13 @@ from scipy.stats import spearmanr
 from tqdm.auto import tqdm
 
 from bindscope.errors import InputError
-from bindscope.experiments import head_stats
-from bindscope.experiments.chunks import run_chunks
-from bindscope.experiments.options import option, positive
-from bindscope.experiments.recording import base_record
+from bindscope.experiments.kit import per_head_tests
+from bindscope.experiments.kit.chunks import run_chunks
+from bindscope.experiments.kit.options import option, positive
+from bindscope.experiments.kit.record_fields import base_record
 from bindscope.interventions import Mean, Patch, Resample, Zero
 from bindscope.interventions.specs import Spec
-from bindscope.prompts.records import PromptRecord
+from bindscope.prompts.prompt_sets import PromptRecord
 from bindscope.protocols import LanguageModel
 from bindscope.results.records import RecordWriter, read_records, record_key
 from bindscope.runners.attribution_metrics import Metric
@@ -300,11 +300,11 @@ def _donor_spec(heads: tuple, text: list, donor: list) -> Patch | Resample:
 
 
 def adjust_all_heads(cells: dict[str, dict], *, correction: str, n_heads: int) -> None:
-    """``head_stats.adjust`` across ``n_heads`` tests, the heads not verified at p = 1."""
+    """``per_head_tests.adjust`` across ``n_heads`` tests, the heads not verified at p = 1."""
     padded = dict(cells)
     for i in range(max(0, n_heads - len(cells))):
         padded[f"_unverified{i}"] = {"p": 1.0}
-    head_stats.adjust(padded, correction=correction)
+    per_head_tests.adjust(padded, correction=correction)
     for name in cells:
         cells[name].update(padded[name])
 

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bindscope.prompts.records import PromptSet
+from bindscope.prompts.prompt_sets import PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import model_label
 from bindscope.results.records import read_records
 from bindscope.results.settings import SETTINGS_FILE, model_settings, read_settings, versions
 
+#: The folder and records of the binding study, which C5, the controls and the taxonomy
+#: reuse; one name, kept here so that none of them names the study.
+BINDING = "binding"
+
 #: Where reused binding results come from, relative to the results folder.
-BINDING_FROM = "binding/records.jsonl"
+BINDING_FROM = f"{BINDING}/records.jsonl"
 
 
 def stored_binding(model: LanguageModel, out: str | Path, pset: PromptSet) -> dict[str, dict]:
@@ -22,7 +26,7 @@ def stored_binding(model: LanguageModel, out: str | Path, pset: PromptSet) -> di
     (its ``settings.json``), under the same code versions. Returns ``{prompt key: metrics}``,
     empty when nothing matches.
     """
-    folder = Path(out) / "binding"
+    folder = Path(out) / BINDING
     records, settings = folder / "records.jsonl", folder / SETTINGS_FILE
     if not (records.is_file() and settings.is_file()):
         return {}
@@ -36,7 +40,7 @@ def stored_binding(model: LanguageModel, out: str | Path, pset: PromptSet) -> di
     return {
         r["prompt_key"]: r["metrics"]
         for r in read_records(records)
-        if r["experiment"] == "binding"
+        if r["experiment"] == BINDING
         and r["model"] == model.name
         and r["revision"] == model.revision
     }

@@ -112,7 +112,7 @@ def summarize_tests(
     ``correction`` and ``n_resamples`` default to those of the summary already there (so
     ``bindscope summarize`` keeps a run's ``--correction``), else ``bh`` and enough
     resamples for one head alone to pass the correction
-    (``bindscope.experiments.head_stats.default_resamples``).
+    (``bindscope.experiments.kit.per_head_tests.default_resamples``).
     """
     previous = previous_options(Path(folder) / "summary.json")
     options = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -16,9 +17,9 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from bindscope.errors import InputError
-from bindscope.experiments import limits
-from bindscope.experiments.head_sets import check_limit
-from bindscope.experiments.options import Options, option, positive
+from bindscope.experiments.kit import limits
+from bindscope.experiments.kit.ablation_sets import check_limit
+from bindscope.experiments.kit.options import Options, option, positive
 from bindscope.metrics import stats
 from bindscope.results import format as fmt
 
@@ -214,7 +215,8 @@ def map_correlation(
     }
 
 
-def _cell_line(cell: dict) -> str:
+def cell_line(cell: dict) -> str:
+    """One condition's line: its effect with CI and adjusted p (starred when significant)."""
     mark = "*" if cell.get("significant") else " "
     return (
         f"{cell['condition']:<10}{fmt.estimate(cell):>24}"
@@ -222,7 +224,7 @@ def _cell_line(cell: dict) -> str:
     )
 
 
-def _matched_lines(block: dict | None) -> list[str]:
+def matched_lines(block: dict | None) -> list[str]:
     """The EB* top set against class-matched random sets, one line per metric."""
     if not block:
         return []
@@ -236,7 +238,7 @@ def _matched_lines(block: dict | None) -> list[str]:
     ]
 
 
-def _agreement_lines(found: dict | None) -> list[str]:
+def agreement_lines(found: dict | None) -> list[str]:
     """``scan --method attribution``: the estimate against the verified heads."""
     if not found:
         return []
@@ -248,34 +250,20 @@ def _agreement_lines(found: dict | None) -> list[str]:
     ]
 
 
-def summary_lines(s: dict, *, top: int = 5) -> list[str]:
-    """Readable lines of a scan or patching summary: top conditions per model and metric."""
-    name = "Head scan" if s["experiment"] == "scan" else "Activation patching"
+def summary_lines(
+    s: dict, *, title: str, model_lines: Callable[[str, dict, int], list[str]], top: int = 5
+) -> list[str]:
+    """Readable lines of a per-head test summary: its title, then each model's own lines.
+
+    Args:
+        s: The summary of ``scan`` or ``patching``.
+        title: The first line's name (``Head scan``).
+        model_lines: ``model_lines(label, entry, top)``: the study's lines for one model.
+        top: Conditions listed per model and metric.
+    """
     if not s.get("models"):  # nothing summarised: no effect, no correction to name
-        return [f"{name}: no records"]
-    out = [f"{name}: {s.get('effect', '')}; 95% paired bootstrap CIs, {s.get('correction')} p"]
+        return [f"{title}: no records"]
+    out = [f"{title}: {s.get('effect', '')}; 95% paired bootstrap CIs, {s.get('correction')} p"]
     for label, m in s.get("models", {}).items():
-        if s["experiment"] == "scan":
-            out.append(f"  {label}: {m['n_prompts']} prompts")
-            for metric, block in m["metrics"].items():
-                n_sig = len(block["significant"])
-                out.append(f"    {metric} (clean {block['clean_mean']:.3f}; {n_sig} significant)")
-                out += [f"      {_cell_line(c)}" for c in block["top"][:top]]
-                out += _agreement_lines(block.get("agreement"))
-            corr = m.get("bsi_vs_effect")
-            if corr and corr.get("value") is not None:
-                out.append(
-                    f"    BSI vs {corr.get('effect', 'exact')} effect: Spearman "
-                    f"{corr['value']:.3f} [{corr['low']:.3f}, {corr['high']:.3f}] over "
-                    f"{corr['n_prompts']} prompts and {corr['n_cells']} heads"
-                )
-            out += _matched_lines(m.get("binding_top_vs_matched"))
-        else:
-            out.append(
-                f"  {label}: {m['n_pairs']} pairs ({m['n_pairs_no_gap']} without a gap, "
-                f"{m['pairs_skipped']} of unequal length skipped); "
-                f"{len(m['significant'])} significant"
-            )
-            out += [f"    {_cell_line(c)}" for c in m["top"][:top]]
-            out += _agreement_lines(m.get("agreement"))
+        out += model_lines(label, m, top)
     return out

@@ -18,7 +18,7 @@ attend only to itself (its scores are 1, 0 and 1 by construction). Positions are
 the unpadded text: callers offset them by each row's left padding.
 
 Everything here is plain maths on tensors and arrays: the in-trace reduction is in
-``bindscope.runners.head_scores``; the same scores from full probabilities are here
+``bindscope.runners.taxonomy_scores``; the same scores from full probabilities are here
 (``scores_from_probs``, ``repeated_scores_from_probs``) as the reference it is tested on.
 """
 

@@ -1,7 +1,7 @@
 """Head-taxonomy scores computed inside the trace: O(L x H) per text leaves it.
 
 Each score is a weighted mean of attention probabilities over (query, key) pairs
-(``bindscope.metrics.heads``), reduced per layer by ``ops.span_pair_bsi``; ``spread`` by
+(``bindscope.metrics.taxonomy``), reduced per layer by ``ops.span_pair_bsi``; ``spread`` by
 ``ops.participation_ratio``. Pairs are built in the positions of the unpadded text and
 shifted by each row's left padding here, so a padded row scores exactly as the text alone.
 """
@@ -16,7 +16,7 @@ from tqdm.auto import tqdm
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import PlannedBatch
 from bindscope.metrics.binding import pair_index
-from bindscope.metrics.heads import repeated_pairs, repeated_sequences, text_pairs
+from bindscope.metrics.taxonomy import repeated_pairs, repeated_sequences, text_pairs
 
 Pairs = dict[str, list[tuple[int, int]]]
 

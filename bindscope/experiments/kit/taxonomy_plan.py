@@ -17,18 +17,18 @@ from typing import Any
 import numpy as np
 
 from bindscope.errors import InputError
-from bindscope.experiments.experiment import Common, ModelRun, Plan
-from bindscope.experiments.heads_summary import CLASSIFICATION_FILE, summarize
-from bindscope.experiments.options import Options, option, positive
-from bindscope.experiments.recording import binding_metrics
-from bindscope.experiments.reuse import BINDING_FROM, stored_binding
-from bindscope.metrics import heads as taxonomy
-from bindscope.prompts.records import PromptRecord, PromptSet
+from bindscope.experiments.kit.binding_reuse import BINDING_FROM, stored_binding
+from bindscope.experiments.kit.experiment import Common, ModelRun, Plan
+from bindscope.experiments.kit.options import Options, option, positive
+from bindscope.experiments.kit.record_fields import binding_metrics
+from bindscope.experiments.kit.taxonomy_summary import CLASSIFICATION_FILE, summarize
+from bindscope.metrics import taxonomy
+from bindscope.prompts.prompt_sets import PromptRecord, PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import model_label
 from bindscope.results.records import provenance
 from bindscope.runners.binding import binding
-from bindscope.runners.head_scores import repeated_scores, text_scores
+from bindscope.runners.taxonomy_scores import repeated_scores, text_scores
 
 
 def parse_thresholds(pairs: Sequence[str] | Mapping[str, float] | None) -> dict[str, float]:
@@ -66,7 +66,7 @@ class TaxonomyOptions(Options):
     thresholds: Mapping[str, float] | None = option(
         None,
         "classification threshold, repeatable: sink, previous_token, induction, "
-        "duplicate_token, binding (defaults: bindscope.metrics.heads.THRESHOLDS)",
+        "duplicate_token, binding (defaults: bindscope.metrics.taxonomy.THRESHOLDS)",
         flag="--threshold",
         metavar="CLASS=VALUE",
         repeat=True,

@@ -10,7 +10,7 @@ from typing import TypeVar
 from tqdm.auto import tqdm
 
 from bindscope.errors import InputError
-from bindscope.prompts.records import PromptRecord, PromptSet, load
+from bindscope.prompts.prompt_sets import PromptRecord, PromptSet, load
 from bindscope.protocols import LanguageModel
 from bindscope.results.records import RecordWriter
 

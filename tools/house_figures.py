@@ -1,0 +1,80 @@
+"""Print the house figures of a bindscope tree: lines, long functions, typed arguments.
+
+Usage: ``python tools/house_figures.py [PACKAGE_DIR]`` (default: ``bindscope`` beside this
+folder). Run it on two checkouts to report a change before and after. Lines are physical
+lines of ``*.py`` files. A function's length is from its ``def`` to its last line. The typed
+share counts the parameters of every function (``self`` and ``cls`` excluded) that carry an
+annotation, outside the modules shipped to NDIF (``interventions/ops.py``), whose trace
+bodies are kept free of typing on purpose.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections import Counter
+from pathlib import Path
+
+LONG = 60
+SHIPPED = {"interventions/ops.py"}
+
+
+def _functions(tree: ast.AST) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    return [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def _arguments(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.arg]:
+    a = fn.args
+    found = [*a.posonlyargs, *a.args, *a.kwonlyargs]
+    found += [x for x in (a.vararg, a.kwarg) if x is not None]
+    return [x for x in found if x.arg not in ("self", "cls")]
+
+
+def figures(package: Path) -> dict:
+    """Lines (total and per sub-package), functions over ``LONG`` lines, the typed share."""
+    lines: Counter[str] = Counter()
+    long: list[tuple[int, str]] = []
+    typed = total = 0
+    for path in sorted(package.rglob("*.py")):
+        where = path.relative_to(package).as_posix()
+        text = path.read_text("utf-8")
+        part = where.split("/")[0] if "/" in where else "(top level)"
+        lines[part] += len(text.splitlines())
+        for fn in _functions(ast.parse(text)):
+            length = (fn.end_lineno or fn.lineno) - fn.lineno + 1
+            if length > LONG:
+                long.append((length, f"{where}:{fn.lineno} {fn.name}"))
+            if where not in SHIPPED:
+                args = _arguments(fn)
+                total += len(args)
+                typed += sum(a.annotation is not None for a in args)
+    return {
+        "lines": sum(lines.values()),
+        "per_package": dict(sorted(lines.items())),
+        "long": sorted(long, reverse=True),
+        "typed": typed,
+        "arguments": total,
+    }
+
+
+def main(argv: list[str]) -> int:
+    """Print the figures of ``argv[0]`` (default: this checkout's ``bindscope``)."""
+    package = Path(argv[0]) if argv else Path(__file__).resolve().parents[1] / "bindscope"
+    found = figures(package)
+    print(f"package lines: {found['lines']}")
+    for part, n in found["per_package"].items():
+        print(f"  {part:<16}{n:>7}")
+    outside = [f for f in found["long"] if not f[1].startswith(tuple(SHIPPED))]
+    print(f"functions over {LONG} lines: {len(found['long'])} ({len(outside)} outside ops.py)")
+    for length, where in found["long"]:
+        print(f"  {length:>4}  {where}")
+    share = found["typed"] / max(found["arguments"], 1)
+    print(
+        f"typed arguments outside {', '.join(sorted(SHIPPED))}: {found['typed']} of "
+        f"{found['arguments']} ({share:.1%})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
