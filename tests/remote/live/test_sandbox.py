@@ -1,24 +1,24 @@
 """The real sandbox: `bindscope ndif up --sandboxed` runs every request untrusted.
 
-ndif's sandboxed actor deserializes and runs each request's block in a runner process
-with its module whitelist (ndif ``services/ray/sandbox``). Under ``--sandboxed`` the whole
-live layer runs that way (``make test-live-sandboxed``; .ci/run runs both); these tests
-say which mode the server is in and that the real sandbox refuses what bindscope's audit
-(and ``SimulatedServer``) refuse, and nothing they let through.
+ndif 0.1.2's sandboxed actor ships each request's block to a runner process (``python -m
+ndif.services.ray.sandbox.runner``) that holds only a meta model and drives the model
+actor over a socket (ndif ``services/ray/sandbox/ARCHITECTURE.md``). Under ``--sandboxed``
+the whole live layer runs that way (.ci/run runs it after the trusted pass); the test here
+says which mode answered, from the process the block ran in.
 """
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
-from bindscope.errors import RemoteSandboxError
-from bindscope.remote import server, transport
-from tests.remote.live.conftest import HOME, KEY
+from bindscope.interventions import ops
+from bindscope.remote import server
+from tests.remote.live.conftest import HOME
 
 pytestmark = pytest.mark.ndif_live
+
+RUNNER = b"ndif.services.ray.sandbox.runner"
 
 
 def sandboxed() -> bool:
@@ -26,34 +26,15 @@ def sandboxed() -> bool:
     return bool(server.status(home=HOME).get("sandboxed"))
 
 
-def test_a_module_outside_the_whitelist_is_refused_only_by_the_sandbox(twins, monkeypatch):
+def test_the_block_runs_in_the_runner_exactly_when_sandboxed(twins):
     local, far = twins
     batch = far.encode(["Alt text describes an image"])
-    # with bindscope's audit off the request reaches the server, which judges it itself
-    monkeypatch.setattr(transport, "audit", lambda model, tracer: [])
-    if sandboxed():
-        with (
-            pytest.raises(RemoteSandboxError, match="sandbox refused") as error,
-            torch.no_grad(),
-            far.nnsight.trace(**batch.inputs, **far.trace_options),
-        ):
-            os.getpid()  # on the server: `os` is not in ndif's whitelist
-            far.nnsight.lm_head.output.save()
-        assert KEY not in str(error.value)
-    else:
-        with torch.no_grad(), far.nnsight.trace(**batch.inputs, **far.trace_options):
-            os.getpid()  # trusted: the model's own process runs anything
-            logits = far.nnsight.lm_head.output.save()
-        assert torch.equal(logits[0], local.logits(["Alt text describes an image"])[0])
-
-
-def test_the_audit_refuses_the_same_request_before_sending(twins):
-    _, far = twins
-    batch = far.encode(["Alt text describes an image"])
-    with (
-        pytest.raises(RemoteSandboxError, match="module os"),
-        torch.no_grad(),
-        far.nnsight.trace(**batch.inputs, **far.trace_options),
-    ):
-        os.getpid()
-        far.nnsight.lm_head.output.save()
+    with torch.no_grad(), far.nnsight.trace(**batch.inputs, **far.trace_options):
+        # runs on the server, in whichever process executes the block
+        where = ops.save(open("/proc/self/cmdline", "rb").read())  # noqa: SIM115
+        logits = far.nnsight.lm_head.output.save()
+    assert (RUNNER in where) == sandboxed(), where
+    # and the model it drives computes what the local one computes, either way
+    with torch.no_grad(), local.nnsight.trace(**batch.inputs):
+        want = local.nnsight.lm_head.output.save()
+    assert torch.equal(logits, want)
