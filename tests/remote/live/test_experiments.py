@@ -180,7 +180,10 @@ def test_the_exact_scan_from_the_cli_equals_local(ablation, name, live, tmp_path
     assert main([*common, "--model", SERVED[name], "--remote", "--out", str(tmp_path / "far")]) == 0
     capsys.readouterr()
     got, ref = _summary(tmp_path / "far", "scan", name), _summary(tmp_path / "local", "scan", name)
-    assert got == ref
+    # a score is within twice the logit bound of local (test below), an effect (two scores)
+    # within 4x, a difference of two mean effects or a CI end of one within 8x; a p-value or
+    # count that moved would still fail (steps of 1/(resamples + 1), far above the bound)
+    _assert_close(got, ref, 8 * logit_bound(bindscope.load_model(name), TEXTS))
     records = [json.loads(line) for line in (tmp_path / "far" / "scan" / "records.jsonl").open()]
     assert records[0]["provenance"]["remote"] == "ndif"
     # negative control: ablations change the scores, so equal summaries say something
@@ -200,8 +203,14 @@ def test_the_exact_scan_runner_equals_local_in_one_request_per_batch(twins, monk
     ]
     conditions = [[(0, 1)], [(1, 0)], [(local.n_layers - 1, 2)], [(2, h) for h in range(3)]]
     donors = sequences[1:] + sequences[:1]
+    # a mean log-prob is a log-softmax of logits: within twice the logits' bound. The server
+    # is not bit-equal here, where Model.logits is: measured up to 5e-6 on SmolLM2.
+    bound = 2 * logit_bound(local, TEXTS)
     for kwargs in ({}, {"donors": donors}):
         got = condition_scores(far, sequences, conditions, batch_size=2, **kwargs)
         want = condition_scores(local, sequences, conditions, batch_size=2, **kwargs)
-        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+        assert np.abs(got[0] - want[0]).max() <= bound, (got[0] - want[0], bound)
+        assert np.abs(got[1] - want[1]).max() <= bound, (got[1] - want[1], bound)
+        # negative control: the ablations move the scores by far more than the bound
+        assert np.abs(got[1] - got[0][None]).max() > 100 * bound
     assert len(sent) == 2 * -(-len(sequences) // 2)  # one session per batch
