@@ -16,8 +16,9 @@ only (the layers below run on another batch shape in the clean pass).
 A remote model (NDIF, or ``remote="local"``) runs each batch of ``strategy="residual"`` as
 one nnsight session, one request: the clean pass, a resample's donor pass and every
 condition pass run on the server, the residual stream stays there, and only the scores come
-back. The session computes what the local passes compute, in the same order, so a remote
-scan equals a local one to the bit where the server's torch and dtype are this machine's.
+back. The session computes what the local passes compute, in the same order: under
+``SimulatedServer`` the scores equal a local scan's to the bit; against the real server
+(float32, same torch) they differ by float rounding (tests/remote/live).
 """
 
 from __future__ import annotations
@@ -290,8 +291,8 @@ def _batch_session(
     The clean residual stream and a resample's donor outputs (``swap``: the donors' inputs,
     how many final positions each row takes, the width) stay on the server; only the
     scores come back: ``[b]`` clean, then ``[rows]`` per pass. The body computes what
-    `_clean`, `_donor_outputs` and `_residual_passes` compute here, in the same order, so
-    the scores are the same to the bit; it calls only ``ops`` and torch (it ships).
+    `_clean`, `_donor_outputs` and `_residual_passes` compute here, in the same order; it
+    calls only ``ops`` and torch (it ships).
     """
     env = model.nnsight
     index, target, weight = targets
