@@ -416,7 +416,8 @@ def condition_scores(
         targets = _targets(batch, part, last)
         b = len(part)
         width = batch.input_ids.shape[1]
-        keep, valid, mine = [], None, None
+        keep: list[int] = []
+        valid, mine = None, None
         if donors is not None:
             mine = model.encode([list(donors[i].ids) for i in batch.indices])
             keep, valid = _alignment(part, [donors[i] for i in batch.indices], width)
@@ -431,7 +432,8 @@ def condition_scores(
                     scores[c, batch.indices[r]] = value
             bar.update(b * len(conditions))
             continue
-        found, outputs = _clean(model, batch, *targets, keep_layers, options)
+        index, target, weight = targets
+        found, outputs = _clean(model, batch, index, target, weight, keep_layers, options)
         clean[batch.indices] = found.double().numpy()
         swapped = None if mine is None else _donor_outputs(model, mine, keep, width)
         if strategy == "naive":  # every condition from the embeddings, one per pass
