@@ -11,6 +11,11 @@ Ray, the result's way back.
   request for all 8 (bindscope's default, ``SESSION_BATCHES``) against one request each.
 * ``c5``: ``c5.run`` on two terms of the small test prompt set (k=2, two random sets),
   remote and local wall time.
+* ``scan``: the exact scan (``runners.scan.condition_scores``, every layer ablated in turn)
+  on 8 sequences in batches of 4, remote (one session request per batch) and local.
+
+Every figure of one run comes from the same machine and the same server; the JSON says
+which server mode (``sandboxed``) it was.
 
 Run from the repo root::
 
@@ -94,6 +99,30 @@ def c5_times(local, far) -> dict:
         return out
 
 
+def scan_times(local, far) -> dict:
+    """The exact scan over every layer on 8 sequences, each side, and the requests sent."""
+    from bindscope.remote import transport
+    from bindscope.runners.scan import ScoredSequence, condition_scores
+
+    texts = [f"Item {i}: the weather today is sunny and warm" for i in range(8)]
+    sequences = [ScoredSequence(local.tokenize(t), 2) for t in texts]
+    conditions = [[(layer, h) for h in range(local.n_heads)] for layer in range(local.n_layers)]
+    sent = []
+    send = transport._send
+    transport._send = lambda m, t: sent.append(1) or send(m, t)
+    try:
+        out = {
+            label: round(
+                _timed(lambda m=model: condition_scores(m, sequences, conditions, batch_size=4)),
+                2,
+            )
+            for label, model in (("remote_s", far), ("local_s", local))
+        }
+    finally:
+        transport._send = send
+    return {**out, "remote_requests": len(sent)}
+
+
 def main() -> None:
     """Run the three measurements and print them as JSON."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -106,6 +135,8 @@ def main() -> None:
     from nnsight import CONFIG
 
     import bindscope
+    from bindscope.loading import cache_dir
+    from bindscope.remote import server
     from bindscope.remote.server import SERVED
 
     huggingface_hub.constants.HF_HUB_OFFLINE = True  # the local server's models are cached
@@ -121,6 +152,8 @@ def main() -> None:
         "overhead": overhead(local, far, args.repeats),
         "sessions": sessions(far),
         "c5": c5_times(local, far),
+        "scan": scan_times(local, far),
+        "sandboxed": server.status(home=cache_dir() / "ndif").get("sandboxed"),
     }
     print(json.dumps(results, indent=1))
 

@@ -8,6 +8,7 @@ upgrade, check this file first (tests/remote exercises every function here).
 from __future__ import annotations
 
 import linecache
+import time
 
 NNSIGHT_VERSION = "0.8.1"
 
@@ -113,10 +114,39 @@ def deliver(tracer, values: dict) -> None:
     push(tracer.info.frame, values)
 
 
-def submit(nnsight_model, tracer):
-    """Send one request to NDIF with nnsight's own remote backend and wait for it."""
+def submit(nnsight_model, tracer, *, timeout: float | None = None):
+    """Send one request to NDIF with nnsight's own remote backend and wait for it.
+
+    With ``timeout``, give up (``TimeoutError``) once the server has sent nothing for that
+    many seconds: nnsight 0.8.1 otherwise waits on its websocket for as long as the job
+    runs. Its wait loop reads with no timeout when its status display is off, and wakes
+    every 0.1 s to redraw the display when it is on; both are bounded here.
+    """
     backend = nnsight_model._remote_backend(True, True, None, False)
-    return backend(tracer)
+    if timeout is None:
+        return backend(tracer)
+    # heavy: the websocket client loads on the remote path only
+    import websocket
+
+    heard = [time.monotonic()]
+    parse, refresh = backend.parse, backend.display.refresh
+
+    def parsed(message):
+        heard[0] = time.monotonic()
+        return parse(message)
+
+    def refreshed():
+        if time.monotonic() - heard[0] > timeout:
+            raise TimeoutError(f"the server sent nothing for {timeout:g} s")
+        refresh()
+
+    backend.parse, backend.display.refresh = parsed, refreshed
+    before = websocket.getdefaulttimeout()
+    websocket.setdefaulttimeout(timeout)  # the socket nnsight opens in the call
+    try:
+        return backend(tracer)
+    finally:
+        websocket.setdefaulttimeout(before)
 
 
 def job_failed() -> type[Exception]:

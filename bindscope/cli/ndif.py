@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction, command: object) -> None:
     p.add_argument(
         "--sandboxed",
         action="store_true",
-        help="deploy ndif's sandboxed model actor (untrusted requests run in its runner)",
+        help="run every request untrusted, in the runner process of ndif's sandboxed actor",
     )
     p.set_defaults(func=command)
 

@@ -298,10 +298,7 @@ def _run_model(run: ModelRun, items: list[PromptRecord], settings: dict, batch_s
 
     def work(chunk: list[PromptRecord]) -> list[dict]:
         sequences, owners, donors, answers = _chunk_sequences(model, chunk, donor_of)
-        # a remote attribution scan verifies its few heads through Model.logits
-        remote = getattr(model, "remote", False) and settings["method"] == "attribution"
-        score = attribution_method.logits_condition_scores if remote else condition_scores
-        clean, scores = score(
+        clean, scores = condition_scores(
             model,
             sequences,
             [as_pairs(conditions[n]) for n in names],

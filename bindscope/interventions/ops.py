@@ -129,6 +129,18 @@ def head_view(x, n_heads, head_dim):
     return x.view(*x.shape[:-1], n_heads, head_dim)
 
 
+def end_aligned(x, keep, width):
+    """Rows of ``x`` ``[b, W', ...]`` aligned from the end into ``width`` positions.
+
+    Row ``r`` takes its last ``keep[r]`` positions into its last ``keep[r]``; the others
+    are zeros (``[b, width, ...]``). A resample donor's outputs meet their row this way.
+    """
+    out = torch.zeros(x.shape[0], width, *x.shape[2:], dtype=x.dtype, device=x.device)
+    for r in range(len(keep)):
+        out[r, width - keep[r] :] = x[r, x.shape[1] - keep[r] :]
+    return out
+
+
 def knock_out(attn, removed, site):
     """Remove attention edges before the softmax by editing the attention call's mask.
 

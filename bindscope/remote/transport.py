@@ -6,12 +6,14 @@ never quote the API key.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 
 from bindscope import nnsight_private
 from bindscope.errors import (
     BindscopeError,
+    InputError,
     RemoteAuthError,
     RemoteError,
     RemoteJobError,
@@ -24,6 +26,9 @@ from bindscope.remote.shipping import audit, sandbox_error
 
 KEY_ENV = "NDIF_API_KEY"
 KEY_URL = "https://login.ndif.us"
+# Seconds a request may wait without a word from the server (unset: as long as the job
+# runs; NDIF bounds its jobs itself).
+TIMEOUT_ENV = "BINDSCOPE_NDIF_TIMEOUT"
 
 
 def _config():
@@ -55,11 +60,46 @@ def api_key() -> str:
     return key
 
 
+# A key at least this long is redacted wherever it occurs; a shorter one (a local server
+# takes any key, "x" included) only where it stands as a whole token, so that redacting it
+# does not rewrite every word that happens to contain its letters.
+MIN_KEY_LENGTH = 8
+# What continues a token around a short key (letters, digits, ``_``, ``-``): a short key
+# inside a longer token is some other word, not the key.
+_TOKEN = r"[\w-]"
+
+
+def request_timeout() -> float | None:
+    """``BINDSCOPE_NDIF_TIMEOUT`` in seconds, or None when unset; refuses a bad value."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not seconds > 0 or math.isinf(seconds):
+        raise InputError(
+            f"{TIMEOUT_ENV}={raw!r}: give the seconds a request may wait without a word from "
+            f"NDIF (a positive number, e.g. {TIMEOUT_ENV}=600), or unset it to wait as long "
+            "as the job runs"
+        )
+    return seconds
+
+
 def redact(text: str) -> str:
-    """``text`` with the API key (if any is configured) replaced by ``***``."""
-    for key in {os.environ.get(KEY_ENV), _config().API.APIKEY}:
-        if key:
+    """``text`` with the API key (if any is configured) replaced by ``***``.
+
+    A key of ``MIN_KEY_LENGTH`` characters or more goes wherever it occurs; a shorter one
+    where it stands alone (not inside a longer token), so ``x`` as a key leaves ``index``
+    alone but not ``key=x``.
+    """
+    keys = {key for key in (os.environ.get(KEY_ENV), _config().API.APIKEY) if key}
+    for key in sorted(keys, key=len, reverse=True):  # a key inside another goes second
+        if len(key) >= MIN_KEY_LENGTH:
             text = text.replace(key, "***")
+        else:
+            text = re.sub(rf"(?<!{_TOKEN}){re.escape(key)}(?!{_TOKEN})", "***", text)
     return text
 
 
@@ -83,7 +123,12 @@ def translate(exc: BaseException, *, model: str) -> RemoteError | None:
     if any(isinstance(c, timeouts) for c in chain):
         return RemoteTimeoutError(
             f"{where} did not answer in time for {model} ({detail}). NDIF may be busy or "
-            "the model still loading; retry later, or use smaller --batch-size."
+            "the model still loading; retry later, or use smaller --batch-size"
+            + (
+                f" (or allow more than {TIMEOUT_ENV}={os.environ[TIMEOUT_ENV]} seconds)."
+                if os.environ.get(TIMEOUT_ENV)
+                else "."
+            )
         )
     for c in chain:
         status = getattr(getattr(c, "response", None), "status_code", None)
@@ -185,4 +230,4 @@ class NdifBackend:
 
 def _send(nnsight_model, tracer):
     """Submit one request to NDIF and wait for its saved values (tests replace this)."""
-    return nnsight_private.submit(nnsight_model, tracer)
+    return nnsight_private.submit(nnsight_model, tracer, timeout=request_timeout())

@@ -12,6 +12,13 @@ benchmarks and equivalence tests.
 
 Both strategies see the same left-padded batch of sequences, so they differ by rounding
 only (the layers below run on another batch shape in the clean pass).
+
+A remote model (NDIF, or ``remote="local"``) runs each batch of ``strategy="residual"`` as
+one nnsight session, one request: the clean pass, a resample's donor pass and every
+condition pass run on the server, the residual stream stays there, and only the scores come
+back. The session computes what the local passes compute, in the same order: under
+``SimulatedServer`` the scores equal a local scan's to the bit; against the real server
+(float32, same torch) they differ by float rounding (tests/remote/live).
 """
 
 from __future__ import annotations
@@ -20,7 +27,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import nnsight
 import numpy as np
 import torch
 from tqdm.auto import tqdm
@@ -92,22 +98,21 @@ def _condition_plan(
     rows: list[int],
     means: dict[int, torch.Tensor] | None,
     batch: Batch,
-    resample: tuple[dict, torch.Tensor] | None = None,
+    valid: torch.Tensor | None = None,
 ) -> ops.TracePlan:
     """The plan of one pass whose row ``r`` applies condition ``rows[r]``.
 
     Zero and mean ablation go through the specs (``Zero``/``Mean`` per row) and the planner
-    like every other call; resampling copies each row's precomputed, end-aligned donor
-    outputs (``resample``: ``({layer: [rows, W, H, hd]}, valid [rows, W])``) as donor edits,
-    so no donor rows run in the pass.
+    like every other call; resampling (``valid [rows, W]``: where each row has a donor
+    position) copies each row's precomputed, end-aligned donor outputs as donor edits, so
+    no donor rows run in the pass.
     """
-    if resample is None:
+    if valid is None:
         per_row = [
             Zero(conditions[c]) if means is None else Mean(conditions[c], means) for c in rows
         ]
         ids = [batch.input_ids[r, batch.pad(r) :].tolist() for r in range(len(rows))]
         return plan_batch(model, batch, resolve_rows(model, ids, per_row=per_row)).plan
-    valid = resample[1]
     planner = Planner(model, len(rows), batch.input_ids.shape[1], {})
     index = torch.arange(len(rows))
     for r, c in enumerate(rows):
@@ -124,35 +129,31 @@ def _condition_plan(
     return planner.plan(None)
 
 
-@torch.no_grad()
-def _donor_outputs(
-    model: LanguageModel, donors: Sequence[ScoredSequence], rows: Sequence[ScoredSequence]
-):
-    """Each row's donor per-head outputs at every layer, end-aligned to the row's batch.
+def _alignment(
+    rows: Sequence[ScoredSequence], donors: Sequence[ScoredSequence], width: int
+) -> tuple[list[int], torch.Tensor]:
+    """How many final positions each row takes from its donor, and ``valid [b, W]``: where."""
+    keep = [min(len(row.ids), len(donor.ids)) for row, donor in zip(rows, donors)]
+    valid = torch.zeros(len(rows), width, dtype=torch.bool)
+    for r, k in enumerate(keep):
+        valid[r, width - k :] = True
+    return keep, valid
 
-    Returns ``({layer: [b, W, H, hd]}, valid [b, W])``: ``valid`` marks the positions both
-    the row and its donor have (counted from the end); elsewhere the row keeps its own.
-    """
-    batch = model.encode([list(d.ids) for d in donors])
-    inputs = batch.inputs
-    width = max(len(s.ids) for s in rows)
-    with model.nnsight.trace(**inputs, **model.trace_options) as tracer:
-        found: list = nnsight.save([])
+
+@torch.no_grad()
+def _donor_outputs(model: LanguageModel, donors: Batch, keep: list[int], width: int) -> dict:
+    """``{("head_out", layer): [b, width, H, hd]}``: each row's donor outputs, end-aligned."""
+    with model.nnsight.trace(**donors.inputs, **model.trace_options) as tracer:
+        found: list = ops.save([])
         for layer in range(model.n_layers):
             found.append(ops.site(model, "head_out", layer))
         tracer.stop()
-    donor_width = batch.input_ids.shape[1]
-    valid = torch.zeros(len(rows), width, dtype=torch.bool)
-    aligned = {}
-    for layer, x in enumerate(found):
-        x = ops.head_view(x, model.n_heads, model.head_dim)  # [b, W', H, hd]
-        out = torch.zeros(len(rows), width, *x.shape[2:], dtype=x.dtype)
-        for r, (row, donor) in enumerate(zip(rows, donors)):
-            k = min(len(row.ids), len(donor.ids))
-            out[r, width - k :] = x[r, donor_width - k :]
-            valid[r, width - k :] = True
-        aligned[layer] = out
-    return aligned, valid
+    return {
+        ("head_out", layer): ops.end_aligned(
+            ops.head_view(x, model.n_heads, model.head_dim), keep, width
+        )
+        for layer, x in enumerate(found)
+    }
 
 
 @torch.no_grad()
@@ -171,7 +172,7 @@ def _clean(
     """
     layers = model.nnsight.model.layers
     with model.nnsight.trace(**batch.inputs, **options, **model.trace_options):
-        outputs: list = nnsight.save([])  # filled below, kept after the trace
+        outputs: list = ops.save([])  # filled below, kept after the trace
         for i in range(keep_layers):
             outputs.append(layers[i].output)  # [b, W, d]
         logits = ops.final_logits(model)  # [b, W, V]
@@ -218,30 +219,32 @@ def _rows_batch(batch: Batch, rows: torch.Tensor) -> Batch:
     )
 
 
-def _donor_table(resample: tuple | None) -> dict | None:
-    """``{("head_out", layer): [rows, W, H, hd]}`` for the plan's donor edits, or None."""
-    if resample is None:
-        return None
-    return {("head_out", layer): acts for layer, acts in resample[0].items()}
+@dataclass(frozen=True)
+class _Pass:
+    """One condition pass of a batch: its (condition, row) pairs, rows, inputs and plan."""
+
+    pairs: list[tuple[int, int]]
+    rows: torch.Tensor
+    inputs: dict
+    targets: tuple
+    plan: ops.TracePlan
+    start: int
 
 
-def _residual_passes(
+def _passes(
     model: LanguageModel,
     batch: Batch,
     conditions: Sequence[Sequence[tuple[int, int]]],
     by_start: dict[int, list[int]],
-    outputs: list,
     targets: tuple,
     table: dict | None,
-    options: dict,
-    swap: tuple | None,
+    valid: torch.Tensor | None,
     rows_per_pass: int,
-) -> Iterator[tuple[int, int, float]]:
-    """Every condition of one batch, each started at its lowest layer; yields (c, row, score).
+) -> Iterator[_Pass]:
+    """Every condition pass of one batch, each started at its conditions' lowest layer.
 
     Rows of a pass are (condition, sequence) pairs, condition-major, ``rows_per_pass`` at most.
     """
-    index, target, weight = targets
     b = batch.input_ids.shape[0]
     for start, members in sorted(by_start.items()):
         pairs = [(c, r) for c in members for r in range(b)]
@@ -249,17 +252,84 @@ def _residual_passes(
             chunk = pairs[lo : lo + rows_per_pass]
             rows = torch.tensor([r for _, r in chunk])
             part = _rows_batch(batch, rows)
+            picked = valid[rows] if valid is not None else None
+            plan = _condition_plan(model, conditions, [c for c, _ in chunk], table, part, picked)
+            mine = tuple(t[rows] for t in targets)
+            yield _Pass(chunk, rows, part.inputs, mine, plan, start)
+
+
+def _residual_passes(
+    model: LanguageModel,
+    passes: Iterator[_Pass],
+    outputs: list,
+    options: dict,
+    swap: dict | None,
+) -> Iterator[tuple[int, int, float]]:
+    """Run the passes here, one trace each, from the clean ``outputs``; yields (c, row, score)."""
+    for one in passes:
+        residual = outputs[one.start - 1][one.rows] if one.start > 0 else None
+        donors = None if swap is None else {k: v[one.rows] for k, v in swap.items()}
+        got = _conditions_pass(
+            model, one.inputs, one.targets, one.plan, one.start, residual, options, donors
+        )
+        for (c, r), value in zip(one.pairs, got.double().tolist()):
+            yield c, r, value
+
+
+@torch.no_grad()
+def _batch_session(
+    model: LanguageModel,
+    inputs: dict,
+    targets: tuple,
+    keep_layers: int,
+    options: dict,
+    passes: list[_Pass],
+    swap: tuple | None,
+) -> list[torch.Tensor]:
+    """A batch's clean pass and condition passes as one nnsight session: one NDIF request.
+
+    The clean residual stream and a resample's donor outputs (``swap``: the donors' inputs,
+    how many final positions each row takes, the width) stay on the server; only the
+    scores come back: ``[b]`` clean, then ``[rows]`` per pass. The body computes what
+    `_clean`, `_donor_outputs` and `_residual_passes` compute here, in the same order; it
+    calls only ``ops`` and torch (it ships).
+    """
+    env = model.nnsight
+    index, target, weight = targets
+    # plain tuples: the session ships, and this module's classes are not on the server
+    jobs = [(one.inputs, one.targets, one.plan, one.start, one.rows) for one in passes]
+    with env.session(**model.trace_options):
+        found = [].save()  # type: ignore[attr-defined]  # nnsight gives every object .save
+        layers = model.nnsight.model.layers
+        aligned = {}
+        if swap is not None:
+            with env.trace(**swap[0]) as tracer:
+                donor_outputs = []
+                for layer in range(model.n_layers):
+                    donor_outputs.append(ops.site(model, "head_out", layer))
+                tracer.stop()
+            for layer in range(model.n_layers):
+                x = ops.head_view(donor_outputs[layer], model.n_heads, model.head_dim)
+                aligned[("head_out", layer)] = ops.end_aligned(x, swap[1], swap[2])
+        with env.trace(**inputs, **options):
+            outputs = []
+            for i in range(keep_layers):
+                outputs.append(layers[i].output)  # [b, W, d]
+            found.append(ops.choice_logprob_sums(ops.final_logits(model), index, target, weight))
+        for pass_inputs, pass_targets, plan, start, rows in jobs:
             residual = outputs[start - 1][rows] if start > 0 else None
-            rows_swap = None
+            donors = None
             if swap is not None:
-                rows_swap = ({k: v[rows] for k, v in swap[0].items()}, swap[1][rows])
-            plan = _condition_plan(model, conditions, [c for c, _ in chunk], table, part, rows_swap)
-            got = _conditions_pass(
-                model, part.inputs, (index[rows], target[rows], weight[rows]), plan, start,
-                residual, options, _donor_table(rows_swap),
-            )  # fmt: skip
-            for (c, r), value in zip(chunk, got.double().tolist()):
-                yield c, r, value
+                donors = {}
+                for key in aligned:
+                    donors[key] = aligned[key][rows]
+            with env.trace(**pass_inputs, **options):
+                for i in range(start):
+                    layers[i].skip(residual)
+                ops.run_layers(model, plan=plan, donors=donors)
+                logits = ops.final_logits(model)  # [rows, W, V]
+                found.append(ops.choice_logprob_sums(logits, *pass_targets))
+    return found
 
 
 def _checked(
@@ -273,8 +343,6 @@ def _checked(
     """The conditions' checked heads; refuses a bad strategy, model, condition or donors."""
     if strategy not in STRATEGIES:
         raise InputError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
-    if getattr(model, "remote", False):
-        raise InputError(f"{model.name}: the scan runner runs local models only")
     checked = [model.check_heads(c) for c in conditions]
     for i, heads in enumerate(checked):
         if not heads:
@@ -299,7 +367,7 @@ def condition_scores(
     """Mean target log-prob of every sequence, clean and under every condition.
 
     Args:
-        model: A ``bindscope.Model`` (local).
+        model: A ``bindscope.Model``, local or remote.
         sequences: What to score.
         conditions: Heads ablated together per condition (one head, or every head of one
             layer); ``strategy="residual"`` starts a condition at its lowest layer.
@@ -327,6 +395,8 @@ def condition_scores(
     for c, start in enumerate(starts):
         by_start.setdefault(start, []).append(c)
     keep_layers = max(starts) if strategy == "residual" else 0
+    # a remote model runs each batch as one session, so the residual stream stays there
+    session = bool(getattr(model, "remote", False)) and strategy == "residual"
     batches = list(model.batches([list(s.ids) for s in sequences], batch_size=batch_size))
     # one step per (sequence, condition) row: the bar moves after every pass, with an ETA
     bar = tqdm(
@@ -343,27 +413,39 @@ def condition_scores(
         # the unembedding runs only where a target is predicted (the last T + 1 positions)
         last = max(s.n_target for s in part) + 1 if keeps else None
         options = {"logits_to_keep": last} if keeps else {}
-        index, target, weight = _targets(batch, part, last)
+        targets = _targets(batch, part, last)
+        b = len(part)
+        width = batch.input_ids.shape[1]
+        keep: list[int] = []
+        valid, mine = None, None
+        if donors is not None:
+            mine = model.encode([list(donors[i].ids) for i in batch.indices])
+            keep, valid = _alignment(part, [donors[i] for i in batch.indices], width)
+        passes = _passes(model, batch, conditions, by_start, targets, table, valid, rows_per_pass)
+        if session:  # remote: everything of the batch in one request, only scores come back
+            done = list(passes)
+            swap = None if mine is None else (mine.inputs, keep, width)
+            found = _batch_session(model, batch.inputs, targets, keep_layers, options, done, swap)
+            clean[batch.indices] = found[0].double().cpu().numpy()
+            for one, got in zip(done, found[1:]):
+                for (c, r), value in zip(one.pairs, got.double().tolist()):
+                    scores[c, batch.indices[r]] = value
+            bar.update(b * len(conditions))
+            continue
+        index, target, weight = targets
         found, outputs = _clean(model, batch, index, target, weight, keep_layers, options)
         clean[batch.indices] = found.double().numpy()
-        b = len(part)
-        swap = None
-        if donors is not None:
-            swap = _donor_outputs(model, [donors[i] for i in batch.indices], part)
+        swapped = None if mine is None else _donor_outputs(model, mine, keep, width)
         if strategy == "naive":  # every condition from the embeddings, one per pass
             for c in range(len(conditions)):
-                plan = _condition_plan(model, conditions, [c] * b, table, batch, swap)
-                targets, donor_table = (index, target, weight), _donor_table(swap)
+                plan = _condition_plan(model, conditions, [c] * b, table, batch, valid)
                 got = _conditions_pass(
-                    model, batch.inputs, targets, plan, 0, None, options, donor_table
+                    model, batch.inputs, targets, plan, 0, None, options, swapped
                 )
                 scores[c, batch.indices] = got.double().numpy()
                 bar.update(b)
             continue
-        for c, r, value in _residual_passes(
-            model, batch, conditions, by_start, outputs, (index, target, weight), table,
-            options, swap, rows_per_pass,
-        ):  # fmt: skip
+        for c, r, value in _residual_passes(model, passes, outputs, options, swapped):
             scores[c, batch.indices[r]] = value
             bar.update(1)
     bar.close()

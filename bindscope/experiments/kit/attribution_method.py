@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 from scipy.stats import spearmanr
-from tqdm.auto import tqdm
 
 from bindscope.errors import InputError
 from bindscope.experiments.kit import per_head_tests
@@ -246,52 +245,6 @@ def _select(
     mean = np.mean(np.array(maps, dtype=float), 0)  # [L, H]
     order = sorted(np.ndindex(*mean.shape), key=lambda lh: (-abs(mean[lh]), lh))
     return [f"L{layer}.H{head}" for layer, head in order[:verify]]
-
-
-def logits_condition_scores(
-    model: LanguageModel,
-    sequences: Sequence[ScoredSequence],
-    conditions: Sequence[Sequence[tuple[int, int]]],
-    *,
-    means: Any = None,
-    donors: Sequence[ScoredSequence] | None = None,
-    batch_size: int = 16,
-    progress: bool = False,
-) -> tuple[np.ndarray, np.ndarray]:
-    """``runners.scan.condition_scores`` through ``Model.logits``: for a remote model.
-
-    The scan's own runner starts conditions from a clean residual stream kept on this
-    machine, so it runs local models only; a remote attribution scan verifies its few
-    heads here, one full pass per head and batch, on the server like every ``Model`` call.
-    Same arguments and return value (``(clean [S], scores [C, S])`` float64); the progress
-    bar moves once per condition.
-    """
-    texts = [list(s.ids) for s in sequences]
-
-    def scores(per_row: list | None) -> np.ndarray:
-        out = np.zeros(len(texts))
-        for group in _groups(texts, per_row or [None] * len(texts)):
-            rows = [per_row[i] for i in group] if per_row else None
-            ids: list[Any] = [texts[i] for i in group]  # token ids (logits takes ids or text)
-            found = model.logits(ids, per_row=rows, batch_size=batch_size)
-            for i, logits in zip(group, found):
-                logp = logits.float().log_softmax(-1)
-                n, t = len(texts[i]), sequences[i].n_target
-                picked = [float(logp[n - t + j - 1, texts[i][n - t + j]]) for j in range(t)]
-                out[i] = float(np.mean(picked))
-        return out
-
-    result = np.zeros((len(conditions), len(texts)))
-    bar = tqdm(conditions, desc="verified heads", unit="head", disable=not progress, leave=False)
-    for c, heads in enumerate(bar):
-        heads = tuple(tuple(h) for h in heads)
-        specs: list[Spec]
-        if donors is not None:
-            specs = [_donor_spec(heads, t, list(d.ids)) for t, d in zip(texts, donors)]
-        else:
-            specs = [Zero(heads) if means is None else Mean(heads, means)] * len(texts)
-        result[c] = scores(specs)
-    return scores(None), result
 
 
 def _donor_spec(heads: tuple, text: list, donor: list) -> Patch | Resample:

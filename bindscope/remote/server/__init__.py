@@ -86,7 +86,9 @@ def _redis_server() -> str:
     return found
 
 
-def _environment(home: Path, ports: Ports, hub_cache: Path) -> dict[str, str]:
+def _environment(
+    home: Path, ports: Ports, hub_cache: Path, *, sandboxed: bool = False
+) -> dict[str, str]:
     venv = home / "venv"
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("NDIF_", "RAY_"))}
     return {
@@ -116,6 +118,9 @@ def _environment(home: Path, ports: Ports, hub_cache: Path) -> dict[str, str]:
         # run with the same thread count gives the same bits.
         "OMP_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
+        # the sandboxed actor keeps warm runner processes (~0.5 GB each, ndif's default 7
+        # per model): one per model is enough for one user's sequential requests
+        **({"NDIF_SANDBOX_POOL_SIZE": "1"} if sandboxed else {}),
     }
 
 
@@ -240,7 +245,8 @@ def up(
         port: The API's port; the other pieces take ``port + 1000`` to ``port + 1004``.
         hub_cache: The Hugging Face hub cache the server loads from (and a client on this
             machine reads the same configs and tokenizers from).
-        sandboxed: Deploy ndif's sandboxed actor (untrusted requests run in its runner).
+        sandboxed: Deploy ndif's sandboxed actor and run every request untrusted, in its
+            runner process (``ndif_side/bindscope_ndif_cpu.py``, ``CpuSandboxDeployment``).
 
     Raises:
         NdifServerError: A piece did not start (which one, and its log); everything that
@@ -259,7 +265,7 @@ def up(
             f"{port} and {port + 1000}-{port + 1004})"
         )
     environment.build(home / "venv", home / "logs" / "venv.log")
-    env = _environment(home, ports, hub_cache)
+    env = _environment(home, ports, hub_cache, sandboxed=sandboxed)
     started = time.perf_counter()
     (home / STATE).write_text(json.dumps({"port": port, "host": host(port), "models": []}))
     try:

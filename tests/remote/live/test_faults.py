@@ -1,21 +1,28 @@
 """Faults with the real NDIF server: a server gone mid-run, a model it does not serve, a
-job that raises there, a result too big for one response; and the API key stays ours.
+job that raises there, a result too big for one response, a job longer than the client's
+timeout; and the API key stays ours.
 
-A request timeout is not produced here (the local server sets no execution limit and a job
-past one would take minutes); tests/remote/test_errors.py maps it with a fake server.
+The server's own execution limit is not produced here (the local server sets none);
+tests/remote/test_errors.py maps its message with a fake server.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 
 import pytest
 import torch
 
 import bindscope
 from bindscope import nnsight_private
-from bindscope.errors import RemoteJobError, RemoteModelNotServedError, RemoteUnreachableError
+from bindscope.errors import (
+    RemoteJobError,
+    RemoteModelNotServedError,
+    RemoteTimeoutError,
+    RemoteUnreachableError,
+)
 from bindscope.experiments import c5
 from bindscope.remote import server, transport
 from bindscope.remote.server import SERVED
@@ -113,3 +120,26 @@ def test_a_result_too_big_for_one_response_comes_through_the_object_store(twins)
     assert sum(t.numel() * 4 for t in ref.values()) > 16 * 2**20
     assert all(torch.equal(got[layer], ref[layer]) for layer in layers)
     assert store.read_text().count("GET /") > before  # fetched from the store, not inline
+
+
+def test_a_job_longer_than_the_client_timeout_is_a_remote_timeout(twins, monkeypatch):
+    local, far = twins
+    batch = far.encode(["Alt text describes an image"])
+    monkeypatch.setenv(transport.TIMEOUT_ENV, "2")
+    started = time.monotonic()
+    with (
+        pytest.raises(RemoteTimeoutError, match=f"{transport.TIMEOUT_ENV}=2") as error,
+        torch.no_grad(),
+        far.nnsight.trace(**batch.inputs, **far.trace_options),
+    ):
+        time.sleep(10)  # on the server: silent for 10 s, past the client's 2
+        far.nnsight.lm_head.output.save()
+    waited = time.monotonic() - started
+    # it gave up after about 2 s of silence (the job's first status lines come before),
+    # not after the job's 10 s
+    assert 2 <= waited < 9, waited
+    assert "sent nothing for 2 s" in str(error.value) and KEY not in str(error.value)
+    # the next request (no timeout) waits behind the sleeping job and then runs as usual
+    monkeypatch.delenv(transport.TIMEOUT_ENV)
+    got, ref = far.logits(["Alt text"]), local.logits(["Alt text"])
+    assert torch.equal(got[0], ref[0])

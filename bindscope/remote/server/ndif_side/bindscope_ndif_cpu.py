@@ -107,7 +107,19 @@ class CpuModelDeployment(BaseModelDeployment):
 
 
 class CpuSandboxDeployment(SandboxModelDeployment, CpuModelDeployment):
-    """ndif's sandboxed (untrusted) actor on the CPU model actor above."""
+    """ndif's sandboxed actor on the CPU model actor above; every request runs untrusted.
+
+    ndif decides trust at ingress (``services/api/auth.py``, ``validate_request``): from
+    the key's ``trusted`` tag when auth is on, else from the request envelope's
+    ``trusted`` field, True when absent, and nnsight 0.8.1's client never sends it. This
+    actor treats each request as a key without the tag would be: its block runs in a
+    runner process through ndif's own sandbox code (``SandboxModelDeployment.execute``).
+    """
+
+    async def run(self, request: Any) -> None:
+        """Run ``request`` untrusted (ndif's run; ``execute`` then picks the runner)."""
+        request.trusted = False
+        await super().run(request)
 
 
 class CpuController(_ControllerActor):
