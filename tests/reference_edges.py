@@ -134,12 +134,21 @@ def sender_delta(model, clean: list[int], corrupted: list[int], sender: str) -> 
     return swapped - run(clean, "attn_out", layer)
 
 
-def random_pairs(model) -> tuple[list[list[int]], list[list[int]]]:
-    """Two pairs of random token ids (lengths 7 and 5: the batch is left-padded)."""
+def random_pairs(model, *, strong: bool = False) -> tuple[list[list[int]], list[list[int]]]:
+    """Two pairs of random token ids (lengths 7 and 5: the batch is left-padded).
+
+    The corrupted texts differ at two and one positions; ``strong``: texts of 11 and 9
+    tokens that differ at every position but the first and the last, so that every edge
+    carries a large change (the negative controls' margins grow with it).
+    """
     generator = torch.Generator().manual_seed(0)
-    clean = [torch.randint(3, 700, (n,), generator=generator).tolist() for n in (7, 5)]
+    lengths = (11, 9) if strong else (7, 5)
+    clean = [torch.randint(3, 700, (n,), generator=generator).tolist() for n in lengths]
     corrupted = [list(c) for c in clean]
     corrupted[0][2], corrupted[0][4], corrupted[1][1] = 50, 60, 70
+    if strong:
+        for k in corrupted:
+            k[1:-1] = torch.randint(3, 700, (len(k) - 2,), generator=generator).tolist()
     if model.prepend_bos:  # the same first token in both
         for c, k in zip(clean, corrupted):
             k[0] = c[0]

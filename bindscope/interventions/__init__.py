@@ -1,9 +1,10 @@
 """Interventions: specs for every call, and primitives for your own traces.
 
 **Specs** (`Zero`, `Mean`, `Patch`, `Resample`, `Steer`, `Knockout`, and `PathPatch` for
-edges between components) say what is done to which heads or sites (``resid_pre``, ``resid_mid``, ``resid_post``, ``attn_out``,
-``mlp_out``, ``head_out``); every call that runs the model takes them as ``intervene=``
-(all texts) or ``per_row=`` (one entry per text)::
+edges between components) say what is done to which heads or sites (``resid_pre``,
+``resid_mid``, ``resid_post``, ``attn_out``, ``mlp_out``, ``head_out``); every call that
+runs the model takes them as ``intervene=`` (all texts) or ``per_row=`` (one entry per
+text)::
 
     model.logits(texts, intervene=Patch([(2, 8)], source=corrupted))
     model.logits(texts, intervene=Patch("resid_pre", corrupted, layers=[3], positions=[5]))

@@ -19,10 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from bindscope.errors import InputError
-from bindscope.nnsight_private import underlying_module
 from bindscope.protocols import LanguageModel
 
 __all__ = ["Edge", "EdgeGraph", "edge_geometry", "edge_graph", "edge_mask"]
@@ -125,9 +123,7 @@ def edge_mask(graph: EdgeGraph, edges) -> np.ndarray:
                 f"not {edges.dtype} {edges.shape}"
             )
         if (edges & ~graph.valid).any():
-            raise InputError(
-                "the edge mask marks pairs that are not edges (see EdgeGraph.valid)"
-            )
+            raise InputError("the edge mask marks pairs that are not edges (see EdgeGraph.valid)")
         return edges
     if isinstance(edges, (str, bytes)):
         raise InputError(
@@ -139,9 +135,9 @@ def edge_mask(graph: EdgeGraph, edges) -> np.ndarray:
 def edge_geometry(model: LanguageModel) -> dict:
     """What the trace bodies need of the model's layout (``ops.PathPlan``'s ``geo``).
 
-    ``w_o`` ``{layer: [H, hd, d]}``: each head's output projection as a matrix; ``post``:
-    the module after the projection whose output is ``attn_out`` (a sandwich norm) or
-    ``""``; ``head_out``: the projection's module path; ``label`` and ``qkv``: the
+    ``post``: the module after the output projection whose output is ``attn_out`` (a
+    sandwich norm) or ``""``; ``head_out``: the projection's module path (a head's output
+    is its slice through it, computed inside the trace); ``label`` and ``qkv``: the
     attention call's ``.source`` label and the index of its query argument; ``mlp_reads``:
     ``resid_mid``, or ``resid_pre`` for a parallel residual.
 
@@ -159,20 +155,7 @@ def edge_geometry(model: LanguageModel) -> dict:
             "need it as the attention block's output (a module's output)"
         )
     label, mask_index = model.knockout_site  # the attention call and its mask argument
-    width = model.n_heads * model.head_dim
-    w_o = {}
-    with torch.no_grad():
-        for layer in range(model.n_layers):
-            envoy = model.nnsight.model.layers[layer]
-            for part in head_module.split("."):
-                envoy = getattr(envoy, part)
-            proj = underlying_module(envoy)
-            dtype = next(proj.parameters()).dtype
-            eye = torch.eye(width, dtype=dtype)
-            matrix = proj(eye) - proj(torch.zeros(1, width, dtype=dtype))  # bias cancels
-            w_o[layer] = matrix.view(model.n_heads, model.head_dim, -1).detach()
     return {
-        "w_o": w_o,
         "post": post,
         "head_out": head_module,
         "label": label,

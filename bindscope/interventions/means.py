@@ -1,5 +1,7 @@
-"""Reference means of a site, for ``Mean`` at a site (``head_means`` is the heads' form),
-and of every edge sender, for a mean-ablating ``PathPatch``."""
+"""Reference means: of a site for ``Mean``, of every edge sender for ``PathPatch(means=)``.
+
+``head_means`` (in the package's ``__init__``) is the heads' form.
+"""
 
 from __future__ import annotations
 

@@ -592,24 +592,32 @@ def path_patch(model, path):
             first = path.first_head[layer]
             if joint is None:  # each head's change alone: they add up
                 eye = torch.eye(n_heads)[None].expand(b, -1, -1)
-                sent[first : first + n_heads] = _layer_head_deltas(model, path, layer, donor, d, b, eye)
+                sent[first : first + n_heads] = _layer_head_deltas(
+                    model, path, layer, donor, d, b, eye
+                )
             else:  # through the norm: the heads of each receiver's set together
                 sets = path.mask[:, :, first : first + n_heads]  # [b, R', H]
                 joint += _layer_head_deltas(model, path, layer, donor, d, b, sets)
         mlp = [entry for entry in receivers if entry[1] == "mlp"]
         if mlp or layer in path.mlp:
-            entry = mlp[0] if mlp else None
-            if entry is not None and geo["mlp_reads"] == "resid_mid":
-                xm = site(model, "resid_mid", layer)
-                xm[scratch + entry[0]] = xm[d : d + b] + _received(path, sent, joint, entry[3])
-            y = site(model, "mlp_out", layer)
-            if entry is not None:
-                y[d : d + b] = y[scratch + entry[0]]
-            if layer in path.mlp:
-                sent[path.mlp[layer]] = _sender_value(path, ("mlp", layer), y, donor, b) - y[d : d + b]
+            _receive_mlp(model, path, layer, mlp[0] if mlp else None, sent, joint, scratch)
     if path.logits >= 0 and sent is not None:
         final = site(model, "resid_post", model.n_layers - 1)
         final[d : d + b] = final[d : d + b] + _received(path, sent, joint, path.logits)
+
+
+def _receive_mlp(model, path, layer, entry, sent, joint, scratch):
+    """The texts' MLP output from its receiver's scratch row; its change as a sender."""
+    d, b = path.n_donors, path.b
+    if entry is not None and path.geo["mlp_reads"] == "resid_mid":
+        xm = site(model, "resid_mid", layer)
+        xm[scratch + entry[0]] = xm[d : d + b] + _received(path, sent, joint, entry[3])
+    y = site(model, "mlp_out", layer)
+    if entry is not None:
+        y[d : d + b] = y[scratch + entry[0]]
+    if layer in path.mlp:
+        donor = path.donor_row.to(y.device)
+        sent[path.mlp[layer]] = _sender_value(path, ("mlp", layer), y, donor, b) - y[d : d + b]
 
 
 def _sender_buffers(path, x):
@@ -655,8 +663,10 @@ def _sender_value(path, key, x, donor, b):
 
 
 def _layer_head_deltas(model, path, layer, donor, d, b, sets):
-    """``[G, b, s, d]``: the change of the texts' ``attn_out`` when each set's heads
-    (``sets`` ``[b, G, H]`` 0/1) take their ablated outputs (donor rows' or means)."""
+    """``[G, b, s, d]``: the texts' ``attn_out`` change when each set's heads are ablated.
+
+    ``sets`` ``[b, G, H]`` 0/1; the heads take the donor rows' outputs, or their means.
+    """
     z = site(model, "head_out", layer)
     dz = _sender_value(path, ("z", layer), z, donor, b) - z[d : d + b]
     o = a = None
@@ -674,16 +684,21 @@ def heads_through(model, geo, layer, dz, o, a, sets):
         geo: ``graph.edge_geometry`` of the model.
         layer: The heads' layer.
         dz: ``[b, s, H*hd]`` the change of the output projection's input.
-        o: ``[b, s, d]`` the projection's output, ``a`` ``attn_out`` (sandwich norm only).
+        o: ``[b, s, d]`` the projection's output (sandwich norm only).
+        a: ``[b, s, d]`` ``attn_out`` (sandwich norm only).
         sets: ``[b, G, H]`` 0/1, the heads of each set.
 
     Without a norm after the projection the sets' changes add up head by head; with one
     (OLMo 2, Gemma 2/3) each set's sum goes through the norm, so a set of every head gives
     exactly the ablated ``attn_out``.
     """
-    dz = head_view(dz, model.n_heads, model.head_dim)  # [b, s, H, hd]
-    w_o = geo["w_o"][layer].to(dz.device, dz.dtype)  # [H, hd, d]
-    per_head = torch.einsum("bshk,hkd->hbsd", dz, w_o)
+    n_heads = model.n_heads
+    # each head's slice alone through the output projection (the bias cancels), run where
+    # the weights are: no projection matrix leaves the server
+    proj = site_module(model.nnsight, layer, geo["head_out"])
+    alone = torch.eye(n_heads, dtype=dz.dtype, device=dz.device)
+    alone = alone.repeat_interleave(model.head_dim, 1)[:, None, None]  # [H, 1, 1, H*hd]
+    per_head = proj(dz[None] * alone) - proj(torch.zeros_like(dz[:1, :1]))  # [H, b, s, d]
     joint = torch.einsum("bgh,hbsd->gbsd", sets.to(dz.device, dz.dtype), per_head)
     if not geo["post"]:
         return joint

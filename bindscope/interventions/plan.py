@@ -203,8 +203,10 @@ class Planner:
             )
         if means is not None and all(m is not means for m in self.path_means):
             self.path_means.append(means)
-        if len(self.path_means) > 1 or (self.path_means and donor is not None) or (
-            self.path_means and any(d is not None for d, _ in self.paths.values())
+        if (
+            len(self.path_means) > 1
+            or (self.path_means and donor is not None)
+            or (self.path_means and any(d is not None for d, _ in self.paths.values()))
         ):
             raise InterventionError(
                 f"{self.model.name}: the texts of one batch take PathPatch with different "
@@ -249,7 +251,6 @@ class Planner:
         return ops.TracePlan(
             self.edits, donor_keys, knockout, knockout_batch, site, rows=self.n_rows
         )
-
 
     def _path(self, n_donors: int) -> ops.PathPlan:
         """The `ops.PathPlan` of the rows' patched edges."""

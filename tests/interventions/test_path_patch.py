@@ -2,8 +2,9 @@
 
 On every family, one edge of each kind and a set of edges into one receiver give the same
 next-token logits as the reference (the receiver reads its own copy of the stream, built
-with HF modules and forward hooks, no nnsight); a wrong sender, receiver or input kind
-misses by orders of magnitude. `capture` and `generate` take the same spec.
+with HF modules and forward hooks, no nnsight); the negative controls (a wrong sender,
+receiver or input kind misses by orders of magnitude) are in tests/runners/test_edges.py.
+`capture` and `generate` take the same spec.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from bindscope.interventions.graph import edge_graph
 from tests.reference_edges import (
     edge_bound,
     one_edge_of_each_kind,
-    other_receiver,
-    other_sender,
     random_pairs,
     receiver_logits,
     sender_delta,
@@ -32,27 +31,18 @@ def _last_logits(model, clean, corrupted, edges):
 
 
 def test_path_patch_logits_match_reference(tiny):
+    """Every logit equals the reference's (the negative controls: tests/runners/test_edges.py)."""
     model = tiny
-    clean, corrupted = random_pairs(model)
-    plain = [g[-1].float() for g in model.logits(clean)]
+    clean, corrupted = random_pairs(model, strong=True)
     for edge in one_edge_of_each_kind(model):
         ours = _last_logits(model, clean, corrupted, [edge])
         for p in range(2):
             delta = sender_delta(model, clean[p], corrupted[p], edge[0])
             with torch.no_grad():
                 ref = receiver_logits(model, clean[p], edge[1], delta)
-                wrong_sender = sender_delta(model, clean[p], corrupted[p], other_sender(edge[0]))
-                wrongs = [
-                    receiver_logits(model, clean[p], edge[1], wrong_sender),
-                    receiver_logits(model, clean[p], other_receiver(model, edge[1]), delta),
-                ]
             bound = edge_bound(float(ref.abs().max()) + 1, model)
             error = float((ours[p] - ref).abs().max())
             assert error <= bound, (edge, p, error, bound)
-            moved = float((ref - plain[p]).abs().max())
-            if moved > 100 * bound:  # the edge matters here: every wrong control misses
-                for wrong in wrongs:
-                    assert float((ours[p] - wrong).abs().max()) > 100 * bound, (edge, p)
 
 
 def test_a_set_of_edges_into_one_receiver(tiny):

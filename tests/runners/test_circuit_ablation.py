@@ -9,7 +9,6 @@ one vector, computed here with plain torch hooks and the native HF modules.
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
@@ -105,5 +104,3 @@ def test_an_unknown_ablation_is_refused(scored):
     model, clean, corrupted, metric, scores = scored
     with pytest.raises(InputError, match="ablation='zero'"):
         faithfulness(model, clean, corrupted, metric, scores, scores.graph.valid, ablation="zero")
-
-
