@@ -712,13 +712,14 @@ def heads_through(model, geo, layer, dz, o, a, sets):
 def edge_metric(model, terms):
     """The metric of every row from the final logits (soft-capped as the forward returns them).
 
-    ``terms`` is ``{"fn": metric_values, "keep": K, "terms": ...}``, or ``{"fn": f, "rows":
-    [pair indices]}`` for a user function ``f(logits [b, V] at the last position, rows) -> [b]``.
+    ``terms`` is ``{"keep": K, "terms": ...}`` (`metric_values` of the last ``K``
+    positions), or ``{"fn": f, "rows": [pair indices]}`` for a user function
+    ``f(logits [b, V] at the last position, rows) -> [b]`` (local models only).
     """
     logits = final_logits(model)
     if "terms" not in terms:
         return terms["fn"](logits[:, -1].float(), terms["rows"])
-    return terms["fn"](logits[:, -terms["keep"] :], terms["terms"])
+    return metric_values(logits[:, -terms["keep"] :], terms["terms"])
 
 
 def edge_sender_outputs(model, into):
@@ -732,26 +733,29 @@ def edge_sender_outputs(model, into):
     return site_outputs(model, keys, into)
 
 
-def edge_attribution_pass(model, terms, path, donors, alpha=1.0, deltas=True):
-    """One forward and backward pass: each receiver's gradient at its own input copy.
+def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, steps=1, deltas=None):
+    """One forward and backward pass: every edge's score at one integration step.
 
     Walks the layers through `site` like `path_patch` (whose `PathPlan` gives the layout):
     the gradient of the metric at each receiver's query, key, value (per head or group),
     MLP output and the final residual, pulled back through that receiver alone to the
     residual it reads, in one backward pass and one batched vector-Jacobian product per
-    layer and kind.
+    layer and kind, times each sender's ``corrupted - clean`` output, over real positions.
 
     Args:
         model: The model (a ``TraceModel`` when shipped).
         terms: The metric's terms (`edge_metric`).
         path: The batch's `PathPlan` (its ``geo``).
         donors: `edge_sender_outputs` of the corrupted texts, one row per text.
+        mask: ``[b, s]`` the attention mask (1 on real tokens).
         alpha: Layer 0's input is moved to ``cor + alpha (clean - cor)`` (EAP-IG, inputs).
-        deltas: Also return each sender's ``corrupted - clean`` output (at ``alpha`` 1).
+        steps: The integration steps (the score is divided by it).
+        deltas: The senders' changes ``[S, b, s, d]`` from the ``alpha = 1`` pass, or None
+            to compute them here (``alpha`` must then be 1).
 
     Returns:
-        ``{"metric": [b], "grads": [R, b, s, d]}`` and ``"deltas"`` ``[S, b, s, d]``, in the
-        graph's receiver and sender order, saved.
+        ``({"metric": [b], "scores": [b, S, R]} saved, deltas)``: the deltas stay where
+        the pass ran (a later pass of the same session reads them), in the graph's order.
     """
     geo, n_layers, n_heads = path.geo, model.n_layers, model.n_heads
     x0 = site(model, "resid_pre", 0)
@@ -760,14 +764,14 @@ def edge_attribution_pass(model, terms, path, donors, alpha=1.0, deltas=True):
         x0.copy_(cor + alpha * (x0 - cor))
     if not x0.requires_grad:  # NDIF serves frozen weights: track gradients from here
         x0.requires_grad_(True)
-    sent = [(cor - x0)[None].detach()] if deltas else []
+    sent = [(cor - x0)[None].detach()] if deltas is None else None
     inputs, qkv, mlp_in, mlp_out = [], [], [], []
     for layer in range(n_layers):
         x = x0 if layer == 0 else site(model, "resid_pre", layer)
         inputs.append(x)
         args, _ = getattr(attention_module(model, layer).source, geo["label"]).inputs
         qkv.append(tuple(args[geo["qkv"] : geo["qkv"] + 3]))
-        if deltas:
+        if sent is not None:
             z = site(model, "head_out", layer)
             o = a = None
             if geo["post"]:
@@ -779,7 +783,7 @@ def edge_attribution_pass(model, terms, path, donors, alpha=1.0, deltas=True):
         mlp_in.append(site(model, "resid_mid", layer) if geo["mlp_reads"] == "resid_mid" else x)
         y = site(model, "mlp_out", layer)
         mlp_out.append(y)
-        if deltas:
+        if sent is not None:
             sent.append((_donor_like(donors, ("mlp_out", layer), y) - y)[None].detach())
     final = site(model, "resid_post", n_layers - 1)
     metric = edge_metric(model, terms)
@@ -793,10 +797,13 @@ def edge_attribution_pass(model, terms, path, donors, alpha=1.0, deltas=True):
         found.append(_vjp(mlp_out[layer], mlp_in[layer], g)[None])
     g = grads[-1]
     found.append((torch.zeros_like(final) if g is None else g)[None].detach())
-    out = {"metric": metric.detach(), "grads": torch.cat(found)}
-    if deltas:
-        out["deltas"] = torch.cat(sent)
-    return save(out)
+    if deltas is None:
+        deltas = torch.cat(sent)
+    real = mask.to(deltas.device, deltas.dtype)[None, :, :, None]
+    scores = torch.einsum(
+        "rbsd,tbsd->btr", torch.cat(found).float() / steps, (deltas * real).float()
+    )
+    return save({"metric": metric.detach(), "scores": scores}), deltas
 
 
 def _donor_like(donors, key, x):

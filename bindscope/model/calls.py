@@ -55,6 +55,11 @@ def trace_batch(model: LanguageModel, planned: PlannedBatch, body: Callable[[Any
         if donor_inputs is not None:
             with tracer.invoke(**donor_inputs):
                 ops.site_outputs(model, plan.donor_keys, donors)
+        if path is not None:
+            # the whole batch (donor rows, texts, scratch rows), before the texts' own
+            # invoke: what the texts' body captures at a site is the patched tensor
+            with tracer.invoke():
+                ops.path_patch(model, path)
         with tracer.invoke(**inputs):
             found = body(donors)
             tracer.stop()
@@ -64,9 +69,6 @@ def trace_batch(model: LanguageModel, planned: PlannedBatch, body: Callable[[Any
         if plan.knockout_batch:
             with tracer.invoke():  # the whole batch, donor rows first
                 ops.knock_out_batch(model, plan.knockout_batch, plan.knockout_site)
-        if path is not None:
-            with tracer.invoke():  # the whole batch: donor rows, texts, scratch rows
-                ops.path_patch(model, path)
     return found
 
 

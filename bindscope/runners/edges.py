@@ -88,8 +88,9 @@ def edge_attribution(
     """Score every edge of the model for ``metric`` over clean/corrupted pairs.
 
     Args:
-        model: A local ``bindscope.Model`` whose parameters require grad
-            (``model.hf.requires_grad_(True)``; no parameter gradient is stored).
+        model: A ``bindscope.Model``, local or on NDIF (one session: only the scores and
+            metrics come back). Gradients are tracked from layer 0's input, so the
+            parameters need not require grad (none is stored).
         clean: Clean texts (strings or token-id lists).
         corrupted: One corrupted text per clean text, of the same length in tokens.
         metric: ``LogitDifference(correct, wrong)`` or ``TargetLogprob(n)`` (one, or one per
@@ -103,31 +104,46 @@ def edge_attribution(
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise InputError(f"steps={steps!r}: give a whole number of integration steps >= 1")
     steps = 1 if method == "eap" else steps
-    _check_grad(model)
+    _check_remote(model, metric)
     pairs = _Pairs(model, clean, corrupted, metric)
     graph = edge_graph(model)
     everything = PathPatch(graph.valid, source=pairs.corrupted)
     plans = resolve_rows(model, pairs.clean, intervene=everything)
+    chunks = list(pairs.batches(batch_size))
+    found: list = []
+    env = model.nnsight
+    # one session (one request when remote): the corrupted senders and the deltas stay
+    # where the passes run, and only [b, S, R] scores and [b] metrics come back
+    with torch.enable_grad(), env.session(**model.trace_options):
+        collected = ops.save([])
+        for rows in chunks:
+            batch, terms = pairs.clean_batch(rows), pairs.terms(rows)
+            path = plan_batch(model, batch, [plans[i] for i in rows]).plan.path
+            options = _kept_logits(model, terms)
+            with env.trace(**pairs.corrupted_batch(rows).inputs, **options):
+                cor = ops.edge_sender_outputs(model, {})
+                collected.append(ops.save(ops.edge_metric(model, terms).detach()))
+            deltas = None
+            for k in range(steps, 0, -1):  # alpha = 1 first: its pass gives the deltas
+                with env.trace(**batch.inputs, **options):
+                    step, deltas = ops.edge_attribution_pass(
+                        model, terms, path, cor, batch.attention_mask, k / steps, steps, deltas
+                    )
+                    collected.append(step)
+        found = collected
     scores = np.zeros((len(pairs), len(graph.senders), len(graph.receivers)), np.float32)
     clean_metric, corrupt_metric = np.zeros(len(pairs)), np.zeros(len(pairs))
-    for rows in pairs.batches(batch_size):
-        batch, terms = pairs.clean_batch(rows), pairs.terms(rows)
-        path = plan_batch(model, batch, [plans[i] for i in rows]).plan.path
-        cor, corrupt_metric[rows] = _corrupted(model, pairs, rows)
-        options = {**model.trace_options, **_kept_logits(model, terms)}
-        total, deltas = None, None
-        for k in range(steps, 0, -1):  # alpha = 1 first: its pass gives the deltas
-            with torch.enable_grad(), model.nnsight.trace(**batch.inputs, **options):
-                found = ops.edge_attribution_pass(
-                    model, terms, path, cor, alpha=k / steps, deltas=k == steps
-                )
+    results = iter(found)
+    for rows in chunks:
+        corrupt_metric[rows] = next(results).double().cpu().numpy()
+        total = None
+        for k in range(steps, 0, -1):
+            step = next(results)
             if k == steps:
-                deltas, clean_metric[rows] = found["deltas"], found["metric"].double().cpu().numpy()
-            total = found["grads"] if total is None else total + found["grads"]
-        assert total is not None and deltas is not None
-        mask = batch.attention_mask[None, :, :, None].to(deltas.dtype)
-        got = torch.einsum("rbsd,tbsd->btr", total.float() / steps, (deltas * mask).float())
-        scores[rows] = np.where(graph.valid, got.cpu().numpy(), 0.0)
+                clean_metric[rows] = step["metric"].double().cpu().numpy()
+            total = step["scores"] if total is None else total + step["scores"]
+        assert total is not None
+        scores[rows] = np.where(graph.valid, total.cpu().numpy(), 0.0)
     return EdgeScores(graph, scores, clean_metric, corrupt_metric, method, steps)
 
 
@@ -149,6 +165,7 @@ def path_patching(
     engine's `PathPatch`. ``edges`` are ``(sender, receiver)`` names (`EdgeGraph.edges`)
     or an ``[S, R]`` bool mask. Arguments otherwise as `edge_attribution`.
     """
+    _check_remote(model, metric)
     pairs = _Pairs(model, clean, corrupted, metric)
     mask = edge_mask(edge_graph(model), edges)
     if means is None:
@@ -171,13 +188,12 @@ def path_patching(
     return out
 
 
-def _check_grad(model: LanguageModel) -> None:
-    if getattr(model, "remote", False):
-        raise InputError(f"{model.name}: edge attribution runs locally only (not on NDIF yet)")
-    if not any(p.requires_grad for p in model.hf.parameters()):
+def _check_remote(model: LanguageModel, metric) -> None:
+    """A user metric function cannot travel to NDIF (only the package's trace code ships)."""
+    if getattr(model, "remote", False) and callable(metric):
         raise InputError(
-            f"{model.name}: no parameter requires grad, so no gradient reaches the edges; "
-            "call model.hf.requires_grad_(True) (no parameter gradient is stored)"
+            f"{model.name} runs on NDIF, where a metric function of your own cannot run; "
+            "pass LogitDifference(correct, wrong) or TargetLogprob(n) (one, or one per pair)"
         )
 
 
@@ -232,7 +248,7 @@ class _Pairs:
         assert self.metrics is not None
         ids = self.clean_batch(rows).input_ids
         terms, keep = metric_terms([self.metrics[i] for i in rows], ids)
-        return {"fn": ops.metric_values, "keep": keep, "terms": terms}
+        return {"keep": keep, "terms": terms}
 
 
 def _kept_logits(model: LanguageModel, terms: dict) -> dict:
@@ -240,14 +256,3 @@ def _kept_logits(model: LanguageModel, terms: dict) -> dict:
     if not keeps_logits(model):
         return {}
     return {"logits_to_keep": terms.get("keep", 1)}
-
-
-def _corrupted(model: LanguageModel, pairs: _Pairs, rows: list[int]):
-    """The corrupted texts' sender outputs (`ops.edge_sender_outputs`) and their metric."""
-    batch = pairs.corrupted_batch(rows)
-    terms = pairs.terms(rows)
-    options = {**model.trace_options, **_kept_logits(model, terms)}
-    with torch.no_grad(), model.nnsight.trace(**batch.inputs, **options):
-        found = ops.edge_sender_outputs(model, {})
-        metric = ops.save(ops.edge_metric(model, terms))
-    return found, metric.double().cpu().numpy()
