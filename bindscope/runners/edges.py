@@ -110,27 +110,14 @@ def edge_attribution(
     everything = PathPatch(graph.valid, source=pairs.corrupted)
     plans = resolve_rows(model, pairs.clean, intervene=everything)
     chunks = list(pairs.batches(batch_size))
-    found: list = []
-    env = model.nnsight
-    # one session (one request when remote): the corrupted senders and the deltas stay
-    # where the passes run, and only [b, S, R] scores and [b] metrics come back
-    with torch.enable_grad(), env.session(**model.trace_options):
-        collected = ops.save([])
-        for rows in chunks:
-            batch, terms = pairs.clean_batch(rows), pairs.terms(rows)
-            path = plan_batch(model, batch, [plans[i] for i in rows]).plan.path
-            options = _kept_logits(model, terms)
-            with env.trace(**pairs.corrupted_batch(rows).inputs, **options):
-                cor = ops.edge_sender_outputs(model, {})
-                collected.append(ops.save(ops.edge_metric(model, terms).detach()))
-            deltas = None
-            for k in range(steps, 0, -1):  # alpha = 1 first: its pass gives the deltas
-                with env.trace(**batch.inputs, **options):
-                    step, deltas = ops.edge_attribution_pass(
-                        model, terms, path, cor, batch.attention_mask, k / steps, steps, deltas
-                    )
-                    collected.append(step)
-        found = collected
+    jobs = []  # planned here: the session's body holds only tensors, dicts and ops calls
+    for rows in chunks:
+        batch, terms = pairs.clean_batch(rows), pairs.terms(rows)
+        path = plan_batch(model, batch, [plans[i] for i in rows]).plan.path
+        cor_inputs = pairs.corrupted_batch(rows).inputs
+        options = _kept_logits(model, terms)
+        jobs.append((cor_inputs, batch.inputs, batch.attention_mask, terms, path, options))
+    found = _edge_session(model, jobs, steps)
     scores = np.zeros((len(pairs), len(graph.senders), len(graph.receivers)), np.float32)
     clean_metric, corrupt_metric = np.zeros(len(pairs)), np.zeros(len(pairs))
     results = iter(found)
@@ -145,6 +132,30 @@ def edge_attribution(
         assert total is not None
         scores[rows] = np.where(graph.valid, total.cpu().numpy(), 0.0)
     return EdgeScores(graph, scores, clean_metric, corrupt_metric, method, steps)
+
+
+def _edge_session(model: LanguageModel, jobs: list, steps: int) -> list:
+    """Every batch's corrupted pass and ``steps`` gradient passes in one session.
+
+    One request when remote: the corrupted senders' outputs and the senders' differences
+    stay where the passes run; per batch the corrupted metric, then each step's
+    ``{"metric", "scores"}`` come back.
+    """
+    env = model.nnsight
+    with torch.enable_grad(), env.session(**model.trace_options):
+        collected = ops.save([])
+        for cor_inputs, inputs, mask, terms, path, options in jobs:
+            with env.trace(**cor_inputs, **options):
+                cor = ops.edge_sender_outputs(model, {})
+                collected.append(ops.save(ops.edge_metric(model, terms).detach()))
+            deltas = None
+            for k in range(steps, 0, -1):  # alpha = 1 first: its pass gives the deltas
+                with env.trace(**inputs, **options):
+                    step, deltas = ops.edge_attribution_pass(
+                        model, terms, path, cor, mask, k / steps, steps, deltas
+                    )
+                    collected.append(step)
+    return collected
 
 
 def path_patching(
