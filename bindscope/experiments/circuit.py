@@ -212,7 +212,8 @@ def text(s: dict) -> list[str]:
     for label, m in s["models"].items():
         settings = m["settings"]
         lines.append(
-            f"  {label}: {settings['task']}, {settings['method']}, {m['n_pairs']} pairs, "
+            f"  {label}: {settings['task']}, {settings['method']}, "
+            f"{settings.get('ablation', 'corrupted')} ablation, {m['n_pairs']} pairs, "
             f"metric {m['clean']:.3f} clean, {m['corrupted']:.3f} corrupted"
         )
         for f in m["faithfulness"]:
