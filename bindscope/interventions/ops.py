@@ -798,7 +798,7 @@ def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, steps=1, 
     g = grads[-1]
     found.append((torch.zeros_like(final) if g is None else g)[None].detach())
     if deltas is None:
-        deltas = torch.cat(sent)
+        deltas = torch.cat(sent or [])
     real = mask.to(deltas.device, deltas.dtype)[None, :, :, None]
     scores = torch.einsum(
         "rbsd,tbsd->btr", torch.cat(found).float() / steps, (deltas * real).float()

@@ -262,9 +262,9 @@ class Planner:
             full[r] = mask
             if donor is not None:
                 donor_row[r] = self.donor_ids[donor]
-        anywhere = full.any(0)
+        anywhere = np.asarray(full.any(0))
         used = np.nonzero(anywhere.any(0))[0]  # receivers with a patched edge
-        mask = torch.from_numpy(full[:, :, used].transpose(0, 2, 1).astype(np.float32))
+        weights = torch.from_numpy(full[:, :, used].transpose(0, 2, 1).astype(np.float32))
         sender_at = {name: i for i, name in enumerate(graph.senders)}
         first_head, mlps = {}, {}
         for layer in range(model.n_layers):
@@ -296,6 +296,6 @@ class Planner:
             at.setdefault(layer, []).append(entry)
         slots = max((e[0] + 1 for entries in at.values() for e in entries), default=0)
         return ops.PathPlan(
-            edge_geometry(model), n_donors, self.n_rows, slots, donor_row, mask, first_head,
+            edge_geometry(model), n_donors, self.n_rows, slots, donor_row, weights, first_head,
             mlps, at, logits, self.path_means[0].trace_means() if self.path_means else None,
         )  # fmt: skip

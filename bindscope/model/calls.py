@@ -55,10 +55,8 @@ def trace_batch(model: LanguageModel, planned: PlannedBatch, body: Callable[[Any
         if donor_inputs is not None:
             with tracer.invoke(**donor_inputs):
                 ops.site_outputs(model, plan.donor_keys, donors)
-        # a path patch: the whole batch (donor rows, texts, scratch rows), before the
-        # texts' own invoke, so what the texts' body captures at a site is patched
         if path is not None:
-            with tracer.invoke():
+            with tracer.invoke():  # every row, before the texts': their captures see it
                 ops.path_patch(model, path)
         with tracer.invoke(**inputs):
             found = body(donors)

@@ -107,7 +107,7 @@ def edge_attribution(
     _check_remote(model, metric)
     pairs = _Pairs(model, clean, corrupted, metric)
     graph = edge_graph(model)
-    everything = PathPatch(graph.valid, source=pairs.corrupted)
+    everything = PathPatch(graph.valid, source=tuple(pairs.corrupted))
     plans = resolve_rows(model, pairs.clean, intervene=everything)
     chunks = list(pairs.batches(batch_size))
     jobs = []  # planned here: the session's body holds only tensors, dicts and ops calls
@@ -180,7 +180,7 @@ def path_patching(
     pairs = _Pairs(model, clean, corrupted, metric)
     mask = edge_mask(edge_graph(model), edges)
     if means is None:
-        spec = PathPatch(mask, source=pairs.corrupted)
+        spec = PathPatch(mask, source=tuple(pairs.corrupted))
     else:
         spec = PathPatch(mask, means=means)
     rows = resolve_rows(model, pairs.clean, intervene=spec)
