@@ -139,23 +139,24 @@ def generate_session(
     round trip. Only the generated ids ``[b, n + new]`` come back.
     """
     env = model.nnsight
+    extra = [_path_inputs(plan.path) for _, plan in jobs]  # planned outside the shipped body
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*was never reached.*")
         with env.session(**model.trace_options):
             results = [].save()  # type: ignore[attr-defined]  # nnsight gives every object .save
-            for inputs, plan in jobs:
+            for (inputs, plan), (donor_inputs, scratch_inputs) in zip(jobs, extra):
                 path = plan.path
                 with env.generate(**kwargs) as tracer:
-                    if path is not None and path.donor_inputs is not None:  # donors first
-                        with tracer.invoke(**_generation_inputs(path.donor_inputs)):
+                    if donor_inputs is not None:  # a path patch's donor rows come first
+                        with tracer.invoke(**donor_inputs):
                             pass
                     with tracer.invoke(**inputs):
                         if plan.edits or plan.knockout:
                             for step in tracer.all():
                                 ops.run_layers(model, plan=plan, step=step)
                     if path is not None:
-                        if path.slots:
-                            with tracer.invoke(**_generation_inputs(path.scratch_inputs)):
+                        if scratch_inputs is not None:
+                            with tracer.invoke(**scratch_inputs):
                                 pass
                         with tracer.invoke():  # the prompt pass, every row
                             ops.path_patch(model, path)
@@ -168,6 +169,16 @@ def generate_session(
     ]
 
 
-def _generation_inputs(inputs: dict) -> dict:
-    """The keyword inputs generation takes (ids and mask; it makes the positions)."""
-    return {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]}
+def _path_inputs(path) -> tuple[dict | None, dict | None]:
+    """A path patch's donor and scratch invokes' inputs, or None.
+
+    Ids and mask only: generation makes the positions.
+    """
+    if path is None:
+        return None, None
+
+    def inputs(given):
+        return {"input_ids": given["input_ids"], "attention_mask": given["attention_mask"]}
+
+    donors = None if path.donor_inputs is None else inputs(path.donor_inputs)
+    return donors, inputs(path.scratch_inputs) if path.slots else None
