@@ -15,11 +15,11 @@ import torch
 
 from bindscope.errors import InputError
 from bindscope.interventions import edge_means
-from bindscope.runners.attribution_metrics import LogitDifference
 from bindscope.runners.circuit import faithfulness
-from bindscope.runners.edges import edge_attribution, path_patching
-from tests.reference_edges import edge_bound, random_pairs
+from bindscope.runners.edges import path_patching
+from tests.reference_edges import edge_bound
 from tests.reference_sites import _module, decoder_layers, hooked, native_sites
+from tests.runners.test_edges import scored  # noqa: F401 (the scored pairs of every family)
 
 CORRECT, WRONG = 5, 7
 
@@ -60,16 +60,7 @@ def _reference_mean_ablated(model, texts) -> float:
     return float(logits[CORRECT] - logits[WRONG])
 
 
-@pytest.fixture(scope="module")
-def scored(tiny):
-    tiny.hf.requires_grad_(True)
-    clean, corrupted = random_pairs(tiny)
-    metric = LogitDifference(CORRECT, WRONG)
-    scores = edge_attribution(tiny, clean, corrupted, metric, method="eap")
-    return tiny, clean, corrupted, metric, scores
-
-
-def test_no_edge_is_the_mean_ablated_run(scored):
+def test_no_edge_is_the_mean_ablated_run(scored):  # noqa: F811
     model, clean, corrupted, metric, scores = scored
     valid = scores.graph.valid
     means = edge_means(model, corrupted)
@@ -89,7 +80,7 @@ def test_no_edge_is_the_mean_ablated_run(scored):
     np.testing.assert_allclose(empty.null, [0.0], atol=4 * bound / gap)
 
 
-def test_every_edge_keeps_the_whole_metric(scored):
+def test_every_edge_keeps_the_whole_metric(scored):  # noqa: F811
     model, clean, corrupted, metric, scores = scored
     whole = faithfulness(
         model, clean, corrupted, metric, scores, scores.graph.valid, n_random=0, ablation="mean"
@@ -100,7 +91,7 @@ def test_every_edge_keeps_the_whole_metric(scored):
     np.testing.assert_allclose(whole.patched, scores.clean, atol=bound, rtol=0)
 
 
-def test_an_unknown_ablation_is_refused(scored):
+def test_an_unknown_ablation_is_refused(scored):  # noqa: F811
     model, clean, corrupted, metric, scores = scored
     with pytest.raises(InputError, match="ablation='zero'"):
         faithfulness(model, clean, corrupted, metric, scores, scores.graph.valid, ablation="zero")
