@@ -265,9 +265,8 @@ def check_k(model: LanguageModel, *, k: int, n_random: int, matched_classes: boo
 def _run_model(run: ModelRun, study: _Study, strategy: str) -> None:
     """Rank one model's heads, draw its nulls and write every condition's records.
 
-    Sequential sampling evaluates each null's sets in blocks (2h, then h more at a time, up
-    to n_random) and stops a null once its rule has decided on every score, so a null draws
-    fewer than h sets past its decision; a resumed run reads the
+    Sequential sampling evaluates each null's sets in blocks (2h, 4h, ... up to n_random)
+    and stops a null once its rule has decided on every score; a resumed run reads the
     same decisions from the records, so it continues the same sequence of sets.
     """
     model, opts = run.model, study.opts
@@ -299,15 +298,15 @@ def _run_model(run: ModelRun, study: _Study, strategy: str) -> None:
 
 
 def _blocks(opts: C5Options) -> list[int]:
-    """Cumulative set counts at which a sequential run checks its rule (fixed: all at once).
-
-    The p-value reads the sets in their drawn order, so the blocks decide only how many sets
-    past the decision are evaluated (fewer than h), never the answer.
-    """
-    n, h = opts.n_random, opts.stop_at
+    """Cumulative set counts at which a sequential run checks its rule (fixed: all at once)."""
+    n = opts.n_random
     if opts.sampling != "sequential":
         return [n]
-    return [*range(2 * h, n, h), n]
+    sizes, size = [], 2 * opts.stop_at
+    while size < n:
+        sizes.append(size)
+        size *= 2
+    return [*sizes, n]
 
 
 def _rank(

@@ -252,9 +252,6 @@ __all__ = [
 #: minus the best other choice) under this many nats is "decided by a tiny margin".
 MARGIN_THRESHOLD = 0.1
 
-#: Under this many terms a bootstrap over terms resamples too few units to be trusted itself.
-FEW_TERMS = 10
-
 
 def _limit(kind: str, model: str, message: str, **numbers: object) -> dict:
     """A limit of ``kind`` with its numbers and its message."""
@@ -280,11 +277,6 @@ def term_clustering(
         f"{items[1]:.3f}] resampling prompts (design effect {said}); read the wider one when "
         "generalising over terms"
     )
-    if n_terms < FEW_TERMS:
-        message += (
-            f"; with {n_terms} terms the interval over terms rests on too few units to be "
-            "trusted either: add terms, not items per term"
-        )
     return _limit("clustered", model, message, score=score, n_terms=n_terms, n_items=n_items,
                   ci_terms=terms, ci_items=items, design_effect=effect)  # fmt: skip
 
