@@ -18,6 +18,7 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from tests.reference import _prob_zero_attention
 from tests.reference_sites import hooked
+from tests.tolerance import rounding_bound
 
 SPLICE: dict[int, tuple[str, int]] = {}  # layer -> (q|k|v, head or group)
 
@@ -131,3 +132,66 @@ def sender_delta(model, clean: list[int], corrupted: list[int], sender: str) -> 
 
     swapped = run(clean, "attn_out", layer, edit=swap)
     return swapped - run(clean, "attn_out", layer)
+
+
+def random_pairs(model, *, strong: bool = False) -> tuple[list[list[int]], list[list[int]]]:
+    """Two pairs of random token ids (lengths 7 and 5: the batch is left-padded).
+
+    The corrupted texts differ at two and one positions; ``strong``: texts of 11 and 9
+    tokens that differ at every position but the first and the last, so that every edge
+    carries a large change (the negative controls' margins grow with it).
+    """
+    generator = torch.Generator().manual_seed(0)
+    lengths = (11, 9) if strong else (7, 5)
+    clean = [torch.randint(3, 700, (n,), generator=generator).tolist() for n in lengths]
+    corrupted = [list(c) for c in clean]
+    corrupted[0][2], corrupted[0][4], corrupted[1][1] = 50, 60, 70
+    if strong:
+        for k in corrupted:
+            k[1:-1] = torch.randint(3, 700, (len(k) - 2,), generator=generator).tolist()
+    if model.prepend_bos:  # the same first token in both
+        for c, k in zip(clean, corrupted):
+            k[0] = c[0]
+    return clean, corrupted
+
+
+def one_edge_of_each_kind(model) -> list[tuple[str, str]]:
+    """embed -> q, head -> k, MLP -> v, head -> MLP, MLP -> MLP, head -> logits."""
+    last = model.n_layers - 1
+    return [
+        ("embed", "a0.h1<q>"),
+        ("a0.h2", f"a1.g{model.n_kv_heads - 1}<k>"),
+        ("m0", "a1.g0<v>"),
+        ("a0.h0", "m1"),
+        ("m0", "m2"),
+        (f"a{last}.h3", "logits"),
+    ]
+
+
+def other_sender(sender: str) -> str:
+    """Another sender: an MLP for the embedding, a head for an MLP, the next head."""
+    if sender == "embed":
+        return "m0"
+    if sender.startswith("m"):
+        return "a0.h1"
+    layer, head = sender[1:].split(".h")
+    return f"a{layer}.h{(int(head) + 1) % 4}"
+
+
+def other_receiver(model, receiver: str) -> str:
+    """Another receiver: a query for a key/value, a key for a query, another MLP or head."""
+    if receiver == "logits":
+        return f"m{model.n_layers - 1}"
+    if receiver.startswith("m"):
+        return f"a{receiver[1:]}.h0<q>"
+    layer, rest = receiver[1:].split(".", 1)
+    if rest.endswith("<q>"):
+        return f"a{layer}.g0<k>"
+    return f"a{layer}.h1<q>"
+
+
+def edge_bound(magnitude: float, model) -> float:
+    """Rounding of one value of size ``magnitude`` through the model's layers (and the
+    logits) of dot products ``d_model`` wide (tests/tolerance.py), twice: ours and the
+    reference's orderings."""
+    return 2 * rounding_bound(magnitude=magnitude, width=model.d_model, depth=model.n_layers + 1)

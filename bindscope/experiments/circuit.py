@@ -27,7 +27,14 @@ from bindscope.protocols import LanguageModel
 from bindscope.results.labels import by_model
 from bindscope.results.schema import RecordKind
 from bindscope.runners.attribution_metrics import LogitDifference
-from bindscope.runners.circuit import faithfulness, greedy_mask, stability, top_mask, verify
+from bindscope.runners.circuit import (
+    ABLATIONS,
+    faithfulness,
+    greedy_mask,
+    stability,
+    top_mask,
+    verify,
+)
 from bindscope.runners.edges import METHODS, EdgeScores, edge_attribution
 
 EXPERIMENT = "circuit"
@@ -53,6 +60,10 @@ class CircuitOptions(Options):
     )  # fmt: skip
     verify: int = option(0, "patch the top 2K edges exactly (default 0: none)", type=int)
     n_random: int = option(3, "random circuits per size (the null)", type=int)
+    ablation: str = option(
+        "corrupted", "what an edge outside the circuit carries: its corrupted value, or its "
+        "sender's mean output over the corrupted texts", choices=ABLATIONS,
+    )  # fmt: skip
 
     def check(self) -> None:
         """Refuse counts below their minimum and unreadable sizes."""
@@ -90,6 +101,7 @@ def _plan(models: list[LanguageModel], opts: CircuitOptions, common: Common) -> 
         "selection": opts.selection,
         "verify": opts.verify,
         "n_random": opts.n_random,
+        "ablation": opts.ablation,
     }
 
     def each(run: ModelRun) -> None:
@@ -125,10 +137,11 @@ def _measure(
         select = greedy_mask if opts.selection == "greedy" else top_mask
         kept = faithfulness(
             model, clean, corrupted, metric, scores, select(scores, n),
-            n_random=opts.n_random, seed=common.seed,
+            n_random=opts.n_random, seed=common.seed, ablation=opts.ablation,
         )  # fmt: skip
         metrics = {
             "n_edges": kept.n_edges,
+            "ablated": float(np.mean(kept.ablated)),
             "share": kept.share.value,
             "low": kept.share.low,
             "high": kept.share.high,
@@ -199,7 +212,8 @@ def text(s: dict) -> list[str]:
     for label, m in s["models"].items():
         settings = m["settings"]
         lines.append(
-            f"  {label}: {settings['task']}, {settings['method']}, {m['n_pairs']} pairs, "
+            f"  {label}: {settings['task']}, {settings['method']}, "
+            f"{settings.get('ablation', 'corrupted')} ablation, {m['n_pairs']} pairs, "
             f"metric {m['clean']:.3f} clean, {m['corrupted']:.3f} corrupted"
         )
         for f in m["faithfulness"]:
@@ -226,7 +240,7 @@ def _metrics(record: dict) -> tuple[str, ...]:
     if condition.startswith("edge:"):
         return ("rank", "score")
     if condition.startswith("top:"):
-        return ("n_edges", "share", "low", "high", "null", "stability")
+        return ("n_edges", "ablated", "share", "low", "high", "null", "stability")
     return ("k", "spearman", "recall_at_k", "edges", "estimate", "exact")
 
 

@@ -1,9 +1,10 @@
 """Interventions: specs for every call, and primitives for your own traces.
 
-**Specs** (`Zero`, `Mean`, `Patch`, `Resample`, `Steer`, `Knockout`) say what is done to
-which heads or sites (``resid_pre``, ``resid_mid``, ``resid_post``, ``attn_out``,
-``mlp_out``, ``head_out``); every call that runs the model takes them as ``intervene=``
-(all texts) or ``per_row=`` (one entry per text)::
+**Specs** (`Zero`, `Mean`, `Patch`, `Resample`, `Steer`, `Knockout`, and `PathPatch` for
+edges between components) say what is done to which heads or sites (``resid_pre``,
+``resid_mid``, ``resid_post``, ``attn_out``, ``mlp_out``, ``head_out``); every call that
+runs the model takes them as ``intervene=`` (all texts) or ``per_row=`` (one entry per
+text)::
 
     model.logits(texts, intervene=Patch([(2, 8)], source=corrupted))
     model.logits(texts, intervene=Patch("resid_pre", corrupted, layers=[3], positions=[5]))
@@ -36,7 +37,7 @@ import torch
 
 from bindscope.batch import sessions
 from bindscope.interventions import ops
-from bindscope.interventions.means import SiteMeans, site_means
+from bindscope.interventions.means import EdgeMeans, SiteMeans, edge_means, site_means
 from bindscope.interventions.ops import (
     ablate_rows,
     capture_attention,
@@ -46,16 +47,27 @@ from bindscope.interventions.ops import (
     zero_ablate,
 )
 from bindscope.interventions.resolve import HeadList, Intervention, PerRow
-from bindscope.interventions.specs import Knockout, Mean, Patch, Resample, Spec, Steer, Zero
+from bindscope.interventions.specs import (
+    Knockout,
+    Mean,
+    Patch,
+    PathPatch,
+    Resample,
+    Spec,
+    Steer,
+    Zero,
+)
 from bindscope.protocols import LanguageModel
 
 __all__ = [
+    "EdgeMeans",
     "HeadList",
     "HeadMeans",
     "Intervention",
     "Knockout",
     "Mean",
     "Patch",
+    "PathPatch",
     "PerRow",
     "Resample",
     "SiteMeans",
@@ -65,6 +77,7 @@ __all__ = [
     "ablate_rows",
     "capture_attention",
     "capture_probs",
+    "edge_means",
     "head_means",
     "mean_ablate",
     "run_layers",

@@ -1,4 +1,7 @@
-"""Reference means of a site, for ``Mean`` at a site (``head_means`` is the heads' form)."""
+"""Reference means: of a site for ``Mean``, of every edge sender for ``PathPatch(means=)``.
+
+``head_means`` (in the package's ``__init__``) is the heads' form.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import torch
 from bindscope.batch import DEFAULT_BATCH_SIZE
 from bindscope.protocols import LanguageModel
 
-__all__ = ["SiteMeans", "site_means"]
+__all__ = ["EdgeMeans", "SiteMeans", "edge_means", "site_means"]
 
 
 @dataclass(frozen=True)
@@ -47,3 +50,50 @@ def site_means(
         for layer in wanted
     }
     return SiteMeans(site, means, count)
+
+
+@dataclass(frozen=True)
+class EdgeMeans:
+    """Each edge sender's mean output over a reference set (``PathPatch(means=...)``).
+
+    Attributes:
+        embed: ``[d_model]`` layer 0's input.
+        heads: ``{layer: [H * head_dim]}`` the output projection's input (a head's mean
+            output is its slice through the projection, and a sandwich norm).
+        mlps: ``{layer: [d_model]}`` the MLP outputs.
+        n_positions: Number of token positions averaged.
+    """
+
+    embed: torch.Tensor
+    heads: dict[int, torch.Tensor]
+    mlps: dict[int, torch.Tensor]
+    n_positions: int
+
+    def trace_means(self) -> dict:
+        """The plain dict a trace body reads (``ops.PathPlan.means``)."""
+        found: dict = {"embed": self.embed}
+        found.update({("z", layer): z for layer, z in self.heads.items()})
+        found.update({("mlp", layer): y for layer, y in self.mlps.items()})
+        return found
+
+
+@torch.no_grad()
+def edge_means(
+    model: LanguageModel, texts: Sequence, *, batch_size: int = DEFAULT_BATCH_SIZE
+) -> EdgeMeans:
+    """Every edge sender's mean output over every real position of ``texts``."""
+    sites = ["resid_pre", "head_out", "mlp_out"]
+    captured = model.capture(texts, sites=sites, batch_size=batch_size)
+    count = sum(found["resid_pre"][0].shape[0] for found in captured)
+
+    def mean(site: str, layer: int) -> torch.Tensor:
+        total = torch.cat([found[site][layer] for found in captured]).sum(0) / count
+        return total.reshape(-1)  # head_out [H, hd] -> [H * hd]
+
+    layers = range(model.n_layers)
+    return EdgeMeans(
+        mean("resid_pre", 0),
+        {layer: mean("head_out", layer) for layer in layers},
+        {layer: mean("mlp_out", layer) for layer in layers},
+        count,
+    )

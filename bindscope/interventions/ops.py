@@ -522,7 +522,9 @@ class TracePlan:
         knockout_batch=None,
         knockout_site=None,
         rows=None,
+        path=None,
     ):
+        self.path = path  # a PathPlan: edges patched through scratch rows, or None
         self.rows = rows  # batch rows the plan is for (None: any; its masks broadcast)
         self.edits = edits or {}
         self.donor_keys = list(donor_keys)
@@ -531,7 +533,315 @@ class TracePlan:
         self.knockout_site = knockout_site
 
     def __bool__(self):
-        return bool(self.edits or self.knockout or self.knockout_batch)
+        return bool(self.edits or self.knockout or self.knockout_batch or self.path)
+
+
+class PathPlan:
+    """Path patching of one batch (``PathPatch``): edges patched through scratch rows.
+
+    The trace's batch is the donor (corrupted) rows, then the ``b`` texts, then ``slots``
+    scratch rows per text (copies of it); `path_patch` runs in an empty invoke that sees
+    them all. At each layer a receiver of text ``a`` gets a scratch row whose residual is
+    text ``a``'s plus the ``corrupted - current`` outputs of the receiver's patched
+    senders; the receiver's query, key or value (or MLP output) is then copied from that
+    row, so only that receiver sees the change. The rows are reset at every layer.
+
+    Attributes:
+        geo: ``graph.edge_geometry`` of the model.
+        n_donors: Donor rows before the texts; ``b``: texts; ``slots``: scratch rows per text.
+        donor_row: ``[b]`` long, each text's donor row.
+        mask: ``[b, R', S]`` 0/1, each text's patched edges over the ``R'`` receivers that
+            have any (in the graph's order) and every sender.
+        first_head: ``{layer: sender index of head 0}`` of layers whose heads send.
+        mlp: ``{layer: sender index}`` of MLPs that send.
+        at: ``{layer: [(slot, kind, unit, r)]}``: each receiver of the layer (``kind`` q, k,
+            v or mlp; ``unit`` the head or group; ``r`` its index in ``mask``).
+        logits: The index of the logits receiver in ``mask``, or -1.
+        means: With mean ablation, each sender's mean output (``"embed"`` ``[d]``,
+            ``("z", l)`` ``[H*hd]``, ``("mlp", l)`` ``[d]``) in place of the donor rows'.
+        donor_inputs: Keyword inputs of the donor invoke; ``scratch_inputs`` of the scratch
+            rows' invoke (set by the planner; each text's rows are consecutive).
+    """
+
+    def __init__(
+        self, geo, n_donors, b, slots, donor_row, mask, first_head, mlp, at, logits, means=None
+    ):
+        self.means = means  # {"embed", ("z", l), ("mlp", l)}: senders take means, not donors
+        self.geo, self.n_donors, self.b, self.slots = geo, n_donors, b, slots
+        self.donor_row, self.mask = donor_row, mask
+        self.first_head, self.mlp, self.at, self.logits = first_head, mlp, at, logits
+        self.donor_inputs = None  # keyword inputs of the donor and scratch invokes
+        self.scratch_inputs = None
+
+
+def path_patch(model, path):
+    """Apply a `PathPlan` in the current (empty) invoke, layer by layer.
+
+    Reads the sender outputs of the donor rows (corrupted) and of the texts (current, so
+    patched edges upstream propagate), fills each layer's scratch rows and copies each
+    receiver's input from its row. Returns nothing: the texts' own invoke reads the result.
+    """
+    geo, b, d, slots = path.geo, path.b, path.n_donors, path.slots
+    n_heads = model.n_heads
+    sent = joint = None
+    for layer in range(model.n_layers):
+        receivers = path.at.get(layer, [])
+        x = site(model, "resid_pre", layer)
+        donor = path.donor_row.to(x.device)
+        scratch = d + b + torch.arange(b, device=x.device) * slots  # slot 0 of each text
+        if sent is None:
+            sent, joint = _sender_buffers(path, x[d : d + b])
+            sent[0] = _sender_value(path, "embed", x, donor, b) - x[d : d + b]  # the embedding
+        filled = set()  # receivers sharing a row read equal copies: fill it once
+        for slot, kind, _, r in receivers:
+            if (kind != "mlp" or geo["mlp_reads"] == "resid_pre") and slot not in filled:
+                x[scratch + slot] = x[d : d + b] + _received(path, sent, joint, r)
+                filled.add(slot)
+        attention = [entry for entry in receivers if entry[1] != "mlp"]
+        if attention:
+            _receive_attention(model, geo, layer, attention, scratch, d, b)
+        if layer in path.first_head:
+            first = path.first_head[layer]
+            if joint is None:  # each head's change alone: they add up
+                eye = torch.eye(n_heads)[None].expand(b, -1, -1)
+                sent[first : first + n_heads] = _layer_head_deltas(
+                    model, path, layer, donor, d, b, eye
+                )
+            else:  # through the norm: the heads of each receiver's set together
+                sets = path.mask[:, :, first : first + n_heads]  # [b, R', H]
+                joint += _layer_head_deltas(model, path, layer, donor, d, b, sets)
+        mlp = [entry for entry in receivers if entry[1] == "mlp"]
+        if mlp or layer in path.mlp:
+            _receive_mlp(model, path, layer, mlp[0] if mlp else None, sent, joint, scratch)
+    if path.logits >= 0 and sent is not None:
+        final = site(model, "resid_post", model.n_layers - 1)
+        final[d : d + b] = final[d : d + b] + _received(path, sent, joint, path.logits)
+
+
+def _receive_mlp(model, path, layer, entry, sent, joint, scratch):
+    """The texts' MLP output from its receiver's scratch row; its change as a sender."""
+    d, b = path.n_donors, path.b
+    if entry is not None and path.geo["mlp_reads"] == "resid_mid":
+        xm = site(model, "resid_mid", layer)
+        xm[scratch + entry[0]] = xm[d : d + b] + _received(path, sent, joint, entry[3])
+    y = site(model, "mlp_out", layer)
+    if entry is not None:
+        y[d : d + b] = y[scratch + entry[0]]
+    if layer in path.mlp:
+        donor = path.donor_row.to(y.device)
+        sent[path.mlp[layer]] = _sender_value(path, ("mlp", layer), y, donor, b) - y[d : d + b]
+
+
+def _sender_buffers(path, x):
+    """Zeros for the senders' changes ``[S, b, s, d]``, and for the heads' changes.
+
+    The second, ``[R', b, s, d]`` per receiver, only with a sandwich norm (else None).
+    """
+    n_receivers, n_senders = path.mask.shape[1], path.mask.shape[2]
+    sent = torch.zeros(n_senders, *x.shape, dtype=x.dtype, device=x.device)
+    joint = None
+    if path.geo["post"]:
+        joint = torch.zeros(n_receivers, *x.shape, dtype=x.dtype, device=x.device)
+    return sent, joint
+
+
+def _received(path, sent, joint, r):
+    """``[b, s, d]``: the sum of receiver ``r``'s patched senders' changes, per text."""
+    weights = path.mask[:, r].to(sent.device, sent.dtype)  # [b, S]
+    total = torch.einsum("bs,sbtd->btd", weights, sent)
+    return total if joint is None else total + joint[r]
+
+
+def _receive_attention(model, geo, layer, entries, scratch, d, b):
+    """Each receiver's query, key or value of the texts taken from its scratch row.
+
+    Edited in place: the key and value the attention call gets are the cache's own
+    tensors, so a generation's later steps read the patched prompt keys and values.
+    """
+    call = getattr(attention_module(model, layer).source, geo["label"])
+    args, _ = call.inputs
+    first = geo["qkv"]
+    for slot, kind, unit, _ in entries:
+        t = args[first + "qkv".index(kind)]  # [rows, H|KV, s, hd]
+        t[d : d + b, unit] = t[scratch + slot, unit]
+
+
+def _sender_value(path, key, x, donor, b):
+    """``[b, ...]``: a sender's ablated output, the donor rows' or its mean (``key``)."""
+    if path.means is None:
+        return x[donor]
+    mean = path.means[key].to(x.device, x.dtype)
+    return mean.expand(b, *x.shape[1:])
+
+
+def _layer_head_deltas(model, path, layer, donor, d, b, sets):
+    """``[G, b, s, d]``: the texts' ``attn_out`` change when each set's heads are ablated.
+
+    ``sets`` ``[b, G, H]`` 0/1; the heads take the donor rows' outputs, or their means.
+    """
+    z = site(model, "head_out", layer)
+    dz = _sender_value(path, ("z", layer), z, donor, b) - z[d : d + b]
+    o = a = None
+    if path.geo["post"]:
+        o = site_tensor(model.nnsight, layer, (path.geo["head_out"], "output", 0))[d : d + b]
+        a = site(model, "attn_out", layer)[d : d + b]
+    return heads_through(model, path.geo, layer, dz, o, a, sets)
+
+
+def heads_through(model, geo, layer, dz, o, a, sets):
+    """``[G, b, s, d]``: the change of ``attn_out`` when each set's heads move by ``dz``.
+
+    Args:
+        model: The model.
+        geo: ``graph.edge_geometry`` of the model.
+        layer: The heads' layer.
+        dz: ``[b, s, H*hd]`` the change of the output projection's input.
+        o: ``[b, s, d]`` the projection's output (sandwich norm only).
+        a: ``[b, s, d]`` ``attn_out`` (sandwich norm only).
+        sets: ``[b, G, H]`` 0/1, the heads of each set.
+
+    Without a norm after the projection the sets' changes add up head by head; with one
+    (OLMo 2, Gemma 2/3) each set's sum goes through the norm, so a set of every head gives
+    exactly the ablated ``attn_out``.
+    """
+    n_heads = model.n_heads
+    # each head's slice alone through the output projection (the bias cancels), run where
+    # the weights are: no projection matrix leaves the server
+    proj = site_module(model.nnsight, layer, geo["head_out"])
+    alone = torch.eye(n_heads, dtype=dz.dtype, device=dz.device)
+    alone = alone.repeat_interleave(model.head_dim, 1)[:, None, None]  # [H, 1, 1, H*hd]
+    per_head = proj(dz[None] * alone) - proj(torch.zeros_like(dz[:1, :1]))  # [H, b, s, d]
+    joint = torch.einsum("bgh,hbsd->gbsd", sets.to(dz.device, dz.dtype), per_head)
+    if not geo["post"]:
+        return joint
+    norm = site_module(model.nnsight, layer, geo["post"])
+    return norm(o[None] + joint) - a[None]
+
+
+# -- edge attribution (EAP, EAP-IG): the gradient at each receiver's own input -----------------
+
+
+def edge_metric(model, terms):
+    """The metric of every row from the final logits (soft-capped as the forward returns them).
+
+    ``terms`` is ``{"keep": K, "terms": ...}`` (`metric_values` of the last ``K``
+    positions), or ``{"fn": f, "rows": [pair indices]}`` for a user function
+    ``f(logits [b, V] at the last position, rows) -> [b]`` (local models only).
+    """
+    logits = final_logits(model)
+    if "terms" not in terms:
+        return terms["fn"](logits[:, -1].float(), terms["rows"])
+    return metric_values(logits[:, -terms["keep"] :], terms["terms"])
+
+
+def edge_sender_outputs(model, into):
+    """Fill ``into`` with every edge sender's raw output (the donor pass of EAP).
+
+    ``{("resid_pre", 0), ("head_out", l), ("mlp_out", l)}`` as `site_outputs` reads them.
+    """
+    keys = [("resid_pre", 0)]
+    for layer in range(model.n_layers):
+        keys += [("head_out", layer), ("mlp_out", layer)]
+    return site_outputs(model, keys, into)
+
+
+def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, steps=1, deltas=None):
+    """One forward and backward pass: every edge's score at one integration step.
+
+    Walks the layers through `site` like `path_patch` (whose `PathPlan` gives the layout):
+    the gradient of the metric at each receiver's query, key, value (per head or group),
+    MLP output and the final residual, pulled back through that receiver alone to the
+    residual it reads, in one backward pass and one batched vector-Jacobian product per
+    layer and kind, times each sender's ``corrupted - clean`` output, over real positions.
+
+    Args:
+        model: The model (a ``TraceModel`` when shipped).
+        terms: The metric's terms (`edge_metric`).
+        path: The batch's `PathPlan` (its ``geo``).
+        donors: `edge_sender_outputs` of the corrupted texts, one row per text.
+        mask: ``[b, s]`` the attention mask (1 on real tokens).
+        alpha: Layer 0's input is moved to ``cor + alpha (clean - cor)`` (EAP-IG, inputs).
+        steps: The integration steps (the score is divided by it).
+        deltas: The senders' changes ``[S, b, s, d]`` from the ``alpha = 1`` pass, or None
+            to compute them here (``alpha`` must then be 1).
+
+    Returns:
+        ``({"metric": [b], "scores": [b, S, R]} saved, deltas)``: the deltas stay where
+        the pass ran (a later pass of the same session reads them), in the graph's order.
+    """
+    geo, n_layers, n_heads = path.geo, model.n_layers, model.n_heads
+    x0 = site(model, "resid_pre", 0)
+    cor = _donor_like(donors, ("resid_pre", 0), x0)
+    if alpha != 1.0:
+        x0.copy_(cor + alpha * (x0 - cor))
+    if not x0.requires_grad:  # NDIF serves frozen weights: track gradients from here
+        x0.requires_grad_(True)
+    sent = [(cor - x0)[None].detach()] if deltas is None else None
+    inputs, qkv, mlp_in, mlp_out = [], [], [], []
+    for layer in range(n_layers):
+        x = x0 if layer == 0 else site(model, "resid_pre", layer)
+        inputs.append(x)
+        args, _ = getattr(attention_module(model, layer).source, geo["label"]).inputs
+        qkv.append(tuple(args[geo["qkv"] : geo["qkv"] + 3]))
+        if sent is not None:
+            z = site(model, "head_out", layer)
+            o = a = None
+            if geo["post"]:
+                o = site_tensor(model.nnsight, layer, (geo["head_out"], "output", 0))
+                a = site(model, "attn_out", layer)
+            eye = torch.eye(n_heads)[None].expand(z.shape[0], -1, -1)
+            dz = _donor_like(donors, ("head_out", layer), z) - z
+            sent.append(heads_through(model, geo, layer, dz, o, a, eye).detach())
+        mlp_in.append(site(model, "resid_mid", layer) if geo["mlp_reads"] == "resid_mid" else x)
+        y = site(model, "mlp_out", layer)
+        mlp_out.append(y)
+        if sent is not None:
+            sent.append((_donor_like(donors, ("mlp_out", layer), y) - y)[None].detach())
+    final = site(model, "resid_post", n_layers - 1)
+    metric = edge_metric(model, terms)
+    wrt = [t for triple in qkv for t in triple] + mlp_out + [final]
+    grads = torch.autograd.grad(metric.sum(), wrt, allow_unused=True, retain_graph=True)
+    found = []
+    for layer in range(n_layers):
+        for j, units in ((0, n_heads), (1, model.n_kv_heads), (2, model.n_kv_heads)):
+            found.append(_per_unit_vjp(qkv[layer][j], inputs[layer], grads[3 * layer + j], units))
+        g = grads[3 * n_layers + layer]
+        found.append(_vjp(mlp_out[layer], mlp_in[layer], g)[None])
+    g = grads[-1]
+    found.append((torch.zeros_like(final) if g is None else g)[None].detach())
+    if deltas is None:
+        deltas = torch.cat(sent or [])
+    real = mask.to(deltas.device, deltas.dtype)[None, :, :, None]
+    scores = torch.einsum(
+        "rbsd,tbsd->btr", torch.cat(found).float() / steps, (deltas * real).float()
+    )
+    return save({"metric": metric.detach(), "scores": scores}), deltas
+
+
+def _donor_like(donors, key, x):
+    """The donor pass's ``[b, W, U, k]`` activations of ``key`` shaped like ``x``."""
+    return donors[key].reshape(x.shape).to(x.device, x.dtype)
+
+
+def _vjp(output, wrt, grad):
+    """``grad`` pulled back from ``output`` to ``wrt`` (zeros where nothing flows)."""
+    if grad is None:
+        return torch.zeros_like(wrt).detach()
+    (found,) = torch.autograd.grad(output, wrt, grad_outputs=grad, retain_graph=True)
+    return found.detach()
+
+
+def _per_unit_vjp(output, wrt, grad, units):
+    """``[U, b, s, d]``: ``grad`` of each unit (dim 1 of ``output``) pulled back alone."""
+    if grad is None:
+        return torch.zeros(units, *wrt.shape, dtype=wrt.dtype, device=wrt.device)
+    eye = torch.eye(units, dtype=grad.dtype, device=grad.device)
+    masks = eye.view(units, 1, units, *([1] * (grad.dim() - 2)))
+    cot = masks * grad[None]
+    (found,) = torch.autograd.grad(
+        output, wrt, grad_outputs=cot, is_grads_batched=True, retain_graph=True
+    )
+    return found.detach()
 
 
 def apply_edits(model, name, layer, x, plan, donors, step=0):

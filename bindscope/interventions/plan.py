@@ -13,7 +13,10 @@ A plan holds tensors and small trace-side classes only (``ops`` ships whole to N
   (`ops.AddEdit`);
 * ``knockout``: ``{layer: removed [b, H, W, W] bool}`` plus the ``.source`` label of the
   attention call and the index of its mask argument; with donors it is ``knockout_batch``
-  instead, over donor and patched rows together (an empty invoke).
+  instead, over donor and patched rows together (an empty invoke);
+* ``path``: an `ops.PathPlan` (``PathPatch``): the donor rows give the senders' corrupted
+  outputs and each text brings ``slots`` scratch rows (``path.scratch_inputs``, an invoke
+  after the texts'); ``ops.path_patch`` runs in an empty invoke over the whole batch.
 """
 
 from __future__ import annotations
@@ -21,10 +24,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from bindscope.batch import Batch
+from bindscope.errors import InterventionError
 from bindscope.interventions import ops
+from bindscope.interventions.graph import edge_geometry, edge_graph
 from bindscope.interventions.rowops import RowOp
 from bindscope.protocols import LanguageModel
 
@@ -70,7 +76,14 @@ def plan_batch(
     for r, row in enumerate(rows):
         for op in row:
             op.add_to(planner, r, batch.lengths[r])
-    return PlannedBatch(batch, donors, planner.plan(donors))
+    plan = planner.plan(donors)
+    if plan.path is not None:  # each text's scratch rows: copies of it, slot by slot
+        slots = plan.path.slots
+        plan.path.donor_inputs = donors
+        plan.path.scratch_inputs = {
+            k: v.repeat_interleave(slots, 0) for k, v in batch.inputs.items()
+        }
+    return PlannedBatch(batch, donors, plan)
 
 
 def _with_donors(
@@ -108,6 +121,8 @@ class Planner:
         self.donor_ids = donor_ids
         self.edits: dict[tuple[str, int], list[ops.Edit]] = {}
         self.knockout: dict[int, torch.Tensor] = {}
+        self.paths: dict[int, tuple[tuple[int, ...] | None, np.ndarray]] = {}
+        self.path_means: list = []  # the EdgeMeans of mean-ablating path patches
 
     def units(self, site: str) -> int:
         """Units of a site's view: heads at ``head_out`` and ``pattern``, one vector elsewhere."""
@@ -177,8 +192,39 @@ class Planner:
             for h in heads:
                 removed[r, h, q, k] = True
 
+    def patch_paths(
+        self, r: int, donor: tuple[int, ...] | None, mask: np.ndarray, means=None
+    ) -> None:
+        """Patch row ``r``'s edges ``mask`` (``[S, R]`` bool) from ``donor`` (or ``means``)."""
+        if r in self.paths:
+            raise InterventionError(
+                f"{self.model.name}: two PathPatch specs on one text; give one PathPatch "
+                "with every edge (its edges are patched together)"
+            )
+        if means is not None and all(m is not means for m in self.path_means):
+            self.path_means.append(means)
+        if (
+            len(self.path_means) > 1
+            or (self.path_means and donor is not None)
+            or (self.path_means and any(d is not None for d, _ in self.paths.values()))
+        ):
+            raise InterventionError(
+                f"{self.model.name}: the texts of one batch take PathPatch with different "
+                "means, or means beside a source; run them in separate calls"
+            )
+        self.paths[r] = (donor, mask)
+
     def plan(self, donors: dict[str, torch.Tensor] | None) -> ops.TracePlan:
         """The `ops.TracePlan` of everything added."""
+        if self.paths:
+            if self.edits or self.knockout:
+                raise InterventionError(
+                    f"{self.model.name}: PathPatch shares a batch with another spec; it runs "
+                    "alone (its scratch rows would not see the other edits): run them in "
+                    "separate calls"
+                )
+            n_donors = 0 if donors is None else donors["input_ids"].shape[0]
+            return ops.TracePlan(rows=self.n_rows, path=self._path(n_donors))
         order = list(self.model.sites)
         donor_keys = sorted(
             {
@@ -205,3 +251,51 @@ class Planner:
         return ops.TracePlan(
             self.edits, donor_keys, knockout, knockout_batch, site, rows=self.n_rows
         )
+
+    def _path(self, n_donors: int) -> ops.PathPlan:
+        """The `ops.PathPlan` of the rows' patched edges."""
+        model = self.model
+        graph = edge_graph(model)
+        full = np.zeros((self.n_rows, *graph.valid.shape), bool)  # [b, S, R]
+        donor_row = torch.zeros(self.n_rows, dtype=torch.long)
+        for r, (donor, mask) in self.paths.items():
+            full[r] = mask
+            if donor is not None:
+                donor_row[r] = self.donor_ids[donor]
+        anywhere = np.asarray(full.any(0))
+        used = np.nonzero(anywhere.any(0))[0]  # receivers with a patched edge
+        weights = torch.from_numpy(full[:, :, used].transpose(0, 2, 1).astype(np.float32))
+        sender_at = {name: i for i, name in enumerate(graph.senders)}
+        first_head, mlps = {}, {}
+        for layer in range(model.n_layers):
+            first = sender_at[f"a{layer}.h0"]
+            if anywhere[first : first + model.n_heads].any():
+                first_head[layer] = first
+            if anywhere[sender_at[f"m{layer}"]].any():
+                mlps[layer] = sender_at[f"m{layer}"]
+        # receivers of one layer that read the same patched senders read equal residual
+        # copies: they share a scratch row (an MLP after attention reuses row 0, reset at
+        # resid_mid)
+        at: dict[int, list] = {}
+        rows_of: dict[tuple[int, bytes], int] = {}
+        logits = -1
+        for r, j in enumerate(used):
+            name = graph.receivers[j]
+            if name == "logits":
+                logits = r
+                continue
+            number, rest = name[1:].split(".", 1) if name[0] == "a" else (name[1:], "")
+            layer = int(number)
+            if not rest and not graph.parallel:
+                entry = (0, "mlp", 0, r)
+            else:
+                same = (layer, full[:, :, j].tobytes())
+                slot = rows_of.setdefault(same, sum(1 for key in rows_of if key[0] == layer))
+                kind, unit = ("mlp", 0) if not rest else (rest[-2], int(rest[1:].split("<")[0]))
+                entry = (slot, kind, unit, r)
+            at.setdefault(layer, []).append(entry)
+        slots = max((e[0] + 1 for entries in at.values() for e in entries), default=0)
+        return ops.PathPlan(
+            edge_geometry(model), n_donors, self.n_rows, slots, donor_row, weights, first_head,
+            mlps, at, logits, self.path_means[0].trace_means() if self.path_means else None,
+        )  # fmt: skip

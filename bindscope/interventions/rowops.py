@@ -2,9 +2,10 @@
 
 A spec (``specs.py``) checks itself against the model and one text and returns row ops; a
 row op knows which cells it claims (two specs on one cell of a text are refused) and how it
-adds itself to a batch's plan (`add_to`). The four kinds cover every spec: replace a
+adds itself to a batch's plan (`add_to`). The five kinds cover every spec: replace a
 value (``Zero``, ``Mean``), copy a donor text's activations (``Patch``, ``Resample``),
-add a vector (``Steer``) and remove attention edges (``Knockout``).
+add a vector (``Steer``), remove attention edges (``Knockout``) and patch edges between
+components (``PathPatch``).
 """
 
 from __future__ import annotations
@@ -44,8 +45,12 @@ class Planner(Protocol):
         """Remove row ``r``'s ``edges`` for the heads ``units`` (per layer)."""
         ...
 
+    def patch_paths(self, r: int, donor: tuple[int, ...] | None, mask: Any, means: Any) -> None:
+        """Patch row ``r``'s edges ``mask`` (``[S, R]`` bool) from ``donor`` (or ``means``)."""
+        ...
 
-__all__ = ["AddOp", "DonorOp", "KnockoutOp", "ReplaceOp", "RowOp"]
+
+__all__ = ["AddOp", "DonorOp", "KnockoutOp", "PathOp", "ReplaceOp", "RowOp"]
 
 # ((layer, (unit, ...)), ...): the units of a site each layer touches (heads at head_out)
 Units = tuple[tuple[int, tuple[int, ...]], ...]
@@ -176,3 +181,21 @@ class KnockoutOp(RowOp):
     def add_to(self, planner: Planner, r: int, n: int) -> None:
         """Add this op for batch row ``r`` (``n`` real tokens) to the planner."""
         planner.knock_out(r, n, dict(self.units), self.edges)
+
+
+@dataclass(frozen=True)
+class PathOp(RowOp):
+    """Patch edges (sender -> receiver input) from a donor text's sender outputs (or means).
+
+    It claims no site cell (each receiver reads its own copy of the stream); the planner
+    refuses it beside other ops in one batch.
+    """
+
+    donor: tuple[int, ...] | None = None  # type: ignore[assignment]
+    mask: Any = field(default=None, compare=False)  # [S, R] bool over the edge graph
+    means: Any = field(default=None, compare=False)  # EdgeMeans, in place of a donor
+    every_position = False  # one text's positions
+
+    def add_to(self, planner: Planner, r: int, n: int) -> None:
+        """Add this op for batch row ``r`` (``n`` real tokens) to the planner."""
+        planner.patch_paths(r, self.donor, self.mask, self.means)

@@ -7,7 +7,8 @@ applied to every text) and ``per_row=`` (one spec, list of specs or ``None`` per
 ``Zero``, ``Mean``, ``Patch`` and ``Resample`` act on heads (the per-head input of the
 output projection, ``head_out``) or on any site of some layers (``Zero("mlp_out",
 layers=[3])``; ``Zero(layers=[0, 1])`` is every head of those layers). ``Steer`` adds a
-vector at a site; ``Knockout`` removes attention edges before the softmax.
+vector at a site; ``Knockout`` removes attention edges before the softmax; ``PathPatch``
+patches edges between components (a sender's output into one receiver's input only).
 
 Each spec class checks itself and turns into row ops for one text (`Spec.row_ops`);
 ``resolve.resolve_rows`` does that for every text before any trace runs, and refuses two
@@ -23,14 +24,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
-from bindscope.errors import InterventionError
+from bindscope.errors import InputError, InterventionError
 from bindscope.families import SITE_NAMES, attention_windows
+from bindscope.interventions.graph import edge_graph, edge_mask
 from bindscope.interventions.rowops import (
     AddOp,
     DonorOp,
     KnockoutOp,
+    PathOp,
     ReplaceOp,
     RowOp,
     Units,
@@ -91,6 +95,7 @@ class RowContext:
         self.model, self.texts = model, list(texts)
         self._lengths: dict[int, int] = {}
         self.drawn: dict[int, tuple[int, ...]] = {}  # id(Resample) -> donors, once per call
+        self.edge_masks: dict[int, np.ndarray] = {}  # id(PathPatch) -> its checked mask
 
     def ids(self, text) -> list[int]:
         """A text's token ids (a token-id list as it is)."""
@@ -334,6 +339,85 @@ class Resample(_Targeted):
             ctx.drawn[id(self)] = self.donors(ctx.texts)
         donor = tuple(ctx.ids(self.reference[ctx.drawn[id(self)][i]]))
         return (DonorOp(self.describe(), site, units, self.positions, donor),)
+
+
+@dataclass(frozen=True, eq=False)
+class PathPatch:
+    """Exact path patching: each edge's receiver reads its sender's output on ``source[i]``.
+
+    An edge is ``(sender, receiver)`` named as in ``bindscope.interventions.graph``
+    (senders ``embed``, ``a3.h5``, ``m3``; receivers ``a3.h5<q>``, ``a3.g1<k>``,
+    ``a3.g1<v>``, ``m3``, ``logits``), or ``edges`` is an ``[S, R]`` bool mask over
+    ``edge_graph(model)``. The patched receiver reads the residual stream with the sender's
+    output replaced by its output on the source text (``corrupted - current`` added: patched
+    edges upstream propagate); the sender's other receivers, and every other node, read
+    the stream as it is. ``source`` has one text per target text (or one for all), each of
+    its target's length in tokens. With ``means=edge_means(model, reference)`` instead,
+    each patched edge carries its sender's mean output (mean ablation), and no source is
+    given. Each text brings scratch rows to the batch (one per receiver slot its edges
+    use), so a call costs that many times more. It runs on the prompt pass; in generation,
+    later tokens read the patched prompt keys and values.
+    """
+
+    edges: Any
+    source: tuple = ()
+    means: Any = field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        source = self.source
+        object.__setattr__(self, "source", (source,) if isinstance(source, str) else tuple(source))
+        if (self.means is None) == (not self.source):
+            raise InterventionError(
+                "PathPatch: give source= (the corrupted texts whose sender outputs the edges "
+                "carry) or means=edge_means(model, reference) (mean ablation), one of them"
+            )
+        if self.means is not None and not hasattr(self.means, "trace_means"):
+            raise InterventionError(
+                f"PathPatch: means= takes edge_means(model, reference), not "
+                f"{type(self.means).__name__}"
+            )
+        if not isinstance(self.edges, np.ndarray):
+            if isinstance(self.edges, (str, bytes)) or not isinstance(self.edges, Iterable):
+                raise InterventionError(
+                    f"PathPatch: edges={self.edges!r}: give (sender, receiver) names, e.g. "
+                    "[('a0.h1', 'a2.h0<q>')], or an [S, R] bool mask over edge_graph(model)"
+                )
+            object.__setattr__(self, "edges", tuple(tuple(e) for e in self.edges))
+
+    def describe(self) -> str:
+        """A short form for messages."""
+        if isinstance(self.edges, np.ndarray):
+            return f"PathPatch({int(self.edges.sum())} edges)"
+        shown = list(self.edges[:2])
+        return f"PathPatch({shown!r}{' ...' if len(self.edges) > 2 else ''})"
+
+    def row_ops(self, ctx: RowContext, i: int) -> tuple[RowOp, ...]:
+        """Check the spec against the model and text ``i``; its row ops for that text."""
+        model, texts = ctx.model, ctx.texts
+        if self.source and len(self.source) not in (1, len(texts)):
+            raise InterventionError(
+                f"{model.name}: PathPatch has {len(self.source)} source texts for "
+                f"{len(texts)} texts; give one source per text (or a single source for all)"
+            )
+        if id(self) not in ctx.edge_masks:  # the graph and the mask are checked once per call
+            try:
+                ctx.edge_masks[id(self)] = edge_mask(edge_graph(model), self.edges)
+            except InputError as exc:
+                raise InterventionError(f"{model.name}: {self.describe()}: {exc}") from None
+        mask = ctx.edge_masks[id(self)]
+        if self.means is not None:
+            return (PathOp(self.describe(), "resid_pre", (), None, None, mask, self.means),)
+        source = self.source[0] if len(self.source) == 1 else self.source[i]
+        donor, n = tuple(ctx.ids(source)), ctx.length(i)
+        if len(donor) != n:
+            raise InterventionError(
+                f"{model.name}: PathPatch needs equal lengths, but text #{i} {short(texts[i])} "
+                f"has {n} tokens and its source {short(source)} has {len(donor)}; edges are "
+                "compared position by position: choose a source of the same length in tokens"
+            )
+        if not mask.any():
+            return ()
+        return (PathOp(self.describe(), "resid_pre", (), None, donor, mask),)
 
 
 @dataclass(frozen=True, eq=False)
@@ -613,6 +697,6 @@ def _windows(model: LanguageModel) -> tuple[int | None, ...]:
     return attention_windows(config) if config is not None else ()
 
 
-Spec = Zero | Mean | Patch | Resample | Steer | Knockout
+Spec = Zero | Mean | Patch | Resample | Steer | Knockout | PathPatch
 #: Every spec class: ``resolve.as_specs`` recognises these (a new spec is added here).
-SPEC_TYPES = (Zero, Mean, Patch, Resample, Steer, Knockout)
+SPEC_TYPES = (Zero, Mean, Patch, Resample, Steer, Knockout, PathPatch)

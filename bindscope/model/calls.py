@@ -32,6 +32,9 @@ from bindscope.protocols import LanguageModel
 def trace_batch(model: LanguageModel, planned: PlannedBatch, body: Callable[[Any], Any], **options):
     """Run ``body(donors)`` on a planned batch; donors (if any) run first in their own invoke.
 
+    A path patch (``plan.path``) adds its scratch rows' invoke after the texts' and an
+    empty invoke over the whole batch that applies it.
+
     ``body`` applies the plan (and captures); it must return its result saved.
     """
     # plain dicts of tensors only in the body: it ships by value when remote
@@ -41,18 +44,26 @@ def trace_batch(model: LanguageModel, planned: PlannedBatch, body: Callable[[Any
         planned.batch.inputs,
         planned.donors,
     )
-    if donor_inputs is None:
+    if donor_inputs is None and plan.path is None:
         with env.trace(**inputs, **options, **model.trace_options) as tracer:
             found = body(None)
             tracer.stop()
         return found
     donors: dict = {}  # filled by the first invoke, read by the second
+    path = plan.path
     with env.trace(**options, **model.trace_options) as tracer:
-        with tracer.invoke(**donor_inputs):
-            ops.site_outputs(model, plan.donor_keys, donors)
+        if donor_inputs is not None:
+            with tracer.invoke(**donor_inputs):
+                ops.site_outputs(model, plan.donor_keys, donors)
+        if path is not None:
+            with tracer.invoke():  # every row, before the texts': their captures see it
+                ops.path_patch(model, path)
         with tracer.invoke(**inputs):
             found = body(donors)
             tracer.stop()
+        if path is not None and path.slots:
+            with tracer.invoke(**path.scratch_inputs):  # a path patch's scratch rows
+                pass
         if plan.knockout_batch:
             with tracer.invoke():  # the whole batch, donor rows first
                 ops.knock_out_batch(model, plan.knockout_batch, plan.knockout_site)

@@ -23,6 +23,7 @@ from bindscope.errors import InputError, InterventionError, PromptTooLongError
 from bindscope.interventions import ops
 from bindscope.interventions.plan import plan_batches
 from bindscope.interventions.resolve import HeadList, Intervention, PerRow, resolve_rows
+from bindscope.interventions.rowops import PathOp
 from bindscope.interventions.specs import short
 from bindscope.protocols import LanguageModel
 
@@ -50,7 +51,8 @@ def generate_ids(
     """Greedy new token ids per text, cut at the first end-of-sequence token.
 
     ``intervene``/``per_row`` take ``Zero``, ``Mean``, ``Steer`` (every position:
-    also every new token) and ``Knockout`` (edges within the prompt); ``Patch`` and
+    also every new token), ``Knockout`` (edges within the prompt) and ``PathPatch`` (the
+    prompt pass; new tokens read its patched keys and values); ``Patch`` and
     ``Resample`` need fixed-length texts and are refused. A head list in ``per_row``
     is short for ``Zero``.
     """
@@ -68,7 +70,7 @@ def generate_ids(
     _check_window(model, texts, max_new_tokens)
     rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row, ablate=ablate)
     for i, row in enumerate(rows):
-        if any(op.donor is not None for op in row):
+        if any(op.donor is not None and not isinstance(op, PathOp) for op in row):
             raise InterventionError(
                 f"{model.name}: text #{i}: Patch and Resample act on fixed-length texts, "
                 "not on generation; use them with logits() or attention_probs()"
@@ -137,16 +139,46 @@ def generate_session(
     round trip. Only the generated ids ``[b, n + new]`` come back.
     """
     env = model.nnsight
+    extra = [_path_inputs(plan.path) for _, plan in jobs]  # planned outside the shipped body
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*was never reached.*")
         with env.session(**model.trace_options):
             results = [].save()  # type: ignore[attr-defined]  # nnsight gives every object .save
-            for inputs, plan in jobs:
+            for (inputs, plan), (donor_inputs, scratch_inputs) in zip(jobs, extra):
+                path = plan.path
                 with env.generate(**kwargs) as tracer:
+                    if donor_inputs is not None:  # a path patch's donor rows come first
+                        with tracer.invoke(**donor_inputs):
+                            pass
                     with tracer.invoke(**inputs):
-                        if plan:
+                        if plan.edits or plan.knockout:
                             for step in tracer.all():
                                 ops.run_layers(model, plan=plan, step=step)
+                    if path is not None:
+                        if scratch_inputs is not None:
+                            with tracer.invoke(**scratch_inputs):
+                                pass
+                        with tracer.invoke():  # the prompt pass, every row
+                            ops.path_patch(model, path)
                     with tracer.invoke():
                         results.append(tracer.result)
-    return results
+    # a path patch's donor and scratch rows generated too: keep the texts' rows
+    return [
+        result if plan.path is None else result[plan.path.n_donors :][: plan.path.b]
+        for (_, plan), result in zip(jobs, results, strict=True)
+    ]
+
+
+def _path_inputs(path) -> tuple[dict | None, dict | None]:
+    """A path patch's donor and scratch invokes' inputs, or None.
+
+    Ids and mask only: generation makes the positions.
+    """
+    if path is None:
+        return None, None
+
+    def inputs(given):
+        return {"input_ids": given["input_ids"], "attention_mask": given["attention_mask"]}
+
+    donors = None if path.donor_inputs is None else inputs(path.donor_inputs)
+    return donors, inputs(path.scratch_inputs) if path.slots else None

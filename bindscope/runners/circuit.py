@@ -1,7 +1,8 @@
 """A circuit (a set of edges) and how much of the behaviour it keeps.
 
 `faithfulness` keeps a circuit's edges clean and patches every other edge with its
-corrupted value (`edges.path_patching`), and reports the share of the clean-minus-corrupted
+corrupted value (`edges.path_patching`), or with its sender's mean output over the
+corrupted texts (``ablation="mean"``), and reports the share of the clean-minus-ablated
 metric kept, with a bootstrap CI over pairs, beside the same share for random circuits of
 the same size (a null). `stability` is the share of the top-n edges that stay in the top n
 when the pairs are resampled. `verify` measures the top edges exactly and compares them
@@ -18,11 +19,13 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from bindscope.errors import InputError
+from bindscope.interventions.means import edge_means
 from bindscope.metrics.stats.estimates import Estimate, bootstrap_statistic
 from bindscope.protocols import LanguageModel
 from bindscope.runners.edges import Edge, EdgeScores, path_patching
 
 __all__ = [
+    "ABLATIONS",
     "Faithfulness",
     "Verification",
     "faithfulness",
@@ -43,12 +46,20 @@ class Faithfulness:
             paired bootstrap CI over pairs (1: the whole behaviour, 0: none of it).
         patched: ``[pairs]`` the metric with every edge outside the circuit patched.
         null: The share of each random circuit of the same size.
+        ablated: ``[pairs]`` the metric with every edge patched (the corrupted metric, or
+            the mean-ablated run): the share's 0.
+        ablation: ``corrupted`` or ``mean``.
     """
 
     n_edges: int
     share: Estimate
     patched: np.ndarray
     null: np.ndarray
+    ablated: np.ndarray
+    ablation: str = "corrupted"
+
+
+ABLATIONS = ("corrupted", "mean")
 
 
 @dataclass(frozen=True)
@@ -142,28 +153,37 @@ def faithfulness(
     seed: int = 0,
     batch_size: int = 4,
     n_resamples: int = 2000,
+    ablation: str = "corrupted",
 ) -> Faithfulness:
     """The share of the metric ``keep`` (an ``[S, R]`` bool mask of edges) keeps.
 
     ``scores`` gives the clean and corrupted metrics (from `edges.edge_attribution` on the
-    same pairs); every edge outside ``keep`` is patched.
+    same pairs); every edge outside ``keep`` is patched with its corrupted value, or with
+    ``ablation="mean"`` with its sender's mean output over the corrupted texts (then the
+    share's 0 is the run with every edge mean-ablated, not the corrupted metric).
     """
+    if ablation not in ABLATIONS:
+        raise InputError(f"ablation={ablation!r}: choose one of {', '.join(ABLATIONS)}")
     graph = scores.graph
     valid = graph.valid
-    gap = float(np.mean(scores.clean) - np.mean(scores.corrupted))
-    if not abs(gap) > 1e-6 * max(1.0, float(np.abs(scores.clean).max())):
-        raise InputError(
-            f"{model.name}: the clean and corrupted metrics are equal on average ({gap:.3g} "
-            "apart), so there is no difference for a circuit to keep; choose pairs whose "
-            "corruption changes the metric"
-        )
+    means = edge_means(model, corrupted, batch_size=batch_size) if ablation == "mean" else None
 
     def run(mask: np.ndarray) -> np.ndarray:
-        return path_patching(model, clean, corrupted, metric, valid & ~mask, batch_size=batch_size)
+        return path_patching(
+            model, clean, corrupted, metric, valid & ~mask, means=means, batch_size=batch_size
+        )
 
+    ablated = scores.corrupted if means is None else run(np.zeros_like(valid))
+    gap = float(np.mean(scores.clean) - np.mean(ablated))
+    if not abs(gap) > 1e-6 * max(1.0, float(np.abs(scores.clean).max())):
+        raise InputError(
+            f"{model.name}: the clean and {ablation}-ablated metrics are equal on average "
+            f"({gap:.3g} apart), so there is no difference for a circuit to keep; choose "
+            "pairs whose corruption changes the metric"
+        )
     patched = run(keep)
     share = bootstrap_statistic(
-        (patched, scores.clean, scores.corrupted),
+        (patched, scores.clean, ablated),
         _share,
         paired=True,
         n_resamples=n_resamples,
@@ -176,8 +196,8 @@ def faithfulness(
     for _ in range(n_random):
         mask = np.zeros_like(valid)
         mask.flat[rng.choice(flat, n_edges, replace=False)] = True
-        null.append(float(_share(run(mask), scores.clean, scores.corrupted)))
-    return Faithfulness(n_edges, share, patched, np.array(null))
+        null.append(float(_share(run(mask), scores.clean, ablated)))
+    return Faithfulness(n_edges, share, patched, np.array(null), np.asarray(ablated), ablation)
 
 
 def stability(scores: EdgeScores, n: int, *, n_resamples: int = 200, seed: int = 0) -> float:

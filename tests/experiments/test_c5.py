@@ -352,7 +352,7 @@ def test_term_clustered_ci_states_the_design_effect():
 
 
 def test_a_term_interval_over_few_terms_is_said_to_be_rough():
-    from bindscope.experiments.limits import FEW_TERMS, term_clustering
+    from bindscope.experiments.kit.limits import FEW_TERMS, term_clustering
 
     ci = {"low": -0.1, "high": 0.2}
     few = term_clustering("m", "margin", FEW_TERMS - 1, 40, ci, ci)["message"]

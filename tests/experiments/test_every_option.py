@@ -255,6 +255,9 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
         "--selection": Changes("top", "greedy", lambda r, v: circuit_setting(r, "selection") == v),
         "--verify": Changes(None, "1", lambda r, v: circuit_setting(r, "verify") == int(v or 0)),
         "--n-random": Changes("1", "2", lambda r, v: circuit_setting(r, "n_random") == int(v)),
+        "--ablation": Changes(
+            "corrupted", "mean", lambda r, v: circuit_setting(r, "ablation") == v
+        ),
     },
     "patch": {
         **{option: NoEffect("the same loader as scan's") for option in (*LOAD, *MODEL)},

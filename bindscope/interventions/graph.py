@@ -1,0 +1,164 @@
+"""The edge graph of a model: senders, receivers, and the layout path patching needs.
+
+`EdgeGraph` lists the nodes: senders (the input embedding ``embed``, each head ``a3.h5``,
+each MLP ``m3``) and receivers (each head's query ``a3.h5<q>``, each key/value group's key
+and value ``a3.g1<k>`` / ``a3.g1<v>``, each MLP ``m3`` and the ``logits``). On a
+grouped-query family the key and value receivers are the groups the model computes, not
+copies per query head (no "ungrouping"). An edge runs from a sender to every receiver that
+reads the residual stream after the sender wrote to it; where the MLP reads the layer's
+input (a parallel residual, ``Sites.resid_mid is None``) the heads of its own layer do
+not reach it. All of it is read through the family's site table.
+
+It lives with the interventions because `PathPatch` (a spec) names edges of it;
+``bindscope.runners.edges`` scores them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bindscope.errors import InputError
+from bindscope.protocols import LanguageModel
+
+__all__ = ["Edge", "EdgeGraph", "edge_geometry", "edge_graph", "edge_mask"]
+
+Edge = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class EdgeGraph:
+    """The nodes and edges of one model.
+
+    Attributes:
+        senders: Sender names in execution order (``embed``, ``a{l}.h{h}``, ``m{l}``).
+        receivers: Receiver names in execution order (``a{l}.h{h}<q>``, ``a{l}.g{g}<k>``,
+            ``a{l}.g{g}<v>``, ``m{l}``, ``logits``).
+        valid: ``[S, R]`` bool, True where ``senders[i] -> receivers[j]`` is an edge.
+        parallel: Whether the MLP reads the layer's input (no ``resid_mid``).
+    """
+
+    senders: tuple[str, ...]
+    receivers: tuple[str, ...]
+    valid: np.ndarray = field(compare=False)
+    parallel: bool = False
+
+    @property
+    def n_edges(self) -> int:
+        """How many edges the graph has."""
+        return int(self.valid.sum())
+
+    def edges(self) -> list[Edge]:
+        """Every edge as ``(sender, receiver)``, senders then receivers in order."""
+        return [(self.senders[i], self.receivers[j]) for i, j in zip(*np.nonzero(self.valid))]
+
+    def index(self, edges: Iterable[Edge]) -> np.ndarray:
+        """``[S, R]`` bool mask of ``edges``.
+
+        Raises:
+            InputError: A name is not a node, or the pair is not an edge.
+        """
+        sender_at = {name: i for i, name in enumerate(self.senders)}
+        receiver_at = {name: j for j, name in enumerate(self.receivers)}
+        mask = np.zeros_like(self.valid)
+        for edge in edges:
+            if not (isinstance(edge, (tuple, list)) and len(edge) == 2):
+                raise InputError(f"{edge!r} is not an edge; pass (sender, receiver) names")
+            sender, receiver = edge
+            if sender not in sender_at or receiver not in receiver_at:
+                raise InputError(
+                    f"edge {edge!r}: senders are embed, a<layer>.h<head>, m<layer>; receivers "
+                    "a<layer>.h<head><q>, a<layer>.g<group><k|v>, m<layer>, logits "
+                    f"(e.g. ('a0.h1', 'a2.h0<q>')); "
+                    f"{sender if sender not in sender_at else receiver!r} is not a node of this "
+                    "model"
+                )
+            i, j = sender_at[sender], receiver_at[receiver]
+            if not self.valid[i, j]:
+                raise InputError(
+                    f"edge {edge!r}: {receiver} does not read what {sender} writes (a receiver "
+                    "reads only senders of earlier layers, or its layer's heads for an MLP "
+                    "after attention)"
+                )
+            mask[i, j] = True
+        return mask
+
+
+def edge_graph(model: LanguageModel) -> EdgeGraph:
+    """The model's graph, from its geometry and site table."""
+    n_layers, n_heads, n_kv = model.n_layers, model.n_heads, model.n_kv_heads
+    parallel = "resid_mid" not in model.sites
+    senders: list[tuple[str, float]] = [("embed", -1.0)]
+    receivers: list[tuple[str, float]] = []
+    mlp_reads = 0.0 if parallel else 0.5
+    for layer in range(n_layers):
+        receivers += [(f"a{layer}.h{h}<q>", layer) for h in range(n_heads)]
+        receivers += [(f"a{layer}.g{g}<{kind}>", layer) for kind in "kv" for g in range(n_kv)]
+        receivers.append((f"m{layer}", layer + mlp_reads))
+        senders += [(f"a{layer}.h{h}", layer + 0.25) for h in range(n_heads)]
+        senders.append((f"m{layer}", layer + 0.75))
+    receivers.append(("logits", float(n_layers)))
+    writes = np.array([t for _, t in senders])
+    reads = np.array([t for _, t in receivers])
+    return EdgeGraph(
+        tuple(n for n, _ in senders),
+        tuple(n for n, _ in receivers),
+        writes[:, None] < reads[None, :],
+        parallel,
+    )
+
+
+def edge_mask(graph: EdgeGraph, edges) -> np.ndarray:
+    """``edges`` (``(sender, receiver)`` names, or an ``[S, R]`` bool mask) as a checked mask.
+
+    Raises:
+        InputError: A mask of the wrong shape or type, or one marking non-edges.
+    """
+    if isinstance(edges, np.ndarray):
+        if edges.shape != graph.valid.shape or edges.dtype != bool:
+            raise InputError(
+                f"an edge mask must be bool {graph.valid.shape} (senders x receivers), "
+                f"not {edges.dtype} {edges.shape}"
+            )
+        if (edges & ~graph.valid).any():
+            raise InputError("the edge mask marks pairs that are not edges (see EdgeGraph.valid)")
+        return edges
+    if isinstance(edges, (str, bytes)):
+        raise InputError(
+            f"edges={edges!r}: give a list of (sender, receiver) names or an [S, R] bool mask"
+        )
+    return graph.index(edges)
+
+
+def edge_geometry(model: LanguageModel) -> dict:
+    """What the trace bodies need of the model's layout (``ops.PathPlan``'s ``geo``).
+
+    ``post``: the module after the output projection whose output is ``attn_out`` (a
+    sandwich norm) or ``""``; ``head_out``: the projection's module path (a head's output
+    is its slice through it, computed inside the trace); ``label`` and ``qkv``: the
+    attention call's ``.source`` label and the index of its query argument; ``mlp_reads``:
+    ``resid_mid``, or ``resid_pre`` for a parallel residual.
+
+    Raises:
+        InputError: ``attn_out`` is a module's input (edges need an output).
+    """
+    sites = model.sites
+    head_module = sites["head_out"][0]
+    attention = head_module.rsplit(".", 1)[0] if "." in head_module else ""
+    attn_module, attn_port, _ = sites["attn_out"]
+    post = "" if attn_module == attention else attn_module
+    if post and attn_port != "output":
+        raise InputError(
+            f"{model.name} ({model.family}): attn_out is the input of {attn_module!r}; edges "
+            "need it as the attention block's output (a module's output)"
+        )
+    label, mask_index = model.knockout_site  # the attention call and its mask argument
+    return {
+        "post": post,
+        "head_out": head_module,
+        "label": label,
+        "qkv": mask_index - 3,  # query, key, value come just before the mask
+        "mlp_reads": "resid_pre" if "resid_mid" not in sites else "resid_mid",
+    }

@@ -1,0 +1,114 @@
+"""PathPatch through ``intervene=``: equals plain torch hooks (tests/reference_edges.py).
+
+On every family, one edge of each kind and a set of edges into one receiver give the same
+next-token logits as the reference (the receiver reads its own copy of the stream, built
+with HF modules and forward hooks, no nnsight); the negative controls (a wrong sender,
+receiver or input kind misses by orders of magnitude) are in tests/runners/test_edges.py.
+`capture` and `generate` take the same spec.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bindscope.errors import InterventionError
+from bindscope.interventions import PathPatch, Zero
+from bindscope.interventions.graph import edge_graph
+from tests.reference_edges import (
+    edge_bound,
+    one_edge_of_each_kind,
+    random_pairs,
+    receiver_logits,
+    sender_delta,
+)
+
+
+def _last_logits(model, clean, corrupted, edges):
+    got = model.logits(clean, intervene=PathPatch(edges, source=corrupted))
+    return [g[-1].float() for g in got]
+
+
+def test_path_patch_logits_match_reference(tiny):
+    """Every logit equals the reference's (the negative controls: tests/runners/test_edges.py)."""
+    model = tiny
+    clean, corrupted = random_pairs(model, strong=True)
+    for edge in one_edge_of_each_kind(model):
+        ours = _last_logits(model, clean, corrupted, [edge])
+        for p in range(2):
+            delta = sender_delta(model, clean[p], corrupted[p], edge[0])
+            with torch.no_grad():
+                ref = receiver_logits(model, clean[p], edge[1], delta)
+            bound = edge_bound(float(ref.abs().max()) + 1, model)
+            error = float((ours[p] - ref).abs().max())
+            assert error <= bound, (edge, p, error, bound)
+
+
+def test_a_set_of_edges_into_one_receiver(tiny):
+    """The embedding and MLP 0 into MLP 2 at once: the receiver reads both changes."""
+    model = tiny
+    clean, corrupted = random_pairs(model)
+    edges = [("embed", "m2"), ("m0", "m2")]
+    ours = _last_logits(model, clean, corrupted, edges)
+    for p in range(2):
+        delta = sum(sender_delta(model, clean[p], corrupted[p], s) for s, _ in edges)
+        with torch.no_grad():
+            ref = receiver_logits(model, clean[p], "m2", delta)
+        bound = edge_bound(float(ref.abs().max()) + 1, model)
+        assert float((ours[p] - ref).abs().max()) <= bound
+
+
+def test_every_edge_is_the_corrupted_run_in_logits_capture_generate(tiny):
+    """Every edge patched gives the corrupted texts' logits, activations and continuations."""
+    model = tiny
+    clean, corrupted = random_pairs(model)
+    everything = PathPatch(edge_graph(model).valid, source=corrupted)
+    last = model.n_layers - 1
+    for ours, ref in zip(
+        model.logits(clean, intervene=everything), model.logits(corrupted), strict=True
+    ):
+        bound = edge_bound(float(ref.abs().max()) + 1, model)
+        assert float((ours - ref).abs().max()) <= 4 * bound
+    sites = ["mlp_out", "resid_post"]
+    got = model.capture(clean, sites, [last], intervene=everything)
+    want = model.capture(corrupted, sites, [last])
+    for ours, ref in zip(got, want, strict=True):
+        for site in sites:
+            x, y = ours[site][last], ref[site][last]
+            assert float((x - y).abs().max()) <= 4 * edge_bound(float(y.abs().max()) + 1, model)
+    one = model.generate_ids(clean, max_new_tokens=1, intervene=PathPatch(
+        [one_edge_of_each_kind(model)[-1]], source=corrupted
+    ))  # fmt: skip
+    patched = _last_logits(model, clean, corrupted, [one_edge_of_each_kind(model)[-1]])
+    assert [row[0] for row in one] == [int(x.argmax()) for x in patched]
+    # later tokens read the patched prompt's keys and values (the cache): the corrupted run
+    assert model.generate_ids(clean, max_new_tokens=4, intervene=everything) == (
+        model.generate_ids(corrupted, max_new_tokens=4)
+    )
+
+
+def test_no_edge_is_the_clean_run(tiny):
+    model = tiny
+    clean, corrupted = random_pairs(model)
+    nothing = np.zeros_like(edge_graph(model).valid)
+    for ours, ref in zip(
+        model.logits(clean, intervene=PathPatch(nothing, source=corrupted)), model.logits(clean)
+    ):
+        torch.testing.assert_close(ours, ref, rtol=0, atol=0)
+
+
+def test_bad_path_patches_are_refused(tiny):
+    model = tiny
+    clean, corrupted = random_pairs(model)
+    with pytest.raises(InterventionError, match="not a node"):
+        model.logits(clean, intervene=PathPatch([("a0.h99", "logits")], source=corrupted))
+    with pytest.raises(InterventionError, match="does not read"):
+        model.logits(clean, intervene=PathPatch([("a1.h0", "a0.h0<q>")], source=corrupted))
+    with pytest.raises(InterventionError, match="equal lengths"):
+        model.logits(clean, intervene=PathPatch([("embed", "logits")], source=[[5, 6], [5, 6]]))
+    with pytest.raises(InterventionError, match="runs alone"):
+        model.logits(clean, intervene=[PathPatch([("embed", "logits")], source=corrupted),
+                                       Zero([(0, 0)])])  # fmt: skip
+    with pytest.raises(InterventionError, match="edges="):
+        PathPatch("embed->logits", source=corrupted)
