@@ -120,7 +120,7 @@ def test_a_refused_payload_fails_before_it_is_sent(fake_ndif, monkeypatch):
     _, _, sent = fake_ndif
     model = bindscope.load_model(REPO, remote=True)
     before = len(sent)
-    with pytest.raises(RemoteSandboxError, match=r"heads\.normalize_heads \(pickled by ref"):
+    with pytest.raises(RemoteSandboxError, match=r"head_checks\.normalize_heads \(pickled by ref"):
         _leaky_trace(model)
     assert len(sent) == before  # refused here, not after queueing on NDIF
 
