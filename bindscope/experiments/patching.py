@@ -245,8 +245,9 @@ def _pair_records(
         if run.done(p.key, condition):
             continue
         metrics = {**values, "patched": value}
-        if condition in patch and patch[condition][1] is not None:
-            metrics["position_from_end"] = patch[condition][1]
+        offset = patch[condition][1] if condition in patch else None
+        if offset is not None:
+            metrics["position_from_end"] = offset
         out.append(
             run.record(p.pair, condition, metrics, heads=heads, ablation="patch", patching=settings)
         )
