@@ -386,21 +386,7 @@ def condition_scores(
         ``(clean [S], scores [C, S])`` float64 arrays.
     """
     conditions = _checked(model, conditions, means, donors, len(sequences), strategy)
-    starts = [min(layer for layer, _ in c) for c in conditions]
-    by_start: dict[int, list[int]] = {}
-    for c, start in enumerate(starts):
-        by_start.setdefault(start, []).append(c)
-    scan = _Scan(
-        strategy=strategy,
-        conditions=conditions,
-        by_start=by_start,
-        table=means.means if means is not None else None,
-        rows_per_pass=rows_per_pass or batch_size * model.n_heads,
-        keep_layers=max(starts) if strategy == "residual" else 0,
-        # a remote model runs each batch as one session, so the residual stream stays there
-        session=bool(getattr(model, "remote", False)) and strategy == "residual",
-        keeps=keeps_logits(model),
-    )
+    scan = _Scan.of(model, conditions, means, strategy, rows_per_pass or batch_size * model.n_heads)
     clean = np.zeros(len(sequences))
     scores = np.zeros((len(conditions), len(sequences)))
     # one step per (sequence, condition) row: the bar moves after every pass, with an ETA
@@ -431,6 +417,32 @@ class _Scan:
     keep_layers: int  # clean layer outputs kept for the residual strategy
     session: bool  # remote: each batch is one session
     keeps: bool  # the model takes ``logits_to_keep``
+
+    @classmethod
+    def of(
+        cls,
+        model: LanguageModel,
+        conditions: list[tuple[Head, ...]],
+        means: HeadMeans | None,
+        strategy: str,
+        rows_per_pass: int,
+    ) -> _Scan:
+        """Group the checked conditions by their lowest layer."""
+        starts = [min(layer for layer, _ in c) for c in conditions]
+        by_start: dict[int, list[int]] = {}
+        for c, start in enumerate(starts):
+            by_start.setdefault(start, []).append(c)
+        return cls(
+            strategy=strategy,
+            conditions=conditions,
+            by_start=by_start,
+            table=means.means if means is not None else None,
+            rows_per_pass=rows_per_pass,
+            keep_layers=max(starts) if strategy == "residual" else 0,
+            # a remote model runs each batch as one session, so the residual stream stays there
+            session=bool(getattr(model, "remote", False)) and strategy == "residual",
+            keeps=keeps_logits(model),
+        )
 
 
 def _score_batch(
