@@ -21,7 +21,7 @@ from bindscope.errors import InputError
 from bindscope.experiments import binding, c5, controls, fewshot
 from bindscope.experiments.c5 import C5Options
 from bindscope.experiments.kit.registry import summary_lines
-from bindscope.figures import make_figures, write_report
+from bindscope.figures import FigureReport, make_figures, write_report
 from bindscope.prompts.prompt_sets import PromptSet, load
 
 #: The models the demo runs, in order: None is the default (SmolLM2-135M-Instruct).
@@ -118,14 +118,7 @@ def run(
     out = Path(out)
     started = time.perf_counter()
     chosen = [model] if model is not None else list(DEMO_MODELS if models is None else models)
-    for spec in chosen:  # a missing package fails now, not after the first model's run
-        if spec is None or isinstance(spec, str):
-            if models is None and model is None and loading.embedded(spec) is None:
-                raise InputError(
-                    f"the demo's model {spec!r} is not an embedded model of this install; "
-                    "update bindscope, or pass --model for each model to run"
-                )
-            loading.check_embedded(spec)
+    _check_installed(chosen, defaults=models is None and model is None)
     canonical, control_set = load("canonical"), load("controls")
     if quick:
         canonical, control_set = subset(canonical, QUICK_TERMS), quick_controls(control_set)
@@ -144,6 +137,31 @@ def run(
     t0 = time.perf_counter()
     figures = make_figures(out)
     report = write_report(out, figures=figures)
+    _print_results(summaries, figures, report)
+    split = ", ".join(f"{name} {m:.1f} min" for name, m in minutes.items())
+    drawing = time.perf_counter() - t0
+    print(f"time per model (load included): {split}; figures and report {drawing:.0f} s")
+    print(f"demo finished in {(time.perf_counter() - started) / 60:.1f} min; results in {out}/")
+    return summaries
+
+
+def _check_installed(chosen: list, *, defaults: bool) -> None:
+    """A missing package fails now, not after the first model's run.
+
+    ``defaults``: the models are the demo's own, so each must be an embedded model.
+    """
+    for spec in chosen:
+        if spec is None or isinstance(spec, str):
+            if defaults and loading.embedded(spec) is None:
+                raise InputError(
+                    f"the demo's model {spec!r} is not an embedded model of this install; "
+                    "update bindscope, or pass --model for each model to run"
+                )
+            loading.check_embedded(spec)
+
+
+def _print_results(summaries: dict, figures: FigureReport, report: Path) -> None:
+    """Every summary's tables, the figures drawn and the report's path."""
     print()
     for summary in summaries.values():
         for line in summary_lines(summary):
@@ -152,11 +170,6 @@ def run(
     for line in figures.lines():
         print(line)
     print(f"report: {report}")
-    split = ", ".join(f"{name} {m:.1f} min" for name, m in minutes.items())
-    drawing = time.perf_counter() - t0
-    print(f"time per model (load included): {split}; figures and report {drawing:.0f} s")
-    print(f"demo finished in {(time.perf_counter() - started) / 60:.1f} min; results in {out}/")
-    return summaries
 
 
 def _load(spec):

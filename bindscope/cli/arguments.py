@@ -71,19 +71,7 @@ def add_common(
         p.add_argument("--out", required=True, type=Path, help="results folder")
         p.add_argument("--force", action="store_true", help="discard finished records, redo")
     if compute:
-        p.add_argument(
-            "--batch-size",
-            type=positive,
-            default=16,
-            help="texts per forward pass; results equal to rounding (default %(default)s)",
-        )
-        p.add_argument(
-            "--seed",
-            type=int,
-            default=0,
-            help="seed of bootstrap CIs, permutation tests and random draws (default %(default)s)",
-        )
-        p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+        _add_compute(p)
 
 
 def add_experiment(
@@ -127,22 +115,7 @@ def build(
     for definition in experiments:
         add_experiment(sub, definition, run(definition))
 
-    p = sub.add_parser("audit", help="each prompt's term span under a model's tokenizer")
-    add_common(p, out=False, compute=False)
-    p.add_argument(
-        "--prompts",
-        default="canonical",
-        help="prompt set: canonical, controls or a .jsonl path (default %(default)s)",
-    )
-    p.add_argument(
-        "--write",
-        type=Path,
-        default=None,
-        help="also write the audit rows to this JSON Lines path (default: write no file)",
-    )
-    p.add_argument("--strict", action="store_true", help="exit 1 if any span is missing/short")
-    p.set_defaults(func=commands["audit"])
-
+    _add_audit(sub, commands["audit"])
     p = sub.add_parser("summarize", help="recompute summary.json files from records")
     p.add_argument("results", type=Path, help=RESULTS_HELP)
     p.set_defaults(func=commands["summarize"])
@@ -157,6 +130,50 @@ def build(
     p.add_argument("--out", type=Path, default=None, help="default: RESULTS/report.md")
     p.set_defaults(func=commands["report"])
 
+    _add_demo(sub, commands["demo"])
+    if "ndif" in commands:
+        add_ndif(sub, commands["ndif"])
+    return top
+
+
+def _add_compute(p: argparse.ArgumentParser) -> None:
+    """The options of subcommands that batch or resample: batch size, seed, progress."""
+    p.add_argument(
+        "--batch-size",
+        type=positive,
+        default=16,
+        help="texts per forward pass; results equal to rounding (default %(default)s)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of bootstrap CIs, permutation tests and random draws (default %(default)s)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def _add_audit(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
+    """The ``audit`` subcommand: each prompt's term span under a model's tokenizer."""
+    p = sub.add_parser("audit", help="each prompt's term span under a model's tokenizer")
+    add_common(p, out=False, compute=False)
+    p.add_argument(
+        "--prompts",
+        default="canonical",
+        help="prompt set: canonical, controls or a .jsonl path (default %(default)s)",
+    )
+    p.add_argument(
+        "--write",
+        type=Path,
+        default=None,
+        help="also write the audit rows to this JSON Lines path (default: write no file)",
+    )
+    p.add_argument("--strict", action="store_true", help="exit 1 if any span is missing/short")
+    p.set_defaults(func=command)
+
+
+def _add_demo(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
+    """The ``demo`` subcommand: the full study on the embedded models."""
     p = sub.add_parser(
         "demo", help="the full study on the embedded models (SmolLM2, Gemma 3, Qwen2.5-Coder; CPU)"
     )
@@ -175,10 +192,7 @@ def build(
     p.add_argument("--quick", action="store_true", help="a few terms only, for a smoke test")
     p.add_argument("--force", action="store_true", help="discard finished records, redo")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    p.set_defaults(func=commands["demo"])
-    if "ndif" in commands:
-        add_ndif(sub, commands["ndif"])
-    return top
+    p.set_defaults(func=command)
 
 
 __all__ = ["add_common", "add_experiment", "build", "count", "positive"]

@@ -426,23 +426,7 @@ def _evaluate(
                     per_row=[_spec(conditions[name], means) for _, name in part],
                     **options,
                 )
-            for (rec, name), res in zip(part, results):
-                metrics = res.to_dict()
-                metrics.pop("key")
-                if task == "recognition":
-                    metrics["margin"] = _margin(res.scores, rec.answer_idx)
-                fields = extra if name == "top" else {}
-                out.append(
-                    run.record(
-                        rec,
-                        name,
-                        metrics,
-                        heads=conditions[name],
-                        ablation=study.opts.ablation,
-                        c5=study.settings,
-                        **fields,
-                    )
-                )
+            out += _records(run, study, part, results, conditions, extra)
         return out
 
     run.chunks(
@@ -453,6 +437,36 @@ def _evaluate(
         chunk_size=chunk_items(batch_size, generation_batch_size, batch_size * len(conditions)),
         desc=f"c5 {model_label(model)}",
     )
+
+
+def _records(
+    run: ModelRun,
+    study: _Study,
+    part: list[tuple[PromptRecord, str]],
+    results: list[Any],
+    conditions: dict[str, list],
+    extra: dict,
+) -> list[dict]:
+    """One task's results as records (a recognition one with its answer's margin)."""
+    out = []
+    for (rec, name), res in zip(part, results):
+        metrics = res.to_dict()
+        metrics.pop("key")
+        if rec.task == "recognition":
+            metrics["margin"] = _margin(res.scores, rec.answer_idx)
+        fields = extra if name == "top" else {}
+        out.append(
+            run.record(
+                rec,
+                name,
+                metrics,
+                heads=conditions[name],
+                ablation=study.opts.ablation,
+                c5=study.settings,
+                **fields,
+            )
+        )
+    return out
 
 
 def _margin(scores: tuple[float, ...], answer: int | None) -> float | None:

@@ -267,6 +267,25 @@ def _summarize_score(
             entry, score, base - cond["top"], [terms[p] for p in complete], seed, label
         )
     )
+    found += _nulls(entry, score, base, cond, top_drop, settings, n_resamples, label)
+    if score == "recognition":
+        entry["per_term"].update(_per_term(complete, terms, cond, null_names(cond, "random")))
+    return found
+
+
+def _nulls(
+    entry: dict,
+    score: str,
+    base: np.ndarray,
+    cond: dict[str, np.ndarray],
+    top_drop: float,
+    settings: dict,
+    n_resamples: int,
+    label: str,
+) -> list[dict | None]:
+    """The top set's drop against each null's drawn sets, written into ``entry``; limits."""
+    seed = settings["seed"]
+    found: list[dict | None] = []
     for null in NULLS:
         names = null_names(cond, null)
         if not names:
@@ -287,8 +306,6 @@ def _summarize_score(
             entry["specificity"][score] = test["specificity"]
             entry["p_value"][score] = test["p"]
             found.append(limits.p_resolution(label, settings["n_random"], score))
-    if score == "recognition":
-        entry["per_term"].update(_per_term(complete, terms, cond, null_names(cond, "random")))
     return found
 
 

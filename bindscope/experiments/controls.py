@@ -134,36 +134,9 @@ def summarize_controls(records: list[dict], *, n_resamples: int = 9999) -> dict:
         names = sorted({r["control_group"] for r in ok if r["control_group"]})
         for name in names:
             items = [r for r in ok if r["control_group"] == name]
-            eb = np.array([r["metrics"]["eb_star"] for r in items])
-            lengths = np.array([r["metrics"]["n_span"] for r in items])
-            row = {
-                "family": items[0].get("control_family"),
-                "n": len(items),
-                "n_terms": len({r["term"] for r in items}),
-                "n_span_mean": float(lengths.mean()),
-                "eb_star": mean_estimate(eb, seed=seed),
-                **{k: v for k, v in compare(real_eb, eb, seed, n_resamples).items() if k != "n"},
-            }
-            shared = sorted(set(lengths.tolist()) & set(real_len.tolist()))
-            keep_g = np.isin(lengths, shared)
-            keep_r = np.isin(real_len, shared)
-            matched = compare(real_eb[keep_r], eb[keep_g], seed, n_resamples)
-            matched.update(n_real=int(keep_r.sum()), span_lengths=shared)
-            row["matched"] = matched
+            row = _group_row(items, real_eb, real_len, seed, n_resamples)
             entry["groups"][name] = row
-        for part in ("plain", "matched"):
-            rows = [
-                entry["groups"][n] if part == "plain" else entry["groups"][n]["matched"]
-                for n in names
-            ]
-            tested = [row for row in rows if row.get("test")]
-            adjusted = (
-                stats.adjust_pvalues([r["test"]["p_value"] for r in tested]) if tested else []
-            )
-            for row, p in zip(tested, adjusted):
-                row["p_holm"] = p
-            for row in rows:
-                row.setdefault("p_holm", None)
+        _holm(entry["groups"], names)
         models[label] = entry
         found += limits.collect(
             limits.excluded(label, entry["skipped_reasons"], "EB* (real terms and controls)"),
@@ -180,6 +153,41 @@ def summarize_controls(records: list[dict], *, n_resamples: int = 9999) -> dict:
         "multiple_comparisons": "holm across groups, separately for all and span-matched",
         "models": models,
     }
+
+
+def _group_row(
+    items: list[dict], real_eb: np.ndarray, real_len: np.ndarray, seed: int, n_resamples: int
+) -> dict:
+    """One control group against the real terms, over all prompts and span-length matched."""
+    eb = np.array([r["metrics"]["eb_star"] for r in items])
+    lengths = np.array([r["metrics"]["n_span"] for r in items])
+    row = {
+        "family": items[0].get("control_family"),
+        "n": len(items),
+        "n_terms": len({r["term"] for r in items}),
+        "n_span_mean": float(lengths.mean()),
+        "eb_star": mean_estimate(eb, seed=seed),
+        **{k: v for k, v in compare(real_eb, eb, seed, n_resamples).items() if k != "n"},
+    }
+    shared = sorted(set(lengths.tolist()) & set(real_len.tolist()))
+    keep_g = np.isin(lengths, shared)
+    keep_r = np.isin(real_len, shared)
+    matched = compare(real_eb[keep_r], eb[keep_g], seed, n_resamples)
+    matched.update(n_real=int(keep_r.sum()), span_lengths=shared)
+    row["matched"] = matched
+    return row
+
+
+def _holm(groups: dict[str, dict], names: list[str]) -> None:
+    """Holm-adjusted p across the groups (``p_holm``), separately for all and span-matched."""
+    for part in ("plain", "matched"):
+        rows = [groups[n] if part == "plain" else groups[n]["matched"] for n in names]
+        tested = [row for row in rows if row.get("test")]
+        adjusted = stats.adjust_pvalues([r["test"]["p_value"] for r in tested]) if tested else []
+        for row, p in zip(tested, adjusted):
+            row["p_holm"] = p
+        for row in rows:
+            row.setdefault("p_holm", None)
 
 
 summarize = folder_summary(EXPERIMENT, summarize_controls)

@@ -193,42 +193,8 @@ def _plan(models: list[LanguageModel], opts: PatchingOptions, common: Common) ->
             names = [n for n in names if n in chosen]
 
         def work(chunk: list[Prepared]) -> list[dict]:
-            out = []
-            for p in chunk:
-                base = model.logits([p.clean, p.corrupted], batch_size=common.batch_size)
-                values = {"clean": p.measure(base[0]), "corrupted": p.measure(base[1])}
-                last = _length(model, p.corrupted) - 1
-                patched = model.logits(
-                    [p.corrupted] * len(names),
-                    per_row=[
-                        Patch(
-                            as_pairs(conditions[n]),
-                            source=(p.clean,),
-                            positions=_where(offsets, n, last),
-                        )
-                        for n in names
-                    ],
-                    batch_size=common.batch_size,
-                )
-                rows: list[tuple[str, list, float]] = [("clean", [], values["clean"])]
-                rows += [(n, conditions[n], p.measure(x)) for n, x in zip(names, patched)]
-                for condition, heads, value in rows:
-                    if run.done(p.key, condition):
-                        continue
-                    metrics = {**values, "patched": value}
-                    if condition in offsets:
-                        metrics["position_from_end"] = offsets[condition]
-                    out.append(
-                        run.record(
-                            p.pair,
-                            condition,
-                            metrics,
-                            heads=heads,
-                            ablation="patch",
-                            patching=settings,
-                        )
-                    )
-            return out
+            patch = {n: (conditions[n], offsets.get(n)) for n in names}
+            return [r for p in chunk for r in _pair_records(run, p, patch, settings, common)]
 
         run.chunks(
             items,
@@ -242,6 +208,50 @@ def _plan(models: list[LanguageModel], opts: PatchingOptions, common: Common) ->
         return summarize(folder, correction=opts.correction, n_resamples=opts.n_resamples)
 
     return Plan(settings, each, provenance=prov, summarize=summary)
+
+
+def _pair_records(
+    run: ModelRun,
+    p: Prepared,
+    patch: dict[str, tuple[list, int | None]],
+    settings: dict,
+    common: Common,
+) -> list[dict]:
+    """One pair's records: its clean run, and its corrupted run under each patch not done.
+
+    ``patch`` maps a condition to its heads and, under the position unit, its offset from the
+    last token.
+    """
+    model = run.model
+    base = model.logits([p.clean, p.corrupted], batch_size=common.batch_size)
+    values = {"clean": p.measure(base[0]), "corrupted": p.measure(base[1])}
+    last = _length(model, p.corrupted) - 1
+    patched = model.logits(
+        [p.corrupted] * len(patch),
+        per_row=[
+            Patch(
+                as_pairs(heads),
+                source=(p.clean,),
+                positions=None if offset is None else (last - offset,),
+            )
+            for heads, offset in patch.values()
+        ],
+        batch_size=common.batch_size,
+    )
+    rows: list[tuple[str, list, float]] = [("clean", [], values["clean"])]
+    rows += [(n, patch[n][0], p.measure(x)) for n, x in zip(patch, patched)]
+    out = []
+    for condition, heads, value in rows:
+        if run.done(p.key, condition):
+            continue
+        metrics = {**values, "patched": value}
+        offset = patch[condition][1] if condition in patch else None
+        if offset is not None:
+            metrics["position_from_end"] = offset
+        out.append(
+            run.record(p.pair, condition, metrics, heads=heads, ablation="patch", patching=settings)
+        )
+    return out
 
 
 def _estimate(run: ModelRun, items: list[Prepared], settings: dict, common: Common) -> list[str]:
@@ -290,11 +300,6 @@ def _conditions(model: LanguageModel, unit: str, shortest: int) -> tuple[dict, d
     return conditions, offsets
 
 
-def _where(offsets: dict[str, int], name: str, last: int) -> tuple[int, ...] | None:
-    """The patched token position of a condition (None: every position)."""
-    return (last - offsets[name],) if name in offsets else None
-
-
 def summarize_patching(
     records: list[dict], *, correction: str = "bh", n_resamples: int | None = None, top: int = 10
 ) -> dict:
@@ -312,93 +317,13 @@ def summarize_patching(
     models = {}
     found: list[dict] = []
     for label, group in groups.items():
-        first = group[0]
-        n_layers, n_heads = first["provenance"]["n_layers"], first["provenance"]["n_heads"]
-        positions = [r["metrics"].get("position_from_end") for r in group]
-        width = {
-            "head": n_heads,
-            "layer": 1,
-            "position": 1 + max((p for p in positions if p is not None), default=0),
-        }[settings["unit"]]
-        table: dict[str, dict[str, float]] = {}
-        heads: dict[str, list] = {}
-        ends: dict[str, tuple[float, float]] = {}
-        unusable: dict[str, list[str]] = {}  # pair -> keys of its records with a bad number
-        for r in group:
-            m = r["metrics"]
-            ends[r["prompt_key"]] = (m["clean"], m["corrupted"])
-            if not all(per_head_tests.finite(m.get(f)) for f in ("clean", "corrupted", "patched")):
-                unusable.setdefault(r["prompt_key"], []).append(r["key"])
-            if r["condition"] == "clean":
-                continue
-            h = r["heads"]
-            column = m.get("position_from_end", 0)  # position unit: the map's columns
-            heads[r["condition"]] = h[0] if len(h) == 1 else [h[0][0], column]
-            table.setdefault(r["condition"], {})[r["prompt_key"]] = m["patched"]
-        names = sorted(table, key=lambda n: heads[n])
-        # attribution: the patched heads were chosen among all, so tests count all heads
-        attribution = settings.get("method") == "attribution"
-        n_tests = n_layers * n_heads if attribution else len(names)
-        usable = sorted(
-            p
-            for p, (c, x) in ends.items()
-            if p not in unusable and c != x and all(p in table[n] for n in names)
+        entry, usable, n_tests, unusable = _summarize_model(
+            group, settings, correction=correction, n_resamples=n_resamples, top=top
         )
-        no_gap = len(ends) - len(unusable) - len(usable)
-        used = n_resamples or per_head_tests.default_resamples(n_tests)
-        cells = {}
-        for name in names:
-            recovery = np.array(
-                [(table[name][p] - ends[p][1]) / (ends[p][0] - ends[p][1]) for p in usable]
-            )
-            cells[name] = per_head_tests.cell_stats(
-                recovery,
-                np.zeros_like(recovery),
-                seed=settings["seed"],
-                n_resamples=used,
-                alternative="two-sided",
-            )
-        if attribution:
-            attribution_method.adjust_all_heads(cells, correction=correction, n_heads=n_tests)
-        else:
-            per_head_tests.adjust(cells, correction=correction)
-        gap = [ends[p][0] - ends[p][1] for p in usable]
-        models[label] = {
-            "model": first["model"],
-            "revision": first["revision"],
-            "n_layers": n_layers,
-            "n_heads": n_heads,
-            "n_resamples": used,
-            "n_pairs": len(usable),
-            "n_pairs_no_gap": no_gap,
-            "pairs_skipped": first["provenance"].get("pairs_skipped", 0),
-            "mean_gap": float(np.mean(gap)) if gap else math.nan,
-            "recovery": per_head_tests.effect_map(cells, heads, n_layers, width),
-            "significant": [list(heads[n]) for n in names if cells[n]["significant"]],
-            "top": per_head_tests.top_cells(cells, heads, len(cells) if attribution else top),
-        }
-        if attribution:
-            mine = by_model(estimates).get(label, [])
-            _add_estimates(models[label], mine, {p: ends[p] for p in usable}, n_tests)
-        found += limits.collect(
-            limits.small_group(label, "the usable pairs", len(usable), "a test"),
-            limits.excluded(label, {"no clean-corrupted gap": no_gap}, "recovery"),
-            limits.excluded(
-                label,
-                {"with a null or non-finite metric": len(unusable)},
-                "recovery",
-                keys=sorted(k for keys in unusable.values() for k in keys),
-            ),
-            limits.corrected_resolution(
-                label,
-                "recovery",
-                n_pairs=len(usable),
-                n_resamples=used,
-                n_tests=n_tests,
-                correction=correction,
-                items="pairs",
-            ),
-        )
+        if settings.get("method") == "attribution":
+            _add_estimates(entry, by_model(estimates).get(label, []), usable, n_tests)
+        models[label] = entry
+        found += _model_limits(label, entry, unusable, n_tests, correction)
     return {
         "experiment": EXPERIMENT,
         "limits": found,
@@ -412,6 +337,119 @@ def summarize_patching(
         "effect": "(patched - corrupted) / (clean - corrupted), mean over pairs",
         "models": models,
     }
+
+
+def _tabulate(group: list[dict]) -> tuple[dict, dict, dict, dict]:
+    """One model's records as ``(table, heads, ends, unusable)``.
+
+    ``table``: condition -> pair -> patched metric; ``heads``: condition -> its map cell;
+    ``ends``: pair -> (clean, corrupted); ``unusable``: pair -> keys of its records with a
+    bad number.
+    """
+    table: dict[str, dict[str, float]] = {}
+    heads: dict[str, list] = {}
+    ends: dict[str, tuple[float, float]] = {}
+    unusable: dict[str, list[str]] = {}
+    for r in group:
+        m = r["metrics"]
+        ends[r["prompt_key"]] = (m["clean"], m["corrupted"])
+        if not all(per_head_tests.finite(m.get(f)) for f in ("clean", "corrupted", "patched")):
+            unusable.setdefault(r["prompt_key"], []).append(r["key"])
+        if r["condition"] == "clean":
+            continue
+        h = r["heads"]
+        column = m.get("position_from_end", 0)  # position unit: the map's columns
+        heads[r["condition"]] = h[0] if len(h) == 1 else [h[0][0], column]
+        table.setdefault(r["condition"], {})[r["prompt_key"]] = m["patched"]
+    return table, heads, ends, unusable
+
+
+def _summarize_model(
+    group: list[dict], settings: dict, *, correction: str, n_resamples: int | None, top: int
+) -> tuple[dict, dict, int, dict[str, list[str]]]:
+    """One model's summary entry, plus what its estimates and limits need.
+
+    Returns ``(entry, ends of the usable pairs, n_tests, unusable)``; ``unusable`` maps a
+    pair to the keys of its records with a bad number.
+    """
+    first = group[0]
+    n_layers, n_heads = first["provenance"]["n_layers"], first["provenance"]["n_heads"]
+    positions = [r["metrics"].get("position_from_end") for r in group]
+    width = {
+        "head": n_heads,
+        "layer": 1,
+        "position": 1 + max((p for p in positions if p is not None), default=0),
+    }[settings["unit"]]
+    table, heads, ends, unusable = _tabulate(group)
+    names = sorted(table, key=lambda n: heads[n])
+    # attribution: the patched heads were chosen among all, so tests count all heads
+    attribution = settings.get("method") == "attribution"
+    n_tests = n_layers * n_heads if attribution else len(names)
+    usable = sorted(
+        p
+        for p, (c, x) in ends.items()
+        if p not in unusable and c != x and all(p in table[n] for n in names)
+    )
+    no_gap = len(ends) - len(unusable) - len(usable)
+    used = n_resamples or per_head_tests.default_resamples(n_tests)
+    cells = {}
+    for name in names:
+        recovery = np.array(
+            [(table[name][p] - ends[p][1]) / (ends[p][0] - ends[p][1]) for p in usable]
+        )
+        cells[name] = per_head_tests.cell_stats(
+            recovery,
+            np.zeros_like(recovery),
+            seed=settings["seed"],
+            n_resamples=used,
+            alternative="two-sided",
+        )
+    if attribution:
+        attribution_method.adjust_all_heads(cells, correction=correction, n_heads=n_tests)
+    else:
+        per_head_tests.adjust(cells, correction=correction)
+    gap = [ends[p][0] - ends[p][1] for p in usable]
+    entry = {
+        "model": first["model"],
+        "revision": first["revision"],
+        "n_layers": n_layers,
+        "n_heads": n_heads,
+        "n_resamples": used,
+        "n_pairs": len(usable),
+        "n_pairs_no_gap": no_gap,
+        "pairs_skipped": first["provenance"].get("pairs_skipped", 0),
+        "mean_gap": float(np.mean(gap)) if gap else math.nan,
+        "recovery": per_head_tests.effect_map(cells, heads, n_layers, width),
+        "significant": [list(heads[n]) for n in names if cells[n]["significant"]],
+        "top": per_head_tests.top_cells(cells, heads, len(cells) if attribution else top),
+    }
+    return entry, {p: ends[p] for p in usable}, n_tests, unusable
+
+
+def _model_limits(
+    label: str, entry: dict, unusable: dict[str, list[str]], n_tests: int, correction: str
+) -> list[dict]:
+    """The limits of one model's recovery map (``unusable``: pair -> keys of its bad records)."""
+    n_pairs = entry["n_pairs"]
+    return limits.collect(
+        limits.small_group(label, "the usable pairs", n_pairs, "a test"),
+        limits.excluded(label, {"no clean-corrupted gap": entry["n_pairs_no_gap"]}, "recovery"),
+        limits.excluded(
+            label,
+            {"with a null or non-finite metric": len(unusable)},
+            "recovery",
+            keys=sorted(k for keys in unusable.values() for k in keys),
+        ),
+        limits.corrected_resolution(
+            label,
+            "recovery",
+            n_pairs=n_pairs,
+            n_resamples=entry["n_resamples"],
+            n_tests=n_tests,
+            correction=correction,
+            items="pairs",
+        ),
+    )
 
 
 def _add_estimates(entry: dict, estimates: list[dict], ends: dict, n_tests: int) -> None:

@@ -307,28 +307,8 @@ def _run_model(run: ModelRun, items: list[PromptRecord], settings: dict, batch_s
             batch_size=batch_size,
             progress=run.progress,  # moves after every pass, with an ETA for the chunk
         )
-        owner_of = np.array(owners)
-        out = []
-        for i, rec in enumerate(chunk):
-            answer = answers[i]
-            columns = np.flatnonzero(owner_of == i)
-            for name, values in [("clean", clean), *zip(names, scores)]:
-                if run.done(rec.key, name):
-                    continue
-                mine = [float(v) for v in values[columns]]
-                metrics = _metrics(mine, answer, donor_of.get(rec.key))
-                heads = conditions.get(name, [])
-                out.append(
-                    run.record(
-                        rec,
-                        name,
-                        metrics,
-                        heads=heads,
-                        ablation=settings["ablation"],
-                        scan=settings,
-                    )
-                )
-        return out
+        rows = [("clean", clean), *zip(names, scores)]
+        return _chunk_records(run, chunk, rows, owners, answers, conditions, donor_of, settings)
 
     run.chunks(
         items,
@@ -337,8 +317,46 @@ def _run_model(run: ModelRun, items: list[PromptRecord], settings: dict, batch_s
         chunk_size=batch_size,
         desc=f"scan {label}",
     )
-    if settings["unit"] != "head":
-        return
+    if settings["unit"] == "head":
+        _bsi_pass(run, items, batch_size)
+
+
+def _chunk_records(
+    run: ModelRun,
+    chunk: list[PromptRecord],
+    rows: list[tuple[str, np.ndarray]],
+    owners: list[int],
+    answers: list,
+    conditions: dict[str, list],
+    donor_of: dict,
+    settings: dict,
+) -> list[dict]:
+    """One chunk's records: per prompt, the clean row and each condition's, unless done.
+
+    ``rows`` pairs a condition with its scores over every sequence of the chunk; ``owners``
+    gives each sequence's prompt index in ``chunk``.
+    """
+    owner_of = np.array(owners)
+    out = []
+    for i, rec in enumerate(chunk):
+        columns = np.flatnonzero(owner_of == i)
+        for name, values in rows:
+            if run.done(rec.key, name):
+                continue
+            mine = [float(v) for v in values[columns]]
+            metrics = _metrics(mine, answers[i], donor_of.get(rec.key))
+            heads = conditions.get(name, [])
+            out.append(
+                run.record(
+                    rec, name, metrics, heads=heads, ablation=settings["ablation"], scan=settings
+                )
+            )
+    return out
+
+
+def _bsi_pass(run: ModelRun, items: list[PromptRecord], batch_size: int) -> None:
+    """Each prompt's clean BSI record, for the BSI-effect correlation of a head scan."""
+    model = run.model
 
     def bsi_work(chunk: list[PromptRecord]) -> list[dict]:
         results = binding(model, chunk, batch_size=batch_size, on_missing="skip")
@@ -352,7 +370,7 @@ def _run_model(run: ModelRun, items: list[PromptRecord], settings: dict, batch_s
         bsi_work,
         key=lambda r: run.key(r.key, name=BSI),
         chunk_size=batch_size * 4,
-        desc=f"scan BSI {label}",
+        desc=f"scan BSI {model_label(model)}",
     )
 
 

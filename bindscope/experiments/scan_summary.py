@@ -196,6 +196,7 @@ def _summarize_model(
     top: int,
     estimates: list[dict] | tuple = (),
 ) -> dict:
+    """One model's summary entry: its maps per metric, estimates and BSI correlation."""
     first = group[0]
     seed = settings["seed"]
     n_layers, n_heads = first["provenance"]["n_layers"], first["provenance"]["n_heads"]
@@ -208,76 +209,133 @@ def _summarize_model(
     attribution = settings.get("method") == "attribution"
     n_tests = n_layers * n_heads if attribution else len(names)
     n_resamples = n_resamples or per_head_tests.default_resamples(n_tests)
-    entry = {
-        "model": first["model"],
-        "revision": first["revision"],
-        "n_layers": n_layers,
-        "n_heads": n_heads,
-        "n_resamples": n_resamples,
-        "n_prompts": len(complete),
-        "prompts_skipped": first["provenance"].get("prompts_skipped", {}),
-        "metrics": {},
-        "unusable": {},
-    }
+    entry = _entry(first, n_resamples, len(complete))
     if attribution:
         entry["n_tests"] = n_tests
     for metric in METRICS:
         field = "logprob" if metric == "logprob" else "score"
-        # a prompt without the field is not scored on this metric (no choices: no accuracy);
-        # one with a null or non-finite value in any record is left out and its keys listed
-        present = [p for p in complete if field in clean[p]]
-        rows = [("clean", clean), *((n, table[n]) for n in names)]
-        bad = _unusable(present, rows, keys, field)
-        left_out = sorted({p for p, _ in bad})
-        prompts = [p for p in present if p not in left_out]
-        if bad:
-            entry["unusable"][metric] = {
-                "prompts": left_out,
-                "keys": sorted(key for _, key in bad),
-            }
+        prompts, unusable = _metric_prompts(complete, clean, table, names, keys, field)
+        if unusable:
+            entry["unusable"][metric] = unusable
         if not prompts:
             continue
         base = np.array([clean[p][field] for p in prompts], dtype=float)
-        cells = {}
-        for name in names:
-            ablated = np.array([table[name][p][field] for p in prompts], dtype=float)
-            cells[name] = per_head_tests.cell_stats(
-                base, ablated, seed=seed, n_resamples=n_resamples, alternative="two-sided"
-            )
-        if attribution:
-            attribution_method.adjust_all_heads(cells, correction=correction, n_heads=n_tests)
-        else:
-            per_head_tests.adjust(cells, correction=correction)
-        entry["metrics"][metric] = {
-            "clean_mean": float(base.mean()),
-            "n_prompts": len(prompts),
-            "effect": per_head_tests.effect_map(cells, heads, n_layers, width),
-            "low": _map(cells, heads, n_layers, width, "low"),
-            "high": _map(cells, heads, n_layers, width, "high"),
-            "p": _map(cells, heads, n_layers, width, "p"),
-            "p_adjusted": _map(cells, heads, n_layers, width, "p_adjusted"),
-            "significant": [list(heads[n]) for n in names if cells[n]["significant"]],
-            "top": per_head_tests.top_cells(cells, heads, len(cells) if attribution else top),
-        }
+        ablated = {n: np.array([table[n][p][field] for p in prompts], dtype=float) for n in names}
+        entry["metrics"][metric] = _metric_summary(
+            base,
+            ablated,
+            heads,
+            n_layers,
+            width,
+            seed=seed,
+            n_resamples=n_resamples,
+            correction=correction,
+            n_tests=n_tests if attribution else None,
+            top=top,
+        )
     if attribution:  # the estimate map and its agreement with the verified heads
-        mine = [
-            r
-            for r in estimates
-            if (r["model"], r["revision"]) == (first["model"], first["revision"])
-        ]
+        same = (first["model"], first["revision"])
+        mine = [r for r in estimates if (r["model"], r["revision"]) == same]
         attribution_method.add_estimates(entry, mine, complete)
     if settings["unit"] == "head" and "logprob" in entry["metrics"]:
         usable = {p: clean[p] for p in clean if p not in _left_out(entry, "logprob")}
         effects = _exact_effects(table, usable, names, heads)
         if attribution:  # every head's estimate: the exact effects cover the verified only
             effects = _estimated_effects(first, estimates, n_layers, n_heads)
-        entry["bsi_vs_effect"] = _bsi_correlation(first, bsi_records, effects, usable, seed)
-        mean_bsi = _mean_bsi(first, bsi_records)
-        if mean_bsi is not None:
-            entry["_mean_bsi"] = mean_bsi
+        _add_bsi(entry, first, bsi_records, effects, usable, seed)
     if not entry["unusable"]:
         del entry["unusable"]
     return entry
+
+
+def _entry(first: dict, n_resamples: int, n_prompts: int) -> dict:
+    """A model's summary entry before its metrics, from its first record."""
+    provenance = first["provenance"]
+    return {
+        "model": first["model"],
+        "revision": first["revision"],
+        "n_layers": provenance["n_layers"],
+        "n_heads": provenance["n_heads"],
+        "n_resamples": n_resamples,
+        "n_prompts": n_prompts,
+        "prompts_skipped": provenance.get("prompts_skipped", {}),
+        "metrics": {},
+        "unusable": {},
+    }
+
+
+def _metric_prompts(
+    complete: list[str],
+    clean: dict,
+    table: dict,
+    names: list[str],
+    keys: dict[tuple[str, str], str],
+    field: str,
+) -> tuple[list[str], dict | None]:
+    """The prompts scored on ``field``, and those left out with their record keys (or None).
+
+    A prompt without the field is not scored on it (no choices: no accuracy); one with a
+    null or non-finite value in any record is left out and its keys listed.
+    """
+    present = [p for p in complete if field in clean[p]]
+    rows = [("clean", clean), *((n, table[n]) for n in names)]
+    bad = _unusable(present, rows, keys, field)
+    left_out = sorted({p for p, _ in bad})
+    prompts = [p for p in present if p not in left_out]
+    if not bad:
+        return prompts, None
+    return prompts, {"prompts": left_out, "keys": sorted(key for _, key in bad)}
+
+
+def _metric_summary(
+    base: np.ndarray,
+    ablated: dict[str, np.ndarray],
+    heads: dict[str, list],
+    n_layers: int,
+    width: int,
+    *,
+    seed: int,
+    n_resamples: int,
+    correction: str,
+    n_tests: int | None,
+    top: int,
+) -> dict:
+    """One metric's maps and top cells from its clean and per-condition values.
+
+    ``n_tests`` is set under attribution (the verified heads were chosen among that many),
+    None when every condition was run exactly.
+    """
+    cells = {
+        name: per_head_tests.cell_stats(
+            base, values, seed=seed, n_resamples=n_resamples, alternative="two-sided"
+        )
+        for name, values in ablated.items()
+    }
+    if n_tests is not None:
+        attribution_method.adjust_all_heads(cells, correction=correction, n_heads=n_tests)
+    else:
+        per_head_tests.adjust(cells, correction=correction)
+    return {
+        "clean_mean": float(base.mean()),
+        "n_prompts": len(base),
+        "effect": per_head_tests.effect_map(cells, heads, n_layers, width),
+        "low": _map(cells, heads, n_layers, width, "low"),
+        "high": _map(cells, heads, n_layers, width, "high"),
+        "p": _map(cells, heads, n_layers, width, "p"),
+        "p_adjusted": _map(cells, heads, n_layers, width, "p_adjusted"),
+        "significant": [list(heads[n]) for n in ablated if cells[n]["significant"]],
+        "top": per_head_tests.top_cells(cells, heads, len(cells) if n_tests is not None else top),
+    }
+
+
+def _add_bsi(
+    entry: dict, first: dict, bsi_records: list[dict], effects: Effects, usable: dict, seed: int
+) -> None:
+    """The correlation of BSI with the heads' effects, and the model's mean BSI if known."""
+    entry["bsi_vs_effect"] = _bsi_correlation(first, bsi_records, effects, usable, seed)
+    mean_bsi = _mean_bsi(first, bsi_records)
+    if mean_bsi is not None:
+        entry["_mean_bsi"] = mean_bsi
 
 
 def _left_out(entry: dict, metric: str) -> set[str]:

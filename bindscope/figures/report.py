@@ -36,16 +36,7 @@ def write_report(
         figures = make_figures(root)
     results = load_results(root, sections())
     path.parent.mkdir(parents=True, exist_ok=True)
-    lines = [
-        f"# bindscope results: `{root.name or root.resolve().name}`",
-        "",
-        f"Tables and figures below are read from the result records (`{SCHEMA}`) in "
-        f"`{root}`; nothing is typed in by hand. Intervals are 95% unless a column says "
-        "otherwise; p-values are as stored (Holm-adjusted where the column says so). Every "
-        "figure is also linked as a PDF.",
-        "",
-    ]
-    lines += _provenance(results)
+    lines = [*_header(root), *_provenance(results)]
     number = 0
     for name, section in sections().items():
         exp = results[name]
@@ -74,6 +65,19 @@ def write_report(
     lines += _not_included(results, figures)
     path.write_text("\n".join(lines).rstrip() + "\n", "utf-8")
     return path
+
+
+def _header(root: Path) -> list[str]:
+    """The report's title and what its numbers are."""
+    return [
+        f"# bindscope results: `{root.name or root.resolve().name}`",
+        "",
+        f"Tables and figures below are read from the result records (`{SCHEMA}`) in "
+        f"`{root}`; nothing is typed in by hand. Intervals are 95% unless a column says "
+        "otherwise; p-values are as stored (Holm-adjusted where the column says so). Every "
+        "figure is also linked as a PDF.",
+        "",
+    ]
 
 
 def _rel(target: Path, report: Path) -> str:

@@ -316,6 +316,13 @@ def revision_tokens(model: str, revision: str | None) -> int | None:
     return None
 
 
+# where ``emergence``'s token counts come from, written beside them
+TOKENS_SOURCE = (
+    "revision names (OLMo stepN-tokensXB; Pythia stepN x 2,097,152 tokens per step, "
+    "1024 x 2048-token sequences, Biderman et al. 2023)"
+)
+
+
 def emergence(
     revisions: Sequence[str],
     means: Sequence[Mapping[str, Sequence]],
@@ -332,7 +339,6 @@ def emergence(
         model: The model's name, for the token counts its revision names imply.
         thresholds: Class thresholds (defaults: ``THRESHOLDS``).
         top_k: How many top heads per class get a trajectory.
-        model: Model id (decides whether Pythia's tokens-per-step applies).
 
     Returns:
         ``fraction``: per class, the fraction of heads in it at each checkpoint (labels);
@@ -361,19 +367,7 @@ def emergence(
             if hit is None
             else {"revision": revisions[hit], "index": hit, "tokens": tokens[hit]}
         )
-    trajectories = {}
-    for score in SCORES:
-        if means[-1].get(score) is None:
-            continue
-        heads = top_heads(means[-1][score], top_k)
-        trajectories[score] = {
-            "heads": heads,
-            "values": [
-                [None if m.get(score) is None else float(np.asarray(m[score])[l, h])
-                 for m in means]
-                for l, h in heads  # noqa: E741
-            ],
-        }  # fmt: skip
+    trajectories = _trajectories(means, top_k)
     lead = None
     if first["induction"] and first["sink"]:
         a, b = first["sink"]["tokens"], first["induction"]["tokens"]
@@ -387,11 +381,26 @@ def emergence(
         "first": first,
         "trajectories": trajectories,
         "induction_lead_tokens": lead,
-        "tokens_source": (
-            "revision names (OLMo stepN-tokensXB; Pythia stepN x 2,097,152 tokens per step, "
-            "1024 x 2048-token sequences, Biderman et al. 2023)"
-        ),
+        "tokens_source": TOKENS_SOURCE,
     }
+
+
+def _trajectories(means: Sequence[Mapping[str, Sequence]], top_k: int) -> dict:
+    """Per score, the ``top_k`` heads at the last checkpoint and their score at every one."""
+    trajectories = {}
+    for score in SCORES:
+        if means[-1].get(score) is None:
+            continue
+        heads = top_heads(means[-1][score], top_k)
+        trajectories[score] = {
+            "heads": heads,
+            "values": [
+                [None if m.get(score) is None else float(np.asarray(m[score])[l, h])
+                 for m in means]
+                for l, h in heads  # noqa: E741
+            ],
+        }  # fmt: skip
+    return trajectories
 
 
 def spread_fraction(spread: Sequence, mean_keys: float) -> list:

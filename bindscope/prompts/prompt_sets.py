@@ -118,24 +118,7 @@ def load(path_or_name: str | Path, *, check_terms: bool = True) -> PromptSet:
     Raises:
         PromptFileError: The message names the file, the line and the field.
     """
-    if str(path_or_name) in BUILTIN_SETS:
-        path, name = data_path(f"{path_or_name}.jsonl"), str(path_or_name)
-    else:
-        path = Path(path_or_name)
-        name = path.stem
-    if path.is_dir():
-        raise PromptFileError(
-            f"{path}: is a folder, not a prompt file; pass a .jsonl file in it, or one of "
-            f"{', '.join(BUILTIN_SETS)}"
-        )
-    if not path.is_file():
-        raise PromptFileError(
-            f"{path}: no such prompt file; pass one of {', '.join(BUILTIN_SETS)} or a .jsonl path"
-        )
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise PromptFileError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    path, name, raw = _read(path_or_name)
     text = _decode(raw, path)
     records: list[PromptRecord] = []
     seen: dict[str, int] = {}
@@ -146,22 +129,7 @@ def load(path_or_name: str | Path, *, check_terms: bool = True) -> PromptSet:
         if not line.strip():
             continue
         where = f"{path}:{number}"
-        try:
-            obj = json.loads(line)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            why = (
-                f"{exc.msg} at column {exc.colno}"
-                if isinstance(exc, json.JSONDecodeError)
-                else "nested too deep"
-            )
-            raise PromptFileError(f"{where}: not valid JSON ({why})") from None
-        try:
-            json.dumps(obj, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            raise PromptFileError(
-                f"{where}: holds a lone surrogate escape (\\ud800-\\udfff), which is no "
-                "character; write the character itself or a valid surrogate pair"
-            ) from None
+        obj = _json_line(line, where)
         record = _parse(obj, where)
         spaced += whitespace_problems(
             where, obj, prompts=("template",), continuations=("choices", "target")
@@ -183,6 +151,50 @@ def load(path_or_name: str | Path, *, check_terms: bool = True) -> PromptSet:
         raise PromptFileError(f"{path}: no records")
     refuse_whitespace(path, spaced)
     return PromptSet(name, tuple(records), hashlib.sha256(raw).hexdigest())
+
+
+def _read(path_or_name: str | Path) -> tuple[Path, str, bytes]:
+    """A prompt file's path, set name and bytes (a built-in set by its name)."""
+    if str(path_or_name) in BUILTIN_SETS:
+        path, name = data_path(f"{path_or_name}.jsonl"), str(path_or_name)
+    else:
+        path = Path(path_or_name)
+        name = path.stem
+    if path.is_dir():
+        raise PromptFileError(
+            f"{path}: is a folder, not a prompt file; pass a .jsonl file in it, or one of "
+            f"{', '.join(BUILTIN_SETS)}"
+        )
+    if not path.is_file():
+        raise PromptFileError(
+            f"{path}: no such prompt file; pass one of {', '.join(BUILTIN_SETS)} or a .jsonl path"
+        )
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise PromptFileError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    return path, name, raw
+
+
+def _json_line(line: str, where: str) -> Any:
+    """One JSON Lines record, refused (at ``where``) if not JSON or not encodable as UTF-8."""
+    try:
+        obj = json.loads(line)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        why = (
+            f"{exc.msg} at column {exc.colno}"
+            if isinstance(exc, json.JSONDecodeError)
+            else "nested too deep"
+        )
+        raise PromptFileError(f"{where}: not valid JSON ({why})") from None
+    try:
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise PromptFileError(
+            f"{where}: holds a lone surrogate escape (\\ud800-\\udfff), which is no "
+            "character; write the character itself or a valid surrogate pair"
+        ) from None
+    return obj
 
 
 def refuse_whitespace(path: Path, problems: list[str]) -> None:
@@ -248,33 +260,9 @@ def _parse(obj, where: str) -> PromptRecord:
         raise PromptFileError(f"{where}: field 'task': unknown task {task!r}; use one of {TASKS}")
     choices = answer_idx = max_tokens = None
     if task == "recognition":
-        choices = obj.get("choices")
-        if (
-            not isinstance(choices, list)
-            or len(choices) < 2
-            or not all(isinstance(c, str) and c.strip() for c in choices)
-        ):
-            raise PromptFileError(
-                f"{where}: field 'choices' must be a list of 2+ non-empty strings"
-            )
-        answer_idx = obj.get("answer_idx")
-        if (
-            not isinstance(answer_idx, int)
-            or isinstance(answer_idx, bool)
-            or not (0 <= answer_idx < len(choices))
-        ):
-            raise PromptFileError(
-                f"{where}: field 'answer_idx' is {answer_idx!r}; it must be an integer in "
-                f"0..{len(choices) - 1} (one per choice)"
-            )
-        choices = tuple(choices)
+        choices, answer_idx = _choices(obj, where)
     else:
-        max_tokens = obj.get("max_tokens")
-        if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-            raise PromptFileError(
-                f"{where}: field 'max_tokens' is {max_tokens!r}; generation records need a "
-                "positive integer new-token budget"
-            )
+        max_tokens = _max_tokens(obj, where)
     _check_optional(obj, where)
     group = obj.get("control_group")
     extra = {k: v for k, v in obj.items() if k not in _KNOWN}
@@ -290,6 +278,39 @@ def _parse(obj, where: str) -> PromptRecord:
         where,
         extra,
     )
+
+
+def _choices(obj: dict, where: str) -> tuple[tuple[str, ...], int]:
+    """A recognition record's choices and the index of its answer."""
+    choices = obj.get("choices")
+    if (
+        not isinstance(choices, list)
+        or len(choices) < 2
+        or not all(isinstance(c, str) and c.strip() for c in choices)
+    ):
+        raise PromptFileError(f"{where}: field 'choices' must be a list of 2+ non-empty strings")
+    answer_idx = obj.get("answer_idx")
+    if (
+        not isinstance(answer_idx, int)
+        or isinstance(answer_idx, bool)
+        or not (0 <= answer_idx < len(choices))
+    ):
+        raise PromptFileError(
+            f"{where}: field 'answer_idx' is {answer_idx!r}; it must be an integer in "
+            f"0..{len(choices) - 1} (one per choice)"
+        )
+    return tuple(choices), answer_idx
+
+
+def _max_tokens(obj: dict, where: str) -> int:
+    """A generation record's positive new-token budget."""
+    max_tokens = obj.get("max_tokens")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise PromptFileError(
+            f"{where}: field 'max_tokens' is {max_tokens!r}; generation records need a "
+            "positive integer new-token budget"
+        )
+    return max_tokens
 
 
 def _check_optional(obj: dict, where: str) -> None:

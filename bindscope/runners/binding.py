@@ -94,45 +94,50 @@ def binding(
     spec = (model.check_heads(ablate), intervene)
     nan = torch.full((model.n_layers, model.n_heads), float("nan"))
     results: list[BindingResult | None] = [None] * len(records)
-    # Prompts that share the tokens up to the span's end AND the span itself are one
-    # computation (causal attention ignores what follows); a nested term in the same prefix
-    # ("screen reader" in "test a screen reader") is another span, so another BSI.
+    # Prompts sharing the tokens up to the span's end AND the span are one computation (causal
+    # attention ignores what follows); a nested term ("screen reader" in "test a screen
+    # reader") is another span, so another BSI.
     prefixes: dict[tuple[tuple[int, ...], tuple[int, ...]], list[tuple[int, Span]]] = {}
     for i, record in enumerate(records):
-        try:
-            span = locate(model, record.template, record.term, prompt_id=record.key)
-        except SpanNotFoundError as exc:
-            if on_missing == "error":
-                raise
-            results[i] = _result(record, nan, None, skipped=str(exc))
-            continue
-        too_long = length_problem(model, record, n_tokens=span.n_tokens)
-        if too_long:  # the term is there: the context window is the reason
-            if on_missing == "error":
-                raise PromptTooLongError(too_long)
-            results[i] = _result(record, nan, span, skipped=too_long, flags=(TOO_LONG,))
-            continue
-        if len(span.indices) < 2:
-            results[i] = _result(record, nan, span)
-            continue
-        if on_sink == "skip" and "at_position_0" in span.flags:
-            results[i] = _result(record, nan, span, skipped=SINK_SKIP)
+        span = _span_to_measure(model, record, nan, on_missing=on_missing, on_sink=on_sink)
+        if isinstance(span, BindingResult):
+            results[i] = span
             continue
         ids = tuple(model.tokenize(record.template)[: span.indices[-1] + 1])
         prefixes.setdefault((ids, tuple(span.indices)), []).append((i, span))
-    unique = list(prefixes)
-    bsi_by_prefix = _batched_bsi(
-        model,
-        [u[0] for u in unique],
-        [prefixes[u][0][1] for u in unique],
-        batch_size,
-        spec,
-        progress,
-    )
+    unique, spans = list(prefixes), [found[0][1] for found in prefixes.values()]
+    bsi_by_prefix = _batched_bsi(model, [u[0] for u in unique], spans, batch_size, spec, progress)
     for computation, bsi in zip(unique, bsi_by_prefix):
         for i, span in prefixes[computation]:
             results[i] = _result(records[i], bsi, span)
     return results  # type: ignore[return-value]
+
+
+def _span_to_measure(
+    model: LanguageModel, record: PromptRecord, nan: torch.Tensor, *, on_missing: str, on_sink: str
+) -> Span | BindingResult:
+    """The record's span to measure, or its unmeasured result (NaN numbers).
+
+    A missing term or a prompt past the context window raises under ``on_missing="error"``;
+    a one-token span has no BSI; a span on the attention sink is skipped under
+    ``on_sink="skip"``.
+    """
+    try:
+        span = locate(model, record.template, record.term, prompt_id=record.key)
+    except SpanNotFoundError as exc:
+        if on_missing == "error":
+            raise
+        return _result(record, nan, None, skipped=str(exc))
+    too_long = length_problem(model, record, n_tokens=span.n_tokens)
+    if too_long:  # the term is there: the context window is the reason
+        if on_missing == "error":
+            raise PromptTooLongError(too_long)
+        return _result(record, nan, span, skipped=too_long, flags=(TOO_LONG,))
+    if len(span.indices) < 2:
+        return _result(record, nan, span)
+    if on_sink == "skip" and "at_position_0" in span.flags:
+        return _result(record, nan, span, skipped=SINK_SKIP)
+    return span
 
 
 def _batched_bsi(

@@ -65,6 +65,38 @@ def patching_sweep(
             not a function or does not return one finite number.
         InterventionError: A site the family does not have (or ``pattern``).
     """
+    clean_ids, corrupt_ids = _checked_texts(model, clean, corrupt, metric)
+    names = _check_sites(model, sites)
+    wanted = model.check_layers(layers)
+    where = _positions(model, positions, len(corrupt_ids))
+    cells = [(site, layer, p) for site in names for layer in wanted for p in where]
+    specs = [Patch(site, (clean_ids,), layers=(layer,), positions=(p,)) for site, layer, p in cells]
+    texts = [corrupt_ids] * len(cells)
+    rows = resolve_rows(model, texts, per_row=specs)
+    values = torch.empty(len(cells))
+    planned = plan_batches(model, texts, rows, batch_size=batch_size)
+    total = math.ceil(len(cells) / batch_size)
+    for item in tqdm(planned, total=total, desc="patching sweep", unit="batch",
+                     disable=not progress):  # fmt: skip
+
+        def body(donors, plan=item.plan):
+            run_layers(model, plan=plan, donors=donors)
+            return ops.save(ops.final_logits(model)[:, -1])  # [b, V]: the metric's row
+
+        last = model.trace_batch(item, body)
+        for r, index in enumerate(item.batch.indices):
+            values[index] = _number(metric(last[r : r + 1].float()), cells[index])
+    grid = values.view(len(names), len(wanted), len(where))
+    return {site: grid[k].clone() for k, site in enumerate(names)}
+
+
+def _checked_texts(
+    model: LanguageModel,
+    clean: str | Sequence[int],
+    corrupt: str | Sequence[int],
+    metric: Callable[[torch.Tensor], float],
+) -> tuple[list[int], list[int]]:
+    """The clean and corrupt token ids, of one length; refuses a metric that is no function."""
     clean_ids, corrupt_ids = (model.tokenize(t) if isinstance(t, str) else list(t)
                               for t in check_texts([clean, corrupt]))  # fmt: skip
     n = len(corrupt_ids)
@@ -79,32 +111,15 @@ def patching_sweep(
             f"metric={metric!r} is not a function; pass e.g. "
             "metric=lambda logits: logit_diff(logits, correct_id, wrong_id)"
         )
-    names = _check_sites(model, sites)
-    wanted = model.check_layers(layers)
+    return clean_ids, corrupt_ids
+
+
+def _positions(model: LanguageModel, positions: int | Sequence[int] | None, n: int) -> list[int]:
+    """The absolute positions to patch in texts of ``n`` tokens (None: all)."""
     chosen = read_positions(positions)
-    where = list(range(n)) if chosen is None else absolute_positions(
-        chosen, n, model_name=model.name, text="the clean and corrupt texts"
-    )  # fmt: skip
-    cells = [(site, layer, p) for site in names for layer in wanted for p in where]
-    specs = [Patch(site, (clean_ids,), layers=(layer,), positions=(p,)) for site, layer, p in cells]
-    texts = [corrupt_ids] * len(cells)
-    rows = resolve_rows(model, texts, per_row=specs)
-    values = torch.empty(len(cells))
-    planned = plan_batches(model, texts, rows, batch_size=batch_size)
-    total = math.ceil(len(cells) / batch_size)
-    for item in tqdm(planned, total=total, desc="patching sweep", unit="batch",
-                     disable=not progress):  # fmt: skip
-
-        def body(donors, plan=item.plan):
-            run_layers(model, plan=plan, donors=donors)
-            last = ops.save(ops.final_logits(model)[:, -1])  # [b, V]: the metric's row
-            return last
-
-        last = model.trace_batch(item, body)
-        for r, index in enumerate(item.batch.indices):
-            values[index] = _number(metric(last[r : r + 1].float()), cells[index])
-    grid = values.view(len(names), len(wanted), len(where))
-    return {site: grid[k].clone() for k, site in enumerate(names)}
+    if chosen is None:
+        return list(range(n))
+    return absolute_positions(chosen, n, model_name=model.name, text="the clean and corrupt texts")
 
 
 def _check_sites(model: LanguageModel, sites) -> list[str]:

@@ -386,18 +386,9 @@ def condition_scores(
         ``(clean [S], scores [C, S])`` float64 arrays.
     """
     conditions = _checked(model, conditions, means, donors, len(sequences), strategy)
-    table = means.means if means is not None else None
-    rows_per_pass = rows_per_pass or batch_size * model.n_heads
+    scan = _Scan.of(model, conditions, means, strategy, rows_per_pass or batch_size * model.n_heads)
     clean = np.zeros(len(sequences))
     scores = np.zeros((len(conditions), len(sequences)))
-    starts = [min(layer for layer, _ in c) for c in conditions]
-    by_start: dict[int, list[int]] = {}
-    for c, start in enumerate(starts):
-        by_start.setdefault(start, []).append(c)
-    keep_layers = max(starts) if strategy == "residual" else 0
-    # a remote model runs each batch as one session, so the residual stream stays there
-    session = bool(getattr(model, "remote", False)) and strategy == "residual"
-    batches = list(model.batches([list(s.ids) for s in sequences], batch_size=batch_size))
     # one step per (sequence, condition) row: the bar moves after every pass, with an ETA
     bar = tqdm(
         total=len(sequences) * len(conditions),
@@ -406,47 +397,101 @@ def condition_scores(
         disable=not progress,
         leave=False,
     )
-
-    keeps = keeps_logits(model)
-    for batch in batches:
+    for batch in model.batches([list(s.ids) for s in sequences], batch_size=batch_size):
         part = [sequences[i] for i in batch.indices]
-        # the unembedding runs only where a target is predicted (the last T + 1 positions)
-        last = max(s.n_target for s in part) + 1 if keeps else None
-        options = {"logits_to_keep": last} if keeps else {}
-        targets = _targets(batch, part, last)
-        b = len(part)
-        width = batch.input_ids.shape[1]
-        keep: list[int] = []
-        valid, mine = None, None
-        if donors is not None:
-            mine = model.encode([list(donors[i].ids) for i in batch.indices])
-            keep, valid = _alignment(part, [donors[i] for i in batch.indices], width)
-        passes = _passes(model, batch, conditions, by_start, targets, table, valid, rows_per_pass)
-        if session:  # remote: everything of the batch in one request, only scores come back
-            done = list(passes)
-            swap = None if mine is None else (mine.inputs, keep, width)
-            found = _batch_session(model, batch.inputs, targets, keep_layers, options, done, swap)
-            clean[batch.indices] = found[0].double().cpu().numpy()
-            for one, got in zip(done, found[1:]):
-                for (c, r), value in zip(one.pairs, got.double().tolist()):
-                    scores[c, batch.indices[r]] = value
-            bar.update(b * len(conditions))
-            continue
-        index, target, weight = targets
-        found, outputs = _clean(model, batch, index, target, weight, keep_layers, options)
-        clean[batch.indices] = found.double().numpy()
-        swapped = None if mine is None else _donor_outputs(model, mine, keep, width)
-        if strategy == "naive":  # every condition from the embeddings, one per pass
-            for c in range(len(conditions)):
-                plan = _condition_plan(model, conditions, [c] * b, table, batch, valid)
-                got = _conditions_pass(
-                    model, batch.inputs, targets, plan, 0, None, options, swapped
-                )
-                scores[c, batch.indices] = got.double().numpy()
-                bar.update(b)
-            continue
-        for c, r, value in _residual_passes(model, passes, outputs, options, swapped):
-            scores[c, batch.indices[r]] = value
-            bar.update(1)
+        given = None if donors is None else [donors[i] for i in batch.indices]
+        _score_batch(model, scan, batch, part, given, clean, scores, bar)
     bar.close()
     return clean, scores
+
+
+@dataclass(frozen=True)
+class _Scan:
+    """What every batch of one ``condition_scores`` call shares."""
+
+    strategy: str
+    conditions: list[tuple[Head, ...]]
+    by_start: dict[int, list[int]]  # lowest ablated layer -> its conditions
+    table: dict | None  # the mean-ablation means, or None to zero
+    rows_per_pass: int
+    keep_layers: int  # clean layer outputs kept for the residual strategy
+    session: bool  # remote: each batch is one session
+    keeps: bool  # the model takes ``logits_to_keep``
+
+    @classmethod
+    def of(
+        cls,
+        model: LanguageModel,
+        conditions: list[tuple[Head, ...]],
+        means: HeadMeans | None,
+        strategy: str,
+        rows_per_pass: int,
+    ) -> _Scan:
+        """Group the checked conditions by their lowest layer."""
+        starts = [min(layer for layer, _ in c) for c in conditions]
+        by_start: dict[int, list[int]] = {}
+        for c, start in enumerate(starts):
+            by_start.setdefault(start, []).append(c)
+        return cls(
+            strategy=strategy,
+            conditions=conditions,
+            by_start=by_start,
+            table=means.means if means is not None else None,
+            rows_per_pass=rows_per_pass,
+            keep_layers=max(starts) if strategy == "residual" else 0,
+            # a remote model runs each batch as one session, so the residual stream stays there
+            session=bool(getattr(model, "remote", False)) and strategy == "residual",
+            keeps=keeps_logits(model),
+        )
+
+
+def _score_batch(
+    model: LanguageModel,
+    scan: _Scan,
+    batch: Batch,
+    part: list[ScoredSequence],
+    donors: list[ScoredSequence] | None,
+    clean: np.ndarray,
+    scores: np.ndarray,
+    bar: tqdm,
+) -> None:
+    """Score one batch clean and under every condition into ``clean`` and ``scores``."""
+    conditions = scan.conditions
+    # the unembedding runs only where a target is predicted (the last T + 1 positions)
+    last = max(s.n_target for s in part) + 1 if scan.keeps else None
+    options = {"logits_to_keep": last} if scan.keeps else {}
+    targets = _targets(batch, part, last)
+    b = len(part)
+    width = batch.input_ids.shape[1]
+    keep: list[int] = []
+    valid, mine = None, None
+    if donors is not None:
+        mine = model.encode([list(d.ids) for d in donors])
+        keep, valid = _alignment(part, donors, width)
+    passes = _passes(
+        model, batch, conditions, scan.by_start, targets, scan.table, valid, scan.rows_per_pass
+    )
+    if scan.session:  # remote: everything of the batch in one request, only scores come back
+        done = list(passes)
+        swap = None if mine is None else (mine.inputs, keep, width)
+        found = _batch_session(model, batch.inputs, targets, scan.keep_layers, options, done, swap)
+        clean[batch.indices] = found[0].double().cpu().numpy()
+        for one, got in zip(done, found[1:]):
+            for (c, r), value in zip(one.pairs, got.double().tolist()):
+                scores[c, batch.indices[r]] = value
+        bar.update(b * len(conditions))
+        return
+    index, target, weight = targets
+    found, outputs = _clean(model, batch, index, target, weight, scan.keep_layers, options)
+    clean[batch.indices] = found.double().numpy()
+    swapped = None if mine is None else _donor_outputs(model, mine, keep, width)
+    if scan.strategy == "naive":  # every condition from the embeddings, one per pass
+        for c in range(len(conditions)):
+            plan = _condition_plan(model, conditions, [c] * b, scan.table, batch, valid)
+            got = _conditions_pass(model, batch.inputs, targets, plan, 0, None, options, swapped)
+            scores[c, batch.indices] = got.double().numpy()
+            bar.update(b)
+        return
+    for c, r, value in _residual_passes(model, passes, outputs, options, swapped):
+        scores[c, batch.indices[r]] = value
+        bar.update(1)

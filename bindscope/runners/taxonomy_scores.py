@@ -62,10 +62,7 @@ def score_rows(
                 for name in names
                 for rows_pads in [list(zip(per_row, pads))]
             ]
-            query_weight = torch.zeros(len(pads), width)
-            for r, (p, n) in enumerate(zip(pads, batch.lengths)):
-                if n > 1:
-                    query_weight[r, p + 1 :] = 1.0 / (n - 1)
+            query_weight = _query_weight(pads, batch.lengths, width)
 
             def reduce(probs, tensors=tensors, query_weight=query_weight):
                 found = [ops.span_pair_bsi(probs, q, k, w) for q, k, w in tensors]
@@ -81,15 +78,31 @@ def score_rows(
             found = model.trace_batch(PlannedBatch(batch, None, ops.TracePlan()), body)
             stacked = torch.stack([found[layer] for layer in range(model.n_layers)], 1)
             for r, index in enumerate(batch.indices):
-                scores = {}
-                for s, name in enumerate(names):
-                    value = stacked[r, :, :, s].float().clone()  # [L, H]
-                    scores[name] = value if per_row[r][name] else torch.full_like(value, torch.nan)
-                if spread:
-                    value = stacked[r, :, :, -1].float().clone()
-                    scores["spread"] = value if batch.lengths[r] > 1 else value.fill_(torch.nan)
-                out[index] = scores
+                out[index] = _row_scores(stacked[r], names, per_row[r], spread, batch.lengths[r])
     return out  # type: ignore[return-value]
+
+
+def _query_weight(pads: list[int], lengths: Sequence[int], width: int) -> torch.Tensor:
+    """``[b, width]``: each row's weight ``1 / (n - 1)`` on its queries ``1..n-1``, else 0."""
+    query_weight = torch.zeros(len(pads), width)
+    for r, (p, n) in enumerate(zip(pads, lengths)):
+        if n > 1:
+            query_weight[r, p + 1 :] = 1.0 / (n - 1)
+    return query_weight
+
+
+def _row_scores(
+    stacked: torch.Tensor, names: list[str], pairs: Pairs, spread: bool, length: int
+) -> dict[str, torch.Tensor]:
+    """One row's ``{score: [L, H]}`` from its ``[L, H, scores]`` (NaN where it has no pairs)."""
+    scores = {}
+    for s, name in enumerate(names):
+        value = stacked[:, :, s].float().clone()  # [L, H]
+        scores[name] = value if pairs[name] else torch.full_like(value, torch.nan)
+    if spread:
+        value = stacked[:, :, -1].float().clone()
+        scores["spread"] = value if length > 1 else value.fill_(torch.nan)
+    return scores
 
 
 def text_scores(

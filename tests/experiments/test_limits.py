@@ -118,14 +118,14 @@ def test_sweep_scan_patching_and_heads_summaries_state_limits():
     from bindscope.experiments.sweep import summarize_sweep
     from tests.figures import synthetic
 
-    scan = summarize_scan(synthetic.scan_records(), n_resamples=199)
+    scan = summarize_scan(synthetic.study("scan").scan_records(), n_resamples=199)
     # 6 prompts: a sign-flip p cannot go below 2/64; x 12 heads is far above 0.05
     found = [f for f in scan["limits"] if f["kind"] == "p_resolution"]
     assert found and all(f["min_p"] == pytest.approx(2 / 2**6) for f in found)
     assert any("limit (p_resolution)" in line for line in summary_lines(scan))
-    patch = summarize_patching(synthetic.patching_records(), n_resamples=199)
+    patch = summarize_patching(synthetic.study("patching").patching_records(), n_resamples=199)
     assert any(f["kind"] == "p_resolution" and f["where"] == "recovery" for f in patch["limits"])
-    sweep = summarize_sweep(synthetic.sweep_records())
+    sweep = summarize_sweep(synthetic.study("sweep").sweep_records())
     # 4 checkpoints, 3 terms: lead-lag runs but its binomial test cannot go below 1/8;
     # decoupling needs 3+ checkpoints per window and is not run
     (entry,) = sweep["models"].values()
@@ -133,9 +133,9 @@ def test_sweep_scan_patching_and_heads_summaries_state_limits():
     kinds = {(f["kind"], f.get("group") or f.get("where")) for f in sweep["limits"]}
     assert ("small_group", "decoupling") in kinds
     assert ("p_resolution", "lead-lag binomial test (pearson)") in kinds
-    heads = summarize_heads(synthetic.heads_records())
+    heads = summarize_heads(synthetic.study("heads").heads_records())
     assert heads["limits"] == []  # every prompt has a span and 3 repeated sequences ran
-    one = [r for r in synthetic.heads_records() if r["condition"] == "clean"][:1]
+    one = [r for r in synthetic.study("heads").heads_records() if r["condition"] == "clean"][:1]
     small = summarize_heads(one)
     assert {f["kind"] for f in small["limits"]} >= {"small_group"}
 
@@ -157,8 +157,8 @@ def test_scan_summary_records_the_resamples_it_used():
     from bindscope.experiments.scan import summarize_scan
     from tests.figures import synthetic
 
-    default = summarize_scan(synthetic.scan_records())
-    asked = summarize_scan(synthetic.scan_records(), n_resamples=199)
+    default = summarize_scan(synthetic.study("scan").scan_records())
+    asked = summarize_scan(synthetic.study("scan").scan_records(), n_resamples=199)
     assert default["n_resamples"] is None and asked["n_resamples"] == 199
     assert {m["n_resamples"] for m in default["models"].values()} == {9999}  # 12 heads
     assert {m["n_resamples"] for m in asked["models"].values()} == {199}

@@ -10,7 +10,7 @@ def test_synthetic_results_cover_every_discovered_section():
     missing = sorted(set(sections()) - set(ALL))
     unknown = sorted(set(ALL) - set(sections()))
     assert not missing, (
-        f"tests/figures/synthetic.py writes no results for {missing}: add its records (and any "
-        "summary) generator and its name to ALL, so its figures are drawn in the tests"
+        f"tests/figures/studies/ has no module for {missing}: add one with synthetic_results() "
+        "and expected_figures(), so its figures are drawn in the tests"
     )
-    assert not unknown, f"tests/figures/synthetic.py ALL names {unknown}, which no section has"
+    assert not unknown, f"tests/figures/studies/ has {unknown}, which no section has"

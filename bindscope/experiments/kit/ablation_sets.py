@@ -164,6 +164,13 @@ def draw_score_matched_sets(
                 "typical": float(np.median(distance)),
             }
         )
+    return _draw_from_candidates(candidates, n, seed), closeness
+
+
+def _draw_from_candidates(
+    candidates: list[list[tuple[int, int]]], n: int, seed: int
+) -> list[list[list[int]]]:
+    """``n`` sets, each with one candidate per top head, drawn without repeats within a set."""
     rng = np.random.default_rng(seed)
     sets = []
     for _ in range(n):
@@ -172,7 +179,7 @@ def draw_score_matched_sets(
             left = [list(p) for p in options if list(p) not in chosen]
             chosen.append(left[rng.integers(len(left))])
         sets.append(sorted(chosen))
-    return sets, closeness
+    return sets
 
 
 __all__ = [

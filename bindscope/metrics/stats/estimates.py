@@ -103,6 +103,34 @@ def bootstrap_statistic(
         "confidence_level": confidence,
         "rng": rng,
     }
+    res, dist = _bca(samples, statistic, n_resamples, settings)
+    if _nearly_constant(dist, max(abs(value), float(np.max(np.abs(dist))))):
+        return Estimate(value, value, value, confidence, METHOD_DEGENERATE, n)
+
+    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    if math.isfinite(low) and math.isfinite(high):
+        return Estimate(value, low, high, confidence, METHOD_BCA, n)
+    # BCa is undefined (e.g. a 0/0 acceleration): percentile interval of the same resamples.
+    low, high = _percentile_interval(res, samples, statistic, settings)
+    return Estimate(value, low, high, confidence, METHOD_PERCENTILE, n)
+
+
+def _percentile_interval(
+    res: Any, samples: tuple, statistic: Callable[..., Any], settings: dict[str, Any]
+) -> tuple[float, float]:
+    """The percentile interval of the resamples already drawn in ``res``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sps.DegenerateDataWarning)
+        res = sps.bootstrap(
+            samples, statistic, n_resamples=0, method="percentile", bootstrap_result=res, **settings
+        )
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def _bca(
+    samples: tuple, statistic: Callable[..., Any], n_resamples: int, settings: dict[str, Any]
+) -> tuple[Any, NDArray[np.float64]]:
+    """The BCa bootstrap and its distribution; refuses a statistic not finite on some."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", sps.DegenerateDataWarning)
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -114,25 +142,7 @@ def bootstrap_statistic(
             f"statistic was not finite on {n_bad} of {dist.size} bootstrap resamples; "
             "the samples are too small or too discrete for this statistic"
         )
-    if _nearly_constant(dist, max(abs(value), float(np.max(np.abs(dist))))):
-        return Estimate(value, value, value, confidence, METHOD_DEGENERATE, n)
-
-    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    if math.isfinite(low) and math.isfinite(high):
-        return Estimate(value, low, high, confidence, METHOD_BCA, n)
-    # BCa is undefined (e.g. a 0/0 acceleration): percentile interval of the same resamples.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", sps.DegenerateDataWarning)
-        res = sps.bootstrap(
-            samples,
-            statistic,
-            n_resamples=0,
-            method="percentile",
-            bootstrap_result=res,
-            **settings,
-        )
-    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    return Estimate(value, low, high, confidence, METHOD_PERCENTILE, n)
+    return res, dist
 
 
 def _mean_stat(x: NDArray[np.float64], axis: int = -1) -> NDArray[np.float64]:
