@@ -3,13 +3,14 @@
 `edge_attribution` runs in one session (one request); exact path patching and a circuit's
 faithfulness travel as the engine's `PathPatch`. Gradients start at layer 0's input on the
 server (frozen weights) and at the weights locally: the same derivatives by other backward
-kernels, so the scores agree within ``gradient_bound``; the forward-only results are the
-same operations in the same order, bit for bit (as tests/remote/live/test_calls.py).
+kernels, so the scores agree within ``gradient_bound``. The metrics (a difference of two
+logits) come from the session's passes, which the real server rounds differently from a local
+run by about 1e-5 (as the exact scan's session: docs/remote.md), so they agree within twice
+the logit bound.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
@@ -17,7 +18,7 @@ from bindscope.prompts.tasks import answer_ids, task_pairs
 from bindscope.runners.attribution_metrics import LogitDifference
 from bindscope.runners.circuit import faithfulness, top_mask
 from bindscope.runners.edges import edge_attribution, path_patching
-from tests.tolerance import assert_within, gradient_bound
+from tests.tolerance import assert_within, gradient_bound, logit_bound
 
 pytestmark = pytest.mark.ndif_live
 
@@ -35,14 +36,21 @@ def test_edge_scores_and_circuits_equal_local(twins):
     ref = edge_attribution(local, clean, corrupted, metric, method="eap-ig", steps=2)
     scores = torch.from_numpy(ref.scores)
     assert_within(torch.from_numpy(got.scores), scores, gradient_bound(local, scores), "scores")
-    assert np.array_equal(got.clean, ref.clean) and np.array_equal(got.corrupted, ref.corrupted)
+    metric_bound = 2 * logit_bound(local, clean + corrupted)  # a difference of two logits
+
+    def close(a, b, what):
+        assert_within(torch.as_tensor(a), torch.as_tensor(b), metric_bound, what)
+
+    close(got.clean, ref.clean, "clean metric")
+    close(got.corrupted, ref.corrupted, "corrupted metric")
     edges = ref.top(5)
-    assert np.array_equal(
+    close(
         path_patching(far, clean, corrupted, metric, edges),
         path_patching(local, clean, corrupted, metric, edges),
+        "path patching",
     )
     keep = top_mask(ref, 20)
     for ablation in ("corrupted", "mean"):
         a = faithfulness(far, clean, corrupted, metric, ref, keep, n_random=0, ablation=ablation)
         b = faithfulness(local, clean, corrupted, metric, ref, keep, n_random=0, ablation=ablation)
-        assert np.array_equal(a.patched, b.patched), ablation
+        close(a.patched, b.patched, ablation)
