@@ -267,21 +267,13 @@ class Patch(_Targeted):
 
     def row_ops(self, ctx: RowContext, i: int) -> tuple[RowOp, ...]:
         """Check the spec against the model and text ``i``; its row ops for that text."""
-        model, texts = ctx.model, ctx.texts
-        site, units = self.target(model)
-        if len(self.source) not in (1, len(texts)):
-            raise InterventionError(
-                f"{model.name}: Patch has {len(self.source)} source texts for {len(texts)} "
-                "texts; give one source per text (or a single source for all)"
-            )
-        source = self.source[0] if len(self.source) == 1 else self.source[i]
-        donor, n = tuple(ctx.ids(source)), ctx.length(i)
-        if len(donor) != n:
-            raise InterventionError(
-                f"{model.name}: Patch needs equal lengths, but text #{i} {short(texts[i])} has "
-                f"{n} tokens and its source {short(source)} has {len(donor)}; choose a source "
-                "that tokenizes to the same length (or use Resample, aligned from the end)"
-            )
+        site, units = self.target(ctx.model)
+        _check_source_count(ctx, "Patch", self.source)
+        donor = _equal_length_donor(
+            ctx, i, "Patch", self.source,
+            "choose a source that tokenizes to the same length (or use Resample, aligned from "
+            "the end)",
+        )  # fmt: skip
         ctx.check_positions("Patch", self.positions, i)
         return (DonorOp(self.describe(), site, units, self.positions, donor),)
 
@@ -393,12 +385,9 @@ class PathPatch:
 
     def row_ops(self, ctx: RowContext, i: int) -> tuple[RowOp, ...]:
         """Check the spec against the model and text ``i``; its row ops for that text."""
-        model, texts = ctx.model, ctx.texts
-        if self.source and len(self.source) not in (1, len(texts)):
-            raise InterventionError(
-                f"{model.name}: PathPatch has {len(self.source)} source texts for "
-                f"{len(texts)} texts; give one source per text (or a single source for all)"
-            )
+        model = ctx.model
+        if self.source:
+            _check_source_count(ctx, "PathPatch", self.source)
         if id(self) not in ctx.edge_masks:  # the graph and the mask are checked once per call
             try:
                 ctx.edge_masks[id(self)] = edge_mask(edge_graph(model), self.edges)
@@ -407,14 +396,11 @@ class PathPatch:
         mask = ctx.edge_masks[id(self)]
         if self.means is not None:
             return (PathOp(self.describe(), "resid_pre", (), None, None, mask, self.means),)
-        source = self.source[0] if len(self.source) == 1 else self.source[i]
-        donor, n = tuple(ctx.ids(source)), ctx.length(i)
-        if len(donor) != n:
-            raise InterventionError(
-                f"{model.name}: PathPatch needs equal lengths, but text #{i} {short(texts[i])} "
-                f"has {n} tokens and its source {short(source)} has {len(donor)}; edges are "
-                "compared position by position: choose a source of the same length in tokens"
-            )
+        donor = _equal_length_donor(
+            ctx, i, "PathPatch", self.source,
+            "edges are compared position by position: choose a source of the same length in "
+            "tokens",
+        )  # fmt: skip
         if not mask.any():
             return ()
         return (PathOp(self.describe(), "resid_pre", (), None, donor, mask),)
@@ -700,3 +686,26 @@ def _windows(model: LanguageModel) -> tuple[int | None, ...]:
 Spec = Zero | Mean | Patch | Resample | Steer | Knockout | PathPatch
 #: Every spec class: ``resolve.as_specs`` recognises these (a new spec is added here).
 SPEC_TYPES = (Zero, Mean, Patch, Resample, Steer, Knockout, PathPatch)
+
+
+def _check_source_count(ctx: RowContext, spec: str, sources: Sequence[str]) -> None:
+    """One source text per text, or a single one for all; else a clear error."""
+    if len(sources) not in (1, len(ctx.texts)):
+        raise InterventionError(
+            f"{ctx.model.name}: {spec} has {len(sources)} source texts for {len(ctx.texts)} "
+            "texts; give one source per text (or a single source for all)"
+        )
+
+
+def _equal_length_donor(
+    ctx: RowContext, i: int, spec: str, sources: Sequence[str], fix: str
+) -> tuple[int, ...]:
+    """Text ``i``'s source as token ids; refused, with ``fix``, unless it is as long."""
+    source = sources[0] if len(sources) == 1 else sources[i]
+    donor, n = tuple(ctx.ids(source)), ctx.length(i)
+    if len(donor) != n:
+        raise InterventionError(
+            f"{ctx.model.name}: {spec} needs equal lengths, but text #{i} {short(ctx.texts[i])} "
+            f"has {n} tokens and its source {short(source)} has {len(donor)}; {fix}"
+        )
+    return donor
