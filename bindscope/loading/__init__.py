@@ -230,11 +230,7 @@ def check_device(device: str | torch.device | None) -> str | torch.device | None
 
 
 def _refuse_local_options(model, *, dtype, device, tokenizer) -> None:
-    """``remote=True`` takes no dtype, device, tokenizer or embedded short name.
-
-    Raises:
-        ModelLoadError: One of them was given.
-    """
+    """``remote=True`` takes no dtype, device, tokenizer or embedded short name (raises)."""
     chosen = [
         name
         for name, value in (("dtype", dtype), ("device", device), ("tokenizer", tokenizer))
