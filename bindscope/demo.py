@@ -27,21 +27,12 @@ from bindscope.prompts.prompt_sets import PromptSet, load
 #: The models the demo runs, in order: None is the default (SmolLM2-135M-Instruct).
 DEMO_MODELS = (None, "gemma-3-270m", "qwen2.5-coder-0.5b")
 QUICK_TERMS = ("screen reader", "alt text", "skip link", "focus indicator")
-#: C5 evaluates the True/False recognition item of every term (rec_003: 41 of the 451
-#: prompts, all 41 terms) under three nulls per model, each drawn sequentially (stop once 10
-#: sets drop as much as the top set, else at 199, so p can reach 1/200 = 0.005 and pass Holm
-#: across the three models). Why one item, and the True/False one: a null at its floor runs
-#: 199 sets, and one item under one condition costs about 0.046 s of one busy core on
-#: SmolLM2 (0.05 s on Gemma 3; Qwen2.5-0.5B, with about 4.7x SmolLM2's multiply-adds per
-#: token, an estimated 0.2 s), against 0.23 s for the four-choice rec_001 (one-token choices
-#: need no choice pass). Those unit costs are the earlier demo's profile on a quiet 2-core
-#: machine, not measured for this design. The cost of the cut in power: the detectable
-#: drop's excess over the random mean grows about as sqrt(205 / 41) = 2.2 against all five
-#: recognition items of every term (the summary states the drop per model); the
-#: choice-margin score, continuous, is tested beside accuracy. Generation is left out of
-#: the demo's C5: SmolLM2's rubric baseline is about 0.016, at the floor. Heads are still
-#: ranked on all canonical prompts, and binding and controls use every prompt.
-#: ``bindscope c5`` and ``bindscope fewshot`` evaluate every prompt.
+#: C5 evaluates only rec_003, the True/False recognition item of every term (41 of the 451
+#: prompts); ``DEMO_C5_DESIGN``, stored with the records, says why and what it costs in power.
+#: Its unit cost, from the earlier demo's profile on a quiet 2-core machine: one item under
+#: one condition takes about 0.046 s of one core on SmolLM2 (0.05 s on Gemma 3, an estimated
+#: 0.2 s on Qwen2.5-0.5B), the four-choice rec_001 0.23 s. Heads are still ranked on all
+#: canonical prompts; ``bindscope c5`` and ``bindscope fewshot`` evaluate every prompt.
 DEMO_C5_IDS = ("rec_003",)
 DEMO_N_RANDOM = 199
 DEMO_STOP_AT = 10

@@ -40,7 +40,6 @@ from bindscope.results.schema import binding_kind
 from bindscope.runners.binding import binding
 
 EXPERIMENT = "controls"
-REAL = "real"
 
 
 @dataclass(frozen=True)

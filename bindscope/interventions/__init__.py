@@ -39,7 +39,6 @@ from bindscope.batch import sessions
 from bindscope.interventions import ops
 from bindscope.interventions.means import EdgeMeans, SiteMeans, edge_means, site_means
 from bindscope.interventions.ops import (
-    ablate_rows,
     capture_attention,
     capture_probs,
     mean_ablate,
@@ -74,7 +73,6 @@ __all__ = [
     "Spec",
     "Steer",
     "Zero",
-    "ablate_rows",
     "capture_attention",
     "capture_probs",
     "edge_means",

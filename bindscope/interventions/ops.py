@@ -1134,15 +1134,6 @@ def capture_attention(model, layers=None, *, reduce=None):
     return save([found[layer] for layer in wanted])  # the list itself must outlive the trace
 
 
-def ablate_rows(model, rows, means=None):
-    """Zero-ablate (or, with ``means``, mean-ablate) each batch row's own heads."""
-    if not any(rows):
-        return
-    per_row = None if all(r == rows[0] for r in rows) else rows
-    plan = head_plan(model, rows[0] if per_row is None else None, per_row=per_row, means=means)
-    run_layers(model, plan=plan)
-
-
 # -- attribution patching: the same plans, estimated to first order ---------------------------
 #
 # For a metric ``m`` and an edit that would move a site's tensor from ``x`` to ``x'``, the

@@ -230,7 +230,7 @@ def check_device(device: str | torch.device | None) -> str | torch.device | None
 
 
 def _refuse_local_options(model, *, dtype, device, tokenizer) -> None:
-    """``remote=True`` takes no dtype, device or tokenizer (raises ``ModelLoadError``)."""
+    """``remote=True`` takes no dtype, device, tokenizer or embedded short name (raises)."""
     chosen = [
         name
         for name, value in (("dtype", dtype), ("device", device), ("tokenizer", tokenizer))
@@ -240,6 +240,11 @@ def _refuse_local_options(model, *, dtype, device, tokenizer) -> None:
         raise ModelLoadError(
             f"remote=True runs NDIF's own copy of {model}: its dtype and device are the "
             "deployment's and its tokenizer comes from the Hub id; drop " + ", ".join(chosen)
+        )
+    if model is not None and embedded(model) is not None:
+        raise ModelLoadError(
+            f"{model} is an embedded short name, loaded here from registry packages; "
+            "remote=True needs the Hugging Face id NDIF serves (e.g. google/gemma-3-270m)"
         )
 
 
@@ -347,12 +352,25 @@ def load_model(
         raise ModelLoadError(f"remote must be True, 'local' or False, not {remote!r}")
     if remote is True:
         _refuse_local_options(model, dtype=dtype, device=device, tokenizer=tokenizer)
-        if model is not None and embedded(model) is not None:
-            raise ModelLoadError(
-                f"{model} is an embedded short name, loaded here from registry packages; "
-                "remote=True needs the Hugging Face id NDIF serves (e.g. google/gemma-3-270m)"
-            )
         return load_remote(model, revision=revision, prepend_bos=prepend_bos, self_check=self_check)
+    hf, tok, name, folder = _read_weights(
+        model, revision, tokenizer, dtype, device, cache, verify_cache
+    )
+    return _wrap_checked(
+        hf, tokenizer or tok, name, revision, prepend_bos, family, cache, folder, self_check, remote
+    )
+
+
+def _read_weights(
+    model: Any,
+    revision: str | None,
+    tokenizer: Any,
+    dtype: torch.dtype | str | None,
+    device: str | torch.device | None,
+    cache: str | os.PathLike | None,
+    verify_cache: bool,
+) -> tuple[Any, Any, str, Path | None]:
+    """``(hf_model, tokenizer, name, cache folder or None)``, read in this process."""
     dtype = check_dtype(dtype)
     device = check_device(device)
     _check_revision(model, revision)
@@ -361,13 +379,29 @@ def load_model(
     hf, tok, name = _load_local(
         model, revision=revision, tokenizer=tokenizer, dtype=dtype, device=device, folder=folder
     )
+    return hf, tok, name, folder
+
+
+def _wrap_checked(
+    hf: Any,
+    tokenizer: Any,
+    name: str,
+    revision: str | None,
+    prepend_bos: bool | None,
+    family: Family | None,
+    cache: str | os.PathLike | None,
+    folder: Path | None,
+    self_check: bool,
+    remote: bool | str,
+) -> Model:
+    """The loaded weights wrapped, recorded and checked (and simulated for ``"local"``)."""
     family, inferred = resolve_family(hf, name, family)
     wrapped = wrap_model(
-        hf, tokenizer or tok, name=name, revision=revision, prepend_bos=prepend_bos, family=family
+        hf, tokenizer, name=name, revision=revision, prepend_bos=prepend_bos, family=family
     )
     wrapped.training = training(name)  # what an embedded checkpoint is, for the records
     # the digest its cache entry was checked against on this load, for the records
-    wrapped.weights_sha256 = weights_digest(name, cache) if packaged is not None else None
+    wrapped.weights_sha256 = weights_digest(name, cache) if folder is not None else None
     if inferred:
         check_inferred(wrapped)
     elif self_check:

@@ -25,22 +25,23 @@ FLOOR, CEILING = 0.1, 0.9
 MIN_GROUP = 2
 
 
+def _limit(kind: str, model: str, message: str, **numbers: object) -> dict:
+    """A limit of ``kind`` with its numbers and its message."""
+    return {"kind": kind, "model": model, **numbers, "message": message}
+
+
 def p_resolution(model: str, n_random: int, task: str | None = None) -> dict | None:
     """The smallest rank p-value ``n_random`` random sets allow, when above ``ALPHA``."""
     bound = 1.0 / (n_random + 1)
     if bound <= ALPHA:
         return None
     where = f" ({task})" if task else ""
-    return {
-        "kind": "p_resolution",
-        "model": model,
-        "task": task,
-        "n_random": n_random,
-        "min_p": bound,
-        "message": f"{model}{where}: with {n_random} random sets the rank p-value cannot go "
+    message = (
+        f"{model}{where}: with {n_random} random sets the rank p-value cannot go "
         f"below 1/{n_random + 1} = {bound:.3g}, above the test level {ALPHA}; the test cannot "
-        f"reject (use {math.ceil(2 / ALPHA) - 1} or more random sets: p down to {ALPHA / 2:g})",
-    }
+        f"reject (use {math.ceil(2 / ALPHA) - 1} or more random sets: p down to {ALPHA / 2:g})"
+    )
+    return _limit("p_resolution", model, message, task=task, n_random=n_random, min_p=bound)
 
 
 def sign_flip_floor(n_pairs: int, n_resamples: int) -> float:
@@ -91,19 +92,14 @@ def corrected_resolution(
             f"that stands out alone gets at best {alone:.3g}, above {ALPHA} (BH can still "
             "reject where many units share an effect)"
         )
-    return {
-        "kind": "p_resolution",
-        "model": model,
-        "where": where,
-        "n_pairs": n_pairs,
-        "n_resamples": n_resamples,
-        "n_tests": n_tests,
-        "min_p": floor,
-        "min_p_alone": alone,
-        "message": f"{model}: {where}: with {n_pairs} {items} and {n_resamples} resamples "
-        f"a permutation p {said}; a single unit needs {pairs}+ {items} and "
-        f"{resamples}+ resamples (--n-resamples)",
-    }
+    message = (
+        f"{model}: {where}: with {n_pairs} {items} and {n_resamples} resamples a permutation "
+        f"p {said}; a single unit needs {pairs}+ {items} and {resamples}+ resamples "
+        "(--n-resamples)"
+    )
+    numbers = {"n_pairs": n_pairs, "n_resamples": n_resamples, "n_tests": n_tests}
+    return _limit("p_resolution", model, message, where=where, **numbers, min_p=floor,
+                  min_p_alone=alone)  # fmt: skip
 
 
 def binomial_resolution(model: str, where: str, n: int) -> dict | None:
@@ -111,16 +107,12 @@ def binomial_resolution(model: str, where: str, n: int) -> dict | None:
     bound = 0.5**n
     if n < 1 or bound <= ALPHA:
         return None
-    return {
-        "kind": "p_resolution",
-        "model": model,
-        "where": where,
-        "n": n,
-        "min_p": bound,
-        "message": f"{model}: {where}: with {n} terms the one-sided binomial p cannot go "
+    message = (
+        f"{model}: {where}: with {n} terms the one-sided binomial p cannot go "
         f"below 1/2^{n} = {bound:.3g}, above the test level {ALPHA}; the test cannot reject "
-        f"({math.ceil(math.log2(1 / ALPHA))} or more terms needed)",
-    }
+        f"({math.ceil(math.log2(1 / ALPHA))} or more terms needed)"
+    )
+    return _limit("p_resolution", model, message, where=where, n=n, min_p=bound)
 
 
 def floor_ceiling(model: str, name: str, baseline: float | None) -> dict | None:
@@ -137,14 +129,11 @@ def floor_ceiling(model: str, name: str, baseline: float | None) -> dict | None:
         )
     else:
         return None
-    return {
-        "kind": kind,
-        "model": model,
-        "score": name,
-        "baseline": baseline,
-        "message": f"{model}: {name} baseline {baseline:.3f} is at the {kind} "
-        f"(< {FLOOR} or > {CEILING} on a 0-1 score): {room}",
-    }
+    message = (
+        f"{model}: {name} baseline {baseline:.3f} is at the {kind} "
+        f"(< {FLOOR} or > {CEILING} on a 0-1 score): {room}"
+    )
+    return _limit(kind, model, message, score=name, baseline=baseline)
 
 
 #: What a skip reason means and how to keep such prompts, in ``excluded``'s message.
@@ -170,44 +159,29 @@ def excluded(
     said += "".join(
         f"; {reason}: {why}" for reason, why in EXPLAINED.items() if reasons.get(reason)
     )
-    found: dict[str, object] = {
-        "kind": "excluded",
-        "model": model,
-        "where": where,
-        "n": total,
-        "reasons": dict(reasons),
-        "message": f"{model}: {total} prompts left out of {where} ({said})",
-    }
-    if keys:
-        more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
-        found["keys"] = list(keys)
-        found["message"] = f"{found['message']}; records {', '.join(keys[:3])}{more}"
-    return found
+    message = f"{model}: {total} prompts left out of {where} ({said})"
+    if not keys:
+        return _limit("excluded", model, message, where=where, n=total, reasons=dict(reasons))
+    more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+    message += f"; records {', '.join(keys[:3])}{more}"
+    return _limit("excluded", model, message, where=where, n=total, reasons=dict(reasons),
+                  keys=list(keys))  # fmt: skip
 
 
 def small_group(model: str, group: str, n: int, test: str) -> dict | None:
     """A group with fewer than ``MIN_GROUP`` items, too small for ``test``."""
     if n >= MIN_GROUP:
         return None
-    return {
-        "kind": "small_group",
-        "model": model,
-        "group": group,
-        "n": n,
-        "message": f"{model}: {group} has {n} item(s), fewer than the {MIN_GROUP} {test} needs; "
-        "no test was run",
-    }
+    message = (
+        f"{model}: {group} has {n} item(s), fewer than the {MIN_GROUP} {test} needs; "
+        "no test was run"
+    )
+    return _limit("small_group", model, message, group=group, n=n)
 
 
 def not_run(model: str, test: str, reason: str, n: int) -> dict:
     """A test the summary skipped for too few items (``reason`` says how many it needs)."""
-    return {
-        "kind": "small_group",
-        "model": model,
-        "group": test,
-        "n": n,
-        "message": f"{model}: {test} not run: {reason}",
-    }
+    return _limit("small_group", model, f"{model}: {test} not run: {reason}", group=test, n=n)
 
 
 def limit_lines(summary: dict) -> list[str]:
@@ -254,11 +228,6 @@ MARGIN_THRESHOLD = 0.1
 
 #: Under this many terms a bootstrap over terms resamples too few units to be trusted itself.
 FEW_TERMS = 10
-
-
-def _limit(kind: str, model: str, message: str, **numbers: object) -> dict:
-    """A limit of ``kind`` with its numbers and its message."""
-    return {"kind": kind, "model": model, **numbers, "message": message}
 
 
 def term_clustering(

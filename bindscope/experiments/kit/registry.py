@@ -36,11 +36,6 @@ def definitions() -> dict[str, Experiment]:
     return found
 
 
-def by_command(command: str) -> Experiment:
-    """The experiment a ``bindscope`` subcommand runs."""
-    return next(d for d in definitions().values() if d.command == command)
-
-
 def record_kinds() -> dict[str, RecordKind]:
     """Every kind of record an experiment writes, by its ``experiment`` field."""
     return {kind.experiment: kind for d in definitions().values() for kind in d.records}
@@ -112,7 +107,6 @@ def experiment_folders(results_dir: str | Path) -> dict[str, Path]:
 
 
 __all__ = [
-    "by_command",
     "check_folders",
     "definitions",
     "experiment_folders",
