@@ -599,7 +599,7 @@ def path_patch(model, path):
                 filled.add(slot)
         attention = [entry for entry in receivers if entry[1] != "mlp"]
         if attention:
-            _receive_attention(model, geo, layer, attention, scratch, d, b)
+            _receive_attention(model, path, layer, attention, scratch)
         if layer in path.first_head:
             first = path.first_head[layer]
             if joint is None:  # each head's change alone: they add up
@@ -626,7 +626,7 @@ def _receive_mlp(model, path, layer, entry, sent, joint, scratch):
         xm[scratch + entry[0]] = xm[d : d + b] + _received(path, sent, joint, entry[3])
     y = site(model, "mlp_out", layer)
     if entry is not None:
-        y[d : d + b] = y[scratch + entry[0]]
+        y[d : d + b] = _from_scratch(path, entry[3], y[scratch + entry[0]], y[d : d + b])
     if layer in path.mlp:
         donor = path.donor_row.to(y.device)
         sent[path.mlp[layer]] = _sender_value(path, ("mlp", layer), y, donor, b) - y[d : d + b]
@@ -652,18 +652,29 @@ def _received(path, sent, joint, r):
     return total if joint is None else total + joint[r]
 
 
-def _receive_attention(model, geo, layer, entries, scratch, d, b):
+def _receive_attention(model, path, layer, entries, scratch):
     """Each receiver's query, key or value of the texts taken from its scratch row.
 
     Edited in place: the key and value the attention call gets are the cache's own
     tensors, so a generation's later steps read the patched prompt keys and values.
     """
-    call = getattr(attention_module(model, layer).source, geo["label"])
+    d, b = path.n_donors, path.b
+    call = getattr(attention_module(model, layer).source, path.geo["label"])
     args, _ = call.inputs
-    first = geo["qkv"]
-    for slot, kind, unit, _ in entries:
+    first = path.geo["qkv"]
+    for slot, kind, unit, r in entries:
         t = args[first + "qkv".index(kind)]  # [rows, H|KV, s, hd]
-        t[d : d + b, unit] = t[scratch + slot, unit]
+        t[d : d + b, unit] = _from_scratch(path, r, t[scratch + slot, unit], t[d : d + b, unit])
+
+
+def _from_scratch(path, r, patched, own):
+    """``patched`` in the texts that patch an edge into receiver ``r``, ``own`` elsewhere.
+
+    A text of the batch without such an edge keeps its own value: it may carry another
+    spec, whose edits its scratch rows do not see.
+    """
+    reads = path.mask[:, r].to(own.device).sum(-1) > 0  # [b]
+    return torch.where(reads.view(-1, *([1] * (own.dim() - 1))), patched, own)
 
 
 def _sender_value(path, key, x, donor, b):

@@ -216,15 +216,14 @@ class Planner:
 
     def plan(self, donors: dict[str, torch.Tensor] | None) -> ops.TracePlan:
         """The `ops.TracePlan` of everything added."""
-        if self.paths:
-            if self.edits or self.knockout:
+        path = None
+        if self.paths:  # other texts' edits act on their own rows (resolve_rows keeps them apart)
+            if self.knockout:
                 raise InterventionError(
-                    f"{self.model.name}: PathPatch shares a batch with another spec; it runs "
-                    "alone (its scratch rows would not see the other edits): run them in "
-                    "separate calls"
+                    f"{self.model.name}: Knockout and PathPatch in one batch: a knockout of "
+                    "a batch with scratch rows is not planned; run them in separate calls"
                 )
-            n_donors = 0 if donors is None else donors["input_ids"].shape[0]
-            return ops.TracePlan(rows=self.n_rows, path=self._path(n_donors))
+            path = self._path(0 if donors is None else donors["input_ids"].shape[0])
         order = list(self.model.sites)
         donor_keys = sorted(
             {
@@ -249,7 +248,7 @@ class Planner:
                     for layer, removed in self.knockout.items()
                 }
         return ops.TracePlan(
-            self.edits, donor_keys, knockout, knockout_batch, site, rows=self.n_rows
+            self.edits, donor_keys, knockout, knockout_batch, site, rows=self.n_rows, path=path
         )
 
     def _path(self, n_donors: int) -> ops.PathPlan:
