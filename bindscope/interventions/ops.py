@@ -756,8 +756,8 @@ def edge_sender_outputs(model, into):
     return site_outputs(model, keys, into)
 
 
-def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, steps=1, deltas=None):
-    """One forward and backward pass: every edge's score at one integration step.
+def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, state=None, last=True):
+    """One forward and backward pass: every edge's gradient at one integration step.
 
     Walks the layers through `site` like `path_patch` (whose `PathPlan` gives the layout):
     the gradient of the metric at each receiver's query, key, value (per head or group),
@@ -772,13 +772,17 @@ def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, steps=1, 
         donors: `edge_sender_outputs` of the corrupted texts, one row per text.
         mask: ``[b, s]`` the attention mask (1 on real tokens).
         alpha: Layer 0's input is moved to ``cor + alpha (clean - cor)`` (EAP-IG, inputs).
-        steps: The integration steps (the score is divided by it).
-        deltas: The senders' changes ``[S, b, s, d]`` from the ``alpha = 1`` pass, or None
-            to compute them here (``alpha`` must then be 1).
+        state: ``(deltas, gradients, passes)`` of the earlier passes of these texts, or None
+            in the first, which must be the ``alpha = 1`` pass (it computes the deltas).
+        last: Whether this is the last step: its pass multiplies the receivers' gradients,
+            summed over the steps, by the senders' changes once (the deltas do not move
+            between steps, so one product serves every step).
 
     Returns:
-        ``({"metric": [b], "scores": [b, S, R]} saved, deltas)``: the deltas stay where
-        the pass ran (a later pass of the same session reads them), in the graph's order.
+        ``({"metric": [b], and when ``last`` "scores": [b, S, R]} saved, state)``: the
+        state (the senders' changes ``[S, b, s, d]`` on real positions, the gradients
+        ``[R, b, s, d]`` summed so far, the passes) stays where the pass ran, for a later
+        pass of the same session; scores are in the graph's order, averaged over steps.
     """
     geo, n_layers, n_heads = path.geo, model.n_layers, model.n_heads
     x0 = site(model, "resid_pre", 0)
@@ -787,7 +791,7 @@ def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, steps=1, 
         x0.copy_(cor + alpha * (x0 - cor))
     if not x0.requires_grad:  # NDIF serves frozen weights: track gradients from here
         x0.requires_grad_(True)
-    sent = [(cor - x0)[None].detach()] if deltas is None else None
+    sent = [(cor - x0)[None].detach()] if state is None else None
     inputs, qkv, mlp_in, mlp_out = [], [], [], []
     for layer in range(n_layers):
         x = x0 if layer == 0 else site(model, "resid_pre", layer)
@@ -820,13 +824,16 @@ def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, steps=1, 
         found.append(_vjp(mlp_out[layer], mlp_in[layer], g)[None])
     g = grads[-1]
     found.append((torch.zeros_like(final) if g is None else g)[None].detach())
-    if deltas is None:
+    if state is None:
         deltas = torch.cat(sent or [])
-    real = mask.to(deltas.device, deltas.dtype)[None, :, :, None]
-    scores = torch.einsum(
-        "rbsd,tbsd->btr", torch.cat(found).float() / steps, (deltas * real).float()
-    )
-    return save({"metric": metric.detach(), "scores": scores}), deltas
+        state = (deltas * mask.to(deltas.device, deltas.dtype)[None, :, :, None], None, 0)
+    deltas, summed, passes = state
+    summed = torch.cat(found) if summed is None else summed + torch.cat(found)
+    state = (deltas, summed, passes + 1)
+    out = {"metric": metric.detach()}
+    if last:
+        out["scores"] = torch.einsum("rbsd,tbsd->btr", summed.float(), deltas.float()) / (passes + 1)
+    return save(out), state
 
 
 def _donor_like(donors, key, x):

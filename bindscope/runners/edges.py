@@ -131,13 +131,9 @@ def edge_attribution(
     results = iter(found)
     for rows in chunks:
         corrupt_metric[rows] = next(results).double().cpu().numpy()
-        total = None
-        for k in range(steps, 0, -1):
-            step = next(results)
-            if k == steps:
-                clean_metric[rows] = step["metric"].double().cpu().numpy()
-            total = step["scores"] if total is None else total + step["scores"]
-        assert total is not None
+        first = next(results)  # alpha = 1: the clean metric
+        clean_metric[rows] = first["metric"].double().cpu().numpy()
+        total = (first if steps == 1 else next(results))["scores"]
         scores[rows] = np.where(graph.valid, total.cpu().numpy(), 0.0)
     return EdgeScores(graph, scores, clean_metric, corrupt_metric, method, steps)
 
@@ -146,8 +142,9 @@ def _edge_session(model: LanguageModel, jobs: list, steps: int) -> list:
     """Every batch's corrupted pass and ``steps`` gradient passes in one session.
 
     One request when remote: the corrupted senders' outputs and the senders' differences
-    stay where the passes run; per batch the corrupted metric, then each step's
-    ``{"metric", "scores"}`` come back.
+    stay where the passes run, and so do the receivers' gradients summed over the steps;
+    per batch the corrupted metric, the first step's ``{"metric"}`` (the clean metric) and
+    the last step's ``{"scores"}`` (one dict when ``steps`` is 1) come back.
     """
     env = model.nnsight
     with torch.enable_grad(), env.session(**model.trace_options):
@@ -156,13 +153,14 @@ def _edge_session(model: LanguageModel, jobs: list, steps: int) -> list:
             with env.trace(**cor_inputs, **options):
                 cor = ops.edge_sender_outputs(model, {})
                 collected.append(ops.save(ops.edge_metric(model, terms).detach()))
-            deltas = None
+            state = None
             for k in range(steps, 0, -1):  # alpha = 1 first: its pass gives the deltas
                 with env.trace(**inputs, **options):
-                    step, deltas = ops.edge_attribution_pass(
-                        model, terms, path, cor, mask, k / steps, steps, deltas
+                    step, state = ops.edge_attribution_pass(
+                        model, terms, path, cor, mask, k / steps, state, k == 1
                     )
-                    collected.append(step)
+                    if k in (steps, 1):
+                        collected.append(step)
     return collected
 
 
