@@ -555,7 +555,10 @@ class PathPlan:
         first_head: ``{layer: sender index of head 0}`` of layers whose heads send.
         mlp: ``{layer: sender index}`` of MLPs that send.
         at: ``{layer: [(slot, kind, unit, r)]}``: each receiver of the layer (``kind`` q, k,
-            v or mlp; ``unit`` the head or group; ``r`` its index in ``mask``).
+            v or mlp; ``unit`` the head or group; ``r`` its index in ``mask``; ``slot``
+            ``[b]`` long, its scratch row in each text that patches it).
+        fills: ``{layer: [[b] long, ...]}``: per scratch row, the receiver whose residual
+            each text's row carries (a text's rows are numbered among its own receivers).
         logits: The index of the logits receiver in ``mask``, or -1.
         means: With mean ablation, each sender's mean output (``"embed"`` ``[d]``,
             ``("z", l)`` ``[H*hd]``, ``("mlp", l)`` ``[d]``) in place of the donor rows'.
@@ -564,12 +567,14 @@ class PathPlan:
     """
 
     def __init__(
-        self, geo, n_donors, b, slots, donor_row, mask, first_head, mlp, at, logits, means=None
-    ):
+        self, geo, n_donors, b, slots, donor_row, mask, first_head, mlp, at, fills, logits,
+        means=None,
+    ):  # fmt: skip
         self.means = means  # {"embed", ("z", l), ("mlp", l)}: senders take means, not donors
         self.geo, self.n_donors, self.b, self.slots = geo, n_donors, b, slots
         self.donor_row, self.mask = donor_row, mask
         self.first_head, self.mlp, self.at, self.logits = first_head, mlp, at, logits
+        self.fills = fills
         self.donor_inputs = None  # keyword inputs of the donor and scratch invokes
         self.scratch_inputs = None
 
@@ -592,11 +597,8 @@ def path_patch(model, path):
         if sent is None:
             sent, joint = _sender_buffers(path, x[d : d + b])
             sent[0] = _sender_value(path, "embed", x, donor, b) - x[d : d + b]  # the embedding
-        filled = set()  # receivers sharing a row read equal copies: fill it once
-        for slot, kind, _, r in receivers:
-            if (kind != "mlp" or geo["mlp_reads"] == "resid_pre") and slot not in filled:
-                x[scratch + slot] = x[d : d + b] + _received(path, sent, joint, r)
-                filled.add(slot)
+        for slot, receiver in enumerate(path.fills.get(layer, ())):
+            x[scratch + slot] = x[d : d + b] + _received(path, sent, joint, receiver)
         attention = [entry for entry in receivers if entry[1] != "mlp"]
         if attention:
             _receive_attention(model, path, layer, attention, scratch)
@@ -621,12 +623,13 @@ def path_patch(model, path):
 def _receive_mlp(model, path, layer, entry, sent, joint, scratch):
     """The texts' MLP output from its receiver's scratch row; its change as a sender."""
     d, b = path.n_donors, path.b
-    if entry is not None and path.geo["mlp_reads"] == "resid_mid":
+    row = None if entry is None else scratch + entry[0].to(scratch.device)
+    if row is not None and path.geo["mlp_reads"] == "resid_mid":
         xm = site(model, "resid_mid", layer)
-        xm[scratch + entry[0]] = xm[d : d + b] + _received(path, sent, joint, entry[3])
+        xm[row] = xm[d : d + b] + _received(path, sent, joint, entry[3])
     y = site(model, "mlp_out", layer)
-    if entry is not None:
-        y[d : d + b] = _from_scratch(path, entry[3], y[scratch + entry[0]], y[d : d + b])
+    if row is not None:
+        y[d : d + b] = _from_scratch(path, entry[3], y[row], y[d : d + b])
     if layer in path.mlp:
         donor = path.donor_row.to(y.device)
         sent[path.mlp[layer]] = _sender_value(path, ("mlp", layer), y, donor, b) - y[d : d + b]
@@ -646,10 +649,18 @@ def _sender_buffers(path, x):
 
 
 def _received(path, sent, joint, r):
-    """``[b, s, d]``: the sum of receiver ``r``'s patched senders' changes, per text."""
-    weights = path.mask[:, r].to(sent.device, sent.dtype)  # [b, S]
+    """``[b, s, d]``: the sum of receiver ``r``'s patched senders' changes, per text.
+
+    ``r`` is one receiver, or ``[b]`` long: one per text.
+    """
+    rows = torch.arange(path.b)
+    if not isinstance(r, int):
+        r = r.to(rows.device)
+    weights = path.mask[rows, r].to(sent.device, sent.dtype)  # [b, S]
     total = torch.einsum("bs,sbtd->btd", weights, sent)
-    return total if joint is None else total + joint[r]
+    if joint is None:
+        return total
+    return total + joint[r if isinstance(r, int) else r.to(joint.device), rows.to(joint.device)]
 
 
 def _receive_attention(model, path, layer, entries, scratch):
@@ -664,7 +675,8 @@ def _receive_attention(model, path, layer, entries, scratch):
     first = path.geo["qkv"]
     for slot, kind, unit, r in entries:
         t = args[first + "qkv".index(kind)]  # [rows, H|KV, s, hd]
-        t[d : d + b, unit] = _from_scratch(path, r, t[scratch + slot, unit], t[d : d + b, unit])
+        row = scratch + slot.to(scratch.device)
+        t[d : d + b, unit] = _from_scratch(path, r, t[row, unit], t[d : d + b, unit])
 
 
 def _from_scratch(path, r, patched, own):

@@ -272,11 +272,13 @@ class Planner:
                 first_head[layer] = first
             if anywhere[sender_at[f"m{layer}"]].any():
                 mlps[layer] = sender_at[f"m{layer}"]
-        # receivers of one layer that read the same patched senders read equal residual
-        # copies: they share a scratch row (an MLP after attention reuses row 0, reset at
-        # resid_mid)
+        # a text's receivers of one layer that read the same patched senders read equal
+        # residual copies: they share a scratch row, numbered per text (each text needs as
+        # many rows as its own receivers there); an MLP after attention reuses row 0, reset
+        # at resid_mid
         at: dict[int, list] = {}
-        rows_of: dict[tuple[int, bytes], int] = {}
+        fills: dict[int, list[list[int]]] = {}  # per layer and row: each row's receiver
+        classes: dict[tuple[int, int], dict[bytes, int]] = {}
         logits = -1
         for r, j in enumerate(used):
             name = graph.receivers[j]
@@ -285,16 +287,21 @@ class Planner:
                 continue
             number, rest = name[1:].split(".", 1) if name[0] == "a" else (name[1:], "")
             layer = int(number)
-            if not rest and not graph.parallel:
-                entry = (0, "mlp", 0, r)
-            else:
-                same = (layer, full[:, :, j].tobytes())
-                slot = rows_of.setdefault(same, sum(1 for key in rows_of if key[0] == layer))
-                kind, unit = ("mlp", 0) if not rest else (rest[-2], int(rest[1:].split("<")[0]))
-                entry = (slot, kind, unit, r)
-            at.setdefault(layer, []).append(entry)
-        slots = max((e[0] + 1 for entries in at.values() for e in entries), default=0)
+            slot = [0] * self.n_rows
+            if rest or graph.parallel:
+                for a in np.flatnonzero(full[:, :, j].any(1)):
+                    seen = classes.setdefault((layer, int(a)), {})
+                    slot[a] = seen.setdefault(full[a, :, j].tobytes(), len(seen))
+                    rows = fills.setdefault(layer, [])
+                    if slot[a] == len(rows):
+                        rows.append([r] * self.n_rows)
+                    rows[slot[a]][a] = r
+            kind, unit = ("mlp", 0) if not rest else (rest[-2], int(rest[1:].split("<")[0]))
+            at.setdefault(layer, []).append((torch.tensor(slot), kind, unit, r))
+        slots = max([len(rows) for rows in fills.values()] + [1 if at else 0])
+        fill = {layer: [torch.tensor(row) for row in rows] for layer, rows in fills.items()}
         return ops.PathPlan(
             edge_geometry(model), n_donors, self.n_rows, slots, donor_row, weights, first_head,
-            mlps, at, logits, self.path_means[0].trace_means() if self.path_means else None,
+            mlps, at, fill, logits,
+            self.path_means[0].trace_means() if self.path_means else None,
         )  # fmt: skip

@@ -16,6 +16,8 @@ import torch
 from bindscope.errors import InterventionError
 from bindscope.interventions import Knockout, PathPatch, Patch, Steer, Zero
 from bindscope.interventions.graph import edge_graph
+from bindscope.interventions.plan import plan_batch
+from bindscope.interventions.resolve import resolve_rows
 from tests.reference_edges import (
     edge_bound,
     one_edge_of_each_kind,
@@ -161,3 +163,17 @@ def test_a_mixed_batch_equals_each_row_alone(tiny):
                 nearest_wrong = min(nearest_wrong, float((ours - other).abs().max()))
     assert worst <= bound, (worst, bound)
     assert nearest_wrong > 100 * bound, (nearest_wrong, bound)
+
+
+def test_scratch_rows_are_counted_per_text(tiny):
+    """Texts patching one edge each, into different receivers of one layer, need one
+    scratch row each (not one per receiver of the batch); two receivers of one text with
+    other senders need two."""
+    model = tiny
+    clean, corrupted = random_pairs(model)
+    edges = [("embed", "a1.h0<q>"), ("embed", "a1.g0<k>"), ("m0", "a1.h1<q>")]
+    specs = [PathPatch([e], source=[corrupted[0]]) for e in edges]
+    rows = resolve_rows(model, [clean[0]] * 3, per_row=specs)
+    assert plan_batch(model, model.pad([0, 1, 2], [clean[0]] * 3), rows).plan.path.slots == 1
+    two = resolve_rows(model, [clean[0]], intervene=PathPatch(edges, source=[corrupted[0]]))
+    assert plan_batch(model, model.pad([0], [clean[0]]), two).plan.path.slots == 2
