@@ -586,7 +586,7 @@ def path_patch(model, path):
     patched edges upstream propagate), fills each layer's scratch rows and copies each
     receiver's input from its row. Returns nothing: the texts' own invoke reads the result.
     """
-    geo, b, d, slots = path.geo, path.b, path.n_donors, path.slots
+    b, d, slots = path.b, path.n_donors, path.slots
     n_heads = model.n_heads
     sent = joint = None
     for layer in range(model.n_layers):
@@ -844,7 +844,8 @@ def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, state=Non
     state = (deltas, summed, passes + 1)
     out = {"metric": metric.detach()}
     if last:
-        out["scores"] = torch.einsum("rbsd,tbsd->btr", summed.float(), deltas.float()) / (passes + 1)
+        scores = torch.einsum("rbsd,tbsd->btr", summed.float(), deltas.float())
+        out["scores"] = scores / (passes + 1)
     return save(out), state
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from bindscope.errors import InterventionError
-from bindscope.interventions import Knockout, PathPatch, Patch, Steer, Zero
+from bindscope.interventions import Knockout, Patch, PathPatch, Steer, Zero
 from bindscope.interventions.graph import edge_graph
 from bindscope.interventions.plan import plan_batch
 from bindscope.interventions.resolve import resolve_rows
@@ -112,9 +112,9 @@ def test_bad_path_patches_are_refused(tiny):
     with pytest.raises(InterventionError, match="takes no other spec"):
         model.logits(clean, intervene=[PathPatch([("embed", "logits")], source=corrupted),
                                        Zero([(0, 0)])])  # fmt: skip
+    twice = [PathPatch([(s, "logits")], source=corrupted) for s in ("embed", "m0")]
     with pytest.raises(InterventionError, match="takes no other spec"):
-        model.logits(clean, intervene=[PathPatch([("embed", "logits")], source=corrupted),
-                                       PathPatch([("m0", "logits")], source=corrupted)])  # fmt: skip
+        model.logits(clean, intervene=twice)
     with pytest.raises(InterventionError, match="Knockout and PathPatch in one batch"):
         model.logits(clean, per_row=[PathPatch([("embed", "logits")], source=[corrupted[0]]),
                                      Knockout([(0, 0)], edges=((2, 1),))])  # fmt: skip
