@@ -793,7 +793,8 @@ def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, state=Non
     Returns:
         ``({"metric": [b], and when ``last`` "scores": [b, S, R]} saved, state)``: the
         state (the senders' changes ``[S, b, s, d]`` on real positions, the gradients
-        ``[R, b, s, d]`` summed so far, the passes) stays where the pass ran, for a later
+        summed so far, as a list of ``[R_i, b, s, d]`` parts in the graph's order, the
+        passes) stays where the pass ran, for a later
         pass of the same session; scores are in the graph's order, averaged over steps.
     """
     geo, n_layers, n_heads = path.geo, model.n_layers, model.n_heads
@@ -839,14 +840,23 @@ def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, state=Non
     if state is None:
         deltas = torch.cat(sent or [])
         state = (deltas * mask.to(deltas.device, deltas.dtype)[None, :, :, None], None, 0)
-    deltas, summed, passes = state
-    summed = torch.cat(found) if summed is None else summed + torch.cat(found)
-    state = (deltas, summed, passes + 1)
+    state = _summed(state, found)
     out = {"metric": metric.detach()}
     if last:
-        scores = torch.einsum("rbsd,tbsd->btr", summed.float(), deltas.float())
-        out["scores"] = scores / (passes + 1)
+        deltas, summed, passes = state
+        scores = torch.einsum("rbsd,tbsd->btr", torch.cat(summed).float(), deltas.float())
+        out["scores"] = scores / passes
     return save(out), state
+
+
+def _summed(state, found):
+    """``state`` with one pass's gradients added: in place, part by part (no copy)."""
+    deltas, summed, passes = state
+    if summed is None:
+        return deltas, found, 1
+    for total, part in zip(summed, found):
+        total.add_(part)
+    return deltas, summed, passes + 1
 
 
 def _donor_like(donors, key, x):
