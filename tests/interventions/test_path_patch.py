@@ -177,3 +177,18 @@ def test_scratch_rows_are_counted_per_text(tiny):
     assert plan_batch(model, model.pad([0, 1, 2], [clean[0]] * 3), rows).plan.path.slots == 1
     two = resolve_rows(model, [clean[0]], intervene=PathPatch(edges, source=[corrupted[0]]))
     assert plan_batch(model, model.pad([0], [clean[0]]), two).plan.path.slots == 2
+
+
+def test_a_mixed_batch_generates_as_each_row_alone(tiny):
+    """`generate` takes the same mixed batch (less Patch, which it refuses): each row's
+    greedy continuation is the one it gets alone."""
+    model = tiny
+    clean, corrupted = random_pairs(model, strong=True)
+    texts, specs = _mixed_rows(model, clean, corrupted)
+    keep = [i for i, spec in enumerate(specs) if not isinstance(spec, Patch)]
+    texts, specs = [texts[i] for i in keep], [specs[i] for i in keep]
+    mixed = model.generate_ids(texts, max_new_tokens=3, per_row=specs, batch_size=len(texts))
+    alone = [
+        model.generate_ids([t], max_new_tokens=3, per_row=[s])[0] for t, s in zip(texts, specs)
+    ]
+    assert mixed == alone
