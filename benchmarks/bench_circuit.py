@@ -47,7 +47,6 @@ def main() -> int:
     from bindscope.runners.edges import EdgeScores, edge_attribution
 
     model = bindscope.load_model(args.model) if args.model else bindscope.load_model()
-    model.hf.requires_grad_(True)
     select = greedy_mask if args.greedy else top_mask
     sizes = [int(x) for x in args.sizes.split(",")]
     rows = []

@@ -109,7 +109,6 @@ def _plan(models: list[LanguageModel], opts: CircuitOptions, common: Common) -> 
         pairs = task_pairs(opts.task, opts.pairs, model.tokenizer, seed=common.seed)
         if run.done(pairs[0].key):
             return
-        model.hf.requires_grad_(True)  # gradients reach the edges; none is stored
         run.writer.write_many(_measure(run, pairs, opts, settings, common))
 
     return Plan(settings, each)

@@ -555,7 +555,10 @@ class PathPlan:
         first_head: ``{layer: sender index of head 0}`` of layers whose heads send.
         mlp: ``{layer: sender index}`` of MLPs that send.
         at: ``{layer: [(slot, kind, unit, r)]}``: each receiver of the layer (``kind`` q, k,
-            v or mlp; ``unit`` the head or group; ``r`` its index in ``mask``).
+            v or mlp; ``unit`` the head or group; ``r`` its index in ``mask``; ``slot``
+            ``[b]`` long, its scratch row in each text that patches it).
+        fills: ``{layer: [[b] long, ...]}``: per scratch row, the receiver whose residual
+            each text's row carries (a text's rows are numbered among its own receivers).
         logits: The index of the logits receiver in ``mask``, or -1.
         means: With mean ablation, each sender's mean output (``"embed"`` ``[d]``,
             ``("z", l)`` ``[H*hd]``, ``("mlp", l)`` ``[d]``) in place of the donor rows'.
@@ -564,12 +567,14 @@ class PathPlan:
     """
 
     def __init__(
-        self, geo, n_donors, b, slots, donor_row, mask, first_head, mlp, at, logits, means=None
-    ):
+        self, geo, n_donors, b, slots, donor_row, mask, first_head, mlp, at, fills, logits,
+        means=None,
+    ):  # fmt: skip
         self.means = means  # {"embed", ("z", l), ("mlp", l)}: senders take means, not donors
         self.geo, self.n_donors, self.b, self.slots = geo, n_donors, b, slots
         self.donor_row, self.mask = donor_row, mask
         self.first_head, self.mlp, self.at, self.logits = first_head, mlp, at, logits
+        self.fills = fills
         self.donor_inputs = None  # keyword inputs of the donor and scratch invokes
         self.scratch_inputs = None
 
@@ -581,7 +586,7 @@ def path_patch(model, path):
     patched edges upstream propagate), fills each layer's scratch rows and copies each
     receiver's input from its row. Returns nothing: the texts' own invoke reads the result.
     """
-    geo, b, d, slots = path.geo, path.b, path.n_donors, path.slots
+    b, d, slots = path.b, path.n_donors, path.slots
     n_heads = model.n_heads
     sent = joint = None
     for layer in range(model.n_layers):
@@ -592,14 +597,11 @@ def path_patch(model, path):
         if sent is None:
             sent, joint = _sender_buffers(path, x[d : d + b])
             sent[0] = _sender_value(path, "embed", x, donor, b) - x[d : d + b]  # the embedding
-        filled = set()  # receivers sharing a row read equal copies: fill it once
-        for slot, kind, _, r in receivers:
-            if (kind != "mlp" or geo["mlp_reads"] == "resid_pre") and slot not in filled:
-                x[scratch + slot] = x[d : d + b] + _received(path, sent, joint, r)
-                filled.add(slot)
+        for slot, receiver in enumerate(path.fills.get(layer, ())):
+            x[scratch + slot] = x[d : d + b] + _received(path, sent, joint, receiver)
         attention = [entry for entry in receivers if entry[1] != "mlp"]
         if attention:
-            _receive_attention(model, geo, layer, attention, scratch, d, b)
+            _receive_attention(model, path, layer, attention, scratch)
         if layer in path.first_head:
             first = path.first_head[layer]
             if joint is None:  # each head's change alone: they add up
@@ -621,12 +623,13 @@ def path_patch(model, path):
 def _receive_mlp(model, path, layer, entry, sent, joint, scratch):
     """The texts' MLP output from its receiver's scratch row; its change as a sender."""
     d, b = path.n_donors, path.b
-    if entry is not None and path.geo["mlp_reads"] == "resid_mid":
+    row = None if entry is None else scratch + entry[0].to(scratch.device)
+    if row is not None and path.geo["mlp_reads"] == "resid_mid":
         xm = site(model, "resid_mid", layer)
-        xm[scratch + entry[0]] = xm[d : d + b] + _received(path, sent, joint, entry[3])
+        xm[row] = xm[d : d + b] + _received(path, sent, joint, entry[3])
     y = site(model, "mlp_out", layer)
-    if entry is not None:
-        y[d : d + b] = y[scratch + entry[0]]
+    if row is not None:
+        y[d : d + b] = _from_scratch(path, entry[3], y[row], y[d : d + b])
     if layer in path.mlp:
         donor = path.donor_row.to(y.device)
         sent[path.mlp[layer]] = _sender_value(path, ("mlp", layer), y, donor, b) - y[d : d + b]
@@ -646,24 +649,44 @@ def _sender_buffers(path, x):
 
 
 def _received(path, sent, joint, r):
-    """``[b, s, d]``: the sum of receiver ``r``'s patched senders' changes, per text."""
-    weights = path.mask[:, r].to(sent.device, sent.dtype)  # [b, S]
+    """``[b, s, d]``: the sum of receiver ``r``'s patched senders' changes, per text.
+
+    ``r`` is one receiver, or ``[b]`` long: one per text.
+    """
+    rows = torch.arange(path.b)
+    if not isinstance(r, int):
+        r = r.to(rows.device)
+    weights = path.mask[rows, r].to(sent.device, sent.dtype)  # [b, S]
     total = torch.einsum("bs,sbtd->btd", weights, sent)
-    return total if joint is None else total + joint[r]
+    if joint is None:
+        return total
+    return total + joint[r if isinstance(r, int) else r.to(joint.device), rows.to(joint.device)]
 
 
-def _receive_attention(model, geo, layer, entries, scratch, d, b):
+def _receive_attention(model, path, layer, entries, scratch):
     """Each receiver's query, key or value of the texts taken from its scratch row.
 
     Edited in place: the key and value the attention call gets are the cache's own
     tensors, so a generation's later steps read the patched prompt keys and values.
     """
-    call = getattr(attention_module(model, layer).source, geo["label"])
+    d, b = path.n_donors, path.b
+    call = getattr(attention_module(model, layer).source, path.geo["label"])
     args, _ = call.inputs
-    first = geo["qkv"]
-    for slot, kind, unit, _ in entries:
+    first = path.geo["qkv"]
+    for slot, kind, unit, r in entries:
         t = args[first + "qkv".index(kind)]  # [rows, H|KV, s, hd]
-        t[d : d + b, unit] = t[scratch + slot, unit]
+        row = scratch + slot.to(scratch.device)
+        t[d : d + b, unit] = _from_scratch(path, r, t[row, unit], t[d : d + b, unit])
+
+
+def _from_scratch(path, r, patched, own):
+    """``patched`` in the texts that patch an edge into receiver ``r``, ``own`` elsewhere.
+
+    A text of the batch without such an edge keeps its own value: it may carry another
+    spec, whose edits its scratch rows do not see.
+    """
+    reads = path.mask[:, r].to(own.device).sum(-1) > 0  # [b]
+    return torch.where(reads.view(-1, *([1] * (own.dim() - 1))), patched, own)
 
 
 def _sender_value(path, key, x, donor, b):
@@ -745,8 +768,8 @@ def edge_sender_outputs(model, into):
     return site_outputs(model, keys, into)
 
 
-def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, steps=1, deltas=None):
-    """One forward and backward pass: every edge's score at one integration step.
+def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, state=None, last=True):
+    """One forward and backward pass: every edge's gradient at one integration step.
 
     Walks the layers through `site` like `path_patch` (whose `PathPlan` gives the layout):
     the gradient of the metric at each receiver's query, key, value (per head or group),
@@ -761,13 +784,18 @@ def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, steps=1, 
         donors: `edge_sender_outputs` of the corrupted texts, one row per text.
         mask: ``[b, s]`` the attention mask (1 on real tokens).
         alpha: Layer 0's input is moved to ``cor + alpha (clean - cor)`` (EAP-IG, inputs).
-        steps: The integration steps (the score is divided by it).
-        deltas: The senders' changes ``[S, b, s, d]`` from the ``alpha = 1`` pass, or None
-            to compute them here (``alpha`` must then be 1).
+        state: ``(deltas, gradients, passes)`` of the earlier passes of these texts, or None
+            in the first, which must be the ``alpha = 1`` pass (it computes the deltas).
+        last: Whether this is the last step: its pass multiplies the receivers' gradients,
+            summed over the steps, by the senders' changes once (the deltas do not move
+            between steps, so one product serves every step).
 
     Returns:
-        ``({"metric": [b], "scores": [b, S, R]} saved, deltas)``: the deltas stay where
-        the pass ran (a later pass of the same session reads them), in the graph's order.
+        ``({"metric": [b], and when ``last`` "scores": [b, S, R]} saved, state)``: the
+        state (the senders' changes ``[S, b, s, d]`` on real positions, the gradients
+        summed so far, as a list of ``[R_i, b, s, d]`` parts in the graph's order, the
+        passes) stays where the pass ran, for a later
+        pass of the same session; scores are in the graph's order, averaged over steps.
     """
     geo, n_layers, n_heads = path.geo, model.n_layers, model.n_heads
     x0 = site(model, "resid_pre", 0)
@@ -776,7 +804,7 @@ def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, steps=1, 
         x0.copy_(cor + alpha * (x0 - cor))
     if not x0.requires_grad:  # NDIF serves frozen weights: track gradients from here
         x0.requires_grad_(True)
-    sent = [(cor - x0)[None].detach()] if deltas is None else None
+    sent = [(cor - x0)[None].detach()] if state is None else None
     inputs, qkv, mlp_in, mlp_out = [], [], [], []
     for layer in range(n_layers):
         x = x0 if layer == 0 else site(model, "resid_pre", layer)
@@ -809,13 +837,26 @@ def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, steps=1, 
         found.append(_vjp(mlp_out[layer], mlp_in[layer], g)[None])
     g = grads[-1]
     found.append((torch.zeros_like(final) if g is None else g)[None].detach())
-    if deltas is None:
+    if state is None:
         deltas = torch.cat(sent or [])
-    real = mask.to(deltas.device, deltas.dtype)[None, :, :, None]
-    scores = torch.einsum(
-        "rbsd,tbsd->btr", torch.cat(found).float() / steps, (deltas * real).float()
-    )
-    return save({"metric": metric.detach(), "scores": scores}), deltas
+        state = (deltas * mask.to(deltas.device, deltas.dtype)[None, :, :, None], None, 0)
+    state = _summed(state, found)
+    out = {"metric": metric.detach()}
+    if last:
+        deltas, summed, passes = state
+        scores = torch.einsum("rbsd,tbsd->btr", torch.cat(summed).float(), deltas.float())
+        out["scores"] = scores / passes
+    return save(out), state
+
+
+def _summed(state, found):
+    """``state`` with one pass's gradients added: in place, part by part (no copy)."""
+    deltas, summed, passes = state
+    if summed is None:
+        return deltas, found, 1
+    for total, part in zip(summed, found):
+        total.add_(part)
+    return deltas, summed, passes + 1
 
 
 def _donor_like(donors, key, x):

@@ -216,15 +216,14 @@ class Planner:
 
     def plan(self, donors: dict[str, torch.Tensor] | None) -> ops.TracePlan:
         """The `ops.TracePlan` of everything added."""
-        if self.paths:
-            if self.edits or self.knockout:
+        path = None
+        if self.paths:  # other texts' edits act on their own rows (resolve_rows keeps them apart)
+            if self.knockout:
                 raise InterventionError(
-                    f"{self.model.name}: PathPatch shares a batch with another spec; it runs "
-                    "alone (its scratch rows would not see the other edits): run them in "
-                    "separate calls"
+                    f"{self.model.name}: Knockout and PathPatch in one batch: a knockout of "
+                    "a batch with scratch rows is not planned; run them in separate calls"
                 )
-            n_donors = 0 if donors is None else donors["input_ids"].shape[0]
-            return ops.TracePlan(rows=self.n_rows, path=self._path(n_donors))
+            path = self._path(0 if donors is None else donors["input_ids"].shape[0])
         order = list(self.model.sites)
         donor_keys = sorted(
             {
@@ -249,7 +248,7 @@ class Planner:
                     for layer, removed in self.knockout.items()
                 }
         return ops.TracePlan(
-            self.edits, donor_keys, knockout, knockout_batch, site, rows=self.n_rows
+            self.edits, donor_keys, knockout, knockout_batch, site, rows=self.n_rows, path=path
         )
 
     def _path(self, n_donors: int) -> ops.PathPlan:
@@ -273,11 +272,13 @@ class Planner:
                 first_head[layer] = first
             if anywhere[sender_at[f"m{layer}"]].any():
                 mlps[layer] = sender_at[f"m{layer}"]
-        # receivers of one layer that read the same patched senders read equal residual
-        # copies: they share a scratch row (an MLP after attention reuses row 0, reset at
-        # resid_mid)
+        # a text's receivers of one layer that read the same patched senders read equal
+        # residual copies: they share a scratch row, numbered per text (each text needs as
+        # many rows as its own receivers there); an MLP after attention reuses row 0, reset
+        # at resid_mid
         at: dict[int, list] = {}
-        rows_of: dict[tuple[int, bytes], int] = {}
+        fills: dict[int, list[list[int]]] = {}  # per layer and row: each row's receiver
+        classes: dict[tuple[int, int], dict[bytes, int]] = {}
         logits = -1
         for r, j in enumerate(used):
             name = graph.receivers[j]
@@ -286,16 +287,21 @@ class Planner:
                 continue
             number, rest = name[1:].split(".", 1) if name[0] == "a" else (name[1:], "")
             layer = int(number)
-            if not rest and not graph.parallel:
-                entry = (0, "mlp", 0, r)
-            else:
-                same = (layer, full[:, :, j].tobytes())
-                slot = rows_of.setdefault(same, sum(1 for key in rows_of if key[0] == layer))
-                kind, unit = ("mlp", 0) if not rest else (rest[-2], int(rest[1:].split("<")[0]))
-                entry = (slot, kind, unit, r)
-            at.setdefault(layer, []).append(entry)
-        slots = max((e[0] + 1 for entries in at.values() for e in entries), default=0)
+            slot = [0] * self.n_rows
+            if rest or graph.parallel:
+                for a in np.flatnonzero(full[:, :, j].any(1)):
+                    seen = classes.setdefault((layer, int(a)), {})
+                    slot[a] = seen.setdefault(full[a, :, j].tobytes(), len(seen))
+                    rows = fills.setdefault(layer, [])
+                    if slot[a] == len(rows):
+                        rows.append([r] * self.n_rows)
+                    rows[slot[a]][a] = r
+            kind, unit = ("mlp", 0) if not rest else (rest[-2], int(rest[1:].split("<")[0]))
+            at.setdefault(layer, []).append((torch.tensor(slot), kind, unit, r))
+        slots = max([len(rows) for rows in fills.values()] + [1 if at else 0])
+        fill = {layer: [torch.tensor(row) for row in rows] for layer, rows in fills.items()}
         return ops.PathPlan(
             edge_geometry(model), n_donors, self.n_rows, slots, donor_row, weights, first_head,
-            mlps, at, logits, self.path_means[0].trace_means() if self.path_means else None,
+            mlps, at, fill, logits,
+            self.path_means[0].trace_means() if self.path_means else None,
         )  # fmt: skip

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from bindscope.errors import InterventionError
-from bindscope.interventions.rowops import RowOp
+from bindscope.interventions.rowops import PathOp, RowOp
 from bindscope.interventions.specs import SPEC_TYPES, RowContext, Spec, Zero
 from bindscope.protocols import LanguageModel
 
@@ -95,6 +95,15 @@ def _check_claims(model: LanguageModel, row: list[RowOp], i: int) -> None:
     Aliased cells are one cell (`one_tensor`: ``resid_pre`` of layer L+1 is ``resid_post``
     of layer L). Steers add up (additions commute), so several may share a cell.
     """
+    paths = [op for op in row if isinstance(op, PathOp)]
+    if paths and len(row) > 1:
+        other = next((op for op in row if op is not paths[0]), paths[-1])
+        raise InterventionError(
+            f"{model.name}: text #{i} takes {paths[0].spec} and {other.spec}; a text with a "
+            "PathPatch takes no other spec (its receivers read copies of the stream that "
+            "other edits would not reach; two PathPatch: give one with every edge). Other "
+            "texts of the batch may take other specs (per_row=); or run them in separate calls"
+        )
     same = one_tensor(model)
     owner: dict[tuple[str, int, int], tuple[RowOp, tuple[str, int, int]]] = {}
     for op in row:

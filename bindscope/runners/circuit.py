@@ -22,7 +22,7 @@ from bindscope.errors import InputError
 from bindscope.interventions.means import edge_means
 from bindscope.metrics.stats.estimates import Estimate, bootstrap_statistic
 from bindscope.protocols import LanguageModel
-from bindscope.runners.edges import Edge, EdgeScores, path_patching
+from bindscope.runners.edges import Edge, EdgeScores, path_patching, path_patching_each
 
 __all__ = [
     "ABLATIONS",
@@ -227,9 +227,12 @@ def verify(
     scores: EdgeScores,
     k: int,
     *,
-    batch_size: int = 4,
+    batch_size: int = 16,
 ) -> Verification:
     """Patch each of the top ``2k`` edges (by mean |score|) alone and compare.
+
+    The ``2k`` edges x pairs conditions share batches of ``batch_size`` rows
+    (`edges.path_patching_each`).
 
     Spearman is over those ``2k`` edges' mean estimated and exact effects; recall@K is the
     share of the exact top ``k`` among them (by |effect|) that the estimate ranks top ``k``.
@@ -239,17 +242,8 @@ def verify(
     estimate = np.array(
         [scores.mean()[graph.senders.index(s), graph.receivers.index(r)] for s, r in edges]
     )
-    exact = np.array(
-        [
-            float(
-                np.mean(
-                    path_patching(model, clean, corrupted, metric, [e], batch_size=batch_size)
-                    - scores.clean
-                )
-            )
-            for e in edges
-        ]
-    )
+    each = path_patching_each(model, clean, corrupted, metric, edges, batch_size=batch_size)
+    exact = np.mean(each - scores.clean, axis=1)
     rho = float(spearmanr(estimate, exact).statistic) if len(edges) > 2 else float("nan")
     k = min(k, len(edges))
     by_exact = set(np.argsort(-np.abs(exact), kind="stable")[:k].tolist())

@@ -36,7 +36,15 @@ from bindscope.protocols import LanguageModel
 from bindscope.runners.attribution_metrics import check_metrics, metric_terms
 from bindscope.runners.behaviour import keeps_logits
 
-__all__ = ["METHODS", "EdgeGraph", "EdgeScores", "edge_attribution", "edge_graph", "path_patching"]
+__all__ = [
+    "METHODS",
+    "EdgeGraph",
+    "EdgeScores",
+    "edge_attribution",
+    "edge_graph",
+    "path_patching",
+    "path_patching_each",
+]
 
 METHODS = ("eap", "eap-ig")
 
@@ -123,13 +131,9 @@ def edge_attribution(
     results = iter(found)
     for rows in chunks:
         corrupt_metric[rows] = next(results).double().cpu().numpy()
-        total = None
-        for k in range(steps, 0, -1):
-            step = next(results)
-            if k == steps:
-                clean_metric[rows] = step["metric"].double().cpu().numpy()
-            total = step["scores"] if total is None else total + step["scores"]
-        assert total is not None
+        first = next(results)  # alpha = 1: the clean metric
+        clean_metric[rows] = first["metric"].double().cpu().numpy()
+        total = (first if steps == 1 else next(results))["scores"]
         scores[rows] = np.where(graph.valid, total.cpu().numpy(), 0.0)
     return EdgeScores(graph, scores, clean_metric, corrupt_metric, method, steps)
 
@@ -138,8 +142,9 @@ def _edge_session(model: LanguageModel, jobs: list, steps: int) -> list:
     """Every batch's corrupted pass and ``steps`` gradient passes in one session.
 
     One request when remote: the corrupted senders' outputs and the senders' differences
-    stay where the passes run; per batch the corrupted metric, then each step's
-    ``{"metric", "scores"}`` come back.
+    stay where the passes run, and so do the receivers' gradients summed over the steps;
+    per batch the corrupted metric, the first step's ``{"metric"}`` (the clean metric) and
+    the last step's ``{"scores"}`` (one dict when ``steps`` is 1) come back.
     """
     env = model.nnsight
     with torch.enable_grad(), env.session(**model.trace_options):
@@ -148,13 +153,14 @@ def _edge_session(model: LanguageModel, jobs: list, steps: int) -> list:
             with env.trace(**cor_inputs, **options):
                 cor = ops.edge_sender_outputs(model, {})
                 collected.append(ops.save(ops.edge_metric(model, terms).detach()))
-            deltas = None
+            state = None
             for k in range(steps, 0, -1):  # alpha = 1 first: its pass gives the deltas
                 with env.trace(**inputs, **options):
-                    step, deltas = ops.edge_attribution_pass(
-                        model, terms, path, cor, mask, k / steps, steps, deltas
+                    step, state = ops.edge_attribution_pass(
+                        model, terms, path, cor, mask, k / steps, state, k == 1
                     )
-                    collected.append(step)
+                    if k in (steps, 1):
+                        collected.append(step)
     return collected
 
 
@@ -184,10 +190,42 @@ def path_patching(
     else:
         spec = PathPatch(mask, means=means)
     rows = resolve_rows(model, pairs.clean, intervene=spec)
-    out = np.zeros(len(pairs))
-    for chunk in pairs.batches(batch_size):
-        planned = plan_batch(model, pairs.clean_batch(chunk), [rows[i] for i in chunk])
-        terms = pairs.terms(chunk)
+    return _patched_metric(model, pairs, list(range(len(pairs))), rows, batch_size)
+
+
+def path_patching_each(
+    model: LanguageModel,
+    clean: Sequence,
+    corrupted: Sequence,
+    metric,
+    edges: Sequence[Edge],
+    *,
+    batch_size: int = 16,
+) -> np.ndarray:
+    """``[edges, pairs]``: the metric of each pair with each edge alone patched.
+
+    The same measure as `path_patching` of ``[edge]``, one edge at a time, but the
+    conditions share batches (``batch_size`` rows: one pair and one edge each, a pair's
+    edges together, so that they share its corrupted donor row).
+    """
+    _check_remote(model, metric)
+    pairs = _Pairs(model, clean, corrupted, metric)
+    graph = edge_graph(model)
+    masks = [edge_mask(graph, [edge]) for edge in edges]
+    owners = [p for p in range(len(pairs)) for _ in masks]
+    specs = [PathPatch(m, source=(pairs.corrupted[p],)) for p in range(len(pairs)) for m in masks]
+    rows = resolve_rows(model, [pairs.clean[p] for p in owners], per_row=specs)
+    out = _patched_metric(model, pairs, owners, rows, batch_size)
+    return out.reshape(len(pairs), len(masks)).T
+
+
+def _patched_metric(model, pairs: _Pairs, owners: list[int], rows: list, batch_size: int):
+    """The metric of each row (the clean text of pair ``owners[i]`` under ``rows[i]``)."""
+    out = np.zeros(len(owners))
+    for chunk in _chunks(len(owners), batch_size):
+        who = [owners[i] for i in chunk]
+        planned = plan_batch(model, pairs.clean_batch(who), [rows[i] for i in chunk])
+        terms = pairs.terms(who)
 
         def body(donors, terms=terms):
             found = ops.save(ops.edge_metric(model, terms))
@@ -197,6 +235,14 @@ def path_patching(
             found = model.trace_batch(planned, body, **_kept_logits(model, terms))
         out[chunk] = found.double().cpu().numpy()
     return out
+
+
+def _chunks(n: int, size: int):
+    """``range(n)`` as lists of ``size`` indices."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise InputError(f"batch_size={size!r}: give a whole number >= 1")
+    for start in range(0, n, size):
+        yield list(range(start, min(start + size, n)))
 
 
 def _check_remote(model: LanguageModel, metric) -> None:
@@ -239,10 +285,7 @@ class _Pairs:
 
     def batches(self, size: int):
         """Pair indices, ``size`` at a time."""
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise InputError(f"batch_size={size!r}: give a whole number >= 1")
-        for start in range(0, len(self), size):
-            yield list(range(start, min(start + size, len(self))))
+        return _chunks(len(self), size)
 
     def clean_batch(self, rows: list[int]):
         """The clean texts of ``rows``, left-padded (the corrupted ones pad alike)."""

@@ -14,8 +14,10 @@ import pytest
 import torch
 
 from bindscope.errors import InterventionError
-from bindscope.interventions import PathPatch, Zero
+from bindscope.interventions import Knockout, Patch, PathPatch, Steer, Zero
 from bindscope.interventions.graph import edge_graph
+from bindscope.interventions.plan import plan_batch
+from bindscope.interventions.resolve import resolve_rows
 from tests.reference_edges import (
     edge_bound,
     one_edge_of_each_kind,
@@ -107,8 +109,86 @@ def test_bad_path_patches_are_refused(tiny):
         model.logits(clean, intervene=PathPatch([("a1.h0", "a0.h0<q>")], source=corrupted))
     with pytest.raises(InterventionError, match="equal lengths"):
         model.logits(clean, intervene=PathPatch([("embed", "logits")], source=[[5, 6], [5, 6]]))
-    with pytest.raises(InterventionError, match="runs alone"):
+    with pytest.raises(InterventionError, match="takes no other spec"):
         model.logits(clean, intervene=[PathPatch([("embed", "logits")], source=corrupted),
                                        Zero([(0, 0)])])  # fmt: skip
+    twice = [PathPatch([(s, "logits")], source=corrupted) for s in ("embed", "m0")]
+    with pytest.raises(InterventionError, match="takes no other spec"):
+        model.logits(clean, intervene=twice)
+    with pytest.raises(InterventionError, match="Knockout and PathPatch in one batch"):
+        model.logits(clean, per_row=[PathPatch([("embed", "logits")], source=[corrupted[0]]),
+                                     Knockout([(0, 0)], edges=((2, 1),))])  # fmt: skip
     with pytest.raises(InterventionError, match="edges="):
         PathPatch("embed->logits", source=corrupted)
+
+
+def _mixed_rows(model, clean, corrupted):
+    """Texts and specs of one batch: PathPatch of other edge sets on the same and other
+    texts, beside Zero, Patch, Steer and no spec."""
+    kinds = one_edge_of_each_kind(model)
+    steer = torch.randn(model.d_model, generator=torch.Generator().manual_seed(1))
+    rows = [
+        (0, PathPatch([kinds[0]], source=[corrupted[0]])),
+        (1, PathPatch(kinds[1:3], source=[corrupted[1]])),
+        (0, PathPatch([kinds[3], kinds[5]], source=[corrupted[0]])),
+        (1, PathPatch([kinds[4]], source=[corrupted[1]])),
+        (0, Zero([(1, 0)])),
+        (1, Patch([(0, 1)], source=[corrupted[1]])),
+        (0, Steer("resid_pre", 1, steer, scale=4.0)),
+        (1, None),
+    ]
+    return [clean[p] for p, _ in rows], [spec for _, spec in rows]
+
+
+def test_a_mixed_batch_equals_each_row_alone(tiny):
+    """Rows with different PathPatch specs and other specs share one batch.
+
+    Each row's logits equal the same text and spec run alone, within `edge_bound`: not
+    bit for bit, since alone a text is padded to its own width and its batch differs
+    (other matmul shapes and orders); the bound is the float32 rounding of a patched
+    edge through every layer, as for the reference. Negative control: a row compared
+    with another row of the same text (another spec) misses by over 100 bounds.
+    """
+    model = tiny
+    clean, corrupted = random_pairs(model, strong=True)
+    texts, specs = _mixed_rows(model, clean, corrupted)
+    mixed = model.logits(texts, per_row=specs, batch_size=len(texts))
+    alone = [model.logits([t], per_row=[s])[0] for t, s in zip(texts, specs)]
+    bound = edge_bound(max(float(x.abs().max()) for x in alone) + 1, model)
+    worst, nearest_wrong = 0.0, float("inf")
+    for i, ours in enumerate(mixed):
+        worst = max(worst, float((ours - alone[i]).abs().max()))
+        for j, other in enumerate(alone):
+            if j != i and texts[j] == texts[i]:
+                nearest_wrong = min(nearest_wrong, float((ours - other).abs().max()))
+    assert worst <= bound, (worst, bound)
+    assert nearest_wrong > 100 * bound, (nearest_wrong, bound)
+
+
+def test_scratch_rows_are_counted_per_text(tiny):
+    """Texts patching one edge each, into different receivers of one layer, need one
+    scratch row each (not one per receiver of the batch); two receivers of one text with
+    other senders need two."""
+    model = tiny
+    clean, corrupted = random_pairs(model)
+    edges = [("embed", "a1.h0<q>"), ("embed", "a1.g0<k>"), ("m0", "a1.h1<q>")]
+    specs = [PathPatch([e], source=[corrupted[0]]) for e in edges]
+    rows = resolve_rows(model, [clean[0]] * 3, per_row=specs)
+    assert plan_batch(model, model.pad([0, 1, 2], [clean[0]] * 3), rows).plan.path.slots == 1
+    two = resolve_rows(model, [clean[0]], intervene=PathPatch(edges, source=[corrupted[0]]))
+    assert plan_batch(model, model.pad([0], [clean[0]]), two).plan.path.slots == 2
+
+
+def test_a_mixed_batch_generates_as_each_row_alone(tiny):
+    """`generate` takes the same mixed batch (less Patch, which it refuses): each row's
+    greedy continuation is the one it gets alone."""
+    model = tiny
+    clean, corrupted = random_pairs(model, strong=True)
+    texts, specs = _mixed_rows(model, clean, corrupted)
+    keep = [i for i, spec in enumerate(specs) if not isinstance(spec, Patch)]
+    texts, specs = [texts[i] for i in keep], [specs[i] for i in keep]
+    mixed = model.generate_ids(texts, max_new_tokens=3, per_row=specs, batch_size=len(texts))
+    alone = [
+        model.generate_ids([t], max_new_tokens=3, per_row=[s])[0] for t, s in zip(texts, specs)
+    ]
+    assert mixed == alone

@@ -12,7 +12,12 @@ from bindscope.errors import InputError
 from bindscope.interventions import PathPatch
 from bindscope.runners.attribution_metrics import LogitDifference
 from bindscope.runners.circuit import faithfulness, greedy_mask, stability, verify
-from bindscope.runners.edges import edge_attribution, edge_graph, path_patching
+from bindscope.runners.edges import (
+    edge_attribution,
+    edge_graph,
+    path_patching,
+    path_patching_each,
+)
 from tests.reference_edges import (
     one_edge_of_each_kind,
     other_receiver,
@@ -182,6 +187,28 @@ def test_circuit_of_every_edge_and_of_none(scored):
     assert abs(whole.share.value - 1) <= 4 * bound / gap
     assert abs(empty.share.value) <= 4 * bound / gap
     np.testing.assert_allclose(empty.null, [0.0], atol=4 * bound / gap)  # 0 random edges too
+
+
+def test_verify_packs_the_per_edge_loop(scored):
+    """`verify` packs edges x pairs into batches; it equals one `path_patching` per edge.
+
+    The slow reference is the loop `verify` ran before (one pass over the pairs per edge,
+    batch 4). Not bit for bit: a row's batch, and so its padding and matmul shapes,
+    differ; the bound is the float32 rounding of the logits through every layer. Control:
+    each edge compared with the next edge's reference misses by over 100 bounds.
+    """
+    model, clean, corrupted, metric, scores = scored
+    checked = verify(model, clean, corrupted, metric, scores, 3, batch_size=5)
+    loop = np.array(
+        [path_patching(model, clean, corrupted, metric, [e], batch_size=4) for e in checked.edges]
+    )  # [edges, pairs]
+    each = path_patching_each(model, clean, corrupted, metric, checked.edges, batch_size=5)
+    size = max(float(x.abs().max()) for x in model.logits(clean)) + 1
+    bound = _bound(size, model.d_model, model.n_layers + 1)
+    assert each.shape == loop.shape == (6, len(clean))
+    assert float(np.abs(each - loop).max()) <= bound
+    np.testing.assert_allclose(checked.exact, (loop - scores.clean).mean(1), rtol=0, atol=bound)
+    assert float(np.abs(each - np.roll(loop, 1, axis=0)).max()) > 100 * bound
 
 
 def test_verify_and_stability(scored):
