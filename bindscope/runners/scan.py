@@ -303,11 +303,12 @@ def _batch_session(
         layers = model.nnsight.model.layers
         aligned = {}
         if swap is not None:
-            with env.trace(**swap[0]) as tracer:
+            # No tracer.stop() here: in ndif 0.1.2's sandbox a stop leaves the host's reply
+            # unread and the session's next trace fails (docs/remote.md, Limits)
+            with env.trace(**swap[0]):
                 donor_outputs = []
                 for layer in range(model.n_layers):
                     donor_outputs.append(ops.site(model, "head_out", layer))
-                tracer.stop()
             for layer in range(model.n_layers):
                 x = ops.head_view(donor_outputs[layer], model.n_heads, model.head_dim)
                 aligned[("head_out", layer)] = ops.end_aligned(x, swap[1], swap[2])
