@@ -292,7 +292,8 @@ def _batch_session(
     how many final positions each row takes, the width) stay on the server; only the
     scores come back: ``[b]`` clean, then ``[rows]`` per pass. The body computes what
     `_clean`, `_donor_outputs` and `_residual_passes` compute here, in the same order; it
-    calls only ``ops`` and torch (it ships).
+    calls only ``ops`` and torch (it ships). No trace stops early: in ndif 0.1.2's sandbox
+    the session's next trace then fails (docs/remote.md, Limits).
     """
     env = model.nnsight
     index, target, weight = targets
@@ -303,8 +304,6 @@ def _batch_session(
         layers = model.nnsight.model.layers
         aligned = {}
         if swap is not None:
-            # No tracer.stop() here: in ndif 0.1.2's sandbox a stop leaves the host's reply
-            # unread and the session's next trace fails (docs/remote.md, Limits)
             with env.trace(**swap[0]):
                 donor_outputs = []
                 for layer in range(model.n_layers):
