@@ -27,9 +27,10 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 # The live layer: the remote path against the real NDIF server of `bindscope ndif up`
-# (deselected by `make test`; fails, never skips, when no server answers).
+# (deselected by `make test`; fails, never skips, when no server answers). LIVE_ARGS: more
+# pytest options (.ci/run's sandboxed pass deselects the gradient tests with it).
 test-live: $(STAMP)
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m ndif_live tests/remote/live
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m ndif_live tests/remote/live $(LIVE_ARGS)
 
 # Style, docstrings and complexity (ruff), types (mypy), the layers contract (import-linter),
 # and the import checks import-linter cannot make: no circle anywhere, every function-level

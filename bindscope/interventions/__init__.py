@@ -135,10 +135,13 @@ def head_means(
 def _head_sums_session(model: LanguageModel, jobs, layers) -> list[dict]:
     """One session (one request when remote) of traces, each returning ``{layer: [H, hd]}``."""
     env = model.nnsight
+    # ndif 0.1.2's sandbox cannot run a trace after one that stopped (docs/remote.md, Limits)
+    stop = not model.remote
     with env.session(**model.trace_options):
         collected = [].save()  # type: ignore[attr-defined]  # nnsight gives every object .save
         for inputs, mask in jobs:
             with env.trace(**inputs) as tracer:
                 collected.append(ops.collect_head_sums(model, layers, mask, {}))
-                tracer.stop()
+                if stop:
+                    tracer.stop()
     return collected

@@ -292,7 +292,8 @@ def _batch_session(
     how many final positions each row takes, the width) stay on the server; only the
     scores come back: ``[b]`` clean, then ``[rows]`` per pass. The body computes what
     `_clean`, `_donor_outputs` and `_residual_passes` compute here, in the same order; it
-    calls only ``ops`` and torch (it ships).
+    calls only ``ops`` and torch (it ships). No trace stops early: in ndif 0.1.2's sandbox
+    the session's next trace then fails (docs/remote.md, Limits).
     """
     env = model.nnsight
     index, target, weight = targets
@@ -303,11 +304,10 @@ def _batch_session(
         layers = model.nnsight.model.layers
         aligned = {}
         if swap is not None:
-            with env.trace(**swap[0]) as tracer:
+            with env.trace(**swap[0]):
                 donor_outputs = []
                 for layer in range(model.n_layers):
                     donor_outputs.append(ops.site(model, "head_out", layer))
-                tracer.stop()
             for layer in range(model.n_layers):
                 x = ops.head_view(donor_outputs[layer], model.n_heads, model.head_dim)
                 aligned[("head_out", layer)] = ops.end_aligned(x, swap[1], swap[2])

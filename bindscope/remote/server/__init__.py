@@ -124,9 +124,7 @@ def _environment(
     }
 
 
-def _pieces(home: Path, ports: Ports) -> list[Piece]:
-    python = str(environment.venv_python(home / "venv"))
-    bin_dir = home / "venv" / "bin"
+def _ray_command(home: Path, ports: Ports) -> list[str]:
     resources = {
         "head": 10,
         # ndif places models on GPUs; the CPU actor ignores the numbers but the
@@ -135,21 +133,32 @@ def _pieces(home: Path, ports: Ports) -> list[Piece]:
         "cpu_memory_bytes": psutil.virtual_memory().total,
     }
     return [
+        str(home / "venv" / "bin" / "ray"),
+        "start",
+        "--head",
+        "--block",
+        "--node-ip-address=127.0.0.1",
+        f"--port={ports.ray}",
+        f"--ray-client-server-port={ports.ray_client}",
+        "--num-cpus=4",
+        "--num-gpus=2",
+        f"--resources={json.dumps(resources)}",
+        "--include-dashboard=true",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={ports.dashboard}",
+        f"--temp-dir={home / 'ray'}",
+        "--disable-usage-stats",
+    ]
+
+
+def _pieces(home: Path, ports: Ports) -> list[Piece]:
+    python = str(environment.venv_python(home / "venv"))
+    bin_dir = home / "venv" / "bin"
+    redis = [_redis_server(), "--bind", "127.0.0.1", "--port", str(ports.redis)]
+    return [
         Piece(
             "redis",
-            [
-                _redis_server(),
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                str(ports.redis),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(home),
-            ],
+            [*redis, "--save", "", "--appendonly", "no", "--dir", str(home)],
             ready=lambda: listening(ports.redis),
         ),
         Piece(
@@ -159,23 +168,7 @@ def _pieces(home: Path, ports: Ports) -> list[Piece]:
         ),
         Piece(
             "ray",
-            [
-                str(bin_dir / "ray"),
-                "start",
-                "--head",
-                "--block",
-                "--node-ip-address=127.0.0.1",
-                f"--port={ports.ray}",
-                f"--ray-client-server-port={ports.ray_client}",
-                "--num-cpus=4",
-                "--num-gpus=2",
-                f"--resources={json.dumps(resources)}",
-                "--include-dashboard=true",
-                "--dashboard-host=127.0.0.1",
-                f"--dashboard-port={ports.dashboard}",
-                f"--temp-dir={home / 'ray'}",
-                "--disable-usage-stats",
-            ],
+            _ray_command(home, ports),
             ready=lambda: listening(ports.ray_client) and listening(ports.dashboard),
             timeout=120,
         ),
@@ -229,6 +222,36 @@ def _state(home: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def _free_ports(home: Path, port: int) -> Ports:
+    """The server's ports, once no server runs from ``home`` and none of them is taken."""
+    if running(home):
+        raise NdifServerError(
+            f"a local NDIF server from {home} is already running; `bindscope ndif down` first"
+        )
+    ports = Ports.of(port)
+    busy = [p for p in asdict(ports).values() if listening(p)]
+    if busy:
+        raise NdifServerError(
+            f"ports {busy} on 127.0.0.1 are in use; pick another --port (the server uses "
+            f"{port} and {port + 1000}-{port + 1004})"
+        )
+    return ports
+
+
+def _deploy(
+    home: Path, env: dict[str, str], models: Mapping[str, Path], hub_cache: Path, sandboxed: bool
+) -> None:
+    """Deploy ``models`` on the started pieces, each with the CPU (or sandboxed) actor."""
+    deploy = specs(hub_cache, models, trusted=True)
+    for spec in deploy:
+        spec["actor_class"] = SANDBOXED_ACTOR if sandboxed else CPU_ACTOR
+    spec_file = home / "deploy.json"
+    spec_file.write_text(json.dumps(deploy))
+    python = str(environment.venv_python(home / "venv"))
+    command = [python, str(NDIF_SIDE / "bindscope_ndif_cpu.py"), "deploy", str(spec_file)]
+    processes.start(home, Piece("deploy", command, timeout=600), env)
+
+
 def up(
     *,
     home: Path,
@@ -253,57 +276,24 @@ def up(
             did start is stopped again.
     """
     home.mkdir(parents=True, exist_ok=True)
-    if running(home):
-        raise NdifServerError(
-            f"a local NDIF server from {home} is already running; `bindscope ndif down` first"
-        )
-    ports = Ports.of(port)
-    busy = [p for p in asdict(ports).values() if listening(p)]
-    if busy:
-        raise NdifServerError(
-            f"ports {busy} on 127.0.0.1 are in use; pick another --port (the server uses "
-            f"{port} and {port + 1000}-{port + 1004})"
-        )
+    ports = _free_ports(home, port)
     environment.build(home / "venv", home / "logs" / "venv.log")
     env = _environment(home, ports, hub_cache, sandboxed=sandboxed)
     started = time.perf_counter()
-    (home / STATE).write_text(json.dumps({"port": port, "host": host(port), "models": []}))
+    state = {"port": port, "host": host(port), "models": []}
+    (home / STATE).write_text(json.dumps(state))
     try:
         for piece in _pieces(home, ports):
             processes.start(home, piece, env)
-        deploy = specs(hub_cache, models, trusted=True)
-        for spec in deploy:
-            spec["actor_class"] = SANDBOXED_ACTOR if sandboxed else CPU_ACTOR
-        spec_file = home / "deploy.json"
-        spec_file.write_text(json.dumps(deploy))
-        processes.start(
-            home,
-            Piece(
-                "deploy",
-                [
-                    str(environment.venv_python(home / "venv")),
-                    str(NDIF_SIDE / "bindscope_ndif_cpu.py"),
-                    "deploy",
-                    str(spec_file),
-                ],
-                timeout=600,
-            ),
-            env,
-        )
+        _deploy(home, env, models, hub_cache, sandboxed)
         # /status is a cache the API refreshes now and then: wait until it shows the models
         _wait_serving(host(port), list(models), home)
     except BaseException:
         processes.stop(home, ORDER)
         (home / STATE).unlink(missing_ok=True)
         raise
-    state = {
-        "port": port,
-        "host": host(port),
-        "models": list(models),
-        "sandboxed": sandboxed,
-        "hub_cache": str(hub_cache),
-        "started_s": round(time.perf_counter() - started, 1),
-    }
+    state |= {"models": list(models), "sandboxed": sandboxed, "hub_cache": str(hub_cache)}
+    state["started_s"] = round(time.perf_counter() - started, 1)
     (home / STATE).write_text(json.dumps(state))
     return host(port)
 
@@ -316,7 +306,8 @@ def _piece(home: Path, name: str) -> tuple[Piece, dict[str, str]]:
     found = {p.slug: p for p in _pieces(home, ports) if p.ready is not None}
     if name not in found:
         raise NdifServerError(f"no piece {name!r}; the pieces are {', '.join(found)}")
-    return found[name], _environment(home, ports, Path(state["hub_cache"]))
+    env = _environment(home, ports, Path(state["hub_cache"]), sandboxed=state["sandboxed"])
+    return found[name], env
 
 
 def stop_piece(*, home: Path, name: str) -> None:
