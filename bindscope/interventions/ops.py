@@ -827,8 +827,10 @@ def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, state=Non
             sent.append((_donor_like(donors, ("mlp_out", layer), y) - y)[None].detach())
     final = site(model, "resid_post", n_layers - 1)
     metric = edge_metric(model, terms)
-    wrt = [t for triple in qkv for t in triple] + mlp_out + [final]
+    wrt = [t for triple in qkv for t in triple] + mlp_out + [final, x0]
     grads = torch.autograd.grad(metric.sum(), wrt, allow_unused=True, retain_graph=True)
+    reached_input(grads[-1])
+    grads = grads[:-1]
     found = []
     for layer in range(n_layers):
         for j, units in ((0, n_heads), (1, model.n_kv_heads), (2, model.n_kv_heads)):
@@ -1299,11 +1301,39 @@ def _estimates(model, taps, grads, plan, donors, method):
     return out
 
 
-def _gradients(total, wrt, retain):
-    """``d total / d x`` for each tensor of ``wrt`` (None where it does not reach)."""
+def _gradients(total, wrt, retain, start=None):
+    """``d total / d x`` for each tensor of ``wrt`` (None where it does not reach).
+
+    With ``start`` (layer 0's input) its gradient is taken too, and must exist
+    (`reached_input`).
+    """
+    if start is not None:
+        found = torch.autograd.grad(total, [*wrt, start], allow_unused=True, retain_graph=True)
+        reached_input(found[-1])
+        return found[:-1]
     if not wrt:  # nothing in this batch is estimated, or nothing reaches the metric
         return ()
     return torch.autograd.grad(total, wrt, allow_unused=True, retain_graph=retain)
+
+
+def reached_input(grad):
+    """Refuse a backward pass that never reached layer 0's input.
+
+    Every layer reads layer 0's input, so in one autograd graph the metric always has a
+    gradient there. None means the graph was cut between them, and every gradient past
+    the cut would read as zero: that is what happens in ndif 0.1.2's sandbox (untrusted
+    requests), which runs the trace body in another process and hands it copies of the
+    model's tensors, so no gradient flows from the metric back into the model.
+    """
+    if grad is None:
+        raise RuntimeError(
+            "the metric's gradient did not reach layer 0's input: the autograd graph is cut "
+            "between the model and this code (on NDIF: the request ran in the server's "
+            "sandbox, untrusted, where gradients do not cross into the model's process), "
+            "so every gradient method would read zeros; run it locally or on a server "
+            "that runs your requests trusted"
+        )
+    return True
 
 
 def attribution_pass(model, terms, plan, donors=None, method="atp*", grad_drop=False):
@@ -1340,7 +1370,7 @@ def attribution_pass(model, terms, plan, donors=None, method="atp*", grad_drop=F
     metric = metric_values(final_logits(model), terms)
     wrt = [x for x in taps.values() if x.requires_grad]
     total = metric.sum()
-    grads = _gradients(total, wrt, grad_drop)
+    grads = _gradients(total, wrt, grad_drop, start=stream)
     estimate = _estimates(model, taps, grads, plan, donors, method)
     found = {"metric": metric.detach(), "estimate": {k: v.detach() for k, v in estimate.items()}}
     if grad_drop:

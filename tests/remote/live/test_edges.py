@@ -14,10 +14,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from bindscope.errors import RemoteJobError
 from bindscope.prompts.tasks import answer_ids, task_pairs
 from bindscope.runners.attribution_metrics import LogitDifference
 from bindscope.runners.circuit import faithfulness, top_mask
 from bindscope.runners.edges import edge_attribution, path_patching
+from tests.remote.live.test_sandbox import sandboxed
 from tests.tolerance import assert_within, gradient_bound, logit_bound
 
 pytestmark = pytest.mark.ndif_live
@@ -30,19 +32,27 @@ def _pairs(model, n=4):
 
 
 def test_edge_scores_and_circuits_equal_local(twins):
+    """Trusted, the scores equal local; sandboxed, the scan refuses (its gradients cannot
+    reach the model's process) rather than return zeros. Path patching and faithfulness
+    take no gradient and equal local in both modes."""
     local, far = twins
     clean, corrupted, metric = _pairs(local)
-    got = edge_attribution(far, clean, corrupted, metric, method="eap-ig", steps=2)
     ref = edge_attribution(local, clean, corrupted, metric, method="eap-ig", steps=2)
-    scores = torch.from_numpy(ref.scores)
-    assert_within(torch.from_numpy(got.scores), scores, gradient_bound(local, scores), "scores")
     metric_bound = 2 * logit_bound(local, clean + corrupted)  # a difference of two logits
 
     def close(a, b, what):
         assert_within(torch.as_tensor(a), torch.as_tensor(b), metric_bound, what)
 
-    close(got.clean, ref.clean, "clean metric")
-    close(got.corrupted, ref.corrupted, "corrupted metric")
+    if sandboxed():
+        with pytest.raises(RemoteJobError, match="did not reach layer 0's input"):
+            edge_attribution(far, clean, corrupted, metric, method="eap-ig", steps=2)
+    else:
+        got = edge_attribution(far, clean, corrupted, metric, method="eap-ig", steps=2)
+        scores = torch.from_numpy(ref.scores)
+        bound = gradient_bound(local, scores)
+        assert_within(torch.from_numpy(got.scores), scores, bound, "scores")
+        close(got.clean, ref.clean, "clean metric")
+        close(got.corrupted, ref.corrupted, "corrupted metric")
     edges = ref.top(5)
     close(
         path_patching(far, clean, corrupted, metric, edges),
