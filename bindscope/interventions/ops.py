@@ -827,10 +827,8 @@ def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, state=Non
             sent.append((_donor_like(donors, ("mlp_out", layer), y) - y)[None].detach())
     final = site(model, "resid_post", n_layers - 1)
     metric = edge_metric(model, terms)
-    wrt = [t for triple in qkv for t in triple] + mlp_out + [final, x0]
-    grads = torch.autograd.grad(metric.sum(), wrt, allow_unused=True, retain_graph=True)
-    reached_input(grads[-1])
-    grads = grads[:-1]
+    wrt = [t for triple in qkv for t in triple] + mlp_out + [final]
+    grads = _gradients(metric.sum(), wrt, True, start=x0)  # kept for the pullbacks below
     found = []
     for layer in range(n_layers):
         for j, units in ((0, n_heads), (1, model.n_kv_heads), (2, model.n_kv_heads)):
@@ -1308,7 +1306,7 @@ def _gradients(total, wrt, retain, start=None):
     (`reached_input`).
     """
     if start is not None:
-        found = torch.autograd.grad(total, [*wrt, start], allow_unused=True, retain_graph=True)
+        found = torch.autograd.grad(total, [*wrt, start], allow_unused=True, retain_graph=retain)
         reached_input(found[-1])
         return found[:-1]
     if not wrt:  # nothing in this batch is estimated, or nothing reaches the metric
@@ -1333,7 +1331,6 @@ def reached_input(grad):
             "so every gradient method would read zeros; run it locally or on a server "
             "that runs your requests trusted"
         )
-    return True
 
 
 def attribution_pass(model, terms, plan, donors=None, method="atp*", grad_drop=False):
