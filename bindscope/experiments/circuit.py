@@ -14,14 +14,13 @@ needed for the circuit); a resumed run skips the models already written.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from bindscope.errors import InputError
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
-from bindscope.experiments.kit.options import Options, option
-from bindscope.experiments.kit.summary import summarize_folder
+from bindscope.experiments.kit.options import Options, check_whole, option
+from bindscope.experiments.kit.summary import folder_summary
 from bindscope.prompts.tasks import TASKS, TaskPair, answer_ids, task_pairs
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import by_model
@@ -67,11 +66,7 @@ class CircuitOptions(Options):
 
     def check(self) -> None:
         """Refuse counts below their minimum and unreadable sizes."""
-        for name, least in (("steps", 1), ("pairs", 2), ("verify", 0), ("n_random", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                flag = name.replace("_", "-")
-                raise InputError(f"--{flag} {value!r}: give an integer >= {least}")
+        check_whole(self, {"steps": 1, "pairs": 2, "verify": 0, "n_random": 0})
         try:
             sizes = _sizes(self.edges)
         except ValueError:
@@ -200,9 +195,7 @@ def _mean(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def summarize(folder: str | Path) -> dict:
-    """Rebuild ``folder/summary.json`` from the records."""
-    return summarize_folder(folder, summary, name=EXPERIMENT)
+summarize = folder_summary(EXPERIMENT, summary)
 
 
 def text(s: dict) -> list[str]:

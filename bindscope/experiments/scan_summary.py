@@ -161,16 +161,15 @@ def _unusable(
     ]
 
 
-def _mean_bsi(first: dict, bsi_records: list[dict]) -> np.ndarray | None:
-    """Mean BSI map [L, H] of the first record's model over its measured prompts, or None."""
-    measured = [
-        r["metrics"]["bsi"]
+def _measured_bsi(first: dict, bsi_records: list[dict]) -> dict[str, list]:
+    """The BSI map of each prompt with an EB*, on the first record's model."""
+    return {
+        r["prompt_key"]: r["metrics"]["bsi"]
         for r in bsi_records
         if r["model"] == first["model"]
         and r["revision"] == first["revision"]
         and r["metrics"].get("eb_star") is not None
-    ]
-    return np.nanmean(np.array(measured, dtype=float), 0) if measured else None
+    }
 
 
 def _tables(group: list[dict]) -> tuple[dict[str, dict[str, dict]], dict[str, list], dict]:
@@ -242,7 +241,10 @@ def _summarize_model(
         effects = _exact_effects(table, usable, names, heads)
         if attribution:  # every head's estimate: the exact effects cover the verified only
             effects = _estimated_effects(first, estimates, n_layers, n_heads)
-        _add_bsi(entry, first, bsi_records, effects, usable, seed)
+        bsi = _measured_bsi(first, bsi_records)
+        entry["bsi_vs_effect"] = _bsi_correlation(bsi, effects, usable, seed)
+        if bsi:  # the model's mean BSI map, for the class-matched comparison
+            entry["_mean_bsi"] = np.nanmean(np.array(list(bsi.values()), dtype=float), 0)
     if not entry["unusable"]:
         del entry["unusable"]
     return entry
@@ -305,52 +307,26 @@ def _metric_summary(
     ``n_tests`` is set under attribution (the verified heads were chosen among that many),
     None when every condition was run exactly.
     """
-    cells = {
-        name: per_head_tests.cell_stats(
-            base, values, seed=seed, n_resamples=n_resamples, alternative="two-sided"
-        )
-        for name, values in ablated.items()
-    }
-    if n_tests is not None:
-        attribution_method.adjust_all_heads(cells, correction=correction, n_heads=n_tests)
-    else:
-        per_head_tests.adjust(cells, correction=correction)
+    cells = per_head_tests.tested_cells(
+        {name: (base, values) for name, values in ablated.items()},
+        seed=seed, n_resamples=n_resamples, correction=correction, n_tests=n_tests or 0,
+    )  # fmt: skip
     return {
         "clean_mean": float(base.mean()),
         "n_prompts": len(base),
         "effect": per_head_tests.effect_map(cells, heads, n_layers, width),
-        "low": _map(cells, heads, n_layers, width, "low"),
-        "high": _map(cells, heads, n_layers, width, "high"),
-        "p": _map(cells, heads, n_layers, width, "p"),
-        "p_adjusted": _map(cells, heads, n_layers, width, "p_adjusted"),
+        **{
+            field: per_head_tests.effect_map(cells, heads, n_layers, width, field)
+            for field in ("low", "high", "p", "p_adjusted")
+        },
         "significant": [list(heads[n]) for n in ablated if cells[n]["significant"]],
         "top": per_head_tests.top_cells(cells, heads, len(cells) if n_tests is not None else top),
     }
 
 
-def _add_bsi(
-    entry: dict, first: dict, bsi_records: list[dict], effects: Effects, usable: dict, seed: int
-) -> None:
-    """The correlation of BSI with the heads' effects, and the model's mean BSI if known."""
-    entry["bsi_vs_effect"] = _bsi_correlation(first, bsi_records, effects, usable, seed)
-    mean_bsi = _mean_bsi(first, bsi_records)
-    if mean_bsi is not None:
-        entry["_mean_bsi"] = mean_bsi
-
-
 def _left_out(entry: dict, metric: str) -> set[str]:
     """Prompt keys left out of ``metric`` for a null or non-finite value."""
     return set(entry["unusable"].get(metric, {}).get("prompts", []))
-
-
-def _map(
-    cells: dict[str, dict], heads: dict[str, list], n_layers: int, width: int, field: str
-) -> list[list]:
-    out = [[None] * width for _ in range(n_layers)]
-    for name, cell in cells.items():
-        layer, head = heads[name]
-        out[layer][head] = cell.get(field)
-    return out
 
 
 #: Per prompt: the heads measured and each one's effect (clean - ablated log-prob).
@@ -381,9 +357,7 @@ def _estimated_effects(
     return order, found, "attribution estimate"
 
 
-def _bsi_correlation(
-    first: dict, bsi_records: list[dict], effects: Effects, clean: dict, seed: int
-) -> dict | None:
+def _bsi_correlation(bsi: dict, effects: Effects, clean: dict, seed: int) -> dict | None:
     """Spearman of the mean-BSI map with the effect map over prompts with both.
 
     ``effects`` says which heads and which effect: the exact scan's (every scanned head) or,
@@ -392,13 +366,6 @@ def _bsi_correlation(
     and its ``n_cells``.
     """
     order, per_prompt, kind = effects
-    bsi = {
-        r["prompt_key"]: r["metrics"]["bsi"]
-        for r in bsi_records
-        if r["model"] == first["model"]
-        and r["revision"] == first["revision"]
-        and r["metrics"].get("eb_star") is not None
-    }
     prompts = sorted(p for p in clean if p in bsi and p in per_prompt)
     if len(prompts) < 2:
         return None

@@ -25,9 +25,8 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from bindscope.errors import InputError
-from bindscope.experiments.kit import per_head_tests
 from bindscope.experiments.kit.chunks import run_chunks
-from bindscope.experiments.kit.options import option, positive
+from bindscope.experiments.kit.options import check_choice, option, positive
 from bindscope.experiments.kit.record_fields import base_record
 from bindscope.interventions import Mean, Patch, Resample, Zero
 from bindscope.interventions.specs import Spec
@@ -73,8 +72,7 @@ def check_options(method: str, verify: int | None, unit: str) -> int | None:
         InputError: An unknown method, ``verify`` with the exact scan or below 1, or the
             attribution method on layers (it estimates heads).
     """
-    if method not in METHODS:
-        raise InputError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
+    check_choice("method", method, METHODS)
     if method == "exact":
         if verify is not None:
             raise InputError("--verify applies to --method attribution; drop it or add the method")
@@ -252,16 +250,6 @@ def _donor_spec(heads: tuple, text: list, donor: list) -> Patch | Resample:
     return Patch(heads, (donor,)) if len(donor) == len(text) else Resample(heads, (donor,))
 
 
-def adjust_all_heads(cells: dict[str, dict], *, correction: str, n_heads: int) -> None:
-    """``per_head_tests.adjust`` across ``n_heads`` tests, the heads not verified at p = 1."""
-    padded = dict(cells)
-    for i in range(max(0, n_heads - len(cells))):
-        padded[f"_unverified{i}"] = {"p": 1.0}
-    per_head_tests.adjust(padded, correction=correction)
-    for name in cells:
-        cells[name].update(padded[name])
-
-
 def add_estimates(entry: dict, estimates: list[dict], prompts: list[str]) -> None:
     """Add the estimate map and the agreement on the verified heads to a model's entry.
 
@@ -273,15 +261,24 @@ def add_estimates(entry: dict, estimates: list[dict], prompts: list[str]) -> Non
     used = [p for p in prompts if p in by_prompt]
     if block is None or not used:
         return
-    mean = np.mean(np.array([by_prompt[p] for p in used], dtype=float), 0)
+    add_estimate(block, [by_prompt[p] for p in used], "n_estimated_prompts")
+    for other in entry["metrics"].values():
+        other["verified"] = [list(c["head"]) for c in block["top"]]
+
+
+def add_estimate(block: dict, maps: list, count: str) -> None:
+    """The mean of the items' estimate ``maps`` ([L][H]) in ``block``, beside its ``top`` cells.
+
+    ``block`` gains ``estimate``, ``count`` (the items averaged) and ``agreement``; each
+    ``top`` cell gains its ``estimate``.
+    """
+    mean = np.mean(np.array(maps, dtype=float), 0)  # [L, H]
     block["estimate"] = mean.tolist()
-    block["n_estimated_prompts"] = len(used)
+    block[count] = len(maps)
     for cell in block["top"]:
         layer, head = cell["head"]
         cell["estimate"] = float(mean[layer, head])
     block["agreement"] = agreement(block["top"])
-    for other in entry["metrics"].values():
-        other["verified"] = [list(c["head"]) for c in block["top"]]
 
 
 def agreement(top: list[dict]) -> dict:
@@ -306,8 +303,8 @@ __all__ = [
     "DEFAULT_VERIFY",
     "ESTIMATE",
     "METHODS",
+    "add_estimate",
     "add_estimates",
-    "adjust_all_heads",
     "agreement",
     "check_options",
     "estimate_heads",

@@ -236,12 +236,6 @@ class Experiment:
         return run_models(self.name, plan.models or found, common, plan, seed, self.summarize)
 
 
-def _provenance(plan: Plan, model: LanguageModel, seed: int) -> dict:
-    if plan.provenance is not None:
-        return plan.provenance(model)
-    return provenance(model, prompt_set=plan.prompt_set, seed=seed, settings=plan.settings)
-
-
 def _finished(name: str, plan: Plan, writer: RecordWriter, model: Any) -> bool:
     """Whether a lazy model's records of this folder are all on disk (a loaded one: never)."""
     if not isinstance(model, LazyModel) or plan.items is None:
@@ -287,7 +281,11 @@ def run_models(
             for part, p, writer in todo:
                 if isinstance(model, LazyModel):
                     check_settings(writer.path.parent, p.settings, models=[loaded])
-                prov = _provenance(p, loaded, seed)
+                prov = (
+                    p.provenance(loaded)
+                    if p.provenance is not None
+                    else provenance(loaded, prompt_set=p.prompt_set, seed=seed, settings=p.settings)
+                )
                 p.each(ModelRun(part, loaded, writer, prov, common.progress))
             del loaded  # a lazy model is freed before the next loads
     for part, p in plan.also:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -82,6 +82,25 @@ def option(default: T, help: str = "", **flag: Any) -> T:
     return dataclasses.field(default=default, metadata={"flag": Flag(help=help, **flag)})
 
 
+def check_whole(options: object, least: Mapping[str, int]) -> None:
+    """Refuse a field named in ``least`` that is not a whole number of at least its value.
+
+    Raises:
+        InputError: The field, its flag and the least value it takes.
+    """
+    for name, at_least in least.items():
+        value = getattr(options, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < at_least:
+            flag = "--" + name.replace("_", "-")
+            raise InputError(f"{name}={value!r} ({flag}): pass a whole number, {at_least} or more")
+
+
+def check_choice(name: str, value: object, choices: Sequence[str]) -> None:
+    """Refuse a ``value`` of option ``name`` that is not one of ``choices`` (``InputError``)."""
+    if value not in choices:
+        raise InputError(f"{name}={value!r}: pass one of {', '.join(choices)}")
+
+
 def setting(default: T) -> T:
     """A field of an ``Options`` dataclass that only Python callers set (no flag)."""
     return dataclasses.field(default=default)
@@ -128,6 +147,8 @@ __all__ = [
     "GENERATION_HELP",
     "Flag",
     "Options",
+    "check_choice",
+    "check_whole",
     "count",
     "option",
     "positive",
