@@ -385,12 +385,7 @@ def _write_classes(
 def summarize(
     folder: str | Path, *, correction: str | None = None, n_resamples: int | None = None
 ) -> dict:
-    """Summarise ``folder/records.jsonl`` into ``folder/summary.json``.
-
-    ``correction`` and ``n_resamples`` default to those of the summary already there (so
-    ``bindscope summarize`` keeps a run's ``--correction``), else ``bh`` and enough
-    resamples for one head alone to pass the correction (at least 9999).
-    """
+    """Rebuild ``folder/summary.json``; the test options as in ``summary.summarize_tests``."""
     path = Path(folder) / CLASSES_FILE
     classes = json.loads(path.read_text("utf-8")) if path.is_file() else None
     build = functools.partial(summarize_scan, classes=classes)

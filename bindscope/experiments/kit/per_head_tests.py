@@ -20,6 +20,7 @@ from bindscope.errors import InputError
 from bindscope.experiments.kit import limits
 from bindscope.experiments.kit.ablation_sets import check_limit
 from bindscope.experiments.kit.options import Options, check_choice, option, positive
+from bindscope.experiments.kit.summary import per_model_text
 from bindscope.metrics import stats
 from bindscope.results import format as fmt
 
@@ -276,7 +277,5 @@ def summary_lines(
     """
     if not s.get("models"):  # nothing summarised: no effect, no correction to name
         return [f"{title}: no records"]
-    out = [f"{title}: {s.get('effect', '')}; 95% paired bootstrap CIs, {s.get('correction')} p"]
-    for label, m in s.get("models", {}).items():
-        out += model_lines(label, m, top)
-    return out
+    header = f"{title}: {s.get('effect', '')}; 95% paired bootstrap CIs, {s.get('correction')} p"
+    return per_model_text(s, [header], lambda label, m: model_lines(label, m, top))
