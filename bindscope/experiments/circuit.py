@@ -20,6 +20,7 @@ import numpy as np
 from bindscope.errors import InputError
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.kit.options import Options, check_whole, option
+from bindscope.experiments.kit.record_fields import Item
 from bindscope.experiments.kit.summary import folder_summary
 from bindscope.prompts.tasks import TASKS, TaskPair, answer_ids, task_pairs
 from bindscope.protocols import LanguageModel
@@ -75,17 +76,6 @@ class CircuitOptions(Options):
             raise InputError(f"--edges {self.edges!r}: give sizes >= 1 like 50,100,200")
 
 
-@dataclass(frozen=True)
-class _Item:
-    """A record's item for what belongs to the whole circuit, not to one pair."""
-
-    key: str
-    task: str
-    prompt_id: str = "circuit"
-    term: str = ""
-    control_group: None = None
-
-
 def _plan(models: list[LanguageModel], opts: CircuitOptions, common: Common) -> Plan:
     settings = {
         "task": opts.task,
@@ -123,7 +113,7 @@ def _measure(
         run.record(p, "clean", {"clean": float(a), "corrupted": float(b)}, circuit=settings)
         for p, a, b in zip(pairs, scores.clean, scores.corrupted)
     ]
-    item = _Item(f"{opts.task}-circuit", opts.task)
+    item = Item(f"{opts.task}-circuit", opts.task, "circuit")  # the whole circuit, not a pair
     for rank, (edge, score) in enumerate(_top(scores, TOP_EDGES)):
         metrics: dict = {"rank": rank, "score": score}
         records.append(run.record(item, f"edge:{edge[0]}->{edge[1]}", metrics, circuit=settings))

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from bindscope.batch import check_batch_size
-from bindscope.experiments.kit.chunks import as_models, run_chunks
+from bindscope.experiments.kit.chunks import run_chunks
 from bindscope.experiments.kit.options import Options
 from bindscope.experiments.kit.record_fields import RecordFields, base_record
 from bindscope.prompts.prompt_sets import PromptSet
@@ -231,7 +231,7 @@ class Experiment:
         batch = self.batch_size if batch_size is None else batch_size
         check_batch_size(batch, example=self.batch_size)
         common = Common(Path(out), batch, seed, force, progress)
-        found = as_models(models)
+        found = list(models) if isinstance(models, (list, tuple)) else [models]  # one or several
         plan = self.plan(found, opts, common)
         return run_models(self.name, plan.models or found, common, plan, seed, self.summarize)
 

@@ -11,7 +11,6 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -20,7 +19,7 @@ from bindscope.errors import InputError
 from bindscope.experiments.kit.binding_reuse import BINDING_FROM, stored_binding
 from bindscope.experiments.kit.experiment import Common, ModelRun, Plan
 from bindscope.experiments.kit.options import Options, check_whole, option, positive
-from bindscope.experiments.kit.record_fields import binding_metrics
+from bindscope.experiments.kit.record_fields import Item, binding_metrics
 from bindscope.experiments.kit.taxonomy_summary import CLASSIFICATION_FILE, summarize
 from bindscope.metrics import taxonomy
 from bindscope.prompts.prompt_sets import PromptRecord, PromptSet
@@ -198,13 +197,7 @@ def score_model(run: ModelRun, pset: PromptSet, settings: dict, *, batch_size: i
         )
         out = []
         for i in chunk:
-            item = SimpleNamespace(
-                key=_repeated_key(i),
-                prompt_id=f"repeated-{i:03d}",
-                term="",
-                task="induction",
-                control_group=None,
-            )
+            item = Item(_repeated_key(i), "induction", f"repeated-{i:03d}")
             metrics = {
                 **{name: _grid(scores[i][name]) for name in taxonomy.REPEATED_SCORES},
                 **shape,
