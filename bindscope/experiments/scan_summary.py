@@ -219,19 +219,15 @@ def _summarize_model(
         if not prompts:
             continue
         base = np.array([clean[p][field] for p in prompts], dtype=float)
-        ablated = {n: np.array([table[n][p][field] for p in prompts], dtype=float) for n in names}
-        entry["metrics"][metric] = _metric_summary(
-            base,
-            ablated,
-            heads,
-            n_layers,
-            width,
-            seed=seed,
-            n_resamples=n_resamples,
-            correction=correction,
-            n_tests=n_tests if attribution else None,
-            top=top,
+        pairs = {
+            n: (base, np.array([table[n][p][field] for p in prompts], dtype=float)) for n in names
+        }
+        cells = per_head_tests.tested_cells(
+            pairs, seed=seed, n_resamples=n_resamples, correction=correction, n_tests=n_tests
         )
+        # attribution: every verified head is listed
+        shown = len(cells) if attribution else top
+        entry["metrics"][metric] = _metric_summary(base, cells, heads, (n_layers, width), shown)
     if attribution:  # the estimate map and its agreement with the verified heads
         same = (first["model"], first["revision"])
         mine = [r for r in estimates if (r["model"], r["revision"]) == same]
@@ -290,37 +286,19 @@ def _metric_prompts(
 
 
 def _metric_summary(
-    base: np.ndarray,
-    ablated: dict[str, np.ndarray],
-    heads: dict[str, list],
-    n_layers: int,
-    width: int,
-    *,
-    seed: int,
-    n_resamples: int,
-    correction: str,
-    n_tests: int | None,
-    top: int,
+    base: np.ndarray, cells: dict[str, dict], heads: dict[str, list], shape: tuple, top: int
 ) -> dict:
-    """One metric's maps and top cells from its clean and per-condition values.
-
-    ``n_tests`` is set under attribution (the verified heads were chosen among that many),
-    None when every condition was run exactly.
-    """
-    cells = per_head_tests.tested_cells(
-        {name: (base, values) for name, values in ablated.items()},
-        seed=seed, n_resamples=n_resamples, correction=correction, n_tests=n_tests or 0,
-    )  # fmt: skip
+    """One metric's ``[L, width]`` maps and its ``top`` cells, from its clean values and cells."""
+    maps = {"effect": "value", "low": "low", "high": "high", "p": "p", "p_adjusted": "p_adjusted"}
     return {
         "clean_mean": float(base.mean()),
         "n_prompts": len(base),
-        "effect": per_head_tests.effect_map(cells, heads, n_layers, width),
         **{
-            field: per_head_tests.effect_map(cells, heads, n_layers, width, field)
-            for field in ("low", "high", "p", "p_adjusted")
+            name: per_head_tests.effect_map(cells, heads, *shape, field)
+            for name, field in maps.items()
         },
-        "significant": [list(heads[n]) for n in ablated if cells[n]["significant"]],
-        "top": per_head_tests.top_cells(cells, heads, len(cells) if n_tests is not None else top),
+        "significant": [list(heads[n]) for n in cells if cells[n]["significant"]],
+        "top": per_head_tests.top_cells(cells, heads, top),
     }
 
 
