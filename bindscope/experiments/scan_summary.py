@@ -286,7 +286,11 @@ def _metric_prompts(
 
 
 def _metric_summary(
-    base: np.ndarray, cells: dict[str, dict], heads: dict[str, list], shape: tuple, top: int
+    base: np.ndarray,
+    cells: dict[str, dict],
+    heads: dict[str, list],
+    shape: tuple[int, int],
+    top: int,
 ) -> dict:
     """One metric's ``[L, width]`` maps and its ``top`` cells, from its clean values and cells."""
     maps = {"effect": "value", "low": "low", "high": "high", "p": "p", "p_adjusted": "p_adjusted"}
