@@ -273,8 +273,8 @@ def _estimate(run: ModelRun, items: list[Prepared], settings: dict, common: Comm
         )
 
     return attribution_method.estimate_heads(
-        model, items, run.writer, experiment=ESTIMATE, rows=rows, fields=fields,
-        verify=settings["verify"], batch_size=common.batch_size, progress=run.progress,
+        run, items, experiment=ESTIMATE, rows=rows, fields=fields, verify=settings["verify"],
+        batch_size=common.batch_size,
     )  # fmt: skip
 
 

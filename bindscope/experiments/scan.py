@@ -286,8 +286,8 @@ def _run_model(run: ModelRun, items: list[PromptRecord], settings: dict, batch_s
     donor_of = draw_donors(items, settings["seed"]) if settings["ablation"] == "resample" else {}
     if settings["method"] == "attribution":  # estimate every head, verify the top ones
         chosen = attribution_method.estimate_scan(
-            model, items, run.writer, settings, run.prov, scored=scored, means=means,
-            donor_of=donor_of, batch_size=batch_size, progress=run.progress,
+            run, items, settings, scored=scored, means=means, donor_of=donor_of,
+            batch_size=batch_size,
         )  # fmt: skip
         names = [name for name in names if name in chosen]
 

@@ -27,25 +27,23 @@ GENERATION_HELP = (
 
 def positive(text: str) -> int:
     """Flag type: an integer >= 1."""
-    value = _integer(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive integer (1 or more)")
-    return value
+    return _integer(text, 1, "is not a positive integer (1 or more)")
 
 
 def count(text: str) -> int:
     """Flag type: an integer >= 0."""
-    value = _integer(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative; pass 0 or more")
-    return value
+    return _integer(text, 0, "is negative; pass 0 or more")
 
 
-def _integer(text: str) -> int:
+def _integer(text: str, least: int, below: str) -> int:
+    """``text`` as an integer of at least ``least``; else what it is (``below`` the least)."""
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{value} {below}")
+    return value
 
 
 @dataclass(frozen=True)
