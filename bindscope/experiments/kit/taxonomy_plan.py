@@ -6,6 +6,7 @@ The ``heads`` experiment runs it on one model, ``sweep --heads`` on every revisi
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -133,9 +134,7 @@ def taxonomy_plan(
         write_classification(run.writer.path.parent, options)
         score_model(run, pset, settings, batch_size=common.batch_size)
 
-    def items() -> list[tuple[str, str]]:
-        return _keys(pset, settings)
-
+    items = functools.partial(_keys, pset, settings)
     return Plan(settings, each, provenance=prov, summarize=summarize, items=items)
 
 
