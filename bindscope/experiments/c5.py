@@ -39,6 +39,8 @@ from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, P
 from bindscope.experiments.kit.options import (
     GENERATION_HELP,
     Options,
+    check_choice,
+    check_whole,
     count,
     option,
     positive,
@@ -148,29 +150,18 @@ class C5Options(Options):
 
     def check(self) -> None:
         """Values and combinations that no model can make right."""
-        if self.strategy not in STRATEGIES:
-            raise InputError(f"strategy={self.strategy!r}: pass one of {', '.join(STRATEGIES)}")
+        check_choice("strategy", self.strategy, STRATEGIES)
         check_batch_size(self.generation_batch_size, "generation_batch_size", GENERATION_BATCH_SIZE)
-        if self.ablation not in ABLATIONS:
-            raise InputError(f"ablation={self.ablation!r}: ablation must be 'zero' or 'mean'")
-        if self.sampling not in SAMPLINGS:
-            raise InputError(f"--sampling {self.sampling!r}: pass one of {', '.join(SAMPLINGS)}")
-        k, n_random, stop_at = self.k, self.n_random, self.stop_at
-        if isinstance(stop_at, bool) or not isinstance(stop_at, int) or stop_at < 1:
-            raise InputError(f"--stop-at {stop_at!r}: pass an integer of 1 or more (e.g. 10)")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise InputError(f"--k {k!r}: the number of heads per ablated set must be 1 or more")
-        if isinstance(n_random, bool) or not isinstance(n_random, int) or n_random < 0:
-            raise InputError(
-                f"--n-random {n_random!r}: the number of random sets must be 0 or more"
-            )
+        check_choice("ablation", self.ablation, ABLATIONS)
+        check_choice("sampling", self.sampling, SAMPLINGS)
+        check_whole(self, {"stop_at": 1, "k": 1, "n_random": 0})
 
 
 def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
     pset = prompt_set(opts.prompts)
     rset = prompt_set(opts.ranking) if opts.ranking is not None else pset
     for model in models:
-        check_k(model, k=opts.k, n_random=opts.n_random, matched_classes=opts.matched_classes)
+        check_k(model, k=opts.k, matched_classes=opts.matched_classes)
         check_fit(model, [*pset, *(rset if rset is not pset else ())])
     settings = {
         "k": opts.k,
@@ -236,7 +227,7 @@ class _Study:
     settings: dict
 
 
-def check_k(model: LanguageModel, *, k: int, n_random: int, matched_classes: bool = False) -> None:
+def check_k(model: LanguageModel, *, k: int, matched_classes: bool = False) -> None:
     """Refuse a head-set size the model cannot supply, before any work.
 
     The top set has k heads and every random set k more from outside it, so 2k heads must
@@ -244,9 +235,8 @@ def check_k(model: LanguageModel, *, k: int, n_random: int, matched_classes: boo
     head's match from its 2k nearest heads outside the top set, so 3k.
 
     Raises:
-        InputError: k is not an integer in 1..heads/2, or n_random is negative.
+        InputError: k is above heads/2 (heads/3 with a class-matched null).
     """
-    C5Options(k=k, n_random=n_random)  # an integer k in 1.., n_random in 0..
     total = model.n_layers * model.n_heads
     if 2 * k > total:
         raise InputError(

@@ -258,15 +258,12 @@ def _summarize_score(
             ).to_dict()
     if "top" not in cond:
         return found
-    top_drop = float(np.mean(base - cond["top"]))
-    entry["_item_drops"][score] = base - cond["top"]
-    entry["paired_sd"][score] = float(np.std(base - cond["top"], ddof=1))
+    diffs = base - cond["top"]
+    top_drop = float(np.mean(diffs))
+    entry["_item_drops"][score] = diffs
+    entry["paired_sd"][score] = float(np.std(diffs, ddof=1))
     entry["n_items"][score] = len(complete)
-    found.append(
-        _term_clustering(
-            entry, score, base - cond["top"], [terms[p] for p in complete], seed, label
-        )
-    )
+    found.append(_term_clustering(entry, score, diffs, [terms[p] for p in complete], seed, label))
     found += _nulls(entry, score, base, cond, top_drop, settings, n_resamples, label)
     if score == "recognition":
         entry["per_term"].update(_per_term(complete, terms, cond, null_names(cond, "random")))

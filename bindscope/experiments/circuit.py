@@ -14,14 +14,14 @@ needed for the circuit); a resumed run skips the models already written.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from bindscope.errors import InputError
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
-from bindscope.experiments.kit.options import Options, option
-from bindscope.experiments.kit.summary import summarize_folder
+from bindscope.experiments.kit.options import Options, check_whole, option
+from bindscope.experiments.kit.record_fields import Item
+from bindscope.experiments.kit.summary import folder_summary
 from bindscope.prompts.tasks import TASKS, TaskPair, answer_ids, task_pairs
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import by_model
@@ -67,28 +67,13 @@ class CircuitOptions(Options):
 
     def check(self) -> None:
         """Refuse counts below their minimum and unreadable sizes."""
-        for name, least in (("steps", 1), ("pairs", 2), ("verify", 0), ("n_random", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                flag = name.replace("_", "-")
-                raise InputError(f"--{flag} {value!r}: give an integer >= {least}")
+        check_whole(self, {"steps": 1, "pairs": 2, "verify": 0, "n_random": 0})
         try:
             sizes = _sizes(self.edges)
         except ValueError:
             sizes = ()
         if not sizes or min(sizes) < 1:
             raise InputError(f"--edges {self.edges!r}: give sizes >= 1 like 50,100,200")
-
-
-@dataclass(frozen=True)
-class _Item:
-    """A record's item for what belongs to the whole circuit, not to one pair."""
-
-    key: str
-    task: str
-    prompt_id: str = "circuit"
-    term: str = ""
-    control_group: None = None
 
 
 def _plan(models: list[LanguageModel], opts: CircuitOptions, common: Common) -> Plan:
@@ -128,7 +113,7 @@ def _measure(
         run.record(p, "clean", {"clean": float(a), "corrupted": float(b)}, circuit=settings)
         for p, a, b in zip(pairs, scores.clean, scores.corrupted)
     ]
-    item = _Item(f"{opts.task}-circuit", opts.task)
+    item = Item(f"{opts.task}-circuit", opts.task, "circuit")  # the whole circuit, not a pair
     for rank, (edge, score) in enumerate(_top(scores, TOP_EDGES)):
         metrics: dict = {"rank": rank, "score": score}
         records.append(run.record(item, f"edge:{edge[0]}->{edge[1]}", metrics, circuit=settings))
@@ -200,9 +185,7 @@ def _mean(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def summarize(folder: str | Path) -> dict:
-    """Rebuild ``folder/summary.json`` from the records."""
-    return summarize_folder(folder, summary, name=EXPERIMENT)
+summarize = folder_summary(EXPERIMENT, summary)
 
 
 def text(s: dict) -> list[str]:

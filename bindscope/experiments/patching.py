@@ -19,6 +19,7 @@ recognition item with a control term.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -204,9 +205,7 @@ def _plan(models: list[LanguageModel], opts: PatchingOptions, common: Common) ->
             desc=f"patching {model_label(model)}",
         )
 
-    def summary(folder: Path) -> dict:
-        return summarize(folder, correction=opts.correction, n_resamples=opts.n_resamples)
-
+    summary = functools.partial(summarize, correction=opts.correction, n_resamples=opts.n_resamples)
     return Plan(settings, each, provenance=prov, summarize=summary)
 
 
@@ -274,8 +273,8 @@ def _estimate(run: ModelRun, items: list[Prepared], settings: dict, common: Comm
         )
 
     return attribution_method.estimate_heads(
-        model, items, run.writer, experiment=ESTIMATE, rows=rows, fields=fields,
-        verify=settings["verify"], batch_size=common.batch_size, progress=run.progress,
+        run, items, experiment=ESTIMATE, rows=rows, fields=fields, verify=settings["verify"],
+        batch_size=common.batch_size,
     )  # fmt: skip
 
 
@@ -392,23 +391,13 @@ def _summarize_model(
     )
     no_gap = len(ends) - len(unusable) - len(usable)
     used = n_resamples or per_head_tests.default_resamples(n_tests)
-    cells = {}
-    for name in names:
-        recovery = np.array(
-            [(table[name][p] - ends[p][1]) / (ends[p][0] - ends[p][1]) for p in usable]
-        )
-        cells[name] = per_head_tests.cell_stats(
-            recovery,
-            np.zeros_like(recovery),
-            seed=settings["seed"],
-            n_resamples=used,
-            alternative="two-sided",
-        )
-    if attribution:
-        attribution_method.adjust_all_heads(cells, correction=correction, n_heads=n_tests)
-    else:
-        per_head_tests.adjust(cells, correction=correction)
-    gap = [ends[p][0] - ends[p][1] for p in usable]
+    gaps = np.array([ends[p][0] - ends[p][1] for p in usable])
+    corrupted = np.array([ends[p][1] for p in usable])
+    recovery = {n: (np.array([table[n][p] for p in usable]) - corrupted) / gaps for n in names}
+    cells = per_head_tests.tested_cells(
+        {n: (r, np.zeros_like(r)) for n, r in recovery.items()},
+        seed=settings["seed"], n_resamples=used, correction=correction, n_tests=n_tests,
+    )  # fmt: skip
     entry = {
         "model": first["model"],
         "revision": first["revision"],
@@ -418,7 +407,7 @@ def _summarize_model(
         "n_pairs": len(usable),
         "n_pairs_no_gap": no_gap,
         "pairs_skipped": first["provenance"].get("pairs_skipped", 0),
-        "mean_gap": float(np.mean(gap)) if gap else math.nan,
+        "mean_gap": float(np.mean(gaps)) if len(gaps) else math.nan,
         "recovery": per_head_tests.effect_map(cells, heads, n_layers, width),
         "significant": [list(heads[n]) for n in names if cells[n]["significant"]],
         "top": per_head_tests.top_cells(cells, heads, len(cells) if attribution else top),
@@ -467,13 +456,7 @@ def _add_estimates(entry: dict, estimates: list[dict], ends: dict, n_tests: int)
     if not used:
         return
     ratio = [np.array(by_pair[p], dtype=float) / (ends[p][0] - ends[p][1]) for p in used]
-    mean = np.mean(ratio, 0)  # [L, H]
-    entry["estimate"] = mean.tolist()
-    entry["n_estimated_pairs"] = len(used)
-    for cell in entry["top"]:
-        layer, head = cell["head"]
-        cell["estimate"] = float(mean[layer, head])
-    entry["agreement"] = attribution_method.agreement(entry["top"])
+    attribution_method.add_estimate(entry, ratio, "n_estimated_pairs")
 
 
 def summarize(

@@ -29,7 +29,7 @@ from bindscope.experiments.kit import attribution_method, per_head_tests
 from bindscope.experiments.kit.ablation_sets import as_pairs, conditions_of
 from bindscope.experiments.kit.chunks import prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
-from bindscope.experiments.kit.options import count, option, positive
+from bindscope.experiments.kit.options import check_choice, count, option, positive
 from bindscope.experiments.kit.per_head_tests import HeadTestOptions, check_resamples
 from bindscope.experiments.kit.record_fields import binding_metrics
 from bindscope.experiments.kit.summary import summarize_tests
@@ -149,10 +149,7 @@ class ScanOptions(HeadTestOptions):
         """Options that apply only in some modes are refused elsewhere."""
         super().check()
         attribution_method.check_options(self.method, self.verify, self.unit)
-        if self.ablation not in ABLATIONS:
-            raise InputError(
-                f"ablation must be one of {', '.join(ABLATIONS)}, not {self.ablation!r}"
-            )
+        check_choice("ablation", self.ablation, ABLATIONS)
         if self.matched_classes and self.unit != "head":
             raise InputError("--matched-classes compares heads: it needs --unit head")
         if self.matched_classes and self.method == "attribution":
@@ -224,9 +221,7 @@ def _plan(models: list[LanguageModel], opts: ScanOptions, common: Common) -> Pla
         if opts.matched_classes:
             _write_classes(run.writer.path.parent, run.model, items, seed, common.batch_size)
 
-    def summary(folder: Path) -> dict:
-        return summarize(folder, correction=opts.correction, n_resamples=opts.n_resamples)
-
+    summary = functools.partial(summarize, correction=opts.correction, n_resamples=opts.n_resamples)
     return Plan(settings, each, provenance=prov, summarize=summary)
 
 
@@ -291,8 +286,8 @@ def _run_model(run: ModelRun, items: list[PromptRecord], settings: dict, batch_s
     donor_of = draw_donors(items, settings["seed"]) if settings["ablation"] == "resample" else {}
     if settings["method"] == "attribution":  # estimate every head, verify the top ones
         chosen = attribution_method.estimate_scan(
-            model, items, run.writer, settings, run.prov, scored=scored, means=means,
-            donor_of=donor_of, batch_size=batch_size, progress=run.progress,
+            run, items, settings, scored=scored, means=means, donor_of=donor_of,
+            batch_size=batch_size,
         )  # fmt: skip
         names = [name for name in names if name in chosen]
 
@@ -390,12 +385,7 @@ def _write_classes(
 def summarize(
     folder: str | Path, *, correction: str | None = None, n_resamples: int | None = None
 ) -> dict:
-    """Summarise ``folder/records.jsonl`` into ``folder/summary.json``.
-
-    ``correction`` and ``n_resamples`` default to those of the summary already there (so
-    ``bindscope summarize`` keeps a run's ``--correction``), else ``bh`` and enough
-    resamples for one head alone to pass the correction (at least 9999).
-    """
+    """Rebuild ``folder/summary.json``; the test options as in ``summary.summarize_tests``."""
     path = Path(folder) / CLASSES_FILE
     classes = json.loads(path.read_text("utf-8")) if path.is_file() else None
     build = functools.partial(summarize_scan, classes=classes)

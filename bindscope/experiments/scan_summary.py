@@ -161,16 +161,15 @@ def _unusable(
     ]
 
 
-def _mean_bsi(first: dict, bsi_records: list[dict]) -> np.ndarray | None:
-    """Mean BSI map [L, H] of the first record's model over its measured prompts, or None."""
-    measured = [
-        r["metrics"]["bsi"]
+def _measured_bsi(first: dict, bsi_records: list[dict]) -> dict[str, list]:
+    """The BSI map of each prompt with an EB*, on the first record's model."""
+    return {
+        r["prompt_key"]: r["metrics"]["bsi"]
         for r in bsi_records
         if r["model"] == first["model"]
         and r["revision"] == first["revision"]
         and r["metrics"].get("eb_star") is not None
-    ]
-    return np.nanmean(np.array(measured, dtype=float), 0) if measured else None
+    }
 
 
 def _tables(group: list[dict]) -> tuple[dict[str, dict[str, dict]], dict[str, list], dict]:
@@ -220,19 +219,15 @@ def _summarize_model(
         if not prompts:
             continue
         base = np.array([clean[p][field] for p in prompts], dtype=float)
-        ablated = {n: np.array([table[n][p][field] for p in prompts], dtype=float) for n in names}
-        entry["metrics"][metric] = _metric_summary(
-            base,
-            ablated,
-            heads,
-            n_layers,
-            width,
-            seed=seed,
-            n_resamples=n_resamples,
-            correction=correction,
-            n_tests=n_tests if attribution else None,
-            top=top,
+        pairs = {
+            n: (base, np.array([table[n][p][field] for p in prompts], dtype=float)) for n in names
+        }
+        cells = per_head_tests.tested_cells(
+            pairs, seed=seed, n_resamples=n_resamples, correction=correction, n_tests=n_tests
         )
+        # attribution: every verified head is listed
+        shown = len(cells) if attribution else top
+        entry["metrics"][metric] = _metric_summary(base, cells, heads, (n_layers, width), shown)
     if attribution:  # the estimate map and its agreement with the verified heads
         same = (first["model"], first["revision"])
         mine = [r for r in estimates if (r["model"], r["revision"]) == same]
@@ -242,7 +237,10 @@ def _summarize_model(
         effects = _exact_effects(table, usable, names, heads)
         if attribution:  # every head's estimate: the exact effects cover the verified only
             effects = _estimated_effects(first, estimates, n_layers, n_heads)
-        _add_bsi(entry, first, bsi_records, effects, usable, seed)
+        bsi = _measured_bsi(first, bsi_records)
+        entry["bsi_vs_effect"] = _bsi_correlation(bsi, effects, usable, seed)
+        if bsi:  # the model's mean BSI map, for the class-matched comparison
+            entry["_mean_bsi"] = np.nanmean(np.array(list(bsi.values()), dtype=float), 0)
     if not entry["unusable"]:
         del entry["unusable"]
     return entry
@@ -289,68 +287,28 @@ def _metric_prompts(
 
 def _metric_summary(
     base: np.ndarray,
-    ablated: dict[str, np.ndarray],
+    cells: dict[str, dict],
     heads: dict[str, list],
-    n_layers: int,
-    width: int,
-    *,
-    seed: int,
-    n_resamples: int,
-    correction: str,
-    n_tests: int | None,
+    shape: tuple[int, int],
     top: int,
 ) -> dict:
-    """One metric's maps and top cells from its clean and per-condition values.
-
-    ``n_tests`` is set under attribution (the verified heads were chosen among that many),
-    None when every condition was run exactly.
-    """
-    cells = {
-        name: per_head_tests.cell_stats(
-            base, values, seed=seed, n_resamples=n_resamples, alternative="two-sided"
-        )
-        for name, values in ablated.items()
-    }
-    if n_tests is not None:
-        attribution_method.adjust_all_heads(cells, correction=correction, n_heads=n_tests)
-    else:
-        per_head_tests.adjust(cells, correction=correction)
+    """One metric's ``[L, width]`` maps and its ``top`` cells, from its clean values and cells."""
+    maps = {"effect": "value", "low": "low", "high": "high", "p": "p", "p_adjusted": "p_adjusted"}
     return {
         "clean_mean": float(base.mean()),
         "n_prompts": len(base),
-        "effect": per_head_tests.effect_map(cells, heads, n_layers, width),
-        "low": _map(cells, heads, n_layers, width, "low"),
-        "high": _map(cells, heads, n_layers, width, "high"),
-        "p": _map(cells, heads, n_layers, width, "p"),
-        "p_adjusted": _map(cells, heads, n_layers, width, "p_adjusted"),
-        "significant": [list(heads[n]) for n in ablated if cells[n]["significant"]],
-        "top": per_head_tests.top_cells(cells, heads, len(cells) if n_tests is not None else top),
+        **{
+            name: per_head_tests.effect_map(cells, heads, *shape, field)
+            for name, field in maps.items()
+        },
+        "significant": [list(heads[n]) for n in cells if cells[n]["significant"]],
+        "top": per_head_tests.top_cells(cells, heads, top),
     }
-
-
-def _add_bsi(
-    entry: dict, first: dict, bsi_records: list[dict], effects: Effects, usable: dict, seed: int
-) -> None:
-    """The correlation of BSI with the heads' effects, and the model's mean BSI if known."""
-    entry["bsi_vs_effect"] = _bsi_correlation(first, bsi_records, effects, usable, seed)
-    mean_bsi = _mean_bsi(first, bsi_records)
-    if mean_bsi is not None:
-        entry["_mean_bsi"] = mean_bsi
 
 
 def _left_out(entry: dict, metric: str) -> set[str]:
     """Prompt keys left out of ``metric`` for a null or non-finite value."""
     return set(entry["unusable"].get(metric, {}).get("prompts", []))
-
-
-def _map(
-    cells: dict[str, dict], heads: dict[str, list], n_layers: int, width: int, field: str
-) -> list[list]:
-    out = [[None] * width for _ in range(n_layers)]
-    for name, cell in cells.items():
-        layer, head = heads[name]
-        out[layer][head] = cell.get(field)
-    return out
 
 
 #: Per prompt: the heads measured and each one's effect (clean - ablated log-prob).
@@ -381,9 +339,7 @@ def _estimated_effects(
     return order, found, "attribution estimate"
 
 
-def _bsi_correlation(
-    first: dict, bsi_records: list[dict], effects: Effects, clean: dict, seed: int
-) -> dict | None:
+def _bsi_correlation(bsi: dict, effects: Effects, clean: dict, seed: int) -> dict | None:
     """Spearman of the mean-BSI map with the effect map over prompts with both.
 
     ``effects`` says which heads and which effect: the exact scan's (every scanned head) or,
@@ -392,13 +348,6 @@ def _bsi_correlation(
     and its ``n_cells``.
     """
     order, per_prompt, kind = effects
-    bsi = {
-        r["prompt_key"]: r["metrics"]["bsi"]
-        for r in bsi_records
-        if r["model"] == first["model"]
-        and r["revision"] == first["revision"]
-        and r["metrics"].get("eb_star") is not None
-    }
     prompts = sorted(p for p in clean if p in bsi and p in per_prompt)
     if len(prompts) < 2:
         return None

@@ -54,6 +54,8 @@ from bindscope.runners.behaviour import generation, recognition
 from bindscope.runners.binding import binding
 
 EXPERIMENT = "sweep"
+#: The per-term series: EB* and the behaviour score at each revision.
+SERIES = ("eb_star", "behaviour")
 
 
 @dataclass(frozen=True)
@@ -206,20 +208,17 @@ def sweep_limits(name: str, group: list[dict], entry: dict) -> list[dict]:
 
 
 def _term_series(group: list[dict], revisions: list[str]) -> dict[str, dict]:
-    cells: dict[str, dict[str, dict[str, list[float]]]] = {}
+    """Per term, each field's mean over its prompts at each revision (NaN where none)."""
+    cells: dict[str, dict[tuple[str, str], list[float]]] = {}
     for r in group:
-        m = r["metrics"]
-        cell = cells.setdefault(r["term"], {}).setdefault(r["revision"], {"eb": [], "beh": []})
-        if m.get("eb_star") is not None:
-            cell["eb"].append(m["eb_star"])
-        if m.get("behaviour") is not None:
-            cell["beh"].append(m["behaviour"])
-    series = {}
-    for term, by_rev in sorted(cells.items()):
-        eb = [_mean(by_rev.get(v, {}).get("eb", [])) for v in revisions]
-        beh = [_mean(by_rev.get(v, {}).get("beh", [])) for v in revisions]
-        series[term] = {"eb_star": eb, "behaviour": beh}
-    return series
+        for field in SERIES:
+            values = cells.setdefault(r["term"], {}).setdefault((field, r["revision"]), [])
+            if r["metrics"].get(field) is not None:
+                values.append(r["metrics"][field])
+    return {
+        term: {field: [_mean(by.get((field, v), [])) for v in revisions] for field in SERIES}
+        for term, by in sorted(cells.items())
+    }
 
 
 def _mean(values: list[float]) -> float:
@@ -230,7 +229,7 @@ def _summarize_model(group: list[dict], revisions: list[str], seed: int, split: 
     series = _term_series(group, revisions)
     entry: dict = {"revisions": revisions, "per_term": series, "eb_star": [], "behaviour": []}
     for i in range(len(revisions)):
-        for field in ("eb_star", "behaviour"):
+        for field in SERIES:
             values = [s[field][i] for s in series.values() if not math.isnan(s[field][i])]
             entry[field].append(mean_estimate(values, seed=seed) if values else None)
     complete = {

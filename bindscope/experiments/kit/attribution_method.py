@@ -25,15 +25,13 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from bindscope.errors import InputError
-from bindscope.experiments.kit import per_head_tests
-from bindscope.experiments.kit.chunks import run_chunks
-from bindscope.experiments.kit.options import option, positive
-from bindscope.experiments.kit.record_fields import base_record
+from bindscope.experiments.kit.experiment import ModelRun
+from bindscope.experiments.kit.options import check_choice, option, positive
 from bindscope.interventions import Mean, Patch, Resample, Zero
 from bindscope.interventions.specs import Spec
 from bindscope.prompts.prompt_sets import PromptRecord
 from bindscope.protocols import LanguageModel
-from bindscope.results.records import RecordWriter, read_records, record_key
+from bindscope.results.records import read_records
 from bindscope.runners.attribution_metrics import Metric
 from bindscope.runners.attribution_patching import TargetLogprob, all_heads, attribution_scores
 from bindscope.runners.scan import ScoredSequence
@@ -73,8 +71,7 @@ def check_options(method: str, verify: int | None, unit: str) -> int | None:
         InputError: An unknown method, ``verify`` with the exact scan or below 1, or the
             attribution method on layers (it estimates heads).
     """
-    if method not in METHODS:
-        raise InputError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
+    check_choice("method", method, METHODS)
     if method == "exact":
         if verify is not None:
             raise InputError("--verify applies to --method attribution; drop it or add the method")
@@ -106,16 +103,14 @@ Row = tuple[Any, Metric, Spec]
 
 
 def estimate_heads(
-    model: LanguageModel,
+    run: ModelRun,
     items: Sequence[Any],
-    writer: RecordWriter,
     *,
     experiment: str,
     rows: Callable[[Any], Row],
     fields: Callable[[Any, float, np.ndarray], dict],
     verify: int,
     batch_size: int,
-    progress: bool,
 ) -> list[str]:
     """Write one ``estimate`` record per item; return the ``verify`` heads to measure exactly.
 
@@ -127,17 +122,10 @@ def estimate_heads(
     resumable loop. Returns the condition names (``L<layer>.H<head>``) of the ``verify``
     heads with the largest mean |estimate| over ``items``, read back from the records.
     """
-
-    def key(item: Any) -> str:
-        return record_key(experiment, model.name, model.revision, item.key, "estimate")
+    model = run.model
 
     def work(chunk: list[Any]) -> list[dict]:
-        laid = [rows(item) for item in chunk]
-        texts, metrics, specs = (
-            [row[0] for row in laid],
-            [row[1] for row in laid],
-            [row[2] for row in laid],
-        )
+        texts, metrics, specs = map(list, zip(*(rows(item) for item in chunk)))
         value = np.zeros(len(texts))
         change = np.zeros((len(texts), model.n_layers, model.n_heads))
         for group in _groups(texts, specs):
@@ -150,30 +138,25 @@ def estimate_heads(
             )
         return [fields(item, float(v), c) for item, v, c in zip(chunk, value, change)]
 
-    run_chunks(
+    run.chunks(
         items,
-        writer=writer,
-        key=key,
-        work=work,
+        work,
+        key=lambda item: run.key(item.key, "estimate", name=experiment),
         chunk_size=batch_size,
         desc=f"{experiment} {model.name}",
-        progress=progress,
     )
-    return _select(model, items, writer.path, verify, experiment)
+    return _select(model, items, run.writer.path, verify, experiment)
 
 
 def estimate_scan(
-    model: LanguageModel,
+    run: ModelRun,
     items: Sequence[PromptRecord],
-    writer: RecordWriter,
     settings: dict,
-    prov: dict,
     *,
     scored: Scorer,
     means: Any,
     donor_of: dict[str, PromptRecord],
     batch_size: int,
-    progress: bool,
 ) -> list[str]:
     """The scan's estimates: one ``scan-estimate`` record per prompt (`estimate_heads`).
 
@@ -182,6 +165,7 @@ def estimate_scan(
     ``clean - ablated`` (positive: the ablation hurts), as the scan's effects are.
     Returns the condition names of the heads to verify.
     """
+    model = run.model
 
     def rows(rec: PromptRecord) -> Row:
         seqs, answer = scored(model, rec)
@@ -197,14 +181,13 @@ def estimate_scan(
         found = {"logprob": value, "estimate": (-change).tolist()}
         if rec.key in donor_of:
             found["donor"] = donor_of[rec.key].key
-        return base_record(
-            ESTIMATE, model, rec, "estimate", found, prov,
-            ablation=settings["ablation"], scan=settings,
-        )  # fmt: skip
+        return run.record(
+            rec, "estimate", found, name=ESTIMATE, ablation=settings["ablation"], scan=settings
+        )
 
     return estimate_heads(
-        model, items, writer, experiment=ESTIMATE, rows=rows, fields=fields,
-        verify=settings["verify"], batch_size=batch_size, progress=progress,
+        run, items, experiment=ESTIMATE, rows=rows, fields=fields, verify=settings["verify"],
+        batch_size=batch_size,
     )  # fmt: skip
 
 
@@ -252,16 +235,6 @@ def _donor_spec(heads: tuple, text: list, donor: list) -> Patch | Resample:
     return Patch(heads, (donor,)) if len(donor) == len(text) else Resample(heads, (donor,))
 
 
-def adjust_all_heads(cells: dict[str, dict], *, correction: str, n_heads: int) -> None:
-    """``per_head_tests.adjust`` across ``n_heads`` tests, the heads not verified at p = 1."""
-    padded = dict(cells)
-    for i in range(max(0, n_heads - len(cells))):
-        padded[f"_unverified{i}"] = {"p": 1.0}
-    per_head_tests.adjust(padded, correction=correction)
-    for name in cells:
-        cells[name].update(padded[name])
-
-
 def add_estimates(entry: dict, estimates: list[dict], prompts: list[str]) -> None:
     """Add the estimate map and the agreement on the verified heads to a model's entry.
 
@@ -273,15 +246,24 @@ def add_estimates(entry: dict, estimates: list[dict], prompts: list[str]) -> Non
     used = [p for p in prompts if p in by_prompt]
     if block is None or not used:
         return
-    mean = np.mean(np.array([by_prompt[p] for p in used], dtype=float), 0)
+    add_estimate(block, [by_prompt[p] for p in used], "n_estimated_prompts")
+    for other in entry["metrics"].values():
+        other["verified"] = [list(c["head"]) for c in block["top"]]
+
+
+def add_estimate(block: dict, maps: list, count: str) -> None:
+    """The mean of the items' estimate ``maps`` ([L][H]) in ``block``, beside its ``top`` cells.
+
+    ``block`` gains ``estimate``, ``count`` (the items averaged) and ``agreement``; each
+    ``top`` cell gains its ``estimate``.
+    """
+    mean = np.mean(np.array(maps, dtype=float), 0)  # [L, H]
     block["estimate"] = mean.tolist()
-    block["n_estimated_prompts"] = len(used)
+    block[count] = len(maps)
     for cell in block["top"]:
         layer, head = cell["head"]
         cell["estimate"] = float(mean[layer, head])
     block["agreement"] = agreement(block["top"])
-    for other in entry["metrics"].values():
-        other["verified"] = [list(c["head"]) for c in block["top"]]
 
 
 def agreement(top: list[dict]) -> dict:
@@ -306,8 +288,8 @@ __all__ = [
     "DEFAULT_VERIFY",
     "ESTIMATE",
     "METHODS",
+    "add_estimate",
     "add_estimates",
-    "adjust_all_heads",
     "agreement",
     "check_options",
     "estimate_heads",

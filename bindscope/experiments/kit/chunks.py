@@ -22,13 +22,6 @@ def prompt_set(prompts: str | Path | PromptSet) -> PromptSet:
     return prompts if isinstance(prompts, PromptSet) else load(prompts)
 
 
-def as_models(models: LanguageModel | Sequence[LanguageModel]) -> list[LanguageModel]:
-    """One model or several, as a list."""
-    if isinstance(models, (list, tuple)):
-        return list(models)
-    return [models]  # type: ignore[list-item]  # one model (a protocol, not a sequence)
-
-
 def batch_order(model: LanguageModel, records: Iterable[PromptRecord]) -> list[PromptRecord]:
     """Records by task, choice count and token length (then key).
 
@@ -90,7 +83,6 @@ def run_chunks(
 
 
 __all__ = [
-    "as_models",
     "batch_order",
     "chunk_items",
     "prompt_set",

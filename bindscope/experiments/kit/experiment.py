@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from bindscope.batch import check_batch_size
-from bindscope.experiments.kit.chunks import as_models, run_chunks
+from bindscope.experiments.kit.chunks import run_chunks
 from bindscope.experiments.kit.options import Options
 from bindscope.experiments.kit.record_fields import RecordFields, base_record
 from bindscope.prompts.prompt_sets import PromptSet
@@ -231,15 +231,9 @@ class Experiment:
         batch = self.batch_size if batch_size is None else batch_size
         check_batch_size(batch, example=self.batch_size)
         common = Common(Path(out), batch, seed, force, progress)
-        found = as_models(models)
+        found = list(models) if isinstance(models, (list, tuple)) else [models]  # one or several
         plan = self.plan(found, opts, common)
         return run_models(self.name, plan.models or found, common, plan, seed, self.summarize)
-
-
-def _provenance(plan: Plan, model: LanguageModel, seed: int) -> dict:
-    if plan.provenance is not None:
-        return plan.provenance(model)
-    return provenance(model, prompt_set=plan.prompt_set, seed=seed, settings=plan.settings)
 
 
 def _finished(name: str, plan: Plan, writer: RecordWriter, model: Any) -> bool:
@@ -287,7 +281,11 @@ def run_models(
             for part, p, writer in todo:
                 if isinstance(model, LazyModel):
                     check_settings(writer.path.parent, p.settings, models=[loaded])
-                prov = _provenance(p, loaded, seed)
+                prov = (
+                    p.provenance(loaded)
+                    if p.provenance is not None
+                    else provenance(loaded, prompt_set=p.prompt_set, seed=seed, settings=p.settings)
+                )
                 p.each(ModelRun(part, loaded, writer, prov, common.progress))
             del loaded  # a lazy model is freed before the next loads
     for part, p in plan.also:

@@ -160,12 +160,11 @@ def excluded(
         f"; {reason}: {why}" for reason, why in EXPLAINED.items() if reasons.get(reason)
     )
     message = f"{model}: {total} prompts left out of {where} ({said})"
-    if not keys:
-        return _limit("excluded", model, message, where=where, n=total, reasons=dict(reasons))
-    more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
-    message += f"; records {', '.join(keys[:3])}{more}"
-    return _limit("excluded", model, message, where=where, n=total, reasons=dict(reasons),
-                  keys=list(keys))  # fmt: skip
+    listed = {"keys": list(keys)} if keys else {}
+    if keys:
+        more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+        message += f"; records {', '.join(keys[:3])}{more}"
+    return _limit("excluded", model, message, where=where, n=total, reasons=dict(reasons), **listed)
 
 
 def small_group(model: str, group: str, n: int, test: str) -> dict | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -27,25 +27,23 @@ GENERATION_HELP = (
 
 def positive(text: str) -> int:
     """Flag type: an integer >= 1."""
-    value = _integer(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive integer (1 or more)")
-    return value
+    return _integer(text, 1, "is not a positive integer (1 or more)")
 
 
 def count(text: str) -> int:
     """Flag type: an integer >= 0."""
-    value = _integer(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative; pass 0 or more")
-    return value
+    return _integer(text, 0, "is negative; pass 0 or more")
 
 
-def _integer(text: str) -> int:
+def _integer(text: str, least: int, below: str) -> int:
+    """``text`` as an integer of at least ``least``; else what it is (``below`` the least)."""
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{value} {below}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -80,6 +78,25 @@ class Flag:
 def option(default: T, help: str = "", **flag: Any) -> T:
     """A field of an ``Options`` dataclass that is also a command-line flag (``Flag`` fields)."""
     return dataclasses.field(default=default, metadata={"flag": Flag(help=help, **flag)})
+
+
+def check_whole(options: object, least: Mapping[str, int]) -> None:
+    """Refuse a field named in ``least`` that is not a whole number of at least its value.
+
+    Raises:
+        InputError: The field, its flag and the least value it takes.
+    """
+    for name, at_least in least.items():
+        value = getattr(options, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < at_least:
+            flag = "--" + name.replace("_", "-")
+            raise InputError(f"{name}={value!r} ({flag}): pass a whole number, {at_least} or more")
+
+
+def check_choice(name: str, value: object, choices: Sequence[str]) -> None:
+    """Refuse a ``value`` of option ``name`` that is not one of ``choices`` (``InputError``)."""
+    if value not in choices:
+        raise InputError(f"{name}={value!r}: pass one of {', '.join(choices)}")
 
 
 def setting(default: T) -> T:
@@ -128,6 +145,8 @@ __all__ = [
     "GENERATION_HELP",
     "Flag",
     "Options",
+    "check_choice",
+    "check_whole",
     "count",
     "option",
     "positive",

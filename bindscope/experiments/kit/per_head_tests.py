@@ -19,7 +19,8 @@ from scipy.stats import spearmanr
 from bindscope.errors import InputError
 from bindscope.experiments.kit import limits
 from bindscope.experiments.kit.ablation_sets import check_limit
-from bindscope.experiments.kit.options import Options, option, positive
+from bindscope.experiments.kit.options import Options, check_choice, option, positive
+from bindscope.experiments.kit.summary import per_model_text
 from bindscope.metrics import stats
 from bindscope.results import format as fmt
 
@@ -57,10 +58,8 @@ class HeadTestOptions(Options):
 
     def check(self) -> None:
         """A known unit and correction, and a positive ``limit`` (or none)."""
-        if self.unit not in self.UNITS:
-            raise InputError(f"unit must be one of {', '.join(self.UNITS)}, not {self.unit!r}")
-        if self.correction not in CORRECTIONS:
-            raise InputError(f"correction must be 'bh' or 'holm', not {self.correction!r}")
+        check_choice("unit", self.unit, self.UNITS)
+        check_choice("correction", self.correction, tuple(CORRECTIONS))
         check_limit(self.limit)
 
 
@@ -112,10 +111,8 @@ def finite(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def cell_stats(
-    a: np.ndarray, b: np.ndarray, *, seed: int, n_resamples: int, alternative: str
-) -> dict:
-    """Mean of ``a - b`` over prompts with its CI and permutation p (``a``, ``b``: ``[n]``)."""
+def cell_stats(a: np.ndarray, b: np.ndarray, *, seed: int, n_resamples: int) -> dict:
+    """Mean of ``a - b`` over prompts with its CI and two-sided permutation p (``[n]`` each)."""
     diff = a - b
     if len(diff) < 2:
         value = float(diff.mean()) if len(diff) else math.nan
@@ -127,25 +124,38 @@ def cell_stats(
                 "n": len(diff)}  # fmt: skip
     ci = stats.paired_difference(a, b, seed=seed, n_resamples=n_resamples)
     test = stats.paired_permutation(
-        a, b, alternative=alternative, seed=seed, n_resamples=n_resamples
+        a, b, alternative="two-sided", seed=seed, n_resamples=n_resamples
     )
-    return {
-        "value": ci.value,
-        "low": ci.low,
-        "high": ci.high,
-        "p": test.p_value,
-        "n": ci.n,
+    return {"value": ci.value, "low": ci.low, "high": ci.high, "p": test.p_value, "n": ci.n}
+
+
+def tested_cells(
+    pairs: dict[str, tuple[np.ndarray, np.ndarray]],
+    *,
+    seed: int,
+    n_resamples: int,
+    correction: str,
+    n_tests: int,
+) -> dict[str, dict]:
+    """Each condition's ``cell_stats`` of its ``(a, b)``, adjusted across ``n_tests`` tests."""
+    cells = {
+        name: cell_stats(a, b, seed=seed, n_resamples=n_resamples) for name, (a, b) in pairs.items()
     }
+    adjust(cells, correction=correction, n_tests=n_tests)
+    return cells
 
 
-def adjust(cells: dict[str, dict], *, correction: str, alpha: float = 0.05) -> None:
-    """Add ``p_adjusted`` and ``significant`` to every cell (in place), across all cells."""
+def adjust(
+    cells: dict[str, dict], *, correction: str, alpha: float = 0.05, n_tests: int = 0
+) -> None:
+    """Add ``p_adjusted`` and ``significant`` to every cell (in place), across all cells.
+
+    ``n_tests``: adjust across that many tests, those beyond the cells (the heads not
+    verified under ``--method attribution``) counted at p = 1.
+    """
     names = [n for n, c in cells.items() if c.get("p") is not None]
-    adjusted = (
-        stats.adjust_pvalues([cells[n]["p"] for n in names], method=CORRECTIONS[correction])
-        if names
-        else []
-    )
+    ps = [cells[n]["p"] for n in names] + [1.0] * max(0, n_tests - len(cells))
+    adjusted = stats.adjust_pvalues(ps, method=CORRECTIONS[correction]) if ps else []
     for cell in cells.values():
         cell["p_adjusted"] = None
         cell["significant"] = False
@@ -155,13 +165,17 @@ def adjust(cells: dict[str, dict], *, correction: str, alpha: float = 0.05) -> N
 
 
 def effect_map(
-    cells: dict[str, dict], heads: dict[str, list], n_layers: int, n_heads: int
+    cells: dict[str, dict],
+    heads: dict[str, list],
+    n_layers: int,
+    n_heads: int,
+    field: str = "value",
 ) -> list[list]:
-    """``[L, H]`` (or ``[L, 1]`` for layer conditions) lists of the cells' values."""
+    """``[L, H]`` (or ``[L, 1]`` for layer conditions) lists of the cells' ``field``."""
     out = [[None] * n_heads for _ in range(n_layers)]
     for name, cell in cells.items():
         layer, head = heads[name]
-        out[layer][head] = cell["value"]
+        out[layer][head] = cell.get(field)
     return out
 
 
@@ -263,7 +277,5 @@ def summary_lines(
     """
     if not s.get("models"):  # nothing summarised: no effect, no correction to name
         return [f"{title}: no records"]
-    out = [f"{title}: {s.get('effect', '')}; 95% paired bootstrap CIs, {s.get('correction')} p"]
-    for label, m in s.get("models", {}).items():
-        out += model_lines(label, m, top)
-    return out
+    header = f"{title}: {s.get('effect', '')}; 95% paired bootstrap CIs, {s.get('correction')} p"
+    return per_model_text(s, [header], lambda label, m: model_lines(label, m, top))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from bindscope.metrics.binding import BindingResult
@@ -32,6 +33,17 @@ class RecordFields(Protocol):
     @property
     def control_group(self) -> str | None:
         """The control group, if any."""
+
+
+@dataclass(frozen=True)
+class Item:
+    """A record's item that is no prompt of a set (a random sequence, a whole circuit)."""
+
+    key: str
+    task: str
+    prompt_id: str
+    term: str = ""
+    control_group: None = None
 
 
 def base_record(
@@ -76,4 +88,4 @@ def binding_metrics(result: BindingResult, model: LanguageModel) -> dict:
     return {**data, "n_layers": model.n_layers, "n_heads": model.n_heads}
 
 
-__all__ = ["RecordFields", "base_record", "binding_metrics"]
+__all__ = ["Item", "RecordFields", "base_record", "binding_metrics"]

@@ -8,16 +8,7 @@ from typing import Any
 from bindscope.errors import InputError
 from bindscope.protocols import LanguageModel
 
-_PYTHIA = [
-    "step0",
-    "step15000",
-    "step30000",
-    "step60000",
-    "step90000",
-    "step120000",
-    "step140000",
-    "step143000",
-]
+_PYTHIA = [f"step{s}" for s in (0, 15000, 30000, 60000, 90000, 120000, 140000, 143000)]
 _CRFM = [f"checkpoint-{s}" for s in (0, 1000, 5000, 10000, 50000, 100000, 200000, 400000)]
 
 #: Named revision lists from the published study (spec section 4.1). ``model`` is the Hub id

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from bindscope.errors import InputError
@@ -12,7 +12,7 @@ from bindscope.results.records import read_records, write_summary
 
 
 def per_model_text(
-    s: dict, header: list[str], lines: Callable[[str, dict], Iterator[str]]
+    s: dict, header: list[str], lines: Callable[[str, dict], Iterable[str]]
 ) -> list[str]:
     """A summary's terminal text: the ``header`` lines, then ``lines(label, m)`` per model."""
     out = list(header)
@@ -87,18 +87,6 @@ def check_records_belong(folder: Path, records: list[dict], experiment: str) -> 
     )
 
 
-def previous_options(path: str | Path) -> dict:
-    """``correction`` and ``n_resamples`` of an existing summary (empty when there is none)."""
-    path = Path(path)
-    if not path.is_file():
-        return {}
-    try:
-        found = json.loads(path.read_text("utf-8"))
-    except ValueError:
-        return {}
-    return {k: found[k] for k in ("correction", "n_resamples") if found.get(k) is not None}
-
-
 def summarize_tests(
     folder: str | Path,
     build: Callable[..., dict],
@@ -114,9 +102,13 @@ def summarize_tests(
     resamples for one head alone to pass the correction
     (``bindscope.experiments.kit.per_head_tests.default_resamples``).
     """
-    previous = previous_options(Path(folder) / "summary.json")
+    path = Path(folder) / "summary.json"
+    try:
+        previous = json.loads(path.read_text("utf-8")) if path.is_file() else {}
+    except ValueError:
+        previous = {}
     options = {
-        "correction": correction or previous.get("correction", "bh"),
+        "correction": correction or previous.get("correction") or "bh",
         "n_resamples": n_resamples or previous.get("n_resamples"),
     }
     return summarize_folder(folder, lambda records: build(records, **options), name=name)
@@ -164,7 +156,6 @@ __all__ = [
     "check_records_belong",
     "folder_summary",
     "mean_estimate",
-    "previous_options",
     "skipped_reasons",
     "summarize_folder",
     "summarize_tests",

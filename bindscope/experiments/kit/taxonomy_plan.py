@@ -6,12 +6,12 @@ The ``heads`` experiment runs it on one model, ``sweep --heads`` on every revisi
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -19,8 +19,8 @@ import numpy as np
 from bindscope.errors import InputError
 from bindscope.experiments.kit.binding_reuse import BINDING_FROM, stored_binding
 from bindscope.experiments.kit.experiment import Common, ModelRun, Plan
-from bindscope.experiments.kit.options import Options, option, positive
-from bindscope.experiments.kit.record_fields import binding_metrics
+from bindscope.experiments.kit.options import Options, check_whole, option, positive
+from bindscope.experiments.kit.record_fields import Item, binding_metrics
 from bindscope.experiments.kit.taxonomy_summary import CLASSIFICATION_FILE, summarize
 from bindscope.metrics import taxonomy
 from bindscope.prompts.prompt_sets import PromptRecord, PromptSet
@@ -75,11 +75,7 @@ class TaxonomyOptions(Options):
 
     def check(self) -> None:
         """Positive sizes, and thresholds that name known head classes."""
-        for name in ("n_repeated", "repeat_length", "top_k"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                flag = "--" + name.replace("_", "-")
-                raise InputError(f"{name}={value!r} ({flag}) must be a positive integer")
+        check_whole(self, {"n_repeated": 1, "repeat_length": 1, "top_k": 1})
         unknown = sorted(set(self.thresholds or {}) - set(taxonomy.PRECEDENCE))
         if unknown:
             raise InputError(
@@ -122,7 +118,13 @@ def taxonomy_plan(
     folder from every revision the sweep loads (``Plan.also``), so each is loaded once; the
     records' provenance then names the sweep's revisions (``sweep``).
     """
-    settings = head_settings(pset, options, common.seed)
+    # what a heads folder checks when resumed: the prompt set, the random sequences, the seed
+    settings = {
+        "prompt_sha256": pset.sha256,
+        "n_repeated": options.n_repeated,
+        "repeat_length": options.repeat_length,
+        "seed": common.seed,
+    }
     info = {} if sweep is None else {"sweep": sweep}
 
     def prov(model: LanguageModel) -> dict:
@@ -132,20 +134,8 @@ def taxonomy_plan(
         write_classification(run.writer.path.parent, options)
         score_model(run, pset, settings, batch_size=common.batch_size)
 
-    def items() -> list[tuple[str, str]]:
-        return _keys(pset, settings)
-
+    items = functools.partial(_keys, pset, settings)
     return Plan(settings, each, provenance=prov, summarize=summarize, items=items)
-
-
-def head_settings(pset: PromptSet, options: TaxonomyOptions, seed: int) -> dict:
-    """What a heads folder checks when resumed: the prompt set, the random sequences, the seed."""
-    return {
-        "prompt_sha256": pset.sha256,
-        "n_repeated": options.n_repeated,
-        "repeat_length": options.repeat_length,
-        "seed": seed,
-    }
 
 
 def _keys(pset: PromptSet, settings: dict) -> list[tuple[str, str]]:
@@ -206,13 +196,7 @@ def score_model(run: ModelRun, pset: PromptSet, settings: dict, *, batch_size: i
         )
         out = []
         for i in chunk:
-            item = SimpleNamespace(
-                key=_repeated_key(i),
-                prompt_id=f"repeated-{i:03d}",
-                term="",
-                task="induction",
-                control_group=None,
-            )
+            item = Item(_repeated_key(i), "induction", f"repeated-{i:03d}")
             metrics = {
                 **{name: _grid(scores[i][name]) for name in taxonomy.REPEATED_SCORES},
                 **shape,
@@ -233,55 +217,41 @@ def score_model(run: ModelRun, pset: PromptSet, settings: dict, *, batch_size: i
 
 
 def primary_classes(
-    model: LanguageModel,
-    texts: Sequence[str],
-    *,
-    thresholds: Mapping[str, float] | None = None,
-    n_repeated: int = 32,
-    repeat_length: int = 24,
-    seed: int = 0,
-    batch_size: int = 16,
+    model: LanguageModel, texts: Sequence[str], *, seed: int = 0, batch_size: int = 16
 ) -> list[list[str]]:
     """Each head's primary class from every score but binding (``[L][H]`` class names).
 
     Binding is left out so that sets matched on it copy the top set's sink,
     previous-token, induction and duplicate-token make-up, not its binding.
     """
-    means = taxonomy_means(
-        model, texts, n_repeated=n_repeated, repeat_length=repeat_length, seed=seed,
-        batch_size=batch_size,
-    )  # fmt: skip
-    return taxonomy.classify(means, thresholds=thresholds)["primary"]
+    means = taxonomy_means(model, texts, seed=seed, batch_size=batch_size)
+    return taxonomy.classify(means)["primary"]
 
 
 def taxonomy_means(
-    model: LanguageModel,
-    texts: Sequence[str],
-    *,
-    n_repeated: int = 32,
-    repeat_length: int = 24,
-    seed: int = 0,
-    batch_size: int = 16,
+    model: LanguageModel, texts: Sequence[str], *, seed: int = 0, batch_size: int = 16
 ) -> dict[str, Any]:
     """Every head's mean taxonomy score but binding: ``{score: [L, H] array}``.
 
-    Text scores over ``texts``, repeated-sequence scores over ``n_repeated`` random
-    sequences; what C5's class-matched null matches heads on (graded, not thresholded).
+    Text scores over ``texts``, repeated-sequence scores over the taxonomy's default random
+    sequences (``TaxonomyOptions``: 32 of 24 tokens); what C5's class-matched null matches
+    heads on (graded, not thresholded).
     """
     means = {}
     found = text_scores(model, list(dict.fromkeys(texts)), batch_size=batch_size)
     for name in taxonomy.TEXT_SCORES:
         means[name] = np.nanmean(np.stack([s[name].numpy() for s in found]), 0)
+    sequences = TaxonomyOptions()
     found, _ = repeated_scores(
-        model, n=n_repeated, length=repeat_length, seed=seed, batch_size=batch_size
-    )
+        model, n=sequences.n_repeated, length=sequences.repeat_length, seed=seed,
+        batch_size=batch_size,
+    )  # fmt: skip
     for name in taxonomy.REPEATED_SCORES:
         means[name] = np.stack([s[name].numpy() for s in found]).mean(0)
     return means
 
 
 __all__ = [
-    "head_settings",
     "primary_classes",
     "score_model",
     "taxonomy_means",

@@ -39,15 +39,13 @@ def summarize_model(
     clean = [r for r in group if r["condition"] == "clean"]
     repeated = [r for r in group if r["condition"] == "repeated"]
     first = group[0]["metrics"]
-    scores: dict[str, dict] = {}
-    for name in taxonomy.TEXT_SCORES:
-        if clean:
-            scores[name] = taxonomy.bootstrap_heads(_array(clean, name), seed=seed)
-    if clean:
-        scores["binding"] = taxonomy.bootstrap_heads(_array(clean, "bsi"), seed=seed)
-    for name in taxonomy.REPEATED_SCORES:
-        if repeated:
-            scores[name] = taxonomy.bootstrap_heads(_array(repeated, name), seed=seed)
+    sources = [(name, name, clean) for name in taxonomy.TEXT_SCORES] + [("binding", "bsi", clean)]
+    sources += [(name, name, repeated) for name in taxonomy.REPEATED_SCORES]
+    scores = {
+        name: taxonomy.bootstrap_heads(_array(texts, field), seed=seed)
+        for name, field, texts in sources
+        if texts
+    }
     means = {name: est["value"] for name, est in scores.items()}
     classes = taxonomy.classify(means, thresholds=thresholds)
     entry = {
