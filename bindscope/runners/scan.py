@@ -24,7 +24,7 @@ back. The session computes what the local passes compute, in the same order: und
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -210,12 +210,11 @@ def _conditions_pass(
 def _rows_batch(batch: Batch, rows: torch.Tensor) -> Batch:
     """The batch of the given rows (same width, so the clean residual stream fits)."""
     picked = rows.tolist()
-    return Batch(
-        [batch.indices[r] for r in picked],
-        batch.input_ids[rows],
-        batch.attention_mask[rows],
-        batch.position_ids[rows],
-        [batch.lengths[r] for r in picked],
+    return replace(
+        batch,
+        indices=[batch.indices[r] for r in picked],
+        lengths=[batch.lengths[r] for r in picked],
+        **{k: v[rows] for k, v in batch.inputs.items()},
     )
 
 
