@@ -956,35 +956,9 @@ def run_layers(
     past the prompt pass (step 0) only edits of every position act.
     """
     try:
-        capture = set(capture)
-        label = _recompute_label(model, capture)
-        out = {} if into is None else into
-        allowed = _layer_filter(only_layers, model.n_layers)
-        plan = plan or TracePlan()
-        wanted = {name: set(layers) for name, layers in (sites or {}).items()}
-        for layer in range(model.n_layers):
-            if layer not in allowed:
-                continue
-            probs = None
-            # model.sites lists the sites in a decoder layer's execution order
-            for name in model.sites:
-                if name == "pattern":
-                    if (name, layer) in plan.edits:
-                        raise ValueError("a pattern edit is estimated (attribution_pass), not run")
-                    if layer in capture:
-                        out[layer] = save(_pattern(model, layer, probs, reduce, allow_missing))
-                    continue
-                if name == "head_out":  # the attention call comes before the output projection
-                    recompute = label if layer in capture else None
-                    probs = _attention_call(model, layer, plan, recompute)
-                keep = layer in wanted.get(name, ())
-                if (name, layer) not in plan.edits and not keep:
-                    continue
-                x = site(model, name, layer)
-                apply_edits(model, name, layer, x, plan, donors, step)
-                if keep:
-                    out[(name, layer)] = save(unit_view(model, name, x).clone())
-        return save(out)
+        return _run_layers(
+            model, capture, reduce, sites, only_layers, into, allow_missing, plan, donors, step
+        )
     except Exception as exc:
         # A bindscope.Model explains nnsight's OutOfOrderError (an earlier call in the body
         # touched a later layer); a shipped TraceModel has no translator and re-raises.
@@ -1021,6 +995,40 @@ def resid_post_at(model, layers, rows, columns, plan=None, donors=None):
             x = site(model, "resid_post", layer)
             found[layer] = save(x[rows.to(x.device), columns.to(x.device)].clone())
     return save(found)
+
+
+def _run_layers(
+    model, capture, reduce, sites, only_layers, into, allow_missing, plan, donors, step
+):
+    """``run_layers`` itself; the wrapper above only explains errors."""
+    capture = set(capture)
+    label = _recompute_label(model, capture)
+    out = {} if into is None else into
+    allowed = _layer_filter(only_layers, model.n_layers)
+    plan = plan or TracePlan()
+    wanted = {name: set(layers) for name, layers in (sites or {}).items()}
+    for layer in range(model.n_layers):
+        if layer not in allowed:
+            continue
+        probs = None
+        # model.sites lists the sites in a decoder layer's execution order
+        for name in model.sites:
+            if name == "pattern":
+                if (name, layer) in plan.edits:
+                    raise ValueError("a pattern edit is estimated (attribution_pass), not run")
+                if layer in capture:
+                    out[layer] = save(_pattern(model, layer, probs, reduce, allow_missing))
+                continue
+            if name == "head_out":  # the attention call comes before the output projection
+                probs = _attention_call(model, layer, plan, label if layer in capture else None)
+            keep = layer in wanted.get(name, ())
+            if (name, layer) not in plan.edits and not keep:
+                continue
+            x = site(model, name, layer)
+            apply_edits(model, name, layer, x, plan, donors, step)
+            if keep:
+                out[(name, layer)] = save(unit_view(model, name, x).clone())
+    return save(out)
 
 
 def _pattern(model, layer, probs, reduce, allow_missing):

@@ -334,6 +334,24 @@ def load_model(
     if remote is True:
         _refuse_local_options(model, dtype=dtype, device=device, tokenizer=tokenizer)
         return load_remote(model, revision=revision, prepend_bos=prepend_bos, self_check=self_check)
+    hf, tok, name, folder = _read_weights(
+        model, revision, tokenizer, dtype, device, cache, verify_cache
+    )
+    return _wrap_checked(
+        hf, tokenizer or tok, name, revision, prepend_bos, family, cache, folder, self_check, remote
+    )
+
+
+def _read_weights(
+    model: Any,
+    revision: str | None,
+    tokenizer: Any,
+    dtype: torch.dtype | str | None,
+    device: str | torch.device | None,
+    cache: str | os.PathLike | None,
+    verify_cache: bool,
+) -> tuple[Any, Any, str, Path | None]:
+    """``(hf_model, tokenizer, name, cache folder or None)``, read in this process."""
     dtype = check_dtype(dtype)
     device = check_device(device)
     _check_revision(model, revision)
@@ -342,9 +360,25 @@ def load_model(
     hf, tok, name = _load_local(
         model, revision=revision, tokenizer=tokenizer, dtype=dtype, device=device, folder=folder
     )
+    return hf, tok, name, folder
+
+
+def _wrap_checked(
+    hf: Any,
+    tokenizer: Any,
+    name: str,
+    revision: str | None,
+    prepend_bos: bool | None,
+    family: Family | None,
+    cache: str | os.PathLike | None,
+    folder: Path | None,
+    self_check: bool,
+    remote: bool | str,
+) -> Model:
+    """The loaded weights wrapped, recorded and checked (and simulated for ``"local"``)."""
     family, inferred = resolve_family(hf, name, family)
     wrapped = wrap_model(
-        hf, tokenizer or tok, name=name, revision=revision, prepend_bos=prepend_bos, family=family
+        hf, tokenizer, name=name, revision=revision, prepend_bos=prepend_bos, family=family
     )
     wrapped.training = training(name)  # what an embedded checkpoint is, for the records
     # the digest its cache entry was checked against on this load, for the records
