@@ -211,11 +211,7 @@ def capture(
 
             def body(donors, plan=planned.plan):
                 found = run_layers(
-                    model,
-                    capture=wanted if probs else (),
-                    sites=others,
-                    plan=plan,
-                    donors=donors,
+                    model, capture=wanted if probs else (), sites=others, plan=plan, donors=donors
                 )
                 return found
 

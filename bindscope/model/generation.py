@@ -13,13 +13,7 @@ from typing import Any
 
 import torch
 
-from bindscope.batch import (
-    GENERATION_BATCH_SIZE,
-    Batch,
-    check_batch_size,
-    check_texts,
-    sessions,
-)
+from bindscope.batch import GENERATION_BATCH_SIZE, Batch, check_batch_size, check_texts, sessions
 from bindscope.errors import InputError, InterventionError, PromptTooLongError
 from bindscope.interventions import ops
 from bindscope.interventions.plan import plan_batches
