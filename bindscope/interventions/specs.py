@@ -22,7 +22,7 @@ import math
 import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,6 +30,7 @@ import torch
 from bindscope.errors import InputError, InterventionError
 from bindscope.families import SITE_NAMES, attention_windows
 from bindscope.interventions.graph import edge_graph, edge_mask
+from bindscope.interventions.ops import by_layer
 from bindscope.interventions.rowops import (
     AddOp,
     DonorOp,
@@ -131,7 +132,6 @@ class _Targeted:
     site: str | None = field(default=None, kw_only=True)
     layers: Any = field(default=None, kw_only=True)
     positions: tuple[int, ...] | None = field(default=None, kw_only=True)
-    takes_positions: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         self._normalize()
@@ -179,11 +179,7 @@ class _Targeted:
     def target(self, model: LanguageModel) -> tuple[str, Units]:
         """The site and the units of each layer, checked against the model."""
         if self.heads is not None:
-            heads = model.check_heads(self.heads)
-            grouped: dict[int, list[int]] = {}
-            for layer, head in heads:
-                grouped.setdefault(layer, []).append(head)
-            return "head_out", tuple((layer, tuple(hs)) for layer, hs in grouped.items())
+            return "head_out", _units(model.check_heads(self.heads))
         site = self.site or "head_out"
         _check_site(model, site, self.describe())
         layers = model.check_layers(self.layers)
@@ -203,6 +199,11 @@ def _check_site(model: LanguageModel, site: str, spec: str) -> None:
             "a parallel residual has no resid_mid); its sites are "
             f"{', '.join(s for s in model.sites if s != 'pattern')}"
         )
+
+
+def _units(heads: Sequence[tuple[int, int]]) -> Units:
+    """Sorted ``(layer, head)`` pairs as ``((layer, (heads...)), ...)``."""
+    return tuple((layer, tuple(hs)) for layer, hs in by_layer(heads).items())
 
 
 def _width(model: LanguageModel, site: str) -> tuple[int, int]:
@@ -595,11 +596,7 @@ class Knockout:
                 )
             removed.setdefault(q, set()).add(k)
         _check_rows_keep_a_key(model, heads, removed, ctx.texts[i], i)
-        grouped: dict[int, list[int]] = {}
-        for layer, head in heads:
-            grouped.setdefault(layer, []).append(head)
-        units = tuple((layer, tuple(hs)) for layer, hs in grouped.items())
-        return (KnockoutOp(self.describe(), "head_out", units, None, edges),)
+        return (KnockoutOp(self.describe(), "head_out", _units(heads), None, edges),)
 
 
 def _check_rows_keep_a_key(model: LanguageModel, heads, removed: dict, text, i: int) -> None:

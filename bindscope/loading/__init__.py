@@ -12,24 +12,15 @@ import torch
 
 from bindscope.errors import ModelLoadError, SelfCheckError
 from bindscope.families import Family
-from bindscope.loading.cache import cache_dir, writable_cache
+from bindscope.loading.cache import cache_dir
 from bindscope.loading.embedded_models import (
-    ALIASES,
-    DEFAULT_MODEL_NAME,
     EMBEDDED,
     GEMMA3_INSTALL_HINT,
-    GEMMA3_NAME,
     GEMMA3_PACKAGES,
-    INSTALL_HINT,
-    QWEN_INSTALL_HINT,
-    QWEN_NAME,
-    QWEN_PACKAGES,
     Embedded,
     check_embedded,
-    default_model_folder,
     embedded,
     embedded_folder,
-    gguf_path,
     training,
     weights_digest,
 )
@@ -39,32 +30,22 @@ from bindscope.selfcheck import self_check as self_check_model
 from bindscope.wrap import check_inferred, resolve_family, wrap_model
 
 __all__ = [  # the embedded models' names and helpers, re-exported where callers look for them
-    "ALIASES",
-    "DEFAULT_MODEL_NAME",
     "DTYPES",
     "EMBEDDED",
     "GEMMA3_INSTALL_HINT",
-    "GEMMA3_NAME",
     "GEMMA3_PACKAGES",
-    "INSTALL_HINT",
-    "QWEN_INSTALL_HINT",
-    "QWEN_NAME",
-    "QWEN_PACKAGES",
     "Embedded",
     "cache_dir",
     "check_device",
     "check_dtype",
     "check_embedded",
     "checkpoint_folder",
-    "default_model_folder",
     "embedded",
     "embedded_folder",
-    "gguf_path",
     "hub_unreachable",
     "load_model",
     "training",
     "weights_digest",
-    "writable_cache",
 ]
 
 #: Pickle weight files: bindscope never unpickles them (safetensors or GGUF only).

@@ -276,11 +276,6 @@ def weights_digest(name: str, cache: str | os.PathLike | None = None) -> str:
     return manifest(cache_dir(cache) / spec.folder)["weights_sha256"]
 
 
-def default_model_folder() -> Path:
-    """Convert the default model's GGUF once to safetensors under the cache; its folder."""
-    return embedded_folder(DEFAULT_MODEL_NAME)
-
-
 def _say(line: str) -> None:
     print(f"bindscope: {line}", file=sys.stderr, flush=True)
 

@@ -38,19 +38,14 @@ def trace_batch(model: LanguageModel, planned: PlannedBatch, body: Callable[[Any
     ``body`` applies the plan (and captures); it must return its result saved.
     """
     # plain dicts of tensors only in the body: it ships by value when remote
-    env, plan, inputs, donor_inputs = (
-        model.nnsight,
-        planned.plan,
-        planned.batch.inputs,
-        planned.donors,
-    )
-    if donor_inputs is None and plan.path is None:
+    env, plan, path = model.nnsight, planned.plan, planned.plan.path
+    inputs, donor_inputs = planned.batch.inputs, planned.donors
+    if donor_inputs is None and path is None:
         with env.trace(**inputs, **options, **model.trace_options) as tracer:
             found = body(None)
             tracer.stop()
         return found
     donors: dict = {}  # filled by the first invoke, read by the second
-    path = plan.path
     with env.trace(**options, **model.trace_options) as tracer:
         if donor_inputs is not None:
             with tracer.invoke(**donor_inputs):
@@ -216,11 +211,7 @@ def capture(
 
             def body(donors, plan=planned.plan):
                 found = run_layers(
-                    model,
-                    capture=wanted if probs else (),
-                    sites=others,
-                    plan=plan,
-                    donors=donors,
+                    model, capture=wanted if probs else (), sites=others, plan=plan, donors=donors
                 )
                 return found
 

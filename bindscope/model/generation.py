@@ -8,17 +8,12 @@ from __future__ import annotations
 import numbers
 import warnings
 from collections.abc import Sequence
+from itertools import takewhile
 from typing import Any
 
 import torch
 
-from bindscope.batch import (
-    GENERATION_BATCH_SIZE,
-    Batch,
-    check_batch_size,
-    check_texts,
-    sessions,
-)
+from bindscope.batch import GENERATION_BATCH_SIZE, Batch, check_batch_size, check_texts, sessions
 from bindscope.errors import InputError, InterventionError, PromptTooLongError
 from bindscope.interventions import ops
 from bindscope.interventions.plan import plan_batches
@@ -93,7 +88,7 @@ def generate_ids(
         for (batch, _, _), result in zip(part, results):
             new = result[:, batch.input_ids.shape[1] :].tolist()
             for r, index in enumerate(batch.indices):
-                out[index] = _until_eos(new[r], eos_ids)
+                out[index] = list(takewhile(lambda token: token not in eos_ids, new[r]))
     return out  # type: ignore[return-value,unused-ignore]
 
 
@@ -118,16 +113,6 @@ def _check_window(model: LanguageModel, texts: Sequence, max_new_tokens: int) ->
                 f"window of {window}; it has room for {room}: lower max_new_tokens or "
                 "shorten the prompt"
             )
-
-
-def _until_eos(tokens: list[int], eos_ids: set[int]) -> list[int]:
-    """The tokens before the first end-of-sequence id."""
-    ids = []
-    for token in tokens:
-        if token in eos_ids:
-            break
-        ids.append(token)
-    return ids
 
 
 def generate_session(

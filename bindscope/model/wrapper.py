@@ -7,13 +7,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 
-from bindscope.batch import (
-    DEFAULT_BATCH_SIZE,
-    Batch,
-    check_batch_size,
-    check_rows,
-    check_texts,
-)
+from bindscope.batch import DEFAULT_BATCH_SIZE, Batch, check_batch_size, check_rows, check_texts
 from bindscope.errors import InputError
 from bindscope.families import Family, dims_from_config
 from bindscope.interventions import ops

@@ -28,7 +28,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from bindscope.batch import Batch
 from bindscope.errors import InputError
 from bindscope.interventions import Patch, ops
 from bindscope.interventions.plan import PlannedBatch, plan_batches
@@ -189,7 +188,10 @@ def _estimate(
         if not keeps:
             terms = _shift(terms, width, keep)
         donors = _donor_pass(model, planned, eager)
-        found = _gradient_pass(model, batch, terms, plan, donors, options, method, grad_drop, eager)
+        context = model.eager() if eager else contextlib.nullcontext()
+        with context, torch.enable_grad():  # noqa: SIM117 (nnsight reads the trace's own block)
+            with model.nnsight.trace(**batch.inputs, **options, **model.trace_options):
+                found = ops.attribution_pass(model, terms, plan, donors, method, grad_drop)
         clean[batch.indices] = found["metric"].double().cpu().numpy()
         for key, into in found_of.items():
             for cell, value in found[key].items():
@@ -222,24 +224,6 @@ def _donor_pass(model: LanguageModel, planned: PlannedBatch, eager: bool) -> dic
 def _shift(terms: dict, width: int, keep: int) -> dict:
     """Terms indexed into all ``width`` logits (a model without ``logits_to_keep``)."""
     return {k: (index + (width - keep), t, w) for k, (index, t, w) in terms.items()}
-
-
-def _gradient_pass(
-    model: LanguageModel,
-    batch: Batch,
-    terms: dict,
-    plan: ops.TracePlan,
-    donors: dict | None,
-    options: dict,
-    method: str,
-    grad_drop: bool,
-    eager: bool,
-) -> dict:
-    context = model.eager() if eager else contextlib.nullcontext()
-    with context, torch.enable_grad():  # noqa: SIM117 (nnsight reads the trace's own block)
-        with model.nnsight.trace(**batch.inputs, **options, **model.trace_options):
-            found = ops.attribution_pass(model, terms, plan, donors, method, grad_drop)
-    return found
 
 
 def _head_table(model: LanguageModel, estimates: dict) -> np.ndarray:

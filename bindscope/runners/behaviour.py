@@ -116,10 +116,7 @@ def recognition(
     batches = list(model.batches(prompts, batch_size=batch_size))
     for batch in tqdm(batches, desc="recognition", unit="batch", disable=not progress):
         found = score_batch(
-            model,
-            batch,
-            [choices[i] for i in batch.indices],
-            [rows[i] for i in batch.indices],
+            model, batch, [choices[i] for i in batch.indices], [rows[i] for i in batch.indices]
         )
         for index, values in zip(batch.indices, found):
             scores[index] = values

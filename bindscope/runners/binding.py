@@ -148,7 +148,7 @@ def _batched_bsi(
     out: list[torch.Tensor | None] = [None] * len(prefixes)
     texts = [list(p) for p in prefixes]
     ablate, intervene = spec
-    rows = resolve_rows(model, texts, ablate=ablate, intervene=intervene) if texts else []
+    rows = resolve_rows(model, texts, ablate=ablate, intervene=intervene)
     planned = list(plan_batches(model, texts, rows, batch_size=batch_size))
     with model.eager(), torch.no_grad():
         for item in tqdm(planned, desc="binding", unit="batch", disable=not progress):

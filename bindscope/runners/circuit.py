@@ -183,11 +183,7 @@ def faithfulness(
         )
     patched = run(keep)
     share = bootstrap_statistic(
-        (patched, scores.clean, ablated),
-        _share,
-        paired=True,
-        n_resamples=n_resamples,
-        seed=seed,
+        (patched, scores.clean, ablated), _share, paired=True, n_resamples=n_resamples, seed=seed
     )
     rng = np.random.default_rng(seed)
     flat = np.flatnonzero(valid)

@@ -112,17 +112,16 @@ def edge_attribution(
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise InputError(f"steps={steps!r}: give a whole number of integration steps >= 1")
     steps = 1 if method == "eap" else steps
-    _check_remote(model, metric)
     pairs = _Pairs(model, clean, corrupted, metric)
     graph = edge_graph(model)
     everything = PathPatch(graph.valid, source=tuple(pairs.corrupted))
     plans = resolve_rows(model, pairs.clean, intervene=everything)
-    chunks = list(pairs.batches(batch_size))
+    chunks = list(_chunks(len(pairs), batch_size))
     jobs = []  # planned here: the session's body holds only tensors, dicts and ops calls
     for rows in chunks:
         batch, terms = pairs.clean_batch(rows), pairs.terms(rows)
         path = plan_batch(model, batch, [plans[i] for i in rows]).plan.path
-        cor_inputs = pairs.corrupted_batch(rows).inputs
+        cor_inputs = model.pad(rows, [pairs.corrupted[i] for i in rows]).inputs
         options = _kept_logits(model, terms)
         jobs.append((cor_inputs, batch.inputs, batch.attention_mask, terms, path, options))
     found = _edge_session(model, jobs, steps)
@@ -182,7 +181,6 @@ def path_patching(
     engine's `PathPatch`. ``edges`` are ``(sender, receiver)`` names (`EdgeGraph.edges`)
     or an ``[S, R]`` bool mask. Arguments otherwise as `edge_attribution`.
     """
-    _check_remote(model, metric)
     pairs = _Pairs(model, clean, corrupted, metric)
     mask = edge_mask(edge_graph(model), edges)
     if means is None:
@@ -208,7 +206,6 @@ def path_patching_each(
     conditions share batches (``batch_size`` rows: one pair and one edge each, a pair's
     edges together, so that they share its corrupted donor row).
     """
-    _check_remote(model, metric)
     pairs = _Pairs(model, clean, corrupted, metric)
     graph = edge_graph(model)
     masks = [edge_mask(graph, [edge]) for edge in edges]
@@ -258,6 +255,7 @@ class _Pairs:
     """Clean/corrupted pairs checked once: equal lengths, one metric per pair."""
 
     def __init__(self, model: LanguageModel, clean: Sequence, corrupted: Sequence, metric) -> None:
+        _check_remote(model, metric)
         self.model = model
         self.clean = [self._ids(t) for t in clean]
         self.corrupted = [self._ids(t) for t in corrupted]
@@ -283,17 +281,9 @@ class _Pairs:
     def __len__(self) -> int:
         return len(self.clean)
 
-    def batches(self, size: int):
-        """Pair indices, ``size`` at a time."""
-        return _chunks(len(self), size)
-
     def clean_batch(self, rows: list[int]):
         """The clean texts of ``rows``, left-padded (the corrupted ones pad alike)."""
         return self.model.pad(rows, [self.clean[i] for i in rows])
-
-    def corrupted_batch(self, rows: list[int]):
-        """The corrupted texts of ``rows``, left-padded."""
-        return self.model.pad(rows, [self.corrupted[i] for i in rows])
 
     def terms(self, rows: list[int]) -> dict:
         """The metric's terms for `ops.edge_metric`."""

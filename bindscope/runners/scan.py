@@ -24,7 +24,7 @@ back. The session computes what the local passes compute, in the same order: und
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -210,12 +210,11 @@ def _conditions_pass(
 def _rows_batch(batch: Batch, rows: torch.Tensor) -> Batch:
     """The batch of the given rows (same width, so the clean residual stream fits)."""
     picked = rows.tolist()
-    return Batch(
-        [batch.indices[r] for r in picked],
-        batch.input_ids[rows],
-        batch.attention_mask[rows],
-        batch.position_ids[rows],
-        [batch.lengths[r] for r in picked],
+    return replace(
+        batch,
+        indices=[batch.indices[r] for r in picked],
+        lengths=[batch.lengths[r] for r in picked],
+        **{k: v[rows] for k, v in batch.inputs.items()},
     )
 
 
@@ -258,24 +257,6 @@ def _passes(
             yield _Pass(chunk, rows, part.inputs, mine, plan, start)
 
 
-def _residual_passes(
-    model: LanguageModel,
-    passes: Iterator[_Pass],
-    outputs: list,
-    options: dict,
-    swap: dict | None,
-) -> Iterator[tuple[int, int, float]]:
-    """Run the passes here, one trace each, from the clean ``outputs``; yields (c, row, score)."""
-    for one in passes:
-        residual = outputs[one.start - 1][one.rows] if one.start > 0 else None
-        donors = None if swap is None else {k: v[one.rows] for k, v in swap.items()}
-        got = _conditions_pass(
-            model, one.inputs, one.targets, one.plan, one.start, residual, options, donors
-        )
-        for (c, r), value in zip(one.pairs, got.double().tolist()):
-            yield c, r, value
-
-
 @torch.no_grad()
 def _batch_session(
     model: LanguageModel,
@@ -291,7 +272,7 @@ def _batch_session(
     The clean residual stream and a resample's donor outputs (``swap``: the donors' inputs,
     how many final positions each row takes, the width) stay on the server; only the
     scores come back: ``[b]`` clean, then ``[rows]`` per pass. The body computes what
-    `_clean`, `_donor_outputs` and `_residual_passes` compute here, in the same order; it
+    `_clean`, `_donor_outputs` and the condition passes compute here, in the same order; it
     calls only ``ops`` and torch (it ships). No trace stops early: in ndif 0.1.2's sandbox
     the session's next trace then fails (docs/remote.md, Limits).
     """
@@ -492,6 +473,12 @@ def _score_batch(
             scores[c, batch.indices] = got.double().numpy()
             bar.update(b)
         return
-    for c, r, value in _residual_passes(model, passes, outputs, options, swapped):
-        scores[c, batch.indices[r]] = value
-        bar.update(1)
+    for one in passes:  # each from the clean outputs below its lowest layer
+        residual = outputs[one.start - 1][one.rows] if one.start > 0 else None
+        taken = None if swapped is None else {k: v[one.rows] for k, v in swapped.items()}
+        got = _conditions_pass(
+            model, one.inputs, one.targets, one.plan, one.start, residual, options, taken
+        )
+        for (c, r), value in zip(one.pairs, got.double().tolist()):
+            scores[c, batch.indices[r]] = value
+            bar.update(1)

@@ -21,10 +21,6 @@ from bindscope.metrics.taxonomy import repeated_pairs, repeated_sequences, text_
 Pairs = dict[str, list[tuple[int, int]]]
 
 
-def _pair_tensors(rows: list[list[tuple[int, int]]]):
-    return pair_index(rows, min_width=1)
-
-
 def score_rows(
     model,
     rows: Sequence[Sequence[int]],
@@ -57,10 +53,12 @@ def score_rows(
             width = batch.input_ids.shape[1]
             pads = [batch.pad(r) for r in range(len(batch.indices))]
             per_row = [pairs_for(n) for n in batch.lengths]
+            rows_pads = list(zip(per_row, pads))
             tensors = [
-                _pair_tensors([[(p + a, p + b) for a, b in row[name]] for row, p in rows_pads])
+                pair_index(
+                    [[(p + a, p + b) for a, b in row[name]] for row, p in rows_pads], min_width=1
+                )
                 for name in names
-                for rows_pads in [list(zip(per_row, pads))]
             ]
             query_weight = _query_weight(pads, batch.lengths, width)
 
