@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
 from bindscope.figures import markdown as md
-from bindscope.figures.style import new_figure, short_label, slug
+from bindscope.figures.style import integer_ticks, new_figure, short_label, slug
 from bindscope.results.summaries import MissingData
 
 
@@ -28,20 +28,11 @@ def heads_figure(
     if values.size == 0 or np.isnan(values).all():
         raise MissingData("the effect map is empty")
     fig, (heat, bars) = new_figure(size, ncols=2, width_ratios=[3, 2])
-    bound = float(np.nanmax(np.abs(values))) or 1.0
-    image = heat.imshow(values, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
-    fig.colorbar(image, ax=heat, label=what.split(": ", 1)[-1])
-    for layer, head in significant:
-        heat.plot(head, layer, marker="o", ms=4, mfc="none", mec="black", mew=1.0)
-    heat.set(xlabel="head", ylabel="layer", title=f"{short_label(label)}: {what}")
-    heat.xaxis.set_major_locator(MaxNLocator(integer=True))
-    heat.yaxis.set_major_locator(MaxNLocator(integer=True))
-    heat.invert_yaxis()
+    title = f"{short_label(label)}: {what}"
+    effect_map(fig, heat, values, what.split(": ", 1)[-1], title, significant, ("o", 4))
     shown = top[:limit][::-1]
     y = np.arange(len(shown))
-    mids = np.array([c["value"] for c in shown], float)
-    lows = np.array([c["low"] if c["low"] is not None else c["value"] for c in shown], float)
-    highs = np.array([c["high"] if c["high"] is not None else c["value"] for c in shown], float)
+    mids, lows, highs = intervals(shown)
     bars.errorbar(mids, y, xerr=[mids - lows, highs - mids], fmt="o", color="black", capsize=3)
     bars.axvline(0, color="grey", lw=0.8)
     names = [f"{c['condition']}{' *' if c.get('significant') else ''}" for c in shown]
@@ -52,6 +43,28 @@ def heads_figure(
         f"({len(significant)} cells). Right: the largest effects with 95% paired bootstrap CIs."
     )
     return fig, caption
+
+
+def effect_map(
+    fig: Figure, heat: Any, values: np.ndarray, what: str, title: str, cells: list, mark: tuple
+) -> None:
+    """A ``[L, H]`` map diverging from 0 (layer 0 on top), ``cells`` ringed by ``mark``."""
+    bound = float(np.nanmax(np.abs(values))) or 1.0
+    image = heat.imshow(values, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
+    fig.colorbar(image, ax=heat, label=what)
+    for layer, head in cells:
+        heat.plot(head, layer, marker=mark[0], ms=mark[1], mfc="none", mec="black", mew=1.0)
+    heat.set(xlabel="head", ylabel="layer", title=title)
+    integer_ticks(heat)
+    heat.invert_yaxis()
+
+
+def intervals(cells: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Values, lows and highs of effect cells (a missing bound at the value)."""
+    value = np.array([c["value"] for c in cells], float)
+    low = np.array([c["low"] if c["low"] is not None else c["value"] for c in cells], float)
+    high = np.array([c["high"] if c["high"] is not None else c["value"] for c in cells], float)
+    return value, low, high
 
 
 def top_rows(top: list[dict], limit: int = 10) -> list[list[str]]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import numpy as np
-from matplotlib.ticker import MaxNLocator
 
 from bindscope.figures import markdown as md
 from bindscope.figures import style
@@ -55,15 +54,14 @@ def score_maps(label: str, entry: dict, *, where: str = "summary"):
         values = _map(entry, score)
         ax.set_title(NAMES[score])
         if values is None:
-            ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
+            style.not_measured(ax)
             continue
         arr = np.array([[np.nan if x is None else x for x in row] for row in values], dtype=float)
         image = ax.imshow(
             arr, origin="lower", aspect="auto", cmap=style.HEATMAP_CMAP, vmin=0.0, vmax=1.0,
             interpolation="none",
         )  # fmt: skip
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        style.integer_ticks(ax)
     for ax in axes[-1]:
         ax.set_xlabel("head")
     for ax in axes[:, 0]:
@@ -102,7 +100,7 @@ def emergence(model: str, entry: dict, *, where: str = "summary"):
         found = trajectories.get(score)
         ax.set_title(f"top {NAMES[score]} heads")
         if not found:
-            ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
+            style.not_measured(ax)
             continue
         for j, ((layer, head), values) in enumerate(zip(found["heads"], found["values"])):
             ys = [np.nan if v is None else v for v in values]

@@ -15,6 +15,7 @@ from typing import Any, cast
 
 import matplotlib
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 DPI = 150
 
@@ -82,6 +83,50 @@ def figure_legend(fig: Figure, axes, *, ncols: int = 4) -> None:
         )
 
 
+def integer_ticks(ax: Any) -> None:
+    """Whole-number ticks on both axes (layers and heads)."""
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def not_measured(ax: Any) -> None:
+    """Say in the middle of a panel that its score was not measured."""
+    ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
+
+
+def interval(
+    ax: Any,
+    y: float,
+    est: Mapping | None,
+    *,
+    color: str,
+    marker: str,
+    filled: bool = True,
+    markersize: float = 7,
+    linewidth: float = 1.6,
+    label: str | None = None,
+) -> None:
+    """An estimate at height ``y``: its interval as a line, its value as a marker.
+
+    Nothing is drawn without a value (NaN is stored as null); open markers when not ``filled``.
+    """
+    if not est or est.get("value") is None:
+        return
+    if est.get("low") is not None and est.get("high") is not None:
+        ax.hlines(y, est["low"], est["high"], color=color, linewidth=linewidth)
+    ax.plot(
+        [est["value"]],
+        [y],
+        marker=marker,
+        markersize=markersize,
+        color=color,
+        markerfacecolor=color if filled else "white",
+        markeredgewidth=1.4,
+        linestyle="none",
+        label=label,
+    )
+
+
 def rc_context() -> Any:
     """The figure style, applied only while a figure is built and saved."""
     return matplotlib.rc_context(cast(Any, RC))
@@ -139,7 +184,10 @@ __all__ = [
     "OKABE_ITO",
     "SERIES",
     "figure_legend",
+    "integer_ticks",
+    "interval",
     "new_figure",
+    "not_measured",
     "per_model",
     "rc_context",
     "save",

@@ -133,19 +133,10 @@ def leadlag_forest(models: dict[str, dict], *, where: str = "summary"):
     for y, row in zip(ys, rows):
         method, est = row["method"], row["fraction"]
         s = style.SERIES[METHODS.index(method)]
-        ax.hlines(y, est["low"], est["high"], color=s["color"], linewidth=1.8)
-        filled = method == "pearson"
-        ax.plot(
-            [est["value"]],
-            [y],
-            marker=s["marker"],
-            markersize=7,
-            color=s["color"],
-            markerfacecolor=s["color"] if filled else "white",
-            markeredgewidth=1.4,
-            linestyle="none",
-            label=f"{method} (Wilson 95% CI)",
-        )
+        style.interval(
+            ax, y, est, color=s["color"], marker=s["marker"], filled=method == "pearson",
+            linewidth=1.8, label=f"{method} (Wilson 95% CI)",
+        )  # fmt: skip
     ax.set_yticks(ys, [f"{style.short_label(r['model'])} ({r['method']})" for r in rows])
     right = ax.secondary_yaxis("right")
     right.set_ticks(
