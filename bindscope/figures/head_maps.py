@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
 
 from bindscope.figures import markdown as md
-from bindscope.figures.style import integer_ticks, new_figure, short_label, slug
+from bindscope.figures.style import effect_map, intervals, new_figure, short_label, slug
 from bindscope.results.summaries import MissingData
 
 
@@ -43,28 +42,6 @@ def heads_figure(
         f"({len(significant)} cells). Right: the largest effects with 95% paired bootstrap CIs."
     )
     return fig, caption
-
-
-def effect_map(
-    fig: Figure, heat: Any, values: np.ndarray, what: str, title: str, cells: list, mark: tuple
-) -> None:
-    """A ``[L, H]`` map diverging from 0 (layer 0 on top), ``cells`` ringed by ``mark``."""
-    bound = float(np.nanmax(np.abs(values))) or 1.0
-    image = heat.imshow(values, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
-    fig.colorbar(image, ax=heat, label=what)
-    for layer, head in cells:
-        heat.plot(head, layer, marker=mark[0], ms=mark[1], mfc="none", mec="black", mew=1.0)
-    heat.set(xlabel="head", ylabel="layer", title=title)
-    integer_ticks(heat)
-    heat.invert_yaxis()
-
-
-def intervals(cells: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Values, lows and highs of effect cells (a missing bound at the value)."""
-    value = np.array([c["value"] for c in cells], float)
-    low = np.array([c["low"] if c["low"] is not None else c["value"] for c in cells], float)
-    high = np.array([c["high"] if c["high"] is not None else c["value"] for c in cells], float)
-    return value, low, high
 
 
 def top_rows(top: list[dict], limit: int = 10) -> list[list[str]]:

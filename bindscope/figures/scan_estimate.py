@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from bindscope.figures import markdown as md
-from bindscope.figures.head_maps import effect_map, intervals
-from bindscope.figures.style import new_figure, short_label
+from bindscope.figures.style import effect_map, intervals, new_figure, short_label
 from bindscope.results.summaries import MissingData
 
 

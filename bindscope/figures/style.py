@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import matplotlib
+import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
@@ -127,6 +128,28 @@ def interval(
     )
 
 
+def effect_map(
+    fig: Figure, heat: Any, values: np.ndarray, what: str, title: str, cells: list, mark: tuple
+) -> None:
+    """A ``[L, H]`` map diverging from 0 (layer 0 on top), ``cells`` ringed by ``mark``."""
+    bound = float(np.nanmax(np.abs(values))) or 1.0
+    image = heat.imshow(values, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
+    fig.colorbar(image, ax=heat, label=what)
+    for layer, head in cells:
+        heat.plot(head, layer, marker=mark[0], ms=mark[1], mfc="none", mec="black", mew=1.0)
+    heat.set(xlabel="head", ylabel="layer", title=title)
+    integer_ticks(heat)
+    heat.invert_yaxis()
+
+
+def intervals(cells: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Values, lows and highs of effect cells (a missing bound at the value)."""
+    value = np.array([c["value"] for c in cells], float)
+    low = np.array([c["low"] if c["low"] is not None else c["value"] for c in cells], float)
+    high = np.array([c["high"] if c["high"] is not None else c["value"] for c in cells], float)
+    return value, low, high
+
+
 def rc_context() -> Any:
     """The figure style, applied only while a figure is built and saved."""
     return matplotlib.rc_context(cast(Any, RC))
@@ -183,9 +206,11 @@ __all__ = [
     "HEATMAP_CMAP",
     "OKABE_ITO",
     "SERIES",
+    "effect_map",
     "figure_legend",
     "integer_ticks",
     "interval",
+    "intervals",
     "new_figure",
     "not_measured",
     "per_model",
