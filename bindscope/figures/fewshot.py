@@ -41,7 +41,7 @@ def term_deltas(label: str, entry: dict, *, where: str = "summary"):
         face = s["color"] if i == 0 else "white"
         style.interval(
             ax, ys[0] + offset, deltas.get(condition), color=s["color"], marker=s["marker"],
-            filled=i == 0, markersize=8, linewidth=1.8,
+            filled=i == 0, markersize=8, lw=1.8,
             label=f"{condition.replace('_', '-')}: mean, 95% CI (top row)",
         )  # fmt: skip
         values = [_points(per_term[t], condition) for t in terms]

@@ -54,7 +54,7 @@ def score_maps(label: str, entry: dict, *, where: str = "summary"):
         values = _map(entry, score)
         ax.set_title(NAMES[score])
         if values is None:
-            style.not_measured(ax)
+            ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
             continue
         arr = np.array([[np.nan if x is None else x for x in row] for row in values], dtype=float)
         image = ax.imshow(
@@ -100,7 +100,7 @@ def emergence(model: str, entry: dict, *, where: str = "summary"):
         found = trajectories.get(score)
         ax.set_title(f"top {NAMES[score]} heads")
         if not found:
-            style.not_measured(ax)
+            ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
             continue
         for j, ((layer, head), values) in enumerate(zip(found["heads"], found["values"])):
             ys = [np.nan if v is None else v for v in values]

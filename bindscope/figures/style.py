@@ -90,42 +90,21 @@ def integer_ticks(ax: Any) -> None:
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def not_measured(ax: Any) -> None:
-    """Say in the middle of a panel that its score was not measured."""
-    ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
-
-
 def interval(
-    ax: Any,
-    y: float,
-    est: Mapping | None,
-    *,
-    color: str,
-    marker: str,
-    filled: bool = True,
-    markersize: float = 7,
-    linewidth: float = 1.6,
-    label: str | None = None,
+    ax: Any, y: float, est: Mapping | None, *, filled: bool = True, lw: float = 1.6, **style: Any
 ) -> None:
     """An estimate at height ``y``: its interval as a line, its value as a marker.
 
-    Nothing is drawn without a value (NaN is stored as null); open markers when not ``filled``.
+    ``style`` (``color``, ``marker``, ``markersize`` (7), ``label``) styles the marker, open
+    unless ``filled``. Nothing is drawn without a value (NaN is stored as null).
     """
     if not est or est.get("value") is None:
         return
     if est.get("low") is not None and est.get("high") is not None:
-        ax.hlines(y, est["low"], est["high"], color=color, linewidth=linewidth)
-    ax.plot(
-        [est["value"]],
-        [y],
-        marker=marker,
-        markersize=markersize,
-        color=color,
-        markerfacecolor=color if filled else "white",
-        markeredgewidth=1.4,
-        linestyle="none",
-        label=label,
-    )
+        ax.hlines(y, est["low"], est["high"], color=style["color"], linewidth=lw)
+    face = style["color"] if filled else "white"
+    style = {"markersize": 7, "markerfacecolor": face, "markeredgewidth": 1.4, **style}
+    ax.plot([est["value"]], [y], linestyle="none", **style)
 
 
 def effect_map(
@@ -212,7 +191,6 @@ __all__ = [
     "interval",
     "intervals",
     "new_figure",
-    "not_measured",
     "per_model",
     "rc_context",
     "save",
