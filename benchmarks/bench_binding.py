@@ -94,7 +94,7 @@ def floor_binding(model, records, batch_size, *, cut: bool):
     import torch
 
     from bindscope.interventions.ops import span_pair_bsi
-    from bindscope.metrics.binding import span_pair_index
+    from bindscope.metrics.binding import pair_index, span_pairs
 
     spans = spans_of(model, records)
     inputs: dict[tuple[int, ...], list[int]] = {}  # one forward per distinct input
@@ -107,9 +107,9 @@ def floor_binding(model, records, batch_size, *, cut: bool):
     out: list[tuple[float, int] | None] = [None] * len(records)
     with model.eager(), torch.no_grad():
         for batch in model.batches(rows, batch_size=batch_size):
-            query, key, weight = span_pair_index(
+            query, key, weight = pair_index(
                 [
-                    [batch.pad(r) + s for s in spans[inputs[keys[index]][0]]]
+                    span_pairs([batch.pad(r) + s for s in spans[inputs[keys[index]][0]]])
                     for r, index in enumerate(batch.indices)
                 ]
             )

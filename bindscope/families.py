@@ -172,8 +172,6 @@ FAMILIES: tuple[Family, ...] = (
 # Families added at run time with `register`; searched before the built-in rows.
 _REGISTERED: list[Family] = []
 
-FAMILY_NAMES: tuple[str, ...] = tuple(f.name for f in FAMILIES)
-
 REGISTER_HINT = (
     "To add one without editing bindscope: bindscope.families.register(Family(name, "
     "(model_type,), rename={...native: uniform...}, sites=Sites(...))), or pass "

@@ -10,8 +10,6 @@ from __future__ import annotations
 import linecache
 import time
 
-NNSIGHT_VERSION = "0.8.1"
-
 
 class _Recorder(dict):
     """A server frame's locals that remember what the run pushed back."""

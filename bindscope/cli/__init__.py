@@ -49,9 +49,7 @@ def _load(spec: str | None, revision: str | None, args: argparse.Namespace) -> L
 def remote_option(args: argparse.Namespace) -> bool | str:
     """``--remote`` as ``load_model``'s ``remote``: True (NDIF), ``"local"`` or False."""
     value = getattr(args, "remote", None)
-    if value == "local":
-        return "local"
-    return value == "ndif"
+    return "local" if value == "local" else value == "ndif"
 
 
 def _check_compute(args: argparse.Namespace) -> None:

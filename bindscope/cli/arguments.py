@@ -131,8 +131,7 @@ def build(
     p.set_defaults(func=commands["report"])
 
     _add_demo(sub, commands["demo"])
-    if "ndif" in commands:
-        add_ndif(sub, commands["ndif"])
+    add_ndif(sub, commands["ndif"])
     return top
 
 

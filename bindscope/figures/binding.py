@@ -7,11 +7,10 @@ from collections.abc import Iterator
 import numpy as np
 from matplotlib import patheffects
 from matplotlib.patches import Rectangle
-from matplotlib.ticker import MaxNLocator
 
 from bindscope.figures import markdown as md
 from bindscope.figures.section import Section
-from bindscope.figures.style import HEATMAP_CMAP, new_figure, per_model, short_label
+from bindscope.figures.style import HEATMAP_CMAP, integer_ticks, new_figure, per_model, short_label
 from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "Binding (EB*)"
@@ -45,8 +44,7 @@ def bsi_heatmap(label: str, entry: dict, *, where: str = "summary"):
         text.set_path_effects([patheffects.withStroke(linewidth=2, foreground="black")])
     ax.set_xlabel("head index (0-based)")
     ax.set_ylabel("layer (0 = first)")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    integer_ticks(ax)
     n = entry.get("n")
     ax.set_title(f"{short_label(label)}: mean BSI per head (n = {n} prompts)")
     caption = (

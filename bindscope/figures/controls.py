@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from bindscope.figures import markdown as md
 from bindscope.figures.markdown import DASH
 from bindscope.figures.section import Section
-from bindscope.figures.style import OKABE_ITO, SERIES, new_figure, per_model, short_label
+from bindscope.figures.style import OKABE_ITO, SERIES, interval, new_figure, per_model, short_label
 from bindscope.results.summaries import ExperimentResults, need
 
 TITLE = "Discriminant validity (controls)"
@@ -34,12 +34,12 @@ def group_means(label: str, entry: dict, *, where: str = "summary"):
     fig, (ax_mean, ax_d) = new_figure(SIZES["controls"], ncols=2, width_ratios=[1, 1])
     n_rows = len(groups) + 1
     ys = list(range(n_rows))[::-1]  # real terms on top
-    _interval(ax_mean, ys[0], real, color=OKABE_ITO["black"], marker="D", filled=True)
+    interval(ax_mean, ys[0], real, color=OKABE_ITO["black"], marker="D")
     ax_mean.axvline(real["value"], color=OKABE_ITO["black"], linestyle=":", linewidth=1)
     names = [f"real terms (n={entry['real'].get('n', real.get('n'))})"]
     for y, (name, group) in zip(ys[1:], groups):
         s = style[str(group.get("family"))]
-        _interval(ax_mean, y, need(group, "eb_star", where=f"{where} {name}"), **_mk(s))
+        interval(ax_mean, y, need(group, "eb_star", where=f"{where} {name}"), **_mk(s))
         names.append(f"{name} ({group.get('family') or '?'}, n={group.get('n')})")
     ax_mean.set_yticks(ys, names)
     ax_mean.set_xlabel("mean EB* (attention probability difference, 0–1), 95% CI")
@@ -49,12 +49,9 @@ def group_means(label: str, entry: dict, *, where: str = "summary"):
     p_labels = [""]
     for y, (_name, group) in zip(ys[1:], groups):
         s = style[str(group.get("family"))]
-        d = group.get("cohens_d")
-        if d and d.get("value") is not None:
-            _interval(ax_d, y + 0.12, d, **_mk(s))
+        interval(ax_d, y + 0.12, group.get("cohens_d"), **_mk(s))
         matched = (group.get("matched") or {}).get("cohens_d")
-        if matched and matched.get("value") is not None:
-            _interval(ax_d, y - 0.12, matched, **_mk(s), filled=False)
+        interval(ax_d, y - 0.12, matched, **_mk(s), filled=False)
         mp = (group.get("matched") or {}).get("p_holm")
         p_labels.append(f"Holm p {md.pvalue(group.get('p_holm'))}; matched {md.pvalue(mp)}")
     ax_d.set_yticks(ys, p_labels)
@@ -81,24 +78,6 @@ def _matched_n(matched: dict) -> str:
 
 def _mk(style: dict) -> dict:
     return {"color": style["color"], "marker": style["marker"]}
-
-
-def _interval(ax, y: float, est: dict, *, color: str, marker: str, filled: bool = True) -> None:
-    value, low, high = est.get("value"), est.get("low"), est.get("high")
-    if value is None:  # NaN is stored as null: nothing to draw
-        return
-    if low is not None and high is not None:
-        ax.hlines(y, low, high, color=color, linewidth=1.6)
-    ax.plot(
-        [value],
-        [y],
-        marker=marker,
-        markersize=7,
-        color=color,
-        markerfacecolor=color if filled else "white",
-        markeredgewidth=1.4,
-        linestyle="none",
-    )
 
 
 def tables(exp: ExperimentResults) -> list[str]:

@@ -39,21 +39,11 @@ def term_deltas(label: str, entry: dict, *, where: str = "summary"):
         s = style.SERIES[i]
         offset = 0.15 if i == 0 else -0.15
         face = s["color"] if i == 0 else "white"
-        est = deltas.get(condition)
-        if est and est.get("value") is not None:
-            if est.get("low") is not None and est.get("high") is not None:
-                ax.hlines(ys[0] + offset, est["low"], est["high"], color=s["color"], lw=1.8)
-            ax.plot(
-                [est["value"]],
-                [ys[0] + offset],
-                marker=s["marker"],
-                markersize=8,
-                color=s["color"],
-                markerfacecolor=face,
-                markeredgewidth=1.4,
-                linestyle="none",
-                label=f"{condition.replace('_', '-')}: mean, 95% CI (top row)",
-            )
+        style.interval(
+            ax, ys[0] + offset, deltas.get(condition), color=s["color"], marker=s["marker"],
+            filled=i == 0, markersize=8, lw=1.8,
+            label=f"{condition.replace('_', '-')}: mean, 95% CI (top row)",
+        )  # fmt: skip
         values = [_points(per_term[t], condition) for t in terms]
         ax.plot(
             values,

@@ -6,10 +6,9 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator
 
 from bindscope.figures import markdown as md
-from bindscope.figures.style import new_figure, short_label, slug
+from bindscope.figures.style import effect_map, intervals, new_figure, short_label, slug
 from bindscope.results.summaries import MissingData
 
 
@@ -28,20 +27,11 @@ def heads_figure(
     if values.size == 0 or np.isnan(values).all():
         raise MissingData("the effect map is empty")
     fig, (heat, bars) = new_figure(size, ncols=2, width_ratios=[3, 2])
-    bound = float(np.nanmax(np.abs(values))) or 1.0
-    image = heat.imshow(values, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
-    fig.colorbar(image, ax=heat, label=what.split(": ", 1)[-1])
-    for layer, head in significant:
-        heat.plot(head, layer, marker="o", ms=4, mfc="none", mec="black", mew=1.0)
-    heat.set(xlabel="head", ylabel="layer", title=f"{short_label(label)}: {what}")
-    heat.xaxis.set_major_locator(MaxNLocator(integer=True))
-    heat.yaxis.set_major_locator(MaxNLocator(integer=True))
-    heat.invert_yaxis()
+    title = f"{short_label(label)}: {what}"
+    effect_map(fig, heat, values, what.split(": ", 1)[-1], title, significant, ("o", 4))
     shown = top[:limit][::-1]
     y = np.arange(len(shown))
-    mids = np.array([c["value"] for c in shown], float)
-    lows = np.array([c["low"] if c["low"] is not None else c["value"] for c in shown], float)
-    highs = np.array([c["high"] if c["high"] is not None else c["value"] for c in shown], float)
+    mids, lows, highs = intervals(shown)
     bars.errorbar(mids, y, xerr=[mids - lows, highs - mids], fmt="o", color="black", capsize=3)
     bars.axvline(0, color="grey", lw=0.8)
     names = [f"{c['condition']}{' *' if c.get('significant') else ''}" for c in shown]

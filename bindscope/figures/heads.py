@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import numpy as np
-from matplotlib.ticker import MaxNLocator
 
 from bindscope.figures import markdown as md
 from bindscope.figures import style
@@ -62,8 +61,7 @@ def score_maps(label: str, entry: dict, *, where: str = "summary"):
             arr, origin="lower", aspect="auto", cmap=style.HEATMAP_CMAP, vmin=0.0, vmax=1.0,
             interpolation="none",
         )  # fmt: skip
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        style.integer_ticks(ax)
     for ax in axes[-1]:
         ax.set_xlabel("head")
     for ax in axes[:, 0]:

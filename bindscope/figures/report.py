@@ -91,8 +91,7 @@ def _provenance(results: dict[str, ExperimentResults]) -> list[str]:
     for name in sections():
         exp = results[name]
         versions |= exp.versions
-        if exp.times:
-            times += list(exp.times)
+        times += exp.times or ()
         for label, prov in exp.provenance.items():
             sha = prov.get("prompt_sha256")
             prompts = prov.get("prompt_set") or md.DASH

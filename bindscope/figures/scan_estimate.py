@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-from matplotlib.ticker import MaxNLocator
 
 from bindscope.figures import markdown as md
-from bindscope.figures.style import new_figure, short_label
+from bindscope.figures.style import effect_map, intervals, new_figure, short_label
 from bindscope.results.summaries import MissingData
 
 
@@ -16,20 +15,12 @@ def estimate_figure(label: str, block: dict, size: tuple[float, float]):
     if values.size == 0 or not np.isfinite(values).any():
         raise MissingData("the estimate map is empty")
     fig, (heat, scatter) = new_figure(size, ncols=2, width_ratios=[3, 2])
-    bound = float(np.nanmax(np.abs(values))) or 1.0
-    image = heat.imshow(values, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
-    fig.colorbar(image, ax=heat, label="estimated log-prob drop")
-    for layer, head in block.get("verified", []):
-        heat.plot(head, layer, marker="s", ms=7, mfc="none", mec="black", mew=1.0)
-    heat.set(xlabel="head", ylabel="layer", title=f"{short_label(label)}: attribution estimate")
-    heat.xaxis.set_major_locator(MaxNLocator(integer=True))
-    heat.yaxis.set_major_locator(MaxNLocator(integer=True))
-    heat.invert_yaxis()
+    title = f"{short_label(label)}: attribution estimate"
+    verified = block.get("verified", [])
+    effect_map(fig, heat, values, "estimated log-prob drop", title, verified, ("s", 7))
     top = [c for c in block["top"] if c.get("value") is not None]
     est = np.array([c["estimate"] for c in top], dtype=float)
-    exact = np.array([c["value"] for c in top], dtype=float)
-    low = np.array([c["low"] if c["low"] is not None else c["value"] for c in top], dtype=float)
-    high = np.array([c["high"] if c["high"] is not None else c["value"] for c in top], dtype=float)
+    exact, low, high = intervals(top)
     scatter.errorbar(est, exact, yerr=[exact - low, high - exact], fmt="o", color="black")
     if len(top):
         span = [min(est.min(), low.min()), max(est.max(), high.max())]

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any, cast
 
 import matplotlib
+import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 DPI = 150
 
@@ -82,6 +84,51 @@ def figure_legend(fig: Figure, axes, *, ncols: int = 4) -> None:
         )
 
 
+def integer_ticks(ax: Any) -> None:
+    """Whole-number ticks on both axes (layers and heads)."""
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def interval(
+    ax: Any, y: float, est: Mapping | None, *, filled: bool = True, lw: float = 1.6, **style: Any
+) -> None:
+    """An estimate at height ``y``: its interval as a line, its value as a marker.
+
+    ``style`` (``color``, ``marker``, ``markersize`` (7), ``label``) styles the marker, open
+    unless ``filled``. Nothing is drawn without a value (NaN is stored as null).
+    """
+    if not est or est.get("value") is None:
+        return
+    if est.get("low") is not None and est.get("high") is not None:
+        ax.hlines(y, est["low"], est["high"], color=style["color"], linewidth=lw)
+    face = style["color"] if filled else "white"
+    style = {"markersize": 7, "markerfacecolor": face, "markeredgewidth": 1.4, **style}
+    ax.plot([est["value"]], [y], linestyle="none", **style)
+
+
+def effect_map(
+    fig: Figure, heat: Any, values: np.ndarray, what: str, title: str, cells: list, mark: tuple
+) -> None:
+    """A ``[L, H]`` map diverging from 0 (layer 0 on top), ``cells`` ringed by ``mark``."""
+    bound = float(np.nanmax(np.abs(values))) or 1.0
+    image = heat.imshow(values, cmap="RdBu_r", vmin=-bound, vmax=bound, aspect="auto")
+    fig.colorbar(image, ax=heat, label=what)
+    for layer, head in cells:
+        heat.plot(head, layer, marker=mark[0], ms=mark[1], mfc="none", mec="black", mew=1.0)
+    heat.set(xlabel="head", ylabel="layer", title=title)
+    integer_ticks(heat)
+    heat.invert_yaxis()
+
+
+def intervals(cells: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Values, lows and highs of effect cells (a missing bound at the value)."""
+    value = np.array([c["value"] for c in cells], float)
+    low = np.array([c["low"] if c["low"] is not None else c["value"] for c in cells], float)
+    high = np.array([c["high"] if c["high"] is not None else c["value"] for c in cells], float)
+    return value, low, high
+
+
 def rc_context() -> Any:
     """The figure style, applied only while a figure is built and saved."""
     return matplotlib.rc_context(cast(Any, RC))
@@ -138,7 +185,11 @@ __all__ = [
     "HEATMAP_CMAP",
     "OKABE_ITO",
     "SERIES",
+    "effect_map",
     "figure_legend",
+    "integer_ticks",
+    "interval",
+    "intervals",
     "new_figure",
     "per_model",
     "rc_context",

@@ -26,12 +26,11 @@ def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
 
 def _series(estimates: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Values, lows and highs of a list of Estimates (NaN where one is missing)."""
-    out = np.full((3, len(estimates)), np.nan)
-    for i, est in enumerate(estimates):
-        for j, key in enumerate(("value", "low", "high")):
-            if est and est.get(key) is not None:
-                out[j, i] = est[key]
-    return out[0], out[1], out[2]
+    value, low, high = (
+        np.array([e[key] if e and e.get(key) is not None else np.nan for e in estimates], float)
+        for key in ("value", "low", "high")
+    )
+    return value, low, high
 
 
 def emergence(model: str, entry: dict, *, where: str = "summary"):
@@ -133,19 +132,10 @@ def leadlag_forest(models: dict[str, dict], *, where: str = "summary"):
     for y, row in zip(ys, rows):
         method, est = row["method"], row["fraction"]
         s = style.SERIES[METHODS.index(method)]
-        ax.hlines(y, est["low"], est["high"], color=s["color"], linewidth=1.8)
-        filled = method == "pearson"
-        ax.plot(
-            [est["value"]],
-            [y],
-            marker=s["marker"],
-            markersize=7,
-            color=s["color"],
-            markerfacecolor=s["color"] if filled else "white",
-            markeredgewidth=1.4,
-            linestyle="none",
-            label=f"{method} (Wilson 95% CI)",
-        )
+        style.interval(
+            ax, y, est, color=s["color"], marker=s["marker"], filled=method == "pearson",
+            lw=1.8, label=f"{method} (Wilson 95% CI)",
+        )  # fmt: skip
     ax.set_yticks(ys, [f"{style.short_label(r['model'])} ({r['method']})" for r in rows])
     right = ax.secondary_yaxis("right")
     right.set_ticks(

@@ -24,21 +24,6 @@ def span_pairs(span: Sequence[int]) -> list[tuple[int, int]]:
     return [(span[i], span[j]) for i in range(len(span)) for j in range(i)]
 
 
-def span_pair_index(
-    spans: Sequence[Sequence[int]],
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The within-span pairs of several rows as padded tensors for ``ops.span_pair_bsi``.
-
-    Args:
-        spans: One span (token positions in the padded batch) per row.
-
-    Returns:
-        ``query_index``, ``key_index`` ``[b, P]`` long and ``pair_weight`` ``[b, P]``
-        (1/|pairs| for real pairs, 0 for padding), P the most pairs of any row.
-    """
-    return pair_index([span_pairs(span) for span in spans])
-
-
 def pair_index(
     rows: Sequence[Sequence[tuple[int, int]]], *, min_width: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -220,14 +220,12 @@ def classify(
             for layer, head in zip(*np.nonzero(arrays[c] >= rule[c])):
                 labels[layer][head].append(c)
     primary = [[h[0] if h else OTHER for h in row] for row in labels]
-    counts = {c: sum(c in h for row in labels for h in row) for c in PRECEDENCE}
-    primary_counts = {c: sum(p == c for row in primary for p in row) for c in CLASSES}
     return {
         "thresholds": {c: rule[c] for c in PRECEDENCE},
         "labels": labels,
         "primary": primary,
-        "counts": counts,
-        "primary_counts": primary_counts,
+        "counts": {c: sum(c in h for row in labels for h in row) for c in PRECEDENCE},
+        "primary_counts": {c: sum(p == c for row in primary for p in row) for c in CLASSES},
     }
 
 
@@ -242,8 +240,7 @@ def overlap(heads: Sequence[Sequence[int]], labels: list) -> dict[str, int]:
     """How many of ``heads`` carry each class label (``other``: none)."""
     out = dict.fromkeys(CLASSES, 0)
     for layer, head in heads:
-        found = labels[layer][head]
-        for c in found or [OTHER]:
+        for c in labels[layer][head] or [OTHER]:
             out[c] += 1
     return out
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -226,16 +226,8 @@ def _decode(raw: bytes, path: Path) -> str:
     return text.removeprefix("\ufeff")
 
 
-_KNOWN = {
-    "prompt_id",
-    "term",
-    "task",
-    "template",
-    "choices",
-    "answer_idx",
-    "max_tokens",
-    "control_group",
-}
+# the fields a line may set; any other key is kept in ``extra``
+_KNOWN = {f.name for f in fields(PromptRecord)} - {"source", "extra"}
 
 
 def _parse(obj, where: str) -> PromptRecord:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from bindscope.errors import InputError
 
@@ -127,10 +127,7 @@ def task_pairs(task: str, n: int, tokenizer, *, seed: int = 0) -> list[TaskPair]
             f"only {len(kept)} of {len(drawn)} {task} pairs tokenize to equal lengths with "
             f"answers that start apart under this tokenizer; ask for at most {len(kept)} pairs"
         )
-    return [
-        TaskPair(f"{p.task}-{i:04d}", p.clean, p.corrupted, p.correct, p.wrong, p.task)
-        for i, p in enumerate(kept)
-    ]
+    return [replace(p, key=f"{p.task}-{i:04d}") for i, p in enumerate(kept)]
 
 
 def _ids(tokenizer, text: str) -> list[int]:

@@ -119,12 +119,12 @@ def _type_problems(record: dict) -> list[str]:
         elif not isinstance(record[name], kinds):
             out.append(f"field {name!r} is {type(record[name]).__name__}")
 
-    for name in ("schema", "experiment", "key", "model", "family", "prompt_key"):
+    for name in ("schema", "experiment", "key", "model", "family", "prompt_key", "prompt_id"):
         need(name, str)
-    for name in ("prompt_id", "term", "task", "condition"):
+    for name in ("term", "task", "condition"):
         need(name, str)
-    need("revision", (str, type(None)))
-    need("control_group", (str, type(None)))
+    for name in ("revision", "control_group"):
+        need(name, (str, type(None)))
     need("heads", list)
     need("metrics", dict)
     need("provenance", dict)

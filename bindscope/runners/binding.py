@@ -17,7 +17,7 @@ from bindscope.errors import InputError, PromptTooLongError, SpanNotFoundError
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import plan_batches
 from bindscope.interventions.resolve import HeadList, Intervention, resolve_rows
-from bindscope.metrics.binding import BindingResult, span_pair_index, summarize
+from bindscope.metrics.binding import BindingResult, pair_index, span_pairs, summarize
 from bindscope.prompts.context import length_problem
 from bindscope.prompts.prompt_sets import PromptRecord
 from bindscope.prompts.spans import Span, locate
@@ -153,9 +153,9 @@ def _batched_bsi(
     with model.eager(), torch.no_grad():
         for item in tqdm(planned, desc="binding", unit="batch", disable=not progress):
             batch = item.batch
-            query, key, weight = span_pair_index(
+            query, key, weight = pair_index(
                 [
-                    [batch.pad(r) + i for i in spans[index].indices]
+                    span_pairs([batch.pad(r) + i for i in spans[index].indices])
                     for r, index in enumerate(batch.indices)
                 ]
             )

@@ -18,7 +18,7 @@ N_RES = 2000
 
 def _rng_kw(seed: int) -> dict[str, np.random.Generator]:
     """Generator keyword for scipy resampling calls (``rng`` from scipy 1.15)."""
-    return {stats._RNG_KW: np.random.default_rng(seed)}
+    return {"rng": np.random.default_rng(seed)}
 
 
 # --------------------------------------------------------------------------

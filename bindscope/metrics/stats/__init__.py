@@ -65,10 +65,6 @@ from bindscope.metrics.stats.results import (  # noqa: F401  METHOD_*: names the
 )
 from bindscope.metrics.stats.sequential import SequentialP, sequential_p_value
 
-# The keyword scipy (>= 1.15) takes a Generator by; tests build their reference
-# scipy calls with it.
-_RNG_KW = "rng"
-
 __all__ = [
     "Estimate",
     "SequentialP",

@@ -145,10 +145,6 @@ def _bca(
     return res, dist
 
 
-def _mean_stat(x: NDArray[np.float64], axis: int = -1) -> NDArray[np.float64]:
-    return np.mean(x, axis=axis)
-
-
 def _mean_estimate(
     values: NDArray[np.float64],
     confidence: float,
@@ -167,7 +163,7 @@ def _mean_estimate(
         return Estimate(v, v, v, confidence, METHOD_DEGENERATE, int(values.size))
     return bootstrap_statistic(
         (values,),
-        _mean_stat,
+        np.mean,
         paired=False,
         confidence=confidence,
         n_resamples=n_resamples,

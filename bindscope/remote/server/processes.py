@@ -88,11 +88,9 @@ def start(home: Path, piece: Piece, env: Mapping[str, str]) -> None:
     deadline = time.monotonic() + piece.timeout
     while time.monotonic() < deadline:
         code = process.poll()
-        if piece.ready is None and code is not None:
-            if code == 0:
+        if code is not None:  # exited: a one-shot's success, else a failure
+            if piece.ready is None and code == 0:
                 return
-            break
-        if code is not None:
             break
         if piece.ready is not None and piece.ready():
             return
@@ -141,12 +139,10 @@ def _stop_session(leader: int, grace: float = 10.0) -> None:
 
 def running(home: Path) -> dict[str, list[psutil.Process]]:
     """Each started piece's live processes, by pid file (empty lists for dead ones)."""
-    pieces = {}
-    for pid_file in sorted((home / "run").glob("*.pid")):
-        leader = int(pid_file.read_text())
-        members = [p for p in _members(leader) if _alive(p)]
-        pieces[pid_file.stem] = members
-    return pieces
+    return {
+        pid_file.stem: [p for p in _members(int(pid_file.read_text())) if _alive(p)]
+        for pid_file in sorted((home / "run").glob("*.pid"))
+    }
 
 
 def _alive(process: psutil.Process) -> bool:
