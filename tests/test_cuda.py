@@ -102,6 +102,8 @@ def pair(request, byte_tokenizer, sp_tokenizer, tmp_path_factory):
     tok.save_pretrained(folder)
     on_cpu = bindscope.load_model(folder, tokenizer=tok)
     on_device = bindscope.load_model(folder, tokenizer=tok, device=DEVICE)
+    # never compare the GPU with itself: the default (no device) must be the CPU
+    assert {p.device.type for p in on_cpu.hf.parameters()} == {"cpu"}, "default not on the CPU"
     return on_cpu, on_device
 
 

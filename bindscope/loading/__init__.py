@@ -169,8 +169,9 @@ def _from_pretrained(source: str, *, revision: str | None, dtype, device):
                 "id and revision, and that this machine can reach huggingface.co (no network "
                 "means only cached models and local folders load)."
             ) from None
-    if device is not None:
-        model = model.to(device)
+    if device is None:  # the CPU, said: transformers loads onto torch's default device,
+        device = "cpu"  # which was cuda on the lent H200 (transformers 5.17, torch 2.11)
+    model = model.to(device)
     return model.eval(), tok
 
 
