@@ -170,7 +170,7 @@ def _from_pretrained(source: str, *, revision: str | None, dtype, device):
                 "means only cached models and local folders load)."
             ) from None
     if device is None:  # the CPU, said: transformers loads onto torch's default device,
-        device = "cpu"  # which was cuda on the lent H200 (transformers 5.17, torch 2.11)
+        device = "cpu"  # and a folder's weights landed on cuda on a GPU machine (an H200)
     model = model.to(device)
     return model.eval(), tok
 
