@@ -169,9 +169,8 @@ def _from_pretrained(source: str, *, revision: str | None, dtype, device):
                 "id and revision, and that this machine can reach huggingface.co (no network "
                 "means only cached models and local folders load)."
             ) from None
-    if device is None:  # the CPU, said: transformers loads onto torch's default device,
-        device = "cpu"  # and a folder's weights landed on cuda on a GPU machine (an H200)
-    model = model.to(device)
+    if device is not None:
+        model = model.to(device)
     return model.eval(), tok
 
 
