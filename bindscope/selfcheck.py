@@ -63,8 +63,10 @@ def self_check(model: LanguageModel) -> dict[str, float]:
     upper = float(probs.triu(1).abs().max())
     check_causal(where, upper)
     batch = model.encode([ids])
+    # the plain forward runs where the weights are (--device cuda); calls return CPU tensors
+    inputs = {key: value.to(model.hf.device) for key, value in batch.inputs.items()}
     with torch.no_grad():
-        plain = widened(model.hf(**batch.inputs).logits[0])
+        plain = widened(model.hf(**inputs).logits[0]).cpu()
     traced = model.logits([ids], ablate=[])[0]
     if not torch.equal(plain, traced):
         raise SelfCheckError(

@@ -109,3 +109,20 @@ def test_nonstandard_layout_needs_a_family_and_register_adds_it(byte_tokenizer, 
         model.logits(PROMPTS, ablate=HEADS), reference.logits(PROMPTS, ablate=HEADS)
     ):
         assert torch.equal(got, ref)
+
+
+def test_a_machine_with_an_accelerator_keeps_the_weights_where_load_model_put_them(
+    byte_tokenizer, monkeypatch
+):
+    """nnsight builds a transformers pipeline, which moves a module to the first accelerator
+    it finds unless given a device; on a GPU machine a CPU load ended on the GPU (H200).
+    Here transformers is told CUDA exists: without the device passed on, the pipeline's
+    ``model.to("cuda:0")`` fails on this CPU build of torch."""
+    # the pipeline module whose device choice is patched; the auto class builds the model
+    from transformers import AutoModelForCausalLM
+    from transformers.pipelines import base
+
+    monkeypatch.setattr(base, "is_torch_cuda_available", lambda: True)
+    hf = AutoModelForCausalLM.from_config(tiny_config("gpt2"), attn_implementation="eager")
+    model = bindscope.load_model(hf.eval(), tokenizer=byte_tokenizer)
+    assert {p.device.type for p in model.hf.parameters()} == {"cpu"}

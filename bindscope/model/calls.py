@@ -44,7 +44,7 @@ def trace_batch(model: LanguageModel, planned: PlannedBatch, body: Callable[[Any
         with env.trace(**inputs, **options, **model.trace_options) as tracer:
             found = body(None)
             tracer.stop()
-        return found
+        return on_cpu(found)
     donors: dict = {}  # filled by the first invoke, read by the second
     with env.trace(**options, **model.trace_options) as tracer:
         if donor_inputs is not None:
@@ -62,6 +62,21 @@ def trace_batch(model: LanguageModel, planned: PlannedBatch, body: Callable[[Any
         if plan.knockout_batch:
             with tracer.invoke():  # the whole batch, donor rows first
                 ops.knock_out_batch(model, plan.knockout_batch, plan.knockout_site)
+    return on_cpu(found)
+
+
+def on_cpu(found: Any) -> Any:
+    """Saved values (a tensor, or dicts, lists and tuples of them) moved to the CPU.
+
+    Every call returns CPU tensors wherever the weights are (``--device cuda``), as results
+    from NDIF come back: callers index, stack and write them beside CPU tensors.
+    """
+    if isinstance(found, torch.Tensor):
+        return found.cpu()
+    if isinstance(found, dict):
+        return {key: on_cpu(value) for key, value in found.items()}
+    if isinstance(found, (list, tuple)):
+        return type(found)(on_cpu(value) for value in found)
     return found
 
 

@@ -66,8 +66,11 @@ class Model:
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         self.tokenizer = tokenizer
+        # nnsight wraps the module in a transformers pipeline, which moves it to the first
+        # accelerator it finds (cuda:0, mps) unless told a device: keep the weights where
+        # load_model put them (seen on an H200: a CPU load ended on the GPU)
         self.nnsight = nnsight_model or TransformersModel(
-            hf_model, tokenizer=tokenizer, rename=dict(family.rename)
+            hf_model, tokenizer=tokenizer, rename=dict(family.rename), device=hf_model.device
         )
         # {site: (module, port, index)} in a decoder layer's execution order, checked here
         self.sites = checks.check_sites(self.nnsight, family, model_name=name)

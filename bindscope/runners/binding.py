@@ -149,8 +149,10 @@ def _batched_bsi(
     texts = [list(p) for p in prefixes]
     ablate, intervene = spec
     rows = resolve_rows(model, texts, ablate=ablate, intervene=intervene)
-    planned = list(plan_batches(model, texts, rows, batch_size=batch_size))
     with model.eager(), torch.no_grad():
+        # planned under eager(): a Knockout's site is the call eager attention makes (GPT-2's
+        # reorder_and_upcast_attn runs its own method there, not sdpa's attention_interface)
+        planned = list(plan_batches(model, texts, rows, batch_size=batch_size))
         for item in tqdm(planned, desc="binding", unit="batch", disable=not progress):
             batch = item.batch
             query, key, weight = pair_index(

@@ -10,7 +10,7 @@ from bindscope.interventions import Knockout, Mean, Patch, Zero, head_means
 from bindscope.metrics.binding import bsi_from_probs
 from bindscope.runners.behaviour import generation, recognition
 from bindscope.runners.binding import binding
-from tests.conftest import PROMPTS
+from tests.conftest import PROMPTS, build_tiny
 from tests.metrics.test_behaviour import REC
 from tests.metrics.test_binding import RECORDS
 from tests.reference_patching import EPS
@@ -65,6 +65,22 @@ def test_binding_under_knockout_equals_bsi_of_knocked_out_probabilities(tiny):
         expected = bsi_from_probs(probs, result.span)
         # BSI is a mean of probabilities (<= 1): a few eps per layer
         torch.testing.assert_close(result.bsi, expected, rtol=0, atol=16 * 4 * EPS)
+
+
+def test_binding_knockout_of_an_sdpa_model_runs_eager_attentions_call(byte_tokenizer):
+    """Loaded with sdpa (what a folder or Hub id gets), a tiny GPT-2 with
+    ``reorder_and_upcast_attn`` runs its own attention method under ``eager()``: a Knockout
+    planned before ``eager()`` named sdpa's attention call, which never ran there (nnsight's
+    OutOfOrderError). Both models run the same eager arithmetic, so BSI is bit-identical."""
+    sdpa = build_tiny("gpt2", byte_tokenizer, attn="sdpa")
+    eager = build_tiny("gpt2", byte_tokenizer)
+    assert sdpa.attn_implementation == "sdpa" and sdpa.hf.config.reorder_and_upcast_attn
+    spec = Knockout(HEADS, [(2, 0), (3, 1)])
+    got, ref = binding(sdpa, RECORDS, intervene=spec), binding(eager, RECORDS, intervene=spec)
+    clean = binding(eager, RECORDS)
+    for a, b in zip(got, ref):
+        assert torch.equal(a.bsi.nan_to_num(-1), b.bsi.nan_to_num(-1))
+    assert any(not torch.equal(b.bsi, c.bsi) for b, c in zip(ref, clean))  # it knocked out
 
 
 def test_recognition_takes_site_specs_and_steer_in_both_strategies(tiny):
