@@ -16,6 +16,12 @@ from bindscope.model import calls, checks, generation
 from bindscope.model.masks import install_float64_padding_fix
 
 
+def _adds_bos(tokenizer) -> bool:
+    """Whether the tokenizer puts its BOS token first by itself (probed on one word)."""
+    probe = tokenizer("a", add_special_tokens=True)["input_ids"]
+    return tokenizer.bos_token_id is not None and probe[:1] == [tokenizer.bos_token_id]
+
+
 class Model:
     """A causal language model wrapped for attention capture and head ablation.
 
@@ -66,18 +72,14 @@ class Model:
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         self.tokenizer = tokenizer
-        # nnsight wraps the module in a transformers pipeline, which moves it to the first
-        # accelerator it finds (cuda:0, mps) unless told a device: keep the weights where
-        # load_model put them (seen on an H200: a CPU load ended on the GPU)
+        # nnsight's transformers pipeline moves the module to the first accelerator it finds
+        # (cuda:0, mps) unless told a device: the weights stay where load_model put them
         self.nnsight = nnsight_model or TransformersModel(
             hf_model, tokenizer=tokenizer, rename=dict(family.rename), device=hf_model.device
         )
         # {site: (module, port, index)} in a decoder layer's execution order, checked here
         self.sites = checks.check_sites(self.nnsight, family, model_name=name)
-        probe = tokenizer("a", add_special_tokens=True)["input_ids"]
-        self.tokenizer_adds_bos = tokenizer.bos_token_id is not None and (
-            probe[:1] == [tokenizer.bos_token_id]
-        )
+        self.tokenizer_adds_bos = _adds_bos(tokenizer)
         self.prepend_bos = self.tokenizer_adds_bos if prepend_bos is None else prepend_bos
         if self.prepend_bos and tokenizer.bos_token_id is None:
             raise InputError(f"{name}: prepend_bos=True but the tokenizer has no BOS token")
