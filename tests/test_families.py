@@ -126,3 +126,25 @@ def test_a_machine_with_an_accelerator_keeps_the_weights_where_load_model_put_th
     hf = AutoModelForCausalLM.from_config(tiny_config("gpt2"), attn_implementation="eager")
     model = bindscope.load_model(hf.eval(), tokenizer=byte_tokenizer)
     assert {p.device.type for p in model.hf.parameters()} == {"cpu"}
+
+
+def test_a_loaded_model_object_takes_the_dtype_and_device_asked_for(byte_tokenizer):
+    """``load_model(hf, dtype=..., device=...)`` used to leave an object as it was, silently."""
+    from transformers import AutoModelForCausalLM  # the tiny model, built here
+
+    def tiny_gpt2():
+        torch.manual_seed(0)
+        config = tiny_config("qwen2")  # GPT-2's upcast attention refuses float64
+        return AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+
+    kept = bindscope.load_model(tiny_gpt2(), tokenizer=byte_tokenizer)
+    assert {p.dtype for p in kept.hf.parameters()} == {torch.float32}
+    cast = bindscope.load_model(
+        tiny_gpt2(), tokenizer=byte_tokenizer, dtype="float64", device="cpu"
+    )
+    assert {p.dtype for p in cast.hf.parameters()} == {torch.float64}
+    assert {p.device.type for p in cast.hf.parameters()} == {"cpu"}
+    # the same weights in float64: the logits agree with the float32 model's to float32 noise
+    got, ref = cast.logits(PROMPTS[:2]), kept.logits(PROMPTS[:2])
+    assert all(g.dtype == torch.float64 for g in got)
+    assert max((g.float() - r).abs().max().item() for g, r in zip(got, ref)) < 1e-4

@@ -312,8 +312,10 @@ def load_model(
             folder, its checkpoint subfolder ``FOLDER/REVISION``. Refused for the default model
             and for a loaded model object, whose weights are already chosen.
         tokenizer: Tokenizer for an already-loaded model.
-        dtype: Weights dtype (default float32).
-        device: Where to put the weights (default CPU).
+        dtype: Weights dtype (default float32; a loaded model object keeps its own unless
+            given one, and is cast in place when it is).
+        device: Where to put the weights (default CPU; a loaded model object is moved in
+            place when given one).
         remote: ``True`` builds the model without weights (``model`` must be a Hub id NDIF
             serves) and runs every trace on NDIF; ``"local"`` loads the weights here and
             sends every trace through an in-process simulation of NDIF (docs/remote.md).
@@ -351,15 +353,22 @@ def _read_weights(
     cache: str | os.PathLike | None,
     verify_cache: bool,
 ) -> tuple[Any, Any, str, Path | None]:
-    """``(hf_model, tokenizer, name, cache folder or None)``, read in this process."""
-    dtype = check_dtype(dtype)
+    """``(hf_model, tokenizer, name, cache folder or None)``, read in this process.
+
+    A loaded model object is moved to ``device`` and cast to ``dtype`` in place when either
+    is given (never left as it was without a word); given neither, it stays as it is.
+    """
+    checked = check_dtype(dtype)
     device = check_device(device)
     _check_revision(model, revision)
     packaged = embedded(model)
     folder = None if packaged is None else embedded_folder(packaged.name, cache, full=verify_cache)
     hf, tok, name = _load_local(
-        model, revision=revision, tokenizer=tokenizer, dtype=dtype, device=device, folder=folder
+        model, revision=revision, tokenizer=tokenizer, dtype=checked, device=device, folder=folder
     )
+    loaded_object = packaged is None and not isinstance(model, (str, os.PathLike))
+    if loaded_object and (device is not None or dtype is not None):
+        hf.to(device=device, dtype=checked if dtype is not None else None)
     return hf, tok, name, folder
 
 
