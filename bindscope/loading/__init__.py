@@ -247,10 +247,12 @@ def _check_revision(model, revision: str | None) -> None:
         )
 
 
-def _load_local(model, *, revision, tokenizer, dtype, device, folder) -> tuple[Any, Any, str]:
+def _load_local(model, *, revision, tokenizer, dtype, device, folder, cast) -> tuple[Any, Any, str]:
     """``(hf_model, tokenizer, name)`` for an embedded model, a Hub id/folder or an object.
 
-    An embedded model is read from its checked cache ``folder``.
+    An embedded model is read from its checked cache ``folder``. A loaded object is moved
+    to ``device`` (when given) and cast to ``dtype`` (when ``cast``: the caller gave one) in
+    place, never left as it was without a word.
 
     Raises:
         ModelLoadError: A loaded model object came without a tokenizer.
@@ -268,6 +270,8 @@ def _load_local(model, *, revision, tokenizer, dtype, device, folder) -> tuple[A
             "tokenizer=AutoTokenizer.from_pretrained(...) alongside it"
         )
     hf = model.eval()
+    if device is not None or cast:
+        hf.to(device=device, dtype=dtype if cast else None)
     return hf, tokenizer, getattr(hf.config, "name_or_path", None) or type(hf).__name__
 
 
@@ -353,22 +357,16 @@ def _read_weights(
     cache: str | os.PathLike | None,
     verify_cache: bool,
 ) -> tuple[Any, Any, str, Path | None]:
-    """``(hf_model, tokenizer, name, cache folder or None)``, read in this process.
-
-    A loaded model object is moved to ``device`` and cast to ``dtype`` in place when either
-    is given (never left as it was without a word); given neither, it stays as it is.
-    """
+    """``(hf_model, tokenizer, name, cache folder or None)``, read in this process."""
     checked = check_dtype(dtype)
     device = check_device(device)
     _check_revision(model, revision)
     packaged = embedded(model)
     folder = None if packaged is None else embedded_folder(packaged.name, cache, full=verify_cache)
     hf, tok, name = _load_local(
-        model, revision=revision, tokenizer=tokenizer, dtype=checked, device=device, folder=folder
-    )
-    loaded_object = packaged is None and not isinstance(model, (str, os.PathLike))
-    if loaded_object and (device is not None or dtype is not None):
-        hf.to(device=device, dtype=checked if dtype is not None else None)
+        model, revision=revision, tokenizer=tokenizer, dtype=checked, device=device,
+        folder=folder, cast=dtype is not None,
+    )  # fmt: skip
     return hf, tok, name, folder
 
 
