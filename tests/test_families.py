@@ -13,6 +13,7 @@ from bindscope import families
 from bindscope.errors import SelfCheckError, UnsupportedModelError
 from bindscope.families import Family
 from tests.conftest import PROMPTS, tiny_config
+from tests.tolerance import logit_bound
 
 HEADS = [(0, 1), (2, 3)]
 
@@ -144,7 +145,9 @@ def test_a_loaded_model_object_takes_the_dtype_and_device_asked_for(byte_tokeniz
     )
     assert {p.dtype for p in cast.hf.parameters()} == {torch.float64}
     assert {p.device.type for p in cast.hf.parameters()} == {"cpu"}
-    # the same weights in float64: the logits agree with the float32 model's to float32 noise
+    # the same weights in float64: the logits agree with the float32 model's within float32
+    # rounding of logits this size (tests/tolerance.py), the float64 side adding ~nothing
     got, ref = cast.logits(PROMPTS[:2]), kept.logits(PROMPTS[:2])
     assert all(g.dtype == torch.float64 for g in got)
-    assert max((g.float() - r).abs().max().item() for g, r in zip(got, ref)) < 1e-4
+    bound = logit_bound(kept, PROMPTS[:2])
+    assert max((g - r.double()).abs().max().item() for g, r in zip(got, ref)) <= bound
