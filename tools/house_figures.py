@@ -6,12 +6,16 @@ lines of ``*.py`` files. A function's length is from its ``def`` to its last lin
 share counts the parameters of every function (``self`` and ``cls`` excluded) that carry an
 annotation, outside the modules shipped to NDIF (``interventions/ops.py``), whose trace
 bodies are kept free of typing on purpose. "Minus the features added since 7741e15" leaves out
-the files listed in ``ADDED_FEATURES``, to compare the same features with the issue's 18.2k.
+the files listed in ``ADDED_FEATURES``, to compare the same features with the issue's 18.2k;
+that undercounts them, since features also grew files that existed. "Minus every feature commit"
+subtracts the net lines of each commit listed in ``feature_commits.tsv`` (read with git, so only
+for this checkout): what is left is 18,198 plus the house's own change since 7741e15.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
@@ -81,6 +85,38 @@ def figures(package: Path) -> dict:
     }
 
 
+FEATURE_COMMITS = Path(__file__).with_name("feature_commits.tsv")
+
+
+def feature_lines(repo: Path) -> dict[str, int]:
+    """Net ``bindscope/*.py`` lines that the commits of ``feature_commits.tsv`` added, per issue."""
+    per_issue: Counter[str] = Counter()
+    for line in FEATURE_COMMITS.read_text("utf-8").splitlines():
+        if not line or line.startswith("#"):
+            continue
+        commit, issue, _ = line.split("\t", 2)
+        stat = subprocess.run(
+            [
+                "git",
+                "-C",
+                str(repo),
+                "show",
+                "--numstat",
+                "--format=",
+                commit,
+                "--",
+                "bindscope/*.py",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        per_issue[issue] += sum(
+            int(a) - int(d) for a, d, _ in (r.split("\t") for r in stat.splitlines())
+        )
+    return dict(per_issue)
+
+
 def main(argv: list[str]) -> int:
     """Print the figures of ``argv[0]`` (default: this checkout's ``bindscope``)."""
     package = Path(argv[0]) if argv else Path(__file__).resolve().parents[1] / "bindscope"
@@ -95,6 +131,15 @@ def main(argv: list[str]) -> int:
     )
     for feature, n in found["added"].items():
         print(f"  {feature:<24}{n:>7}")
+    if not argv:
+        by_issue = feature_lines(package.parent)
+        same = found["lines"] - sum(by_issue.values())
+        print(
+            f"minus every feature commit since {BASE} ({FEATURE_COMMITS.name}): {same} "
+            f"(the house's own change since {BASE}: {same - BASE_LINES:+})"
+        )
+        for issue, n in sorted(by_issue.items()):
+            print(f"  issue {issue:<18}{n:>7}")
     outside = [f for f in found["long"] if not f[1].startswith(tuple(SHIPPED))]
     print(f"functions over {LONG} lines: {len(found['long'])} ({len(outside)} outside ops.py)")
     for length, where in found["long"]:
