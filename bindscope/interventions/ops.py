@@ -587,37 +587,38 @@ def path_patch(model, path):
     receiver's input from its row. Returns nothing: the texts' own invoke reads the result.
     """
     b, d, slots = path.b, path.n_donors, path.slots
-    n_heads = model.n_heads
+    n_heads, texts = model.n_heads, slice(d, d + b)
     sent = joint = None
     for layer in range(model.n_layers):
         receivers = path.at.get(layer, [])
         x = site(model, "resid_pre", layer)
         donor = path.donor_row.to(x.device)
         scratch = d + b + torch.arange(b, device=x.device) * slots  # slot 0 of each text
-        if sent is None:
-            sent, joint = _sender_buffers(path, x[d : d + b])
-            sent[0] = _sender_value(path, "embed", x, donor, b) - x[d : d + b]  # the embedding
+        if sent is None:  # the senders' changes [S, b, s, d]
+            sent = x.new_zeros(path.mask.shape[2], *x[texts].shape)
+            if path.geo["post"]:  # through a sandwich norm: the heads' per receiver [R', ...]
+                joint = x.new_zeros(path.mask.shape[1], *x[texts].shape)
+            sent[0] = _sender_value(path, "embed", x, donor, b) - x[texts]  # the embedding
         for slot, receiver in enumerate(path.fills.get(layer, ())):
-            x[scratch + slot] = x[d : d + b] + _received(path, sent, joint, receiver)
+            x[scratch + slot] = x[texts] + _received(path, sent, joint, receiver)
         attention = [entry for entry in receivers if entry[1] != "mlp"]
         if attention:
             _receive_attention(model, path, layer, attention, scratch)
         if layer in path.first_head:
             first = path.first_head[layer]
+            z = site(model, "head_out", layer)
+            dz = _sender_value(path, ("z", layer), z, donor, b) - z[texts]
             if joint is None:  # each head's change alone: they add up
-                eye = torch.eye(n_heads)[None].expand(b, -1, -1)
-                sent[first : first + n_heads] = _layer_head_deltas(
-                    model, path, layer, donor, d, b, eye
-                )
+                sent[first : first + n_heads] = heads_through(model, path.geo, layer, dz, texts)
             else:  # through the norm: the heads of each receiver's set together
                 sets = path.mask[:, :, first : first + n_heads]  # [b, R', H]
-                joint += _layer_head_deltas(model, path, layer, donor, d, b, sets)
+                joint += heads_through(model, path.geo, layer, dz, texts, sets)
         mlp = [entry for entry in receivers if entry[1] == "mlp"]
         if mlp or layer in path.mlp:
             _receive_mlp(model, path, layer, mlp[0] if mlp else None, sent, joint, scratch)
     if path.logits >= 0 and sent is not None:
         final = site(model, "resid_post", model.n_layers - 1)
-        final[d : d + b] = final[d : d + b] + _received(path, sent, joint, path.logits)
+        final[texts] = final[texts] + _received(path, sent, joint, path.logits)
 
 
 def _receive_mlp(model, path, layer, entry, sent, joint, scratch):
@@ -633,19 +634,6 @@ def _receive_mlp(model, path, layer, entry, sent, joint, scratch):
     if layer in path.mlp:
         donor = path.donor_row.to(y.device)
         sent[path.mlp[layer]] = _sender_value(path, ("mlp", layer), y, donor, b) - y[d : d + b]
-
-
-def _sender_buffers(path, x):
-    """Zeros for the senders' changes ``[S, b, s, d]``, and for the heads' changes.
-
-    The second, ``[R', b, s, d]`` per receiver, only with a sandwich norm (else None).
-    """
-    n_receivers, n_senders = path.mask.shape[1], path.mask.shape[2]
-    sent = torch.zeros(n_senders, *x.shape, dtype=x.dtype, device=x.device)
-    joint = None
-    if path.geo["post"]:
-        joint = torch.zeros(n_receivers, *x.shape, dtype=x.dtype, device=x.device)
-    return sent, joint
 
 
 def _received(path, sent, joint, r):
@@ -697,21 +685,7 @@ def _sender_value(path, key, x, donor, b):
     return mean.expand(b, *x.shape[1:])
 
 
-def _layer_head_deltas(model, path, layer, donor, d, b, sets):
-    """``[G, b, s, d]``: the texts' ``attn_out`` change when each set's heads are ablated.
-
-    ``sets`` ``[b, G, H]`` 0/1; the heads take the donor rows' outputs, or their means.
-    """
-    z = site(model, "head_out", layer)
-    dz = _sender_value(path, ("z", layer), z, donor, b) - z[d : d + b]
-    o = a = None
-    if path.geo["post"]:
-        o = site_tensor(model.nnsight, layer, (path.geo["head_out"], "output", 0))[d : d + b]
-        a = site(model, "attn_out", layer)[d : d + b]
-    return heads_through(model, path.geo, layer, dz, o, a, sets)
-
-
-def heads_through(model, geo, layer, dz, o, a, sets):
+def heads_through(model, geo, layer, dz, rows, sets=None):
     """``[G, b, s, d]``: the change of ``attn_out`` when each set's heads move by ``dz``.
 
     Args:
@@ -719,22 +693,25 @@ def heads_through(model, geo, layer, dz, o, a, sets):
         geo: ``graph.edge_geometry`` of the model.
         layer: The heads' layer.
         dz: ``[b, s, H*hd]`` the change of the output projection's input.
-        o: ``[b, s, d]`` the projection's output (sandwich norm only).
-        a: ``[b, s, d]`` ``attn_out`` (sandwich norm only).
-        sets: ``[b, G, H]`` 0/1, the heads of each set.
+        rows: The batch rows ``dz`` belongs to (a slice: the texts, after any donor rows).
+        sets: ``[b, G, H]`` 0/1, the heads of each set; None: each head alone (``G = H``).
 
     Without a norm after the projection the sets' changes add up head by head; with one
     (OLMo 2, Gemma 2/3) each set's sum goes through the norm, so a set of every head gives
     exactly the ablated ``attn_out``.
     """
-    n_heads = model.n_heads
+    if geo["post"]:  # the projection's output and attn_out, read before it is called below
+        o = site_tensor(model.nnsight, layer, (geo["head_out"], "output", 0))[rows]
+        a = site(model, "attn_out", layer)[rows]
     # each head's slice alone through the output projection (the bias cancels), run where
     # the weights are: no projection matrix leaves the server
     proj = site_module(model.nnsight, layer, geo["head_out"])
-    alone = torch.eye(n_heads, dtype=dz.dtype, device=dz.device)
+    alone = torch.eye(model.n_heads, dtype=dz.dtype, device=dz.device)
     alone = alone.repeat_interleave(model.head_dim, 1)[:, None, None]  # [H, 1, 1, H*hd]
     per_head = proj(dz[None] * alone) - proj(torch.zeros_like(dz[:1, :1]))  # [H, b, s, d]
-    joint = torch.einsum("bgh,hbsd->gbsd", sets.to(dz.device, dz.dtype), per_head)
+    joint = per_head
+    if sets is not None:
+        joint = torch.einsum("bgh,hbsd->gbsd", sets.to(dz.device, dz.dtype), per_head)
     if not geo["post"]:
         return joint
     norm = site_module(model.nnsight, layer, geo["post"])
@@ -813,13 +790,8 @@ def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, state=Non
         qkv.append(tuple(args[geo["qkv"] : geo["qkv"] + 3]))
         if sent is not None:
             z = site(model, "head_out", layer)
-            o = a = None
-            if geo["post"]:
-                o = site_tensor(model.nnsight, layer, (geo["head_out"], "output", 0))
-                a = site(model, "attn_out", layer)
-            eye = torch.eye(n_heads)[None].expand(z.shape[0], -1, -1)
             dz = _donor_like(donors, ("head_out", layer), z) - z
-            sent.append(heads_through(model, geo, layer, dz, o, a, eye).detach())
+            sent.append(heads_through(model, geo, layer, dz, slice(None)).detach())
         mlp_in.append(site(model, "resid_mid", layer) if geo["mlp_reads"] == "resid_mid" else x)
         y = site(model, "mlp_out", layer)
         mlp_out.append(y)
@@ -833,8 +805,7 @@ def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, state=Non
     for layer in range(n_layers):
         for j, units in ((0, n_heads), (1, model.n_kv_heads), (2, model.n_kv_heads)):
             found.append(_per_unit_vjp(qkv[layer][j], inputs[layer], grads[3 * layer + j], units))
-        g = grads[3 * n_layers + layer]
-        found.append(_vjp(mlp_out[layer], mlp_in[layer], g)[None])
+        found.append(_per_unit_vjp(mlp_out[layer], mlp_in[layer], grads[3 * n_layers + layer], 1))
     g = grads[-1]
     found.append((torch.zeros_like(final) if g is None else g)[None].detach())
     if state is None:
@@ -862,14 +833,6 @@ def _summed(state, found):
 def _donor_like(donors, key, x):
     """The donor pass's ``[b, W, U, k]`` activations of ``key`` shaped like ``x``."""
     return donors[key].reshape(x.shape).to(x.device, x.dtype)
-
-
-def _vjp(output, wrt, grad):
-    """``grad`` pulled back from ``output`` to ``wrt`` (zeros where nothing flows)."""
-    if grad is None:
-        return torch.zeros_like(wrt).detach()
-    (found,) = torch.autograd.grad(output, wrt, grad_outputs=grad, retain_graph=True)
-    return found.detach()
 
 
 def _per_unit_vjp(output, wrt, grad, units):
