@@ -61,8 +61,10 @@ class TraceModel:
         self.attention_call_label = attention_call_label
 
     def check_heads(self, heads):
-        """Sorted ``(layer, head)`` pairs; they were validated before the trace was sent."""
-        return normalize_pairs(heads)
+        """Pairs (or ``{layer: [heads]}``) sorted; they were validated before the trace was sent."""
+        if isinstance(heads, dict):
+            heads = [(layer, head) for layer in heads for head in heads[layer]]
+        return tuple(sorted({(int(layer), int(head)) for layer, head in heads or ()}))
 
 
 class TraceMeans:
@@ -90,15 +92,6 @@ class ShippedModule:
 def save(value):
     """Mark a value to come back from the trace (``nnsight.save`` without the import)."""
     return value.save()
-
-
-def normalize_pairs(heads):
-    """``(layer, head)`` pairs (or ``{layer: [heads]}``) as a sorted tuple of int pairs."""
-    if heads is None:
-        return ()
-    if isinstance(heads, dict):
-        heads = [(layer, head) for layer in heads for head in heads[layer]]
-    return tuple(sorted({(int(layer), int(head)) for layer, head in heads}))
 
 
 def by_layer(heads):
@@ -1208,11 +1201,6 @@ def pattern_estimate(probs, grad, new, rows, method):
     return torch.where(rows & live, ds * dm_ds, 0.0).sum((-1, -2))
 
 
-def zero_grad(grad):
-    """A tensor hook that stops the gradient (GradDrop's dropped layer)."""
-    return torch.zeros_like(grad)
-
-
 def _site_estimate(model, name, layer, x, g, plan, donors, method):
     """``[b, U]`` estimate of every edit of one site and layer (``g``: ``dm/dx``)."""
     view, grad = unit_view(model, name, x), unit_view(model, name, g)
@@ -1252,19 +1240,17 @@ def _estimates(model, taps, grads, plan, donors, method):
     return out
 
 
-def _gradients(total, wrt, retain, start=None):
+def _gradients(total, wrt, retain, start):
     """``d total / d x`` for each tensor of ``wrt`` (None where it does not reach).
 
-    With ``start`` (layer 0's input) its gradient is taken too, and must exist
+    The gradient at ``start`` (layer 0's input) is taken too, and must exist
     (`reached_input`).
     """
-    if start is not None:
-        found = torch.autograd.grad(total, [*wrt, start], allow_unused=True, retain_graph=retain)
-        reached_input(found[-1])
-        return found[:-1]
-    if not wrt:  # nothing in this batch is estimated, or nothing reaches the metric
-        return ()
-    return torch.autograd.grad(total, wrt, allow_unused=True, retain_graph=retain)
+    *found, at_start = torch.autograd.grad(
+        total, [*wrt, start], allow_unused=True, retain_graph=retain
+    )
+    reached_input(at_start)
+    return found
 
 
 def reached_input(grad):
@@ -1329,9 +1315,9 @@ def attribution_pass(model, terms, plan, donors=None, method="atp*", grad_drop=F
         # over the L - 1 layers that leave a head's gradient (its own layer stops all of it)
         score = {k: torch.zeros_like(v) for k, v in estimate.items()}
         for layer in range(model.n_layers):
-            hooks = [b.register_hook(zero_grad) for b in blocks[2 * layer : 2 * layer + 2]]
-            last = layer == model.n_layers - 1
-            dropped = _gradients(total, wrt, not last)
+            # a hook returning zeros stops the gradient through the dropped layer's blocks
+            hooks = [b.register_hook(torch.zeros_like) for b in blocks[2 * layer : 2 * layer + 2]]
+            dropped = _gradients(total, wrt, layer < model.n_layers - 1, stream)
             for hook in hooks:
                 hook.remove()
             for k, v in _estimates(model, taps, dropped, plan, donors, method).items():
