@@ -1024,17 +1024,12 @@ def _attention_call(model, layer, plan, label):
     Returns:
         The recomputed probabilities, or None.
     """
-    if layer not in plan.knockout and label is None:
-        return None
-    attn = attention_module(model, layer)
-    args = None
+    call = None
     if layer in plan.knockout:
-        args, kwargs = knock_out(attn, plan.knockout[layer], plan.knockout_site)
+        call = knock_out(attention_module(model, layer), plan.knockout[layer], plan.knockout_site)
     if label is None:
         return None
-    if args is None:
-        args, kwargs = getattr(attn.source, label).inputs
-    return recompute_probs(args, kwargs)
+    return recompute_probs(*(call or getattr(attention_module(model, layer).source, label).inputs))
 
 
 def head_plan(model, heads=None, *, per_row=None, means=None):
@@ -1102,8 +1097,7 @@ def capture_probs(model, layers=None, *, reduce=None):
     ``{layer: [b, H, n, n]}`` (or ``reduce(probs)``), as `run_layers` does.
     """
     wanted = sorted(_layer_filter(layers, model.n_layers))
-    found = run_layers(model, capture=wanted, reduce=reduce, only_layers=wanted)
-    return found
+    return run_layers(model, capture=wanted, reduce=reduce, only_layers=wanted)
 
 
 def capture_attention(model, layers=None, *, reduce=None):

@@ -22,7 +22,7 @@ A plan holds tensors and small trace-side classes only (``ops`` ships whole to N
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -96,13 +96,11 @@ def _with_donors(
     n_rows = len(batch.indices)
     own = [batch.input_ids[r, batch.pad(r) :].tolist() for r in range(n_rows)]
     full = model.pad(list(range(n_rows + len(donor_ids))), own + [list(d) for d in donor_ids])
-    part = {k: v[:n_rows] for k, v in full.inputs.items()}
-    widened = Batch(
-        batch.indices,
-        part["input_ids"],
-        part["attention_mask"],
-        part["position_ids"],
-        batch.lengths,
+    widened = replace(
+        batch,
+        input_ids=full.input_ids[:n_rows],
+        attention_mask=full.attention_mask[:n_rows],
+        position_ids=full.position_ids[:n_rows],
     )
     return widened, {k: v[n_rows:] for k, v in full.inputs.items()}
 
@@ -123,10 +121,6 @@ class Planner:
         self.knockout: dict[int, torch.Tensor] = {}
         self.paths: dict[int, tuple[tuple[int, ...] | None, np.ndarray]] = {}
         self.path_means: list = []  # the EdgeMeans of mean-ablating path patches
-
-    def units(self, site: str) -> int:
-        """Units of a site's view: heads at ``head_out`` and ``pattern``, one vector elsewhere."""
-        return self.model.n_heads if site in ("head_out", "pattern") else 1
 
     def columns(self, n: int, positions: tuple[int, ...] | None, donor: int | None = None):
         """Padded columns of a row with ``n`` real tokens (None: every position).
@@ -159,7 +153,8 @@ class Planner:
             if entry.every_position == every_position and same is not None and same(entry):
                 return entry
         width = 1 if every_position else self.width
-        where = torch.zeros(self.n_rows, width, self.units(site), dtype=torch.bool)
+        units = self.model.n_heads if site in ("head_out", "pattern") else 1  # else one vector
+        where = torch.zeros(self.n_rows, width, units, dtype=torch.bool)
         entry = make(where)
         entry.every_position = every_position
         entries.append(entry)
