@@ -265,11 +265,7 @@ def choice_logprob_sums(logits, target_index, target_ids, target_weight):
     Returns:
         ``[b]`` float32 weighted sums (the mean log-prob per choice token when weights are 1/|c|).
     """
-    device = logits.device
-    rows = torch.arange(logits.shape[0], device=device)[:, None]
-    picked = logits[rows, target_index.to(device)].float()  # [b, T, V]
-    logp = picked.log_softmax(-1).gather(-1, target_ids.to(device)[:, :, None]).squeeze(-1)
-    return (logp * target_weight.to(device)).sum(-1)  # [b]
+    return metric_values(logits, {"logprob": (target_index, target_ids, target_weight)})
 
 
 def scored_token_sums(logits, owner, target_ids, weight, n_rows: int):
@@ -802,25 +798,17 @@ def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, state=Non
     g = grads[-1]
     found.append((torch.zeros_like(final) if g is None else g)[None].detach())
     if state is None:
-        deltas = torch.cat(sent or [])
-        state = (deltas * mask.to(deltas.device, deltas.dtype)[None, :, :, None], None, 0)
-    state = _summed(state, found)
+        deltas = torch.cat(sent)
+        state = (deltas * mask.to(deltas.device, deltas.dtype)[None, :, :, None], found, 0)
+    else:  # this pass's gradients added in place, part by part (no copy)
+        for total, part in zip(state[1], found):
+            total.add_(part)
+    deltas, summed, passes = state = (state[0], state[1], state[2] + 1)
     out = {"metric": metric.detach()}
     if last:
-        deltas, summed, passes = state
         scores = torch.einsum("rbsd,tbsd->btr", torch.cat(summed).float(), deltas.float())
         out["scores"] = scores / passes
     return save(out), state
-
-
-def _summed(state, found):
-    """``state`` with one pass's gradients added: in place, part by part (no copy)."""
-    deltas, summed, passes = state
-    if summed is None:
-        return deltas, found, 1
-    for total, part in zip(summed, found):
-        total.add_(part)
-    return deltas, summed, passes + 1
 
 
 def _donor_like(donors, key, x):
