@@ -581,13 +581,12 @@ def path_patch(model, path):
     for layer in range(model.n_layers):
         receivers = path.at.get(layer, [])
         x = site(model, "resid_pre", layer)
-        donor = path.donor_row.to(x.device)
         scratch = d + b + torch.arange(b, device=x.device) * slots  # slot 0 of each text
         if sent is None:  # the senders' changes [S, b, s, d]
             sent = x.new_zeros(path.mask.shape[2], *x[texts].shape)
             if path.geo["post"]:  # through a sandwich norm: the heads' per receiver [R', ...]
                 joint = x.new_zeros(path.mask.shape[1], *x[texts].shape)
-            sent[0] = _sender_value(path, "embed", x, donor, b) - x[texts]  # the embedding
+            sent[0] = _sender_change(path, "embed", x)  # the embedding
         for slot, receiver in enumerate(path.fills.get(layer, ())):
             x[scratch + slot] = x[texts] + _received(path, sent, joint, receiver)
         attention = [entry for entry in receivers if entry[1] != "mlp"]
@@ -596,7 +595,7 @@ def path_patch(model, path):
         if layer in path.first_head:
             first = path.first_head[layer]
             z = site(model, "head_out", layer)
-            dz = _sender_value(path, ("z", layer), z, donor, b) - z[texts]
+            dz = _sender_change(path, ("z", layer), z)
             if joint is None:  # each head's change alone: they add up
                 sent[first : first + n_heads] = heads_through(model, path.geo, layer, dz, texts)
             else:  # through the norm: the heads of each receiver's set together
@@ -621,8 +620,7 @@ def _receive_mlp(model, path, layer, entry, sent, joint, scratch):
     if row is not None:
         y[d : d + b] = _from_scratch(path, entry[3], y[row], y[d : d + b])
     if layer in path.mlp:
-        donor = path.donor_row.to(y.device)
-        sent[path.mlp[layer]] = _sender_value(path, ("mlp", layer), y, donor, b) - y[d : d + b]
+        sent[path.mlp[layer]] = _sender_change(path, ("mlp", layer), y)
 
 
 def _received(path, sent, joint, r):
@@ -666,12 +664,12 @@ def _from_scratch(path, r, patched, own):
     return torch.where(reads.view(-1, *([1] * (own.dim() - 1))), patched, own)
 
 
-def _sender_value(path, key, x, donor, b):
-    """``[b, ...]``: a sender's ablated output, the donor rows' or its mean (``key``)."""
+def _sender_change(path, key, x):
+    """``[b, ...]``: a sender's ablated output (donor rows' or mean ``key``) minus the texts'."""
+    own = x[path.n_donors : path.n_donors + path.b]
     if path.means is None:
-        return x[donor]
-    mean = path.means[key].to(x.device, x.dtype)
-    return mean.expand(b, *x.shape[1:])
+        return x[path.donor_row.to(x.device)] - own
+    return path.means[key].to(x.device, x.dtype).expand_as(own) - own
 
 
 def heads_through(model, geo, layer, dz, rows, sets=None):
