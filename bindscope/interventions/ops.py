@@ -877,7 +877,6 @@ def run_layers(
     reduce=None,
     sites=None,
     only_layers=None,
-    into=None,
     allow_missing=False,
     plan=None,
     donors=None,
@@ -888,18 +887,18 @@ def run_layers(
     This is the single place that orders requests, so captures and edits of any sites and
     layers compose in one forward pass. Returns ``{layer: saved value}`` for the attention
     probabilities of the ``capture`` layers (``reduce(probs)`` when given) and
-    ``{(site, layer): [b, s, U, k]}`` for the ``sites`` captures (``{site: layers}``), into
-    ``into`` when given, marked saved. Bind it in the body (``found = run_layers(...)``):
-    a remote run returns only saved values the body binds to a name, never a container it
-    merely filled. ``allow_missing`` hands ``None`` to ``reduce`` when the module returned
-    no weights (the load-time probe) instead of failing. ``plan`` is a `TracePlan` (from
+    ``{(site, layer): [b, s, U, k]}`` for the ``sites`` captures (``{site: layers}``),
+    marked saved. Bind it in the body (``found = run_layers(...)``): a remote run returns
+    only saved values the body binds to a name. ``allow_missing`` hands ``None`` to
+    ``reduce`` when the module returned no weights (the load-time probe) instead of
+    failing. ``plan`` is a `TracePlan` (from
     ``bindscope.interventions.plan``, or `head_plan` here); ``donors`` the `site_outputs`
     of its donor invoke; ``step`` the generation step (``for step in tracer.all()``):
     past the prompt pass (step 0) only edits of every position act.
     """
     try:
         return _run_layers(
-            model, capture, reduce, sites, only_layers, into, allow_missing, plan, donors, step
+            model, capture, reduce, sites, only_layers, allow_missing, plan, donors, step
         )
     except Exception as exc:
         # A bindscope.Model explains nnsight's OutOfOrderError (an earlier call in the body
@@ -939,13 +938,11 @@ def resid_post_at(model, layers, rows, columns, plan=None, donors=None):
     return save(found)
 
 
-def _run_layers(
-    model, capture, reduce, sites, only_layers, into, allow_missing, plan, donors, step
-):
+def _run_layers(model, capture, reduce, sites, only_layers, allow_missing, plan, donors, step):
     """``run_layers`` itself; the wrapper above only explains errors."""
     capture = set(capture)
     label = _recompute_label(model, capture)
-    out = {} if into is None else into
+    out = {}
     allowed = _layer_filter(only_layers, model.n_layers)
     plan = plan or TracePlan()
     wanted = {name: set(layers) for name, layers in (sites or {}).items()}
