@@ -287,25 +287,17 @@ def scored_token_sums(logits, owner, target_ids, weight, n_rows: int):
     return out.index_add(0, owner.to(device), logp * weight.to(device))
 
 
-def head_sums(x, mask, n_heads, head_dim):
-    """Each head's pre-projection output summed over real positions: ``[H, hd]`` float32.
+def collect_head_sums(model, layers, mask):
+    """Save each listed layer's heads' pre-projection outputs summed over real positions.
 
-    Args:
-        x: Output-projection input ``[b, s, H*hd]``.
-        mask: ``[b, s]`` bool, True on real (non-pad) tokens.
-        n_heads: Query heads per layer.
-        head_dim: Width of one head's slice.
+    ``mask`` ``[b, s]`` bool is True on real (non-pad) tokens; the result is
+    ``{layer: [H, hd]}`` float32.
     """
-    view = head_view(x, n_heads, head_dim).float()  # [b, s, H, hd]
-    return view[mask.to(view.device)].sum(0)
-
-
-def collect_head_sums(model, layers, mask, into):
-    """Save ``head_sums`` of each listed layer into ``into`` (``{layer: [H, hd]}``)."""
+    found = {}
     for layer in layers:
-        x = site(model, "head_out", layer)
-        into[layer] = save(head_sums(x, mask, model.n_heads, model.head_dim))
-    return save(into)
+        view = head_view(site(model, "head_out", layer), model.n_heads, model.head_dim).float()
+        found[layer] = save(view[mask.to(view.device)].sum(0))  # [H, hd]
+    return save(found)
 
 
 def last_position_inputs(model, final_norm):
@@ -796,7 +788,7 @@ def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, state=Non
     g = grads[-1]
     found.append((torch.zeros_like(final) if g is None else g)[None].detach())
     if state is None:
-        deltas = torch.cat(sent)
+        deltas = torch.cat(sent or [])
         state = (deltas * mask.to(deltas.device, deltas.dtype)[None, :, :, None], found, 0)
     else:  # this pass's gradients added in place, part by part (no copy)
         for total, part in zip(state[1], found):
@@ -942,7 +934,7 @@ def _run_layers(model, capture, reduce, sites, only_layers, allow_missing, plan,
     """``run_layers`` itself; the wrapper above only explains errors."""
     capture = set(capture)
     label = _recompute_label(model, capture)
-    out = {}
+    out: dict = {}  # {layer: probs} and {(site, layer): view}
     allowed = _layer_filter(only_layers, model.n_layers)
     plan = plan or TracePlan()
     wanted = {name: set(layers) for name, layers in (sites or {}).items()}
