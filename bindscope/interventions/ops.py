@@ -85,8 +85,7 @@ class ShippedModule:
 
     def __init__(self, name, members):
         self.name = name
-        for key in members:
-            setattr(self, key, members[key])
+        self.__dict__.update(members)
 
 
 def save(value):
@@ -169,8 +168,7 @@ def knock_out(attn, removed, site):
     if in_args:
         args = (*args[:index], new, *args[index + 1 :])
     else:
-        kwargs = dict(kwargs)
-        kwargs["attention_mask"] = new
+        kwargs = {**kwargs, "attention_mask": new}
     call.inputs = (args, kwargs)
     return args, kwargs
 
@@ -306,11 +304,10 @@ def last_position_inputs(model, final_norm):
     The last column is the last token of every left-padded row; the result is
     ``{layer: [b, H*hd], "final": [b, d]}``.
     """
-    env = model.nnsight
     found: dict = {}  # a local annotation is never evaluated: nothing to import
     for layer in range(model.n_layers):
         found[layer] = save(site(model, "head_out", layer)[:, -1].clone())
-    found["final"] = save(getattr(env.model, final_norm).input[:, -1].clone())
+    found["final"] = save(getattr(model.nnsight.model, final_norm).input[:, -1].clone())
     return save(found)
 
 
@@ -1016,9 +1013,7 @@ def head_plan(model, heads=None, *, per_row=None, means=None):
     """
     if heads is not None and per_row is not None:
         raise ValueError("pass either heads= or per_row=, not both")
-    rows = (
-        [model.check_heads(heads)] if per_row is None else [model.check_heads(r) for r in per_row]
-    )
+    rows = [model.check_heads(r) for r in ([heads] if per_row is None else per_row)]
     edits: dict = {}
     for r, row in enumerate(rows):
         for layer, hs in by_layer(row).items():
@@ -1026,13 +1021,11 @@ def head_plan(model, heads=None, *, per_row=None, means=None):
                 raise ValueError(
                     f"no reference means for layer {layer}; include it in head_means()"
                 )
-            entries = edits.setdefault(("head_out", layer), [])
-            if not entries:
+            if ("head_out", layer) not in edits:  # one edit per layer, every row's heads
+                where = torch.zeros(len(rows), 1, model.n_heads, dtype=torch.bool)
                 value = None if means is None else means.means[layer]
-                entries.append(
-                    ReplaceEdit(torch.zeros(len(rows), 1, model.n_heads, dtype=torch.bool), value)
-                )
-            entries[0].where[r, 0, hs] = True
+                edits[("head_out", layer)] = [ReplaceEdit(where, value)]
+            edits[("head_out", layer)][0].where[r, 0, hs] = True
     return TracePlan(edits, rows=None if per_row is None else len(rows))
 
 
