@@ -715,9 +715,8 @@ def edge_sender_outputs(model, into):
 
     ``{("resid_pre", 0), ("head_out", l), ("mlp_out", l)}`` as `site_outputs` reads them.
     """
-    keys = [("resid_pre", 0)]
-    for layer in range(model.n_layers):
-        keys += [("head_out", layer), ("mlp_out", layer)]
+    sites = ("head_out", "mlp_out")
+    keys = [("resid_pre", 0)] + [(name, i) for i in range(model.n_layers) for name in sites]
     return site_outputs(model, keys, into)
 
 
@@ -744,11 +743,10 @@ def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, state=Non
             between steps, so one product serves every step).
 
     Returns:
-        ``({"metric": [b], and when ``last`` "scores": [b, S, R]} saved, state)``: the
-        state (the senders' changes ``[S, b, s, d]`` on real positions, the gradients
-        summed so far, as a list of ``[R_i, b, s, d]`` parts in the graph's order, the
-        passes) stays where the pass ran, for a later
-        pass of the same session; scores are in the graph's order, averaged over steps.
+        ``({"metric": [b], and when ``last`` "scores": [b, S, R]} saved, state)``: scores
+        in the graph's order, averaged over steps; the state (the senders' changes
+        ``[S, b, s, d]`` on real positions, the gradients summed so far as ``[R_i, b, s, d]``
+        parts in the graph's order, the passes) stays where the pass ran, for a later pass.
     """
     geo, n_layers, n_heads = path.geo, model.n_layers, model.n_heads
     x0 = site(model, "resid_pre", 0)
@@ -1118,9 +1116,7 @@ def metric_values(logits, terms):
     device = logits.device
     rows = torch.arange(logits.shape[0], device=device)[:, None]
     value = torch.zeros(logits.shape[0], device=device)
-    for kind in ("logprob", "logit"):
-        if kind not in terms:
-            continue
+    for kind in [kind for kind in ("logprob", "logit") if kind in terms]:
         index, target, weight = terms[kind]
         picked = logits[rows, index.to(device)].float()  # [b, T, V]
         if kind == "logprob":
