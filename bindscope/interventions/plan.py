@@ -177,13 +177,9 @@ class Planner:
         offset = self.width - n  # left padding
         q = torch.tensor([offset + a for a, _ in edges])
         k = torch.tensor([offset + b for _, b in edges])
+        shape = (self.n_rows, self.model.n_heads, self.width, self.width)
         for layer, heads in heads_by_layer.items():
-            removed = self.knockout.setdefault(
-                layer,
-                torch.zeros(
-                    self.n_rows, self.model.n_heads, self.width, self.width, dtype=torch.bool
-                ),
-            )
+            removed = self.knockout.setdefault(layer, torch.zeros(shape, dtype=torch.bool))
             for h in heads:
                 removed[r, h, q, k] = True
 
@@ -211,14 +207,14 @@ class Planner:
 
     def plan(self, donors: dict[str, torch.Tensor] | None) -> ops.TracePlan:
         """The `ops.TracePlan` of everything added."""
-        path = None
+        path, n_donors = None, 0 if donors is None else donors["input_ids"].shape[0]
         if self.paths:  # other texts' edits act on their own rows (resolve_rows keeps them apart)
             if self.knockout:
                 raise InterventionError(
                     f"{self.model.name}: Knockout and PathPatch in one batch: a knockout of "
                     "a batch with scratch rows is not planned; run them in separate calls"
                 )
-            path = self._path(0 if donors is None else donors["input_ids"].shape[0])
+            path = self._path(n_donors)
         order = list(self.model.sites)
         donor_keys = sorted(
             {
@@ -229,19 +225,14 @@ class Planner:
             },
             key=lambda key: (key[1], order.index(key[0])),
         )
-        knockout, knockout_batch, site = {}, {}, None
-        if self.knockout:
-            site = self.model.knockout_site
-            if donors is None:
-                knockout = self.knockout
-            else:  # knocked out for the whole batch at once, donor rows (first) untouched
-                n_donors = donors["input_ids"].shape[0]
-                knockout_batch = {
-                    layer: torch.cat(
-                        [torch.zeros_like(removed[:1]).expand(n_donors, -1, -1, -1), removed]
-                    )
-                    for layer, removed in self.knockout.items()
-                }
+        knockout, knockout_batch = self.knockout, {}
+        if donors is not None:  # the whole batch at once, donor rows (first) untouched
+            knockout = {}
+            knockout_batch = {
+                layer: torch.cat([removed.new_zeros(n_donors, *removed.shape[1:]), removed])
+                for layer, removed in self.knockout.items()
+            }
+        site = self.model.knockout_site if self.knockout else None
         return ops.TracePlan(
             self.edits, donor_keys, knockout, knockout_batch, site, rows=self.n_rows, path=path
         )
