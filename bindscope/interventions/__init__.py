@@ -141,7 +141,7 @@ def _head_sums_session(model: LanguageModel, jobs, layers) -> list[dict]:
         collected = [].save()  # type: ignore[attr-defined]  # nnsight gives every object .save
         for inputs, mask in jobs:
             with env.trace(**inputs) as tracer:
-                collected.append(ops.collect_head_sums(model, layers, mask, {}))
+                collected.append(ops.collect_head_sums(model, layers, mask))
                 if stop:
                     tracer.stop()
     return collected

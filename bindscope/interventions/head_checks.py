@@ -8,11 +8,10 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from bindscope.errors import HeadSpecError
-from bindscope.interventions.ops import by_layer
 
 Head = tuple[int, int]
 
-__all__ = ["Head", "by_layer", "normalize_heads"]
+__all__ = ["Head", "normalize_heads"]
 
 
 def normalize_heads(

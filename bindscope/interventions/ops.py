@@ -61,8 +61,10 @@ class TraceModel:
         self.attention_call_label = attention_call_label
 
     def check_heads(self, heads):
-        """Sorted ``(layer, head)`` pairs; they were validated before the trace was sent."""
-        return normalize_pairs(heads)
+        """Pairs (or ``{layer: [heads]}``) sorted; they were validated before the trace was sent."""
+        if isinstance(heads, dict):
+            heads = [(layer, head) for layer in heads for head in heads[layer]]
+        return tuple(sorted({(int(layer), int(head)) for layer, head in heads or ()}))
 
 
 class TraceMeans:
@@ -83,22 +85,12 @@ class ShippedModule:
 
     def __init__(self, name, members):
         self.name = name
-        for key in members:
-            setattr(self, key, members[key])
+        self.__dict__.update(members)
 
 
 def save(value):
     """Mark a value to come back from the trace (``nnsight.save`` without the import)."""
     return value.save()
-
-
-def normalize_pairs(heads):
-    """``(layer, head)`` pairs (or ``{layer: [heads]}``) as a sorted tuple of int pairs."""
-    if heads is None:
-        return ()
-    if isinstance(heads, dict):
-        heads = [(layer, head) for layer in heads for head in heads[layer]]
-    return tuple(sorted({(int(layer), int(head)) for layer, head in heads}))
 
 
 def by_layer(heads):
@@ -176,8 +168,7 @@ def knock_out(attn, removed, site):
     if in_args:
         args = (*args[:index], new, *args[index + 1 :])
     else:
-        kwargs = dict(kwargs)
-        kwargs["attention_mask"] = new
+        kwargs = {**kwargs, "attention_mask": new}
     call.inputs = (args, kwargs)
     return args, kwargs
 
@@ -272,11 +263,7 @@ def choice_logprob_sums(logits, target_index, target_ids, target_weight):
     Returns:
         ``[b]`` float32 weighted sums (the mean log-prob per choice token when weights are 1/|c|).
     """
-    device = logits.device
-    rows = torch.arange(logits.shape[0], device=device)[:, None]
-    picked = logits[rows, target_index.to(device)].float()  # [b, T, V]
-    logp = picked.log_softmax(-1).gather(-1, target_ids.to(device)[:, :, None]).squeeze(-1)
-    return (logp * target_weight.to(device)).sum(-1)  # [b]
+    return metric_values(logits, {"logprob": (target_index, target_ids, target_weight)})
 
 
 def scored_token_sums(logits, owner, target_ids, weight, n_rows: int):
@@ -298,25 +285,17 @@ def scored_token_sums(logits, owner, target_ids, weight, n_rows: int):
     return out.index_add(0, owner.to(device), logp * weight.to(device))
 
 
-def head_sums(x, mask, n_heads, head_dim):
-    """Each head's pre-projection output summed over real positions: ``[H, hd]`` float32.
+def collect_head_sums(model, layers, mask):
+    """Save each listed layer's heads' pre-projection outputs summed over real positions.
 
-    Args:
-        x: Output-projection input ``[b, s, H*hd]``.
-        mask: ``[b, s]`` bool, True on real (non-pad) tokens.
-        n_heads: Query heads per layer.
-        head_dim: Width of one head's slice.
+    ``mask`` ``[b, s]`` bool is True on real (non-pad) tokens; the result is
+    ``{layer: [H, hd]}`` float32.
     """
-    view = head_view(x, n_heads, head_dim).float()  # [b, s, H, hd]
-    return view[mask.to(view.device)].sum(0)
-
-
-def collect_head_sums(model, layers, mask, into):
-    """Save ``head_sums`` of each listed layer into ``into`` (``{layer: [H, hd]}``)."""
+    found = {}
     for layer in layers:
-        x = site(model, "head_out", layer)
-        into[layer] = save(head_sums(x, mask, model.n_heads, model.head_dim))
-    return save(into)
+        view = head_view(site(model, "head_out", layer), model.n_heads, model.head_dim).float()
+        found[layer] = save(view[mask.to(view.device)].sum(0))  # [H, hd]
+    return save(found)
 
 
 def last_position_inputs(model, final_norm):
@@ -325,11 +304,10 @@ def last_position_inputs(model, final_norm):
     The last column is the last token of every left-padded row; the result is
     ``{layer: [b, H*hd], "final": [b, d]}``.
     """
-    env = model.nnsight
     found: dict = {}  # a local annotation is never evaluated: nothing to import
     for layer in range(model.n_layers):
         found[layer] = save(site(model, "head_out", layer)[:, -1].clone())
-    found["final"] = save(getattr(env.model, final_norm).input[:, -1].clone())
+    found["final"] = save(getattr(model.nnsight.model, final_norm).input[:, -1].clone())
     return save(found)
 
 
@@ -587,37 +565,37 @@ def path_patch(model, path):
     receiver's input from its row. Returns nothing: the texts' own invoke reads the result.
     """
     b, d, slots = path.b, path.n_donors, path.slots
-    n_heads = model.n_heads
+    n_heads, texts = model.n_heads, slice(d, d + b)
     sent = joint = None
     for layer in range(model.n_layers):
         receivers = path.at.get(layer, [])
         x = site(model, "resid_pre", layer)
-        donor = path.donor_row.to(x.device)
         scratch = d + b + torch.arange(b, device=x.device) * slots  # slot 0 of each text
-        if sent is None:
-            sent, joint = _sender_buffers(path, x[d : d + b])
-            sent[0] = _sender_value(path, "embed", x, donor, b) - x[d : d + b]  # the embedding
+        if sent is None:  # the senders' changes [S, b, s, d]
+            sent = x.new_zeros(path.mask.shape[2], *x[texts].shape)
+            if path.geo["post"]:  # through a sandwich norm: the heads' per receiver [R', ...]
+                joint = x.new_zeros(path.mask.shape[1], *x[texts].shape)
+            sent[0] = _sender_change(path, "embed", x)  # the embedding
         for slot, receiver in enumerate(path.fills.get(layer, ())):
-            x[scratch + slot] = x[d : d + b] + _received(path, sent, joint, receiver)
+            x[scratch + slot] = x[texts] + _received(path, sent, joint, receiver)
         attention = [entry for entry in receivers if entry[1] != "mlp"]
         if attention:
             _receive_attention(model, path, layer, attention, scratch)
         if layer in path.first_head:
             first = path.first_head[layer]
+            z = site(model, "head_out", layer)
+            dz = _sender_change(path, ("z", layer), z)
             if joint is None:  # each head's change alone: they add up
-                eye = torch.eye(n_heads)[None].expand(b, -1, -1)
-                sent[first : first + n_heads] = _layer_head_deltas(
-                    model, path, layer, donor, d, b, eye
-                )
+                sent[first : first + n_heads] = heads_through(model, path.geo, layer, dz, texts)
             else:  # through the norm: the heads of each receiver's set together
                 sets = path.mask[:, :, first : first + n_heads]  # [b, R', H]
-                joint += _layer_head_deltas(model, path, layer, donor, d, b, sets)
+                joint += heads_through(model, path.geo, layer, dz, texts, sets)
         mlp = [entry for entry in receivers if entry[1] == "mlp"]
         if mlp or layer in path.mlp:
             _receive_mlp(model, path, layer, mlp[0] if mlp else None, sent, joint, scratch)
     if path.logits >= 0 and sent is not None:
         final = site(model, "resid_post", model.n_layers - 1)
-        final[d : d + b] = final[d : d + b] + _received(path, sent, joint, path.logits)
+        final[texts] = final[texts] + _received(path, sent, joint, path.logits)
 
 
 def _receive_mlp(model, path, layer, entry, sent, joint, scratch):
@@ -631,21 +609,7 @@ def _receive_mlp(model, path, layer, entry, sent, joint, scratch):
     if row is not None:
         y[d : d + b] = _from_scratch(path, entry[3], y[row], y[d : d + b])
     if layer in path.mlp:
-        donor = path.donor_row.to(y.device)
-        sent[path.mlp[layer]] = _sender_value(path, ("mlp", layer), y, donor, b) - y[d : d + b]
-
-
-def _sender_buffers(path, x):
-    """Zeros for the senders' changes ``[S, b, s, d]``, and for the heads' changes.
-
-    The second, ``[R', b, s, d]`` per receiver, only with a sandwich norm (else None).
-    """
-    n_receivers, n_senders = path.mask.shape[1], path.mask.shape[2]
-    sent = torch.zeros(n_senders, *x.shape, dtype=x.dtype, device=x.device)
-    joint = None
-    if path.geo["post"]:
-        joint = torch.zeros(n_receivers, *x.shape, dtype=x.dtype, device=x.device)
-    return sent, joint
+        sent[path.mlp[layer]] = _sender_change(path, ("mlp", layer), y)
 
 
 def _received(path, sent, joint, r):
@@ -689,29 +653,15 @@ def _from_scratch(path, r, patched, own):
     return torch.where(reads.view(-1, *([1] * (own.dim() - 1))), patched, own)
 
 
-def _sender_value(path, key, x, donor, b):
-    """``[b, ...]``: a sender's ablated output, the donor rows' or its mean (``key``)."""
+def _sender_change(path, key, x):
+    """``[b, ...]``: a sender's ablated output (donor rows' or mean ``key``) minus the texts'."""
+    own = x[path.n_donors : path.n_donors + path.b]
     if path.means is None:
-        return x[donor]
-    mean = path.means[key].to(x.device, x.dtype)
-    return mean.expand(b, *x.shape[1:])
+        return x[path.donor_row.to(x.device)] - own
+    return path.means[key].to(x.device, x.dtype).expand_as(own) - own
 
 
-def _layer_head_deltas(model, path, layer, donor, d, b, sets):
-    """``[G, b, s, d]``: the texts' ``attn_out`` change when each set's heads are ablated.
-
-    ``sets`` ``[b, G, H]`` 0/1; the heads take the donor rows' outputs, or their means.
-    """
-    z = site(model, "head_out", layer)
-    dz = _sender_value(path, ("z", layer), z, donor, b) - z[d : d + b]
-    o = a = None
-    if path.geo["post"]:
-        o = site_tensor(model.nnsight, layer, (path.geo["head_out"], "output", 0))[d : d + b]
-        a = site(model, "attn_out", layer)[d : d + b]
-    return heads_through(model, path.geo, layer, dz, o, a, sets)
-
-
-def heads_through(model, geo, layer, dz, o, a, sets):
+def heads_through(model, geo, layer, dz, rows, sets=None):
     """``[G, b, s, d]``: the change of ``attn_out`` when each set's heads move by ``dz``.
 
     Args:
@@ -719,22 +669,25 @@ def heads_through(model, geo, layer, dz, o, a, sets):
         geo: ``graph.edge_geometry`` of the model.
         layer: The heads' layer.
         dz: ``[b, s, H*hd]`` the change of the output projection's input.
-        o: ``[b, s, d]`` the projection's output (sandwich norm only).
-        a: ``[b, s, d]`` ``attn_out`` (sandwich norm only).
-        sets: ``[b, G, H]`` 0/1, the heads of each set.
+        rows: The batch rows ``dz`` belongs to (a slice: the texts, after any donor rows).
+        sets: ``[b, G, H]`` 0/1, the heads of each set; None: each head alone (``G = H``).
 
     Without a norm after the projection the sets' changes add up head by head; with one
     (OLMo 2, Gemma 2/3) each set's sum goes through the norm, so a set of every head gives
     exactly the ablated ``attn_out``.
     """
-    n_heads = model.n_heads
+    if geo["post"]:  # the projection's output and attn_out, read before it is called below
+        o = site_tensor(model.nnsight, layer, (geo["head_out"], "output", 0))[rows]
+        a = site(model, "attn_out", layer)[rows]
     # each head's slice alone through the output projection (the bias cancels), run where
     # the weights are: no projection matrix leaves the server
     proj = site_module(model.nnsight, layer, geo["head_out"])
-    alone = torch.eye(n_heads, dtype=dz.dtype, device=dz.device)
+    alone = torch.eye(model.n_heads, dtype=dz.dtype, device=dz.device)
     alone = alone.repeat_interleave(model.head_dim, 1)[:, None, None]  # [H, 1, 1, H*hd]
     per_head = proj(dz[None] * alone) - proj(torch.zeros_like(dz[:1, :1]))  # [H, b, s, d]
-    joint = torch.einsum("bgh,hbsd->gbsd", sets.to(dz.device, dz.dtype), per_head)
+    joint = per_head
+    if sets is not None:
+        joint = torch.einsum("bgh,hbsd->gbsd", sets.to(dz.device, dz.dtype), per_head)
     if not geo["post"]:
         return joint
     norm = site_module(model.nnsight, layer, geo["post"])
@@ -762,9 +715,8 @@ def edge_sender_outputs(model, into):
 
     ``{("resid_pre", 0), ("head_out", l), ("mlp_out", l)}`` as `site_outputs` reads them.
     """
-    keys = [("resid_pre", 0)]
-    for layer in range(model.n_layers):
-        keys += [("head_out", layer), ("mlp_out", layer)]
+    sites = ("head_out", "mlp_out")
+    keys = [("resid_pre", 0)] + [(name, i) for i in range(model.n_layers) for name in sites]
     return site_outputs(model, keys, into)
 
 
@@ -791,11 +743,10 @@ def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, state=Non
             between steps, so one product serves every step).
 
     Returns:
-        ``({"metric": [b], and when ``last`` "scores": [b, S, R]} saved, state)``: the
-        state (the senders' changes ``[S, b, s, d]`` on real positions, the gradients
-        summed so far, as a list of ``[R_i, b, s, d]`` parts in the graph's order, the
-        passes) stays where the pass ran, for a later
-        pass of the same session; scores are in the graph's order, averaged over steps.
+        ``({"metric": [b], and when ``last`` "scores": [b, S, R]} saved, state)``: scores
+        in the graph's order, averaged over steps; the state (the senders' changes
+        ``[S, b, s, d]`` on real positions, the gradients summed so far as ``[R_i, b, s, d]``
+        parts in the graph's order, the passes) stays where the pass ran, for a later pass.
     """
     geo, n_layers, n_heads = path.geo, model.n_layers, model.n_heads
     x0 = site(model, "resid_pre", 0)
@@ -813,13 +764,8 @@ def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, state=Non
         qkv.append(tuple(args[geo["qkv"] : geo["qkv"] + 3]))
         if sent is not None:
             z = site(model, "head_out", layer)
-            o = a = None
-            if geo["post"]:
-                o = site_tensor(model.nnsight, layer, (geo["head_out"], "output", 0))
-                a = site(model, "attn_out", layer)
-            eye = torch.eye(n_heads)[None].expand(z.shape[0], -1, -1)
             dz = _donor_like(donors, ("head_out", layer), z) - z
-            sent.append(heads_through(model, geo, layer, dz, o, a, eye).detach())
+            sent.append(heads_through(model, geo, layer, dz, slice(None)).detach())
         mlp_in.append(site(model, "resid_mid", layer) if geo["mlp_reads"] == "resid_mid" else x)
         y = site(model, "mlp_out", layer)
         mlp_out.append(y)
@@ -833,43 +779,26 @@ def edge_attribution_pass(model, terms, path, donors, mask, alpha=1.0, state=Non
     for layer in range(n_layers):
         for j, units in ((0, n_heads), (1, model.n_kv_heads), (2, model.n_kv_heads)):
             found.append(_per_unit_vjp(qkv[layer][j], inputs[layer], grads[3 * layer + j], units))
-        g = grads[3 * n_layers + layer]
-        found.append(_vjp(mlp_out[layer], mlp_in[layer], g)[None])
+        found.append(_per_unit_vjp(mlp_out[layer], mlp_in[layer], grads[3 * n_layers + layer], 1))
     g = grads[-1]
     found.append((torch.zeros_like(final) if g is None else g)[None].detach())
     if state is None:
         deltas = torch.cat(sent or [])
-        state = (deltas * mask.to(deltas.device, deltas.dtype)[None, :, :, None], None, 0)
-    state = _summed(state, found)
+        state = (deltas * mask.to(deltas.device, deltas.dtype)[None, :, :, None], found, 0)
+    else:  # this pass's gradients added in place, part by part (no copy)
+        for total, part in zip(state[1], found):
+            total.add_(part)
+    deltas, summed, passes = state = (state[0], state[1], state[2] + 1)
     out = {"metric": metric.detach()}
     if last:
-        deltas, summed, passes = state
         scores = torch.einsum("rbsd,tbsd->btr", torch.cat(summed).float(), deltas.float())
         out["scores"] = scores / passes
     return save(out), state
 
 
-def _summed(state, found):
-    """``state`` with one pass's gradients added: in place, part by part (no copy)."""
-    deltas, summed, passes = state
-    if summed is None:
-        return deltas, found, 1
-    for total, part in zip(summed, found):
-        total.add_(part)
-    return deltas, summed, passes + 1
-
-
 def _donor_like(donors, key, x):
     """The donor pass's ``[b, W, U, k]`` activations of ``key`` shaped like ``x``."""
     return donors[key].reshape(x.shape).to(x.device, x.dtype)
-
-
-def _vjp(output, wrt, grad):
-    """``grad`` pulled back from ``output`` to ``wrt`` (zeros where nothing flows)."""
-    if grad is None:
-        return torch.zeros_like(wrt).detach()
-    (found,) = torch.autograd.grad(output, wrt, grad_outputs=grad, retain_graph=True)
-    return found.detach()
 
 
 def _per_unit_vjp(output, wrt, grad, units):
@@ -935,7 +864,6 @@ def run_layers(
     reduce=None,
     sites=None,
     only_layers=None,
-    into=None,
     allow_missing=False,
     plan=None,
     donors=None,
@@ -946,18 +874,18 @@ def run_layers(
     This is the single place that orders requests, so captures and edits of any sites and
     layers compose in one forward pass. Returns ``{layer: saved value}`` for the attention
     probabilities of the ``capture`` layers (``reduce(probs)`` when given) and
-    ``{(site, layer): [b, s, U, k]}`` for the ``sites`` captures (``{site: layers}``), into
-    ``into`` when given, marked saved. Bind it in the body (``found = run_layers(...)``):
-    a remote run returns only saved values the body binds to a name, never a container it
-    merely filled. ``allow_missing`` hands ``None`` to ``reduce`` when the module returned
-    no weights (the load-time probe) instead of failing. ``plan`` is a `TracePlan` (from
+    ``{(site, layer): [b, s, U, k]}`` for the ``sites`` captures (``{site: layers}``),
+    marked saved. Bind it in the body (``found = run_layers(...)``): a remote run returns
+    only saved values the body binds to a name. ``allow_missing`` hands ``None`` to
+    ``reduce`` when the module returned no weights (the load-time probe) instead of
+    failing. ``plan`` is a `TracePlan` (from
     ``bindscope.interventions.plan``, or `head_plan` here); ``donors`` the `site_outputs`
     of its donor invoke; ``step`` the generation step (``for step in tracer.all()``):
     past the prompt pass (step 0) only edits of every position act.
     """
     try:
         return _run_layers(
-            model, capture, reduce, sites, only_layers, into, allow_missing, plan, donors, step
+            model, capture, reduce, sites, only_layers, allow_missing, plan, donors, step
         )
     except Exception as exc:
         # A bindscope.Model explains nnsight's OutOfOrderError (an earlier call in the body
@@ -997,13 +925,11 @@ def resid_post_at(model, layers, rows, columns, plan=None, donors=None):
     return save(found)
 
 
-def _run_layers(
-    model, capture, reduce, sites, only_layers, into, allow_missing, plan, donors, step
-):
+def _run_layers(model, capture, reduce, sites, only_layers, allow_missing, plan, donors, step):
     """``run_layers`` itself; the wrapper above only explains errors."""
     capture = set(capture)
     label = _recompute_label(model, capture)
-    out = {} if into is None else into
+    out: dict = {}  # {layer: probs} and {(site, layer): view}
     allowed = _layer_filter(only_layers, model.n_layers)
     plan = plan or TracePlan()
     wanted = {name: set(layers) for name, layers in (sites or {}).items()}
@@ -1068,17 +994,12 @@ def _attention_call(model, layer, plan, label):
     Returns:
         The recomputed probabilities, or None.
     """
-    if layer not in plan.knockout and label is None:
-        return None
-    attn = attention_module(model, layer)
-    args = None
+    call = None
     if layer in plan.knockout:
-        args, kwargs = knock_out(attn, plan.knockout[layer], plan.knockout_site)
+        call = knock_out(attention_module(model, layer), plan.knockout[layer], plan.knockout_site)
     if label is None:
         return None
-    if args is None:
-        args, kwargs = getattr(attn.source, label).inputs
-    return recompute_probs(args, kwargs)
+    return recompute_probs(*(call or getattr(attention_module(model, layer).source, label).inputs))
 
 
 def head_plan(model, heads=None, *, per_row=None, means=None):
@@ -1090,9 +1011,7 @@ def head_plan(model, heads=None, *, per_row=None, means=None):
     """
     if heads is not None and per_row is not None:
         raise ValueError("pass either heads= or per_row=, not both")
-    rows = (
-        [model.check_heads(heads)] if per_row is None else [model.check_heads(r) for r in per_row]
-    )
+    rows = [model.check_heads(r) for r in ([heads] if per_row is None else per_row)]
     edits: dict = {}
     for r, row in enumerate(rows):
         for layer, hs in by_layer(row).items():
@@ -1100,13 +1019,11 @@ def head_plan(model, heads=None, *, per_row=None, means=None):
                 raise ValueError(
                     f"no reference means for layer {layer}; include it in head_means()"
                 )
-            entries = edits.setdefault(("head_out", layer), [])
-            if not entries:
+            if ("head_out", layer) not in edits:  # one edit per layer, every row's heads
+                where = torch.zeros(len(rows), 1, model.n_heads, dtype=torch.bool)
                 value = None if means is None else means.means[layer]
-                entries.append(
-                    ReplaceEdit(torch.zeros(len(rows), 1, model.n_heads, dtype=torch.bool), value)
-                )
-            entries[0].where[r, 0, hs] = True
+                edits[("head_out", layer)] = [ReplaceEdit(where, value)]
+            edits[("head_out", layer)][0].where[r, 0, hs] = True
     return TracePlan(edits, rows=None if per_row is None else len(rows))
 
 
@@ -1146,8 +1063,7 @@ def capture_probs(model, layers=None, *, reduce=None):
     ``{layer: [b, H, n, n]}`` (or ``reduce(probs)``), as `run_layers` does.
     """
     wanted = sorted(_layer_filter(layers, model.n_layers))
-    found = run_layers(model, capture=wanted, reduce=reduce, only_layers=wanted)
-    return found
+    return run_layers(model, capture=wanted, reduce=reduce, only_layers=wanted)
 
 
 def capture_attention(model, layers=None, *, reduce=None):
@@ -1200,9 +1116,7 @@ def metric_values(logits, terms):
     device = logits.device
     rows = torch.arange(logits.shape[0], device=device)[:, None]
     value = torch.zeros(logits.shape[0], device=device)
-    for kind in ("logprob", "logit"):
-        if kind not in terms:
-            continue
+    for kind in [kind for kind in ("logprob", "logit") if kind in terms]:
         index, target, weight = terms[kind]
         picked = logits[rows, index.to(device)].float()  # [b, T, V]
         if kind == "logprob":
@@ -1245,11 +1159,6 @@ def pattern_estimate(probs, grad, new, rows, method):
     return torch.where(rows & live, ds * dm_ds, 0.0).sum((-1, -2))
 
 
-def zero_grad(grad):
-    """A tensor hook that stops the gradient (GradDrop's dropped layer)."""
-    return torch.zeros_like(grad)
-
-
 def _site_estimate(model, name, layer, x, g, plan, donors, method):
     """``[b, U]`` estimate of every edit of one site and layer (``g``: ``dm/dx``)."""
     view, grad = unit_view(model, name, x), unit_view(model, name, g)
@@ -1289,19 +1198,17 @@ def _estimates(model, taps, grads, plan, donors, method):
     return out
 
 
-def _gradients(total, wrt, retain, start=None):
+def _gradients(total, wrt, retain, start):
     """``d total / d x`` for each tensor of ``wrt`` (None where it does not reach).
 
-    With ``start`` (layer 0's input) its gradient is taken too, and must exist
+    The gradient at ``start`` (layer 0's input) is taken too, and must exist
     (`reached_input`).
     """
-    if start is not None:
-        found = torch.autograd.grad(total, [*wrt, start], allow_unused=True, retain_graph=retain)
-        reached_input(found[-1])
-        return found[:-1]
-    if not wrt:  # nothing in this batch is estimated, or nothing reaches the metric
-        return ()
-    return torch.autograd.grad(total, wrt, allow_unused=True, retain_graph=retain)
+    *found, at_start = torch.autograd.grad(
+        total, [*wrt, start], allow_unused=True, retain_graph=retain
+    )
+    reached_input(at_start)
+    return found
 
 
 def reached_input(grad):
@@ -1366,9 +1273,9 @@ def attribution_pass(model, terms, plan, donors=None, method="atp*", grad_drop=F
         # over the L - 1 layers that leave a head's gradient (its own layer stops all of it)
         score = {k: torch.zeros_like(v) for k, v in estimate.items()}
         for layer in range(model.n_layers):
-            hooks = [b.register_hook(zero_grad) for b in blocks[2 * layer : 2 * layer + 2]]
-            last = layer == model.n_layers - 1
-            dropped = _gradients(total, wrt, not last)
+            # a hook returning zeros stops the gradient through the dropped layer's blocks
+            hooks = [b.register_hook(torch.zeros_like) for b in blocks[2 * layer : 2 * layer + 2]]
+            dropped = _gradients(total, wrt, layer < model.n_layers - 1, stream)
             for hook in hooks:
                 hook.remove()
             for k, v in _estimates(model, taps, dropped, plan, donors, method).items():

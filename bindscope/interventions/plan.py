@@ -22,7 +22,7 @@ A plan holds tensors and small trace-side classes only (``ops`` ships whole to N
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -96,13 +96,11 @@ def _with_donors(
     n_rows = len(batch.indices)
     own = [batch.input_ids[r, batch.pad(r) :].tolist() for r in range(n_rows)]
     full = model.pad(list(range(n_rows + len(donor_ids))), own + [list(d) for d in donor_ids])
-    part = {k: v[:n_rows] for k, v in full.inputs.items()}
-    widened = Batch(
-        batch.indices,
-        part["input_ids"],
-        part["attention_mask"],
-        part["position_ids"],
-        batch.lengths,
+    widened = replace(
+        batch,
+        input_ids=full.input_ids[:n_rows],
+        attention_mask=full.attention_mask[:n_rows],
+        position_ids=full.position_ids[:n_rows],
     )
     return widened, {k: v[n_rows:] for k, v in full.inputs.items()}
 
@@ -123,10 +121,6 @@ class Planner:
         self.knockout: dict[int, torch.Tensor] = {}
         self.paths: dict[int, tuple[tuple[int, ...] | None, np.ndarray]] = {}
         self.path_means: list = []  # the EdgeMeans of mean-ablating path patches
-
-    def units(self, site: str) -> int:
-        """Units of a site's view: heads at ``head_out`` and ``pattern``, one vector elsewhere."""
-        return self.model.n_heads if site in ("head_out", "pattern") else 1
 
     def columns(self, n: int, positions: tuple[int, ...] | None, donor: int | None = None):
         """Padded columns of a row with ``n`` real tokens (None: every position).
@@ -159,7 +153,8 @@ class Planner:
             if entry.every_position == every_position and same is not None and same(entry):
                 return entry
         width = 1 if every_position else self.width
-        where = torch.zeros(self.n_rows, width, self.units(site), dtype=torch.bool)
+        units = self.model.n_heads if site in ("head_out", "pattern") else 1  # else one vector
+        where = torch.zeros(self.n_rows, width, units, dtype=torch.bool)
         entry = make(where)
         entry.every_position = every_position
         entries.append(entry)
@@ -182,13 +177,9 @@ class Planner:
         offset = self.width - n  # left padding
         q = torch.tensor([offset + a for a, _ in edges])
         k = torch.tensor([offset + b for _, b in edges])
+        shape = (self.n_rows, self.model.n_heads, self.width, self.width)
         for layer, heads in heads_by_layer.items():
-            removed = self.knockout.setdefault(
-                layer,
-                torch.zeros(
-                    self.n_rows, self.model.n_heads, self.width, self.width, dtype=torch.bool
-                ),
-            )
+            removed = self.knockout.setdefault(layer, torch.zeros(shape, dtype=torch.bool))
             for h in heads:
                 removed[r, h, q, k] = True
 
@@ -216,14 +207,14 @@ class Planner:
 
     def plan(self, donors: dict[str, torch.Tensor] | None) -> ops.TracePlan:
         """The `ops.TracePlan` of everything added."""
-        path = None
+        path, n_donors = None, 0 if donors is None else donors["input_ids"].shape[0]
         if self.paths:  # other texts' edits act on their own rows (resolve_rows keeps them apart)
             if self.knockout:
                 raise InterventionError(
                     f"{self.model.name}: Knockout and PathPatch in one batch: a knockout of "
                     "a batch with scratch rows is not planned; run them in separate calls"
                 )
-            path = self._path(0 if donors is None else donors["input_ids"].shape[0])
+            path = self._path(n_donors)
         order = list(self.model.sites)
         donor_keys = sorted(
             {
@@ -234,19 +225,14 @@ class Planner:
             },
             key=lambda key: (key[1], order.index(key[0])),
         )
-        knockout, knockout_batch, site = {}, {}, None
-        if self.knockout:
-            site = self.model.knockout_site
-            if donors is None:
-                knockout = self.knockout
-            else:  # knocked out for the whole batch at once, donor rows (first) untouched
-                n_donors = donors["input_ids"].shape[0]
-                knockout_batch = {
-                    layer: torch.cat(
-                        [torch.zeros_like(removed[:1]).expand(n_donors, -1, -1, -1), removed]
-                    )
-                    for layer, removed in self.knockout.items()
-                }
+        knockout, knockout_batch = self.knockout, {}
+        if donors is not None:  # the whole batch at once, donor rows (first) untouched
+            knockout = {}
+            knockout_batch = {
+                layer: torch.cat([removed.new_zeros(n_donors, *removed.shape[1:]), removed])
+                for layer, removed in self.knockout.items()
+            }
+        site = self.model.knockout_site if self.knockout else None
         return ops.TracePlan(
             self.edits, donor_keys, knockout, knockout_batch, site, rows=self.n_rows, path=path
         )

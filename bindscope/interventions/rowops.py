@@ -127,17 +127,13 @@ class DonorOp(RowOp):
         columns = planner.columns(n, self.positions, donor=len(self.donor))
         row = planner.donor_ids[self.donor]
         for layer, units in self.units:
-
-            def make(where, layer=layer):
-                return ops.DonorEdit(
-                    where, (self.site, layer), torch.zeros(len(where), dtype=torch.long)
-                )
-
             # a row takes an edit it has no cell in yet (one donor per row and edit)
             edit = planner.edit(
                 self.site,
                 layer,
-                make,
+                lambda where, layer=layer: ops.DonorEdit(
+                    where, (self.site, layer), torch.zeros(len(where), dtype=torch.long)
+                ),
                 every_position=False,
                 same=lambda e: isinstance(e, ops.DonorEdit) and not bool(e.where[r].any()),
             )

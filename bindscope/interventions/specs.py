@@ -134,9 +134,6 @@ class _Targeted:
     positions: tuple[int, ...] | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
-        self._normalize()
-
-    def _normalize(self) -> None:
         heads = self.heads
         if isinstance(heads, str):
             if self.site is not None and self.site != heads:
@@ -648,8 +645,8 @@ def _check_means(
     wanted = list(shape) if site == "head_out" else [shape[1]]
     out = {}
     for layer, unit_list in units:
-        where = f"head ({layer}, {unit_list[0]})" if site == "head_out" else f"{site}"
         if layer not in means:
+            where = f"head ({layer}, {unit_list[0]})" if site == "head_out" else site
             raise InterventionError(
                 f"{model.name}: no reference means for layer {layer} ({where}); "
                 f"include the layer in {helper}"
@@ -664,7 +661,7 @@ def _check_means(
         for unit in unit_list if site == "head_out" else (None,):
             part = value if unit is None else value[unit]
             if not bool(torch.isfinite(part).all()):
-                name = f"head ({layer}, {unit})" if unit is not None else f"{site}"
+                name = f"head ({layer}, {unit})" if unit is not None else site
                 raise InterventionError(
                     f"{model.name}: {spec.describe()}: the means of {name} (layer {layer}) are "
                     f"not finite (NaN or infinity); recompute them with {helper} on "
