@@ -146,7 +146,7 @@ def _targets(positions: list[list[int]], ids: list[list[int]]):
 
 def _full_batch(model: LanguageModel, batch, choices, rows):
     """Every (prompt + choice) sequence in full, one row each."""
-    seqs, positions, targets, seq_rows, owner = [], [], [], [], []
+    seqs, targets, seq_rows, owner = [], [], [], []
     for r, index_choices in enumerate(choices):
         prompt = batch.input_ids[r, batch.pad(r) :].tolist()
         for c in index_choices:
@@ -218,15 +218,8 @@ def _shared_prefix_batch(model: LanguageModel, batch, choices, rows):
     else:
         cache.batch_repeat_interleave(n_c)
         rest = _choice_pass(model, batch, flat, cache, rows, n_c)
-    out = []
-    for r in range(b):
-        values = []
-        for j in range(n_c):
-            s = r * n_c + j
-            c = flat[s]
-            values.append(float(first[r, c[0]]) / len(c) + float(rest[s]))
-        out.append(values)
-    return out
+    scored = [float(first[s // n_c, c[0]]) / len(c) + float(rest[s]) for s, c in enumerate(flat)]
+    return [scored[r * n_c : (r + 1) * n_c] for r in range(b)]
 
 
 def _choice_pass(model: LanguageModel, batch, flat, cache, rows, n_c: int):

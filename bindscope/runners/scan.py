@@ -160,9 +160,7 @@ def _donor_outputs(model: LanguageModel, donors: Batch, keep: list[int], width: 
 def _clean(
     model: LanguageModel,
     batch: Batch,
-    index: torch.Tensor,
-    target: torch.Tensor,
-    weight: torch.Tensor,
+    targets: tuple,
     keep_layers: int,
     options: dict,
 ) -> tuple:
@@ -176,7 +174,7 @@ def _clean(
         for i in range(keep_layers):
             outputs.append(layers[i].output)  # [b, W, d]
         logits = ops.final_logits(model)  # [b, W, V]
-        scores = ops.choice_logprob_sums(logits, index, target, weight).save()
+        scores = ops.choice_logprob_sums(logits, *targets).save()
     return scores, outputs
 
 
@@ -196,14 +194,13 @@ def _conditions_pass(
     Layers below ``start`` are skipped and replaced by ``residual``, the clean output of
     layer ``start - 1`` for every row (the plan has no edit there).
     """
-    index, target, weight = targets
     layers = model.nnsight.model.layers
     with model.nnsight.trace(**inputs, **options, **model.trace_options):
         for i in range(start):
             layers[i].skip(residual)
         ops.run_layers(model, plan=plan, donors=donors)
         logits = ops.final_logits(model)  # [rows, W, V]
-        scores = ops.choice_logprob_sums(logits, index, target, weight).save()
+        scores = ops.choice_logprob_sums(logits, *targets).save()
     return scores
 
 
@@ -277,7 +274,6 @@ def _batch_session(
     the session's next trace then fails (docs/remote.md, Limits).
     """
     env = model.nnsight
-    index, target, weight = targets
     # plain tuples: the session ships, and this module's classes are not on the server
     jobs = [(one.inputs, one.targets, one.plan, one.start, one.rows) for one in passes]
     with env.session(**model.trace_options):
@@ -296,7 +292,7 @@ def _batch_session(
             outputs = []
             for i in range(keep_layers):
                 outputs.append(layers[i].output)  # [b, W, d]
-            found.append(ops.choice_logprob_sums(ops.final_logits(model), index, target, weight))
+            found.append(ops.choice_logprob_sums(ops.final_logits(model), *targets))
         for pass_inputs, pass_targets, plan, start, rows in jobs:
             residual = outputs[start - 1][rows] if start > 0 else None
             donors = None
@@ -462,8 +458,7 @@ def _score_batch(
                 scores[c, batch.indices[r]] = value
         bar.update(b * len(conditions))
         return
-    index, target, weight = targets
-    found, outputs = _clean(model, batch, index, target, weight, scan.keep_layers, options)
+    found, outputs = _clean(model, batch, targets, scan.keep_layers, options)
     clean[batch.indices] = found.double().numpy()
     swapped = None if mine is None else _donor_outputs(model, mine, keep, width)
     if scan.strategy == "naive":  # every condition from the embeddings, one per pass
