@@ -182,11 +182,9 @@ def _estimate(
         found_of["grad_drop"] = [{} for _ in texts]
     for planned in plan_batches(model, texts, rows, batch_size=batch_size):
         batch, plan = planned.batch, planned.plan
-        terms, keep = metric_terms([metrics[i] for i in batch.indices], batch.input_ids)
+        mine = [metrics[i] for i in batch.indices]
+        terms, keep = metric_terms(mine, batch.input_ids, every_logit=not keeps)
         options = {"logits_to_keep": keep} if keeps else {}
-        if not keeps:  # every logit comes back: index past the ``width - keep`` not kept
-            shift = batch.input_ids.shape[1] - keep
-            terms = {k: (index + shift, t, w) for k, (index, t, w) in terms.items()}
         donors = _donor_pass(model, planned, eager)
         context = model.eager() if eager else contextlib.nullcontext()
         with context, torch.enable_grad():  # noqa: SIM117 (nnsight reads the trace's own block)

@@ -35,6 +35,7 @@ from bindscope.metrics.behaviour import (
 from bindscope.prompts.continuations import continuation_ids
 from bindscope.prompts.prompt_sets import PromptRecord
 from bindscope.protocols import LanguageModel
+from bindscope.runners.attribution_metrics import TargetLogprob, metric_terms
 
 
 def _records_of(records: Sequence[PromptRecord], task: str) -> list[PromptRecord]:
@@ -132,18 +133,6 @@ def recognition(
     return out
 
 
-def _targets(positions: list[list[int]], ids: list[list[int]]):
-    width = max(len(p) for p in positions)
-    index = torch.zeros(len(ids), width, dtype=torch.long)
-    target = torch.zeros(len(ids), width, dtype=torch.long)
-    weight = torch.zeros(len(ids), width)
-    for r, (pos, tok) in enumerate(zip(positions, ids)):
-        index[r, : len(pos)] = torch.tensor(pos)
-        target[r, : len(tok)] = torch.tensor(tok)
-        weight[r, : len(tok)] = 1.0 / len(tok)
-    return index, target, weight
-
-
 def _full_batch(model: LanguageModel, batch, choices, rows):
     """Every (prompt + choice) sequence in full, one row each."""
     seqs, targets, seq_rows, owner = [], [], [], []
@@ -155,11 +144,8 @@ def _full_batch(model: LanguageModel, batch, choices, rows):
             seq_rows.append(rows[r])
             owner.append(r)
     full = model.pad(list(range(len(seqs))), seqs)
-    positions = [
-        [full.pad(s) + len(seqs[s]) - len(targets[s]) - 1 + i for i in range(len(targets[s]))]
-        for s in range(len(seqs))
-    ]
-    index, target, weight = _targets(positions, targets)
+    metrics = [TargetLogprob(len(c)) for c in targets]  # every sequence ends with its choice
+    index, target, weight = metric_terms(metrics, full.input_ids, every_logit=True)[0]["logprob"]
     plan = _plan(model, full, seq_rows)
     with model.nnsight.trace(**full.inputs, **model.trace_options):
         if plan:

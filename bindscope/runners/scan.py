@@ -39,6 +39,7 @@ from bindscope.interventions.ops import by_layer
 from bindscope.interventions.plan import Planner, plan_batch
 from bindscope.interventions.resolve import resolve_rows
 from bindscope.protocols import LanguageModel
+from bindscope.runners.attribution_metrics import TargetLogprob, metric_terms
 from bindscope.runners.behaviour import keeps_logits
 
 if TYPE_CHECKING:
@@ -68,28 +69,6 @@ class ScoredSequence:
                 f"a scored sequence of {len(self.ids)} tokens cannot have {self.n_target} "
                 "target tokens: the target needs at least one token and a prompt before it"
             )
-
-
-def _targets(batch: Batch, sequences: Sequence[ScoredSequence], keep: int | None = None):
-    """Positions, ids and weights ``[b, T]`` of every target token in a left-padded batch.
-
-    With ``keep``, positions count within the last ``keep`` logits only (left padding puts
-    every target among the last ``T + 1`` positions, so only those need the unembedding).
-    """
-    width = batch.input_ids.shape[1]
-    t = max(s.n_target for s in sequences)
-    shift = width - keep if keep is not None else 0
-    index = torch.zeros(len(sequences), t, dtype=torch.long)
-    target = torch.zeros(len(sequences), t, dtype=torch.long)
-    weight = torch.zeros(len(sequences), t)
-    for r, s in enumerate(sequences):
-        n = len(s.ids)
-        for j in range(s.n_target):
-            position = n - s.n_target + j  # of the target token in the unpadded sequence
-            index[r, j] = width - n + position - 1 - shift  # the logits that predict it
-            target[r, j] = s.ids[position]
-            weight[r, j] = 1.0 / s.n_target
-    return index, target, weight
 
 
 def _condition_plan(
@@ -435,9 +414,10 @@ def _score_batch(
     """Score one batch clean and under every condition into ``clean`` and ``scores``."""
     conditions = scan.conditions
     # the unembedding runs only where a target is predicted (the last T + 1 positions)
-    last = max(s.n_target for s in part) + 1 if scan.keeps else None
+    metrics = [TargetLogprob(s.n_target) for s in part]
+    terms, last = metric_terms(metrics, batch.input_ids, every_logit=not scan.keeps)
     options = {"logits_to_keep": last} if scan.keeps else {}
-    targets = _targets(batch, part, last)
+    targets = terms["logprob"]  # positions, ids and weights [b, T] of every target token
     b = len(part)
     width = batch.input_ids.shape[1]
     keep: list[int] = []
