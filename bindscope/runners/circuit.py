@@ -118,26 +118,19 @@ def greedy_mask(scores: EdgeScores, n: int) -> np.ndarray:
 def _receivers_of(graph) -> dict[str, list[int]]:
     """Each sender node's own inputs as receiver indices (a head: its query, key, value)."""
     found: dict[str, list[int]] = {}
-    kv_of: dict[str, list[int]] = {}
+    kv_of: dict[tuple[str, int], list[int]] = {}  # (layer, group): its key and value
     for j, name in enumerate(graph.receivers):
         if name.endswith(("<k>", "<v>")):
-            kv_of.setdefault(name.split(".")[0], []).append(j)
-    for j, name in enumerate(graph.receivers):
-        if name.endswith("<q>"):
-            found[name[: -len("<q>")]] = [j]
-        elif name.startswith("m"):
-            found[name] = [j]
-    n_groups = {layer: len(js) // 2 for layer, js in kv_of.items()}
-    for sender in list(found):
+            layer, group = name[: -len("<k>")].split(".g")
+            kv_of.setdefault((layer, int(group)), []).append(j)
+        elif name != "logits":  # a head's query, or an MLP
+            found[name.removesuffix("<q>")] = [j]
+    for sender in found:
         if sender.startswith("a"):
             layer, head = sender.split(".h")
             heads = sum(1 for other in found if other.startswith(layer + ".h"))
-            group = int(head) // max(heads // n_groups[layer], 1)
-            found[sender] += [
-                j
-                for j in kv_of[layer]
-                if graph.receivers[j].split(".g")[1].split("<")[0] == str(group)
-            ]
+            n_groups = sum(1 for other, _ in kv_of if other == layer)
+            found[sender] += kv_of[layer, int(head) // max(heads // n_groups, 1)]
     return found
 
 

@@ -72,20 +72,16 @@ class ScoredSequence:
 
 
 def _condition_plan(
-    model: LanguageModel,
-    conditions: Sequence[Sequence[Head]],
-    rows: list[int],
-    means: dict[int, torch.Tensor] | None,
-    batch: Batch,
-    valid: torch.Tensor | None = None,
+    model: LanguageModel, scan: _Scan, rows: list[int], batch: Batch, valid: torch.Tensor | None
 ) -> ops.TracePlan:
-    """The plan of one pass whose row ``r`` applies condition ``rows[r]``.
+    """The plan of one pass whose row ``r`` applies condition ``rows[r]`` of the scan.
 
     Zero and mean ablation go through the specs (``Zero``/``Mean`` per row) and the planner
     like every other call; resampling (``valid [rows, W]``: where each row has a donor
     position) copies each row's precomputed, end-aligned donor outputs as donor edits, so
     no donor rows run in the pass.
     """
+    conditions, means = scan.conditions, scan.table
     if valid is None:
         per_row = [
             Zero(conditions[c]) if means is None else Mean(conditions[c], means) for c in rows
@@ -207,28 +203,21 @@ class _Pass:
 
 
 def _passes(
-    model: LanguageModel,
-    batch: Batch,
-    conditions: Sequence[Sequence[tuple[int, int]]],
-    by_start: dict[int, list[int]],
-    targets: tuple,
-    table: dict | None,
-    valid: torch.Tensor | None,
-    rows_per_pass: int,
+    model: LanguageModel, scan: _Scan, batch: Batch, targets: tuple, valid: torch.Tensor | None
 ) -> Iterator[_Pass]:
     """Every condition pass of one batch, each started at its conditions' lowest layer.
 
     Rows of a pass are (condition, sequence) pairs, condition-major, ``rows_per_pass`` at most.
     """
-    b = batch.input_ids.shape[0]
-    for start, members in sorted(by_start.items()):
+    b, size = batch.input_ids.shape[0], scan.rows_per_pass
+    for start, members in sorted(scan.by_start.items()):
         pairs = [(c, r) for c in members for r in range(b)]
-        for lo in range(0, len(pairs), rows_per_pass):
-            chunk = pairs[lo : lo + rows_per_pass]
+        for lo in range(0, len(pairs), size):
+            chunk = pairs[lo : lo + size]
             rows = torch.tensor([r for _, r in chunk])
             part = _rows_batch(batch, rows)
             picked = valid[rows] if valid is not None else None
-            plan = _condition_plan(model, conditions, [c for c, _ in chunk], table, part, picked)
+            plan = _condition_plan(model, scan, [c for c, _ in chunk], part, picked)
             mine = tuple(t[rows] for t in targets)
             yield _Pass(chunk, rows, part.inputs, mine, plan, start)
 
@@ -425,9 +414,7 @@ def _score_batch(
     if donors is not None:
         mine = model.encode([list(d.ids) for d in donors])
         keep, valid = _alignment(part, donors, width)
-    passes = _passes(
-        model, batch, conditions, scan.by_start, targets, scan.table, valid, scan.rows_per_pass
-    )
+    passes = _passes(model, scan, batch, targets, valid)
     if scan.session:  # remote: everything of the batch in one request, only scores come back
         done = list(passes)
         swap = None if mine is None else (mine.inputs, keep, width)
@@ -443,7 +430,7 @@ def _score_batch(
     swapped = None if mine is None else _donor_outputs(model, mine, keep, width)
     if scan.strategy == "naive":  # every condition from the embeddings, one per pass
         for c in range(len(conditions)):
-            plan = _condition_plan(model, conditions, [c] * b, scan.table, batch, valid)
+            plan = _condition_plan(model, scan, [c] * b, batch, valid)
             got = _conditions_pass(model, batch.inputs, targets, plan, 0, None, options, swapped)
             scores[c, batch.indices] = got.double().numpy()
             bar.update(b)
