@@ -132,51 +132,36 @@ def _donor_outputs(model: LanguageModel, donors: Batch, keep: list[int], width: 
 
 
 @torch.no_grad()
-def _clean(
-    model: LanguageModel,
-    batch: Batch,
-    targets: tuple,
-    keep_layers: int,
-    options: dict,
-) -> tuple:
-    """One clean pass: target scores and the outputs of the layers below ``keep_layers``.
-
-    Scores are ``[b]``; each kept output is ``[b, W, d]``.
-    """
-    layers = model.nnsight.model.layers
-    with model.nnsight.trace(**batch.inputs, **options, **model.trace_options):
-        outputs: list = ops.save([])  # filled below, kept after the trace
-        for i in range(keep_layers):
-            outputs.append(layers[i].output)  # [b, W, d]
-        logits = ops.final_logits(model)  # [b, W, V]
-        scores = ops.choice_logprob_sums(logits, *targets).save()
-    return scores, outputs
-
-
-@torch.no_grad()
-def _conditions_pass(
+def _scored_pass(
     model: LanguageModel,
     inputs: dict,
     targets: tuple,
-    plan: ops.TracePlan,
-    start: int,
-    residual: torch.Tensor | None,
     options: dict,
+    *,
+    keep_layers: int = 0,
+    start: int = 0,
+    residual: torch.Tensor | None = None,
+    plan: ops.TracePlan | None = None,
     donors: dict | None = None,
-):
-    """Scores ``[rows]`` of one pass that starts at layer ``start``, under ``plan``.
+) -> tuple:
+    """Target scores ``[rows]`` of one pass, and its outputs of the layers below ``keep_layers``.
 
-    Layers below ``start`` are skipped and replaced by ``residual``, the clean output of
-    layer ``start - 1`` for every row (the plan has no edit there).
+    The clean pass keeps outputs (each ``[b, W, d]``) and has no plan. A condition pass
+    starts at layer ``start``: the layers below are skipped and replaced by ``residual``, the
+    clean output of layer ``start - 1`` for every row (the plan has no edit there).
     """
     layers = model.nnsight.model.layers
     with model.nnsight.trace(**inputs, **options, **model.trace_options):
+        outputs: list = ops.save([])  # filled below, kept after the trace
+        for i in range(keep_layers):
+            outputs.append(layers[i].output)  # [b, W, d]
         for i in range(start):
             layers[i].skip(residual)
-        ops.run_layers(model, plan=plan, donors=donors)
+        if plan is not None:
+            ops.run_layers(model, plan=plan, donors=donors)
         logits = ops.final_logits(model)  # [rows, W, V]
         scores = ops.choice_logprob_sums(logits, *targets).save()
-    return scores
+    return scores, outputs
 
 
 def _rows_batch(batch: Batch, rows: torch.Tensor) -> Batch:
@@ -237,8 +222,8 @@ def _batch_session(
     The clean residual stream and a resample's donor outputs (``swap``: the donors' inputs,
     how many final positions each row takes, the width) stay on the server; only the
     scores come back: ``[b]`` clean, then ``[rows]`` per pass. The body computes what
-    `_clean`, `_donor_outputs` and the condition passes compute here, in the same order; it
-    calls only ``ops`` and torch (it ships). No trace stops early: in ndif 0.1.2's sandbox
+    `_donor_outputs` and the clean and condition `_scored_pass` compute here, in the same
+    order; it calls only ``ops`` and torch (it ships). No trace stops early: in ndif 0.1.2's sandbox
     the session's next trace then fails (docs/remote.md, Limits).
     """
     env = model.nnsight
@@ -425,21 +410,30 @@ def _score_batch(
                 scores[c, batch.indices[r]] = value
         bar.update(b * len(conditions))
         return
-    found, outputs = _clean(model, batch, targets, scan.keep_layers, options)
+    found, outputs = _scored_pass(
+        model, batch.inputs, targets, options, keep_layers=scan.keep_layers
+    )
     clean[batch.indices] = found.double().numpy()
     swapped = None if mine is None else _donor_outputs(model, mine, keep, width)
     if scan.strategy == "naive":  # every condition from the embeddings, one per pass
         for c in range(len(conditions)):
             plan = _condition_plan(model, scan, [c] * b, batch, valid)
-            got = _conditions_pass(model, batch.inputs, targets, plan, 0, None, options, swapped)
+            got, _ = _scored_pass(model, batch.inputs, targets, options, plan=plan, donors=swapped)
             scores[c, batch.indices] = got.double().numpy()
             bar.update(b)
         return
     for one in passes:  # each from the clean outputs below its lowest layer
         residual = outputs[one.start - 1][one.rows] if one.start > 0 else None
         taken = None if swapped is None else {k: v[one.rows] for k, v in swapped.items()}
-        got = _conditions_pass(
-            model, one.inputs, one.targets, one.plan, one.start, residual, options, taken
+        got, _ = _scored_pass(
+            model,
+            one.inputs,
+            one.targets,
+            options,
+            start=one.start,
+            residual=residual,
+            plan=one.plan,
+            donors=taken,
         )
         for (c, r), value in zip(one.pairs, got.double().tolist()):
             scores[c, batch.indices[r]] = value
