@@ -181,10 +181,10 @@ def _shared_prefix_batch(model: LanguageModel, batch, choices, rows):
         for count in sorted(n_choices):
             sel = [r for r, c in enumerate(choices) if len(c) == count]
             sub = model.pad(sel, [batch.input_ids[r, batch.pad(r) :].tolist() for r in sel])
-            for r, values in zip(
-                sel,
-                _shared_prefix_batch(model, sub, [choices[r] for r in sel], [rows[r] for r in sel]),
-            ):
+            found = _shared_prefix_batch(
+                model, sub, [choices[r] for r in sel], [rows[r] for r in sel]
+            )
+            for r, values in zip(sel, found):
                 out[r] = values
         return out
     n_c = n_choices.pop()
