@@ -125,11 +125,8 @@ def recognition(
     for record, values in zip(records, scores):
         assert values is not None  # every batch filled its rows
         prediction = max(range(len(values)), key=lambda i: (values[i], -i))
-        out.append(
-            RecognitionResult(
-                record.key, tuple(values), prediction, int(prediction == record.answer_idx)
-            )
-        )
+        correct = int(prediction == record.answer_idx)
+        out.append(RecognitionResult(record.key, tuple(values), prediction, correct))
     return out
 
 
