@@ -9,6 +9,7 @@ usual one of circuit studies.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -105,7 +106,7 @@ def check_metrics(model: LanguageModel, metric: object, lengths: list[int]) -> l
 
 
 def metric_terms(
-    metrics: list[Metric], ids: torch.Tensor, *, every_logit: bool = False
+    metrics: Sequence[Metric], ids: torch.Tensor, *, every_logit: bool = False
 ) -> tuple[dict, int]:
     """The metric's terms (``ops.metric_values``) and how many logits to keep.
 
