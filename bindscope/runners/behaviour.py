@@ -132,18 +132,13 @@ def recognition(
 
 def _full_batch(model: LanguageModel, batch, choices, rows):
     """Every (prompt + choice) sequence in full, one row each."""
-    seqs, targets, seq_rows, owner = [], [], [], []
-    for r, index_choices in enumerate(choices):
-        prompt = batch.input_ids[r, batch.pad(r) :].tolist()
-        for c in index_choices:
-            seqs.append(prompt + c)
-            targets.append(c)
-            seq_rows.append(rows[r])
-            owner.append(r)
-    full = model.pad(list(range(len(seqs))), seqs)
-    metrics = [TargetLogprob(len(c)) for c in targets]  # every sequence ends with its choice
+    owner = [r for r, cs in enumerate(choices) for _ in cs]  # row s: a choice of prompt r
+    flat = [c for cs in choices for c in cs]
+    prompts = [batch.input_ids[r, batch.pad(r) :].tolist() for r in range(len(choices))]
+    full = model.pad(list(range(len(flat))), [prompts[r] + c for r, c in zip(owner, flat)])
+    metrics = [TargetLogprob(len(c)) for c in flat]  # every sequence ends with its choice
     index, target, weight = metric_terms(metrics, full.input_ids, every_logit=True)[0]["logprob"]
-    plan = _plan(model, full, seq_rows)
+    plan = _plan(model, full, [rows[r] for r in owner])
     with model.nnsight.trace(**full.inputs, **model.trace_options):
         if plan:
             run_layers(model, plan=plan)
