@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.stats import spearmanr
@@ -191,20 +191,14 @@ def faithfulness(
 
 def stability(scores: EdgeScores, n: int, *, n_resamples: int = 200, seed: int = 0) -> float:
     """Mean share of the top-``n`` edges kept in the top ``n`` of resampled pairs."""
-    valid = scores.graph.valid
-    n = min(n, int(valid.sum()))
-
-    def top(mean: np.ndarray) -> set[int]:
-        key = np.where(valid, np.abs(mean), -np.inf).ravel()
-        return set(np.argsort(-key, kind="stable")[:n].tolist())
-
-    full = top(scores.mean())
+    n = min(n, scores.graph.n_edges)
+    full = set(scores.top(n))
     rng = np.random.default_rng(seed)
     pairs = scores.scores.shape[0]
-    kept = [
-        len(full & top(scores.scores[rng.integers(0, pairs, pairs)].mean(0))) / n
-        for _ in range(n_resamples)
-    ]
+    kept = []
+    for _ in range(n_resamples):
+        resampled = replace(scores, scores=scores.scores[rng.integers(0, pairs, pairs)])
+        kept.append(len(full & set(resampled.top(n))) / n)
     return float(np.mean(kept))
 
 
