@@ -70,7 +70,7 @@ def _rows_for(
     return rows
 
 
-def _plan(model: LanguageModel, batch, rows, *, positions: bool = True) -> ops.TracePlan:
+def _plan(model: LanguageModel, batch: Batch, rows, *, positions: bool = True) -> ops.TracePlan:
     """A plan for one batch; ``positions=False`` keeps only what acts on every position."""
     if not positions:
         rows = [tuple(op for op in row if op.every_position) for row in rows]
@@ -130,7 +130,7 @@ def recognition(
     return out
 
 
-def _full_batch(model: LanguageModel, batch, choices, rows):
+def _full_batch(model: LanguageModel, batch: Batch, choices: list, rows: list) -> list:
     """Every (prompt + choice) sequence in full, one row each."""
     owner = [r for r, cs in enumerate(choices) for _ in cs]  # row s: a choice of prompt r
     flat = [c for cs in choices for c in cs]
@@ -165,7 +165,7 @@ def _cache_name(model: LanguageModel) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-def _shared_prefix_batch(model: LanguageModel, batch, choices, rows):
+def _shared_prefix_batch(model: LanguageModel, batch: Batch, choices: list, rows: list) -> list:
     """Prompt once with a cache; then all choices of all prompts on the repeated cache."""
     n_choices = {len(c) for c in choices}
     if len(n_choices) != 1:  # mixed 4-choice and True/False: split by choice count
@@ -200,7 +200,7 @@ def _shared_prefix_batch(model: LanguageModel, batch, choices, rows):
     return [scored[r * n_c : (r + 1) * n_c] for r in range(b)]
 
 
-def _choice_pass(model: LanguageModel, batch, flat, cache, rows, n_c: int):
+def _choice_pass(model: LanguageModel, batch: Batch, flat: list, cache: Any, rows: list, n_c: int):
     """Each choice's later tokens on its prompt's cache: ``[b*C]`` weighted log-prob sums.
 
     Only the tokens that predict a later choice token run (not a choice's last), and the LM

@@ -22,7 +22,7 @@ from bindscope.errors import InputError
 from bindscope.interventions.means import edge_means
 from bindscope.metrics.stats.estimates import Estimate, bootstrap_statistic
 from bindscope.protocols import LanguageModel
-from bindscope.runners.edges import Edge, EdgeScores, path_patching, path_patching_each
+from bindscope.runners.edges import Edge, EdgeGraph, EdgeScores, path_patching, path_patching_each
 
 __all__ = [
     "ABLATIONS",
@@ -115,7 +115,7 @@ def greedy_mask(scores: EdgeScores, n: int) -> np.ndarray:
     return mask
 
 
-def _receivers_of(graph) -> dict[str, list[int]]:
+def _receivers_of(graph: EdgeGraph) -> dict[str, list[int]]:
     """Each sender node's own inputs as receiver indices (a head: its query, key, value)."""
     found: dict[str, list[int]] = {}
     kv_of: dict[tuple[str, int], list[int]] = {}  # (layer, group): its key and value

@@ -105,14 +105,22 @@ def _condition_plan(
 
 
 def _alignment(
-    rows: Sequence[ScoredSequence], donors: Sequence[ScoredSequence], width: int
-) -> tuple[list[int], torch.Tensor]:
-    """How many final positions each row takes from its donor, and ``valid [b, W]``: where."""
+    model: LanguageModel,
+    rows: Sequence[ScoredSequence],
+    donors: Sequence[ScoredSequence] | None,
+    width: int,
+) -> tuple[Batch | None, list[int], torch.Tensor | None]:
+    """The donors' batch, the final positions each row takes from its donor, ``valid [b, W]``.
+
+    ``valid`` is where they lie; without donors: ``None, [], None``.
+    """
+    if donors is None:
+        return None, [], None
     keep = [min(len(row.ids), len(donor.ids)) for row, donor in zip(rows, donors)]
     valid = torch.zeros(len(rows), width, dtype=torch.bool)
     for r, k in enumerate(keep):
         valid[r, width - k :] = True
-    return keep, valid
+    return model.encode([list(d.ids) for d in donors]), keep, valid
 
 
 @torch.no_grad()
@@ -394,11 +402,7 @@ def _score_batch(
     targets = terms["logprob"]  # positions, ids and weights [b, T] of every target token
     b = len(part)
     width = batch.input_ids.shape[1]
-    keep: list[int] = []
-    valid, mine = None, None
-    if donors is not None:
-        mine = model.encode([list(d.ids) for d in donors])
-        keep, valid = _alignment(part, donors, width)
+    mine, keep, valid = _alignment(model, part, donors, width)
     passes = _passes(model, scan, batch, targets, valid)
     if scan.session:  # remote: everything of the batch in one request, only scores come back
         done = list(passes)
