@@ -269,19 +269,15 @@ def _leftovers(folder: Path) -> list[Path]:
     ]
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)  # the only way to read it: set, then put back at once
-    os.umask(mask)
-    return mask
-
-
 def _umask_modes(staging: Path) -> None:
     """Give every file in ``staging`` the mode the umask gives a new file.
 
     Writers that go through a private temporary file (safetensors via transformers writes
     ``model.safetensors`` 0600) would otherwise make a shared cache unreadable to others.
     """
-    mode = 0o666 & ~_umask()
+    umask = os.umask(0o022)  # the only way to read it: set, then put back at once
+    os.umask(umask)
+    mode = 0o666 & ~umask
     for path in staging.iterdir():
         if path.is_file():
             path.chmod(mode)

@@ -248,9 +248,7 @@ def capture(
 
 def _check_capture_sites(model: LanguageModel, sites: Sequence[str]) -> list[str]:
     """Site names to capture, checked against the family (raises ``InterventionError``)."""
-    if isinstance(sites, str):
-        sites = [sites]
-    names = list(sites)
+    names = [sites] if isinstance(sites, str) else list(sites)
     if not names:
         raise InterventionError(f"{model.name}: sites=[] captures nothing; name some sites")
     for name in names:

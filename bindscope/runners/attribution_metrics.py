@@ -9,6 +9,7 @@ usual one of circuit studies.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -104,13 +105,18 @@ def check_metrics(model: LanguageModel, metric: object, lengths: list[int]) -> l
     return out
 
 
-def metric_terms(metrics: list[Metric], ids: torch.Tensor) -> tuple[dict, int]:
+def metric_terms(
+    metrics: Sequence[Metric], ids: torch.Tensor, *, every_logit: bool = False
+) -> tuple[dict, int]:
     """The metric's terms (``ops.metric_values``) and how many logits to keep.
 
-    ``ids`` is the left-padded batch ``[b, W]``: every text ends in the last column.
+    ``ids`` is the left-padded batch ``[b, W]``: every text ends in the last column. The
+    terms index the last ``keep`` logits, or all ``W`` with ``every_logit`` (a model
+    without ``logits_to_keep``).
     """
     keep = max(m.n_target + 1 if isinstance(m, TargetLogprob) else 1 for m in metrics)
     b, width = ids.shape
+    first = 0 if every_logit else width - keep  # the column of the first logit indexed
     t = max((m.n_target for m in metrics if isinstance(m, TargetLogprob)), default=0)
     logprob = [torch.zeros(b, t, dtype=torch.long) for _ in range(2)] + [torch.zeros(b, t)]
     logit = [torch.zeros(b, 2, dtype=torch.long) for _ in range(2)] + [torch.zeros(b, 2)]
@@ -118,11 +124,11 @@ def metric_terms(metrics: list[Metric], ids: torch.Tensor) -> tuple[dict, int]:
         if isinstance(m, TargetLogprob):
             for j in range(m.n_target):
                 column = width - m.n_target + j  # of the target token
-                logprob[0][r, j] = column - 1 - (width - keep)  # the kept logits predicting it
+                logprob[0][r, j] = column - 1 - first  # the logits predicting it
                 logprob[1][r, j] = ids[r, column]
                 logprob[2][r, j] = 1.0 / m.n_target
         else:
-            logit[0][r] = keep - 1
+            logit[0][r] = width - 1 - first
             logit[1][r] = torch.tensor([int(m.correct), int(m.wrong)])
             logit[2][r] = torch.tensor([1.0, -1.0])
     terms = {}

@@ -182,11 +182,9 @@ def _estimate(
         found_of["grad_drop"] = [{} for _ in texts]
     for planned in plan_batches(model, texts, rows, batch_size=batch_size):
         batch, plan = planned.batch, planned.plan
-        width = batch.input_ids.shape[1]
-        terms, keep = metric_terms([metrics[i] for i in batch.indices], batch.input_ids)
+        mine = [metrics[i] for i in batch.indices]
+        terms, keep = metric_terms(mine, batch.input_ids, every_logit=not keeps)
         options = {"logits_to_keep": keep} if keeps else {}
-        if not keeps:
-            terms = _shift(terms, width, keep)
         donors = _donor_pass(model, planned, eager)
         context = model.eager() if eager else contextlib.nullcontext()
         with context, torch.enable_grad():  # noqa: SIM117 (nnsight reads the trace's own block)
@@ -219,11 +217,6 @@ def _donor_pass(model: LanguageModel, planned: PlannedBatch, eager: bool) -> dic
             found = ops.save(ops.site_outputs(model, plan.donor_keys, {}))
             tracer.stop()
     return found
-
-
-def _shift(terms: dict, width: int, keep: int) -> dict:
-    """Terms indexed into all ``width`` logits (a model without ``logits_to_keep``)."""
-    return {k: (index + (width - keep), t, w) for k, (index, t, w) in terms.items()}
 
 
 def _head_table(model: LanguageModel, estimates: dict) -> np.ndarray:

@@ -35,6 +35,7 @@ from bindscope.metrics.behaviour import (
 from bindscope.prompts.continuations import continuation_ids
 from bindscope.prompts.prompt_sets import PromptRecord
 from bindscope.protocols import LanguageModel
+from bindscope.runners.attribution_metrics import TargetLogprob, metric_terms
 
 
 def _records_of(records: Sequence[PromptRecord], task: str) -> list[PromptRecord]:
@@ -69,7 +70,7 @@ def _rows_for(
     return rows
 
 
-def _plan(model: LanguageModel, batch, rows, *, positions: bool = True) -> ops.TracePlan:
+def _plan(model: LanguageModel, batch: Batch, rows, *, positions: bool = True) -> ops.TracePlan:
     """A plan for one batch; ``positions=False`` keeps only what acts on every position."""
     if not positions:
         rows = [tuple(op for op in row if op.every_position) for row in rows]
@@ -124,43 +125,20 @@ def recognition(
     for record, values in zip(records, scores):
         assert values is not None  # every batch filled its rows
         prediction = max(range(len(values)), key=lambda i: (values[i], -i))
-        out.append(
-            RecognitionResult(
-                record.key, tuple(values), prediction, int(prediction == record.answer_idx)
-            )
-        )
+        correct = int(prediction == record.answer_idx)
+        out.append(RecognitionResult(record.key, tuple(values), prediction, correct))
     return out
 
 
-def _targets(positions: list[list[int]], ids: list[list[int]]):
-    width = max(len(p) for p in positions)
-    index = torch.zeros(len(ids), width, dtype=torch.long)
-    target = torch.zeros(len(ids), width, dtype=torch.long)
-    weight = torch.zeros(len(ids), width)
-    for r, (pos, tok) in enumerate(zip(positions, ids)):
-        index[r, : len(pos)] = torch.tensor(pos)
-        target[r, : len(tok)] = torch.tensor(tok)
-        weight[r, : len(tok)] = 1.0 / len(tok)
-    return index, target, weight
-
-
-def _full_batch(model: LanguageModel, batch, choices, rows):
+def _full_batch(model: LanguageModel, batch: Batch, choices: list, rows: list) -> list:
     """Every (prompt + choice) sequence in full, one row each."""
-    seqs, positions, targets, seq_rows, owner = [], [], [], [], []
-    for r, index_choices in enumerate(choices):
-        prompt = batch.input_ids[r, batch.pad(r) :].tolist()
-        for c in index_choices:
-            seqs.append(prompt + c)
-            targets.append(c)
-            seq_rows.append(rows[r])
-            owner.append(r)
-    full = model.pad(list(range(len(seqs))), seqs)
-    positions = [
-        [full.pad(s) + len(seqs[s]) - len(targets[s]) - 1 + i for i in range(len(targets[s]))]
-        for s in range(len(seqs))
-    ]
-    index, target, weight = _targets(positions, targets)
-    plan = _plan(model, full, seq_rows)
+    owner = [r for r, cs in enumerate(choices) for _ in cs]  # row s: a choice of prompt r
+    flat = [c for cs in choices for c in cs]
+    prompts = [batch.input_ids[r, batch.pad(r) :].tolist() for r in range(len(choices))]
+    full = model.pad(list(range(len(flat))), [prompts[r] + c for r, c in zip(owner, flat)])
+    metrics = [TargetLogprob(len(c)) for c in flat]  # every sequence ends with its choice
+    index, target, weight = metric_terms(metrics, full.input_ids, every_logit=True)[0]["logprob"]
+    plan = _plan(model, full, [rows[r] for r in owner])
     with model.nnsight.trace(**full.inputs, **model.trace_options):
         if plan:
             run_layers(model, plan=plan)
@@ -187,7 +165,7 @@ def _cache_name(model: LanguageModel) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-def _shared_prefix_batch(model: LanguageModel, batch, choices, rows):
+def _shared_prefix_batch(model: LanguageModel, batch: Batch, choices: list, rows: list) -> list:
     """Prompt once with a cache; then all choices of all prompts on the repeated cache."""
     n_choices = {len(c) for c in choices}
     if len(n_choices) != 1:  # mixed 4-choice and True/False: split by choice count
@@ -195,10 +173,10 @@ def _shared_prefix_batch(model: LanguageModel, batch, choices, rows):
         for count in sorted(n_choices):
             sel = [r for r, c in enumerate(choices) if len(c) == count]
             sub = model.pad(sel, [batch.input_ids[r, batch.pad(r) :].tolist() for r in sel])
-            for r, values in zip(
-                sel,
-                _shared_prefix_batch(model, sub, [choices[r] for r in sel], [rows[r] for r in sel]),
-            ):
+            found = _shared_prefix_batch(
+                model, sub, [choices[r] for r in sel], [rows[r] for r in sel]
+            )
+            for r, values in zip(sel, found):
                 out[r] = values
         return out
     n_c = n_choices.pop()
@@ -218,18 +196,11 @@ def _shared_prefix_batch(model: LanguageModel, batch, choices, rows):
     else:
         cache.batch_repeat_interleave(n_c)
         rest = _choice_pass(model, batch, flat, cache, rows, n_c)
-    out = []
-    for r in range(b):
-        values = []
-        for j in range(n_c):
-            s = r * n_c + j
-            c = flat[s]
-            values.append(float(first[r, c[0]]) / len(c) + float(rest[s]))
-        out.append(values)
-    return out
+    scored = [float(first[s // n_c, c[0]]) / len(c) + float(rest[s]) for s, c in enumerate(flat)]
+    return [scored[r * n_c : (r + 1) * n_c] for r in range(b)]
 
 
-def _choice_pass(model: LanguageModel, batch, flat, cache, rows, n_c: int):
+def _choice_pass(model: LanguageModel, batch: Batch, flat: list, cache: Any, rows: list, n_c: int):
     """Each choice's later tokens on its prompt's cache: ``[b*C]`` weighted log-prob sums.
 
     Only the tokens that predict a later choice token run (not a choice's last), and the LM

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.stats import spearmanr
@@ -22,7 +22,7 @@ from bindscope.errors import InputError
 from bindscope.interventions.means import edge_means
 from bindscope.metrics.stats.estimates import Estimate, bootstrap_statistic
 from bindscope.protocols import LanguageModel
-from bindscope.runners.edges import Edge, EdgeScores, path_patching, path_patching_each
+from bindscope.runners.edges import Edge, EdgeGraph, EdgeScores, path_patching, path_patching_each
 
 __all__ = [
     "ABLATIONS",
@@ -115,29 +115,22 @@ def greedy_mask(scores: EdgeScores, n: int) -> np.ndarray:
     return mask
 
 
-def _receivers_of(graph) -> dict[str, list[int]]:
+def _receivers_of(graph: EdgeGraph) -> dict[str, list[int]]:
     """Each sender node's own inputs as receiver indices (a head: its query, key, value)."""
     found: dict[str, list[int]] = {}
-    kv_of: dict[str, list[int]] = {}
+    kv_of: dict[tuple[str, int], list[int]] = {}  # (layer, group): its key and value
     for j, name in enumerate(graph.receivers):
         if name.endswith(("<k>", "<v>")):
-            kv_of.setdefault(name.split(".")[0], []).append(j)
-    for j, name in enumerate(graph.receivers):
-        if name.endswith("<q>"):
-            found[name[: -len("<q>")]] = [j]
-        elif name.startswith("m"):
-            found[name] = [j]
-    n_groups = {layer: len(js) // 2 for layer, js in kv_of.items()}
-    for sender in list(found):
+            layer, group = name[: -len("<k>")].split(".g")
+            kv_of.setdefault((layer, int(group)), []).append(j)
+        elif name != "logits":  # a head's query, or an MLP
+            found[name.removesuffix("<q>")] = [j]
+    for sender in found:
         if sender.startswith("a"):
             layer, head = sender.split(".h")
             heads = sum(1 for other in found if other.startswith(layer + ".h"))
-            group = int(head) // max(heads // n_groups[layer], 1)
-            found[sender] += [
-                j
-                for j in kv_of[layer]
-                if graph.receivers[j].split(".g")[1].split("<")[0] == str(group)
-            ]
+            n_groups = sum(1 for other, _ in kv_of if other == layer)
+            found[sender] += kv_of[layer, int(head) // max(heads // n_groups, 1)]
     return found
 
 
@@ -198,20 +191,14 @@ def faithfulness(
 
 def stability(scores: EdgeScores, n: int, *, n_resamples: int = 200, seed: int = 0) -> float:
     """Mean share of the top-``n`` edges kept in the top ``n`` of resampled pairs."""
-    valid = scores.graph.valid
-    n = min(n, int(valid.sum()))
-
-    def top(mean: np.ndarray) -> set[int]:
-        key = np.where(valid, np.abs(mean), -np.inf).ravel()
-        return set(np.argsort(-key, kind="stable")[:n].tolist())
-
-    full = top(scores.mean())
+    n = min(n, scores.graph.n_edges)
+    full = set(scores.top(n))
     rng = np.random.default_rng(seed)
     pairs = scores.scores.shape[0]
-    kept = [
-        len(full & top(scores.scores[rng.integers(0, pairs, pairs)].mean(0))) / n
-        for _ in range(n_resamples)
-    ]
+    kept = []
+    for _ in range(n_resamples):
+        resampled = replace(scores, scores=scores.scores[rng.integers(0, pairs, pairs)])
+        kept.append(len(full & set(resampled.top(n))) / n)
     return float(np.mean(kept))
 
 

@@ -183,11 +183,8 @@ def path_patching(
     """
     pairs = _Pairs(model, clean, corrupted, metric)
     mask = edge_mask(edge_graph(model), edges)
-    if means is None:
-        spec = PathPatch(mask, source=tuple(pairs.corrupted))
-    else:
-        spec = PathPatch(mask, means=means)
-    rows = resolve_rows(model, pairs.clean, intervene=spec)
+    source = tuple(pairs.corrupted) if means is None else ()
+    rows = resolve_rows(model, pairs.clean, intervene=PathPatch(mask, source, means=means))
     return _patched_metric(model, pairs, list(range(len(pairs))), rows, batch_size)
 
 
@@ -242,20 +239,15 @@ def _chunks(n: int, size: int):
         yield list(range(start, min(start + size, n)))
 
 
-def _check_remote(model: LanguageModel, metric) -> None:
-    """A user metric function cannot travel to NDIF (only the package's trace code ships)."""
-    if getattr(model, "remote", False) and callable(metric):
-        raise InputError(
-            f"{model.name} runs on NDIF, where a metric function of your own cannot run; "
-            "pass LogitDifference(correct, wrong) or TargetLogprob(n) (one, or one per pair)"
-        )
-
-
 class _Pairs:
     """Clean/corrupted pairs checked once: equal lengths, one metric per pair."""
 
     def __init__(self, model: LanguageModel, clean: Sequence, corrupted: Sequence, metric) -> None:
-        _check_remote(model, metric)
+        if getattr(model, "remote", False) and callable(metric):  # only our trace code ships
+            raise InputError(
+                f"{model.name} runs on NDIF, where a metric function of your own cannot run; "
+                "pass LogitDifference(correct, wrong) or TargetLogprob(n) (one, or one per pair)"
+            )
         self.model = model
         self.clean = [self._ids(t) for t in clean]
         self.corrupted = [self._ids(t) for t in corrupted]

@@ -39,6 +39,7 @@ from bindscope.interventions.ops import by_layer
 from bindscope.interventions.plan import Planner, plan_batch
 from bindscope.interventions.resolve import resolve_rows
 from bindscope.protocols import LanguageModel
+from bindscope.runners.attribution_metrics import TargetLogprob, metric_terms
 from bindscope.runners.behaviour import keeps_logits
 
 if TYPE_CHECKING:
@@ -70,43 +71,17 @@ class ScoredSequence:
             )
 
 
-def _targets(batch: Batch, sequences: Sequence[ScoredSequence], keep: int | None = None):
-    """Positions, ids and weights ``[b, T]`` of every target token in a left-padded batch.
-
-    With ``keep``, positions count within the last ``keep`` logits only (left padding puts
-    every target among the last ``T + 1`` positions, so only those need the unembedding).
-    """
-    width = batch.input_ids.shape[1]
-    t = max(s.n_target for s in sequences)
-    shift = width - keep if keep is not None else 0
-    index = torch.zeros(len(sequences), t, dtype=torch.long)
-    target = torch.zeros(len(sequences), t, dtype=torch.long)
-    weight = torch.zeros(len(sequences), t)
-    for r, s in enumerate(sequences):
-        n = len(s.ids)
-        for j in range(s.n_target):
-            position = n - s.n_target + j  # of the target token in the unpadded sequence
-            index[r, j] = width - n + position - 1 - shift  # the logits that predict it
-            target[r, j] = s.ids[position]
-            weight[r, j] = 1.0 / s.n_target
-    return index, target, weight
-
-
 def _condition_plan(
-    model: LanguageModel,
-    conditions: Sequence[Sequence[Head]],
-    rows: list[int],
-    means: dict[int, torch.Tensor] | None,
-    batch: Batch,
-    valid: torch.Tensor | None = None,
+    model: LanguageModel, scan: _Scan, rows: list[int], batch: Batch, valid: torch.Tensor | None
 ) -> ops.TracePlan:
-    """The plan of one pass whose row ``r`` applies condition ``rows[r]``.
+    """The plan of one pass whose row ``r`` applies condition ``rows[r]`` of the scan.
 
     Zero and mean ablation go through the specs (``Zero``/``Mean`` per row) and the planner
     like every other call; resampling (``valid [rows, W]``: where each row has a donor
     position) copies each row's precomputed, end-aligned donor outputs as donor edits, so
     no donor rows run in the pass.
     """
+    conditions, means = scan.conditions, scan.table
     if valid is None:
         per_row = [
             Zero(conditions[c]) if means is None else Mean(conditions[c], means) for c in rows
@@ -130,14 +105,22 @@ def _condition_plan(
 
 
 def _alignment(
-    rows: Sequence[ScoredSequence], donors: Sequence[ScoredSequence], width: int
-) -> tuple[list[int], torch.Tensor]:
-    """How many final positions each row takes from its donor, and ``valid [b, W]``: where."""
+    model: LanguageModel,
+    rows: Sequence[ScoredSequence],
+    donors: Sequence[ScoredSequence] | None,
+    width: int,
+) -> tuple[Batch | None, list[int], torch.Tensor | None]:
+    """The donors' batch, the final positions each row takes from its donor, ``valid [b, W]``.
+
+    ``valid`` is where they lie; without donors: ``None, [], None``.
+    """
+    if donors is None:
+        return None, [], None
     keep = [min(len(row.ids), len(donor.ids)) for row, donor in zip(rows, donors)]
     valid = torch.zeros(len(rows), width, dtype=torch.bool)
     for r, k in enumerate(keep):
         valid[r, width - k :] = True
-    return keep, valid
+    return model.encode([list(d.ids) for d in donors]), keep, valid
 
 
 @torch.no_grad()
@@ -157,54 +140,36 @@ def _donor_outputs(model: LanguageModel, donors: Batch, keep: list[int], width: 
 
 
 @torch.no_grad()
-def _clean(
-    model: LanguageModel,
-    batch: Batch,
-    index: torch.Tensor,
-    target: torch.Tensor,
-    weight: torch.Tensor,
-    keep_layers: int,
-    options: dict,
-) -> tuple:
-    """One clean pass: target scores and the outputs of the layers below ``keep_layers``.
-
-    Scores are ``[b]``; each kept output is ``[b, W, d]``.
-    """
-    layers = model.nnsight.model.layers
-    with model.nnsight.trace(**batch.inputs, **options, **model.trace_options):
-        outputs: list = ops.save([])  # filled below, kept after the trace
-        for i in range(keep_layers):
-            outputs.append(layers[i].output)  # [b, W, d]
-        logits = ops.final_logits(model)  # [b, W, V]
-        scores = ops.choice_logprob_sums(logits, index, target, weight).save()
-    return scores, outputs
-
-
-@torch.no_grad()
-def _conditions_pass(
+def _scored_pass(
     model: LanguageModel,
     inputs: dict,
     targets: tuple,
-    plan: ops.TracePlan,
-    start: int,
-    residual: torch.Tensor | None,
     options: dict,
+    *,
+    keep_layers: int = 0,
+    start: int = 0,
+    residual: torch.Tensor | None = None,
+    plan: ops.TracePlan | None = None,
     donors: dict | None = None,
-):
-    """Scores ``[rows]`` of one pass that starts at layer ``start``, under ``plan``.
+) -> tuple:
+    """Target scores ``[rows]`` of one pass, and its outputs of the layers below ``keep_layers``.
 
-    Layers below ``start`` are skipped and replaced by ``residual``, the clean output of
-    layer ``start - 1`` for every row (the plan has no edit there).
+    The clean pass keeps outputs (each ``[b, W, d]``) and has no plan. A condition pass
+    starts at layer ``start``: the layers below are skipped and replaced by ``residual``, the
+    clean output of layer ``start - 1`` for every row (the plan has no edit there).
     """
-    index, target, weight = targets
     layers = model.nnsight.model.layers
     with model.nnsight.trace(**inputs, **options, **model.trace_options):
+        outputs: list = ops.save([])  # filled below, kept after the trace
+        for i in range(keep_layers):
+            outputs.append(layers[i].output)  # [b, W, d]
         for i in range(start):
             layers[i].skip(residual)
-        ops.run_layers(model, plan=plan, donors=donors)
+        if plan is not None:
+            ops.run_layers(model, plan=plan, donors=donors)
         logits = ops.final_logits(model)  # [rows, W, V]
-        scores = ops.choice_logprob_sums(logits, index, target, weight).save()
-    return scores
+        scores = ops.choice_logprob_sums(logits, *targets).save()
+    return scores, outputs
 
 
 def _rows_batch(batch: Batch, rows: torch.Tensor) -> Batch:
@@ -231,28 +196,21 @@ class _Pass:
 
 
 def _passes(
-    model: LanguageModel,
-    batch: Batch,
-    conditions: Sequence[Sequence[tuple[int, int]]],
-    by_start: dict[int, list[int]],
-    targets: tuple,
-    table: dict | None,
-    valid: torch.Tensor | None,
-    rows_per_pass: int,
+    model: LanguageModel, scan: _Scan, batch: Batch, targets: tuple, valid: torch.Tensor | None
 ) -> Iterator[_Pass]:
     """Every condition pass of one batch, each started at its conditions' lowest layer.
 
     Rows of a pass are (condition, sequence) pairs, condition-major, ``rows_per_pass`` at most.
     """
-    b = batch.input_ids.shape[0]
-    for start, members in sorted(by_start.items()):
+    b, size = batch.input_ids.shape[0], scan.rows_per_pass
+    for start, members in sorted(scan.by_start.items()):
         pairs = [(c, r) for c in members for r in range(b)]
-        for lo in range(0, len(pairs), rows_per_pass):
-            chunk = pairs[lo : lo + rows_per_pass]
+        for lo in range(0, len(pairs), size):
+            chunk = pairs[lo : lo + size]
             rows = torch.tensor([r for _, r in chunk])
             part = _rows_batch(batch, rows)
             picked = valid[rows] if valid is not None else None
-            plan = _condition_plan(model, conditions, [c for c, _ in chunk], table, part, picked)
+            plan = _condition_plan(model, scan, [c for c, _ in chunk], part, picked)
             mine = tuple(t[rows] for t in targets)
             yield _Pass(chunk, rows, part.inputs, mine, plan, start)
 
@@ -272,12 +230,11 @@ def _batch_session(
     The clean residual stream and a resample's donor outputs (``swap``: the donors' inputs,
     how many final positions each row takes, the width) stay on the server; only the
     scores come back: ``[b]`` clean, then ``[rows]`` per pass. The body computes what
-    `_clean`, `_donor_outputs` and the condition passes compute here, in the same order; it
-    calls only ``ops`` and torch (it ships). No trace stops early: in ndif 0.1.2's sandbox
+    `_donor_outputs` and the clean and condition `_scored_pass` compute here, in the same
+    order; it calls only ``ops`` and torch (it ships). No trace stops early: in ndif 0.1.2's sandbox
     the session's next trace then fails (docs/remote.md, Limits).
     """
     env = model.nnsight
-    index, target, weight = targets
     # plain tuples: the session ships, and this module's classes are not on the server
     jobs = [(one.inputs, one.targets, one.plan, one.start, one.rows) for one in passes]
     with env.session(**model.trace_options):
@@ -296,7 +253,7 @@ def _batch_session(
             outputs = []
             for i in range(keep_layers):
                 outputs.append(layers[i].output)  # [b, W, d]
-            found.append(ops.choice_logprob_sums(ops.final_logits(model), index, target, weight))
+            found.append(ops.choice_logprob_sums(ops.final_logits(model), *targets))
         for pass_inputs, pass_targets, plan, start, rows in jobs:
             residual = outputs[start - 1][rows] if start > 0 else None
             donors = None
@@ -439,19 +396,14 @@ def _score_batch(
     """Score one batch clean and under every condition into ``clean`` and ``scores``."""
     conditions = scan.conditions
     # the unembedding runs only where a target is predicted (the last T + 1 positions)
-    last = max(s.n_target for s in part) + 1 if scan.keeps else None
+    metrics = [TargetLogprob(s.n_target) for s in part]
+    terms, last = metric_terms(metrics, batch.input_ids, every_logit=not scan.keeps)
     options = {"logits_to_keep": last} if scan.keeps else {}
-    targets = _targets(batch, part, last)
+    targets = terms["logprob"]  # positions, ids and weights [b, T] of every target token
     b = len(part)
     width = batch.input_ids.shape[1]
-    keep: list[int] = []
-    valid, mine = None, None
-    if donors is not None:
-        mine = model.encode([list(d.ids) for d in donors])
-        keep, valid = _alignment(part, donors, width)
-    passes = _passes(
-        model, batch, conditions, scan.by_start, targets, scan.table, valid, scan.rows_per_pass
-    )
+    mine, keep, valid = _alignment(model, part, donors, width)
+    passes = _passes(model, scan, batch, targets, valid)
     if scan.session:  # remote: everything of the batch in one request, only scores come back
         done = list(passes)
         swap = None if mine is None else (mine.inputs, keep, width)
@@ -462,22 +414,30 @@ def _score_batch(
                 scores[c, batch.indices[r]] = value
         bar.update(b * len(conditions))
         return
-    index, target, weight = targets
-    found, outputs = _clean(model, batch, index, target, weight, scan.keep_layers, options)
+    found, outputs = _scored_pass(
+        model, batch.inputs, targets, options, keep_layers=scan.keep_layers
+    )
     clean[batch.indices] = found.double().numpy()
     swapped = None if mine is None else _donor_outputs(model, mine, keep, width)
     if scan.strategy == "naive":  # every condition from the embeddings, one per pass
         for c in range(len(conditions)):
-            plan = _condition_plan(model, conditions, [c] * b, scan.table, batch, valid)
-            got = _conditions_pass(model, batch.inputs, targets, plan, 0, None, options, swapped)
+            plan = _condition_plan(model, scan, [c] * b, batch, valid)
+            got, _ = _scored_pass(model, batch.inputs, targets, options, plan=plan, donors=swapped)
             scores[c, batch.indices] = got.double().numpy()
             bar.update(b)
         return
     for one in passes:  # each from the clean outputs below its lowest layer
         residual = outputs[one.start - 1][one.rows] if one.start > 0 else None
         taken = None if swapped is None else {k: v[one.rows] for k, v in swapped.items()}
-        got = _conditions_pass(
-            model, one.inputs, one.targets, one.plan, one.start, residual, options, taken
+        got, _ = _scored_pass(
+            model,
+            one.inputs,
+            one.targets,
+            options,
+            start=one.start,
+            residual=residual,
+            plan=one.plan,
+            donors=taken,
         )
         for (c, r), value in zip(one.pairs, got.double().tolist()):
             scores[c, batch.indices[r]] = value

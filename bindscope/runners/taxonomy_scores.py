@@ -132,11 +132,8 @@ def repeated_scores(
         The scores per sequence and each sequence's random tokens.
     """
     rows, start, tokens = repeated_sequences(model, n=n, length=length, seed=seed)
-
-    def pairs_for(_n: int) -> Pairs:
-        return repeated_pairs(start, length)
-
-    scores = score_rows(model, rows, pairs_for, batch_size=batch_size, progress=progress)
+    pairs = repeated_pairs(start, length)  # the same for every row
+    scores = score_rows(model, rows, lambda _n: pairs, batch_size=batch_size, progress=progress)
     return scores, tokens
 
 

@@ -14,10 +14,9 @@ from bindscope.metrics.stats.results import TestResult
 _CORRELATION_METHODS = ("spearman", "pearson")
 
 
-def _check_corr_method(method: str) -> str:
+def _check_corr_method(method: str) -> None:
     if method not in _CORRELATION_METHODS:
         raise ValueError(f"'method' must be one of {_CORRELATION_METHODS}, got {method!r}")
-    return method
 
 
 def correlation(x: ArrayLike, y: ArrayLike, *, method: str) -> TestResult:
