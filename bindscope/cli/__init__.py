@@ -12,7 +12,8 @@ import contextlib
 import dataclasses
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -166,16 +167,6 @@ def _run_experiment(definition: Experiment, args: argparse.Namespace) -> int:
     return 0
 
 
-def _command(definition: Experiment) -> Callable[[argparse.Namespace], int]:
-    """The ``cmd_<command>`` function argparse calls for an experiment subcommand."""
-
-    def command(args: argparse.Namespace) -> int:
-        return _run_experiment(definition, args)
-
-    command.__name__ = command.__qualname__ = f"cmd_{definition.command}"
-    return command
-
-
 def cmd_audit(args: argparse.Namespace) -> int:
     """``bindscope audit``: each prompt's term span under a model's tokenizer."""
     _check_compute(args)
@@ -256,7 +247,8 @@ def parser() -> argparse.ArgumentParser:
     others = {"audit": cmd_audit, "summarize": cmd_summarize, "figures": cmd_figures}
     others |= {"report": cmd_report, "demo": cmd_demo}
     others |= {"ndif": cmd_ndif}
-    return build(registry.definitions().values(), _command, others)
+    experiments = registry.definitions().values()
+    return build(experiments, lambda definition: partial(_run_experiment, definition), others)
 
 
 def main(argv: list[str] | None = None) -> int:
