@@ -149,14 +149,9 @@ class Span:
     @property
     def flags(self) -> tuple[str, ...]:
         """Audit flags: single_token, at_position_0 (the attention sink), bos."""
-        out = []
-        if len(self.indices) < 2:
-            out.append("single_token")
-        if self.indices and self.indices[0] == 0:
-            out.append("at_position_0")
-        if self.bos:
-            out.append("bos")
-        return tuple(out)
+        at_0 = bool(self.indices) and self.indices[0] == 0
+        found = {"single_token": len(self.indices) < 2, "at_position_0": at_0, "bos": self.bos}
+        return tuple(name for name, hit in found.items() if hit)
 
 
 def locate(model: LanguageModel, text: str, term: str, *, prompt_id: str = "?") -> Span:
