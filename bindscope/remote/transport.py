@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from bindscope import nnsight_private
 from bindscope.errors import (
@@ -29,6 +31,7 @@ KEY_URL = "https://login.ndif.us"
 # Seconds a request may wait without a word from the server (unset: as long as the job
 # runs; NDIF bounds its jobs itself).
 TIMEOUT_ENV = "BINDSCOPE_NDIF_TIMEOUT"
+T = TypeVar("T")
 
 
 def _config():
@@ -196,6 +199,19 @@ def _rejected_key(where: str, detail: str, model: str) -> RemoteAuthError:
     )
 
 
+def translated(call: Callable[..., T], *args: Any, model: str) -> T:
+    """``call(*args)``, its transport or server failures raised as `translate` maps them."""
+    try:
+        return call(*args)
+    except BindscopeError:
+        raise
+    except Exception as exc:
+        error = translate(exc, model=model)
+        if error is None:
+            raise
+        raise error from None  # the cause could quote the key
+
+
 class NdifBackend:
     """An nnsight backend that sends a trace or session to NDIF as one request.
 
@@ -217,15 +233,7 @@ class NdifBackend:
         problems = audit(self.model, tracer)
         if problems:
             raise sandbox_error(problems, self.name)
-        try:
-            return _send(self.model, tracer)
-        except BindscopeError:
-            raise
-        except Exception as exc:
-            error = translate(exc, model=self.name)
-            if error is None:
-                raise
-            raise error from None  # the cause could quote the key
+        return translated(_send, self.model, tracer, model=self.name)
 
 
 def _send(nnsight_model, tracer):
