@@ -50,11 +50,8 @@ def checkpoint_order(records: list[dict]) -> list[str]:
     keys = {v: _step_key(v or "") for v in present}
     if all(k is not None for k in keys.values()):
         return sorted(present, key=lambda v: (keys[v], v))
-    declared: list[str] = []
-    for r in records:
-        for v in r["provenance"].get("sweep", {}).get("revisions") or []:
-            if v in present and v not in declared:
-                declared.append(v)
+    runs = (r["provenance"].get("sweep", {}).get("revisions") or [] for r in records)
+    declared = list(dict.fromkeys(v for revisions in runs for v in revisions if v in present))
     return declared + sorted(present - set(declared), key=str)
 
 
