@@ -12,8 +12,7 @@ import contextlib
 import dataclasses
 import sys
 import warnings
-from collections.abc import Iterator
-from functools import partial
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +163,16 @@ def _run_experiment(definition: Experiment, args: argparse.Namespace) -> int:
     return 0
 
 
+def _command(definition: Experiment) -> Callable[[argparse.Namespace], int]:
+    """The ``cmd_<command>`` function argparse calls for an experiment subcommand."""
+
+    def command(args: argparse.Namespace) -> int:
+        return _run_experiment(definition, args)
+
+    command.__name__ = command.__qualname__ = f"cmd_{definition.command}"
+    return command
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
     """``bindscope audit``: each prompt's term span under a model's tokenizer."""
     _check_compute(args)
@@ -244,8 +253,7 @@ def parser() -> argparse.ArgumentParser:
     others = {"audit": cmd_audit, "summarize": cmd_summarize, "figures": cmd_figures}
     others |= {"report": cmd_report, "demo": cmd_demo}
     others |= {"ndif": cmd_ndif}
-    experiments = registry.definitions().values()
-    return build(experiments, lambda definition: partial(_run_experiment, definition), others)
+    return build(registry.definitions().values(), _command, others)
 
 
 def main(argv: list[str] | None = None) -> int:
