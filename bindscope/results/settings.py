@@ -155,15 +155,11 @@ def check_settings(
     models: Sequence[LanguageModel] = (),
     force: bool = False,
 ) -> None:
-    """Refuse to resume ``folder`` if its records were made with other settings or inputs.
+    """Refuse to resume ``folder`` as `check_resumable` does, then store this run's settings.
 
-    Then store this run's settings, models and versions in ``settings.json``.
-
-    Args:
-        folder: The experiment's folder (``OUT/<experiment>``).
-        settings: Options and input hashes that decide what a record holds (JSON values).
-        models: The models this run uses; their dtype and BOS policy must match earlier runs.
-        force: Start afresh: the stored settings are replaced (the caller discards the records).
+    ``settings.json`` then holds the settings, the ``models`` (this run's; their dtype and BOS
+    policy must match earlier runs') and the versions. ``force`` starts afresh: the stored
+    settings are replaced (the caller discards the records).
 
     Raises:
         InputError: As ``check_resumable``.
