@@ -121,7 +121,9 @@ def translate(exc: BaseException, *, model: str) -> RemoteError | None:
     while cause is not None and len(chain) < 8:
         chain.append(cause)
         cause = cause.__cause__ or cause.__context__
-    detail = _shorten(redact(f"{type(exc).__name__}: {exc}"))
+    text = redact(f"{type(exc).__name__}: {exc}")
+    # a long one cut to its start and its end: a server traceback names its error last
+    detail = text if len(text) <= 2000 else f"{text[:300]}\n[...]\n{text[-1700:]}"
     timeouts = (httpx.TimeoutException, websocket.WebSocketTimeoutException, TimeoutError)
     if any(isinstance(c, timeouts) for c in chain):
         return RemoteTimeoutError(
@@ -154,13 +156,6 @@ def translate(exc: BaseException, *, model: str) -> RemoteError | None:
     if isinstance(exc, nnsight_private.job_failed()):
         return _job_failure(detail, where=where, model=model)
     return None
-
-
-def _shorten(text: str, head: int = 300, tail: int = 1700) -> str:
-    """``text`` cut to its start and its end: a server traceback names its error last."""
-    if len(text) <= head + tail:
-        return text
-    return f"{text[:head]}\n[...]\n{text[-tail:]}"
 
 
 def _job_failure(detail: str, *, where: str, model: str) -> RemoteError:
