@@ -21,7 +21,7 @@ from bindscope.errors import InputError
 from bindscope.experiments import binding, c5, controls, fewshot
 from bindscope.experiments.c5 import C5Options
 from bindscope.experiments.kit.registry import summary_lines
-from bindscope.figures import FigureReport, make_figures, write_report
+from bindscope.figures import make_figures, write_report
 from bindscope.prompts.prompt_sets import PromptSet, load
 
 #: The models the demo runs, in order: None is the default (SmolLM2-135M-Instruct).
@@ -124,7 +124,14 @@ def run(
     t0 = time.perf_counter()
     figures = make_figures(out)
     report = write_report(out, figures=figures)
-    _print_results(summaries, figures, report)
+    print()  # every summary's tables, the figures drawn and the report's path
+    for summary in summaries.values():
+        for line in summary_lines(summary):
+            print(line)
+        print()
+    for line in figures.lines():
+        print(line)
+    print(f"report: {report}")
     split = ", ".join(f"{name} {m:.1f} min" for name, m in minutes.items())
     drawing = time.perf_counter() - t0
     print(f"time per model (load included): {split}; figures and report {drawing:.0f} s")
@@ -145,18 +152,6 @@ def _check_installed(chosen: list, *, defaults: bool) -> None:
                     "update bindscope, or pass --model for each model to run"
                 )
             loading.check_embedded(spec)
-
-
-def _print_results(summaries: dict, figures: FigureReport, report: Path) -> None:
-    """Every summary's tables, the figures drawn and the report's path."""
-    print()
-    for summary in summaries.values():
-        for line in summary_lines(summary):
-            print(line)
-        print()
-    for line in figures.lines():
-        print(line)
-    print(f"report: {report}")
 
 
 def _load(spec):
