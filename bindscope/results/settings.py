@@ -84,10 +84,6 @@ def read_settings(path: str | Path) -> dict:
     return found
 
 
-def _describe(changes: list[tuple[str, object, object]]) -> str:
-    return "; ".join(f"{name}: {old!r} then, {new!r} now" for name, old, new in changes)
-
-
 def check_resumable(
     folder: str | Path, settings: dict, *, models: dict | None = None
 ) -> dict | None:
@@ -140,8 +136,9 @@ def check_resumable(
         if old["models"][label].get(name) != value
     ]
     if changes:
+        described = "; ".join(f"{name}: {then!r} then, {now!r} now" for name, then, now in changes)
         raise InputError(
-            f"{folder} holds records made with other settings ({_describe(changes)}); "
+            f"{folder} holds records made with other settings ({described}); "
             "resuming would mix the two runs in one summary. Use another --out, or --force "
             "to discard the finished records and start afresh"
         )
