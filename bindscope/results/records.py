@@ -79,8 +79,7 @@ def provenance(
         out["ndif_host"] = info.get("host")  # the host only: never the API key
         out["server_versions"] = info.get("server_versions")
     if prompt_set is not None:
-        out["prompt_set"] = prompt_set.name
-        out["prompt_sha256"] = prompt_set.sha256
+        out |= {"prompt_set": prompt_set.name, "prompt_sha256": prompt_set.sha256}
     out.update(extra)
     return out
 
