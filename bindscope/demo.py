@@ -21,7 +21,7 @@ from bindscope.errors import InputError
 from bindscope.experiments import binding, c5, controls, fewshot
 from bindscope.experiments.c5 import C5Options
 from bindscope.experiments.kit.registry import summary_lines
-from bindscope.figures import FigureReport, make_figures, write_report
+from bindscope.figures import make_figures, write_report
 from bindscope.prompts.prompt_sets import PromptSet, load
 
 #: The models the demo runs, in order: None is the default (SmolLM2-135M-Instruct).
@@ -84,9 +84,7 @@ def run(
     *,
     quick: bool = False,
     progress: bool = True,
-    model=None,
     models=None,
-    n_random: int = DEMO_N_RANDOM,
     force: bool = False,
 ) -> dict:
     """Run the demo study on each model and print its tables; returns ``{experiment: summary}``.
@@ -95,10 +93,8 @@ def run(
         out: Results folder; every model's records go to the same experiment folders.
         quick: A few terms only (a smoke test).
         progress: Show progress bars.
-        model: One loaded model to run instead of ``models`` (tests use a tiny one).
         models: Loaded models or ``load_model`` names, run in turn (default ``DEMO_MODELS``:
             SmolLM2-135M-Instruct, gemma-3-270m, then qwen2.5-coder-0.5b).
-        n_random: The most random head sets per null and model in C5.
         force: Discard the finished records in ``out`` (needed to switch between quick and
             full in one folder); only the first model's steps discard, so the models' records
             still end up side by side.
@@ -108,8 +104,8 @@ def run(
     """
     out = Path(out)
     started = time.perf_counter()
-    chosen = [model] if model is not None else list(DEMO_MODELS if models is None else models)
-    _check_installed(chosen, defaults=models is None and model is None)
+    chosen = list(DEMO_MODELS if models is None else models)
+    _check_installed(chosen, defaults=models is None)
     canonical, control_set = load("canonical"), load("controls")
     if quick:
         canonical, control_set = subset(canonical, QUICK_TERMS), quick_controls(control_set)
@@ -118,7 +114,7 @@ def run(
     for i, spec in enumerate(chosen):
         t0 = time.perf_counter()
         loaded = _load(spec)
-        for name, run_step, options in _steps(canonical, control_set, n_random):
+        for name, run_step, options in _steps(canonical, control_set):
             t1 = time.perf_counter()
             summaries[name] = run_step(
                 loaded, out=out, force=force and i == 0, progress=progress, **options
@@ -128,7 +124,14 @@ def run(
     t0 = time.perf_counter()
     figures = make_figures(out)
     report = write_report(out, figures=figures)
-    _print_results(summaries, figures, report)
+    print()  # every summary's tables, the figures drawn and the report's path
+    for summary in summaries.values():
+        for line in summary_lines(summary):
+            print(line)
+        print()
+    for line in figures.lines():
+        print(line)
+    print(f"report: {report}")
     split = ", ".join(f"{name} {m:.1f} min" for name, m in minutes.items())
     drawing = time.perf_counter() - t0
     print(f"time per model (load included): {split}; figures and report {drawing:.0f} s")
@@ -151,18 +154,6 @@ def _check_installed(chosen: list, *, defaults: bool) -> None:
             loading.check_embedded(spec)
 
 
-def _print_results(summaries: dict, figures: FigureReport, report: Path) -> None:
-    """Every summary's tables, the figures drawn and the report's path."""
-    print()
-    for summary in summaries.values():
-        for line in summary_lines(summary):
-            print(line)
-        print()
-    for line in figures.lines():
-        print(line)
-    print(f"report: {report}")
-
-
 def _load(spec):
     """A loaded model, or ``load_model(spec)`` for a name (None: the default), timed."""
     if spec is not None and not isinstance(spec, str):
@@ -173,7 +164,7 @@ def _load(spec):
     return loaded
 
 
-def _steps(canonical: PromptSet, control_set: PromptSet, n_random: int) -> list:
+def _steps(canonical: PromptSet, control_set: PromptSet) -> list:
     """The demo's experiments on one model, in order: ``(name, run, options)``.
 
     Each ``run`` is an experiment's ``run(model, out=, force=, progress=, **options)``.
@@ -182,14 +173,14 @@ def _steps(canonical: PromptSet, control_set: PromptSet, n_random: int) -> list:
         items=len(DEMO_C5_IDS),
         terms=len({r.term for r in canonical}),
         h=DEMO_STOP_AT,
-        n=n_random,
-        n1=n_random + 1,
+        n=DEMO_N_RANDOM,
+        n1=DEMO_N_RANDOM + 1,
         k=DEMO_K,
     )
     # the random null, and beside it a layer-matched and a class-matched one
     c5_options = C5Options(
         prompts=by_prompt_id(canonical, DEMO_C5_IDS), ranking=canonical, k=DEMO_K,
-        n_random=n_random, stop_at=DEMO_STOP_AT, matched_layers=True, matched_classes=True,
+        n_random=DEMO_N_RANDOM, stop_at=DEMO_STOP_AT, matched_layers=True, matched_classes=True,
         design=design,
     ).keywords()  # fmt: skip
     return [

@@ -218,9 +218,7 @@ def standard_layout_family(hf_model: Any) -> Family | None:
         o_proj = layers[0].self_attn.o_proj
     except (AttributeError, IndexError, TypeError):
         return None
-    if o_proj is None or getattr(base, "norm", None) is None:
-        return None
-    if getattr(hf_model, "lm_head", None) is None:
+    if None in (o_proj, getattr(base, "norm", None), getattr(hf_model, "lm_head", None)):
         return None
     model_type = getattr(hf_model.config, "model_type", None) or type(hf_model).__name__
     return Family(

@@ -123,15 +123,6 @@ def _writable(folder: Path | None) -> Iterator[None]:
         raise
 
 
-def _models(definition: Experiment, args: argparse.Namespace) -> object:
-    """What ``run`` takes as its models: one, a list, or the ``--model`` id (revisions)."""
-    if definition.models == "revisions":
-        return args.model
-    if definition.models == "several":
-        return [_load(spec, args.revision, args) for spec in args.model or [None]]
-    return _load(args.model, args.revision, args)
-
-
 def _run_experiment(definition: Experiment, args: argparse.Namespace) -> int:
     """Check the inputs, load the model(s), run the experiment and print its summary."""
     if definition.models == "several" and args.revision and len(args.model or [None]) > 1:
@@ -143,10 +134,16 @@ def _run_experiment(definition: Experiment, args: argparse.Namespace) -> int:
     _check_folder(args.out / definition.name)
     _check_resume(definition, options, args)
     keywords = options.keywords()
+    models: object  # what run takes: one model, a list, or the --model id (revisions)
     if definition.models == "revisions":  # each revision loads as --model would
         keywords["loader"] = lambda name, revision=None, **_: _load(name, revision, args)
+        models = args.model
+    elif definition.models == "several":
+        models = [_load(spec, args.revision, args) for spec in args.model or [None]]
+    else:
+        models = _load(args.model, args.revision, args)
     summary = definition.run(
-        _models(definition, args),
+        models,
         out=args.out,
         batch_size=args.batch_size,
         seed=args.seed,

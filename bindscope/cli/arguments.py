@@ -9,7 +9,7 @@ from typing import Any
 
 from bindscope.cli.ndif import add_parser as add_ndif
 from bindscope.experiments.kit.experiment import Experiment
-from bindscope.experiments.kit.options import count, positive
+from bindscope.experiments.kit.options import positive
 from bindscope.loading import EMBEDDED
 
 #: What ``RESULTS`` is, for summarize, figures and report.
@@ -19,15 +19,14 @@ RESULTS_HELP = "the --out folder of one or more experiment runs"
 def add_common(
     p: argparse.ArgumentParser,
     *,
-    out: bool = True,
     several: bool = False,
     revision: bool = True,
-    compute: bool = True,
+    runs: bool = True,
 ) -> None:
     """Add the options subcommands share.
 
     Each subcommand gets only those it honours: ``revision=False`` where revisions come otherwise
-    (sweep), ``compute=False`` where nothing is batched or resampled (audit only tokenizes).
+    (sweep), ``runs=False`` where nothing is written or computed (audit only tokenizes).
     """
     p.add_argument(
         "--model",
@@ -67,10 +66,9 @@ def add_common(
         help="put the BOS token before every text (default: the tokenizer's own rule; spans "
         "starting at position 0, the attention sink, are then left out of EB* and counted)",
     )
-    if out:
+    if runs:
         p.add_argument("--out", required=True, type=Path, help="results folder")
         p.add_argument("--force", action="store_true", help="discard finished records, redo")
-    if compute:
         _add_compute(p)
 
 
@@ -155,7 +153,7 @@ def _add_compute(p: argparse.ArgumentParser) -> None:
 def _add_audit(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
     """The ``audit`` subcommand: each prompt's term span under a model's tokenizer."""
     p = sub.add_parser("audit", help="each prompt's term span under a model's tokenizer")
-    add_common(p, out=False, compute=False)
+    add_common(p, runs=False)
     p.add_argument(
         "--prompts",
         default="canonical",
@@ -194,4 +192,4 @@ def _add_demo(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
     p.set_defaults(func=command)
 
 
-__all__ = ["add_common", "add_experiment", "build", "count", "positive"]
+__all__ = ["add_common", "add_experiment", "build", "positive"]

@@ -37,14 +37,6 @@ def add_parser(sub: argparse._SubParsersAction, command: object) -> None:
     p.set_defaults(func=command)
 
 
-def _hub_cache() -> Path:
-    """The Hugging Face hub cache a client on this machine reads (so both see the models)."""
-    # heavy: huggingface_hub loads for `ndif up` only
-    from huggingface_hub import constants
-
-    return Path(constants.HF_HUB_CACHE)
-
-
 def cmd_ndif(args: argparse.Namespace) -> int:
     """``bindscope ndif``: start, stop or describe the local NDIF server."""
     home = args.home or cache_dir() / "ndif"
@@ -58,13 +50,14 @@ def cmd_ndif(args: argparse.Namespace) -> int:
         return 0 if state["api_answers"] else 1
     if not 1024 <= args.port <= 64000:
         raise BindscopeError(f"--port {args.port}: pick a port between 1024 and 64000")
+    # heavy: huggingface_hub loads for `ndif up` only
+    from huggingface_hub import constants
+
     folders = {repo: embedded_folder(name) for name, repo in server.SERVED.items()}
+    # the hub cache a client on this machine reads, so that both see the models
+    hub_cache = Path(constants.HF_HUB_CACHE)
     where = server.up(
-        home=home,
-        models=folders,
-        port=args.port,
-        hub_cache=_hub_cache(),
-        sandboxed=args.sandboxed,
+        home=home, models=folders, port=args.port, hub_cache=hub_cache, sandboxed=args.sandboxed
     )
     print(f"NDIF runs at {where}, serving {', '.join(folders)}; logs in {home / 'logs'}")
     print(f"export NDIF_HOST={where} NDIF_API_KEY=local HF_HUB_OFFLINE=1   # auth is off")

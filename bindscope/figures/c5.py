@@ -55,7 +55,7 @@ def _condition_bar(entry: dict, condition: str, task: str):
     return value, (max(0.0, value - low), max(0.0, high - value))
 
 
-def model_figure(label: str, entry: dict, *, k=None, where: str = "summary"):
+def model_figure(label: str, entry: dict, *, k: int | None = None, where: str = "summary"):
     """Condition scores with CIs (left) and each task's random-set drop histogram (right).
 
     Only the tasks the model was scored on get bars and a panel.
@@ -114,7 +114,7 @@ def _bar(
         ax.errorbar(x, value, yerr=[[err[0]], [err[1]]], color="black", capsize=3, **errorbar)
 
 
-def _condition_name(condition: str, k) -> str:
+def _condition_name(condition: str, k: int | None) -> str:
     kk = k if k is not None else "k"
     return {
         "baseline": "baseline (no ablation)",
@@ -124,7 +124,7 @@ def _condition_name(condition: str, k) -> str:
     }[condition]
 
 
-def _random_histogram(ax, entry: dict, task: str, k) -> None:
+def _random_histogram(ax: Any, entry: dict, task: str, k: int | None) -> None:
     drops = (entry.get("random_drops") or {}).get(task)
     ax.set_xlabel(DROP_LABEL[task])
     ax.set_ylabel("random head sets (count)")
@@ -163,7 +163,7 @@ def _random_histogram(ax, entry: dict, task: str, k) -> None:
     )
 
 
-def cross_architecture(models: dict[str, dict], *, k=None, where: str = "summary"):
+def cross_architecture(models: dict[str, dict], *, k: int | None = None, where: str = "summary"):
     """Top, bottom and random-mean drops with CIs for every model, one panel per task."""
     if not models:
         raise MissingData(f"{where} lists no models")
@@ -345,7 +345,7 @@ def _task_rows(label: str, entry: dict) -> Iterator[list[str]]:
         ]
 
 
-def _share(k, heads) -> str:
+def _share(k: int | None, heads: list[int] | None) -> str:
     """``k of N heads (x%)``: how much of a model one ablated set removes."""
     if k is None or not heads:
         return md.num(k)

@@ -72,10 +72,8 @@ def faithfulness_figure(label: str, entry: dict, *, where: str) -> tuple[Figure,
     rows = entry.get("faithfulness") or []
     if not rows:
         raise MissingData(f"{where}: no faithfulness in the summary")
-    n = np.array([r["n_edges"] for r in rows], float)
-    share = np.array([r["share"] for r in rows], float)
-    low = np.array([r["low"] for r in rows], float)
-    high = np.array([r["high"] for r in rows], float)
+    columns = ("n_edges", "share", "low", "high")
+    n, share, low, high = (np.array([r[key] for r in rows], float) for key in columns)
     fig, ax = new_figure(SIZES["circuit_faithfulness"])
     ax.errorbar(n, share, yerr=[share - low, high - share], fmt="o-", capsize=3, label="top n")
     null = [r["null_mean"] for r in rows]

@@ -70,12 +70,6 @@ def group_means(label: str, entry: dict, *, where: str = "summary"):
     return fig, caption
 
 
-def _matched_n(matched: dict) -> str:
-    if matched.get("n_real") is None:
-        return md.num(matched.get("n"))
-    return f"{matched['n_real']}/{md.num(matched.get('n'))}"
-
-
 def _mk(style: dict) -> dict:
     return {"color": style["color"], "marker": style["marker"]}
 
@@ -111,6 +105,8 @@ def tables(exp: ExperimentResults) -> list[str]:
         ]
         for name, g in _groups(entry, where):
             matched = g.get("matched") or {}
+            n = md.num(matched.get("n"))
+            n_pair = n if matched.get("n_real") is None else f"{matched['n_real']}/{n}"
             rows.append(
                 [
                     name,
@@ -121,7 +117,7 @@ def tables(exp: ExperimentResults) -> list[str]:
                     md.estimate(g.get("cohens_d"), 2),
                     md.pvalue((g.get("test") or {}).get("p_value")),
                     md.pvalue(g.get("p_holm")),
-                    _matched_n(matched),
+                    n_pair,
                     md.estimate(matched.get("cohens_d"), 2),
                     md.pvalue(matched.get("p_holm")),
                 ]

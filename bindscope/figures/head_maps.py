@@ -11,6 +11,8 @@ from bindscope.figures import markdown as md
 from bindscope.figures.style import effect_map, intervals, new_figure, short_label, slug
 from bindscope.results.summaries import MissingData
 
+TOP = 10  # the largest effects shown beside a map and in its table
+
 
 def heads_figure(
     label: str,
@@ -19,8 +21,6 @@ def heads_figure(
     top: list[dict],
     what: str,
     size: tuple[float, float],
-    *,
-    limit: int = 10,
 ) -> tuple[Figure, str]:
     """Heatmap ``[L, H]`` of ``effect`` (significant cells marked) and top cells with CIs."""
     values = np.array([[np.nan if v is None else v for v in row] for row in effect], float)
@@ -29,7 +29,7 @@ def heads_figure(
     fig, (heat, bars) = new_figure(size, ncols=2, width_ratios=[3, 2])
     title = f"{short_label(label)}: {what}"
     effect_map(fig, heat, values, what.split(": ", 1)[-1], title, significant, ("o", 4))
-    shown = top[:limit][::-1]
+    shown = top[:TOP][::-1]
     y = np.arange(len(shown))
     mids, lows, highs = intervals(shown)
     bars.errorbar(mids, y, xerr=[mids - lows, highs - mids], fmt="o", color="black", capsize=3)
@@ -44,11 +44,11 @@ def heads_figure(
     return fig, caption
 
 
-def top_rows(top: list[dict], limit: int = 10) -> list[list[str]]:
+def top_rows(top: list[dict]) -> list[list[str]]:
     """The largest effects as report table rows: condition, estimate, p, adjusted p."""
     return [
         [c["condition"], md.estimate(c), md.pvalue(c.get("p")), md.pvalue(c.get("p_adjusted"))]
-        for c in top[:limit]
+        for c in top[:TOP]
     ]
 
 

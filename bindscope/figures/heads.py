@@ -37,12 +37,6 @@ def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     yield from style.per_model(checkpoints, exp.folder, "heads_emergence", emergence)
 
 
-def _map(entry: dict, score: str):
-    if score == "spread":
-        return entry.get("spread_fraction")
-    return ((entry.get("scores") or {}).get(score) or {}).get("value")
-
-
 def score_maps(label: str, entry: dict, *, where: str = "summary"):
     """One ``[layer, head]`` map per score, all on the 0-1 colour scale."""
     scores = need(entry, "scores", where=where)
@@ -51,7 +45,8 @@ def score_maps(label: str, entry: dict, *, where: str = "summary"):
     fig, axes = style.new_figure(SIZES["heads_map"], nrows=2, ncols=3, sharex=True, sharey=True)
     image = None
     for ax, score in zip(axes.flat, MAP_SCORES):
-        values = _map(entry, score)
+        found = scores.get(score) or {}  # spread is a fraction of keys, not a score
+        values = entry.get("spread_fraction") if score == "spread" else found.get("value")
         ax.set_title(NAMES[score])
         if values is None:
             ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)

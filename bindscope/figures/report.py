@@ -11,6 +11,9 @@ from bindscope.figures.sections import sections
 from bindscope.results.records import SCHEMA
 from bindscope.results.summaries import VERSION_FIELDS, ExperimentResults, MissingData, load_results
 
+# The provenance fields the models table shows as they are (a dash when missing).
+SHOWN = ("family", "dtype", "device", "attn_implementation", "capture")
+
 
 def write_report(
     results_dir: str | Path,
@@ -95,20 +98,10 @@ def _provenance(results: dict[str, ExperimentResults]) -> list[str]:
         for label, prov in exp.provenance.items():
             sha = prov.get("prompt_sha256")
             prompts = prov.get("prompt_set") or md.DASH
-            rows.append(
-                [
-                    label,
-                    name,
-                    prov.get("family") or md.DASH,
-                    prov.get("dtype") or md.DASH,
-                    prov.get("device") or md.DASH,
-                    prov.get("attn_implementation") or md.DASH,
-                    prov.get("capture") or md.DASH,
-                    "yes" if prov.get("remote") else "no",
-                    f"{prompts} ({sha[:12]})" if sha else prompts,
-                    md.num(prov.get("seed")),
-                ]
-            )
+            shown = [prov.get(key) or md.DASH for key in SHOWN]
+            prompt_set = f"{prompts} ({sha[:12]})" if sha else prompts
+            remote = "yes" if prov.get("remote") else "no"
+            rows.append([label, name, *shown, remote, prompt_set, md.num(prov.get("seed"))])
     if not rows:
         return []
     header = ["model", "experiment", "family", "dtype", "device", "attention", "capture"]

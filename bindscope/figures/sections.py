@@ -13,12 +13,9 @@ from bindscope.figures.section import Section
 @functools.cache
 def sections() -> dict[str, Section]:
     """Every section by experiment, in report order."""
-    found = []
-    for info in pkgutil.iter_modules(sys.modules[__package__].__path__):
-        module = importlib.import_module(f"{__package__}.{info.name}")
-        section = getattr(module, "SECTION", None)
-        if isinstance(section, Section):
-            found.append(section)
+    names = (info.name for info in pkgutil.iter_modules(sys.modules[__package__].__path__))
+    modules = (importlib.import_module(f"{__package__}.{name}") for name in names)
+    found = [s for m in modules if isinstance(s := getattr(m, "SECTION", None), Section)]
     return {s.experiment: s for s in sorted(found, key=lambda s: (s.order, s.experiment))}
 
 

@@ -152,12 +152,8 @@ def per_model(
 ) -> Iterator[tuple[str, Callable[[], tuple[Figure, str]]]]:
     """One figure per model: ``<stem>_<model slug>``, drawn by ``build(label, entry, where=)``.
 
-    Args:
-        models: The summary's per-model entries.
-        folder: The experiment's folder (named in errors about its summary).
-        stem: The figure's file name before the model's slug.
-        build: Draws one model's figure (and its caption) from its summary entry.
-        **options: Further keywords for every ``build`` call (e.g. C5's ``k``).
+    ``models`` are the summary's per-model entries, ``where`` names ``folder``'s summary in
+    errors, and ``options`` go to every ``build`` call (e.g. C5's ``k``).
     """
     for label, entry in models.items():
         where = f"{folder / 'summary.json'} [{label}]"

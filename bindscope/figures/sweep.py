@@ -62,15 +62,7 @@ def emergence(model: str, entry: dict, *, where: str = "summary"):
                 )
         value, low, high = _series(estimates)
         ax.fill_between(x, low, high, color=s["color"], alpha=0.25, linewidth=0, label="95% CI")
-        ax.plot(
-            x,
-            value,
-            color=s["color"],
-            marker=s["marker"],
-            linestyle=s["linestyle"],
-            linewidth=1.8,
-            label="mean over terms",
-        )
+        ax.plot(x, value, **s, linewidth=1.8, label="mean over terms")  # s: colour, marker, line
         ax.set_ylabel(ylabel)
         ax.legend(loc="best", fontsize=7)
     ax_beh.set_xticks(x, [str(r) for r in revisions])

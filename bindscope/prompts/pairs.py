@@ -89,16 +89,8 @@ def load_pairs(path_or_name: str | Path = "pairs") -> tuple[list[Pair], str, str
                 "metric: keep 'target' (its mean log-prob) or the two answers (their logit "
                 "difference)"
             )
-        pair = Pair(
-            str(row["pair_id"]),
-            str(row.get("term") or ""),
-            row["clean"],
-            row["corrupted"],
-            row.get("target"),
-            row.get("clean_answer"),
-            row.get("corrupted_answer"),
-            row.get("control_group"),
-        )
+        texts = [row.get(k) for k in ("clean", "corrupted", *ANSWER_FIELDS, "control_group")]
+        pair = Pair(str(row["pair_id"]), str(row.get("term") or ""), *texts)  # Pair's order
         spaced += whitespace_problems(
             where, row, prompts=("clean", "corrupted"), continuations=ANSWER_FIELDS
         )

@@ -66,20 +66,11 @@ class PromptRecord:
 
     def to_dict(self) -> dict:
         """The record as written in a prompt file."""
-        out: dict[str, Any] = {
-            "prompt_id": self.prompt_id,
-            "term": self.term,
-            "task": self.task,
-            "template": self.template,
-        }
-        if self.choices is not None:
-            out["choices"] = list(self.choices)
-            out["answer_idx"] = self.answer_idx
-        if self.max_tokens is not None:
-            out["max_tokens"] = self.max_tokens
-        if self.control_group is not None:
-            out["control_group"] = self.control_group
-        return {**out, **self.extra}
+        out = {k: getattr(self, k) for k in ("prompt_id", "term", "task", "template")}
+        if self.choices is not None:  # the answer goes with the choices, even when None
+            out |= {"choices": list(self.choices), "answer_idx": self.answer_idx}
+        optional = {"max_tokens": self.max_tokens, "control_group": self.control_group}
+        return {**out, **{k: v for k, v in optional.items() if v is not None}, **self.extra}
 
 
 @dataclass(frozen=True)

@@ -95,14 +95,6 @@ def _search(form: str, text: str) -> tuple[int, int] | None:
     return None
 
 
-def _nfc(text: str) -> tuple[str, list[int] | None]:
-    """``text`` in NFC, and for each NFC prefix length the original one (None if unchanged)."""
-    if unicodedata.is_normalized("NFC", text):
-        return text, None
-    lengths = [len(unicodedata.normalize("NFC", text[:i])) for i in range(len(text) + 1)]
-    return unicodedata.normalize("NFC", text), lengths
-
-
 def find_forms(text: str, forms: Iterable[str]) -> tuple[int, int] | None:
     """Character span ``[start, end)`` of the first occurrence of any of ``forms``.
 
@@ -111,7 +103,9 @@ def find_forms(text: str, forms: Iterable[str]) -> tuple[int, int] | None:
     plural (s/es) on the last word, and word-bounded where the script spaces its words
     (see ``_bounded``). The earliest match wins, then the longest.
     """
-    normal, lengths = _nfc(text)
+    normal, lengths = unicodedata.normalize("NFC", text), None
+    if normal != text:  # for each NFC prefix length, the original one
+        lengths = [len(unicodedata.normalize("NFC", text[:i])) for i in range(len(text) + 1)]
     best = None
     for form in filter(str.strip, forms):
         found = _search(unicodedata.normalize("NFC", form.strip()), normal)
@@ -149,14 +143,9 @@ class Span:
     @property
     def flags(self) -> tuple[str, ...]:
         """Audit flags: single_token, at_position_0 (the attention sink), bos."""
-        out = []
-        if len(self.indices) < 2:
-            out.append("single_token")
-        if self.indices and self.indices[0] == 0:
-            out.append("at_position_0")
-        if self.bos:
-            out.append("bos")
-        return tuple(out)
+        at_0 = bool(self.indices) and self.indices[0] == 0
+        found = {"single_token": len(self.indices) < 2, "at_position_0": at_0, "bos": self.bos}
+        return tuple(name for name, hit in found.items() if hit)
 
 
 def locate(model: LanguageModel, text: str, term: str, *, prompt_id: str = "?") -> Span:

@@ -30,52 +30,23 @@ from bindscope.remote.preflight import (
     SKIP_RUNNING_CHECK_ENV,
     RemoteVersionWarning,
     check_backend,
-    check_versions,
-    model_state,
 )
 from bindscope.remote.probe import probe_capture
-from bindscope.remote.shipping import (
-    DESERIALIZATION_MODULES,
-    SANDBOX_MODULES,
-    SHIPPED_MODULES,
-    audit,
-    refused,
-    register_shipped,
-)
+from bindscope.remote.shipping import SANDBOX_MODULES, SHIPPED_MODULES, register_shipped
 from bindscope.remote.simulation import SimulatedServer, simulate
-from bindscope.remote.transport import (
-    KEY_ENV,
-    KEY_URL,
-    NdifBackend,
-    api_key,
-    host,
-    redact,
-    translate,
-)
-from bindscope.selfcheck import PROBE_TEXT
+from bindscope.remote.transport import host, translate
 
 __all__ = [
     "ALLOW_DRIFT_ENV",
-    "DESERIALIZATION_MODULES",
-    "KEY_ENV",
-    "KEY_URL",
-    "PROBE_TEXT",
     "SANDBOX_MODULES",
     "SHIPPED_MODULES",
     "SKIP_RUNNING_CHECK_ENV",
-    "NdifBackend",
     "RemoteVersionWarning",
     "SimulatedServer",
-    "api_key",
-    "audit",
     "check_backend",
-    "check_versions",
     "host",
     "load_remote",
-    "model_state",
     "probe_capture",
-    "redact",
-    "refused",
     "register_shipped",
     "simulate",
     "translate",

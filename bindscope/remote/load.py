@@ -44,11 +44,8 @@ def _build_meta(model_id: str, revision: str | None):
     )
     # The server generates with the checkpoint's own settings (its EOS ids included).
     with contextlib.suppress(Exception):
-        nnsight_private.underlying_module(
-            envoy
-        ).generation_config = GenerationConfig.from_pretrained(
-            model_id, revision=revision or "main"
-        )
+        generation = GenerationConfig.from_pretrained(model_id, revision=revision or "main")
+        nnsight_private.underlying_module(envoy).generation_config = generation
     return envoy
 
 

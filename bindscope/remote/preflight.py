@@ -13,7 +13,7 @@ import torch
 
 from bindscope import nnsight_private
 from bindscope.errors import ModelLoadError, RemoteModelNotServedError, RemoteVersionError
-from bindscope.remote.transport import api_key, host, translate
+from bindscope.remote.transport import api_key, host, translated
 
 ALLOW_DRIFT_ENV = "BINDSCOPE_ALLOW_VERSION_DRIFT"
 SKIP_RUNNING_CHECK_ENV = "BINDSCOPE_NDIF_HOTSWAP"
@@ -31,16 +31,6 @@ def _get(path: str) -> dict:
     response = httpx.get(f"{host()}{path}", timeout=httpx.Timeout(10.0, read=30.0))
     response.raise_for_status()
     return response.json()
-
-
-def _request(path: str, *, model: str) -> dict:
-    try:
-        return _get(path)
-    except Exception as exc:
-        error = translate(exc, model=model)
-        if error is None:
-            raise
-        raise error from None
 
 
 def _release(version: str) -> tuple[int, int]:
@@ -153,7 +143,7 @@ def check_backend(model_id: str, revision: str | None = None) -> dict:
     ``RemoteError`` subclass with what to do; the key itself is never shown.
     """
     api_key()
-    status = _request("/status", model=model_id)
+    status = translated(_get, "/status", model=model_id)
     try:
         server = _get("/env")
     except Exception:  # an older server without /env: compare nothing, warn below

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from bindscope import nnsight_private
 from bindscope.errors import (
@@ -29,6 +31,7 @@ KEY_URL = "https://login.ndif.us"
 # Seconds a request may wait without a word from the server (unset: as long as the job
 # runs; NDIF bounds its jobs itself).
 TIMEOUT_ENV = "BINDSCOPE_NDIF_TIMEOUT"
+T = TypeVar("T")
 
 
 def _config():
@@ -118,7 +121,9 @@ def translate(exc: BaseException, *, model: str) -> RemoteError | None:
     while cause is not None and len(chain) < 8:
         chain.append(cause)
         cause = cause.__cause__ or cause.__context__
-    detail = _shorten(redact(f"{type(exc).__name__}: {exc}"))
+    text = redact(f"{type(exc).__name__}: {exc}")
+    # a long one cut to its start and its end: a server traceback names its error last
+    detail = text if len(text) <= 2000 else f"{text[:300]}\n[...]\n{text[-1700:]}"
     timeouts = (httpx.TimeoutException, websocket.WebSocketTimeoutException, TimeoutError)
     if any(isinstance(c, timeouts) for c in chain):
         return RemoteTimeoutError(
@@ -151,13 +156,6 @@ def translate(exc: BaseException, *, model: str) -> RemoteError | None:
     if isinstance(exc, nnsight_private.job_failed()):
         return _job_failure(detail, where=where, model=model)
     return None
-
-
-def _shorten(text: str, head: int = 300, tail: int = 1700) -> str:
-    """``text`` cut to its start and its end: a server traceback names its error last."""
-    if len(text) <= head + tail:
-        return text
-    return f"{text[:head]}\n[...]\n{text[-tail:]}"
 
 
 def _job_failure(detail: str, *, where: str, model: str) -> RemoteError:
@@ -196,6 +194,19 @@ def _rejected_key(where: str, detail: str, model: str) -> RemoteAuthError:
     )
 
 
+def translated(call: Callable[..., T], *args: Any, model: str) -> T:
+    """``call(*args)``, its transport or server failures raised as `translate` maps them."""
+    try:
+        return call(*args)
+    except BindscopeError:
+        raise
+    except Exception as exc:
+        error = translate(exc, model=model)
+        if error is None:
+            raise
+        raise error from None  # the cause could quote the key
+
+
 class NdifBackend:
     """An nnsight backend that sends a trace or session to NDIF as one request.
 
@@ -217,15 +228,7 @@ class NdifBackend:
         problems = audit(self.model, tracer)
         if problems:
             raise sandbox_error(problems, self.name)
-        try:
-            return _send(self.model, tracer)
-        except BindscopeError:
-            raise
-        except Exception as exc:
-            error = translate(exc, model=self.name)
-            if error is None:
-                raise
-            raise error from None  # the cause could quote the key
+        return translated(_send, self.model, tracer, model=self.name)
 
 
 def _send(nnsight_model, tracer):

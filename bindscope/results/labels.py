@@ -32,12 +32,6 @@ def by_model(records: Iterable[dict], experiment: str | None = None) -> dict[str
     return groups
 
 
-def _step_key(revision: str) -> tuple[int, ...] | None:
-    """The numbers in a revision name, in order (``step1000-tokens4B`` -> (1000, 4))."""
-    numbers = re.findall(r"\d+", revision)
-    return tuple(int(n) for n in numbers) if numbers else None
-
-
 def checkpoint_order(records: list[dict]) -> list[str]:
     """Every revision present in the records, in training order.
 
@@ -47,14 +41,12 @@ def checkpoint_order(records: list[dict]) -> list[str]:
     new revisions after the earlier ones.
     """
     present = {r["revision"] for r in records}
-    keys = {v: _step_key(v or "") for v in present}
-    if all(k is not None for k in keys.values()):
+    # the numbers in each name, in order (``step1000-tokens4B`` -> (1000, 4))
+    keys = {v: tuple(int(n) for n in re.findall(r"\d+", v or "")) for v in present}
+    if all(keys.values()):
         return sorted(present, key=lambda v: (keys[v], v))
-    declared: list[str] = []
-    for r in records:
-        for v in r["provenance"].get("sweep", {}).get("revisions") or []:
-            if v in present and v not in declared:
-                declared.append(v)
+    runs = (r["provenance"].get("sweep", {}).get("revisions") or [] for r in records)
+    declared = list(dict.fromkeys(v for revisions in runs for v in revisions if v in present))
     return declared + sorted(present - set(declared), key=str)
 
 

@@ -79,8 +79,7 @@ def provenance(
         out["ndif_host"] = info.get("host")  # the host only: never the API key
         out["server_versions"] = info.get("server_versions")
     if prompt_set is not None:
-        out["prompt_set"] = prompt_set.name
-        out["prompt_sha256"] = prompt_set.sha256
+        out |= {"prompt_set": prompt_set.name, "prompt_sha256": prompt_set.sha256}
     out.update(extra)
     return out
 
@@ -129,12 +128,11 @@ class RecordWriter:
             self.path.unlink()
         self.done: set[str] = set()
         if self.path.exists():
-            good = []
-            for record in read_records(self.path, tolerate_tail=True, hint=WRITER_HINT):
-                self.done.add(record["key"])
-                good.append(json.dumps(record, sort_keys=True))
+            kept = list(read_records(self.path, tolerate_tail=True, hint=WRITER_HINT))
+            self.done = {record["key"] for record in kept}
             # rewrite without a torn last line (or repeated keys) so appends stay valid
-            self.path.write_text("".join(line + "\n" for line in good), "utf-8")
+            lines = (json.dumps(record, sort_keys=True) + "\n" for record in kept)
+            self.path.write_text("".join(lines), "utf-8")
         # opened on the first record: a run that stops before any (a refused option, a
         # failed model load) leaves no records file behind
         self._file: IO[str] | None = None

@@ -140,13 +140,8 @@ def _identity_problems(record: dict, kind: RecordKind) -> list[str]:
         out.append(f"unknown family {record['family']!r}")
     if record["task"] not in kind.tasks(record):
         out.append(f"unknown task {record['task']!r}")
-    expected = record_key(
-        record["experiment"],
-        record["model"],
-        record["revision"],
-        record["prompt_key"],
-        record["condition"],
-    )
+    parts = ("experiment", "model", "revision", "prompt_key", "condition")  # record_key's order
+    expected = record_key(*(record[name] for name in parts))
     if record["key"] != expected:
         out.append(f"key {record['key']!r} does not match its fields ({expected!r})")
     return out

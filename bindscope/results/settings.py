@@ -84,10 +84,6 @@ def read_settings(path: str | Path) -> dict:
     return found
 
 
-def _describe(changes: list[tuple[str, object, object]]) -> str:
-    return "; ".join(f"{name}: {old!r} then, {new!r} now" for name, old, new in changes)
-
-
 def check_resumable(
     folder: str | Path, settings: dict, *, models: dict | None = None
 ) -> dict | None:
@@ -140,8 +136,9 @@ def check_resumable(
         if old["models"][label].get(name) != value
     ]
     if changes:
+        described = "; ".join(f"{name}: {then!r} then, {now!r} now" for name, then, now in changes)
         raise InputError(
-            f"{folder} holds records made with other settings ({_describe(changes)}); "
+            f"{folder} holds records made with other settings ({described}); "
             "resuming would mix the two runs in one summary. Use another --out, or --force "
             "to discard the finished records and start afresh"
         )
@@ -155,15 +152,11 @@ def check_settings(
     models: Sequence[LanguageModel] = (),
     force: bool = False,
 ) -> None:
-    """Refuse to resume ``folder`` if its records were made with other settings or inputs.
+    """Refuse to resume ``folder`` as `check_resumable` does, then store this run's settings.
 
-    Then store this run's settings, models and versions in ``settings.json``.
-
-    Args:
-        folder: The experiment's folder (``OUT/<experiment>``).
-        settings: Options and input hashes that decide what a record holds (JSON values).
-        models: The models this run uses; their dtype and BOS policy must match earlier runs.
-        force: Start afresh: the stored settings are replaced (the caller discards the records).
+    ``settings.json`` then holds the settings, the ``models`` (this run's; their dtype and BOS
+    policy must match earlier runs') and the versions. ``force`` starts afresh: the stored
+    settings are replaced (the caller discards the records).
 
     Raises:
         InputError: As ``check_resumable``.

@@ -242,9 +242,8 @@ def _deploy(
     home: Path, env: dict[str, str], models: Mapping[str, Path], hub_cache: Path, sandboxed: bool
 ) -> None:
     """Deploy ``models`` on the started pieces, each with the CPU (or sandboxed) actor."""
-    deploy = specs(hub_cache, models, trusted=True)
-    for spec in deploy:
-        spec["actor_class"] = SANDBOXED_ACTOR if sandboxed else CPU_ACTOR
+    actor = SANDBOXED_ACTOR if sandboxed else CPU_ACTOR
+    deploy = [{**spec, "actor_class": actor} for spec in specs(hub_cache, models, trusted=True)]
     spec_file = home / "deploy.json"
     spec_file.write_text(json.dumps(deploy))
     python = str(environment.venv_python(home / "venv"))

@@ -15,16 +15,12 @@ SERVED = {
 }
 
 
-def _snapshot_root(hub_cache: Path, repo_id: str) -> Path:
-    return hub_cache / ("models--" + repo_id.replace("/", "--"))
-
-
 def place(hub_cache: Path, repo_id: str, folder: Path) -> Path:
     """Link ``folder``'s files as ``repo_id``'s snapshot in ``hub_cache``; the snapshot.
 
     A repo already in the cache that is not ours (a real download) is left alone.
     """
-    root = _snapshot_root(hub_cache, repo_id)
+    root = hub_cache / ("models--" + repo_id.replace("/", "--"))  # the Hub cache's layout
     revision = hashlib.sha1(f"bindscope:{folder.resolve()}".encode()).hexdigest()
     snapshot = root / "snapshots" / revision
     ref = root / "refs" / "main"

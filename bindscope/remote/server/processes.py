@@ -48,11 +48,6 @@ def listening(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
-def log_path(home: Path, piece: Piece) -> Path:
-    """Where a piece's output goes."""
-    return home / "logs" / f"{piece.slug}.log"
-
-
 def _pid_file(home: Path, slug: str) -> Path:
     return home / "run" / f"{slug}.pid"
 
@@ -70,7 +65,7 @@ def start(home: Path, piece: Piece, env: Mapping[str, str]) -> None:
         NdifServerError: It exited or was not ready in time; the message names the piece,
             its log and the log's last lines.
     """
-    log = log_path(home, piece)
+    log = home / "logs" / f"{piece.slug}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     _pid_file(home, piece.slug).parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
