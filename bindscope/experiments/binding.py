@@ -12,7 +12,7 @@ from bindscope.experiments.kit import limits
 from bindscope.experiments.kit.binding_reuse import BINDING
 from bindscope.experiments.kit.chunks import prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
-from bindscope.experiments.kit.options import Options, option
+from bindscope.experiments.kit.options import Options, option, prompts_option
 from bindscope.experiments.kit.record_fields import binding_metrics
 from bindscope.experiments.kit.summary import (
     folder_summary,
@@ -36,9 +36,7 @@ EXPERIMENT = BINDING
 class BindingOptions(Options):
     """The options of ``bindscope binding``."""
 
-    prompts: str | Path | PromptSet = option(
-        "canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True
-    )
+    prompts: str | Path | PromptSet = prompts_option()
     on_missing: str = option(
         "skip",
         "a term the tokenizer cannot place in its prompt: skip it with the reason, or stop",

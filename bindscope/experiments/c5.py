@@ -44,6 +44,7 @@ from bindscope.experiments.kit.options import (
     count,
     option,
     positive,
+    prompts_option,
     setting,
 )
 from bindscope.experiments.kit.record_fields import binding_metrics
@@ -115,9 +116,7 @@ class C5Options(Options):
             records and shown in the summary and the report.
     """
 
-    prompts: str | Path | PromptSet = option(
-        "canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True
-    )
+    prompts: str | Path | PromptSet = prompts_option()
     ranking: str | Path | PromptSet | None = option(
         None, "prompt set that ranks heads (default: prompts)", prompts=True
     )

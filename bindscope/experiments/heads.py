@@ -26,7 +26,7 @@ from pathlib import Path
 
 from bindscope.experiments.kit.chunks import prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, Plan
-from bindscope.experiments.kit.options import option
+from bindscope.experiments.kit.options import prompts_option
 from bindscope.experiments.kit.summary import per_model_text
 from bindscope.experiments.kit.taxonomy_plan import (
     TaxonomyOptions,
@@ -48,9 +48,7 @@ REPEATED_METRICS = ("induction", "duplicate_token", "tokens", "length", "start",
 class HeadsOptions(TaxonomyOptions):
     """The options of ``bindscope heads``."""
 
-    prompts: str | Path | PromptSet = option(
-        "canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True
-    )
+    prompts: str | Path | PromptSet = prompts_option()
 
 
 def _plan(models: list[LanguageModel], opts: HeadsOptions, common: Common) -> Plan:

@@ -29,7 +29,7 @@ from bindscope.experiments.kit import attribution_method, per_head_tests
 from bindscope.experiments.kit.ablation_sets import as_pairs, conditions_of
 from bindscope.experiments.kit.chunks import prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
-from bindscope.experiments.kit.options import check_choice, count, option, positive
+from bindscope.experiments.kit.options import check_choice, count, option, positive, prompts_option
 from bindscope.experiments.kit.per_head_tests import HeadTestOptions, check_resamples
 from bindscope.experiments.kit.record_fields import binding_metrics
 from bindscope.experiments.kit.summary import summarize_tests
@@ -115,9 +115,7 @@ class ScanOptions(HeadTestOptions):
         verify: Heads verified exactly under ``attribution`` (default 20).
     """
 
-    prompts: str | Path | PromptSet = option(
-        "canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True
-    )
+    prompts: str | Path | PromptSet = prompts_option()
     ablation: str = option(
         "zero",
         "zero each head's output, set it to its mean over the prompts, or take it from "

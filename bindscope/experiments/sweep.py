@@ -23,7 +23,13 @@ from bindscope.batch import GENERATION_BATCH_SIZE, check_batch_size
 from bindscope.experiments.kit import limits
 from bindscope.experiments.kit.chunks import batch_order, chunk_items, prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, LazyModel, ModelRun, Plan
-from bindscope.experiments.kit.options import GENERATION_HELP, option, positive, setting
+from bindscope.experiments.kit.options import (
+    GENERATION_HELP,
+    option,
+    positive,
+    prompts_option,
+    setting,
+)
 from bindscope.experiments.kit.record_fields import binding_metrics
 from bindscope.experiments.kit.revisions import (
     CRFM_SEEDS,
@@ -68,9 +74,7 @@ class SweepOptions(TaxonomyOptions):
         "pythia-paper, olmo-1b, crfm, smollm3",
         required=True,
     )
-    prompts: str | Path | PromptSet = option(
-        "canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True
-    )
+    prompts: str | Path | PromptSet = prompts_option()
     heads: bool = option(False, "also the head taxonomy per revision (OUT/heads)", switch=True)
     generation_batch_size: int = option(GENERATION_BATCH_SIZE, GENERATION_HELP, type=positive)
     rubric: dict | None = setting(None)
