@@ -33,6 +33,7 @@ from bindscope.experiments.kit.ablation_sets import (
     draw_random_sets,
     draw_score_matched_sets,
 )
+from bindscope.experiments.kit.attribution_method import scored
 from bindscope.experiments.kit.binding_reuse import BINDING_FROM, stored_binding
 from bindscope.experiments.kit.chunks import batch_order, chunk_items, prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
@@ -54,7 +55,6 @@ from bindscope.interventions import Mean, Zero, head_means
 from bindscope.metrics.behaviour import RecognitionResult, default_rubric
 from bindscope.metrics.ranking import mean_bsi, rank_heads
 from bindscope.prompts.context import check_fit
-from bindscope.prompts.continuations import continuation_ids
 from bindscope.prompts.prompt_sets import PromptRecord, PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.format import estimate, num, pvalue
@@ -64,7 +64,7 @@ from bindscope.results.schema import RecordKind, behaviour_metrics, binding_kind
 from bindscope.results.settings import content_sha256
 from bindscope.runners.behaviour import generation, recognition
 from bindscope.runners.binding import binding
-from bindscope.runners.scan import ScoredSequence, condition_scores
+from bindscope.runners.scan import condition_scores
 
 #: How recognition conditions run; see ``run``.
 STRATEGIES = ("residual", "batched")
@@ -190,9 +190,8 @@ def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
         return "batched" if getattr(model, "remote", False) else opts.strategy
 
     def prov(model: LanguageModel) -> dict:
-        c5_strategy = strategy(model)
         return provenance(
-            model, prompt_set=pset, seed=common.seed, c5=settings, c5_strategy=c5_strategy
+            model, prompt_set=pset, seed=common.seed, c5=settings, c5_strategy=strategy(model)
         )
 
     study = _Study(opts, common.seed, pset, rset, rubric, sizes, settings)
@@ -483,8 +482,8 @@ def recognition_residual(
 ) -> list[RecognitionResult]:
     """Recognition results of ``(record, condition name)`` pairs by residual start.
 
-    Every choice of a record is the sequence prompt + " choice", scored by its mean
-    log-probability per choice token (as ``recognition`` scores it); ``baseline`` comes from
+    Every choice of a record is the sequence prompt + " choice" (``scored``), scored by its
+    mean log-probability per choice token (as ``recognition`` scores it); ``baseline`` comes from
     the clean pass, every other condition starts at its lowest ablated layer from the clean
     run's residual stream (``condition_scores``), so layers below it run once per batch.
     """
@@ -492,11 +491,9 @@ def recognition_residual(
     names = sorted({name for _, name in part} - {"baseline"})
     sequences, owner = [], []
     for r, rec in enumerate(records):
-        prompt = model.tokenize(rec.template)
-        for choice in rec.choices or ():
-            ids = continuation_ids(model.tokenizer, choice)
-            sequences.append(ScoredSequence((*prompt, *ids), len(ids)))
-            owner.append(r)
+        seqs, _ = scored(model, rec)
+        sequences += seqs
+        owner += [r] * len(seqs)
     clean, scores = condition_scores(
         model, sequences, [conditions[n] for n in names], means=means, batch_size=batch_size
     )

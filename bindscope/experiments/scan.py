@@ -27,6 +27,7 @@ import numpy as np
 from bindscope.errors import InputError
 from bindscope.experiments.kit import attribution_method, per_head_tests
 from bindscope.experiments.kit.ablation_sets import as_pairs, conditions_of
+from bindscope.experiments.kit.attribution_method import scored
 from bindscope.experiments.kit.chunks import prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.kit.options import check_choice, count, option, positive, prompts_option
@@ -43,27 +44,16 @@ from bindscope.experiments.scan_summary import (
 )
 from bindscope.interventions import head_means
 from bindscope.prompts.context import check_fit
-from bindscope.prompts.continuations import continuation_ids
 from bindscope.prompts.prompt_sets import PromptRecord, PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import model_label
 from bindscope.results.records import provenance
 from bindscope.results.schema import RECOGNITION_METRICS, RecordKind, binding_kind
 from bindscope.runners.binding import binding
-from bindscope.runners.scan import ScoredSequence, condition_scores
+from bindscope.runners.scan import condition_scores
 
 ABLATIONS = ("zero", "mean", "resample")
 CLASSES_FILE = "classes.json"  # per model label: [L][H] primary taxonomy class
-
-
-def scored(model: LanguageModel, record: PromptRecord) -> tuple[list[ScoredSequence], int | None]:
-    """The sequences a record is scored on, and the index of the correct one (or None)."""
-    prompt = model.tokenize(record.template)
-    if record.task == "recognition":
-        ids = [continuation_ids(model.tokenizer, c) for c in record.choices or ()]
-        return [ScoredSequence(prompt + i, len(i)) for i in ids], record.answer_idx
-    target = continuation_ids(model.tokenizer, record.extra["target"])
-    return [ScoredSequence(prompt + target, len(target))], None
 
 
 def scannable(pset: PromptSet) -> list[PromptRecord]:
@@ -284,8 +274,7 @@ def _run_model(run: ModelRun, items: list[PromptRecord], settings: dict, batch_s
     donor_of = draw_donors(items, settings["seed"]) if settings["ablation"] == "resample" else {}
     if settings["method"] == "attribution":  # estimate every head, verify the top ones
         chosen = attribution_method.estimate_scan(
-            run, items, settings, scored=scored, means=means, donor_of=donor_of,
-            batch_size=batch_size,
+            run, items, settings, means=means, donor_of=donor_of, batch_size=batch_size,
         )  # fmt: skip
         names = [name for name in names if name in chosen]
 

@@ -29,15 +29,13 @@ from bindscope.experiments.kit.experiment import ModelRun
 from bindscope.experiments.kit.options import check_choice, option, positive
 from bindscope.interventions import Mean, Patch, Resample, Zero
 from bindscope.interventions.specs import Spec
+from bindscope.prompts.continuations import continuation_ids
 from bindscope.prompts.prompt_sets import PromptRecord
 from bindscope.protocols import LanguageModel
 from bindscope.results.records import read_records
 from bindscope.runners.attribution_metrics import Metric
 from bindscope.runners.attribution_patching import TargetLogprob, all_heads, attribution_scores
 from bindscope.runners.scan import ScoredSequence
-
-#: How the scan scores one prompt: its sequences and the correct one's index (or None).
-Scorer = Callable[[LanguageModel, PromptRecord], tuple[list[ScoredSequence], int | None]]
 
 ESTIMATE = "scan-estimate"
 METHODS = ("exact", "attribution")
@@ -82,6 +80,16 @@ def check_options(method: str, verify: int | None, unit: str) -> int | None:
     if isinstance(verify, bool) or not isinstance(verify, int) or verify < 1:
         raise InputError(f"--verify must be a whole number of heads, 1 or more, not {verify!r}")
     return verify
+
+
+def scored(model: LanguageModel, record: PromptRecord) -> tuple[list[ScoredSequence], int | None]:
+    """The sequences a record is scored on (its choices, or its target), the correct one's index."""
+    prompt = model.tokenize(record.template)
+    if record.task == "recognition":
+        ids = [continuation_ids(model.tokenizer, c) for c in record.choices or ()]
+        return [ScoredSequence(prompt + i, len(i)) for i in ids], record.answer_idx
+    target = continuation_ids(model.tokenizer, record.extra["target"])
+    return [ScoredSequence(prompt + target, len(target))], None
 
 
 def _spec(model: LanguageModel, settings: dict, means: Any, text: list[int], donor: Any) -> Spec:
@@ -153,7 +161,6 @@ def estimate_scan(
     items: Sequence[PromptRecord],
     settings: dict,
     *,
-    scored: Scorer,
     means: Any,
     donor_of: dict[str, PromptRecord],
     batch_size: int,
@@ -295,5 +302,6 @@ __all__ = [
     "estimate_heads",
     "estimate_scan",
     "method_option",
+    "scored",
     "verify_option",
 ]
