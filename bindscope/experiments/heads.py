@@ -87,9 +87,7 @@ def text(s: dict) -> list[str]:
 
 
 def _metrics(record: dict) -> tuple[str, ...]:
-    if record["condition"] == "repeated":
-        return REPEATED_METRICS
-    return BINDING_METRICS + TEXT_METRICS
+    return REPEATED_METRICS if record["condition"] == "repeated" else BINDING_METRICS + TEXT_METRICS
 
 
 def _tasks(record: dict) -> tuple[str, ...]:

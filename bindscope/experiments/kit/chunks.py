@@ -82,9 +82,4 @@ def run_chunks(
     return len(pending)
 
 
-__all__ = [
-    "batch_order",
-    "chunk_items",
-    "prompt_set",
-    "run_chunks",
-]
+__all__ = ["batch_order", "chunk_items", "prompt_set", "run_chunks"]

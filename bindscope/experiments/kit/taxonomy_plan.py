@@ -106,11 +106,7 @@ def check_taxonomy_fit(model: LanguageModel, options: TaxonomyOptions) -> None:
 
 
 def taxonomy_plan(
-    pset: PromptSet,
-    options: TaxonomyOptions,
-    common: Common,
-    *,
-    sweep: dict | None = None,
+    pset: PromptSet, options: TaxonomyOptions, common: Common, *, sweep: dict | None = None
 ) -> Plan:
     """The plan of an ``OUT/heads`` folder: every head of each model scored, resumably.
 
