@@ -34,7 +34,7 @@ from bindscope.experiments.kit.ablation_sets import (
     draw_score_matched_sets,
 )
 from bindscope.experiments.kit.attribution_method import scored
-from bindscope.experiments.kit.binding_reuse import BINDING_FROM, stored_binding
+from bindscope.experiments.kit.binding_reuse import reuse_or_bind, stored_binding
 from bindscope.experiments.kit.chunks import batch_order, chunk_items, prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.kit.options import (
@@ -48,7 +48,6 @@ from bindscope.experiments.kit.options import (
     prompts_option,
     setting,
 )
-from bindscope.experiments.kit.record_fields import binding_metrics
 from bindscope.experiments.kit.summary import folder_summary, per_model_text
 from bindscope.experiments.kit.taxonomy_plan import taxonomy_means
 from bindscope.interventions import Mean, Zero, head_means
@@ -63,7 +62,6 @@ from bindscope.results.records import provenance, read_records
 from bindscope.results.schema import RecordKind, behaviour_metrics, binding_kind
 from bindscope.results.settings import content_sha256
 from bindscope.runners.behaviour import generation, recognition
-from bindscope.runners.binding import binding
 from bindscope.runners.scan import condition_scores
 
 #: How recognition conditions run; see ``run``.
@@ -308,19 +306,13 @@ def _rank(
         return run.key(r.key, name=RANKING)
 
     stored = stored_binding(model, run.writer.path.parents[1], rset)
-    reused = {**run.prov, "binding_from": BINDING_FROM}
 
     def rank_work(chunk: list[PromptRecord]) -> list[dict]:
-        if all(rec.key in stored for rec in chunk):  # computed once per folder: reuse
-            return [
-                run.record(rec, "clean", stored[rec.key], name=RANKING, prov=reused)
-                for rec in chunk
-            ]
-        results = binding(model, chunk, batch_size=batch_size * 2, on_missing="skip")
-        return [
-            run.record(rec, "clean", binding_metrics(res, model), name=RANKING)
-            for rec, res in zip(chunk, results)
-        ]
+        whole = not all(rec.key in stored for rec in chunk)  # reused only as a whole chunk
+        found = reuse_or_bind(
+            run, chunk, batch_size=batch_size * 2, stored=stored, fresh=lambda rec: whole
+        )
+        return [run.record(rec, "clean", m, name=RANKING, prov=prov) for rec, m, prov in found]
 
     run.chunks(rset.records, rank_work, key=rank_key, chunk_size=batch_size * 8, desc="c5 ranking")
     keys = {rank_key(r) for r in rset.records}

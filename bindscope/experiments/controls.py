@@ -19,11 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from bindscope.experiments.kit import limits
-from bindscope.experiments.kit.binding_reuse import BINDING_FROM, stored_binding
+from bindscope.experiments.kit.binding_reuse import reuse_or_bind, stored_binding
 from bindscope.experiments.kit.chunks import prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.kit.options import Options, option
-from bindscope.experiments.kit.record_fields import binding_metrics
 from bindscope.experiments.kit.summary import (
     folder_summary,
     mean_estimate,
@@ -37,7 +36,6 @@ from bindscope.protocols import LanguageModel
 from bindscope.results.format import DASH, estimate, num, pvalue
 from bindscope.results.labels import by_model
 from bindscope.results.schema import binding_kind
-from bindscope.runners.binding import binding
 
 EXPERIMENT = "controls"
 
@@ -66,21 +64,14 @@ def _plan(models: list[LanguageModel], opts: ControlsOptions, common: Common) ->
     def each(run: ModelRun) -> None:
         model, size = run.model, common.batch_size
         stored = stored_binding(model, common.out, rset)  # real terms: computed once per folder
-        reused = {**run.prov, "binding_from": BINDING_FROM}
 
         def work(chunk: list[PromptRecord]) -> list[dict]:
-            fresh = [r for r in chunk if r.control_group or r.key not in stored]
-            results = binding(model, fresh, batch_size=size, on_missing="skip")
-            computed = {r.key: binding_metrics(res, model) for r, res in zip(fresh, results)}
+            found = reuse_or_bind(
+                run, chunk, batch_size=size, stored=stored, fresh=lambda r: bool(r.control_group)
+            )
             return [
-                run.record(
-                    r,
-                    "clean",
-                    computed.get(r.key) or stored[r.key],
-                    prov=None if r.key in computed else reused,
-                    control_family=r.extra.get("control_family"),
-                )
-                for r in chunk
+                run.record(r, "clean", m, prov=prov, control_family=r.extra.get("control_family"))
+                for r, m, prov in found
             ]
 
         run.chunks(items, work, chunk_size=size * 4, desc=f"controls {model.name}")

@@ -28,11 +28,11 @@ from bindscope.errors import InputError
 from bindscope.experiments.kit import attribution_method, per_head_tests
 from bindscope.experiments.kit.ablation_sets import as_pairs, conditions_of
 from bindscope.experiments.kit.attribution_method import scored
+from bindscope.experiments.kit.binding_reuse import reuse_or_bind
 from bindscope.experiments.kit.chunks import prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.kit.options import check_choice, count, option, positive, prompts_option
 from bindscope.experiments.kit.per_head_tests import HeadTestOptions, check_resamples
-from bindscope.experiments.kit.record_fields import binding_metrics
 from bindscope.experiments.kit.summary import summarize_tests
 from bindscope.experiments.kit.taxonomy_plan import primary_classes
 from bindscope.experiments.scan_summary import (
@@ -49,7 +49,6 @@ from bindscope.protocols import LanguageModel
 from bindscope.results.labels import model_label
 from bindscope.results.records import provenance
 from bindscope.results.schema import RECOGNITION_METRICS, RecordKind, binding_kind
-from bindscope.runners.binding import binding
 from bindscope.runners.scan import condition_scores
 
 ABLATIONS = ("zero", "mean", "resample")
@@ -341,11 +340,8 @@ def _bsi_pass(run: ModelRun, items: list[PromptRecord], batch_size: int) -> None
     model = run.model
 
     def bsi_work(chunk: list[PromptRecord]) -> list[dict]:
-        results = binding(model, chunk, batch_size=batch_size, on_missing="skip")
-        return [
-            run.record(rec, "clean", binding_metrics(res, model), name=BSI)
-            for rec, res in zip(chunk, results)
-        ]
+        found = reuse_or_bind(run, chunk, batch_size=batch_size)
+        return [run.record(rec, "clean", metrics, name=BSI) for rec, metrics, _ in found]
 
     run.chunks(
         items,
