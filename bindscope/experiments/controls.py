@@ -80,25 +80,16 @@ def _plan(models: list[LanguageModel], opts: ControlsOptions, common: Common) ->
     return Plan(settings, each, prompt_set=combined)
 
 
-def _d(real: np.ndarray, group: np.ndarray, seed: int, n_resamples: int) -> dict | None:
-    """Cohen's d with CI, or None when it is undefined on these data."""
-    try:
-        return stats.cohens_d_ci(real, group, seed=seed, n_resamples=n_resamples).to_dict()
-    except ValueError:
-        return None
-
-
 def compare(real: np.ndarray, group: np.ndarray, seed: int, n_resamples: int) -> dict:
-    """Cohen's d (real - group) with a CI and a two-sided permutation test."""
+    """Cohen's d (real - group) with a CI, or None where undefined; a two-sided permutation test."""
     if len(real) < 2 or len(group) < 2:
         return {"n": len(group), "cohens_d": None, "test": None}
-    return {
-        "n": len(group),
-        "cohens_d": _d(real, group, seed, n_resamples),
-        "test": stats.two_sample_permutation(
-            real, group, seed=seed, n_resamples=n_resamples
-        ).to_dict(),
-    }
+    try:
+        d = stats.cohens_d_ci(real, group, seed=seed, n_resamples=n_resamples).to_dict()
+    except ValueError:  # undefined on these data
+        d = None
+    test = stats.two_sample_permutation(real, group, seed=seed, n_resamples=n_resamples)
+    return {"n": len(group), "cohens_d": d, "test": test.to_dict()}
 
 
 def summarize_controls(records: list[dict], *, n_resamples: int = 9999) -> dict:
