@@ -428,6 +428,7 @@ def _records(
     extra: dict,
 ) -> list[dict]:
     """One task's results as records (a recognition one with its answer's margin)."""
+    shared: dict[str, Any] = {"ablation": study.opts.ablation, "c5": study.settings}
     out = []
     for (rec, name), res in zip(part, results):
         metrics = res.to_dict()
@@ -435,17 +436,7 @@ def _records(
         if rec.task == "recognition":
             metrics["margin"] = _margin(res.scores, rec.answer_idx)
         fields = extra if name == "top" else {}
-        out.append(
-            run.record(
-                rec,
-                name,
-                metrics,
-                heads=conditions[name],
-                ablation=study.opts.ablation,
-                c5=study.settings,
-                **fields,
-            )
-        )
+        out.append(run.record(rec, name, metrics, heads=conditions[name], **shared, **fields))
     return out
 
 

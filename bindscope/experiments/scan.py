@@ -21,6 +21,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -318,6 +319,7 @@ def _chunk_records(
     gives each sequence's prompt index in ``chunk``.
     """
     owner_of = np.array(owners)
+    shared: dict[str, Any] = {"ablation": settings["ablation"], "scan": settings}
     out = []
     for i, rec in enumerate(chunk):
         columns = np.flatnonzero(owner_of == i)
@@ -326,12 +328,7 @@ def _chunk_records(
                 continue
             mine = [float(v) for v in values[columns]]
             metrics = _metrics(mine, answers[i], donor_of.get(rec.key))
-            heads = conditions.get(name, [])
-            out.append(
-                run.record(
-                    rec, name, metrics, heads=heads, ablation=settings["ablation"], scan=settings
-                )
-            )
+            out.append(run.record(rec, name, metrics, heads=conditions.get(name, []), **shared))
     return out
 
 
