@@ -267,7 +267,9 @@ def _run_model(run: ModelRun, study: _Study, strategy: str) -> None:
         templates = [r.template for r in study.rset.records]
         means = head_means(model, templates, heads, batch_size=study.sizes[0])
     open_nulls = set(nulls)
-    for size in _blocks(opts):
+    n, h = opts.n_random, opts.stop_at
+    # the p reads the sets in their drawn order: blocks change only how many are evaluated
+    for size in [*range(2 * h, n, h), n] if opts.sampling == "sequential" else [n]:
         for null in open_nulls:
             conditions.update({f"{null}:{i:02d}": s for i, s in enumerate(nulls[null][:size])})
         _evaluate(run, study, conditions, means, strategy, extra)
@@ -282,18 +284,6 @@ def _run_model(run: ModelRun, study: _Study, strategy: str) -> None:
         open_nulls &= undecided_nulls(mine, study.settings)
         if not open_nulls:
             break
-
-
-def _blocks(opts: C5Options) -> list[int]:
-    """Cumulative set counts at which a sequential run checks its rule (fixed: all at once).
-
-    The p-value reads the sets in their drawn order, so the blocks decide only how many sets
-    past the decision are evaluated (fewer than h), never the answer.
-    """
-    n, h = opts.n_random, opts.stop_at
-    if opts.sampling != "sequential":
-        return [n]
-    return [*range(2 * h, n, h), n]
 
 
 def _rank(

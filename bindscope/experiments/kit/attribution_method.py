@@ -95,13 +95,14 @@ def scored(model: LanguageModel, record: PromptRecord) -> tuple[list[ScoredSeque
 def _spec(model: LanguageModel, settings: dict, means: Any, text: list[int], donor: Any) -> Spec:
     """The intervention the estimate linearises: the scan's ablation on every head.
 
-    A resample donor is aligned from the end, as the exact scan aligns it (`_donor_spec`).
+    A resample donor is aligned from the end, as the exact scan aligns it.
     """
     heads = tuple(all_heads(model))
     if settings["ablation"] == "mean":
         return Mean(heads, means)
-    if settings["ablation"] == "resample":
-        return _donor_spec(heads, text, list(donor.ids))
+    if settings["ablation"] == "resample":  # ``Patch`` at equal length, else ``Resample``
+        ids = list(donor.ids)
+        return Patch(heads, (ids,)) if len(ids) == len(text) else Resample(heads, (ids,))
     return Zero(heads)
 
 
@@ -235,11 +236,6 @@ def _select(
     mean = np.mean(np.array(maps, dtype=float), 0)  # [L, H]
     order = sorted(np.ndindex(*mean.shape), key=lambda lh: (-abs(mean[lh]), lh))
     return [f"L{layer}.H{head}" for layer, head in order[:verify]]
-
-
-def _donor_spec(heads: tuple, text: list, donor: list) -> Patch | Resample:
-    """A resample donor aligned from the end: ``Patch`` at equal length, else ``Resample``."""
-    return Patch(heads, (donor,)) if len(donor) == len(text) else Resample(heads, (donor,))
 
 
 def add_estimates(entry: dict, estimates: list[dict], prompts: list[str]) -> None:
