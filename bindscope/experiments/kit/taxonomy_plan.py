@@ -6,7 +6,6 @@ The ``heads`` experiment runs it on one model, ``sweep --heads`` on every revisi
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -129,14 +128,11 @@ def taxonomy_plan(
         write_classification(run.writer.path.parent, options)
         score_model(run, pset, settings, batch_size=common.batch_size)
 
-    items = functools.partial(_keys, pset, settings)
+    def items() -> list[tuple[str, str]]:
+        keys = [(r.key, "clean") for r in pset]
+        return keys + [(_repeated_key(i), "repeated") for i in range(options.n_repeated)]
+
     return Plan(settings, each, provenance=prov, summarize=summarize, items=items)
-
-
-def _keys(pset: PromptSet, settings: dict) -> list[tuple[str, str]]:
-    keys = [(r.key, "clean") for r in pset]
-    keys += [(_repeated_key(i), "repeated") for i in range(settings["n_repeated"])]
-    return keys
 
 
 def _repeated_key(i: int) -> str:
