@@ -9,11 +9,10 @@ from pathlib import Path
 import numpy as np
 
 from bindscope.experiments.kit import limits
-from bindscope.experiments.kit.binding_reuse import BINDING
+from bindscope.experiments.kit.binding_reuse import BINDING, reuse_or_bind
 from bindscope.experiments.kit.chunks import prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
-from bindscope.experiments.kit.options import Options, option
-from bindscope.experiments.kit.record_fields import binding_metrics
+from bindscope.experiments.kit.options import Options, option, prompts_option
 from bindscope.experiments.kit.summary import (
     folder_summary,
     mean_estimate,
@@ -27,7 +26,6 @@ from bindscope.protocols import LanguageModel
 from bindscope.results.format import estimate, heads
 from bindscope.results.labels import by_model
 from bindscope.results.schema import binding_kind
-from bindscope.runners.binding import binding
 
 EXPERIMENT = BINDING
 
@@ -36,9 +34,7 @@ EXPERIMENT = BINDING
 class BindingOptions(Options):
     """The options of ``bindscope binding``."""
 
-    prompts: str | Path | PromptSet = option(
-        "canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True
-    )
+    prompts: str | Path | PromptSet = prompts_option()
     on_missing: str = option(
         "skip",
         "a term the tokenizer cannot place in its prompt: skip it with the reason, or stop",
@@ -53,14 +49,11 @@ def _plan(models: list[LanguageModel], opts: BindingOptions, common: Common) -> 
             check_fit(model, pset, prompt_only=True)
 
     def each(run: ModelRun) -> None:
-        model, size = run.model, common.batch_size
+        size = common.batch_size
 
         def work(chunk: list[PromptRecord]) -> list[dict]:
-            results = binding(model, chunk, batch_size=size, on_missing=opts.on_missing)
-            return [
-                run.record(rec, "clean", binding_metrics(res, model))
-                for rec, res in zip(chunk, results)
-            ]
+            found = reuse_or_bind(run, chunk, batch_size=size, on_missing=opts.on_missing)
+            return [run.record(rec, "clean", metrics) for rec, metrics, _ in found]
 
         run.chunks(pset.records, work, chunk_size=size * 4, desc=EXPERIMENT)
 

@@ -33,7 +33,8 @@ from bindscope.experiments.kit.ablation_sets import (
     draw_random_sets,
     draw_score_matched_sets,
 )
-from bindscope.experiments.kit.binding_reuse import BINDING_FROM, stored_binding
+from bindscope.experiments.kit.attribution_method import scored
+from bindscope.experiments.kit.binding_reuse import reuse_or_bind, stored_binding
 from bindscope.experiments.kit.chunks import batch_order, chunk_items, prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.kit.options import (
@@ -44,16 +45,15 @@ from bindscope.experiments.kit.options import (
     count,
     option,
     positive,
+    prompts_option,
     setting,
 )
-from bindscope.experiments.kit.record_fields import binding_metrics
 from bindscope.experiments.kit.summary import folder_summary, per_model_text
 from bindscope.experiments.kit.taxonomy_plan import taxonomy_means
 from bindscope.interventions import Mean, Zero, head_means
 from bindscope.metrics.behaviour import RecognitionResult, default_rubric
 from bindscope.metrics.ranking import mean_bsi, rank_heads
 from bindscope.prompts.context import check_fit
-from bindscope.prompts.continuations import continuation_ids
 from bindscope.prompts.prompt_sets import PromptRecord, PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.format import estimate, num, pvalue
@@ -62,8 +62,7 @@ from bindscope.results.records import provenance, read_records
 from bindscope.results.schema import RecordKind, behaviour_metrics, binding_kind
 from bindscope.results.settings import content_sha256
 from bindscope.runners.behaviour import generation, recognition
-from bindscope.runners.binding import binding
-from bindscope.runners.scan import ScoredSequence, condition_scores
+from bindscope.runners.scan import condition_scores
 
 #: How recognition conditions run; see ``run``.
 STRATEGIES = ("residual", "batched")
@@ -115,9 +114,7 @@ class C5Options(Options):
             records and shown in the summary and the report.
     """
 
-    prompts: str | Path | PromptSet = option(
-        "canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True
-    )
+    prompts: str | Path | PromptSet = prompts_option()
     ranking: str | Path | PromptSet | None = option(
         None, "prompt set that ranks heads (default: prompts)", prompts=True
     )
@@ -191,9 +188,8 @@ def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
         return "batched" if getattr(model, "remote", False) else opts.strategy
 
     def prov(model: LanguageModel) -> dict:
-        c5_strategy = strategy(model)
         return provenance(
-            model, prompt_set=pset, seed=common.seed, c5=settings, c5_strategy=c5_strategy
+            model, prompt_set=pset, seed=common.seed, c5=settings, c5_strategy=strategy(model)
         )
 
     study = _Study(opts, common.seed, pset, rset, rubric, sizes, settings)
@@ -271,7 +267,9 @@ def _run_model(run: ModelRun, study: _Study, strategy: str) -> None:
         templates = [r.template for r in study.rset.records]
         means = head_means(model, templates, heads, batch_size=study.sizes[0])
     open_nulls = set(nulls)
-    for size in _blocks(opts):
+    n, h = opts.n_random, opts.stop_at
+    # the p reads the sets in their drawn order: blocks change only how many are evaluated
+    for size in [*range(2 * h, n, h), n] if opts.sampling == "sequential" else [n]:
         for null in open_nulls:
             conditions.update({f"{null}:{i:02d}": s for i, s in enumerate(nulls[null][:size])})
         _evaluate(run, study, conditions, means, strategy, extra)
@@ -288,18 +286,6 @@ def _run_model(run: ModelRun, study: _Study, strategy: str) -> None:
             break
 
 
-def _blocks(opts: C5Options) -> list[int]:
-    """Cumulative set counts at which a sequential run checks its rule (fixed: all at once).
-
-    The p-value reads the sets in their drawn order, so the blocks decide only how many sets
-    past the decision are evaluated (fewer than h), never the answer.
-    """
-    n, h = opts.n_random, opts.stop_at
-    if opts.sampling != "sequential":
-        return [n]
-    return [*range(2 * h, n, h), n]
-
-
 def _rank(
     run: ModelRun, rset: PromptSet, k: int, batch_size: int
 ) -> tuple[list[list[int]], list[list[int]]]:
@@ -310,19 +296,13 @@ def _rank(
         return run.key(r.key, name=RANKING)
 
     stored = stored_binding(model, run.writer.path.parents[1], rset)
-    reused = {**run.prov, "binding_from": BINDING_FROM}
 
     def rank_work(chunk: list[PromptRecord]) -> list[dict]:
-        if all(rec.key in stored for rec in chunk):  # computed once per folder: reuse
-            return [
-                run.record(rec, "clean", stored[rec.key], name=RANKING, prov=reused)
-                for rec in chunk
-            ]
-        results = binding(model, chunk, batch_size=batch_size * 2, on_missing="skip")
-        return [
-            run.record(rec, "clean", binding_metrics(res, model), name=RANKING)
-            for rec, res in zip(chunk, results)
-        ]
+        whole = not all(rec.key in stored for rec in chunk)  # reused only as a whole chunk
+        found = reuse_or_bind(
+            run, chunk, batch_size=batch_size * 2, stored=stored, fresh=lambda rec: whole
+        )
+        return [run.record(rec, "clean", m, name=RANKING, prov=prov) for rec, m, prov in found]
 
     run.chunks(rset.records, rank_work, key=rank_key, chunk_size=batch_size * 8, desc="c5 ranking")
     keys = {rank_key(r) for r in rset.records}
@@ -438,6 +418,7 @@ def _records(
     extra: dict,
 ) -> list[dict]:
     """One task's results as records (a recognition one with its answer's margin)."""
+    shared: dict[str, Any] = {"ablation": study.opts.ablation, "c5": study.settings}
     out = []
     for (rec, name), res in zip(part, results):
         metrics = res.to_dict()
@@ -445,17 +426,7 @@ def _records(
         if rec.task == "recognition":
             metrics["margin"] = _margin(res.scores, rec.answer_idx)
         fields = extra if name == "top" else {}
-        out.append(
-            run.record(
-                rec,
-                name,
-                metrics,
-                heads=conditions[name],
-                ablation=study.opts.ablation,
-                c5=study.settings,
-                **fields,
-            )
-        )
+        out.append(run.record(rec, name, metrics, heads=conditions[name], **shared, **fields))
     return out
 
 
@@ -484,8 +455,8 @@ def recognition_residual(
 ) -> list[RecognitionResult]:
     """Recognition results of ``(record, condition name)`` pairs by residual start.
 
-    Every choice of a record is the sequence prompt + " choice", scored by its mean
-    log-probability per choice token (as ``recognition`` scores it); ``baseline`` comes from
+    Every choice of a record is the sequence prompt + " choice" (``scored``), scored by its
+    mean log-probability per choice token (as ``recognition`` scores it); ``baseline`` comes from
     the clean pass, every other condition starts at its lowest ablated layer from the clean
     run's residual stream (``condition_scores``), so layers below it run once per batch.
     """
@@ -493,11 +464,9 @@ def recognition_residual(
     names = sorted({name for _, name in part} - {"baseline"})
     sequences, owner = [], []
     for r, rec in enumerate(records):
-        prompt = model.tokenize(rec.template)
-        for choice in rec.choices or ():
-            ids = continuation_ids(model.tokenizer, choice)
-            sequences.append(ScoredSequence((*prompt, *ids), len(ids)))
-            owner.append(r)
+        seqs, _ = scored(model, rec)
+        sequences += seqs
+        owner += [r] * len(seqs)
     clean, scores = condition_scores(
         model, sequences, [conditions[n] for n in names], means=means, batch_size=batch_size
     )

@@ -19,11 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from bindscope.experiments.kit import limits
-from bindscope.experiments.kit.binding_reuse import BINDING_FROM, stored_binding
+from bindscope.experiments.kit.binding_reuse import reuse_or_bind, stored_binding
 from bindscope.experiments.kit.chunks import prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.kit.options import Options, option
-from bindscope.experiments.kit.record_fields import binding_metrics
 from bindscope.experiments.kit.summary import (
     folder_summary,
     mean_estimate,
@@ -37,7 +36,6 @@ from bindscope.protocols import LanguageModel
 from bindscope.results.format import DASH, estimate, num, pvalue
 from bindscope.results.labels import by_model
 from bindscope.results.schema import binding_kind
-from bindscope.runners.binding import binding
 
 EXPERIMENT = "controls"
 
@@ -66,21 +64,14 @@ def _plan(models: list[LanguageModel], opts: ControlsOptions, common: Common) ->
     def each(run: ModelRun) -> None:
         model, size = run.model, common.batch_size
         stored = stored_binding(model, common.out, rset)  # real terms: computed once per folder
-        reused = {**run.prov, "binding_from": BINDING_FROM}
 
         def work(chunk: list[PromptRecord]) -> list[dict]:
-            fresh = [r for r in chunk if r.control_group or r.key not in stored]
-            results = binding(model, fresh, batch_size=size, on_missing="skip")
-            computed = {r.key: binding_metrics(res, model) for r, res in zip(fresh, results)}
+            found = reuse_or_bind(
+                run, chunk, batch_size=size, stored=stored, fresh=lambda r: bool(r.control_group)
+            )
             return [
-                run.record(
-                    r,
-                    "clean",
-                    computed.get(r.key) or stored[r.key],
-                    prov=None if r.key in computed else reused,
-                    control_family=r.extra.get("control_family"),
-                )
-                for r in chunk
+                run.record(r, "clean", m, prov=prov, control_family=r.extra.get("control_family"))
+                for r, m, prov in found
             ]
 
         run.chunks(items, work, chunk_size=size * 4, desc=f"controls {model.name}")
@@ -89,25 +80,16 @@ def _plan(models: list[LanguageModel], opts: ControlsOptions, common: Common) ->
     return Plan(settings, each, prompt_set=combined)
 
 
-def _d(real: np.ndarray, group: np.ndarray, seed: int, n_resamples: int) -> dict | None:
-    """Cohen's d with CI, or None when it is undefined on these data."""
-    try:
-        return stats.cohens_d_ci(real, group, seed=seed, n_resamples=n_resamples).to_dict()
-    except ValueError:
-        return None
-
-
 def compare(real: np.ndarray, group: np.ndarray, seed: int, n_resamples: int) -> dict:
-    """Cohen's d (real - group) with a CI and a two-sided permutation test."""
+    """Cohen's d (real - group) with a CI, or None where undefined; a two-sided permutation test."""
     if len(real) < 2 or len(group) < 2:
         return {"n": len(group), "cohens_d": None, "test": None}
-    return {
-        "n": len(group),
-        "cohens_d": _d(real, group, seed, n_resamples),
-        "test": stats.two_sample_permutation(
-            real, group, seed=seed, n_resamples=n_resamples
-        ).to_dict(),
-    }
+    try:
+        d = stats.cohens_d_ci(real, group, seed=seed, n_resamples=n_resamples).to_dict()
+    except ValueError:  # undefined on these data
+        d = None
+    test = stats.two_sample_permutation(real, group, seed=seed, n_resamples=n_resamples)
+    return {"n": len(group), "cohens_d": d, "test": test.to_dict()}
 
 
 def summarize_controls(records: list[dict], *, n_resamples: int = 9999) -> dict:

@@ -21,7 +21,7 @@ from bindscope.errors import InputError
 from bindscope.experiments.kit import limits
 from bindscope.experiments.kit.chunks import prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
-from bindscope.experiments.kit.options import Options, option, setting
+from bindscope.experiments.kit.options import Options, option, prompts_option, setting
 from bindscope.experiments.kit.summary import folder_summary, per_model_text
 from bindscope.metrics import stats
 from bindscope.metrics.behaviour import default_rubric
@@ -74,9 +74,7 @@ def prefixes(exemplars: dict | str | Path | None = None) -> dict[str, dict[str, 
 class FewshotOptions(Options):
     """The options of ``bindscope fewshot``."""
 
-    prompts: str | Path | PromptSet = option(
-        "canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True
-    )
+    prompts: str | Path | PromptSet = prompts_option()
     exemplars: dict | str | Path | None = option(None, "exemplars JSON (default: the package's)")
     rubric: dict | None = setting(None)
 

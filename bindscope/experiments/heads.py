@@ -26,7 +26,7 @@ from pathlib import Path
 
 from bindscope.experiments.kit.chunks import prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, Plan
-from bindscope.experiments.kit.options import option
+from bindscope.experiments.kit.options import prompts_option
 from bindscope.experiments.kit.summary import per_model_text
 from bindscope.experiments.kit.taxonomy_plan import (
     TaxonomyOptions,
@@ -48,9 +48,7 @@ REPEATED_METRICS = ("induction", "duplicate_token", "tokens", "length", "start",
 class HeadsOptions(TaxonomyOptions):
     """The options of ``bindscope heads``."""
 
-    prompts: str | Path | PromptSet = option(
-        "canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True
-    )
+    prompts: str | Path | PromptSet = prompts_option()
 
 
 def _plan(models: list[LanguageModel], opts: HeadsOptions, common: Common) -> Plan:
@@ -89,9 +87,7 @@ def text(s: dict) -> list[str]:
 
 
 def _metrics(record: dict) -> tuple[str, ...]:
-    if record["condition"] == "repeated":
-        return REPEATED_METRICS
-    return BINDING_METRICS + TEXT_METRICS
+    return REPEATED_METRICS if record["condition"] == "repeated" else BINDING_METRICS + TEXT_METRICS
 
 
 def _tasks(record: dict) -> tuple[str, ...]:

@@ -464,11 +464,7 @@ def summarize(
 ) -> dict:
     """Rebuild ``folder/summary.json``; the test options as in ``summary.summarize_tests``."""
     return summarize_tests(
-        folder,
-        summarize_patching,
-        name=EXPERIMENT,
-        correction=correction,
-        n_resamples=n_resamples,
+        folder, summarize_patching, name=EXPERIMENT, correction=correction, n_resamples=n_resamples
     )
 
 

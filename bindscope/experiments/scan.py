@@ -21,17 +21,19 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from bindscope.errors import InputError
 from bindscope.experiments.kit import attribution_method, per_head_tests
 from bindscope.experiments.kit.ablation_sets import as_pairs, conditions_of
+from bindscope.experiments.kit.attribution_method import scored
+from bindscope.experiments.kit.binding_reuse import reuse_or_bind
 from bindscope.experiments.kit.chunks import prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
-from bindscope.experiments.kit.options import check_choice, count, option, positive
+from bindscope.experiments.kit.options import check_choice, count, option, positive, prompts_option
 from bindscope.experiments.kit.per_head_tests import HeadTestOptions, check_resamples
-from bindscope.experiments.kit.record_fields import binding_metrics
 from bindscope.experiments.kit.summary import summarize_tests
 from bindscope.experiments.kit.taxonomy_plan import primary_classes
 from bindscope.experiments.scan_summary import (
@@ -43,27 +45,15 @@ from bindscope.experiments.scan_summary import (
 )
 from bindscope.interventions import head_means
 from bindscope.prompts.context import check_fit
-from bindscope.prompts.continuations import continuation_ids
 from bindscope.prompts.prompt_sets import PromptRecord, PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import model_label
 from bindscope.results.records import provenance
 from bindscope.results.schema import RECOGNITION_METRICS, RecordKind, binding_kind
-from bindscope.runners.binding import binding
-from bindscope.runners.scan import ScoredSequence, condition_scores
+from bindscope.runners.scan import condition_scores
 
 ABLATIONS = ("zero", "mean", "resample")
 CLASSES_FILE = "classes.json"  # per model label: [L][H] primary taxonomy class
-
-
-def scored(model: LanguageModel, record: PromptRecord) -> tuple[list[ScoredSequence], int | None]:
-    """The sequences a record is scored on, and the index of the correct one (or None)."""
-    prompt = model.tokenize(record.template)
-    if record.task == "recognition":
-        ids = [continuation_ids(model.tokenizer, c) for c in record.choices or ()]
-        return [ScoredSequence(prompt + i, len(i)) for i in ids], record.answer_idx
-    target = continuation_ids(model.tokenizer, record.extra["target"])
-    return [ScoredSequence(prompt + target, len(target))], None
 
 
 def scannable(pset: PromptSet) -> list[PromptRecord]:
@@ -115,9 +105,7 @@ class ScanOptions(HeadTestOptions):
         verify: Heads verified exactly under ``attribution`` (default 20).
     """
 
-    prompts: str | Path | PromptSet = option(
-        "canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True
-    )
+    prompts: str | Path | PromptSet = prompts_option()
     ablation: str = option(
         "zero",
         "zero each head's output, set it to its mean over the prompts, or take it from "
@@ -286,8 +274,7 @@ def _run_model(run: ModelRun, items: list[PromptRecord], settings: dict, batch_s
     donor_of = draw_donors(items, settings["seed"]) if settings["ablation"] == "resample" else {}
     if settings["method"] == "attribution":  # estimate every head, verify the top ones
         chosen = attribution_method.estimate_scan(
-            run, items, settings, scored=scored, means=means, donor_of=donor_of,
-            batch_size=batch_size,
+            run, items, settings, means=means, donor_of=donor_of, batch_size=batch_size,
         )  # fmt: skip
         names = [name for name in names if name in chosen]
 
@@ -332,6 +319,7 @@ def _chunk_records(
     gives each sequence's prompt index in ``chunk``.
     """
     owner_of = np.array(owners)
+    shared: dict[str, Any] = {"ablation": settings["ablation"], "scan": settings}
     out = []
     for i, rec in enumerate(chunk):
         columns = np.flatnonzero(owner_of == i)
@@ -340,12 +328,7 @@ def _chunk_records(
                 continue
             mine = [float(v) for v in values[columns]]
             metrics = _metrics(mine, answers[i], donor_of.get(rec.key))
-            heads = conditions.get(name, [])
-            out.append(
-                run.record(
-                    rec, name, metrics, heads=heads, ablation=settings["ablation"], scan=settings
-                )
-            )
+            out.append(run.record(rec, name, metrics, heads=conditions.get(name, []), **shared))
     return out
 
 
@@ -354,11 +337,8 @@ def _bsi_pass(run: ModelRun, items: list[PromptRecord], batch_size: int) -> None
     model = run.model
 
     def bsi_work(chunk: list[PromptRecord]) -> list[dict]:
-        results = binding(model, chunk, batch_size=batch_size, on_missing="skip")
-        return [
-            run.record(rec, "clean", binding_metrics(res, model), name=BSI)
-            for rec, res in zip(chunk, results)
-        ]
+        found = reuse_or_bind(run, chunk, batch_size=batch_size)
+        return [run.record(rec, "clean", metrics, name=BSI) for rec, metrics, _ in found]
 
     run.chunks(
         items,

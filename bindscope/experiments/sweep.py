@@ -21,10 +21,16 @@ import numpy as np
 
 from bindscope.batch import GENERATION_BATCH_SIZE, check_batch_size
 from bindscope.experiments.kit import limits
+from bindscope.experiments.kit.binding_reuse import reuse_or_bind
 from bindscope.experiments.kit.chunks import batch_order, chunk_items, prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, LazyModel, ModelRun, Plan
-from bindscope.experiments.kit.options import GENERATION_HELP, option, positive, setting
-from bindscope.experiments.kit.record_fields import binding_metrics
+from bindscope.experiments.kit.options import (
+    GENERATION_HELP,
+    option,
+    positive,
+    prompts_option,
+    setting,
+)
 from bindscope.experiments.kit.revisions import (
     CRFM_SEEDS,
     PRESETS,
@@ -51,7 +57,6 @@ from bindscope.results.records import provenance
 from bindscope.results.schema import binding_kind
 from bindscope.results.settings import content_sha256
 from bindscope.runners.behaviour import generation, recognition
-from bindscope.runners.binding import binding
 
 EXPERIMENT = "sweep"
 #: The per-term series: EB* and the behaviour score at each revision.
@@ -68,9 +73,7 @@ class SweepOptions(TaxonomyOptions):
         "pythia-paper, olmo-1b, crfm, smollm3",
         required=True,
     )
-    prompts: str | Path | PromptSet = option(
-        "canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True
-    )
+    prompts: str | Path | PromptSet = prompts_option()
     heads: bool = option(False, "also the head taxonomy per revision (OUT/heads)", switch=True)
     generation_batch_size: int = option(GENERATION_BATCH_SIZE, GENERATION_HELP, type=positive)
     rubric: dict | None = setting(None)
@@ -141,7 +144,7 @@ def _run_revision(run: ModelRun, pset: PromptSet, rubric: dict, sizes: tuple[int
     check_fit(model, pset)
 
     def work(chunk: list[PromptRecord]) -> list[dict]:
-        bound = binding(model, chunk, batch_size=batch_size, on_missing="skip")
+        bound = reuse_or_bind(run, chunk, batch_size=batch_size)
         scores: dict[str, float] = {}
         rec = [r for r in chunk if r.task == "recognition"]
         gen = [r for r in chunk if r.task == "generation"]
@@ -151,10 +154,7 @@ def _run_revision(run: ModelRun, pset: PromptSet, rubric: dict, sizes: tuple[int
             generated = generation(model, gen, rubric=rubric, batch_size=generation_batch_size)
             for r, out in zip(gen, generated):
                 scores[r.key] = out.score
-        return [
-            run.record(r, "clean", {**binding_metrics(res, model), "behaviour": scores[r.key]})
-            for r, res in zip(chunk, bound)
-        ]
+        return [run.record(r, "clean", {**m, "behaviour": scores[r.key]}) for r, m, _ in bound]
 
     run.chunks(
         batch_order(model, pset.records),

@@ -4,21 +4,22 @@ from __future__ import annotations
 
 from bindscope.experiments import binding as binding_experiment
 from bindscope.experiments import c5, controls
+from bindscope.experiments.kit import binding_reuse
 from bindscope.experiments.kit.binding_reuse import BINDING_FROM
 from bindscope.results.records import read_records
 from tests.experiments import prompts_tiny
 
 
-def _counting(monkeypatch, module):
+def _counting(monkeypatch):
     seen: list[str] = []
-    real = module.binding
+    real = binding_reuse.binding
 
     def counted(model, records, **kwargs):
         records = list(records)
         seen.extend(r.key for r in records)
         return real(model, records, **kwargs)
 
-    monkeypatch.setattr(module, "binding", counted)
+    monkeypatch.setattr(binding_reuse, "binding", counted)
     return seen
 
 
@@ -35,7 +36,7 @@ def test_c5_and_controls_reuse_the_folders_binding(
 ):
     binding_experiment.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, progress=False)
     stored = _metrics(tmp_path / "binding" / "records.jsonl", "binding")
-    in_c5 = _counting(monkeypatch, c5)
+    in_c5 = _counting(monkeypatch)
     options = {"k": 2, "n_random": 1, "rubric": prompts_tiny.RUBRIC, "progress": False}
     c5.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, **options)
     assert in_c5 == []  # no binding forward pass for the ranking
@@ -45,7 +46,7 @@ def test_c5_and_controls_reuse_the_folders_binding(
         assert record["metrics"] == stored[key]["metrics"]  # identical numbers
         assert record["provenance"]["binding_from"] == BINDING_FROM
 
-    in_controls = _counting(monkeypatch, controls)
+    in_controls = _counting(monkeypatch)
     controls.run(
         tiny_llama, controls=tiny_controls, real=tiny_prompts, out=tmp_path, progress=False
     )
@@ -62,11 +63,10 @@ def test_c5_and_controls_reuse_the_folders_binding(
 
 def test_heads_reuse_the_folders_binding(tiny_llama, tiny_prompts, tmp_path, monkeypatch):
     from bindscope.experiments import heads
-    from bindscope.experiments.kit import taxonomy_plan
 
     binding_experiment.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, progress=False)
     stored = _metrics(tmp_path / "binding" / "records.jsonl", "binding")
-    in_heads = _counting(monkeypatch, taxonomy_plan)
+    in_heads = _counting(monkeypatch)
     heads.run(
         tiny_llama,
         prompts=tiny_prompts,
@@ -87,7 +87,7 @@ def test_heads_reuse_the_folders_binding(tiny_llama, tiny_prompts, tmp_path, mon
 def test_without_binding_results_c5_computes_its_ranking(
     tiny_llama, tiny_prompts, tmp_path, monkeypatch
 ):
-    in_c5 = _counting(monkeypatch, c5)
+    in_c5 = _counting(monkeypatch)
     c5.run(
         tiny_llama,
         prompts=tiny_prompts,
@@ -110,7 +110,7 @@ def test_another_bos_policy_is_not_reused(sp_tokenizer, tiny_prompts, tmp_path, 
     assert with_bos.prepend_bos
     binding_experiment.run(with_bos, prompts=tiny_prompts, out=tmp_path, progress=False)
     without = bindscope.load_model(with_bos.hf, tokenizer=sp_tokenizer, prepend_bos=False)
-    in_c5 = _counting(monkeypatch, c5)
+    in_c5 = _counting(monkeypatch)
     c5.run(
         without,
         prompts=tiny_prompts,

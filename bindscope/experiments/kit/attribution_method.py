@@ -29,15 +29,13 @@ from bindscope.experiments.kit.experiment import ModelRun
 from bindscope.experiments.kit.options import check_choice, option, positive
 from bindscope.interventions import Mean, Patch, Resample, Zero
 from bindscope.interventions.specs import Spec
+from bindscope.prompts.continuations import continuation_ids
 from bindscope.prompts.prompt_sets import PromptRecord
 from bindscope.protocols import LanguageModel
 from bindscope.results.records import read_records
 from bindscope.runners.attribution_metrics import Metric
 from bindscope.runners.attribution_patching import TargetLogprob, all_heads, attribution_scores
 from bindscope.runners.scan import ScoredSequence
-
-#: How the scan scores one prompt: its sequences and the correct one's index (or None).
-Scorer = Callable[[LanguageModel, PromptRecord], tuple[list[ScoredSequence], int | None]]
 
 ESTIMATE = "scan-estimate"
 METHODS = ("exact", "attribution")
@@ -84,16 +82,27 @@ def check_options(method: str, verify: int | None, unit: str) -> int | None:
     return verify
 
 
+def scored(model: LanguageModel, record: PromptRecord) -> tuple[list[ScoredSequence], int | None]:
+    """The sequences a record is scored on (its choices, or its target), the correct one's index."""
+    prompt = model.tokenize(record.template)
+    if record.task == "recognition":
+        ids = [continuation_ids(model.tokenizer, c) for c in record.choices or ()]
+        return [ScoredSequence(prompt + i, len(i)) for i in ids], record.answer_idx
+    target = continuation_ids(model.tokenizer, record.extra["target"])
+    return [ScoredSequence(prompt + target, len(target))], None
+
+
 def _spec(model: LanguageModel, settings: dict, means: Any, text: list[int], donor: Any) -> Spec:
     """The intervention the estimate linearises: the scan's ablation on every head.
 
-    A resample donor is aligned from the end, as the exact scan aligns it (`_donor_spec`).
+    A resample donor is aligned from the end, as the exact scan aligns it.
     """
     heads = tuple(all_heads(model))
     if settings["ablation"] == "mean":
         return Mean(heads, means)
-    if settings["ablation"] == "resample":
-        return _donor_spec(heads, text, list(donor.ids))
+    if settings["ablation"] == "resample":  # ``Patch`` at equal length, else ``Resample``
+        ids = list(donor.ids)
+        return Patch(heads, (ids,)) if len(ids) == len(text) else Resample(heads, (ids,))
     return Zero(heads)
 
 
@@ -153,7 +162,6 @@ def estimate_scan(
     items: Sequence[PromptRecord],
     settings: dict,
     *,
-    scored: Scorer,
     means: Any,
     donor_of: dict[str, PromptRecord],
     batch_size: int,
@@ -230,11 +238,6 @@ def _select(
     return [f"L{layer}.H{head}" for layer, head in order[:verify]]
 
 
-def _donor_spec(heads: tuple, text: list, donor: list) -> Patch | Resample:
-    """A resample donor aligned from the end: ``Patch`` at equal length, else ``Resample``."""
-    return Patch(heads, (donor,)) if len(donor) == len(text) else Resample(heads, (donor,))
-
-
 def add_estimates(entry: dict, estimates: list[dict], prompts: list[str]) -> None:
     """Add the estimate map and the agreement on the verified heads to a model's entry.
 
@@ -295,5 +298,6 @@ __all__ = [
     "estimate_heads",
     "estimate_scan",
     "method_option",
+    "scored",
     "verify_option",
 ]

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from bindscope.prompts.prompt_sets import PromptSet
+from bindscope.experiments.kit.experiment import ModelRun
+from bindscope.experiments.kit.record_fields import binding_metrics
+from bindscope.prompts.prompt_sets import PromptRecord, PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import model_label
 from bindscope.results.records import read_records
 from bindscope.results.settings import SETTINGS_FILE, model_settings, read_settings, versions
+from bindscope.runners.binding import binding
 
 #: The folder and records of the binding study, which C5, the controls and the taxonomy
 #: reuse; one name, kept here so that none of them names the study.
@@ -46,4 +50,30 @@ def stored_binding(model: LanguageModel, out: str | Path, pset: PromptSet) -> di
     }
 
 
-__all__ = ["BINDING_FROM", "stored_binding"]
+def reuse_or_bind(
+    run: ModelRun,
+    chunk: list[PromptRecord],
+    *,
+    batch_size: int,
+    stored: Mapping[str, dict] | None = None,
+    fresh: Callable[[PromptRecord], bool] = lambda record: False,
+    on_missing: str = "skip",
+) -> list[tuple[PromptRecord, dict, dict | None]]:
+    """Each prompt of ``chunk`` with its binding metrics and their provenance.
+
+    A prompt in ``stored`` (``stored_binding``), unless ``fresh``, is reused: its provenance
+    is the run's with ``binding_from``. The others are computed (``binding``), their
+    provenance None: the run's own.
+    """
+    found = stored or {}
+    todo = [r for r in chunk if fresh(r) or r.key not in found]
+    results = binding(run.model, todo, batch_size=batch_size, on_missing=on_missing)
+    computed = {r.key: binding_metrics(res, run.model) for r, res in zip(todo, results)}
+    reused = {**run.prov, "binding_from": BINDING_FROM}
+    return [
+        (r, computed[r.key], None) if r.key in computed else (r, found[r.key], reused)
+        for r in chunk
+    ]
+
+
+__all__ = ["BINDING_FROM", "reuse_or_bind", "stored_binding"]

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from tqdm.auto import tqdm
+
 from bindscope.batch import check_batch_size
-from bindscope.experiments.kit.chunks import run_chunks
+from bindscope.errors import InputError
 from bindscope.experiments.kit.options import Options
 from bindscope.experiments.kit.record_fields import RecordFields, base_record
 from bindscope.prompts.prompt_sets import PromptSet
@@ -103,16 +105,28 @@ class ModelRun:
         desc: str,
         key: Callable[[Item], str] | None = None,
     ) -> int:
-        """``run_chunks`` into this run's records; ``key`` defaults to the item's clean key."""
-        return run_chunks(
-            items,
-            writer=self.writer,
-            key=key or (lambda item: self.key(item.key)),  # type: ignore[attr-defined]
-            work=work,
-            chunk_size=chunk_size,
-            desc=desc,
-            progress=self.progress,
+        """Run ``work`` on the pending items in chunks, writing each chunk's records at once.
+
+        ``key`` (default: the item's clean key) says whether an item's records are on disk
+        already. Returns the number of items run (those not already finished on disk).
+        """
+        if chunk_size < 1:  # a negative batch size would otherwise run nothing and say nothing
+            raise InputError(
+                f"batch_size must be 1 or more (it gave chunks of {chunk_size} items); pass e.g. "
+                "batch_size=16 (--batch-size 16)"
+            )
+        key = key or (lambda item: self.key(item.key))  # type: ignore[attr-defined]
+        pending = [item for item in items if key(item) not in self.writer]
+        done = len(items) - len(pending)
+        bar = tqdm(
+            total=len(items), initial=done, desc=desc, unit="item", disable=not self.progress
         )
+        for start in range(0, len(pending), chunk_size):
+            chunk = pending[start : start + chunk_size]
+            self.writer.write_many(work(chunk))
+            bar.update(len(chunk))
+        bar.close()
+        return len(pending)
 
 
 @dataclass(frozen=True)

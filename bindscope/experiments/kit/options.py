@@ -80,6 +80,11 @@ def option(default: T, help: str = "", **flag: Any) -> T:
     return dataclasses.field(default=default, metadata={"flag": Flag(help=help, **flag)})
 
 
+def prompts_option() -> Any:
+    """The ``--prompts`` option of a study of one prompt set (default ``canonical``)."""
+    return option("canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True)
+
+
 def check_whole(options: object, least: Mapping[str, int]) -> None:
     """Refuse a field named in ``least`` that is not a whole number of at least its value.
 
@@ -150,5 +155,6 @@ __all__ = [
     "count",
     "option",
     "positive",
+    "prompts_option",
     "setting",
 ]

@@ -137,31 +137,22 @@ def tested_cells(
     correction: str,
     n_tests: int,
 ) -> dict[str, dict]:
-    """Each condition's ``cell_stats`` of its ``(a, b)``, adjusted across ``n_tests`` tests."""
+    """Each condition's ``cell_stats`` of its ``(a, b)``, with ``p_adjusted`` and ``significant``.
+
+    The p-values are adjusted across ``n_tests`` tests, those beyond the cells (the heads not
+    verified under ``--method attribution``) counted at p = 1.
+    """
     cells = {
         name: cell_stats(a, b, seed=seed, n_resamples=n_resamples) for name, (a, b) in pairs.items()
     }
-    adjust(cells, correction=correction, n_tests=n_tests)
-    return cells
-
-
-def adjust(
-    cells: dict[str, dict], *, correction: str, alpha: float = 0.05, n_tests: int = 0
-) -> None:
-    """Add ``p_adjusted`` and ``significant`` to every cell (in place), across all cells.
-
-    ``n_tests``: adjust across that many tests, those beyond the cells (the heads not
-    verified under ``--method attribution``) counted at p = 1.
-    """
     names = [n for n, c in cells.items() if c.get("p") is not None]
     ps = [cells[n]["p"] for n in names] + [1.0] * max(0, n_tests - len(cells))
-    adjusted = stats.adjust_pvalues(ps, method=CORRECTIONS[correction]) if ps else []
-    for cell in cells.values():
-        cell["p_adjusted"] = None
-        cell["significant"] = False
-    for name, p in zip(names, adjusted):
-        cells[name]["p_adjusted"] = p
-        cells[name]["significant"] = bool(p < alpha)
+    found = stats.adjust_pvalues(ps, method=CORRECTIONS[correction]) if ps else []
+    adjusted = dict(zip(names, found))
+    for name, cell in cells.items():
+        cell["p_adjusted"] = adjusted.get(name)
+        cell["significant"] = name in adjusted and bool(adjusted[name] < limits.ALPHA)
+    return cells
 
 
 def effect_map(

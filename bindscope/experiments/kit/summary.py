@@ -15,10 +15,7 @@ def per_model_text(
     s: dict, header: list[str], lines: Callable[[str, dict], Iterable[str]]
 ) -> list[str]:
     """A summary's terminal text: the ``header`` lines, then ``lines(label, m)`` per model."""
-    out = list(header)
-    for label, m in s["models"].items():
-        out += lines(label, m)
-    return out
+    return [*header, *(line for label, m in s["models"].items() for line in lines(label, m))]
 
 
 def summarize_folder(

@@ -6,7 +6,6 @@ The ``heads`` experiment runs it on one model, ``sweep --heads`` on every revisi
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -17,17 +16,16 @@ from typing import Any
 import numpy as np
 
 from bindscope.errors import InputError
-from bindscope.experiments.kit.binding_reuse import BINDING_FROM, stored_binding
+from bindscope.experiments.kit.binding_reuse import reuse_or_bind, stored_binding
 from bindscope.experiments.kit.experiment import Common, ModelRun, Plan
 from bindscope.experiments.kit.options import Options, check_whole, option, positive
-from bindscope.experiments.kit.record_fields import Item, binding_metrics
+from bindscope.experiments.kit.record_fields import Item
 from bindscope.experiments.kit.taxonomy_summary import CLASSIFICATION_FILE, summarize
 from bindscope.metrics import taxonomy
 from bindscope.prompts.prompt_sets import PromptRecord, PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import model_label
 from bindscope.results.records import provenance
-from bindscope.runners.binding import binding
 from bindscope.runners.taxonomy_scores import repeated_scores, text_scores
 
 
@@ -106,11 +104,7 @@ def check_taxonomy_fit(model: LanguageModel, options: TaxonomyOptions) -> None:
 
 
 def taxonomy_plan(
-    pset: PromptSet,
-    options: TaxonomyOptions,
-    common: Common,
-    *,
-    sweep: dict | None = None,
+    pset: PromptSet, options: TaxonomyOptions, common: Common, *, sweep: dict | None = None
 ) -> Plan:
     """The plan of an ``OUT/heads`` folder: every head of each model scored, resumably.
 
@@ -134,14 +128,11 @@ def taxonomy_plan(
         write_classification(run.writer.path.parent, options)
         score_model(run, pset, settings, batch_size=common.batch_size)
 
-    items = functools.partial(_keys, pset, settings)
+    def items() -> list[tuple[str, str]]:
+        keys = [(r.key, "clean") for r in pset]
+        return keys + [(_repeated_key(i), "repeated") for i in range(options.n_repeated)]
+
     return Plan(settings, each, provenance=prov, summarize=summarize, items=items)
-
-
-def _keys(pset: PromptSet, settings: dict) -> list[tuple[str, str]]:
-    keys = [(r.key, "clean") for r in pset]
-    keys += [(_repeated_key(i), "repeated") for i in range(settings["n_repeated"])]
-    return keys
 
 
 def _repeated_key(i: int) -> str:
@@ -167,22 +158,18 @@ def score_model(run: ModelRun, pset: PromptSet, settings: dict, *, batch_size: i
     shape = {"n_layers": model.n_layers, "n_heads": model.n_heads, "position_0_is_bos": bos}
 
     stored = stored_binding(model, run.writer.path.parents[1], pset)  # computed once per folder
-    reused = {**run.prov, "binding_from": BINDING_FROM}
 
     def prompt_work(chunk: list[PromptRecord]) -> list[dict]:
-        fresh = [r for r in chunk if r.key not in stored]
-        bound = binding(model, fresh, batch_size=batch_size, on_missing="skip")
-        computed = {r.key: binding_metrics(res, model) for r, res in zip(fresh, bound)}
+        bound = reuse_or_bind(run, chunk, batch_size=batch_size, stored=stored)
         templates = sorted({r.template for r in chunk})
         scores = dict(zip(templates, text_scores(model, templates, batch_size=batch_size)))
         out = []
-        for r in chunk:
+        for r, found, prov in bound:
             s = scores[r.template]
             extra = {name: _grid(s[name]) for name in taxonomy.TEXT_SCORES}
             n = len(model.tokenize(r.template))
-            found = computed.get(r.key)
-            metrics = {**(found or stored[r.key]), **extra, **shape, "n_tokens": n}
-            out.append(run.record(r, "clean", metrics, prov=None if found else reused))
+            metrics = {**found, **extra, **shape, "n_tokens": n}
+            out.append(run.record(r, "clean", metrics, prov=prov))
         return out
 
     label = model_label(model)
