@@ -73,6 +73,7 @@ class _Timed:
 
 def bindscope_worker(args, model) -> dict:
     from bindscope.experiments import c5
+    from bindscope.experiments.kit import binding_reuse
     from bindscope.results.records import read_records
     from bindscope.runners.behaviour import generation, recognition
     from bindscope.runners.binding import binding
@@ -86,9 +87,11 @@ def bindscope_worker(args, model) -> dict:
     generation(model, gen, per_row=[[(0, 0)], []])
 
     totals: dict[str, float] = {}
-    originals = {name: getattr(c5, name) for name in ("binding", "recognition", "generation")}
+    # Each function is timed where C5 looks it up: binding in the kit's reuse helper.
+    where = {"binding": binding_reuse, "recognition": c5, "generation": c5}
+    originals = {name: getattr(module, name) for name, module in where.items()}
     for name, function in originals.items():
-        setattr(c5, name, _Timed(function, totals, name))
+        setattr(where[name], name, _Timed(function, totals, name))
     try:
         with tempfile.TemporaryDirectory(prefix="bindscope-c5-bench-") as out:
             _, timing = common.measure(
@@ -108,7 +111,7 @@ def bindscope_worker(args, model) -> dict:
             records = list(read_records(Path(out) / "c5" / "records.jsonl"))
     finally:
         for name, function in originals.items():
-            setattr(c5, name, function)
+            setattr(where[name], name, function)
     conditions, results = {}, {}
     for r in records:
         if r["experiment"] != "c5":
