@@ -1,0 +1,70 @@
+"""Every benchmark still runs against today's package, on a tiny random model.
+
+The benchmarks time bindscope's functions where the package calls them (some by replacing a
+module attribute), so a restructuring can break one without any other test noticing: after
+issue 29's trimming, ``bench_c5.py`` failed on a name C5 no longer held. Each benchmark runs
+here at its smallest size on a tiny Llama and must finish with exit 0. The numbers are not
+checked: on random weights they mean nothing, and the timings belong to a quiet machine.
+``bench_remote.py`` needs a running NDIF server and is left to the live layer's own tests.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import build_tiny
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Each benchmark with the arguments of its smallest run (``{model}``: the tiny model's folder).
+RUNS = {
+    "binding": ["--quick", "--model", "{model}"],
+    "c5": ["--quick", "--model", "{model}"],
+    "scan": ["--tiny", "--limit", "4", "--verify", "2"],
+    "scan_attribution": ["--tiny", "--limit", "4", "--verify", "2", "--attribution"],
+    "patching_sweep": ["--tiny", "--quick"],
+    "circuit": [
+        "--model",
+        "{model}",
+        "--tasks",
+        "greater-than",
+        "--pairs",
+        "4",
+        "--sizes",
+        "2",
+        "--verify",
+        "2",
+        "--steps",
+        "2",
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def model_folder(tmp_path_factory, byte_tokenizer) -> Path:
+    """A tiny Llama saved as a model folder, as ``--model`` takes it."""
+    folder = tmp_path_factory.mktemp("bench-model")
+    build_tiny("llama", byte_tokenizer).hf.save_pretrained(folder)
+    byte_tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_the_benchmark_runs_on_a_tiny_model(name: str, model_folder: Path, tmp_path: Path) -> None:
+    script = "bench_scan.py" if name == "scan_attribution" else f"bench_{name}.py"
+    args = [a.format(model=model_folder) for a in RUNS[name]]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, f"bench_{name} exited {done.returncode}:\n{done.stderr[-3000:]}"
