@@ -298,9 +298,9 @@ def _rank(
     stored = stored_binding(model, run.writer.path.parents[1], rset)
 
     def rank_work(chunk: list[PromptRecord]) -> list[dict]:
-        whole = not all(rec.key in stored for rec in chunk)  # reused only as a whole chunk
+        recompute = not all(rec.key in stored for rec in chunk)  # reused only as a whole chunk
         found = reuse_or_bind(
-            run, chunk, batch_size=batch_size * 2, stored=stored, fresh=lambda rec: whole
+            run, chunk, batch_size=batch_size * 2, stored=stored, fresh=lambda rec: recompute
         )
         return [run.record(rec, "clean", m, name=RANKING, prov=prov) for rec, m, prov in found]
 
