@@ -29,10 +29,18 @@ def add_parser(sub: argparse._SubParsersAction, command: object) -> None:
         default=None,
         help="the server's folder: venv, logs, pids (default: BINDSCOPE_CACHE/ndif)",
     )
-    p.add_argument(
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
         "--sandboxed",
         action="store_true",
         help="run every request untrusted, in the runner process of ndif's sandboxed actor",
+    )
+    mode.add_argument(
+        "--sandbox-key",
+        metavar="KEY",
+        default=None,
+        help="run untrusted only the requests sent with this NDIF_API_KEY, all others "
+        "trusted: both modes from one server (the server keeps only the key's digest)",
     )
     p.set_defaults(func=command)
 
@@ -57,7 +65,12 @@ def cmd_ndif(args: argparse.Namespace) -> int:
     # the hub cache a client on this machine reads, so that both see the models
     hub_cache = Path(constants.HF_HUB_CACHE)
     where = server.up(
-        home=home, models=folders, port=args.port, hub_cache=hub_cache, sandboxed=args.sandboxed
+        home=home,
+        models=folders,
+        port=args.port,
+        hub_cache=hub_cache,
+        sandboxed=args.sandboxed,
+        sandbox_key=args.sandbox_key,
     )
     print(f"NDIF runs at {where}, serving {', '.join(folders)}; logs in {home / 'logs'}")
     print(f"export NDIF_HOST={where} NDIF_API_KEY=local HF_HUB_OFFLINE=1   # auth is off")

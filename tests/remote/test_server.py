@@ -5,6 +5,7 @@ The server itself is tested by the live layer (tests/remote/live, ``make test-li
 
 from __future__ import annotations
 
+import json
 import socket
 import sys
 
@@ -99,3 +100,35 @@ def test_the_venv_stamp_names_its_pins(tmp_path):
     assert not environment.ready(tmp_path)
     (tmp_path / environment.STAMP).write_text("torch==2.12.0\n")
     assert not environment.ready(tmp_path)  # other pins: rebuilt
+
+
+def test_a_sandbox_key_deploys_the_sandboxed_actor_and_keeps_only_its_digest(tmp_path, monkeypatch):
+    """``--sandbox-key``: both modes from one server; the key itself is written nowhere."""
+    ports = server.Ports.of(8001)
+    key = "bindscope-untrusted-0123"
+    env = server._environment(tmp_path, ports, tmp_path / "hub", sandbox_key=server.key_digest(key))
+    assert env[server.SANDBOX_KEY_ENV] == server.key_digest(key) != key
+    assert key not in "".join(env.values())
+    started = []
+    monkeypatch.setattr(server.processes, "start", lambda home, piece, env: started.append(piece))
+    for environment_, actor in (
+        (env, server.SANDBOXED_ACTOR),
+        (server._environment(tmp_path, ports, tmp_path / "hub"), server.CPU_ACTOR),
+    ):
+        (tmp_path / "m").mkdir(exist_ok=True)
+        server._deploy(tmp_path, environment_, {"org/m": tmp_path / "m"}, tmp_path / "hub", False)
+        deployed = json.loads((tmp_path / "deploy.json").read_text())
+        assert [d["actor_class"] for d in deployed] == [actor]
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"sandboxed": True, "sandbox_key": "k"}, "give one of them"),
+        ({"sandbox_key": " "}, "--sandbox-key is empty"),
+    ],
+)
+def test_up_refuses_two_modes_or_an_empty_key_before_building(tmp_path, options, message):
+    with pytest.raises(NdifServerError, match=message):
+        server.up(home=tmp_path, models={}, hub_cache=tmp_path / "hub", **options)
+    assert not (tmp_path / "venv").exists()

@@ -11,6 +11,7 @@ CUDA steps live in ``ndif_side/``, which only the server's venv imports. docs/re
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -35,6 +36,13 @@ ORDER = ("redis", "object-store", "ray", "api")
 STATE = "server.json"
 CPU_ACTOR = "bindscope_ndif_cpu.CpuModelActor"
 SANDBOXED_ACTOR = "bindscope_ndif_cpu.CpuSandboxModelActor"
+# ndif_side's SANDBOX_KEY_ENV: the digest of the one key whose requests run sandboxed
+SANDBOX_KEY_ENV = "BINDSCOPE_SANDBOX_KEY_SHA256"
+
+
+def key_digest(key: str) -> str:
+    """What the server keeps of a ``--sandbox-key`` (never the key itself)."""
+    return hashlib.sha256(key.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,7 @@ def _redis_server() -> str:
 
 
 def _environment(
-    home: Path, ports: Ports, hub_cache: Path, *, sandboxed: bool = False
+    home: Path, ports: Ports, hub_cache: Path, *, sandboxed: bool = False, sandbox_key: str = ""
 ) -> dict[str, str]:
     venv = home / "venv"
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("NDIF_", "RAY_"))}
@@ -120,7 +128,8 @@ def _environment(
         "MKL_NUM_THREADS": "1",
         # the sandboxed actor keeps warm runner processes (~0.5 GB each, ndif's default 7
         # per model): one per model is enough for one user's sequential requests
-        **({"NDIF_SANDBOX_POOL_SIZE": "1"} if sandboxed else {}),
+        **({"NDIF_SANDBOX_POOL_SIZE": "1"} if sandboxed or sandbox_key else {}),
+        **({SANDBOX_KEY_ENV: sandbox_key} if sandbox_key else {}),
     }
 
 
@@ -242,7 +251,7 @@ def _deploy(
     home: Path, env: dict[str, str], models: Mapping[str, Path], hub_cache: Path, sandboxed: bool
 ) -> None:
     """Deploy ``models`` on the started pieces, each with the CPU (or sandboxed) actor."""
-    actor = SANDBOXED_ACTOR if sandboxed else CPU_ACTOR
+    actor = SANDBOXED_ACTOR if sandboxed or SANDBOX_KEY_ENV in env else CPU_ACTOR
     deploy = [{**spec, "actor_class": actor} for spec in specs(hub_cache, models, trusted=True)]
     spec_file = home / "deploy.json"
     spec_file.write_text(json.dumps(deploy))
@@ -258,6 +267,7 @@ def up(
     port: int = DEFAULT_PORT,
     hub_cache: Path,
     sandboxed: bool = False,
+    sandbox_key: str | None = None,
 ) -> str:
     """Build the venv once, start every piece, deploy ``models``; the host to use.
 
@@ -269,15 +279,26 @@ def up(
             machine reads the same configs and tokenizers from).
         sandboxed: Deploy ndif's sandboxed actor and run every request untrusted, in its
             runner process (``ndif_side/bindscope_ndif_cpu.py``, ``CpuSandboxDeployment``).
+        sandbox_key: Run sandboxed only the requests sent with this API key, every other
+            request trusted: both modes from one server, as ndif's key tags give with auth
+            on. The server keeps only the key's digest.
 
     Raises:
         NdifServerError: A piece did not start (which one, and its log); everything that
             did start is stopped again.
     """
+    if sandbox_key is not None and not sandbox_key.strip():
+        raise NdifServerError("--sandbox-key is empty: give the API key to run sandboxed")
+    if sandboxed and sandbox_key:
+        raise NdifServerError(
+            "--sandboxed runs every request sandboxed and --sandbox-key only one key's: "
+            "give one of them"
+        )
+    digest = key_digest(sandbox_key) if sandbox_key else ""
     home.mkdir(parents=True, exist_ok=True)
     ports = _free_ports(home, port)
     environment.build(home / "venv", home / "logs" / "venv.log")
-    env = _environment(home, ports, hub_cache, sandboxed=sandboxed)
+    env = _environment(home, ports, hub_cache, sandboxed=sandboxed, sandbox_key=digest)
     started = time.perf_counter()
     state = {"port": port, "host": host(port), "models": []}
     (home / STATE).write_text(json.dumps(state))
@@ -292,6 +313,7 @@ def up(
         (home / STATE).unlink(missing_ok=True)
         raise
     state |= {"models": list(models), "sandboxed": sandboxed, "hub_cache": str(hub_cache)}
+    state["sandbox_key_sha256"] = digest
     state["started_s"] = round(time.perf_counter() - started, 1)
     (home / STATE).write_text(json.dumps(state))
     return host(port)
@@ -305,7 +327,13 @@ def _piece(home: Path, name: str) -> tuple[Piece, dict[str, str]]:
     found = {p.slug: p for p in _pieces(home, ports) if p.ready is not None}
     if name not in found:
         raise NdifServerError(f"no piece {name!r}; the pieces are {', '.join(found)}")
-    env = _environment(home, ports, Path(state["hub_cache"]), sandboxed=state["sandboxed"])
+    env = _environment(
+        home,
+        ports,
+        Path(state["hub_cache"]),
+        sandboxed=state["sandboxed"],
+        sandbox_key=state.get("sandbox_key_sha256", ""),
+    )
     return found[name], env
 
 

@@ -17,8 +17,10 @@ nnsight's own code, so they equal what a client sends.
 from __future__ import annotations
 
 import gc
+import hashlib
 import importlib
 import json
+import os
 import sys
 from typing import Any
 
@@ -106,19 +108,32 @@ class CpuModelDeployment(BaseModelDeployment):
         gc.collect()
 
 
+# Set by ``bindscope ndif up --sandbox-key KEY``: the SHA-256 of the one key whose requests
+# run untrusted (every other key's run trusted). Unset: every request runs untrusted.
+SANDBOX_KEY_ENV = "BINDSCOPE_SANDBOX_KEY_SHA256"
+
+
+def untrusted(api_key: str | None) -> bool:
+    """Whether a request sent with ``api_key`` runs in the sandbox's runner process."""
+    tagged = os.environ.get(SANDBOX_KEY_ENV)
+    return not tagged or hashlib.sha256((api_key or "").encode()).hexdigest() == tagged
+
+
 class CpuSandboxDeployment(SandboxModelDeployment, CpuModelDeployment):
-    """ndif's sandboxed actor on the CPU model actor above; every request runs untrusted.
+    """ndif's sandboxed actor on the CPU model actor above; requests run untrusted.
 
     ndif decides trust at ingress (``services/api/auth.py``, ``validate_request``): from
     the key's ``trusted`` tag when auth is on, else from the request envelope's
     ``trusted`` field, True when absent, and nnsight 0.8.1's client never sends it. This
-    actor treats each request as a key without the tag would be: its block runs in a
-    runner process through ndif's own sandbox code (``SandboxModelDeployment.execute``).
+    actor treats a request as a key without the tag would be (every request, or with
+    ``SANDBOX_KEY_ENV`` set those of that one key): its block runs in a runner process
+    through ndif's own sandbox code (``SandboxModelDeployment.execute``).
     """
 
     async def run(self, request: Any) -> None:
-        """Run ``request`` untrusted (ndif's run; ``execute`` then picks the runner)."""
-        request.trusted = False
+        """Run ``request`` (ndif's run; ``execute`` then picks the runner when untrusted)."""
+        if untrusted(request.api_key):
+            request.trusted = False
         await super().run(request)
 
 
