@@ -24,13 +24,13 @@ demo: $(STAMP)
 	$(VENV)/bin/bindscope demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
-# The live layer: the remote path against the real NDIF server of `bindscope ndif up`
-# (deselected by `make test`; fails, never skips, when no server answers). LIVE_ARGS: more
-# pytest options (.ci/run's sandboxed pass deselects the gradient tests with it).
+# The live layer: the remote path against the real NDIF server of `bindscope ndif up
+# --sandbox-key KEY` (KEY: tests/remote/live/conftest.py's SANDBOX_KEY; deselected by `make
+# test`; fails, never skips, when no server answers). LIVE_ARGS: more pytest options.
 test-live: $(STAMP)
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -m ndif_live tests/remote/live $(LIVE_ARGS)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q --durations=15 -m ndif_live tests/remote/live $(LIVE_ARGS)
 
 # Style, docstrings and complexity (ruff), types (mypy), the layers contract (import-linter),
 # and the import checks import-linter cannot make: no circle anywhere, every function-level

@@ -38,6 +38,11 @@ FAMILY_NAMES = [
     "gemma3",
     "phi3",
 ]
+# One family per attention layout, for checks that do not depend on the family (a test that
+# compares family-specific numbers runs on all 13): learned positions and Conv1D (GPT-2),
+# parallel attention and MLP with partial rotary (GPT-NeoX), grouped-query attention (Llama),
+# sliding windows (Gemma 3), fused qkv and gate-up projections (Phi-3), post-norm (OLMo2).
+LAYOUTS = ["gpt2", "gpt_neox", "llama", "gemma3", "phi3", "olmo2"]
 
 
 def _train_tokenizer(kind: str):
@@ -154,11 +159,27 @@ def build_tiny(family: str, tokenizer, *, attn: str = "eager", self_check: bool 
     return bindscope.load_model(hf, tokenizer=tokenizer, self_check=self_check)
 
 
+_TINY: dict[str, object] = {}
+
+
+def _tiny(family: str, byte_tokenizer, sp_tokenizer):
+    if family not in _TINY:
+        tok = sp_tokenizer if family == "llama" else byte_tokenizer
+        _TINY[family] = build_tiny(family, tok)
+    return _TINY[family]
+
+
 @pytest.fixture(scope="session", params=FAMILY_NAMES)
 def tiny(request, byte_tokenizer, sp_tokenizer):
     """Each family's tiny model; the Llama one uses a BOS-adding SentencePiece tokenizer."""
-    tok = sp_tokenizer if request.param == "llama" else byte_tokenizer
-    return build_tiny(request.param, tok)
+    return _tiny(request.param, byte_tokenizer, sp_tokenizer)
+
+
+@pytest.fixture(scope="session", params=LAYOUTS)
+def tiny_layout(request, byte_tokenizer, sp_tokenizer):
+    """One family's tiny model per attention layout (``LAYOUTS``): the same objects as
+    ``tiny``'s, for checks whose outcome does not depend on the family."""
+    return _tiny(request.param, byte_tokenizer, sp_tokenizer)
 
 
 def load_embedded(name: str):

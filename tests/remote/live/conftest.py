@@ -1,8 +1,10 @@
 """The live layer: bindscope against the real NDIF server, started by ``bindscope ndif up``.
 
 Every module is marked ``ndif_live`` (deselected by ``make test``; ``make test-live`` and
-``.ci/run`` run it).
-With no server answering, every test fails with what to run: the layer never skips.
+``.ci/run`` run it). One server serves both modes (``up --sandbox-key SANDBOX_KEY``): every
+test runs trusted, and the tests whose outcome depends on the mode take the ``mode`` fixture
+and run sandboxed too (docs/testing.md). With no server answering, or one that cannot give a
+mode asked for, every test fails with what to run: the layer never skips.
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ import pytest
 
 import bindscope
 from bindscope.loading import cache_dir
+from bindscope.remote import server
 from bindscope.remote.server import DEFAULT_PORT, SERVED, host
 
 # A marked key: tests/remote/live/test_faults.py checks it appears in no payload, record,
 # log line or message of ours.
 KEY = "bindscope-live-key-3c9e71"
+# The key whose requests the server runs sandboxed (.ci/run: `ndif up --sandbox-key` with it).
+SANDBOX_KEY = "bindscope-live-sandboxed-8e41d7"
 HOST = os.environ.get("BINDSCOPE_NDIF_LIVE_HOST") or host(DEFAULT_PORT)
 # The server's folder (pid files, logs): where `bindscope ndif up` put it.
 HOME = Path(os.environ.get("BINDSCOPE_NDIF_HOME") or cache_dir() / "ndif")
@@ -67,3 +72,33 @@ def twins(request, live):
         far = bindscope.load_model(SERVED[name], remote=True)
         _LOADED[name] = (local, far)
     return _LOADED[name]
+
+
+def sandboxed() -> bool:
+    """Whether the running server runs the requests of the key configured now sandboxed."""
+    # heavy: nnsight's config, as the client reads it (the `live` fixture set it up)
+    from nnsight import CONFIG
+
+    state = server.status(home=HOME)
+    digest = state.get("sandbox_key_sha256")
+    if digest:
+        return server.key_digest(CONFIG.API.APIKEY or "") == digest
+    return bool(state.get("sandboxed"))
+
+
+@pytest.fixture(params=["trusted", "sandboxed"])
+def mode(request, live, monkeypatch):
+    """A test whose outcome depends on the server's mode, once in each: the key decides."""
+    from nnsight import CONFIG
+
+    key = SANDBOX_KEY if request.param == "sandboxed" else KEY
+    monkeypatch.setenv("NDIF_API_KEY", key)
+    monkeypatch.setattr(CONFIG.API, "APIKEY", key)
+    if sandboxed() != (request.param == "sandboxed"):
+        pytest.fail(
+            f"the server at {live} cannot run requests {request.param}: start it with "
+            f"`bindscope ndif up --sandbox-key {SANDBOX_KEY}` (as .ci/run does), which runs "
+            "that key's requests sandboxed and every other key's trusted",
+            pytrace=False,
+        )
+    return request.param

@@ -19,7 +19,6 @@ from bindscope.prompts.tasks import answer_ids, task_pairs
 from bindscope.runners.attribution_metrics import LogitDifference
 from bindscope.runners.circuit import faithfulness, top_mask
 from bindscope.runners.edges import edge_attribution, path_patching
-from tests.remote.live.test_sandbox import sandboxed
 from tests.tolerance import assert_within, gradient_bound, logit_bound
 
 pytestmark = pytest.mark.ndif_live
@@ -31,7 +30,7 @@ def _pairs(model, n=4):
     return [p.clean for p in pairs], [p.corrupted for p in pairs], metric
 
 
-def test_edge_scores_and_circuits_equal_local(twins):
+def test_edge_scores_and_circuits_equal_local(twins, mode):
     """Trusted, the scores equal local; sandboxed, the scan refuses (its gradients cannot
     reach the model's process) rather than return zeros. Path patching and faithfulness
     take no gradient and equal local in both modes."""
@@ -43,7 +42,7 @@ def test_edge_scores_and_circuits_equal_local(twins):
     def close(a, b, what):
         assert_within(torch.as_tensor(a), torch.as_tensor(b), metric_bound, what)
 
-    if sandboxed():
+    if mode == "sandboxed":
         with pytest.raises(RemoteJobError, match="did not reach layer 0's input"):
             edge_attribution(far, clean, corrupted, metric, method="eap-ig", steps=2)
     else:

@@ -1,9 +1,10 @@
 """Binding, recognition and every experiment through the real NDIF server equal local runs.
 
 The runners are called directly on both embedded models; the experiments (C5, the
-attribution scan, patch, heads) run from the CLI with ``--remote`` against the local
-server, as a user runs them, and their summaries must equal the local CLI's. Options keep
-each run small (``--limit``, ``--unit layer``, two random sets) so the layer stays quick.
+attribution scan, patch, heads, the exact scan) run from the CLI with ``--remote`` against
+the local server on one model, as a user runs them, and their summaries must equal the local
+CLI's (each local run once per session). Options keep each run small (``--limit``,
+``--unit layer``, two random sets) so the layer stays quick.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ from bindscope.cli import main
 from bindscope.prompts import PromptRecord
 from bindscope.remote import transport
 from bindscope.remote.server import SERVED
+from bindscope.remote.transport import host
 from bindscope.runners.behaviour import recognition
 from bindscope.runners.binding import binding
 from bindscope.runners.scan import ScoredSequence, condition_scores
 from tests.experiments import prompts_tiny
 from tests.remote.live.test_calls import HEADS, TEXTS
-from tests.remote.live.test_sandbox import sandboxed
 from tests.tolerance import gradient_bound, logit_bound
 
 pytestmark = pytest.mark.ndif_live
@@ -135,66 +136,99 @@ EXPERIMENTS = {
     "patch": ["--unit", "layer", "--limit", "2", "--n-resamples", "50"],
     "heads": ["--n-repeated", "2"],
 }
+# The CLI's comparisons run on one model: what the CLI adds (options, records, resume,
+# provenance) does not depend on the model; the runners' calls run on both (above and
+# test_calls.py).
+CLI_MODEL = "SmolLM2-135M-Instruct"
+_LOCAL_RUNS: dict[tuple[str, ...], Path] = {}
 
 
-@pytest.mark.parametrize("name", list(SERVED))
-@pytest.mark.parametrize("experiment", list(EXPERIMENTS))
-def test_experiment_from_the_cli_equals_local(experiment, name, live, tmp_path, capsys):
-    command = experiment.split("-")[0]
-    options = EXPERIMENTS[experiment]
-    if command in ("c5", "heads"):
-        options = [*options, "--prompts", str(_prompts(tmp_path))]
-    common = [command, *options, "--no-progress"]
-    assert main([*common, "--model", name, "--out", str(tmp_path / "local")]) == 0
-    far = [*common, "--model", SERVED[name], "--remote", "--out", str(tmp_path / "far")]
-    folder = command if command != "patch" else "patching"
-    if experiment == "scan-attribution" and sandboxed():
-        # the sandbox cuts the gradients off the model's process: a clear error, no numbers
-        assert main(far) != 0
-        assert "did not reach layer 0's input" in capsys.readouterr().err
-        assert not (tmp_path / "far" / folder / "summary.json").exists()
-        return
+def _cli(command: list[str], folder: Path) -> tuple[list[str], str]:
+    """The CLI's arguments for ``command`` (prompt file in ``folder``) and the results' folder."""
+    name, *options = command
+    if name in ("c5", "heads"):
+        options = [*options, "--prompts", str(_prompts(folder))]
+    return [name, *options, "--no-progress"], name if name != "patch" else "patching"
+
+
+@pytest.fixture(scope="session")
+def local_run(tmp_path_factory):
+    """The local CLI's results for a command, run once per session and shared by the modes."""
+
+    def run(command: list[str]) -> Path:
+        key = tuple(command)
+        if key not in _LOCAL_RUNS:
+            folder = tmp_path_factory.mktemp("local")
+            common, _ = _cli(command, folder)
+            assert main([*common, "--model", CLI_MODEL, "--out", str(folder / "out")]) == 0
+            _LOCAL_RUNS[key] = folder / "out"
+        return _LOCAL_RUNS[key]
+
+    return run
+
+
+def _remote_equals_local(command, local_run, tmp_path, capsys):
+    """Run ``command`` remotely; its summary and the local one's (equal is up to the caller)."""
+    common, folder = _cli(command, tmp_path)
+    ref = _summary(local_run(command), folder, CLI_MODEL)
+    far = [*common, "--model", SERVED[CLI_MODEL], "--remote", "--out", str(tmp_path / "far")]
     assert main(far) == 0
     capsys.readouterr()
-    got, ref = _summary(tmp_path / "far", folder, name), _summary(tmp_path / "local", folder, name)
-    if experiment == "scan-attribution":
-        # estimates: frozen server weights, other backward kernels (tests/tolerance.py
-        # gradient_bound); verified effects: Model.logits remotely, the residual-start runner
-        # locally, each mean log-prob within twice the logit bound, an effect within 4x
-        local = bindscope.load_model(name)
-        estimates = torch.tensor(ref["models"][f"{name}@main"]["metrics"]["logprob"]["estimate"])
-        bound = max(gradient_bound(local, estimates), 4 * logit_bound(local, TEXTS))
-        _assert_close(got, ref, bound)
-    elif command == "c5":
+    records = (tmp_path / "far" / folder / "records.jsonl").read_text().splitlines()
+    provenance = json.loads(records[0])["provenance"]
+    assert provenance["remote"] == "ndif" and provenance["ndif_host"] == host()
+    return _summary(tmp_path / "far", folder, CLI_MODEL), ref
+
+
+@pytest.mark.parametrize("experiment", ["c5", "patch", "heads"])
+def test_experiment_from_the_cli_equals_local(experiment, live, local_run, tmp_path, capsys):
+    got, ref = _remote_equals_local(
+        [experiment, *EXPERIMENTS[experiment]], local_run, tmp_path, capsys
+    )
+    if experiment == "c5":
         # accuracy is 0/1 and exact; the choice margin is not: remotely each prompt+choice is
         # scored in full, locally the prompt's cache is shared, so a choice score is within
         # twice the logit bound (tests/remote/test_simulation.py), a margin (two scores) within
         # 4x, a drop of mean margins and its CI ends within 8x. A p-value or a set count that
         # moved would still fail: they move in steps of 1/(sets + 1), far above this bound.
-        _assert_close(got, ref, 8 * logit_bound(bindscope.load_model(name), TEXTS))
+        _assert_close(got, ref, 8 * logit_bound(bindscope.load_model(CLI_MODEL), TEXTS))
     else:
         assert got == ref
-    records = (tmp_path / "far" / folder / "records.jsonl").read_text().splitlines()
-    provenance = json.loads(records[0])["provenance"]
-    assert provenance["remote"] == "ndif" and provenance["ndif_host"] == live
 
 
-@pytest.mark.parametrize("name", list(SERVED))
+def test_the_attribution_scan_from_the_cli_equals_local_or_is_refused(
+    mode, local_run, tmp_path, capsys
+):
+    """Trusted: the same summary. Sandboxed: the gradients cannot reach the model's process,
+    so a clear error and no numbers."""
+    command = ["scan", *EXPERIMENTS["scan-attribution"]]
+    if mode == "sandboxed":
+        common, folder = _cli(command, tmp_path)
+        far = [*common, "--model", SERVED[CLI_MODEL], "--remote", "--out", str(tmp_path / "far")]
+        assert main(far) != 0
+        assert "did not reach layer 0's input" in capsys.readouterr().err
+        assert not (tmp_path / "far" / folder / "summary.json").exists()
+        return
+    got, ref = _remote_equals_local(command, local_run, tmp_path, capsys)
+    # estimates: frozen server weights, other backward kernels (tests/tolerance.py
+    # gradient_bound); verified effects: Model.logits remotely, the residual-start runner
+    # locally, each mean log-prob within twice the logit bound, an effect within 4x
+    local = bindscope.load_model(CLI_MODEL)
+    estimates = torch.tensor(ref["models"][f"{CLI_MODEL}@main"]["metrics"]["logprob"]["estimate"])
+    bound = max(gradient_bound(local, estimates), 4 * logit_bound(local, TEXTS))
+    _assert_close(got, ref, bound)
+
+
 @pytest.mark.parametrize("ablation", ["zero", "mean", "resample"])
-def test_the_exact_scan_from_the_cli_equals_local(ablation, name, live, tmp_path, capsys):
-    """The exact scan, each batch one session on the server: the same summary, to the bit."""
+def test_the_exact_scan_from_the_cli_equals_local(ablation, live, local_run, tmp_path, capsys):
+    """The exact scan, each batch one session on the server: the same summary."""
     options = ["--unit", "layer", "--limit", "2", "--n-resamples", "50", "--ablation", ablation]
-    common = ["scan", *options, "--no-progress"]
-    assert main([*common, "--model", name, "--out", str(tmp_path / "local")]) == 0
-    assert main([*common, "--model", SERVED[name], "--remote", "--out", str(tmp_path / "far")]) == 0
-    capsys.readouterr()
-    got, ref = _summary(tmp_path / "far", "scan", name), _summary(tmp_path / "local", "scan", name)
+    got, ref = _remote_equals_local(["scan", *options], local_run, tmp_path, capsys)
     # a score is within twice the logit bound of local (test below), an effect (two scores)
     # within 4x, a difference of two mean effects or a CI end of one within 8x; a p-value or
     # count that moved would still fail (steps of 1/(resamples + 1), far above the bound)
-    _assert_close(got, ref, 8 * logit_bound(bindscope.load_model(name), TEXTS))
+    _assert_close(got, ref, 8 * logit_bound(bindscope.load_model(CLI_MODEL), TEXTS))
     records = [json.loads(line) for line in (tmp_path / "far" / "scan" / "records.jsonl").open()]
-    assert records[0]["provenance"]["remote"] == "ndif"
     # negative control: ablations change the scores, so equal summaries say something
     first = records[0]["prompt_key"]
     scores = {r["condition"]: r["metrics"]["logprob"] for r in records if r["prompt_key"] == first}
@@ -214,7 +248,8 @@ def _frozen(model):
             p.requires_grad_(True)
 
 
-def test_the_exact_scan_runner_equals_local_in_one_request_per_batch(twins, monkeypatch):
+def test_the_exact_scan_runner_equals_local_in_one_request_per_batch(twins, mode, monkeypatch):
+    """One session per batch, trusted and sandboxed (no ``tracer.stop()`` there: Limits)."""
     local, far = twins
     sent = []
     original = transport._send
