@@ -319,3 +319,87 @@ def test_the_command_line_exits_2_on_a_file_cache_and_writes_no_numbers(
     err = capsys.readouterr().err
     assert f"error: BINDSCOPE_CACHE={afile} is a file" in err
     assert not list(out.rglob("*.jsonl")) and not list(out.rglob("summary.json"))
+
+
+# Issue 40, silent 10: the manifest's weights_sha256 goes into every record; an edited value
+# was never compared with the files, even by the full check.
+def test_an_edited_weights_digest_is_found_and_the_entry_rebuilt(tmp_path, stand_in, capsys):
+    folder = emb.embedded_folder(NAME, tmp_path)
+    manifest = _manifest(folder)
+    true_digest = manifest["weights_sha256"]
+    forged = "0" * 64
+    (folder / cache.MANIFEST).write_text(json.dumps({**manifest, "weights_sha256": forged}))
+    for full in (False, True):
+        reason = cache.damage(folder, full=full)
+        assert f"weights_sha256 '{forged}' is not the digest" in reason and true_digest in reason
+    capsys.readouterr()
+    assert emb.embedded_folder(NAME, tmp_path, full=True) == folder
+    assert "the manifest was edited); converting" in capsys.readouterr().err
+    assert len(stand_in) == 2 and emb.weights_digest(NAME, tmp_path) == true_digest
+
+
+def test_a_forged_manifest_that_agrees_with_itself_is_found_by_the_full_check(tmp_path, stand_in):
+    folder = emb.embedded_folder(NAME, tmp_path)
+    manifest = _manifest(folder)
+    manifest["files"]["model.safetensors"]["sha256"] = "0" * 64
+    manifest["weights_sha256"] = cache.weights_sha256(manifest["files"])
+    (folder / cache.MANIFEST).write_text(json.dumps(manifest))
+    assert cache.damage(folder) is None  # the quick check's stated blind spot: bytes unread
+    assert "model.safetensors differs" in cache.damage(folder, full=True)
+
+
+@pytest.fixture
+def read_only(monkeypatch):
+    """Folders that behave as on a read-only mount: every write under them fails with EROFS,
+    unlinking a file that is not there too (as the kernel answers), and os.access says so."""
+    import errno
+
+    roots: list[Path] = []
+
+    def refusing(real):
+        def method(self, *args, **kwargs):
+            if any(Path(self).is_relative_to(root) for root in roots):
+                raise OSError(errno.EROFS, "Read-only file system", str(self))
+            return real(self, *args, **kwargs)
+
+        return method
+
+    for name in ("write_text", "write_bytes", "unlink", "replace", "rename", "mkdir", "touch"):
+        monkeypatch.setattr(Path, name, refusing(getattr(Path, name)))
+    real_access = os.access
+
+    def access(path, mode, **kwargs):
+        if mode & os.W_OK and any(Path(path).is_relative_to(root) for root in roots):
+            return False
+        return real_access(path, mode, **kwargs)
+
+    monkeypatch.setattr(os, "access", access)
+    return roots
+
+
+def test_a_read_only_cache_whose_weights_moved_loads_when_the_hash_passes(
+    tmp_path, stand_in, read_only
+):
+    folder = emb.embedded_folder(NAME, tmp_path)
+    weights = folder / "model.safetensors"
+    moved = weights.stat().st_mtime_ns + 10**9
+    os.utime(weights, ns=(moved, moved))  # as a copy without -p, before the mount
+    before = (folder / cache.MANIFEST).read_bytes()
+    read_only.append(tmp_path)
+    with pytest.raises(OSError, match="Read-only"):  # the stand-in mount holds
+        (folder / ".probe").unlink(missing_ok=True)
+    assert cache.damage(folder) is None
+    assert emb.embedded_folder(NAME, tmp_path) == folder
+    assert len(stand_in) == 1 and (folder / cache.MANIFEST).read_bytes() == before
+
+
+def test_a_read_only_cache_that_fails_the_hash_says_what_is_wrong(tmp_path, stand_in, read_only):
+    folder = emb.embedded_folder(NAME, tmp_path)
+    _edit_later(folder / "model.safetensors", EDITED)
+    read_only.append(tmp_path)
+    with pytest.raises(ModelLoadError) as err:
+        emb.embedded_folder(NAME, tmp_path)
+    message = str(err.value)
+    assert f"{folder}: the cached {NAME} cannot be used (model.safetensors differs" in message
+    assert "cannot be written to" in message and f"rm -rf {folder}" in message
+    assert "Read-only" not in message and len(stand_in) == 1

@@ -4,8 +4,9 @@ An entry is written by one process at a time (a lock file beside it), in a stagi
 inside the cache that is renamed into place when complete, so a reader sees a whole entry or
 none, and a converter killed midway leaves only a staging folder that the next converter
 removes. The entry's manifest (``MANIFEST``, written last) records every file's size, mtime
-and sha256; loading checks them (``damage``), so a truncated or edited file is found before
-it is read.
+and sha256, and the weights' digest over them (``weights_sha256``, which records carry);
+loading checks them (``damage``), so a truncated or edited file, or an edited digest, is
+found before it is read.
 
 Files and folders are created with the default permissions the umask allows (a shared cache
 stays readable by the group or everyone the umask lets in).
@@ -21,7 +22,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -154,7 +155,10 @@ def damage(folder: Path, *, full: bool = False) -> str | None:
     for Qwen2.5-Coder (2.5 GB; 2.9 s), up to twice the load itself, while this check takes
     0.01-0.08 s. A file cut short, removed, added, rewritten or edited in place (which moves its
     mtime) is found without reading the weights; what the quick check cannot see, bytes
-    changed with the mtime put back, ``full`` finds.
+    changed with the mtime put back, ``full`` finds. The manifest's ``weights_sha256`` must be
+    the digest of the weight files' sha256 it lists, so with ``full`` it is recomputed from
+    the weights' bytes. A cache that cannot be written (a read-only mount) loads when the hash
+    passes; its weights are hashed again on every load, since their mtimes cannot be recorded.
     """
     if not folder.is_dir():
         return "not converted yet"
@@ -163,6 +167,12 @@ def damage(folder: Path, *, full: bool = False) -> str | None:
         files = manifest["files"]
         if not all(set(e) >= KEYS for n, e in files.items() if n.endswith(WEIGHT_SUFFIX)):
             return f"{MANIFEST} lacks the weights' {', '.join(sorted(KEYS))}"
+        digest = weights_sha256(files)
+        if manifest["weights_sha256"] != digest:
+            return (
+                f"{MANIFEST}'s weights_sha256 {manifest['weights_sha256']!r} is not the digest "
+                f"of the weight files it lists ({digest}): the manifest was edited"
+            )
     except FileNotFoundError:
         return f"no {MANIFEST} (written by an earlier bindscope, or a conversion cut short)"
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -222,7 +232,8 @@ def _record_mtimes(folder: Path, manifest: dict) -> None:
         scratch.write_text(json.dumps(manifest, indent=1) + "\n", "utf-8")
         scratch.replace(folder / MANIFEST)  # atomic: a reader sees the old or the new one
     except OSError:
-        scratch.unlink(missing_ok=True)
+        with suppress(OSError):  # on a read-only mount even unlinking nothing fails (EROFS)
+            scratch.unlink(missing_ok=True)
 
 
 def manifest(folder: Path) -> dict:

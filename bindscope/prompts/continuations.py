@@ -6,12 +6,15 @@ and ``corrupted_answer``. Every file kind follows one rule: write a continuation
 leading whitespace and its prompt without trailing whitespace; bindscope puts exactly one
 space (``SEPARATOR``) between them. ``"Answer:"`` and ``"True"`` are read as
 ``"Answer: True"``; a choice written ``" True"`` would be read with two spaces, a word the
-model has rarely seen, and its score would measure that instead. Loaders refuse such a
-record (`whitespace_problems`), naming the file, line and field.
+model has rarely seen, and its score would measure that instead. A continuation ends without
+whitespace too, and neither end holds an invisible format character (U+200B, U+FEFF): each
+moves the score. Loaders refuse such a record (`whitespace_problems`), naming the file, line,
+field and character.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 #: What goes between a prompt and each of its continuations.
@@ -20,9 +23,34 @@ SEPARATOR = " "
 #: The rule, as refusals and the docs state it.
 RULE = (
     "bindscope puts one space between a prompt and each choice, target or answer, so write "
-    "them without leading whitespace and the prompt without trailing whitespace "
-    "(docs/records.md, 'Whitespace')"
+    "them without whitespace or invisible characters (such as U+200B, U+FEFF) at either end "
+    "and the prompt without any at its end (docs/records.md, 'Whitespace')"
 )
+
+
+def stray(char: str) -> bool:
+    """Whether ``char`` is whitespace or an invisible format character (``isspace``, Zs, Cf)."""
+    return char.isspace() or unicodedata.category(char) in ("Zs", "Cf")
+
+
+def strip_stray(text: str) -> str:
+    """``text`` without the `stray` characters at either end."""
+    start, end = 0, len(text)
+    while start < end and stray(text[start]):
+        start += 1
+    while end > start and stray(text[end - 1]):
+        end -= 1
+    return text[start:end]
+
+
+def code_point(char: str) -> str:
+    """A character by number and name: ``U+200B ZERO WIDTH SPACE``."""
+    return f"U+{ord(char):04X} {unicodedata.name(char, '(a control character)')}"
+
+
+def _kind(char: str) -> str:
+    what = "whitespace" if char.isspace() else "an invisible format character"
+    return f"{what} ({code_point(char)})"
 
 
 def appended(text: str) -> str:
@@ -38,7 +66,7 @@ def continuation_ids(tokenizer: Any, text: str) -> list[int]:
 def whitespace_problems(
     where: str, row: dict, *, prompts: tuple[str, ...], continuations: tuple[str, ...]
 ) -> list[str]:
-    """What in one record would be read with doubled whitespace, one message per field.
+    """What in one record breaks the whitespace rule, one message per field.
 
     Args:
         where: ``file:line`` of the record.
@@ -53,21 +81,40 @@ def whitespace_problems(
     for name in present:
         values = row[name] if isinstance(row[name], list) else [row[name]]
         for i, value in enumerate(values):
-            if isinstance(value, str) and value[:1].isspace():
-                field = f"{name!r}[{i}]" if isinstance(row[name], list) else repr(name)
-                found.append(
-                    f"{where}: field {field} is {value!r}, which starts with whitespace: it "
-                    f"would be read as {appended(value)!r} after the prompt; write "
-                    f"{value.lstrip()!r}"
-                )
+            field = f"{name!r}[{i}]" if isinstance(row[name], list) else repr(name)
+            if isinstance(value, str) and (problem := _continuation_problem(value)):
+                found.append(f"{where}: field {field} is {value!r}, which {problem}")
     for name in prompts if present else ():
         value = row.get(name)
-        if isinstance(value, str) and value[-1:].isspace():
+        if isinstance(value, str) and value[-1:] and stray(value[-1]):
             found.append(
-                f"{where}: field {name!r} ends with whitespace ({value[-12:]!r}): its "
-                f"{' and '.join(present)} would follow it after one more space; remove it"
+                f"{where}: field {name!r} ends with {_kind(value[-1])}, in {value[-12:]!r}: "
+                f"its {' and '.join(present)} would be read after it and one more space; "
+                "remove it"
             )
     return found
 
 
-__all__ = ["RULE", "SEPARATOR", "appended", "continuation_ids", "whitespace_problems"]
+def _continuation_problem(value: str) -> str | None:
+    """What is wrong at the ends of one continuation (``which ...``), or None."""
+    fix = f"write {strip_stray(value)!r}"
+    if value[:1] and stray(value[0]):
+        return (
+            f"starts with {_kind(value[0])}: it would be read as {appended(value)!r} after the "
+            f"prompt; {fix}"
+        )
+    if value[-1:] and stray(value[-1]):
+        return f"ends with {_kind(value[-1])}: the model would score it too; {fix}"
+    return None
+
+
+__all__ = [
+    "RULE",
+    "SEPARATOR",
+    "appended",
+    "code_point",
+    "continuation_ids",
+    "stray",
+    "strip_stray",
+    "whitespace_problems",
+]

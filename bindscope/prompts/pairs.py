@@ -9,14 +9,18 @@ set replaces the term of each canonical recognition item with a control term. A 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from bindscope.errors import PromptFileError
 from bindscope.prompts.continuations import whitespace_problems
-from bindscope.prompts.datafiles import data_path
-from bindscope.prompts.prompt_sets import refuse_whitespace
+from bindscope.prompts.prompt_sets import (
+    json_objects,
+    normal_term,
+    one_spelling,
+    read_jsonl,
+    refuse_whitespace,
+)
 
 #: A pair's continuations: each follows its prompt after one space (docs/records.md).
 ANSWER_FIELDS = ("target", "clean_answer", "corrupted_answer")
@@ -54,43 +58,22 @@ class Pair:
 def load_pairs(path_or_name: str | Path = "pairs") -> tuple[list[Pair], str, str]:
     """Read a pair file (``pairs`` is the built-in set); returns pairs, name and SHA-256.
 
+    Read as prompt files are (`bindscope.prompts.prompt_sets.json_objects`); terms are
+    normalised alike (`normal_term`).
+
     Raises:
-        PromptFileError: A line is not JSON or lacks a field (file and line named).
+        PromptFileError: The file is not UTF-8, a line is not a JSON object or lacks a field,
+            or breaks the whitespace rule (file and line named).
     """
-    path = data_path("pairs.jsonl") if str(path_or_name) == "pairs" else Path(path_or_name)
-    if not path.is_file():
-        raise PromptFileError(f"{path}: no such pair file; pass 'pairs' or a .jsonl path")
+    path, name, raw = read_jsonl(path_or_name, kind="pair", builtins=("pairs",))
     pairs, seen, spaced = [], set(), []
-    for number, line in enumerate(path.read_text("utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise PromptFileError(f"{where}: not valid JSON ({exc.msg})") from None
-        missing = [k for k in ("pair_id", "clean", "corrupted") if k not in row]
-        if missing:
-            raise PromptFileError(f"{where}: missing field(s) {missing}")
-        wrong = [
-            k for k in ("clean", "corrupted", *ANSWER_FIELDS)
-            if k in row and (not isinstance(row[k], str) or not row[k].strip())
-        ]  # fmt: skip
-        if wrong:
-            raise PromptFileError(f"{where}: field(s) {wrong} must be non-empty strings")
-        has_answers = "clean_answer" in row and "corrupted_answer" in row
-        if not row.get("target") and not has_answers:
-            raise PromptFileError(
-                f"{where}: give a 'target' text, or both 'clean_answer' and 'corrupted_answer'"
-            )
-        if row.get("target") and ("clean_answer" in row or "corrupted_answer" in row):
-            raise PromptFileError(
-                f"{where}: both 'target' and 'clean_answer'/'corrupted_answer'; a pair has one "
-                "metric: keep 'target' (its mean log-prob) or the two answers (their logit "
-                "difference)"
-            )
-        texts = [row.get(k) for k in ("clean", "corrupted", *ANSWER_FIELDS, "control_group")]
-        pair = Pair(str(row["pair_id"]), str(row.get("term") or ""), *texts)  # Pair's order
+    spellings: dict[str, tuple[str, str]] = {}
+    for _, where, row in json_objects(raw, path):
+        _check_pair(row, where)
+        spelled = str(row.get("term") or "")
+        term = one_spelling(spellings, spelled, where) if normal_term(spelled) else ""
+        optional = [row.get(k) for k in (*ANSWER_FIELDS, "control_group")]
+        pair = Pair(str(row["pair_id"]), term, row["clean"], row["corrupted"], *optional)
         spaced += whitespace_problems(
             where, row, prompts=("clean", "corrupted"), continuations=ANSWER_FIELDS
         )
@@ -101,7 +84,31 @@ def load_pairs(path_or_name: str | Path = "pairs") -> tuple[list[Pair], str, str
     if not pairs:
         raise PromptFileError(f"{path}: no pairs (the file holds no JSON line); docs/records.md")
     refuse_whitespace(path, spaced)
-    return pairs, path.stem, hashlib.sha256(path.read_bytes()).hexdigest()
+    return pairs, name, hashlib.sha256(raw).hexdigest()
+
+
+def _check_pair(row: dict, where: str) -> None:
+    """Refuse a pair whose fields are missing, not text, or give no or two metrics."""
+    missing = [k for k in ("pair_id", "clean", "corrupted") if k not in row]
+    if missing:
+        raise PromptFileError(f"{where}: missing field(s) {missing}")
+    wrong = [
+        k for k in ("clean", "corrupted", *ANSWER_FIELDS)
+        if k in row and (not isinstance(row[k], str) or not row[k].strip())
+    ]  # fmt: skip
+    if wrong:
+        raise PromptFileError(f"{where}: field(s) {wrong} must be non-empty strings")
+    has_answers = "clean_answer" in row and "corrupted_answer" in row
+    if not row.get("target") and not has_answers:
+        raise PromptFileError(
+            f"{where}: give a 'target' text, or both 'clean_answer' and 'corrupted_answer'"
+        )
+    if row.get("target") and ("clean_answer" in row or "corrupted_answer" in row):
+        raise PromptFileError(
+            f"{where}: both 'target' and 'clean_answer'/'corrupted_answer'; a pair has one "
+            "metric: keep 'target' (its mean log-prob) or the two answers (their logit "
+            "difference)"
+        )
 
 
 __all__ = ["ANSWER_FIELDS", "Pair", "load_pairs"]

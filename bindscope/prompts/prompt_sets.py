@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from bindscope.errors import PromptFileError
-from bindscope.prompts.continuations import RULE, whitespace_problems
+from bindscope.prompts.continuations import RULE, strip_stray, whitespace_problems
 from bindscope.prompts.datafiles import data_path, load_json
 from bindscope.prompts.spans import find_term_chars
 
@@ -19,8 +21,12 @@ __all__ = [
     "PromptRecord",
     "PromptSet",
     "data_path",
+    "json_objects",
     "load",
     "load_json",
+    "normal_term",
+    "one_spelling",
+    "read_jsonl",
     "refuse_whitespace",
 ]
 
@@ -36,10 +42,11 @@ class PromptRecord:
 
     Attributes:
         prompt_id: Id unique within the term (``rec_001``, ``gen_003``, ``ctrl_ns_001``).
-        term: The multi-token term whose binding is measured.
+        term: The multi-token term whose binding is measured (`normal_term`: NFC, without
+            whitespace or invisible characters at its ends).
         task: ``recognition`` (choices scored by log-prob) or ``generation`` (greedy + rubric).
         template: The full text fed to the model.
-        choices: Recognition options, written without leading whitespace (one space is put
+        choices: Recognition options, written without whitespace at either end (one space is put
             between the template and each, `bindscope.prompts.continuations`).
         answer_idx: Index of the correct choice.
         max_tokens: New-token budget for generation.
@@ -109,19 +116,14 @@ def load(path_or_name: str | Path, *, check_terms: bool = True) -> PromptSet:
     Raises:
         PromptFileError: The message names the file, the line and the field.
     """
-    path, name, raw = _read(path_or_name)
-    text = _decode(raw, path)
+    path, name, raw = read_jsonl(path_or_name)
     records: list[PromptRecord] = []
     seen: dict[str, int] = {}
-    spaced: list[str] = []  # whitespace that would be doubled, every line's
-
-    # JSON Lines ends lines at "\n" only: str.splitlines would also cut at U+2028 and friends
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        obj = _json_line(line, where)
+    spellings: dict[str, tuple[str, str]] = {}
+    spaced: list[str] = []  # whitespace-rule problems, every line's
+    for number, where, obj in json_objects(raw, path):
         record = _parse(obj, where)
+        one_spelling(spellings, obj["term"], where)
         spaced += whitespace_problems(
             where, obj, prompts=("template",), continuations=("choices", "target")
         )
@@ -144,21 +146,89 @@ def load(path_or_name: str | Path, *, check_terms: bool = True) -> PromptSet:
     return PromptSet(name, tuple(records), hashlib.sha256(raw).hexdigest())
 
 
-def _read(path_or_name: str | Path) -> tuple[Path, str, bytes]:
-    """A prompt file's path, set name and bytes (a built-in set by its name)."""
-    if str(path_or_name) in BUILTIN_SETS:
+def normal_term(text: str) -> str:
+    """A term as records name it: NFC, no `stray` character at its ends (one term, one key)."""
+    return strip_stray(unicodedata.normalize("NFC", text))
+
+
+def one_spelling(first: dict[str, tuple[str, str]], spelled: str, where: str) -> str:
+    """``spelled``'s `normal_term`, refused if another line of the file spells it otherwise.
+
+    Args:
+        first: Each normal term's first spelling and ``file:line`` so far (updated).
+        spelled: The term as the line writes it.
+        where: ``file:line`` of that line.
+
+    Raises:
+        PromptFileError: Names both lines and shows both spellings' code points (they may
+            print alike).
+    """
+    term = normal_term(spelled)
+    other, other_where = first.setdefault(term, (spelled, where))
+    if other != spelled:
+        raise PromptFileError(
+            f"{where}: field 'term' is {spelled!a} and {other_where} writes the same term "
+            f"as {other!a}; both are {term!r} once normalised (Unicode NFC, no whitespace "
+            "or invisible characters at the ends), so one term would be written two ways; "
+            "write it the same way on both lines"
+        )
+    return term
+
+
+def json_objects(raw: bytes, path: Path) -> Iterator[tuple[int, str, dict]]:
+    """Each non-blank line of a JSON Lines file: ``(line number, "file:line", object)``.
+
+    Lines end at a newline only: str.splitlines would also cut at U+2028, U+0085 and friends,
+    which a JSON string may hold as they are.
+
+    Raises:
+        PromptFileError: The file is not UTF-8, or a line is not one JSON object (file, line
+            and, for bytes, offset named).
+    """
+    text = _decode(raw, path)
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        obj = _json_line(line, where)
+        if not isinstance(obj, dict):
+            raise PromptFileError(
+                f"{where}: got {_json_kind(obj)} where a JSON object ({{...}}) is expected; "
+                "write one record per line, each an object with its fields"
+            )
+        yield number, where, obj
+
+
+def _json_kind(value: Any) -> str:
+    """What JSON calls the type of a parsed value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean (true/false)"
+    kinds = {str: "a string", list: "an array", int: "a number", float: "a number"}
+    return kinds.get(type(value), type(value).__name__)
+
+
+def read_jsonl(
+    path_or_name: str | Path, *, kind: str = "prompt", builtins: tuple[str, ...] = BUILTIN_SETS
+) -> tuple[Path, str, bytes]:
+    """A JSON Lines file's path, set name and bytes (a built-in set by its name).
+
+    ``kind`` names the file in refusals (``prompt``, ``pair``).
+    """
+    if str(path_or_name) in builtins:
         path, name = data_path(f"{path_or_name}.jsonl"), str(path_or_name)
     else:
         path = Path(path_or_name)
         name = path.stem
     if path.is_dir():
         raise PromptFileError(
-            f"{path}: is a folder, not a prompt file; pass a .jsonl file in it, or one of "
-            f"{', '.join(BUILTIN_SETS)}"
+            f"{path}: is a folder, not a {kind} file; pass a .jsonl file in it, or one of "
+            f"{', '.join(builtins)}"
         )
     if not path.is_file():
         raise PromptFileError(
-            f"{path}: no such prompt file; pass one of {', '.join(BUILTIN_SETS)} or a .jsonl path"
+            f"{path}: no such {kind} file; pass one of {', '.join(builtins)} or a .jsonl path"
         )
     try:
         raw = path.read_bytes()
@@ -189,7 +259,7 @@ def _json_line(line: str, where: str) -> Any:
 
 
 def refuse_whitespace(path: Path, problems: list[str]) -> None:
-    """Refuse a file whose continuations would be read with doubled whitespace.
+    """Refuse a file whose fields break the whitespace rule (`whitespace_problems`).
 
     Raises:
         PromptFileError: Names the first few lines and fields, counts the rest, and states
@@ -199,13 +269,14 @@ def refuse_whitespace(path: Path, problems: list[str]) -> None:
         return
     more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
     raise PromptFileError(
-        f"{path}: {len(problems)} field(s) would be read with doubled whitespace: "
+        f"{path}: {len(problems)} field(s) break the whitespace rule (doubled whitespace, or "
+        "whitespace or invisible characters at an end): "
         f"{'; '.join(problems[:3])}{more}. {RULE[0].upper()}{RULE[1:]}"
     )
 
 
 def _decode(raw: bytes, path: Path) -> str:
-    """UTF-8 text of a prompt file (a leading BOM is allowed); refusals name the line."""
+    """UTF-8 text of a JSON Lines file (a leading BOM is allowed); refusals name the line."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -221,12 +292,16 @@ def _decode(raw: bytes, path: Path) -> str:
 _KNOWN = {f.name for f in fields(PromptRecord)} - {"source", "extra"}
 
 
-def _parse(obj, where: str) -> PromptRecord:
-    if not isinstance(obj, dict):
-        raise PromptFileError(f"{where}: a record must be a JSON object, got {type(obj).__name__}")
+def _parse(obj: dict, where: str) -> PromptRecord:
     for name in ("prompt_id", "term", "task", "template"):
         if not isinstance(obj.get(name), str) or not obj[name].strip():
             raise PromptFileError(f"{where}: field {name!r} is missing or not a non-empty string")
+    term = normal_term(obj["term"])
+    if not term:
+        raise PromptFileError(
+            f"{where}: field 'term' is {obj['term']!r}: only whitespace or invisible "
+            "characters; write the term itself"
+        )
     # keys join term and id ("term/prompt_id"), result keys join fields with "|": an id
     # with "/" or "|", or a term with "|", could make two prompts share one key
     for name, banned in (("prompt_id", "/|"), ("term", "|")):
@@ -251,7 +326,7 @@ def _parse(obj, where: str) -> PromptRecord:
     extra = {k: v for k, v in obj.items() if k not in _KNOWN}
     return PromptRecord(
         obj["prompt_id"],
-        obj["term"],
+        term,
         task,
         obj["template"],
         choices,

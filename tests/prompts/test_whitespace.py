@@ -152,3 +152,69 @@ def test_the_docs_give_a_complete_example_line_for_each_file_kind(doc, tmp_path)
         }
         with pytest.raises(PromptFileError, match="doubled whitespace"):
             loader(_write(path, [row]))
+
+
+# Issue 40, silent 11: every leading or trailing character that Unicode calls whitespace or
+# format (Zs, Cf, or str.isspace) moves a score; the plain leading space was the only one
+# refused. "True " moved SmolLM2's choice score from -2.83 to -3.62, "\u200bTrue" to -5.82.
+STRAY = [
+    ("True ", "ends with whitespace (U+0020 SPACE)"),
+    ("True\t", "ends with whitespace (U+0009 (a control character))"),
+    ("True\xa0", "ends with whitespace (U+00A0 NO-BREAK SPACE)"),
+    ("\u200bTrue", "starts with an invisible format character (U+200B ZERO WIDTH SPACE)"),
+    ("\ufeffTrue", "starts with an invisible format character (U+FEFF ZERO WIDTH NO-BREAK SPACE)"),
+    ("True\u2060", "ends with an invisible format character (U+2060 WORD JOINER)"),
+    ("\u3000True", "starts with whitespace (U+3000 IDEOGRAPHIC SPACE)"),
+]
+
+
+@pytest.mark.parametrize(("choice", "why"), STRAY, ids=[ascii(c) for c, _ in STRAY])
+def test_whitespace_or_invisible_characters_at_either_end_of_a_choice_are_refused(
+    tmp_path, choice, why
+):
+    path = _write(tmp_path / "mine.jsonl", ten_items((choice, "False")))
+    with pytest.raises(PromptFileError) as found:
+        load(path)
+    message = str(found.value)
+    assert f"{path}:1: field 'choices'[0] is {choice!r}, which {why}" in message
+    assert "write 'True'" in message and "10 field(s)" in message
+
+
+@pytest.mark.parametrize("end", ["\u200b", "\ufeff", "\u00a0"])
+def test_a_prompt_ending_in_an_invisible_character_is_refused(tmp_path, end):
+    rows = ten_items(("True", "False"))
+    rows[3]["template"] += end
+    with pytest.raises(PromptFileError, match=r"mine\.jsonl:4: field 'template' ends with .*U\+"):
+        load(_write(tmp_path / "mine.jsonl", rows))
+
+
+def test_pair_answers_and_prompts_follow_the_extended_rule(tmp_path):
+    base = {"pair_id": "ioi", "clean": "When Mary and John went out, John gave it to",
+            "corrupted": "When Mary and John went out, Mary gave it to"}  # fmt: skip
+    for row, needle in [
+        ({**base, "target": "Mary "}, "field 'target' is 'Mary ', which ends with whitespace"),
+        ({**base, "clean_answer": "\u200bMary", "corrupted_answer": "John"},
+         "field 'clean_answer' is '\\u200bMary', which starts with an invisible format"),
+        ({**base, "corrupted": base["corrupted"] + "\ufeff", "target": "Mary"},
+         "field 'corrupted' ends with an invisible format character (U+FEFF"),
+    ]:  # fmt: skip
+        path = _write(tmp_path / "p.jsonl", [row])
+        with pytest.raises(PromptFileError) as found:
+            patching.load_pairs(path)
+        assert f"{path}:1: {needle}" in str(found.value)
+
+
+def test_the_command_line_refuses_a_trailing_space_with_exit_2_before_the_model(
+    tmp_path, monkeypatch, capsys
+):
+    from bindscope import cli
+
+    loads: list = []
+    monkeypatch.setattr(cli, "_load", lambda *a, **k: loads.append(a))
+    path = _write(tmp_path / "mine.jsonl", ten_items(("True ", "False")))
+    out = tmp_path / "out"
+    argv = ["binding", "--prompts", str(path), "--out", str(out), "--no-progress"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:1: field 'choices'[0] is 'True ', which ends with whitespace" in err
+    assert "Traceback" not in err and not loads and not list(out.rglob("*.json*"))
