@@ -53,7 +53,8 @@ def test_faithfulness_refuses_a_mask_marking_non_edges(model, scores):
     metric = LogitDifference(5, 7)
     everything = np.ones_like(scores.graph.valid)  # every sender x receiver, edges or not
     assert everything.sum() > scores.graph.n_edges
-    with pytest.raises(InputError, match="not edges"):
+    n_wrong = everything.sum() - scores.graph.n_edges
+    with pytest.raises(InputError, match=f"marks {n_wrong} sender x receiver pair.s. that are not"):
         faithfulness(model, clean, corrupted, metric, scores, everything, n_random=0)
     with pytest.raises(InputError, match="bool"):
         faithfulness(model, clean, corrupted, metric, scores, everything[:, :-1], n_random=0)
