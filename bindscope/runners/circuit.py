@@ -115,22 +115,34 @@ def greedy_mask(scores: EdgeScores, n: int) -> np.ndarray:
     """
     graph = scores.graph
     check_count(n, "n", 0, graph)
-    key = np.where(graph.valid, np.abs(scores.mean()), -np.inf)
+    key = np.abs(scores.mean())
     inputs = _receivers_of(graph)  # a sender node -> the receivers that are its inputs
     mask = np.zeros_like(graph.valid)
+    # one heap entry per open receiver: its best sender not taken yet (a k-way merge of the
+    # receivers' senders sorted by |score|, ties by sender index, as one heap of all would)
     heap: list[tuple[float, int, int]] = []
+    order: dict[int, tuple[np.ndarray, int]] = {}  # receiver -> (its senders, best next)
+
+    def push(j: int, at: int) -> None:
+        senders = order[j][0]
+        order[j] = (senders, at)
+        if at < len(senders):
+            heapq.heappush(heap, (-float(key[senders[at], j]), int(senders[at]), j))
 
     def open_receiver(j: int) -> None:
-        for i in np.flatnonzero(graph.valid[:, j]):
-            heapq.heappush(heap, (-float(key[i, j]), int(i), j))
+        if j not in order:  # a key/value group is the input of several heads
+            senders = np.flatnonzero(graph.valid[:, j])
+            order[j] = (senders[np.argsort(-key[senders, j], kind="stable")], 0)
+            push(j, 0)
 
     open_receiver(graph.receivers.index("logits"))
     reached: set[int] = set()
-    while heap and int(mask.sum()) < n:
+    taken = 0
+    while heap and taken < n:
         _, i, j = heapq.heappop(heap)
-        if mask[i, j]:
-            continue
         mask[i, j] = True
+        taken += 1
+        push(j, order[j][1] + 1)
         if i not in reached:
             reached.add(i)
             for receiver in inputs.get(graph.senders[i], ()):

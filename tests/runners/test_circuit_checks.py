@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import heapq
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
 
 from bindscope.errors import InputError
 from bindscope.runners.attribution_metrics import LogitDifference, TargetLogprob
-from bindscope.runners.circuit import faithfulness, stability, verify
+from bindscope.runners.circuit import _receivers_of, faithfulness, greedy_mask, stability, verify
 from bindscope.runners.edges import EdgeScores, edge_attribution, edge_graph, path_patching
 from bindscope.runners.patching_sweep import patching_sweep
 from tests.conftest import build_tiny
@@ -105,3 +108,34 @@ def test_patching_sweep_checks_the_batch_size_first(model, size, said):
     with pytest.raises(InputError, match=f"batch_size=.*{said}"):
         patching_sweep(model, text, text, sites="resid_pre", metric=metric, batch_size=size,
                        progress=True)  # fmt: skip
+
+
+def _reference_greedy(scores: EdgeScores, n: int) -> np.ndarray:
+    """Greedy growth with one heap of every open receiver's edges (no lazy merge)."""
+    graph, key = scores.graph, np.abs(scores.mean())
+    inputs, mask, heap, reached = _receivers_of(graph), np.zeros_like(graph.valid), [], set()
+
+    def open_receiver(j):
+        for i in np.flatnonzero(graph.valid[:, j]):
+            heapq.heappush(heap, (-float(key[i, j]), int(i), j))
+
+    open_receiver(graph.receivers.index("logits"))
+    while heap and mask.sum() < n:
+        _, i, j = heapq.heappop(heap)
+        if not mask[i, j]:
+            mask[i, j] = True
+            if i not in reached:
+                reached.add(i)
+                for receiver in inputs.get(graph.senders[i], ()):
+                    open_receiver(receiver)
+    return mask
+
+
+@pytest.mark.parametrize("decimals", [None, 0])  # 0: many tied |scores|
+def test_greedy_mask_equals_growing_from_one_heap_of_every_edge(scores, decimals):
+    """Stability runs greedy_mask once per resample, so it merges each receiver's sorted
+    senders lazily; the circuit must be the one a heap of every open edge gives."""
+    if decimals is not None:
+        scores = replace(scores, scores=np.round(scores.scores, decimals))
+    for n in (0, 1, 5, 40, scores.graph.n_edges + 1):
+        assert np.array_equal(greedy_mask(scores, n), _reference_greedy(scores, n)), n
