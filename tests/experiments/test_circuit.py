@@ -64,8 +64,9 @@ def test_bad_options_are_refused(model, tmp_path, options, message):
     assert not (tmp_path / "circuit").exists()
 
 
-def test_cli_refuses_bad_sizes_with_exit_2(tmp_path, capsys):
-    code = cli.main(["circuit", "--edges", "0", "--out", str(tmp_path), "--no-progress"])
+@pytest.mark.parametrize("sizes", ["0", "5,5,05"])
+def test_cli_refuses_bad_sizes_with_exit_2(tmp_path, capsys, sizes):
+    code = cli.main(["circuit", "--edges", sizes, "--out", str(tmp_path), "--no-progress"])
     assert code == 2 and "--edges" in capsys.readouterr().err
     assert not (tmp_path / "circuit").exists()
 
