@@ -8,8 +8,8 @@ Run from the repository root on a quiet machine (the times are wall-clock):
 
 For each task (IOI, greater-than) and method (EAP; EAP-IG, 5 steps): the seconds of the
 full edge scan, the faithfulness of the top-n circuits (n = 50, 100, 200) with their 95%
-bootstrap CIs beside one random circuit of each size (the null), the top-n stability, and
-the exact path patching of the top 2K edges (K = 30; on the first `--verify-pairs` pairs,
+bootstrap CIs beside one random circuit of each size (the null), the circuit's stability,
+and the exact path patching of the top 2K edges (K = 30; on the first `--verify-pairs` pairs,
 the estimates averaged over the same pairs): Spearman and recall@K of the
 estimates against it, and its seconds. Printed as one Markdown table.
 """
@@ -83,8 +83,8 @@ def main() -> int:
                 rows.append(
                     f"| {task} | {name} | {scan:.1f} | {100 * scan / len(pairs):.1f} | {n} | "
                     f"{share.value:.3f} [{share.low:.3f}, {share.high:.3f}] | "
-                    f"{kept.null[0]:.3f} | {stability(scores, n):.2f} | {rho} | {recall} | "
-                    f"{exact} |"
+                    f"{kept.null[0]:.3f} | {stability(scores, n, select=select):.2f} | {rho} | "
+                    f"{recall} | {exact} |"
                 )
                 print(rows[-1], file=sys.stderr, flush=True)  # a crash keeps what ran
     chosen = "greedy" if args.greedy else "top-n"

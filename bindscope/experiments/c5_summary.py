@@ -250,6 +250,7 @@ def _summarize_score(
         found.append(limits.floor_ceiling(label, f"{score} score", float(base.mean())))
     if len(complete) < limits.MIN_GROUP:
         return [*found, limits.small_group(label, f"{score} items", len(complete), "the test")]
+    found.append(limits.few_items(label, score, len(complete)))  # CIs too few to cover
     cond = {n: np.array([by_condition[n][p] for p in complete]) for n in by_condition}
     for name in ("top", "bottom"):
         if name in cond:

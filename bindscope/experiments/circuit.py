@@ -4,16 +4,18 @@ For a task's clean/corrupted pairs (`bindscope.prompts.tasks`: IOI names or grea
 years) every edge is scored (EAP or EAP-IG, `bindscope.runners.edges`); the top-n edges
 form a circuit whose faithfulness (share of the clean-minus-corrupted logit difference kept
 with every other edge patched exactly) is measured with a bootstrap CI over pairs beside
-random circuits of the same size, with the top-n edges' stability across resampled pairs;
+random circuits of the same size, with the circuit's stability across resampled pairs;
 ``--verify K`` patches the top edges one by one and compares estimates with exact effects.
 
 A model's records are written at once when its scan ends (the scores of every edge are
-needed for the circuit); a resumed run skips the models already written.
+needed for the circuit), its last record last: a resumed run skips the models whose last
+record is on disk and finishes the others.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -29,10 +31,9 @@ from bindscope.results.schema import RecordKind
 from bindscope.runners.attribution_metrics import LogitDifference
 from bindscope.runners.circuit import (
     ABLATIONS,
+    SELECTIONS,
     faithfulness,
-    greedy_mask,
     stability,
-    top_mask,
     verify,
 )
 from bindscope.runners.edges import METHODS, EdgeScores, edge_attribution
@@ -43,6 +44,16 @@ TOP_EDGES = 50  # edges listed in the summary (and drawn in the graph figure)
 
 def _sizes(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in str(text).split(","))
+
+
+def _item(task: str) -> Item:
+    """The record item of the whole circuit (its edges, sizes and verification)."""
+    return Item(f"{task}-circuit", task, "circuit")
+
+
+def _last_condition(settings: dict) -> str:
+    """The condition of a model's last record: it is on disk only when the model finished."""
+    return "verify" if settings["verify"] else f"top:{settings['edges'][-1]}"
 
 
 @dataclass(frozen=True)
@@ -56,7 +67,7 @@ class CircuitOptions(Options):
     edges: str = option("50,100,200", "circuit sizes (edges), comma-separated")
     selection: str = option(
         "top", "top: the n largest |scores|; greedy: grown back from the logits",
-        choices=("top", "greedy"),
+        choices=tuple(SELECTIONS),
     )  # fmt: skip
     verify: int = option(0, "patch the top 2K edges exactly (default 0: none)", type=int)
     n_random: int = option(3, "random circuits per size (the null)", type=int)
@@ -74,6 +85,12 @@ class CircuitOptions(Options):
             sizes = ()
         if not sizes or min(sizes) < 1:
             raise InputError(f"--edges {self.edges!r}: give sizes >= 1 like 50,100,200")
+        repeated = sorted({n for n in sizes if sizes.count(n) > 1})
+        if repeated:  # one record key per size: a repeat would run and write it twice
+            raise InputError(
+                f"--edges {self.edges!r}: size(s) {', '.join(map(str, repeated))} given more "
+                "than once; give each circuit size once, like 50,100,200"
+            )
 
 
 def _plan(models: list[LanguageModel], opts: CircuitOptions, common: Common) -> Plan:
@@ -87,14 +104,16 @@ def _plan(models: list[LanguageModel], opts: CircuitOptions, common: Common) -> 
         "verify": opts.verify,
         "n_random": opts.n_random,
         "ablation": opts.ablation,
+        "seed": common.seed,  # draws the pairs, the random circuits and the bootstraps
     }
 
     def each(run: ModelRun) -> None:
-        model = run.model
-        pairs = task_pairs(opts.task, opts.pairs, model.tokenizer, seed=common.seed)
-        if run.done(pairs[0].key):
-            return
-        run.writer.write_many(_measure(run, pairs, opts, settings, common))
+        if run.done(_item(opts.task).key, _last_condition(settings)):
+            return  # written last, so every other record of the model is there
+        pairs = task_pairs(opts.task, opts.pairs, run.model.tokenizer, seed=common.seed)
+        records = _measure(run, pairs, opts, settings, common)
+        # a run stopped mid-write left some records: the rest follow them, none twice
+        run.writer.write_many(r for r in records if r["key"] not in run.writer)
 
     return Plan(settings, each)
 
@@ -110,15 +129,15 @@ def _measure(
         batch_size=common.batch_size,
     )  # fmt: skip
     records = [
-        run.record(p, "clean", {"clean": float(a), "corrupted": float(b)}, circuit=settings)
-        for p, a, b in zip(pairs, scores.clean, scores.corrupted)
+        run.record(p, "clean", {"clean": a, "corrupted": b}, circuit=settings, pair=_texts(p))
+        for p, a, b in zip(pairs, scores.clean.tolist(), scores.corrupted.tolist())
     ]
-    item = Item(f"{opts.task}-circuit", opts.task, "circuit")  # the whole circuit, not a pair
+    item = _item(opts.task)  # the whole circuit, not a pair
     for rank, (edge, score) in enumerate(_top(scores, TOP_EDGES)):
         metrics: dict = {"rank": rank, "score": score}
         records.append(run.record(item, f"edge:{edge[0]}->{edge[1]}", metrics, circuit=settings))
+    select = SELECTIONS[opts.selection]
     for n in settings["edges"]:
-        select = greedy_mask if opts.selection == "greedy" else top_mask
         kept = faithfulness(
             model, clean, corrupted, metric, scores, select(scores, n),
             n_random=opts.n_random, seed=common.seed, ablation=opts.ablation,
@@ -130,7 +149,7 @@ def _measure(
             "low": kept.share.low,
             "high": kept.share.high,
             "null": [float(x) for x in kept.null],
-            "stability": stability(scores, n, seed=common.seed),
+            "stability": stability(scores, n, select=select, seed=common.seed),
         }
         records.append(run.record(item, f"top:{n}", metrics, circuit=settings))
     if opts.verify:
@@ -145,6 +164,12 @@ def _measure(
         }
         records.append(run.record(item, "verify", metrics, circuit=settings))
     return records
+
+
+def _texts(pair: TaskPair) -> dict[str, str]:
+    """What a pair's record stores of it: both texts and both answers."""
+    return {"clean": pair.clean, "corrupted": pair.corrupted, "correct": pair.correct,
+            "wrong": pair.wrong}  # fmt: skip
 
 
 def _top(scores: EdgeScores, n: int) -> list[tuple[tuple[str, str], float]]:
@@ -185,7 +210,27 @@ def _mean(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-summarize = folder_summary(EXPERIMENT, summary)
+def check_complete(folder: Path, records: list[dict]) -> None:
+    """Refuse a circuit folder in which a model's last record is missing.
+
+    A model's records are written in one go after its scan, the last one last
+    (`_last_condition`); a run stopped mid-write leaves pairs without edges or sizes.
+
+    Raises:
+        InputError: Names the model, what is there and the command that finishes it.
+    """
+    for label, group in by_model(records, EXPERIMENT).items():
+        settings = group[0]["circuit"]
+        last = _last_condition(settings)
+        if not any(r["condition"] == last for r in group):
+            raise InputError(
+                f"{folder / 'records.jsonl'}: {label} has {len(group)} circuit record(s) but "
+                f"not its last ({last!r}): the run stopped while writing them; rerun the same "
+                f"`bindscope circuit ... --out {folder.parent}` command to finish it"
+            )
+
+
+summarize = folder_summary(EXPERIMENT, summary, check=check_complete)
 
 
 def text(s: dict) -> list[str]:
@@ -235,6 +280,6 @@ DEFINITION = Experiment(
             metrics=_metrics, tasks=lambda record: tuple(TASKS),
         ),
     ),
-    plan=_plan, batch_size=4,
+    plan=_plan, batch_size=4, check_folder=check_complete,
 )  # fmt: skip
 run = DEFINITION.run

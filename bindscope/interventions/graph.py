@@ -122,8 +122,14 @@ def edge_mask(graph: EdgeGraph, edges) -> np.ndarray:
                 f"an edge mask must be bool {graph.valid.shape} (senders x receivers), "
                 f"not {edges.dtype} {edges.shape}"
             )
-        if (edges & ~graph.valid).any():
-            raise InputError("the edge mask marks pairs that are not edges (see EdgeGraph.valid)")
+        wrong = np.argwhere(edges & ~graph.valid)
+        if len(wrong):
+            i, j = wrong[0]
+            raise InputError(
+                f"the edge mask marks {len(wrong)} sender x receiver pair(s) that are not edges "
+                f"(the first: {graph.senders[i]} -> {graph.receivers[j]}); mark only where "
+                "EdgeGraph.valid is True (e.g. mask & graph.valid)"
+            )
         return edges
     if isinstance(edges, (str, bytes)):
         raise InputError(

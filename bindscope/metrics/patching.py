@@ -19,6 +19,10 @@ def logit_diff(logits: torch.Tensor, correct: int, wrong: int, *, position: int 
 def token_loss(logits: torch.Tensor, ids: list[int] | torch.Tensor) -> torch.Tensor:
     """Per-token cross-entropy ``[n - 1]``: the loss of predicting ``ids[t + 1]`` at ``t``.
 
+    Offset by one: entry ``t`` is ``-log p(ids[t + 1])`` from ``logits[t]``, so entry 0 is
+    the loss of the second token (the first has no logits before it) and the last logit
+    row, which predicts past the text, is not used.
+
     Args:
         logits: One text's ``[n, vocab]`` logits (``Model.logits`` gives them per text).
         ids: The text's ``n`` token ids (``model.tokenize(text)``).

@@ -27,9 +27,20 @@ class TargetLogprob:
     The scan's metric: a recognition choice's log-probability is the ``TargetLogprob`` of
     the prompt followed by the choice (``n_target``: the choice's tokens), a target's the
     same with the target text.
+
+    Raises:
+        InputError: ``n_target`` is not a whole number >= 1.
     """
 
     n_target: int = 1
+
+    def __post_init__(self) -> None:
+        n = self.n_target
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+            raise InputError(
+                f"TargetLogprob(n_target={n!r}): give the number of target tokens at the "
+                "text's end, a whole number >= 1 (e.g. TargetLogprob(1))"
+            )
 
 
 @dataclass(frozen=True)

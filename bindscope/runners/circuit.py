@@ -4,28 +4,38 @@
 corrupted value (`edges.path_patching`), or with its sender's mean output over the
 corrupted texts (``ablation="mean"``), and reports the share of the clean-minus-ablated
 metric kept, with a bootstrap CI over pairs, beside the same share for random circuits of
-the same size (a null). `stability` is the share of the top-n edges that stay in the top n
-when the pairs are resampled. `verify` measures the top edges exactly and compares them
-with their estimates (Spearman, recall@K).
+the same size (a null). `stability` is the share of a selected circuit's edges (the top n,
+or the greedy circuit) selected again when the pairs are resampled. `verify` measures the
+top edges exactly and compares their changes from the clean metric with their estimates
+(Spearman, recall@K).
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.stats import spearmanr
 
 from bindscope.errors import InputError
+from bindscope.interventions.graph import edge_mask
 from bindscope.interventions.means import edge_means
 from bindscope.metrics.stats.estimates import Estimate, bootstrap_statistic
 from bindscope.protocols import LanguageModel
-from bindscope.runners.edges import Edge, EdgeGraph, EdgeScores, path_patching, path_patching_each
+from bindscope.runners.edges import (
+    Edge,
+    EdgeGraph,
+    EdgeScores,
+    check_count,
+    path_patching,
+    path_patching_each,
+)
 
 __all__ = [
     "ABLATIONS",
+    "SELECTIONS",
     "Faithfulness",
     "Verification",
     "faithfulness",
@@ -64,7 +74,19 @@ ABLATIONS = ("corrupted", "mean")
 
 @dataclass(frozen=True)
 class Verification:
-    """Estimated against exact edge effects (mean over pairs) of the verified edges."""
+    """Estimated against exact edge effects (mean over pairs) of the verified edges.
+
+    Attributes:
+        edges: The verified edges, by mean |score|.
+        estimate: ``[edges]`` the mean score: the estimated change of the metric.
+        exact: ``[edges]`` the mean exact change of the metric from the clean metric with
+            that edge alone patched (`path_patching_each` minus ``scores.clean``): the
+            same quantity as ``estimate``. `path_patching` returns the patched metric
+            itself, not its change.
+        spearman: Rank correlation of ``estimate`` and ``exact`` (nan under 3 edges).
+        recall_at_k: Share of the exact top ``k`` the estimate ranks top ``k``.
+        k: The ``k`` of recall@k.
+    """
 
     edges: list[Edge]
     estimate: np.ndarray
@@ -80,7 +102,7 @@ def _share(patched, clean, corrupted, axis=-1):
 
 
 def top_mask(scores: EdgeScores, n: int) -> np.ndarray:
-    """``[S, R]`` bool mask of the ``n`` edges of largest mean |score|."""
+    """``[S, R]`` bool mask of the ``n`` edges of largest mean |score| (`EdgeScores.top`)."""
     return scores.graph.index(scores.top(n))
 
 
@@ -92,22 +114,35 @@ def greedy_mask(scores: EdgeScores, n: int) -> np.ndarray:
     as EAP-IG's greedy search builds it.
     """
     graph = scores.graph
-    key = np.where(graph.valid, np.abs(scores.mean()), -np.inf)
+    check_count(n, "n", 0, graph)
+    key = np.abs(scores.mean())
     inputs = _receivers_of(graph)  # a sender node -> the receivers that are its inputs
     mask = np.zeros_like(graph.valid)
+    # one heap entry per open receiver: its best sender not taken yet (a k-way merge of the
+    # receivers' senders sorted by |score|, ties by sender index, as one heap of all would)
     heap: list[tuple[float, int, int]] = []
+    order: dict[int, tuple[np.ndarray, int]] = {}  # receiver -> (its senders, best next)
+
+    def push(j: int, at: int) -> None:
+        senders = order[j][0]
+        order[j] = (senders, at)
+        if at < len(senders):
+            heapq.heappush(heap, (-float(key[senders[at], j]), int(senders[at]), j))
 
     def open_receiver(j: int) -> None:
-        for i in np.flatnonzero(graph.valid[:, j]):
-            heapq.heappush(heap, (-float(key[i, j]), int(i), j))
+        if j not in order:  # a key/value group is the input of several heads
+            senders = np.flatnonzero(graph.valid[:, j])
+            order[j] = (senders[np.argsort(-key[senders, j], kind="stable")], 0)
+            push(j, 0)
 
     open_receiver(graph.receivers.index("logits"))
     reached: set[int] = set()
-    while heap and int(mask.sum()) < n:
+    taken = 0
+    while heap and taken < n:
         _, i, j = heapq.heappop(heap)
-        if mask[i, j]:
-            continue
         mask[i, j] = True
+        taken += 1
+        push(j, order[j][1] + 1)
         if i not in reached:
             reached.add(i)
             for receiver in inputs.get(graph.senders[i], ()):
@@ -148,16 +183,21 @@ def faithfulness(
     n_resamples: int = 2000,
     ablation: str = "corrupted",
 ) -> Faithfulness:
-    """The share of the metric ``keep`` (an ``[S, R]`` bool mask of edges) keeps.
+    """The share of the metric ``keep`` (an ``[S, R]`` bool mask of edges, or edge names) keeps.
 
     ``scores`` gives the clean and corrupted metrics (from `edges.edge_attribution` on the
     same pairs); every edge outside ``keep`` is patched with its corrupted value, or with
     ``ablation="mean"`` with its sender's mean output over the corrupted texts (then the
     share's 0 is the run with every edge mean-ablated, not the corrupted metric).
+
+    Raises:
+        InputError: ``keep`` is not a mask of ``scores.graph``'s shape or marks non-edges,
+            or the clean and ablated metrics are equal on average.
     """
     if ablation not in ABLATIONS:
         raise InputError(f"ablation={ablation!r}: choose one of {', '.join(ABLATIONS)}")
     graph = scores.graph
+    keep = edge_mask(graph, keep)
     valid = graph.valid
     means = edge_means(model, corrupted, batch_size=batch_size) if ablation == "mean" else None
 
@@ -189,16 +229,38 @@ def faithfulness(
     return Faithfulness(n_edges, share, patched, np.array(null), np.asarray(ablated), ablation)
 
 
-def stability(scores: EdgeScores, n: int, *, n_resamples: int = 200, seed: int = 0) -> float:
-    """Mean share of the top-``n`` edges kept in the top ``n`` of resampled pairs."""
-    n = min(n, scores.graph.n_edges)
-    full = set(scores.top(n))
+#: How a circuit of ``n`` edges is chosen from the scores (``circuit --selection``).
+SELECTIONS: dict[str, Callable[[EdgeScores, int], np.ndarray]] = {
+    "top": top_mask,
+    "greedy": greedy_mask,
+}
+
+
+def stability(
+    scores: EdgeScores,
+    n: int,
+    *,
+    select: Callable[[EdgeScores, int], np.ndarray] = top_mask,
+    n_resamples: int = 200,
+    seed: int = 0,
+) -> float:
+    """Mean share of the circuit's edges selected again from resampled pairs.
+
+    The circuit is ``select(scores, n)`` (`top_mask`, `greedy_mask`: a `SELECTIONS`
+    value); each resample of the pairs selects its own ``n`` edges the same way.
+
+    Raises:
+        InputError: ``n`` is not a whole number >= 1 (``n`` over the graph's edges takes
+            them all).
+    """
+    check_count(n, "n", 1, scores.graph)
+    full = select(scores, n)
     rng = np.random.default_rng(seed)
     pairs = scores.scores.shape[0]
     kept = []
     for _ in range(n_resamples):
         resampled = replace(scores, scores=scores.scores[rng.integers(0, pairs, pairs)])
-        kept.append(len(full & set(resampled.top(n))) / n)
+        kept.append(int((full & select(resampled, n)).sum()) / int(full.sum()))
     return float(np.mean(kept))
 
 
@@ -215,11 +277,16 @@ def verify(
     """Patch each of the top ``2k`` edges (by mean |score|) alone and compare.
 
     The ``2k`` edges x pairs conditions share batches of ``batch_size`` rows
-    (`edges.path_patching_each`).
+    (`edges.path_patching_each`). An edge's exact effect is its patched metric minus the
+    clean metric, averaged over pairs (`Verification.exact`), as its score estimates it.
 
     Spearman is over those ``2k`` edges' mean estimated and exact effects; recall@K is the
     share of the exact top ``k`` among them (by |effect|) that the estimate ranks top ``k``.
+
+    Raises:
+        InputError: ``k`` is not a whole number >= 1.
     """
+    check_count(k, "k", 1, scores.graph)
     edges = scores.top(2 * k)
     graph = scores.graph
     estimate = np.array(

@@ -19,7 +19,8 @@ are checked against.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import numbers
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +41,7 @@ __all__ = [
     "METHODS",
     "EdgeGraph",
     "EdgeScores",
+    "check_count",
     "edge_attribution",
     "edge_graph",
     "path_patching",
@@ -74,13 +76,36 @@ class EdgeScores:
         return self.scores.mean(0)
 
     def top(self, n: int, *, absolute: bool = True) -> list[Edge]:
-        """The ``n`` edges of largest mean score (``absolute``: of largest magnitude)."""
+        """The ``n`` edges of largest mean score (``absolute``: of largest magnitude).
+
+        ``n`` over the graph's edges gives them all.
+
+        Raises:
+            InputError: ``n`` is not a whole number >= 0.
+        """
+        check_count(n, "n", 0, self.graph)
         mean = self.mean()
         key = np.abs(mean) if absolute else -mean
         key = np.where(self.graph.valid, key, -np.inf)
         flat = np.argsort(-key, axis=None, kind="stable")[: min(n, self.graph.n_edges)]
         s, r = np.unravel_index(flat, mean.shape)
         return [(self.graph.senders[i], self.graph.receivers[j]) for i, j in zip(s, r)]
+
+
+def check_count(n: object, name: str, least: int, graph: EdgeGraph) -> None:
+    """Refuse a count of edges (``name``) that is not a whole number >= ``least``.
+
+    A negative count would slice from the end (all edges but one, or every non-edge after
+    them), and a float would fail deep inside numpy.
+
+    Raises:
+        InputError: Names the argument, the value and the graph's number of edges.
+    """
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < least:
+        raise InputError(
+            f"{name}={n!r}: give a whole number of edges >= {least} (the graph has "
+            f"{graph.n_edges} edges; a larger number takes them all)"
+        )
 
 
 def edge_attribution(
@@ -175,6 +200,10 @@ def path_patching(
 ) -> np.ndarray:
     """The metric of each pair with ``edges`` patched exactly (``[pairs]`` float64).
 
+    The patched metric itself, not its change: an edge's effect, as `edge_attribution`
+    estimates it and ``circuit --verify`` records it (``exact``), is this minus the clean
+    metric (`EdgeScores.clean`).
+
     Each patched edge's receiver reads the residual stream with the sender's output
     replaced by its output on the corrupted text (with ``means=edge_means(...)``: by its
     mean output); the sender's other receivers, and every other edge, are left clean: the
@@ -263,7 +292,7 @@ class _Pairs:
                     "edges are compared position by position, so each corrupted text must "
                     "tokenize to its clean text's length"
                 )
-        self.user = metric if callable(metric) else None
+        self.user = _one_per_row(metric) if callable(metric) else None
         lengths = [len(a) for a in self.clean]
         self.metrics = None if self.user else check_metrics(model, metric, lengths)
 
@@ -285,6 +314,28 @@ class _Pairs:
         ids = self.clean_batch(rows).input_ids
         terms, keep = metric_terms([self.metrics[i] for i in rows], ids)
         return {"keep": keep, "terms": terms}
+
+
+def _one_per_row(metric: Callable) -> Callable:
+    """``metric`` refusing any output but a tensor of one value per row (``[rows]``).
+
+    A scalar would broadcast to every pair, a ``[rows, 1]`` would fill the wrong slots.
+    """
+
+    def checked(logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
+        out = metric(logits, rows)
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != (len(rows),):
+            shape = (
+                f"shape {list(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+            )
+            name = getattr(metric, "__name__", type(metric).__name__)
+            raise InputError(
+                f"metric {name} returned {shape} for {len(rows)} rows; return one value per "
+                f"row, a tensor of shape [{len(rows)}] (e.g. logits[:, a] - logits[:, b])"
+            )
+        return out
+
+    return checked
 
 
 def _kept_logits(model: LanguageModel, terms: dict) -> dict:

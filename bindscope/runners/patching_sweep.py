@@ -17,7 +17,13 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from bindscope.batch import DEFAULT_BATCH_SIZE, absolute_positions, check_texts, read_positions
+from bindscope.batch import (
+    DEFAULT_BATCH_SIZE,
+    absolute_positions,
+    check_batch_size,
+    check_texts,
+    read_positions,
+)
 from bindscope.errors import InputError, InterventionError
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import plan_batches
@@ -61,10 +67,12 @@ def patching_sweep(
         ``{site: [len(layers), len(positions)]}`` float32: the metric of each patched run.
 
     Raises:
-        InputError: Texts of different lengths, positions outside them, or a metric that is
-            not a function or does not return one finite number.
+        InputError: Texts of different lengths, positions outside them, a metric that is
+            not a function or does not return one finite number, or a batch size that is
+            not a whole number >= 1.
         InterventionError: A site the family does not have (or ``pattern``).
     """
+    check_batch_size(batch_size)  # before the progress bar divides by it
     clean_ids, corrupt_ids = _checked_texts(model, clean, corrupt, metric)
     names = _check_sites(model, sites)
     wanted = model.check_layers(layers)

@@ -128,8 +128,13 @@ def repeated_scores(
 ) -> tuple[list[dict[str, torch.Tensor]], list[list[int]]]:
     """``induction`` and ``duplicate_token`` ``[L, H]`` on ``n`` seeded repeated sequences.
 
+    Each sequence is ``length`` distinct random token ids, then the same ids again, after a
+    BOS when the model prepends one (`bindscope.metrics.taxonomy.repeated_sequences`).
+
     Returns:
-        The scores per sequence and each sequence's random tokens.
+        ``(scores, tokens)``: ``scores[i]`` is ``{"induction", "duplicate_token"}`` of
+        sequence ``i``, each ``[L, H]``; ``tokens[i]`` its ``length`` random ids, once
+        (the model read BOS, if any, then ``tokens[i] + tokens[i]``).
     """
     rows, start, tokens = repeated_sequences(model, n=n, length=length, seed=seed)
     pairs = repeated_pairs(start, length)  # the same for every row

@@ -162,3 +162,52 @@ def test_scan_summary_records_the_resamples_it_used():
     assert default["n_resamples"] is None and asked["n_resamples"] == 199
     assert {m["n_resamples"] for m in default["models"].values()} == {9999}  # 12 heads
     assert {m["n_resamples"] for m in asked["models"].values()} == {199}
+
+
+def test_few_items_is_where_the_bootstrap_interval_stops_covering_90_percent():
+    """FEW_ITEMS is as docs/records.md states it: for normal items the percentile
+    bootstrap's "95%" interval (mean +- 1.96 s sqrt((n-1)/n) / sqrt(n)) covers the mean
+    with probability P(|t_{n-1}| < 1.96 sqrt((n-1)/n)), first 0.90 at FEW_ITEMS items."""
+    import math
+
+    from scipy.stats import norm, t
+
+    def coverage(n: int) -> float:
+        return 2 * t.cdf(norm.ppf(0.975) * math.sqrt((n - 1) / n), n - 1) - 1
+
+    assert coverage(limits.FEW_ITEMS - 1) < 0.90 <= coverage(limits.FEW_ITEMS)
+    assert limits.few_items("m", "margin", limits.FEW_ITEMS) is None
+
+
+def _c5_records(n_items: int) -> list[dict]:
+    """One model's C5 records on ``n_items`` items, each its own term, two random sets;
+    the items' drops differ, so each CI is an interval, not a point."""
+    from tests.figures.synthetic import record
+
+    settings = {"k": 2, "n_random": 2, "ablation": "zero", "seed": 0,
+                "matched_layers": False, "ranking_set": "r", "ranking_sha256": "abc"}  # fmt: skip
+    # item i drops d x (1 + i) under each condition
+    drop = {"baseline": 0.0, "top": 0.5, "random:00": 0.01, "random:01": 0.02}
+    return [
+        record("c5", "m", f"term{i}", "p0", name, {"score": 1.0, "margin": 1.0 - d * (1 + i)},
+               task="recognition", heads=[[0, 0]] if name != "baseline" else [], c5=settings)
+        for name, d in drop.items()
+        for i in range(n_items)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("n_items", [2, limits.FEW_ITEMS - 1, limits.FEW_ITEMS])
+def test_c5_flags_intervals_over_too_few_items(n_items):
+    """C5 on 2 items printed a "95% CI" that was the two items' drops, without a word."""
+    from bindscope.experiments.c5_summary import summarize_c5
+
+    summary = summarize_c5(_c5_records(n_items), n_resamples=199)
+    few = {f["score"]: f for f in summary["limits"] if f["kind"] == "few_items"}
+    if n_items >= limits.FEW_ITEMS:
+        assert not few
+        return
+    assert set(few) == {"recognition", "margin"}  # every score whose drops got a CI
+    assert few["margin"]["n"] == n_items and few["margin"]["minimum"] == limits.FEW_ITEMS
+    assert f"rest on {n_items} item(s)" in few["margin"]["message"]
+    lines = summary_lines(summary)
+    assert any(few["margin"]["message"] in line for line in lines)  # printed with the numbers

@@ -7,10 +7,10 @@ permutation p over n pairs below 2/2^n, a binomial p over n terms below 1/2^n, a
 correction over m heads multiplies the smallest by up to m), ``floor`` / ``ceiling`` (a 0-1
 baseline below ``FLOOR`` or above ``CEILING``: a drop has little room), ``excluded`` (prompts
 left out of the numbers and why), ``small_group`` (fewer items than the test needs), and
-C5's ``clustered`` (items share terms), ``tiny_margins`` (0/1 scores on tiny choice
-margins), ``layers`` (a top set's layers against unmatched random sets), ``undecided``
-(a sequential null cut short) and ``null_not_drawn`` (a matched null the top set made
-impossible).
+C5's ``clustered`` (items share terms), ``few_items`` (CIs over under ``FEW_ITEMS`` items),
+``tiny_margins`` (0/1 scores on tiny choice margins), ``layers`` (a top set's layers
+against unmatched random sets), ``undecided`` (a sequential null cut short) and
+``null_not_drawn`` (a matched null the top set made impossible).
 """
 
 from __future__ import annotations
@@ -197,12 +197,14 @@ def collect(*found: dict | None) -> list[dict]:
 __all__ = [
     "ALPHA",
     "CEILING",
+    "FEW_ITEMS",
     "FLOOR",
     "MARGIN_THRESHOLD",
     "binomial_resolution",
     "collect",
     "corrected_resolution",
     "excluded",
+    "few_items",
     "floor_ceiling",
     "holm_resolution",
     "layer_concentration",
@@ -227,6 +229,24 @@ MARGIN_THRESHOLD = 0.1
 
 #: Under this many terms a bootstrap over terms resamples too few units to be trusted itself.
 FEW_TERMS = 10
+#: Under this many items a bootstrap CI over items is not a 95% interval. For normal items
+#: the percentile bootstrap's interval is about the mean +- 1.96 s sqrt((n-1)/n) / sqrt(n),
+#: which covers the mean with probability P(|t_{n-1}| < 1.96 sqrt((n-1)/n)): 0.60 at 2
+#: items (the interval is then the span of the two drops), 0.898 at 9, 0.904 at 10, the
+#: first count at which it reaches 0.90.
+FEW_ITEMS = 10
+
+
+def few_items(model: str, score: str, n_items: int) -> dict | None:
+    """A score's drops and specificity whose bootstrap CIs rest on under ``FEW_ITEMS`` items."""
+    if n_items >= FEW_ITEMS:
+        return None
+    message = (
+        f"{model}: {score}: the drops' and specificity's 95% CIs rest on {n_items} item(s), "
+        f"fewer than the {FEW_ITEMS} a bootstrap interval needs to cover 90% of the time "
+        "(docs/records.md); read them as descriptive and add items"
+    )
+    return _limit("few_items", model, message, score=score, n=n_items, minimum=FEW_ITEMS)
 
 
 def term_clustering(
