@@ -62,6 +62,21 @@ def write_results(out: Path, model, *, text: str = TEXT) -> dict:
     _write(out / "binding", [_record(
         "binding", name, f"{TERM}/gen_01", "clean", {"bsi": bsi, "span": span, "skipped": None},
         {"prompt_set": str(prompts)})])  # fmt: skip
+    ranking = [rng.uniform(-0.2, 0.6, (L, H)).round(6).tolist() for _ in range(3)]
+    _write(
+        out / "c5",
+        [
+            _record(
+                "c5-ranking",
+                name,
+                f"{TERM}/rank_{i}",
+                "clean",
+                {"bsi": b, "span": span, "skipped": None},
+            )
+            for i, b in enumerate(ranking)
+        ],
+        {"models": {f"{name}@main": {"model": name, "top_heads": [[2, 3], [0, 1]]}}},
+    )
     effect = rng.normal(0, 0.3, (L, H)).tolist()
     scan = {"models": {f"{name}@main": {"model": name, "metrics": {"logprob": {
         "effect": effect, "significant": [[1, 2]]}}}}}  # fmt: skip
@@ -102,6 +117,7 @@ def write_results(out: Path, model, *, text: str = TEXT) -> dict:
     return {
         "bsi": bsi,
         "span": span,
+        "ranking": ranking,
         "effect": effect,
         "recovery": recovery,
         "edges": edges,

@@ -104,7 +104,8 @@ def test_folders_give_span_bsi_maps_and_circuit(tmp_path, llama_tiny):
     maps = {m["name"]: m for m in data["maps"]}
     np.testing.assert_allclose(maps["scan"]["values"], held["effect"], atol=5e-5)
     np.testing.assert_allclose(maps["patching"]["values"], held["recovery"], atol=5e-5)
-    assert maps["scan"]["marked"] == [[1, 2]]
+    assert maps["scan"]["marked"] == [[1, 2]] and maps["c5"]["marked"] == [[2, 3], [0, 1]]
+    np.testing.assert_allclose(maps["c5"]["values"], np.mean(held["ranking"], 0), atol=5e-5)
     edges = data["circuit"]["edges"]
     assert [(e["s"], e["r"], e["score"]) for e in edges] == [
         (s, r, x) for (s, r), x in zip(held["edges"], held["scores"])]  # fmt: skip

@@ -136,12 +136,12 @@
       const ctx = c.getContext("2d");
       ctx.clearRect(0, 0, c.width, c.height);
       ctx.font = "11px system-ui, sans-serif";
+      ctx.fillStyle = "#ffe08a"; // the span first: a rotated label runs over the next columns
+      for (const i of spanSet) {
+        ctx.fillRect(0, top + i * cell, left - 4, cell);
+        ctx.fillRect(left + i * cell, 0, cell, top - 4);
+      }
       for (let i = 0; i < n; i++) {
-        if (spanSet.has(i)) {
-          ctx.fillStyle = "#ffe08a";
-          ctx.fillRect(0, top + i * cell, left - 4, cell);
-          ctx.fillRect(left + i * cell, 0, cell, top - 4);
-        }
         ctx.fillStyle = "#222";
         ctx.textAlign = "right"; ctx.textBaseline = "middle";
         ctx.fillText(D.tokens[i].slice(0, 14), left - 6, top + (i + 0.5) * cell);
