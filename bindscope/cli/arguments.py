@@ -193,16 +193,14 @@ def _add_demo(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
     p.set_defaults(func=command)
 
 
+VIEW_FOLDERS_HELP = "result folders: OUT, or OUT/binding, OUT/c5, OUT/scan, OUT/patching, ..."
+
+
 def _add_view(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
     """The ``view`` subcommand: one self-contained HTML page (docs/viewer.md)."""
     p = sub.add_parser("view", help="one offline HTML page: patterns, head maps, circuit, lens")
+    p.add_argument("results", nargs="*", type=Path, help=VIEW_FOLDERS_HELP)
     add_common(p, runs=False)
-    p.add_argument(
-        "results",
-        nargs="*",
-        type=Path,
-        help="result folders (OUT or OUT/binding, OUT/c5, OUT/scan, OUT/patching, OUT/circuit)",
-    )
     p.add_argument(
         "--text", default=None, help="text whose attention is shown (default: the binding prompt)"
     )

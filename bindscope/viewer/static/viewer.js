@@ -127,7 +127,7 @@
   // -- one head's pattern per run, side by side -------------------------------------------
   function patternPanel(run, index) {
     const cell = Math.max(9, Math.min(18, Math.floor(560 / n)));
-    const left = 110, top = 80;
+    const left = 110, top = 90;
     const c = el("canvas", { id: "pattern-" + index, class: "pattern", width: left + n * cell + 4, height: top + n * cell + 4,
       "data-left": left, "data-top": top, "data-cell": cell });
     const hover = el("div", { class: "hover", id: "hover-" + index, text: "hover a cell: query → key weight" });
@@ -147,7 +147,7 @@
         ctx.fillText(D.tokens[i].slice(0, 14), left - 6, top + (i + 0.5) * cell);
         ctx.save();
         ctx.translate(left + (i + 0.5) * cell, top - 6); ctx.rotate(-Math.PI / 3);
-        ctx.textAlign = "left"; ctx.fillText(D.tokens[i].slice(0, 12), 0, 0);
+        ctx.textAlign = "left"; ctx.fillText(D.tokens[i].slice(0, 11), 0, 0);
         ctx.restore();
       }
       for (let q = 0; q < n; q++) for (let k = 0; k <= q; k++) {
@@ -298,7 +298,7 @@
         used.add(a.id); used.add(b.id);
         const path = svgEl("path", { class: "edge", d: `M${a.x} ${a.y}C${a.x} ${(a.y + b.y) / 2},${b.x} ${(a.y + b.y) / 2},${b.x} ${b.y}`,
           fill: "none", stroke: e.score >= 0 ? "#2166ac" : "#b2182b", "stroke-opacity": 0.75, "stroke-width": 0.8 + 7 * Math.abs(e.score) / peak });
-        const text = `${e.s} → ${e.r}  (rank ${rank + 1})\nscore (estimate): ${fmt(e.score, 5)}` +
+        const text = `${a.label} → ${b.label}${e.r.endsWith(">") ? " (" + {q: "query", k: "key", v: "value"}[e.r.slice(-2, -1)] + ")" : ""}  rank ${rank + 1}\nedge ${e.s} -> ${e.r}\nscore (estimate): ${fmt(e.score, 5)}` +
           (e.exact != null ? `\nverified: estimate ${fmt(e.estimate, 5)}, exact effect ${fmt(e.exact, 5)}` : "\nexact effect: not verified");
         path.addEventListener("mousemove", (ev) => showTip(ev, text));
         path.addEventListener("mouseleave", hideTip);
