@@ -271,7 +271,7 @@ def cmd_view(args: argparse.Namespace) -> int:
     model = _load(args.model, args.revision, args) if args.model or args.text else None
     page = bindscope.view(
         model, args.text, results=args.results, intervene=intervene, prompt=args.prompt,
-        top_k=args.top_k,
+        prompts=args.prompts, top_k=args.top_k,
     )  # fmt: skip
     path = page.save(args.out)
     print(f"view: {path} ({path.stat().st_size / 1e6:.2f} MB)")

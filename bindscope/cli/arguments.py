@@ -193,7 +193,7 @@ def _add_demo(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
     p.set_defaults(func=command)
 
 
-VIEW_FOLDERS_HELP = "result folders: OUT, or OUT/binding, OUT/c5, OUT/scan, OUT/patching, ..."
+VIEW_FOLDERS_HELP = "result folders: OUT or OUT/<experiment> (binding, c5, scan, patching, circuit)"
 
 
 def _add_view(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
@@ -206,6 +206,11 @@ def _add_view(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
     )
     p.add_argument(
         "--prompt", default=None, help="binding record to show, term/prompt_id (default: first)"
+    )
+    p.add_argument(
+        "--prompts",
+        default=None,
+        help="the prompt file the binding run used (built-in sets reload by their name)",
     )
     p.add_argument(
         "--ablate",

@@ -77,6 +77,7 @@ def view(
     results: str | Path | Sequence[str | Path] = (),
     intervene: Any = None,
     prompt: str | None = None,
+    prompts: str | Path | None = None,
     top_k: int = 8,
 ) -> View:
     """The viewer page of ``text`` under ``model``, with what ``results`` folders hold.
@@ -90,6 +91,8 @@ def view(
             patching, circuit.
         intervene: A spec (or list) for the second run shown beside the clean one.
         prompt: The binding record (``term/prompt_id``) to show; default the first measured.
+        prompts: The prompt file the binding run used, when it was not a built-in set
+            (records name a file's set by its stem only).
         top_k: Next tokens listed per run.
     """
     paths = [Path(results)] if isinstance(results, (str, Path)) else [Path(p) for p in results]
@@ -97,7 +100,7 @@ def view(
     found = folder_data(paths, model=name, prompt=prompt) if paths else {"maps": []}
     binding = found.get("binding")
     if text is None and binding is not None:
-        text = prompt_text(binding)
+        text = prompt_text(binding, prompts)
     if text is None and intervene is not None:
         raise InputError("intervene= needs a text (or a binding folder) to run the model on")
     data: dict[str, Any] = {"maps": found["maps"], "circuit": found.get("circuit")}

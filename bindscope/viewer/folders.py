@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from bindscope.errors import InputError, RecordFileError
+from bindscope.errors import InputError, PromptFileError, RecordFileError
 from bindscope.prompts import load
 from bindscope.results.records import read_records
 
@@ -82,25 +82,31 @@ def _binding(records: list[dict], prompt: str | None, where: Path) -> dict | Non
     }
 
 
-def prompt_text(binding: dict) -> str:
-    """The template a binding record measured, from its prompt set (hash checked)."""
+def prompt_text(binding: dict, prompts: str | Path | None = None) -> str:
+    """The template a binding record measured, from its prompt set (sha256 checked).
+
+    Records name their set (``canonical``, or a file's stem): a file's set is reloaded from
+    ``prompts``, the file the run used.
+    """
     given = binding["provenance"]
+    where, key = binding["where"], binding["prompt_key"]
+    source = prompts if prompts is not None else given.get("prompt_set") or "canonical"
     try:
-        found = load(given.get("prompt_set") or "canonical", check_terms=False)
-    except Exception as exc:
+        found = load(source, check_terms=False)
+    except PromptFileError as exc:
         raise InputError(
-            f"{binding['where']}: cannot reload prompt set {given.get('prompt_set')!r} of "
-            f"{binding['prompt_key']} ({exc}); pass the prompt's text with --text"
+            f"{where}: cannot reload prompt set {source!r} of {key} ({exc}); pass the file the "
+            "run used with --prompts (prompts=), or the text with --text"
         ) from None
     if given.get("prompt_sha256") not in (None, found.sha256):
         raise InputError(
-            f"{binding['where']}: prompt set {found.name!r} changed since the run (sha256 "
-            "differs); pass the prompt's text with --text"
+            f"{where}: prompt set {str(source)!r} is not the one {key} was measured on (sha256 "
+            "differs); pass the file the run used with --prompts, or the text with --text"
         )
     for record in found.records:
-        if record.key == binding["prompt_key"]:
+        if record.key == key:
             return record.template
-    raise InputError(f"{binding['where']}: {binding['prompt_key']} is not in {found.name!r}")
+    raise InputError(f"{where}: {key} is not in prompt set {str(source)!r}")
 
 
 def _head_map(name: str, title: str, values: Any, marked: Any = ()) -> dict | None:
