@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import html
 import json
 import re
 
@@ -145,3 +146,12 @@ def test_smollm2_page_at_40_tokens_is_under_2_mb(smollm2, tmp_path):
     data = embedded(out.read_text())
     assert len(data["tokens"]) == 40 and data["model"]["n_layers"] * data["model"]["n_heads"] == 270
     assert out.stat().st_size < 2_000_000  # the issue's goal (docs/viewer.md: 1.14 MB)
+
+
+def test_a_notebook_shows_the_page_in_an_iframe(llama_tiny, tmp_path):
+    page = bindscope.view(llama_tiny, TEXT)
+    shown = re.fullmatch(r'<iframe srcdoc="(.*)" style="[^"]*"></iframe>', page._repr_html_(), re.S)
+    assert shown and html.unescape(shown.group(1)) == page.html
+    assert page.save(tmp_path / "v.html").read_text() == page.html
+    with pytest.raises(InputError, match="is a folder"):
+        page.save(tmp_path)
