@@ -49,15 +49,16 @@ def _records(folder: Path, experiment: str, model: str | None) -> list[dict]:
     return [r for r in records if r["model"] == model]
 
 
-def _summary(folder: Path, model: str | None) -> dict:
-    """The model's part of ``folder/summary.json`` (the first model when none is named)."""
+def _summary(folder: Path, model: str | None) -> tuple[dict, dict]:
+    """``folder/summary.json`` and the model's part (the first model when none is named)."""
     path = folder / "summary.json"
     if not path.exists():
         raise RecordFileError(f"{path}: missing; run `bindscope summarize {folder.parent}`")
-    models = json.loads(path.read_text("utf-8")).get("models", {})
+    summary = json.loads(path.read_text("utf-8"))
+    models = summary.get("models", {})
     for label, part in models.items():
         if model is None or part.get("model", label.split("@")[0]) == model:
-            return part
+            return summary, part
     raise RecordFileError(f"{path}: no model {model!r}; it has {sorted(models)}")
 
 
@@ -109,13 +110,20 @@ def prompt_text(binding: dict, prompts: str | Path | None = None) -> str:
     raise InputError(f"{where}: {key} is not in prompt set {str(source)!r}")
 
 
-def _head_map(name: str, title: str, values: Any, marked: Any = ()) -> dict | None:
-    """One layer x head (or layer x 1) map, or None when the summary holds no values."""
+def _head_map(
+    name: str, title: str, values: Any, marked: Any = (), unit: str = "head"
+) -> dict | None:
+    """One map, or None when the summary holds no values.
+
+    ``unit``: ``head`` (layer x head), ``layer`` (layer x 1) or ``position`` (layer x
+    positions from the end).
+    """
     if values is None:
         return None
     array = np.array(values, dtype=float)
     rounded = [[None if np.isnan(v) else round(float(v), 4) for v in row] for row in array]
-    return {"name": name, "title": title, "values": rounded, "marked": [list(h) for h in marked]}
+    marked = [list(h) for h in marked]
+    return {"name": name, "title": title, "values": rounded, "marked": marked, "unit": unit}
 
 
 def _c5_map(folder: Path, model: str | None) -> dict | None:
@@ -124,22 +132,33 @@ def _c5_map(folder: Path, model: str | None) -> dict | None:
     if not maps:
         return None
     mean = np.nanmean(np.array(maps, dtype=float), axis=0)
-    top = _summary(folder, model).get("top_heads", []) if (folder / "summary.json").exists() else []
+    has_summary = (folder / "summary.json").exists()
+    top = _summary(folder, model)[1].get("top_heads", []) if has_summary else []
     return _head_map("c5", "C5 ranking: mean BSI (outlined: the top set ablated)", mean, top)
 
 
+def _estimated(summary: dict, part: dict, exact: str) -> tuple[Any, str]:
+    """The exact map, or under ``--method attribution`` the estimate (exact on few heads)."""
+    if summary.get("method") == "attribution":
+        return part.get("estimate"), " (attribution estimate)"
+    return part.get(exact), ""
+
+
 def _scan_map(folder: Path, model: str | None) -> dict | None:
-    logprob = _summary(folder, model).get("metrics", {}).get("logprob", {})
-    values = logprob.get("effect") if logprob.get("effect") is not None else logprob.get("estimate")
-    return _head_map("scan", "Scan: log-prob drop when the head is ablated", values,
-                     logprob.get("significant", []))  # fmt: skip
+    summary, part = _summary(folder, model)
+    logprob = part.get("metrics", {}).get("logprob", {})
+    values, how = _estimated(summary, logprob, "effect")
+    unit = summary.get("unit", "head")
+    return _head_map("scan", f"Scan: log-prob drop when the {unit} is ablated{how}", values,
+                     logprob.get("significant", []), unit)  # fmt: skip
 
 
 def _patching_map(folder: Path, model: str | None) -> dict | None:
-    part = _summary(folder, model)
-    values = part.get("recovery") if part.get("recovery") is not None else part.get("estimate")
-    return _head_map("patching", "Patching: share of the gap recovered", values,
-                     part.get("significant", []))  # fmt: skip
+    summary, part = _summary(folder, model)
+    values, how = _estimated(summary, part, "recovery")
+    unit = summary.get("unit", "head")
+    return _head_map("patching", f"Patching: share of the gap recovered per {unit}{how}", values,
+                     part.get("significant", []), unit)  # fmt: skip
 
 
 def _circuit(folder: Path, model: str | None) -> dict | None:

@@ -130,3 +130,21 @@ def llama_tiny(sp_tokenizer):
     from tests.conftest import _tiny
 
     return _tiny("llama", None, sp_tokenizer)
+
+
+def write_unit_maps(out: Path, model) -> dict:
+    """A scan by attribution and a patching by position, as their summaries hold them."""
+    rng = np.random.default_rng(1)
+    name, L, H = model.name, model.n_layers, model.n_heads
+    estimate = rng.normal(0, 0.3, (L, H)).tolist()
+    effect = [[None] * H for _ in range(L)]
+    effect[1][2] = 0.5  # the one verified head
+    scan = {"method": "attribution", "unit": "head", "models": {f"{name}@main": {
+        "model": name, "metrics": {"logprob": {"effect": effect, "estimate": estimate,
+                                               "significant": []}}}}}  # fmt: skip
+    _write(out / "scan", [_record("scan", name, f"{TERM}/gen_01", "clean", {})], scan)
+    by_position = rng.uniform(0, 1, (L, 5)).tolist()
+    patching = {"method": "exact", "unit": "position", "models": {f"{name}@main": {
+        "model": name, "recovery": by_position, "significant": []}}}  # fmt: skip
+    _write(out / "patching", [_record("patching", name, "p/ioi_01", "clean", {})], patching)
+    return {"estimate": estimate, "by_position": by_position}

@@ -15,7 +15,7 @@ import pytest
 
 import bindscope
 from bindscope.interventions import Zero
-from tests.viewer.conftest import TEXT, write_results
+from tests.viewer.conftest import TEXT, write_results, write_unit_maps
 
 pytestmark = pytest.mark.browser
 
@@ -124,6 +124,18 @@ def test_clicking_a_head_map_cell_opens_that_head(browser, page, name):
     selected = browser.find_element("css selector", ".thumb.selected")
     assert (selected.get_attribute("data-layer"), selected.get_attribute("data-head")) == (
         "2", "3")  # fmt: skip
+
+
+def test_a_position_map_cell_opens_no_head(browser, llama_tiny, tmp_path):
+    write_unit_maps(tmp_path, llama_tiny)
+    open_page(browser, bindscope.view(llama_tiny, TEXT, results=tmp_path).save(tmp_path / "p.html"))
+    cell = browser.find_element(
+        "css selector", '.map-cell[data-map="patching"][data-layer="2"][data-head="3"]'
+    )
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", cell)
+    cell.click()  # its columns are positions from the end, not heads
+    assert browser.find_element("id", "pattern-title").text.startswith("Layer 0, head 0")
+    assert browser.get_log("browser") == []
 
 
 def test_the_circuit_slider_changes_the_edge_count(browser, page):

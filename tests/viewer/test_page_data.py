@@ -15,7 +15,7 @@ import bindscope
 from bindscope.cli import main
 from bindscope.errors import InputError
 from bindscope.interventions import Zero
-from tests.viewer.conftest import TEXT, write_results
+from tests.viewer.conftest import TEXT, write_results, write_unit_maps
 
 # Stored weights are round(w * 1e6) / 1e6: at most half a step, 5e-7, from the model's
 # float32 value (float32 itself is exact to 6e-8 below 1, well inside that).
@@ -113,6 +113,16 @@ def test_folders_give_span_bsi_maps_and_circuit(tmp_path, llama_tiny):
     assert edges[0]["exact"] == 0.85 and "exact" not in edges[2]
     assert [s["n_edges"] for s in data["circuit"]["sizes"]] == [2, 5]
     assert embedded(page.html) == json.loads(json.dumps(data))
+
+
+def test_maps_by_attribution_and_by_position(tmp_path, llama_tiny):
+    held = write_unit_maps(tmp_path, llama_tiny)
+    maps = {m["name"]: m for m in bindscope.view(results=tmp_path).data["maps"]}
+    # attribution: the estimate covers every head, the exact effect only the verified one
+    np.testing.assert_allclose(maps["scan"]["values"], held["estimate"], atol=5e-5)
+    assert maps["scan"]["title"].endswith("(attribution estimate)")
+    np.testing.assert_allclose(maps["patching"]["values"], held["by_position"], atol=5e-5)
+    assert maps["patching"]["unit"] == "position"
 
 
 def test_a_circuit_folder_alone_needs_no_model(tmp_path, llama_tiny):
