@@ -153,3 +153,22 @@ def test_the_circuit_slider_changes_the_edge_count(browser, page):
     assert "keeps 0.200" in browser.find_element("id", "circuit-faithfulness").text
     labels = {n.text for n in browser.find_elements("css selector", "#circuit-svg .node text")}
     assert {"embed", "logits", "L1.H3", "L2.g0.k", "MLP1"} <= labels
+
+
+@pytest.mark.slow
+def test_smollm2_page_at_40_tokens(browser, smollm2, tmp_path):
+    text = " ".join(["In web accessibility, a screen reader reads the page aloud."] * 4)
+    text = smollm2.tokenizer.decode(smollm2.tokenize(text)[:40])
+    spec = Zero([(9, 3), (10, 1)])
+    path = bindscope.view(smollm2, text, intervene=spec).save(tmp_path / "smollm2.html")
+    assert path.stat().st_size < 2_000_000
+    open_page(browser, path)
+    assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+    assert len(browser.find_elements("css selector", ".thumb")) == 270
+    browser.find_element("css selector", '.thumb[data-layer="11"][data-head="4"]').click()
+    canvas = browser.find_element("id", "pattern-1")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", canvas)
+    hover_cell(browser, canvas, 39, 20)
+    shown = float(browser.find_element("id", "hover-1").get_attribute("data-weight"))
+    expected = float(smollm2.attention_probs([text], intervene=spec)[0][11, 4, 39, 20])
+    assert abs(shown - expected) <= ROUNDING
