@@ -126,7 +126,7 @@
 
   // -- one head's pattern per run, side by side -------------------------------------------
   function patternPanel(run, index) {
-    const cell = Math.max(9, Math.min(18, Math.floor(560 / n)));
+    const cell = Math.max(9, Math.min(18, Math.floor(500 / n))); // two runs side by side in 1400 px
     const left = 110, top = 90;
     const c = el("canvas", { id: "pattern-" + index, class: "pattern", width: left + n * cell + 4, height: top + n * cell + 4,
       "data-left": left, "data-top": top, "data-cell": cell });
