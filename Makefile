@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.bindscope-installed
 LINT_PATHS := bindscope tests benchmarks tools
 
-.PHONY: demo test test-live lint format bench clean
+.PHONY: demo test test-live test-browser lint format bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -31,6 +31,13 @@ test: $(STAMP)
 # test`; fails, never skips, when no server answers). LIVE_ARGS: more pytest options.
 test-live: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q --durations=15 -m ndif_live tests/remote/live $(LIVE_ARGS)
+
+# The viewer page (`bindscope view`) in a real headless Chromium: Debian's chromium and
+# chromedriver (`apt-get install chromium chromium-driver`; BINDSCOPE_CHROMIUM and
+# BINDSCOPE_CHROMEDRIVER name others), network blocked. Deselected by `make test`; fails,
+# never skips, when the browser cannot start. BROWSER_ARGS: more pytest options.
+test-browser: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q --durations=10 -m browser tests/viewer $(BROWSER_ARGS)
 
 # Style, docstrings and complexity (ruff), types (mypy), the layers contract (import-linter),
 # and the import checks import-linter cannot make: no circle anywhere, every function-level

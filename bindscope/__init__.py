@@ -30,13 +30,19 @@ SUBPACKAGES = (
     "results",
     "runners",
     "selfcheck",
+    "viewer",
     "wrap",
 )
-_ATTRIBUTES = {"load_model": "bindscope.loading", "Model": "bindscope.model"}
+_ATTRIBUTES = {
+    "load_model": "bindscope.loading",
+    "Model": "bindscope.model",
+    "view": "bindscope.viewer",
+}
 
 if TYPE_CHECKING:
     from bindscope.loading import load_model
     from bindscope.model import Model
+    from bindscope.viewer import view
 
 
 def __getattr__(name: str):
@@ -55,4 +61,4 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_ATTRIBUTES, *SUBPACKAGES])
 
 
-__all__ = ["BindscopeError", "Model", "__version__", "load_model"]
+__all__ = ["BindscopeError", "Model", "__version__", "load_model", "view"]

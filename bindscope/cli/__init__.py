@@ -19,7 +19,7 @@ from typing import Any
 import bindscope
 from bindscope.cli.arguments import build
 from bindscope.cli.ndif import cmd_ndif
-from bindscope.errors import BindscopeError, BindscopeWarning
+from bindscope.errors import BindscopeError, BindscopeWarning, HeadSpecError
 from bindscope.experiments.kit import registry
 from bindscope.experiments.kit.experiment import Common, Experiment
 from bindscope.experiments.kit.options import Options
@@ -248,11 +248,41 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _heads(value: str) -> list[tuple[int, int]]:
+    """``--ablate 9.3,10.1`` as ``[(9, 3), (10, 1)]``."""
+    try:
+        return [(int(a), int(b)) for a, b in (h.split(".") for h in value.split(","))]
+    except ValueError:
+        raise HeadSpecError(
+            f"--ablate {value!r}: give heads as layer.head separated by commas, e.g. 9.3,10.1"
+        ) from None
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    """``bindscope view``: one self-contained HTML page (docs/viewer.md)."""
+    # the interventions load only for the command that runs them
+    from bindscope.interventions import Zero
+
+    _check_compute(args)
+    if args.out.is_dir():
+        raise BindscopeError(f"--out {args.out} is a folder; pass the HTML file's path")
+    check_writable(args.out.parent)
+    intervene = Zero(_heads(args.ablate)) if args.ablate else None
+    model = _load(args.model, args.revision, args) if args.model or args.text else None
+    page = bindscope.view(
+        model, args.text, results=args.results, intervene=intervene, prompt=args.prompt,
+        prompts=args.prompts, top_k=args.top_k,
+    )  # fmt: skip
+    path = page.save(args.out)
+    print(f"view: {path} ({path.stat().st_size / 1e6:.2f} MB)")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     """The ``bindscope`` argument parser, one subparser per command."""
     others = {"audit": cmd_audit, "summarize": cmd_summarize, "figures": cmd_figures}
     others |= {"report": cmd_report, "demo": cmd_demo}
-    others |= {"ndif": cmd_ndif}
+    others |= {"ndif": cmd_ndif, "view": cmd_view}
     return build(registry.definitions().values(), _command, others)
 
 

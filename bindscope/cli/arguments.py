@@ -129,6 +129,7 @@ def build(
     p.set_defaults(func=commands["report"])
 
     _add_demo(sub, commands["demo"])
+    _add_view(sub, commands["view"])
     add_ndif(sub, commands["ndif"])
     return top
 
@@ -189,6 +190,38 @@ def _add_demo(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
     p.add_argument("--quick", action="store_true", help="a few terms only, for a smoke test")
     p.add_argument("--force", action="store_true", help="discard finished records, redo")
     p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.set_defaults(func=command)
+
+
+VIEW_FOLDERS_HELP = "result folders: OUT or OUT/<experiment> (binding, c5, scan, patching, circuit)"
+
+
+def _add_view(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
+    """The ``view`` subcommand: one self-contained HTML page (docs/viewer.md)."""
+    p = sub.add_parser("view", help="one offline HTML page: patterns, head maps, circuit, lens")
+    p.add_argument("results", nargs="*", type=Path, help=VIEW_FOLDERS_HELP)
+    add_common(p, runs=False)
+    p.add_argument(
+        "--text", default=None, help="text whose attention is shown (default: the binding prompt)"
+    )
+    p.add_argument(
+        "--prompt", default=None, help="binding record to show, term/prompt_id (default: first)"
+    )
+    p.add_argument(
+        "--prompts",
+        default=None,
+        help="the prompt file the binding run used (built-in sets reload by their name)",
+    )
+    p.add_argument(
+        "--ablate",
+        default=None,
+        help="heads zero-ablated in a second run shown beside the clean one, e.g. 9.3,10.1 "
+        "(layer.head)",
+    )
+    p.add_argument("--top-k", type=positive, default=8, help="next tokens listed per run")
+    p.add_argument(
+        "--out", type=Path, default=Path("bindscope-view.html"), help="page (default %(default)s)"
+    )
     p.set_defaults(func=command)
 
 

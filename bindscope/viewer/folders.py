@@ -1,0 +1,212 @@
+"""What the page shows from result folders: a binding prompt, head maps, the circuit.
+
+Reads records and summaries only (docs/records.md); computes nothing but means over
+records. A folder is a results folder (``OUT``, holding ``binding/``, ``c5/``, ...) or one
+experiment's folder (``OUT/scan``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bindscope.errors import InputError, PromptFileError, RecordFileError
+from bindscope.prompts import load
+from bindscope.results.records import read_records
+
+__all__ = ["KINDS", "folder_data", "prompt_text"]
+
+KINDS = ("binding", "c5", "scan", "patching", "circuit")
+
+
+def _experiment_folders(paths: list[Path]) -> dict[str, Path]:
+    """Each experiment kind the paths hold, by its folder."""
+    found: dict[str, Path] = {}
+    for path in paths:
+        if not path.is_dir():
+            raise InputError(f"{path}: not a folder; pass a results folder or one of its {KINDS}")
+        if (path / "records.jsonl").exists() and path.name in KINDS:
+            found[path.name] = path
+            continue
+        inside = {kind: path / kind for kind in KINDS if (path / kind / "records.jsonl").exists()}
+        if not inside:
+            raise InputError(
+                f"{path}: holds no records.jsonl of {', '.join(KINDS)}; pass a results folder "
+                "(OUT) or one experiment's folder (OUT/binding)"
+            )
+        found |= inside
+    return found
+
+
+def _records(folder: Path, experiment: str, model: str | None) -> list[dict]:
+    """``experiment``'s records in ``folder`` for ``model`` (default: the first model there)."""
+    records = [r for r in read_records(folder / "records.jsonl") if r["experiment"] == experiment]
+    if model is None and records:
+        model = records[0]["model"]
+    return [r for r in records if r["model"] == model]
+
+
+def _summary(folder: Path, model: str | None) -> tuple[dict, dict]:
+    """``folder/summary.json`` and the model's part (the first model when none is named)."""
+    path = folder / "summary.json"
+    if not path.exists():
+        raise RecordFileError(f"{path}: missing; run `bindscope summarize {folder.parent}`")
+    summary = json.loads(path.read_text("utf-8"))
+    models = summary.get("models", {})
+    for label, part in models.items():
+        if model is None or part.get("model", label.split("@")[0]) == model:
+            return summary, part
+    raise RecordFileError(f"{path}: no model {model!r}; it has {sorted(models)}")
+
+
+def _binding(records: list[dict], prompt: str | None, where: Path) -> dict | None:
+    """The chosen (or first measured) prompt's span and BSI."""
+    measured = [r for r in records if not r["metrics"].get("skipped") and r["metrics"].get("bsi")]
+    if prompt is not None:
+        measured = [r for r in measured if r["prompt_key"] == prompt]
+        if not measured:
+            raise InputError(f"{where}: no measured record of prompt {prompt!r} (term/prompt_id)")
+    if not measured:
+        return None
+    record = measured[0]
+    return {
+        "prompt_key": record["prompt_key"],
+        "term": record["term"],
+        "span": record["metrics"]["span"],
+        "bsi": record["metrics"]["bsi"],
+        "model": record["model"],
+        "provenance": record["provenance"],
+        "where": str(where),
+    }
+
+
+def prompt_text(binding: dict, prompts: str | Path | None = None) -> str:
+    """The template a binding record measured, from its prompt set (sha256 checked).
+
+    Records name their set (``canonical``, or a file's stem): a file's set is reloaded from
+    ``prompts``, the file the run used.
+    """
+    given = binding["provenance"]
+    where, key = binding["where"], binding["prompt_key"]
+    source = prompts if prompts is not None else given.get("prompt_set") or "canonical"
+    try:
+        found = load(source, check_terms=False)
+    except PromptFileError as exc:
+        raise InputError(
+            f"{where}: cannot reload prompt set {source!r} of {key} ({exc}); pass the file the "
+            "run used with --prompts (prompts=), or the text with --text"
+        ) from None
+    if given.get("prompt_sha256") not in (None, found.sha256):
+        raise InputError(
+            f"{where}: prompt set {str(source)!r} is not the one {key} was measured on (sha256 "
+            "differs); pass the file the run used with --prompts, or the text with --text"
+        )
+    for record in found.records:
+        if record.key == key:
+            return record.template
+    raise InputError(f"{where}: {key} is not in prompt set {str(source)!r}")
+
+
+def _head_map(
+    name: str, title: str, values: Any, marked: Any = (), unit: str = "head"
+) -> dict | None:
+    """One map, or None when the summary holds no values.
+
+    ``unit``: ``head`` (layer x head), ``layer`` (layer x 1) or ``position`` (layer x
+    positions from the end).
+    """
+    if values is None:
+        return None
+    array = np.array(values, dtype=float)
+    rounded = [[None if np.isnan(v) else round(float(v), 4) for v in row] for row in array]
+    marked = [list(h) for h in marked]
+    return {"name": name, "title": title, "values": rounded, "marked": marked, "unit": unit}
+
+
+def _c5_map(folder: Path, model: str | None) -> dict | None:
+    ranking = _records(folder, "c5-ranking", model)
+    maps = [r["metrics"]["bsi"] for r in ranking if r["metrics"].get("bsi")]
+    if not maps:
+        return None
+    mean = np.nanmean(np.array(maps, dtype=float), axis=0)
+    has_summary = (folder / "summary.json").exists()
+    top = _summary(folder, model)[1].get("top_heads", []) if has_summary else []
+    return _head_map("c5", "C5 ranking: mean BSI (outlined: the top set ablated)", mean, top)
+
+
+def _estimated(summary: dict, part: dict, exact: str) -> tuple[Any, str]:
+    """The exact map, or under ``--method attribution`` the estimate (exact on few heads)."""
+    if summary.get("method") == "attribution":
+        return part.get("estimate"), " (attribution estimate)"
+    return part.get(exact), ""
+
+
+def _scan_map(folder: Path, model: str | None) -> dict | None:
+    summary, part = _summary(folder, model)
+    logprob = part.get("metrics", {}).get("logprob", {})
+    values, how = _estimated(summary, logprob, "effect")
+    unit = summary.get("unit", "head")
+    return _head_map("scan", f"Scan: log-prob drop when the {unit} is ablated{how}", values,
+                     logprob.get("significant", []), unit)  # fmt: skip
+
+
+def _patching_map(folder: Path, model: str | None) -> dict | None:
+    summary, part = _summary(folder, model)
+    values, how = _estimated(summary, part, "recovery")
+    unit = summary.get("unit", "head")
+    return _head_map("patching", f"Patching: share of the gap recovered per {unit}{how}", values,
+                     part.get("significant", []), unit)  # fmt: skip
+
+
+def _circuit(folder: Path, model: str | None) -> dict | None:
+    """The top edges (score, rank; estimate and exact effect where verified) and sizes."""
+    records = _records(folder, "circuit", model)
+    checked: dict[str, tuple[float, float]] = {}
+    for r in records:
+        if r["condition"] == "verify":
+            m = r["metrics"]
+            checked = {e: (a, b) for e, a, b in zip(m["edges"], m["estimate"], m["exact"])}
+    edges = []
+    for r in sorted(
+        (r for r in records if r["condition"].startswith("edge:")),
+        key=lambda r: r["metrics"]["rank"],
+    ):
+        name = r["condition"][len("edge:") :]
+        sender, receiver = name.split("->")
+        edge = {"s": sender, "r": receiver, "score": r["metrics"]["score"]}
+        if name in checked:
+            edge["estimate"], edge["exact"] = checked[name]
+        edges.append(edge)
+    if not edges:
+        return None
+    sizes = [
+        {k: r["metrics"].get(k) for k in ("n_edges", "share", "low", "high")}
+        for r in records
+        if r["condition"].startswith("top:")
+    ]
+    return {"edges": edges, "sizes": sorted(sizes, key=lambda s: s["n_edges"] or 0)}
+
+
+def folder_data(paths: list[Path], *, model: str | None = None, prompt: str | None = None) -> dict:
+    """Everything the page reads from result folders (keys absent where no folder has it)."""
+    folders = _experiment_folders(paths)
+    out: dict[str, Any] = {"maps": []}
+    if "binding" in folders:
+        records = _records(folders["binding"], "binding", model)
+        out["binding"] = _binding(records, prompt, folders["binding"])
+    if "c5" in folders:
+        if out.get("binding") is None:  # the ranking records are binding records too
+            ranking = _records(folders["c5"], "c5-ranking", model)
+            out["binding"] = _binding(ranking, prompt, folders["c5"])
+        out["maps"].append(_c5_map(folders["c5"], model))
+    if "scan" in folders:
+        out["maps"].append(_scan_map(folders["scan"], model))
+    if "patching" in folders:
+        out["maps"].append(_patching_map(folders["patching"], model))
+    if "circuit" in folders:
+        out["circuit"] = _circuit(folders["circuit"], model)
+    out["maps"] = [m for m in out["maps"] if m is not None]
+    return out
