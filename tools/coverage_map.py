@@ -42,6 +42,8 @@ class _Collector:
                 entry["passes"].add("live, trusted")
                 if params.get("mode") == "sandboxed":
                     entry["passes"].add("live, sandboxed")
+            elif "browser" in marks:
+                entry["passes"].add("browser")
             elif "cuda" in marks:
                 entry["passes"].add("GPU only")
             else:
