@@ -486,7 +486,7 @@ def status(*, home: Path) -> dict:
         if piece.slug not in alive:
             dead[piece.slug] = "no process"
         elif not piece.ready():
-            dead[piece.slug] = "runs, but does not answer on its port"
+            dead[piece.slug] = "runs, but does not answer (its port; the API: /status)"
     pieces = {name: len(members) for name, members in alive.items()}
     answers = _answers(f"{state['host']}/ping")
     return {**state, "pieces": pieces, "dead": dead, "stale": stale, "api_answers": answers}
