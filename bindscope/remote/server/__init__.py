@@ -265,25 +265,6 @@ def _state(home: Path) -> dict | None:
     )
 
 
-def _prepare_home(home: Path) -> None:
-    """Make ``home``'s folders, and prove it takes files.
-
-    Raises:
-        NdifServerError: It cannot be made or written (under a file, /proc, read-only).
-    """
-    try:
-        for folder in (home / "run", home / "logs"):
-            folder.mkdir(parents=True, exist_ok=True)
-        probe = home / "run" / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as error:
-        raise NdifServerError(
-            f"--home {home}: cannot write there ({error.strerror}: {error.filename}); "
-            "give a folder you can write"
-        ) from None
-
-
 def _free_ports(home: Path, port: int) -> Ports:
     """The server's ports, once no server runs from ``home`` and none of them is taken."""
     if running(home):
@@ -320,6 +301,18 @@ def _deploy(
     processes.start(home, Piece("deploy", command, timeout=600), env)
 
 
+def _sandbox_digest(sandboxed: bool, sandbox_key: str | None) -> str:
+    """The digest of ``--sandbox-key`` ("" without one), once the two modes are checked."""
+    if sandbox_key is not None and not sandbox_key.strip():
+        raise NdifServerError("--sandbox-key is empty: give the API key to run sandboxed")
+    if sandboxed and sandbox_key:
+        raise NdifServerError(
+            "--sandboxed runs every request sandboxed and --sandbox-key only one key's: "
+            "give one of them"
+        )
+    return key_digest(sandbox_key) if sandbox_key else ""
+
+
 def up(
     *,
     home: Path,
@@ -336,29 +329,20 @@ def up(
         home: The server's folder (venv, logs, pid files, Ray's temp dir).
         models: Hub id -> a float32 safetensors folder, placed in ``hub_cache``.
         port: The API's port; the other pieces take ``port + 1000`` to ``port + 1004``.
-        hub_cache: The Hugging Face hub cache the server loads from (and a client on this
-            machine reads the same configs and tokenizers from).
-        sandboxed: Deploy ndif's sandboxed actor and run every request untrusted, in its
-            runner process (``ndif_side/bindscope_ndif_cpu.py``, ``CpuSandboxDeployment``).
-        sandbox_key: Run sandboxed only the requests sent with this API key, every other
-            request trusted: both modes from one server, as ndif's key tags give with auth
-            on. The server keeps only the key's digest.
-        allow_exposed: Where no network namespace can be made, start anyway, with Ray's
-            ports on every interface (else refuse).
+        hub_cache: The Hugging Face hub cache the server (and a client here) loads from.
+        sandboxed: Run every request untrusted, in the runner of ndif's sandboxed actor
+            (``ndif_side/bindscope_ndif_cpu.py``, ``CpuSandboxDeployment``).
+        sandbox_key: Run sandboxed only the requests sent with this API key, all others
+            trusted (as ndif's key tags do with auth on); the server keeps its digest only.
+        allow_exposed: Where no network namespace can be made, start anyway, Ray's ports
+            on every interface (else refuse).
 
     Raises:
         NdifServerError: A piece did not start (which one, and its log); everything that
             did start is stopped again.
     """
-    if sandbox_key is not None and not sandbox_key.strip():
-        raise NdifServerError("--sandbox-key is empty: give the API key to run sandboxed")
-    if sandboxed and sandbox_key:
-        raise NdifServerError(
-            "--sandboxed runs every request sandboxed and --sandbox-key only one key's: "
-            "give one of them"
-        )
-    digest = key_digest(sandbox_key) if sandbox_key else ""
-    _prepare_home(home)
+    digest = _sandbox_digest(sandboxed, sandbox_key)
+    processes.prepare_home(home)
     ports = _free_ports(home, port)
     env = _environment(home, ports, hub_cache, sandboxed=sandboxed, sandbox_key=digest)
     state: dict = {"port": port, "host": host(port), "models": []}
@@ -371,11 +355,7 @@ def up(
         environment.build(home / "venv", home / "logs" / "venv.log")
         _redis_server()  # installed now if missing
         started = time.perf_counter()
-        for piece in _pieces(home, ports, holder):
-            processes.start(home, piece, env)
-        _deploy(home, env, models, hub_cache, sandboxed, holder)
-        # /status is a cache the API refreshes now and then: wait until it shows the models
-        _wait_serving(host(port), list(models), home)
+        _start_and_deploy(home, env, ports, holder, models, hub_cache, sandboxed)
     except BaseException:
         down(home=home)
         raise
@@ -386,15 +366,21 @@ def up(
     return host(port)
 
 
-def _holder(home: Path) -> int:
-    """The pid of the process that keeps the server's network namespace."""
-    found, _ = processes.leaders(home)
-    if netns.HOLDER not in found:
-        raise NdifServerError(
-            f"the process that keeps the local NDIF server's network namespace ({home}) is "
-            "gone; `bindscope ndif down`, then `up` again"
-        )
-    return found[netns.HOLDER]
+def _start_and_deploy(
+    home: Path,
+    env: dict[str, str],
+    ports: Ports,
+    holder: int | None,
+    models: Mapping[str, Path],
+    hub_cache: Path,
+    sandboxed: bool,
+) -> None:
+    """Start the pieces in order, deploy ``models``, wait until /status shows them."""
+    for piece in _pieces(home, ports, holder):
+        processes.start(home, piece, env)
+    _deploy(home, env, models, hub_cache, sandboxed, holder)
+    # /status is a cache the API refreshes now and then: wait until it shows the models
+    _wait_serving(host(ports.api), list(models), home)
 
 
 def _piece(home: Path, name: str) -> tuple[Piece, dict[str, str]]:
@@ -402,7 +388,7 @@ def _piece(home: Path, name: str) -> tuple[Piece, dict[str, str]]:
     if state is None:
         raise NdifServerError(f"no local NDIF server runs from {home}; `bindscope ndif up` first")
     ports = Ports.of(state["port"])
-    holder = _holder(home) if state.get("netns") else None
+    holder = netns.holder(home) if state.get("netns") else None
     found = {p.slug: p for p in _pieces(home, ports, holder) if p.ready is not None}
     if name not in found:
         raise NdifServerError(f"no piece {name!r}; the pieces are {', '.join(found)}")

@@ -30,6 +30,17 @@ def inside(holder: int, command: Sequence[str]) -> list[str]:
     return [*enter, "--", *command]
 
 
+def holder(home: Path) -> int:
+    """The pid of the process that keeps the server's network namespace."""
+    found, _ = processes.leaders(home)
+    if HOLDER not in found:
+        raise NdifServerError(
+            f"the process that keeps the local NDIF server's network namespace ({home}) is "
+            "gone; `bindscope ndif down`, then `up` again"
+        )
+    return found[HOLDER]
+
+
 def _separate(home: Path) -> bool:
     """The holder runs and its network namespace is not ours."""
     found, _ = processes.leaders(home)

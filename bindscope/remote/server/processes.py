@@ -103,6 +103,25 @@ def read_record(path: Path) -> PidRecord:
         ) from None
 
 
+def prepare_home(home: Path) -> None:
+    """Make ``home``'s folders for pid files and logs, and prove it takes files.
+
+    Raises:
+        NdifServerError: It cannot be made or written (under a file, /proc, read-only).
+    """
+    try:
+        for folder in (home / "run", home / "logs"):
+            folder.mkdir(parents=True, exist_ok=True)
+        probe = home / "run" / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        raise NdifServerError(
+            f"--home {home}: cannot write there ({error.strerror}: {error.filename}); "
+            "give a folder you can write"
+        ) from None
+
+
 def _tail(path: Path, lines: int = 8) -> str:
     with contextlib.suppress(OSError):
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
