@@ -168,17 +168,26 @@ def test_a_stale_pid_file_is_reported_and_removed_never_signalled(tmp_path, stra
     assert not (tmp_path / "run" / "redis.pid").exists()
 
 
-@pytest.mark.parametrize("text", [None, "not a pid", '{"pid": 1}'])
-def test_a_pid_file_without_a_record_is_a_clear_error_and_nothing_is_signalled(
-    tmp_path, stranger, capsys, text
-):
-    """A bare pid (what older versions wrote, or junk) proves nothing: refuse, name the file."""
-    _pid_file(tmp_path, "redis", str(stranger.pid) if text is None else text)
+def test_a_bare_pid_of_another_folder_is_stale_and_never_signalled(tmp_path, stranger, capsys):
+    """What bindscope wrote before pid records: proven only by a session leader in HOME."""
+    _pid_file(tmp_path, "redis", str(stranger.pid))
+    assert main(["ndif", "down", "--home", str(tmp_path)]) == 0
+    assert "nothing was signalled" in capsys.readouterr().err
+    assert stranger.poll() is None and not (tmp_path / "run" / "redis.pid").exists()
+    ours = subprocess.Popen(["sleep", "120"], cwd=tmp_path, start_new_session=True)
+    _pid_file(tmp_path, "redis", str(ours.pid))  # a piece an older bindscope started here
+    assert main(["ndif", "down", "--home", str(tmp_path)]) == 0
+    assert "stopped: redis" in capsys.readouterr().out
+    assert ours.wait(timeout=15) is not None
+
+
+@pytest.mark.parametrize("text", ["not a pid", '{"pid": 1}', "[1, 2]"])
+def test_a_damaged_pid_file_is_a_clear_error_and_nothing_is_signalled(tmp_path, capsys, text):
+    _pid_file(tmp_path, "redis", text)
     for action in ("status", "down", "up"):
         assert main(["ndif", action, "--home", str(tmp_path), "--port", "8801"]) == 2
         err = capsys.readouterr().err
         assert str(tmp_path / "run" / "redis.pid") in err and "Traceback" not in err
-    assert stranger.poll() is None
 
 
 # A stand-in for one piece: `http PORT` answers 200 to every GET; `tcp PORT...` listens on

@@ -50,17 +50,26 @@ class Piece:
 
 @dataclass(frozen=True)
 class PidRecord:
-    """What ``start`` wrote of a piece's session leader: enough to prove it is still ours."""
+    """What ``start`` wrote of a piece's session leader: enough to prove it is still ours.
+
+    A bare pid (what bindscope wrote before these records) has no start time: its proof is
+    a session leader working in ``cwd``, the server's folder, where ``start`` runs pieces.
+    """
 
     pid: int
-    create_time: float
+    create_time: float | None
     command: list[str]
+    cwd: str = ""
 
     def proven(self) -> bool:
-        """The live process ``pid`` started at ``create_time`` and leads its own session."""
+        """The live process ``pid`` leads its own session and started at ``create_time``."""
         try:
             process = psutil.Process(self.pid)
-            return process.create_time() == self.create_time and os.getsid(self.pid) == self.pid
+            if os.getsid(self.pid) != self.pid:
+                return False
+            if self.create_time is None:
+                return Path(process.cwd()) == Path(self.cwd).resolve()
+            return process.create_time() == self.create_time
         except (psutil.Error, OSError):
             return False
 
@@ -92,14 +101,16 @@ def read_record(path: Path) -> PidRecord:
     """
     try:
         found = json.loads(path.read_text())
+        if isinstance(found, int):  # a bare pid, from before pid records
+            return PidRecord(found, None, [], cwd=str(path.parent.parent))
         return PidRecord(int(found["pid"]), float(found["create_time"]), list(found["command"]))
     except OSError as error:
         raise NdifServerError(f"cannot read the pid file {path}: {error.strerror}") from None
     except (ValueError, TypeError, KeyError):
         raise NdifServerError(
-            f"the pid file {path} is not a pid record of `bindscope ndif up` (damaged, or "
-            "written by an older version); nothing was signalled. If no server piece runs "
-            "from this folder, delete the file and retry"
+            f"the pid file {path} is not a pid record of `bindscope ndif up` (damaged); "
+            "nothing was signalled. If no server piece runs from this folder, delete the "
+            "file and retry"
         ) from None
 
 
