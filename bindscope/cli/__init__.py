@@ -27,6 +27,7 @@ from bindscope.loading import check_device, check_dtype
 from bindscope.prompts import load
 from bindscope.prompts.audit import audit, format_audit, write_audit
 from bindscope.protocols import LanguageModel
+from bindscope.remote import transport
 from bindscope.results.lock import INFO_NAME, LOCK_NAME, FolderLock, check_writable
 from bindscope.results.settings import check_resumable
 
@@ -302,7 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     default_show = warnings.showwarning
     warnings.showwarning = show
     try:
-        return args.func(args)
+        # --no-progress: no job-status lines from NDIF either
+        with transport.job_status(not getattr(args, "no_progress", False)):
+            return args.func(args)
     except BindscopeError as exc:
         print(f"bindscope {args.command}: error: {exc}", file=sys.stderr)
         return 2

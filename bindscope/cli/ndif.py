@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from bindscope.errors import BindscopeError
@@ -42,20 +43,39 @@ def add_parser(sub: argparse._SubParsersAction, command: object) -> None:
         help="run untrusted only the requests sent with this NDIF_API_KEY, all others "
         "trusted: both modes from one server (the server keeps only the key's digest)",
     )
+    p.add_argument(
+        "--allow-exposed-ports",
+        action="store_true",
+        help="where no network namespace can be made for the server (unshare fails), start "
+        "anyway, with Ray's unauthenticated ports on every interface (default: refuse)",
+    )
     p.set_defaults(func=command)
+
+
+def _status(home: Path) -> int:
+    """Print what runs; 0 when every piece runs and the API answers, else 1."""
+    state = server.status(home=home)
+    print(json.dumps(state, indent=1))
+    for note in state["stale"]:
+        print(f"bindscope ndif: {note}", file=sys.stderr)
+    for name, why in state["dead"].items():
+        print(f"bindscope ndif: {name} is dead ({why}); see {home / 'logs'}", file=sys.stderr)
+    if "port" not in state:
+        print(f"bindscope ndif: no local NDIF server runs from {home}", file=sys.stderr)
+    return 0 if state["api_answers"] and not state["dead"] else 1
 
 
 def cmd_ndif(args: argparse.Namespace) -> int:
     """``bindscope ndif``: start, stop or describe the local NDIF server."""
     home = args.home or cache_dir() / "ndif"
     if args.action == "down":
-        stopped = server.down(home=home)
+        stopped, stale = server.down(home=home)
+        for note in stale:
+            print(f"bindscope ndif: {note}", file=sys.stderr)
         print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
         return 0
     if args.action == "status":
-        state = server.status(home=home)
-        print(json.dumps(state, indent=1))
-        return 0 if state["api_answers"] else 1
+        return _status(home)
     if not 1024 <= args.port <= 64000:
         raise BindscopeError(f"--port {args.port}: pick a port between 1024 and 64000")
     # heavy: huggingface_hub loads for `ndif up` only
@@ -71,6 +91,7 @@ def cmd_ndif(args: argparse.Namespace) -> int:
         hub_cache=hub_cache,
         sandboxed=args.sandboxed,
         sandbox_key=args.sandbox_key,
+        allow_exposed=args.allow_exposed_ports,
     )
     print(f"NDIF runs at {where}, serving {', '.join(folders)}; logs in {home / 'logs'}")
     print(f"export NDIF_HOST={where} NDIF_API_KEY=local HF_HUB_OFFLINE=1   # auth is off")

@@ -14,6 +14,7 @@ from bindscope.errors import ModelLoadError, SelfCheckError
 from bindscope.families import Family
 from bindscope.loading.cache import cache_dir
 from bindscope.loading.embedded_models import (
+    DEFAULT_MODEL_NAME,
     EMBEDDED,
     GEMMA3_INSTALL_HINT,
     GEMMA3_PACKAGES,
@@ -26,6 +27,7 @@ from bindscope.loading.embedded_models import (
 )
 from bindscope.model import Model
 from bindscope.remote import load_remote, probe_capture, simulate
+from bindscope.remote.server.models import SERVED
 from bindscope.selfcheck import self_check as self_check_model
 from bindscope.wrap import check_inferred, resolve_family, wrap_model
 
@@ -222,10 +224,13 @@ def _refuse_local_options(model, *, dtype, device, tokenizer) -> None:
             f"remote=True runs NDIF's own copy of {model}: its dtype and device are the "
             "deployment's and its tokenizer comes from the Hub id; drop " + ", ".join(chosen)
         )
-    if model is not None and embedded(model) is not None:
+    packaged = embedded(model) if model is not None else None
+    if packaged is not None:
+        served = SERVED.get(packaged.name)
         raise ModelLoadError(
             f"{model} is an embedded short name, loaded here from registry packages; "
-            "remote=True needs the Hugging Face id NDIF serves (e.g. google/gemma-3-270m)"
+            "remote=True needs the Hugging Face id NDIF serves"
+            + (f": {served}" if served else f" (e.g. {SERVED[DEFAULT_MODEL_NAME]})")
         )
 
 

@@ -53,7 +53,8 @@ def _check_id(model_id) -> None:
     if model_id is None:
         raise ModelLoadError(
             "remote=True needs a Hugging Face id that NDIF serves (e.g. "
-            "'meta-llama/Llama-3.1-8B'); the default SmolLM2 runs locally without --remote"
+            "'HuggingFaceTB/SmolLM2-135M-Instruct', which `bindscope ndif up` serves); the "
+            "default SmolLM2 runs locally without --remote"
         )
     if not isinstance(model_id, str):
         raise ModelLoadError(

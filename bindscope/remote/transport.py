@@ -6,11 +6,15 @@ never quote the API key.
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import math
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any, TypeVar
+from urllib.parse import urlparse
 
 from bindscope import nnsight_private
 from bindscope.errors import (
@@ -32,6 +36,45 @@ KEY_URL = "https://login.ndif.us"
 # runs; NDIF bounds its jobs itself).
 TIMEOUT_ENV = "BINDSCOPE_NDIF_TIMEOUT"
 T = TypeVar("T")
+# False inside `job_status(False)`: nnsight prints no job-status lines for requests sent there
+_JOB_STATUS: ContextVar[bool] = ContextVar("bindscope_job_status", default=True)
+
+
+@contextlib.contextmanager
+def job_status(show: bool) -> Iterator[None]:
+    """Whether requests sent inside print nnsight's job-status lines (``progress=False``: no).
+
+    ``show=True`` leaves it to nnsight's own ``CONFIG.APP.REMOTE_LOGGING``.
+    """
+    token = _JOB_STATUS.set(show)
+    try:
+        yield
+    finally:
+        _JOB_STATUS.reset(token)
+
+
+def local_server(where: str) -> bool:
+    """``where`` is on this machine (loopback): a ``bindscope ndif up`` server, no accounts."""
+    name = urlparse(where).hostname or ""
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _key_help(where: str) -> str:
+    """Where a key comes from: the hosted service's login, or none needed locally."""
+    if local_server(where):
+        return (
+            f"{where} is a local server (`bindscope ndif up`), which takes any non-empty key: "
+            f"export {KEY_ENV}=local"
+        )
+    return (
+        f"Get a key at {KEY_URL} and set it in the environment variable {KEY_ENV} (export "
+        f"{KEY_ENV}=...), or store it once with: python -c 'import nnsight; nnsight.login()'"
+    )
 
 
 def _config():
@@ -54,10 +97,8 @@ def api_key() -> str:
     key = os.environ.get(KEY_ENV) or _config().API.APIKEY
     if not key:
         raise RemoteAuthError(
-            f"No NDIF API key is configured, so {host()} cannot run remote jobs. Get a key "
-            f"at {KEY_URL} and set it in the environment variable {KEY_ENV} (export "
-            f"{KEY_ENV}=...), or store it once with: python -c 'import nnsight; "
-            "nnsight.login()'"
+            f"No NDIF API key is configured, so {host()} cannot run remote jobs. "
+            + _key_help(host())
         )
     _config().API.APIKEY = key  # an env var set after nnsight was imported
     return key
@@ -187,6 +228,10 @@ def _job_failure(detail: str, *, where: str, model: str) -> RemoteError:
 
 
 def _rejected_key(where: str, detail: str, model: str) -> RemoteAuthError:
+    if local_server(where):
+        return RemoteAuthError(
+            f"{where} rejected the request for {model} ({detail}). {_key_help(where)}"
+        )
     return RemoteAuthError(
         f"{where} rejected the configured NDIF API key for {model} ({detail}). Check the key in "
         f"{KEY_ENV} or nnsight's config (python -c 'import nnsight; nnsight.login()'); "
@@ -233,4 +278,6 @@ class NdifBackend:
 
 def _send(nnsight_model, tracer):
     """Submit one request to NDIF and wait for its saved values (tests replace this)."""
-    return nnsight_private.submit(nnsight_model, tracer, timeout=request_timeout())
+    return nnsight_private.submit(
+        nnsight_model, tracer, timeout=request_timeout(), show_status=_JOB_STATUS.get()
+    )

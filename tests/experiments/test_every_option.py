@@ -288,6 +288,12 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
         ),
         "--home": NoEffect("where the server's venv, logs and models live"),
         "--sandboxed": NoEffect("which model actor the server deploys; the client is unchanged"),
+        "--sandbox-key": NoEffect("which key's requests the server runs sandboxed"),
+        "--allow-exposed-ports": NoEffect(
+            "whether the server may start without its network namespace; no numbers",
+            "tests/remote/test_server_netns.py::"
+            "test_without_a_namespace_up_refuses_unless_the_exposure_is_accepted",
+        ),
     },
     "summarize": {"results": NoEffect("the folder read")},
     "figures": {"results": NoEffect("the folder read"), "--out": NoEffect("where figures go")},

@@ -19,11 +19,15 @@ from nnsight.modeling.huggingface import _ID_CACHE
 
 import bindscope
 import bindscope.remote as remote
-from bindscope.errors import InterventionError, RemoteSandboxError
+from bindscope import nnsight_private
+from bindscope.cli import main
+from bindscope.errors import InterventionError, ModelLoadError, RemoteAuthError, RemoteSandboxError
+from bindscope.experiments import c5
 from bindscope.interventions import Steer, head_means
 from bindscope.remote import preflight, transport
 from bindscope.results.records import provenance
 from tests.conftest import PROMPTS, tiny_config
+from tests.experiments import prompts_tiny
 from tests.remote.test_errors import KEY, FakeNdif, status, versions
 from tests.remote.test_shipping import _leaky_trace
 from tests.tolerance import assert_within, prob_bound
@@ -135,3 +139,83 @@ def test_server_errors_reach_the_caller_translated(fake_ndif, monkeypatch):
     with pytest.raises(RemoteSandboxError, match=REPO) as info:
         model.logits(PROMPTS[:1])
     assert KEY not in str(info.value)
+
+
+SEND = transport._send  # the real one: through nnsight_private.submit
+
+
+@pytest.fixture
+def job_status_seen(fake_ndif, monkeypatch):
+    """Each request's ``show_status`` as it reaches nnsight's backend, served by the twin."""
+    _, server, _ = fake_ndif
+    seen: list[bool] = []
+
+    def submit(nnsight_model, tracer, *, timeout=None, show_status=True):
+        seen.append(show_status)
+        server.serve(tracer, env=nnsight_model._remoteable_get_env())
+
+    monkeypatch.setattr(transport, "_send", SEND)
+    monkeypatch.setattr(nnsight_private, "submit", submit)
+    return seen
+
+
+@pytest.mark.parametrize("progress", [False, True])
+def test_progress_false_silences_the_job_status_lines(job_status_seen, tmp_path, progress):
+    """nnsight prints a status line per job update (95 kB for a 12-request C5)."""
+    model = bindscope.load_model(REPO, remote=True)
+    assert job_status_seen == [True]  # the load-time probe, outside any run
+    job_status_seen.clear()
+    options = {"k": 2, "n_random": 1, "rubric": prompts_tiny.RUBRIC, "batch_size": 4}
+    c5.run(model, prompts=prompts_tiny.write(tmp_path), out=tmp_path, progress=progress, **options)
+    assert job_status_seen and set(job_status_seen) == {progress}
+
+
+def test_no_progress_on_the_cli_silences_them_from_the_load_on(job_status_seen, tmp_path):
+    prompts = prompts_tiny.write(tmp_path)
+    argv = ["c5", "--model", REPO, "--remote", "--prompts", str(prompts), "--k", "2"]
+    argv += ["--n-random", "1", "--batch-size", "4", "--out", str(tmp_path), "--no-progress"]
+    main(argv)  # the tiny model's own summary does not matter here
+    assert job_status_seen and set(job_status_seen) == {False}
+
+
+def test_submit_turns_nnsight_s_status_display_off(monkeypatch):
+    from nnsight.intervention.backends.display import StatusDisplay
+
+    class Backend:
+        def __init__(self):
+            self.display = StatusDisplay(enabled=True)
+
+        def __call__(self, tracer):
+            return self.display.enabled
+
+    class Model:
+        def _remote_backend(self, *args):
+            return Backend()
+
+    monkeypatch.setattr(CONFIG.APP, "REMOTE_LOGGING", True)
+    assert nnsight_private.submit(Model(), None, show_status=False) is False
+    assert nnsight_private.submit(Model(), None) is True  # nnsight's own setting otherwise
+
+
+def test_load_model_default_remote_suggests_the_served_smollm2():
+    with pytest.raises(ModelLoadError, match="HuggingFaceTB/SmolLM2-135M-Instruct") as error:
+        bindscope.load_model("default", remote=True)
+    assert "gemma" not in str(error.value)
+    with pytest.raises(ModelLoadError, match="google/gemma-3-270m"):
+        bindscope.load_model("gemma-3-270m", remote=True)
+
+
+@pytest.mark.parametrize("where", ["http://127.0.0.1:8001", "http://localhost:8101"])
+def test_auth_errors_against_a_local_server_say_it_takes_any_key(monkeypatch, where):
+    monkeypatch.setenv("NDIF_HOST", where)
+    monkeypatch.delenv("NDIF_API_KEY", raising=False)
+    monkeypatch.setattr(CONFIG.API, "APIKEY", None)
+    with pytest.raises(RemoteAuthError) as missing:
+        transport.api_key()
+    rejected = transport._rejected_key(where, "HTTP 401", REPO)
+    for message in (str(missing.value), str(rejected)):
+        assert transport.KEY_URL not in message and "login" not in message
+        assert "takes any non-empty key" in message and "NDIF_API_KEY=local" in message
+    monkeypatch.setenv("NDIF_HOST", "https://api.ndif.us")
+    with pytest.raises(RemoteAuthError, match=transport.KEY_URL):
+        transport.api_key()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import sys
 
 import psutil
@@ -15,7 +16,7 @@ import pytest
 from bindscope.cli import main
 from bindscope.errors import NdifServerError
 from bindscope.remote import server
-from bindscope.remote.server import environment, processes
+from bindscope.remote.server import STATE, environment, processes
 from bindscope.remote.server.models import place, specs
 from bindscope.remote.server.processes import Piece
 
@@ -42,7 +43,7 @@ def test_a_piece_never_ready_is_stopped_and_named(tmp_path):
     )
     with pytest.raises(NdifServerError, match=r"'api' not ready in 1 s"):
         processes.start(tmp_path, piece, {})
-    leader = int((tmp_path / "run" / "api.pid").read_text())
+    leader = processes.read_record(tmp_path / "run" / "api.pid").pid
     assert not psutil.pid_exists(leader) or psutil.Process(leader).status() == "zombie"
 
 
@@ -51,7 +52,7 @@ def test_stop_leaves_no_process_of_the_session(tmp_path):
     processes.start(tmp_path, Piece("ray", [PYTHON, "-c", spawn], ready=lambda: True), {})
     members = processes.running(tmp_path)["ray"]
     assert members  # the leader (and, once it ran, its sleeping child)
-    assert processes.stop(tmp_path, ["ray"]) == ["ray"]
+    assert processes.stop(tmp_path, ["ray"]) == (["ray"], [])
     assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in members)
     assert processes.running(tmp_path) == {}
 
@@ -132,3 +133,156 @@ def test_up_refuses_two_modes_or_an_empty_key_before_building(tmp_path, options,
     with pytest.raises(NdifServerError, match=message):
         server.up(home=tmp_path, models={}, hub_cache=tmp_path / "hub", **options)
     assert not (tmp_path / "venv").exists()
+
+
+@pytest.fixture
+def stranger():
+    """A process of someone else's that leads its own session, as a server piece would."""
+    process = subprocess.Popen(["sleep", "120"], start_new_session=True)
+    yield process
+    process.kill()
+    process.wait()
+
+
+def _pid_file(home, slug, text):
+    (home / "run").mkdir(parents=True, exist_ok=True)
+    (home / "run" / f"{slug}.pid").write_text(text)
+    (home / STATE).write_text(json.dumps({"port": 8001, "host": server.host(8001)}))
+
+
+def test_a_stale_pid_file_is_reported_and_removed_never_signalled(tmp_path, stranger, capsys):
+    """The pid is another process now (its start time differs): not counted, not killed."""
+    created = psutil.Process(stranger.pid).create_time()
+    # what `up` wrote for a redis whose pid the stranger took after it died
+    record = {"pid": stranger.pid, "create_time": created - 5.0, "command": ["redis-server"]}
+    _pid_file(tmp_path, "redis", json.dumps(record))
+    assert main(["ndif", "status", "--home", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert '"redis": 1' not in out and "stale pid file" in err and "redis" in err
+    assert not (tmp_path / "run" / "redis.pid").exists()
+    _pid_file(tmp_path, "redis", json.dumps(record))
+    assert main(["ndif", "down", "--home", str(tmp_path)]) == 0
+    out, err = capsys.readouterr()
+    assert "nothing was running" in out and "nothing was signalled" in err
+    assert stranger.poll() is None  # alive
+    assert not (tmp_path / "run" / "redis.pid").exists()
+
+
+def test_a_bare_pid_of_another_folder_is_stale_and_never_signalled(tmp_path, stranger, capsys):
+    """What bindscope wrote before pid records: proven only by a session leader in HOME."""
+    _pid_file(tmp_path, "redis", str(stranger.pid))
+    assert main(["ndif", "down", "--home", str(tmp_path)]) == 0
+    assert "nothing was signalled" in capsys.readouterr().err
+    assert stranger.poll() is None and not (tmp_path / "run" / "redis.pid").exists()
+    ours = subprocess.Popen(["sleep", "120"], cwd=tmp_path, start_new_session=True)
+    _pid_file(tmp_path, "redis", str(ours.pid))  # a piece an older bindscope started here
+    assert main(["ndif", "down", "--home", str(tmp_path)]) == 0
+    assert "stopped: redis" in capsys.readouterr().out
+    assert ours.wait(timeout=15) is not None
+
+
+@pytest.mark.parametrize("text", ["not a pid", '{"pid": 1}', "[1, 2]"])
+def test_a_damaged_pid_file_is_a_clear_error_and_nothing_is_signalled(tmp_path, capsys, text):
+    _pid_file(tmp_path, "redis", text)
+    for action in ("status", "down", "up"):
+        assert main(["ndif", action, "--home", str(tmp_path), "--port", "8801"]) == 2
+        err = capsys.readouterr().err
+        assert str(tmp_path / "run" / "redis.pid") in err and "Traceback" not in err
+
+
+# A stand-in for one piece: `http PORT` answers 200 to every GET; `tcp PORT...` listens on
+# 127.0.0.1, `wide PORT...` on every interface.
+FAKE_PIECE = """
+import http.server, socket, sys
+kind, ports = sys.argv[1], [int(p) for p in sys.argv[2:]]
+class Ok(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"{}")
+if kind == "http":
+    http.server.HTTPServer(("127.0.0.1", ports[0]), Ok).serve_forever()
+host = "0.0.0.0" if kind == "wide" else "127.0.0.1"  # wide: as Ray's own services bind
+sockets = [socket.create_server((host, p)) for p in ports]
+__import__("time").sleep(600)
+"""
+
+
+def _free_api_port() -> int:
+    """A port P with P and P+1000..P+1004 free on 127.0.0.1."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        ports = server.Ports.of(port)
+        if port < 60000 and not any(processes.listening(p) for p in vars(ports).values()):
+            return port
+    raise AssertionError("no free ports")
+
+
+def _fake_server(home, port):
+    ports = server.Ports.of(port)
+    script = home / "fake_piece.py"
+    script.write_text(FAKE_PIECE)
+    for name, kind, numbers in (
+        ("redis", "tcp", [ports.redis]),
+        ("object store", "tcp", [ports.object_store]),
+        ("ray", "tcp", [ports.ray, ports.ray_client, ports.dashboard]),
+        ("api", "http", [ports.api]),
+    ):
+        command = [PYTHON, str(script), kind, *map(str, numbers)]
+        ready = lambda numbers=numbers: all(processes.listening(p) for p in numbers)  # noqa: E731
+        processes.start(home, Piece(name, command, ready=ready), {})
+    state = {"port": port, "host": server.host(port), "netns": False, "models": []}
+    (home / STATE).write_text(json.dumps(state))
+
+
+def test_status_names_a_dead_piece_and_exits_non_zero(tmp_path, capsys):
+    """Redis killed: the API still answers /ping, but status must not call it well."""
+    _fake_server(tmp_path, _free_api_port())
+    try:
+        assert main(["ndif", "status", "--home", str(tmp_path)]) == 0
+        assert '"dead": {}' in capsys.readouterr().out
+        redis = processes.read_record(tmp_path / "run" / "redis.pid").pid
+        psutil.Process(redis).kill()
+        psutil.Process(redis).wait(10)
+        assert main(["ndif", "status", "--home", str(tmp_path)]) == 1
+        out, err = capsys.readouterr()
+        assert json.loads(out)["api_answers"] is True  # what fooled status before
+        assert json.loads(out)["dead"] == {"redis": "no process"}
+        assert "redis is dead" in err
+    finally:
+        server.down(home=tmp_path)
+
+
+def _refused(argv, capsys, *expected):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and all(e in err for e in expected), err
+
+
+def test_a_home_that_cannot_be_written_is_a_clear_error(tmp_path, capsys):
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for home, why in ((a_file / "ndif", "Not a directory"), ("/proc/bindscope-x", "/proc")):
+        _refused(["ndif", "up", "--home", str(home), "--port", "8801"], capsys, "--home", why)
+    _refused(["ndif", "down", "--home", str(a_file / "ndif")], capsys, "--home", "Not a directory")
+
+
+def test_a_read_only_home_is_a_clear_error(tmp_path):
+    """A read-only mount (tmpfs, in a user + mount namespace of this test's own)."""
+    home = tmp_path / "ro"
+    home.mkdir()
+    cli = "import sys; from bindscope.cli import main; sys.exit(main(sys.argv[1:]))"
+    mount = f"mount -t tmpfs -o ro none {home}"
+    run = f"{mount} && exec {PYTHON} -c '{cli}' ndif up --home {home} --port 8801"
+    unshare = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", run]
+    done = subprocess.run(unshare, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "Read-only file system" in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("text", ["{not json", "[]", '{"port": "8001"}'])
+def test_a_damaged_server_json_is_a_clear_error(tmp_path, capsys, text):
+    (tmp_path / STATE).write_text(text)
+    _refused(["ndif", "status", "--home", str(tmp_path)], capsys, str(tmp_path / STATE))
+    with pytest.raises(NdifServerError, match="damaged"):
+        server.start_piece(home=tmp_path, name="api")

@@ -29,6 +29,7 @@ from bindscope.experiments.kit.options import Options
 from bindscope.experiments.kit.record_fields import RecordFields, base_record
 from bindscope.prompts.prompt_sets import PromptSet
 from bindscope.protocols import LanguageModel
+from bindscope.remote import transport
 from bindscope.results.records import RecordWriter, provenance, record_key
 from bindscope.results.schema import RecordKind
 from bindscope.results.settings import check_settings
@@ -276,6 +277,8 @@ def run_models(
     parts = ((name, plan), *plan.also)
     loaded_now = [m for m in models if not isinstance(m, LazyModel)]
     with contextlib.ExitStack() as stack:
+        # no progress bars: no job-status lines from NDIF either
+        stack.enter_context(transport.job_status(common.progress))
         writers = [
             stack.enter_context(
                 RecordWriter(

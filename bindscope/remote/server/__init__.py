@@ -1,9 +1,10 @@
 """A local NDIF server: ``bindscope ndif up`` / ``down`` / ``status``.
 
 The real server (the ``ndif`` 0.1.2 package, the code behind ndif.us) in its own venv,
-on CPU, on 127.0.0.1, for one user: redis, an S3 object store (moto), a Ray head with
-ndif's controller and one CPU model actor per model, and the API (gunicorn). The pieces
-run each in its own session with a log under ``HOME/logs``; ``down`` stops them by
+on CPU, for one user: redis, an S3 object store (moto), a Ray head with ndif's controller
+and one CPU model actor per model, and the API (gunicorn), all inside a network namespace
+of their own (``netns.py``) whose API and object store reach the host's 127.0.0.1. The
+pieces run each in its own session with a log under ``HOME/logs``; ``down`` stops them by
 session and process group. The model actor and controller subclasses that replace ndif's
 CUDA steps live in ``ndif_side/``, which only the server's venv imports. docs/remote.md,
 "Run your own NDIF", says what runs and what it costs.
@@ -20,19 +21,21 @@ import sys
 import time
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import psutil
 
 from bindscope.errors import NdifServerError
-from bindscope.remote.server import environment, processes
+from bindscope.remote.server import environment, netns, processes
 from bindscope.remote.server.models import SERVED, specs
 from bindscope.remote.server.processes import Piece, listening
 
 DEFAULT_PORT = 8001
 NDIF_SIDE = Path(__file__).parent / "ndif_side"
-ORDER = ("redis", "object-store", "ray", "api")
+# the order of start; down stops them last first
+ORDER = ("netns", "forward-inside", "forward-outside", "redis", "object-store", "ray", "api")
+INSIDE = ("redis", "object-store", "ray", "api")
 STATE = "server.json"
 CPU_ACTOR = "bindscope_ndif_cpu.CpuModelActor"
 SANDBOXED_ACTOR = "bindscope_ndif_cpu.CpuSandboxModelActor"
@@ -160,25 +163,38 @@ def _ray_command(home: Path, ports: Ports) -> list[str]:
     ]
 
 
-def _pieces(home: Path, ports: Ports) -> list[Piece]:
+def _pieces(home: Path, ports: Ports, holder: int | None) -> list[Piece]:
+    """The pieces, run in the namespace of ``holder`` (None: on the host, exposed)."""
+    pieces = _server_pieces(home, ports, holder or "self")
+    if holder is None:
+        return pieces
+    inside = [replace(p, command=netns.inside(holder, p.command)) for p in pieces]
+    return [*netns.forwarders(home, holder, (ports.api, ports.object_store)), *inside]
+
+
+def _server_pieces(home: Path, ports: Ports, where: int | str) -> list[Piece]:
+    """Ndif's pieces; their ports are checked in the network namespace of process ``where``."""
     python = str(environment.venv_python(home / "venv"))
     bin_dir = home / "venv" / "bin"
-    redis = [_redis_server(), "--bind", "127.0.0.1", "--port", str(ports.redis)]
+    redis_server = shutil.which("redis-server") or "redis-server"
+    redis = [redis_server, "--bind", "127.0.0.1", "--port", str(ports.redis)]
     return [
         Piece(
             "redis",
             [*redis, "--save", "", "--appendonly", "no", "--dir", str(home)],
-            ready=lambda: listening(ports.redis),
+            ready=lambda: listening(ports.redis, where),
         ),
         Piece(
             "object store",
             [str(bin_dir / "moto_server"), "-H", "127.0.0.1", "-p", str(ports.object_store)],
-            ready=lambda: listening(ports.object_store),
+            ready=lambda: listening(ports.object_store, where),
         ),
         Piece(
             "ray",
             _ray_command(home, ports),
-            ready=lambda: listening(ports.ray_client) and listening(ports.dashboard),
+            ready=lambda: all(
+                listening(p, where) for p in (ports.ray, ports.ray_client, ports.dashboard)
+            ),
             timeout=120,
         ),
         Piece(
@@ -227,8 +243,26 @@ def _wait_serving(where: str, repos: list[str], home: Path, timeout: float = 120
 
 
 def _state(home: Path) -> dict | None:
+    """``server.json`` as ``up`` wrote it; None when there is none.
+
+    Raises:
+        NdifServerError: It is damaged (not JSON, or without its port and host).
+    """
     path = home / STATE
-    return json.loads(path.read_text()) if path.is_file() else None
+    try:
+        state = json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError) as error:
+        state = error
+    if state is None or (
+        isinstance(state, dict)
+        and isinstance(state.get("port"), int)
+        and isinstance(state.get("host"), str)
+    ):
+        return state
+    raise NdifServerError(
+        f"{path} is damaged (not the JSON object `bindscope ndif up` writes: {state!s:.80}); "
+        f"if no server runs from {home}, delete it and retry"
+    )
 
 
 def _free_ports(home: Path, port: int) -> Ports:
@@ -248,7 +282,12 @@ def _free_ports(home: Path, port: int) -> Ports:
 
 
 def _deploy(
-    home: Path, env: dict[str, str], models: Mapping[str, Path], hub_cache: Path, sandboxed: bool
+    home: Path,
+    env: dict[str, str],
+    models: Mapping[str, Path],
+    hub_cache: Path,
+    sandboxed: bool,
+    holder: int | None = None,
 ) -> None:
     """Deploy ``models`` on the started pieces, each with the CPU (or sandboxed) actor."""
     actor = SANDBOXED_ACTOR if sandboxed or SANDBOX_KEY_ENV in env else CPU_ACTOR
@@ -257,7 +296,21 @@ def _deploy(
     spec_file.write_text(json.dumps(deploy))
     python = str(environment.venv_python(home / "venv"))
     command = [python, str(NDIF_SIDE / "bindscope_ndif_cpu.py"), "deploy", str(spec_file)]
+    if holder is not None:
+        command = netns.inside(holder, command)
     processes.start(home, Piece("deploy", command, timeout=600), env)
+
+
+def _sandbox_digest(sandboxed: bool, sandbox_key: str | None) -> str:
+    """The digest of ``--sandbox-key`` ("" without one), once the two modes are checked."""
+    if sandbox_key is not None and not sandbox_key.strip():
+        raise NdifServerError("--sandbox-key is empty: give the API key to run sandboxed")
+    if sandboxed and sandbox_key:
+        raise NdifServerError(
+            "--sandboxed runs every request sandboxed and --sandbox-key only one key's: "
+            "give one of them"
+        )
+    return key_digest(sandbox_key) if sandbox_key else ""
 
 
 def up(
@@ -268,6 +321,7 @@ def up(
     hub_cache: Path,
     sandboxed: bool = False,
     sandbox_key: str | None = None,
+    allow_exposed: bool = False,
 ) -> str:
     """Build the venv once, start every piece, deploy ``models``; the host to use.
 
@@ -275,42 +329,35 @@ def up(
         home: The server's folder (venv, logs, pid files, Ray's temp dir).
         models: Hub id -> a float32 safetensors folder, placed in ``hub_cache``.
         port: The API's port; the other pieces take ``port + 1000`` to ``port + 1004``.
-        hub_cache: The Hugging Face hub cache the server loads from (and a client on this
-            machine reads the same configs and tokenizers from).
-        sandboxed: Deploy ndif's sandboxed actor and run every request untrusted, in its
-            runner process (``ndif_side/bindscope_ndif_cpu.py``, ``CpuSandboxDeployment``).
-        sandbox_key: Run sandboxed only the requests sent with this API key, every other
-            request trusted: both modes from one server, as ndif's key tags give with auth
-            on. The server keeps only the key's digest.
+        hub_cache: The Hugging Face hub cache the server (and a client here) loads from.
+        sandboxed: Run every request untrusted, in the runner of ndif's sandboxed actor
+            (``ndif_side/bindscope_ndif_cpu.py``, ``CpuSandboxDeployment``).
+        sandbox_key: Run sandboxed only the requests sent with this API key, all others
+            trusted (as ndif's key tags do with auth on); the server keeps its digest only.
+        allow_exposed: Where no network namespace can be made, start anyway, Ray's ports
+            on every interface (else refuse).
 
     Raises:
         NdifServerError: A piece did not start (which one, and its log); everything that
             did start is stopped again.
     """
-    if sandbox_key is not None and not sandbox_key.strip():
-        raise NdifServerError("--sandbox-key is empty: give the API key to run sandboxed")
-    if sandboxed and sandbox_key:
-        raise NdifServerError(
-            "--sandboxed runs every request sandboxed and --sandbox-key only one key's: "
-            "give one of them"
-        )
-    digest = key_digest(sandbox_key) if sandbox_key else ""
-    home.mkdir(parents=True, exist_ok=True)
+    digest = _sandbox_digest(sandboxed, sandbox_key)
+    processes.prepare_home(home)
     ports = _free_ports(home, port)
-    environment.build(home / "venv", home / "logs" / "venv.log")
     env = _environment(home, ports, hub_cache, sandboxed=sandboxed, sandbox_key=digest)
-    started = time.perf_counter()
-    state = {"port": port, "host": host(port), "models": []}
+    state: dict = {"port": port, "host": host(port), "models": []}
     (home / STATE).write_text(json.dumps(state))
     try:
-        for piece in _pieces(home, ports):
-            processes.start(home, piece, env)
-        _deploy(home, env, models, hub_cache, sandboxed)
-        # /status is a cache the API refreshes now and then: wait until it shows the models
-        _wait_serving(host(port), list(models), home)
+        # first the namespace: a refusal comes before minutes of building
+        holder = netns.start(home, env, allow_exposed=allow_exposed)
+        state["netns"] = holder is not None
+        (home / STATE).write_text(json.dumps(state))
+        environment.build(home / "venv", home / "logs" / "venv.log")
+        _redis_server()  # installed now if missing
+        started = time.perf_counter()
+        _start_and_deploy(home, env, ports, holder, models, hub_cache, sandboxed)
     except BaseException:
-        processes.stop(home, ORDER)
-        (home / STATE).unlink(missing_ok=True)
+        down(home=home)
         raise
     state |= {"models": list(models), "sandboxed": sandboxed, "hub_cache": str(hub_cache)}
     state["sandbox_key_sha256"] = digest
@@ -319,12 +366,30 @@ def up(
     return host(port)
 
 
+def _start_and_deploy(
+    home: Path,
+    env: dict[str, str],
+    ports: Ports,
+    holder: int | None,
+    models: Mapping[str, Path],
+    hub_cache: Path,
+    sandboxed: bool,
+) -> None:
+    """Start the pieces in order, deploy ``models``, wait until /status shows them."""
+    for piece in _pieces(home, ports, holder):
+        processes.start(home, piece, env)
+    _deploy(home, env, models, hub_cache, sandboxed, holder)
+    # /status is a cache the API refreshes now and then: wait until it shows the models
+    _wait_serving(host(ports.api), list(models), home)
+
+
 def _piece(home: Path, name: str) -> tuple[Piece, dict[str, str]]:
     state = _state(home)
     if state is None:
         raise NdifServerError(f"no local NDIF server runs from {home}; `bindscope ndif up` first")
     ports = Ports.of(state["port"])
-    found = {p.slug: p for p in _pieces(home, ports) if p.ready is not None}
+    holder = netns.holder(home) if state.get("netns") else None
+    found = {p.slug: p for p in _pieces(home, ports, holder) if p.ready is not None}
     if name not in found:
         raise NdifServerError(f"no piece {name!r}; the pieces are {', '.join(found)}")
     env = _environment(
@@ -350,23 +415,67 @@ def start_piece(*, home: Path, name: str) -> None:
 
 
 def running(home: Path) -> dict[str, list[psutil.Process]]:
-    """The live processes of each started piece (an empty dict: nothing runs)."""
+    """The live processes of each started piece (an empty dict: nothing runs).
+
+    Only processes proven to be the pieces count; stale pid files are removed.
+    """
     return {k: v for k, v in processes.running(home).items() if v} if home.is_dir() else {}
 
 
-def down(*, home: Path) -> list[str]:
-    """Stop every piece ``up`` started (TERM, then KILL after 10 s); the pieces stopped."""
-    stopped = processes.stop(home, ORDER) if home.is_dir() else []
-    (home / STATE).unlink(missing_ok=True)
-    return stopped
+def down(*, home: Path) -> tuple[list[str], list[str]]:
+    """Stop every piece ``up`` started (TERM, then KILL after 10 s).
+
+    Returns:
+        The pieces stopped, and a note per stale pid file removed (never signalled).
+
+    Raises:
+        NdifServerError: ``home`` cannot be read or written, or a pid file is damaged.
+    """
+    try:
+        stopped, stale = processes.stop(home, ORDER) if home.is_dir() else ([], [])
+        netns.remove_sockets(home)
+        (home / STATE).unlink(missing_ok=True)
+    except OSError as error:
+        raise NdifServerError(
+            f"--home {home}: {error.strerror} ({error.filename}); give the folder the "
+            "server was started with"
+        ) from None
+    return stopped, stale
+
+
+def _checked(home: Path, state: dict) -> list[Piece]:
+    """The pieces ``state`` says run, each with the check that it is ready."""
+    if not state.get("netns"):
+        return _pieces(home, Ports.of(state["port"]), None)
+    found, _ = processes.leaders(home)
+    # the holder, or any piece started inside: the namespace whose ports are read
+    inside = [found[s] for s in (netns.HOLDER, *INSIDE) if s in found]
+    holder = inside[0] if inside else -1
+    return [netns.holder_piece(home), *_pieces(home, Ports.of(state["port"]), holder)]
 
 
 def status(*, home: Path) -> dict:
-    """What runs: each piece's process count, the host, whether the API answers."""
-    state = _state(home) or {}
-    pieces = {name: len(members) for name, members in running(home).items()}
-    answers = bool(state) and _answers(f"{state['host']}/ping")
-    return {**state, "pieces": pieces, "api_answers": answers}
+    """Each piece's process count, the pieces dead (and why), the stale pid files removed.
+
+    A piece is dead when its process is gone or its port does not listen (the API: its
+    ``/status`` does not answer).
+    """
+    state = _state(home)
+    _, stale = processes.leaders(home) if home.is_dir() else ({}, [])
+    if state is None:
+        return {"pieces": {}, "dead": {}, "stale": stale, "api_answers": False}
+    alive = running(home)
+    dead = {}
+    for piece in _checked(home, state):
+        if piece.ready is None:
+            continue
+        if piece.slug not in alive:
+            dead[piece.slug] = "no process"
+        elif not piece.ready():
+            dead[piece.slug] = "runs, but does not answer (its port; the API: /status)"
+    pieces = {name: len(members) for name, members in alive.items()}
+    answers = _answers(f"{state['host']}/ping")
+    return {**state, "pieces": pieces, "dead": dead, "stale": stale, "api_answers": answers}
 
 
 __all__ = [

@@ -1,20 +1,27 @@
-"""Start and stop the server's pieces, each in its own session, with a pid file and a log."""
+"""Start and stop the server's pieces, each in its own session, with a pid record and a log.
+
+A pid record (``HOME/run/SLUG.pid``) holds the pid, its start time and the command: nothing
+is counted or signalled unless the live process with that pid started at that time and
+leads its own session. A record that fails the proof is stale: reported, removed, never used.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psutil
 
 from bindscope.errors import NdifServerError
+
+LISTEN = "0A"  # a TCP socket's state in /proc/net/tcp
 
 
 @dataclass(frozen=True)
@@ -41,21 +48,102 @@ class Piece:
         return self.name.replace(" ", "-")
 
 
-def listening(port: int) -> bool:
-    """Something accepts TCP connections on 127.0.0.1:``port``."""
-    with socket.socket() as probe:
-        probe.settimeout(0.5)
-        return probe.connect_ex(("127.0.0.1", port)) == 0
+@dataclass(frozen=True)
+class PidRecord:
+    """What ``start`` wrote of a piece's session leader: enough to prove it is still ours.
+
+    A bare pid (what bindscope wrote before these records) has no start time: its proof is
+    a session leader working in ``cwd``, the server's folder, where ``start`` runs pieces.
+    """
+
+    pid: int
+    create_time: float | None
+    command: list[str]
+    cwd: str = ""
+
+    def proven(self) -> bool:
+        """The live process ``pid`` leads its own session and started at ``create_time``."""
+        try:
+            process = psutil.Process(self.pid)
+            if os.getsid(self.pid) != self.pid:
+                return False
+            if self.create_time is None:
+                return Path(process.cwd()) == Path(self.cwd).resolve()
+            return process.create_time() == self.create_time
+        except (psutil.Error, OSError):
+            return False
+
+
+def listening(port: int, pid: int | str = "self") -> bool:
+    """A TCP socket listens on ``port`` in the network namespace of process ``pid``.
+
+    Read from ``/proc/PID/net/tcp`` and ``tcp6``, so it sees inside the server's own
+    namespace, where a connection from here would not reach.
+    """
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    return True
+    return False
 
 
 def _pid_file(home: Path, slug: str) -> Path:
     return home / "run" / f"{slug}.pid"
 
 
+def read_record(path: Path) -> PidRecord:
+    """The pid record in ``path``.
+
+    Raises:
+        NdifServerError: It cannot be read or is not a record ``start`` writes.
+    """
+    try:
+        found = json.loads(path.read_text())
+        if isinstance(found, int):  # a bare pid, from before pid records
+            return PidRecord(found, None, [], cwd=str(path.parent.parent))
+        return PidRecord(int(found["pid"]), float(found["create_time"]), list(found["command"]))
+    except OSError as error:
+        raise NdifServerError(f"cannot read the pid file {path}: {error.strerror}") from None
+    except (ValueError, TypeError, KeyError):
+        raise NdifServerError(
+            f"the pid file {path} is not a pid record of `bindscope ndif up` (damaged); "
+            "nothing was signalled. If no server piece runs from this folder, delete the "
+            "file and retry"
+        ) from None
+
+
+def prepare_home(home: Path) -> None:
+    """Make ``home``'s folders for pid files and logs, and prove it takes files.
+
+    Raises:
+        NdifServerError: It cannot be made or written (under a file, /proc, read-only).
+    """
+    try:
+        for folder in (home / "run", home / "logs"):
+            folder.mkdir(parents=True, exist_ok=True)
+        probe = home / "run" / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as error:
+        raise NdifServerError(
+            f"--home {home}: cannot write there ({error.strerror}: {error.filename}); "
+            "give a folder you can write"
+        ) from None
+
+
 def _tail(path: Path, lines: int = 8) -> str:
     with contextlib.suppress(OSError):
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     return ""
+
+
+def _record(home: Path, piece: Piece, pid: int) -> None:
+    with contextlib.suppress(psutil.Error):  # gone already: the wait below says why
+        created = psutil.Process(pid).create_time()
+        record = PidRecord(pid, created, list(piece.command))
+        _pid_file(home, piece.slug).write_text(json.dumps(asdict(record)))
 
 
 def start(home: Path, piece: Piece, env: Mapping[str, str]) -> None:
@@ -79,7 +167,7 @@ def start(home: Path, piece: Piece, env: Mapping[str, str]) -> None:
             start_new_session=True,
         )
     if piece.ready is not None:
-        _pid_file(home, piece.slug).write_text(str(process.pid))
+        _record(home, piece, process.pid)
     deadline = time.monotonic() + piece.timeout
     while time.monotonic() < deadline:
         code = process.poll()
@@ -132,12 +220,35 @@ def _stop_session(leader: int, grace: float = 10.0) -> None:
     psutil.wait_procs(alive, timeout=5)
 
 
+def leaders(home: Path) -> tuple[dict[str, int], list[str]]:
+    """Each started piece's proven session leader, and a note per stale pid file.
+
+    A stale pid file (its pid gone, or now another process) is removed, never signalled.
+
+    Raises:
+        NdifServerError: A pid file is damaged (the message names it).
+    """
+    proven: dict[str, int] = {}
+    stale: list[str] = []
+    folder = home / "run"
+    for path in sorted(folder.glob("*.pid")) if folder.is_dir() else []:
+        record = read_record(path)
+        if record.proven():
+            proven[path.stem] = record.pid
+            continue
+        stale.append(
+            f"{path.stem}: removed the stale pid file {path} (pid {record.pid} is gone or is "
+            "another process now; nothing was signalled)"
+        )
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    return proven, stale
+
+
 def running(home: Path) -> dict[str, list[psutil.Process]]:
-    """Each started piece's live processes, by pid file (empty lists for dead ones)."""
-    return {
-        pid_file.stem: [p for p in _members(int(pid_file.read_text())) if _alive(p)]
-        for pid_file in sorted((home / "run").glob("*.pid"))
-    }
+    """Each proven piece's live processes (an empty list for a leader whose tree has died)."""
+    found, _ = leaders(home)
+    return {slug: [p for p in _members(pid) if _alive(p)] for slug, pid in found.items()}
 
 
 def _alive(process: psutil.Process) -> bool:
@@ -146,17 +257,17 @@ def _alive(process: psutil.Process) -> bool:
     return False
 
 
-def stop(home: Path, order: Sequence[str], *, others: bool = True) -> list[str]:
-    """Stop the pieces of ``order`` (last first); the names of those stopped.
+def stop(home: Path, order: Sequence[str], *, others: bool = True) -> tuple[list[str], list[str]]:
+    """Stop the pieces of ``order`` (last first); those stopped, and the stale notes.
 
     With ``others``, then any other piece that has a pid file (what ``down`` wants).
     """
+    found, stale = leaders(home)
+    rest = sorted(set(found) - set(order)) if others else []
     stopped = []
-    files = {p.stem: p for p in (home / "run").glob("*.pid")} if (home / "run").is_dir() else {}
-    rest = sorted(set(files) - set(order)) if others else []
     for slug in [*reversed(order), *rest]:
-        if slug in files:
-            _stop_session(int(files[slug].read_text()))
-            files[slug].unlink()
+        if slug in found:
+            _stop_session(found[slug])
+            _pid_file(home, slug).unlink(missing_ok=True)
             stopped.append(slug)
-    return stopped
+    return stopped, stale

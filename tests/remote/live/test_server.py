@@ -1,32 +1,20 @@
-"""The local server itself: what runs, and on which addresses it listens."""
+"""The local server itself: what runs, and that nothing of it listens beyond loopback."""
 
 from __future__ import annotations
 
 import ipaddress
+import os
 
 import psutil
 import pytest
 
 from bindscope.remote import server
+from bindscope.remote.server import processes
 from tests.remote.live.conftest import HOME
 
 pytestmark = pytest.mark.ndif_live
 
-# Ray's own services bind wider than loopback whatever --node-ip-address says (docs/remote.md,
-# "Run your own NDIF"): its GCS, raylet, workers' gRPC servers, the dashboard agent and the
-# client proxy listen on all interfaces or the machine's address.
-WIDER = {"ray"}
-
-
-def _listening(processes: list[psutil.Process]) -> set[tuple[str, int]]:
-    found = set()
-    for process in processes:
-        try:
-            connections = process.net_connections(kind="inet")
-        except psutil.Error:
-            continue
-        found |= {(c.laddr.ip, c.laddr.port) for c in connections if c.status == psutil.CONN_LISTEN}
-    return found
+PIECES = {"netns", "forward-inside", "forward-outside", "redis", "object-store", "ray", "api"}
 
 
 def _loopback(ip: str) -> bool:
@@ -35,22 +23,32 @@ def _loopback(ip: str) -> bool:
     return (mapped or address).is_loopback
 
 
-def test_every_piece_runs_and_listens_on_loopback_except_ray(live):
+def _namespace(pid: int | str) -> str:
+    return os.readlink(f"/proc/{pid}/ns/net")
+
+
+def test_every_piece_runs_and_only_loopback_listens_here(live):
     pieces = server.running(HOME)
-    assert set(pieces) == {"redis", "object-store", "ray", "api"}
+    assert set(pieces) == PIECES
     state = server.status(home=HOME)
-    assert state["api_answers"] and state["host"] == live
-    for name, processes in pieces.items():
-        wide = {a for a in _listening(processes) if not _loopback(a[0])}
-        if name in WIDER:
-            continue
-        assert not wide, f"{name} listens beyond loopback: {sorted(wide)}"
-    # the ports clients and the server's own pieces use are all on loopback
-    ports = server.Ports.of(int(live.rsplit(":", 1)[1]))
-    for name, port in (
-        ("api", ports.api),
-        ("redis", ports.redis),
-        ("object-store", ports.object_store),
-    ):
-        addresses = {ip for ip, p in _listening(pieces[name]) if p == port}
-        assert addresses and all(_loopback(ip) for ip in addresses), (name, addresses)
+    assert state["api_answers"] and state["host"] == live and not state["dead"], state
+    pids = {p.pid for members in pieces.values() for p in members}
+    # this (the host's) network namespace: every socket any piece listens on
+    here = [c for c in psutil.net_connections(kind="inet") if c.pid in pids]
+    listen = {(c.laddr.ip, c.laddr.port) for c in here if c.status == psutil.CONN_LISTEN}
+    wide = {a for a in listen if not _loopback(a[0])}
+    assert not wide, f"the server listens beyond loopback: {sorted(wide)}"
+    # only the forwarder listens here, on the API's and the object store's ports
+    ports = server.Ports.of(state["port"])
+    assert {p for _, p in listen} == {ports.api, ports.object_store}, listen
+    owners = {c.pid for c in here if c.status == psutil.CONN_LISTEN}
+    assert owners <= {p.pid for p in pieces["forward-outside"]}
+    # every other piece runs in the server's own network namespace, where Ray's
+    # all-interface sockets meet only a loopback device
+    ours = _namespace("self")
+    for name, members in pieces.items():
+        if name != "forward-outside":
+            assert all(_namespace(p.pid) != ours for p in members if p.is_running()), name
+    holder = pieces["netns"][0].pid
+    for port in (ports.redis, ports.object_store, ports.ray, ports.ray_client, ports.api):
+        assert processes.listening(port, holder), port
