@@ -526,11 +526,12 @@ def _model_lines(label: str, m: dict) -> Iterator[str]:
         cond = m["conditions"]
         if "baseline" not in cond or task not in cond["baseline"]:
             continue
-        rand = [v[task] for c, v in cond.items() if c.startswith("random:") and task in v]
+        drop = m["drops"].get("random_mean", {}).get(task)  # over the sets p used
+        rand = None if drop is None else cond["baseline"][task] - drop
         yield (
             f"    {task:<12}{num(cond['baseline'][task]):>9}"
             f"{num(cond.get('top', {}).get(task)):>8}{num(cond.get('bottom', {}).get(task)):>8}"
-            f"{num(sum(rand) / len(rand) if rand else None):>8}   "
+            f"{num(rand):>8}   "
             f"{estimate(m['drops'].get('top', {}).get(task)):<23}"
             f"{estimate(m['specificity'].get(task)):<23}"
             f"{pvalue(m['p_value'].get(task)):<7}{pvalue(m.get('p_holm', {}).get(task))}"
@@ -539,8 +540,9 @@ def _model_lines(label: str, m: dict) -> Iterator[str]:
         for score, t in by_score.items():
             power = (m.get("detectable_drop") or {}).get(score) if null == "random" else None
             yield (
-                f"    {null} null, {score}: p {pvalue(t.get('p'))} (Holm "
-                f"{pvalue(t.get('p_holm'))}) after {t['n_drawn']} sets ({t['stopped']})"
+                f"    {null} null, {score}: p {pvalue(t.get('p'))}{tail_words(t)} (Holm "
+                f"{pvalue(t.get('p_holm'))} on the {t.get('holm_on', 'exact')} p) after "
+                f"{t['n_drawn']} sets ({t['stopped']})"
                 + (f"; detectable drop {num(power)}" if power is not None else "")
             )
     match = m.get("class_match") or {}
@@ -551,6 +553,18 @@ def _model_lines(label: str, m: dict) -> Iterator[str]:
             f"distance {num(head['distance'])} (typical {num(head['typical'])}); "
             f"{counts.get('outside')} {head['class']} head(s) outside the top set"
         )
+
+
+def tail_words(test: dict) -> str:
+    """``, tail p 0.0004 [0.0001, 0.002] (GPD on 40 of 199)``, or why there is none."""
+    tail = test.get("tail") or {}
+    if tail.get("p") is not None:
+        return (
+            f", tail p {pvalue(tail['p'])} [{pvalue(tail['low'])}, {pvalue(tail['high'])}] "
+            f"(GPD on {tail['n_tail']} of {tail['n_null']})"
+        )
+    why = {"no-fit": "no GPD fit passed", "too-few-sets": "too few sets for a tail fit"}
+    return f", tail p not used: {why[tail['method']]}" if tail.get("method") in why else ""
 
 
 CONDITIONS = RecordKind(

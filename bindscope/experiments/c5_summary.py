@@ -51,6 +51,31 @@ def null_test(top_drop: float, drops: list[float], settings: dict) -> dict | Non
     return None if found is None else found.to_dict()
 
 
+#: Bootstrap resamples of the null sets behind a GPD tail p's interval.
+TAIL_RESAMPLES = 199
+
+
+def tail_test(top_drop: float, drops: list[float], test: dict, seed: int) -> dict:
+    """The GPD tail p beside the exact one, and which of them Holm uses (``p_used``).
+
+    Fitted only where the null ran to its end (``fixed``, or sequential ``maximum``) with
+    fewer than ``MIN_EXCEEDANCES`` sets at or above the top drop; a sequence that stopped on
+    its h exceedances keeps its exact p.
+    """
+    if test["stopped"] == "reached":
+        tail = stats.TailP(None, "exact", test["exceedances"], test["n_drawn"])
+    else:
+        tail = stats.tail_p_value(
+            top_drop, drops[: test["n_drawn"]], n_boot=TAIL_RESAMPLES, seed=seed
+        )
+    fitted = tail.p is not None
+    return {
+        "tail": tail.to_dict(),
+        "p_used": tail.p if fitted else test["p"],
+        "holm_on": "tail" if fitted else "exact",
+    }
+
+
 def score_table(group: list[dict]) -> dict[str, dict[str, dict[str, float]]]:
     """Score -> condition -> prompt key -> value, from one model's C5 records."""
     table: dict[str, dict[str, dict[str, float]]] = {}
@@ -116,7 +141,8 @@ def summarize_c5(records: list[dict], *, n_resamples: int = 9999) -> dict:
         "prompt_set": evaluated[0]["provenance"].get("prompt_set"),
         "prompt_sha256": evaluated[0]["provenance"].get("prompt_sha256"),
         "design": settings.get("design"),
-        "multiple_comparisons": "holm across models, per score and null",
+        "multiple_comparisons": "holm across models, per score and null, on each null's "
+        "p_used: its GPD tail p where one was fitted (holm_on 'tail'), else its exact p",
         "power": f"detectable drop at one-sided alpha {limits.ALPHA}/models, power {POWER}",
         "models": models,
     }
@@ -132,7 +158,8 @@ def _across_models(models: dict[str, dict]) -> None:
                 for m, e in models.items()
                 if (e["nulls"].get(null) or {}).get(score, {}).get("p") is not None
             }
-            adjusted = stats.adjust_pvalues([t["p"] for t in tests.values()]) if tests else []
+            used = [t["p_used"] for t in tests.values()]
+            adjusted = stats.adjust_pvalues(used) if tests else []
             for m, p in zip(tests, adjusted):
                 tests[m]["p_holm"] = p
                 if null == "random":
@@ -266,7 +293,9 @@ def _summarize_score(
     found.append(_term_clustering(entry, score, diffs, [terms[p] for p in complete], seed, label))
     found += _nulls(entry, score, base, cond, top_drop, settings, n_resamples, label)
     if score == "recognition":
-        entry["per_term"].update(_per_term(complete, terms, cond, null_names(cond, "random")))
+        used = (entry["nulls"].get("random") or {}).get(score, {}).get("n_drawn")
+        names = null_names(cond, "random")[:used]  # the sets the p used, as for the means
+        entry["per_term"].update(_per_term(complete, terms, cond, names))
     return found
 
 
@@ -293,8 +322,14 @@ def _nulls(
         if test is None:
             found.append(limits.undecided(label, score, null, len(drops)))
             test = {"p": None, "n_drawn": len(drops), "stopped": "incomplete"}
+        else:
+            test.update(tail_test(top_drop, drops, test, seed))
+        # p, the mean drop and specificity all read the sets p used (a sequential null's
+        # sets past its decision are evaluated, counted in n_evaluated, and left out)
+        used = test["n_drawn"]
+        rand, drops = rand[:used], drops[:used]
         spec = stats.specificity(base, cond["top"], rand, seed=seed, n_resamples=n_resamples)
-        test.update(random_mean=float(np.mean(drops)), n_evaluated=len(drops))
+        test.update(random_mean=float(np.mean(drops)), n_evaluated=len(names))
         test["specificity"] = spec.to_dict()
         entry["nulls"].setdefault(null, {})[score] = test
         if null == "random":

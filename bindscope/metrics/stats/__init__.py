@@ -10,6 +10,7 @@ Modules:
     hypothesis_tests: rank p-values, permutation tests, the binomial test.
     multiple: p-value adjustment.
     sequential: sequential Monte Carlo p-values (Besag and Clifford).
+    tail: a permutation p's tail approximation (generalized Pareto fit).
     power: the smallest drop a rank test could detect.
     correlation: correlations, lead-lag and windowed correlations.
 
@@ -64,10 +65,12 @@ from bindscope.metrics.stats.results import (  # noqa: F401  METHOD_*: names the
     TestResult,
 )
 from bindscope.metrics.stats.sequential import SequentialP, sequential_p_value
+from bindscope.metrics.stats.tail import TailP, tail_p_value
 
 __all__ = [
     "Estimate",
     "SequentialP",
+    "TailP",
     "TestResult",
     "adjust_pvalues",
     "binomial_leads",
@@ -85,6 +88,7 @@ __all__ = [
     "rank_p_value",
     "sequential_p_value",
     "specificity",
+    "tail_p_value",
     "two_sample_permutation",
     "wilson_ci",
     "windowed_correlation",

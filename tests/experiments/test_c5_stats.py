@@ -1,0 +1,78 @@
+"""C5's summary statistics on synthetic records: the tail p, one set of sets per null."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bindscope.experiments import c5
+from bindscope.experiments.c5_summary import summarize_c5
+from bindscope.metrics import stats
+from tests.figures.synthetic import record
+
+
+def c5_records(top_shift: float, n_sets: int, *, seed: int = 0, **settings) -> list[dict]:
+    """One model's recognition records over 40 items: random sets lower the margin by noise
+    (heavy-tailed t3 per set), the top set by ``top_shift`` more."""
+    rng = np.random.default_rng(seed)
+    given = {"k": 2, "n_random": n_sets, "ablation": "zero", "seed": 0, "matched_layers": False,
+             "ranking_set": "r", "ranking_sha256": "abc", **settings}  # fmt: skip
+    items = [(f"term{i % 10}", f"p{i}") for i in range(40)]
+    base = rng.normal(1.0, 0.2, size=len(items))
+    set_drop = {f"random:{s:02d}": 0.05 * rng.standard_t(3) for s in range(n_sets)}
+    out = []
+    for name in ["baseline", "top", *set_drop]:
+        shift = {"baseline": 0.0, "top": top_shift}.get(name, set_drop.get(name, 0.0))
+        margins = base - shift - rng.normal(0, 0.01, size=len(items))
+        for (term, pid), margin in zip(items, margins):
+            metrics = {"score": float(margin > 0.9), "margin": float(margin)}
+            out.append(record("c5", "m", term, pid, name, metrics, task="recognition",
+                              heads=[[0, 0], [1, 1]] if name != "baseline" else [],
+                              c5=given))  # fmt: skip
+    return out
+
+
+def margin_test(summary: dict, null: str = "random") -> dict:
+    return next(iter(summary["models"].values()))["nulls"][null]["margin"]
+
+
+def test_a_top_drop_beyond_every_set_gets_a_tail_p_and_holm_uses_it():
+    summary = summarize_c5(c5_records(1.0, 199), n_resamples=999)
+    test = margin_test(summary)
+    assert test["p"] == pytest.approx(1 / 200) and test["exceedances"] == 0
+    tail = test["tail"]
+    assert tail["method"] == "gpd" and tail["p"] < 1 / 200
+    assert tail["low"] <= tail["p"] <= tail["high"]
+    # one model: Holm leaves the p it adjusts as it is, and it adjusts the tail p
+    assert test["holm_on"] == "tail" and test["p_holm"] == test["p_used"] == tail["p"]
+    lines = "\n".join(c5.text(summary))
+    assert "tail p" in lines and "on the tail p" in lines
+
+
+def test_a_null_top_drop_keeps_the_exact_p():
+    test = margin_test(summarize_c5(c5_records(0.0, 199), n_resamples=999))
+    assert test["exceedances"] >= stats.tail.MIN_EXCEEDANCES
+    said = (test["tail"]["method"], test["holm_on"], test["p_used"])
+    assert said == ("exact", "exact", test["p"])
+
+
+def test_a_sequential_nulls_numbers_all_read_the_sets_p_used():
+    # h = 2: the sequence stops at its 2nd exceedance; 30 sets were evaluated
+    records = c5_records(0.0, 30, sampling="sequential", stop_at=2)
+    for r in records:
+        r["c5"]["n_random"] = 30
+    summary = summarize_c5(records, n_resamples=999)
+    m = next(iter(summary["models"].values()))
+    test = m["nulls"]["random"]["margin"]
+    used = test["n_drawn"]
+    assert used < 30 and test["n_evaluated"] == 30
+    assert len(m["random_drops"]["margin"]) == used
+    assert test["random_mean"] == pytest.approx(np.mean(m["random_drops"]["margin"]))
+    table = {}
+    for r in records:
+        table.setdefault(r["condition"], {})[r["prompt_key"]] = r["metrics"]["margin"]
+    keys = sorted(table["baseline"])
+    names = [f"random:{s:02d}" for s in range(used)]
+    rand_mean = np.mean([[table[n][k] for k in keys] for n in names], axis=0)
+    spec = np.mean(rand_mean - [table["top"][k] for k in keys])
+    assert test["specificity"]["value"] == pytest.approx(spec, rel=1e-12)
