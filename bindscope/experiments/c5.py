@@ -32,6 +32,7 @@ from bindscope.experiments.kit.ablation_sets import (
     class_counts,
     draw_random_sets,
     draw_score_matched_sets,
+    random_set_support,
 )
 from bindscope.experiments.kit.attribution_method import scored
 from bindscope.experiments.kit.binding_reuse import reuse_or_bind, stored_binding
@@ -320,10 +321,12 @@ def _null_sets(
 ) -> tuple[dict[str, list], dict]:
     """Each null's sets in draw order, and what the top set's records note about them.
 
-    The notes: how close the class-matched null's match is (``null_match``), and a
+    The notes: how close the class-matched null's match is (``null_match``), a
     layer-matched null that this top set makes impossible (``nulls_not_drawn``: a layer
     holding more top heads than heads outside them; known only once heads are ranked, so
-    it is a stated limit, not an error after the ranking's work).
+    it is a stated limit, not an error after the ranking's work), and each null's support
+    (``null_support``: the distinct sets it can draw; where fewer than ``n_random`` each
+    is drawn once).
     """
     opts, seed = study.opts, study.seed
     n, k = opts.n_random, opts.k
@@ -348,7 +351,27 @@ def _null_sets(
             if null != "layers":
                 raise
             notes["nulls_not_drawn"] = {null: str(exc)}
+    notes["null_support"] = {
+        null: _support(model, top, k, null, len(sets), n) for null, sets in drawn.items()
+    }
     return drawn, notes
+
+
+def _support(
+    model: LanguageModel, top: list[list[int]], k: int, null: str, n_sets: int, n: int
+) -> dict:
+    """A null's support: the distinct sets it can draw, and the sets drawn.
+
+    Counted for random and layer-matched sets; for class-matched ones known exactly where
+    the draw enumerated it (fewer than ``n``), else None ("more than n").
+    """
+    if null == "classes":
+        support = n_sets if n_sets < n else None
+    else:
+        support = random_set_support(
+            model.n_layers, model.n_heads, top, k=k, matched_layers=null == "layers"
+        )
+    return {"support": support, "n_sets": n_sets}
 
 
 def _evaluate(
@@ -542,7 +565,7 @@ def _model_lines(label: str, m: dict) -> Iterator[str]:
             yield (
                 f"    {null} null, {score}: p {pvalue(t.get('p'))}{tail_words(t)} (Holm "
                 f"{pvalue(t.get('p_holm'))} on the {t.get('holm_on', 'exact')} p) after "
-                f"{t['n_drawn']} sets ({t['stopped']})"
+                f"{t['n_drawn']} sets ({t['stopped']}; {support_words(t)})"
                 + (f"; detectable drop {num(power)}" if power is not None else "")
             )
     match = m.get("class_match") or {}
@@ -553,6 +576,13 @@ def _model_lines(label: str, m: dict) -> Iterator[str]:
             f"distance {num(head['distance'])} (typical {num(head['typical'])}); "
             f"{counts.get('outside')} {head['class']} head(s) outside the top set"
         )
+
+
+def support_words(test: dict) -> str:
+    """``support 9 distinct sets, p floor 0.100`` (or the floor of the sets asked for)."""
+    support = test.get("support")
+    said = f"support {support} distinct sets" if support is not None else "support not counted"
+    return f"{said}, p floor {pvalue(test.get('p_floor'))}"
 
 
 def tail_words(test: dict) -> str:

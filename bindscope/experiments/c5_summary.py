@@ -35,35 +35,56 @@ def null_names(conditions: Iterable[str], null: str) -> list[str]:
     return sorted(names, key=lambda c: int(c.split(":", 1)[1]))
 
 
-def null_test(top_drop: float, drops: list[float], settings: dict) -> dict | None:
+def null_test(
+    top_drop: float, drops: list[float], settings: dict, support: int | None = None
+) -> dict | None:
     """The p of the top drop against one null's drops, as the run's sampling design says.
 
     ``fixed``: the rank p over every drop. ``sequential`` (Besag-Clifford): stop once
-    ``stop_at`` drops reach the top drop, at most ``n_random``; None while undecided.
+    ``stop_at`` drops reach the top drop, at most ``n_random`` (or the null's ``support``,
+    its distinct sets, where fewer: each was drawn once); None while undecided.
     """
     if settings.get("sampling", "fixed") == "fixed":
         p = stats.rank_p_value(top_drop, drops, alternative="greater")
         hits = sum(d >= top_drop for d in drops)
         return {"p": p, "n_drawn": len(drops), "exceedances": hits, "stopped": "fixed"}
-    found = stats.sequential_p_value(
-        top_drop, drops, stop_at=settings["stop_at"], max_draws=settings["n_random"]
-    )
+    most = settings["n_random"] if support is None else min(settings["n_random"], support)
+    found = stats.sequential_p_value(top_drop, drops, stop_at=settings["stop_at"], max_draws=most)
     return None if found is None else found.to_dict()
+
+
+def null_supports(group: list[dict]) -> dict[str, dict]:
+    """Each null's support as the run noted it: ``{null: {"support", "n_sets"}}``.
+
+    Runs before the support was counted noted none: ``{}``.
+    """
+    return next((r["null_support"] for r in group if r.get("null_support")), {})
+
+
+def enumerated(support: dict | None, n_random: int) -> bool:
+    """Whether a null's sets are its whole support (fewer distinct sets than asked for)."""
+    count = (support or {}).get("support")
+    return count is not None and count <= n_random
 
 
 #: Bootstrap resamples of the null sets behind a GPD tail p's interval.
 TAIL_RESAMPLES = 199
 
 
-def tail_test(top_drop: float, drops: list[float], test: dict, seed: int) -> dict:
+def tail_test(
+    top_drop: float, drops: list[float], test: dict, seed: int, *, enumerated: bool = False
+) -> dict:
     """The GPD tail p beside the exact one, and which of them Holm uses (``p_used``).
 
     Fitted only where the null ran to its end (``fixed``, or sequential ``maximum``) with
     fewer than ``MIN_EXCEEDANCES`` sets at or above the top drop; a sequence that stopped on
-    its h exceedances keeps its exact p.
+    its h exceedances keeps its exact p, and so does a null whose sets are its whole
+    support (``enumerated``: the exact p is then the permutation p, and no tail can go
+    below 1 / (support + 1)).
     """
-    if test["stopped"] == "reached":
-        tail = stats.TailP(None, "exact", test["exceedances"], test["n_drawn"])
+    if test["stopped"] == "reached" or enumerated:
+        method = "enumerated" if enumerated else "exact"
+        tail = stats.TailP(None, method, test["exceedances"], test["n_drawn"])
     else:
         tail = stats.tail_p_value(
             top_drop, drops[: test["n_drawn"]], n_boot=TAIL_RESAMPLES, seed=seed
@@ -107,7 +128,8 @@ def undecided_nulls(group: list[dict], settings: dict) -> set[str]:
         for null in NULLS:
             names = null_names(by_condition, null)
             drops = [float(np.mean(base - [by_condition[n][p] for p in complete])) for n in names]
-            if names and null_test(top_drop, drops, settings) is None:
+            support = (null_supports(group).get(null) or {}).get("support")
+            if names and null_test(top_drop, drops, settings, support) is None:
                 open_nulls.add(null)
     return open_nulls
 
@@ -215,6 +237,7 @@ def _summarize_model(
             if null_names(heads, null)
         },
         "class_match": match,
+        "null_support": null_supports(group),
         "conditions": {},
         "drops": {},
         "random_drops": {},
@@ -240,6 +263,11 @@ def _summarize_model(
         found.append(limits.layer_concentration(label, entry["top_heads"], entry["n_layers"]))
     if "margin" in table and "top" in table["margin"]:
         found.append(_tiny_margins(entry, table["margin"], table["recognition"], label))
+    for null, support in entry["null_support"].items():
+        if enumerated(support, settings["n_random"]):
+            found.append(
+                limits.small_support(label, null, support["support"], settings["n_random"])
+            )
     entry["_limits"] = limits.collect(*found)
     return entry
 
@@ -318,12 +346,19 @@ def _nulls(
             continue
         rand = np.stack([cond[n] for n in names])
         drops = [float(np.mean(base - x)) for x in rand]
-        test = null_test(top_drop, drops, settings)
+        support = entry["null_support"].get(null) or {}
+        test = null_test(top_drop, drops, settings, support.get("support"))
         if test is None:
             found.append(limits.undecided(label, score, null, len(drops)))
             test = {"p": None, "n_drawn": len(drops), "stopped": "incomplete"}
         else:
-            test.update(tail_test(top_drop, drops, test, seed))
+            whole = enumerated(support, settings["n_random"])
+            test.update(tail_test(top_drop, drops, test, seed, enumerated=whole))
+        test.update(
+            support=support.get("support"),
+            p_floor=1
+            / (min(settings["n_random"], support.get("support") or settings["n_random"]) + 1),
+        )
         # p, the mean drop and specificity all read the sets p used (a sequential null's
         # sets past its decision are evaluated, counted in n_evaluated, and left out)
         used = test["n_drawn"]
@@ -337,7 +372,7 @@ def _nulls(
             entry["drops"].setdefault("random_mean", {})[score] = float(np.mean(drops))
             entry["specificity"][score] = test["specificity"]
             entry["p_value"][score] = test["p"]
-            found.append(limits.p_resolution(label, settings["n_random"], score))
+            found.append(limits.p_resolution(label, round(1 / test["p_floor"]) - 1, score))
     return found
 
 

@@ -270,8 +270,9 @@ def tables(exp: ExperimentResults) -> list[str]:
         ]
         for label, e in exp.models.items()
     ]
-    nulls = ["model", "score", "null", "p", "tail p [95% CI]", "Holm p (on)", "sets drawn",
-             "stopped", "specificity [95% CI]", "detectable drop"]  # fmt: skip
+    nulls = ["model", "score", "null", "p (floor)", "tail p [95% CI]", "Holm p (on)",
+             "sets drawn (support)", "stopped", "specificity [95% CI]",
+             "detectable drop"]  # fmt: skip
     out = [
         settings,
         "",
@@ -296,10 +297,10 @@ def _null_rows(label: str, entry: dict) -> Iterator[list[str]]:
                 label,
                 score,
                 null,
-                md.pvalue(t.get("p")),
+                f"{md.pvalue(t.get('p'))} ({md.pvalue(t.get('p_floor'))})",
                 _tail(t.get("tail") or {}),
                 f"{md.pvalue(t.get('p_holm'))} ({t.get('holm_on', 'exact')})",
-                md.num(t.get("n_drawn")),
+                f"{md.num(t.get('n_drawn'))} ({md.num(t.get('support'))})",
                 str(t.get("stopped")),
                 md.estimate(t.get("specificity")),
                 md.num((entry.get("detectable_drop") or {}).get(score)) if null == "random" else "",
@@ -309,9 +310,9 @@ def _null_rows(label: str, entry: dict) -> Iterator[list[str]]:
 def _tail(tail: dict) -> str:
     """The GPD tail p with its bootstrap interval and tail size, or why there is none."""
     if tail.get("p") is None:
-        return {"no-fit": "no fit passed", "too-few-sets": "too few sets"}.get(
-            tail.get("method", ""), "not needed" if tail else md.DASH
-        )
+        said = {"no-fit": "no fit passed", "too-few-sets": "too few sets"}
+        said["enumerated"] = "every set used"
+        return said.get(tail.get("method", ""), "not needed" if tail else md.DASH)
     interval = f"{md.pvalue(tail.get('low'))}, {md.pvalue(tail.get('high'))}"
     return f"{md.pvalue(tail['p'])} [{interval}] (tail {tail['n_tail']} of {tail['n_null']})"
 

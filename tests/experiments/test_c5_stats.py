@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import numpy as np
 import pytest
 
 from bindscope.experiments import c5
 from bindscope.experiments.c5_summary import summarize_c5
+from bindscope.experiments.kit.ablation_sets import (
+    MATCH_SCORES,
+    draw_score_matched_sets,
+    random_set_support,
+)
 from bindscope.metrics import stats
 from tests.figures.synthetic import record
 
@@ -76,3 +84,62 @@ def test_a_sequential_nulls_numbers_all_read_the_sets_p_used():
     rand_mean = np.mean([[table[n][k] for k in keys] for n in names], axis=0)
     spec = np.mean(rand_mean - [table["top"][k] for k in keys])
     assert test["specificity"]["value"] == pytest.approx(spec, rel=1e-12)
+
+
+def _distinct_by_brute_force(options_per_top_head: list[list[tuple[int, int]]]) -> set:
+    """Every set with one option per top head and no head twice, by plain product."""
+    return {
+        tuple(sorted(choice))
+        for choice in itertools.product(*options_per_top_head)
+        if len(set(choice)) == len(choice)
+    }
+
+
+def test_a_layer_matched_null_uses_each_of_its_few_sets_once():
+    # Gemma 3's case: 4 heads a layer, two top heads share layer 2 (2 heads left there)
+    top = [[2, 3], [4, 1], [10, 1], [2, 0]]
+    sets = c5.draw_random_sets(18, 4, top, k=4, n=199, seed=0, matched_layers=True)
+    inside = {tuple(h) for h in top}
+    options = [[(layer, h) for h in range(4) if (layer, h) not in inside] for layer, _ in top]
+    every = _distinct_by_brute_force(options)
+    assert len(every) == 9
+    assert sorted(tuple(map(tuple, s)) for s in sets) == sorted(every)  # each once
+    assert random_set_support(18, 4, top, k=4, matched_layers=True) == 9
+    # the unmatched null of the same model has C(68, 4) sets: 199 distinct ones are drawn
+    assert random_set_support(18, 4, top, k=4) == math.comb(68, 4)
+    drawn = c5.draw_random_sets(18, 4, top, k=4, n=199, seed=0)
+    assert len({tuple(map(tuple, s)) for s in drawn}) == 199
+
+
+def test_a_class_matched_null_draws_no_set_twice():
+    rng = np.random.default_rng(0)
+    scores = {name: rng.uniform(0, 1, size=(4, 8)) for name in MATCH_SCORES}
+    top = [[0, 0], [1, 1]]
+    pool = [(layer, h) for layer in range(4) for h in range(8) if [layer, h] not in top]
+    grid = np.stack([scores[name] for name in MATCH_SCORES], -1)
+    options = []
+    for layer, head in top:
+        distance = [np.linalg.norm(grid[p] - grid[layer, head]) for p in pool]
+        options.append([pool[i] for i in np.argsort(distance, kind="stable")[:6]])
+    every = _distinct_by_brute_force(options)
+    assert 10 < len(every) < 50
+    many, _ = draw_score_matched_sets(scores, top, n=10, seed=1, neighbours=6)
+    assert len({tuple(map(tuple, s)) for s in many}) == 10  # no repeats
+    # fewer distinct sets than asked for: each once
+    few, _ = draw_score_matched_sets(scores, top, n=50, seed=1, neighbours=6)
+    assert sorted(tuple(map(tuple, s)) for s in few) == sorted(every)
+
+
+def test_a_small_support_sets_p_floor_and_a_limit():
+    records = c5_records(1.0, 9, sampling="sequential", stop_at=10)
+    for r in records:
+        r["c5"]["n_random"] = 199
+        if r["condition"] == "top":
+            r["null_support"] = {"random": {"support": 9, "n_sets": 9}}
+    summary = summarize_c5(records, n_resamples=999)
+    test = margin_test(summary)
+    # the 9 sets are the whole null: the rule decides at them, p = 1 / 10, no tail beyond
+    assert (test["stopped"], test["n_drawn"], test["p"]) == ("maximum", 9, 0.1)
+    assert (test["support"], test["p_floor"], test["tail"]["method"]) == (9, 0.1, "enumerated")
+    (limit,) = [f for f in summary["limits"] if f["kind"] == "small_support"]
+    assert limit["support"] == 9 and limit["min_p"] == 0.1 and "only 9 distinct" in limit["message"]

@@ -7,7 +7,8 @@ permutation p over n pairs below 2/2^n, a binomial p over n terms below 1/2^n, a
 correction over m heads multiplies the smallest by up to m), ``floor`` / ``ceiling`` (a 0-1
 baseline below ``FLOOR`` or above ``CEILING``: a drop has little room), ``excluded`` (prompts
 left out of the numbers and why), ``small_group`` (fewer items than the test needs), and
-C5's ``clustered`` (items share terms), ``tiny_margins`` (0/1 scores on tiny choice
+C5's ``clustered`` (items share terms), ``small_support`` (a null with fewer distinct sets
+than asked for), ``tiny_margins`` (0/1 scores on tiny choice
 margins), ``layers`` (a top set's layers against unmatched random sets), ``undecided``
 (a sequential null cut short) and ``null_not_drawn`` (a matched null the top set made
 impossible).
@@ -213,6 +214,7 @@ __all__ = [
     "resamples_for_one",
     "sign_flip_floor",
     "small_group",
+    "small_support",
     "term_clustering",
     "tiny_margins",
     "undecided",
@@ -294,6 +296,19 @@ def null_not_drawn(model: str, null: str, why: str) -> dict:
     """A matched null the model's top set left impossible to draw, and why."""
     message = f"{model}: no {null}-matched null could be drawn for this top set: {why}"
     return _limit("null_not_drawn", model, message, null=null)
+
+
+def small_support(model: str, null: str, support: int, n_random: int) -> dict:
+    """A null with fewer distinct sets than asked for: each used once, p's floor from them."""
+    floor = 1 / (support + 1)
+    said = "above" if floor > ALPHA else "within"
+    message = (
+        f"{model}: the {null} null has only {support} distinct set(s) for this top set "
+        f"({n_random} asked for): each is used once, and its p cannot go below "
+        f"1/{support + 1} = {floor:.3g}, {said} the test level {ALPHA} before any correction"
+    )
+    return _limit("small_support", model, message, null=null, support=support,
+                  n_random=n_random, min_p=floor)  # fmt: skip
 
 
 def holm_resolution(n_random: int, n_models: int) -> dict | None:
