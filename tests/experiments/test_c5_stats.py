@@ -143,3 +143,44 @@ def test_a_small_support_sets_p_floor_and_a_limit():
     assert (test["support"], test["p_floor"], test["tail"]["method"]) == (9, 0.1, "enumerated")
     (limit,) = [f for f in summary["limits"] if f["kind"] == "small_support"]
     assert limit["support"] == 9 and limit["min_p"] == 0.1 and "only 9 distinct" in limit["message"]
+
+
+def _tied_records(noise: float, seed: int) -> list[dict]:
+    """8 terms x 5 items whose drops take few values (0 or +-1), plus ``noise``."""
+    rng, jitter = np.random.default_rng(seed), np.random.default_rng(seed + 100)
+    settings = {"k": 2, "n_random": 10, "ablation": "zero", "seed": 0, "matched_layers": False,
+                "ranking_set": "r", "ranking_sha256": "abc"}  # fmt: skip
+    items = [(f"term{t}", f"p{i}") for t in range(8) for i in range(5)]
+    base = rng.choice([1.0, 2.0], size=len(items))
+    out = []
+    for name in ["baseline", "top", *(f"random:{s:02d}" for s in range(10))]:
+        drops = [0.0] if name == "baseline" else [0.0, 0.0, 0.0, 1.0, -1.0]
+        margins = base - rng.choice(drops, size=len(items))
+        margins += jitter.uniform(-noise, noise, size=len(items))
+        for (term, pid), margin in zip(items, margins):
+            out.append(record("c5", "m", term, pid, name, {"score": 1.0, "margin": float(margin)},
+                              task="recognition", heads=[[0, 0]] if name != "baseline" else [],
+                              c5=settings))  # fmt: skip
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_intervals_do_not_jump_with_float_noise(seed):
+    delta = 1e-6
+    clean, noisy = (
+        next(iter(summarize_c5(_tied_records(noise, seed), n_resamples=1999)["models"].values()))
+        for noise in (0.0, delta)
+    )
+    # each margin moves by at most delta, so each item's drop (baseline - ablated) and each
+    # item's specificity (mean random - top) by at most 2 delta; a mean over (resampled)
+    # items or terms, and so each order statistic of the same resamples, by no more
+    bound = 2 * delta + 1e-12
+    intervals = {
+        "top drop": lambda m: m["drops"]["top"]["margin"],
+        "top drop over terms": lambda m: m["drops"]["top_by_terms"]["margin"],
+        "specificity": lambda m: m["specificity"]["margin"],
+    }
+    for name, read in intervals.items():
+        for end in ("low", "high"):
+            moved = abs(read(clean)[end] - read(noisy)[end])
+            assert moved <= bound, (name, end, moved, read(clean)["method"])

@@ -25,7 +25,9 @@ Conventions:
 Interval method strings:
     ``"bootstrap-bca"``: scipy's BCa bootstrap interval.
     ``"bootstrap-percentile"``: percentile interval, used when BCa is undefined
-    (non-finite) but the bootstrap distribution is not constant.
+    (non-finite) but the bootstrap distribution is not constant, or when over 1% of
+    the resamples tie with the estimate (few distinct values), where BCa's bias
+    correction would move its bounds by a whole step on float noise of 1e-6.
     ``"degenerate"``: every resample (or every value) gives the same statistic,
     so the interval is ``(value, value)``. "Same" allows a spread of
     1e-12 relative to the magnitude of the inputs (floating-point rounding,
