@@ -29,6 +29,7 @@ from bindscope.experiments.c5_summary import (
     undecided_nulls,
 )
 from bindscope.experiments.kit.ablation_sets import (
+    check_limit,
     class_counts,
     draw_random_sets,
     draw_score_matched_sets,
@@ -36,18 +37,20 @@ from bindscope.experiments.kit.ablation_sets import (
 )
 from bindscope.experiments.kit.attribution_method import scored
 from bindscope.experiments.kit.binding_reuse import reuse_or_bind, stored_binding
-from bindscope.experiments.kit.chunks import batch_order, chunk_items, prompt_set
+from bindscope.experiments.kit.chunks import batch_order, chunk_items, first_items, prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.kit.options import (
     GENERATION_HELP,
     Options,
     check_choice,
+    check_spread,
     check_whole,
     count,
     option,
     positive,
     prompts_option,
     setting,
+    spread_option,
 )
 from bindscope.experiments.kit.summary import folder_summary, per_model_text
 from bindscope.experiments.kit.taxonomy_plan import taxonomy_means
@@ -111,6 +114,9 @@ class C5Options(Options):
             sequence, so it pays off only where choices outnumber the saved layers (on the
             canonical recognition items it runs about 2.4x the token-layers of ``batched``:
             3.3 choices per prompt, and a random 4-head set still runs 82% of 30 layers).
+        limit: Only the first N evaluation prompts (``spread``: taken in turn from each
+            term), recorded in the settings; they rank the heads too unless ``ranking`` is
+            given, as a prompt file cut to them would.
         design: One sentence on how the items were sampled and why, stored with the
             records and shown in the summary and the report.
     """
@@ -141,6 +147,13 @@ class C5Options(Options):
         "also a null matched on the heads' taxonomy scores (sink, previous-token, ...)",
         switch=True,
     )
+    limit: int | None = option(
+        None,
+        "only N evaluation prompts (default: all): the first N in the file, or with --spread "
+        "taken in turn from each term; they also rank the heads unless --ranking is given",
+        type=positive,
+    )
+    spread: bool = spread_option()
     generation_batch_size: int = option(GENERATION_BATCH_SIZE, GENERATION_HELP, type=positive)
     rubric: dict | None = setting(None)
     strategy: str = setting("batched")
@@ -153,10 +166,13 @@ class C5Options(Options):
         check_choice("ablation", self.ablation, ABLATIONS)
         check_choice("sampling", self.sampling, SAMPLINGS)
         check_whole(self, {"stop_at": 1, "k": 1, "n_random": 0})
+        check_limit(self.limit)
+        check_spread(self.limit, self.spread)
 
 
 def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
-    pset = prompt_set(opts.prompts)
+    whole = prompt_set(opts.prompts)
+    pset = whole.take(first_items(list(whole.records), opts.limit, opts.spread))
     rset = prompt_set(opts.ranking) if opts.ranking is not None else pset
     for model in models:
         check_k(model, k=opts.k, matched_classes=opts.matched_classes)
@@ -180,6 +196,8 @@ def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
         settings.update(sampling="sequential", stop_at=opts.stop_at)
     if opts.design:  # likewise
         settings["design"] = opts.design
+    if opts.limit is not None:
+        settings.update(limit=opts.limit, spread=opts.spread)
     rubric = opts.rubric or default_rubric()
     inputs = {"prompt_sha256": pset.sha256, "rubric_sha256": content_sha256(rubric)}
     sizes = (common.batch_size, opts.generation_batch_size)

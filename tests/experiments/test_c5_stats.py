@@ -184,3 +184,29 @@ def test_intervals_do_not_jump_with_float_noise(seed):
         for end in ("low", "high"):
             moved = abs(read(clean)[end] - read(noisy)[end])
             assert moved <= bound, (name, end, moved, read(clean)["method"])
+
+
+def test_c5_limit_and_spread_take_prompts_as_scan_does(tiny_c5, tiny_prompts, tmp_path, capsys):
+    from bindscope import cli
+    from bindscope.errors import InputError
+    from bindscope.prompts import load
+    from bindscope.results.records import read_records
+
+    records = list(load(tiny_prompts).records)
+    terms = {r.term for r in records}
+    assert {r.term for r in records[:3]} != terms  # the first 3 in the file miss a term
+    with pytest.raises(InputError, match="add --limit N"):
+        tiny_c5(spread=True)
+    with pytest.raises(InputError, match="limit=0 is not a positive integer"):
+        tiny_c5(limit=0)
+    tiny_c5(limit=len(terms), spread=True, n_random=1)
+    written = [
+        r for r in read_records(tmp_path / "c5" / "records.jsonl") if r["experiment"] == "c5"
+    ]
+    assert {r["term"] for r in written} == terms  # one prompt of each term
+    assert len({r["prompt_key"] for r in written}) == len(terms)
+    assert written[0]["c5"]["limit"] == len(terms) and written[0]["c5"]["spread"] is True
+    ranked = [r for r in read_records(tmp_path / "c5" / "records.jsonl") if r["experiment"] != "c5"]
+    assert len(ranked) == len(terms)  # the heads are ranked on the same prompts
+    assert cli.main(["c5", "--spread", "--out", str(tmp_path / "o")]) == 2
+    assert "--spread spreads --limit N prompts" in capsys.readouterr().err
