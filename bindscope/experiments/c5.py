@@ -577,6 +577,8 @@ def _model_lines(label: str, m: dict) -> Iterator[str]:
             f"{estimate(m['specificity'].get(task)):<23}"
             f"{pvalue(m['p_value'].get(task)):<7}{pvalue(m.get('p_holm', {}).get(task))}"
         )
+    for score, level in (m.get("chance") or {}).items():
+        yield f"    chance level, {score}: {num(level)} (1/choices averaged over the items)"
     for null, by_score in (m.get("nulls") or {}).items():
         for score, t in by_score.items():
             power = (m.get("detectable_drop") or {}).get(score) if null == "random" else None

@@ -97,6 +97,20 @@ def tail_test(
     }
 
 
+def chance_levels(group: list[dict]) -> dict[str, float]:
+    """Each score's chance level: recognition's 1/choices averaged over its baseline items.
+
+    Generation's rubric score and the choice margin have none.
+    """
+    choices = [
+        len(r["metrics"]["choice_scores"])
+        for r in group
+        if r["task"] == "recognition" and r["condition"] == "baseline"
+        and r["metrics"].get("choice_scores")
+    ]  # fmt: skip
+    return {"recognition": float(np.mean([1 / n for n in choices]))} if choices else {}
+
+
 def score_table(group: list[dict]) -> dict[str, dict[str, dict[str, float]]]:
     """Score -> condition -> prompt key -> value, from one model's C5 records."""
     table: dict[str, dict[str, dict[str, float]]] = {}
@@ -238,6 +252,7 @@ def _summarize_model(
         },
         "class_match": match,
         "null_support": null_supports(group),
+        "chance": chance_levels(group),
         "conditions": {},
         "drops": {},
         "random_drops": {},
@@ -302,7 +317,10 @@ def _summarize_score(
         means[f"n_{score}"] = len(complete)
     found: list[dict | None] = []
     if complete and score != "margin":
-        found.append(limits.floor_ceiling(label, f"{score} score", float(base.mean())))
+        chance = entry["chance"].get(score)
+        found.append(
+            limits.floor_ceiling(label, f"{score} score", float(base.mean()), chance=chance)
+        )
     if len(complete) < limits.MIN_GROUP:
         return [*found, limits.small_group(label, f"{score} items", len(complete), "the test")]
     cond = {n: np.array([by_condition[n][p] for p in complete]) for n in by_condition}
@@ -366,6 +384,8 @@ def _nulls(
         spec = stats.specificity(base, cond["top"], rand, seed=seed, n_resamples=n_resamples)
         test.update(random_mean=float(np.mean(drops)), n_evaluated=len(names))
         test["specificity"] = spec.to_dict()
+        if test["random_mean"] < 0:
+            found.append(limits.random_gain(label, score, null, test["random_mean"], top_drop))
         entry["nulls"].setdefault(null, {})[score] = test
         if null == "random":
             entry["random_drops"][score] = drops

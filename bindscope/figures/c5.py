@@ -78,6 +78,11 @@ def model_figure(label: str, entry: dict, *, k: int | None = None, where: str = 
                 _bar(ax, x, value, err, width=width, condition=condition, k=k, lw=1)
                 low, high = err if err is not None else (0.0, 0.0)
                 ends += [value - low, value + high]
+    for t, task in enumerate(tasks):
+        level = (entry.get("chance") or {}).get(task)
+        if level is not None:  # across the task's bars
+            ax.hlines(level, t - 2.5 * width, t + 2.5 * width, colors="black",
+                      linestyles=":", label="chance (1/choices)")  # fmt: skip
     ax.set_xticks(range(len(tasks)), [f"{task}\n(n = {baseline[f'n_{task}']})" for task in tasks])
     ax.set_ylim(min(ends) - 0.05, max(ends) + 0.05)
     ax.set_ylabel("score (recognition: accuracy; generation: rubric, 0–1)")
@@ -86,7 +91,8 @@ def model_figure(label: str, entry: dict, *, k: int | None = None, where: str = 
         _random_histogram(panel, entry, task, k)
     style.figure_legend(fig, axes, ncols=6)
     caption = (
-        f"{label}: C5 ablation. Left, mean score per condition; bars for top and bottom "
+        f"{label}: C5 ablation. Left, mean score per condition (dotted: recognition's chance "
+        "level, 1/choices averaged over the items); bars for top and bottom "
         "show the 95% CI of the paired drop from baseline, the random bar the 2.5-97.5% "
         "range over random sets. Right, drops of the random head sets (histogram) with the "
         "top and bottom sets marked, and the one-sided rank p of the top set (raw and "
@@ -251,6 +257,7 @@ def tables(exp: ExperimentResults) -> list[str]:
         "model",
         "task",
         "n",
+        "chance",
         "baseline",
         "top",
         "bottom",
@@ -345,6 +352,7 @@ def _task_rows(label: str, entry: dict) -> Iterator[list[str]]:
             label,
             task,
             md.num((conditions.get("baseline") or {}).get(f"n_{task}")),
+            md.num((entry.get("chance") or {}).get(task)),
             md.num(base),
             md.num((conditions.get("top") or {}).get(task)),
             md.num((conditions.get("bottom") or {}).get(task)),

@@ -210,3 +210,68 @@ def test_c5_limit_and_spread_take_prompts_as_scan_does(tiny_c5, tiny_prompts, tm
     assert len(ranked) == len(terms)  # the heads are ranked on the same prompts
     assert cli.main(["c5", "--spread", "--out", str(tmp_path / "o")]) == 2
     assert "--spread spreads --limit N prompts" in capsys.readouterr().err
+
+
+def _choice_records(correct: list[int], n_choices: list[int], random_shift: float) -> list[dict]:
+    """Recognition records: baseline correctness as given, ``n_choices`` per item; the top set
+    lowers every margin by 0.2, the random sets by ``random_shift`` (negative: raise it)."""
+    settings = {"k": 2, "n_random": 5, "ablation": "zero", "seed": 0, "matched_layers": False,
+                "ranking_set": "r", "ranking_sha256": "abc"}  # fmt: skip
+    out = []
+    shifts = {"baseline": 0.0, "top": 0.2}
+    shifts.update({f"random:{s:02d}": random_shift + 0.01 * s for s in range(5)})
+    for name, shift in shifts.items():
+        for i, (ok, n) in enumerate(zip(correct, n_choices)):
+            metrics = {"score": float(ok), "margin": 1.0 + 0.1 * i - shift,
+                       "choice_scores": [0.0] * n, "prediction": 0}  # fmt: skip
+            heads = [[0, 0]] if name != "baseline" else []
+            out.append(record("c5", "m", f"t{i}", "p", name, metrics, task="recognition",
+                              heads=heads, c5=settings))  # fmt: skip
+    return out
+
+
+def test_chance_level_is_stated_and_the_floor_judged_against_it():
+    # 10 items, 4 choices each: chance 0.25; a baseline of 0.3 is 0.07 of the room above it
+    correct = [1, 1, 1, 0, 0, 0, 0, 0, 0, 0]
+    summary = summarize_c5(_choice_records(correct, [4] * 10, 0.0), n_resamples=999)
+    m = next(iter(summary["models"].values()))
+    assert m["chance"] == {"recognition": 0.25}
+    (floor,) = [f for f in summary["limits"] if f["kind"] == "floor"]
+    assert floor["chance"] == 0.25 and floor["baseline"] == pytest.approx(0.3)
+    assert "chance 0.250" in floor["message"]
+    assert "chance level, recognition: 0.250" in "\n".join(c5.text(summary))
+    # true/false items (chance 0.5) with mixed 4-choice ones: 1/choices averaged over items
+    mixed = summarize_c5(_choice_records(correct, [2] * 5 + [4] * 5, 0.0), n_resamples=999)
+    assert next(iter(mixed["models"].values()))["chance"]["recognition"] == pytest.approx(0.375)
+
+
+def test_random_sets_that_raise_the_score_are_said_to_inflate_specificity():
+    correct = [1] * 6 + [0] * 4
+    summary = summarize_c5(_choice_records(correct, [4] * 10, -0.3), n_resamples=999)
+    gains = [f for f in summary["limits"] if f["kind"] == "random_gain"]
+    (margin,) = [f for f in gains if f["score"] == "margin"]
+    assert margin["random_mean"] < 0 and margin["top_drop"] == pytest.approx(0.2)
+    assert "exceeds the top set's own drop" in margin["message"]
+    m = next(iter(summary["models"].values()))
+    spec = m["specificity"]["margin"]["value"]
+    assert spec == pytest.approx(margin["top_drop"] - margin["random_mean"])
+    # random sets that lower the score: no such limit
+    lowered = summarize_c5(_choice_records(correct, [4] * 10, 0.1), n_resamples=999)
+    assert not [f for f in lowered["limits"] if f["kind"] == "random_gain"]
+
+
+def test_the_figure_marks_the_chance_level():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.collections import LineCollection
+
+    from bindscope.figures.c5 import model_figure
+
+    correct = [1, 1, 1, 0, 0, 0, 0, 0, 0, 0]
+    summary = summarize_c5(_choice_records(correct, [4] * 10, 0.0), n_resamples=999)
+    label, entry = next(iter(summary["models"].items()))
+    fig, caption = model_figure(label, entry, k=2)
+    lines = [c for c in fig.axes[0].collections if isinstance(c, LineCollection)]
+    levels = {float(seg[0][1]) for c in lines for seg in c.get_segments()}
+    assert 0.25 in levels and "chance level" in caption
