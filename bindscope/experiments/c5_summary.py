@@ -364,19 +364,9 @@ def _nulls(
             continue
         rand = np.stack([cond[n] for n in names])
         drops = [float(np.mean(base - x)) for x in rand]
-        support = entry["null_support"].get(null) or {}
-        test = null_test(top_drop, drops, settings, support.get("support"))
-        if test is None:
+        test = _null_p(top_drop, drops, settings, entry["null_support"].get(null) or {})
+        if test["stopped"] == "incomplete":
             found.append(limits.undecided(label, score, null, len(drops)))
-            test = {"p": None, "n_drawn": len(drops), "stopped": "incomplete"}
-        else:
-            whole = enumerated(support, settings["n_random"])
-            test.update(tail_test(top_drop, drops, test, seed, enumerated=whole))
-        test.update(
-            support=support.get("support"),
-            p_floor=1
-            / (min(settings["n_random"], support.get("support") or settings["n_random"]) + 1),
-        )
         # p, the mean drop and specificity all read the sets p used (a sequential null's
         # sets past its decision are evaluated, counted in n_evaluated, and left out)
         used = test["n_drawn"]
@@ -392,8 +382,26 @@ def _nulls(
             entry["drops"].setdefault("random_mean", {})[score] = float(np.mean(drops))
             entry["specificity"][score] = test["specificity"]
             entry["p_value"][score] = test["p"]
-            found.append(limits.p_resolution(label, round(1 / test["p_floor"]) - 1, score))
+            found.append(limits.p_resolution(label, test["most"], score))
     return found
+
+
+def _null_p(top_drop: float, drops: list[float], settings: dict, support: dict) -> dict:
+    """One null's exact p and tail p, its support and the floor that sets on p.
+
+    ``most``: the sets p could use (``n_random``, or the support where smaller), so p's
+    floor is ``1 / (most + 1)``.
+    """
+    n_random = settings["n_random"]
+    count = support.get("support")
+    test = null_test(top_drop, drops, settings, count)
+    if test is None:
+        test = {"p": None, "n_drawn": len(drops), "stopped": "incomplete"}
+    else:
+        whole = enumerated(support, n_random)
+        test.update(tail_test(top_drop, drops, test, settings["seed"], enumerated=whole))
+    most = n_random if count is None else min(n_random, count)
+    return {**test, "support": count, "most": most, "p_floor": 1 / (most + 1)}
 
 
 def _term_clustering(
