@@ -278,11 +278,11 @@ def _summarize_model(
         found.append(limits.layer_concentration(label, entry["top_heads"], entry["n_layers"]))
     if "margin" in table and "top" in table["margin"]:
         found.append(_tiny_margins(entry, table["margin"], table["recognition"], label))
-    for null, support in entry["null_support"].items():
-        if enumerated(support, settings["n_random"]):
-            found.append(
-                limits.small_support(label, null, support["support"], settings["n_random"])
-            )
+    found += [
+        limits.small_support(label, null, support["support"], settings["n_random"])
+        for null, support in entry["null_support"].items()
+        if enumerated(support, settings["n_random"])
+    ]
     entry["_limits"] = limits.collect(*found)
     return entry
 
