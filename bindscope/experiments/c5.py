@@ -29,24 +29,28 @@ from bindscope.experiments.c5_summary import (
     undecided_nulls,
 )
 from bindscope.experiments.kit.ablation_sets import (
+    check_limit,
     class_counts,
     draw_random_sets,
     draw_score_matched_sets,
+    random_set_support,
 )
 from bindscope.experiments.kit.attribution_method import scored
 from bindscope.experiments.kit.binding_reuse import reuse_or_bind, stored_binding
-from bindscope.experiments.kit.chunks import batch_order, chunk_items, prompt_set
+from bindscope.experiments.kit.chunks import batch_order, chunk_items, first_items, prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.kit.options import (
     GENERATION_HELP,
     Options,
     check_choice,
+    check_spread,
     check_whole,
     count,
     option,
     positive,
     prompts_option,
     setting,
+    spread_option,
 )
 from bindscope.experiments.kit.summary import folder_summary, per_model_text
 from bindscope.experiments.kit.taxonomy_plan import taxonomy_means
@@ -110,6 +114,9 @@ class C5Options(Options):
             sequence, so it pays off only where choices outnumber the saved layers (on the
             canonical recognition items it runs about 2.4x the token-layers of ``batched``:
             3.3 choices per prompt, and a random 4-head set still runs 82% of 30 layers).
+        limit: Only the first N evaluation prompts (``spread``: taken in turn from each
+            term), recorded in the settings; they rank the heads too unless ``ranking`` is
+            given, as a prompt file cut to them would.
         design: One sentence on how the items were sampled and why, stored with the
             records and shown in the summary and the report.
     """
@@ -140,6 +147,13 @@ class C5Options(Options):
         "also a null matched on the heads' taxonomy scores (sink, previous-token, ...)",
         switch=True,
     )
+    limit: int | None = option(
+        None,
+        "only N evaluation prompts (default: all): the first N in the file, or with --spread "
+        "taken in turn from each term; they also rank the heads unless --ranking is given",
+        type=positive,
+    )
+    spread: bool = spread_option()
     generation_batch_size: int = option(GENERATION_BATCH_SIZE, GENERATION_HELP, type=positive)
     rubric: dict | None = setting(None)
     strategy: str = setting("batched")
@@ -152,10 +166,13 @@ class C5Options(Options):
         check_choice("ablation", self.ablation, ABLATIONS)
         check_choice("sampling", self.sampling, SAMPLINGS)
         check_whole(self, {"stop_at": 1, "k": 1, "n_random": 0})
+        check_limit(self.limit)
+        check_spread(self.limit, self.spread)
 
 
 def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
-    pset = prompt_set(opts.prompts)
+    whole = prompt_set(opts.prompts)
+    pset = whole.take(first_items(list(whole.records), opts.limit, opts.spread))
     rset = prompt_set(opts.ranking) if opts.ranking is not None else pset
     for model in models:
         check_k(model, k=opts.k, matched_classes=opts.matched_classes)
@@ -179,6 +196,8 @@ def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
         settings.update(sampling="sequential", stop_at=opts.stop_at)
     if opts.design:  # likewise
         settings["design"] = opts.design
+    if opts.limit is not None:
+        settings.update(limit=opts.limit, spread=opts.spread)
     rubric = opts.rubric or default_rubric()
     inputs = {"prompt_sha256": pset.sha256, "rubric_sha256": content_sha256(rubric)}
     sizes = (common.batch_size, opts.generation_batch_size)
@@ -320,10 +339,12 @@ def _null_sets(
 ) -> tuple[dict[str, list], dict]:
     """Each null's sets in draw order, and what the top set's records note about them.
 
-    The notes: how close the class-matched null's match is (``null_match``), and a
+    The notes: how close the class-matched null's match is (``null_match``), a
     layer-matched null that this top set makes impossible (``nulls_not_drawn``: a layer
     holding more top heads than heads outside them; known only once heads are ranked, so
-    it is a stated limit, not an error after the ranking's work).
+    it is a stated limit, not an error after the ranking's work), and each null's support
+    (``null_support``: the distinct sets it can draw; where fewer than ``n_random`` each
+    is drawn once).
     """
     opts, seed = study.opts, study.seed
     n, k = opts.n_random, opts.k
@@ -348,7 +369,27 @@ def _null_sets(
             if null != "layers":
                 raise
             notes["nulls_not_drawn"] = {null: str(exc)}
+    notes["null_support"] = {
+        null: _support(model, top, k, null, len(sets), n) for null, sets in drawn.items()
+    }
     return drawn, notes
+
+
+def _support(
+    model: LanguageModel, top: list[list[int]], k: int, null: str, n_sets: int, n: int
+) -> dict:
+    """A null's support: the distinct sets it can draw, and the sets drawn.
+
+    Counted for random and layer-matched sets; for class-matched ones known exactly where
+    the draw enumerated it (fewer than ``n``), else None ("more than n").
+    """
+    if null == "classes":
+        support = n_sets if n_sets < n else None
+    else:
+        support = random_set_support(
+            model.n_layers, model.n_heads, top, k=k, matched_layers=null == "layers"
+        )
+    return {"support": support, "n_sets": n_sets}
 
 
 def _evaluate(
@@ -526,21 +567,25 @@ def _model_lines(label: str, m: dict) -> Iterator[str]:
         cond = m["conditions"]
         if "baseline" not in cond or task not in cond["baseline"]:
             continue
-        rand = [v[task] for c, v in cond.items() if c.startswith("random:") and task in v]
+        drop = m["drops"].get("random_mean", {}).get(task)  # over the sets p used
+        rand = None if drop is None else cond["baseline"][task] - drop
         yield (
             f"    {task:<12}{num(cond['baseline'][task]):>9}"
             f"{num(cond.get('top', {}).get(task)):>8}{num(cond.get('bottom', {}).get(task)):>8}"
-            f"{num(sum(rand) / len(rand) if rand else None):>8}   "
+            f"{num(rand):>8}   "
             f"{estimate(m['drops'].get('top', {}).get(task)):<23}"
             f"{estimate(m['specificity'].get(task)):<23}"
             f"{pvalue(m['p_value'].get(task)):<7}{pvalue(m.get('p_holm', {}).get(task))}"
         )
+    for score, level in (m.get("chance") or {}).items():
+        yield f"    chance level, {score}: {num(level)} (1/choices averaged over the items)"
     for null, by_score in (m.get("nulls") or {}).items():
         for score, t in by_score.items():
             power = (m.get("detectable_drop") or {}).get(score) if null == "random" else None
             yield (
-                f"    {null} null, {score}: p {pvalue(t.get('p'))} (Holm "
-                f"{pvalue(t.get('p_holm'))}) after {t['n_drawn']} sets ({t['stopped']})"
+                f"    {null} null, {score}: p {pvalue(t.get('p'))}{tail_words(t)} (Holm "
+                f"{pvalue(t.get('p_holm'))} on the {t.get('holm_on', 'exact')} p) after "
+                f"{t['n_drawn']} sets ({t['stopped']}; {support_words(t)})"
                 + (f"; detectable drop {num(power)}" if power is not None else "")
             )
     match = m.get("class_match") or {}
@@ -551,6 +596,25 @@ def _model_lines(label: str, m: dict) -> Iterator[str]:
             f"distance {num(head['distance'])} (typical {num(head['typical'])}); "
             f"{counts.get('outside')} {head['class']} head(s) outside the top set"
         )
+
+
+def support_words(test: dict) -> str:
+    """``support 9 distinct sets, p floor 0.100`` (or the floor of the sets asked for)."""
+    support = test.get("support")
+    said = f"support {support} distinct sets" if support is not None else "support not counted"
+    return f"{said}, p floor {pvalue(test.get('p_floor'))}"
+
+
+def tail_words(test: dict) -> str:
+    """``, tail p 0.0004 [0.0001, 0.002] (GPD on 40 of 199)``, or why there is none."""
+    tail = test.get("tail") or {}
+    if tail.get("p") is not None:
+        return (
+            f", tail p {pvalue(tail['p'])} [{pvalue(tail['low'])}, {pvalue(tail['high'])}] "
+            f"(GPD on {tail['n_tail']} of {tail['n_null']})"
+        )
+    why = {"no-fit": "no GPD fit passed", "too-few-sets": "too few sets for a tail fit"}
+    return f", tail p not used: {why[tail['method']]}" if tail.get("method") in why else ""
 
 
 CONDITIONS = RecordKind(

@@ -35,20 +35,80 @@ def null_names(conditions: Iterable[str], null: str) -> list[str]:
     return sorted(names, key=lambda c: int(c.split(":", 1)[1]))
 
 
-def null_test(top_drop: float, drops: list[float], settings: dict) -> dict | None:
+def null_test(
+    top_drop: float, drops: list[float], settings: dict, support: int | None = None
+) -> dict | None:
     """The p of the top drop against one null's drops, as the run's sampling design says.
 
     ``fixed``: the rank p over every drop. ``sequential`` (Besag-Clifford): stop once
-    ``stop_at`` drops reach the top drop, at most ``n_random``; None while undecided.
+    ``stop_at`` drops reach the top drop, at most ``n_random`` (or the null's ``support``,
+    its distinct sets, where fewer: each was drawn once); None while undecided.
     """
     if settings.get("sampling", "fixed") == "fixed":
         p = stats.rank_p_value(top_drop, drops, alternative="greater")
         hits = sum(d >= top_drop for d in drops)
         return {"p": p, "n_drawn": len(drops), "exceedances": hits, "stopped": "fixed"}
-    found = stats.sequential_p_value(
-        top_drop, drops, stop_at=settings["stop_at"], max_draws=settings["n_random"]
-    )
+    most = settings["n_random"] if support is None else min(settings["n_random"], support)
+    found = stats.sequential_p_value(top_drop, drops, stop_at=settings["stop_at"], max_draws=most)
     return None if found is None else found.to_dict()
+
+
+def null_supports(group: list[dict]) -> dict[str, dict]:
+    """Each null's support as the run noted it: ``{null: {"support", "n_sets"}}``.
+
+    Runs before the support was counted noted none: ``{}``.
+    """
+    return next((r["null_support"] for r in group if r.get("null_support")), {})
+
+
+def enumerated(support: dict | None, n_random: int) -> bool:
+    """Whether a null's sets are its whole support (fewer distinct sets than asked for)."""
+    count = (support or {}).get("support")
+    return count is not None and count <= n_random
+
+
+#: Bootstrap resamples of the null sets behind a GPD tail p's interval.
+TAIL_RESAMPLES = 199
+
+
+def tail_test(
+    top_drop: float, drops: list[float], test: dict, seed: int, *, enumerated: bool = False
+) -> dict:
+    """The GPD tail p beside the exact one, and which of them Holm uses (``p_used``).
+
+    Fitted only where the null ran to its end (``fixed``, or sequential ``maximum``) with
+    fewer than ``MIN_EXCEEDANCES`` sets at or above the top drop; a sequence that stopped on
+    its h exceedances keeps its exact p, and so does a null whose sets are its whole
+    support (``enumerated``: the exact p is then the permutation p, and no tail can go
+    below 1 / (support + 1)).
+    """
+    if test["stopped"] == "reached" or enumerated:
+        method = "enumerated" if enumerated else "exact"
+        tail = stats.TailP(None, method, test["exceedances"], test["n_drawn"])
+    else:
+        tail = stats.tail_p_value(
+            top_drop, drops[: test["n_drawn"]], n_boot=TAIL_RESAMPLES, seed=seed
+        )
+    fitted = tail.p is not None
+    return {
+        "tail": tail.to_dict(),
+        "p_used": tail.p if fitted else test["p"],
+        "holm_on": "tail" if fitted else "exact",
+    }
+
+
+def chance_levels(group: list[dict]) -> dict[str, float]:
+    """Each score's chance level: recognition's 1/choices averaged over its baseline items.
+
+    Generation's rubric score and the choice margin have none.
+    """
+    choices = [
+        len(r["metrics"]["choice_scores"])
+        for r in group
+        if r["task"] == "recognition" and r["condition"] == "baseline"
+        and r["metrics"].get("choice_scores")
+    ]  # fmt: skip
+    return {"recognition": float(np.mean([1 / n for n in choices]))} if choices else {}
 
 
 def score_table(group: list[dict]) -> dict[str, dict[str, dict[str, float]]]:
@@ -82,7 +142,8 @@ def undecided_nulls(group: list[dict], settings: dict) -> set[str]:
         for null in NULLS:
             names = null_names(by_condition, null)
             drops = [float(np.mean(base - [by_condition[n][p] for p in complete])) for n in names]
-            if names and null_test(top_drop, drops, settings) is None:
+            support = (null_supports(group).get(null) or {}).get("support")
+            if names and null_test(top_drop, drops, settings, support) is None:
                 open_nulls.add(null)
     return open_nulls
 
@@ -116,7 +177,8 @@ def summarize_c5(records: list[dict], *, n_resamples: int = 9999) -> dict:
         "prompt_set": evaluated[0]["provenance"].get("prompt_set"),
         "prompt_sha256": evaluated[0]["provenance"].get("prompt_sha256"),
         "design": settings.get("design"),
-        "multiple_comparisons": "holm across models, per score and null",
+        "multiple_comparisons": "holm across models, per score and null, on each null's "
+        "p_used: its GPD tail p where one was fitted (holm_on 'tail'), else its exact p",
         "power": f"detectable drop at one-sided alpha {limits.ALPHA}/models, power {POWER}",
         "models": models,
     }
@@ -132,7 +194,8 @@ def _across_models(models: dict[str, dict]) -> None:
                 for m, e in models.items()
                 if (e["nulls"].get(null) or {}).get(score, {}).get("p") is not None
             }
-            adjusted = stats.adjust_pvalues([t["p"] for t in tests.values()]) if tests else []
+            used = [t["p_used"] for t in tests.values()]
+            adjusted = stats.adjust_pvalues(used) if tests else []
             for m, p in zip(tests, adjusted):
                 tests[m]["p_holm"] = p
                 if null == "random":
@@ -188,6 +251,8 @@ def _summarize_model(
             if null_names(heads, null)
         },
         "class_match": match,
+        "null_support": null_supports(group),
+        "chance": chance_levels(group),
         "conditions": {},
         "drops": {},
         "random_drops": {},
@@ -213,6 +278,11 @@ def _summarize_model(
         found.append(limits.layer_concentration(label, entry["top_heads"], entry["n_layers"]))
     if "margin" in table and "top" in table["margin"]:
         found.append(_tiny_margins(entry, table["margin"], table["recognition"], label))
+    found += [
+        limits.small_support(label, null, support["support"], settings["n_random"])
+        for null, support in entry["null_support"].items()
+        if enumerated(support, settings["n_random"])
+    ]
     entry["_limits"] = limits.collect(*found)
     return entry
 
@@ -247,7 +317,10 @@ def _summarize_score(
         means[f"n_{score}"] = len(complete)
     found: list[dict | None] = []
     if complete and score != "margin":
-        found.append(limits.floor_ceiling(label, f"{score} score", float(base.mean())))
+        chance = entry["chance"].get(score)
+        found.append(
+            limits.floor_ceiling(label, f"{score} score", float(base.mean()), chance=chance)
+        )
     if len(complete) < limits.MIN_GROUP:
         return [*found, limits.small_group(label, f"{score} items", len(complete), "the test")]
     found.append(limits.few_items(label, score, len(complete)))  # CIs too few to cover
@@ -267,7 +340,9 @@ def _summarize_score(
     found.append(_term_clustering(entry, score, diffs, [terms[p] for p in complete], seed, label))
     found += _nulls(entry, score, base, cond, top_drop, settings, n_resamples, label)
     if score == "recognition":
-        entry["per_term"].update(_per_term(complete, terms, cond, null_names(cond, "random")))
+        used = (entry["nulls"].get("random") or {}).get(score, {}).get("n_drawn")
+        names = null_names(cond, "random")[:used]  # the sets the p used, as for the means
+        entry["per_term"].update(_per_term(complete, terms, cond, names))
     return found
 
 
@@ -290,21 +365,44 @@ def _nulls(
             continue
         rand = np.stack([cond[n] for n in names])
         drops = [float(np.mean(base - x)) for x in rand]
-        test = null_test(top_drop, drops, settings)
-        if test is None:
+        test = _null_p(top_drop, drops, settings, entry["null_support"].get(null) or {})
+        if test["stopped"] == "incomplete":
             found.append(limits.undecided(label, score, null, len(drops)))
-            test = {"p": None, "n_drawn": len(drops), "stopped": "incomplete"}
+        # p, the mean drop and specificity all read the sets p used (a sequential null's
+        # sets past its decision are evaluated, counted in n_evaluated, and left out)
+        used = test["n_drawn"]
+        rand, drops = rand[:used], drops[:used]
         spec = stats.specificity(base, cond["top"], rand, seed=seed, n_resamples=n_resamples)
-        test.update(random_mean=float(np.mean(drops)), n_evaluated=len(drops))
+        test.update(random_mean=float(np.mean(drops)), n_evaluated=len(names))
         test["specificity"] = spec.to_dict()
+        if test["random_mean"] < 0:
+            found.append(limits.random_gain(label, score, null, test["random_mean"], top_drop))
         entry["nulls"].setdefault(null, {})[score] = test
         if null == "random":
             entry["random_drops"][score] = drops
             entry["drops"].setdefault("random_mean", {})[score] = float(np.mean(drops))
             entry["specificity"][score] = test["specificity"]
             entry["p_value"][score] = test["p"]
-            found.append(limits.p_resolution(label, settings["n_random"], score))
+            found.append(limits.p_resolution(label, test["most"], score))
     return found
+
+
+def _null_p(top_drop: float, drops: list[float], settings: dict, support: dict) -> dict:
+    """One null's exact p and tail p, its support and the floor that sets on p.
+
+    ``most``: the sets p could use (``n_random``, or the support where smaller), so p's
+    floor is ``1 / (most + 1)``.
+    """
+    n_random = settings["n_random"]
+    count = support.get("support")
+    test = null_test(top_drop, drops, settings, count)
+    if test is None:
+        test = {"p": None, "n_drawn": len(drops), "stopped": "incomplete"}
+    else:
+        whole = enumerated(support, n_random)
+        test.update(tail_test(top_drop, drops, test, settings["seed"], enumerated=whole))
+    most = n_random if count is None else min(n_random, count)
+    return {**test, "support": count, "most": most, "p_floor": 1 / (most + 1)}
 
 
 def _term_clustering(

@@ -30,9 +30,17 @@ from bindscope.experiments.kit import attribution_method, per_head_tests
 from bindscope.experiments.kit.ablation_sets import as_pairs, conditions_of
 from bindscope.experiments.kit.attribution_method import scored
 from bindscope.experiments.kit.binding_reuse import reuse_or_bind
-from bindscope.experiments.kit.chunks import prompt_set
+from bindscope.experiments.kit.chunks import first_items, prompt_set, spread_over_terms
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
-from bindscope.experiments.kit.options import check_choice, count, option, positive, prompts_option
+from bindscope.experiments.kit.options import (
+    check_choice,
+    check_spread,
+    count,
+    option,
+    positive,
+    prompts_option,
+    spread_option,
+)
 from bindscope.experiments.kit.per_head_tests import HeadTestOptions, check_resamples
 from bindscope.experiments.kit.summary import summarize_tests
 from bindscope.experiments.kit.taxonomy_plan import primary_classes
@@ -59,19 +67,6 @@ CLASSES_FILE = "classes.json"  # per model label: [L][H] primary taxonomy class
 def scannable(pset: PromptSet) -> list[PromptRecord]:
     """Recognition records and records with a ``target`` (text appended after the prompt)."""
     return [r for r in pset.records if r.task == "recognition" or r.extra.get("target")]
-
-
-def spread_over_terms(items: list[PromptRecord], n: int | None) -> list[PromptRecord]:
-    """``n`` items taken in turn from each term (first of each term, then second, ...).
-
-    Terms in order of first appearance; the items keep their file order within a term.
-    """
-    by_term: dict[str, list] = {}
-    for item in items:
-        by_term.setdefault(item.term, []).append(item)
-    rounds = max((len(group) for group in by_term.values()), default=0)
-    order = [group[i] for i in range(rounds) for group in by_term.values() if i < len(group)]
-    return order[:n]
 
 
 #: Why a prompt of the set is not scanned (counted in the summary's limits).
@@ -124,12 +119,7 @@ class ScanOptions(HeadTestOptions):
         "EB* top set size compared under --matched-classes (default 4; refused without it)",
         type=positive,
     )
-    spread: bool = option(
-        False,
-        "with --limit N: take the N prompts in turn from each term (one per term, then a "
-        "second, ...) instead of the first N in the file; refused without --limit",
-        switch=True,
-    )
+    spread: bool = spread_option()
     method: str = attribution_method.method_option("ablate")
     verify: int | None = attribution_method.verify_option()
 
@@ -147,11 +137,7 @@ class ScanOptions(HeadTestOptions):
                 "no effect, and a mean over them is NaN); drop --matched-classes or use "
                 "--method exact"
             )
-        if self.spread and self.limit is None:
-            raise InputError(
-                "--spread spreads --limit N prompts over the terms: add --limit N "
-                "(spread=True needs limit=N)"
-            )
+        check_spread(self.limit, self.spread)
         if isinstance(self.prompts, PromptSet):  # loaded: the summary's resampling is sized
             check_resamples(self.n_resamples, len(self.items(self.prompts)))
         if self.k is not None and not self.matched_classes:
@@ -164,8 +150,7 @@ class ScanOptions(HeadTestOptions):
 
     def items(self, pset: PromptSet) -> list[PromptRecord]:
         """The prompts scanned: the first ``limit``, or with ``spread`` taken term by term."""
-        found = scannable(pset)
-        return spread_over_terms(found, self.limit) if self.spread else found[: self.limit]
+        return first_items(scannable(pset), self.limit, self.spread)
 
 
 def _plan(models: list[LanguageModel], opts: ScanOptions, common: Common) -> Plan:

@@ -78,6 +78,11 @@ def model_figure(label: str, entry: dict, *, k: int | None = None, where: str = 
                 _bar(ax, x, value, err, width=width, condition=condition, k=k, lw=1)
                 low, high = err if err is not None else (0.0, 0.0)
                 ends += [value - low, value + high]
+    for t, task in enumerate(tasks):
+        level = (entry.get("chance") or {}).get(task)
+        if level is not None:  # across the task's bars
+            ax.hlines(level, t - 2.5 * width, t + 2.5 * width, colors="black",
+                      linestyles=":", label="chance (1/choices)")  # fmt: skip
     ax.set_xticks(range(len(tasks)), [f"{task}\n(n = {baseline[f'n_{task}']})" for task in tasks])
     ax.set_ylim(min(ends) - 0.05, max(ends) + 0.05)
     ax.set_ylabel("score (recognition: accuracy; generation: rubric, 0–1)")
@@ -86,7 +91,8 @@ def model_figure(label: str, entry: dict, *, k: int | None = None, where: str = 
         _random_histogram(panel, entry, task, k)
     style.figure_legend(fig, axes, ncols=6)
     caption = (
-        f"{label}: C5 ablation. Left, mean score per condition; bars for top and bottom "
+        f"{label}: C5 ablation. Left, mean score per condition (dotted: recognition's chance "
+        "level, 1/choices averaged over the items); bars for top and bottom "
         "show the 95% CI of the paired drop from baseline, the random bar the 2.5-97.5% "
         "range over random sets. Right, drops of the random head sets (histogram) with the "
         "top and bottom sets marked, and the one-sided rank p of the top set (raw and "
@@ -251,6 +257,7 @@ def tables(exp: ExperimentResults) -> list[str]:
         "model",
         "task",
         "n",
+        "chance",
         "baseline",
         "top",
         "bottom",
@@ -270,8 +277,9 @@ def tables(exp: ExperimentResults) -> list[str]:
         ]
         for label, e in exp.models.items()
     ]
-    nulls = ["model", "score", "null", "p", "Holm p", "sets drawn", "stopped",
-             "specificity [95% CI]", "detectable drop"]  # fmt: skip
+    nulls = ["model", "score", "null", "p (floor)", "tail p [95% CI]", "Holm p (on)",
+             "sets drawn (support)", "stopped", "specificity [95% CI]",
+             "detectable drop"]  # fmt: skip
     out = [
         settings,
         "",
@@ -296,13 +304,24 @@ def _null_rows(label: str, entry: dict) -> Iterator[list[str]]:
                 label,
                 score,
                 null,
-                md.pvalue(t.get("p")),
-                md.pvalue(t.get("p_holm")),
-                md.num(t.get("n_drawn")),
+                f"{md.pvalue(t.get('p'))} ({md.pvalue(t.get('p_floor'))})",
+                _tail(t.get("tail") or {}),
+                f"{md.pvalue(t.get('p_holm'))} ({t.get('holm_on', 'exact')})",
+                f"{md.num(t.get('n_drawn'))} ({md.num(t.get('support'))})",
                 str(t.get("stopped")),
                 md.estimate(t.get("specificity")),
                 md.num((entry.get("detectable_drop") or {}).get(score)) if null == "random" else "",
             ]
+
+
+def _tail(tail: dict) -> str:
+    """The GPD tail p with its bootstrap interval and tail size, or why there is none."""
+    if tail.get("p") is None:
+        said = {"no-fit": "no fit passed", "too-few-sets": "too few sets"}
+        said["enumerated"] = "every set used"
+        return said.get(tail.get("method", ""), "not needed" if tail else md.DASH)
+    interval = f"{md.pvalue(tail.get('low'))}, {md.pvalue(tail.get('high'))}"
+    return f"{md.pvalue(tail['p'])} [{interval}] (tail {tail['n_tail']} of {tail['n_null']})"
 
 
 def _match_rows(label: str, entry: dict) -> Iterator[list[str]]:
@@ -333,6 +352,7 @@ def _task_rows(label: str, entry: dict) -> Iterator[list[str]]:
             label,
             task,
             md.num((conditions.get("baseline") or {}).get(f"n_{task}")),
+            md.num((entry.get("chance") or {}).get(task)),
             md.num(base),
             md.num((conditions.get("top") or {}).get(task)),
             md.num((conditions.get("bottom") or {}).get(task)),

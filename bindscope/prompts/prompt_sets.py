@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -101,8 +101,13 @@ class PromptSet:
             for r in self.records
             if (task is None or r.task == task) and (terms is None or r.term in set(terms))
         ]
+        return self.take(keep)
+
+    def take(self, records: Iterable[PromptRecord]) -> PromptSet:
+        """Some of the records, in the order given (same name, hash of the subset)."""
+        keep = tuple(records)
         digest = hashlib.sha256("\n".join(r.key for r in keep).encode()).hexdigest()
-        return PromptSet(self.name, tuple(keep), f"{self.sha256[:16]}:{digest[:16]}")
+        return PromptSet(self.name, keep, f"{self.sha256[:16]}:{digest[:16]}")
 
 
 def load(path_or_name: str | Path, *, check_terms: bool = True) -> PromptSet:

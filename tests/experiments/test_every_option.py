@@ -154,6 +154,12 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
             "groups generation rows into batches; results equal to rounding",
             "test_generation_batch_size_changes_only_batches",
         ),
+        "--limit": Changes("1", "2", lambda r, v: c5_setting(r, "limit") == int(v)),
+        "--spread": NoEffect(
+            "which --limit prompts are taken; refused without --limit",
+            "tests/experiments/test_c5_stats.py::"
+            "test_c5_limit_and_spread_take_prompts_as_scan_does",
+        ),
     },
     "sweep": {
         **LOAD,

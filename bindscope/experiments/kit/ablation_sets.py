@@ -6,8 +6,11 @@ layer-matched, matched on taxonomy scores).
 
 from __future__ import annotations
 
+import itertools
+import math
 import numbers
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -48,6 +51,27 @@ def check_limit(limit: object) -> None:
         )
 
 
+def _pool(n_layers: int, n_heads: int, top: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
+    """Every head outside ``top``, by layer then head."""
+    excluded = {(int(layer), int(head)) for layer, head in top}
+    return [(l, h) for l in range(n_layers) for h in range(n_heads) if (l, h) not in excluded]  # noqa: E741
+
+
+def random_set_support(
+    n_layers: int, n_heads: int, top: list[list[int]], *, k: int, matched_layers: bool = False
+) -> int:
+    """How many distinct sets ``draw_random_sets`` can draw.
+
+    C(heads outside, k), or with ``matched_layers`` the product over the top set's layers
+    of C(heads outside the top set there, top heads there).
+    """
+    pool = _pool(n_layers, n_heads, top)
+    if not matched_layers:
+        return math.comb(len(pool), k)
+    wanted = Counter(int(layer) for layer, _ in top)
+    return math.prod(math.comb(sum(p[0] == layer for p in pool), n) for layer, n in wanted.items())
+
+
 def draw_random_sets(
     n_layers: int,
     n_heads: int,
@@ -58,36 +82,57 @@ def draw_random_sets(
     seed: int,
     matched_layers: bool = False,
 ) -> list[list[list[int]]]:
-    """N random k-head sets from the heads outside ``top``, reproducible from ``seed``.
+    """N distinct random k-head sets from the heads outside ``top``, reproducible from ``seed``.
 
-    With ``matched_layers`` each set has one head in the layer of each top head.
+    With ``matched_layers`` each set has one head in the layer of each top head. Where fewer
+    than ``n`` distinct sets exist (``random_set_support``) each is used once, in an order
+    drawn with ``seed``: a null cannot claim more resolution than its support.
     """
     rng = np.random.default_rng(seed)
-    excluded = {tuple(h) for h in top}
-    pool = [(l, h) for l in range(n_layers) for h in range(n_heads) if (l, h) not in excluded]  # noqa: E741
+    pool = _pool(n_layers, n_heads, top)
     if len(pool) < k:
         raise InputError(
             f"only {len(pool)} heads outside the top set; cannot draw random sets of {k} "
             "(pass a smaller --k)"
         )
-    sets = []
-    for _ in range(n):
-        if matched_layers:
-            chosen = []
-            for layer, _head in top:
-                options = [p for p in pool if p[0] == layer and list(p) not in chosen]
-                if not options:
-                    raise InputError(
-                        f"--matched-layers: layer {layer} has {n_heads} heads, too few to "
-                        f"match the top set's {sum(h[0] == layer for h in top)} heads there "
-                        "with as many heads outside it; pass a smaller --k or drop "
-                        "--matched-layers"
-                    )
-                chosen.append(list(options[rng.integers(len(options))]))
-        else:
-            picks = rng.choice(len(pool), size=k, replace=False)
-            chosen = [list(pool[i]) for i in picks]
-        sets.append(sorted(chosen))
+    if matched_layers:
+        candidates = []
+        for layer, _head in top:
+            options = [p for p in pool if p[0] == layer]
+            if len(options) < sum(h[0] == layer for h in top):
+                raise InputError(
+                    f"--matched-layers: layer {layer} has {n_heads} heads, too few to "
+                    f"match the top set's {sum(h[0] == layer for h in top)} heads there "
+                    "with as many heads outside it; pass a smaller --k or drop "
+                    "--matched-layers"
+                )
+            candidates.append(options)
+        support = random_set_support(n_layers, n_heads, top, k=k, matched_layers=True)
+        return _draw_from_candidates(candidates, n, seed, enumerate_all=support <= n)
+
+    def one() -> list[list[int]]:
+        picks = rng.choice(len(pool), size=k, replace=False)
+        return sorted([list(pool[i]) for i in picks])
+
+    if math.comb(len(pool), k) <= n:
+        every = [sorted(map(list, c)) for c in itertools.combinations(pool, k)]
+        return [every[i] for i in rng.permutation(len(every))]
+    return _distinct(one, n)
+
+
+def _distinct(draw: Callable[[], list[list[int]]], n: int) -> list[list[list[int]]]:
+    """``n`` sets from ``draw``, each set once (a repeat is drawn again).
+
+    The caller knows that more than ``n`` distinct sets exist.
+    """
+    sets: list[list[list[int]]] = []
+    seen: set[tuple] = set()
+    while len(sets) < n:
+        chosen = draw()
+        key = tuple(map(tuple, chosen))
+        if key not in seen:
+            seen.add(key)
+            sets.append(chosen)
     return sets
 
 
@@ -132,7 +177,9 @@ def draw_score_matched_sets(
     Args:
         scores: ``{score: [L, H] array}`` with every ``MATCH_SCORES`` entry.
         top: The top set's ``(layer, head)`` pairs.
-        n: Sets to draw (a longer draw extends a shorter one: same seed, same first sets).
+        n: Sets to draw, all distinct (a longer draw extends a shorter one: same seed, same
+            first sets); where fewer than ``n`` distinct sets exist, each once in a seeded
+            order (so fewer than ``n`` come back).
         seed: Seeds the draw.
         neighbours: Candidates per top head.
 
@@ -167,27 +214,57 @@ def draw_score_matched_sets(
     return _draw_from_candidates(candidates, n, seed), closeness
 
 
+#: Past this many distinct partial sets the class-matched support is not enumerated.
+ENUMERATION_CAP = 20_000
+
+
+def candidate_sets(candidates: Sequence[Sequence[tuple[int, int]]]) -> list[list[list[int]]] | None:
+    """Every distinct set with one candidate per top head and no head twice, sorted.
+
+    None where there are more than ``ENUMERATION_CAP`` (the support is then large).
+    """
+    partial: set[tuple] = {()}
+    for options in candidates:
+        partial = {
+            tuple(sorted((*chosen, tuple(p)))) for chosen in partial for p in options
+            if tuple(p) not in chosen
+        }  # fmt: skip
+        if len(partial) > ENUMERATION_CAP:
+            return None
+    return [[list(h) for h in chosen] for chosen in sorted(partial)]
+
+
 def _draw_from_candidates(
-    candidates: list[list[tuple[int, int]]], n: int, seed: int
+    candidates: list[list[tuple[int, int]]], n: int, seed: int, *, enumerate_all: bool = True
 ) -> list[list[list[int]]]:
-    """``n`` sets, each with one candidate per top head, drawn without repeats within a set."""
+    """``n`` distinct sets, each with one candidate per top head and no head twice.
+
+    Every possible set once, in a seeded order, where there are no more than ``n`` (looked
+    for unless ``enumerate_all`` is False: the caller knows there are more).
+    """
     rng = np.random.default_rng(seed)
-    sets = []
-    for _ in range(n):
+    every = candidate_sets(candidates) if enumerate_all else None
+    if every is not None and len(every) <= n:
+        return [every[i] for i in rng.permutation(len(every))]
+
+    def one() -> list[list[int]]:
         chosen: list[list[int]] = []
         for options in candidates:
             left = [list(p) for p in options if list(p) not in chosen]
             chosen.append(left[rng.integers(len(left))])
-        sets.append(sorted(chosen))
-    return sets
+        return sorted(chosen)
+
+    return _distinct(one, n)
 
 
 __all__ = [
     "MATCH_SCORES",
     "as_pairs",
+    "candidate_sets",
     "check_limit",
     "class_counts",
     "conditions_of",
     "draw_random_sets",
     "draw_score_matched_sets",
+    "random_set_support",
 ]

@@ -40,4 +40,22 @@ def chunk_items(batch_size: int, generation_batch_size: int, about: int) -> int:
     return whole * math.ceil(about / whole)
 
 
-__all__ = ["batch_order", "chunk_items", "prompt_set"]
+def spread_over_terms(items: list[PromptRecord], n: int | None) -> list[PromptRecord]:
+    """``n`` items taken in turn from each term (first of each term, then second, ...).
+
+    Terms in order of first appearance; the items keep their file order within a term.
+    """
+    by_term: dict[str, list] = {}
+    for item in items:
+        by_term.setdefault(item.term, []).append(item)
+    rounds = max((len(group) for group in by_term.values()), default=0)
+    order = [group[i] for i in range(rounds) for group in by_term.values() if i < len(group)]
+    return order[:n]
+
+
+def first_items(items: list[PromptRecord], limit: int | None, spread: bool) -> list[PromptRecord]:
+    """The first ``limit`` items (all with None), or with ``spread`` taken term by term."""
+    return spread_over_terms(items, limit) if spread else items[:limit]
+
+
+__all__ = ["batch_order", "chunk_items", "first_items", "prompt_set", "spread_over_terms"]

@@ -8,9 +8,11 @@ correction over m heads multiplies the smallest by up to m), ``floor`` / ``ceili
 baseline below ``FLOOR`` or above ``CEILING``: a drop has little room), ``excluded`` (prompts
 left out of the numbers and why), ``small_group`` (fewer items than the test needs), and
 C5's ``clustered`` (items share terms), ``few_items`` (CIs over under ``FEW_ITEMS`` items),
-``tiny_margins`` (0/1 scores on tiny choice margins), ``layers`` (a top set's layers
-against unmatched random sets), ``undecided`` (a sequential null cut short) and
-``null_not_drawn`` (a matched null the top set made impossible).
+``small_support`` (a null with fewer distinct sets than asked for), ``tiny_margins`` (0/1
+scores on tiny choice margins), ``layers`` (a top set's layers against unmatched random
+sets), ``undecided`` (a sequential null cut short), ``null_not_drawn`` (a matched null the
+top set made impossible) and ``random_gain`` (random sets that raise the score: specificity
+then exceeds the top set's drop).
 """
 
 from __future__ import annotations
@@ -115,11 +117,20 @@ def binomial_resolution(model: str, where: str, n: int) -> dict | None:
     return _limit("p_resolution", model, message, where=where, n=n, min_p=bound)
 
 
-def floor_ceiling(model: str, name: str, baseline: float | None) -> dict | None:
-    """A 0-1 ``baseline`` at the floor or the ceiling, else None."""
+def floor_ceiling(
+    model: str, name: str, baseline: float | None, *, chance: float | None = None
+) -> dict | None:
+    """A 0-1 ``baseline`` at the floor or the ceiling, else None.
+
+    With a ``chance`` level (e.g. 1/choices of a multiple-choice task), the floor is judged
+    on the room above chance: ``(baseline - chance) / (1 - chance)`` under ``FLOOR`` (for
+    chance 0, a baseline under ``FLOOR``).
+    """
     if baseline is None:
         return None
-    if baseline < FLOOR:
+    level = chance or 0.0
+    above = (baseline - level) / (1 - level) if level < 1 else 0.0
+    if above < FLOOR:
         kind, room = "floor", "little room below it: a drop (an ablation's effect) can hardly show"
     elif baseline > CEILING:
         kind, room = (
@@ -129,11 +140,27 @@ def floor_ceiling(model: str, name: str, baseline: float | None) -> dict | None:
         )
     else:
         return None
+    bounds = f"< {FLOOR} or > {CEILING} on a 0-1 score"
+    if level:
+        bounds = (
+            f"chance {level:.3f}; the floor is under {FLOOR:g} of the room above chance, "
+            f"< {level + FLOOR * (1 - level):.3f}; the ceiling > {CEILING}"
+        )
+    message = f"{model}: {name} baseline {baseline:.3f} is at the {kind} ({bounds}): {room}"
+    given = {} if chance is None else {"chance": chance}
+    return _limit(kind, model, message, score=name, baseline=baseline, **given)
+
+
+def random_gain(model: str, score: str, null: str, random_mean: float, top: float) -> dict:
+    """A null whose sets raise the score on average: specificity then exceeds the top drop."""
     message = (
-        f"{model}: {name} baseline {baseline:.3f} is at the {kind} "
-        f"(< {FLOOR} or > {CEILING} on a 0-1 score): {room}"
+        f"{model}: {score}: the {null} null's sets raise the score on average (mean drop "
+        f"{random_mean:.3f}), so specificity (top drop minus that mean) exceeds the top set's "
+        f"own drop ({top:.3f}) by {-random_mean:.3f}: that part is the random sets' gain, not "
+        "the top set's harm"
     )
-    return _limit(kind, model, message, score=name, baseline=baseline)
+    return _limit("random_gain", model, message, score=score, null=null,
+                  random_mean=random_mean, top_drop=top)  # fmt: skip
 
 
 #: What a skip reason means and how to keep such prompts, in ``excluded``'s message.
@@ -212,9 +239,11 @@ __all__ = [
     "not_run",
     "null_not_drawn",
     "p_resolution",
+    "random_gain",
     "resamples_for_one",
     "sign_flip_floor",
     "small_group",
+    "small_support",
     "term_clustering",
     "tiny_margins",
     "undecided",
@@ -314,6 +343,19 @@ def null_not_drawn(model: str, null: str, why: str) -> dict:
     """A matched null the model's top set left impossible to draw, and why."""
     message = f"{model}: no {null}-matched null could be drawn for this top set: {why}"
     return _limit("null_not_drawn", model, message, null=null)
+
+
+def small_support(model: str, null: str, support: int, n_random: int) -> dict:
+    """A null with fewer distinct sets than asked for: each used once, p's floor from them."""
+    floor = 1 / (support + 1)
+    said = "above" if floor > ALPHA else "within"
+    message = (
+        f"{model}: the {null} null has only {support} distinct set(s) for this top set "
+        f"({n_random} asked for): each is used once, and its p cannot go below "
+        f"1/{support + 1} = {floor:.3g}, {said} the test level {ALPHA} before any correction"
+    )
+    return _limit("small_support", model, message, null=null, support=support,
+                  n_random=n_random, min_p=floor)  # fmt: skip
 
 
 def holm_resolution(n_random: int, n_models: int) -> dict | None:

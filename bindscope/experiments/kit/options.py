@@ -85,6 +85,25 @@ def prompts_option() -> Any:
     return option("canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True)
 
 
+def spread_option() -> Any:
+    """The ``--spread`` switch that goes with ``--limit N``."""
+    return option(
+        False,
+        "with --limit N: take the N prompts in turn from each term (one per term, then a "
+        "second, ...) instead of the first N in the file; refused without --limit",
+        switch=True,
+    )
+
+
+def check_spread(limit: int | None, spread: bool) -> None:
+    """Refuse ``spread`` without a ``limit`` (it would change nothing)."""
+    if spread and limit is None:
+        raise InputError(
+            "--spread spreads --limit N prompts over the terms: add --limit N "
+            "(spread=True needs limit=N)"
+        )
+
+
 def check_whole(options: object, least: Mapping[str, int]) -> None:
     """Refuse a field named in ``least`` that is not a whole number of at least its value.
 

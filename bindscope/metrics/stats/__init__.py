@@ -10,6 +10,7 @@ Modules:
     hypothesis_tests: rank p-values, permutation tests, the binomial test.
     multiple: p-value adjustment.
     sequential: sequential Monte Carlo p-values (Besag and Clifford).
+    tail: a permutation p's tail approximation (generalized Pareto fit).
     power: the smallest drop a rank test could detect.
     correlation: correlations, lead-lag and windowed correlations.
 
@@ -24,7 +25,9 @@ Conventions:
 Interval method strings:
     ``"bootstrap-bca"``: scipy's BCa bootstrap interval.
     ``"bootstrap-percentile"``: percentile interval, used when BCa is undefined
-    (non-finite) but the bootstrap distribution is not constant.
+    (non-finite) but the bootstrap distribution is not constant, or when over 1% of
+    the resamples tie with the estimate (few distinct values), where BCa's bias
+    correction would move its bounds by a whole step on float noise of 1e-6.
     ``"degenerate"``: every resample (or every value) gives the same statistic,
     so the interval is ``(value, value)``. "Same" allows a spread of
     1e-12 relative to the magnitude of the inputs (floating-point rounding,
@@ -64,10 +67,12 @@ from bindscope.metrics.stats.results import (  # noqa: F401  METHOD_*: names the
     TestResult,
 )
 from bindscope.metrics.stats.sequential import SequentialP, sequential_p_value
+from bindscope.metrics.stats.tail import TailP, tail_p_value
 
 __all__ = [
     "Estimate",
     "SequentialP",
+    "TailP",
     "TestResult",
     "adjust_pvalues",
     "binomial_leads",
@@ -85,6 +90,7 @@ __all__ = [
     "rank_p_value",
     "sequential_p_value",
     "specificity",
+    "tail_p_value",
     "two_sample_permutation",
     "wilson_ci",
     "windowed_correlation",

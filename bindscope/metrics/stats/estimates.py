@@ -68,8 +68,10 @@ def bootstrap_statistic(
     Thin wrapper over ``scipy.stats.bootstrap(method="BCa")``. If the
     statistic is the same on every resample the interval is
     ``(value, value)`` with method ``"degenerate"``; if BCa is undefined
-    otherwise, the percentile interval of the same resamples is returned
-    with method ``"bootstrap-percentile"``.
+    otherwise, or more than ``TIED_SHARE`` of the resamples tie with the
+    estimate (few distinct values: BCa's bias correction would turn on float
+    noise), the percentile interval of the same resamples is returned with
+    method ``"bootstrap-percentile"``.
 
     Args:
         data: Tuple of 1-D samples. ``statistic(*data)`` is the estimate.
@@ -108,11 +110,32 @@ def bootstrap_statistic(
         return Estimate(value, value, value, confidence, METHOD_DEGENERATE, n)
 
     low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
-    if math.isfinite(low) and math.isfinite(high):
+    if math.isfinite(low) and math.isfinite(high) and not _ties_estimate(dist, value):
         return Estimate(value, low, high, confidence, METHOD_BCA, n)
-    # BCa is undefined (e.g. a 0/0 acceleration): percentile interval of the same resamples.
+    # BCa is undefined (e.g. a 0/0 acceleration) or turns on float noise (resamples tied
+    # with the estimate): the percentile interval of the same resamples.
     low, high = _percentile_interval(res, samples, statistic, settings)
     return Estimate(value, low, high, confidence, METHOD_PERCENTILE, n)
+
+
+#: Resamples closer to the estimate than this, relative to the magnitudes, tie with it:
+#: float32 rounding carried through a score (about 1e-7 relative per step) stays below it.
+TIE_TOLERANCE = 1e-4
+#: More resamples than this share tied with the estimate, and BCa's bias correction
+#: (the share of resamples strictly below the estimate) turns on float noise.
+TIED_SHARE = 0.01
+
+
+def _ties_estimate(dist: NDArray[np.float64], value: float) -> bool:
+    """Whether more than ``TIED_SHARE`` of the resamples tie with the estimate.
+
+    Few distinct values (0/1 scores, few terms) put an atom of the bootstrap distribution at
+    the estimate; noise of 1e-6 in the data then decides which side of it each tied resample
+    falls, and BCa's bias correction, so its bounds, jump by a whole step of the atoms.
+    """
+    scale = max(abs(value), float(np.max(np.abs(dist))))
+    tied = np.abs(dist - value) <= TIE_TOLERANCE * scale
+    return bool(tied.mean() > TIED_SHARE)
 
 
 def _percentile_interval(
