@@ -86,6 +86,16 @@ def sandboxed() -> bool:
     return bool(state.get("sandboxed"))
 
 
+# A mode-dependent test of the runners: trusted on both models, sandboxed on one (what the
+# sandbox changes, the process the block runs in and the gradient's path, is the model's
+# neither). Use as ``@BOTH_MODES`` on a test taking ``twins`` and ``mode``.
+BOTH_MODES = pytest.mark.parametrize(
+    ("twins", "mode"),
+    [*((name, "trusted") for name in SERVED), (next(iter(SERVED)), "sandboxed")],
+    indirect=True,
+)
+
+
 @pytest.fixture(params=["trusted", "sandboxed"])
 def mode(request, live, monkeypatch):
     """A test whose outcome depends on the server's mode, once in each: the key decides."""

@@ -19,6 +19,7 @@ from bindscope.prompts.tasks import answer_ids, task_pairs
 from bindscope.runners.attribution_metrics import LogitDifference
 from bindscope.runners.circuit import faithfulness, top_mask
 from bindscope.runners.edges import edge_attribution, path_patching
+from tests.remote.live.conftest import BOTH_MODES
 from tests.tolerance import assert_within, gradient_bound, logit_bound
 
 pytestmark = pytest.mark.ndif_live
@@ -30,6 +31,7 @@ def _pairs(model, n=4):
     return [p.clean for p in pairs], [p.corrupted for p in pairs], metric
 
 
+@BOTH_MODES
 def test_edge_scores_and_circuits_equal_local(twins, mode):
     """Trusted, the scores equal local; sandboxed, the scan refuses (its gradients cannot
     reach the model's process) rather than return zeros. Path patching and faithfulness

@@ -28,6 +28,7 @@ from bindscope.runners.behaviour import recognition
 from bindscope.runners.binding import binding
 from bindscope.runners.scan import ScoredSequence, condition_scores
 from tests.experiments import prompts_tiny
+from tests.remote.live.conftest import BOTH_MODES
 from tests.remote.live.test_calls import HEADS, TEXTS
 from tests.tolerance import gradient_bound, logit_bound
 
@@ -248,6 +249,7 @@ def _frozen(model):
             p.requires_grad_(True)
 
 
+@BOTH_MODES
 def test_the_exact_scan_runner_equals_local_in_one_request_per_batch(twins, mode, monkeypatch):
     """One session per batch, trusted and sandboxed (no ``tracer.stop()`` there: Limits)."""
     local, far = twins

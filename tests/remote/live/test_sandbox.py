@@ -14,13 +14,14 @@ import pytest
 import torch
 
 from bindscope.interventions import ops
-from tests.remote.live.conftest import sandboxed
+from tests.remote.live.conftest import BOTH_MODES, sandboxed
 
 pytestmark = pytest.mark.ndif_live
 
 RUNNER = b"ndif.services.ray.sandbox.runner"
 
 
+@BOTH_MODES
 def test_the_block_runs_in_the_runner_exactly_when_sandboxed(twins, mode):
     local, far = twins
     batch = far.encode(["Alt text describes an image"])
