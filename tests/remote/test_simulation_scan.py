@@ -22,11 +22,21 @@ from tests.experiments.test_scan_runner import TEXTS, _logprob_bound, _sequences
 @pytest.fixture(scope="module")
 def twins(tiny, byte_tokenizer, sp_tokenizer):
     """(local, simulated remote) with the same weights (build_tiny seeds by family)."""
-    family = tiny.family
+    return _twins(tiny, byte_tokenizer, sp_tokenizer)
+
+
+@pytest.fixture(scope="module")
+def layout_twins(tiny_layout, byte_tokenizer, sp_tokenizer):
+    """``twins`` for one family per attention layout."""
+    return _twins(tiny_layout, byte_tokenizer, sp_tokenizer)
+
+
+def _twins(local, byte_tokenizer, sp_tokenizer):
+    family = local.family
     tok = sp_tokenizer if family == "llama" else byte_tokenizer
     simulated = remote.simulate(build_tiny(family, tok, self_check=False))
     remote.probe_capture(simulated)
-    return tiny, simulated
+    return local, simulated
 
 
 def _conditions(model):
@@ -63,8 +73,10 @@ def test_remote_scan_equals_local_to_the_bit_in_one_request_per_batch(twins):
     assert np.abs(other - zeroed).max() > 100 * _logprob_bound(local)
 
 
-def test_naive_remote_scan_equals_local(twins):
-    local, far = twins
+def test_naive_remote_scan_equals_local(layout_twins):
+    """The naive strategy through the simulated server (each family's shipped sites: above;
+    naive against residual-start locally on every family: tests/experiments/test_scan_runner.py)."""
+    local, far = layout_twins
     sequences, conditions = _sequences(local), _conditions(local)
     options = {"batch_size": 3, "strategy": "naive"}
     got = condition_scores(far, sequences, conditions, **options)
