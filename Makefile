@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.bindscope-installed
 LINT_PATHS := bindscope tests benchmarks tools
 
-.PHONY: demo test test-live test-browser lint format bench clean
+.PHONY: demo c5-powered test test-live test-browser lint format bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -22,6 +22,12 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(VENV)/bin/bindscope demo
+
+# C5 with the power to settle it (issue 41): `bindscope c5 --preset powered` on the three
+# embedded models into one folder (C5_OUT), Holm across them. Hours on 2 CPU cores.
+C5_OUT ?= bindscope-c5-powered
+c5-powered: $(STAMP)
+	$(VENV)/bin/bindscope c5 --preset powered --out $(C5_OUT)
 
 test: $(STAMP)
 	$(PY) -m pytest -q --durations=25
@@ -58,4 +64,4 @@ bench: $(STAMP)
 	$(PY) benchmarks/bench_c5.py
 
 clean:
-	rm -rf $(VENV) bindscope-demo .pytest_cache
+	rm -rf $(VENV) bindscope-demo bindscope-c5-powered .pytest_cache

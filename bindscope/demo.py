@@ -4,10 +4,11 @@ For SmolLM2-135M-Instruct (instruction-tuned, Llama architecture, 30 x 9 = 270 h
 Gemma 3 270M (pretrained base, sliding-window attention, 18 x 4 = 72 heads) and
 Qwen2.5-Coder-0.5B-Instruct (Qwen2, one of the EB* paper's families, 24 x 14 = 336 heads)
 in turn: EB* on the canonical prompts, C5 (k=4 on each, so a set removes 1.5%, 5.6% and
-1.2% of the heads; sequential nulls of up to 199 sets: random, layer-matched and
-class-matched), discriminant validity and few-shot; records and summaries under ``OUT/``
-(all models in the same records, side by side in every table), then figures and one
-report. Rerunning resumes where it stopped.
+1.2% of the heads; a sequential random null of up to 59 sets: the design that
+``benchmarks/c5_frontier.py`` predicts fits 15 minutes for three models), discriminant
+validity and few-shot; records and summaries under ``OUT/`` (all models in the same
+records, side by side in every table), then figures and one report, which says where the
+demo's power stops and names ``make c5-powered``. Rerunning resumes where it stopped.
 """
 
 from __future__ import annotations
@@ -33,15 +34,22 @@ QUICK_TERMS = ("screen reader", "alt text", "skip link", "focus indicator")
 #: one condition takes about 0.046 s of one core on SmolLM2 (0.05 s on Gemma 3, an estimated
 #: 0.2 s on Qwen2.5-0.5B), the four-choice rec_001 0.23 s. Heads are still ranked on all
 #: canonical prompts; ``bindscope c5`` and ``bindscope fewshot`` evaluate every prompt.
+#: The design is the point of ``benchmarks/c5_frontier.py`` (benchmarks/README.md, "C5
+#: power against time") that fits 15 minutes of C5 for the three models: one item per
+#: term, the random null only, at most 59 sets, so that p reaches 1/60, Holm's 0.05 / 3.
 DEMO_C5_IDS = ("rec_003",)
-DEMO_N_RANDOM = 199
+DEMO_N_RANDOM = 59
 DEMO_STOP_AT = 10
 DEMO_K = 4
+#: The command that goes past the demo's power (``bindscope c5 --preset powered``).
+POWERED_COMMAND = "make c5-powered"
 DEMO_C5_DESIGN = (
     "the demo evaluates recognition only ({items} item x {terms} terms: the True/False "
-    "question) under three nulls per model (random, layer-matched, class-matched), each "
-    "drawn sequentially: it stops once {h} random sets drop at least as much as the top "
-    "set, else at {n} sets (p down to 1/{n1}). One of the five recognition items per term "
+    "question) under the random null, drawn sequentially: it stops once {h} random sets "
+    "drop at least as much as the top set, else at {n} sets (p down to 1/{n1}, Holm's "
+    "0.05/3); the design fits 15 minutes of C5 for three models (benchmarks/c5_frontier.py), "
+    "and `make c5-powered` adds the other items and a layer-matched null. One of the five "
+    "recognition items per term "
     "costs power: the detectable drop's excess over the random sets' mean is about "
     "sqrt(5) = 2.2 times what all five would give (the detectable drop per model is in "
     "the nulls table); generation is left out because SmolLM2's "
@@ -124,6 +132,9 @@ def run(
     t0 = time.perf_counter()
     figures = make_figures(out)
     report = write_report(out, figures=figures)
+    if "c5" in summaries:  # where the demo's power stops, and the command that goes further
+        statement = power_statement(summaries["c5"])
+        report.write_text(report.read_text("utf-8") + "\n" + statement + "\n", "utf-8")
     print()  # every summary's tables, the figures drawn and the report's path
     for summary in summaries.values():
         for line in summary_lines(summary):
@@ -137,6 +148,40 @@ def run(
     print(f"time per model (load included): {split}; figures and report {drawing:.0f} s")
     print(f"demo finished in {(time.perf_counter() - started) / 60:.1f} min; results in {out}/")
     return summaries
+
+
+def power_statement(c5_summary: dict, score: str = "recognition") -> str:
+    """The report's section on where the demo's C5 power stops, per model and null.
+
+    The detectable drop (``c5_summary``'s, power 0.8 at Holm's one-sided 0.05 / models) is
+    the smallest top-set drop the run could have found; below it "can't tell" is no answer.
+    """
+    n_random = c5_summary.get("n_random")
+    lines = ["## Where the demo's power stops", ""]
+    for label, entry in c5_summary.get("models", {}).items():
+        drop = (entry.get("detectable_drop") or {}).get(score)
+        mean = _mean(entry.get("random_drops", {}).get(score))
+        nulls = ", ".join(entry.get("nulls", {})) or "random"
+        text = "not computed (fewer than 2 sets or items)" if drop is None else f"{drop:.3f}"
+        above = "" if drop is None or mean is None else f" ({drop - mean:.3f} above the "
+        above += "random sets' mean drop)" if above else ""
+        lines.append(
+            f"- {label}: detectable {score} drop {text}{above}, random null (nulls run: "
+            f"{nulls}; the detectable drop is stated for the random null)"
+        )
+    lines += [
+        "",
+        f'A smaller top-set drop reads as "can\'t tell" in this design ({n_random} sets per '
+        f"null at most, one recognition item per term). `{POWERED_COMMAND}` (`bindscope c5 "
+        "--preset powered`) goes further: all 205 recognition items, the random and a "
+        "layer-matched null of up to 199 sets each (p down to 0.005), Holm across the three "
+        'models; benchmarks/README.md ("C5 power against time") predicts its power and time.',
+    ]
+    return "\n".join(lines)
+
+
+def _mean(values: list | None) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def _check_installed(chosen: list, *, defaults: bool) -> None:
@@ -177,10 +222,10 @@ def _steps(canonical: PromptSet, control_set: PromptSet) -> list:
         n1=DEMO_N_RANDOM + 1,
         k=DEMO_K,
     )
-    # the random null, and beside it a layer-matched and a class-matched one
+    # the random null only: the frontier's 15-minute point (power_statement says its limit)
     c5_options = C5Options(
         prompts=by_prompt_id(canonical, DEMO_C5_IDS), ranking=canonical, k=DEMO_K,
-        n_random=DEMO_N_RANDOM, stop_at=DEMO_STOP_AT, matched_layers=True, matched_classes=True,
+        n_random=DEMO_N_RANDOM, stop_at=DEMO_STOP_AT,
         design=design,
     ).keywords()  # fmt: skip
     return [

@@ -10,6 +10,7 @@ checked: on random weights they mean nothing, and the timings belong to a quiet 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import c5_frontier
+from bindscope import demo
 from tests.conftest import build_tiny
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,3 +71,36 @@ def test_the_benchmark_runs_on_a_tiny_model(name: str, model_folder: Path, tmp_p
         timeout=600,
     )
     assert done.returncode == 0, f"bench_{name} exited {done.returncode}:\n{done.stderr[-3000:]}"
+
+
+def test_the_c5_frontier_runs_on_a_synthetic_summary(tmp_path: Path) -> None:
+    """The frontier script reads a C5 summary's spreads and prints its picks; no model."""
+    summary = {
+        "models": {
+            "SmolLM2-135M-Instruct@main": {
+                "random_drops": {"recognition": [0.0, 0.05, -0.02]},
+                "n_items": {"recognition": 10},
+                "paired_sd": {"recognition": 0.4},
+            }
+        }
+    }
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(summary))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    figure = tmp_path / "frontier.png"
+    script = ROOT / "benchmarks" / "c5_frontier.py"
+    args = ["--summary", str(path), "--figure", str(figure)]
+    done = subprocess.run(
+        [sys.executable, str(script), *args], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "fits 15 min for three models" in done.stdout and figure.is_file()
+    assert "powered preset (bindscope c5 --preset powered)" in done.stdout
+
+
+def test_the_demo_runs_the_frontiers_fifteen_minute_design() -> None:
+    """demo.py's C5 constants are the point the frontier picks from its recorded inputs."""
+    chosen = c5_frontier.pick(c5_frontier.frontier(c5_frontier.spreads_from([])), 15.0)
+    assert chosen is not None
+    assert chosen["per_term"] == len(demo.DEMO_C5_IDS) and chosen["N"] == demo.DEMO_N_RANDOM
+    assert chosen["nulls"] == "random"

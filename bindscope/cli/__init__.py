@@ -22,7 +22,7 @@ from bindscope.cli.ndif import cmd_ndif
 from bindscope.errors import BindscopeError, BindscopeWarning, HeadSpecError
 from bindscope.experiments.kit import registry
 from bindscope.experiments.kit.experiment import Common, Experiment
-from bindscope.experiments.kit.options import Options
+from bindscope.experiments.kit.options import Options, apply_preset
 from bindscope.loading import check_device, check_dtype
 from bindscope.prompts import load
 from bindscope.prompts.audit import audit, format_audit, write_audit
@@ -71,17 +71,32 @@ def _options(definition: Experiment, args: argparse.Namespace) -> Options:
     Everything here runs before any model loads, so a typo costs no model load.
     """
     given: dict[str, Any] = {}
-    for name, flag, _default in definition.options.flags():
+    defaults: dict[str, Any] = {}
+    for name, flag, default in definition.options.flags():
         value = getattr(args, name)
         given[name] = flag.convert(value) if flag.convert is not None else value
+        defaults[name] = default
+    preset = getattr(args, "preset", None)
+    if preset is not None:
+        given = apply_preset(preset, definition.presets[preset], given, defaults)
     options = definition.options.of(given)  # the settings check
     check_terms = definition.check_terms(options)
     sets = {
         name: load(getattr(options, name), check_terms=check_terms)
         for name, flag, _default in definition.options.flags()
-        if flag.prompts and getattr(options, name) is not None
+        if flag.prompts and isinstance(getattr(options, name), (str, Path))
     }
     return dataclasses.replace(options, **sets)
+
+
+def _model_specs(definition: Experiment, args: argparse.Namespace) -> list[str | None]:
+    """The ``--model`` values, else the preset's models, else the default model."""
+    if args.model:
+        return list(args.model)
+    preset = getattr(args, "preset", None)
+    if preset is not None and definition.presets[preset].models:
+        return list(definition.presets[preset].models)
+    return [None]
 
 
 def _check_folder(folder: Path) -> None:
@@ -140,7 +155,7 @@ def _run_experiment(definition: Experiment, args: argparse.Namespace) -> int:
         keywords["loader"] = lambda name, revision=None, **_: _load(name, revision, args)
         models = args.model
     elif definition.models == "several":
-        models = [_load(spec, args.revision, args) for spec in args.model or [None]]
+        models = [_load(spec, args.revision, args) for spec in _model_specs(definition, args)]
     else:
         models = _load(args.model, args.revision, args)
     summary = definition.run(

@@ -93,6 +93,13 @@ def add_experiment(
             given.update(type=flag.type, choices=flag.choices, metavar=flag.metavar)
             given.update(default=default, required=flag.required)
         p.add_argument(spelled, **given)
+    if definition.presets:
+        p.add_argument(
+            "--preset",
+            choices=sorted(definition.presets),
+            help="a named design; flags left at their defaults take its values: "
+            + "; ".join(f"{name}: {preset.help}" for name, preset in definition.presets.items()),
+        )
     p.set_defaults(batch_size=definition.batch_size, func=command)
 
 

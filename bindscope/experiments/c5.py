@@ -21,6 +21,7 @@ from typing import Any
 
 from bindscope.batch import GENERATION_BATCH_SIZE, check_batch_size
 from bindscope.errors import InputError
+from bindscope.experiments.c5_presets import PRESETS
 from bindscope.experiments.c5_summary import (
     EXPERIMENT,
     NULLS,
@@ -623,7 +624,7 @@ CONDITIONS = RecordKind(
 DEFINITION = Experiment(
     EXPERIMENT, "c5", "causal head ablation: top/bottom/random k-head sets", C5Options,
     summarize, text, records=(CONDITIONS, binding_kind(RANKING)), plan=_plan, models="several",
-    check_folder=check_complete,
+    check_folder=check_complete, presets=PRESETS,
 )  # fmt: skip
 
 

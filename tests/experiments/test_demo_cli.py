@@ -27,20 +27,24 @@ def test_demo_writes_records_summaries_figures_and_report(demo_dir, capsys):
         summary = json.loads((demo_dir / name / "summary.json").read_text())
         assert summary["experiment"] == name and len(summary["models"]) == 3
     c5 = json.loads((demo_dir / "c5" / "summary.json").read_text())
-    # up to 199 sets per null: p can reach 1/200 = 0.005, x 3 models under Holm 0.015 < 0.05
-    assert c5["k"] == 4 and c5["n_random"] == 199 and c5["ablation"] == "zero"
+    # up to 59 sets: p can reach 1/60, x 3 models under Holm 0.05 (the frontier's 15-minute point)
+    assert c5["k"] == 4 and c5["n_random"] == 59 and c5["ablation"] == "zero"
     assert c5["sampling"] == "sequential" and c5["stop_at"] == 10
     assert not [f for f in c5["limits"] if f["kind"] in ("p_resolution", "undecided")]
     assert len(c5["models"]) == 3  # all models side by side (force discarded nothing)
     for m in c5["models"].values():
         assert "generation" not in m["conditions"]["baseline"]  # at the floor: left out
-        for null in ("random", "layers", "classes"):  # each null with its own p and sets
-            test = m["nulls"][null]["recognition"]
-            assert test["p"] is not None and test["p_holm"] >= test["p"]
-            assert 1 <= test["n_drawn"] <= 199 and test["stopped"] in ("reached", "maximum")
-        assert m["class_match"]["heads"] and m["detectable_drop"]["recognition"] is not None
+        assert set(m["nulls"]) == {"random"}  # the frontier's point: the random null only
+        test = m["nulls"]["random"]["recognition"]
+        assert test["p"] is not None and test["p_holm"] >= test["p"]
+        assert 1 <= test["n_drawn"] <= 59 and test["stopped"] in ("reached", "maximum")
+        assert m["detectable_drop"]["recognition"] is not None
     assert "recognition only" in c5["design"]
     assert "recognition only" in (demo_dir / "report.md").read_text()
+    stops = (demo_dir / "report.md").read_text().split("## Where the demo's power stops")[-1]
+    for label in c5["models"]:  # each model's detectable drop, and the command beyond it
+        assert f"- {label}: detectable recognition drop " in stops
+    assert "`make c5-powered`" in stops
     assert c5["ranking_set"] == "canonical-quick"
     assert (demo_dir / "report.md").stat().st_size > 1000
     assert len(list((demo_dir / "figures").glob("*.png"))) >= 4
@@ -117,3 +121,20 @@ def test_demo_runs_three_architectures_and_refuses_a_model_it_cannot_load(monkey
     with pytest.raises(InputError, match=r"'qwen2\.5-coder-0\.5b' is not an embedded model"):
         demo.run(out=tmp_path / "demo", progress=False)
     assert not (tmp_path / "demo").exists()
+
+
+def test_the_power_statement_names_each_models_detectable_drop_and_the_powered_command():
+    """On a synthetic summary: the drop and its excess over the random mean, per model."""
+    summary = {
+        "n_random": 59,
+        "models": {
+            "A": {"detectable_drop": {"recognition": 0.25},
+                  "random_drops": {"recognition": [0.0, 0.1]},
+                  "nulls": {"random": {}}},
+            "B": {"detectable_drop": {}, "random_drops": {}, "nulls": {"random": {}}},
+        },
+    }  # fmt: skip
+    text = demo.power_statement(summary)
+    assert "- A: detectable recognition drop 0.250 (0.200 above the random sets' mean" in text
+    assert "- B: detectable recognition drop not computed" in text
+    assert "59 sets per null at most" in text and "`make c5-powered`" in text

@@ -155,6 +155,10 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
             "test_generation_batch_size_changes_only_batches",
         ),
         "--limit": Changes("1", "2", lambda r, v: c5_setting(r, "limit") == int(v)),
+        "--preset": NoEffect(
+            "sets other options' values (checked there)",
+            "tests/experiments/test_c5_presets.py::test_the_powered_preset_expands_to_its_design",
+        ),
         "--spread": NoEffect(
             "which --limit prompts are taken; refused without --limit",
             "tests/experiments/test_c5_stats.py::"

@@ -16,8 +16,8 @@ reliability fix to any of these steps lands here once.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from bindscope.batch import check_batch_size
 from bindscope.errors import InputError
-from bindscope.experiments.kit.options import Options
+from bindscope.experiments.kit.options import Options, Preset
 from bindscope.experiments.kit.record_fields import RecordFields, base_record
 from bindscope.prompts.prompt_sets import PromptSet
 from bindscope.protocols import LanguageModel
@@ -200,6 +200,7 @@ class Experiment:
         check_folder: ``check_folder(folder, records)`` raises ``InputError`` when a folder's
             records cannot be read as results yet (a run stopped halfway); ``summarize``,
             ``figures`` and ``report`` run it before reading (``registry.check_folders``).
+        presets: Named designs, ``--preset NAME`` (option values and default models).
     """
 
     name: str
@@ -216,6 +217,7 @@ class Experiment:
     show_records: bool = False
     also: Callable[[Any], tuple[str, ...]] = lambda options: ()
     check_folder: Callable[[Path, list[dict]], None] | None = None
+    presets: Mapping[str, Preset] = field(default_factory=dict)
 
     def run(
         self,

@@ -123,6 +123,43 @@ def check_choice(name: str, value: object, choices: Sequence[str]) -> None:
         raise InputError(f"{name}={value!r}: pass one of {', '.join(choices)}")
 
 
+@dataclass(frozen=True)
+class Preset:
+    """A named design of an experiment (``bindscope COMMAND --preset NAME``).
+
+    Attributes:
+        help: What it runs, in one line (``--help``).
+        options: Makes its option values (a function: a value may be a loaded prompt set).
+        models: The models it runs when no ``--model`` is given (None: the default model).
+    """
+
+    help: str
+    options: Callable[[], dict[str, Any]]
+    models: tuple[str | None, ...] = ()
+
+
+def apply_preset(
+    preset_name: str, preset: Preset, given: Mapping[str, Any], defaults: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``given`` with the preset's values where a flag was left at its default.
+
+    A value that is no flag (a ``setting``) is added; ``Options.of`` refuses an unknown one.
+
+    Raises:
+        InputError: A flag set to another value than the preset's (drop one of the two).
+    """
+    merged = dict(given)
+    for name, value in preset.options().items():
+        if name in given and given[name] != defaults[name] and given[name] != value:
+            flag = "--" + name.replace("_", "-")
+            raise InputError(
+                f"--preset {preset_name} sets {name}; {flag} {given[name]!r} disagrees: "
+                f"drop {flag} or the preset"
+            )
+        merged[name] = value
+    return merged
+
+
 def setting(default: T) -> T:
     """A field of an ``Options`` dataclass that only Python callers set (no flag)."""
     return dataclasses.field(default=default)
@@ -169,6 +206,8 @@ __all__ = [
     "GENERATION_HELP",
     "Flag",
     "Options",
+    "Preset",
+    "apply_preset",
     "check_choice",
     "check_whole",
     "count",

@@ -1,0 +1,67 @@
+"""C5's named designs (``bindscope c5 --preset NAME``).
+
+``powered``: the design with the power to settle C5 on the three embedded models (issue
+41): every recognition item, the random and the layer-matched null, each able to reach
+p = 1/200 = 0.005, Holm across the models. ``make c5-powered`` runs it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from bindscope.experiments.kit.options import Preset
+from bindscope.prompts.prompt_sets import PromptSet, load
+
+#: The three embedded models (None: the default, SmolLM2-135M-Instruct).
+EMBEDDED_MODELS: tuple[str | None, ...] = (None, "gemma-3-270m", "qwen2.5-coder-0.5b")
+#: Random sets per null: p reaches 1/(199 + 1) = 0.005, under Holm's 0.05 / 3 step.
+POWERED_N_RANDOM = 199
+POWERED_DESIGN = (
+    "the powered design (bindscope c5 --preset powered): all {items} recognition items "
+    "({terms} terms x 5), heads ranked on every canonical prompt; a random and a "
+    "layer-matched null per model, each drawn sequentially up to {n} sets so that its exact "
+    "p reaches 1/{n1} = {floor:.3f} (the GPD tail p goes below it); Holm across the models"
+)
+
+
+def by_task(pset: PromptSet, task: str) -> PromptSet:
+    """The records of ``pset`` of one ``task`` (``recognition`` or ``generation``)."""
+    keep = tuple(r for r in pset if r.task == task)
+    digest = hashlib.sha256((pset.sha256 + "|task=" + task).encode()).hexdigest()
+    return PromptSet(f"{pset.name}-{task}", keep, digest)
+
+
+def powered_options() -> dict[str, Any]:
+    """The powered preset's option values (the canonical set loaded now)."""
+    canonical = load("canonical")
+    items = by_task(canonical, "recognition")
+    design = POWERED_DESIGN.format(
+        items=len(items),
+        terms=len({r.term for r in items}),
+        n=POWERED_N_RANDOM,
+        n1=POWERED_N_RANDOM + 1,
+        floor=1 / (POWERED_N_RANDOM + 1),
+    )
+    return {
+        "prompts": items,
+        "ranking": canonical,
+        "k": 4,
+        "n_random": POWERED_N_RANDOM,
+        "sampling": "sequential",
+        "matched_layers": True,
+        "design": design,
+    }
+
+
+PRESETS = {
+    "powered": Preset(
+        "all 205 recognition items, random and layer-matched nulls of up to 199 sets "
+        "(p down to 0.005), on the three embedded models unless --model is given; Holm "
+        "across the models",
+        powered_options,
+        EMBEDDED_MODELS,
+    )
+}
+
+__all__ = ["EMBEDDED_MODELS", "POWERED_N_RANDOM", "PRESETS", "by_task", "powered_options"]

@@ -1,0 +1,99 @@
+"""C5's design frontier: the detectable specificity a design buys against its predicted time.
+
+Pure arithmetic on recorded spreads and a per-forward cost (``benchmarks/c5_frontier.py``
+measures or reads them): the detectable drop of ``power.detectable_drop`` predicted for
+another item count, the p floor of a null with at most N sets, and the time of a run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from scipy import stats as sps
+
+
+@dataclass(frozen=True)
+class Spread:
+    """One model's recorded spreads, on the scale of one item.
+
+    Attributes:
+        item_sd: Standard deviation (ddof=1) of the top set's drop per item.
+        set_sd: Standard deviation of the random sets' mean drops times sqrt(items they
+            were measured on): each set's drop is a mean over the items, so its spread over
+            n items is ``set_sd / sqrt(n)``.
+    """
+
+    item_sd: float
+    set_sd: float
+
+
+def unit_spread(item_sd: float, random_drops_sd: float, n_items: int) -> Spread:
+    """The spreads of a run on ``n_items`` items, scaled to one item."""
+    if n_items < 2:
+        raise ValueError(f"'n_items' must be 2 or more, got {n_items!r}")
+    return Spread(item_sd=item_sd, set_sd=random_drops_sd * math.sqrt(n_items))
+
+
+def p_floor(n_sets: int) -> float:
+    """The least exact permutation p of a null with at most ``n_sets`` sets: 1/(N+1)."""
+    return 1.0 / (n_sets + 1)
+
+
+def detectable_specificity(
+    spread: Spread,
+    n_items: int,
+    *,
+    n_sets: int,
+    alpha: float = 0.05,
+    n_models: int = 1,
+    power: float = 0.8,
+) -> float:
+    """The top drop above the random sets' mean that a design detects with ``power``.
+
+    ``power.detectable_drop`` minus the random mean, predicted for ``n_items`` items:
+    ``(z(1 - a) * set_sd + z(power) * item_sd) / sqrt(n_items)`` at ``a = alpha /
+    n_models`` (Holm's strictest step). A null whose exact p cannot reach ``a`` (fewer
+    than ``n_models / alpha - 1`` sets) detects nothing: ``inf``.
+    """
+    if n_items < 1:
+        raise ValueError(f"'n_items' must be 1 or more, got {n_items!r}")
+    level = alpha / n_models
+    if p_floor(n_sets) > level:
+        return math.inf
+    spread_sum = sps.norm.ppf(1 - level) * spread.set_sd + sps.norm.ppf(power) * spread.item_sd
+    return float(spread_sum / math.sqrt(n_items))
+
+
+def expected_sets_no_effect(n_sets: int, stop_at: int) -> float:
+    """Sets a sequential null draws on average when the top set is like a random one.
+
+    Its p is then uniform, and the null stops after about ``stop_at / p`` sets, at most
+    ``n_sets``: ``E[min(N, h / U)] = h + h * ln(N / h)`` for ``h <= N``. With a real
+    effect it draws all ``n_sets``.
+    """
+    if stop_at >= n_sets:
+        return float(n_sets)
+    return stop_at * (1 + math.log(n_sets / stop_at))
+
+
+def c5_seconds(
+    *, n_items: int, n_sets: float, n_nulls: int, item_seconds: float, fixed_seconds: float
+) -> float:
+    """One model's C5 time: ``fixed + items * (3 + nulls * sets) * item_seconds``.
+
+    The three are the baseline, top and bottom conditions; ``fixed_seconds`` holds the
+    load and the head ranking; ``item_seconds`` is one item under one condition.
+    """
+    conditions = 3 + n_nulls * n_sets
+    return fixed_seconds + n_items * conditions * item_seconds
+
+
+__all__ = [
+    "Spread",
+    "c5_seconds",
+    "detectable_specificity",
+    "expected_sets_no_effect",
+    "p_floor",
+    "unit_spread",
+]
