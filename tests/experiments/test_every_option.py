@@ -305,6 +305,36 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
             "test_without_a_namespace_up_refuses_unless_the_exposure_is_accepted",
         ),
     },
+    "view": {
+        "results": NoEffect(
+            "the folders the page reads; no numbers are written",
+            "tests/viewer/test_page_data.py::test_folders_give_span_bsi_maps_and_circuit",
+        ),
+        "--model": NoEffect("the model whose patterns the page shows (loaded as everywhere)"),
+        "--revision": NoEffect("the model's revision (loaded as everywhere)"),
+        "--dtype": NoEffect("the model's dtype (loaded as everywhere)"),
+        "--device": NoEffect("where the model runs (loaded as everywhere)"),
+        "--remote": NoEffect("where the model runs (loaded as everywhere)"),
+        "--no-prepend-bos": NoEffect("the model's BOS rule (loaded as everywhere)"),
+        "--text": NoEffect(
+            "the text shown",
+            "tests/viewer/test_page_data.py::test_embedded_patterns_equal_attention_probs",
+        ),
+        "--prompt": NoEffect(
+            "which binding record is shown",
+            "tests/viewer/test_real_folders.py::test_binding_and_c5_folders",
+        ),
+        "--prompts": NoEffect(
+            "the prompt file a binding run used",
+            "tests/viewer/test_real_folders.py::test_binding_and_c5_folders",
+        ),
+        "--ablate": NoEffect(
+            "the heads of the second run shown",
+            "tests/viewer/test_page_data.py::test_embedded_patterns_equal_attention_probs",
+        ),
+        "--top-k": NoEffect("next tokens listed per run"),
+        "--out": NoEffect("where the page goes"),
+    },
     "summarize": {"results": NoEffect("the folder read")},
     "figures": {"results": NoEffect("the folder read"), "--out": NoEffect("where figures go")},
     "report": {"results": NoEffect("the folder read"), "--out": NoEffect("where it goes")},
