@@ -187,7 +187,7 @@ def _score_batch(
 
     A condition pass holds (condition, record) rows of one start layer, condition-major.
     """
-    clean = _clean_run(model, batch, choices, keep=max(by_start))
+    clean = _clean_run(model, batch, choices, keep=max(by_start, default=0))
     per_condition: list[list] = [[None] * len(choices) for _ in specs]
     for start, members in sorted(by_start.items()):
         pairs = [(c, r) for c in members for r in range(len(choices))]
