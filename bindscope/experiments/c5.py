@@ -9,7 +9,8 @@ and matched on the heads' graded taxonomy scores (``classes``), with zero or mea
 Each null is its own sequence of sets with its own p: under ``sampling="sequential"``
 (Besag-Clifford) a null stops once ``stop_at`` of its sets drop at least as much as the top
 set, else at ``n_random`` sets; ``fixed`` draws all ``n_random``. All conditions of a chunk
-of prompts run in the same batches (different heads per row).
+of prompts run together: recognition runs each batch clean once and starts every set at its
+lowest ablated layer (``strategy``), generation mixes conditions per row.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A record's prompt runs once with its key/value cache (`prompt_pass`), then all i
 run on the repeated cache (`choice_pass`). Either pass can keep the outputs of the layers
 below ``keep_layers`` (a clean run's residual stream) or start at layer ``start``, its
 lower layers skipped with nnsight's ``skip`` and replaced by a clean run's output of layer
-``start - 1``; a started prompt pass leaves those layers' cache empty, and `clean_layers`
+``start - 1``; a started prompt pass leaves those layers' cache empty, and `with_clean_layers`
 fills them from the clean cache. Local models only: the cache would cross the network.
 """
 
@@ -75,7 +75,7 @@ def prompt_pass(
     return first, cache, outputs
 
 
-def choice_inputs(model: LanguageModel, batch: Batch, flat: list, n_c: int) -> dict:
+def _choice_inputs(model: LanguageModel, batch: Batch, flat: list, n_c: int) -> dict:
     """Inputs of the choice pass: every choice but its last token, right-padded.
 
     Row ``s`` is choice ``s % n_c`` of prompt ``s // n_c``; positions go on from its prompt.
@@ -118,7 +118,7 @@ def choice_pass(
     ``start`` and ``residual`` (``[b*C, width, d]``) as in `prompt_pass`.
     """
     n = len(flat)
-    inputs = choice_inputs(model, batch, flat, n_c)
+    inputs = _choice_inputs(model, batch, flat, n_c)
     width = inputs["input_ids"].shape[1]
     # one entry per scored token: (sequence, position predicting it, token, weight); the
     # first token of every choice comes from the prompt pass, so the mean over all m tokens
@@ -195,7 +195,6 @@ def with_clean_layers(cache: Any, clean: list, rows: torch.Tensor, below: int) -
 
 __all__ = [
     "cache_name",
-    "choice_inputs",
     "choice_pass",
     "choice_scores",
     "keeps_logits",
