@@ -6,18 +6,21 @@ head in the layer of each top head). Each null's conditions (baseline, top set a
 ``--sets`` sets) are scored on ``--items`` evenly spaced recognition items two ways, in
 C5's chunks (``batch_size`` records with every condition):
 
-* ``full``: ``strategy="batched"``, C5's default until the start-at-layer change: each
-  record run in full once per condition, its choices on its prompt's cache, conditions
-  mixed per row (``recognition(..., per_row=...)``);
-* ``started``: ``strategy="residual"``, the default now (``c5.recognition_residual``): one
-  clean run per batch, each set from its lowest ablated layer, in the prompt and the choices.
+* ``full``: ``strategy="batched"``, C5's default: each record run in full once per
+  condition, its choices on its prompt's cache, conditions mixed per row
+  (``recognition(..., per_row=...)``);
+* ``started``: ``strategy="residual"`` (``c5.recognition_residual``): one clean run per
+  batch, each set from its lowest ablated layer, in the prompt and the choices.
 
 Both run in one process, alternating (full then started, then started then full, ...), so a
 busy machine slows both alike; the ratio full / started of each round is reported with the
 median, never the absolute times alone. The scores of the two are compared as well.
 
-    .venv/bin/python benchmarks/bench_c5_start.py                  # 41 items, 10 sets per null
-    .venv/bin/python benchmarks/bench_c5_start.py --items 4 --sets 2 --rounds 1   # smoke run
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_c5_start.py     # 41 items, 10 sets per null
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_c5_start.py --items 4 --sets 2 --rounds 1
+
+``PYTHONPATH=.`` makes a script in ``benchmarks/`` import this checkout's ``bindscope``, not
+one installed elsewhere (a shared venv's editable install points at its own checkout).
 """
 
 from __future__ import annotations
@@ -115,24 +118,27 @@ def main(argv: list[str] | None = None) -> int:
     _run(model, warm, {"baseline": [], "top": nulls["random"]["top"]}, "full", 2)
     _run(model, warm, {"baseline": [], "top": nulls["random"]["top"]}, "started", 2)
     seconds: dict[tuple[str, str], list[float]] = {}
+    cpu_seconds: dict[tuple[str, str], list[float]] = {}
     scores: dict[tuple[str, str], dict] = {}
     for round_ in range(args.rounds):
         order = ("full", "started") if round_ % 2 == 0 else ("started", "full")
         for null, conditions in nulls.items():
             chunks = _chunks(model, records, conditions, args.batch_size)
             for strategy in order:
-                started = time.perf_counter()
+                started, cpu = time.perf_counter(), time.process_time()
                 scores[(null, strategy)] = _run(
                     model, chunks, conditions, strategy, args.batch_size
                 )
                 seconds.setdefault((null, strategy), []).append(time.perf_counter() - started)
-    _report(model, args, nulls, seconds, scores, info, records)
+                cpu_seconds.setdefault((null, strategy), []).append(time.process_time() - cpu)
+    _report(model, args, nulls, (seconds, cpu_seconds), scores, info, records)
     return 0
 
 
-def _report(model, args, nulls, seconds, scores, info, records) -> None:
-    """Print the table (and write ``--json``)."""
+def _report(model, args, nulls, times, scores, info, records) -> None:
+    """Print the table (and write ``--json``); ``times``: wall and CPU seconds per run."""
     info_after = common.machine()
+    seconds, cpu_seconds = times
     rows, summary = [], {}
     for null, conditions in nulls.items():
         ratios = [f / s for f, s in zip(seconds[(null, "full")], seconds[(null, "started")])]
@@ -145,13 +151,16 @@ def _report(model, args, nulls, seconds, scores, info, records) -> None:
             "median_ratio": statistics.median(ratios),
             "full_s": seconds[(null, "full")],
             "started_s": seconds[(null, "started")],
+            "full_cpu_s": cpu_seconds[(null, "full")],
+            "started_cpu_s": cpu_seconds[(null, "started")],
             "layers_skipped": skipped,
             "max_score_diff": diff,
             "record_conditions": len(full),
         }
+        cpu = [f / s for f, s in zip(cpu_seconds[(null, "full")], cpu_seconds[(null, "started")])]
         rows.append(
             [null, len(full), f"{skipped:.0%}", " ".join(f"{r:.2f}" for r in ratios),
-             statistics.median(ratios), f"{diff:.1e}"]
+             statistics.median(ratios), " ".join(f"{r:.2f}" for r in cpu), f"{diff:.1e}"]
         )  # fmt: skip
     print(
         f"C5 recognition, {model.name}: {len(records)} items, top-{args.k} + {args.sets} sets "
@@ -159,7 +168,7 @@ def _report(model, args, nulls, seconds, scores, info, records) -> None:
     )
     print(common.machine_line(info))
     headers = ["null", "record x condition", "layers below the sets' starts"]
-    headers += ["full / started per round", "median", "max |d score|"]
+    headers += ["full / started per round", "median", "CPU s full / started", "max |d score|"]
     print(common.table(headers, rows))
     print(f"load average after the run: {common.machine_line(info_after).rsplit('; ', 1)[1]}")
     if args.json:

@@ -4,8 +4,9 @@ Layers below a set's lowest ablated layer compute exactly what the clean run com
 each batch of records runs clean once, as ``recognition`` scores it (the prompt with its
 key/value cache, then the choices on it), keeping the residual stream below the highest
 start; each set's rows then start at its lowest layer from that clean stream, in the prompt
-pass and in the choice pass, attending to the clean cache in the layers they skip. Sets of
-one start layer share passes. Local models only: the stream and the cache stay here.
+pass and in the choice pass, attending to the clean cache in the layers they skip. Passes
+are filled with rows in order of their start layer. Local models only: the stream and the
+cache stay here.
 """
 
 from __future__ import annotations
@@ -66,9 +67,7 @@ def condition_recognition(
     """
     records, checked = _checked(model, records, conditions)
     specs = [Zero(c) if means is None else Mean(c, means) for c in checked]
-    by_start: dict[int, list[int]] = {}
-    for c, heads in enumerate(checked):
-        by_start.setdefault(min(layer for layer, _ in heads), []).append(c)
+    starts = [min(layer for layer, _ in heads) for heads in checked]
     prompts = [model.tokenize(r.template) for r in records]
     choices = [[continuation_ids(model.tokenizer, c) for c in r.choices or ()] for r in records]
     found: list[list] = [[None] * len(records) for _ in range(len(checked) + 1)]  # clean first
@@ -79,7 +78,7 @@ def condition_recognition(
         for batch in model.batches([prompts[i] for i in members], batch_size=batch_size):
             mine = [members[i] for i in batch.indices]
             batch_choices = [choices[i] for i in mine]
-            scored = _score_batch(model, batch, batch_choices, specs, by_start, batch_size)
+            scored = _score_batch(model, batch, batch_choices, specs, starts, batch_size)
             for row, values in enumerate(scored):
                 for r, i in enumerate(mine):
                     found[row][i] = values[r]
@@ -150,7 +149,7 @@ def _condition_pass(
 ) -> list[list[float]]:
     """Choice scores ``[rows][C]`` of batch rows ``rows``, row ``i`` under ``specs[i]``.
 
-    Every spec's lowest layer is ``start``: the pass starts there in the prompt and in the
+    No spec acts below ``start``: the pass starts there in the prompt and in the
     choices, from the clean run's outputs of layer ``start - 1``.
     """
     part, n_c = clean.batch.rows(rows), len(clean.choices[0])
@@ -180,21 +179,23 @@ def _score_batch(
     batch: Batch,
     choices: list[list[list[int]]],
     specs: list[Zero | Mean],
-    by_start: dict[int, list[int]],
+    starts: list[int],
     rows_per_pass: int,
 ) -> list[list[list[float]]]:
     """One batch's choice scores ``[1 + C][b][C]``: clean, then each condition's.
 
-    A condition pass holds (condition, record) rows of one start layer, condition-major.
+    The (condition, record) rows, ordered by their condition's start layer, fill passes of
+    ``rows_per_pass``; a pass starts at its lowest row's start. A row that starts higher
+    runs the layers between itself, from the same clean stream: what the clean run
+    computes there, so exact, and the passes stay full (small passes cost more per row).
     """
-    clean = _clean_run(model, batch, choices, keep=max(by_start, default=0))
+    clean = _clean_run(model, batch, choices, keep=max(starts, default=0))
     per_condition: list[list] = [[None] * len(choices) for _ in specs]
-    for start, members in sorted(by_start.items()):
-        pairs = [(c, r) for c in members for r in range(len(choices))]
-        for lo in range(0, len(pairs), rows_per_pass):
-            chunk = pairs[lo : lo + rows_per_pass]
-            rows = torch.tensor([r for _, r in chunk])
-            found = _condition_pass(model, clean, start, rows, [specs[c] for c, _ in chunk])
-            for (c, r), values in zip(chunk, found):
-                per_condition[c][r] = values
+    pairs = sorted((starts[c], c, r) for c in range(len(specs)) for r in range(len(choices)))
+    for lo in range(0, len(pairs), rows_per_pass):
+        chunk = pairs[lo : lo + rows_per_pass]
+        rows = torch.tensor([r for _, _, r in chunk])
+        found = _condition_pass(model, clean, chunk[0][0], rows, [specs[c] for _, c, _ in chunk])
+        for (_, c, r), values in zip(chunk, found):
+            per_condition[c][r] = values
     return [clean.scores, *per_condition]

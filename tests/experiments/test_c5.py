@@ -86,7 +86,7 @@ def test_resume_after_crash_gives_the_same_summary(tiny_llama, tiny_prompts, tmp
     whole = c5.run(tiny_llama, out=tmp_path / "a", progress=False, batch_size=4, **options)
 
     calls = {"n": 0}
-    real = c5.recognition_residual  # what C5 scores ablated recognition chunks with
+    real = c5.recognition
 
     def crashing(*args, **kwargs):
         calls["n"] += 1
@@ -94,12 +94,12 @@ def test_resume_after_crash_gives_the_same_summary(tiny_llama, tiny_prompts, tmp
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    c5.recognition_residual = crashing
+    c5.recognition = crashing
     try:
         with pytest.raises(KeyboardInterrupt):
             c5.run(tiny_llama, out=tmp_path / "b", progress=False, batch_size=4, **options)
     finally:
-        c5.recognition_residual = real
+        c5.recognition = real
     partial = list(read_records(tmp_path / "b" / "c5" / "records.jsonl"))
     assert 0 < len(partial) < len(list(read_records(tmp_path / "a" / "c5" / "records.jsonl")))
     resumed = c5.run(tiny_llama, out=tmp_path / "b", progress=False, batch_size=4, **options)
@@ -247,7 +247,7 @@ def test_resumed_sequential_run_continues_the_same_sets(byte_tokenizer, tmp_path
     model, _, options = _planted(byte_tokenizer, tmp_path, null=True)
     options.update(n_random=16, stop_at=2, batch_size=4)
     calls = {"n": 0, "crash_at": None}
-    real = c5.recognition_residual  # what C5 scores ablated recognition chunks with
+    real = c5.recognition
 
     def counting(*args, **kwargs):
         calls["n"] += 1
@@ -255,14 +255,14 @@ def test_resumed_sequential_run_continues_the_same_sets(byte_tokenizer, tmp_path
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    c5.recognition_residual = counting
+    c5.recognition = counting
     try:
         whole = c5.run(model, out=tmp_path / "a", **options)
         calls.update(crash_at=calls["n"] - 1, n=0)  # the last block's next-to-last batch
         with pytest.raises(KeyboardInterrupt):
             c5.run(model, out=tmp_path / "b", **options)
     finally:
-        c5.recognition_residual = real
+        c5.recognition = real
     m = next(iter(whole["models"].values()))
     assert len(m["random_heads"]) == 16
     partial = {r["condition"] for r in read_records(tmp_path / "b" / "c5" / "records.jsonl")}

@@ -62,7 +62,7 @@ def test_unknown_strategy_is_refused(tiny_llama, tiny_prompts, tmp_path):
 
 
 def test_c5_runs_the_layers_below_a_set_once_per_batch(tiny_llama, tiny_prompts, tmp_path):
-    """C5's default (local) runs a set's rows from its lowest ablated layer: the layers
+    """C5's residual strategy runs a set's rows from its lowest ablated layer: the layers
     below it see fewer rows than the last layer, which every row reaches."""
     rows = [0] * tiny_llama.n_layers
 
@@ -77,7 +77,7 @@ def test_c5_runs_the_layers_below_a_set_once_per_batch(tiny_llama, tiny_prompts,
     try:
         c5.run(
             tiny_llama, prompts=tiny_prompts, out=tmp_path, k=2, n_random=3,
-            rubric=prompts_tiny.RUBRIC, progress=False,
+            rubric=prompts_tiny.RUBRIC, progress=False, strategy="residual",
         )  # fmt: skip
     finally:
         for handle in handles:
