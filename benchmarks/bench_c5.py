@@ -84,14 +84,22 @@ def bindscope_worker(args, model) -> dict:
     gen = [r for r in pset.records if r.task == "generation"][:2]
     binding(model, rec)
     recognition(model, rec, per_row=[[(0, 0)], []])
+    c5.recognition_residual(model, [(rec[0], "top")], {"top": [[model.n_layers - 1, 0]]})
     generation(model, gen, per_row=[[(0, 0)], []])
 
     totals: dict[str, float] = {}
-    # Each function is timed where C5 looks it up: binding in the kit's reuse helper.
-    where = {"binding": binding_reuse, "recognition": c5, "generation": c5}
-    originals = {name: getattr(module, name) for name, module in where.items()}
+    # Each function is timed where C5 looks it up: binding in the kit's reuse helper; the
+    # ablated recognition conditions in recognition_residual (strategy "residual").
+    where = {
+        "binding": (binding_reuse, "binding"),
+        "recognition": (c5, "recognition"),
+        "recognition_residual": (c5, "recognition"),
+        "generation": (c5, "generation"),
+    }
+    originals = {name: getattr(module, name) for name, (module, _) in where.items()}
     for name, function in originals.items():
-        setattr(where[name], name, _Timed(function, totals, name))
+        module, part = where[name]
+        setattr(module, name, _Timed(function, totals, part))
     try:
         with tempfile.TemporaryDirectory(prefix="bindscope-c5-bench-") as out:
             _, timing = common.measure(
@@ -111,7 +119,7 @@ def bindscope_worker(args, model) -> dict:
             records = list(read_records(Path(out) / "c5" / "records.jsonl"))
     finally:
         for name, function in originals.items():
-            setattr(where[name], name, function)
+            setattr(where[name][0], name, function)
     conditions, results = {}, {}
     for r in records:
         if r["experiment"] != "c5":

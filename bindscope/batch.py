@@ -59,6 +59,17 @@ class Batch:
         """Number of pad tokens in front of ``row``."""
         return self.input_ids.shape[1] - self.lengths[row]
 
+    def rows(self, picked: torch.Tensor) -> Batch:
+        """The batch of the given rows (repeats allowed), as wide as this one."""
+        chosen = picked.tolist()
+        return Batch(
+            [self.indices[r] for r in chosen],
+            self.input_ids[picked],
+            self.attention_mask[picked],
+            self.position_ids[picked],
+            [self.lengths[r] for r in chosen],
+        )
+
 
 def check_texts(texts) -> list:
     """The texts as a list, each a string or a list of token ids (raises ``InputError``)."""

@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RUNS = {
     "binding": ["--quick", "--model", "{model}"],
     "c5": ["--quick", "--model", "{model}"],
+    "c5_start": ["--model", "{model}", "--items", "4", "--sets", "2", "--rounds", "2"],
     "scan": ["--tiny", "--limit", "4", "--verify", "2"],
     "scan_attribution": ["--tiny", "--limit", "4", "--verify", "2", "--attribution"],
     "patching_sweep": ["--tiny", "--quick"],

@@ -36,7 +36,6 @@ from bindscope.experiments.kit.ablation_sets import (
     draw_score_matched_sets,
     random_set_support,
 )
-from bindscope.experiments.kit.attribution_method import scored
 from bindscope.experiments.kit.binding_reuse import reuse_or_bind, stored_binding
 from bindscope.experiments.kit.chunks import batch_order, chunk_items, first_items, prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
@@ -67,7 +66,7 @@ from bindscope.results.records import provenance, read_records
 from bindscope.results.schema import RecordKind, behaviour_metrics, binding_kind
 from bindscope.results.settings import content_sha256
 from bindscope.runners.behaviour import generation, recognition
-from bindscope.runners.scan import condition_scores
+from bindscope.runners.condition_recognition import condition_recognition
 
 #: How recognition conditions run; see ``run``.
 STRATEGIES = ("residual", "batched")
@@ -107,14 +106,15 @@ class C5Options(Options):
         generation_batch_size: Rows per greedy-generation batch (conditions mix in it).
         rubric: Keyword rubric for generation (default: the package rubric).
         strategy: How recognition conditions run (equal to rounding; recorded in
-            provenance). ``batched`` (default): conditions mixed in batches, each prompt
-            run once per condition with its choices on the prompt's cache. ``residual``
-            (local models): one clean pass per batch, and each ablated condition starts at
-            its set's lowest ablated layer from the clean residual stream
-            (``bindscope.runners.scan``); it runs every choice as its own prompt + choice
-            sequence, so it pays off only where choices outnumber the saved layers (on the
-            canonical recognition items it runs about 2.4x the token-layers of ``batched``:
-            3.3 choices per prompt, and a random 4-head set still runs 82% of 30 layers).
+            provenance). ``batched`` (default; a remote model always): conditions mixed in
+            batches, each record run in full once per condition with its choices on the
+            prompt's cache. ``residual`` (local models): one clean run per batch of
+            records, and each ablated condition starts at its set's lowest ablated layer
+            from the clean residual stream, in the prompt and in the choices on its cache
+            (``bindscope.runners.condition_recognition``). It skips the layers below each
+            set (15% of SmolLM2's for random 4-head sets, 3% for its layer-matched null)
+            but runs more, smaller passes: 0.8x the speed of ``batched`` there
+            (benchmarks/README.md), so it is not the default.
         limit: Only the first N evaluation prompts (``spread``: taken in turn from each
             term), recorded in the settings; they rank the heads too unless ``ranking`` is
             given, as a prompt file cut to them would.
@@ -497,31 +497,18 @@ def recognition_residual(
 ) -> list[RecognitionResult]:
     """Recognition results of ``(record, condition name)`` pairs by residual start.
 
-    Every choice of a record is the sequence prompt + " choice" (``scored``), scored by its
-    mean log-probability per choice token (as ``recognition`` scores it); ``baseline`` comes from
-    the clean pass, every other condition starts at its lowest ablated layer from the clean
-    run's residual stream (``condition_scores``), so layers below it run once per batch.
+    ``baseline`` comes from each batch's clean run; every other condition starts at its
+    set's lowest ablated layer from the clean residual stream, with its choices on the
+    prompt's cache (``condition_recognition``), so the layers below it run once per batch.
     """
     records = list({rec.key: rec for rec, _ in part}.values())
     names = sorted({name for _, name in part} - {"baseline"})
-    sequences, owner = [], []
-    for r, rec in enumerate(records):
-        seqs, _ = scored(model, rec)
-        sequences += seqs
-        owner += [r] * len(seqs)
-    clean, scores = condition_scores(
-        model, sequences, [conditions[n] for n in names], means=means, batch_size=batch_size
+    clean, ablated = condition_recognition(
+        model, records, [conditions[n] for n in names], means=means, batch_size=batch_size
     )
-    table = {"baseline": clean, **{n: scores[c] for c, n in enumerate(names)}}
+    table = {"baseline": clean, **dict(zip(names, ablated))}
     row = {rec.key: r for r, rec in enumerate(records)}
-    out = []
-    for rec, name in part:
-        values = [float(v) for v, o in zip(table[name], owner) if o == row[rec.key]]
-        prediction = max(range(len(values)), key=lambda i: (values[i], -i))
-        out.append(
-            RecognitionResult(rec.key, tuple(values), prediction, int(prediction == rec.answer_idx))
-        )
-    return out
+    return [table[name][row[rec.key]] for rec, name in part]
 
 
 def check_complete(folder: Path, records: list[dict]) -> None:

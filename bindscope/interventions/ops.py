@@ -359,6 +359,29 @@ def final_logits(model):
     return soft_capped(model.nnsight.lm_head.output, model.logit_softcap)
 
 
+def keep_outputs(model, n_layers, into):
+    """Append the outputs ``[b, n, d]`` of the layers below ``n_layers`` to ``into``.
+
+    A clean pass keeps its residual stream this way, for passes that start higher up.
+    """
+    layers = model.nnsight.model.layers
+    for i in range(n_layers):
+        into.append(layers[i].output)
+    return into
+
+
+def start_at(model, start, residual):
+    """Start the pass at layer ``start``: the layers below are skipped (nnsight ``skip``).
+
+    ``residual`` (``[b, n, d]``) is a clean pass's output of layer ``start - 1`` for these
+    rows; what the skipped layers would compute, if nothing the pass changes lies below
+    ``start``.
+    """
+    layers = model.nnsight.model.layers
+    for i in range(start):
+        layers[i].skip(residual)
+
+
 # -- the engine: sites, edits, plans ---------------------------------------------------------
 
 

@@ -41,7 +41,7 @@ from bindscope.runners.attribution_metrics import (
     check_metrics,
     metric_terms,
 )
-from bindscope.runners.behaviour import keeps_logits
+from bindscope.runners.prefix import keeps_logits
 
 __all__ = [
     "METHODS",

@@ -7,12 +7,12 @@ Recognition scores each choice by the mean log-probability per token of the choi
 space after the prompt (``prompts.continuations``); the prompt runs once per record
 and its key/value cache is shared by all choices (``strategy="shared_prefix"``), which
 gives the same numbers as one forward pass per choice (``strategy="full"``, the published
-way). The result types and the rubric live in ``bindscope.metrics.behaviour``.
+way; its passes live in ``bindscope.runners.prefix``). The result types and the rubric
+live in ``bindscope.metrics.behaviour``.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,7 +23,6 @@ from bindscope.batch import GENERATION_BATCH_SIZE, Batch
 from bindscope.errors import InputError, InterventionError
 from bindscope.interventions import ops
 from bindscope.interventions.ops import run_layers
-from bindscope.interventions.plan import plan_batch
 from bindscope.interventions.resolve import HeadList, Intervention, PerRow, as_specs, resolve_rows
 from bindscope.interventions.specs import Patch, Resample
 from bindscope.metrics.behaviour import (
@@ -36,6 +35,13 @@ from bindscope.prompts.continuations import continuation_ids
 from bindscope.prompts.prompt_sets import PromptRecord
 from bindscope.protocols import LanguageModel
 from bindscope.runners.attribution_metrics import TargetLogprob, metric_terms
+from bindscope.runners.prefix import (
+    choice_pass,
+    choice_scores,
+    prompt_pass,
+    recognition_result,
+    row_plan,
+)
 
 
 def _records_of(records: Sequence[PromptRecord], task: str) -> list[PromptRecord]:
@@ -70,13 +76,6 @@ def _rows_for(
     return rows
 
 
-def _plan(model: LanguageModel, batch: Batch, rows, *, positions: bool = True) -> ops.TracePlan:
-    """A plan for one batch; ``positions=False`` keeps only what acts on every position."""
-    if not positions:
-        rows = [tuple(op for op in row if op.every_position) for row in rows]
-    return plan_batch(model, batch, rows).plan
-
-
 @torch.no_grad()
 def recognition(
     model: LanguageModel,
@@ -108,7 +107,7 @@ def recognition(
     prompts = [model.tokenize(r.template) for r in records]
     rows = resolve_rows(model, prompts, per_row=specs)
     choices = [[continuation_ids(model.tokenizer, c) for c in r.choices or ()] for r in records]
-    scores: list[list[float] | None] = [None] * len(records)
+    scores: list[list[float]] = [[] for _ in records]  # every batch fills its rows
     if strategy not in ("shared_prefix", "full"):
         raise ValueError("strategy must be 'shared_prefix' or 'full'")
     if getattr(model, "remote", False):
@@ -121,13 +120,7 @@ def recognition(
         )
         for index, values in zip(batch.indices, found):
             scores[index] = values
-    out = []
-    for record, values in zip(records, scores):
-        assert values is not None  # every batch filled its rows
-        prediction = max(range(len(values)), key=lambda i: (values[i], -i))
-        correct = int(prediction == record.answer_idx)
-        out.append(RecognitionResult(record.key, tuple(values), prediction, correct))
-    return out
+    return [recognition_result(record, values) for record, values in zip(records, scores)]
 
 
 def _full_batch(model: LanguageModel, batch: Batch, choices: list, rows: list) -> list:
@@ -138,7 +131,7 @@ def _full_batch(model: LanguageModel, batch: Batch, choices: list, rows: list) -
     full = model.pad(list(range(len(flat))), [prompts[r] + c for r, c in zip(owner, flat)])
     metrics = [TargetLogprob(len(c)) for c in flat]  # every sequence ends with its choice
     index, target, weight = metric_terms(metrics, full.input_ids, every_logit=True)[0]["logprob"]
-    plan = _plan(model, full, [rows[r] for r in owner])
+    plan = row_plan(model, full, [rows[r] for r in owner])
     with model.nnsight.trace(**full.inputs, **model.trace_options):
         if plan:
             run_layers(model, plan=plan)
@@ -148,21 +141,6 @@ def _full_batch(model: LanguageModel, batch: Batch, choices: list, rows: list) -
     for s, r in enumerate(owner):
         out[r].append(float(sums[s]))
     return out
-
-
-def keeps_logits(model: LanguageModel) -> bool:
-    """Whether the model's forward takes ``logits_to_keep`` (skip the LM head on the prompt)."""
-    return "logits_to_keep" in inspect.signature(model.hf.forward).parameters
-
-
-def _cache_name(model: LanguageModel) -> str:
-    """The forward's name for the key/value cache, also the output's field.
-
-    ``cache`` in the transformers 5 releases that renamed it (``past_key_values`` still
-    works there with a warning, until 5.40), ``past_key_values`` in the earlier ones.
-    """
-    params = inspect.signature(model.hf.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
 
 
 def _shared_prefix_batch(model: LanguageModel, batch: Batch, choices: list, rows: list) -> list:
@@ -180,69 +158,13 @@ def _shared_prefix_batch(model: LanguageModel, batch: Batch, choices: list, rows
                 out[r] = values
         return out
     n_c = n_choices.pop()
-    b = batch.input_ids.shape[0]
-    last_only = {"logits_to_keep": 1} if keeps_logits(model) else {}
-    plan = _plan(model, batch, rows)
-    with model.nnsight.trace(
-        **batch.inputs, use_cache=True, **last_only, **model.trace_options
-    ) as tracer:
-        if plan:
-            run_layers(model, plan=plan)
-        first = ops.final_logits(model)[:, -1].float().log_softmax(-1).save()  # [b, V]
-        cache = getattr(tracer.result, _cache_name(model)).save()
+    first, cache, _ = prompt_pass(model, batch, row_plan(model, batch, rows))
     flat = [c for cs in choices for c in cs]  # row r*n_c + j
-    if max(len(c) for c in flat) == 1:  # one-token choices: the prompt pass scored them
-        rest = torch.zeros(b * n_c)
-    else:
+    rest = None  # one-token choices: the prompt pass scored them
+    if max(len(c) for c in flat) > 1:
         cache.batch_repeat_interleave(n_c)
-        rest = _choice_pass(model, batch, flat, cache, rows, n_c)
-    scored = [float(first[s // n_c, c[0]]) / len(c) + float(rest[s]) for s, c in enumerate(flat)]
-    return [scored[r * n_c : (r + 1) * n_c] for r in range(b)]
-
-
-def _choice_pass(model: LanguageModel, batch: Batch, flat: list, cache: Any, rows: list, n_c: int):
-    """Each choice's later tokens on its prompt's cache: ``[b*C]`` weighted log-prob sums.
-
-    Only the tokens that predict a later choice token run (not a choice's last), and the LM
-    head runs only on those positions, gathered into one row, not on every position of the
-    right-padded choices: with Gemma 3's 262k-token vocabulary the head on every position
-    costs as much as all the layers.
-    """
-    # a choice's last token predicts nothing that is scored: it is not run
-    n, width = len(flat), max(len(c) for c in flat) - 1
-    ids = torch.full((n, width), model.tokenizer.pad_token_id, dtype=torch.long)
-    cmask = torch.zeros(n, width, dtype=torch.long)
-    for s, c in enumerate(flat):  # right-padded: pad positions are never scored
-        ids[s, : len(c) - 1] = torch.tensor(c[:-1], dtype=torch.long)
-        cmask[s, : len(c) - 1] = 1
-    prompt_mask = batch.attention_mask.repeat_interleave(n_c, 0)
-    lengths = torch.tensor(batch.lengths).repeat_interleave(n_c)
-    position_ids = lengths[:, None] + torch.arange(width)[None, :]
-    # one entry per scored token: (sequence, position predicting it, token, weight); the
-    # first token of every choice comes from the prompt pass, so the mean over all m tokens
-    # weights each later one 1/m
-    owner = torch.tensor([s for s, c in enumerate(flat) for _ in c[1:]])
-    where = torch.tensor([i for c in flat for i in range(len(c) - 1)])
-    target = torch.tensor([t for c in flat for t in c[1:]])
-    weight = torch.tensor([1.0 / len(c) for c in flat for _ in c[1:]])
-    # choice tokens only: Knockout's edges lie in the prompt, already in the cache
-    choice_batch = Batch(list(range(n)), ids, cmask, position_ids, [width] * n)
-    plan = _plan(model, choice_batch, [rows[s // n_c] for s in range(n)], positions=False)
-    with model.nnsight.trace(
-        **model.trace_options,
-        input_ids=ids,
-        attention_mask=torch.cat([prompt_mask, cmask], 1),
-        position_ids=position_ids,
-        **{_cache_name(model): cache},
-        use_cache=True,
-    ):
-        if plan:
-            run_layers(model, plan=plan)
-        hidden = model.nnsight.lm_head.input  # [b*C, m - 1, d]
-        model.nnsight.lm_head.input = hidden[owner, where][None]  # [1, scored tokens, d]
-        rest = ops.scored_token_sums(ops.final_logits(model)[0], owner, target, weight, n)
-        rest = rest.save()
-    return rest
+        rest, _ = choice_pass(model, batch, flat, cache, rows, n_c)
+    return choice_scores(first, rest, flat, n_c)
 
 
 def generation(

@@ -35,7 +35,7 @@ from bindscope.interventions.resolve import resolve_rows
 from bindscope.interventions.specs import PathPatch
 from bindscope.protocols import LanguageModel
 from bindscope.runners.attribution_metrics import check_metrics, metric_terms
-from bindscope.runners.behaviour import keeps_logits
+from bindscope.runners.prefix import keeps_logits
 
 __all__ = [
     "METHODS",

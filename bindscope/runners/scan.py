@@ -40,7 +40,7 @@ from bindscope.interventions.plan import Planner, plan_batch
 from bindscope.interventions.resolve import resolve_rows
 from bindscope.protocols import LanguageModel
 from bindscope.runners.attribution_metrics import TargetLogprob, metric_terms
-from bindscope.runners.behaviour import keeps_logits
+from bindscope.runners.prefix import keeps_logits
 
 if TYPE_CHECKING:
     from bindscope.interventions import HeadMeans
@@ -158,13 +158,9 @@ def _scored_pass(
     starts at layer ``start``: the layers below are skipped and replaced by ``residual``, the
     clean output of layer ``start - 1`` for every row (the plan has no edit there).
     """
-    layers = model.nnsight.model.layers
     with model.nnsight.trace(**inputs, **options, **model.trace_options):
-        outputs: list = ops.save([])  # filled below, kept after the trace
-        for i in range(keep_layers):
-            outputs.append(layers[i].output)  # [b, W, d]
-        for i in range(start):
-            layers[i].skip(residual)
+        outputs: list = ops.keep_outputs(model, keep_layers, ops.save([]))  # [b, W, d] each
+        ops.start_at(model, start, residual)
         if plan is not None:
             ops.run_layers(model, plan=plan, donors=donors)
         logits = ops.final_logits(model)  # [rows, W, V]
@@ -239,7 +235,6 @@ def _batch_session(
     jobs = [(one.inputs, one.targets, one.plan, one.start, one.rows) for one in passes]
     with env.session(**model.trace_options):
         found = [].save()  # type: ignore[attr-defined]  # nnsight gives every object .save
-        layers = model.nnsight.model.layers
         aligned = {}
         if swap is not None:
             with env.trace(**swap[0]):
@@ -250,9 +245,7 @@ def _batch_session(
                 x = ops.head_view(donor_outputs[layer], model.n_heads, model.head_dim)
                 aligned[("head_out", layer)] = ops.end_aligned(x, swap[1], swap[2])
         with env.trace(**inputs, **options):
-            outputs = []
-            for i in range(keep_layers):
-                outputs.append(layers[i].output)  # [b, W, d]
+            outputs = ops.keep_outputs(model, keep_layers, [])  # [b, W, d] each
             found.append(ops.choice_logprob_sums(ops.final_logits(model), *targets))
         for pass_inputs, pass_targets, plan, start, rows in jobs:
             residual = outputs[start - 1][rows] if start > 0 else None
@@ -262,8 +255,7 @@ def _batch_session(
                 for key in aligned:
                     donors[key] = aligned[key][rows]
             with env.trace(**pass_inputs, **options):
-                for i in range(start):
-                    layers[i].skip(residual)
+                ops.start_at(model, start, residual)
                 ops.run_layers(model, plan=plan, donors=donors)
                 logits = ops.final_logits(model)  # [rows, W, V]
                 found.append(ops.choice_logprob_sums(logits, *pass_targets))

@@ -59,3 +59,35 @@ def test_residual_start_equals_the_batched_evaluation(tiny, tiny_prompts, tmp_pa
 def test_unknown_strategy_is_refused(tiny_llama, tiny_prompts, tmp_path):
     with pytest.raises(InputError, match="strategy"):
         c5.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, strategy="fast", progress=False)
+
+
+def test_c5_runs_the_layers_below_a_set_once_per_batch(tiny_llama, tiny_prompts, tmp_path):
+    """C5's residual strategy runs a set's rows from its lowest ablated layer: the layers
+    below it see fewer rows than the last layer, which every row reaches."""
+    rows = [0] * tiny_llama.n_layers
+
+    def counter(layer: int):
+        def count(module, args, output):
+            rows[layer] += args[0].shape[0]
+
+        return count
+
+    mlps = [layer.mlp for layer in tiny_llama.hf.model.layers]
+    handles = [mlp.register_forward_hook(counter(i)) for i, mlp in enumerate(mlps)]
+    try:
+        c5.run(
+            tiny_llama, prompts=tiny_prompts, out=tmp_path, k=2, n_random=3,
+            rubric=prompts_tiny.RUBRIC, progress=False, strategy="residual",
+        )  # fmt: skip
+    finally:
+        for handle in handles:
+            handle.remove()
+    (first, *_) = read_records(tmp_path / "c5" / "records.jsonl")
+    assert first["provenance"]["c5_strategy"] == "residual"
+    starts = {
+        min(layer for layer, _ in r["heads"])
+        for r in read_records(tmp_path / "c5" / "records.jsonl")
+        if r["experiment"] == "c5" and r["heads"]
+    }
+    assert max(starts) > 0  # some set starts above layer 0
+    assert rows[0] < rows[-1], rows

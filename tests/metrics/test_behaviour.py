@@ -118,7 +118,7 @@ def test_wrong_task_is_rejected(tiny):
 
 def test_recognition_runs_the_lm_head_only_where_a_score_reads_it(tiny, monkeypatch):
     """Prompt pass: its last position; choice pass: only the tokens after each choice's first."""
-    from bindscope.runners.behaviour import keeps_logits
+    from bindscope.runners.prefix import keeps_logits
 
     if not keeps_logits(tiny):
         pytest.skip(f"{tiny.family}: forward takes no logits_to_keep")

@@ -1,0 +1,201 @@
+"""Recognition under many ablated head sets, each started at its lowest ablated layer.
+
+Layers below a set's lowest ablated layer compute exactly what the clean run computes. So
+each batch of records runs clean once, as ``recognition`` scores it (the prompt with its
+key/value cache, then the choices on it), keeping the residual stream below the highest
+start; each set's rows then start at its lowest layer from that clean stream, in the prompt
+pass and in the choice pass, attending to the clean cache in the layers they skip. Passes
+are filled with rows in order of their start layer. Local models only: the stream and the
+cache stay here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from bindscope.batch import Batch
+from bindscope.errors import InputError
+from bindscope.interventions import Mean, Zero
+from bindscope.interventions.head_checks import Head
+from bindscope.interventions.resolve import resolve_rows
+from bindscope.metrics.behaviour import RecognitionResult
+from bindscope.prompts.continuations import continuation_ids
+from bindscope.prompts.prompt_sets import PromptRecord
+from bindscope.protocols import LanguageModel
+from bindscope.runners.prefix import (
+    choice_pass,
+    choice_scores,
+    kept_layers,
+    prompt_pass,
+    recognition_result,
+    row_plan,
+    with_clean_layers,
+)
+
+if TYPE_CHECKING:
+    from bindscope.interventions import HeadMeans
+
+__all__ = ["condition_recognition"]
+
+
+@torch.no_grad()
+def condition_recognition(
+    model: LanguageModel,
+    records: Sequence[PromptRecord],
+    conditions: Sequence[Sequence[tuple[int, int]]],
+    *,
+    means: HeadMeans | None = None,
+    batch_size: int = 16,
+) -> tuple[list[RecognitionResult], list[list[RecognitionResult]]]:
+    """Every recognition record scored clean and with each head set ablated.
+
+    Equal to ``recognition(model, records, ablate=heads)`` per set up to float rounding.
+
+    Args:
+        model: A local ``bindscope.Model``.
+        records: Recognition prompt records.
+        conditions: Heads ablated together per condition (at least one each).
+        means: ``HeadMeans`` (from ``head_means``): mean-ablate instead of zeroing.
+        batch_size: Records per clean pass, and rows (record x condition) per condition pass.
+
+    Returns:
+        ``(clean [R], ablated [C][R])``.
+    """
+    records, checked = _checked(model, records, conditions)
+    specs = [Zero(c) if means is None else Mean(c, means) for c in checked]
+    starts = [min(layer for layer, _ in heads) for heads in checked]
+    prompts = [model.tokenize(r.template) for r in records]
+    choices = [[continuation_ids(model.tokenizer, c) for c in r.choices or ()] for r in records]
+    found: list[list] = [[None] * len(records) for _ in range(len(checked) + 1)]  # clean first
+    by_count: dict[int, list[int]] = {}  # 4-choice and True/False items run apart
+    for i, cs in enumerate(choices):
+        by_count.setdefault(len(cs), []).append(i)
+    for members in by_count.values():
+        for batch in model.batches([prompts[i] for i in members], batch_size=batch_size):
+            mine = [members[i] for i in batch.indices]
+            batch_choices = [choices[i] for i in mine]
+            scored = _score_batch(model, batch, batch_choices, specs, starts, batch_size)
+            for row, values in enumerate(scored):
+                for r, i in enumerate(mine):
+                    found[row][i] = values[r]
+    results = [
+        [recognition_result(rec, values) for rec, values in zip(records, row)] for row in found
+    ]
+    return results[0], results[1:]
+
+
+def _checked(
+    model: LanguageModel,
+    records: Sequence[PromptRecord],
+    conditions: Sequence[Sequence[tuple[int, int]]],
+) -> tuple[list[PromptRecord], list[tuple[Head, ...]]]:
+    """The records and the conditions' checked heads; refuses another task or an empty set."""
+    records = list(records)
+    for r in records:
+        if r.task != "recognition":
+            raise InputError(f"{r.source or r.key}: condition_recognition() got a {r.task} record")
+    checked = [model.check_heads(c) for c in conditions]
+    for i, heads in enumerate(checked):
+        if not heads:
+            raise InputError(f"condition #{i} ablates no head; give at least one (layer, head)")
+    return records, checked
+
+
+@dataclass(frozen=True)
+class _CleanRun:
+    """What a batch's clean run leaves for its condition passes.
+
+    Attributes:
+        batch: The prompts' batch.
+        choices: Each row's choices, as token ids.
+        prompt_outputs: The prompt pass's layer outputs ``[b, n, d]`` below the highest start.
+        choice_outputs: The choice pass's ``[b*C, m, d]`` (none: every choice is one token).
+        cache: The prompt's cache layers, copied before the choices extended them.
+        scores: The clean choice scores ``[b][C]``.
+    """
+
+    batch: Batch
+    choices: list[list[list[int]]]
+    prompt_outputs: list
+    choice_outputs: list
+    cache: list
+    scores: list[list[float]]
+
+
+def _clean_run(
+    model: LanguageModel, batch: Batch, choices: list[list[list[int]]], keep: int
+) -> _CleanRun:
+    """Score a batch clean, keeping the outputs of the layers below ``keep``."""
+    b, n_c = len(choices), len(choices[0])
+    flat = [c for cs in choices for c in cs]  # row r * n_c + j: choice j of prompt r
+    first, cache, prompt_outputs = prompt_pass(model, batch, None, keep_layers=keep)
+    kept = kept_layers(cache.layers, torch.arange(b))  # before the choices extend it
+    rest: torch.Tensor | None = None
+    choice_outputs: list = []
+    if max(len(c) for c in flat) > 1:  # else the prompt pass scored every choice
+        cache.batch_repeat_interleave(n_c)
+        none = [()] * b
+        rest, choice_outputs = choice_pass(model, batch, flat, cache, none, n_c, keep_layers=keep)
+    scores = choice_scores(first, rest, flat, n_c)
+    return _CleanRun(batch, choices, prompt_outputs, choice_outputs, kept, scores)
+
+
+def _condition_pass(
+    model: LanguageModel, clean: _CleanRun, start: int, rows: torch.Tensor, specs: list
+) -> list[list[float]]:
+    """Choice scores ``[rows][C]`` of batch rows ``rows``, row ``i`` under ``specs[i]``.
+
+    No spec acts below ``start``: the pass starts there in the prompt and in the
+    choices, from the clean run's outputs of layer ``start - 1``.
+    """
+    part, n_c = clean.batch.rows(rows), len(clean.choices[0])
+    ids = [part.input_ids[i, part.pad(i) :].tolist() for i in range(len(rows))]
+    resolved = resolve_rows(model, ids, per_row=specs)
+    residual = clean.prompt_outputs[start - 1][rows] if start else None
+    plan = row_plan(model, part, resolved)
+    first, cache, _ = prompt_pass(model, part, plan, start=start, residual=residual)
+    mine = [clean.choices[r][j] for r in rows.tolist() for j in range(n_c)]
+    rest = None
+    if max(len(c) for c in mine) > 1:
+        with_clean_layers(cache, clean.cache, rows, start)
+        cache.batch_repeat_interleave(n_c)
+        width = max(len(c) for c in mine) - 1
+        picked = (rows[:, None] * n_c + torch.arange(n_c)[None, :]).flatten()
+        # the clean stream is as wide as the batch's longest choice; causal, so its first
+        # ``width`` positions are what these choices compute
+        residual = clean.choice_outputs[start - 1][picked, :width] if start else None
+        rest, _ = choice_pass(
+            model, part, mine, cache, resolved, n_c, start=start, residual=residual
+        )
+    return choice_scores(first, rest, mine, n_c)
+
+
+def _score_batch(
+    model: LanguageModel,
+    batch: Batch,
+    choices: list[list[list[int]]],
+    specs: list[Zero | Mean],
+    starts: list[int],
+    rows_per_pass: int,
+) -> list[list[list[float]]]:
+    """One batch's choice scores ``[1 + C][b][C]``: clean, then each condition's.
+
+    The (condition, record) rows, ordered by their condition's start layer, fill passes of
+    ``rows_per_pass``; a pass starts at its lowest row's start. A row that starts higher
+    runs the layers between itself, from the same clean stream: what the clean run
+    computes there, so exact, and the passes stay full (small passes cost more per row).
+    """
+    clean = _clean_run(model, batch, choices, keep=max(starts, default=0))
+    per_condition: list[list] = [[None] * len(choices) for _ in specs]
+    pairs = sorted((starts[c], c, r) for c in range(len(specs)) for r in range(len(choices)))
+    for lo in range(0, len(pairs), rows_per_pass):
+        chunk = pairs[lo : lo + rows_per_pass]
+        rows = torch.tensor([r for _, _, r in chunk])
+        found = _condition_pass(model, clean, chunk[0][0], rows, [specs[c] for _, c, _ in chunk])
+        for (_, c, r), values in zip(chunk, found):
+            per_condition[c][r] = values
+    return [clean.scores, *per_condition]

@@ -1,0 +1,206 @@
+"""The two passes of shared-prefix recognition, each able to keep or skip the lower layers.
+
+A record's prompt runs once with its key/value cache (`prompt_pass`), then all its choices
+run on the repeated cache (`choice_pass`). Either pass can keep the outputs of the layers
+below ``keep_layers`` (a clean run's residual stream) or start at layer ``start``, its
+lower layers skipped with nnsight's ``skip`` and replaced by a clean run's output of layer
+``start - 1``; a started prompt pass leaves those layers' cache empty, and `with_clean_layers`
+fills them from the clean cache. Local models only: the cache would cross the network.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from typing import Any
+
+import torch
+
+from bindscope.batch import Batch
+from bindscope.interventions import ops
+from bindscope.interventions.ops import run_layers
+from bindscope.interventions.plan import plan_batch
+from bindscope.metrics.behaviour import RecognitionResult
+from bindscope.prompts.prompt_sets import PromptRecord
+from bindscope.protocols import LanguageModel
+
+
+def keeps_logits(model: LanguageModel) -> bool:
+    """Whether the model's forward takes ``logits_to_keep`` (skip the LM head on the prompt)."""
+    return "logits_to_keep" in inspect.signature(model.hf.forward).parameters
+
+
+def cache_name(model: LanguageModel) -> str:
+    """The forward's name for the key/value cache, also the output's field.
+
+    ``cache`` in the transformers 5 releases that renamed it (``past_key_values`` still
+    works there with a warning, until 5.40), ``past_key_values`` in the earlier ones.
+    """
+    params = inspect.signature(model.hf.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def row_plan(model: LanguageModel, batch: Batch, rows, *, positions: bool = True) -> ops.TracePlan:
+    """A plan for one batch; ``positions=False`` keeps only what acts on every position."""
+    if not positions:
+        rows = [tuple(op for op in row if op.every_position) for row in rows]
+    return plan_batch(model, batch, rows).plan
+
+
+@torch.no_grad()
+def prompt_pass(
+    model: LanguageModel,
+    batch: Batch,
+    plan: ops.TracePlan | None,
+    *,
+    keep_layers: int = 0,
+    start: int = 0,
+    residual: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Any, list]:
+    """The prompts with a cache: next-token log-probs ``[b, V]``, the cache, kept outputs.
+
+    ``residual`` (``[b, n, d]``) is the clean output of layer ``start - 1``; the plan has no
+    edit below ``start``.
+    """
+    last_only = {"logits_to_keep": 1} if keeps_logits(model) else {}
+    with model.nnsight.trace(
+        **batch.inputs, use_cache=True, **last_only, **model.trace_options
+    ) as tracer:
+        outputs: list = ops.keep_outputs(model, keep_layers, ops.save([]))  # [b, n, d] each
+        ops.start_at(model, start, residual)
+        if plan:
+            run_layers(model, plan=plan)
+        first = ops.final_logits(model)[:, -1].float().log_softmax(-1).save()  # [b, V]
+        cache = getattr(tracer.result, cache_name(model)).save()
+    return first, cache, outputs
+
+
+def _choice_inputs(model: LanguageModel, batch: Batch, flat: list, n_c: int) -> dict:
+    """Inputs of the choice pass: every choice but its last token, right-padded.
+
+    Row ``s`` is choice ``s % n_c`` of prompt ``s // n_c``; positions go on from its prompt.
+    """
+    # a choice's last token predicts nothing that is scored: it is not run
+    n, width = len(flat), max(len(c) for c in flat) - 1
+    ids = torch.full((n, width), model.tokenizer.pad_token_id, dtype=torch.long)
+    cmask = torch.zeros(n, width, dtype=torch.long)
+    for s, c in enumerate(flat):  # right-padded: pad positions are never scored
+        ids[s, : len(c) - 1] = torch.tensor(c[:-1], dtype=torch.long)
+        cmask[s, : len(c) - 1] = 1
+    prompt_mask = batch.attention_mask.repeat_interleave(n_c, 0)
+    lengths = torch.tensor(batch.lengths).repeat_interleave(n_c)
+    return {
+        "input_ids": ids,
+        "attention_mask": torch.cat([prompt_mask, cmask], 1),
+        "position_ids": lengths[:, None] + torch.arange(width)[None, :],
+    }
+
+
+@torch.no_grad()
+def choice_pass(
+    model: LanguageModel,
+    batch: Batch,
+    flat: list,
+    cache: Any,
+    rows: list,
+    n_c: int,
+    *,
+    keep_layers: int = 0,
+    start: int = 0,
+    residual: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, list]:
+    """Each choice's later tokens on its prompt's cache: ``[b*C]`` weighted log-prob sums.
+
+    Only the tokens that predict a later choice token run (not a choice's last), and the LM
+    head runs only on those positions, gathered into one row, not on every position of the
+    right-padded choices: with Gemma 3's 262k-token vocabulary the head on every position
+    costs as much as all the layers. ``rows`` are the prompts' row ops; ``keep_layers``,
+    ``start`` and ``residual`` (``[b*C, width, d]``) as in `prompt_pass`.
+    """
+    n = len(flat)
+    inputs = _choice_inputs(model, batch, flat, n_c)
+    width = inputs["input_ids"].shape[1]
+    # one entry per scored token: (sequence, position predicting it, token, weight); the
+    # first token of every choice comes from the prompt pass, so the mean over all m tokens
+    # weights each later one 1/m
+    owner = torch.tensor([s for s, c in enumerate(flat) for _ in c[1:]])
+    where = torch.tensor([i for c in flat for i in range(len(c) - 1)])
+    target = torch.tensor([t for c in flat for t in c[1:]])
+    weight = torch.tensor([1.0 / len(c) for c in flat for _ in c[1:]])
+    # choice tokens only: Knockout's edges lie in the prompt, already in the cache
+    choice_batch = Batch(
+        list(range(n)), inputs["input_ids"], inputs["attention_mask"][:, -width:],
+        inputs["position_ids"], [width] * n,
+    )  # fmt: skip
+    plan = row_plan(model, choice_batch, [rows[s // n_c] for s in range(n)], positions=False)
+    with model.nnsight.trace(
+        **model.trace_options, **inputs, **{cache_name(model): cache}, use_cache=True
+    ):
+        outputs: list = ops.keep_outputs(model, keep_layers, ops.save([]))  # [b, n, d] each
+        ops.start_at(model, start, residual)
+        if plan:
+            run_layers(model, plan=plan)
+        hidden = model.nnsight.lm_head.input  # [b*C, m - 1, d]
+        model.nnsight.lm_head.input = hidden[owner, where][None]  # [1, scored tokens, d]
+        rest = ops.scored_token_sums(ops.final_logits(model)[0], owner, target, weight, n)
+        rest = rest.save()
+    return rest, outputs
+
+
+def choice_scores(first: torch.Tensor, rest: torch.Tensor | None, flat: list, n_c: int) -> list:
+    """Mean log-prob per choice token, ``[b][C]``.
+
+    The first token's from the prompt pass (``first [b, V]``), the later ones' weighted sums
+    from the choice pass (``rest [b*C]``, None where every choice is one token).
+    """
+    scored = [
+        float(first[s // n_c, c[0]]) / len(c) + (float(rest[s]) if rest is not None else 0.0)
+        for s, c in enumerate(flat)
+    ]
+    return [scored[r * n_c : (r + 1) * n_c] for r in range(len(flat) // n_c)]
+
+
+def recognition_result(record: PromptRecord, values: list[float]) -> RecognitionResult:
+    """A record's result from its choice scores: the best choice (the first of a tie)."""
+    prediction = max(range(len(values)), key=lambda i: (values[i], -i))
+    return RecognitionResult(
+        record.key, tuple(values), prediction, int(prediction == record.answer_idx)
+    )
+
+
+def kept_layers(layers: list, rows: torch.Tensor) -> list:
+    """Copies of a cache's layers (``cache.layers``) at batch rows ``rows``.
+
+    Indexing copies the keys and values, so no later pass can change the copies: a clean
+    prompt cache kept this way survives the choice pass that extends it.
+    """
+    out = []
+    for layer in layers:
+        mine = copy.copy(layer)
+        mine.batch_select_indices(rows)
+        out.append(mine)
+    return out
+
+
+def with_clean_layers(cache: Any, clean: list, rows: torch.Tensor, below: int) -> Any:
+    """A started pass's cache, its skipped layers (below ``below``) filled from a clean one.
+
+    ``clean`` is a clean run's `kept_layers`, taken at batch rows ``rows``: the choices
+    attend to those layers, and the forward reads the cached length from the first layer.
+    """
+    for i, layer in enumerate(kept_layers(clean[:below], rows)):
+        cache.layers[i] = layer
+    return cache
+
+
+__all__ = [
+    "cache_name",
+    "choice_pass",
+    "choice_scores",
+    "keeps_logits",
+    "kept_layers",
+    "prompt_pass",
+    "recognition_result",
+    "row_plan",
+    "with_clean_layers",
+]
