@@ -23,13 +23,14 @@ sys.path.insert(0, str(ROOT))
 
 from tests.conftest import FAMILY_NAMES, LAYOUTS  # noqa: E402
 
+PASSES = ("make test", "live, trusted", "live, sandboxed", "browser", "GPU only")
 REAL = {"smollm2": "SmolLM2", "gemma3_real": "Gemma 3", "qwen_real": "Qwen2.5"}
 
 
 class _Collector:
     def __init__(self) -> None:
         self.files: dict[str, dict] = defaultdict(
-            lambda: {"n": 0, "passes": set(), "families": set(), "real": set()}
+            lambda: {"n": 0, "passes": set(), "families": defaultdict(set), "real": set()}
         )
 
     def pytest_collection_modifyitems(self, items) -> None:
@@ -48,20 +49,29 @@ class _Collector:
                 entry["passes"].add("GPU only")
             else:
                 entry["passes"].add("make test")
-            entry["families"] |= {v for v in params.values() if v in FAMILY_NAMES}
+            test = item.nodeid.split("[")[0]
+            entry["families"][test] |= {v for v in params.values() if v in FAMILY_NAMES}
             entry["real"] |= {REAL[f] for f in item.fixturenames if f in REAL}
-            if "twins" in item.fixturenames:
+            if "twins" in item.fixturenames and "ndif_live" in marks:
                 entry["real"] |= {"SmolLM2", "Gemma 3"}
 
 
-def _families(found: set[str]) -> str:
-    if not found:
-        return ""
-    if found == set(FAMILY_NAMES):
-        return "all 13"
-    if found == set(LAYOUTS):
-        return "6 layouts"
-    return ", ".join(sorted(found))
+def _families(by_test: dict[str, set[str]]) -> str:
+    """The families a file's tests run on: "all 13", "6 layouts", or names; ";" between
+    the groups when its tests differ."""
+    said = []
+    for found in by_test.values():
+        if not found:
+            continue
+        if found == set(FAMILY_NAMES):
+            text = "all 13"
+        elif found == set(LAYOUTS):
+            text = "6 layouts"
+        else:
+            text = ", ".join(sorted(found))
+        if text not in said:
+            said.append(text)
+    return "; ".join(said)
 
 
 def _summary(path: Path) -> str:
@@ -85,7 +95,7 @@ def table() -> str:
     for name in sorted(collector.files):
         entry = collector.files[name]
         rows.append(
-            f"| `{name}` | {entry['n']} | {', '.join(sorted(entry['passes']))} "
+            f"| `{name}` | {entry['n']} | {', '.join(p for p in PASSES if p in entry['passes'])} "
             f"| {_families(entry['families'])} | {', '.join(sorted(entry['real']))} "
             f"| {_summary(ROOT / name)} |"
         )
