@@ -225,7 +225,9 @@ def _add_view(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
         help="heads zero-ablated in a second run shown beside the clean one, e.g. 9.3,10.1 "
         "(layer.head)",
     )
-    p.add_argument("--top-k", type=positive, default=8, help="next tokens listed per run")
+    p.add_argument(
+        "--top-k", type=positive, default=8, help="next tokens listed per run (default %(default)s)"
+    )
     p.add_argument(
         "--out", type=Path, default=Path("bindscope-view.html"), help="page (default %(default)s)"
     )

@@ -1,9 +1,9 @@
 """A study is its own modules: nothing else in the package names it (issue 29).
 
-A study's modules are ``experiments/<name>.py``, ``experiments/<name>_summary.py`` and its
-figure section ``figures/<name>.py``. Anywhere else, naming it (importing it, or comparing
-with, or building a path from, its name as a string) means that adding or renaming a study
-touches code outside it. The names come from discovery (``registry.definitions``), so a new
+A study's modules are ``experiments/<name>.py``, ``experiments/<name>_summary.py``, its
+presets ``experiments/<name>_presets.py`` and its figure section ``figures/<name>.py``.
+Anywhere else, naming it (importing it, or comparing with, or building a path from, its
+name as a string) means that adding or renaming a study touches code outside it. The names come from discovery (``registry.definitions``), so a new
 study is checked the day it is added.
 """
 
@@ -28,8 +28,9 @@ SHARED_FOLDERS = {
     ("scan", "experiments/kit/attribution_method.py"),
 }
 
-#: The demo composes four studies into one run: it is their user, like the README.
-USERS = {"demo.py"}
+#: The demo composes four studies into one run, and the viewer reads five studies' folders:
+#: they are their users, like the README.
+USERS = {"demo.py", "viewer/folders.py"}
 
 
 def _names_the_study(value: object, name: str) -> bool:
@@ -71,7 +72,7 @@ def test_no_module_outside_a_study_names_it():
         if where in USERS:
             continue
         for line, name in places_naming(path.read_text("utf-8"), names):
-            own = {f"experiments/{name}.py", f"experiments/{name}_summary.py"}
+            own = {f"experiments/{name}{part}.py" for part in ("", "_summary", "_presets")}
             own.add(f"figures/{name}.py")
             if where not in own and (name, where) not in SHARED_FOLDERS:
                 places.append(f"bindscope/{where}:{line} names the study {name!r}")
@@ -92,9 +93,12 @@ def test_the_scanner_finds_each_way_of_naming_a_study():
 
 
 def test_experiments_holds_only_the_studies():
-    """``experiments/`` shows the studies: each module is one, or a study's summary."""
+    """``experiments/`` shows the studies: each module is one, or a study's summary or
+    presets."""
     names = set(definitions())
     folder = PACKAGE / "experiments"
     modules = {p.stem for p in folder.glob("*.py")} - {"__init__"}
-    others = sorted(m for m in modules if m.removesuffix("_summary") not in names)
+    others = sorted(
+        m for m in modules if m.removesuffix("_summary").removesuffix("_presets") not in names
+    )
     assert not others, f"bindscope/experiments/ holds {others}: the kit goes in experiments/kit/"
