@@ -3,8 +3,9 @@
 A study's modules are ``experiments/<name>.py``, ``experiments/<name>_summary.py``, its
 presets ``experiments/<name>_presets.py`` and its figure section ``figures/<name>.py``.
 Anywhere else, naming it (importing it, or comparing with, or building a path from, its
-name as a string) means that adding or renaming a study touches code outside it. The names come from discovery (``registry.definitions``), so a new
-study is checked the day it is added.
+name as a string) means that adding or renaming a study touches code outside it. The names
+come from discovery (``registry.definitions``), so a new study is checked the day it is
+added.
 """
 
 from __future__ import annotations
