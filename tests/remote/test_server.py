@@ -107,7 +107,9 @@ def test_a_sandbox_key_deploys_the_sandboxed_actor_and_keeps_only_its_digest(tmp
     """``--sandbox-key``: both modes from one server; the key itself is written nowhere."""
     ports = server.Ports.of(8001)
     key = "bindscope-untrusted-0123"
-    env = server._environment(tmp_path, ports, tmp_path / "hub", sandbox_key=server.key_digest(key))
+    env = server._environment(
+        tmp_path, ports, tmp_path / "hub", sandbox_key_sha256=server.key_digest(key)
+    )
     assert env[server.SANDBOX_KEY_ENV] == server.key_digest(key) != key
     assert key not in "".join(env.values())
     started = []

@@ -98,7 +98,12 @@ def _redis_server() -> str:
 
 
 def _environment(
-    home: Path, ports: Ports, hub_cache: Path, *, sandboxed: bool = False, sandbox_key: str = ""
+    home: Path,
+    ports: Ports,
+    hub_cache: Path,
+    *,
+    sandboxed: bool = False,
+    sandbox_key_sha256: str = "",
 ) -> dict[str, str]:
     venv = home / "venv"
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("NDIF_", "RAY_"))}
@@ -131,8 +136,8 @@ def _environment(
         "MKL_NUM_THREADS": "1",
         # the sandboxed actor keeps warm runner processes (~0.5 GB each, ndif's default 7
         # per model): one per model is enough for one user's sequential requests
-        **({"NDIF_SANDBOX_POOL_SIZE": "1"} if sandboxed or sandbox_key else {}),
-        **({SANDBOX_KEY_ENV: sandbox_key} if sandbox_key else {}),
+        **({"NDIF_SANDBOX_POOL_SIZE": "1"} if sandboxed or sandbox_key_sha256 else {}),
+        **({SANDBOX_KEY_ENV: sandbox_key_sha256} if sandbox_key_sha256 else {}),
     }
 
 
@@ -344,7 +349,7 @@ def up(
     digest = _sandbox_digest(sandboxed, sandbox_key)
     processes.prepare_home(home)
     ports = _free_ports(home, port)
-    env = _environment(home, ports, hub_cache, sandboxed=sandboxed, sandbox_key=digest)
+    env = _environment(home, ports, hub_cache, sandboxed=sandboxed, sandbox_key_sha256=digest)
     state: dict = {"port": port, "host": host(port), "models": []}
     (home / STATE).write_text(json.dumps(state))
     try:
@@ -397,7 +402,7 @@ def _piece(home: Path, name: str) -> tuple[Piece, dict[str, str]]:
         ports,
         Path(state["hub_cache"]),
         sandboxed=state["sandboxed"],
-        sandbox_key=state.get("sandbox_key_sha256", ""),
+        sandbox_key_sha256=state.get("sandbox_key_sha256", ""),
     )
     return found[name], env
 
