@@ -24,6 +24,7 @@ from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, P
 from bindscope.experiments.kit.options import Options, check_whole, option
 from bindscope.experiments.kit.record_fields import Item
 from bindscope.experiments.kit.summary import folder_summary
+from bindscope.metrics.stats import mean_ci
 from bindscope.prompts.tasks import TASKS, TaskPair, answer_ids, task_pairs
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import by_model
@@ -144,6 +145,7 @@ def _measure(
         )  # fmt: skip
         metrics = {
             "n_edges": kept.n_edges,
+            "n_total": scores.graph.n_edges,  # the model's edges: the circuit's yardstick
             "ablated": float(np.mean(kept.ablated)),
             "share": kept.share.value,
             "low": kept.share.low,
@@ -198,7 +200,7 @@ def summary(records: list[dict]) -> dict:
             "corrupted": float(np.mean([r["metrics"]["corrupted"] for r in pairs])),
             "edges": [[r["condition"][5:], r["metrics"]["score"]] for r in edges],
             "faithfulness": [
-                {**r["metrics"], "null_mean": _mean(r["metrics"]["null"])}
+                _size_row(r["metrics"])
                 for r in sorted(sizes, key=lambda r: r["metrics"]["n_edges"])
             ],
             "verify": checked[0] if checked else None,
@@ -208,6 +210,13 @@ def summary(records: list[dict]) -> dict:
 
 def _mean(values: list[float]) -> float | None:
     return float(np.mean(values)) if values else None
+
+
+def _size_row(metrics: dict) -> dict:
+    """A circuit size's record, with its random circuits' mean share and that mean's 95% CI."""
+    null = metrics["null"]
+    interval = mean_ci(null).to_dict() if len(null) > 1 else None
+    return {**metrics, "null_mean": _mean(null), "null_ci": interval}
 
 
 def check_complete(folder: Path, records: list[dict]) -> None:

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from bindscope.figures import markdown as md
@@ -15,39 +16,45 @@ from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "C5: causal head ablation"
 #: Inches per figure kind; at DPI 150 each gives whole pixels.
-SIZES = {"c5": (12.0, 4.4), "c5_cross_architecture": (12.0, 5.0)}
-TASKS = ("recognition", "generation")
+SIZES = {"c5": (12.0, 7.6), "c5_cross_architecture": (12.0, 5.0)}
+#: The scores in the report's order: accuracy, its continuous margin, the rubric.
+SCORES = ("recognition", "margin", "generation")
 UNITS = {
     "recognition": "accuracy (fraction correct)",
+    "margin": "choice margin (nats per token)",
     "generation": "rubric score (0–1)",
 }
 DROP_LABEL = {
-    "recognition": "accuracy drop, baseline − ablated (fraction of prompts)",
+    "recognition": "accuracy drop, baseline − ablated (fraction of items)",
+    "margin": "margin drop, baseline − ablated (nats per token)",
     "generation": "rubric-score drop, baseline − ablated (0–1 scale)",
 }
 BAR_CONDITIONS = ("baseline", "top", "bottom", "random")
+#: Most histogram bins; a score on steps of 1/n gets whole steps per bin beyond this.
+MAX_BINS = 60
 
 
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    """The C5 ablation figures: (file stem, builder) pairs, drawn only when asked."""
+    """The C5 figures; the cross-architecture one only when there are models to compare."""
     where = str(exp.folder / "summary.json")
     k = (exp.summary or {}).get("k")
     yield from style.per_model(exp.models, exp.folder, "c5", model_figure, k=k)
-    yield "c5_cross_architecture", lambda: cross_architecture(exp.models, k=k, where=where)
+    if len(exp.models) > 1:
+        yield "c5_cross_architecture", lambda: cross_architecture(exp.models, k=k, where=where)
 
 
-def _condition_bar(entry: dict, condition: str, task: str):
+def _condition_bar(entry: dict, condition: str, score: str) -> tuple[Any, Any]:
     """(score, (lower, upper) error) of one bar; the errors are None without an interval."""
     conditions = entry.get("conditions") or {}
-    base = (conditions.get("baseline") or {}).get(task)
+    base = (conditions.get("baseline") or {}).get(score)
     if condition == "baseline" or base is None:
         return base, None
     if condition == "random":
-        drop, err = _drop_bar(entry, "random", task)
+        drop, err = _drop_bar(entry, "random", score)
         # a score is baseline - drop, so the drop's upper error is the score's lower one
         return (None, None) if drop is None else (base - drop, err[::-1])
-    value = (conditions.get(condition) or {}).get(task)
-    drop = ((entry.get("drops") or {}).get(condition) or {}).get(task)
+    value = (conditions.get(condition) or {}).get(score)
+    drop = ((entry.get("drops") or {}).get(condition) or {}).get(score)
     if value is None or not drop or drop.get("low") is None:
         return value, None
     # the CI of the paired drop, placed on the score scale
@@ -55,50 +62,59 @@ def _condition_bar(entry: dict, condition: str, task: str):
     return value, (max(0.0, value - low), max(0.0, high - value))
 
 
-def model_figure(label: str, entry: dict, *, k: int | None = None, where: str = "summary"):
-    """Condition scores with CIs (left) and each task's random-set drop histogram (right).
+def model_figure(
+    label: str, entry: dict, *, k: int | None = None, where: str = "summary"
+) -> tuple[Figure, str]:
+    """One column per score: its mean per condition (top) and random-set drops (bottom).
 
-    Only the tasks the model was scored on get bars and a panel.
+    Only the scores the model was measured on get a column.
     """
     baseline = need(entry, "conditions", "baseline", where=where)
-    tasks = [t for t in TASKS if baseline.get(t) is not None and baseline.get(f"n_{t}")]
-    if not tasks:
-        raise MissingData(f"{where}: {label} has no task with a baseline score")
-    fig, axes = style.new_figure(
-        SIZES["c5"], ncols=1 + len(tasks), width_ratios=[1.3] + [1] * len(tasks)
-    )
-    ax = axes[0]
-    width = 0.2
-    ends = [0.0, 1.0]  # the y range must hold every bar and whisker
-    for i, condition in enumerate(BAR_CONDITIONS):
-        for t, task in enumerate(tasks):
-            value, err = _condition_bar(entry, condition, task)
-            if value is not None:
-                x = t + (i - 1.5) * width
-                _bar(ax, x, value, err, width=width, condition=condition, k=k, lw=1)
-                low, high = err if err is not None else (0.0, 0.0)
-                ends += [value - low, value + high]
-    for t, task in enumerate(tasks):
-        level = (entry.get("chance") or {}).get(task)
-        if level is not None:  # across the task's bars
-            ax.hlines(level, t - 2.5 * width, t + 2.5 * width, colors="black",
-                      linestyles=":", label="chance (1/choices)")  # fmt: skip
-    ax.set_xticks(range(len(tasks)), [f"{task}\n(n = {baseline[f'n_{task}']})" for task in tasks])
-    ax.set_ylim(min(ends) - 0.05, max(ends) + 0.05)
-    ax.set_ylabel("score (recognition: accuracy; generation: rubric, 0–1)")
-    ax.set_title(f"{style.short_label(label)}: score by condition")
-    for panel, task in zip(axes[1:], tasks):
-        _random_histogram(panel, entry, task, k)
-    style.figure_legend(fig, axes, ncols=6)
+    scores = [s for s in SCORES if baseline.get(s) is not None and baseline.get(f"n_{s}")]
+    if not scores:
+        raise MissingData(f"{where}: {label} has no score with a baseline")
+    fig, axes = style.new_figure(SIZES["c5"], nrows=2, ncols=len(scores), squeeze=False)
+    for (bars, histogram), score in zip(axes.T, scores):
+        _score_bars(bars, entry, score, k)
+        bars.set_title(f"{style.short_label(label)}: {bars.get_title()}")
+        _random_histogram(histogram, entry, score, k)
+    style.figure_legend(fig, axes.flat, ncols=4)
     caption = (
-        f"{label}: C5 ablation. Left, mean score per condition (dotted: recognition's chance "
-        "level, 1/choices averaged over the items); bars for top and bottom "
-        "show the 95% CI of the paired drop from baseline, the random bar the 2.5-97.5% "
-        "range over random sets. Right, drops of the random head sets (histogram) with the "
-        "top and bottom sets marked, and the one-sided rank p of the top set (raw and "
-        "Holm-adjusted across models)."
+        f"{label}: C5 ablation, one column per score. Top, mean score per condition: "
+        "accuracy with its chance level (dotted, 1/choices averaged over the items), the "
+        "choice margin (the continuous reading the report recommends; dotted at 0, where "
+        "the answer ties the best other choice), the rubric score. Bars for top and bottom "
+        "show the 95% CI of the paired drop from baseline, the random bar the 2.5-97.5% range "
+        "over random sets. Bottom, the drops of the random head sets (accuracy's bins are its "
+        "steps of 1/items) with the top and bottom sets marked, and the one-sided rank p of "
+        "the top set (raw and Holm-adjusted across models)."
     )
     return fig, caption
+
+
+def _score_bars(ax: Any, entry: dict, score: str, k: int | None) -> None:
+    """One score's mean per condition, with its reference line (chance, or a zero margin)."""
+    ends = [0.0] if score == "margin" else [0.0, 1.0]  # the range holds every whisker
+    for x, condition in enumerate(BAR_CONDITIONS):
+        value, err = _condition_bar(entry, condition, score)
+        if value is not None:
+            _bar(ax, x, value, err, width=0.7, condition=condition, k=k, lw=1)
+            low, high = err if err is not None else (0.0, 0.0)
+            ends += [value - low, value + high]
+    level = (entry.get("chance") or {}).get(score)
+    if level is not None:
+        ax.axhline(level, color="black", linestyle=":", label="chance (1/choices)")
+    if score == "margin":
+        ax.axhline(0, color="black", linestyle=(0, (1, 3)),
+                   label="margin 0: answer ties the best other choice")  # fmt: skip
+    pad = 0.05 * (max(ends) - min(ends))
+    ax.set_ylim(min(ends) - pad, max(ends) + pad)
+    names = ["baseline", f"top-{k or 'k'}", f"bottom-{k or 'k'}", "random"]
+    ax.set_xticks(range(len(names)), names)
+    n = ((entry.get("conditions") or {}).get("baseline") or {}).get(f"n_{score}")
+    read = " (continuous: read this)" if score == "margin" else ""
+    ax.set_title(f"{score}{read}\nscore by condition, n = {n} items")
+    ax.set_ylabel(UNITS[score])
 
 
 def _bar(
@@ -130,87 +146,100 @@ def _condition_name(condition: str, k: int | None) -> str:
     }[condition]
 
 
-def _random_histogram(ax: Any, entry: dict, task: str, k: int | None) -> None:
-    drops = (entry.get("random_drops") or {}).get(task)
-    ax.set_xlabel(DROP_LABEL[task])
+def drop_bins(drops: list[float], n_items: int | None) -> Any:
+    """Histogram bins on a score's steps: whole multiples of 1/n centred on k/n.
+
+    A mean over ``n_items`` 0/1 scores (accuracy) moves in steps of 1/n; bins of other widths
+    split or merge them and hide ties with the top set. Scores off that lattice (the margin,
+    the rubric) get numpy's automatic bins.
+    """
+    steps = np.asarray(drops, float) * (n_items or 0)
+    if not n_items or not np.allclose(steps, np.round(steps), rtol=0, atol=1e-6):
+        return "auto"
+    low, high = int(np.round(steps.min())), int(np.round(steps.max()))
+    per_bin = -(-(high - low + 1) // MAX_BINS)  # whole steps per bin, so none is split
+    return (np.arange(low, high + per_bin + 1, per_bin) - 0.5) / n_items
+
+
+def _random_histogram(ax: Any, entry: dict, score: str, k: int | None) -> None:
+    drops = (entry.get("random_drops") or {}).get(score)
+    ax.set_xlabel(DROP_LABEL[score])
     ax.set_ylabel("random head sets (count)")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     if not drops:
-        ax.set_title(f"{task}: no random-set drops stored")
+        ax.set_title(f"{score}: no random-set drops stored")
         ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
         return
     s = style.CONDITION_STYLE["random"]
-    bins = int(min(20, max(5, len(drops) // 3)))
+    bins = drop_bins(drops, (entry.get("n_items") or {}).get(score))
     ax.hist(drops, bins=bins, color=s["color"], hatch=s["hatch"], edgecolor="black", linewidth=0.5)
     for condition, linestyle in (("top", "-"), ("bottom", "--")):
-        drop = ((entry.get("drops") or {}).get(condition) or {}).get(task)
+        drop = ((entry.get("drops") or {}).get(condition) or {}).get(score)
         if drop and drop.get("value") is not None:
-            ax.axvline(
-                drop["value"],
-                color=style.CONDITION_STYLE[condition]["color"],
-                linestyle=linestyle,
-                linewidth=2,
-                label=f"{condition}-{k if k is not None else 'k'} set's drop",
-            )
-            ax.annotate(
-                f"{drop['value']:.3f}",
-                (drop["value"], 1.0),
-                xycoords=("data", "axes fraction"),
-                ha="center",
-                va="bottom",
-                fontsize=7,
-            )
-    p = (entry.get("p_value") or {}).get(task)
-    holm = (entry.get("p_holm") or {}).get(task)
+            ax.axvline(drop["value"], color=style.CONDITION_STYLE[condition]["color"],
+                       linestyle=linestyle, linewidth=2,
+                       label=f"{condition}-{k if k is not None else 'k'} set's drop")  # fmt: skip
+            ax.annotate(f"{drop['value']:.3f}", (drop["value"], 1.0),
+                        xycoords=("data", "axes fraction"), ha="center", va="bottom",
+                        fontsize=7)  # fmt: skip
+    p = (entry.get("p_value") or {}).get(score)
+    holm = (entry.get("p_holm") or {}).get(score)
     ax.set_title(
-        f"{task}: {len(drops)} random sets\none-sided p = {md.pvalue(p)}, "
+        f"{score}: {len(drops)} random sets\none-sided p = {md.pvalue(p)}, "
         f"Holm p = {md.pvalue(holm)}",
         pad=12,
     )
 
 
-def cross_architecture(models: dict[str, dict], *, k: int | None = None, where: str = "summary"):
-    """Top, bottom and random-mean drops with CIs for every model, one panel per task."""
+def cross_architecture(
+    models: dict[str, dict], *, k: int | None = None, where: str = "summary"
+) -> tuple[Figure, str]:
+    """Top, bottom and random-mean drops with CIs for every model, one panel per score."""
     if not models:
         raise MissingData(f"{where} lists no models")
     labels = list(models)
-    # a task no model evaluated (the demo leaves generation out) gets no empty panel
-    tasks = [t for t in TASKS if any(_drop_bar(models[m], "top", t)[0] is not None for m in labels)]
-    if not tasks:
-        raise MissingData(f"{where}: no model has a top-set drop for any task")
-    fig, axes = style.new_figure(SIZES["c5_cross_architecture"], ncols=len(tasks), sharey=True)
+    # a score no model measured (the demo leaves generation out) gets no empty panel
+    scores = [
+        s for s in SCORES if any(_drop_bar(models[m], "top", s)[0] is not None for m in labels)
+    ]
+    if not scores:
+        raise MissingData(f"{where}: no model has a top-set drop for any score")
+    fig, axes = style.new_figure(SIZES["c5_cross_architecture"], ncols=len(scores))
     axes = np.atleast_1d(axes)
-    width = 0.26
-    for ax, task in zip(axes, tasks):
-        ax.axhline(0, color="black", linewidth=0.8)
-        for m, label in enumerate(labels):
-            entry = models[label]
-            for i, condition in enumerate(("top", "bottom", "random")):
-                value, err = _drop_bar(entry, condition, task)
-                if value is not None:
-                    x = m + (i - 1) * width
-                    _bar(ax, x, value, err, width=width, condition=condition, k=k)
-        holm = [(models[label].get("p_holm") or {}).get(task) for label in labels]
-        ticks = [
-            f"{style.short_label(label)}\nHolm p = {md.pvalue(p)}" for label, p in zip(labels, holm)
-        ]
-        ax.set_xticks(range(len(labels)), ticks)
-        if len(labels) > 3:
-            ax.tick_params(axis="x", labelrotation=25)
-        ax.set_xlim(-0.6, len(labels) - 0.4)
-        ax.set_title(f"{task}: drop in {UNITS[task]}")
-        ax.set_xlabel("model (Holm p: top set vs random sets, one-sided)")
-    axes[0].set_ylabel("drop from baseline (baseline − ablated, score units)")
+    for ax, score in zip(axes, scores):
+        _drops_by_model(ax, models, score, k)
     style.figure_legend(fig, axes, ncols=3)
     caption = (
         "C5 across architectures: paired drop from baseline when the top-k, bottom-k or random "
         "k-head sets are ablated (top and bottom: 95% bootstrap CI; random: 2.5-97.5% range "
-        "over sets), with the Holm-adjusted rank p of the top set."
+        "over sets), with the Holm-adjusted rank p of the top set; each score on its own scale."
     )
     return fig, caption
 
 
-def _drop_bar(entry: dict, condition: str, task: str):
+def _drops_by_model(ax: Any, models: dict[str, dict], score: str, k: int | None) -> None:
+    """One score's panel: three bars per model, the model's Holm p under its name."""
+    labels, width = list(models), 0.26
+    ax.axhline(0, color="black", linewidth=0.8)
+    for m, label in enumerate(labels):
+        for i, condition in enumerate(("top", "bottom", "random")):
+            value, err = _drop_bar(models[label], condition, score)
+            if value is not None:
+                _bar(ax, m + (i - 1) * width, value, err, width=width, condition=condition, k=k)
+    holm = [(models[label].get("p_holm") or {}).get(score) for label in labels]
+    ticks = [
+        f"{style.short_label(label)}\nHolm p = {md.pvalue(p)}" for label, p in zip(labels, holm)
+    ]
+    ax.set_xticks(range(len(labels)), ticks)
+    if len(labels) > 3:
+        ax.tick_params(axis="x", labelrotation=25)
+    ax.set_xlim(-0.6, len(labels) - 0.4)
+    ax.set_title(f"{score}: drop in {UNITS[score]}")
+    ax.set_xlabel("model (Holm p: top set vs random sets, one-sided)")
+    ax.set_ylabel(f"drop from baseline ({UNITS[score].split(' (')[0]})")
+
+
+def _drop_bar(entry: dict, condition: str, task: str) -> tuple[Any, Any]:
     if condition == "random":
         drops = (entry.get("random_drops") or {}).get(task)
         if not drops:
@@ -343,7 +372,7 @@ def _task_rows(label: str, entry: dict) -> Iterator[list[str]]:
     """One row per task the model was scored on: scores, drops, specificity and p."""
     conditions = entry.get("conditions") or {}
     drops = entry.get("drops") or {}
-    for task in (*TASKS[:1], "margin", *TASKS[1:]):
+    for task in SCORES:
         base = (conditions.get("baseline") or {}).get(task)
         if base is None:
             continue

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from bindscope.figures import markdown as md
 from bindscope.figures.make import FigureReport, make_figures
+from bindscope.figures.section import Section
 from bindscope.figures.sections import sections
 from bindscope.results.records import SCHEMA
 from bindscope.results.summaries import VERSION_FIELDS, ExperimentResults, MissingData, load_results
@@ -40,34 +43,38 @@ def write_report(
     results = load_results(root, sections())
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [*_header(root), *_provenance(results)]
-    number = 0
+    number = itertools.count(1)  # figures are numbered in the order the report shows them
     for name, section in sections().items():
-        exp = results[name]
-        if exp.missing:
-            continue
-        lines += [
-            f"## {section.title}",
-            "",
-            f"*How to read these numbers.* {section.how_to_read}",
-            "",
-        ]
-        try:
-            lines += section.tables(exp)
-        except MissingData as exc:
-            lines += [f"Table not available: {exc}.", ""]
-        for fig in (f for f in figures.figures if f.experiment == name):
-            number += 1
-            png, pdf = _rel(fig.png, path), _rel(fig.pdf, path)
-            lines += [
-                f"![Figure {number}: {fig.name}]({png})",
-                "",
-                f"*Figure {number}.* {fig.caption} ([PDF]({pdf}))",
-                "",
-            ]
+        if not results[name].missing:
+            lines += _section(section, results[name], figures, path, number)
     lines += _limits(results)
     lines += _not_included(results, figures)
     path.write_text("\n".join(lines).rstrip() + "\n", "utf-8")
     return path
+
+
+def _section(
+    section: Section,
+    exp: ExperimentResults,
+    figures: FigureReport,
+    path: Path,
+    number: Iterator[int],
+) -> list[str]:
+    """One experiment's heading, how to read it, its tables and its figures."""
+    lines = [f"## {section.title}", "", f"*How to read these numbers.* {section.how_to_read}", ""]
+    try:
+        lines += section.tables(exp)
+    except MissingData as exc:
+        lines += [f"Table not available: {exc}.", ""]
+    for fig in (f for f in figures.figures if f.experiment == exp.name):
+        n, png, pdf = next(number), _rel(fig.png, path), _rel(fig.pdf, path)
+        lines += [
+            f"![Figure {n}: {fig.name}]({png})",
+            "",
+            f"*Figure {n}.* {fig.caption} ([PDF]({pdf}))",
+            "",
+        ]
+    return lines
 
 
 def _header(root: Path) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -68,7 +68,7 @@ def new_figure(size: tuple[float, float], **subplots: Any) -> tuple[Figure, Any]
     return fig, fig.subplots(**subplots)
 
 
-def figure_legend(fig: Figure, axes, *, ncols: int = 4) -> None:
+def figure_legend(fig: Figure, axes: Iterable[Any], *, ncols: int = 4) -> None:
     """One legend above all panels (unique labels), so it never covers data."""
     unique: dict[str, Any] = {}
     for ax in axes:

@@ -214,10 +214,11 @@ def test_model_figure_draws_only_tasks_that_ran_and_never_cuts_a_whisker():
     from bindscope.figures.c5 import model_figure
 
     fig, _ = model_figure("m", _c5_entry(["recognition"]), k=4)
-    bars, *panels = fig.axes
-    assert [ax.get_title().split(":")[0] for ax in panels] == ["recognition"]  # no empty panel
+    bars, histogram = fig.axes  # one column: the scores, then the random-set drops
+    assert histogram.get_title().split(":")[0] == "recognition"  # no empty panel
     labels = [t.get_text() for t in bars.get_xticklabels()]
-    assert labels == ["recognition\n(n = 82)"] and not any("?" in t for t in labels)
+    assert labels == ["baseline", "top-4", "bottom-4", "random"]
+    assert "n = 82 items" in bars.get_title()
     # the top drop's CI on the score scale, [base - high, base - low] = [0.45, 1.25], must
     # lie inside the axis, not be cut at a fixed 1.05
     low, high = bars.get_ylim()
@@ -225,4 +226,4 @@ def test_model_figure_draws_only_tasks_that_ran_and_never_cuts_a_whisker():
     whiskers = [seg for c in bars.collections for seg in c.get_segments()]
     assert whiskers and all(low <= y <= high for seg in whiskers for _, y in seg)
     both, _ = model_figure("m", _c5_entry(["recognition", "generation"]), k=4)
-    assert len(both.axes) == 3
+    assert len(both.axes) == 4

@@ -47,7 +47,9 @@ def c5_records(seed: int = 0) -> list[dict]:
                 for task in ("recognition", "generation"):
                     margin = float(rng.normal(0.3 - hurt, 0.3))
                     score = float(margin > 0)
-                    metrics = {"score": score, "margin": margin}
+                    # three choices: chance 1/3, drawn as the accuracy panel's line
+                    choices = [-1.0, -1.0 - margin, -2.0]
+                    metrics = {"score": score, "margin": margin, "choice_scores": choices}
                     if task == "generation":
                         metrics = {"score": float(np.clip(rng.uniform(0.5, 1.0) - hurt, 0, 1))}
                     out.append(

@@ -43,7 +43,8 @@ def circuit_records(seed: int = 0) -> list[dict]:
             out.append(record("circuit", model, "", "circuit", f"edge:{edge}", metrics,
                               task="ioi", circuit=settings))  # fmt: skip
         for n, share in ((5, 0.6), (10, 0.8)):
-            metrics = {"n_edges": n, "share": share, "low": share - 0.1, "high": share + 0.1,
+            metrics = {"n_edges": n, "n_total": 60, "share": share, "low": share - 0.1,
+                       "high": share + 0.1,
                        "null": [0.0, 0.1], "stability": 0.9}  # fmt: skip
             out.append(record("circuit", model, "", "circuit", f"top:{n}", metrics, task="ioi",
                               circuit=settings))  # fmt: skip
