@@ -36,7 +36,9 @@ def heads_figure(
     bars.axvline(0, color="grey", lw=0.8)
     names = [f"{c['condition']}{' *' if c.get('significant') else ''}" for c in shown]
     bars.set_yticks(y, names)
-    bars.set(xlabel="effect, 95% CI (* adjusted p < 0.05)", title=f"top {len(shown)}")
+    bars.set(
+        xlabel="effect, 95% CI (* adjusted p < 0.05)", title=f"the {len(shown)} largest effects"
+    )
     caption = (
         f"{short_label(label)}: {what}; circles mark adjusted p < 0.05 "
         f"({len(significant)} cells). Right: the largest effects with 95% paired bootstrap CIs."

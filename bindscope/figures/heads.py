@@ -111,7 +111,8 @@ def emergence(model: str, entry: dict, *, where: str = "summary"):
     ]  # fmt: skip
     for ax in axes.flat:
         ax.set_xticks(x, ticks, rotation=45, ha="right", fontsize=6)
-    style.figure_legend(fig, [axes.flat[0]], ncols=6)
+    # in its own panel: above them all it named the other panels' head colours too
+    axes.flat[0].legend(fontsize=6, frameon=False, title="class", title_fontsize=7)
     lead = entry.get("induction_lead_tokens")
     caption = (
         f"{model}: fraction of heads in each class (left) and the score trajectories of the "
