@@ -30,8 +30,10 @@ DROP_LABEL = {
     "generation": "rubric-score drop, baseline − ablated (0–1 scale)",
 }
 BAR_CONDITIONS = ("baseline", "top", "bottom", "random")
-#: Most histogram bins; a score on steps of 1/n gets whole steps per bin beyond this.
+#: Most histogram bins; a score on steps gets whole steps per bin beyond this.
 MAX_BINS = 60
+#: The finest step of one item's score that histogram bins look for (1/60 of the scale).
+MAX_STEP = 60
 
 
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
@@ -85,9 +87,9 @@ def model_figure(
         "choice margin (the continuous reading the report recommends; dotted at 0, where "
         "the answer ties the best other choice), the rubric score. Bars for top and bottom "
         "show the 95% CI of the paired drop from baseline, the random bar the 2.5-97.5% range "
-        "over random sets. Bottom, the drops of the random head sets (accuracy's bins are its "
-        "steps of 1/items) with the top and bottom sets marked, and the one-sided rank p of "
-        "the top set (raw and Holm-adjusted across models)."
+        "over random sets. Bottom, the drops of the random head sets, one bin per step the "
+        "score can take (1/items for accuracy), with the top and bottom sets marked, and the "
+        "one-sided rank p of the top set (raw and Holm-adjusted across models)."
     )
     return fig, caption
 
@@ -147,18 +149,26 @@ def _condition_name(condition: str, k: int | None) -> str:
 
 
 def drop_bins(drops: list[float], n_items: int | None) -> Any:
-    """Histogram bins on a score's steps: whole multiples of 1/n centred on k/n.
+    """Histogram bins on a score's steps: whole multiples of one step, centred on the values.
 
-    A mean over ``n_items`` 0/1 scores (accuracy) moves in steps of 1/n; bins of other widths
-    split or merge them and hide ties with the top set. Scores off that lattice (the margin,
-    the rubric) get numpy's automatic bins.
+    A mean over n items of a score that moves in steps of 1/m (accuracy: m = 1; the rubric,
+    min(hits / 3, 1) - 0.2 per contradiction: m = 15) moves in steps of 1/(n m); bins of other
+    widths split or merge them and hide ties with the top set. The smallest m up to
+    ``MAX_STEP`` that puts every drop on a step is used; a continuous score (the margin) gets
+    numpy's automatic bins.
     """
-    steps = np.asarray(drops, float) * (n_items or 0)
-    if not n_items or not np.allclose(steps, np.round(steps), rtol=0, atol=1e-6):
+    values = np.asarray(drops, float) * (n_items or 0)
+    on_step = (
+        m
+        for m in range(1, MAX_STEP + 1)
+        if np.allclose(values * m, np.round(values * m), rtol=0, atol=1e-6)
+    )
+    m = next(on_step, None) if n_items else None
+    if m is None:
         return "auto"
-    low, high = int(np.round(steps.min())), int(np.round(steps.max()))
+    low, high = int(np.round(values.min() * m)), int(np.round(values.max() * m))
     per_bin = -(-(high - low + 1) // MAX_BINS)  # whole steps per bin, so none is split
-    return (np.arange(low, high + per_bin + 1, per_bin) - 0.5) / n_items
+    return (np.arange(low, high + per_bin + 1, per_bin) - 0.5) / (n_items * m)
 
 
 def _random_histogram(ax: Any, entry: dict, score: str, k: int | None) -> None:

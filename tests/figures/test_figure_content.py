@@ -69,22 +69,27 @@ def test_cross_architecture_figure_only_with_several_models(tmp_path):
     assert "c5_cross_architecture" not in text and "figure `c5" not in text
 
 
-def test_histogram_bins_are_the_score_steps():
-    """19 items: accuracy drops move in steps of 1/19; 5 random sets tie the top set's drop."""
-    n, top = 19, 6
+@pytest.mark.parametrize(
+    ("score", "per_item"),
+    # accuracy: 0/1 per item; the rubric: min(hits / 3, 1) - 0.2 per contradiction, steps of 1/15
+    [("recognition", 1), ("generation", 15)],
+)
+def test_histogram_bins_are_the_score_steps(score, per_item):
+    """19 items: the drops move in steps of 1/(19 m); 5 random sets tie the top set's drop."""
+    step, top = 1 / (19 * per_item), 6
     steps = [1, 2, 2, 3, 3, 3, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 6, -1, 0]
     entry = {
-        "conditions": {"baseline": {"recognition": 0.9, "n_recognition": n}},
-        "n_items": {"recognition": n},
-        "drops": {"top": {"recognition": {"value": top / n, "low": None, "high": None}}},
-        "random_drops": {"recognition": [k / n for k in steps]},
+        "conditions": {"baseline": {score: 0.9, f"n_{score}": 19}},
+        "n_items": {score: 19},
+        "drops": {"top": {score: {"value": top * step, "low": None, "high": None}}},
+        "random_drops": {score: [k * step for k in steps]},
     }
     fig, _ = c5_figures.model_figure("m", entry, k=2)
-    histogram = _panel(fig, "recognition: 19 random sets")
-    bars = [p for p in histogram.patches if p.get_height() > 0]
+    histogram = _panel(fig, f"{score}: 19 random sets")
     widths = [p.get_width() for p in histogram.patches]
-    assert widths == pytest.approx([1 / n] * len(widths))  # one bin per step, none split
-    counts = {round((p.get_x() + p.get_width() / 2) * n): p.get_height() for p in bars}
+    assert widths == pytest.approx([step] * len(widths))  # one bin per step, none split
+    bars = [p for p in histogram.patches if p.get_height() > 0]
+    counts = {round((p.get_x() + p.get_width() / 2) / step): p.get_height() for p in bars}
     assert counts == {k: steps.count(k) for k in set(steps)}  # each bin centred on its step
     assert counts[top] == 5  # the ties with the top set are one bar under its line
 
