@@ -157,13 +157,15 @@ def drop_bins(drops: list[float], n_items: int | None) -> Any:
     ``MAX_STEP`` that puts every drop on a step is used; a continuous score (the margin) gets
     numpy's automatic bins.
     """
-    values = np.asarray(drops, float) * (n_items or 0)
+    if not n_items:
+        return "auto"
+    values = np.asarray(drops, float) * n_items
     on_step = (
         m
         for m in range(1, MAX_STEP + 1)
         if np.allclose(values * m, np.round(values * m), rtol=0, atol=1e-6)
     )
-    m = next(on_step, None) if n_items else None
+    m = next(on_step, None)
     if m is None:
         return "auto"
     low, high = int(np.round(values.min() * m)), int(np.round(values.max() * m))
