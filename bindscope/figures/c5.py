@@ -84,7 +84,7 @@ def model_figure(
     caption = (
         f"{label}: C5 ablation, one column per score. Top, mean score per condition: "
         "accuracy with its chance level (dotted, 1/choices averaged over the items), the "
-        "choice margin (the continuous reading the report recommends; dotted at 0, where "
+        "choice margin (the continuous reading the report recommends; a grey line at 0, where "
         "the answer ties the best other choice), the rubric score. Bars for top and bottom "
         "show the 95% CI of the paired drop from baseline, the random bar the 2.5-97.5% range "
         "over random sets. Bottom, the drops of the random head sets, one bin per step the "
@@ -107,7 +107,7 @@ def _score_bars(ax: Any, entry: dict, score: str, k: int | None) -> None:
     if level is not None:
         ax.axhline(level, color="black", linestyle=":", label="chance (1/choices)")
     if score == "margin":
-        ax.axhline(0, color="black", linestyle=(0, (1, 3)),
+        ax.axhline(0, color="grey", linewidth=1.2,
                    label="margin 0: answer ties the best other choice")  # fmt: skip
     pad = 0.05 * (max(ends) - min(ends))
     ax.set_ylim(min(ends) - pad, max(ends) + pad)
