@@ -29,8 +29,11 @@ C5_OUT ?= bindscope-c5-powered
 c5-powered: $(STAMP)
 	$(VENV)/bin/bindscope c5 --preset powered --out $(C5_OUT)
 
+# Two pytest-xdist workers, one torch thread each (two threads each would oversubscribe 2
+# cores); worksteal hands a finished worker the other's remaining tests. TEST_WORKERS: more.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q --durations=25
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal --durations=25
 
 # The live layer: the remote path against the real NDIF server of `bindscope ndif up
 # --sandbox-key KEY` (KEY: tests/remote/live/conftest.py's SANDBOX_KEY; deselected by `make
