@@ -1,8 +1,4 @@
-"""Left-padded batches of token ids, and the checks on what goes into them.
-
-A leaf of the package: the model wrapper, the intervention planner and the runners all build
-or read these batches.
-"""
+"""Left-padded batches of token ids, and the checks on what goes into them."""
 
 from __future__ import annotations
 

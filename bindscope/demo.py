@@ -1,15 +1,4 @@
-"""``bindscope demo``: the study on the three embedded models, end to end, on a laptop CPU.
-
-For SmolLM2-135M-Instruct (instruction-tuned, Llama architecture, 30 x 9 = 270 heads),
-Gemma 3 270M (pretrained base, sliding-window attention, 18 x 4 = 72 heads) and
-Qwen2.5-Coder-0.5B-Instruct (Qwen2, one of the EB* paper's families, 24 x 14 = 336 heads)
-in turn: EB* on the canonical prompts, C5 (k=4 on each, so a set removes 1.5%, 5.6% and
-1.2% of the heads; a sequential random null of up to 59 sets: the design that
-``benchmarks/c5_frontier.py`` predicts fits 15 minutes for three models), discriminant
-validity and few-shot; records and summaries under ``OUT/`` (all models in the same
-records, side by side in every table), then figures and one report, which says where the
-demo's power stops and names ``make c5-powered``. Rerunning resumes where it stopped.
-"""
+"""``bindscope demo``: the study on the three embedded models, end to end, on a laptop CPU."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """Every use of nnsight's private API in bindscope, for the remote path, in one module.
 
-Written against nnsight 0.8.1 (and the cloudpickle it vendors the unpickler around). These
-calls are not part of nnsight's public API and may change in any release: after an nnsight
-upgrade, check this file first (tests/remote exercises every function here).
+Written against nnsight 0.8.1: after an nnsight upgrade, check this file first
+(tests/remote exercises every function here).
 """
 
 from __future__ import annotations

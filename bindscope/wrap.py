@@ -1,10 +1,4 @@
-"""Wrap a loaded transformers model as a ``Model``, with its family row.
-
-The row is given, taken from the table, registered, or inferred.
-
-An unknown ``model_type`` whose modules follow the standard Llama layout loads with a
-warning, and only if the load-time self-check passes on it.
-"""
+"""Wrap a loaded transformers model as a ``Model``, with its family row."""
 
 from __future__ import annotations
 

@@ -1,21 +1,4 @@
-"""Per-head activation patching: which heads carry the clean prompt's answer?
-
-Method. Each pair holds a clean and a corrupted prompt that tokenize to the same length and
-a metric: the mean log-probability of a ``target`` text appended to both, or the logit
-difference ``clean_answer - corrupted_answer`` (one token each) at the last position. Both
-follow the prompt after one space, as a prompt file's choices do
-(`bindscope.prompts.continuations`): they are written without leading whitespace. Every
-head's output (or every layer's, ``unit="layer"``) is patched from the clean run into the
-corrupted run (``Patch``), and the normalised recovery
-``(patched - corrupted) / (clean - corrupted)`` is recorded per pair. Per head: the mean
-recovery with a paired bootstrap 95% CI and a sign-flip permutation p-value (recovery
-against 0), adjusted across heads (Benjamini-Hochberg, or Holm). Pairs whose clean and
-corrupted metrics are equal have no recovery to measure and are left out of the summary.
-
-Pair files are JSON Lines (``docs/records.md``, "Pair files"; read by
-`bindscope.prompts.pairs`); the built-in ``pairs`` set replaces the term of each canonical
-recognition item with a control term.
-"""
+"""Per-head activation patching: which heads carry the clean prompt's answer?"""
 
 from __future__ import annotations
 

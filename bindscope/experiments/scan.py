@@ -1,18 +1,4 @@
-"""Head scan: ablate every head (or layer) alone and measure what behaviour loses.
-
-Method. Each condition zero- or mean-ablates one head (``unit="head"``) or every head of
-one layer (``unit="layer"``). A recognition item scores the correct choice's mean
-log-probability per token and whether the arg-max choice is correct; a prompt with a
-``target`` field scores the target's mean log-probability (the target follows the prompt
-after one space, as a choice does: `bindscope.prompts.continuations`). The effect of a condition is
-the paired drop ``clean - ablated`` per prompt; its mean gets a paired bootstrap 95% CI
-and a sign-flip permutation p-value, adjusted across all conditions (Benjamini-Hochberg,
-or Holm). With ``unit="head"`` the scan also measures each head's mean BSI on the same
-prompts and reports the Spearman correlation of the BSI map with the effect map, with a
-bootstrap CI over prompts: does binding predict importance head by head?
-
-All conditions of a prompt share one clean pass (`bindscope.runners.scan`).
-"""
+"""Head scan: ablate every head (or layer) alone and measure what behaviour loses."""
 
 from __future__ import annotations
 

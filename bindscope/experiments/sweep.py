@@ -1,12 +1,4 @@
-"""Checkpoint sweeps (``bindscope sweep``) and the analyses built on them.
-
-The analyses are lead-lag (C1-B) and decoupling (C4-B).
-
-Per revision, every prompt gets its EB* and its behaviour score (recognition: 0/1 correct;
-generation: rubric score). A term's series is the mean over its prompts at each revision.
-Each revision is finished (and on disk) before the next is loaded, so a crash costs at most
-the batch in flight and a rerun loads only the revisions that are not done.
-"""
+"""Checkpoint sweeps (``bindscope sweep``) and the analyses built on them."""
 
 from __future__ import annotations
 

@@ -1,16 +1,4 @@
-"""The model cache: one folder per converted embedded model, written once, checked on load.
-
-An entry is written by one process at a time (a lock file beside it), in a staging folder
-inside the cache that is renamed into place when complete, so a reader sees a whole entry or
-none, and a converter killed midway leaves only a staging folder that the next converter
-removes. The entry's manifest (``MANIFEST``, written last) records every file's size, mtime
-and sha256, and the weights' digest over them (``weights_sha256``, which records carry);
-loading checks them (``damage``), so a truncated or edited file, or an edited digest, is
-found before it is read.
-
-Files and folders are created with the default permissions the umask allows (a shared cache
-stays readable by the group or everyone the umask lets in).
-"""
+"""The model cache: one folder per converted embedded model, written once, checked on load."""
 
 from __future__ import annotations
 

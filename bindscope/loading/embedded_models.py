@@ -1,8 +1,4 @@
-"""The embedded models: GGUF checkpoints shipped in registry packages, loaded by short name.
-
-Each is de-quantised once to float32 safetensors in the model cache (``cache.py``: one
-converter at a time, atomic, every file's sha256 checked on load) and read from there later.
-"""
+"""The embedded models: GGUF checkpoints shipped in registry packages, loaded by short name."""
 
 from __future__ import annotations
 

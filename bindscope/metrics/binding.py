@@ -1,14 +1,4 @@
-"""BSI, EB and EB*: how strongly heads bind a term's tokens to each other.
-
-* BSI(l, h): mean attention from each later span token to each earlier span token.
-* EB(l) = max_h BSI - mean_h BSI; EB* = max_l EB, best layer = first arg-max.
-* Entropy (nats) of the normalised BSI at the best layer.
-* ``eb_star_norm = EB* / (1 - 1/H)``: EB's ceiling depends on the head count.
-
-BSI is reduced inside the trace from the span rows only, so a prompt costs O(L x H) to
-keep, and one forward pass serves a whole batch. BSI depends only on tokens up to the
-span's end, so each prompt is cut there and identical prefixes run once.
-"""
+"""BSI, EB and EB*: how strongly heads bind a term's tokens to each other."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Ranking heads by any ``[L, H]`` score: the top (and bottom) ``k``, and mean BSI over records.
-
-Ties keep the head order ``(layer, head)`` through a stable sort, so a ranking never depends on
-the sorting algorithm or on float noise in equal scores; NaN scores never rank.
-"""
+"""Ranking heads by any ``[L, H]`` score: the top (and bottom) ``k``, and mean BSI over records."""
 
 from __future__ import annotations
 

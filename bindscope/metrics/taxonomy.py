@@ -1,26 +1,4 @@
-"""Head taxonomy maths: what kind of head each (layer, head) is.
-
-Scores, each a mean attention probability (spread: a number of keys), per head and text:
-
-* ``sink``: attention from every query but the first to the text's first position (BOS
-  when the model prepends one; whether it does is recorded with the scores);
-* ``previous_token``: attention from every query but the first to the token before it;
-* ``spread``: the participation ratio ``1 / sum_k p_k^2`` of each query's attention (the
-  effective number of attended keys: 1 for one key, ``n`` for uniform over ``n``), averaged
-  over the same queries;
-* ``induction``: on a sequence of distinct random tokens repeated twice, attention from each
-  token of the second copy to the token after its first occurrence;
-* ``duplicate_token``: the same queries' attention to the first occurrence itself;
-* ``binding``: mean BSI (``bindscope.metrics.binding``) over a term prompt set.
-
-The first query is left out of ``sink``, ``previous_token`` and ``spread`` because it can
-attend only to itself (its scores are 1, 0 and 1 by construction). Positions are those of
-the unpadded text: callers offset them by each row's left padding.
-
-Everything here is plain maths on tensors and arrays: the in-trace reduction is in
-``bindscope.runners.taxonomy_scores``; the same scores from full probabilities are here
-(``scores_from_probs``, ``repeated_scores_from_probs``) as the reference it is tested on.
-"""
+"""Head taxonomy maths: what kind of head each (layer, head) is."""
 
 from __future__ import annotations
 

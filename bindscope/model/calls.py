@@ -1,7 +1,7 @@
 """The traced forward passes behind ``Model``'s high-level calls.
 
-Each function here is a ``Model`` method (the class binds it: ``Model.logits =
-calls.logits``), so its signature and docstring are the public ones.
+Each function is a ``Model`` method (``Model.logits = calls.logits``): its signature and
+docstring are the public ones.
 """
 
 from __future__ import annotations

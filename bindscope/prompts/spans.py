@@ -1,11 +1,4 @@
-"""Locate a term in a text by characters, then map it to tokens with offsets.
-
-Character matching is case-insensitive and word-bounded (where the script puts spaces
-between words), accepts plural forms of the last word ("aria attributes") and aliases
-("alternative text" for "alt text"). Mapping through
-the tokenizer's offset mapping is right for every tokenizer, with or without leading-space
-tokens, and never guesses a position: a term that is not found raises.
-"""
+"""Locate a term in a text by characters, then map it to tokens with offsets."""
 
 from __future__ import annotations
 

@@ -1,19 +1,4 @@
-"""Two circuit tasks with clean/corrupted pairs, generated (no download).
-
-* **IOI** (indirect object identification, Wang et al. 2022): "When Mary and John went to
-  the store, John gave a drink to" -> " Mary" (the indirect object), not " John" (the
-  subject). The corrupted text names three different people ("ABC"), so nothing in it
-  says which of the first two is the answer.
-* **greater-than** (Hanna et al. 2023): "The war lasted from the year 1732 to the year 17"
-  -> an end year after 32. The corrupted text starts in 1701, so any year fits. The metric
-  here is the logit difference between the next tens digit above the start's and the one
-  below it (``correct`` and ``wrong``), which reads alike whether the tokenizer splits
-  digits (SmolLM2, Gemma) or not.
-
-Each pair is a `TaskPair`; `task_pairs` keeps only those whose clean and corrupted texts
-tokenize to the same length, and whose answers start with different tokens, under a given
-tokenizer (the metric compares the answers' first tokens).
-"""
+"""Two circuit tasks with clean/corrupted pairs, generated (no download)."""
 
 from __future__ import annotations
 

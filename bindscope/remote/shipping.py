@@ -1,10 +1,4 @@
-"""What is shipped to NDIF with every request, and the audit of what the sandbox allows.
-
-What travels: the trace body's source, the tensors it references and the code of
-``SHIPPED_MODULES`` (registered with ``nnsight.register``; they import only torch and
-math). The audit unpickles a payload as the server would and lists every reference NDIF's
-module whitelist would refuse, so a bad request fails here rather than after queueing.
-"""
+"""What is shipped to NDIF with every request, and the audit of what the sandbox allows."""
 
 from __future__ import annotations
 

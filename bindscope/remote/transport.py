@@ -1,7 +1,6 @@
 """Talking to NDIF: the API key, the host, sending requests and translating failures.
 
-Transport or server failures become ``RemoteError`` subclasses that say what to do, and
-never quote the API key.
+Failures become ``RemoteError`` subclasses that say what to do, and never quote the API key.
 """
 
 from __future__ import annotations

@@ -1,14 +1,4 @@
-"""One check before any experiment resumes: same settings, same inputs, or refuse.
-
-A results folder holds the records of one experiment run with one set of settings (options that
-change what a record contains, and content hashes of every input file). The settings live in
-``OUT/<experiment>/settings.json``; a rerun into the folder compares its own settings with them
-before it computes anything, so finished records are reused only when they are what this run
-would have produced. Models are compared per ``name@revision``: a new model (or revision) joins a
-folder freely, a model seen before must come with the same dtype and BOS policy. The versions
-of bindscope, transformers, torch and nnsight are settings too: records written by two code
-versions never end in one summary.
-"""
+"""One check before any experiment resumes: same settings, same inputs, or refuse."""
 
 from __future__ import annotations
 

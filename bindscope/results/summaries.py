@@ -1,8 +1,4 @@
-"""Read stored results for figures and the report: summaries, validated records, provenance.
-
-Every ``records.jsonl`` present is read in full, so a corrupt line stops the run with a
-``RecordFileError`` naming file and line, even where a figure only needs ``summary.json``.
-"""
+"""Read stored results for figures and the report: summaries, validated records, provenance."""
 
 from __future__ import annotations
 

@@ -1,15 +1,4 @@
-"""The behaviour runners, in batches, under any intervention.
-
-Recognition scores choice log-probabilities; generation scores greedy continuations with
-the rubric.
-
-Recognition scores each choice by the mean log-probability per token of the choice, one
-space after the prompt (``prompts.continuations``); the prompt runs once per record
-and its key/value cache is shared by all choices (``strategy="shared_prefix"``), which
-gives the same numbers as one forward pass per choice (``strategy="full"``, the published
-way; its passes live in ``bindscope.runners.prefix``). The result types and the rubric
-live in ``bindscope.metrics.behaviour``.
-"""
+"""The behaviour runners, in batches, under any intervention."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""The binding runner: BSI, EB and EB* of every prompt of a set, in batched forward passes.
-
-BSI is reduced inside the trace from the span rows only (``ops.span_pair_bsi``), so a prompt
-costs O(L x H) to keep and one forward pass serves a whole batch. BSI depends only on tokens
-up to the span's end, so each prompt is cut there and identical computations run once. The
-maths of BSI and EB* lives in ``bindscope.metrics.binding``.
-"""
+"""The binding runner: BSI, EB and EB* of every prompt of a set, in batched forward passes."""
 
 from __future__ import annotations
 

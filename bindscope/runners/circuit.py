@@ -1,14 +1,4 @@
-"""A circuit (a set of edges) and how much of the behaviour it keeps.
-
-`faithfulness` keeps a circuit's edges clean and patches every other edge with its
-corrupted value (`edges.path_patching`), or with its sender's mean output over the
-corrupted texts (``ablation="mean"``), and reports the share of the clean-minus-ablated
-metric kept, with a bootstrap CI over pairs, beside the same share for random circuits of
-the same size (a null). `stability` is the share of a selected circuit's edges (the top n,
-or the greedy circuit) selected again when the pairs are resampled. `verify` measures the
-top edges exactly and compares their changes from the clean metric with their estimates
-(Spearman, recall@K).
-"""
+"""A circuit (a set of edges) and how much of the behaviour it keeps."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""Recognition under many ablated head sets, each started at its lowest ablated layer.
-
-Layers below a set's lowest ablated layer compute exactly what the clean run computes. So
-each batch of records runs clean once, as ``recognition`` scores it (the prompt with its
-key/value cache, then the choices on it), keeping the residual stream below the highest
-start; each set's rows then start at its lowest layer from that clean stream, in the prompt
-pass and in the choice pass, attending to the clean cache in the layers they skip. Passes
-are filled with rows in order of their start layer. Local models only: the stream and the
-cache stay here.
-"""
+"""Recognition under many ablated head sets, each started at its lowest ablated layer."""
 
 from __future__ import annotations
 

@@ -1,21 +1,4 @@
-"""Edges between heads and MLPs: the graph, EAP and EAP-IG scores, exact path patching.
-
-The graph (`EdgeGraph`, `edge_graph`) lives in ``bindscope.interventions.graph``, beside
-the `PathPatch` spec that names its edges; it is re-exported here.
-
-`edge_attribution` scores every edge for a metric over clean/corrupted pairs (EAP, Syed
-et al. 2023; EAP-IG, Hanna et al. 2024, inputs variant with ``steps``): the score of
-``s -> r`` is ``(corrupted - clean output of s) . dm/d(input of r)`` summed over positions,
-the metric's estimated change when that edge alone carries the corrupted value. EAP-IG
-averages the gradient over inputs interpolated from the corrupted to the clean embedding
-(``k / steps``, ``k = 1..steps``), so one step is EAP.
-
-`path_patching` measures the same exactly with the engine's `PathPatch`: with a set of
-edges patched, each of their receivers reads its own copy of the residual stream in which
-each patched sender's output is replaced by its corrupted output (``corrupted - current``
-added), while every other node reads the clean stream. It is the ground truth the scores
-are checked against.
-"""
+"""Edges between heads and MLPs: the graph, EAP and EAP-IG scores, exact path patching."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""Activation patching over sites x layers x positions: the grid, in batched traces.
-
-Each cell of the grid is one run of the corrupt text with the clean run's activation of one
-site, layer and position patched in (``Patch(site, [clean], layers=[l], positions=[p])``).
-The cells are the rows of ordinary batches (``per_row=``): the clean text runs once per
-batch as the donor row, the planner turns every row's patch into one edit per site and
-layer, and ``ops.run_layers`` applies them, as in every other call. Only the last
-position's logits leave the trace.
-"""
+"""Activation patching over sites x layers x positions: the grid, in batched traces."""
 
 from __future__ import annotations
 

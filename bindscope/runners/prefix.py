@@ -1,12 +1,4 @@
-"""The two passes of shared-prefix recognition, each able to keep or skip the lower layers.
-
-A record's prompt runs once with its key/value cache (`prompt_pass`), then all its choices
-run on the repeated cache (`choice_pass`). Either pass can keep the outputs of the layers
-below ``keep_layers`` (a clean run's residual stream) or start at layer ``start``, its
-lower layers skipped with nnsight's ``skip`` and replaced by a clean run's output of layer
-``start - 1``; a started prompt pass leaves those layers' cache empty, and `with_clean_layers`
-fills them from the clean cache. Local models only: the cache would cross the network.
-"""
+"""The two passes of shared-prefix recognition, each able to keep or skip the lower layers."""
 
 from __future__ import annotations
 

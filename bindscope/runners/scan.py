@@ -1,25 +1,4 @@
-"""Score sequences under many single-head (or single-layer) ablations in few forward passes.
-
-A scan ablates one head (or one whole layer) per condition and scores each sequence by the
-mean log-probability of its target tokens. Layers below an ablated head's layer compute
-exactly what the clean run computes, so ``strategy="residual"`` runs each batch of
-sequences once clean, keeps every layer's output, and starts each condition at its own
-layer from the clean residual stream (the layers below are skipped with nnsight's
-``skip``). Conditions of one layer share a pass: the rows of a pass are (sequence,
-condition) pairs, each row zeroing (or mean-ablating) its own head. ``strategy="naive"``
-runs every condition over every sequence from the embeddings, one head per pass, for
-benchmarks and equivalence tests.
-
-Both strategies see the same left-padded batch of sequences, so they differ by rounding
-only (the layers below run on another batch shape in the clean pass).
-
-A remote model (NDIF, or ``remote="local"``) runs each batch of ``strategy="residual"`` as
-one nnsight session, one request: the clean pass, a resample's donor pass and every
-condition pass run on the server, the residual stream stays there, and only the scores come
-back. The session computes what the local passes compute, in the same order: under
-``SimulatedServer`` the scores equal a local scan's to the bit; against the real server
-(float32, same torch) they differ by float rounding (tests/remote/live).
-"""
+"""Score sequences under many single-head (or single-layer) ablations in few forward passes."""
 
 from __future__ import annotations
 

@@ -1,10 +1,4 @@
-"""Head-taxonomy scores computed inside the trace: O(L x H) per text leaves it.
-
-Each score is a weighted mean of attention probabilities over (query, key) pairs
-(``bindscope.metrics.taxonomy``), reduced per layer by ``ops.span_pair_bsi``; ``spread`` by
-``ops.participation_ratio``. Pairs are built in the positions of the unpadded text and
-shifted by each row's left padding here, so a padded row scores exactly as the text alone.
-"""
+"""Head-taxonomy scores computed inside the trace: O(L x H) per text leaves it."""
 
 from __future__ import annotations
 

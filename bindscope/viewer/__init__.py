@@ -1,9 +1,4 @@
-"""``bindscope.view``: one self-contained HTML page of a model's attention and a study's results.
-
-The page (docs/viewer.md) embeds its data and its plain-JS script; it opens from disk with
-no network. Patterns, logits and the logit lens come from model calls; spans, BSI, head maps
-and the circuit from result folders' records and summaries.
-"""
+"""``bindscope.view``: one self-contained HTML page of a model's attention and a study's results."""
 
 from __future__ import annotations
 

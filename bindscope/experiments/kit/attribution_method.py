@@ -1,19 +1,4 @@
-"""The attribution method of the scan and of patching: estimate every head, verify the top.
-
-``bindscope scan --method attribution --verify K`` (and ``bindscope patch --method
-attribution --verify K`` on pairs; `estimate_heads` is the part they share) first estimates
-every head's effect on each item with attribution patching
-(`bindscope.runners.attribution_patching`: one forward and one backward pass per batch,
-whatever the number of heads), then runs the exact single-head scan (or patch) on the ``K``
-heads with the largest mean |estimate| only. The summary keeps the exact layout; the
-estimate map and the estimate-vs-exact agreement on the verified heads are added
-(docs/records.md).
-
-Statistics. The verified heads are chosen by the estimate on the same prompts, so their
-p-values are adjusted across *all* ``L x H`` heads, the heads not verified counted with
-p = 1. Benjamini-Hochberg and Holm are monotone in the p-values, so no head is declared
-significant that the exact scan of every head would not declare too.
-"""
+"""The attribution method of the scan and of patching: estimate every head, verify the top."""
 
 from __future__ import annotations
 

@@ -1,17 +1,4 @@
-"""What an experiment is, and the one run skeleton every experiment goes through.
-
-Each experiment module ends with ``DEFINITION = Experiment(...)``; the registry
-(``bindscope.experiments.kit.registry``) finds them, and the command line, ``summarize``, the
-terminal text and the record schema read everything from there. ``Experiment.run`` is the
-skeleton: the options checked, the batch size checked, the experiment's ``plan`` made, then
-``OUT/<name>/records.jsonl`` opened once (the one-writer lock, the folder's settings checked
-against the run's), each model handed a ``ModelRun`` (its provenance, record keys and
-builder, and chunked, resumable writing with a progress bar), and the summary rebuilt from
-the records. Models may come lazily (`LazyModel`: a sweep's checkpoints), each loaded only
-when its records are not all on disk and freed before the next; a plan may write other
-experiments' folders from the same models (``sweep --heads`` writes ``OUT/heads``). A
-reliability fix to any of these steps lands here once.
-"""
+"""What an experiment is, and the one run skeleton every experiment goes through."""
 
 from __future__ import annotations
 

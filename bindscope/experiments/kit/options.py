@@ -1,9 +1,7 @@
 """An experiment's own options: one frozen dataclass, from which its flags are derived.
 
-Each field is a keyword of the experiment's ``run``; ``option(...)`` fields are also
-command-line flags (``bindscope <command> --name``), ``setting(...)`` fields are for Python
-callers only. Checks of the options alone go in ``Options.check``: they run whenever the
-options are made, so the command line refuses a bad value before any model loads.
+``option(...)`` fields are also command-line flags, ``setting(...)`` fields are for Python
+callers only; ``Options.check`` runs when the options are made, before any model loads.
 """
 
 from __future__ import annotations

@@ -1,9 +1,4 @@
-"""Per-head tests shared by the head scan and activation patching: options and statistics.
-
-Every cell of an ``[L, H]`` map carries a paired bootstrap CI over prompts and a paired
-sign-flip permutation p-value; p-values are adjusted across all cells of the map
-(Benjamini-Hochberg by default, Holm as an option) through statsmodels.
-"""
+"""Per-head tests shared by the head scan and activation patching: options and statistics."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Every experiment, found from its ``DEFINITION``: what the command line and summaries read.
-
-An experiment module in ``bindscope.experiments`` that ends with ``DEFINITION = Experiment(...)`` is
-registered by being there; nothing else lists it.
-"""
+"""Every experiment, found from its ``DEFINITION``: what the command line and summaries read."""
 
 from __future__ import annotations
 
