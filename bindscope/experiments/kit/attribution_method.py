@@ -108,13 +108,11 @@ def estimate_heads(
 ) -> list[str]:
     """Write one ``estimate`` record per item; return the ``verify`` heads to measure exactly.
 
-    The shared half of ``scan --method attribution`` and ``patch --method attribution``:
-    each item (a prompt or a pair, anything with a ``key``) is laid out by ``rows``, every
-    head's effect on its metric estimated in batches (`attribution_scores`: one forward
-    and one backward pass per batch), and ``fields(item, metric value, change [L, H])``
-    makes its record (``experiment``, condition ``estimate``), written through the chunked,
-    resumable loop. Returns the condition names (``L<layer>.H<head>``) of the ``verify``
-    heads with the largest mean |estimate| over ``items``, read back from the records.
+    The shared half of ``scan --method attribution`` and ``patch --method attribution``: each
+    item (anything with a ``key``) is laid out by ``rows``, every head's effect estimated in
+    batches (`attribution_scores`), and ``fields(item, metric value, change [L, H])`` makes its
+    record. Returns the condition names (``L<layer>.H<head>``) of the ``verify`` heads with the
+    largest mean |estimate| over ``items``, read back from the records.
     """
     model = run.model
 
