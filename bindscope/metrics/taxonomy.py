@@ -51,9 +51,8 @@ def text_pairs(n: int) -> dict[str, list[tuple[int, int]]]:
 def repeated_pairs(start: int, length: int) -> dict[str, list[tuple[int, int]]]:
     """The (query, key) pairs of ``induction`` and ``duplicate_token``.
 
-    Args:
-        start: Position of the first random token (1 after a prepended BOS, else 0).
-        length: Tokens per copy; the second copy starts at ``start + length``.
+    The first random token is at ``start`` (1 after a prepended BOS, else 0), the second copy
+    at ``start + length``.
     """
     second = [start + length + j for j in range(length)]
     return {
@@ -93,11 +92,9 @@ def repeated_sequences(
 
 
 def scores_from_probs(probs: torch.Tensor) -> dict[str, torch.Tensor]:
-    """``sink``, ``previous_token`` and ``spread`` ``[L, H]`` from full probabilities.
+    """``sink``, ``previous_token`` and ``spread`` ``[L, H]`` from ``[L, H, n, n]`` probs.
 
-    Args:
-        probs: ``[L, H, n, n]`` probabilities of one unpadded text; with one token every
-            score is NaN.
+    ``probs`` are one unpadded text's; with one token every score is NaN.
     """
     p = probs.double()
     if p.shape[-1] < 2:
@@ -135,12 +132,8 @@ def bootstrap_heads(
 ) -> dict:
     """Mean per head with a percentile bootstrap CI over texts, all heads at once.
 
-    Args:
-        values: ``[n_texts, L, H]``; texts with any NaN are dropped (a score undefined for
-            a text is undefined for all its heads).
-        seed: Seed of the resampling.
-        n_resamples: Bootstrap resamples.
-        confidence: Level of the percentile interval.
+    ``values`` is ``[n_texts, L, H]``; texts with any NaN are dropped (a score undefined for a
+    text is undefined for all its heads).
 
     Returns:
         ``{"value", "low", "high": [L][H] lists, "n", "confidence", "method"}``; with one text
@@ -306,14 +299,10 @@ def emergence(
     thresholds: Mapping[str, float] | None = None,
     top_k: int = 4,
 ) -> dict:
-    """Emergence of each class over checkpoints (in training order).
+    """Emergence of each class over checkpoints, ``revisions`` in training order.
 
-    Args:
-        revisions: Checkpoints in training order.
-        means: Per checkpoint, mean scores ``{score: [L][H]}``.
-        model: The model's name, for the token counts its revision names imply.
-        thresholds: Class thresholds (defaults: ``THRESHOLDS``).
-        top_k: How many top heads per class get a trajectory.
+    ``means`` holds per checkpoint the mean scores ``{score: [L][H]}``; ``model``'s name gives
+    the token counts its revision names imply.
 
     Returns:
         ``fraction``: per class, the fraction of heads in it at each checkpoint (labels);
