@@ -32,10 +32,8 @@ from bindscope.protocols import LanguageModel
 def trace_batch(model: LanguageModel, planned: PlannedBatch, body: Callable[[Any], Any], **options):
     """Run ``body(donors)`` on a planned batch; donors (if any) run first in their own invoke.
 
-    A path patch (``plan.path``) adds its scratch rows' invoke after the texts' and an
-    empty invoke over the whole batch that applies it.
-
-    ``body`` applies the plan (and captures); it must return its result saved.
+    A path patch (``plan.path``) adds its scratch rows' invoke after the texts' and an empty
+    invoke over the whole batch that applies it. ``body`` must return its result saved.
     """
     # plain dicts of tensors only in the body: it ships by value when remote
     env, plan, path = model.nnsight, planned.plan, planned.plan.path
@@ -93,17 +91,10 @@ def attention_probs(
 ) -> list[torch.Tensor]:
     """Post-softmax attention per text: ``[n_layers_selected, H, n, n]``.
 
-    float32, or float64 for a float64 model.
-
-    Args:
-        model: The model (``self`` of the ``Model`` method).
-        texts: Prompts.
-        layers: Layer indices to capture (default all), ascending in the output.
-        intervene: A spec (``Zero``, ``Mean``, ``Patch``, ``Resample``, ``Knockout``) or
-            a list of specs applied to every text.
-        per_row: One spec, list of specs or ``None`` per text.
-        ablate: ``(layer, head)`` pairs zero-ablated (shorthand for ``Zero``).
-        batch_size: Texts per forward pass.
+    float32, or float64 for a float64 model; ``layers`` (default all) ascending. ``intervene``
+    is a spec (``Zero``, ``Mean``, ``Patch``, ``Resample``, ``Knockout``) or a list of specs
+    applied to every text; ``per_row`` one spec, list of specs or ``None`` per text; ``ablate``
+    ``(layer, head)`` pairs zero-ablated (the shortcut of ``intervene=Zero(...)``).
     """
     wanted = model.check_layers(layers)
     texts = check_texts(texts)
