@@ -269,22 +269,14 @@ def head_attribution_patching(
     intervention the same through the pattern, ``ops.attribution_pass``).
     Positive: the metric rises. Heads the specs do not list are NaN.
 
-    Args:
-        model: A ``bindscope.Model`` (local, or remote: gradients run on the server).
-        texts: Texts (strings or token-id lists); with ``TargetLogprob`` they end with the
-            target.
-        metric: ``TargetLogprob(n_target)`` or ``LogitDifference(correct, wrong)``, or one
-            per text.
-        intervene: A spec or list of specs naming the heads: ``Zero``, ``Mean``, ``Patch``,
-            ``Resample`` (head outputs), ``Knockout``, `PatternPatch` (patterns).
-        per_row: One spec, list of specs or ``None`` per text (added to ``intervene``).
-        method: ``atp*`` (pattern changes recomputed exactly) or ``atp`` (softmax
-            linearised; refuses ``Knockout``).
-        batch_size: Texts per forward pass.
-        grad_drop: Return GradDrop scores instead (Kramar et al. 2024, against cancelling
-            paths): the mean over layers of |estimate| with the gradient through that
-            layer's attention and MLP outputs stopped, over the ``L - 1`` layers that leave
-            a head some gradient. Unsigned, for ranking heads; ``L`` more backward passes.
+    On a remote model the gradients run on the server. With ``TargetLogprob`` the texts end
+    with the target. ``intervene`` (and ``per_row``, added to it) names the heads: ``Zero``,
+    ``Mean``, ``Patch``, ``Resample`` (head outputs), ``Knockout``, `PatternPatch` (patterns).
+    ``method="atp*"`` recomputes pattern changes exactly, ``"atp"`` linearises the softmax
+    (and refuses ``Knockout``). ``grad_drop=True`` returns GradDrop scores instead (Kramar et
+    al. 2024, against cancelling paths): the mean over layers of |estimate| with the gradient
+    through that layer's attention and MLP outputs stopped, over the ``L - 1`` layers that
+    leave a head some gradient. Unsigned, for ranking heads; ``L`` more backward passes.
     """
     found = _estimate(model, list(texts), metric, intervene, per_row, method, batch_size, grad_drop)
     return [torch.from_numpy(_head_table(model, e)) for e in found[-1]]

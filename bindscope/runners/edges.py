@@ -59,9 +59,7 @@ class EdgeScores:
         return self.scores.mean(0)
 
     def top(self, n: int, *, absolute: bool = True) -> list[Edge]:
-        """The ``n`` edges of largest mean score (``absolute``: of largest magnitude).
-
-        ``n`` over the graph's edges gives them all.
+        """The ``n`` edges of largest mean score (``absolute``: of largest magnitude), all if more.
 
         Raises:
             InputError: ``n`` is not a whole number >= 0.
@@ -78,11 +76,7 @@ class EdgeScores:
 def check_count(n: object, name: str, least: int, graph: EdgeGraph) -> None:
     """Refuse a count of edges (``name``) that is not a whole number >= ``least``.
 
-    A negative count would slice from the end (all edges but one, or every non-edge after
-    them), and a float would fail deep inside numpy.
-
-    Raises:
-        InputError: Names the argument, the value and the graph's number of edges.
+    A negative count would slice from the end, and a float would fail deep inside numpy.
     """
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < least:
         raise InputError(
@@ -103,17 +97,12 @@ def edge_attribution(
 ) -> EdgeScores:
     """Score every edge of the model for ``metric`` over clean/corrupted pairs.
 
-    Args:
-        model: A ``bindscope.Model``, local or on NDIF (one session: only the scores and
-            metrics come back). Gradients are tracked from layer 0's input, so the
-            parameters need not require grad (none is stored).
-        clean: Clean texts (strings or token-id lists).
-        corrupted: One corrupted text per clean text, of the same length in tokens.
-        metric: ``LogitDifference(correct, wrong)`` or ``TargetLogprob(n)`` (one, or one per
-            pair), or a function ``f(logits [b, V] at the last position, pair indices) -> [b]``.
-        method: ``eap`` (one gradient, at the clean input) or ``eap-ig`` (``steps``).
-        steps: Integration steps of EAP-IG (``eap-ig`` with 1 step is EAP).
-        batch_size: Pairs per forward pass.
+    ``model`` may be on NDIF (one session: only the scores and metrics come back); gradients
+    are tracked from layer 0's input, so its parameters need not require grad. Each corrupted
+    text has its clean text's length in tokens. ``metric`` is ``LogitDifference(correct,
+    wrong)`` or ``TargetLogprob(n)`` (one, or one per pair), or a function ``f(logits [b, V] at
+    the last position, pair indices) -> [b]``. ``method`` is ``eap`` (one gradient, at the
+    clean input) or ``eap-ig`` (``steps`` integration steps; one step is EAP).
     """
     if method not in METHODS:
         raise InputError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
@@ -300,10 +289,7 @@ class _Pairs:
 
 
 def _one_per_row(metric: Callable) -> Callable:
-    """``metric`` refusing any output but a tensor of one value per row (``[rows]``).
-
-    A scalar would broadcast to every pair, a ``[rows, 1]`` would fill the wrong slots.
-    """
+    """``metric`` refusing any output but ``[rows]`` (a scalar or ``[rows, 1]`` would misfill)."""
 
     def checked(logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
         out = metric(logits, rows)

@@ -31,11 +31,9 @@ STRATEGIES = ("residual", "naive")
 
 @dataclass(frozen=True)
 class ScoredSequence:
-    """Token ids whose last ``n_target`` tokens are scored (mean log-prob per token).
+    """Token ids (BOS included when the model adds one) whose last ``n_target`` tokens are scored.
 
-    Attributes:
-        ids: The whole sequence (prompt then target), BOS included when the model adds one.
-        n_target: How many final tokens are the target (at least 1, fewer than ``len(ids)``).
+    Scored by mean log-prob per token; ``1 <= n_target < len(ids)``.
     """
 
     ids: tuple[int, ...]
@@ -275,21 +273,13 @@ def condition_scores(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Mean target log-prob of every sequence, clean and under every condition.
 
-    Args:
-        model: A ``bindscope.Model``, local or remote.
-        sequences: What to score.
-        conditions: Heads ablated together per condition (one head, or every head of one
-            layer); ``strategy="residual"`` starts a condition at its lowest layer.
-        means: ``HeadMeans`` (from ``head_means``): mean-ablate instead of zeroing.
-        donors: One donor sequence per sequence: resample-ablate instead of zeroing (each
-            head takes the donor's output, aligned from the end; positions the donor lacks
-            keep their own).
-        strategy: ``residual`` (shared clean pass, start at the ablated layer) or
-            ``naive`` (every condition from the embeddings, one condition per pass).
-        batch_size: Sequences per clean pass (and per naive pass).
-        rows_per_pass: Rows (sequence x condition) per condition pass under ``residual``
-            (default ``batch_size * n_heads``).
-        progress: Show a progress bar.
+    ``conditions`` are the heads ablated together per condition (one head, or every head of
+    one layer). They are zeroed, or mean-ablated with ``means`` (``head_means``), or
+    resample-ablated with ``donors`` (one donor sequence per sequence; each head takes the
+    donor's output, aligned from the end; positions the donor lacks keep their own).
+    ``strategy="residual"`` shares a clean pass per batch and starts each condition at its
+    lowest layer, ``rows_per_pass`` rows (sequence x condition; default ``batch_size *
+    n_heads``) per pass; ``"naive"`` runs every condition from the embeddings, one per pass.
 
     Returns:
         ``(clean [S], scores [C, S])`` float64 arrays.
