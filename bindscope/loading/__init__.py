@@ -103,7 +103,7 @@ def hub_unreachable(timeout: float = 5.0) -> str | None:
     return None
 
 
-def _from_pretrained(source: str, *, revision: str | None, dtype, device):
+def _from_pretrained(source: str, *, revision: str | None, dtype: Any, device: Any):
     # heavy: transformers loads when a model does, not for the CLI's argument checks
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -212,7 +212,7 @@ def check_device(device: str | torch.device | None) -> str | torch.device | None
     return device
 
 
-def _refuse_local_options(model, *, dtype, device, tokenizer) -> None:
+def _refuse_local_options(model: Any, *, dtype: Any, device: Any, tokenizer: Any) -> None:
     """``remote=True`` takes no dtype, device, tokenizer or embedded short name (raises)."""
     chosen = [
         name
@@ -234,7 +234,7 @@ def _refuse_local_options(model, *, dtype, device, tokenizer) -> None:
         )
 
 
-def _check_revision(model, revision: str | None) -> None:
+def _check_revision(model: Any, revision: str | None) -> None:
     """A revision applies only to a Hub id or folder (raises ``ModelLoadError``)."""
     packaged = embedded(model)
     if revision and packaged is not None:
@@ -252,7 +252,16 @@ def _check_revision(model, revision: str | None) -> None:
         )
 
 
-def _load_local(model, *, revision, tokenizer, dtype, device, folder, cast) -> tuple[Any, Any, str]:
+def _load_local(
+    model: Any,
+    *,
+    revision: str | None,
+    tokenizer: Any,
+    dtype: Any,
+    device: Any,
+    folder: Path | None,
+    cast: bool,
+) -> tuple[Any, Any, str]:
     """``(hf_model, tokenizer, name)`` for an embedded model, a Hub id/folder or an object.
 
     An embedded model is read from its checked cache ``folder``. A loaded object is moved
@@ -294,10 +303,10 @@ def _self_check_cached(wrapped: Model, folder: Path | None) -> None:
 
 
 def load_model(
-    model=None,
+    model: Any = None,
     *,
     revision: str | None = None,
-    tokenizer=None,
+    tokenizer: Any = None,
     dtype: torch.dtype | str | None = None,
     device: str | torch.device | None = None,
     remote: bool | str = False,

@@ -194,7 +194,7 @@ EMBEDDED: dict[str, Embedded] = {
 }
 
 
-def embedded(name) -> Embedded | None:
+def embedded(name: object) -> Embedded | None:
     """The embedded model a ``load_model`` argument names (None: the default), else None.
 
     Accepts the short names and ``ALIASES`` (``"default"``). A local folder of the same name
@@ -207,13 +207,13 @@ def embedded(name) -> Embedded | None:
     return EMBEDDED.get(ALIASES.get(name, name))
 
 
-def training(name) -> str | None:
+def training(name: object) -> str | None:
     """What an embedded model's checkpoint is (base or instruction-tuned); None if not embedded."""
     spec = EMBEDDED.get(name) if isinstance(name, str) else None
     return spec.training if spec else None
 
 
-def check_embedded(name, cache: str | os.PathLike | None = None) -> None:
+def check_embedded(name: object, cache: str | os.PathLike | None = None) -> None:
     """Raise now, writing nothing, if an embedded model could not load (no cache, no packages).
 
     Cheap (the cache entry's files are read on load, not here): for a check before a long run,
