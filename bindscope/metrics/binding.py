@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -107,7 +108,7 @@ class BindingResult:
     def to_dict(self) -> dict:
         """JSON-ready dict (NaN becomes null)."""
 
-        def num(x):
+        def num(x: Any):
             return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
 
         return {

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
-def _order(scores, descending: bool) -> list[tuple[int, int]]:
+def _order(scores: Any, descending: bool) -> list[tuple[int, int]]:
     """Every non-NaN head, best first (``descending``) or worst first, ties in head order."""
     scores = torch.as_tensor(scores, dtype=torch.float64)
     n_heads = scores.shape[1]
@@ -17,7 +19,7 @@ def _order(scores, descending: bool) -> list[tuple[int, int]]:
     return [(int(i) // n_heads, int(i) % n_heads) for i in index[order]]
 
 
-def top_heads(scores, k: int) -> list[tuple[int, int]]:
+def top_heads(scores: Any, k: int) -> list[tuple[int, int]]:
     """The ``k`` highest-scoring ``(layer, head)`` pairs of an ``[L, H]`` score, best first.
 
     Args:
@@ -29,7 +31,7 @@ def top_heads(scores, k: int) -> list[tuple[int, int]]:
     return _order(scores, descending=True)[:k]
 
 
-def rank_heads(scores, k: int) -> tuple[list[list[int]], list[list[int]]]:
+def rank_heads(scores: Any, k: int) -> tuple[list[list[int]], list[list[int]]]:
     """Top-k and bottom-k heads of an ``[L, H]`` score as ``[layer, head]`` lists.
 
     The bottom set lists the lowest score first; among equal scores the later head comes first

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
+from bindscope.protocols import LanguageModel
+
 #: Scores measured on natural text (the prompt templates).
 TEXT_SCORES = ("sink", "previous_token", "spread")
 #: Scores measured on repeated random-token sequences.
@@ -62,7 +64,7 @@ def repeated_pairs(start: int, length: int) -> dict[str, list[tuple[int, int]]]:
 
 
 def repeated_sequences(
-    model, *, n: int, length: int, seed: int
+    model: LanguageModel, *, n: int, length: int, seed: int
 ) -> tuple[list[list[int]], int, list[list[int]]]:
     """``n`` sequences of ``length`` distinct random tokens, each repeated twice.
 
