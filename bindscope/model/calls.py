@@ -14,6 +14,7 @@ import torch
 
 from bindscope.batch import (
     DEFAULT_BATCH_SIZE,
+    Batch,
     absolute_positions,
     check_texts,
     read_positions,
@@ -29,7 +30,9 @@ from bindscope.prompts.spans import locate
 from bindscope.protocols import LanguageModel
 
 
-def trace_batch(model: LanguageModel, planned: PlannedBatch, body: Callable[[Any], Any], **options):
+def trace_batch(
+    model: LanguageModel, planned: PlannedBatch, body: Callable[[Any], Any], **options: Any
+):
     """Run ``body(donors)`` on a planned batch; donors (if any) run first in their own invoke.
 
     A path patch (``plan.path``) adds its scratch rows' invoke after the texts' and an empty
@@ -110,7 +113,7 @@ def attention_probs(
                     "them in separate calls"
                 )
 
-            def body(donors, plan=planned.plan):
+            def body(donors: Any, plan: Any = planned.plan):
                 # bound to a name: a remote run returns only saved values the body binds
                 found = run_layers(model, capture=wanted, plan=plan, donors=donors)
                 return found
@@ -168,7 +171,7 @@ def logits(
     for planned in plan_batches(model, texts, rows, batch_size=batch_size):
         batch = planned.batch
 
-        def body(donors, plan=planned.plan):
+        def body(donors: Any, plan: Any = planned.plan):
             if plan:
                 run_layers(model, plan=plan, donors=donors)
             logits = ops.final_logits(model).save()  # [b, n, V]
@@ -215,7 +218,7 @@ def capture(
         for planned in plan_batches(model, texts, rows, batch_size=batch_size):
             batch = planned.batch
 
-            def body(donors, plan=planned.plan):
+            def body(donors: Any, plan: Any = planned.plan):
                 found = run_layers(
                     model, capture=wanted if probs else (), sites=others, plan=plan, donors=donors
                 )
@@ -298,7 +301,12 @@ def logit_lens(
         batch = planned.batch
         index_rows, columns = _columns(model, batch, chosen)
 
-        def body(donors, plan=planned.plan, index_rows=index_rows, columns=columns):
+        def body(
+            donors: Any,
+            plan: Any = planned.plan,
+            index_rows: Any = index_rows,
+            columns: Any = columns,
+        ):
             found = ops.resid_post_at(model, wanted, index_rows, columns, plan, donors)
             return found
 
@@ -312,7 +320,7 @@ def logit_lens(
     return out  # type: ignore[return-value]
 
 
-def _columns(model: LanguageModel, batch, positions: tuple[int, ...] | None):
+def _columns(model: LanguageModel, batch: Batch, positions: tuple[int, ...] | None):
     """``[b, P]`` batch rows and padded columns of each text's ``positions`` (None: all)."""
     width = batch.input_ids.shape[1]
     if positions is None:
