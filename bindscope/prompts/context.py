@@ -9,11 +9,12 @@ from collections.abc import Iterable
 
 from bindscope.errors import PromptTooLongError
 from bindscope.prompts.continuations import continuation_ids
+from bindscope.prompts.prompt_sets import PromptRecord
 from bindscope.protocols import LanguageModel
 
 
 def tokens_needed(
-    model: LanguageModel, record, *, prefix: str = "", scored: bool = False
+    model: LanguageModel, record: PromptRecord, *, prefix: str = "", scored: bool = False
 ) -> tuple[int, int]:
     """``(prompt tokens, tokens after them)`` of one record.
 
@@ -30,7 +31,7 @@ def tokens_needed(
 
 def length_problem(
     model: LanguageModel,
-    record,
+    record: PromptRecord,
     *,
     prefix: str = "",
     n_tokens: int | None = None,

@@ -94,7 +94,7 @@ class PromptSet:
     def __len__(self) -> int:
         return len(self.records)
 
-    def filter(self, *, task: str | None = None, terms=None) -> PromptSet:
+    def filter(self, *, task: str | None = None, terms: Iterable[str] | None = None) -> PromptSet:
         """Records of one task and/or some terms (same name, hash of the subset)."""
         keep = [
             r

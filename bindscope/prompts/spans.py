@@ -110,7 +110,9 @@ def find_forms(text: str, forms: Iterable[str]) -> tuple[int, int] | None:
     return bisect.bisect_right(lengths, best[0]) - 1, bisect.bisect_right(lengths, best[1]) - 1
 
 
-def find_term_chars(text: str, term: str, extra_aliases=()) -> tuple[int, int] | None:
+def find_term_chars(
+    text: str, term: str, extra_aliases: Iterable[str] = ()
+) -> tuple[int, int] | None:
     """Character span ``[start, end)`` of the first occurrence of the term or an alias."""
     return find_forms(text, (term, *aliases().get(term.lower(), ()), *extra_aliases))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from bindscope.errors import InputError
 
@@ -91,7 +92,7 @@ TASKS: dict[str, Callable[..., list[TaskPair]]] = {
 }
 
 
-def task_pairs(task: str, n: int, tokenizer, *, seed: int = 0) -> list[TaskPair]:
+def task_pairs(task: str, n: int, tokenizer: Any, *, seed: int = 0) -> list[TaskPair]:
     """``n`` pairs of ``task`` of equal token lengths whose answers' first tokens differ.
 
     ``tokenizer`` is the model's (a Hugging Face tokenizer: called with
@@ -115,16 +116,16 @@ def task_pairs(task: str, n: int, tokenizer, *, seed: int = 0) -> list[TaskPair]
     return [replace(p, key=f"{p.task}-{i:04d}") for i, p in enumerate(kept)]
 
 
-def _ids(tokenizer, text: str) -> list[int]:
+def _ids(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def answer_ids(pair: TaskPair, tokenizer) -> tuple[int, int]:
+def answer_ids(pair: TaskPair, tokenizer: Any) -> tuple[int, int]:
     """The first token of the correct and of the wrong answer (what the metric compares)."""
     return _ids(tokenizer, pair.correct)[0], _ids(tokenizer, pair.wrong)[0]
 
 
-def _fits(pair: TaskPair, tokenizer) -> bool:
+def _fits(pair: TaskPair, tokenizer: Any) -> bool:
     if len(_ids(tokenizer, pair.clean)) != len(_ids(tokenizer, pair.corrupted)):
         return False
     correct, wrong = _ids(tokenizer, pair.correct), _ids(tokenizer, pair.wrong)
