@@ -78,7 +78,7 @@ def head_contributions(
     return out  # type: ignore[return-value]
 
 
-def _direction(model: LanguageModel, target) -> torch.Tensor:
+def _direction(model: LanguageModel, target: int | str) -> torch.Tensor:
     """``[d]`` unembedding direction of a target.
 
     A target is a token id, a one-token string, or a pair ``(a, b)`` for the logit

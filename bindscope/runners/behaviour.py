@@ -44,7 +44,7 @@ def _records_of(records: Sequence[PromptRecord], task: str) -> list[PromptRecord
 
 def _rows_for(
     model: LanguageModel,
-    records,
+    records: Sequence[PromptRecord],
     *,
     ablate: HeadList | None = None,
     intervene: Intervention = None,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -23,7 +24,14 @@ SINK_SKIP = "at_position_0"
 TOO_LONG = "too_long"
 
 
-def _result(record: PromptRecord, bsi: torch.Tensor, span: Span | None, *, skipped=None, flags=()):
+def _result(
+    record: PromptRecord,
+    bsi: torch.Tensor,
+    span: Span | None,
+    *,
+    skipped: str | None = None,
+    flags: Sequence[str] = (),
+):
     s = summarize(bsi)
     flags = (*(span.flags if span else ("not_found",)), *flags)
     return BindingResult(
@@ -135,7 +143,12 @@ def _span_to_measure(
 
 
 def _batched_bsi(
-    model: LanguageModel, prefixes, spans, batch_size, spec, progress
+    model: LanguageModel,
+    prefixes: Sequence[Sequence[int]],
+    spans: Sequence[Span],
+    batch_size: int,
+    spec: Any,
+    progress: bool,
 ) -> list[torch.Tensor]:
     if not prefixes:  # every record skipped (e.g. all on the sink): nothing to run
         return []
@@ -156,10 +169,17 @@ def _batched_bsi(
                 ]
             )
 
-            def reduce(probs, query=query, key=key, weight=weight):
+            def reduce(
+                probs: torch.Tensor,
+                query: torch.Tensor = query,
+                key: torch.Tensor = key,
+                weight: torch.Tensor = weight,
+            ):
                 return ops.span_pair_bsi(probs, query, key, weight)
 
-            def body(donors, reduce=reduce, plan=item.plan):
+            def body(
+                donors: Any, reduce: Callable[[torch.Tensor], Any] = reduce, plan: Any = item.plan
+            ):
                 # bound to a name: a remote run returns only saved values the body binds
                 found = run_layers(
                     model, capture=range(model.n_layers), reduce=reduce, plan=plan, donors=donors

@@ -84,7 +84,7 @@ class Verification:
     k: int
 
 
-def _share(patched, clean, corrupted, axis=-1):
+def _share(patched: np.ndarray, clean: np.ndarray, corrupted: np.ndarray, axis: int = -1):
     gap = np.mean(clean, axis=axis) - np.mean(corrupted, axis=axis)
     return (np.mean(patched, axis=axis) - np.mean(corrupted, axis=axis)) / gap
 
@@ -161,7 +161,7 @@ def faithfulness(
     model: LanguageModel,
     clean: Sequence,
     corrupted: Sequence,
-    metric,
+    metric: object,
     scores: EdgeScores,
     keep: np.ndarray,
     *,
@@ -252,7 +252,7 @@ def verify(
     model: LanguageModel,
     clean: Sequence,
     corrupted: Sequence,
-    metric,
+    metric: object,
     scores: EdgeScores,
     k: int,
     *,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -89,7 +90,7 @@ def edge_attribution(
     model: LanguageModel,
     clean: Sequence,
     corrupted: Sequence,
-    metric,
+    metric: object,
     *,
     method: str = "eap-ig",
     steps: int = 5,
@@ -164,7 +165,7 @@ def path_patching(
     model: LanguageModel,
     clean: Sequence,
     corrupted: Sequence,
-    metric,
+    metric: object,
     edges: Iterable[Edge] | np.ndarray,
     *,
     means: EdgeMeans | None = None,
@@ -193,7 +194,7 @@ def path_patching_each(
     model: LanguageModel,
     clean: Sequence,
     corrupted: Sequence,
-    metric,
+    metric: object,
     edges: Sequence[Edge],
     *,
     batch_size: int = 16,
@@ -214,7 +215,9 @@ def path_patching_each(
     return out.reshape(len(pairs), len(masks)).T
 
 
-def _patched_metric(model, pairs: _Pairs, owners: list[int], rows: list, batch_size: int):
+def _patched_metric(
+    model: LanguageModel, pairs: _Pairs, owners: list[int], rows: list, batch_size: int
+):
     """The metric of each row (the clean text of pair ``owners[i]`` under ``rows[i]``)."""
     out = np.zeros(len(owners))
     for chunk in _chunks(len(owners), batch_size):
@@ -222,7 +225,7 @@ def _patched_metric(model, pairs: _Pairs, owners: list[int], rows: list, batch_s
         planned = plan_batch(model, pairs.clean_batch(who), [rows[i] for i in chunk])
         terms = pairs.terms(who)
 
-        def body(donors, terms=terms):
+        def body(donors: Any, terms: Any = terms):
             found = ops.save(ops.edge_metric(model, terms))
             return found
 
@@ -243,7 +246,9 @@ def _chunks(n: int, size: int):
 class _Pairs:
     """Clean/corrupted pairs checked once: equal lengths, one metric per pair."""
 
-    def __init__(self, model: LanguageModel, clean: Sequence, corrupted: Sequence, metric) -> None:
+    def __init__(
+        self, model: LanguageModel, clean: Sequence, corrupted: Sequence, metric: object
+    ) -> None:
         if getattr(model, "remote", False) and callable(metric):  # only our trace code ships
             raise InputError(
                 f"{model.name} runs on NDIF, where a metric function of your own cannot run; "
@@ -268,7 +273,7 @@ class _Pairs:
         lengths = [len(a) for a in self.clean]
         self.metrics = None if self.user else check_metrics(model, metric, lengths)
 
-    def _ids(self, text) -> list[int]:
+    def _ids(self, text: str | Sequence[int]) -> list[int]:
         return self.model.tokenize(text) if isinstance(text, str) else [int(t) for t in text]
 
     def __len__(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -79,7 +80,7 @@ def patching_sweep(
     for item in tqdm(planned, total=total, desc="patching sweep", unit="batch",
                      disable=not progress):  # fmt: skip
 
-        def body(donors, plan=item.plan):
+        def body(donors: Any, plan: Any = item.plan):
             run_layers(model, plan=plan, donors=donors)
             return ops.save(ops.final_logits(model)[:, -1])  # [b, V]: the metric's row
 
@@ -122,7 +123,7 @@ def _positions(model: LanguageModel, positions: int | Sequence[int] | None, n: i
     return absolute_positions(chosen, n, model_name=model.name, text="the clean and corrupt texts")
 
 
-def _check_sites(model: LanguageModel, sites) -> list[str]:
+def _check_sites(model: LanguageModel, sites: str | Iterable[str]) -> list[str]:
     """The sites to sweep, checked against the family (raises ``InterventionError``)."""
     names = [sites] if isinstance(sites, str) else list(sites)
     patchable = [s for s in model.sites if s != "pattern"]
@@ -135,7 +136,7 @@ def _check_sites(model: LanguageModel, sites) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _number(value, cell: tuple[str, int, int]) -> float:
+def _number(value: object, cell: tuple[str, int, int]) -> float:
     """The metric's value as a float (raises ``InputError`` naming the cell)."""
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()

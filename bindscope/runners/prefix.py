@@ -32,7 +32,9 @@ def cache_name(model: LanguageModel) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-def row_plan(model: LanguageModel, batch: Batch, rows, *, positions: bool = True) -> ops.TracePlan:
+def row_plan(
+    model: LanguageModel, batch: Batch, rows: Any, *, positions: bool = True
+) -> ops.TracePlan:
     """A plan for one batch; ``positions=False`` keeps only what acts on every position."""
     if not positions:
         rows = [tuple(op for op in row if op.every_position) for row in rows]

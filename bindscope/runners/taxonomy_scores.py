@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -11,12 +12,13 @@ from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import PlannedBatch
 from bindscope.metrics.binding import pair_index
 from bindscope.metrics.taxonomy import repeated_pairs, repeated_sequences, text_pairs
+from bindscope.protocols import LanguageModel
 
 Pairs = dict[str, list[tuple[int, int]]]
 
 
 def score_rows(
-    model,
+    model: LanguageModel,
     rows: Sequence[Sequence[int]],
     pairs_for: Callable[[int], Pairs],
     *,
@@ -56,13 +58,15 @@ def score_rows(
             ]
             query_weight = _query_weight(pads, batch.lengths, width)
 
-            def reduce(probs, tensors=tensors, query_weight=query_weight):
+            def reduce(
+                probs: torch.Tensor, tensors: Any = tensors, query_weight: Any = query_weight
+            ):
                 found = [ops.span_pair_bsi(probs, q, k, w) for q, k, w in tensors]
                 if spread:
                     found.append(ops.participation_ratio(probs, query_weight))
                 return torch.stack(found, -1)  # [b, H, scores]
 
-            def body(donors, reduce=reduce):
+            def body(donors: Any, reduce: Callable[[torch.Tensor], Any] = reduce):
                 # bound to a name: a remote run returns only saved values the body binds
                 found = run_layers(model, capture=range(model.n_layers), reduce=reduce)
                 return found
@@ -98,7 +102,7 @@ def _row_scores(
 
 
 def text_scores(
-    model, texts: Sequence[str], *, batch_size: int = 16, progress: bool = False
+    model: LanguageModel, texts: Sequence[str], *, batch_size: int = 16, progress: bool = False
 ) -> list[dict[str, torch.Tensor]]:
     """``sink``, ``previous_token`` and ``spread`` ``[L, H]`` per text.
 
@@ -112,7 +116,7 @@ def text_scores(
 
 
 def repeated_scores(
-    model,
+    model: LanguageModel,
     *,
     n: int = 32,
     length: int = 24,
