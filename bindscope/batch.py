@@ -5,7 +5,7 @@ from __future__ import annotations
 import numbers
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -67,7 +67,7 @@ class Batch:
         )
 
 
-def check_texts(texts) -> list:
+def check_texts(texts: Any) -> list:
     """The texts as a list, each a string or a list of token ids (raises ``InputError``)."""
     if isinstance(texts, str):
         raise InputError(
@@ -134,7 +134,7 @@ def widened(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def check_batch_size(
-    batch_size, name: str = "batch_size", example: int = DEFAULT_BATCH_SIZE
+    batch_size: object, name: str = "batch_size", example: int = DEFAULT_BATCH_SIZE
 ) -> None:
     """Refuse a batch size that is not a positive integer (raises ``InputError``).
 
@@ -156,7 +156,7 @@ def sessions(jobs: Sequence[T], size: int = SESSION_BATCHES) -> Iterator[list[T]
         yield list(jobs[start : start + size])
 
 
-def read_positions(positions, *, what: str = "positions") -> tuple[int, ...] | None:
+def read_positions(positions: object, *, what: str = "positions") -> tuple[int, ...] | None:
     """``positions=`` of a reading call as a tuple of integers (None: every position).
 
     One integer is one position; negative ones count from each text's end (``-1``: the

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from bindscope import loading
 from bindscope.errors import InputError
@@ -13,6 +15,7 @@ from bindscope.experiments.c5 import C5Options
 from bindscope.experiments.kit.registry import summary_lines
 from bindscope.figures import make_figures, write_report
 from bindscope.prompts.prompt_sets import PromptSet, load
+from bindscope.protocols import LanguageModel
 
 #: The models the demo runs, in order: None is the default (SmolLM2-135M-Instruct).
 DEMO_MODELS = (None, "gemma-3-270m", "qwen2.5-coder-0.5b")
@@ -50,7 +53,7 @@ DEMO_C5_DESIGN = (
 DEMO_FEWSHOT_IDS = ("gen_001", "gen_002")
 
 
-def subset(pset: PromptSet, terms) -> PromptSet:
+def subset(pset: PromptSet, terms: Iterable[str]) -> PromptSet:
     """The records of ``pset`` whose term (or control source) is in ``terms``."""
     terms = set(terms)
     keep = tuple(r for r in pset if r.term in terms or r.extra.get("source_term") in terms)
@@ -58,7 +61,7 @@ def subset(pset: PromptSet, terms) -> PromptSet:
     return PromptSet(f"{pset.name}-quick", keep, digest)
 
 
-def by_prompt_id(pset: PromptSet, ids) -> PromptSet:
+def by_prompt_id(pset: PromptSet, ids: Collection[str]) -> PromptSet:
     """The records of ``pset`` whose ``prompt_id`` is in ``ids`` (every term kept)."""
     keep = tuple(r for r in pset if r.prompt_id in set(ids))
     digest = hashlib.sha256((pset.sha256 + "|" + ",".join(sorted(ids))).encode()).hexdigest()
@@ -81,7 +84,7 @@ def run(
     *,
     quick: bool = False,
     progress: bool = True,
-    models=None,
+    models: Sequence[LanguageModel | str | None] | None = None,
     force: bool = False,
 ) -> dict:
     """Run the demo study on each model and print its tables; returns ``{experiment: summary}``.
@@ -188,7 +191,7 @@ def _check_installed(chosen: list, *, defaults: bool) -> None:
             loading.check_embedded(spec)
 
 
-def _load(spec):
+def _load(spec: Any):
     """A loaded model, or ``load_model(spec)`` for a name (None: the default), timed."""
     if spec is not None and not isinstance(spec, str):
         return spec

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 from bindscope.errors import SelfCheckError, UnsupportedModelError
 from bindscope.families import REGISTER_HINT, Family, family_for_config, standard_layout_family
@@ -11,7 +12,7 @@ from bindscope.protocols import LanguageModel
 from bindscope.selfcheck import self_check
 
 
-def resolve_family(hf, name: str, family: Family | None) -> tuple[Family, bool]:
+def resolve_family(hf: Any, name: str, family: Family | None) -> tuple[Family, bool]:
     """The family for ``hf`` and whether it was inferred (then `check_inferred` must run)."""
     if family is not None:
         if not isinstance(family, Family):
@@ -46,14 +47,14 @@ def check_inferred(model: LanguageModel) -> None:
 
 
 def wrap_model(
-    hf,
-    tokenizer,
+    hf: Any,
+    tokenizer: Any,
     *,
     name: str,
     revision: str | None,
     prepend_bos: bool | None,
     family: Family | None = None,
-    **options,
+    **options: Any,
 ) -> Model:
     """Wrap a transformers model, with weights or on the meta device, as a ``Model``.
 
