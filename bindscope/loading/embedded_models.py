@@ -55,14 +55,9 @@ ALIASES = {"default": DEFAULT_MODEL_NAME}
 class Embedded:
     """A model that ships in registry packages and loads offline by its short name.
 
-    Attributes:
-        name: The short name ``load_model`` and ``--model`` accept.
-        folder: Cache subfolder that holds the converted (de-quantised) model.
-        source: Returns the GGUF file, given a scratch folder to assemble it in.
-        training: What the checkpoint is (base or instruction-tuned, and where its numbers
-            come from), for records and reports.
-        packages: The registry packages it ships in (import names with ``_`` for ``-``).
-        install: The pip command that installs them.
+    ``folder`` is the cache subfolder of the converted (de-quantised) model; ``source`` returns
+    the GGUF file given a scratch folder to assemble it in; ``training`` says what the
+    checkpoint is, for records and reports; ``packages`` are import names (``_`` for ``-``).
     """
 
     name: str
