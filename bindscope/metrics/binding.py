@@ -20,9 +20,7 @@ def pair_index(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(query, key) pairs of several rows as padded tensors for ``ops.span_pair_bsi``.
 
-    Args:
-        rows: One list of (query, key) positions per row.
-        min_width: At least this many pair columns (1 keeps a batch of empty rows indexable).
+    ``min_width`` pair columns at least (1 keeps a batch of empty rows indexable).
 
     Returns:
         ``query_index``, ``key_index`` ``[b, P]`` long and ``pair_weight`` ``[b, P]``

@@ -22,9 +22,7 @@ def _order(scores: Any, descending: bool) -> list[tuple[int, int]]:
 def top_heads(scores: Any, k: int) -> list[tuple[int, int]]:
     """The ``k`` highest-scoring ``(layer, head)`` pairs of an ``[L, H]`` score, best first.
 
-    Args:
-        scores: One ``[L, H]`` score, or a list of them (their NaN-ignoring mean is ranked).
-        k: How many heads.
+    A list of scores ranks their NaN-ignoring mean.
     """
     if isinstance(scores, (list, tuple)):
         scores = torch.stack([torch.as_tensor(s, dtype=torch.float64) for s in scores]).nanmean(0)
