@@ -71,13 +71,9 @@ def check_fit(
 ) -> None:
     """Refuse prompts that do not fit the context window, naming them.
 
-    Args:
-        model: The model whose tokenizer and context length count.
-        records: Prompt records.
-        prefixes: Optional text put before each term's template (few-shot exemplars).
-        prompt_only: Check the template alone (binding reads no generated or answer tokens).
-        scored: Count a generation item's ``target`` instead of its ``max_tokens`` (the
-            scan scores the target, generating nothing).
+    ``prefixes`` are optional texts put before each term's template (few-shot exemplars);
+    ``prompt_only`` checks the template alone (binding reads no generated or answer tokens);
+    ``scored`` counts a generation item's ``target`` instead of its ``max_tokens``.
 
     Raises:
         PromptTooLongError: One or more prompts are too long (the first three named).

@@ -60,13 +60,10 @@ def whitespace_problems(
 ) -> list[str]:
     """What in one record breaks the whitespace rule, one message per field.
 
-    Args:
-        where: ``file:line`` of the record.
-        row: The record as read (fields not present, or not strings, are skipped: their
-            own checks name them).
-        prompts: Fields holding a prompt that continuations follow (``template``,
-            ``clean``, ``corrupted``).
-        continuations: Fields holding a continuation or a list of them (``choices``).
+    ``row`` is the record as read from ``where`` (``file:line``); fields not present, or not
+    strings, are skipped (their own checks name them). ``prompts`` name the fields holding a
+    prompt (``template``, ``clean``, ``corrupted``), ``continuations`` those holding a
+    continuation or a list of them (``choices``).
     """
     found = []
     present = [name for name in continuations if row.get(name) is not None]
