@@ -80,12 +80,9 @@ def check_resumable(
     """Refuse to resume ``folder`` if its records were made with other settings or versions.
 
     Writes nothing: the command line calls it before any model loads (``check_settings``
-    calls it again, with the models, when the run starts).
-
-    Args:
-        folder: The experiment's folder (``OUT/<experiment>``).
-        settings: Options and input hashes that decide what a record holds (JSON values).
-        models: ``{name@revision: model_settings}`` of the models this run uses, if known.
+    calls it again, with the models, when the run starts). ``settings`` are the options and
+    input hashes that decide what a record holds; ``models`` maps ``name@revision`` to the
+    model settings of this run, if known.
 
     Raises:
         InputError: The folder holds records made with other settings or versions, records
