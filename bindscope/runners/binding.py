@@ -64,29 +64,21 @@ def binding(
     on_sink: str = "skip",
     progress: bool = False,
 ) -> list[BindingResult]:
-    """Measure BSI/EB/EB* for every record in batched forward passes.
+    """Measure BSI/EB/EB* for every record in batched forward passes; one result per record.
 
-    Args:
-        model: A ``bindscope.Model``.
-        records: Prompt records (``bindscope.prompts.load(...)``).
-        batch_size: Prompts per forward pass.
-        ablate: ``(layer, head)`` pairs zero-ablated while measuring.
-        intervene: Spec(s) applied to every record while measuring (``Zero``, ``Mean``,
-            ``Knockout``, ``Resample``; positions count tokens of the prompt cut after
-            the term's span, since BSI never looks further).
-        on_missing: ``error`` raises ``SpanNotFoundError`` (or ``PromptTooLongError`` for a
-            prompt longer than the context window); ``skip`` returns a result with
-            ``skipped`` set to the reason and NaN numbers (flagged ``not_found``, or
-            ``too_long`` beside the span's flags).
-        on_sink: A span starting at position 0 sits on the attention sink, which every later
-            token attends to whatever it binds, so its BSI measures the sink, not binding.
-            ``skip`` (default) returns it unmeasured with ``skipped`` = ``SINK_SKIP`` (every
-            EB* aggregate then leaves it out and counts it); ``keep`` measures it anyway.
-            A prepended BOS (``load_model(prepend_bos=True)``) moves every span off the sink.
-        progress: Show a progress bar.
+    ``ablate`` and ``intervene`` (``Zero``, ``Mean``, ``Knockout``, ``Resample``) apply while
+    measuring; positions count tokens of the prompt cut after the term's span, since BSI never
+    looks further.
 
-    Returns:
-        One result per record, in input order.
+    ``on_missing="error"`` raises ``SpanNotFoundError`` (or ``PromptTooLongError`` for a prompt
+    longer than the context window); ``"skip"`` returns a result with ``skipped`` set to the
+    reason and NaN numbers (flagged ``not_found``, or ``too_long`` beside the span's flags).
+
+    A span starting at position 0 sits on the attention sink, which every later token attends
+    to whatever it binds, so its BSI measures the sink, not binding. ``on_sink="skip"``
+    (default) returns it unmeasured with ``skipped`` = ``SINK_SKIP`` (every EB* aggregate then
+    leaves it out and counts it); ``"keep"`` measures it anyway. A prepended BOS
+    (``load_model(prepend_bos=True)``) moves every span off the sink.
     """
     if on_missing not in ("error", "skip"):
         raise ValueError("on_missing must be 'error' or 'skip'")

@@ -42,19 +42,11 @@ def patching_sweep(
 ) -> dict[str, torch.Tensor]:
     """Patch each clean activation into the corrupt run, one cell at a time; the metric grid.
 
-    Args:
-        model: The model.
-        clean: The clean text (a string or token ids), whose activations are patched in.
-        corrupt: The corrupt text that runs, as many tokens long as ``clean``.
-        sites: Site names (``resid_pre``, ``attn_out``, ``mlp_out``, ``resid_post``, ...;
-            ``head_out`` patches every head of the layer).
-        layers: Layer indices (default all), ascending in the grid.
-        positions: Token positions of the texts (negative: from the end; default all).
-        metric: A function of the patched run's logits at the last position, given as
-            ``[1, vocab]`` (so ``lambda logits: logit_diff(logits, a, b)`` with
-            ``bindscope.metrics.logit_diff`` reads it as written), returning a number.
-        batch_size: Cells per forward pass.
-        progress: Show a progress bar over batches.
+    ``corrupt`` runs and is as many tokens long as ``clean``. ``sites`` are site names
+    (``head_out`` patches every head of the layer); ``layers`` (default all) ascend in the
+    grid; ``positions`` (negative: from the end; default all). ``metric`` takes the patched
+    run's logits at the last position as ``[1, vocab]`` (so ``lambda logits:
+    logit_diff(logits, a, b)`` reads as written) and returns a number.
 
     Returns:
         ``{site: [len(layers), len(positions)]}`` float32: the metric of each patched run.

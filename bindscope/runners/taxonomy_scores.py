@@ -28,14 +28,10 @@ def score_rows(
 ) -> list[dict[str, torch.Tensor]]:
     """Pair-mean scores (and optionally ``spread``) ``[L, H]`` per token-id row.
 
-    Args:
-        model: A ``bindscope.Model``.
-        rows: Token ids as the model sees them (BOS included when it has one).
-        pairs_for: ``pairs_for(n) -> {score: [(query, key), ...]}`` in unpadded positions of a
-            row of ``n`` tokens; a score with no pairs for a row is NaN there.
-        spread: Also reduce the participation ratio over queries ``1..n-1``.
-        batch_size: Rows per forward pass.
-        progress: Show a progress bar.
+    ``rows`` are token ids as the model sees them (BOS included when it has one);
+    ``pairs_for(n) -> {score: [(query, key), ...]}`` gives unpadded positions for a row of
+    ``n`` tokens (a score with no pairs for a row is NaN there); ``spread`` also reduces the
+    participation ratio over queries ``1..n-1``.
 
     Returns:
         One ``{score: [L, H] float32}`` per row, in input order.
