@@ -28,12 +28,9 @@ SESSION_BATCHES = 8
 class Batch:
     """A left-padded batch and where each text sits in it.
 
-    Attributes:
-        indices: Positions of these texts in the caller's list.
-        input_ids: ``[b, n]`` token ids, left-padded.
-        attention_mask: ``[b, n]``, 0 on padding.
-        position_ids: ``[b, n]``, counted from each text's first real token.
-        lengths: Real (unpadded) length of each row.
+    ``indices`` are the texts' positions in the caller's list; ``input_ids``,
+    ``attention_mask`` (0 on padding) and ``position_ids`` (counted from each text's first
+    real token) are ``[b, n]``; ``lengths`` the unpadded lengths.
     """
 
     indices: list[int]
@@ -136,11 +133,7 @@ def widened(tensor: torch.Tensor) -> torch.Tensor:
 def check_batch_size(
     batch_size: object, name: str = "batch_size", example: int = DEFAULT_BATCH_SIZE
 ) -> None:
-    """Refuse a batch size that is not a positive integer (raises ``InputError``).
-
-    ``name`` is the keyword the value came from and ``example`` a good value, both named in
-    the message.
-    """
+    """Refuse a batch size that is not a positive integer, naming ``name`` and ``example``."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
         raise InputError(f"{name}={batch_size!r} is not an integer; pass e.g. {name}={example}")
     if batch_size < 1:
@@ -159,8 +152,7 @@ def sessions(jobs: Sequence[T], size: int = SESSION_BATCHES) -> Iterator[list[T]
 def read_positions(positions: object, *, what: str = "positions") -> tuple[int, ...] | None:
     """``positions=`` of a reading call as a tuple of integers (None: every position).
 
-    One integer is one position; negative ones count from each text's end (``-1``: the
-    last token).
+    Negative positions count from each text's end (``-1``: the last token).
 
     Raises:
         InputError: Not an integer or a non-empty list of integers.

@@ -89,15 +89,10 @@ def run(
 ) -> dict:
     """Run the demo study on each model and print its tables; returns ``{experiment: summary}``.
 
-    Args:
-        out: Results folder; every model's records go to the same experiment folders.
-        quick: A few terms only (a smoke test).
-        progress: Show progress bars.
-        models: Loaded models or ``load_model`` names, run in turn (default ``DEMO_MODELS``:
-            SmolLM2-135M-Instruct, gemma-3-270m, then qwen2.5-coder-0.5b).
-        force: Discard the finished records in ``out`` (needed to switch between quick and
-            full in one folder); only the first model's steps discard, so the models' records
-            still end up side by side.
+    ``models`` (loaded or ``load_model`` names) run in turn, by default ``DEMO_MODELS``, their
+    records side by side in ``out``. ``quick`` runs a few terms only (a smoke test). ``force``
+    discards the finished records in ``out`` (needed to switch between quick and full in one
+    folder); only the first model's steps discard.
 
     C5 evaluates ``DEMO_C5_IDS`` of every term (heads ranked on all canonical prompts) and
     few-shot ``DEMO_FEWSHOT_IDS``; binding and controls use every prompt.
