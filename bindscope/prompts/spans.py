@@ -121,12 +121,8 @@ def find_term_chars(
 class Span:
     """Where a term sits in a tokenized prompt.
 
-    Attributes:
-        indices: Token positions of the term (including BOS offset when present).
-        tokens: The term's tokens as strings.
-        chars: Character span of the matched text.
-        n_tokens: Length of the prompt in tokens.
-        bos: Whether position 0 is a BOS token.
+    ``indices`` are the term's token positions (a BOS included); ``chars`` the character span
+    of the matched text; ``n_tokens`` the prompt's length; ``bos`` whether position 0 is BOS.
     """
 
     indices: tuple[int, ...]

@@ -22,15 +22,10 @@ EVENTS = ("war", "trip", "project", "drought", "festival", "reign", "strike", "s
 
 @dataclass(frozen=True)
 class TaskPair:
-    """A clean text, its corrupted twin, and the answer tokens the metric compares.
+    """A clean text, its corrupted twin (the cue removed), and the answers the metric compares.
 
-    Attributes:
-        key: A unique key (``ioi-0003``).
-        clean: The clean text (the model should answer ``correct``).
-        corrupted: The same text with the cue removed.
-        correct: The answer on the clean text (with its leading space where it has one).
-        wrong: The competing answer.
-        task: ``ioi`` or ``greater-than``.
+    ``correct`` is the clean text's answer (with its leading space where it has one), ``wrong``
+    the competing one; ``task`` is ``ioi`` or ``greater-than``.
     """
 
     key: str
