@@ -119,11 +119,9 @@ def submit(
     """Send one request to NDIF with nnsight's own remote backend and wait for it.
 
     With ``timeout``, give up (``TimeoutError``) once the server has sent nothing for that
-    many seconds: nnsight 0.8.1 otherwise waits on its websocket for as long as the job
-    runs. Its wait loop reads with no timeout when its status display is off, and wakes
-    every 0.1 s to redraw the display when it is on; both are bounded here. With
-    ``show_status`` false the display (job-status lines, download bar) is off whatever
-    ``CONFIG.APP.REMOTE_LOGGING`` says.
+    many seconds: nnsight 0.8.1 otherwise waits on its websocket for as long as the job runs
+    (its wait loop is bounded here with the status display on or off). ``show_status=False``
+    turns the display off whatever ``CONFIG.APP.REMOTE_LOGGING`` says.
     """
     backend = nnsight_model._remote_backend(True, True, None, False)
     if not show_status:
