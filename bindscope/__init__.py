@@ -1,9 +1,4 @@
-"""bindscope: attention-head interventions on nnsight, with EB* and causal head ablation.
-
-``import bindscope`` is cheap: ``load_model``, ``Model`` and the subpackages
-(``bindscope.metrics``, ``bindscope.prompts``, ``bindscope.interventions``, ...) are
-imported on first use.
-"""
+"""bindscope: attention-head interventions on nnsight, with EB* and causal head ablation."""
 
 from __future__ import annotations
 

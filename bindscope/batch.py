@@ -1,15 +1,11 @@
-"""Left-padded batches of token ids, and the checks on what goes into them.
-
-A leaf of the package: the model wrapper, the intervention planner and the runners all build
-or read these batches.
-"""
+"""Left-padded batches of token ids, and the checks on what goes into them."""
 
 from __future__ import annotations
 
 import numbers
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -32,12 +28,9 @@ SESSION_BATCHES = 8
 class Batch:
     """A left-padded batch and where each text sits in it.
 
-    Attributes:
-        indices: Positions of these texts in the caller's list.
-        input_ids: ``[b, n]`` token ids, left-padded.
-        attention_mask: ``[b, n]``, 0 on padding.
-        position_ids: ``[b, n]``, counted from each text's first real token.
-        lengths: Real (unpadded) length of each row.
+    ``indices`` are the texts' positions in the caller's list; ``input_ids``,
+    ``attention_mask`` (0 on padding) and ``position_ids`` (counted from each text's first
+    real token) are ``[b, n]``; ``lengths`` the unpadded lengths.
     """
 
     indices: list[int]
@@ -71,7 +64,7 @@ class Batch:
         )
 
 
-def check_texts(texts) -> list:
+def check_texts(texts: Any) -> list:
     """The texts as a list, each a string or a list of token ids (raises ``InputError``)."""
     if isinstance(texts, str):
         raise InputError(
@@ -138,13 +131,9 @@ def widened(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def check_batch_size(
-    batch_size, name: str = "batch_size", example: int = DEFAULT_BATCH_SIZE
+    batch_size: object, name: str = "batch_size", example: int = DEFAULT_BATCH_SIZE
 ) -> None:
-    """Refuse a batch size that is not a positive integer (raises ``InputError``).
-
-    ``name`` is the keyword the value came from and ``example`` a good value, both named in
-    the message.
-    """
+    """Refuse a batch size that is not a positive integer, naming ``name`` and ``example``."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
         raise InputError(f"{name}={batch_size!r} is not an integer; pass e.g. {name}={example}")
     if batch_size < 1:
@@ -160,11 +149,10 @@ def sessions(jobs: Sequence[T], size: int = SESSION_BATCHES) -> Iterator[list[T]
         yield list(jobs[start : start + size])
 
 
-def read_positions(positions, *, what: str = "positions") -> tuple[int, ...] | None:
+def read_positions(positions: object, *, what: str = "positions") -> tuple[int, ...] | None:
     """``positions=`` of a reading call as a tuple of integers (None: every position).
 
-    One integer is one position; negative ones count from each text's end (``-1``: the
-    last token).
+    Negative positions count from each text's end (``-1``: the last token).
 
     Raises:
         InputError: Not an integer or a non-empty list of integers.

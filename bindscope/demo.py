@@ -1,21 +1,12 @@
-"""``bindscope demo``: the study on the three embedded models, end to end, on a laptop CPU.
-
-For SmolLM2-135M-Instruct (instruction-tuned, Llama architecture, 30 x 9 = 270 heads),
-Gemma 3 270M (pretrained base, sliding-window attention, 18 x 4 = 72 heads) and
-Qwen2.5-Coder-0.5B-Instruct (Qwen2, one of the EB* paper's families, 24 x 14 = 336 heads)
-in turn: EB* on the canonical prompts, C5 (k=4 on each, so a set removes 1.5%, 5.6% and
-1.2% of the heads; a sequential random null of up to 59 sets: the design that
-``benchmarks/c5_frontier.py`` predicts fits 15 minutes for three models), discriminant
-validity and few-shot; records and summaries under ``OUT/`` (all models in the same
-records, side by side in every table), then figures and one report, which says where the
-demo's power stops and names ``make c5-powered``. Rerunning resumes where it stopped.
-"""
+"""``bindscope demo``: the study on the three embedded models, end to end, on a laptop CPU."""
 
 from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from bindscope import loading
 from bindscope.errors import InputError
@@ -24,6 +15,7 @@ from bindscope.experiments.c5 import C5Options
 from bindscope.experiments.kit.registry import summary_lines
 from bindscope.figures import make_figures, write_report
 from bindscope.prompts.prompt_sets import PromptSet, load
+from bindscope.protocols import LanguageModel
 
 #: The models the demo runs, in order: None is the default (SmolLM2-135M-Instruct).
 DEMO_MODELS = (None, "gemma-3-270m", "qwen2.5-coder-0.5b")
@@ -61,7 +53,7 @@ DEMO_C5_DESIGN = (
 DEMO_FEWSHOT_IDS = ("gen_001", "gen_002")
 
 
-def subset(pset: PromptSet, terms) -> PromptSet:
+def subset(pset: PromptSet, terms: Iterable[str]) -> PromptSet:
     """The records of ``pset`` whose term (or control source) is in ``terms``."""
     terms = set(terms)
     keep = tuple(r for r in pset if r.term in terms or r.extra.get("source_term") in terms)
@@ -69,7 +61,7 @@ def subset(pset: PromptSet, terms) -> PromptSet:
     return PromptSet(f"{pset.name}-quick", keep, digest)
 
 
-def by_prompt_id(pset: PromptSet, ids) -> PromptSet:
+def by_prompt_id(pset: PromptSet, ids: Collection[str]) -> PromptSet:
     """The records of ``pset`` whose ``prompt_id`` is in ``ids`` (every term kept)."""
     keep = tuple(r for r in pset if r.prompt_id in set(ids))
     digest = hashlib.sha256((pset.sha256 + "|" + ",".join(sorted(ids))).encode()).hexdigest()
@@ -92,20 +84,15 @@ def run(
     *,
     quick: bool = False,
     progress: bool = True,
-    models=None,
+    models: Sequence[LanguageModel | str | None] | None = None,
     force: bool = False,
 ) -> dict:
     """Run the demo study on each model and print its tables; returns ``{experiment: summary}``.
 
-    Args:
-        out: Results folder; every model's records go to the same experiment folders.
-        quick: A few terms only (a smoke test).
-        progress: Show progress bars.
-        models: Loaded models or ``load_model`` names, run in turn (default ``DEMO_MODELS``:
-            SmolLM2-135M-Instruct, gemma-3-270m, then qwen2.5-coder-0.5b).
-        force: Discard the finished records in ``out`` (needed to switch between quick and
-            full in one folder); only the first model's steps discard, so the models' records
-            still end up side by side.
+    ``models`` (loaded or ``load_model`` names) run in turn, by default ``DEMO_MODELS``, their
+    records side by side in ``out``. ``quick`` runs a few terms only (a smoke test). ``force``
+    discards the finished records in ``out`` (needed to switch between quick and full in one
+    folder); only the first model's steps discard.
 
     C5 evaluates ``DEMO_C5_IDS`` of every term (heads ranked on all canonical prompts) and
     few-shot ``DEMO_FEWSHOT_IDS``; binding and controls use every prompt.
@@ -199,7 +186,7 @@ def _check_installed(chosen: list, *, defaults: bool) -> None:
             loading.check_embedded(spec)
 
 
-def _load(spec):
+def _load(spec: Any):
     """A loaded model, or ``load_model(spec)`` for a name (None: the default), timed."""
     if spec is not None and not isinstance(spec, str):
         return spec

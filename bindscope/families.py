@@ -1,10 +1,4 @@
-"""Architecture knowledge as data: one row per model family.
-
-Adding a Llama-like family is one row here plus one tiny config in the test matrix.
-Every row maps the native module names onto one uniform layout through nnsight's
-``rename=``, so the rest of the toolkit reads ``model.layers[i].self_attn.o_proj`` for
-every family.
-"""
+"""Architecture knowledge as data: one row per model family."""
 
 from __future__ import annotations
 

@@ -1,14 +1,15 @@
 """Every use of nnsight's private API in bindscope, for the remote path, in one module.
 
-Written against nnsight 0.8.1 (and the cloudpickle it vendors the unpickler around). These
-calls are not part of nnsight's public API and may change in any release: after an nnsight
-upgrade, check this file first (tests/remote exercises every function here).
+Written against nnsight 0.8.1: after an nnsight upgrade, check this file first
+(tests/remote exercises every function here).
 """
 
 from __future__ import annotations
 
 import linecache
 import time
+from collections.abc import Callable
+from typing import Any
 
 
 class _Recorder(dict):
@@ -16,13 +17,13 @@ class _Recorder(dict):
 
     pushed: dict
 
-    def update(self, *args, **kwargs):
+    def update(self, *args: Any, **kwargs: Any):
         new = dict(*args, **kwargs)
         self.pushed = {**getattr(self, "pushed", {}), **new}
         super().update(new)
 
 
-def serialize_request(tracer) -> bytes:
+def serialize_request(tracer: Any) -> bytes:
     """The uncompressed payload a request sends.
 
     nnsight's environment is pulled first, as before a real request, so an audit and the
@@ -45,15 +46,15 @@ def _recording_unpickler(refs: list):
     # private path, looked up on use: if nnsight moves it, this function fails by name
     from nnsight.intervention.serialization import CustomCloudUnpickler
 
-    def recording(kind, function):
-        def wrapper(name, *args):
+    def recording(kind: str, function: Callable[..., Any]):
+        def wrapper(name: str, *args: Any):
             refs.append((kind, name, ""))
             return function(name, *args)
 
         return wrapper
 
     class Recording(CustomCloudUnpickler):
-        def find_class(self, module, name):
+        def find_class(self, module: str, name: str):
             refs.append(("find_class", module, name))
             found = super().find_class(module, name)
             if module == "cloudpickle.cloudpickle" and name in ("subimport", "dynamic_subimport"):
@@ -63,7 +64,7 @@ def _recording_unpickler(refs: list):
     return Recording
 
 
-def deserialize_request(blob: bytes, nnsight_model, tracer, refs: list):
+def deserialize_request(blob: bytes, nnsight_model: Any, tracer: Any, refs: list):
     """Unpickle a request as the server would, recording what it names into ``refs``.
 
     Unpickling replaces the trace body's source in ``linecache``; this process's copy is
@@ -88,12 +89,12 @@ def deserialize_request(blob: bytes, nnsight_model, tracer, refs: list):
             linecache.cache.pop(filename, None)
 
 
-def apply_request_env(nnsight_model, env: dict) -> None:
+def apply_request_env(nnsight_model: Any, env: dict) -> None:
     """Apply a request's per-request settings (attention implementation) as NDIF does."""
     nnsight_model._remoteable_set_env(env)
 
 
-def execute(restored) -> dict:
+def execute(restored: Any) -> dict:
     """Run a deserialized trace's body; return the values it pushed back (saved only)."""
     frame = restored.info.frame
     frame.f_locals = _Recorder(frame.f_locals)
@@ -101,7 +102,7 @@ def execute(restored) -> dict:
     return getattr(frame.f_locals, "pushed", {})
 
 
-def deliver(tracer, values: dict) -> None:
+def deliver(tracer: Any, values: dict) -> None:
     """Hand a server's saved values to the client's trace, as a remote result is."""
     # private path, looked up on use: if nnsight moves it, this function fails by name
     from nnsight.tracing.tracer import mark
@@ -112,15 +113,15 @@ def deliver(tracer, values: dict) -> None:
     push(tracer.info.frame, values)
 
 
-def submit(nnsight_model, tracer, *, timeout: float | None = None, show_status: bool = True):
+def submit(
+    nnsight_model: Any, tracer: Any, *, timeout: float | None = None, show_status: bool = True
+):
     """Send one request to NDIF with nnsight's own remote backend and wait for it.
 
     With ``timeout``, give up (``TimeoutError``) once the server has sent nothing for that
-    many seconds: nnsight 0.8.1 otherwise waits on its websocket for as long as the job
-    runs. Its wait loop reads with no timeout when its status display is off, and wakes
-    every 0.1 s to redraw the display when it is on; both are bounded here. With
-    ``show_status`` false the display (job-status lines, download bar) is off whatever
-    ``CONFIG.APP.REMOTE_LOGGING`` says.
+    many seconds: nnsight 0.8.1 otherwise waits on its websocket for as long as the job runs
+    (its wait loop is bounded here with the status display on or off). ``show_status=False``
+    turns the display off whatever ``CONFIG.APP.REMOTE_LOGGING`` says.
     """
     backend = nnsight_model._remote_backend(True, True, None, False)
     if not show_status:
@@ -133,7 +134,7 @@ def submit(nnsight_model, tracer, *, timeout: float | None = None, show_status: 
     heard = [time.monotonic()]
     parse, refresh = backend.parse, backend.display.refresh
 
-    def parsed(message):
+    def parsed(message: Any):
         heard[0] = time.monotonic()
         return parse(message)
 
@@ -167,6 +168,6 @@ def hub_id_cache() -> dict[str, str]:
     return _ID_CACHE
 
 
-def underlying_module(envoy):
+def underlying_module(envoy: Any):
     """The ``transformers`` model inside an nnsight ``TransformersModel``."""
     return envoy._module

@@ -1,11 +1,4 @@
-"""What the layers below ``bindscope.model`` may use of a model, as typing protocols.
-
-Runners, interventions, prompts, results and the self-check take a model argument; they are
-typed against `LanguageModel` (what ``bindscope.Model`` offers them) rather than the class,
-so the layers stay one way down and a test double or a remote model satisfies the same
-contract. Trace primitives need less (`TraceTarget`): a shipped ``ops.TraceModel`` has only
-the nnsight envoy and head geometry.
-"""
+"""What the layers below ``bindscope.model`` may use of a model, as typing protocols."""
 
 from __future__ import annotations
 

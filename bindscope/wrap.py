@@ -1,14 +1,9 @@
-"""Wrap a loaded transformers model as a ``Model``, with its family row.
-
-The row is given, taken from the table, registered, or inferred.
-
-An unknown ``model_type`` whose modules follow the standard Llama layout loads with a
-warning, and only if the load-time self-check passes on it.
-"""
+"""Wrap a loaded transformers model as a ``Model``, with its family row."""
 
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 from bindscope.errors import SelfCheckError, UnsupportedModelError
 from bindscope.families import REGISTER_HINT, Family, family_for_config, standard_layout_family
@@ -17,7 +12,7 @@ from bindscope.protocols import LanguageModel
 from bindscope.selfcheck import self_check
 
 
-def resolve_family(hf, name: str, family: Family | None) -> tuple[Family, bool]:
+def resolve_family(hf: Any, name: str, family: Family | None) -> tuple[Family, bool]:
     """The family for ``hf`` and whether it was inferred (then `check_inferred` must run)."""
     if family is not None:
         if not isinstance(family, Family):
@@ -52,14 +47,14 @@ def check_inferred(model: LanguageModel) -> None:
 
 
 def wrap_model(
-    hf,
-    tokenizer,
+    hf: Any,
+    tokenizer: Any,
     *,
     name: str,
     revision: str | None,
     prepend_bos: bool | None,
     family: Family | None = None,
-    **options,
+    **options: Any,
 ) -> Model:
     """Wrap a transformers model, with weights or on the meta device, as a ``Model``.
 

@@ -1,9 +1,4 @@
-"""The ``bindscope`` command line.
-
-One subcommand per experiment (read from each experiment's ``DEFINITION``, see
-``bindscope.experiments.kit.registry``), plus audit, summaries, figures, the report and the demo.
-Run ``bindscope <command> --help`` for the options.
-"""
+"""The ``bindscope`` command line."""
 
 from __future__ import annotations
 

@@ -1,16 +1,4 @@
-"""Circuits: which edges between heads and MLPs carry a task, and how faithfully.
-
-For a task's clean/corrupted pairs (`bindscope.prompts.tasks`: IOI names or greater-than
-years) every edge is scored (EAP or EAP-IG, `bindscope.runners.edges`); the top-n edges
-form a circuit whose faithfulness (share of the clean-minus-corrupted logit difference kept
-with every other edge patched exactly) is measured with a bootstrap CI over pairs beside
-random circuits of the same size, with the circuit's stability across resampled pairs;
-``--verify K`` patches the top edges one by one and compares estimates with exact effects.
-
-A model's records are written at once when its scan ends (the scores of every edge are
-needed for the circuit), its last record last: a resumed run skips the models whose last
-record is on disk and finishes the others.
-"""
+"""Circuits: which edges between heads and MLPs carry a task, and how faithfully."""
 
 from __future__ import annotations
 

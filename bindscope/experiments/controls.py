@@ -1,14 +1,4 @@
-"""Discriminant validity (``bindscope controls``): do real terms bind more than controls?
-
-EB* is measured on every control item and on the real terms' generation prompts (control
-items are generation stems too, so the comparison is stem-for-stem). Per control group:
-the mean EB* with a CI, Cohen's d (real minus control, pooled SD) with a bootstrap CI, a
-two-sample permutation test, and Holm's correction across groups. The unit is the prompt.
-
-Span length confounds the comparison (EB* needs a 2+ token span, and longer spans have more
-pairs to average), so every group is also compared with the real prompts restricted to the
-span lengths both sides share, each side keeping only those lengths.
-"""
+"""Discriminant validity (``bindscope controls``): do real terms bind more than controls?"""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""C3 few-shot unlockability (``bindscope fewshot``).
-
-Every generation prompt is run three ways: as is (``zero_shot``), after the term's exemplar
-sentence (``few_shot``), and after a paraphrase of the exemplar that avoids the rubric's
-keywords (``paraphrase``). If the few-shot gain comes from copying keywords out of the
-exemplar, the paraphrase gains much less. Deltas are paired per prompt, reported in points
-(100 x score) with a bootstrap CI and a paired permutation test.
-"""
+"""C3 few-shot unlockability (``bindscope fewshot``)."""
 
 from __future__ import annotations
 

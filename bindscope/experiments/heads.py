@@ -1,22 +1,4 @@
-"""Head taxonomy (``bindscope heads``): what kind of head each head is.
-
-Sink, previous-token, induction, duplicate-token, binding and spread scores for every head, a
-threshold classification, and across checkpoints (``bindscope sweep --heads``) when each class
-emerges.
-
-Records (``OUT/heads/records.jsonl``, see docs/records.md):
-
-* one per prompt, condition ``clean``: the binding fields (BSI per head, EB*) plus ``sink``,
-  ``previous_token`` and ``spread`` ``[L][H]`` on the whole template;
-* one per repeated random-token sequence, condition ``repeated`` (task ``induction``):
-  ``induction`` and ``duplicate_token`` ``[L][H]`` and the sequence's random tokens.
-
-The summary averages each score over texts with a bootstrap CI per head, classifies heads
-with ``bindscope.metrics.taxonomy.classify`` (thresholds from ``OUT/heads/classification.json``,
-written by the run, or given to ``summarize``), counts heads per class, and says how many of
-the binding top-k heads are in each class. Several revisions of one model add
-``emergence`` (``bindscope.metrics.taxonomy.emergence``).
-"""
+"""Head taxonomy (``bindscope heads``): what kind of head each head is."""
 
 from __future__ import annotations
 

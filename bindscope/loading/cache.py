@@ -1,16 +1,4 @@
-"""The model cache: one folder per converted embedded model, written once, checked on load.
-
-An entry is written by one process at a time (a lock file beside it), in a staging folder
-inside the cache that is renamed into place when complete, so a reader sees a whole entry or
-none, and a converter killed midway leaves only a staging folder that the next converter
-removes. The entry's manifest (``MANIFEST``, written last) records every file's size, mtime
-and sha256, and the weights' digest over them (``weights_sha256``, which records carry);
-loading checks them (``damage``), so a truncated or edited file, or an edited digest, is
-found before it is read.
-
-Files and folders are created with the default permissions the umask allows (a shared cache
-stays readable by the group or everyone the umask lets in).
-"""
+"""The model cache: one folder per converted embedded model, written once, checked on load."""
 
 from __future__ import annotations
 
@@ -147,18 +135,10 @@ def damage(folder: Path, *, full: bool = False) -> str | None:
 
     Every file must have the size it was converted with, the small files (config, tokenizer)
     their sha256 and the weight files their header's sha256. The weights' bytes are hashed
-    when ``full``, or when a weight file's mtime differs from the conversion's (an edit, or a
-    copy that did not keep mtimes; a copy that passes has its mtimes recorded, so the next
-    load is quick again). Why not hash every byte on every load: measured on a shared 2-core
-    machine (load average 6.5, warm page cache), the full hash takes 1.1 s for SmolLM2 (0.54
-    GB; its load without the self-check 1.4 s), 2.2 s for Gemma 3 (1.1 GB; 7.5 s) and 5.3 s
-    for Qwen2.5-Coder (2.5 GB; 2.9 s), up to twice the load itself, while this check takes
-    0.01-0.08 s. A file cut short, removed, added, rewritten or edited in place (which moves its
-    mtime) is found without reading the weights; what the quick check cannot see, bytes
-    changed with the mtime put back, ``full`` finds. The manifest's ``weights_sha256`` must be
-    the digest of the weight files' sha256 it lists, so with ``full`` it is recomputed from
-    the weights' bytes. A cache that cannot be written (a read-only mount) loads when the hash
-    passes; its weights are hashed again on every load, since their mtimes cannot be recorded.
+    when ``full``, or when a weight file's mtime differs from the conversion's (a copy that
+    passes has its mtimes recorded, so the next load is quick again); with ``full`` the
+    manifest's ``weights_sha256`` is recomputed from them. Why not every load, and what the
+    quick check finds: docs/internals.md (``loading/cache.py``).
     """
     if not folder.is_dir():
         return "not converted yet"

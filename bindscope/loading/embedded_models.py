@@ -1,8 +1,4 @@
-"""The embedded models: GGUF checkpoints shipped in registry packages, loaded by short name.
-
-Each is de-quantised once to float32 safetensors in the model cache (``cache.py``: one
-converter at a time, atomic, every file's sha256 checked on load) and read from there later.
-"""
+"""The embedded models: GGUF checkpoints shipped in registry packages, loaded by short name."""
 
 from __future__ import annotations
 
@@ -59,14 +55,9 @@ ALIASES = {"default": DEFAULT_MODEL_NAME}
 class Embedded:
     """A model that ships in registry packages and loads offline by its short name.
 
-    Attributes:
-        name: The short name ``load_model`` and ``--model`` accept.
-        folder: Cache subfolder that holds the converted (de-quantised) model.
-        source: Returns the GGUF file, given a scratch folder to assemble it in.
-        training: What the checkpoint is (base or instruction-tuned, and where its numbers
-            come from), for records and reports.
-        packages: The registry packages it ships in (import names with ``_`` for ``-``).
-        install: The pip command that installs them.
+    ``folder`` is the cache subfolder of the converted (de-quantised) model; ``source`` returns
+    the GGUF file given a scratch folder to assemble it in; ``training`` says what the
+    checkpoint is, for records and reports; ``packages`` are import names (``_`` for ``-``).
     """
 
     name: str
@@ -198,7 +189,7 @@ EMBEDDED: dict[str, Embedded] = {
 }
 
 
-def embedded(name) -> Embedded | None:
+def embedded(name: object) -> Embedded | None:
     """The embedded model a ``load_model`` argument names (None: the default), else None.
 
     Accepts the short names and ``ALIASES`` (``"default"``). A local folder of the same name
@@ -211,13 +202,13 @@ def embedded(name) -> Embedded | None:
     return EMBEDDED.get(ALIASES.get(name, name))
 
 
-def training(name) -> str | None:
+def training(name: object) -> str | None:
     """What an embedded model's checkpoint is (base or instruction-tuned); None if not embedded."""
     spec = EMBEDDED.get(name) if isinstance(name, str) else None
     return spec.training if spec else None
 
 
-def check_embedded(name, cache: str | os.PathLike | None = None) -> None:
+def check_embedded(name: object, cache: str | os.PathLike | None = None) -> None:
     """Raise now, writing nothing, if an embedded model could not load (no cache, no packages).
 
     Cheap (the cache entry's files are read on load, not here): for a check before a long run,

@@ -1,15 +1,4 @@
-"""Per-head direct logit attribution, and picking the top heads of any ``[L, H]`` score.
-
-A head's direct contribution is its output at the last position pushed through the output
-projection, any norm applied to the attention output (OLMo 2, Gemma 2) and the final norm
-(each with its scale frozen at the clean run's value, the usual convention), then dotted
-with the unembedding of the target token (or the difference of two targets). Frozen scales
-make the map linear: the heads' contributions plus the rest of the residual stream's sum to
-the target logit (tests/metrics/test_attribution.py checks that identity, and that on a
-one-layer attention-only model ablating a head moves the logit by exactly its attribution).
-Gemma 2's final logit soft-capping comes after this point: attribution is to the logit
-before capping.
-"""
+"""Per-head direct logit attribution, and picking the top heads of any ``[L, H]`` score."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""Behaviour on a term: recognition (choice log-probs) and generation (greedy + rubric).
-
-Recognition scores each choice by the mean log-probability per token of the choice, one
-space after the prompt (``prompts.continuations``); the prediction is the arg-max. The
-prompt runs once per record and its key/value cache is shared by all choices
-(``strategy="shared_prefix"``), which gives the same numbers as one forward pass per
-choice (``strategy="full"``, the published way).
-Generation is greedy with the record's ``max_tokens`` and is scored by the term's keyword
-rubric: ``max(0, min(1, hits / 3) - 0.2 * contradictions)``.
-"""
+"""Behaviour on a term: recognition (choice log-probs) and generation (greedy + rubric)."""
 
 from __future__ import annotations
 

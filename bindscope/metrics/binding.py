@@ -1,20 +1,11 @@
-"""BSI, EB and EB*: how strongly heads bind a term's tokens to each other.
-
-* BSI(l, h): mean attention from each later span token to each earlier span token.
-* EB(l) = max_h BSI - mean_h BSI; EB* = max_l EB, best layer = first arg-max.
-* Entropy (nats) of the normalised BSI at the best layer.
-* ``eb_star_norm = EB* / (1 - 1/H)``: EB's ceiling depends on the head count.
-
-BSI is reduced inside the trace from the span rows only, so a prompt costs O(L x H) to
-keep, and one forward pass serves a whole batch. BSI depends only on tokens up to the
-span's end, so each prompt is cut there and identical prefixes run once.
-"""
+"""BSI, EB and EB*: how strongly heads bind a term's tokens to each other."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -29,9 +20,7 @@ def pair_index(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(query, key) pairs of several rows as padded tensors for ``ops.span_pair_bsi``.
 
-    Args:
-        rows: One list of (query, key) positions per row.
-        min_width: At least this many pair columns (1 keeps a batch of empty rows indexable).
+    ``min_width`` pair columns at least (1 keeps a batch of empty rows indexable).
 
     Returns:
         ``query_index``, ``key_index`` ``[b, P]`` long and ``pair_weight`` ``[b, P]``
@@ -117,7 +106,7 @@ class BindingResult:
     def to_dict(self) -> dict:
         """JSON-ready dict (NaN becomes null)."""
 
-        def num(x):
+        def num(x: Any):
             return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
 
         return {

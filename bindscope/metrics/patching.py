@@ -21,11 +21,8 @@ def token_loss(logits: torch.Tensor, ids: list[int] | torch.Tensor) -> torch.Ten
 
     Offset by one: entry ``t`` is ``-log p(ids[t + 1])`` from ``logits[t]``, so entry 0 is
     the loss of the second token (the first has no logits before it) and the last logit
-    row, which predicts past the text, is not used.
-
-    Args:
-        logits: One text's ``[n, vocab]`` logits (``Model.logits`` gives them per text).
-        ids: The text's ``n`` token ids (``model.tokenize(text)``).
+    row, which predicts past the text, is not used. ``logits`` are one text's ``[n, vocab]``
+    (``Model.logits``), ``ids`` its ``n`` token ids.
     """
     ids = torch.as_tensor(ids, dtype=torch.long, device=logits.device)
     if logits.shape[0] != ids.shape[0]:

@@ -1,8 +1,4 @@
-"""The ``Model`` wrapper: one nnsight ``TransformersModel`` plus the family's head geometry.
-
-``wrapper`` holds the class; ``calls`` and ``generation`` the traced forward passes its
-high-level methods run; ``checks`` the argument checks and error translation.
-"""
+"""The ``Model`` wrapper: one nnsight ``TransformersModel`` plus the family's head geometry."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numbers
 import re
 from collections.abc import Iterable
+from typing import Any
 
 from bindscope.errors import HeadSpecError, InterventionOrderError, UnsupportedModelError
 from bindscope.families import SITE_NAMES, Family
@@ -87,7 +88,7 @@ def order_error(
     )
 
 
-def check_sites(envoy, family: Family, *, model_name: str) -> dict[str, tuple[str, str, int]]:
+def check_sites(envoy: Any, family: Family, *, model_name: str) -> dict[str, tuple[str, str, int]]:
     """Find every site of the family row under each decoder layer of the renamed model.
 
     Returns ``{site: (module, port, index)}`` in execution order (a site the family lacks,

@@ -154,7 +154,7 @@ def generate_session(
     ]
 
 
-def _path_inputs(path) -> tuple[dict | None, dict | None]:
+def _path_inputs(path: Any) -> tuple[dict | None, dict | None]:
     """A path patch's donor and scratch invokes' inputs, or None.
 
     Ids and mask only: generation makes the positions.
@@ -162,7 +162,7 @@ def _path_inputs(path) -> tuple[dict | None, dict | None]:
     if path is None:
         return None, None
 
-    def inputs(given):
+    def inputs(given: dict):
         return {"input_ids": given["input_ids"], "attention_mask": given["attention_mask"]}
 
     donors = None if path.donor_inputs is None else inputs(path.donor_inputs)

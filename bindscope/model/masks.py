@@ -1,14 +1,4 @@
-"""The padding mask of eager attention in float64: a fill the float32 softmax can take.
-
-transformers builds eager attention's additive mask with ``torch.finfo(dtype).min`` as the
-fill, and most eager attention functions then run their softmax in float32
-(``softmax(scores, dtype=torch.float32)``). In float64 that fill (-1.8e308) becomes
-``-inf`` in float32, so a left-padded query row (every key masked) is ``softmax`` of all
-``-inf``: NaN. The NaN reaches the padded positions' values, and from the next layer on
-every real query of the row multiplies them by a weight of 0: NaN again. A fill of
-float32's own minimum (-3.4e38) masks exactly as well (``exp`` of it is 0 in both dtypes)
-and stays finite after the cast, so padded rows come out uniform and real rows exact.
-"""
+"""The padding mask of eager attention in float64: a fill the float32 softmax can take."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -16,7 +17,7 @@ from bindscope.model import calls, checks, generation
 from bindscope.model.masks import install_float64_padding_fix
 
 
-def _adds_bos(tokenizer) -> bool:
+def _adds_bos(tokenizer: Any) -> bool:
     """Whether the tokenizer puts its BOS token first by itself (probed on one word)."""
     probe = tokenizer("a", add_special_tokens=True)["input_ids"]
     return tokenizer.bos_token_id is not None and probe[:1] == [tokenizer.bos_token_id]
@@ -35,14 +36,14 @@ class Model:
 
     def __init__(
         self,
-        hf_model,
-        tokenizer,
+        hf_model: Any,
+        tokenizer: Any,
         *,
         family: Family,
         name: str,
         revision: str | None = None,
         prepend_bos: bool | None = None,
-        nnsight_model=None,
+        nnsight_model: Any = None,
         remote: bool | str = False,
     ) -> None:
         # heavy (about 0.5 s): nnsight loads when a model is built, not for `bindscope --help`

@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from bindscope.errors import SpanNotFoundError
 from bindscope.prompts.context import length_problem
+from bindscope.prompts.prompt_sets import PromptRecord
 from bindscope.prompts.spans import locate
 from bindscope.protocols import LanguageModel
 
 
-def audit(model: LanguageModel, records) -> list[dict]:
+def audit(model: LanguageModel, records: Iterable[PromptRecord]) -> list[dict]:
     """One row per record: span tokens, length and flags (``not_found`` when absent)."""
     rows = []
     for rec in records:
-        row = {"key": rec.key, "term": rec.term, "task": rec.task, "source": rec.source}
+        row: dict[str, Any] = {
+            "key": rec.key,
+            "term": rec.term,
+            "task": rec.task,
+            "source": rec.source,
+        }
         try:
             span = locate(model, rec.template, rec.term, prompt_id=rec.key)
         except SpanNotFoundError as exc:

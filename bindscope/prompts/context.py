@@ -9,11 +9,12 @@ from collections.abc import Iterable
 
 from bindscope.errors import PromptTooLongError
 from bindscope.prompts.continuations import continuation_ids
+from bindscope.prompts.prompt_sets import PromptRecord
 from bindscope.protocols import LanguageModel
 
 
 def tokens_needed(
-    model: LanguageModel, record, *, prefix: str = "", scored: bool = False
+    model: LanguageModel, record: PromptRecord, *, prefix: str = "", scored: bool = False
 ) -> tuple[int, int]:
     """``(prompt tokens, tokens after them)`` of one record.
 
@@ -30,7 +31,7 @@ def tokens_needed(
 
 def length_problem(
     model: LanguageModel,
-    record,
+    record: PromptRecord,
     *,
     prefix: str = "",
     n_tokens: int | None = None,
@@ -70,13 +71,9 @@ def check_fit(
 ) -> None:
     """Refuse prompts that do not fit the context window, naming them.
 
-    Args:
-        model: The model whose tokenizer and context length count.
-        records: Prompt records.
-        prefixes: Optional text put before each term's template (few-shot exemplars).
-        prompt_only: Check the template alone (binding reads no generated or answer tokens).
-        scored: Count a generation item's ``target`` instead of its ``max_tokens`` (the
-            scan scores the target, generating nothing).
+    ``prefixes`` are optional texts put before each term's template (few-shot exemplars);
+    ``prompt_only`` checks the template alone (binding reads no generated or answer tokens);
+    ``scored`` counts a generation item's ``target`` instead of its ``max_tokens``.
 
     Raises:
         PromptTooLongError: One or more prompts are too long (the first three named).

@@ -1,15 +1,7 @@
 """One whitespace convention for every text scored after a prompt.
 
-A *continuation* is text appended after a prompt and scored there: a recognition item's
-``choices``, a prompt's ``target`` (the scan), a pair file's ``target``, ``clean_answer``
-and ``corrupted_answer``. Every file kind follows one rule: write a continuation without
-leading whitespace and its prompt without trailing whitespace; bindscope puts exactly one
-space (``SEPARATOR``) between them. ``"Answer:"`` and ``"True"`` are read as
-``"Answer: True"``; a choice written ``" True"`` would be read with two spaces, a word the
-model has rarely seen, and its score would measure that instead. A continuation ends without
-whitespace too, and neither end holds an invisible format character (U+200B, U+FEFF): each
-moves the score. Loaders refuse such a record (`whitespace_problems`), naming the file, line,
-field and character.
+A continuation has no leading whitespace and its prompt no trailing whitespace; bindscope
+puts exactly one space (``SEPARATOR``) between them (docs/internals.md says why).
 """
 
 from __future__ import annotations
@@ -68,13 +60,10 @@ def whitespace_problems(
 ) -> list[str]:
     """What in one record breaks the whitespace rule, one message per field.
 
-    Args:
-        where: ``file:line`` of the record.
-        row: The record as read (fields not present, or not strings, are skipped: their
-            own checks name them).
-        prompts: Fields holding a prompt that continuations follow (``template``,
-            ``clean``, ``corrupted``).
-        continuations: Fields holding a continuation or a list of them (``choices``).
+    ``row`` is the record as read from ``where`` (``file:line``); fields not present, or not
+    strings, are skipped (their own checks name them). ``prompts`` name the fields holding a
+    prompt (``template``, ``clean``, ``corrupted``), ``continuations`` those holding a
+    continuation or a list of them (``choices``).
     """
     found = []
     present = [name for name in continuations if row.get(name) is not None]

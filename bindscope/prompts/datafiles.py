@@ -1,8 +1,4 @@
-"""Where the package's prompt data lives, and reading its JSON files.
-
-A leaf module: ``records`` and ``spans`` both read data files through it, so neither
-needs to import the other for that.
-"""
+"""Where the package's prompt data lives, and reading its JSON files."""
 
 from __future__ import annotations
 

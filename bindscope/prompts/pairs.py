@@ -1,10 +1,4 @@
-"""Pair files: clean/corrupted prompt pairs, the input of ``bindscope patch``.
-
-JSON Lines, one pair per line (``docs/records.md``, "Pair files"); the built-in ``pairs``
-set replaces the term of each canonical recognition item with a control term. A pair's
-``target`` or answers follow its prompts after one space, like a prompt file's choices
-(`bindscope.prompts.continuations`).
-"""
+"""Pair files: clean/corrupted prompt pairs, the input of ``bindscope patch``."""
 
 from __future__ import annotations
 

@@ -94,7 +94,7 @@ class PromptSet:
     def __len__(self) -> int:
         return len(self.records)
 
-    def filter(self, *, task: str | None = None, terms=None) -> PromptSet:
+    def filter(self, *, task: str | None = None, terms: Iterable[str] | None = None) -> PromptSet:
         """Records of one task and/or some terms (same name, hash of the subset)."""
         keep = [
             r
@@ -113,10 +113,8 @@ class PromptSet:
 def load(path_or_name: str | Path, *, check_terms: bool = True) -> PromptSet:
     """Load and validate a prompt file.
 
-    Args:
-        path_or_name: ``canonical`` (41 terms x 11 prompts), ``controls``, or a path to a
-            JSON Lines file with the same schema.
-        check_terms: Require every record's term to occur in its own template.
+    ``canonical`` (41 terms x 11 prompts), ``controls``, or the path of a JSON Lines file
+    with the same schema; ``check_terms`` requires every record's term in its own template.
 
     Raises:
         PromptFileError: The message names the file, the line and the field.
@@ -159,10 +157,8 @@ def normal_term(text: str) -> str:
 def one_spelling(first: dict[str, tuple[str, str]], spelled: str, where: str) -> str:
     """``spelled``'s `normal_term`, refused if another line of the file spells it otherwise.
 
-    Args:
-        first: Each normal term's first spelling and ``file:line`` so far (updated).
-        spelled: The term as the line writes it.
-        where: ``file:line`` of that line.
+    ``first`` maps each normal term to its first spelling and ``file:line`` so far (updated);
+    ``where`` is this line's ``file:line``.
 
     Raises:
         PromptFileError: Names both lines and shows both spellings' code points (they may

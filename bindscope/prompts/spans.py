@@ -1,11 +1,4 @@
-"""Locate a term in a text by characters, then map it to tokens with offsets.
-
-Character matching is case-insensitive and word-bounded (where the script puts spaces
-between words), accepts plural forms of the last word ("aria attributes") and aliases
-("alternative text" for "alt text"). Mapping through
-the tokenizer's offset mapping is right for every tokenizer, with or without leading-space
-tokens, and never guesses a position: a term that is not found raises.
-"""
+"""Locate a term in a text by characters, then map it to tokens with offsets."""
 
 from __future__ import annotations
 
@@ -117,7 +110,9 @@ def find_forms(text: str, forms: Iterable[str]) -> tuple[int, int] | None:
     return bisect.bisect_right(lengths, best[0]) - 1, bisect.bisect_right(lengths, best[1]) - 1
 
 
-def find_term_chars(text: str, term: str, extra_aliases=()) -> tuple[int, int] | None:
+def find_term_chars(
+    text: str, term: str, extra_aliases: Iterable[str] = ()
+) -> tuple[int, int] | None:
     """Character span ``[start, end)`` of the first occurrence of the term or an alias."""
     return find_forms(text, (term, *aliases().get(term.lower(), ()), *extra_aliases))
 
@@ -126,12 +121,8 @@ def find_term_chars(text: str, term: str, extra_aliases=()) -> tuple[int, int] |
 class Span:
     """Where a term sits in a tokenized prompt.
 
-    Attributes:
-        indices: Token positions of the term (including BOS offset when present).
-        tokens: The term's tokens as strings.
-        chars: Character span of the matched text.
-        n_tokens: Length of the prompt in tokens.
-        bos: Whether position 0 is a BOS token.
+    ``indices`` are the term's token positions (a BOS included); ``chars`` the character span
+    of the matched text; ``n_tokens`` the prompt's length; ``bos`` whether position 0 is BOS.
     """
 
     indices: tuple[int, ...]

@@ -1,25 +1,11 @@
-"""Two circuit tasks with clean/corrupted pairs, generated (no download).
-
-* **IOI** (indirect object identification, Wang et al. 2022): "When Mary and John went to
-  the store, John gave a drink to" -> " Mary" (the indirect object), not " John" (the
-  subject). The corrupted text names three different people ("ABC"), so nothing in it
-  says which of the first two is the answer.
-* **greater-than** (Hanna et al. 2023): "The war lasted from the year 1732 to the year 17"
-  -> an end year after 32. The corrupted text starts in 1701, so any year fits. The metric
-  here is the logit difference between the next tens digit above the start's and the one
-  below it (``correct`` and ``wrong``), which reads alike whether the tokenizer splits
-  digits (SmolLM2, Gemma) or not.
-
-Each pair is a `TaskPair`; `task_pairs` keeps only those whose clean and corrupted texts
-tokenize to the same length, and whose answers start with different tokens, under a given
-tokenizer (the metric compares the answers' first tokens).
-"""
+"""Two circuit tasks with clean/corrupted pairs, generated (no download)."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from bindscope.errors import InputError
 
@@ -36,15 +22,10 @@ EVENTS = ("war", "trip", "project", "drought", "festival", "reign", "strike", "s
 
 @dataclass(frozen=True)
 class TaskPair:
-    """A clean text, its corrupted twin, and the answer tokens the metric compares.
+    """A clean text, its corrupted twin (the cue removed), and the answers the metric compares.
 
-    Attributes:
-        key: A unique key (``ioi-0003``).
-        clean: The clean text (the model should answer ``correct``).
-        corrupted: The same text with the cue removed.
-        correct: The answer on the clean text (with its leading space where it has one).
-        wrong: The competing answer.
-        task: ``ioi`` or ``greater-than``.
+    ``correct`` is the clean text's answer (with its leading space where it has one), ``wrong``
+    the competing one; ``task`` is ``ioi`` or ``greater-than``.
     """
 
     key: str
@@ -106,7 +87,7 @@ TASKS: dict[str, Callable[..., list[TaskPair]]] = {
 }
 
 
-def task_pairs(task: str, n: int, tokenizer, *, seed: int = 0) -> list[TaskPair]:
+def task_pairs(task: str, n: int, tokenizer: Any, *, seed: int = 0) -> list[TaskPair]:
     """``n`` pairs of ``task`` of equal token lengths whose answers' first tokens differ.
 
     ``tokenizer`` is the model's (a Hugging Face tokenizer: called with
@@ -130,16 +111,16 @@ def task_pairs(task: str, n: int, tokenizer, *, seed: int = 0) -> list[TaskPair]
     return [replace(p, key=f"{p.task}-{i:04d}") for i, p in enumerate(kept)]
 
 
-def _ids(tokenizer, text: str) -> list[int]:
+def _ids(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def answer_ids(pair: TaskPair, tokenizer) -> tuple[int, int]:
+def answer_ids(pair: TaskPair, tokenizer: Any) -> tuple[int, int]:
     """The first token of the correct and of the wrong answer (what the metric compares)."""
     return _ids(tokenizer, pair.correct)[0], _ids(tokenizer, pair.wrong)[0]
 
 
-def _fits(pair: TaskPair, tokenizer) -> bool:
+def _fits(pair: TaskPair, tokenizer: Any) -> bool:
     if len(_ids(tokenizer, pair.clean)) != len(_ids(tokenizer, pair.corrupted)):
         return False
     correct, wrong = _ids(tokenizer, pair.correct), _ids(tokenizer, pair.wrong)

@@ -49,7 +49,7 @@ def _build_meta(model_id: str, revision: str | None):
     return envoy
 
 
-def _check_id(model_id) -> None:
+def _check_id(model_id: object) -> None:
     if model_id is None:
         raise ModelLoadError(
             "remote=True needs a Hugging Face id that NDIF serves (e.g. "
@@ -69,7 +69,7 @@ def _check_id(model_id) -> None:
 
 
 def load_remote(
-    model_id,
+    model_id: str,
     *,
     revision: str | None = None,
     prepend_bos: bool | None = None,

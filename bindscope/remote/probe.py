@@ -1,9 +1,4 @@
-"""The load-time self-check of a remote model: one small request, a few numbers back.
-
-It uses the probe text and checks of ``bindscope.selfcheck``; what differs is that the
-statistics are computed on the server (``ops.probe``) and that probabilities may have to
-be recomputed from queries and keys when the server returns none.
-"""
+"""The load-time self-check of a remote model: one small request, a few numbers back."""
 
 from __future__ import annotations
 

@@ -1,15 +1,11 @@
-"""What is shipped to NDIF with every request, and the audit of what the sandbox allows.
-
-What travels: the trace body's source, the tensors it references and the code of
-``SHIPPED_MODULES`` (registered with ``nnsight.register``; they import only torch and
-math). The audit unpickles a payload as the server would and lists every reference NDIF's
-module whitelist would refuse, so a bad request fails here rather than after queueing.
-"""
+"""What is shipped to NDIF with every request, and the audit of what the sandbox allows."""
 
 from __future__ import annotations
 
 import importlib
 import types
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from bindscope import nnsight_private
 from bindscope.errors import RemoteSandboxError
@@ -66,13 +62,13 @@ def register_shipped() -> None:
             module.__class__ = _ShippableModule
 
 
-def _allowed(module: str, roots) -> bool:
+def _allowed(module: str, roots: Iterable[str]) -> bool:
     return any(
         module == root or (root not in _STRICT and module.startswith(root + ".")) for root in roots
     )
 
 
-def refused(refs) -> list[str]:
+def refused(refs: Iterable[tuple[str, str, str]]) -> list[str]:
     """The references in a payload that NDIF's sandbox would refuse, explained."""
     problems = set()
     for kind, module, name in refs:
@@ -91,7 +87,7 @@ def refused(refs) -> list[str]:
     return sorted(problems)
 
 
-def audit(nnsight_model, tracer) -> list[str]:
+def audit(nnsight_model: Any, tracer: Any) -> list[str]:
     """Serialize ``tracer`` as a request would and list what the sandbox would refuse."""
     refs: list = []
     blob = nnsight_private.serialize_request(tracer)
@@ -99,7 +95,7 @@ def audit(nnsight_model, tracer) -> list[str]:
     return refused(refs)
 
 
-def sandbox_error(problems, where: str) -> RemoteSandboxError:
+def sandbox_error(problems: Sequence[str], where: str) -> RemoteSandboxError:
     """The error for a request the sandbox would refuse (``problems`` from `refused`)."""
     return RemoteSandboxError(
         f"{where}: NDIF's sandbox would refuse this request; it references "

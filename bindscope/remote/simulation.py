@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import torch
 
@@ -21,7 +22,7 @@ class SimulatedServer:
     ``torch.save`` as over the network.
     """
 
-    def __init__(self, nnsight_model, *, audit: str = "error") -> None:
+    def __init__(self, nnsight_model: Any, *, audit: str = "error") -> None:
         if audit not in ("error", "record"):
             raise ValueError("audit must be 'error' or 'record'")
         self.model = nnsight_model
@@ -33,11 +34,11 @@ class SimulatedServer:
         self.payload_bytes: list[int] = []
         self.result_bytes: list[int] = []
 
-    def __call__(self, tracer) -> None:
+    def __call__(self, tracer: Any) -> None:
         """Serve one request (nnsight's backend interface)."""
         self.serve(tracer)
 
-    def serve(self, tracer, env: dict | None = None) -> None:
+    def serve(self, tracer: Any, env: dict | None = None) -> None:
         """Run one request as the server would.
 
         ``env`` is the client's per-request settings (attention implementation), applied

@@ -1,7 +1,6 @@
 """Talking to NDIF: the API key, the host, sending requests and translating failures.
 
-Transport or server failures become ``RemoteError`` subclasses that say what to do, and
-never quote the API key.
+Failures become ``RemoteError`` subclasses that say what to do, and never quote the API key.
 """
 
 from __future__ import annotations
@@ -259,11 +258,11 @@ class NdifBackend:
     transport or server failures become ``RemoteError`` subclasses without the API key.
     """
 
-    def __init__(self, nnsight_model, *, model_name: str) -> None:
+    def __init__(self, nnsight_model: Any, *, model_name: str) -> None:
         self.model = nnsight_model
         self.name = model_name
 
-    def __call__(self, tracer):
+    def __call__(self, tracer: Any):
         """Audit and send one request (nnsight's backend interface).
 
         Raises:
@@ -276,7 +275,7 @@ class NdifBackend:
         return translated(_send, self.model, tracer, model=self.name)
 
 
-def _send(nnsight_model, tracer):
+def _send(nnsight_model: Any, tracer: Any):
     """Submit one request to NDIF and wait for its saved values (tests replace this)."""
     return nnsight_private.submit(
         nnsight_model, tracer, timeout=request_timeout(), show_status=_JOB_STATUS.get()

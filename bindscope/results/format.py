@@ -1,9 +1,4 @@
-"""How numbers in results read, the same on the terminal and in the report.
-
-One convention: a missing value is an en dash; estimates are ``value [low, high]`` and just
-``value`` when there is no interval (one value); p-values have three decimals, and scientific
-notation below 0.001 so small ones keep their size; heads read ``L3.H5``.
-"""
+"""How numbers in results read, the same on the terminal and in the report."""
 
 from __future__ import annotations
 

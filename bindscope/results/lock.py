@@ -1,11 +1,4 @@
-"""One writer per results folder: an OS-level lock held while records are written.
-
-Two runs appending to one ``records.jsonl`` would both write every prompt (each sees the
-other's keys only after it started), so a folder's records would count twice. The lock is a
-``filelock`` (``flock`` on POSIX): the operating system drops it when its process ends, so a
-crashed run never leaves a stale lock behind. Next to it a small JSON file says which process
-holds it, so the second writer's message can name it.
-"""
+"""One writer per results folder: an OS-level lock held while records are written."""
 
 from __future__ import annotations
 

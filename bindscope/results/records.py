@@ -1,10 +1,4 @@
-"""Result records: JSON Lines written as they finish, resumable, with provenance.
-
-Every experiment writes ``OUT/<experiment>/records.jsonl`` (one line per experiment, model,
-revision, prompt and condition) and ``OUT/<experiment>/summary.json`` (aggregates and
-statistics, recomputable from the records with ``bindscope summarize OUT``). The schema is
-documented in ``docs/records.md``.
-"""
+"""Result records: JSON Lines written as they finish, resumable, with provenance."""
 
 from __future__ import annotations
 

@@ -65,12 +65,9 @@ def behaviour_metrics(record: dict) -> tuple[str, ...]:
 class RecordKind:
     """What one kind of record (one ``experiment`` field value) may hold.
 
-    Attributes:
-        experiment: The records' ``experiment`` field.
-        conditions: The condition names allowed.
-        prefixes: Condition name prefixes allowed besides (``L`` for ``L3.H5``, ``random:``).
-        metrics: The metric fields a record needs (given the record).
-        tasks: The tasks a record may have (given the record).
+    ``prefixes`` are condition name prefixes allowed besides ``conditions`` (``L`` for
+    ``L3.H5``, ``random:``); ``metrics`` and ``tasks`` give, per record, the metric fields it
+    needs and the tasks it may have.
     """
 
     experiment: str

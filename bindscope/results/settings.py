@@ -1,14 +1,4 @@
-"""One check before any experiment resumes: same settings, same inputs, or refuse.
-
-A results folder holds the records of one experiment run with one set of settings (options that
-change what a record contains, and content hashes of every input file). The settings live in
-``OUT/<experiment>/settings.json``; a rerun into the folder compares its own settings with them
-before it computes anything, so finished records are reused only when they are what this run
-would have produced. Models are compared per ``name@revision``: a new model (or revision) joins a
-folder freely, a model seen before must come with the same dtype and BOS policy. The versions
-of bindscope, transformers, torch and nnsight are settings too: records written by two code
-versions never end in one summary.
-"""
+"""One check before any experiment resumes: same settings, same inputs, or refuse."""
 
 from __future__ import annotations
 
@@ -90,12 +80,9 @@ def check_resumable(
     """Refuse to resume ``folder`` if its records were made with other settings or versions.
 
     Writes nothing: the command line calls it before any model loads (``check_settings``
-    calls it again, with the models, when the run starts).
-
-    Args:
-        folder: The experiment's folder (``OUT/<experiment>``).
-        settings: Options and input hashes that decide what a record holds (JSON values).
-        models: ``{name@revision: model_settings}`` of the models this run uses, if known.
+    calls it again, with the models, when the run starts). ``settings`` are the options and
+    input hashes that decide what a record holds; ``models`` maps ``name@revision`` to the
+    model settings of this run, if known.
 
     Raises:
         InputError: The folder holds records made with other settings or versions, records

@@ -1,8 +1,4 @@
-"""Read stored results for figures and the report: summaries, validated records, provenance.
-
-Every ``records.jsonl`` present is read in full, so a corrupt line stops the run with a
-``RecordFileError`` naming file and line, even where a figure only needs ``summary.json``.
-"""
+"""Read stored results for figures and the report: summaries, validated records, provenance."""
 
 from __future__ import annotations
 
@@ -27,16 +23,11 @@ class MissingData(LookupError):
 class ExperimentResults:
     """What is stored for one experiment.
 
-    Attributes:
-        name: The experiment (``binding``, ``c5``, ...).
-        folder: ``RESULTS_DIR/<name>``.
-        summary: The parsed ``summary.json``, or None when missing.
-        n_records: Lines in ``records.jsonl`` (0 when the file is missing).
-        provenance: Model label -> the ``provenance`` of its first record.
-        versions: Distinct (bindscope, nnsight, transformers, torch) versions in the records.
-        times: Earliest and latest provenance ``time`` (None without records).
-        missing: Why nothing can be drawn (None when the summary is usable).
-        notes: Warnings worth printing, such as a summary older than its records.
+    ``folder`` is ``RESULTS_DIR/<name>``; ``summary`` the parsed ``summary.json`` (None when
+    missing); ``provenance`` maps a model label to its first record's provenance; ``versions``
+    are the distinct (bindscope, nnsight, transformers, torch) versions in the records;
+    ``times`` the earliest and latest provenance ``time``; ``missing`` why nothing can be drawn
+    (None when usable); ``notes`` warnings such as a summary older than its records.
     """
 
     name: str

@@ -78,7 +78,7 @@ def head_contributions(
     return out  # type: ignore[return-value]
 
 
-def _direction(model: LanguageModel, target) -> torch.Tensor:
+def _direction(model: LanguageModel, target: int | str) -> torch.Tensor:
     """``[d]`` unembedding direction of a target.
 
     A target is a token id, a one-token string, or a pair ``(a, b)`` for the logit
@@ -98,14 +98,8 @@ def head_attribution(
 
     What is decomposed is the LM head's output, which is linear in the heads' outputs under
     the frozen final-norm scale: for a family that soft-caps its logits after the head
-    (Gemma 2, ``model.logit_softcap``) that is the logit before the cap.
-
-    Args:
-        model: A local ``bindscope.Model``.
-        texts: Prompts.
-        targets: Per text, a token id, a one-token string, or a pair ``(a, b)`` for the
-            logit difference ``a - b``.
-        batch_size: Texts per forward pass.
+    (Gemma 2, ``model.logit_softcap``) that is the logit before the cap. Local models only;
+    ``targets`` as in `_direction`, one per text.
     """
     texts = list(texts)
     if len(targets) != len(texts):

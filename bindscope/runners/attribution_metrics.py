@@ -1,10 +1,4 @@
-"""The metrics attribution patching differentiates, and their tensors for the trace body.
-
-A metric is computed from the logits inside the trace
-(``bindscope.interventions.ops.metric_values``): weighted log-probabilities of target
-tokens and weighted logits. `TargetLogprob` is the scan's metric; `LogitDifference` the
-usual one of circuit studies.
-"""
+"""The metrics attribution patching differentiates, and their tensors for the trace body."""
 
 from __future__ import annotations
 

@@ -1,22 +1,4 @@
-"""Attribution patching: every edit's effect estimated from one backward pass.
-
-For a metric and any intervention (every spec of ``intervene=``: ``Zero``, ``Mean``,
-``Patch``, ``Resample``, ``Steer``, ``Knockout``, at heads or at a site, and `PatternPatch`),
-`attribution_patching` returns the first-order estimate of the metric's change when each
-edited cell (a head, or a site of a layer) *alone* is intervened on, from one forward pass
-with gradients (plus one pass over the donor texts for ``Patch`` and ``Resample``);
-`head_attribution_patching` gives the heads' estimates as ``[L, H]`` per text. The specs
-are planned by the engine every call uses (``bindscope.interventions.plan``) and estimated
-by ``ops.attribution_pass``, which walks that plan through the same site accessor as
-``ops.run_layers``; ``bindscope scan --method attribution`` verifies the top heads exactly.
-
-Where the metric is linear in a head's output (for instance a logit difference, the last
-layer's heads and a frozen final norm) the estimate is the exact effect. Elsewhere it is
-first order: AtP* (Kramar et al. 2024) recomputes a changed attention pattern exactly
-instead of linearising the softmax (``method="atp*"``, the default; ``method="atp"``
-linearises it, the plain AtP estimate, for comparison). ``grad_drop=True`` gives
-GradDrop's ranking scores instead (the same paper), at ``L`` more backward passes.
-"""
+"""Attribution patching: every edit's effect estimated from one backward pass."""
 
 from __future__ import annotations
 
@@ -287,22 +269,14 @@ def head_attribution_patching(
     intervention the same through the pattern, ``ops.attribution_pass``).
     Positive: the metric rises. Heads the specs do not list are NaN.
 
-    Args:
-        model: A ``bindscope.Model`` (local, or remote: gradients run on the server).
-        texts: Texts (strings or token-id lists); with ``TargetLogprob`` they end with the
-            target.
-        metric: ``TargetLogprob(n_target)`` or ``LogitDifference(correct, wrong)``, or one
-            per text.
-        intervene: A spec or list of specs naming the heads: ``Zero``, ``Mean``, ``Patch``,
-            ``Resample`` (head outputs), ``Knockout``, `PatternPatch` (patterns).
-        per_row: One spec, list of specs or ``None`` per text (added to ``intervene``).
-        method: ``atp*`` (pattern changes recomputed exactly) or ``atp`` (softmax
-            linearised; refuses ``Knockout``).
-        batch_size: Texts per forward pass.
-        grad_drop: Return GradDrop scores instead (Kramar et al. 2024, against cancelling
-            paths): the mean over layers of |estimate| with the gradient through that
-            layer's attention and MLP outputs stopped, over the ``L - 1`` layers that leave
-            a head some gradient. Unsigned, for ranking heads; ``L`` more backward passes.
+    On a remote model the gradients run on the server. With ``TargetLogprob`` the texts end
+    with the target. ``intervene`` (and ``per_row``, added to it) names the heads: ``Zero``,
+    ``Mean``, ``Patch``, ``Resample`` (head outputs), ``Knockout``, `PatternPatch` (patterns).
+    ``method="atp*"`` recomputes pattern changes exactly, ``"atp"`` linearises the softmax
+    (and refuses ``Knockout``). ``grad_drop=True`` returns GradDrop scores instead (Kramar et
+    al. 2024, against cancelling paths): the mean over layers of |estimate| with the gradient
+    through that layer's attention and MLP outputs stopped, over the ``L - 1`` layers that
+    leave a head some gradient. Unsigned, for ranking heads; ``L`` more backward passes.
     """
     found = _estimate(model, list(texts), metric, intervene, per_row, method, batch_size, grad_drop)
     return [torch.from_numpy(_head_table(model, e)) for e in found[-1]]

@@ -1,15 +1,4 @@
-"""The behaviour runners, in batches, under any intervention.
-
-Recognition scores choice log-probabilities; generation scores greedy continuations with
-the rubric.
-
-Recognition scores each choice by the mean log-probability per token of the choice, one
-space after the prompt (``prompts.continuations``); the prompt runs once per record
-and its key/value cache is shared by all choices (``strategy="shared_prefix"``), which
-gives the same numbers as one forward pass per choice (``strategy="full"``, the published
-way; its passes live in ``bindscope.runners.prefix``). The result types and the rubric
-live in ``bindscope.metrics.behaviour``.
-"""
+"""The behaviour runners, in batches, under any intervention."""
 
 from __future__ import annotations
 
@@ -55,7 +44,7 @@ def _records_of(records: Sequence[PromptRecord], task: str) -> list[PromptRecord
 
 def _rows_for(
     model: LanguageModel,
-    records,
+    records: Sequence[PromptRecord],
     *,
     ablate: HeadList | None = None,
     intervene: Intervention = None,
@@ -90,17 +79,10 @@ def recognition(
 ) -> list[RecognitionResult]:
     """Score every recognition record's choices in batched forward passes.
 
-    Args:
-        model: A ``bindscope.Model``.
-        records: Recognition prompt records.
-        ablate: Heads zero-ablated for all records.
-        intervene: ``Zero``, ``Mean`` or ``Knockout`` spec(s) for all records.
-        per_row: One spec, list of specs, head list or ``None`` per record (different
-            interventions in one batch).
-        strategy: ``shared_prefix`` (prompt once, choices on its cache) or ``full``
-            (every prompt + choice sequence in full; the reference).
-        batch_size: Records per forward pass.
-        progress: Show a progress bar.
+    ``ablate`` and ``intervene`` (``Zero``, ``Mean`` or ``Knockout`` specs) apply to all records;
+    ``per_row`` gives one spec, list of specs, head list or ``None`` per record.
+    ``strategy="shared_prefix"`` runs the prompt once and the choices on its cache; ``"full"``
+    runs every prompt + choice sequence in full (the reference).
     """
     records = _records_of(records, "recognition")
     specs = _rows_for(model, records, ablate=ablate, intervene=intervene, per_row=per_row)
@@ -181,17 +163,9 @@ def generation(
 ) -> list[GenerationResult]:
     """Greedy continuations for generation records, scored by the rubric.
 
-    Args:
-        model: A ``bindscope.Model``.
-        records: Generation prompt records.
-        ablate: As in `recognition`.
-        intervene: As in `recognition` (``Knockout`` edges count tokens of
-            ``prefix + template``).
-        per_row: As in `recognition`.
-        prefix: Optional text per term put before the stem (few-shot exemplars).
-        rubric: Keyword rubric (default: the package's ``rubrics.json``).
-        batch_size: Records per generation batch.
-        progress: Show a progress bar.
+    ``ablate``, ``intervene`` and ``per_row`` as in `recognition` (``Knockout`` edges count
+    tokens of ``prefix + template``); ``prefix`` is an optional text per term put before the
+    stem (few-shot exemplars); ``rubric`` defaults to the package's ``rubrics.json``.
     """
     records = _records_of(records, "generation")
     rubric = rubric or default_rubric()

@@ -1,14 +1,9 @@
-"""The binding runner: BSI, EB and EB* of every prompt of a set, in batched forward passes.
-
-BSI is reduced inside the trace from the span rows only (``ops.span_pair_bsi``), so a prompt
-costs O(L x H) to keep and one forward pass serves a whole batch. BSI depends only on tokens
-up to the span's end, so each prompt is cut there and identical computations run once. The
-maths of BSI and EB* lives in ``bindscope.metrics.binding``.
-"""
+"""The binding runner: BSI, EB and EB* of every prompt of a set, in batched forward passes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -29,7 +24,14 @@ SINK_SKIP = "at_position_0"
 TOO_LONG = "too_long"
 
 
-def _result(record: PromptRecord, bsi: torch.Tensor, span: Span | None, *, skipped=None, flags=()):
+def _result(
+    record: PromptRecord,
+    bsi: torch.Tensor,
+    span: Span | None,
+    *,
+    skipped: str | None = None,
+    flags: Sequence[str] = (),
+):
     s = summarize(bsi)
     flags = (*(span.flags if span else ("not_found",)), *flags)
     return BindingResult(
@@ -62,29 +64,21 @@ def binding(
     on_sink: str = "skip",
     progress: bool = False,
 ) -> list[BindingResult]:
-    """Measure BSI/EB/EB* for every record in batched forward passes.
+    """Measure BSI/EB/EB* for every record in batched forward passes; one result per record.
 
-    Args:
-        model: A ``bindscope.Model``.
-        records: Prompt records (``bindscope.prompts.load(...)``).
-        batch_size: Prompts per forward pass.
-        ablate: ``(layer, head)`` pairs zero-ablated while measuring.
-        intervene: Spec(s) applied to every record while measuring (``Zero``, ``Mean``,
-            ``Knockout``, ``Resample``; positions count tokens of the prompt cut after
-            the term's span, since BSI never looks further).
-        on_missing: ``error`` raises ``SpanNotFoundError`` (or ``PromptTooLongError`` for a
-            prompt longer than the context window); ``skip`` returns a result with
-            ``skipped`` set to the reason and NaN numbers (flagged ``not_found``, or
-            ``too_long`` beside the span's flags).
-        on_sink: A span starting at position 0 sits on the attention sink, which every later
-            token attends to whatever it binds, so its BSI measures the sink, not binding.
-            ``skip`` (default) returns it unmeasured with ``skipped`` = ``SINK_SKIP`` (every
-            EB* aggregate then leaves it out and counts it); ``keep`` measures it anyway.
-            A prepended BOS (``load_model(prepend_bos=True)``) moves every span off the sink.
-        progress: Show a progress bar.
+    ``ablate`` and ``intervene`` (``Zero``, ``Mean``, ``Knockout``, ``Resample``) apply while
+    measuring; positions count tokens of the prompt cut after the term's span, since BSI never
+    looks further.
 
-    Returns:
-        One result per record, in input order.
+    ``on_missing="error"`` raises ``SpanNotFoundError`` (or ``PromptTooLongError`` for a prompt
+    longer than the context window); ``"skip"`` returns a result with ``skipped`` set to the
+    reason and NaN numbers (flagged ``not_found``, or ``too_long`` beside the span's flags).
+
+    A span starting at position 0 sits on the attention sink, which every later token attends
+    to whatever it binds, so its BSI measures the sink, not binding. ``on_sink="skip"``
+    (default) returns it unmeasured with ``skipped`` = ``SINK_SKIP`` (every EB* aggregate then
+    leaves it out and counts it); ``"keep"`` measures it anyway. A prepended BOS
+    (``load_model(prepend_bos=True)``) moves every span off the sink.
     """
     if on_missing not in ("error", "skip"):
         raise ValueError("on_missing must be 'error' or 'skip'")
@@ -141,7 +135,12 @@ def _span_to_measure(
 
 
 def _batched_bsi(
-    model: LanguageModel, prefixes, spans, batch_size, spec, progress
+    model: LanguageModel,
+    prefixes: Sequence[Sequence[int]],
+    spans: Sequence[Span],
+    batch_size: int,
+    spec: Any,
+    progress: bool,
 ) -> list[torch.Tensor]:
     if not prefixes:  # every record skipped (e.g. all on the sink): nothing to run
         return []
@@ -162,10 +161,17 @@ def _batched_bsi(
                 ]
             )
 
-            def reduce(probs, query=query, key=key, weight=weight):
+            def reduce(
+                probs: torch.Tensor,
+                query: torch.Tensor = query,
+                key: torch.Tensor = key,
+                weight: torch.Tensor = weight,
+            ):
                 return ops.span_pair_bsi(probs, query, key, weight)
 
-            def body(donors, reduce=reduce, plan=item.plan):
+            def body(
+                donors: Any, reduce: Callable[[torch.Tensor], Any] = reduce, plan: Any = item.plan
+            ):
                 # bound to a name: a remote run returns only saved values the body binds
                 found = run_layers(
                     model, capture=range(model.n_layers), reduce=reduce, plan=plan, donors=donors

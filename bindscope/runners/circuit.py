@@ -1,14 +1,4 @@
-"""A circuit (a set of edges) and how much of the behaviour it keeps.
-
-`faithfulness` keeps a circuit's edges clean and patches every other edge with its
-corrupted value (`edges.path_patching`), or with its sender's mean output over the
-corrupted texts (``ablation="mean"``), and reports the share of the clean-minus-ablated
-metric kept, with a bootstrap CI over pairs, beside the same share for random circuits of
-the same size (a null). `stability` is the share of a selected circuit's edges (the top n,
-or the greedy circuit) selected again when the pairs are resampled. `verify` measures the
-top edges exactly and compares their changes from the clean metric with their estimates
-(Spearman, recall@K).
-"""
+"""A circuit (a set of edges) and how much of the behaviour it keeps."""
 
 from __future__ import annotations
 
@@ -79,10 +69,8 @@ class Verification:
     Attributes:
         edges: The verified edges, by mean |score|.
         estimate: ``[edges]`` the mean score: the estimated change of the metric.
-        exact: ``[edges]`` the mean exact change of the metric from the clean metric with
-            that edge alone patched (`path_patching_each` minus ``scores.clean``): the
-            same quantity as ``estimate``. `path_patching` returns the patched metric
-            itself, not its change.
+        exact: ``[edges]`` the mean exact change from the clean metric with that edge alone
+            patched (`path_patching_each` minus ``scores.clean``): what ``estimate`` estimates.
         spearman: Rank correlation of ``estimate`` and ``exact`` (nan under 3 edges).
         recall_at_k: Share of the exact top ``k`` the estimate ranks top ``k``.
         k: The ``k`` of recall@k.
@@ -96,7 +84,7 @@ class Verification:
     k: int
 
 
-def _share(patched, clean, corrupted, axis=-1):
+def _share(patched: np.ndarray, clean: np.ndarray, corrupted: np.ndarray, axis: int = -1):
     gap = np.mean(clean, axis=axis) - np.mean(corrupted, axis=axis)
     return (np.mean(patched, axis=axis) - np.mean(corrupted, axis=axis)) / gap
 
@@ -173,7 +161,7 @@ def faithfulness(
     model: LanguageModel,
     clean: Sequence,
     corrupted: Sequence,
-    metric,
+    metric: object,
     scores: EdgeScores,
     keep: np.ndarray,
     *,
@@ -246,12 +234,8 @@ def stability(
 ) -> float:
     """Mean share of the circuit's edges selected again from resampled pairs.
 
-    The circuit is ``select(scores, n)`` (`top_mask`, `greedy_mask`: a `SELECTIONS`
-    value); each resample of the pairs selects its own ``n`` edges the same way.
-
-    Raises:
-        InputError: ``n`` is not a whole number >= 1 (``n`` over the graph's edges takes
-            them all).
+    The circuit is ``select(scores, n)`` (a `SELECTIONS` value); each resample of the pairs
+    selects its own ``n`` edges the same way (``n`` over the graph's edges takes them all).
     """
     check_count(n, "n", 1, scores.graph)
     full = select(scores, n)
@@ -268,7 +252,7 @@ def verify(
     model: LanguageModel,
     clean: Sequence,
     corrupted: Sequence,
-    metric,
+    metric: object,
     scores: EdgeScores,
     k: int,
     *,
@@ -276,15 +260,10 @@ def verify(
 ) -> Verification:
     """Patch each of the top ``2k`` edges (by mean |score|) alone and compare.
 
-    The ``2k`` edges x pairs conditions share batches of ``batch_size`` rows
-    (`edges.path_patching_each`). An edge's exact effect is its patched metric minus the
-    clean metric, averaged over pairs (`Verification.exact`), as its score estimates it.
-
-    Spearman is over those ``2k`` edges' mean estimated and exact effects; recall@K is the
-    share of the exact top ``k`` among them (by |effect|) that the estimate ranks top ``k``.
-
-    Raises:
-        InputError: ``k`` is not a whole number >= 1.
+    An edge's exact effect is its patched metric minus the clean metric, averaged over pairs
+    (`Verification.exact`), as its score estimates it. Spearman is over those ``2k`` edges'
+    mean estimated and exact effects; recall@K is the share of the exact top ``k`` among them
+    (by |effect|) that the estimate ranks top ``k``.
     """
     check_count(k, "k", 1, scores.graph)
     edges = scores.top(2 * k)

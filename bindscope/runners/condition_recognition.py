@@ -1,13 +1,4 @@
-"""Recognition under many ablated head sets, each started at its lowest ablated layer.
-
-Layers below a set's lowest ablated layer compute exactly what the clean run computes. So
-each batch of records runs clean once, as ``recognition`` scores it (the prompt with its
-key/value cache, then the choices on it), keeping the residual stream below the highest
-start; each set's rows then start at its lowest layer from that clean stream, in the prompt
-pass and in the choice pass, attending to the clean cache in the layers they skip. Passes
-are filled with rows in order of their start layer. Local models only: the stream and the
-cache stay here.
-"""
+"""Recognition under many ablated head sets, each started at its lowest ablated layer."""
 
 from __future__ import annotations
 
@@ -53,14 +44,10 @@ def condition_recognition(
 ) -> tuple[list[RecognitionResult], list[list[RecognitionResult]]]:
     """Every recognition record scored clean and with each head set ablated.
 
-    Equal to ``recognition(model, records, ablate=heads)`` per set up to float rounding.
-
-    Args:
-        model: A local ``bindscope.Model``.
-        records: Recognition prompt records.
-        conditions: Heads ablated together per condition (at least one each).
-        means: ``HeadMeans`` (from ``head_means``): mean-ablate instead of zeroing.
-        batch_size: Records per clean pass, and rows (record x condition) per condition pass.
+    Equal to ``recognition(model, records, ablate=heads)`` per set up to float rounding, on a
+    local model. Each condition ablates at least one head; ``means`` (``head_means``)
+    mean-ablates instead of zeroing; ``batch_size`` is records per clean pass and rows
+    (record x condition) per condition pass.
 
     Returns:
         ``(clean [R], ablated [C][R])``.
@@ -109,13 +96,10 @@ def _checked(
 class _CleanRun:
     """What a batch's clean run leaves for its condition passes.
 
-    Attributes:
-        batch: The prompts' batch.
-        choices: Each row's choices, as token ids.
-        prompt_outputs: The prompt pass's layer outputs ``[b, n, d]`` below the highest start.
-        choice_outputs: The choice pass's ``[b*C, m, d]`` (none: every choice is one token).
-        cache: The prompt's cache layers, copied before the choices extended them.
-        scores: The clean choice scores ``[b][C]``.
+    ``prompt_outputs`` are the prompt pass's layer outputs ``[b, n, d]`` below the highest
+    start; ``choice_outputs`` the choice pass's ``[b*C, m, d]`` (none: every choice is one
+    token); ``cache`` the prompt's cache layers, copied before the choices extended them;
+    ``scores`` the clean choice scores ``[b][C]``.
     """
 
     batch: Batch

@@ -1,27 +1,11 @@
-"""Edges between heads and MLPs: the graph, EAP and EAP-IG scores, exact path patching.
-
-The graph (`EdgeGraph`, `edge_graph`) lives in ``bindscope.interventions.graph``, beside
-the `PathPatch` spec that names its edges; it is re-exported here.
-
-`edge_attribution` scores every edge for a metric over clean/corrupted pairs (EAP, Syed
-et al. 2023; EAP-IG, Hanna et al. 2024, inputs variant with ``steps``): the score of
-``s -> r`` is ``(corrupted - clean output of s) . dm/d(input of r)`` summed over positions,
-the metric's estimated change when that edge alone carries the corrupted value. EAP-IG
-averages the gradient over inputs interpolated from the corrupted to the clean embedding
-(``k / steps``, ``k = 1..steps``), so one step is EAP.
-
-`path_patching` measures the same exactly with the engine's `PathPatch`: with a set of
-edges patched, each of their receivers reads its own copy of the residual stream in which
-each patched sender's output is replaced by its corrupted output (``corrupted - current``
-added), while every other node reads the clean stream. It is the ground truth the scores
-are checked against.
-"""
+"""Edges between heads and MLPs: the graph, EAP and EAP-IG scores, exact path patching."""
 
 from __future__ import annotations
 
 import numbers
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -76,9 +60,7 @@ class EdgeScores:
         return self.scores.mean(0)
 
     def top(self, n: int, *, absolute: bool = True) -> list[Edge]:
-        """The ``n`` edges of largest mean score (``absolute``: of largest magnitude).
-
-        ``n`` over the graph's edges gives them all.
+        """The ``n`` edges of largest mean score (``absolute``: of largest magnitude), all if more.
 
         Raises:
             InputError: ``n`` is not a whole number >= 0.
@@ -95,11 +77,7 @@ class EdgeScores:
 def check_count(n: object, name: str, least: int, graph: EdgeGraph) -> None:
     """Refuse a count of edges (``name``) that is not a whole number >= ``least``.
 
-    A negative count would slice from the end (all edges but one, or every non-edge after
-    them), and a float would fail deep inside numpy.
-
-    Raises:
-        InputError: Names the argument, the value and the graph's number of edges.
+    A negative count would slice from the end, and a float would fail deep inside numpy.
     """
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < least:
         raise InputError(
@@ -112,7 +90,7 @@ def edge_attribution(
     model: LanguageModel,
     clean: Sequence,
     corrupted: Sequence,
-    metric,
+    metric: object,
     *,
     method: str = "eap-ig",
     steps: int = 5,
@@ -120,17 +98,12 @@ def edge_attribution(
 ) -> EdgeScores:
     """Score every edge of the model for ``metric`` over clean/corrupted pairs.
 
-    Args:
-        model: A ``bindscope.Model``, local or on NDIF (one session: only the scores and
-            metrics come back). Gradients are tracked from layer 0's input, so the
-            parameters need not require grad (none is stored).
-        clean: Clean texts (strings or token-id lists).
-        corrupted: One corrupted text per clean text, of the same length in tokens.
-        metric: ``LogitDifference(correct, wrong)`` or ``TargetLogprob(n)`` (one, or one per
-            pair), or a function ``f(logits [b, V] at the last position, pair indices) -> [b]``.
-        method: ``eap`` (one gradient, at the clean input) or ``eap-ig`` (``steps``).
-        steps: Integration steps of EAP-IG (``eap-ig`` with 1 step is EAP).
-        batch_size: Pairs per forward pass.
+    ``model`` may be on NDIF (one session: only the scores and metrics come back); gradients
+    are tracked from layer 0's input, so its parameters need not require grad. Each corrupted
+    text has its clean text's length in tokens. ``metric`` is ``LogitDifference(correct,
+    wrong)`` or ``TargetLogprob(n)`` (one, or one per pair), or a function ``f(logits [b, V] at
+    the last position, pair indices) -> [b]``. ``method`` is ``eap`` (one gradient, at the
+    clean input) or ``eap-ig`` (``steps`` integration steps; one step is EAP).
     """
     if method not in METHODS:
         raise InputError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
@@ -192,7 +165,7 @@ def path_patching(
     model: LanguageModel,
     clean: Sequence,
     corrupted: Sequence,
-    metric,
+    metric: object,
     edges: Iterable[Edge] | np.ndarray,
     *,
     means: EdgeMeans | None = None,
@@ -221,7 +194,7 @@ def path_patching_each(
     model: LanguageModel,
     clean: Sequence,
     corrupted: Sequence,
-    metric,
+    metric: object,
     edges: Sequence[Edge],
     *,
     batch_size: int = 16,
@@ -242,7 +215,9 @@ def path_patching_each(
     return out.reshape(len(pairs), len(masks)).T
 
 
-def _patched_metric(model, pairs: _Pairs, owners: list[int], rows: list, batch_size: int):
+def _patched_metric(
+    model: LanguageModel, pairs: _Pairs, owners: list[int], rows: list, batch_size: int
+):
     """The metric of each row (the clean text of pair ``owners[i]`` under ``rows[i]``)."""
     out = np.zeros(len(owners))
     for chunk in _chunks(len(owners), batch_size):
@@ -250,7 +225,7 @@ def _patched_metric(model, pairs: _Pairs, owners: list[int], rows: list, batch_s
         planned = plan_batch(model, pairs.clean_batch(who), [rows[i] for i in chunk])
         terms = pairs.terms(who)
 
-        def body(donors, terms=terms):
+        def body(donors: Any, terms: Any = terms):
             found = ops.save(ops.edge_metric(model, terms))
             return found
 
@@ -271,7 +246,9 @@ def _chunks(n: int, size: int):
 class _Pairs:
     """Clean/corrupted pairs checked once: equal lengths, one metric per pair."""
 
-    def __init__(self, model: LanguageModel, clean: Sequence, corrupted: Sequence, metric) -> None:
+    def __init__(
+        self, model: LanguageModel, clean: Sequence, corrupted: Sequence, metric: object
+    ) -> None:
         if getattr(model, "remote", False) and callable(metric):  # only our trace code ships
             raise InputError(
                 f"{model.name} runs on NDIF, where a metric function of your own cannot run; "
@@ -296,7 +273,7 @@ class _Pairs:
         lengths = [len(a) for a in self.clean]
         self.metrics = None if self.user else check_metrics(model, metric, lengths)
 
-    def _ids(self, text) -> list[int]:
+    def _ids(self, text: str | Sequence[int]) -> list[int]:
         return self.model.tokenize(text) if isinstance(text, str) else [int(t) for t in text]
 
     def __len__(self) -> int:
@@ -317,10 +294,7 @@ class _Pairs:
 
 
 def _one_per_row(metric: Callable) -> Callable:
-    """``metric`` refusing any output but a tensor of one value per row (``[rows]``).
-
-    A scalar would broadcast to every pair, a ``[rows, 1]`` would fill the wrong slots.
-    """
+    """``metric`` refusing any output but ``[rows]`` (a scalar or ``[rows, 1]`` would misfill)."""
 
     def checked(logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
         out = metric(logits, rows)

@@ -1,18 +1,11 @@
-"""Activation patching over sites x layers x positions: the grid, in batched traces.
-
-Each cell of the grid is one run of the corrupt text with the clean run's activation of one
-site, layer and position patched in (``Patch(site, [clean], layers=[l], positions=[p])``).
-The cells are the rows of ordinary batches (``per_row=``): the clean text runs once per
-batch as the donor row, the planner turns every row's patch into one edit per site and
-layer, and ``ops.run_layers`` applies them, as in every other call. Only the last
-position's logits leave the trace.
-"""
+"""Activation patching over sites x layers x positions: the grid, in batched traces."""
 
 from __future__ import annotations
 
 import math
 import numbers
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -49,19 +42,11 @@ def patching_sweep(
 ) -> dict[str, torch.Tensor]:
     """Patch each clean activation into the corrupt run, one cell at a time; the metric grid.
 
-    Args:
-        model: The model.
-        clean: The clean text (a string or token ids), whose activations are patched in.
-        corrupt: The corrupt text that runs, as many tokens long as ``clean``.
-        sites: Site names (``resid_pre``, ``attn_out``, ``mlp_out``, ``resid_post``, ...;
-            ``head_out`` patches every head of the layer).
-        layers: Layer indices (default all), ascending in the grid.
-        positions: Token positions of the texts (negative: from the end; default all).
-        metric: A function of the patched run's logits at the last position, given as
-            ``[1, vocab]`` (so ``lambda logits: logit_diff(logits, a, b)`` with
-            ``bindscope.metrics.logit_diff`` reads it as written), returning a number.
-        batch_size: Cells per forward pass.
-        progress: Show a progress bar over batches.
+    ``corrupt`` runs and is as many tokens long as ``clean``. ``sites`` are site names
+    (``head_out`` patches every head of the layer); ``layers`` (default all) ascend in the
+    grid; ``positions`` (negative: from the end; default all). ``metric`` takes the patched
+    run's logits at the last position as ``[1, vocab]`` (so ``lambda logits:
+    logit_diff(logits, a, b)`` reads as written) and returns a number.
 
     Returns:
         ``{site: [len(layers), len(positions)]}`` float32: the metric of each patched run.
@@ -87,7 +72,7 @@ def patching_sweep(
     for item in tqdm(planned, total=total, desc="patching sweep", unit="batch",
                      disable=not progress):  # fmt: skip
 
-        def body(donors, plan=item.plan):
+        def body(donors: Any, plan: Any = item.plan):
             run_layers(model, plan=plan, donors=donors)
             return ops.save(ops.final_logits(model)[:, -1])  # [b, V]: the metric's row
 
@@ -130,7 +115,7 @@ def _positions(model: LanguageModel, positions: int | Sequence[int] | None, n: i
     return absolute_positions(chosen, n, model_name=model.name, text="the clean and corrupt texts")
 
 
-def _check_sites(model: LanguageModel, sites) -> list[str]:
+def _check_sites(model: LanguageModel, sites: str | Iterable[str]) -> list[str]:
     """The sites to sweep, checked against the family (raises ``InterventionError``)."""
     names = [sites] if isinstance(sites, str) else list(sites)
     patchable = [s for s in model.sites if s != "pattern"]
@@ -143,7 +128,7 @@ def _check_sites(model: LanguageModel, sites) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _number(value, cell: tuple[str, int, int]) -> float:
+def _number(value: object, cell: tuple[str, int, int]) -> float:
     """The metric's value as a float (raises ``InputError`` naming the cell)."""
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()

@@ -1,12 +1,4 @@
-"""The two passes of shared-prefix recognition, each able to keep or skip the lower layers.
-
-A record's prompt runs once with its key/value cache (`prompt_pass`), then all its choices
-run on the repeated cache (`choice_pass`). Either pass can keep the outputs of the layers
-below ``keep_layers`` (a clean run's residual stream) or start at layer ``start``, its
-lower layers skipped with nnsight's ``skip`` and replaced by a clean run's output of layer
-``start - 1``; a started prompt pass leaves those layers' cache empty, and `with_clean_layers`
-fills them from the clean cache. Local models only: the cache would cross the network.
-"""
+"""The two passes of shared-prefix recognition, each able to keep or skip the lower layers."""
 
 from __future__ import annotations
 
@@ -40,7 +32,9 @@ def cache_name(model: LanguageModel) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-def row_plan(model: LanguageModel, batch: Batch, rows, *, positions: bool = True) -> ops.TracePlan:
+def row_plan(
+    model: LanguageModel, batch: Batch, rows: Any, *, positions: bool = True
+) -> ops.TracePlan:
     """A plan for one batch; ``positions=False`` keeps only what acts on every position."""
     if not positions:
         rows = [tuple(op for op in row if op.every_position) for row in rows]

@@ -1,25 +1,4 @@
-"""Score sequences under many single-head (or single-layer) ablations in few forward passes.
-
-A scan ablates one head (or one whole layer) per condition and scores each sequence by the
-mean log-probability of its target tokens. Layers below an ablated head's layer compute
-exactly what the clean run computes, so ``strategy="residual"`` runs each batch of
-sequences once clean, keeps every layer's output, and starts each condition at its own
-layer from the clean residual stream (the layers below are skipped with nnsight's
-``skip``). Conditions of one layer share a pass: the rows of a pass are (sequence,
-condition) pairs, each row zeroing (or mean-ablating) its own head. ``strategy="naive"``
-runs every condition over every sequence from the embeddings, one head per pass, for
-benchmarks and equivalence tests.
-
-Both strategies see the same left-padded batch of sequences, so they differ by rounding
-only (the layers below run on another batch shape in the clean pass).
-
-A remote model (NDIF, or ``remote="local"``) runs each batch of ``strategy="residual"`` as
-one nnsight session, one request: the clean pass, a resample's donor pass and every
-condition pass run on the server, the residual stream stays there, and only the scores come
-back. The session computes what the local passes compute, in the same order: under
-``SimulatedServer`` the scores equal a local scan's to the bit; against the real server
-(float32, same torch) they differ by float rounding (tests/remote/live).
-"""
+"""Score sequences under many single-head (or single-layer) ablations in few forward passes."""
 
 from __future__ import annotations
 
@@ -52,11 +31,9 @@ STRATEGIES = ("residual", "naive")
 
 @dataclass(frozen=True)
 class ScoredSequence:
-    """Token ids whose last ``n_target`` tokens are scored (mean log-prob per token).
+    """Token ids (BOS included when the model adds one) whose last ``n_target`` tokens are scored.
 
-    Attributes:
-        ids: The whole sequence (prompt then target), BOS included when the model adds one.
-        n_target: How many final tokens are the target (at least 1, fewer than ``len(ids)``).
+    Scored by mean log-prob per token; ``1 <= n_target < len(ids)``.
     """
 
     ids: tuple[int, ...]
@@ -296,21 +273,13 @@ def condition_scores(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Mean target log-prob of every sequence, clean and under every condition.
 
-    Args:
-        model: A ``bindscope.Model``, local or remote.
-        sequences: What to score.
-        conditions: Heads ablated together per condition (one head, or every head of one
-            layer); ``strategy="residual"`` starts a condition at its lowest layer.
-        means: ``HeadMeans`` (from ``head_means``): mean-ablate instead of zeroing.
-        donors: One donor sequence per sequence: resample-ablate instead of zeroing (each
-            head takes the donor's output, aligned from the end; positions the donor lacks
-            keep their own).
-        strategy: ``residual`` (shared clean pass, start at the ablated layer) or
-            ``naive`` (every condition from the embeddings, one condition per pass).
-        batch_size: Sequences per clean pass (and per naive pass).
-        rows_per_pass: Rows (sequence x condition) per condition pass under ``residual``
-            (default ``batch_size * n_heads``).
-        progress: Show a progress bar.
+    ``conditions`` are the heads ablated together per condition (one head, or every head of
+    one layer). They are zeroed, or mean-ablated with ``means`` (``head_means``), or
+    resample-ablated with ``donors`` (one donor sequence per sequence; each head takes the
+    donor's output, aligned from the end; positions the donor lacks keep their own).
+    ``strategy="residual"`` shares a clean pass per batch and starts each condition at its
+    lowest layer, ``rows_per_pass`` rows (sequence x condition; default ``batch_size *
+    n_heads``) per pass; ``"naive"`` runs every condition from the embeddings, one per pass.
 
     Returns:
         ``(clean [S], scores [C, S])`` float64 arrays.

@@ -1,14 +1,9 @@
-"""Head-taxonomy scores computed inside the trace: O(L x H) per text leaves it.
-
-Each score is a weighted mean of attention probabilities over (query, key) pairs
-(``bindscope.metrics.taxonomy``), reduced per layer by ``ops.span_pair_bsi``; ``spread`` by
-``ops.participation_ratio``. Pairs are built in the positions of the unpadded text and
-shifted by each row's left padding here, so a padded row scores exactly as the text alone.
-"""
+"""Head-taxonomy scores computed inside the trace: O(L x H) per text leaves it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -17,12 +12,13 @@ from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import PlannedBatch
 from bindscope.metrics.binding import pair_index
 from bindscope.metrics.taxonomy import repeated_pairs, repeated_sequences, text_pairs
+from bindscope.protocols import LanguageModel
 
 Pairs = dict[str, list[tuple[int, int]]]
 
 
 def score_rows(
-    model,
+    model: LanguageModel,
     rows: Sequence[Sequence[int]],
     pairs_for: Callable[[int], Pairs],
     *,
@@ -32,14 +28,10 @@ def score_rows(
 ) -> list[dict[str, torch.Tensor]]:
     """Pair-mean scores (and optionally ``spread``) ``[L, H]`` per token-id row.
 
-    Args:
-        model: A ``bindscope.Model``.
-        rows: Token ids as the model sees them (BOS included when it has one).
-        pairs_for: ``pairs_for(n) -> {score: [(query, key), ...]}`` in unpadded positions of a
-            row of ``n`` tokens; a score with no pairs for a row is NaN there.
-        spread: Also reduce the participation ratio over queries ``1..n-1``.
-        batch_size: Rows per forward pass.
-        progress: Show a progress bar.
+    ``rows`` are token ids as the model sees them (BOS included when it has one);
+    ``pairs_for(n) -> {score: [(query, key), ...]}`` gives unpadded positions for a row of
+    ``n`` tokens (a score with no pairs for a row is NaN there); ``spread`` also reduces the
+    participation ratio over queries ``1..n-1``.
 
     Returns:
         One ``{score: [L, H] float32}`` per row, in input order.
@@ -62,13 +54,15 @@ def score_rows(
             ]
             query_weight = _query_weight(pads, batch.lengths, width)
 
-            def reduce(probs, tensors=tensors, query_weight=query_weight):
+            def reduce(
+                probs: torch.Tensor, tensors: Any = tensors, query_weight: Any = query_weight
+            ):
                 found = [ops.span_pair_bsi(probs, q, k, w) for q, k, w in tensors]
                 if spread:
                     found.append(ops.participation_ratio(probs, query_weight))
                 return torch.stack(found, -1)  # [b, H, scores]
 
-            def body(donors, reduce=reduce):
+            def body(donors: Any, reduce: Callable[[torch.Tensor], Any] = reduce):
                 # bound to a name: a remote run returns only saved values the body binds
                 found = run_layers(model, capture=range(model.n_layers), reduce=reduce)
                 return found
@@ -104,7 +98,7 @@ def _row_scores(
 
 
 def text_scores(
-    model, texts: Sequence[str], *, batch_size: int = 16, progress: bool = False
+    model: LanguageModel, texts: Sequence[str], *, batch_size: int = 16, progress: bool = False
 ) -> list[dict[str, torch.Tensor]]:
     """``sink``, ``previous_token`` and ``spread`` ``[L, H]`` per text.
 
@@ -118,7 +112,7 @@ def text_scores(
 
 
 def repeated_scores(
-    model,
+    model: LanguageModel,
     *,
     n: int = 32,
     length: int = 24,

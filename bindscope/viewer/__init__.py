@@ -1,9 +1,4 @@
-"""``bindscope.view``: one self-contained HTML page of a model's attention and a study's results.
-
-The page (docs/viewer.md) embeds its data and its plain-JS script; it opens from disk with
-no network. Patterns, logits and the logit lens come from model calls; spans, BSI, head maps
-and the circuit from result folders' records and summaries.
-"""
+"""``bindscope.view``: one self-contained HTML page of a model's attention and a study's results."""
 
 from __future__ import annotations
 
@@ -82,18 +77,13 @@ def view(
 ) -> View:
     """The viewer page of ``text`` under ``model``, with what ``results`` folders hold.
 
-    Args:
-        model: A loaded model, or a name to load; default: the records' model, else the
-            embedded default. Needed only for patterns (``text``, or a binding prompt).
-        text: The text whose attention is shown; default: the binding (or C5 ranking)
-            record's prompt, when a folder has one.
-        results: Result folders (``OUT`` or ``OUT/<experiment>``): binding, c5, scan,
-            patching, circuit.
-        intervene: A spec (or list) for the second run shown beside the clean one.
-        prompt: The binding record (``term/prompt_id``) to show; default the first measured.
-        prompts: The prompt file the binding run used, when it was not a built-in set
-            (records name a file's set by its stem only).
-        top_k: Next tokens listed per run.
+    ``model`` (a model or a name; default the records' model, else the embedded default) is
+    needed only for patterns; ``text`` defaults to the binding (or C5 ranking) record's
+    prompt. ``results`` are ``OUT`` or ``OUT/<experiment>`` folders (binding, c5, scan,
+    patching, circuit). ``intervene`` is shown as a second run beside the clean one;
+    ``prompt`` (``term/prompt_id``) picks the binding record (default the first measured);
+    ``prompts`` is the file a binding run used when not a built-in set (records name a
+    file's set by its stem only); ``top_k`` next tokens are listed per run.
     """
     paths = [Path(results)] if isinstance(results, (str, Path)) else [Path(p) for p in results]
     name = model if isinstance(model, str) or model is None else model.name

@@ -1,10 +1,4 @@
-"""Attention weights packed for the page: 1e-6 steps, lower triangle, varint bytes, base64.
-
-A causal pattern has weights only at key <= query, so only the lower triangle is stored.
-Each weight is ``round(w * 1e6)`` (so the page shows the stored value to 1e-6) written as
-a little-endian base-128 varint: the many near-zero weights take one byte, none more than
-three. ``decode`` is the page's decoder in Python.
-"""
+"""Attention weights packed for the page: 1e-6 steps, lower triangle, varint bytes, base64."""
 
 from __future__ import annotations
 

@@ -1,9 +1,4 @@
-"""What the page shows from result folders: a binding prompt, head maps, the circuit.
-
-Reads records and summaries only (docs/records.md); computes nothing but means over
-records. A folder is a results folder (``OUT``, holding ``binding/``, ``c5/``, ...) or one
-experiment's folder (``OUT/scan``).
-"""
+"""What the page shows from result folders: a binding prompt, head maps, the circuit."""
 
 from __future__ import annotations
 

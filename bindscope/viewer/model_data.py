@@ -1,9 +1,4 @@
-"""What the page shows from a model call: tokens, patterns, next-token logits, logit lens.
-
-Every number comes from the model's public calls (``attention_probs``, ``logits``,
-``logit_lens``), so the page shows what those return; a second run under an intervention
-stores only the heads whose rounded pattern differs from the clean run's.
-"""
+"""What the page shows from a model call: tokens, patterns, next-token logits, logit lens."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""The one HTML file: the page's script and style inlined, the data embedded as JSON.
-
-Nothing is fetched: no CDN, no font, no request leaves the file (tests/viewer/ checks it in
-a headless Chromium with the network blocked).
-"""
+"""The one HTML file: the page's script and style inlined, the data embedded as JSON."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Head sets: which heads a condition ablates or patches, and C5's random sets.
-
-Per head or per layer, how many items, and C5's random head sets (from all heads,
-layer-matched, matched on taxonomy scores).
-"""
+"""Head sets: which heads a condition ablates or patches, and C5's random sets."""
 
 from __future__ import annotations
 
@@ -172,16 +168,10 @@ def draw_score_matched_sets(
     ties by layer, then head), drawn without repeats within a set, so a set always exists
     when ``neighbours >= len(top)``. Unlike a class threshold this never runs dry: when a
     class has few heads outside the top set, the nearest heads of the next class stand in,
-    and the returned closeness says how far they are.
-
-    Args:
-        scores: ``{score: [L, H] array}`` with every ``MATCH_SCORES`` entry.
-        top: The top set's ``(layer, head)`` pairs.
-        n: Sets to draw, all distinct (a longer draw extends a shorter one: same seed, same
-            first sets); where fewer than ``n`` distinct sets exist, each once in a seeded
-            order (so fewer than ``n`` come back).
-        seed: Seeds the draw.
-        neighbours: Candidates per top head.
+    and the returned closeness says how far they are. ``scores`` holds every ``MATCH_SCORES``
+    entry as ``[L, H]``. The sets are distinct, and a longer draw extends a shorter one (same
+    seed, same first sets); where fewer than ``n`` distinct sets exist, each comes once in a
+    seeded order.
 
     Returns:
         The sets, and per top head ``{"head", "scores", "distance", "typical"}``: the mean

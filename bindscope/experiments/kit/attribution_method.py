@@ -1,19 +1,4 @@
-"""The attribution method of the scan and of patching: estimate every head, verify the top.
-
-``bindscope scan --method attribution --verify K`` (and ``bindscope patch --method
-attribution --verify K`` on pairs; `estimate_heads` is the part they share) first estimates
-every head's effect on each item with attribution patching
-(`bindscope.runners.attribution_patching`: one forward and one backward pass per batch,
-whatever the number of heads), then runs the exact single-head scan (or patch) on the ``K``
-heads with the largest mean |estimate| only. The summary keeps the exact layout; the
-estimate map and the estimate-vs-exact agreement on the verified heads are added
-(docs/records.md).
-
-Statistics. The verified heads are chosen by the estimate on the same prompts, so their
-p-values are adjusted across *all* ``L x H`` heads, the heads not verified counted with
-p = 1. Benjamini-Hochberg and Holm are monotone in the p-values, so no head is declared
-significant that the exact scan of every head would not declare too.
-"""
+"""The attribution method of the scan and of patching: estimate every head, verify the top."""
 
 from __future__ import annotations
 
@@ -123,13 +108,11 @@ def estimate_heads(
 ) -> list[str]:
     """Write one ``estimate`` record per item; return the ``verify`` heads to measure exactly.
 
-    The shared half of ``scan --method attribution`` and ``patch --method attribution``:
-    each item (a prompt or a pair, anything with a ``key``) is laid out by ``rows``, every
-    head's effect on its metric estimated in batches (`attribution_scores`: one forward
-    and one backward pass per batch), and ``fields(item, metric value, change [L, H])``
-    makes its record (``experiment``, condition ``estimate``), written through the chunked,
-    resumable loop. Returns the condition names (``L<layer>.H<head>``) of the ``verify``
-    heads with the largest mean |estimate| over ``items``, read back from the records.
+    The shared half of ``scan --method attribution`` and ``patch --method attribution``: each
+    item (anything with a ``key``) is laid out by ``rows``, every head's effect estimated in
+    batches (`attribution_scores`), and ``fields(item, metric value, change [L, H])`` makes its
+    record. Returns the condition names (``L<layer>.H<head>``) of the ``verify`` heads with the
+    largest mean |estimate| over ``items``, read back from the records.
     """
     model = run.model
 

@@ -1,17 +1,4 @@
-"""What an experiment is, and the one run skeleton every experiment goes through.
-
-Each experiment module ends with ``DEFINITION = Experiment(...)``; the registry
-(``bindscope.experiments.kit.registry``) finds them, and the command line, ``summarize``, the
-terminal text and the record schema read everything from there. ``Experiment.run`` is the
-skeleton: the options checked, the batch size checked, the experiment's ``plan`` made, then
-``OUT/<name>/records.jsonl`` opened once (the one-writer lock, the folder's settings checked
-against the run's), each model handed a ``ModelRun`` (its provenance, record keys and
-builder, and chunked, resumable writing with a progress bar), and the summary rebuilt from
-the records. Models may come lazily (`LazyModel`: a sweep's checkpoints), each loaded only
-when its records are not all on disk and freed before the next; a plan may write other
-experiments' folders from the same models (``sweep --heads`` writes ``OUT/heads``). A
-reliability fix to any of these steps lands here once.
-"""
+"""What an experiment is, and the one run skeleton every experiment goes through."""
 
 from __future__ import annotations
 
@@ -41,12 +28,8 @@ Item = TypeVar("Item")
 class Common:
     """What every run takes besides its own options (the shared ``run`` keywords).
 
-    Attributes:
-        out: The results folder; records go to ``OUT/<experiment>/records.jsonl``.
-        batch_size: Texts per forward pass.
-        seed: Seeds what is drawn and the summary's bootstrap; stored in every record.
-        force: Start afresh even where the folder's settings differ (else refused).
-        progress: Show progress bars.
+    ``seed`` seeds what is drawn and the summary's bootstrap, and is stored in every record;
+    ``force`` starts afresh even where the folder's settings differ (else refused).
     """
 
     out: Path
@@ -60,12 +43,8 @@ class Common:
 class ModelRun:
     """One model's part of an experiment run: its record keys, records and chunked writing.
 
-    Attributes:
-        name: The experiment (the records' ``experiment`` field).
-        model: The model that runs.
-        writer: The open records file.
-        prov: The provenance stored with every record.
-        progress: Show progress bars.
+    ``name`` is the experiment (the records' ``experiment`` field); ``prov`` the provenance
+    stored with every record.
     """
 
     name: str
@@ -134,10 +113,8 @@ class ModelRun:
 class LazyModel:
     """A model the run loads only when its records are not all on disk, then frees.
 
-    Attributes:
-        name: The model's name in record keys (a Hub id).
-        revision: Its revision (a checkpoint).
-        load: Loads it (``revisions.load_revision``: refused unless at ``revision``).
+    ``name`` is its name in record keys (a Hub id); ``load`` loads it at ``revision``
+    (``revisions.load_revision``).
     """
 
     name: str
@@ -156,8 +133,8 @@ class Plan:
         provenance: A model's provenance; default the versions, the prompt set, the seed and
             ``settings``.
         summarize: Rebuilds the summary from the folder; default the experiment's.
-        models: The models to run when the plan makes them (a sweep's `LazyModel` per
-            revision); default those given to ``run``.
+        models: The models when the plan makes them (a sweep's `LazyModel` per revision);
+            default those given to ``run``.
         items: The ``(item, condition)`` keys each model writes: a `LazyModel` whose keys
             are all on disk (in every folder) is not loaded.
         also: Other experiments' folders written from the same models, ``(name, Plan)``
@@ -191,16 +168,15 @@ class Experiment:
             resumed folder must match: model checks belong in loops over ``models``.
         models: ``one`` model, ``several`` (``--model`` repeatable) or ``revisions`` (run
             takes the ``--model`` id; the plan gives a `LazyModel` per revision).
-        batch_size: The ``batch_size`` default (``--batch-size`` too).
+        batch_size: The ``batch_size`` default.
         check_terms: Whether the prompt sets' terms must be found in their templates when
             loaded (binding's ``--on-missing skip`` skips such prompts with the reason).
         show_records: Print the records path after the summary.
-        also: Other experiments' folders the run writes, summarized after it (``sweep
-            --heads`` writes ``heads``).
+        also: Other experiments' folders the run writes, summarized after it.
         check_folder: ``check_folder(folder, records)`` raises ``InputError`` when a folder's
             records cannot be read as results yet (a run stopped halfway); ``summarize``,
-            ``figures`` and ``report`` run it before reading (``registry.check_folders``).
-        presets: Named designs, ``--preset NAME`` (option values and default models).
+            ``figures`` and ``report`` run it before reading.
+        presets: Named designs, ``--preset NAME``.
     """
 
     name: str
@@ -232,14 +208,9 @@ class Experiment:
     ) -> dict:
         """Run the experiment on ``models`` into ``OUT/<name>``; returns the summary.
 
-        Args:
-            models: One ``Model`` or a list (``several``), or a model id (``revisions``).
-            out: The results folder.
-            batch_size: Texts per forward pass (default: the experiment's).
-            seed: Seeds what is drawn and the bootstrap; stored in every record.
-            force: Discard finished records and settings, start afresh.
-            progress: Show progress bars.
-            **options: The experiment's own options (its ``options`` dataclass).
+        ``models`` is one ``Model`` or a list (``several``), or a model id (``revisions``);
+        ``options`` are the experiment's own (its ``options`` dataclass); ``batch_size`` defaults
+        to the experiment's; ``force`` discards finished records and settings.
 
         Raises:
             InputError: An unknown option, a bad value, or a folder made with other settings.

@@ -1,19 +1,4 @@
-"""What a summary cannot say: each experiment's summary lists its own limits.
-
-A limit is a dict ``{"kind", "model", "message", ...numbers}``; the summaries compute them (so
-the report and the terminal only read them). Kinds: ``p_resolution`` (a p-value that cannot
-reach the test level: a rank p over N random sets cannot go below 1/(N+1), a sign-flip
-permutation p over n pairs below 2/2^n, a binomial p over n terms below 1/2^n, and a
-correction over m heads multiplies the smallest by up to m), ``floor`` / ``ceiling`` (a 0-1
-baseline below ``FLOOR`` or above ``CEILING``: a drop has little room), ``excluded`` (prompts
-left out of the numbers and why), ``small_group`` (fewer items than the test needs), and
-C5's ``clustered`` (items share terms), ``few_items`` (CIs over under ``FEW_ITEMS`` items),
-``small_support`` (a null with fewer distinct sets than asked for), ``tiny_margins`` (0/1
-scores on tiny choice margins), ``layers`` (a top set's layers against unmatched random
-sets), ``undecided`` (a sequential null cut short), ``null_not_drawn`` (a matched null the
-top set made impossible) and ``random_gain`` (random sets that raise the score: specificity
-then exceeds the top set's drop).
-"""
+"""What a summary cannot say: each experiment's summary lists its own limits."""
 
 from __future__ import annotations
 

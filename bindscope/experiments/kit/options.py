@@ -1,9 +1,7 @@
 """An experiment's own options: one frozen dataclass, from which its flags are derived.
 
-Each field is a keyword of the experiment's ``run``; ``option(...)`` fields are also
-command-line flags (``bindscope <command> --name``), ``setting(...)`` fields are for Python
-callers only. Checks of the options alone go in ``Options.check``: they run whenever the
-options are made, so the command line refuses a bad value before any model loads.
+``option(...)`` fields are also command-line flags, ``setting(...)`` fields are for Python
+callers only; ``Options.check`` runs when the options are made, before any model loads.
 """
 
 from __future__ import annotations
@@ -50,17 +48,10 @@ def _integer(text: str, least: int, below: str) -> int:
 class Flag:
     """How one option reads on the command line (``bindscope COMMAND --name VALUE``).
 
-    Attributes:
-        help: The ``--help`` line.
-        type: Turns the text into a value (``int``, ``bindscope.cli.arguments.positive`` ...).
-        choices: The values allowed.
-        metavar: The value's name in ``--help``.
-        switch: A flag without a value (``store_true``).
-        repeat: Repeatable; the values come as a list.
-        required: The command fails without it.
-        prompts: The value names a prompt set, loaded and checked before the model loads.
-        convert: Turns the command-line value into the option's value (after ``type``).
-        flag: The flag's spelling when not ``--`` and the field name with dashes.
+    ``type`` turns the text into a value, then ``convert`` into the option's value;
+    ``switch`` is a flag without a value (``store_true``); ``repeat`` collects a list;
+    ``prompts`` marks a prompt set, loaded and checked before the model loads; ``flag`` is the
+    spelling when not ``--`` and the field name with dashes.
     """
 
     help: str = ""
@@ -127,10 +118,8 @@ def check_choice(name: str, value: object, choices: Sequence[str]) -> None:
 class Preset:
     """A named design of an experiment (``bindscope COMMAND --preset NAME``).
 
-    Attributes:
-        help: What it runs, in one line (``--help``).
-        options: Makes its option values (a function: a value may be a loaded prompt set).
-        models: The models it runs when no ``--model`` is given (None: the default model).
+    ``options`` makes its option values (a function: a value may be a loaded prompt set);
+    ``models`` are those it runs when no ``--model`` is given (None: the default model).
     """
 
     help: str

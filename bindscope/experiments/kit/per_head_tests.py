@@ -1,9 +1,4 @@
-"""Per-head tests shared by the head scan and activation patching: options and statistics.
-
-Every cell of an ``[L, H]`` map carries a paired bootstrap CI over prompts and a paired
-sign-flip permutation p-value; p-values are adjusted across all cells of the map
-(Benjamini-Hochberg by default, Holm as an option) through statsmodels.
-"""
+"""Per-head tests shared by the head scan and activation patching: options and statistics."""
 
 from __future__ import annotations
 
@@ -182,17 +177,10 @@ def top_cells(cells: dict[str, dict], heads: dict[str, list], k: int) -> list[di
 def map_correlation(
     x: np.ndarray, y: np.ndarray, *, seed: int, n_resamples: int = 999
 ) -> dict | None:
-    """Spearman correlation of two maps averaged over prompts, with a bootstrap CI.
+    """Spearman correlation of two ``[prompts, cells]`` maps averaged over prompts, with a CI.
 
-    The CI resamples prompts (percentile interval): both maps are re-averaged on each
-    resample, so the interval reflects how much the head-by-head agreement depends on
-    which prompts were asked.
-
-    Args:
-        x: ``[prompts, cells]`` per-prompt values of one map.
-        y: ``[prompts, cells]`` values of the other map over the same prompts.
-        seed: Seed of the bootstrap.
-        n_resamples: Bootstrap resamples.
+    The percentile bootstrap resamples prompts and re-averages both maps, so the interval
+    reflects how much the head-by-head agreement depends on which prompts were asked.
     """
     if x.shape[0] < 2 or x.shape[1] < 3:
         return None
@@ -258,13 +246,9 @@ def agreement_lines(found: dict | None) -> list[str]:
 def summary_lines(
     s: dict, *, title: str, model_lines: Callable[[str, dict, int], list[str]], top: int = 5
 ) -> list[str]:
-    """Readable lines of a per-head test summary: its title, then each model's own lines.
+    """Readable lines of a per-head test summary (``s``): ``title``, then each model's lines.
 
-    Args:
-        s: The summary of ``scan`` or ``patching``.
-        title: The first line's name (``Head scan``).
-        model_lines: ``model_lines(label, entry, top)``: the study's lines for one model.
-        top: Conditions listed per model and metric.
+    ``model_lines(label, entry, top)`` gives the study's lines for one model.
     """
     if not s.get("models"):  # nothing summarised: no effect, no correction to name
         return [f"{title}: no records"]

@@ -1,8 +1,4 @@
-"""Every experiment, found from its ``DEFINITION``: what the command line and summaries read.
-
-An experiment module in ``bindscope.experiments`` that ends with ``DEFINITION = Experiment(...)`` is
-registered by being there; nothing else lists it.
-"""
+"""Every experiment, found from its ``DEFINITION``: what the command line and summaries read."""
 
 from __future__ import annotations
 
@@ -55,9 +51,7 @@ def summary_lines(summary: dict) -> list[str]:
 
 
 def summarize(results_dir: str | Path) -> dict[str, dict]:
-    """Recompute ``summary.json`` for every experiment found under ``results_dir``.
-
-    ``results_dir`` is a run's ``--out`` folder, or one experiment's folder in it.
+    """Recompute ``summary.json`` for every experiment under ``results_dir`` (``OUT``, or one).
 
     Raises:
         InputError: No ``<experiment>/records.jsonl`` under the folder.
@@ -87,8 +81,6 @@ def check_folders(results_dir: str | Path) -> dict[str, Path]:
 
 def experiment_folders(results_dir: str | Path) -> dict[str, Path]:
     """Each experiment with records under ``results_dir`` -> its folder.
-
-    ``summarize``, ``report`` and ``figures`` read these.
 
     Raises:
         InputError: None (the folder holds no experiment's ``records.jsonl``).

@@ -25,16 +25,10 @@ def summarize_folder(
     name: str,
     check: Callable[[Path, list[dict]], None] | None = None,
 ) -> dict:
-    """Rebuild ``folder/summary.json`` from ``folder/records.jsonl`` alone.
+    """Rebuild ``folder/summary.json`` from ``folder/records.jsonl`` alone; return it.
 
-    Args:
-        folder: An experiment's results folder.
-        build: The experiment's summary of its records.
-        name: The experiment; the folder must hold some of its records.
-        check: Called with the folder and records first; raises when they cannot be summarized.
-
-    Returns:
-        The summary as written.
+    ``build`` is the experiment's summary of its records; the folder must hold some records of
+    ``name``; ``check(folder, records)`` runs first and raises when they cannot be summarized.
     """
     folder = Path(folder)
     records = list(read_records(folder / "records.jsonl"))

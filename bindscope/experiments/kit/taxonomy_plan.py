@@ -1,8 +1,4 @@
-"""Scoring every head of a model for the taxonomy: records of ``OUT/heads``, and head classes.
-
-The ``heads`` experiment runs it on one model, ``sweep --heads`` on every revision it loads
-(``taxonomy_plan``), and C5 and the scan match random head sets on ``primary_classes``.
-"""
+"""Scoring every head of a model for the taxonomy: records of ``OUT/heads``, and head classes."""
 
 from __future__ import annotations
 
