@@ -54,7 +54,9 @@ def figures(package: Path) -> dict:
         "lines": lines,
         "files": len(per_file),
         "per_part": dict(sorted(per_part.items())),
-        "big": {b: sorted(((n, f) for f, n in per_file.items() if n > b), reverse=True) for b in BIG},
+        "big": {
+            b: sorted(((n, f) for f, n in per_file.items() if n > b), reverse=True) for b in BIG
+        },
         "long": sorted(long, reverse=True),
         "typed": typed,
         "arguments": total,
