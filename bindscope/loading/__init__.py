@@ -18,6 +18,7 @@ from bindscope.loading.embedded_models import (
     EMBEDDED,
     GEMMA3_INSTALL_HINT,
     GEMMA3_PACKAGES,
+    SERVED,
     Embedded,
     check_embedded,
     embedded,
@@ -27,7 +28,6 @@ from bindscope.loading.embedded_models import (
 )
 from bindscope.model import Model
 from bindscope.remote import load_remote, probe_capture, simulate
-from bindscope.remote.server.models import SERVED
 from bindscope.selfcheck import self_check as self_check_model
 from bindscope.wrap import check_inferred, resolve_family, wrap_model
 
@@ -36,6 +36,7 @@ __all__ = [  # the embedded models' names and helpers, re-exported where callers
     "EMBEDDED",
     "GEMMA3_INSTALL_HINT",
     "GEMMA3_PACKAGES",
+    "SERVED",
     "Embedded",
     "cache_dir",
     "check_device",
