@@ -25,7 +25,8 @@ def top_heads(scores, k: int) -> list[tuple[int, int]]:
     """The ``k`` highest-scoring ``(layer, head)`` pairs of an ``[L, H]`` score, best first.
 
     Args:
-        scores: One ``[L, H]`` score, or a list of them (their NaN-ignoring mean is ranked).
+        scores: One ``[L, H]`` score (a tensor or array), or a list of them (their
+            NaN-ignoring mean is ranked); a nested ``[L][H]`` list is read as that list.
         k: How many heads.
     """
     if isinstance(scores, (list, tuple)):

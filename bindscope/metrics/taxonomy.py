@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
+from bindscope.metrics.ranking import top_heads
+
 #: Scores measured on natural text (the prompt templates).
 TEXT_SCORES = ("sink", "previous_token", "spread")
 #: Scores measured on repeated random-token sequences.
@@ -229,13 +231,6 @@ def classify(
     }
 
 
-def top_heads(mean: Sequence, k: int) -> list[list[int]]:
-    """The ``k`` heads with the highest mean (ties by layer, then head)."""
-    arr = np.asarray(mean, dtype=float)
-    flat = [(-arr[i, j], i, j) for i in range(arr.shape[0]) for j in range(arr.shape[1])]
-    return [[i, j] for _, i, j in sorted(flat)[:k]]
-
-
 def overlap(heads: Sequence[Sequence[int]], labels: list) -> dict[str, int]:
     """How many of ``heads`` carry each class label (``other``: none)."""
     out = dict.fromkeys(CLASSES, 0)
@@ -352,34 +347,44 @@ def emergence(
         int(np.asarray(v).size) for m in means for v in m.values() if v is not None
     )
     tokens = [revision_tokens(model, r) for r in revisions]
-    fraction: dict[str, list] = {}
-    max_score: dict[str, list] = {}
+    first = _first_crossings(revisions, classes, tokens)
+    return {
+        "revisions": list(revisions),
+        "tokens": tokens,
+        "thresholds": classes[0]["thresholds"],
+        "fraction": {c: [cl["counts"][c] / n_heads_total for cl in classes] for c in PRECEDENCE},
+        "max_score": {
+            c: [float(np.nanmax(m[c])) if m.get(c) is not None else None for m in means]
+            for c in PRECEDENCE
+        },
+        "first": first,
+        "trajectories": _trajectories(means, top_k),
+        "induction_lead_tokens": _induction_lead(first),
+        "tokens_source": TOKENS_SOURCE,
+    }
+
+
+def _first_crossings(
+    revisions: Sequence[str], classes: Sequence[dict], tokens: Sequence[int | None]
+) -> dict[str, dict | None]:
+    """Per class, the first checkpoint where some head is in it (None: never)."""
     first: dict[str, dict | None] = {}
     for c in PRECEDENCE:
-        fraction[c] = [cl["counts"][c] / n_heads_total for cl in classes]
-        max_score[c] = [float(np.nanmax(m[c])) if m.get(c) is not None else None for m in means]
         hit = next((i for i, cl in enumerate(classes) if cl["counts"][c] > 0), None)
         first[c] = (
             None
             if hit is None
             else {"revision": revisions[hit], "index": hit, "tokens": tokens[hit]}
         )
-    trajectories = _trajectories(means, top_k)
-    lead = None
-    if first["induction"] and first["sink"]:
-        a, b = first["sink"]["tokens"], first["induction"]["tokens"]
-        lead = None if a is None or b is None else a - b
-    return {
-        "revisions": list(revisions),
-        "tokens": tokens,
-        "thresholds": classes[0]["thresholds"],
-        "fraction": fraction,
-        "max_score": max_score,
-        "first": first,
-        "trajectories": trajectories,
-        "induction_lead_tokens": lead,
-        "tokens_source": TOKENS_SOURCE,
-    }
+    return first
+
+
+def _induction_lead(first: Mapping[str, dict | None]) -> int | None:
+    """Tokens at the sink class's first crossing minus at induction's (None: unknown)."""
+    sink, induction = first["sink"], first["induction"]
+    if not (sink and induction) or sink["tokens"] is None or induction["tokens"] is None:
+        return None
+    return sink["tokens"] - induction["tokens"]
 
 
 def _trajectories(means: Sequence[Mapping[str, Sequence]], top_k: int) -> dict:
@@ -388,7 +393,7 @@ def _trajectories(means: Sequence[Mapping[str, Sequence]], top_k: int) -> dict:
     for score in SCORES:
         if means[-1].get(score) is None:
             continue
-        heads = top_heads(means[-1][score], top_k)
+        heads = [list(head) for head in top_heads(np.asarray(means[-1][score], dtype=float), top_k)]
         trajectories[score] = {
             "heads": heads,
             "values": [
@@ -426,5 +431,4 @@ __all__ = [
     "scores_from_probs",
     "spread_fraction",
     "text_pairs",
-    "top_heads",
 ]
