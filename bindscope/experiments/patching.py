@@ -31,9 +31,9 @@ import numpy as np
 from bindscope.errors import InputError
 from bindscope.experiments.kit import attribution_method, limits, per_head_tests
 from bindscope.experiments.kit.ablation_sets import as_pairs, conditions_of
+from bindscope.experiments.kit.attribution_method import AttributionOptions
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.kit.options import option
-from bindscope.experiments.kit.per_head_tests import HeadTestOptions
 from bindscope.experiments.kit.summary import summarize_tests
 from bindscope.interventions import Patch
 from bindscope.prompts.continuations import appended, continuation_ids
@@ -125,7 +125,7 @@ def prepare_all(
 
 
 @dataclass(frozen=True)
-class PatchingOptions(HeadTestOptions):
+class PatchingOptions(AttributionOptions):
     """The options of activation patching (``bindscope patch``; ``run(model, *, out, ...)``).
 
     ``run`` patches every head (or layer) from clean into corrupted runs of one ``Model``
@@ -137,10 +137,6 @@ class PatchingOptions(HeadTestOptions):
         unit: ``head``, ``layer``, or ``position``: every head of one layer patched at one
             token position, counted from the end (``L3.P0`` is layer 3 at the last token),
             over the positions every pair has.
-        method: ``exact`` (every head patched) or ``attribution``: every head's recovery
-            estimated by attribution patching, then only the ``verify`` heads with the
-            largest mean |estimate| patched exactly (as ``scan --method attribution``).
-        verify: Heads patched exactly under ``attribution`` (default 20).
     """
 
     UNITS: ClassVar[tuple[str, ...]] = ("head", "layer", "position")
@@ -151,13 +147,10 @@ class PatchingOptions(HeadTestOptions):
         "one condition per head, per layer (every head of it), or per layer and token position",
         choices=UNITS,
     )
-    method: str = attribution_method.method_option("patch")
-    verify: int | None = attribution_method.verify_option()
 
     def check(self) -> None:
         """Unit, correction and limit; a pair file that reads; resamples that fit in memory."""
         super().check()
-        attribution_method.check_options(self.method, self.verify, self.unit)
         pairs, _, _ = load_pairs(self.pairs)
         per_head_tests.check_resamples(self.n_resamples, len(pairs[: self.limit]))
 
@@ -165,10 +158,7 @@ class PatchingOptions(HeadTestOptions):
 def _plan(models: list[LanguageModel], opts: PatchingOptions, common: Common) -> Plan:
     found, name, sha = load_pairs(opts.pairs)
     settings = {"unit": opts.unit, "seed": common.seed, "limit": opts.limit}
-    settings |= {"pairs": name, "pairs_sha256": sha, "method": opts.method}
-    verify = attribution_method.check_options(opts.method, opts.verify, opts.unit)
-    if verify is not None:
-        settings["verify"] = verify
+    settings |= {"pairs": name, "pairs_sha256": sha} | opts.method_settings()
     # the pairs are prepared under each model's tokenizer, checked before any record
     prepared = {id(m): prepare_all(m, found, name, opts.limit) for m in models}
 
@@ -189,7 +179,7 @@ def _plan(models: list[LanguageModel], opts: PatchingOptions, common: Common) ->
         shortest = min(_length(model, p.corrupted) for p in items)
         conditions, offsets = _conditions(model, opts.unit, shortest)
         names = list(conditions)
-        if verify is not None:  # estimate every head, patch the top ones exactly
+        if "verify" in settings:  # estimate every head, patch the top ones exactly
             chosen = _estimate(run, items, settings, common)
             names = [n for n in names if n in chosen]
 

@@ -28,7 +28,7 @@ import numpy as np
 from bindscope.errors import InputError
 from bindscope.experiments.kit import attribution_method, per_head_tests
 from bindscope.experiments.kit.ablation_sets import as_pairs, conditions_of
-from bindscope.experiments.kit.attribution_method import scored
+from bindscope.experiments.kit.attribution_method import AttributionOptions, scored
 from bindscope.experiments.kit.binding_reuse import reuse_or_bind
 from bindscope.experiments.kit.chunks import first_items, prompt_set, spread_over_terms
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
@@ -41,7 +41,7 @@ from bindscope.experiments.kit.options import (
     prompts_option,
     spread_option,
 )
-from bindscope.experiments.kit.per_head_tests import HeadTestOptions, check_resamples
+from bindscope.experiments.kit.per_head_tests import check_resamples
 from bindscope.experiments.kit.summary import summarize_tests
 from bindscope.experiments.kit.taxonomy_plan import primary_classes
 from bindscope.experiments.scan_summary import (
@@ -74,7 +74,7 @@ UNSCORED = "generation item without a 'target' to score"
 
 
 @dataclass(frozen=True)
-class ScanOptions(HeadTestOptions):
+class ScanOptions(AttributionOptions):
     """The options of the head scan (``bindscope scan``; ``run(models, *, out, ...)``).
 
     ``run`` scans every head (or layer) of one ``Model`` or a list and writes records and a
@@ -94,10 +94,6 @@ class ScanOptions(HeadTestOptions):
             without it, where it would change nothing.
         spread: With ``limit``, take the prompts in turn from each term (recorded); refused
             without ``limit``.
-        method: ``exact`` (every condition ablated) or ``attribution``: every head's effect
-            estimated by attribution patching, then only the ``verify`` heads with the
-            largest estimates scanned exactly (`bindscope.experiments.kit.attribution_method`).
-        verify: Heads verified exactly under ``attribution`` (default 20).
     """
 
     prompts: str | Path | PromptSet = prompts_option()
@@ -120,13 +116,10 @@ class ScanOptions(HeadTestOptions):
         type=positive,
     )
     spread: bool = spread_option()
-    method: str = attribution_method.method_option("ablate")
-    verify: int | None = attribution_method.verify_option()
 
     def check(self) -> None:
         """Options that apply only in some modes are refused elsewhere."""
         super().check()
-        attribution_method.check_options(self.method, self.verify, self.unit)
         check_choice("ablation", self.ablation, ABLATIONS)
         if self.matched_classes and self.unit != "head":
             raise InputError("--matched-classes compares heads: it needs --unit head")
@@ -171,11 +164,7 @@ def _plan(models: list[LanguageModel], opts: ScanOptions, common: Common) -> Pla
         "limit": opts.limit,
         "prompt_sha256": pset.sha256,
         "matched_classes": opts.matched_classes,
-        "method": opts.method,
-    }
-    verify = attribution_method.check_options(opts.method, opts.verify, opts.unit)
-    if verify is not None:
-        settings["verify"] = verify
+    } | opts.method_settings()
     if opts.spread:
         settings["spread"] = True
     if opts.matched_classes:
