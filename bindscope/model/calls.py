@@ -232,18 +232,29 @@ def capture(
 
             found = trace_batch(model, planned, body)
             for row, index in enumerate(batch.indices):
-                pad = batch.pad(row)
-                got = out[index]
-                for layer in wanted:
-                    if probs:
-                        value = found[layer][row, :, pad:, pad:]
-                        got.setdefault("pattern", {})[layer] = value.float().contiguous()
-                    for name in others:
-                        value = found[(name, layer)][row, pad:]  # [n, U, k]
-                        if name != "head_out":
-                            value = value[:, 0]  # [n, d_model]
-                        got.setdefault(name, {})[layer] = value.float().contiguous()
+                _unpadded(found, row, batch.pad(row), wanted, bool(probs), others, out[index])
     return out
+
+
+def _unpadded(
+    found: dict,
+    row: int,
+    pad: int,
+    wanted: list[int],
+    probs: bool,
+    others: dict[str, list[int]],
+    got: dict[str, dict[int, torch.Tensor]],
+) -> None:
+    """One text's captures into ``got``, its padding cut off, float32 and contiguous."""
+    for layer in wanted:
+        if probs:
+            value = found[layer][row, :, pad:, pad:]
+            got.setdefault("pattern", {})[layer] = value.float().contiguous()
+        for name in others:
+            value = found[(name, layer)][row, pad:]  # [n, U, k]
+            if name != "head_out":
+                value = value[:, 0]  # [n, d_model]
+            got.setdefault(name, {})[layer] = value.float().contiguous()
 
 
 def _check_capture_sites(model: LanguageModel, sites: Sequence[str]) -> list[str]:
@@ -288,17 +299,7 @@ def logit_lens(
     """
     wanted = model.check_layers(layers)
     chosen = read_positions(positions)
-    if model.dtype is not None and next(model.hf.parameters()).device.type == "meta":
-        raise InterventionError(
-            f"{model.name}: logit_lens applies the final norm and unembedding here, but this "
-            "model's weights stay on the server (meta device); capture resid_post with "
-            "model.capture(texts, sites=['resid_post']) and unembed with local weights"
-        )
-    texts = check_texts(texts)
-    if chosen is not None:  # every text's positions, before any trace
-        for i, text in enumerate(texts):
-            n = len(model.tokenize(text)) if isinstance(text, str) else len(text)
-            absolute_positions(chosen, n, model_name=model.name, text=f"text #{i}")
+    texts = _check_lens(model, texts, chosen)
     rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row)
     norm = underlying_module(getattr(model.nnsight.model, model.family_row.final_norm))
     head = underlying_module(model.nnsight.lm_head)
@@ -319,6 +320,22 @@ def logit_lens(
             logits = head(norm(resid.to(model.dtype)))
             out[index] = ops.soft_capped(logits, model.logit_softcap).float()
     return out  # type: ignore[return-value]
+
+
+def _check_lens(model: LanguageModel, texts: Sequence[str], chosen: tuple[int, ...] | None) -> list:
+    """The texts, once the weights are here and every text has the ``chosen`` positions."""
+    if model.dtype is not None and next(model.hf.parameters()).device.type == "meta":
+        raise InterventionError(
+            f"{model.name}: logit_lens applies the final norm and unembedding here, but this "
+            "model's weights stay on the server (meta device); capture resid_post with "
+            "model.capture(texts, sites=['resid_post']) and unembed with local weights"
+        )
+    texts = check_texts(texts)
+    if chosen is not None:  # every text's positions, before any trace
+        for i, text in enumerate(texts):
+            n = len(model.tokenize(text)) if isinstance(text, str) else len(text)
+            absolute_positions(chosen, n, model_name=model.name, text=f"text #{i}")
+    return texts
 
 
 def _columns(model: LanguageModel, batch, positions: tuple[int, ...] | None):

@@ -13,10 +13,12 @@ from collections.abc import Callable, Sequence
 import torch
 from tqdm.auto import tqdm
 
+from bindscope.batch import Batch
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import PlannedBatch
 from bindscope.metrics.binding import pair_index
 from bindscope.metrics.taxonomy import repeated_pairs, repeated_sequences, text_pairs
+from bindscope.protocols import LanguageModel
 
 Pairs = dict[str, list[tuple[int, int]]]
 
@@ -50,34 +52,39 @@ def score_rows(
     with model.eager(), torch.no_grad():
         batches = list(model.batches(rows, batch_size=batch_size))
         for batch in tqdm(batches, desc="heads", unit="batch", disable=not progress):
-            width = batch.input_ids.shape[1]
-            pads = [batch.pad(r) for r in range(len(batch.indices))]
             per_row = [pairs_for(n) for n in batch.lengths]
-            rows_pads = list(zip(per_row, pads))
-            tensors = [
-                pair_index(
-                    [[(p + a, p + b) for a, b in row[name]] for row, p in rows_pads], min_width=1
-                )
-                for name in names
-            ]
-            query_weight = _query_weight(pads, batch.lengths, width)
-
-            def reduce(probs, tensors=tensors, query_weight=query_weight):
-                found = [ops.span_pair_bsi(probs, q, k, w) for q, k, w in tensors]
-                if spread:
-                    found.append(ops.participation_ratio(probs, query_weight))
-                return torch.stack(found, -1)  # [b, H, scores]
-
-            def body(donors, reduce=reduce):
-                # bound to a name: a remote run returns only saved values the body binds
-                found = run_layers(model, capture=range(model.n_layers), reduce=reduce)
-                return found
-
-            found = model.trace_batch(PlannedBatch(batch, None, ops.TracePlan()), body)
-            stacked = torch.stack([found[layer] for layer in range(model.n_layers)], 1)
+            stacked = _batch_scores(model, batch, per_row, names, spread)
             for r, index in enumerate(batch.indices):
                 out[index] = _row_scores(stacked[r], names, per_row[r], spread, batch.lengths[r])
     return out  # type: ignore[return-value]
+
+
+def _batch_scores(
+    model: LanguageModel, batch: Batch, per_row: list[Pairs], names: list[str], spread: bool
+) -> torch.Tensor:
+    """``[b, L, H, scores]``: one trace of ``batch`` reducing each score's pairs in it."""
+    width = batch.input_ids.shape[1]
+    pads = [batch.pad(r) for r in range(len(batch.indices))]
+    rows_pads = list(zip(per_row, pads))
+    tensors = [
+        pair_index([[(p + a, p + b) for a, b in row[name]] for row, p in rows_pads], min_width=1)
+        for name in names
+    ]
+    query_weight = _query_weight(pads, batch.lengths, width)
+
+    def reduce(probs, tensors=tensors, query_weight=query_weight):
+        found = [ops.span_pair_bsi(probs, q, k, w) for q, k, w in tensors]
+        if spread:
+            found.append(ops.participation_ratio(probs, query_weight))
+        return torch.stack(found, -1)  # [b, H, scores]
+
+    def body(donors, reduce=reduce):
+        # bound to a name: a remote run returns only saved values the body binds
+        found = run_layers(model, capture=range(model.n_layers), reduce=reduce)
+        return found
+
+    found = model.trace_batch(PlannedBatch(batch, None, ops.TracePlan()), body)
+    return torch.stack([found[layer] for layer in range(model.n_layers)], 1)
 
 
 def _query_weight(pads: list[int], lengths: Sequence[int], width: int) -> torch.Tensor:

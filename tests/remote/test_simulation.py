@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -184,4 +185,5 @@ def test_missing_weights_without_probe_fail_clearly(monkeypatch, sp_tokenizer):
 def test_the_twins_fixture_is_defined_once():
     """issue 42: the simulated-remote test modules share ``twins`` from tests/remote/conftest.py."""
     here = Path(__file__).parent
-    assert [p.name for p in here.glob("test_*.py") if "def twins(" in p.read_text()] == []
+    defines = re.compile(r"^def twins\(", re.MULTILINE)
+    assert [p.name for p in here.glob("test_*.py") if defines.search(p.read_text())] == []
