@@ -135,9 +135,8 @@ def main() -> None:
     from nnsight import CONFIG
 
     import bindscope
-    from bindscope.loading import cache_dir
-    from bindscope.remote import server
-    from bindscope.remote.server import SERVED
+    from bindscope import local_ndif as server
+    from bindscope.loading import SERVED, cache_dir
 
     huggingface_hub.constants.HF_HUB_OFFLINE = True  # the local server's models are cached
     CONFIG.APP.REMOTE_LOGGING = False

@@ -13,7 +13,7 @@ from bindscope.errors import InputError
 from bindscope.experiments import binding, c5, controls, fewshot
 from bindscope.experiments.c5 import C5Options
 from bindscope.experiments.kit.registry import summary_lines
-from bindscope.figures import make_figures, write_report
+from bindscope.figures import FigureReport, make_figures, write_report
 from bindscope.prompts.prompt_sets import PromptSet, load
 from bindscope.protocols import LanguageModel
 
@@ -109,20 +109,44 @@ def run(
     for i, spec in enumerate(chosen):
         t0 = time.perf_counter()
         loaded = _load(spec)
-        for name, run_step, options in _steps(canonical, control_set):
-            t1 = time.perf_counter()
-            summaries[name] = run_step(
-                loaded, out=out, force=force and i == 0, progress=progress, **options
-            )
-            print(f"[{loaded.name} {name}] done in {time.perf_counter() - t1:.0f} s")
+        steps = _steps(canonical, control_set)
+        summaries |= _run_steps(loaded, steps, out, force=force and i == 0, progress=progress)
         minutes[loaded.name] = (time.perf_counter() - t0) / 60
     t0 = time.perf_counter()
+    figures, report = _figures_and_report(out, summaries)
+    _print_tables(summaries, figures, report)
+    split = ", ".join(f"{name} {m:.1f} min" for name, m in minutes.items())
+    drawing = time.perf_counter() - t0
+    print(f"time per model (load included): {split}; figures and report {drawing:.0f} s")
+    print(f"demo finished in {(time.perf_counter() - started) / 60:.1f} min; results in {out}/")
+    return summaries
+
+
+def _run_steps(
+    loaded: LanguageModel, steps: list, out: Path, *, force: bool, progress: bool
+) -> dict[str, dict]:
+    """Every experiment of the demo on one model, timed; ``{experiment: summary}``."""
+    summaries = {}
+    for name, run_step, options in steps:
+        t1 = time.perf_counter()
+        summaries[name] = run_step(loaded, out=out, force=force, progress=progress, **options)
+        print(f"[{loaded.name} {name}] done in {time.perf_counter() - t1:.0f} s")
+    return summaries
+
+
+def _figures_and_report(out: Path, summaries: dict) -> tuple[FigureReport, Path]:
+    """Draw the figures and write the report, with C5's power statement where C5 ran."""
     figures = make_figures(out)
     report = write_report(out, figures=figures)
     if "c5" in summaries:  # where the demo's power stops, and the command that goes further
         statement = power_statement(summaries["c5"])
         report.write_text(report.read_text("utf-8") + "\n" + statement + "\n", "utf-8")
-    print()  # every summary's tables, the figures drawn and the report's path
+    return figures, report
+
+
+def _print_tables(summaries: dict, figures: FigureReport, report: Path) -> None:
+    """Every summary's tables, the figures drawn and the report's path."""
+    print()
     for summary in summaries.values():
         for line in summary_lines(summary):
             print(line)
@@ -130,11 +154,6 @@ def run(
     for line in figures.lines():
         print(line)
     print(f"report: {report}")
-    split = ", ".join(f"{name} {m:.1f} min" for name, m in minutes.items())
-    drawing = time.perf_counter() - t0
-    print(f"time per model (load included): {split}; figures and report {drawing:.0f} s")
-    print(f"demo finished in {(time.perf_counter() - started) / 60:.1f} min; results in {out}/")
-    return summaries
 
 
 def power_statement(c5_summary: dict, score: str = "recognition") -> str:

@@ -18,7 +18,7 @@ def test_private_nnsight_names_live_only_in_the_adapter():
     package = Path(bindscope.__file__).parent
     # the server-side modules run inside the local NDIF server's own venv, patching the
     # nnsight pinned there (docs/remote.md); bindscope's adapter is not theirs to use
-    server_side = package / "remote" / "server" / "ndif_side"
+    server_side = package / "local_ndif" / "ndif_side"
     adapter = Path(nnsight_private.__file__)
     found = [
         f"{path.relative_to(package)}:{number}: {line.strip()}"

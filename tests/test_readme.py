@@ -12,7 +12,7 @@ import pytest
 from pytest_examples import find_examples
 
 import bindscope
-from bindscope import families
+from bindscope import families, runners
 from tests.conftest import build_tiny
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -48,3 +48,12 @@ def test_readme_blocks_run_on_a_tiny_model(eval_example, monkeypatch, sp_tokeniz
 @pytest.mark.slow
 def test_readme_blocks_run_on_the_default_model(eval_example):
     _run_all(eval_example)
+
+
+def test_readme_imports_runners_from_their_face():
+    """issue 42: the edge-circuit functions are on ``bindscope.runners``, and the README
+    imports every runner from there, never from a submodule."""
+    circuit = ("edge_attribution", "path_patching", "faithfulness", "top_mask", "verify")
+    assert set(circuit) <= set(runners.__all__)
+    source = "\n".join(e.source for e in EXAMPLES)
+    assert "from bindscope.runners." not in source

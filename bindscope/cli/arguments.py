@@ -28,6 +28,16 @@ def add_common(
     Each subcommand gets only those it honours: ``revision=False`` where revisions come otherwise
     (sweep), ``runs=False`` where nothing is written or computed (audit only tokenizes).
     """
+    _add_model(p, several=several, revision=revision)
+    _add_loading(p)
+    if runs:
+        p.add_argument("--out", required=True, type=Path, help="results folder")
+        p.add_argument("--force", action="store_true", help="discard finished records, redo")
+        _add_compute(p)
+
+
+def _add_model(p: argparse.ArgumentParser, *, several: bool, revision: bool) -> None:
+    """``--model`` (repeated where ``several``) and ``--revision``."""
     p.add_argument(
         "--model",
         default=None,
@@ -43,6 +53,10 @@ def add_common(
             default=None,
             help="Hub revision, e.g. step120000; for a local folder, its subfolder REVISION",
         )
+
+
+def _add_loading(p: argparse.ArgumentParser) -> None:
+    """How the model loads and runs: ``--dtype``, ``--device``, ``--remote``, ``--prepend-bos``."""
     p.add_argument(
         "--dtype",
         default=None,
@@ -66,10 +80,6 @@ def add_common(
         help="put the BOS token before every text (default: the tokenizer's own rule; spans "
         "starting at position 0, the attention sink, are then left out of EB* and counted)",
     )
-    if runs:
-        p.add_argument("--out", required=True, type=Path, help="results folder")
-        p.add_argument("--force", action="store_true", help="discard finished records, redo")
-        _add_compute(p)
 
 
 def add_experiment(

@@ -7,9 +7,9 @@ import json
 import sys
 from pathlib import Path
 
+from bindscope import local_ndif
 from bindscope.errors import BindscopeError
-from bindscope.loading import cache_dir, embedded_folder
-from bindscope.remote import server
+from bindscope.loading import SERVED, cache_dir, embedded_folder
 
 SUBCOMMANDS = ("up", "down", "status")
 
@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction, command: object) -> None:
     p.add_argument(
         "--port",
         type=int,
-        default=server.DEFAULT_PORT,
+        default=local_ndif.DEFAULT_PORT,
         help="the API's port (default %(default)s; the other pieces take PORT+1000..PORT+1004)",
     )
     p.add_argument(
@@ -54,7 +54,7 @@ def add_parser(sub: argparse._SubParsersAction, command: object) -> None:
 
 def _status(home: Path) -> int:
     """Print what runs; 0 when every piece runs and the API answers, else 1."""
-    state = server.status(home=home)
+    state = local_ndif.status(home=home)
     print(json.dumps(state, indent=1))
     for note in state["stale"]:
         print(f"bindscope ndif: {note}", file=sys.stderr)
@@ -69,7 +69,7 @@ def cmd_ndif(args: argparse.Namespace) -> int:
     """``bindscope ndif``: start, stop or describe the local NDIF server."""
     home = args.home or cache_dir() / "ndif"
     if args.action == "down":
-        stopped, stale = server.down(home=home)
+        stopped, stale = local_ndif.down(home=home)
         for note in stale:
             print(f"bindscope ndif: {note}", file=sys.stderr)
         print(f"stopped: {', '.join(stopped) or 'nothing was running'}")
@@ -81,10 +81,10 @@ def cmd_ndif(args: argparse.Namespace) -> int:
     # heavy: huggingface_hub loads for `ndif up` only
     from huggingface_hub import constants
 
-    folders = {repo: embedded_folder(name) for name, repo in server.SERVED.items()}
+    folders = {repo: embedded_folder(name) for name, repo in SERVED.items()}
     # the hub cache a client on this machine reads, so that both see the models
     hub_cache = Path(constants.HF_HUB_CACHE)
-    where = server.up(
+    where = local_ndif.up(
         home=home,
         models=folders,
         port=args.port,

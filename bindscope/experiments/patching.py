@@ -1,4 +1,21 @@
-"""Per-head activation patching: which heads carry the clean prompt's answer?"""
+"""Per-head activation patching: which heads carry the clean prompt's answer?
+
+Method. Each pair holds a clean and a corrupted prompt that tokenize to the same length and
+a metric: the mean log-probability of a ``target`` text appended to both, or the logit
+difference ``clean_answer - corrupted_answer`` (one token each) at the last position. Both
+follow the prompt after one space, as a prompt file's choices do
+(`bindscope.prompts.continuations`): they are written without leading whitespace. Every
+head's output (or every layer's, ``unit="layer"``) is patched from the clean run into the
+corrupted run (``Patch``), and the normalised recovery
+``(patched - corrupted) / (clean - corrupted)`` is recorded per pair. Per head: the mean
+recovery with a paired bootstrap 95% CI and a sign-flip permutation p-value (recovery
+against 0), adjusted across heads (Benjamini-Hochberg, or Holm). Pairs whose clean and
+corrupted metrics are equal have no recovery to measure and are left out of the summary.
+
+Pair files are JSON Lines (``docs/records.md``, "Pair files"; read by
+`bindscope.prompts.pairs`); the built-in ``pairs`` set replaces the term of each canonical
+recognition item with a control term.
+"""
 
 from __future__ import annotations
 
@@ -14,9 +31,9 @@ import numpy as np
 from bindscope.errors import InputError
 from bindscope.experiments.kit import attribution_method, limits, per_head_tests
 from bindscope.experiments.kit.ablation_sets import as_pairs, conditions_of
+from bindscope.experiments.kit.attribution_method import AttributionOptions
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.kit.options import option
-from bindscope.experiments.kit.per_head_tests import HeadTestOptions
 from bindscope.experiments.kit.summary import summarize_tests
 from bindscope.interventions import Patch
 from bindscope.prompts.continuations import appended, continuation_ids
@@ -108,12 +125,18 @@ def prepare_all(
 
 
 @dataclass(frozen=True)
-class PatchingOptions(HeadTestOptions):
+class PatchingOptions(AttributionOptions):
     """The options of activation patching (``bindscope patch``; ``run(model, *, out, ...)``).
 
-    ``unit="position"`` counts positions from the end (``L3.P0`` is layer 3 at the last token),
-    over the positions every pair has; ``method="attribution"`` patches exactly only the
-    ``verify`` heads (default 20) with the largest mean |estimate|.
+    ``run`` patches every head (or layer) from clean into corrupted runs of one ``Model``
+    and writes records and a summary; ``batch_size`` is texts per forward pass and ``seed``
+    seeds the bootstrap and permutation tests.
+
+    Attributes:
+        pairs: ``pairs`` (the built-in set) or a pair file path.
+        unit: ``head``, ``layer``, or ``position``: every head of one layer patched at one
+            token position, counted from the end (``L3.P0`` is layer 3 at the last token),
+            over the positions every pair has.
     """
 
     UNITS: ClassVar[tuple[str, ...]] = ("head", "layer", "position")
@@ -124,13 +147,10 @@ class PatchingOptions(HeadTestOptions):
         "one condition per head, per layer (every head of it), or per layer and token position",
         choices=UNITS,
     )
-    method: str = attribution_method.method_option("patch")
-    verify: int | None = attribution_method.verify_option()
 
     def check(self) -> None:
         """Unit, correction and limit; a pair file that reads; resamples that fit in memory."""
         super().check()
-        attribution_method.check_options(self.method, self.verify, self.unit)
         pairs, _, _ = load_pairs(self.pairs)
         per_head_tests.check_resamples(self.n_resamples, len(pairs[: self.limit]))
 
@@ -138,10 +158,7 @@ class PatchingOptions(HeadTestOptions):
 def _plan(models: list[LanguageModel], opts: PatchingOptions, common: Common) -> Plan:
     found, name, sha = load_pairs(opts.pairs)
     settings = {"unit": opts.unit, "seed": common.seed, "limit": opts.limit}
-    settings |= {"pairs": name, "pairs_sha256": sha, "method": opts.method}
-    verify = attribution_method.check_options(opts.method, opts.verify, opts.unit)
-    if verify is not None:
-        settings["verify"] = verify
+    settings |= {"pairs": name, "pairs_sha256": sha} | opts.method_settings()
     # the pairs are prepared under each model's tokenizer, checked before any record
     prepared = {id(m): prepare_all(m, found, name, opts.limit) for m in models}
 
@@ -162,7 +179,7 @@ def _plan(models: list[LanguageModel], opts: PatchingOptions, common: Common) ->
         shortest = min(_length(model, p.corrupted) for p in items)
         conditions, offsets = _conditions(model, opts.unit, shortest)
         names = list(conditions)
-        if verify is not None:  # estimate every head, patch the top ones exactly
+        if "verify" in settings:  # estimate every head, patch the top ones exactly
             chosen = _estimate(run, items, settings, common)
             names = [n for n in names if n in chosen]
 
@@ -191,7 +208,8 @@ def _pair_records(
 ) -> list[dict]:
     """One pair's records: its clean run, and its corrupted run under each patch not done.
 
-    ``patch`` maps a condition to its heads and, under ``unit="position"``, its end offset.
+    ``patch`` maps a condition to its heads and, under the position unit, its offset from the
+    last token.
     """
     model = run.model
     base = model.logits([p.clean, p.corrupted], batch_size=common.batch_size)
@@ -276,7 +294,8 @@ def summarize_patching(
 ) -> dict:
     """Recovery maps with CIs and adjusted p per model, and the top conditions.
 
-    ``n_resamples`` defaults per model as in ``summarize_scan``; each entry holds the number used.
+    ``n_resamples`` defaults per model as in ``summarize_scan``; each entry holds the number
+    used.
     """
     evaluated = [r for r in records if r["experiment"] == EXPERIMENT]
     if not evaluated:
@@ -339,8 +358,8 @@ def _summarize_model(
 ) -> tuple[dict, dict, int, dict[str, list[str]]]:
     """One model's summary entry, plus what its estimates and limits need.
 
-    Returns ``(entry, ends of the usable pairs, n_tests, unusable)`` (``unusable`` as in
-    `_tabulate`).
+    Returns ``(entry, ends of the usable pairs, n_tests, unusable)``; ``unusable`` maps a
+    pair to the keys of its records with a bad number.
     """
     first = group[0]
     n_layers, n_heads = first["provenance"]["n_layers"], first["provenance"]["n_heads"]

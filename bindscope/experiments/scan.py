@@ -1,4 +1,18 @@
-"""Head scan: ablate every head (or layer) alone and measure what behaviour loses."""
+"""Head scan: ablate every head (or layer) alone and measure what behaviour loses.
+
+Method. Each condition zero- or mean-ablates one head (``unit="head"``) or every head of
+one layer (``unit="layer"``). A recognition item scores the correct choice's mean
+log-probability per token and whether the arg-max choice is correct; a prompt with a
+``target`` field scores the target's mean log-probability (the target follows the prompt
+after one space, as a choice does: `bindscope.prompts.continuations`). The effect of a condition is
+the paired drop ``clean - ablated`` per prompt; its mean gets a paired bootstrap 95% CI
+and a sign-flip permutation p-value, adjusted across all conditions (Benjamini-Hochberg,
+or Holm). With ``unit="head"`` the scan also measures each head's mean BSI on the same
+prompts and reports the Spearman correlation of the BSI map with the effect map, with a
+bootstrap CI over prompts: does binding predict importance head by head?
+
+All conditions of a prompt share one clean pass (`bindscope.runners.scan`).
+"""
 
 from __future__ import annotations
 
@@ -14,7 +28,7 @@ import numpy as np
 from bindscope.errors import InputError
 from bindscope.experiments.kit import attribution_method, per_head_tests
 from bindscope.experiments.kit.ablation_sets import as_pairs, conditions_of
-from bindscope.experiments.kit.attribution_method import scored
+from bindscope.experiments.kit.attribution_method import AttributionOptions, scored
 from bindscope.experiments.kit.binding_reuse import reuse_or_bind
 from bindscope.experiments.kit.chunks import first_items, prompt_set, spread_over_terms
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
@@ -27,7 +41,7 @@ from bindscope.experiments.kit.options import (
     prompts_option,
     spread_option,
 )
-from bindscope.experiments.kit.per_head_tests import HeadTestOptions, check_resamples
+from bindscope.experiments.kit.per_head_tests import check_resamples
 from bindscope.experiments.kit.summary import summarize_tests
 from bindscope.experiments.kit.taxonomy_plan import primary_classes
 from bindscope.experiments.scan_summary import (
@@ -60,15 +74,26 @@ UNSCORED = "generation item without a 'target' to score"
 
 
 @dataclass(frozen=True)
-class ScanOptions(HeadTestOptions):
+class ScanOptions(AttributionOptions):
     """The options of the head scan (``bindscope scan``; ``run(models, *, out, ...)``).
 
-    ``batch_size`` is sequences per clean pass and ``seed`` also draws the resample donors
-    (recorded as ``donor`` in the metrics; each head takes the donor's outputs aligned from
-    the end). ``prompts`` are recognition items and any records with a ``target``.
-    ``matched_classes`` needs ``unit="head"``; its classes are the taxonomy's (sink,
-    previous-token, induction, duplicate-token), so "binding heads matter" is told apart from
-    "sink heads matter".
+    ``run`` scans every head (or layer) of one ``Model`` or a list and writes records and a
+    summary; ``batch_size`` is sequences per clean pass and ``seed`` seeds the bootstrap,
+    the permutation tests and the resample donors.
+
+    Attributes:
+        prompts: Recognition items and any records with a ``target`` field.
+        ablation: ``zero``, ``mean`` (means over the scanned prompts) or ``resample``: each
+            prompt's heads take the outputs of another scanned prompt, drawn with ``seed``
+            (recorded as ``donor`` in the metrics), aligned from the end.
+        matched_classes: With ``unit="head"``, compare the EB* top-``k`` heads' mean effect
+            with this many random head sets matched to their taxonomy classes (sink,
+            previous-token, induction, duplicate-token; ``bindscope.metrics.taxonomy``), so
+            "binding heads matter" is told apart from "sink heads matter". 0: off.
+        k: Size of the EB* top set compared under ``matched_classes`` (default 4); refused
+            without it, where it would change nothing.
+        spread: With ``limit``, take the prompts in turn from each term (recorded); refused
+            without ``limit``.
     """
 
     prompts: str | Path | PromptSet = prompts_option()
@@ -91,13 +116,10 @@ class ScanOptions(HeadTestOptions):
         type=positive,
     )
     spread: bool = spread_option()
-    method: str = attribution_method.method_option("ablate")
-    verify: int | None = attribution_method.verify_option()
 
     def check(self) -> None:
         """Options that apply only in some modes are refused elsewhere."""
         super().check()
-        attribution_method.check_options(self.method, self.verify, self.unit)
         check_choice("ablation", self.ablation, ABLATIONS)
         if self.matched_classes and self.unit != "head":
             raise InputError("--matched-classes compares heads: it needs --unit head")
@@ -142,11 +164,7 @@ def _plan(models: list[LanguageModel], opts: ScanOptions, common: Common) -> Pla
         "limit": opts.limit,
         "prompt_sha256": pset.sha256,
         "matched_classes": opts.matched_classes,
-        "method": opts.method,
-    }
-    verify = attribution_method.check_options(opts.method, opts.verify, opts.unit)
-    if verify is not None:
-        settings["verify"] = verify
+    } | opts.method_settings()
     if opts.spread:
         settings["spread"] = True
     if opts.matched_classes:

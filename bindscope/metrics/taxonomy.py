@@ -1,4 +1,26 @@
-"""Head taxonomy maths: what kind of head each (layer, head) is."""
+"""Head taxonomy maths: what kind of head each (layer, head) is.
+
+Scores, each a mean attention probability (spread: a number of keys), per head and text:
+
+* ``sink``: attention from every query but the first to the text's first position (BOS
+  when the model prepends one; whether it does is recorded with the scores);
+* ``previous_token``: attention from every query but the first to the token before it;
+* ``spread``: the participation ratio ``1 / sum_k p_k^2`` of each query's attention (the
+  effective number of attended keys: 1 for one key, ``n`` for uniform over ``n``), averaged
+  over the same queries;
+* ``induction``: on a sequence of distinct random tokens repeated twice, attention from each
+  token of the second copy to the token after its first occurrence;
+* ``duplicate_token``: the same queries' attention to the first occurrence itself;
+* ``binding``: mean BSI (``bindscope.metrics.binding``) over a term prompt set.
+
+The first query is left out of ``sink``, ``previous_token`` and ``spread`` because it can
+attend only to itself (its scores are 1, 0 and 1 by construction). Positions are those of
+the unpadded text: callers offset them by each row's left padding.
+
+Everything here is plain maths on tensors and arrays: the in-trace reduction is in
+``bindscope.runners.taxonomy_scores``; the same scores from full probabilities are here
+(``scores_from_probs``, ``repeated_scores_from_probs``) as the reference it is tested on.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +31,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from bindscope.protocols import LanguageModel
+from bindscope.metrics.ranking import top_heads
 
 #: Scores measured on natural text (the prompt templates).
 TEXT_SCORES = ("sink", "previous_token", "spread")
@@ -53,8 +75,9 @@ def text_pairs(n: int) -> dict[str, list[tuple[int, int]]]:
 def repeated_pairs(start: int, length: int) -> dict[str, list[tuple[int, int]]]:
     """The (query, key) pairs of ``induction`` and ``duplicate_token``.
 
-    The first random token is at ``start`` (1 after a prepended BOS, else 0), the second copy
-    at ``start + length``.
+    Args:
+        start: Position of the first random token (1 after a prepended BOS, else 0).
+        length: Tokens per copy; the second copy starts at ``start + length``.
     """
     second = [start + length + j for j in range(length)]
     return {
@@ -64,7 +87,7 @@ def repeated_pairs(start: int, length: int) -> dict[str, list[tuple[int, int]]]:
 
 
 def repeated_sequences(
-    model: LanguageModel, *, n: int, length: int, seed: int
+    model, *, n: int, length: int, seed: int
 ) -> tuple[list[list[int]], int, list[list[int]]]:
     """``n`` sequences of ``length`` distinct random tokens, each repeated twice.
 
@@ -94,9 +117,11 @@ def repeated_sequences(
 
 
 def scores_from_probs(probs: torch.Tensor) -> dict[str, torch.Tensor]:
-    """``sink``, ``previous_token`` and ``spread`` ``[L, H]`` from ``[L, H, n, n]`` probs.
+    """``sink``, ``previous_token`` and ``spread`` ``[L, H]`` from full probabilities.
 
-    ``probs`` are one unpadded text's; with one token every score is NaN.
+    Args:
+        probs: ``[L, H, n, n]`` probabilities of one unpadded text; with one token every
+            score is NaN.
     """
     p = probs.double()
     if p.shape[-1] < 2:
@@ -134,8 +159,12 @@ def bootstrap_heads(
 ) -> dict:
     """Mean per head with a percentile bootstrap CI over texts, all heads at once.
 
-    ``values`` is ``[n_texts, L, H]``; texts with any NaN are dropped (a score undefined for a
-    text is undefined for all its heads).
+    Args:
+        values: ``[n_texts, L, H]``; texts with any NaN are dropped (a score undefined for
+            a text is undefined for all its heads).
+        seed: Seed of the resampling.
+        n_resamples: Bootstrap resamples.
+        confidence: Level of the percentile interval.
 
     Returns:
         ``{"value", "low", "high": [L][H] lists, "n", "confidence", "method"}``; with one text
@@ -200,13 +229,6 @@ def classify(
         "counts": {c: sum(c in h for row in labels for h in row) for c in PRECEDENCE},
         "primary_counts": {c: sum(p == c for row in primary for p in row) for c in CLASSES},
     }
-
-
-def top_heads(mean: Sequence, k: int) -> list[list[int]]:
-    """The ``k`` heads with the highest mean (ties by layer, then head)."""
-    arr = np.asarray(mean, dtype=float)
-    flat = [(-arr[i, j], i, j) for i in range(arr.shape[0]) for j in range(arr.shape[1])]
-    return [[i, j] for _, i, j in sorted(flat)[:k]]
 
 
 def overlap(heads: Sequence[Sequence[int]], labels: list) -> dict[str, int]:
@@ -301,10 +323,14 @@ def emergence(
     thresholds: Mapping[str, float] | None = None,
     top_k: int = 4,
 ) -> dict:
-    """Emergence of each class over checkpoints, ``revisions`` in training order.
+    """Emergence of each class over checkpoints (in training order).
 
-    ``means`` holds per checkpoint the mean scores ``{score: [L][H]}``; ``model``'s name gives
-    the token counts its revision names imply.
+    Args:
+        revisions: Checkpoints in training order.
+        means: Per checkpoint, mean scores ``{score: [L][H]}``.
+        model: The model's name, for the token counts its revision names imply.
+        thresholds: Class thresholds (defaults: ``THRESHOLDS``).
+        top_k: How many top heads per class get a trajectory.
 
     Returns:
         ``fraction``: per class, the fraction of heads in it at each checkpoint (labels);
@@ -321,34 +347,44 @@ def emergence(
         int(np.asarray(v).size) for m in means for v in m.values() if v is not None
     )
     tokens = [revision_tokens(model, r) for r in revisions]
-    fraction: dict[str, list] = {}
-    max_score: dict[str, list] = {}
+    first = _first_crossings(revisions, classes, tokens)
+    return {
+        "revisions": list(revisions),
+        "tokens": tokens,
+        "thresholds": classes[0]["thresholds"],
+        "fraction": {c: [cl["counts"][c] / n_heads_total for cl in classes] for c in PRECEDENCE},
+        "max_score": {
+            c: [float(np.nanmax(m[c])) if m.get(c) is not None else None for m in means]
+            for c in PRECEDENCE
+        },
+        "first": first,
+        "trajectories": _trajectories(means, top_k),
+        "induction_lead_tokens": _induction_lead(first),
+        "tokens_source": TOKENS_SOURCE,
+    }
+
+
+def _first_crossings(
+    revisions: Sequence[str], classes: Sequence[dict], tokens: Sequence[int | None]
+) -> dict[str, dict | None]:
+    """Per class, the first checkpoint where some head is in it (None: never)."""
     first: dict[str, dict | None] = {}
     for c in PRECEDENCE:
-        fraction[c] = [cl["counts"][c] / n_heads_total for cl in classes]
-        max_score[c] = [float(np.nanmax(m[c])) if m.get(c) is not None else None for m in means]
         hit = next((i for i, cl in enumerate(classes) if cl["counts"][c] > 0), None)
         first[c] = (
             None
             if hit is None
             else {"revision": revisions[hit], "index": hit, "tokens": tokens[hit]}
         )
-    trajectories = _trajectories(means, top_k)
-    lead = None
-    if first["induction"] and first["sink"]:
-        a, b = first["sink"]["tokens"], first["induction"]["tokens"]
-        lead = None if a is None or b is None else a - b
-    return {
-        "revisions": list(revisions),
-        "tokens": tokens,
-        "thresholds": classes[0]["thresholds"],
-        "fraction": fraction,
-        "max_score": max_score,
-        "first": first,
-        "trajectories": trajectories,
-        "induction_lead_tokens": lead,
-        "tokens_source": TOKENS_SOURCE,
-    }
+    return first
+
+
+def _induction_lead(first: Mapping[str, dict | None]) -> int | None:
+    """Tokens at the sink class's first crossing minus at induction's (None: unknown)."""
+    sink, induction = first["sink"], first["induction"]
+    if not (sink and induction) or sink["tokens"] is None or induction["tokens"] is None:
+        return None
+    return sink["tokens"] - induction["tokens"]
 
 
 def _trajectories(means: Sequence[Mapping[str, Sequence]], top_k: int) -> dict:
@@ -357,7 +393,7 @@ def _trajectories(means: Sequence[Mapping[str, Sequence]], top_k: int) -> dict:
     for score in SCORES:
         if means[-1].get(score) is None:
             continue
-        heads = top_heads(means[-1][score], top_k)
+        heads = [list(head) for head in top_heads(np.asarray(means[-1][score], dtype=float), top_k)]
         trajectories[score] = {
             "heads": heads,
             "values": [
@@ -395,5 +431,4 @@ __all__ = [
     "scores_from_probs",
     "spread_fraction",
     "text_pairs",
-    "top_heads",
 ]

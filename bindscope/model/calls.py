@@ -1,7 +1,7 @@
 """The traced forward passes behind ``Model``'s high-level calls.
 
-Each function is a ``Model`` method (``Model.logits = calls.logits``): its signature and
-docstring are the public ones.
+Each function here is a ``Model`` method (the class binds it: ``Model.logits =
+calls.logits``), so its signature and docstring are the public ones.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import torch
 
 from bindscope.batch import (
     DEFAULT_BATCH_SIZE,
-    Batch,
     absolute_positions,
     check_texts,
     read_positions,
@@ -30,13 +29,13 @@ from bindscope.prompts.spans import locate
 from bindscope.protocols import LanguageModel
 
 
-def trace_batch(
-    model: LanguageModel, planned: PlannedBatch, body: Callable[[Any], Any], **options: Any
-):
+def trace_batch(model: LanguageModel, planned: PlannedBatch, body: Callable[[Any], Any], **options):
     """Run ``body(donors)`` on a planned batch; donors (if any) run first in their own invoke.
 
-    A path patch (``plan.path``) adds its scratch rows' invoke after the texts' and an empty
-    invoke over the whole batch that applies it. ``body`` must return its result saved.
+    A path patch (``plan.path``) adds its scratch rows' invoke after the texts' and an
+    empty invoke over the whole batch that applies it.
+
+    ``body`` applies the plan (and captures); it must return its result saved.
     """
     # plain dicts of tensors only in the body: it ships by value when remote
     env, plan, path = model.nnsight, planned.plan, planned.plan.path
@@ -94,10 +93,17 @@ def attention_probs(
 ) -> list[torch.Tensor]:
     """Post-softmax attention per text: ``[n_layers_selected, H, n, n]``.
 
-    float32, or float64 for a float64 model; ``layers`` (default all) ascending. ``intervene``
-    is a spec (``Zero``, ``Mean``, ``Patch``, ``Resample``, ``Knockout``) or a list of specs
-    applied to every text; ``per_row`` one spec, list of specs or ``None`` per text; ``ablate``
-    ``(layer, head)`` pairs zero-ablated (the shortcut of ``intervene=Zero(...)``).
+    float32, or float64 for a float64 model.
+
+    Args:
+        model: The model (``self`` of the ``Model`` method).
+        texts: Prompts.
+        layers: Layer indices to capture (default all), ascending in the output.
+        intervene: A spec (``Zero``, ``Mean``, ``Patch``, ``Resample``, ``Knockout``) or
+            a list of specs applied to every text.
+        per_row: One spec, list of specs or ``None`` per text.
+        ablate: ``(layer, head)`` pairs zero-ablated (shorthand for ``Zero``).
+        batch_size: Texts per forward pass.
     """
     wanted = model.check_layers(layers)
     texts = check_texts(texts)
@@ -113,7 +119,7 @@ def attention_probs(
                     "them in separate calls"
                 )
 
-            def body(donors: Any, plan: Any = planned.plan):
+            def body(donors, plan=planned.plan):
                 # bound to a name: a remote run returns only saved values the body binds
                 found = run_layers(model, capture=wanted, plan=plan, donors=donors)
                 return found
@@ -171,7 +177,7 @@ def logits(
     for planned in plan_batches(model, texts, rows, batch_size=batch_size):
         batch = planned.batch
 
-        def body(donors: Any, plan: Any = planned.plan):
+        def body(donors, plan=planned.plan):
             if plan:
                 run_layers(model, plan=plan, donors=donors)
             logits = ops.final_logits(model).save()  # [b, n, V]
@@ -218,7 +224,7 @@ def capture(
         for planned in plan_batches(model, texts, rows, batch_size=batch_size):
             batch = planned.batch
 
-            def body(donors: Any, plan: Any = planned.plan):
+            def body(donors, plan=planned.plan):
                 found = run_layers(
                     model, capture=wanted if probs else (), sites=others, plan=plan, donors=donors
                 )
@@ -226,18 +232,29 @@ def capture(
 
             found = trace_batch(model, planned, body)
             for row, index in enumerate(batch.indices):
-                pad = batch.pad(row)
-                got = out[index]
-                for layer in wanted:
-                    if probs:
-                        value = found[layer][row, :, pad:, pad:]
-                        got.setdefault("pattern", {})[layer] = value.float().contiguous()
-                    for name in others:
-                        value = found[(name, layer)][row, pad:]  # [n, U, k]
-                        if name != "head_out":
-                            value = value[:, 0]  # [n, d_model]
-                        got.setdefault(name, {})[layer] = value.float().contiguous()
+                _unpadded(found, row, batch.pad(row), wanted, bool(probs), others, out[index])
     return out
+
+
+def _unpadded(
+    found: dict,
+    row: int,
+    pad: int,
+    wanted: list[int],
+    probs: bool,
+    others: dict[str, list[int]],
+    got: dict[str, dict[int, torch.Tensor]],
+) -> None:
+    """One text's captures into ``got``, its padding cut off, float32 and contiguous."""
+    for layer in wanted:
+        if probs:
+            value = found[layer][row, :, pad:, pad:]
+            got.setdefault("pattern", {})[layer] = value.float().contiguous()
+        for name in others:
+            value = found[(name, layer)][row, pad:]  # [n, U, k]
+            if name != "head_out":
+                value = value[:, 0]  # [n, d_model]
+            got.setdefault(name, {})[layer] = value.float().contiguous()
 
 
 def _check_capture_sites(model: LanguageModel, sites: Sequence[str]) -> list[str]:
@@ -282,17 +299,7 @@ def logit_lens(
     """
     wanted = model.check_layers(layers)
     chosen = read_positions(positions)
-    if model.dtype is not None and next(model.hf.parameters()).device.type == "meta":
-        raise InterventionError(
-            f"{model.name}: logit_lens applies the final norm and unembedding here, but this "
-            "model's weights stay on the server (meta device); capture resid_post with "
-            "model.capture(texts, sites=['resid_post']) and unembed with local weights"
-        )
-    texts = check_texts(texts)
-    if chosen is not None:  # every text's positions, before any trace
-        for i, text in enumerate(texts):
-            n = len(model.tokenize(text)) if isinstance(text, str) else len(text)
-            absolute_positions(chosen, n, model_name=model.name, text=f"text #{i}")
+    texts = _check_lens(model, texts, chosen)
     rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row)
     norm = underlying_module(getattr(model.nnsight.model, model.family_row.final_norm))
     head = underlying_module(model.nnsight.lm_head)
@@ -301,12 +308,7 @@ def logit_lens(
         batch = planned.batch
         index_rows, columns = _columns(model, batch, chosen)
 
-        def body(
-            donors: Any,
-            plan: Any = planned.plan,
-            index_rows: Any = index_rows,
-            columns: Any = columns,
-        ):
+        def body(donors, plan=planned.plan, index_rows=index_rows, columns=columns):
             found = ops.resid_post_at(model, wanted, index_rows, columns, plan, donors)
             return found
 
@@ -320,7 +322,23 @@ def logit_lens(
     return out  # type: ignore[return-value]
 
 
-def _columns(model: LanguageModel, batch: Batch, positions: tuple[int, ...] | None):
+def _check_lens(model: LanguageModel, texts: Sequence[str], chosen: tuple[int, ...] | None) -> list:
+    """The texts, once the weights are here and every text has the ``chosen`` positions."""
+    if model.dtype is not None and next(model.hf.parameters()).device.type == "meta":
+        raise InterventionError(
+            f"{model.name}: logit_lens applies the final norm and unembedding here, but this "
+            "model's weights stay on the server (meta device); capture resid_post with "
+            "model.capture(texts, sites=['resid_post']) and unembed with local weights"
+        )
+    texts = check_texts(texts)
+    if chosen is not None:  # every text's positions, before any trace
+        for i, text in enumerate(texts):
+            n = len(model.tokenize(text)) if isinstance(text, str) else len(text)
+            absolute_positions(chosen, n, model_name=model.name, text=f"text #{i}")
+    return texts
+
+
+def _columns(model: LanguageModel, batch, positions: tuple[int, ...] | None):
     """``[b, P]`` batch rows and padded columns of each text's ``positions`` (None: all)."""
     width = batch.input_ids.shape[1]
     if positions is None:

@@ -53,23 +53,10 @@ def generate_ids(
     """
     texts = check_texts(texts)
     check_batch_size(batch_size)
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral):
-        raise InputError(
-            f"{model.name}: max_new_tokens={max_new_tokens!r} is not an integer; pass how many "
-            "tokens to generate, e.g. max_new_tokens=20"
-        )
-    if max_new_tokens < 1:
-        raise InputError(
-            f"{model.name}: max_new_tokens={max_new_tokens} generates nothing; pass at least 1"
-        )
+    _check_new_tokens(model, max_new_tokens)
     _check_window(model, texts, max_new_tokens)
     rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row, ablate=ablate)
-    for i, row in enumerate(rows):
-        if any(op.donor is not None and not isinstance(op, PathOp) for op in row):
-            raise InterventionError(
-                f"{model.name}: text #{i}: Patch and Resample act on fixed-length texts, "
-                "not on generation; use them with logits() or attention_probs()"
-            )
+    _refuse_donors(model, rows)
     out: list[list[int] | None] = [None] * len(texts)
     eos = model.hf.generation_config.eos_token_id
     eos_ids = set(eos if isinstance(eos, list) else [eos]) | {model.tokenizer.eos_token_id}
@@ -90,6 +77,29 @@ def generate_ids(
             for r, index in enumerate(batch.indices):
                 out[index] = list(takewhile(lambda token: token not in eos_ids, new[r]))
     return out  # type: ignore[return-value,unused-ignore]
+
+
+def _check_new_tokens(model: LanguageModel, max_new_tokens: object) -> None:
+    """Refuse a ``max_new_tokens`` that is no whole number of at least 1 (``InputError``)."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral):
+        raise InputError(
+            f"{model.name}: max_new_tokens={max_new_tokens!r} is not an integer; pass how many "
+            "tokens to generate, e.g. max_new_tokens=20"
+        )
+    if max_new_tokens < 1:
+        raise InputError(
+            f"{model.name}: max_new_tokens={max_new_tokens} generates nothing; pass at least 1"
+        )
+
+
+def _refuse_donors(model: LanguageModel, rows: Sequence[Sequence]) -> None:
+    """Refuse ``Patch`` and ``Resample`` rows: they need fixed-length texts."""
+    for i, row in enumerate(rows):
+        if any(op.donor is not None and not isinstance(op, PathOp) for op in row):
+            raise InterventionError(
+                f"{model.name}: text #{i}: Patch and Resample act on fixed-length texts, "
+                "not on generation; use them with logits() or attention_probs()"
+            )
 
 
 def _check_window(model: LanguageModel, texts: Sequence, max_new_tokens: int) -> None:

@@ -49,30 +49,14 @@ class Model:
         # heavy (about 0.5 s): nnsight loads when a model is built, not for `bindscope --help`
         from nnsight import TransformersModel
 
-        dims = dims_from_config(hf_model.config)
         install_float64_padding_fix()  # a float64 eager model pads without NaN (masks.py)
         self.hf = hf_model
         self.family = family.name
         self.family_row = family
         self.name = name
         self.revision = revision
-        # False (local), "ndif" or "local" (the remote path simulated in-process); set by
-        # bindscope.remote, which also fills trace_options with the matching backend.
-        self.remote: bool | str = remote
-        # an embedded model's checkpoint (base or instruction-tuned), set by load_model
-        self.training: str | None = None
-        # an embedded model's converted weights, checked on load (set by load_model)
-        self.weights_sha256: str | None = None
-        self.n_layers, self.n_heads = dims.n_layers, dims.n_heads
-        self.n_kv_heads, self.head_dim = dims.n_kv_heads, dims.head_dim
-        self.d_model = dims.d_model
-        # the final logit soft-capping the forward applies after the LM head (Gemma 2)
-        self.logit_softcap: float | None = (
-            getattr(hf_model.config, "final_logit_softcapping", None) or None
-        )
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        self.tokenizer = tokenizer
+        self._read_dimensions(hf_model.config)
+        self._use_tokenizer(tokenizer, prepend_bos)
         # nnsight's transformers pipeline moves the module to the first accelerator it finds
         # (cuda:0, mps) unless told a device: the weights stay where load_model put them
         self.nnsight = nnsight_model or TransformersModel(
@@ -80,10 +64,36 @@ class Model:
         )
         # {site: (module, port, index)} in a decoder layer's execution order, checked here
         self.sites = checks.check_sites(self.nnsight, family, model_name=name)
+        self._init_run_state(remote)
+
+    def _read_dimensions(self, config: Any) -> None:
+        """Layers, heads, widths and the final logit soft-cap, from the model's config."""
+        dims = dims_from_config(config)
+        self.n_layers, self.n_heads = dims.n_layers, dims.n_heads
+        self.n_kv_heads, self.head_dim = dims.n_kv_heads, dims.head_dim
+        self.d_model = dims.d_model
+        # the final logit soft-capping the forward applies after the LM head (Gemma 2)
+        self.logit_softcap: float | None = getattr(config, "final_logit_softcapping", None) or None
+
+    def _use_tokenizer(self, tokenizer: Any, prepend_bos: bool | None) -> None:
+        """The tokenizer (padding with EOS where it has no pad token) and the BOS rule."""
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.tokenizer = tokenizer
         self.tokenizer_adds_bos = _adds_bos(tokenizer)
         self.prepend_bos = self.tokenizer_adds_bos if prepend_bos is None else prepend_bos
         if self.prepend_bos and tokenizer.bos_token_id is None:
-            raise InputError(f"{name}: prepend_bos=True but the tokenizer has no BOS token")
+            raise InputError(f"{self.name}: prepend_bos=True but the tokenizer has no BOS token")
+
+    def _init_run_state(self, remote: bool | str) -> None:
+        """Where traces run and what a load records: the defaults ``load_model`` replaces."""
+        # False (local), "ndif" or "local" (the remote path simulated in-process); set by
+        # bindscope.remote, which also fills trace_options with the matching backend.
+        self.remote: bool | str = remote
+        # an embedded model's checkpoint (base or instruction-tuned), set by load_model
+        self.training: str | None = None
+        # an embedded model's converted weights, checked on load (set by load_model)
+        self.weights_sha256: str | None = None
         self._call_label: str | None = None
         # Extra keyword arguments for every trace, generate and session call (the remote
         # backend when the model runs on NDIF or its simulation).

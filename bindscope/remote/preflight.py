@@ -65,18 +65,7 @@ def check_versions(server: dict | None, *, model: str) -> dict:
         return {}
     packages = server.get("packages", {})
     remote = {name: packages.get(name) for name in local}
-    serious, minor = [], []
-    for name, mine in local.items():
-        theirs = remote[name]
-        if theirs is None or theirs == mine:
-            continue
-        same_minor = _release(theirs) == _release(mine)
-        same_major = _release(theirs)[0] == _release(mine)[0]
-        line = f"{name} {mine} here, {theirs} on the server"
-        if (name == "nnsight" and not same_minor) or (name == "transformers" and not same_major):
-            serious.append(line)
-        else:
-            minor.append(line)
+    serious, minor = _drift(local, remote)
     if serious and not os.environ.get(ALLOW_DRIFT_ENV):
         raise RemoteVersionError(
             f"{host()} runs different versions than this machine ({'; '.join(serious)}), "
@@ -91,6 +80,23 @@ def check_versions(server: dict | None, *, model: str) -> dict:
             stacklevel=3,
         )
     return remote
+
+
+def _drift(local: dict[str, str], remote: dict[str, str | None]) -> tuple[list[str], list[str]]:
+    """``(serious, minor)`` version differences, one line each (serious: results change)."""
+    serious, minor = [], []
+    for name, mine in local.items():
+        theirs = remote[name]
+        if theirs is None or theirs == mine:
+            continue
+        same_minor = _release(theirs) == _release(mine)
+        same_major = _release(theirs)[0] == _release(mine)[0]
+        line = f"{name} {mine} here, {theirs} on the server"
+        if (name == "nnsight" and not same_minor) or (name == "transformers" and not same_major):
+            serious.append(line)
+        else:
+            minor.append(line)
+    return serious, minor
 
 
 def _hub_offline() -> bool:

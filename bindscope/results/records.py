@@ -203,6 +203,29 @@ def _checked_key(record: object, where: str, hint: str) -> str:
     return key
 
 
+def _json_lines(path: Path, *, tolerate_tail: bool, hint: str) -> Iterator[tuple[int, Any]]:
+    """``(line number, parsed JSON)`` per non-blank line.
+
+    With ``tolerate_tail`` a torn last line ends it quietly; any other line that does not
+    parse raises ``RecordFileError``.
+    """
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    for number, data in enumerate(lines, start=1):
+        if not data.strip():
+            continue
+        # only an unterminated last line can be a write cut short by a crash
+        torn = number == len(lines) and not raw.endswith(b"\n")
+        try:
+            record = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+            if tolerate_tail and torn:
+                return
+            reason = _decode_problem(exc)
+            raise RecordFileError(f"{path}:{number}: {reason}; {hint}") from None
+        yield number, record
+
+
 def read_records(
     path: str | Path,
     *,
@@ -223,22 +246,9 @@ def read_records(
     if duplicates not in ("warn", "error"):
         raise ValueError("duplicates must be 'warn' or 'error'")
     path = Path(path)
-    raw = path.read_bytes()
-    lines = raw.split(b"\n")
     seen: dict[str, int] = {}
     repeated = 0
-    for number, data in enumerate(lines, start=1):
-        if not data.strip():
-            continue
-        # only an unterminated last line can be a write cut short by a crash
-        torn = number == len(lines) and not raw.endswith(b"\n")
-        try:
-            record = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-            if tolerate_tail and torn:
-                break
-            reason = _decode_problem(exc)
-            raise RecordFileError(f"{path}:{number}: {reason}; {hint}") from None
+    for number, record in _json_lines(path, tolerate_tail=tolerate_tail, hint=hint):
         key = _checked_key(record, f"{path}:{number}", hint)
         if key in seen:
             if duplicates == "error":

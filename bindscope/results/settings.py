@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from bindscope._version import __version__
 from bindscope.errors import InputError
@@ -104,6 +105,19 @@ def check_resumable(
             "--force to start afresh"
         )
     old = read_settings(path)
+    changes = _changes(old, settings, models or {})
+    if changes:
+        described = "; ".join(f"{name}: {then!r} then, {now!r} now" for name, then, now in changes)
+        raise InputError(
+            f"{folder} holds records made with other settings ({described}); "
+            "resuming would mix the two runs in one summary. Use another --out, or --force "
+            "to discard the finished records and start afresh"
+        )
+    return old
+
+
+def _changes(old: dict, settings: dict, models: dict) -> list[tuple[str, Any, Any]]:
+    """``(what, then, now)`` for each setting, package version and model field that differs."""
     changes = [
         (name, old["settings"].get(name), value)
         for name, value in settings.items()
@@ -117,19 +131,12 @@ def check_resumable(
     ]
     changes += [
         (f"{label} {name}", old["models"][label].get(name), value)
-        for label, fields in (models or {}).items()
+        for label, fields in models.items()
         if isinstance(old["models"].get(label), dict)
         for name, value in fields.items()
         if old["models"][label].get(name) != value
     ]
-    if changes:
-        described = "; ".join(f"{name}: {then!r} then, {now!r} now" for name, then, now in changes)
-        raise InputError(
-            f"{folder} holds records made with other settings ({described}); "
-            "resuming would mix the two runs in one summary. Use another --out, or --force "
-            "to discard the finished records and start afresh"
-        )
-    return old
+    return changes
 
 
 def check_settings(

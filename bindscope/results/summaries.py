@@ -65,33 +65,65 @@ def load_experiment(root: Path, name: str) -> ExperimentResults:
     """Read ``root/name``'s records and summary back as an ``ExperimentResults``."""
     folder = root / name
     records_path, summary_path = folder / "records.jsonl", folder / "summary.json"
-    provenance: dict[str, dict] = {}
-    versions: set[tuple[str, ...]] = set()
-    times: list[str] = []
-    keys: set[tuple[str, str, str | None]] = set()  # (label, model, revision)
-    n_records = 0
-    if records_path.is_file():
-        for record in read_records(records_path):
-            n_records += 1
-            label = record_label(record)
-            keys.add((label, record["model"], record.get("revision")))
-            prov = record.get("provenance") or {}
-            provenance.setdefault(label, {**prov, "family": record.get("family")})
-            versions.add(tuple(str(prov.get(f, "?")) for f in VERSION_FIELDS))
-            if prov.get("time"):
-                times.append(str(prov["time"]))
+    seen = _read_record_heads(records_path)
     summary = _read_summary(summary_path) if summary_path.is_file() else None
-    missing, notes = None, []
-    if summary is None and n_records:
+    missing = None
+    if summary is None and seen.n_records:
         missing = (
-            f"{summary_path} is missing but {n_records} records exist; "
+            f"{summary_path} is missing but {seen.n_records} records exist; "
             f"run `bindscope summarize {root}`"
         )
     elif summary is None:
         missing = f"no {name} results in {folder} (the experiment has not been run here)"
     elif not summary.get("models"):
         missing = f"{summary_path} lists no models"
-    if summary is not None and n_records and _older(summary_path, records_path):
+    return ExperimentResults(
+        name=name,
+        folder=folder,
+        summary=summary,
+        n_records=seen.n_records,
+        provenance=seen.provenance,
+        versions=frozenset(seen.versions),
+        times=(min(seen.times), max(seen.times)) if seen.times else None,
+        missing=missing,
+        notes=_stale_notes(root, summary, summary_path, records_path, seen),
+    )
+
+
+@dataclass
+class _RecordHeads:
+    """What ``load_experiment`` reads of every record: who made it, with what, and when."""
+
+    n_records: int = 0
+    provenance: dict[str, dict] = field(default_factory=dict)
+    versions: set[tuple[str, ...]] = field(default_factory=set)
+    times: list[str] = field(default_factory=list)
+    keys: set[tuple[str, str, str | None]] = field(default_factory=set)  # (label, model, rev)
+
+
+def _read_record_heads(records_path: Path) -> _RecordHeads:
+    """Each record's label, model and provenance (none where there is no records file)."""
+    seen = _RecordHeads()
+    if not records_path.is_file():
+        return seen
+    for record in read_records(records_path):
+        seen.n_records += 1
+        label = record_label(record)
+        seen.keys.add((label, record["model"], record.get("revision")))
+        prov = record.get("provenance") or {}
+        seen.provenance.setdefault(label, {**prov, "family": record.get("family")})
+        seen.versions.add(tuple(str(prov.get(f, "?")) for f in VERSION_FIELDS))
+        if prov.get("time"):
+            seen.times.append(str(prov["time"]))
+    return seen
+
+
+def _stale_notes(
+    root: Path, summary: dict | None, summary_path: Path, records_path: Path, seen: _RecordHeads
+) -> tuple[str, ...]:
+    """Where the summary may not be its records': older than them, or missing a model."""
+    notes = []
+    if summary is not None and seen.n_records and _older(summary_path, records_path):
         notes.append(
             f"{summary_path} is older than its records ({records_path.name} changed after it "
             f"was written), so its numbers may not be theirs; run `bindscope summarize {root}`"
@@ -99,24 +131,14 @@ def load_experiment(root: Path, name: str) -> ExperimentResults:
     if summary is not None and summary.get("models"):
         models = summary["models"]
         stale = sorted(
-            label for label, model, rev in keys if not _covers(models, label, model, rev)
+            label for label, model, rev in seen.keys if not _covers(models, label, model, rev)
         )
         if stale:
             notes.append(
                 f"{summary_path} does not cover {', '.join(stale)} found in the records; "
                 f"run `bindscope summarize {root}`"
             )
-    return ExperimentResults(
-        name=name,
-        folder=folder,
-        summary=summary,
-        n_records=n_records,
-        provenance=provenance,
-        versions=frozenset(versions),
-        times=(min(times), max(times)) if times else None,
-        missing=missing,
-        notes=tuple(notes),
-    )
+    return tuple(notes)
 
 
 def _covers(models: dict, label: str, model: str, revision: str | None) -> bool:

@@ -168,10 +168,7 @@ def generation(
     stem (few-shot exemplars); ``rubric`` defaults to the package's ``rubrics.json``.
     """
     records = _records_of(records, "generation")
-    rubric = rubric or default_rubric()
-    missing = sorted({r.term for r in records} - set(rubric["terms"]))
-    if missing:
-        raise InputError(f"no rubric entry for terms {missing}; add them to the rubric file")
+    rubric = _rubric_for(records, rubric)
     rows = _rows_for(model, records, ablate=ablate, intervene=intervene, per_row=per_row)
     texts = [(prefix[r.term] if prefix else "") + r.template for r in records]
     groups: dict[Any, list[int]] = {}  # by max_tokens
@@ -189,11 +186,25 @@ def generation(
                 batch_size=batch_size,
             )
             for i, new in zip(chunk, ids):
-                text = model.tokenizer.decode(new, skip_special_tokens=True)
-                scored = rubric_score(text, records[i].term, rubric)
-                out[i] = GenerationResult(
-                    records[i].key, text, scored.score, scored.hits, scored.contradictions
-                )
+                out[i] = _scored(model, records[i], new, rubric)
             bar.update(len(chunk))
     bar.close()
     return out  # type: ignore[return-value]
+
+
+def _rubric_for(records: Sequence[PromptRecord], rubric: dict | None) -> dict:
+    """The rubric (default: the package's), once it has an entry for every record's term."""
+    rubric = rubric or default_rubric()
+    missing = sorted({r.term for r in records} - set(rubric["terms"]))
+    if missing:
+        raise InputError(f"no rubric entry for terms {missing}; add them to the rubric file")
+    return rubric
+
+
+def _scored(
+    model: LanguageModel, record: PromptRecord, new: list[int], rubric: dict
+) -> GenerationResult:
+    """One record's new tokens decoded and scored by the rubric."""
+    text = model.tokenizer.decode(new, skip_special_tokens=True)
+    scored = rubric_score(text, record.term, rubric)
+    return GenerationResult(record.key, text, scored.score, scored.hits, scored.contradictions)

@@ -88,10 +88,34 @@ def binding(
     spec = (model.check_heads(ablate), intervene)
     nan = torch.full((model.n_layers, model.n_heads), float("nan"))
     results: list[BindingResult | None] = [None] * len(records)
-    # Prompts sharing the tokens up to the span's end AND the span are one computation (causal
-    # attention ignores what follows); a nested term ("screen reader" in "test a screen
-    # reader") is another span, so another BSI.
-    prefixes: dict[tuple[tuple[int, ...], tuple[int, ...]], list[tuple[int, Span]]] = {}
+    prefixes = _group_by_prefix(model, records, results, nan, on_missing, on_sink)
+    unique, spans = list(prefixes), [found[0][1] for found in prefixes.values()]
+    bsi_by_prefix = _batched_bsi(model, [u[0] for u in unique], spans, batch_size, spec, progress)
+    for computation, bsi in zip(unique, bsi_by_prefix):
+        for i, span in prefixes[computation]:
+            results[i] = _result(records[i], bsi, span)
+    return results  # type: ignore[return-value]
+
+
+#: One computation: the tokens up to the span's end, and the span; the records that share it.
+_Prefixes = dict[tuple[tuple[int, ...], tuple[int, ...]], list[tuple[int, Span]]]
+
+
+def _group_by_prefix(
+    model: LanguageModel,
+    records: list[PromptRecord],
+    results: list[BindingResult | None],
+    nan: torch.Tensor,
+    on_missing: str,
+    on_sink: str,
+) -> _Prefixes:
+    """The records to measure grouped by computation; the others' results set in ``results``.
+
+    Prompts sharing the tokens up to the span's end AND the span are one computation (causal
+    attention ignores what follows); a nested term ("screen reader" in "test a screen
+    reader") is another span, so another BSI.
+    """
+    prefixes: _Prefixes = {}
     for i, record in enumerate(records):
         span = _span_to_measure(model, record, nan, on_missing=on_missing, on_sink=on_sink)
         if isinstance(span, BindingResult):
@@ -99,12 +123,7 @@ def binding(
             continue
         ids = tuple(model.tokenize(record.template)[: span.indices[-1] + 1])
         prefixes.setdefault((ids, tuple(span.indices)), []).append((i, span))
-    unique, spans = list(prefixes), [found[0][1] for found in prefixes.values()]
-    bsi_by_prefix = _batched_bsi(model, [u[0] for u in unique], spans, batch_size, spec, progress)
-    for computation, bsi in zip(unique, bsi_by_prefix):
-        for i, span in prefixes[computation]:
-            results[i] = _result(records[i], bsi, span)
-    return results  # type: ignore[return-value]
+    return prefixes
 
 
 def _span_to_measure(

@@ -63,6 +63,21 @@ def patching_sweep(
     wanted = model.check_layers(layers)
     where = _positions(model, positions, len(corrupt_ids))
     cells = [(site, layer, p) for site in names for layer in wanted for p in where]
+    values = _patched_cells(model, clean_ids, corrupt_ids, cells, metric, batch_size, progress)
+    grid = values.view(len(names), len(wanted), len(where))
+    return {site: grid[k].clone() for k, site in enumerate(names)}
+
+
+def _patched_cells(
+    model: LanguageModel,
+    clean_ids: list[int],
+    corrupt_ids: list[int],
+    cells: list[tuple[str, int, int]],
+    metric: Callable[[torch.Tensor], float],
+    batch_size: int,
+    progress: bool,
+) -> torch.Tensor:
+    """The metric of the corrupt run with each ``(site, layer, position)`` cell patched."""
     specs = [Patch(site, (clean_ids,), layers=(layer,), positions=(p,)) for site, layer, p in cells]
     texts = [corrupt_ids] * len(cells)
     rows = resolve_rows(model, texts, per_row=specs)
@@ -79,8 +94,7 @@ def patching_sweep(
         last = model.trace_batch(item, body)
         for r, index in enumerate(item.batch.indices):
             values[index] = _number(metric(last[r : r + 1].float()), cells[index])
-    grid = values.view(len(names), len(wanted), len(where))
-    return {site: grid[k].clone() for k, site in enumerate(names)}
+    return values
 
 
 def _checked_texts(

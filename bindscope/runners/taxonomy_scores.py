@@ -1,13 +1,19 @@
-"""Head-taxonomy scores computed inside the trace: O(L x H) per text leaves it."""
+"""Head-taxonomy scores computed inside the trace: O(L x H) per text leaves it.
+
+Each score is a weighted mean of attention probabilities over (query, key) pairs
+(``bindscope.metrics.taxonomy``), reduced per layer by ``ops.span_pair_bsi``; ``spread`` by
+``ops.participation_ratio``. Pairs are built in the positions of the unpadded text and
+shifted by each row's left padding here, so a padded row scores exactly as the text alone.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
+from bindscope.batch import Batch
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import PlannedBatch
 from bindscope.metrics.binding import pair_index
@@ -18,7 +24,7 @@ Pairs = dict[str, list[tuple[int, int]]]
 
 
 def score_rows(
-    model: LanguageModel,
+    model,
     rows: Sequence[Sequence[int]],
     pairs_for: Callable[[int], Pairs],
     *,
@@ -28,10 +34,14 @@ def score_rows(
 ) -> list[dict[str, torch.Tensor]]:
     """Pair-mean scores (and optionally ``spread``) ``[L, H]`` per token-id row.
 
-    ``rows`` are token ids as the model sees them (BOS included when it has one);
-    ``pairs_for(n) -> {score: [(query, key), ...]}`` gives unpadded positions for a row of
-    ``n`` tokens (a score with no pairs for a row is NaN there); ``spread`` also reduces the
-    participation ratio over queries ``1..n-1``.
+    Args:
+        model: A ``bindscope.Model``.
+        rows: Token ids as the model sees them (BOS included when it has one).
+        pairs_for: ``pairs_for(n) -> {score: [(query, key), ...]}`` in unpadded positions of a
+            row of ``n`` tokens; a score with no pairs for a row is NaN there.
+        spread: Also reduce the participation ratio over queries ``1..n-1``.
+        batch_size: Rows per forward pass.
+        progress: Show a progress bar.
 
     Returns:
         One ``{score: [L, H] float32}`` per row, in input order.
@@ -42,36 +52,39 @@ def score_rows(
     with model.eager(), torch.no_grad():
         batches = list(model.batches(rows, batch_size=batch_size))
         for batch in tqdm(batches, desc="heads", unit="batch", disable=not progress):
-            width = batch.input_ids.shape[1]
-            pads = [batch.pad(r) for r in range(len(batch.indices))]
             per_row = [pairs_for(n) for n in batch.lengths]
-            rows_pads = list(zip(per_row, pads))
-            tensors = [
-                pair_index(
-                    [[(p + a, p + b) for a, b in row[name]] for row, p in rows_pads], min_width=1
-                )
-                for name in names
-            ]
-            query_weight = _query_weight(pads, batch.lengths, width)
-
-            def reduce(
-                probs: torch.Tensor, tensors: Any = tensors, query_weight: Any = query_weight
-            ):
-                found = [ops.span_pair_bsi(probs, q, k, w) for q, k, w in tensors]
-                if spread:
-                    found.append(ops.participation_ratio(probs, query_weight))
-                return torch.stack(found, -1)  # [b, H, scores]
-
-            def body(donors: Any, reduce: Callable[[torch.Tensor], Any] = reduce):
-                # bound to a name: a remote run returns only saved values the body binds
-                found = run_layers(model, capture=range(model.n_layers), reduce=reduce)
-                return found
-
-            found = model.trace_batch(PlannedBatch(batch, None, ops.TracePlan()), body)
-            stacked = torch.stack([found[layer] for layer in range(model.n_layers)], 1)
+            stacked = _batch_scores(model, batch, per_row, names, spread)
             for r, index in enumerate(batch.indices):
                 out[index] = _row_scores(stacked[r], names, per_row[r], spread, batch.lengths[r])
     return out  # type: ignore[return-value]
+
+
+def _batch_scores(
+    model: LanguageModel, batch: Batch, per_row: list[Pairs], names: list[str], spread: bool
+) -> torch.Tensor:
+    """``[b, L, H, scores]``: one trace of ``batch`` reducing each score's pairs in it."""
+    width = batch.input_ids.shape[1]
+    pads = [batch.pad(r) for r in range(len(batch.indices))]
+    rows_pads = list(zip(per_row, pads))
+    tensors = [
+        pair_index([[(p + a, p + b) for a, b in row[name]] for row, p in rows_pads], min_width=1)
+        for name in names
+    ]
+    query_weight = _query_weight(pads, batch.lengths, width)
+
+    def reduce(probs, tensors=tensors, query_weight=query_weight):
+        found = [ops.span_pair_bsi(probs, q, k, w) for q, k, w in tensors]
+        if spread:
+            found.append(ops.participation_ratio(probs, query_weight))
+        return torch.stack(found, -1)  # [b, H, scores]
+
+    def body(donors, reduce=reduce):
+        # bound to a name: a remote run returns only saved values the body binds
+        found = run_layers(model, capture=range(model.n_layers), reduce=reduce)
+        return found
+
+    found = model.trace_batch(PlannedBatch(batch, None, ops.TracePlan()), body)
+    return torch.stack([found[layer] for layer in range(model.n_layers)], 1)
 
 
 def _query_weight(pads: list[int], lengths: Sequence[int], width: int) -> torch.Tensor:
@@ -98,7 +111,7 @@ def _row_scores(
 
 
 def text_scores(
-    model: LanguageModel, texts: Sequence[str], *, batch_size: int = 16, progress: bool = False
+    model, texts: Sequence[str], *, batch_size: int = 16, progress: bool = False
 ) -> list[dict[str, torch.Tensor]]:
     """``sink``, ``previous_token`` and ``spread`` ``[L, H]`` per text.
 
@@ -112,7 +125,7 @@ def text_scores(
 
 
 def repeated_scores(
-    model: LanguageModel,
+    model,
     *,
     n: int = 32,
     length: int = 24,

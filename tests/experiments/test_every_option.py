@@ -290,18 +290,18 @@ TABLE: dict[str, dict[str, Changes | NoEffect]] = {
     "ndif": {
         "action": NoEffect(
             "up, down or status of the local server; no numbers",
-            "tests/remote/test_server.py::test_cli_checks_the_port_and_says_what_runs",
+            "tests/local_ndif/test_local_ndif.py::test_cli_checks_the_port_and_says_what_runs",
         ),
         "--port": NoEffect(
             "where the local server listens",
-            "tests/remote/test_server.py::test_up_refuses_busy_ports_before_building_anything",
+            "tests/local_ndif/test_local_ndif.py::test_up_refuses_busy_ports_before_building_anything",
         ),
         "--home": NoEffect("where the server's venv, logs and models live"),
         "--sandboxed": NoEffect("which model actor the server deploys; the client is unchanged"),
         "--sandbox-key": NoEffect("which key's requests the server runs sandboxed"),
         "--allow-exposed-ports": NoEffect(
             "whether the server may start without its network namespace; no numbers",
-            "tests/remote/test_server_netns.py::"
+            "tests/local_ndif/test_netns.py::"
             "test_without_a_namespace_up_refuses_unless_the_exposure_is_accepted",
         ),
     },

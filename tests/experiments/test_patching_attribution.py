@@ -14,7 +14,8 @@ import pytest
 
 from bindscope.cli import main
 from bindscope.errors import InputError
-from bindscope.experiments import patching
+from bindscope.experiments import patching, scan
+from bindscope.experiments.kit.attribution_method import DEFAULT_VERIFY, AttributionOptions
 from bindscope.experiments.kit.registry import validate_file
 from bindscope.results.records import read_records
 from tests.conftest import FAMILY_NAMES, build_tiny
@@ -151,3 +152,16 @@ def test_cli_patch_by_attribution_on_a_pair_file(tiny_llama, tmp_path, loads, ca
     assert main(["patch", "--out", str(bad), "--verify", "3"]) == 2
     assert main(["patch", "--out", str(bad), "--method", "attribution", "--unit", "layer"]) == 2
     assert len(loads) == n and not bad.exists()
+
+
+@pytest.mark.parametrize("options", [patching.PatchingOptions, scan.ScanOptions])
+def test_the_method_options_and_their_check_are_said_once(options):
+    """issue 42: ``--method``/``--verify`` and their check live in one options class."""
+    assert issubclass(options, AttributionOptions)
+    assert not {"method", "verify"} & set(options.__annotations__)
+    with pytest.raises(InputError, match="--verify applies to --method attribution"):
+        options(verify=3)
+    assert options(method="attribution").method_settings() == {
+        "method": "attribution",
+        "verify": DEFAULT_VERIFY,
+    }

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import bindscope
+from bindscope.metrics import taxonomy
 from bindscope.metrics.attribution import frozen_norm
 from bindscope.metrics.ranking import top_heads
 from bindscope.runners.attribution import head_attribution, head_contributions
@@ -145,3 +146,14 @@ def test_top_heads_orders_and_skips_nan():
     assert top_heads([scores, scores], 1) == [(0, 1)]
     assert len(top_heads(scores, 10)) == 5
     assert not math.isnan(float(scores[1, 2]))
+
+
+def test_one_top_heads_ranks_the_taxonomy_trajectories_too():
+    """issue 42: metrics has one ``top_heads``; the taxonomy ranks with it (same tie rule,
+    NaN never ranks), keeping its ``[layer, head]`` lists."""
+    assert taxonomy.top_heads is top_heads and "top_heads" not in taxonomy.__all__
+    score = [[0.5, float("nan"), 0.9], [0.9, 0.2, 0.5]]
+    means = [{name: score if name == "binding" else None for name in taxonomy.SCORES}]
+    got = taxonomy.emergence(["main"], means, model="m", top_k=4)["trajectories"]["binding"]
+    assert got["heads"] == [list(h) for h in top_heads(torch.tensor(score), 4)]
+    assert got["heads"] == [[0, 2], [1, 0], [0, 0], [1, 2]]  # ties by layer, then head

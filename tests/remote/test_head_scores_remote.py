@@ -5,19 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-import bindscope.remote as remote
 from bindscope.runners.taxonomy_scores import repeated_scores, text_scores
-from tests.conftest import PROMPTS, build_tiny
+from tests.conftest import PROMPTS
 from tests.tolerance import assert_within, prob_bound
 
-
-@pytest.fixture(scope="module", params=["llama", "gpt2"])
-def twins(request, byte_tokenizer, sp_tokenizer):
-    tok = sp_tokenizer if request.param == "llama" else byte_tokenizer
-    local = build_tiny(request.param, tok)
-    simulated = remote.simulate(build_tiny(request.param, tok, self_check=False))
-    remote.probe_capture(simulated)
-    return local, simulated
+pytestmark = pytest.mark.parametrize("twins", ["llama", "gpt2"], indirect=True)
 
 
 def test_head_scores_run_remotely(twins):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,7 +27,6 @@ from tests.experiments import prompts_tiny
 from tests.tolerance import assert_within, logit_bound, prob_bound, row_sum_bound
 
 HEADS = [(0, 1), (1, 0), (2, 2)]
-FAMILIES = ["llama", "gpt2", "gpt_neox"]  # GQA + BOS, absolute positions, embed_out rename
 
 RECORDS = [
     PromptRecord(
@@ -36,15 +37,6 @@ RECORDS = [
     ),
     PromptRecord("gen_003", "alt text", "generation", "Alt text describes an image for people"),
 ]
-
-
-@pytest.fixture(scope="module", params=FAMILIES)
-def twins(request, byte_tokenizer, sp_tokenizer):
-    tok = sp_tokenizer if request.param == "llama" else byte_tokenizer
-    local = build_tiny(request.param, tok)
-    simulated = remote.simulate(build_tiny(request.param, tok, self_check=False))
-    remote.probe_capture(simulated)
-    return local, simulated
 
 
 def test_generation_under_ablation_equals_local(twins):
@@ -188,3 +180,10 @@ def test_missing_weights_without_probe_fail_clearly(monkeypatch, sp_tokenizer):
     simulated = remote.simulate(build_tiny("llama", sp_tokenizer, self_check=False))
     with pytest.raises(RuntimeError, match="returned no weights although eager attention"):
         simulated.attention_probs(PROMPTS[:1])
+
+
+def test_the_twins_fixture_is_defined_once():
+    """issue 42: the simulated-remote test modules share ``twins`` from tests/remote/conftest.py."""
+    here = Path(__file__).parent
+    defines = re.compile(r"^def twins\(", re.MULTILINE)
+    assert [p.name for p in here.glob("test_*.py") if defines.search(p.read_text())] == []

@@ -15,12 +15,11 @@ from bindscope.runners.attribution_patching import (
     head_attribution_patching,
 )
 from tests.conftest import PROMPTS
-from tests.remote.test_simulation import twins  # noqa: F401 (the local and remote twins)
 from tests.remote.test_simulation_specs import _variants
 from tests.tolerance import assert_within, gradient_bound
 
 
-def test_estimates_through_the_simulated_server_equal_local(twins):  # noqa: F811
+def test_estimates_through_the_simulated_server_equal_local(twins):
     local, simulated = twins
     texts = _variants(local)
     heads = all_heads(local)
@@ -42,7 +41,7 @@ def test_estimates_through_the_simulated_server_equal_local(twins):  # noqa: F81
     assert server.result_bytes[-1] < 8192  # [L, b, H] estimates and [b] metrics only
 
 
-def test_attribution_scan_through_the_simulated_server_equals_local(twins, tmp_path):  # noqa: F811
+def test_attribution_scan_through_the_simulated_server_equals_local(twins, tmp_path):
     """Estimates equal; the verified heads' exact effects agree within rounding.
 
     Locally the exact verification is the residual-start runner; remotely it is

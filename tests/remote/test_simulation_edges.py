@@ -18,13 +18,12 @@ from bindscope.runners.attribution_metrics import LogitDifference
 from bindscope.runners.circuit import faithfulness, top_mask
 from bindscope.runners.edges import edge_attribution, path_patching
 from tests.reference_edges import edge_bound, one_edge_of_each_kind, random_pairs
-from tests.remote.test_simulation import twins  # noqa: F401 (the local and remote twins)
 from tests.tolerance import assert_within, gradient_bound
 
 METRIC = LogitDifference(5, 7)
 
 
-def test_edge_scores_through_the_simulated_server_equal_local(twins):  # noqa: F811
+def test_edge_scores_through_the_simulated_server_equal_local(twins):
     local, simulated = twins
     clean, corrupted = random_pairs(local)
     server = simulated.trace_options["backend"]
@@ -44,7 +43,7 @@ def test_edge_scores_through_the_simulated_server_equal_local(twins):  # noqa: F
     assert server.result_bytes[-1] < 2 * n_scores + 8192
 
 
-def test_path_patching_and_mean_circuits_through_the_simulated_server(twins):  # noqa: F811
+def test_path_patching_and_mean_circuits_through_the_simulated_server(twins):
     local, simulated = twins
     clean, corrupted = random_pairs(local)
     edges = one_edge_of_each_kind(local)
@@ -66,7 +65,7 @@ def test_path_patching_and_mean_circuits_through_the_simulated_server(twins):  #
     np.testing.assert_allclose(far.patched, near.patched, atol=bound, rtol=0)
 
 
-def test_a_metric_function_is_refused_remotely(twins):  # noqa: F811
+def test_a_metric_function_is_refused_remotely(twins):
     _, simulated = twins
     clean, corrupted = random_pairs(simulated)
     with pytest.raises(InputError, match="metric function"):

@@ -12,31 +12,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import bindscope.remote as remote
 from bindscope.interventions import head_means
 from bindscope.runners.scan import condition_scores
-from tests.conftest import build_tiny
 from tests.experiments.test_scan_runner import TEXTS, _logprob_bound, _sequences
+from tests.remote.conftest import simulated_twin
 
 
 @pytest.fixture(scope="module")
-def twins(tiny, byte_tokenizer, sp_tokenizer):
+def every_family_twins(tiny, byte_tokenizer, sp_tokenizer):
     """(local, simulated remote) with the same weights (build_tiny seeds by family)."""
-    return _twins(tiny, byte_tokenizer, sp_tokenizer)
+    return simulated_twin(tiny, byte_tokenizer, sp_tokenizer)
 
 
 @pytest.fixture(scope="module")
 def layout_twins(tiny_layout, byte_tokenizer, sp_tokenizer):
-    """``twins`` for one family per attention layout."""
-    return _twins(tiny_layout, byte_tokenizer, sp_tokenizer)
-
-
-def _twins(local, byte_tokenizer, sp_tokenizer):
-    family = local.family
-    tok = sp_tokenizer if family == "llama" else byte_tokenizer
-    simulated = remote.simulate(build_tiny(family, tok, self_check=False))
-    remote.probe_capture(simulated)
-    return local, simulated
+    """``every_family_twins`` for one family per attention layout."""
+    return simulated_twin(tiny_layout, byte_tokenizer, sp_tokenizer)
 
 
 def _conditions(model):
@@ -45,8 +36,8 @@ def _conditions(model):
     return [[(0, 1)], [(1, 0)], [(last, model.n_heads - 1)], [(1, h) for h in range(model.n_heads)]]
 
 
-def test_remote_scan_equals_local_to_the_bit_in_one_request_per_batch(twins):
-    local, far = twins
+def test_remote_scan_equals_local_to_the_bit_in_one_request_per_batch(every_family_twins):
+    local, far = every_family_twins
     server = far.trace_options["backend"]
     sequences, conditions = _sequences(local), _conditions(local)
     donors = sequences[1:] + sequences[:1]

@@ -7,23 +7,12 @@ on copies, only saved values returned).
 
 from __future__ import annotations
 
-import pytest
 import torch
 
-import bindscope.remote as remote
 from bindscope.interventions import Knockout, Patch, Resample, Zero
 from bindscope.runners.binding import binding
-from tests.conftest import PROMPTS, build_tiny
-from tests.remote.test_simulation import FAMILIES, HEADS, RECORDS
-
-
-@pytest.fixture(scope="module", params=FAMILIES)
-def twins(request, byte_tokenizer, sp_tokenizer):
-    tok = sp_tokenizer if request.param == "llama" else byte_tokenizer
-    local = build_tiny(request.param, tok)
-    simulated = remote.simulate(build_tiny(request.param, tok, self_check=False))
-    remote.probe_capture(simulated)
-    return local, simulated
+from tests.conftest import PROMPTS
+from tests.remote.test_simulation import HEADS, RECORDS
 
 
 def _variants(model, text: str = PROMPTS[2], tokens=(30, 31, 32)):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,7 @@ from scipy.stats import spearmanr
 from bindscope.errors import InputError
 from bindscope.experiments.kit.experiment import ModelRun
 from bindscope.experiments.kit.options import check_choice, option, positive
+from bindscope.experiments.kit.per_head_tests import HeadTestOptions
 from bindscope.interventions import Mean, Patch, Resample, Zero
 from bindscope.interventions.specs import Spec
 from bindscope.prompts.continuations import continuation_ids
@@ -27,24 +29,32 @@ METHODS = ("exact", "attribution")
 DEFAULT_VERIFY = 20
 
 
-def method_option(verb: str) -> Any:
-    """The ``--method`` option of an experiment that ``verb``s (ablates, patches) every head."""
-    return option(
+@dataclass(frozen=True)
+class AttributionOptions(HeadTestOptions):
+    """A per-head test's ``--method`` and ``--verify`` (``scan``, ``patch``), checked once."""
+
+    method: str = option(
         "exact",
-        f"exact: {verb} every head; attribution: estimate every head by attribution "
-        f"patching (AtP*), then {verb} the --verify top heads exactly",
+        "exact: measure every head exactly; attribution: estimate every head by attribution "
+        "patching (AtP*), then measure the --verify top heads exactly",
         choices=METHODS,
     )
-
-
-def verify_option() -> Any:
-    """The ``--verify K`` option: heads measured exactly under ``--method attribution``."""
-    return option(
+    verify: int | None = option(
         None,
         f"heads measured exactly under --method attribution (default {DEFAULT_VERIFY})",
         type=positive,
         metavar="K",
     )
+
+    def check(self) -> None:
+        """The per-head tests' options, then the method with its ``verify``."""
+        super().check()
+        check_options(self.method, self.verify, self.unit)
+
+    def method_settings(self) -> dict[str, Any]:
+        """What ``settings.json`` records: the method and, under attribution, ``verify``."""
+        verify = check_options(self.method, self.verify, self.unit)
+        return {"method": self.method} | ({} if verify is None else {"verify": verify})
 
 
 def check_options(method: str, verify: int | None, unit: str) -> int | None:
@@ -274,13 +284,12 @@ __all__ = [
     "DEFAULT_VERIFY",
     "ESTIMATE",
     "METHODS",
+    "AttributionOptions",
     "add_estimate",
     "add_estimates",
     "agreement",
     "check_options",
     "estimate_heads",
     "estimate_scan",
-    "method_option",
     "scored",
-    "verify_option",
 ]

@@ -14,6 +14,7 @@ import numpy as np
 from bindscope.experiments.kit import limits
 from bindscope.experiments.kit.summary import skipped_reasons, summarize_folder
 from bindscope.metrics import taxonomy
+from bindscope.metrics.ranking import top_heads
 from bindscope.results import labels
 
 #: The folder and records of the taxonomy: the study `heads` runs it alone, `sweep --heads`
@@ -69,7 +70,7 @@ def summarize_model(
                 scores["spread"]["value"], entry["mean_keys"]
             )
     if means.get("binding") is not None:
-        top = taxonomy.top_heads(means["binding"], top_k)
+        top = [list(head) for head in top_heads(np.asarray(means["binding"], dtype=float), top_k)]
         entry["binding_top"] = top
         entry["binding_top_overlap"] = taxonomy.overlap(top, classes["labels"])
     if repeated:

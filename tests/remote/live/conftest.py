@@ -17,9 +17,9 @@ import huggingface_hub
 import pytest
 
 import bindscope
-from bindscope.loading import cache_dir
-from bindscope.remote import server
-from bindscope.remote.server import DEFAULT_PORT, SERVED, host
+from bindscope import local_ndif as server
+from bindscope.loading import SERVED, cache_dir
+from bindscope.local_ndif import DEFAULT_PORT, host
 
 # A marked key: tests/remote/live/test_faults.py checks it appears in no payload, record,
 # log line or message of ours.

@@ -20,9 +20,9 @@ import torch
 
 import bindscope
 from bindscope.cli import main
+from bindscope.loading import SERVED
 from bindscope.prompts import PromptRecord
 from bindscope.remote import transport
-from bindscope.remote.server import SERVED
 from bindscope.remote.transport import host
 from bindscope.runners.behaviour import recognition
 from bindscope.runners.binding import binding

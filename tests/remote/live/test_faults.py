@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import bindscope
+from bindscope import local_ndif as server
 from bindscope import nnsight_private
 from bindscope.errors import (
     RemoteJobError,
@@ -24,8 +25,8 @@ from bindscope.errors import (
     RemoteUnreachableError,
 )
 from bindscope.experiments import c5
-from bindscope.remote import server, transport
-from bindscope.remote.server import SERVED
+from bindscope.loading import SERVED
+from bindscope.remote import transport
 from tests.remote.live.conftest import HOME, KEY
 from tests.remote.live.test_experiments import _prompts, _summary
 

@@ -8,8 +8,8 @@ import os
 import psutil
 import pytest
 
-from bindscope.remote import server
-from bindscope.remote.server import processes
+from bindscope import local_ndif as server
+from bindscope.local_ndif import processes
 from tests.remote.live.conftest import HOME
 
 pytestmark = pytest.mark.ndif_live

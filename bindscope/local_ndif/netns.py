@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bindscope.errors import NdifServerError
-from bindscope.remote.server import processes
-from bindscope.remote.server.processes import Piece, listening
+from bindscope.local_ndif import processes
+from bindscope.local_ndif.processes import Piece, listening
 
 LOOPBACK = Path(__file__).parent / "loopback.py"
 HOLDER = "netns"

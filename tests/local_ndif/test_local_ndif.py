@@ -5,20 +5,23 @@ The server itself is tested by the live layer (tests/remote/live, ``make test-li
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import socket
 import subprocess
 import sys
 
+import grimp
 import psutil
 import pytest
 
+from bindscope import local_ndif as server
 from bindscope.cli import main
 from bindscope.errors import NdifServerError
-from bindscope.remote import server
-from bindscope.remote.server import STATE, environment, processes
-from bindscope.remote.server.models import place, specs
-from bindscope.remote.server.processes import Piece
+from bindscope.local_ndif import environment, pieces, processes, supervisor
+from bindscope.local_ndif.models import place, specs
+from bindscope.local_ndif.processes import Piece
+from bindscope.local_ndif.supervisor import STATE
 
 PYTHON = sys.executable
 
@@ -107,19 +110,21 @@ def test_a_sandbox_key_deploys_the_sandboxed_actor_and_keeps_only_its_digest(tmp
     """``--sandbox-key``: both modes from one server; the key itself is written nowhere."""
     ports = server.Ports.of(8001)
     key = "bindscope-untrusted-0123"
-    env = server._environment(
+    env = pieces.server_environment(
         tmp_path, ports, tmp_path / "hub", sandbox_key_sha256=server.key_digest(key)
     )
-    assert env[server.SANDBOX_KEY_ENV] == server.key_digest(key) != key
+    assert env[pieces.SANDBOX_KEY_ENV] == server.key_digest(key) != key
     assert key not in "".join(env.values())
     started = []
-    monkeypatch.setattr(server.processes, "start", lambda home, piece, env: started.append(piece))
+    monkeypatch.setattr(processes, "start", lambda home, piece, env: started.append(piece))
     for environment_, actor in (
-        (env, server.SANDBOXED_ACTOR),
-        (server._environment(tmp_path, ports, tmp_path / "hub"), server.CPU_ACTOR),
+        (env, pieces.SANDBOXED_ACTOR),
+        (pieces.server_environment(tmp_path, ports, tmp_path / "hub"), pieces.CPU_ACTOR),
     ):
         (tmp_path / "m").mkdir(exist_ok=True)
-        server._deploy(tmp_path, environment_, {"org/m": tmp_path / "m"}, tmp_path / "hub", False)
+        supervisor._deploy(
+            tmp_path, environment_, {"org/m": tmp_path / "m"}, tmp_path / "hub", False
+        )
         deployed = json.loads((tmp_path / "deploy.json").read_text())
         assert [d["actor_class"] for d in deployed] == [actor]
 
@@ -288,3 +293,17 @@ def test_a_damaged_server_json_is_a_clear_error(tmp_path, capsys, text):
     _refused(["ndif", "status", "--home", str(tmp_path)], capsys, str(tmp_path / STATE))
     with pytest.raises(NdifServerError, match="damaged"):
         server.start_piece(home=tmp_path, name="api")
+
+
+def test_the_launcher_is_apart_from_the_client_and_only_the_cli_imports_it():
+    """issue 42: the local server's launcher is its own package, not part of ``remote``."""
+    graph = grimp.build_graph("bindscope")
+    inside = graph.find_descendants("bindscope.local_ndif") | {"bindscope.local_ndif"}
+    users = {
+        user
+        for module in inside
+        for user in graph.find_modules_that_directly_import(module)
+        if user not in inside
+    }
+    assert users == {"bindscope.cli.ndif"}
+    assert importlib.util.find_spec("bindscope.remote.server") is None

@@ -12,11 +12,12 @@ import urllib.request
 import psutil
 import pytest
 
+from bindscope import local_ndif as server
 from bindscope.errors import NdifServerError
-from bindscope.remote import server
-from bindscope.remote.server import netns, processes
-from bindscope.remote.server.processes import Piece
-from tests.remote.test_server import FAKE_PIECE, PYTHON, _free_api_port
+from bindscope.local_ndif import netns, processes
+from bindscope.local_ndif.processes import Piece
+from bindscope.local_ndif.supervisor import STATE
+from tests.local_ndif.test_local_ndif import FAKE_PIECE, PYTHON, _free_api_port
 
 
 def _loopback(ip: str) -> bool:
@@ -90,4 +91,4 @@ def test_up_refuses_before_building_when_no_namespace_can_be_made(tmp_path, monk
     _no_unshare(monkeypatch)
     with pytest.raises(NdifServerError, match=netns.EXPOSED_FLAG):
         server.up(home=tmp_path, models={}, port=_free_api_port(), hub_cache=tmp_path / "hub")
-    assert not (tmp_path / server.STATE).exists() and not (tmp_path / "venv").exists()
+    assert not (tmp_path / STATE).exists() and not (tmp_path / "venv").exists()

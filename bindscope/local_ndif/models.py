@@ -6,14 +6,6 @@ import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 
-# The Hub ids the embedded models are served under (what ``load_model(..., remote=True)``
-# and ``--model ID --remote`` name). Their weights are the float32 conversions bindscope
-# makes of the embedded GGUFs, the same files a local run loads.
-SERVED = {
-    "SmolLM2-135M-Instruct": "HuggingFaceTB/SmolLM2-135M-Instruct",
-    "gemma-3-270m": "google/gemma-3-270m",
-}
-
 
 def place(hub_cache: Path, repo_id: str, folder: Path) -> Path:
     """Link ``folder``'s files as ``repo_id``'s snapshot in ``hub_cache``; the snapshot.
