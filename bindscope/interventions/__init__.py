@@ -10,21 +10,16 @@ text)::
     model.logits(texts, intervene=Patch("resid_pre", corrupted, layers=[3], positions=[5]))
     model.generate(texts, max_new_tokens=9, intervene=Steer("resid_post", 4, vector))
 
-**Primitives** work inside ``with model.nnsight.trace(**model.encode(texts).inputs):``
-(or an ``invoke``), in execution order: a layer's ablation before that layer's capture,
-earlier layers before later ones. They share one argument order (model, heads, then what
-the heads get), ``per_row=`` for a different head list per batch row, and one meaning of
-``layers=``: act only on these layers (default all), so a loop over layers can interleave
-them. `capture_probs` and `run_layers` return ``{layer: value}``; `capture_attention` is
-the older list form::
+``ablate=heads`` is the shortcut of ``intervene=Zero(heads)``.
+
+**Primitives** work inside a trace you open, in execution order (a layer's ablation before
+that layer's capture); ``layers=`` means act only on these layers. They live in ``ops``
+(torch and math only), so the same bodies run locally and, shipped by value, on NDIF::
 
     with model.eager(), model.nnsight.trace(**batch.inputs):
         for layer in range(model.n_layers):
-            zero_ablate(model, [(2, 8)], layers=[layer])
+            run_layers(model, plan=ops.head_plan(model, [(2, 8)]), only_layers=[layer])
             probs.update(capture_probs(model, layers=[layer]))
-
-The primitives themselves live in ``ops`` (torch and math only), so the same bodies run
-locally and, shipped by value, on NDIF.
 """
 
 from __future__ import annotations
@@ -37,6 +32,7 @@ import torch
 
 from bindscope.batch import sessions
 from bindscope.interventions import ops
+from bindscope.interventions.flow_specs import Knockout, PathPatch, PatternPatch, Spec, Steer
 from bindscope.interventions.means import EdgeMeans, SiteMeans, edge_means, site_means
 from bindscope.interventions.ops import (
     capture_attention,
@@ -46,16 +42,7 @@ from bindscope.interventions.ops import (
     zero_ablate,
 )
 from bindscope.interventions.resolve import HeadList, Intervention, PerRow
-from bindscope.interventions.specs import (
-    Knockout,
-    Mean,
-    Patch,
-    PathPatch,
-    Resample,
-    Spec,
-    Steer,
-    Zero,
-)
+from bindscope.interventions.specs import Mean, Patch, Resample, Zero
 from bindscope.protocols import LanguageModel
 
 __all__ = [
@@ -67,6 +54,7 @@ __all__ = [
     "Mean",
     "Patch",
     "PathPatch",
+    "PatternPatch",
     "PerRow",
     "Resample",
     "SiteMeans",

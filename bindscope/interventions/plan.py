@@ -32,6 +32,7 @@ from bindscope.errors import InterventionError
 from bindscope.interventions import ops
 from bindscope.interventions.graph import edge_geometry, edge_graph
 from bindscope.interventions.rowops import RowOp
+from bindscope.interventions.trace.records import Receiver
 from bindscope.protocols import LanguageModel
 
 __all__ = ["PlannedBatch", "Planner", "plan_batch", "plan_batches"]
@@ -262,7 +263,7 @@ class Planner:
         # residual copies: they share a scratch row, numbered per text (each text needs as
         # many rows as its own receivers there); an MLP after attention reuses row 0, reset
         # at resid_mid
-        at: dict[int, list] = {}
+        at: dict[int, list[Receiver]] = {}
         fills: dict[int, list[list[int]]] = {}  # per layer and row: each row's receiver
         classes: dict[tuple[int, int], dict[bytes, int]] = {}
         logits = -1
@@ -283,7 +284,7 @@ class Planner:
                         rows.append([r] * self.n_rows)
                     rows[slot[a]][a] = r
             kind, unit = ("mlp", 0) if not rest else (rest[-2], int(rest[1:].split("<")[0]))
-            at.setdefault(layer, []).append((torch.tensor(slot), kind, unit, r))
+            at.setdefault(layer, []).append(Receiver(torch.tensor(slot), kind, unit, r))
         slots = max([len(rows) for rows in fills.values()] + [1 if at else 0])
         fill = {layer: [torch.tensor(row) for row in rows] for layer, rows in fills.items()}
         return ops.PathPlan(

@@ -1,0 +1,144 @@
+"""The trace engine as a small shipped package: what ships, its records, one name per thing."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib
+import inspect
+import pkgutil
+import warnings
+
+import pytest
+import torch
+
+import bindscope.interventions.trace as trace
+from bindscope.interventions import (
+    Zero,
+    capture_attention,
+    capture_probs,
+    head_means,
+    mean_ablate,
+    ops,
+    run_layers,
+    zero_ablate,
+)
+from bindscope.interventions.flow_specs import PathPatch
+from bindscope.interventions.graph import edge_geometry, edge_graph
+from bindscope.interventions.plan import plan_batch
+from bindscope.interventions.resolve import resolve_rows
+from bindscope.interventions.trace.records import EdgeGeometry, Receiver
+from bindscope.remote.shipping import SHIPPED_MODULES
+from tests.conftest import PROMPTS, build_tiny
+
+HEADS = [(0, 1), (2, 2)]
+
+
+def _runtime_imports(name: str) -> set[str]:
+    """The bindscope modules ``name`` imports when it runs (not under TYPE_CHECKING)."""
+    tree = ast.parse(inspect.getsource(importlib.import_module(name)))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            node.body = []
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("bindscope"):
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("bindscope")}
+    return found
+
+
+def test_the_shipped_list_covers_every_module_the_engine_imports():
+    seen, todo = set(), ["bindscope.interventions.ops"]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += sorted(_runtime_imports(name))
+    assert seen <= set(SHIPPED_MODULES), f"imported but not shipped: {seen - set(SHIPPED_MODULES)}"
+    modules = {f"{trace.__name__}.{m.name}" for m in pkgutil.iter_modules(trace.__path__)}
+    assert modules <= set(SHIPPED_MODULES), f"not shipped: {modules - set(SHIPPED_MODULES)}"
+
+
+def test_ops_gathers_every_public_name_of_the_engine():
+    for name in SHIPPED_MODULES:
+        module = importlib.import_module(name)
+        public = [
+            key
+            for key, value in vars(module).items()
+            if not key.startswith("_")
+            and (inspect.isfunction(value) or inspect.isclass(value))
+            and value.__module__ == name
+        ]
+        assert all(getattr(ops, key) is getattr(module, key) for key in public), name
+
+
+@pytest.fixture(scope="module")
+def llama(sp_tokenizer):
+    return build_tiny("llama", sp_tokenizer, self_check=False)
+
+
+def test_the_path_plan_carries_records_not_tuples_or_dicts(llama):
+    geo = edge_geometry(llama)
+    assert isinstance(geo, EdgeGeometry)
+    assert (geo.label, geo.qkv, geo.mlp_reads, geo.post) == (
+        llama.knockout_site[0],
+        1,
+        "resid_mid",
+        "",
+    )
+    texts = PROMPTS[:2]
+    ids = [llama.tokenize(t) for t in texts]
+    graph = edge_graph(llama)
+    rows = resolve_rows(llama, ids, intervene=PathPatch(graph.valid, source=tuple(ids)))
+    path = plan_batch(llama, llama.pad([0, 1], ids), rows).plan.path
+    assert path is not None and path.geo.label == geo.label
+    receivers = [entry for entries in path.at.values() for entry in entries]
+    assert receivers and all(isinstance(entry, Receiver) for entry in receivers)
+    assert {entry.kind for entry in receivers} == {"q", "k", "v", "mlp"}
+
+
+def _in_trace(model, body):
+    batch = model.encode(PROMPTS[:2])
+    with torch.no_grad(), model.eager(), model.nnsight.trace(**batch.inputs):
+        body()
+
+
+def test_zero_ablate_warns_and_names_its_replacement(llama):
+    with pytest.warns(DeprecationWarning, match=r"zero_ablate.*intervene=Zero.*head_plan"):
+        _in_trace(llama, lambda: zero_ablate(llama, HEADS))
+
+
+def test_capture_attention_warns_and_names_capture_probs(llama):
+    with pytest.warns(DeprecationWarning, match=r"capture_attention.*capture_probs"):
+        _in_trace(llama, lambda: capture_attention(llama, [0]))
+
+
+def test_mean_ablate_older_order_warns_and_the_kept_order_does_not(llama):
+    means = head_means(llama, PROMPTS, HEADS)
+    with pytest.warns(DeprecationWarning, match=r"mean_ablate\(model, heads, means\)"):
+        _in_trace(llama, lambda: mean_ablate(llama, means, HEADS))
+    with _no_bindscope_deprecation():
+        _in_trace(llama, lambda: mean_ablate(llama, HEADS, means))
+        _in_trace(llama, lambda: capture_probs(llama, [0]))
+        _in_trace(llama, lambda: run_layers(llama, plan=ops.head_plan(llama, HEADS)))
+
+
+def test_intervene_head_pairs_warn_and_name_zero_while_the_shortcut_does_not(llama):
+    with pytest.warns(DeprecationWarning, match=r"intervene=Zero\(\[\.\.\.\]\).*ablate="):
+        llama.logits(PROMPTS[:1], intervene=HEADS)
+    with _no_bindscope_deprecation():
+        llama.logits(PROMPTS[:1], ablate=HEADS)
+        llama.logits(PROMPTS[:1], intervene=Zero(HEADS))
+        llama.logits(PROMPTS[:2], per_row=[HEADS, []])
+
+
+@contextlib.contextmanager
+def _no_bindscope_deprecation():
+    """Fail on any of bindscope's deprecation warnings raised inside (others' pass)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DeprecationWarning)
+        yield
+    ours = [str(w.message) for w in caught if "deprecated: " in str(w.message)]
+    assert ours == []
