@@ -120,7 +120,9 @@ def head_means(
     return HeadMeans({layer: s / count for layer, s in sums.items()}, count)
 
 
-def _head_sums_session(model: LanguageModel, jobs, layers) -> list[dict]:
+def _head_sums_session(
+    model: LanguageModel, jobs: Sequence[tuple[dict, torch.Tensor]], layers: list[int]
+) -> list[dict]:
     """One session (one request when remote) of traces, each returning ``{layer: [H, hd]}``."""
     env = model.nnsight
     # ndif 0.1.2's sandbox cannot run a trace after one that stopped (docs/remote.md, Limits)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,7 +184,7 @@ class Steer:
         return cached
 
 
-def _steering_vector(vector) -> torch.Tensor:
+def _steering_vector(vector: object) -> torch.Tensor:
     """A private copy of a steering vector, checked (raises ``InterventionError``)."""
     if not isinstance(vector, torch.Tensor) or vector.dim() != 1:
         raise InterventionError(
@@ -204,7 +204,7 @@ def _steering_vector(vector) -> torch.Tensor:
     return vector.detach().clone()
 
 
-def _steer_layers(layer) -> tuple[int, ...]:
+def _steer_layers(layer: object) -> tuple[int, ...]:
     """Steer's ``layer``: one integer or a list of them (ranges are checked when used)."""
     layers = _layers(layer)
     whole = isinstance(layers, tuple) and all(
@@ -312,7 +312,9 @@ class Knockout:
         return (KnockoutOp(self.describe(), "head_out", _units(heads), None, edges),)
 
 
-def _check_rows_keep_a_key(model: LanguageModel, heads, removed: dict, text, i: int) -> None:
+def _check_rows_keep_a_key(
+    model: LanguageModel, heads: Sequence[tuple[int, int]], removed: dict, text: object, i: int
+) -> None:
     """Refuse a Knockout that leaves a query no key its layer's window lets it see.
 
     Such a row would renormalise over masked keys (future ones included): wrong numbers.

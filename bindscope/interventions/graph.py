@@ -1,16 +1,9 @@
 """The edge graph of a model: senders, receivers, and the layout path patching needs.
 
-`EdgeGraph` lists the nodes: senders (the input embedding ``embed``, each head ``a3.h5``,
-each MLP ``m3``) and receivers (each head's query ``a3.h5<q>``, each key/value group's key
-and value ``a3.g1<k>`` / ``a3.g1<v>``, each MLP ``m3`` and the ``logits``). On a
-grouped-query family the key and value receivers are the groups the model computes, not
-copies per query head (no "ungrouping"). An edge runs from a sender to every receiver that
-reads the residual stream after the sender wrote to it; where the MLP reads the layer's
-input (a parallel residual, ``Sites.resid_mid is None``) the heads of its own layer do
-not reach it. All of it is read through the family's site table.
-
-It lives with the interventions because `PathPatch` (a spec) names edges of it;
-``bindscope.runners.edges`` scores them.
+Senders are ``embed``, each head ``a3.h5`` and each MLP ``m3``; receivers each head's
+query ``a3.h5<q>``, each key/value group's ``a3.g1<k>``/``a3.g1<v>`` (the groups the model
+computes, never ungrouped), each MLP and the ``logits``. An edge runs from a sender to
+every receiver that reads the residual stream after the sender wrote to it.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
-"""Intervention specs: *what* is done where, one vocabulary for every call.
+"""The value specs: ``Zero``, ``Mean``, ``Patch`` and ``Resample``, at heads or at any site.
 
-Every call that runs the model (``Model.logits``, ``attention_probs``, ``capture``,
-``generate``, ``generate_ids`` and the runners) takes ``intervene=`` (one spec or a list
-applied to every text) and ``per_row=`` (one spec, list of specs or ``None`` per text).
-
-``Zero``, ``Mean``, ``Patch`` and ``Resample`` act on heads (the per-head input of the
-output projection, ``head_out``) or on any site of some layers (``Zero("mlp_out",
-layers=[3])``; ``Zero(layers=[0, 1])`` is every head of those layers). ``Steer`` adds a
-vector at a site; ``Knockout`` removes attention edges before the softmax; ``PathPatch``
-patches edges between components (a sender's output into one receiver's input only).
-
-Each spec class checks itself and turns into row ops for one text (`Spec.row_ops`);
-``resolve.resolve_rows`` does that for every text before any trace runs, and refuses two
-specs on the same cell of one text. The trace itself sees only tensors (``plan.py`` ->
-``ops``).
+Every call that runs the model takes specs as ``intervene=`` (all texts) or ``per_row=``
+(one entry per text). A spec checks itself and turns into row ops for one text
+(`row_ops`); the trace sees only tensors (``plan.py`` -> ``ops``). The other specs are in
+``flow_specs``.
 """
 
 from __future__ import annotations
@@ -38,7 +28,7 @@ from bindscope.interventions.rowops import (
 from bindscope.protocols import LanguageModel
 
 
-def _pairs(items, what: str) -> tuple[tuple[int, int], ...]:
+def _pairs(items: Any, what: str) -> tuple[tuple[int, int], ...]:
     if isinstance(items, dict):
         items = [(a, b) for a, bs in items.items() for b in bs]
     if what == "head":  # checked against the model (HeadSpecError naming it) when used
@@ -53,7 +43,7 @@ def _pairs(items, what: str) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
-def _integer(value, what: str, item) -> int:
+def _integer(value: object, what: str, item: object) -> int:
     """A whole number (a Python or numpy integer), never a bool, float or string."""
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return int(value)
@@ -63,7 +53,7 @@ def _integer(value, what: str, item) -> int:
     )
 
 
-def _positions(positions) -> tuple[int, ...] | None:
+def _positions(positions: Any) -> tuple[int, ...] | None:
     if positions is None:
         return None
     if isinstance(positions, numbers.Integral) and not isinstance(positions, bool):
@@ -71,7 +61,7 @@ def _positions(positions) -> tuple[int, ...] | None:
     return tuple(_integer(p, "position", p) for p in positions)
 
 
-def _layers(layers) -> Any:
+def _layers(layers: object) -> Any:
     """Layers as given (checked against the model when used); one int is one layer."""
     if layers is None or isinstance(layers, (str, bytes)):
         return layers
@@ -325,7 +315,7 @@ class Resample(_Targeted):
         return (DonorOp(self.describe(), site, units, self.positions, donor),)
 
 
-def short(text) -> str:
+def short(text: object) -> str:
     """``repr(text)``, cut to 60 characters for an error message."""
     text = repr(text)
     return text if len(text) <= 60 else text[:57] + "...'"

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 import types
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from bindscope import nnsight_private
 from bindscope.errors import RemoteSandboxError
@@ -81,13 +83,13 @@ def register_shipped() -> None:
             module.__class__ = _ShippableModule
 
 
-def _allowed(module: str, roots) -> bool:
+def _allowed(module: str, roots: tuple[str, ...]) -> bool:
     return any(
         module == root or (root not in _STRICT and module.startswith(root + ".")) for root in roots
     )
 
 
-def refused(refs) -> list[str]:
+def refused(refs: Iterable[tuple[str, str, str]]) -> list[str]:
     """The references in a payload that NDIF's sandbox would refuse, explained."""
     problems = set()
     for kind, module, name in refs:
@@ -106,7 +108,7 @@ def refused(refs) -> list[str]:
     return sorted(problems)
 
 
-def audit(nnsight_model, tracer) -> list[str]:
+def audit(nnsight_model: Any, tracer: Any) -> list[str]:
     """Serialize ``tracer`` as a request would and list what the sandbox would refuse."""
     refs: list = []
     blob = nnsight_private.serialize_request(tracer)
@@ -114,7 +116,7 @@ def audit(nnsight_model, tracer) -> list[str]:
     return refused(refs)
 
 
-def sandbox_error(problems, where: str) -> RemoteSandboxError:
+def sandbox_error(problems: Sequence[str], where: str) -> RemoteSandboxError:
     """The error for a request the sandbox would refuse (``problems`` from `refused`)."""
     return RemoteSandboxError(
         f"{where}: NDIF's sandbox would refuse this request; it references "

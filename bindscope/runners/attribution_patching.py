@@ -1,21 +1,9 @@
-"""Attribution patching: every edit's effect estimated from one backward pass.
+"""Attribution patching: every edit's effect estimated from one backward pass (AtP, AtP*).
 
-For a metric and any intervention (every spec of ``intervene=``: ``Zero``, ``Mean``,
-``Patch``, ``Resample``, ``Steer``, ``Knockout``, at heads or at a site, and `PatternPatch`),
-`attribution_patching` returns the first-order estimate of the metric's change when each
-edited cell (a head, or a site of a layer) *alone* is intervened on, from one forward pass
-with gradients (plus one pass over the donor texts for ``Patch`` and ``Resample``);
-`head_attribution_patching` gives the heads' estimates as ``[L, H]`` per text. The specs
-are planned by the engine every call uses (``bindscope.interventions.plan``) and estimated
-by ``ops.attribution_pass``, which walks that plan through the same site accessor as
-``ops.run_layers``; ``bindscope scan --method attribution`` verifies the top heads exactly.
-
-Where the metric is linear in a head's output (for instance a logit difference, the last
-layer's heads and a frozen final norm) the estimate is the exact effect. Elsewhere it is
-first order: AtP* (Kramar et al. 2024) recomputes a changed attention pattern exactly
-instead of linearising the softmax (``method="atp*"``, the default; ``method="atp"``
-linearises it, the plain AtP estimate, for comparison). ``grad_drop=True`` gives
-GradDrop's ranking scores instead (the same paper), at ``L`` more backward passes.
+Any spec of ``intervene=`` (and `PatternPatch`) is planned by the engine every call uses
+and estimated by ``ops.attribution_pass``, which walks that plan through the same site
+accessor as ``ops.run_layers``. The estimate is exact where the metric is linear in the
+edited cell; elsewhere first order (AtP* recomputes a changed pattern, Kramar et al. 2024).
 """
 
 from __future__ import annotations

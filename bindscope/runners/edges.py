@@ -1,20 +1,9 @@
-"""Edges between heads and MLPs: the graph, EAP and EAP-IG scores, exact path patching.
+"""Edges between heads and MLPs: EAP and EAP-IG scores, and exact path patching.
 
-The graph (`EdgeGraph`, `edge_graph`) lives in ``bindscope.interventions.graph``, beside
-the `PathPatch` spec that names its edges; it is re-exported here.
-
-`edge_attribution` scores every edge for a metric over clean/corrupted pairs (EAP, Syed
-et al. 2023; EAP-IG, Hanna et al. 2024, inputs variant with ``steps``): the score of
-``s -> r`` is ``(corrupted - clean output of s) . dm/d(input of r)`` summed over positions,
-the metric's estimated change when that edge alone carries the corrupted value. EAP-IG
-averages the gradient over inputs interpolated from the corrupted to the clean embedding
-(``k / steps``, ``k = 1..steps``), so one step is EAP.
-
-`path_patching` measures the same exactly with the engine's `PathPatch`: with a set of
-edges patched, each of their receivers reads its own copy of the residual stream in which
-each patched sender's output is replaced by its corrupted output (``corrupted - current``
-added), while every other node reads the clean stream. It is the ground truth the scores
-are checked against.
+`edge_attribution` estimates each edge's effect on a metric over clean/corrupted pairs
+(EAP, Syed et al. 2023; EAP-IG inputs variant, Hanna et al. 2024); `path_patching`
+measures it exactly with the engine's `PathPatch`, the ground truth the scores are checked
+against. The graph lives in ``bindscope.interventions.graph``.
 """
 
 from __future__ import annotations
@@ -34,7 +23,7 @@ from bindscope.interventions.means import EdgeMeans
 from bindscope.interventions.plan import plan_batch
 from bindscope.interventions.resolve import resolve_rows
 from bindscope.protocols import LanguageModel
-from bindscope.runners.attribution_metrics import check_metrics, metric_terms
+from bindscope.runners.attribution_metrics import Metric, check_metrics, metric_terms
 from bindscope.runners.prefix import keeps_logits
 
 __all__ = [
@@ -49,6 +38,8 @@ __all__ = [
 ]
 
 METHODS = ("eap", "eap-ig")
+# A metric per pair (one, or a list), or f(logits [b, V] at the last position, rows) -> [b].
+EdgeMetric = Metric | Sequence[Metric] | Callable[[torch.Tensor, list[int]], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -112,7 +103,7 @@ def edge_attribution(
     model: LanguageModel,
     clean: Sequence,
     corrupted: Sequence,
-    metric,
+    metric: EdgeMetric,
     *,
     method: str = "eap-ig",
     steps: int = 5,
@@ -211,7 +202,7 @@ def path_patching(
     model: LanguageModel,
     clean: Sequence,
     corrupted: Sequence,
-    metric,
+    metric: EdgeMetric,
     edges: Iterable[Edge] | np.ndarray,
     *,
     means: EdgeMeans | None = None,
@@ -240,7 +231,7 @@ def path_patching_each(
     model: LanguageModel,
     clean: Sequence,
     corrupted: Sequence,
-    metric,
+    metric: EdgeMetric,
     edges: Sequence[Edge],
     *,
     batch_size: int = 16,
@@ -261,7 +252,9 @@ def path_patching_each(
     return out.reshape(len(pairs), len(masks)).T
 
 
-def _patched_metric(model, pairs: _Pairs, owners: list[int], rows: list, batch_size: int):
+def _patched_metric(
+    model: LanguageModel, pairs: _Pairs, owners: list[int], rows: list, batch_size: int
+):
     """The metric of each row (the clean text of pair ``owners[i]`` under ``rows[i]``)."""
     out = np.zeros(len(owners))
     for chunk in _chunks(len(owners), batch_size):
@@ -290,7 +283,9 @@ def _chunks(n: int, size: int):
 class _Pairs:
     """Clean/corrupted pairs checked once: equal lengths, one metric per pair."""
 
-    def __init__(self, model: LanguageModel, clean: Sequence, corrupted: Sequence, metric) -> None:
+    def __init__(
+        self, model: LanguageModel, clean: Sequence, corrupted: Sequence, metric: EdgeMetric
+    ) -> None:
         if getattr(model, "remote", False) and callable(metric):  # only our trace code ships
             raise InputError(
                 f"{model.name} runs on NDIF, where a metric function of your own cannot run; "
@@ -315,7 +310,7 @@ class _Pairs:
         lengths = [len(a) for a in self.clean]
         self.metrics = None if self.user else check_metrics(model, metric, lengths)
 
-    def _ids(self, text) -> list[int]:
+    def _ids(self, text: str | Sequence[int]) -> list[int]:
         return self.model.tokenize(text) if isinstance(text, str) else [int(t) for t in text]
 
     def __len__(self) -> int:

@@ -93,22 +93,11 @@ def edge_attribution_pass(
     residual it reads, in one backward pass and one batched vector-Jacobian product per
     layer and kind, times each sender's ``corrupted - clean`` output, over real positions.
 
-    Args:
-        model: The model (a ``TraceModel`` when shipped).
-        terms: The metric's terms (`edge_metric`).
-        path: The batch's `PathPlan` (its ``geo``).
-        donors: `edge_sender_outputs` of the corrupted texts, one row per text.
-        mask: ``[b, s]`` the attention mask (1 on real tokens).
-        alpha: Layer 0's input is moved to ``cor + alpha (clean - cor)`` (EAP-IG, inputs).
-        state: The `EdgeState` of the earlier passes of these texts, or None in the first,
-            which must be the ``alpha = 1`` pass (it computes the senders' changes).
-        last: Whether this is the last step: its pass multiplies the receivers' gradients,
-            summed over the steps, by the senders' changes once (the changes do not move
-            between steps, so one product serves every step).
-
-    Returns:
-        An `EdgePass`: the metric ``[b]`` and, when ``last``, the scores ``[b, S, R]`` in
-        the graph's order averaged over steps; its state stays where the pass ran.
+    ``donors`` are `edge_sender_outputs` of the corrupted texts; ``mask`` ``[b, s]`` is 1
+    on real tokens; layer 0's input moves to ``cor + alpha (clean - cor)`` (EAP-IG). The
+    first pass (``state`` None) must be ``alpha = 1``: it computes the senders' changes.
+    The ``last`` pass multiplies the gradients summed over the steps by those changes once
+    (they do not move between steps), giving scores ``[b, S, R]`` in the graph's order.
     """
     x0, cor = _embedding_input(model, donors, alpha)
     sent = [(cor - x0)[None].detach()] if state is None else None
