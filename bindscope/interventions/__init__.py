@@ -24,9 +24,9 @@ that layer's capture); ``layers=`` means act only on these layers. They live in 
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -48,7 +48,6 @@ from bindscope.protocols import LanguageModel
 __all__ = [
     "EdgeMeans",
     "HeadList",
-    "HeadMeans",
     "Intervention",
     "Knockout",
     "Mean",
@@ -72,34 +71,30 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class HeadMeans:
-    """Mean output-projection input per head over a reference set of texts.
+def __getattr__(name: str) -> type:
+    if name == "HeadMeans":  # one means type for head outputs
+        warnings.warn(
+            "HeadMeans is deprecated: use SiteMeans (head_means returns one, site 'head_out')",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return SiteMeans
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    Attributes:
-        means: ``{layer: [H, hd]}`` float32 means over all real (non-pad) positions.
-        n_positions: Number of token positions averaged.
-    """
 
-    means: dict[int, torch.Tensor]
-    n_positions: int
-    # where the means were taken (a Mean at another site refuses them, like SiteMeans')
-    site: ClassVar[str] = "head_out"
-
-    def __reduce__(self):
-        # Inside a shipped trace body only the tensors are needed (and bindscope is not
-        # installed on the server), so it travels as a plain ops.TraceMeans.
-        return (ops.TraceMeans, (dict(self.means), self.n_positions))
+if TYPE_CHECKING:
+    HeadMeans = SiteMeans
 
 
 @torch.no_grad()
 def head_means(
     model: LanguageModel, texts: Sequence[str], heads: HeadList, *, batch_size: int = 16
-) -> HeadMeans:
-    """Average every listed head's pre-projection output over ``texts``.
+) -> SiteMeans:
+    """Average every listed head's pre-projection output over ``texts``: a `SiteMeans`.
 
-    Each forward pass reduces to per-head sums ``[H, hd]`` inside the trace, so only those
-    come back; a remote model runs up to ``SESSION_BATCHES`` batches per session request.
+    The same as ``site_means(model, texts, "head_out")``, but each forward pass reduces to
+    per-head sums ``[H, hd]`` inside the trace, so only those come back; a remote model runs
+    up to ``SESSION_BATCHES`` batches per session request.
 
     Args:
         model: A ``bindscope.Model``.
@@ -117,7 +112,7 @@ def head_means(
         for found in _head_sums_session(model, part, layers):
             for layer in layers:
                 sums[layer] += found[layer].float().cpu()
-    return HeadMeans({layer: s / count for layer, s in sums.items()}, count)
+    return SiteMeans("head_out", {layer: s / count for layer, s in sums.items()}, count)
 
 
 def _head_sums_session(

@@ -212,7 +212,7 @@ class Mean(_Targeted):
     """Mean-ablation: the heads' outputs (or a site's activations) take reference means.
 
     Attributes:
-        means: For heads, ``HeadMeans`` from ``head_means(model, reference, heads)`` (or a
+        means: For heads, ``head_means(model, reference, heads)`` (or a
             plain ``{layer: [H, hd]}`` dict); for a site, ``site_means(model, reference,
             site, layers)`` (or ``{layer: [d_model]}``).
     """
@@ -331,7 +331,7 @@ def _check_means(
         if site == "head_out"
         else f"site_means(model, reference, {site!r}, layers)"
     )
-    taken_at = getattr(spec.means, "site", site)  # SiteMeans and HeadMeans say; a dict cannot
+    taken_at = getattr(spec.means, "site", site)  # SiteMeans says; a dict cannot
     if taken_at != site:
         raise InterventionError(
             f"{model.name}: {spec.describe()} replaces site {site!r} but its means were taken "

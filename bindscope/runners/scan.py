@@ -29,7 +29,7 @@ from bindscope.runners.attribution_metrics import TargetLogprob, metric_terms
 from bindscope.runners.prefix import keeps_logits
 
 if TYPE_CHECKING:
-    from bindscope.interventions import HeadMeans
+    from bindscope.interventions import SiteMeans
 
 __all__ = ["ScoredSequence", "condition_scores"]
 
@@ -251,7 +251,7 @@ def _batch_session(
 def _checked(
     model: LanguageModel,
     conditions: Sequence[Sequence[tuple[int, int]]],
-    means: HeadMeans | None,
+    means: SiteMeans | None,
     donors: Sequence[ScoredSequence] | None,
     n_sequences: int,
     strategy: str,
@@ -273,7 +273,7 @@ def condition_scores(
     sequences: Sequence[ScoredSequence],
     conditions: Sequence[Sequence[tuple[int, int]]],
     *,
-    means: HeadMeans | None = None,
+    means: SiteMeans | None = None,
     donors: Sequence[ScoredSequence] | None = None,
     strategy: str = "residual",
     batch_size: int = 16,
@@ -287,7 +287,7 @@ def condition_scores(
         sequences: What to score.
         conditions: Heads ablated together per condition (one head, or every head of one
             layer); ``strategy="residual"`` starts a condition at its lowest layer.
-        means: ``HeadMeans`` (from ``head_means``): mean-ablate instead of zeroing.
+        means: ``SiteMeans`` from ``head_means``: mean-ablate instead of zeroing.
         donors: One donor sequence per sequence: resample-ablate instead of zeroing (each
             head takes the donor's output, aligned from the end; positions the donor lacks
             keep their own).
@@ -338,7 +338,7 @@ class _Scan:
         cls,
         model: LanguageModel,
         conditions: list[tuple[Head, ...]],
-        means: HeadMeans | None,
+        means: SiteMeans | None,
         strategy: str,
         rows_per_pass: int,
     ) -> _Scan:

@@ -71,3 +71,23 @@ def _no_bindscope_deprecation():
         yield
     ours = [str(w.message) for w in caught if "deprecated: " in str(w.message)]
     assert ours == []
+
+
+def test_head_means_are_site_means_and_the_old_type_name_warns(llama):
+    import bindscope.interventions as interventions
+    from bindscope.interventions import SiteMeans, site_means
+
+    means = head_means(llama, PROMPTS, HEADS)
+    assert type(means) is SiteMeans and means.site == "head_out"
+    # the same means as site_means at head_out, over the same positions
+    captured = site_means(llama, PROMPTS, "head_out", layers=[0, 2])
+    assert means.n_positions == captured.n_positions
+    for layer in (0, 2):
+        # float32 sums of n_positions values in two orders differ by at most n * eps of
+        # the largest value's size (the textbook bound of recursive summation)
+        size = float(captured.means[layer].abs().max())
+        atol = means.n_positions * torch.finfo(torch.float32).eps * size
+        torch.testing.assert_close(means.means[layer], captured.means[layer], rtol=0, atol=atol)
+    with pytest.warns(DeprecationWarning, match=r"HeadMeans.*SiteMeans"):
+        old = interventions.HeadMeans
+    assert old is SiteMeans

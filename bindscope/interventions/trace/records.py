@@ -53,7 +53,7 @@ class TraceModel:
 
 
 class TraceMeans:
-    """What a shipped trace body sees of ``HeadMeans``: ``{layer: [H, hd]}`` means."""
+    """What a shipped trace body sees of ``SiteMeans``: ``{layer: [H, hd]}`` means."""
 
     def __init__(self, means: dict[int, torch.Tensor], n_positions: int) -> None:
         self.means = means
