@@ -10,33 +10,29 @@ text)::
     model.logits(texts, intervene=Patch("resid_pre", corrupted, layers=[3], positions=[5]))
     model.generate(texts, max_new_tokens=9, intervene=Steer("resid_post", 4, vector))
 
-**Primitives** work inside ``with model.nnsight.trace(**model.encode(texts).inputs):``
-(or an ``invoke``), in execution order: a layer's ablation before that layer's capture,
-earlier layers before later ones. They share one argument order (model, heads, then what
-the heads get), ``per_row=`` for a different head list per batch row, and one meaning of
-``layers=``: act only on these layers (default all), so a loop over layers can interleave
-them. `capture_probs` and `run_layers` return ``{layer: value}``; `capture_attention` is
-the older list form::
+``ablate=heads`` is the shortcut of ``intervene=Zero(heads)``.
+
+**Primitives** work inside a trace you open, in execution order (a layer's ablation before
+that layer's capture); ``layers=`` means act only on these layers. They live in ``ops``
+(torch and math only), so the same bodies run locally and, shipped by value, on NDIF::
 
     with model.eager(), model.nnsight.trace(**batch.inputs):
         for layer in range(model.n_layers):
-            zero_ablate(model, [(2, 8)], layers=[layer])
+            run_layers(model, plan=ops.head_plan(model, [(2, 8)]), only_layers=[layer])
             probs.update(capture_probs(model, layers=[layer]))
-
-The primitives themselves live in ``ops`` (torch and math only), so the same bodies run
-locally and, shipped by value, on NDIF.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING
 
 import torch
 
 from bindscope.batch import sessions
 from bindscope.interventions import ops
+from bindscope.interventions.flow_specs import Knockout, PathPatch, PatternPatch, Spec, Steer
 from bindscope.interventions.means import EdgeMeans, SiteMeans, edge_means, site_means
 from bindscope.interventions.ops import (
     capture_attention,
@@ -46,27 +42,18 @@ from bindscope.interventions.ops import (
     zero_ablate,
 )
 from bindscope.interventions.resolve import HeadList, Intervention, PerRow
-from bindscope.interventions.specs import (
-    Knockout,
-    Mean,
-    Patch,
-    PathPatch,
-    Resample,
-    Spec,
-    Steer,
-    Zero,
-)
+from bindscope.interventions.specs import Mean, Patch, Resample, Zero
 from bindscope.protocols import LanguageModel
 
 __all__ = [
     "EdgeMeans",
     "HeadList",
-    "HeadMeans",
     "Intervention",
     "Knockout",
     "Mean",
     "Patch",
     "PathPatch",
+    "PatternPatch",
     "PerRow",
     "Resample",
     "SiteMeans",
@@ -84,34 +71,30 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class HeadMeans:
-    """Mean output-projection input per head over a reference set of texts.
+def __getattr__(name: str) -> type:
+    if name == "HeadMeans":  # one means type for head outputs
+        warnings.warn(
+            "HeadMeans is deprecated: use SiteMeans (head_means returns one, site 'head_out')",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return SiteMeans
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    Attributes:
-        means: ``{layer: [H, hd]}`` float32 means over all real (non-pad) positions.
-        n_positions: Number of token positions averaged.
-    """
 
-    means: dict[int, torch.Tensor]
-    n_positions: int
-    # where the means were taken (a Mean at another site refuses them, like SiteMeans')
-    site: ClassVar[str] = "head_out"
-
-    def __reduce__(self):
-        # Inside a shipped trace body only the tensors are needed (and bindscope is not
-        # installed on the server), so it travels as a plain ops.TraceMeans.
-        return (ops.TraceMeans, (dict(self.means), self.n_positions))
+if TYPE_CHECKING:
+    HeadMeans = SiteMeans
 
 
 @torch.no_grad()
 def head_means(
     model: LanguageModel, texts: Sequence[str], heads: HeadList, *, batch_size: int = 16
-) -> HeadMeans:
-    """Average every listed head's pre-projection output over ``texts``.
+) -> SiteMeans:
+    """Average every listed head's pre-projection output over ``texts``: a `SiteMeans`.
 
-    Each forward pass reduces to per-head sums ``[H, hd]`` inside the trace, so only those
-    come back; a remote model runs up to ``SESSION_BATCHES`` batches per session request.
+    The same as ``site_means(model, texts, "head_out")``, but each forward pass reduces to
+    per-head sums ``[H, hd]`` inside the trace, so only those come back; a remote model runs
+    up to ``SESSION_BATCHES`` batches per session request.
 
     Args:
         model: A ``bindscope.Model``.
@@ -129,10 +112,12 @@ def head_means(
         for found in _head_sums_session(model, part, layers):
             for layer in layers:
                 sums[layer] += found[layer].float().cpu()
-    return HeadMeans({layer: s / count for layer, s in sums.items()}, count)
+    return SiteMeans("head_out", {layer: s / count for layer, s in sums.items()}, count)
 
 
-def _head_sums_session(model: LanguageModel, jobs, layers) -> list[dict]:
+def _head_sums_session(
+    model: LanguageModel, jobs: Sequence[tuple[dict, torch.Tensor]], layers: list[int]
+) -> list[dict]:
     """One session (one request when remote) of traces, each returning ``{layer: [H, hd]}``."""
     env = model.nnsight
     # ndif 0.1.2's sandbox cannot run a trace after one that stopped (docs/remote.md, Limits)

@@ -1,16 +1,9 @@
 """The edge graph of a model: senders, receivers, and the layout path patching needs.
 
-`EdgeGraph` lists the nodes: senders (the input embedding ``embed``, each head ``a3.h5``,
-each MLP ``m3``) and receivers (each head's query ``a3.h5<q>``, each key/value group's key
-and value ``a3.g1<k>`` / ``a3.g1<v>``, each MLP ``m3`` and the ``logits``). On a
-grouped-query family the key and value receivers are the groups the model computes, not
-copies per query head (no "ungrouping"). An edge runs from a sender to every receiver that
-reads the residual stream after the sender wrote to it; where the MLP reads the layer's
-input (a parallel residual, ``Sites.resid_mid is None``) the heads of its own layer do
-not reach it. All of it is read through the family's site table.
-
-It lives with the interventions because `PathPatch` (a spec) names edges of it;
-``bindscope.runners.edges`` scores them.
+Senders are ``embed``, each head ``a3.h5`` and each MLP ``m3``; receivers each head's
+query ``a3.h5<q>``, each key/value group's ``a3.g1<k>``/``a3.g1<v>`` (the groups the model
+computes, never ungrouped), each MLP and the ``logits``. An edge runs from a sender to
+every receiver that reads the residual stream after the sender wrote to it.
 """
 
 from __future__ import annotations
@@ -21,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bindscope.errors import InputError
+from bindscope.interventions.trace.records import EdgeGeometry
 from bindscope.protocols import LanguageModel
 
 __all__ = ["Edge", "EdgeGraph", "edge_geometry", "edge_graph", "edge_mask"]
@@ -138,14 +132,8 @@ def edge_mask(graph: EdgeGraph, edges) -> np.ndarray:
     return graph.index(edges)
 
 
-def edge_geometry(model: LanguageModel) -> dict:
-    """What the trace bodies need of the model's layout (``ops.PathPlan``'s ``geo``).
-
-    ``post``: the module after the output projection whose output is ``attn_out`` (a
-    sandwich norm) or ``""``; ``head_out``: the projection's module path (a head's output
-    is its slice through it, computed inside the trace); ``label`` and ``qkv``: the
-    attention call's ``.source`` label and the index of its query argument; ``mlp_reads``:
-    ``resid_mid``, or ``resid_pre`` for a parallel residual.
+def edge_geometry(model: LanguageModel) -> EdgeGeometry:
+    """What the trace bodies need of the model's layout (``PathPlan.geo``).
 
     Raises:
         InputError: ``attn_out`` is a module's input (edges need an output).
@@ -161,10 +149,10 @@ def edge_geometry(model: LanguageModel) -> dict:
             "need it as the attention block's output (a module's output)"
         )
     label, mask_index = model.knockout_site  # the attention call and its mask argument
-    return {
-        "post": post,
-        "head_out": head_module,
-        "label": label,
-        "qkv": mask_index - 3,  # query, key, value come just before the mask
-        "mlp_reads": "resid_pre" if "resid_mid" not in sites else "resid_mid",
-    }
+    return EdgeGeometry(
+        post=post,
+        head_out=head_module,
+        label=label,
+        qkv=mask_index - 3,  # query, key, value come just before the mask
+        mlp_reads="resid_pre" if "resid_mid" not in sites else "resid_mid",
+    )

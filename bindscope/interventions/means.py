@@ -1,6 +1,7 @@
 """Reference means: of a site for ``Mean``, of every edge sender for ``PathPatch(means=)``.
 
-``head_means`` (in the package's ``__init__``) is the heads' form.
+``head_means`` (in the package's ``__init__``) computes the same at ``head_out`` inside the
+trace; `SiteMeans` is the one means type, heads included.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from bindscope.batch import DEFAULT_BATCH_SIZE
+from bindscope.interventions.trace.records import TraceMeans
 from bindscope.protocols import LanguageModel
 
 __all__ = ["EdgeMeans", "SiteMeans", "edge_means", "site_means"]
@@ -30,6 +32,11 @@ class SiteMeans:
     site: str
     means: dict[int, torch.Tensor]
     n_positions: int
+
+    def __reduce__(self):
+        # Inside a shipped trace body only the tensors are needed (and bindscope is not
+        # installed on the server), so it travels as a plain TraceMeans.
+        return (TraceMeans, (dict(self.means), self.n_positions))
 
 
 @torch.no_grad()

@@ -1,22 +1,10 @@
 """Turn checked row ops (`resolve.resolve_rows`) into the `ops.TracePlan` a trace body applies.
 
-A plan holds tensors and small trace-side classes only (``ops`` ships whole to NDIF), and
-``ops.run_layers(model, plan=plan, donors=...)`` applies it layer by layer:
-
-* ``edits``: ``{(site, layer): [Edit, ...]}``. Every edit works on the site's
-  ``[b, s, U, k]`` view (U heads of ``head_dim`` at ``head_out``, one unit of ``d_model``
-  elsewhere) through a ``[b, W, U]`` mask, or ``[b, 1, U]`` when it covers every position
-  (then it also acts on every generation step). ``Zero``/``Mean`` replace
-  (`ops.ReplaceEdit`), ``Patch``/``Resample`` copy a donor row (`ops.DonorEdit`: the
-  donor rows run in an earlier invoke of the same trace, left-padded to the same width
-  ``W``, so one column is one end-aligned position in both) and ``Steer`` adds
-  (`ops.AddEdit`);
-* ``knockout``: ``{layer: removed [b, H, W, W] bool}`` plus the ``.source`` label of the
-  attention call and the index of its mask argument; with donors it is ``knockout_batch``
-  instead, over donor and patched rows together (an empty invoke);
-* ``path``: an `ops.PathPlan` (``PathPatch``): the donor rows give the senders' corrupted
-  outputs and each text brings ``slots`` scratch rows (``path.scratch_inputs``, an invoke
-  after the texts'); ``ops.path_patch`` runs in an empty invoke over the whole batch.
+A plan holds tensors and the engine's own classes only (they ship to NDIF):
+``edits`` per ``(site, layer)``, a ``knockout`` per layer (``knockout_batch`` over donor
+and patched rows when there are donors), and a ``path`` (`ops.PathPlan`) for ``PathPatch``.
+Donor rows run in an earlier invoke, left-padded to the texts' width, so a column is one
+end-aligned position in both.
 """
 
 from __future__ import annotations
@@ -30,8 +18,9 @@ import torch
 from bindscope.batch import Batch
 from bindscope.errors import InterventionError
 from bindscope.interventions import ops
-from bindscope.interventions.graph import edge_geometry, edge_graph
+from bindscope.interventions.graph import EdgeGraph, edge_geometry, edge_graph
 from bindscope.interventions.rowops import RowOp
+from bindscope.interventions.trace.records import Receiver
 from bindscope.protocols import LanguageModel
 
 __all__ = ["PlannedBatch", "Planner", "plan_batch", "plan_batches"]
@@ -239,8 +228,7 @@ class Planner:
 
     def _path(self, n_donors: int) -> ops.PathPlan:
         """The `ops.PathPlan` of the rows' patched edges."""
-        model = self.model
-        graph = edge_graph(model)
+        graph = edge_graph(self.model)
         full = np.zeros((self.n_rows, *graph.valid.shape), bool)  # [b, S, R]
         donor_row = torch.zeros(self.n_rows, dtype=torch.long)
         for r, (donor, mask) in self.paths.items():
@@ -250,19 +238,41 @@ class Planner:
         anywhere = np.asarray(full.any(0))
         used = np.nonzero(anywhere.any(0))[0]  # receivers with a patched edge
         weights = torch.from_numpy(full[:, :, used].transpose(0, 2, 1).astype(np.float32))
+        first_head, mlps = self._path_senders(graph, anywhere)
+        at, fills, logits = self._path_receivers(graph, full, used)
+        slots = max([len(rows) for rows in fills.values()] + [1 if at else 0])
+        fill = {layer: [torch.tensor(row) for row in rows] for layer, rows in fills.items()}
+        return ops.PathPlan(
+            edge_geometry(self.model), n_donors, self.n_rows, slots, donor_row, weights,
+            first_head, mlps, at, fill, logits,
+            self.path_means[0].trace_means() if self.path_means else None,
+        )  # fmt: skip
+
+    def _path_senders(
+        self, graph: EdgeGraph, anywhere: np.ndarray
+    ) -> tuple[dict[int, int], dict[int, int]]:
+        """``{layer: sender index of head 0}`` of layers whose heads send, and of MLPs."""
         sender_at = {name: i for i, name in enumerate(graph.senders)}
         first_head, mlps = {}, {}
-        for layer in range(model.n_layers):
+        for layer in range(self.model.n_layers):
             first = sender_at[f"a{layer}.h0"]
-            if anywhere[first : first + model.n_heads].any():
+            if anywhere[first : first + self.model.n_heads].any():
                 first_head[layer] = first
             if anywhere[sender_at[f"m{layer}"]].any():
                 mlps[layer] = sender_at[f"m{layer}"]
-        # a text's receivers of one layer that read the same patched senders read equal
-        # residual copies: they share a scratch row, numbered per text (each text needs as
-        # many rows as its own receivers there); an MLP after attention reuses row 0, reset
-        # at resid_mid
-        at: dict[int, list] = {}
+        return first_head, mlps
+
+    def _path_receivers(
+        self, graph: EdgeGraph, full: np.ndarray, used: np.ndarray
+    ) -> tuple[dict[int, list[Receiver]], dict[int, list[list[int]]], int]:
+        """Each layer's receivers, the receiver each scratch row carries, the logits' index.
+
+        A text's receivers of one layer that read the same patched senders read equal
+        residual copies: they share a scratch row, numbered per text (each text needs as
+        many rows as its own receivers there); an MLP after attention reuses row 0, reset
+        at resid_mid.
+        """
+        at: dict[int, list[Receiver]] = {}
         fills: dict[int, list[list[int]]] = {}  # per layer and row: each row's receiver
         classes: dict[tuple[int, int], dict[bytes, int]] = {}
         logits = -1
@@ -283,11 +293,5 @@ class Planner:
                         rows.append([r] * self.n_rows)
                     rows[slot[a]][a] = r
             kind, unit = ("mlp", 0) if not rest else (rest[-2], int(rest[1:].split("<")[0]))
-            at.setdefault(layer, []).append((torch.tensor(slot), kind, unit, r))
-        slots = max([len(rows) for rows in fills.values()] + [1 if at else 0])
-        fill = {layer: [torch.tensor(row) for row in rows] for layer, rows in fills.items()}
-        return ops.PathPlan(
-            edge_geometry(model), n_donors, self.n_rows, slots, donor_row, weights, first_head,
-            mlps, at, fill, logits,
-            self.path_means[0].trace_means() if self.path_means else None,
-        )  # fmt: skip
+            at.setdefault(layer, []).append(Receiver(torch.tensor(slot), kind, unit, r))
+        return at, fills, logits

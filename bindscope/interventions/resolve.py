@@ -7,11 +7,13 @@ refuses two specs on one cell (head, or site of a layer) of a text.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from bindscope.errors import InterventionError
+from bindscope.interventions.flow_specs import SPEC_TYPES, Spec
 from bindscope.interventions.rowops import PathOp, RowOp
-from bindscope.interventions.specs import SPEC_TYPES, RowContext, Spec, Zero
+from bindscope.interventions.specs import RowContext, Zero
 from bindscope.protocols import LanguageModel
 
 # ``(layer, head)`` pairs, or ``{layer: [heads]}`` (``ablate=``, a spec's heads).
@@ -22,11 +24,12 @@ Intervention = Spec | Sequence[Spec] | HeadList | None
 PerRow = Sequence[Intervention] | None
 
 
-def as_specs(entry: Intervention) -> tuple:
-    """One ``intervene``/``per_row`` entry as a tuple of specs.
+def as_specs(entry: Intervention, *, option: str = "intervene") -> tuple:
+    """One ``intervene``/``ablate``/``per_row`` entry (named by ``option``) as a tuple of specs.
 
     ``None`` and empty lists mean no intervention; a list of ``(layer, head)`` pairs is
-    short for ``Zero`` of those heads.
+    ``Zero`` of those heads: the ``ablate=`` shortcut (and a ``per_row`` entry's), and a
+    deprecated spelling of ``intervene=``.
 
     Raises:
         InterventionError: An entry is neither a spec nor a head list (an unknown kind is
@@ -53,6 +56,13 @@ def as_specs(entry: Intervention) -> tuple:
             "an intervention list mixes specs and (layer, head) pairs; wrap the pairs, "
             "e.g. [Zero([(2, 8)]), Patch(...)]"
         )
+    if option == "intervene":
+        warnings.warn(
+            "intervene=[(layer, head), ...] is deprecated: pass intervene=Zero([...]) "
+            "or its shortcut ablate=[...]",
+            DeprecationWarning,
+            stacklevel=4,
+        )
     return (Zero(tuple(items)),)
 
 
@@ -76,11 +86,11 @@ def resolve_rows(
     """
     texts = list(texts)
     _check_per_row(per_row, len(texts))
-    shared = as_specs(ablate) + as_specs(intervene)
+    shared = as_specs(ablate, option="ablate") + as_specs(intervene)
     ctx = RowContext(model, texts)
     out = []
     for i in range(len(texts)):
-        specs = shared + (as_specs(per_row[i]) if per_row else ())
+        specs = shared + (as_specs(per_row[i], option="per_row") if per_row else ())
         row: list[RowOp] = []
         for spec in specs:
             row.extend(spec.row_ops(ctx, i))

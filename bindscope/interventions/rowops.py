@@ -152,11 +152,13 @@ class AddOp(RowOp):
     def add_to(self, planner: Planner, r: int, n: int) -> None:
         """Add this op for batch row ``r`` (``n`` real tokens) to the planner."""
         columns = planner.columns(n, self.positions)
+        vector = self.vector
+        assert vector is not None  # a Steer spec always sets it
         for layer, units in self.units:
             edit = planner.edit(
                 self.site,
                 layer,
-                lambda where: ops.AddEdit(where, self.vector),
+                lambda where: ops.AddEdit(where, vector),
                 every_position=columns is None,
                 same=lambda e: (
                     isinstance(e, ops.AddEdit)

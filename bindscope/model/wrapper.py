@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -251,6 +252,10 @@ class Model:
                 )
             self._call_label = labels[-1]  # the last one is the call, earlier ones assignments
         return self._call_label
+
+    def warn_deprecated(self, old: str, new: str) -> None:
+        """Warn that ``old`` is deprecated for ``new`` (shipped trace code cannot warn itself)."""
+        warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=4)
 
     def trace_order_error(self, exc: Exception) -> Exception | None:
         """Translate nnsight's ``OutOfOrderError`` into an ``InterventionOrderError``.

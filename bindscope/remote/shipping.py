@@ -9,11 +9,22 @@ from typing import Any
 
 from bindscope import nnsight_private
 from bindscope.errors import RemoteSandboxError
-from bindscope.interventions import ops
+from bindscope.interventions.trace.records import ShippedModule
 
-# Modules whose source ships by value with every request. Each may import only the
-# sandbox modules below (tests/remote/test_shipping.py walks them).
-SHIPPED_MODULES = ("bindscope.interventions.ops",)
+# Modules whose source ships by value with every request: the engine and its face. Each
+# may import only the sandbox modules below and one another (tests/remote/test_shipping.py
+# walks them); their functions refer to one another as globals, pickled by value too.
+SHIPPED_MODULES = (
+    "bindscope.interventions.ops",
+    "bindscope.interventions.trace.records",
+    "bindscope.interventions.trace.sites",
+    "bindscope.interventions.trace.edits",
+    "bindscope.interventions.trace.paths",
+    "bindscope.interventions.trace.reductions",
+    "bindscope.interventions.trace.node_gradients",
+    "bindscope.interventions.trace.edge_gradients",
+    "bindscope.interventions.trace.primitives",
+)
 # What NDIF's sandbox lets shipped code import (ndif-team/ndif security/whitelist.yaml).
 SANDBOX_MODULES = (
     "torch",
@@ -34,16 +45,20 @@ DESERIALIZATION_MODULES = ("nnsight", "cloudpickle", "pickle", "copyreg")
 
 
 class _ShippableModule(types.ModuleType):
-    """A shipped module that pickles as an ``ops.ShippedModule`` (no spec, no loader)."""
+    """A shipped module that pickles as a ``ShippedModule`` (no spec, no loader).
+
+    Its members are its functions and classes and those it re-exports from the other
+    shipped modules (``ops`` gathers the engine's).
+    """
 
     def __reduce__(self):
         members = {
             key: value
             for key, value in vars(self).items()
             if isinstance(value, (types.FunctionType, type))
-            and getattr(value, "__module__", None) == self.__name__
+            and getattr(value, "__module__", None) in SHIPPED_MODULES
         }
-        return (ops.ShippedModule, (self.__name__, members))
+        return (ShippedModule, (self.__name__, members))
 
 
 def register_shipped() -> None:

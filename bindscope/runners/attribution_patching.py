@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import torch
 
 from bindscope.errors import InputError
-from bindscope.interventions import Patch, ops
+from bindscope.interventions import ops
+from bindscope.interventions.flow_specs import SPEC_TYPES, PatternPatch
 from bindscope.interventions.plan import PlannedBatch, plan_batches
 from bindscope.interventions.resolve import resolve_rows
 from bindscope.interventions.rowops import KnockoutOp, RowOp
-from bindscope.interventions.specs import SPEC_TYPES
 from bindscope.protocols import LanguageModel
 from bindscope.runners.attribution_metrics import (
     LogitDifference,
@@ -28,7 +28,6 @@ from bindscope.runners.prefix import keeps_logits
 __all__ = [
     "METHODS",
     "LogitDifference",
-    "PatternPatch",
     "TargetLogprob",
     "attribution_patching",
     "attribution_scores",
@@ -38,23 +37,6 @@ __all__ = [
 METHODS = ("atp*", "atp")
 # A metric for every text, or one per text.
 MetricArg = TargetLogprob | LogitDifference | Sequence[TargetLogprob | LogitDifference]
-
-
-@dataclass(frozen=True)
-class PatternPatch:
-    """The heads attend as on ``source`` (its queries and keys), keeping their own values.
-
-    A query/key intervention: its effect goes through the softmax, which AtP* recomputes.
-    ``source`` and ``positions`` (query positions whose rows change) as in ``Patch``.
-    """
-
-    heads: tuple
-    source: tuple = ()
-    positions: tuple[int, ...] | None = None
-
-    def as_patch(self) -> Patch:
-        """The same heads, sources and positions as a ``Patch`` (checked the same way)."""
-        return Patch(self.heads, self.source, positions=self.positions)
 
 
 def _split(entry: object) -> tuple[list, list]:

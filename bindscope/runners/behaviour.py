@@ -53,8 +53,11 @@ def _rows_for(
     """Specs per record: ``ablate`` + ``intervene`` + ``per_row[i]``."""
     if per_row is not None and len(per_row) != len(records):
         raise InputError(f"per_row has {len(per_row)} entries for {len(records)} records")
-    shared = as_specs(ablate) + as_specs(intervene)
-    rows = [shared + as_specs(per_row[i] if per_row else None) for i in range(len(records))]
+    shared = as_specs(ablate, option="ablate") + as_specs(intervene)
+    rows = [
+        shared + as_specs(per_row[i] if per_row else None, option="per_row")
+        for i in range(len(records))
+    ]
     for i, row in enumerate(rows):
         for spec in row:
             if isinstance(spec, (Patch, Resample)):

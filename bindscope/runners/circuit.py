@@ -17,6 +17,7 @@ from bindscope.protocols import LanguageModel
 from bindscope.runners.edges import (
     Edge,
     EdgeGraph,
+    EdgeMetric,
     EdgeScores,
     check_count,
     path_patching,
@@ -84,7 +85,9 @@ class Verification:
     k: int
 
 
-def _share(patched: np.ndarray, clean: np.ndarray, corrupted: np.ndarray, axis: int = -1):
+def _share(
+    patched: np.ndarray, clean: np.ndarray, corrupted: np.ndarray, axis: int = -1
+) -> np.ndarray:
     gap = np.mean(clean, axis=axis) - np.mean(corrupted, axis=axis)
     return (np.mean(patched, axis=axis) - np.mean(corrupted, axis=axis)) / gap
 
@@ -161,7 +164,7 @@ def faithfulness(
     model: LanguageModel,
     clean: Sequence,
     corrupted: Sequence,
-    metric: object,
+    metric: EdgeMetric,
     scores: EdgeScores,
     keep: np.ndarray,
     *,
@@ -195,26 +198,38 @@ def faithfulness(
         )
 
     ablated = scores.corrupted if means is None else run(np.zeros_like(valid))
-    gap = float(np.mean(scores.clean) - np.mean(ablated))
-    if not abs(gap) > 1e-6 * max(1.0, float(np.abs(scores.clean).max())):
+    _check_gap(model, scores.clean, ablated, ablation)
+    patched = run(keep)
+    share = bootstrap_statistic(
+        (patched, scores.clean, ablated), _share, paired=True, n_resamples=n_resamples, seed=seed
+    )
+    n_edges = int(keep.sum())
+    null = [
+        float(_share(run(mask), scores.clean, ablated))
+        for mask in _random_masks(valid, n_edges, n_random, seed)
+    ]
+    return Faithfulness(n_edges, share, patched, np.array(null), np.asarray(ablated), ablation)
+
+
+def _check_gap(model: LanguageModel, clean: np.ndarray, ablated: np.ndarray, ablation: str) -> None:
+    """Refuse clean and ablated metrics that are equal on average: no share to measure."""
+    gap = float(np.mean(clean) - np.mean(ablated))
+    if not abs(gap) > 1e-6 * max(1.0, float(np.abs(clean).max())):
         raise InputError(
             f"{model.name}: the clean and {ablation}-ablated metrics are equal on average "
             f"({gap:.3g} apart), so there is no difference for a circuit to keep; choose "
             "pairs whose corruption changes the metric"
         )
-    patched = run(keep)
-    share = bootstrap_statistic(
-        (patched, scores.clean, ablated), _share, paired=True, n_resamples=n_resamples, seed=seed
-    )
+
+
+def _random_masks(valid: np.ndarray, n_edges: int, n_random: int, seed: int):
+    """``n_random`` masks of ``n_edges`` edges drawn uniformly (the null circuits)."""
     rng = np.random.default_rng(seed)
     flat = np.flatnonzero(valid)
-    n_edges = int(keep.sum())
-    null = []
     for _ in range(n_random):
         mask = np.zeros_like(valid)
         mask.flat[rng.choice(flat, n_edges, replace=False)] = True
-        null.append(float(_share(run(mask), scores.clean, ablated)))
-    return Faithfulness(n_edges, share, patched, np.array(null), np.asarray(ablated), ablation)
+        yield mask
 
 
 #: How a circuit of ``n`` edges is chosen from the scores (``circuit --selection``).
@@ -252,7 +267,7 @@ def verify(
     model: LanguageModel,
     clean: Sequence,
     corrupted: Sequence,
-    metric: object,
+    metric: EdgeMetric,
     scores: EdgeScores,
     k: int,
     *,

@@ -12,13 +12,13 @@ import torch
 
 from bindscope.errors import InputError
 from bindscope.interventions import ops
+from bindscope.interventions.flow_specs import PathPatch
 from bindscope.interventions.graph import Edge, EdgeGraph, edge_graph, edge_mask
 from bindscope.interventions.means import EdgeMeans
 from bindscope.interventions.plan import plan_batch
 from bindscope.interventions.resolve import resolve_rows
-from bindscope.interventions.specs import PathPatch
 from bindscope.protocols import LanguageModel
-from bindscope.runners.attribution_metrics import check_metrics, metric_terms
+from bindscope.runners.attribution_metrics import Metric, check_metrics, metric_terms
 from bindscope.runners.prefix import keeps_logits
 
 __all__ = [
@@ -33,6 +33,8 @@ __all__ = [
 ]
 
 METHODS = ("eap", "eap-ig")
+# A metric per pair (one, or a list), or f(logits [b, V] at the last position, rows) -> [b].
+EdgeMetric = Metric | Sequence[Metric] | Callable[[torch.Tensor, list[int]], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,7 @@ def edge_attribution(
     model: LanguageModel,
     clean: Sequence,
     corrupted: Sequence,
-    metric: object,
+    metric: EdgeMetric,
     *,
     method: str = "eap-ig",
     steps: int = 5,
@@ -112,60 +114,79 @@ def edge_attribution(
     steps = 1 if method == "eap" else steps
     pairs = _Pairs(model, clean, corrupted, metric)
     graph = edge_graph(model)
-    everything = PathPatch(graph.valid, source=tuple(pairs.corrupted))
-    plans = resolve_rows(model, pairs.clean, intervene=everything)
     chunks = list(_chunks(len(pairs), batch_size))
-    jobs = []  # planned here: the session's body holds only tensors, dicts and ops calls
-    for rows in chunks:
-        batch, terms = pairs.clean_batch(rows), pairs.terms(rows)
-        path = plan_batch(model, batch, [plans[i] for i in rows]).plan.path
-        cor_inputs = model.pad(rows, [pairs.corrupted[i] for i in rows]).inputs
-        options = _kept_logits(model, terms)
-        jobs.append((cor_inputs, batch.inputs, batch.attention_mask, terms, path, options))
-    found = _edge_session(model, jobs, steps)
+    found = _edge_session(model, _edge_jobs(model, pairs, graph, chunks), steps)
     scores = np.zeros((len(pairs), len(graph.senders), len(graph.receivers)), np.float32)
     clean_metric, corrupt_metric = np.zeros(len(pairs)), np.zeros(len(pairs))
-    results = iter(found)
-    for rows in chunks:
-        corrupt_metric[rows] = next(results).double().cpu().numpy()
-        first = next(results)  # alpha = 1: the clean metric
-        clean_metric[rows] = first["metric"].double().cpu().numpy()
-        total = (first if steps == 1 else next(results))["scores"]
-        scores[rows] = np.where(graph.valid, total.cpu().numpy(), 0.0)
+    for k, rows in enumerate(chunks):
+        corrupt_metric[rows] = found.corrupted[k].double().cpu().numpy()
+        clean_metric[rows] = found.clean[k].double().cpu().numpy()
+        scores[rows] = np.where(graph.valid, found.scores[k].cpu().numpy(), 0.0)
     return EdgeScores(graph, scores, clean_metric, corrupt_metric, method, steps)
 
 
-def _edge_session(model: LanguageModel, jobs: list, steps: int) -> list:
+def _edge_jobs(
+    model: LanguageModel, pairs: _Pairs, graph: EdgeGraph, chunks: list[list[int]]
+) -> list[ops.EdgeJob]:
+    """Each batch planned before the session opens: its body holds only tensors and ops."""
+    everything = PathPatch(graph.valid, source=tuple(pairs.corrupted))
+    plans = resolve_rows(model, pairs.clean, intervene=everything)
+    jobs = []
+    for rows in chunks:
+        batch, terms = pairs.clean_batch(rows), pairs.terms(rows)
+        path = plan_batch(model, batch, [plans[i] for i in rows]).plan.path
+        assert path is not None  # every text patches every edge
+        cor_inputs = model.pad(rows, [pairs.corrupted[i] for i in rows]).inputs
+        options = _kept_logits(model, terms)
+        jobs.append(
+            ops.EdgeJob(cor_inputs, batch.inputs, batch.attention_mask, terms, path, options)
+        )
+    return jobs
+
+
+@dataclass(frozen=True)
+class _EdgeSession:
+    """Per batch: the corrupted and clean metrics ``[b]`` and the scores ``[b, S, R]``."""
+
+    corrupted: list[torch.Tensor]
+    clean: list[torch.Tensor]
+    scores: list[torch.Tensor]
+
+
+def _edge_session(model: LanguageModel, jobs: list[ops.EdgeJob], steps: int) -> _EdgeSession:
     """Every batch's corrupted pass and ``steps`` gradient passes in one session.
 
     One request when remote: the corrupted senders' outputs and the senders' differences
     stay where the passes run, and so do the receivers' gradients summed over the steps;
-    per batch the corrupted metric, the first step's ``{"metric"}`` (the clean metric) and
-    the last step's ``{"scores"}`` (one dict when ``steps`` is 1) come back.
+    per batch the corrupted metric, the first step's metric (the clean one: alpha = 1)
+    and the last step's scores come back.
     """
     env = model.nnsight
     with torch.enable_grad(), env.session(**model.trace_options):
-        collected = ops.save([])
-        for cor_inputs, inputs, mask, terms, path, options in jobs:
-            with env.trace(**cor_inputs, **options):
+        corrupted, clean, scores = ops.save([]), ops.save([]), ops.save([])
+        for job in jobs:
+            with env.trace(**job.corrupted_inputs, **job.options):
                 cor = ops.edge_sender_outputs(model, {})
-                collected.append(ops.save(ops.edge_metric(model, terms).detach()))
+                corrupted.append(ops.save(ops.edge_metric(model, job.terms).detach()))
             state = None
             for k in range(steps, 0, -1):  # alpha = 1 first: its pass gives the deltas
-                with env.trace(**inputs, **options):
-                    step, state = ops.edge_attribution_pass(
-                        model, terms, path, cor, mask, k / steps, state, k == 1
+                with env.trace(**job.inputs, **job.options):
+                    step = ops.edge_attribution_pass(
+                        model, job.terms, job.path, cor, job.mask, k / steps, state, k == 1
                     )
-                    if k in (steps, 1):
-                        collected.append(step)
-    return collected
+                    state = step.state
+                    if k == steps:
+                        clean.append(ops.save(step.metric))
+                    if k == 1:
+                        scores.append(ops.save(step.scores))
+    return _EdgeSession(corrupted, clean, scores)
 
 
 def path_patching(
     model: LanguageModel,
     clean: Sequence,
     corrupted: Sequence,
-    metric: object,
+    metric: EdgeMetric,
     edges: Iterable[Edge] | np.ndarray,
     *,
     means: EdgeMeans | None = None,
@@ -194,7 +215,7 @@ def path_patching_each(
     model: LanguageModel,
     clean: Sequence,
     corrupted: Sequence,
-    metric: object,
+    metric: EdgeMetric,
     edges: Sequence[Edge],
     *,
     batch_size: int = 16,
@@ -247,7 +268,7 @@ class _Pairs:
     """Clean/corrupted pairs checked once: equal lengths, one metric per pair."""
 
     def __init__(
-        self, model: LanguageModel, clean: Sequence, corrupted: Sequence, metric: object
+        self, model: LanguageModel, clean: Sequence, corrupted: Sequence, metric: EdgeMetric
     ) -> None:
         if getattr(model, "remote", False) and callable(metric):  # only our trace code ships
             raise InputError(

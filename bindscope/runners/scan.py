@@ -22,7 +22,7 @@ from bindscope.runners.attribution_metrics import TargetLogprob, metric_terms
 from bindscope.runners.prefix import keeps_logits
 
 if TYPE_CHECKING:
-    from bindscope.interventions import HeadMeans
+    from bindscope.interventions import SiteMeans
 
 __all__ = ["ScoredSequence", "condition_scores"]
 
@@ -242,7 +242,7 @@ def _batch_session(
 def _checked(
     model: LanguageModel,
     conditions: Sequence[Sequence[tuple[int, int]]],
-    means: HeadMeans | None,
+    means: SiteMeans | None,
     donors: Sequence[ScoredSequence] | None,
     n_sequences: int,
     strategy: str,
@@ -264,7 +264,7 @@ def condition_scores(
     sequences: Sequence[ScoredSequence],
     conditions: Sequence[Sequence[tuple[int, int]]],
     *,
-    means: HeadMeans | None = None,
+    means: SiteMeans | None = None,
     donors: Sequence[ScoredSequence] | None = None,
     strategy: str = "residual",
     batch_size: int = 16,
@@ -286,8 +286,6 @@ def condition_scores(
     """
     conditions = _checked(model, conditions, means, donors, len(sequences), strategy)
     scan = _Scan.of(model, conditions, means, strategy, rows_per_pass or batch_size * model.n_heads)
-    clean = np.zeros(len(sequences))
-    scores = np.zeros((len(conditions), len(sequences)))
     # one step per (sequence, condition) row: the bar moves after every pass, with an ETA
     bar = tqdm(
         total=len(sequences) * len(conditions),
@@ -296,12 +294,13 @@ def condition_scores(
         disable=not progress,
         leave=False,
     )
+    into = _Into(np.zeros(len(sequences)), np.zeros((len(conditions), len(sequences))), bar)
     for batch in model.batches([list(s.ids) for s in sequences], batch_size=batch_size):
         part = [sequences[i] for i in batch.indices]
         given = None if donors is None else [donors[i] for i in batch.indices]
-        _score_batch(model, scan, batch, part, given, clean, scores, bar)
+        _score_batch(model, scan, batch, part, given, into)
     bar.close()
-    return clean, scores
+    return into.clean, into.scores
 
 
 @dataclass(frozen=True)
@@ -322,7 +321,7 @@ class _Scan:
         cls,
         model: LanguageModel,
         conditions: list[tuple[Head, ...]],
-        means: HeadMeans | None,
+        means: SiteMeans | None,
         strategy: str,
         rows_per_pass: int,
     ) -> _Scan:
@@ -344,24 +343,35 @@ class _Scan:
         )
 
 
+@dataclass(frozen=True)
+class _Into:
+    """Where the scores go: ``clean [S]``, ``scores [C, S]``, and the progress bar."""
+
+    clean: np.ndarray
+    scores: np.ndarray
+    bar: tqdm
+
+    def put(self, pairs: Sequence[tuple[int, int]], got: torch.Tensor, indices: list[int]) -> None:
+        """One pass's scores of ``(condition, batch row)`` pairs."""
+        for (c, r), value in zip(pairs, got.double().tolist()):
+            self.scores[c, indices[r]] = value
+            self.bar.update(1)
+
+
 def _score_batch(
     model: LanguageModel,
     scan: _Scan,
     batch: Batch,
     part: list[ScoredSequence],
     donors: list[ScoredSequence] | None,
-    clean: np.ndarray,
-    scores: np.ndarray,
-    bar: tqdm,
+    into: _Into,
 ) -> None:
-    """Score one batch clean and under every condition into ``clean`` and ``scores``."""
-    conditions = scan.conditions
+    """Score one batch clean and under every condition."""
     # the unembedding runs only where a target is predicted (the last T + 1 positions)
     metrics = [TargetLogprob(s.n_target) for s in part]
     terms, last = metric_terms(metrics, batch.input_ids, every_logit=not scan.keeps)
     options = {"logits_to_keep": last} if scan.keeps else {}
     targets = terms["logprob"]  # positions, ids and weights [b, T] of every target token
-    b = len(part)
     width = batch.input_ids.shape[1]
     mine, keep, valid = _alignment(model, part, donors, width)
     passes = _passes(model, scan, batch, targets, valid)
@@ -369,37 +379,45 @@ def _score_batch(
         done = list(passes)
         swap = None if mine is None else (mine.inputs, keep, width)
         found = _batch_session(model, batch.inputs, targets, scan.keep_layers, options, done, swap)
-        clean[batch.indices] = found[0].double().cpu().numpy()
+        into.clean[batch.indices] = found[0].double().cpu().numpy()
         for one, got in zip(done, found[1:]):
-            for (c, r), value in zip(one.pairs, got.double().tolist()):
-                scores[c, batch.indices[r]] = value
-        bar.update(b * len(conditions))
+            into.put(one.pairs, got, batch.indices)
         return
     found, outputs = _scored_pass(
         model, batch.inputs, targets, options, keep_layers=scan.keep_layers
     )
-    clean[batch.indices] = found.double().numpy()
+    into.clean[batch.indices] = found.double().numpy()
     swapped = None if mine is None else _donor_outputs(model, mine, keep, width)
     if scan.strategy == "naive":  # every condition from the embeddings, one per pass
-        for c in range(len(conditions)):
-            plan = _condition_plan(model, scan, [c] * b, batch, valid)
+        for c in range(len(scan.conditions)):
+            plan = _condition_plan(model, scan, [c] * len(part), batch, valid)
             got, _ = _scored_pass(model, batch.inputs, targets, options, plan=plan, donors=swapped)
-            scores[c, batch.indices] = got.double().numpy()
-            bar.update(b)
+            into.put([(c, r) for r in range(len(part))], got, batch.indices)
         return
     for one in passes:  # each from the clean outputs below its lowest layer
-        residual = outputs[one.start - 1][one.rows] if one.start > 0 else None
-        taken = None if swapped is None else {k: v[one.rows] for k, v in swapped.items()}
-        got, _ = _scored_pass(
-            model,
-            one.inputs,
-            one.targets,
-            options,
-            start=one.start,
-            residual=residual,
-            plan=one.plan,
-            donors=taken,
-        )
-        for (c, r), value in zip(one.pairs, got.double().tolist()):
-            scores[c, batch.indices[r]] = value
-            bar.update(1)
+        _score_from_residual(model, one, outputs, options, swapped, batch, into)
+
+
+def _score_from_residual(
+    model: LanguageModel,
+    one: _Pass,
+    outputs: list,
+    options: dict,
+    swapped: dict | None,
+    batch: Batch,
+    into: _Into,
+) -> None:
+    """One condition pass started from the clean outputs below its lowest layer."""
+    residual = outputs[one.start - 1][one.rows] if one.start > 0 else None
+    taken = None if swapped is None else {k: v[one.rows] for k, v in swapped.items()}
+    got, _ = _scored_pass(
+        model,
+        one.inputs,
+        one.targets,
+        options,
+        start=one.start,
+        residual=residual,
+        plan=one.plan,
+        donors=taken,
+    )
+    into.put(one.pairs, got, batch.indices)

@@ -31,9 +31,19 @@ HEADS = [(0, 1), (2, 2)]
 
 
 def _imports(module) -> list[str]:
-    """Every module a source file imports, at any depth (functions included)."""
+    """Every module a source file imports at run time, at any depth (functions included).
+
+    ``from __future__`` is a compiler directive, and an ``if TYPE_CHECKING:`` block never
+    runs (for annotations only, which stay strings): neither is imported on the server.
+    """
+    tree = ast.parse(inspect.getsource(module))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            node.body = []
     found = []
-    for node in ast.walk(ast.parse(inspect.getsource(module))):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            continue
         if isinstance(node, ast.Import):
             found += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):

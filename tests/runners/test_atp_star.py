@@ -15,10 +15,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bindscope.interventions import ops
+from bindscope.interventions import PatternPatch, ops
 from bindscope.runners.attribution_patching import (
     LogitDifference,
-    PatternPatch,
     all_heads,
     head_attribution_patching,
 )

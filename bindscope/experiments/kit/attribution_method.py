@@ -15,7 +15,7 @@ from bindscope.experiments.kit.experiment import ModelRun
 from bindscope.experiments.kit.options import check_choice, option, positive
 from bindscope.experiments.kit.per_head_tests import HeadTestOptions
 from bindscope.interventions import Mean, Patch, Resample, Zero
-from bindscope.interventions.specs import Spec
+from bindscope.interventions.flow_specs import Spec
 from bindscope.prompts.continuations import continuation_ids
 from bindscope.prompts.prompt_sets import PromptRecord
 from bindscope.protocols import LanguageModel

@@ -1,0 +1,390 @@
+"""The edit engine: a `TracePlan` of edits, applied layer by layer in one walk.
+
+A plan holds tensors and the small classes here only (they ship to NDIF by value); every
+edit works on a site's ``[b, s, U, k]`` view through a ``[b, W|1, U]`` mask.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from bindscope.interventions.trace.sites import (
+    attention_module,
+    by_layer,
+    knock_out,
+    layer_sites,
+    recompute_probs,
+    save,
+    site,
+    unit_view,
+)
+
+if TYPE_CHECKING:  # never runs, here or on the server
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+
+    from bindscope.interventions.trace.paths import PathPlan
+    from bindscope.protocols import TraceTarget
+
+    Heads = Sequence[tuple[int, int]] | dict[int, Sequence[int]]
+
+
+class Edit:
+    """One edit of one site at one layer, on the site's ``[b, s, U, k]`` view.
+
+    Attributes:
+        where: ``[b, W, U]`` bool, True where a row's unit is edited at a position (padded
+            columns), or ``[b, 1, U]`` for every position (each generation step too).
+    """
+
+    def __init__(self, where: torch.Tensor):
+        self.where = where
+        # False for an edit of some positions, even of a one-token text: a decoding step's
+        # single column is then not one of them
+        self.every_position = where.shape[1] == 1
+
+    def fits(self, view: torch.Tensor, step: int = 0):
+        """Whether the edit applies to this view at generation step ``step``.
+
+        Step 0 is the prompt pass; an edit of some positions acts on it only.
+        """
+        return self.every_position or (step == 0 and self.where.shape[1] == view.shape[1])
+
+    def mask(self, view: torch.Tensor):
+        """The mask as ``[b, W|1, U, 1]`` on the view's device."""
+        return self.where.to(view.device)[..., None]  # [b, W|1, U, 1]
+
+    def target(self, view: torch.Tensor, donors: Any):
+        """What the edited cells become (``donors``: the donor invoke's `site_outputs`)."""
+        raise NotImplementedError
+
+    def apply(self, view: torch.Tensor, donors: Any):
+        """Edit ``view`` in place."""
+        view.copy_(torch.where(self.mask(view), self.target(view, donors), view))
+
+    def delta(self, view: torch.Tensor, donors: Any):
+        """``new - view``: what `apply` would change, 0 outside the edited cells."""
+        return torch.where(self.mask(view), self.target(view, donors) - view, 0.0)
+
+
+class ReplaceEdit(Edit):
+    """Set edited cells to ``value`` (``[U, k]``; ``None`` for zero)."""
+
+    def __init__(self, where: torch.Tensor, value: torch.Tensor | None = None):
+        Edit.__init__(self, where)
+        self.value = value
+
+    def target(self, view: torch.Tensor, donors: Any):
+        """The value (zero when ``None``), broadcast over rows and positions."""
+        if self.value is None:
+            return torch.zeros((), dtype=view.dtype, device=view.device)
+        return self.value.to(device=view.device, dtype=view.dtype)[None, None]
+
+
+class DonorEdit(Edit):
+    """Set edited cells to a donor row's activations at the same site and padded column.
+
+    Attributes:
+        key: ``(site, layer)`` of the donor activations (``donors[key]`` is ``[d, W, U, k]``).
+        donor_row: ``[b]`` long, each row's donor row.
+    """
+
+    def __init__(self, where: torch.Tensor, key: tuple[str, int], donor_row: torch.Tensor):
+        Edit.__init__(self, where)
+        self.key = key
+        self.donor_row = donor_row
+
+    def target(self, view: torch.Tensor, donors: Any):
+        """Each row's donor activations at the same site and padded columns."""
+        acts = donors[self.key]
+        return acts[self.donor_row.to(acts.device)].to(view.device, view.dtype)
+
+
+class AddEdit(Edit):
+    """Add ``vector`` (``[U, k]``, already scaled) to edited cells."""
+
+    def __init__(self, where: torch.Tensor, vector: torch.Tensor):
+        Edit.__init__(self, where)
+        self.vector = vector
+
+    def target(self, view: torch.Tensor, donors: Any):
+        """The cells plus the vector."""
+        return view + self.vector.to(device=view.device, dtype=view.dtype)[None, None]
+
+
+class TracePlan:
+    """Everything a trace body applies, as tensors (built by ``interventions.plan``).
+
+    Attributes:
+        edits: ``{(site, layer): [Edit, ...]}``, applied in list order (a text's edits
+            touch disjoint cells: ``resolve.resolve_rows`` refuses two specs on one unit).
+        donor_keys: ``(site, layer)`` pairs the donor invoke reads, in execution order.
+        knockout: ``{layer: removed [b, H, W, W] bool}`` for this invoke's rows.
+        knockout_batch: The same over donor and patched rows together (an empty invoke).
+        knockout_site: ``(label, mask_index)`` of the attention call (see `knock_out`).
+    """
+
+    def __init__(
+        self,
+        edits: dict | None = None,
+        donor_keys: Iterable[tuple[str, int]] = (),
+        knockout: dict[int, torch.Tensor] | None = None,
+        knockout_batch: dict | None = None,
+        knockout_site: tuple[str, int] | None = None,
+        rows: int | None = None,
+        path: PathPlan | None = None,
+    ):
+        self.path = path  # a PathPlan: edges patched through scratch rows, or None
+        self.rows = rows  # batch rows the plan is for (None: any; its masks broadcast)
+        self.edits = edits or {}
+        self.donor_keys = list(donor_keys)
+        self.knockout = knockout or {}
+        self.knockout_batch = knockout_batch or {}
+        self.knockout_site = knockout_site
+
+    def __bool__(self):
+        return bool(self.edits or self.knockout or self.knockout_batch or self.path)
+
+
+def apply_edits(
+    model: TraceTarget,
+    name: str,
+    layer: int,
+    x: torch.Tensor,
+    plan: TracePlan | None,
+    donors: dict | None,
+    step: int = 0,
+):
+    """Apply the plan's edits of one site and layer to its tensor ``x``, in place."""
+    entries = plan.edits.get((name, layer)) if plan else None
+    if plan is None or not entries:
+        return
+    view = unit_view(model, name, x)
+    if plan.rows is not None and view.shape[0] != plan.rows:
+        error = getattr(model, "input_error", None) or ValueError
+        raise error(
+            f"per_row gives {plan.rows} head lists but the batch at layer {layer} has "
+            f"{view.shape[0]} rows; pass exactly one entry per text of the invoke"
+        )
+    for edit in entries:
+        if edit.fits(view, step):
+            edit.apply(view, donors)
+
+
+def site_outputs(model: TraceTarget, keys: Iterable[tuple[str, int]], into: Any):
+    """Fill ``into`` with the donor invoke's activations ``{(site, layer): [d, W, U, k]}``.
+
+    Runs in an earlier invoke of the same trace as the patched texts: each site is read
+    (and copied at once) before the patched rows' invoke reaches it and writes.
+    """
+    for name, layer in keys:
+        x = site(model, name, layer)
+        into[(name, layer)] = unit_view(model, name, x).clone()
+    return into
+
+
+def knock_out_batch(
+    model: TraceTarget, knockout: dict[int, torch.Tensor], site: tuple[str, int] | None
+):
+    """Knock edges out across a whole multi-invoke batch (run in an empty invoke).
+
+    With donor rows in their own invoke, the mask must be replaced for all rows at once:
+    one invoke's per-head mask cannot be joined to the others' shared one.
+    """
+    for layer in sorted(knockout):
+        knock_out(attention_module(model, layer), knockout[layer], site)
+
+
+def run_layers(
+    model: TraceTarget,
+    *,
+    capture: Iterable[int] = (),
+    reduce: Callable | None = None,
+    sites: Mapping[str, Iterable[int]] | None = None,
+    only_layers: Iterable[int] | None = None,
+    allow_missing: bool = False,
+    plan: TracePlan | None = None,
+    donors: dict | None = None,
+    step: int = 0,
+):
+    """Walk the layers once, in execution order, applying a plan and capturing.
+
+    This is the single place that orders requests, so captures and edits of any sites and
+    layers compose in one forward pass. Returns ``{layer: saved value}`` for the attention
+    probabilities of the ``capture`` layers (``reduce(probs)`` when given) and
+    ``{(site, layer): [b, s, U, k]}`` for the ``sites`` captures (``{site: layers}``),
+    marked saved. Bind it in the body (``found = run_layers(...)``): a remote run returns
+    only saved values the body binds to a name. ``allow_missing`` hands ``None`` to
+    ``reduce`` when the module returned no weights (the load-time probe) instead of
+    failing. ``plan`` is a `TracePlan` (from
+    ``bindscope.interventions.plan``, or `head_plan` here); ``donors`` the `site_outputs`
+    of its donor invoke; ``step`` the generation step (``for step in tracer.all()``):
+    past the prompt pass (step 0) only edits of every position act.
+    """
+    try:
+        return _run_layers(
+            model, capture, reduce, sites, only_layers, allow_missing, plan, donors, step
+        )
+    except Exception as exc:
+        # A bindscope.Model explains nnsight's OutOfOrderError (an earlier call in the body
+        # touched a later layer); a shipped TraceModel has no translator and re-raises.
+        translate = getattr(model, "trace_order_error", None)
+        error = translate(exc) if translate is not None else None
+        if error is None:
+            raise
+        raise error from None
+
+
+def resid_post_at(
+    model: TraceTarget,
+    layers: Iterable[int],
+    rows: torch.Tensor,
+    columns: torch.Tensor,
+    plan: TracePlan | None = None,
+    donors: dict | None = None,
+):
+    """Walk the layers applying ``plan``; save ``resid_post`` of ``layers`` at some positions.
+
+    Only the selected positions come back (a logit lens or a sweep's metric reads a few
+    positions of a long text). ``resid_post`` is the last site of a layer, so reading it
+    after `run_layers` of that layer keeps execution order.
+
+    Args:
+        model: The model (``TraceTarget``).
+        layers: Layer indices to read.
+        rows: ``[b, P]`` long, the batch row of each selected position.
+        columns: ``[b, P]`` long, its padded column.
+        plan: A `TracePlan` applied on the way (None: none).
+        donors: The donor invoke's `site_outputs`, when the plan patches.
+
+    Returns:
+        ``{layer: [b, P, d_model]}``, saved.
+    """
+    wanted = {int(layer) for layer in layers}
+    found = {}
+    for layer in range(max(wanted) + 1):
+        run_layers(model, plan=plan, donors=donors, only_layers=[layer])
+        if layer in wanted:
+            x = site(model, "resid_post", layer)
+            found[layer] = save(x[rows.to(x.device), columns.to(x.device)].clone())
+    return save(found)
+
+
+def _run_layers(
+    model: TraceTarget,
+    capture: Iterable[int],
+    reduce: Callable | None,
+    sites: Mapping[str, Iterable[int]] | None,
+    only_layers: Iterable[int] | None,
+    allow_missing: bool,
+    plan: TracePlan | None,
+    donors: dict | None,
+    step: int,
+):
+    """``run_layers`` itself; the wrapper above only explains errors."""
+    capture = set(capture)
+    label = _recompute_label(model, capture)
+    out: dict = {}  # {layer: probs} and {(site, layer): view}
+    plan = plan or TracePlan()
+    wanted = {name: set(layers) for name, layers in (sites or {}).items()}
+    probs: dict = {}  # {layer: recomputed probabilities}, set at the attention call
+    for layer, name in layer_sites(model, only_layers):
+        if name == "pattern":
+            if (name, layer) in plan.edits:
+                raise ValueError("a pattern edit is estimated (attribution_pass), not run")
+            if layer in capture:
+                out[layer] = save(_pattern(model, layer, probs.get(layer), reduce, allow_missing))
+            continue
+        if name == "head_out":  # the attention call comes before the output projection
+            probs[layer] = _attention_call(model, layer, plan, label if layer in capture else None)
+        keep = layer in wanted.get(name, ())
+        if (name, layer) not in plan.edits and not keep:
+            continue
+        x = site(model, name, layer)
+        apply_edits(model, name, layer, x, plan, donors, step)
+        if keep:
+            out[(name, layer)] = save(unit_view(model, name, x).clone())
+    return save(out)
+
+
+def _pattern(
+    model: TraceTarget,
+    layer: int,
+    probs: torch.Tensor | None,
+    reduce: Callable | None,
+    allow_missing: bool,
+):
+    """One layer's captured probabilities (or ``reduce`` of them)."""
+    if probs is None:
+        probs = site(model, "pattern", layer)  # [b, H, n, n]
+    if probs is None and not allow_missing:
+        raise RuntimeError(
+            f"{model.name}: layer {layer}'s attention returned no weights although "
+            "eager attention was requested; the model may not support switching "
+            "(reload it so the load-time probe can fall back to recomputing them)"
+        )
+    if reduce is not None:
+        return reduce(probs)
+    return probs.to(torch.promote_types(probs.dtype, torch.float32))  # float64 stays float64
+
+
+def _recompute_label(model: TraceTarget, capture: Iterable[int]):
+    """The attention call's ``.source`` label when captures recompute probabilities, else None."""
+    if not capture or model.capture_mode != "recompute":
+        return None
+    label = model.attention_call_label  # type: ignore[attr-defined]  # a Model's, a TraceModel's
+    if label is None:
+        raise RuntimeError(
+            f"{model.name}: no attention_interface call in the attention forward, so "
+            "probabilities cannot be recomputed; capture under eager attention instead"
+        )
+    return label
+
+
+def _attention_call(model: TraceTarget, layer: int, plan: TracePlan, label: str | None):
+    """Apply one layer's knockout at the attention call; recompute probabilities if asked.
+
+    With ``label`` (a recompute capture of this layer) the probabilities are recomputed
+    from the attention call's inputs, after any knockout edited its mask.
+
+    Returns:
+        The recomputed probabilities, or None.
+    """
+    call = None
+    if layer in plan.knockout:
+        call = knock_out(attention_module(model, layer), plan.knockout[layer], plan.knockout_site)
+    if label is None:
+        return None
+    return recompute_probs(*(call or getattr(attention_module(model, layer).source, label).inputs))
+
+
+def head_plan(
+    model: TraceTarget,
+    heads: Heads | None = None,
+    *,
+    per_row: Sequence[Heads] | None = None,
+    means: Any = None,
+):
+    """A plan zeroing (with ``means``: mean-ablating) heads of every row, or of each row.
+
+    For the primitives below, which run inside a trace the caller opened: ``heads`` act
+    on every row (a ``[1, 1, H]`` mask broadcasts over the batch), ``per_row`` gives one
+    head list per batch row.
+    """
+    if heads is not None and per_row is not None:
+        raise ValueError("pass either heads= or per_row=, not both")
+    rows = [model.check_heads(r) for r in ([heads] if per_row is None else per_row)]
+    edits: dict = {}
+    for r, row in enumerate(rows):
+        for layer, hs in by_layer(row).items():
+            if means is not None and layer not in means.means:
+                raise ValueError(
+                    f"no reference means for layer {layer}; include it in head_means()"
+                )
+            if ("head_out", layer) not in edits:  # one edit per layer, every row's heads
+                where = torch.zeros(len(rows), 1, model.n_heads, dtype=torch.bool)
+                value = None if means is None else means.means[layer]
+                edits[("head_out", layer)] = [ReplaceEdit(where, value)]
+            edits[("head_out", layer)][0].where[r, 0, hs] = True
+    return TracePlan(edits, rows=None if per_row is None else len(rows))

@@ -1,0 +1,142 @@
+"""The small record classes a trace body receives or passes between passes.
+
+Plain classes, not dataclasses: they ship by value to NDIF, whose sandbox refuses the
+``dataclasses`` module a dataclass's fields would reference.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # never runs, here or on the server
+    import torch
+
+
+class TraceModel:
+    """What a shipped trace body sees of a ``bindscope.Model``.
+
+    A ``Model`` pickles as one of these (``Model.__reduce__``): the renamed nnsight model
+    and the head geometry, never the weights, tokenizer, trace options or credentials.
+    """
+
+    def __init__(
+        self,
+        envoy: object,
+        name: str,
+        n_layers: int,
+        n_heads: int,
+        n_kv_heads: int,
+        head_dim: int,
+        capture_mode: str,
+        attention_call_label: str | None = None,
+        sites: dict[str, tuple[str, str, int]] | None = None,
+        d_model: int = 0,
+        logit_softcap: float | None = None,
+    ) -> None:
+        self.nnsight = envoy
+        self.logit_softcap = logit_softcap
+        self.sites = sites or {}  # {site: (module, port, index)} in execution order
+        self.d_model = d_model
+        self.name = name
+        self.n_layers = n_layers
+        self.n_heads = n_heads
+        self.n_kv_heads = n_kv_heads
+        self.head_dim = head_dim
+        self.capture_mode = capture_mode
+        self.attention_call_label = attention_call_label
+
+    def check_heads(self, heads: object) -> tuple[tuple[int, int], ...]:
+        """Pairs (or ``{layer: [heads]}``) sorted; they were validated before the trace was sent."""
+        if isinstance(heads, dict):
+            heads = [(layer, head) for layer in heads for head in heads[layer]]
+        return tuple(sorted({(int(layer), int(head)) for layer, head in heads or ()}))  # type: ignore[attr-defined]
+
+
+class TraceMeans:
+    """What a shipped trace body sees of ``SiteMeans``: ``{layer: [H, hd]}`` means."""
+
+    def __init__(self, means: dict[int, torch.Tensor], n_positions: int) -> None:
+        self.means = means
+        self.n_positions = n_positions
+
+
+class ShippedModule:
+    """A shipped module as a body sees it: its functions and classes as attributes.
+
+    Bodies call ``ops.f(...)``, so the module object itself travels. Pickled as a module
+    it would carry its import-machinery spec and loader, which the sandbox refuses;
+    ``bindscope.remote.register_shipped`` makes it pickle as one of these instead.
+    """
+
+    def __init__(self, name: str, members: dict[str, object]) -> None:
+        self.name = name
+        self.__dict__.update(members)
+
+
+class EdgeGeometry:
+    """What the edge walks need of the model's layout (``graph.edge_geometry`` builds it).
+
+    Attributes:
+        post: The module after the output projection whose output is ``attn_out`` (a
+            sandwich norm), or ``""``.
+        head_out: The output projection's module path (a head's output is its slice
+            through it, computed inside the trace).
+        label: The attention call's ``.source`` label.
+        qkv: The index of its query argument (key and value follow).
+        mlp_reads: ``resid_mid``, or ``resid_pre`` for a parallel residual.
+    """
+
+    def __init__(self, post: str, head_out: str, label: str, qkv: int, mlp_reads: str) -> None:
+        self.post = post
+        self.head_out = head_out
+        self.label = label
+        self.qkv = qkv
+        self.mlp_reads = mlp_reads
+
+
+class Receiver:
+    """One receiver of a layer in a `PathPlan`.
+
+    Attributes:
+        slot: ``[b]`` long, its scratch row in each text that patches it.
+        kind: ``q``, ``k``, ``v`` or ``mlp``.
+        unit: The head or key/value group (0 for an MLP).
+        index: Its index among the plan's receivers (the mask's second axis).
+    """
+
+    def __init__(self, slot: torch.Tensor, kind: str, unit: int, index: int) -> None:
+        self.slot = slot
+        self.kind = kind
+        self.unit = unit
+        self.index = index
+
+
+class EdgeState:
+    """What the edge passes over one batch keep where they run, from one pass to the next.
+
+    Attributes:
+        deltas: ``[S, b, s, d]`` the senders' ``corrupted - clean`` outputs on real positions.
+        gradients: The receivers' gradients summed so far, ``[R_i, b, s, d]`` parts in the
+            graph's order.
+        passes: How many passes were summed.
+    """
+
+    def __init__(self, deltas: torch.Tensor, gradients: list[torch.Tensor], passes: int) -> None:
+        self.deltas = deltas
+        self.gradients = gradients
+        self.passes = passes
+
+
+class EdgePass:
+    """One edge pass's results.
+
+    Attributes:
+        metric: ``[b]`` the metric at this step's input.
+        scores: ``[b, S, R]`` on the last step (averaged over the steps), else None.
+        state: What the next pass of these texts continues from.
+    """
+
+    def __init__(self, metric: torch.Tensor, scores: torch.Tensor | None, state: EdgeState) -> None:
+        self.metric = metric
+        self.scores = scores
+        self.state = state

@@ -1,0 +1,238 @@
+"""Where a trace body reads and writes: one accessor per site, in execution order.
+
+Every read or write of a head output, pattern, residual or block output goes through
+`site` (the family's ``model.sites`` table), the engine's own walks included; `layer_sites`
+is the one walk over layers and sites that the edit and estimate passes share.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:  # never runs, here or on the server
+    from collections.abc import Iterable, Sequence
+
+    from bindscope.protocols import TraceTarget
+
+    Heads = Sequence[tuple[int, int]] | dict[int, Sequence[int]]
+
+
+def save(value: Any):
+    """Mark a value to come back from the trace (``nnsight.save`` without the import)."""
+    return value.save()
+
+
+def by_layer(heads: Iterable[tuple[int, int]]):
+    """Group sorted pairs as ``{layer: [heads]}`` in ascending layer order."""
+    grouped: dict = {}
+    for layer, head in sorted(heads):
+        grouped.setdefault(layer, []).append(head)
+    return grouped
+
+
+def site(model: TraceTarget, name: str, layer: int):
+    """The tensor at site ``name`` of decoder layer ``layer``, where the family keeps it.
+
+    The one accessor of a site (``families.Sites``, checked at load as ``model.sites``):
+    every read and write of a head output, pattern, residual or block output goes
+    through it, the engine's own included.
+    """
+    return site_tensor(model.nnsight, layer, model.sites[name])
+
+
+def attention_module(model: TraceTarget, layer: int):
+    """The attention envoy of one layer: the module whose output holds the pattern."""
+    return site_module(model.nnsight, layer, model.sites["pattern"][0])
+
+
+def site_module(envoy: Any, layer: int, module: str):
+    """The envoy at dotted path ``module`` under decoder layer ``layer`` (``""``: the layer)."""
+    found = envoy.model.layers[layer]
+    for part in module.split(".") if module else ():
+        found = getattr(found, part)
+    return found
+
+
+def site_tensor(envoy: Any, layer: int, where: tuple[str, str, int]):
+    """The tensor at a site of one layer: ``where`` is ``(module, port, index)``.
+
+    A tuple (a decoder layer or attention module's output in some families) is read at
+    ``index``; in-place edits of the returned tensor are what the model computes with.
+    """
+    module, port, index = where
+    found = site_module(envoy, layer, module)
+    value = found.input if port == "input" else found.output
+    if isinstance(value, (tuple, list)):
+        value = value[index]
+    return value
+
+
+def head_view(x: torch.Tensor, n_heads: int, head_dim: int):
+    """View an output-projection input ``[b, s, H*hd]`` as ``[b, s, H, hd]``."""
+    return x.view(*x.shape[:-1], n_heads, head_dim)
+
+
+def unit_view(model: TraceTarget, name: str, x: torch.Tensor):
+    """A site's tensor as ``[b, s, U, k]``: U heads of head_dim for head_out, else 1 x d.
+
+    The pattern ``[b, H, q, k]`` is seen as ``[b, q, H, k]``: a query row is a position,
+    each head a unit, the keys its width (pattern edits exist for estimates only).
+    """
+    if name == "head_out":
+        return head_view(x, model.n_heads, model.head_dim)
+    if name == "pattern":
+        return x.transpose(1, 2)
+    return x.view(*x.shape[:-1], 1, x.shape[-1])
+
+
+def end_aligned(x: torch.Tensor, keep: Sequence[int], width: int):
+    """Rows of ``x`` ``[b, W', ...]`` aligned from the end into ``width`` positions.
+
+    Row ``r`` takes its last ``keep[r]`` positions into its last ``keep[r]``; the others
+    are zeros (``[b, width, ...]``). A resample donor's outputs meet their row this way.
+    """
+    out = torch.zeros(x.shape[0], width, *x.shape[2:], dtype=x.dtype, device=x.device)
+    for r in range(len(keep)):
+        out[r, width - keep[r] :] = x[r, x.shape[1] - keep[r] :]
+    return out
+
+
+def soft_capped(logits: torch.Tensor, cap: float | None):
+    """``cap * tanh(logits / cap)``: the final logit soft-capping (Gemma 2); None: none."""
+    if not cap:
+        return logits
+    return torch.tanh(logits / cap) * cap
+
+
+def final_logits(model: TraceTarget):
+    """The logits the causal-LM forward returns (the LM head's output, then soft-capping).
+
+    The forward caps after the head (Gemma 2, ``model.logit_softcap``), so the head's own
+    output is not what the model predicts there.
+    """
+    return soft_capped(model.nnsight.lm_head.output, model.logit_softcap)
+
+
+def keep_outputs(model: TraceTarget, n_layers: int, into: Any):
+    """Append the outputs ``[b, n, d]`` of the layers below ``n_layers`` to ``into``.
+
+    A clean pass keeps its residual stream this way, for passes that start higher up.
+    """
+    layers = model.nnsight.model.layers
+    for i in range(n_layers):
+        into.append(layers[i].output)
+    return into
+
+
+def start_at(model: TraceTarget, start: int, residual: torch.Tensor | None):
+    """Start the pass at layer ``start``: the layers below are skipped (nnsight ``skip``).
+
+    ``residual`` (``[b, n, d]``) is a clean pass's output of layer ``start - 1`` for these
+    rows; what the skipped layers would compute, if nothing the pass changes lies below
+    ``start``.
+    """
+    layers = model.nnsight.model.layers
+    for i in range(start):
+        layers[i].skip(residual)
+
+
+def knock_out(attn: Any, removed: torch.Tensor, site: Any):
+    """Remove attention edges before the softmax by editing the attention call's mask.
+
+    Args:
+        attn: The attention envoy of one layer.
+        removed: ``[b, H, W, W]`` bool, True on removed (query, key) edges (padded columns).
+        site: ``(label, mask_index)``: the ``.source`` label of the attention call and where
+            its mask sits among the positional arguments (queries at ``mask_index - 3``).
+
+    Returns:
+        The call's ``(args, kwargs)`` as the model now sees them. A decoding step (a query
+        or key count other than ``W``) is left alone: its new query has no listed edge.
+    """
+    label, index = site
+    call = getattr(attn.source, label)
+    args, kwargs = call.inputs
+    query, key = args[index - 3], args[index - 2]
+    n_q, n_k = query.shape[-2], key.shape[-2]
+    if n_q != removed.shape[-2] or n_k != removed.shape[-1]:
+        return args, kwargs
+    in_args = len(args) > index
+    mask = args[index] if in_args else kwargs.get("attention_mask")
+    removed = removed.to(query.device)
+    shape = (removed.shape[0], removed.shape[1], n_q, n_k)
+    if mask is None:  # causal fast path: build the causal mask it stands for
+        causal = torch.ones(n_q, n_k, dtype=torch.bool, device=query.device).tril(n_k - n_q)
+        mask = torch.zeros(n_q, n_k, dtype=query.dtype, device=query.device)
+        mask = mask.masked_fill(~causal, float("-inf"))
+    if mask.dtype == torch.bool:
+        new = mask[..., :n_q, :n_k].expand(shape) & ~removed
+    else:
+        new = mask[..., :n_q, :n_k].expand(shape).masked_fill(removed, float("-inf"))
+    if in_args:
+        args = (*args[:index], new, *args[index + 1 :])
+    else:
+        kwargs = {**kwargs, "attention_mask": new}
+    call.inputs = (args, kwargs)
+    return args, kwargs
+
+
+def recompute_probs(args: tuple, kwargs: dict):
+    """Attention probabilities from the attention function's inputs.
+
+    Used when the attention implementation returns no weights (sdpa, flash). Handles the
+    three mask forms transformers passes: None (causal fast path), bool, additive float.
+
+    Args:
+        args: Positional inputs of the attention-interface call: (module, q, k, v, mask, ...).
+        kwargs: Its keyword inputs (``scaling``, ``attention_mask``, ``sliding_window``).
+
+    Returns:
+        ``[b, H, q, k]`` probabilities, float32 (float64 for float64 inputs).
+    """
+    q, k = args[1], args[2]
+    wide = torch.promote_types(q.dtype, torch.float32)
+    mask = args[4] if len(args) > 4 else kwargs.get("attention_mask")
+    scaling = kwargs.get("scaling")
+    if scaling is None:
+        scaling = 1.0 / math.sqrt(q.shape[-1])
+    k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)  # GQA, same as repeat_kv
+    scores = (q.to(wide) @ k.to(wide).transpose(-1, -2)) * scaling  # [b, H, q, k]
+    softcap = kwargs.get("softcap")
+    if softcap:  # Gemma 2 caps the logits before the mask
+        scores = torch.tanh(scores / softcap) * softcap
+    n_q, n_k = scores.shape[-2:]
+    if mask is None:
+        causal = torch.ones(n_q, n_k, dtype=torch.bool, device=scores.device).tril(n_k - n_q)
+        scores = scores.masked_fill(~causal, float("-inf"))
+    elif mask.dtype == torch.bool:
+        scores = scores.masked_fill(~mask[..., :n_q, :n_k], float("-inf"))
+    else:
+        scores = scores + mask[..., :n_q, :n_k].to(wide)
+    window = kwargs.get("sliding_window")
+    if window:
+        rows = torch.arange(n_q, device=scores.device)[:, None] + (n_k - n_q)
+        cols = torch.arange(n_k, device=scores.device)[None, :]
+        scores = scores.masked_fill(rows - cols >= window, float("-inf"))
+    probs = scores.softmax(-1)
+    return torch.nan_to_num(probs, nan=0.0)  # fully masked (pad) query rows
+
+
+def layer_filter(layers: Iterable[int] | None, n_layers: int) -> set[int]:
+    """The layers a call acts on (``None``: every layer)."""
+    return set(range(n_layers)) if layers is None else {int(x) for x in layers}
+
+
+def layer_sites(model: TraceTarget, layers: Iterable[int] | None = None):
+    """``(layer, site)`` in execution order: the one walk over a model's layers and sites.
+
+    ``model.sites`` lists a decoder layer's sites in execution order, and nnsight reads
+    them only in that order; ``layers`` limits the walk (None: every layer).
+    """
+    allowed = layer_filter(layers, model.n_layers)
+    for layer in range(model.n_layers):
+        if layer in allowed:
+            for name in model.sites:
+                yield layer, name

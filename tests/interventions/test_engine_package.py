@@ -1,0 +1,89 @@
+"""The trace engine as a small shipped package: what ships, its records, one name per thing."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+
+import pytest
+
+import bindscope.interventions.trace as trace
+from bindscope.interventions import (
+    ops,
+)
+from bindscope.interventions.flow_specs import PathPatch
+from bindscope.interventions.graph import edge_geometry, edge_graph
+from bindscope.interventions.plan import plan_batch
+from bindscope.interventions.resolve import resolve_rows
+from bindscope.interventions.trace.records import EdgeGeometry, Receiver
+from bindscope.remote.shipping import SHIPPED_MODULES
+from tests.conftest import PROMPTS, build_tiny
+
+HEADS = [(0, 1), (2, 2)]
+
+
+def _runtime_imports(name: str) -> set[str]:
+    """The bindscope modules ``name`` imports when it runs (not under TYPE_CHECKING)."""
+    tree = ast.parse(inspect.getsource(importlib.import_module(name)))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            node.body = []
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("bindscope"):
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("bindscope")}
+    return found
+
+
+def test_the_shipped_list_covers_every_module_the_engine_imports():
+    seen, todo = set(), ["bindscope.interventions.ops"]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo += sorted(_runtime_imports(name))
+    assert seen <= set(SHIPPED_MODULES), f"imported but not shipped: {seen - set(SHIPPED_MODULES)}"
+    modules = {f"{trace.__name__}.{m.name}" for m in pkgutil.iter_modules(trace.__path__)}
+    assert modules <= set(SHIPPED_MODULES), f"not shipped: {modules - set(SHIPPED_MODULES)}"
+
+
+def test_ops_gathers_every_public_name_of_the_engine():
+    for name in SHIPPED_MODULES:
+        module = importlib.import_module(name)
+        public = [
+            key
+            for key, value in vars(module).items()
+            if not key.startswith("_")
+            and (inspect.isfunction(value) or inspect.isclass(value))
+            and value.__module__ == name
+        ]
+        assert all(getattr(ops, key) is getattr(module, key) for key in public), name
+
+
+@pytest.fixture(scope="module")
+def llama(sp_tokenizer):
+    return build_tiny("llama", sp_tokenizer, self_check=False)
+
+
+def test_the_path_plan_carries_records_not_tuples_or_dicts(llama):
+    geo = edge_geometry(llama)
+    assert isinstance(geo, EdgeGeometry)
+    assert (geo.label, geo.qkv, geo.mlp_reads, geo.post) == (
+        llama.knockout_site[0],
+        1,
+        "resid_mid",
+        "",
+    )
+    texts = PROMPTS[:2]
+    ids = [llama.tokenize(t) for t in texts]
+    graph = edge_graph(llama)
+    rows = resolve_rows(llama, ids, intervene=PathPatch(graph.valid, source=tuple(ids)))
+    path = plan_batch(llama, llama.pad([0, 1], ids), rows).plan.path
+    assert path is not None and path.geo.label == geo.label
+    receivers = [entry for entries in path.at.values() for entry in entries]
+    assert receivers and all(isinstance(entry, Receiver) for entry in receivers)
+    assert {entry.kind for entry in receivers} == {"q", "k", "v", "mlp"}
