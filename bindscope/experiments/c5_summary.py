@@ -229,47 +229,14 @@ def _ranking(
 def _summarize_model(
     group: list[dict], all_records: list[dict], settings: dict, n_resamples: int, label: str
 ) -> dict:
-    first = group[0]
-    heads = {r["condition"]: r["heads"] for r in group}
-    ranking, ranking_skipped, excluded = _ranking(all_records, first, label)
+    """One model's summary entry: its heads and nulls, then every score's tests and limits."""
+    ranking, ranking_skipped, excluded = _ranking(all_records, group[0], label)
+    entry = _entry(group, ranking, ranking_skipped)
     found: list[dict | None] = [excluded]
-    match = next((r["null_match"] for r in group if r.get("null_match")), None)
     for null, why in next(
         (r["nulls_not_drawn"] for r in group if r.get("nulls_not_drawn")), {}
     ).items():
         found.append(limits.null_not_drawn(label, null, why))
-    entry: dict = {
-        "model": first["model"],
-        "revision": first["revision"],
-        "n_layers": first["provenance"].get("n_layers"),
-        "top_heads": heads.get("top"),
-        "bottom_heads": heads.get("bottom"),
-        "random_heads": [heads[c] for c in null_names(heads, "random")],
-        "null_heads": {
-            null: [heads[c] for c in null_names(heads, null)]
-            for null in NULLS
-            if null_names(heads, null)
-        },
-        "class_match": match,
-        "null_support": null_supports(group),
-        "chance": chance_levels(group),
-        "conditions": {},
-        "drops": {},
-        "random_drops": {},
-        "specificity": {},
-        "p_value": {},
-        "nulls": {},
-        "paired_sd": {},
-        "n_items": {},
-        "_item_drops": {},
-        "detectable_drop": {},
-        "per_term": {},
-        "n_ranking": len(ranking),
-        "ranking_skipped_reasons": ranking_skipped,
-    }
-    if ranking:
-        entry["mean_bsi"] = mean_bsi(ranking).tolist()
-        entry["n_layers"], entry["n_heads"] = (len(entry["mean_bsi"]), len(entry["mean_bsi"][0]))
     terms = {r["prompt_key"]: r["term"] for r in group}
     table = score_table(group)
     for score, by_condition in table.items():
@@ -284,6 +251,42 @@ def _summarize_model(
         if enumerated(support, settings["n_random"])
     ]
     entry["_limits"] = limits.collect(*found)
+    return entry
+
+
+#: An entry's fields that `_summarize_score` fills, one key per score.
+_PER_SCORE = (
+    "conditions", "drops", "random_drops", "specificity", "p_value", "nulls", "paired_sd",
+    "n_items", "_item_drops", "detectable_drop", "per_term",
+)  # fmt: skip
+
+
+def _entry(group: list[dict], ranking: list[dict], ranking_skipped: dict) -> dict:
+    """A model's entry before its scores: heads per condition, nulls, ranking, chance."""
+    first = group[0]
+    heads = {r["condition"]: r["heads"] for r in group}
+    entry: dict = {
+        "model": first["model"],
+        "revision": first["revision"],
+        "n_layers": first["provenance"].get("n_layers"),
+        "top_heads": heads.get("top"),
+        "bottom_heads": heads.get("bottom"),
+        "random_heads": [heads[c] for c in null_names(heads, "random")],
+        "null_heads": {
+            null: [heads[c] for c in null_names(heads, null)]
+            for null in NULLS
+            if null_names(heads, null)
+        },
+        "class_match": next((r["null_match"] for r in group if r.get("null_match")), None),
+        "null_support": null_supports(group),
+        "chance": chance_levels(group),
+        **{field: {} for field in _PER_SCORE},
+        "n_ranking": len(ranking),
+        "ranking_skipped_reasons": ranking_skipped,
+    }
+    if ranking:
+        entry["mean_bsi"] = mean_bsi(ranking).tolist()
+        entry["n_layers"], entry["n_heads"] = (len(entry["mean_bsi"]), len(entry["mean_bsi"][0]))
     return entry
 
 

@@ -1,14 +1,8 @@
 """The behaviour runners, in batches, under any intervention.
 
-Recognition scores choice log-probabilities; generation scores greedy continuations with
-the rubric.
-
-Recognition scores each choice by the mean log-probability per token of the choice, one
-space after the prompt (``prompts.continuations``); the prompt runs once per record
-and its key/value cache is shared by all choices (``strategy="shared_prefix"``), which
-gives the same numbers as one forward pass per choice (``strategy="full"``, the published
-way; its passes live in ``bindscope.runners.prefix``). The result types and the rubric
-live in ``bindscope.metrics.behaviour``.
+Recognition scores each choice by its mean log-probability per token after the prompt;
+every strategy runs the LM head only where a score reads it. Generation scores greedy
+continuations with the rubric (``bindscope.metrics.behaviour``).
 """
 
 from __future__ import annotations
@@ -38,6 +32,7 @@ from bindscope.runners.attribution_metrics import TargetLogprob, metric_terms
 from bindscope.runners.prefix import (
     choice_pass,
     choice_scores,
+    keeps_logits,
     prompt_pass,
     recognition_result,
     row_plan,
@@ -97,8 +92,9 @@ def recognition(
         intervene: ``Zero``, ``Mean`` or ``Knockout`` spec(s) for all records.
         per_row: One spec, list of specs, head list or ``None`` per record (different
             interventions in one batch).
-        strategy: ``shared_prefix`` (prompt once, choices on its cache) or ``full``
-            (every prompt + choice sequence in full; the reference).
+        strategy: ``shared_prefix`` (prompt once, choices on its cache; the passes live
+            in ``bindscope.runners.prefix``) or ``full`` (every prompt + choice sequence in
+            full, one forward each: the published way and the reference, a remote model's).
         batch_size: Records per forward pass.
         progress: Show a progress bar.
     """
@@ -130,12 +126,17 @@ def _full_batch(model: LanguageModel, batch: Batch, choices: list, rows: list) -
     prompts = [batch.input_ids[r, batch.pad(r) :].tolist() for r in range(len(choices))]
     full = model.pad(list(range(len(flat))), [prompts[r] + c for r, c in zip(owner, flat)])
     metrics = [TargetLogprob(len(c)) for c in flat]  # every sequence ends with its choice
-    index, target, weight = metric_terms(metrics, full.input_ids, every_logit=True)[0]["logprob"]
+    # left-padded: every choice ends in the last column, so the LM head runs only on the
+    # last ``keep`` positions (the longest choice's, and the prompt's last), not every one
+    keeps = keeps_logits(model)
+    terms, keep = metric_terms(metrics, full.input_ids, every_logit=not keeps)
+    index, target, weight = terms["logprob"]
+    last = {"logits_to_keep": keep} if keeps else {}
     plan = row_plan(model, full, [rows[r] for r in owner])
-    with model.nnsight.trace(**full.inputs, **model.trace_options):
+    with model.nnsight.trace(**full.inputs, **last, **model.trace_options):
         if plan:
             run_layers(model, plan=plan)
-        logits = ops.final_logits(model)  # [b*C, n, V]
+        logits = ops.final_logits(model)  # [b*C, keep, V] (every position without keeps)
         sums = ops.choice_logprob_sums(logits, index, target, weight).save()
     out: list[list[float]] = [[] for _ in choices]
     for s, r in enumerate(owner):

@@ -189,14 +189,7 @@ def draw_score_matched_sets(
         (what an unmatched draw would give).
     """
     grid = np.stack([np.asarray(scores[name], dtype=float) for name in MATCH_SCORES], -1)
-    n_layers, n_heads = grid.shape[:2]
-    excluded = {(int(layer), int(head)) for layer, head in top}
-    pool = [(l, h) for l in range(n_layers) for h in range(n_heads) if (l, h) not in excluded]  # noqa: E741
-    if len(pool) < neighbours or neighbours < len(top):
-        raise InputError(
-            f"a score-matched null needs {max(neighbours, len(top))} heads outside the top set "
-            f"of {len(top)}, and {len(pool)} lie there; pass a smaller --k"
-        )
+    pool = _outside(grid.shape[0], grid.shape[1], top, neighbours)
     points = np.array([grid[l, h] for l, h in pool])  # noqa: E741
     candidates, closeness = [], []
     for layer, head in top:
@@ -212,6 +205,20 @@ def draw_score_matched_sets(
             }
         )
     return _draw_from_candidates(candidates, n, seed), closeness
+
+
+def _outside(
+    n_layers: int, n_heads: int, top: Sequence[Sequence[int]], neighbours: int
+) -> list[tuple[int, int]]:
+    """The heads outside ``top``, refused when fewer than a score-matched null needs."""
+    excluded = {(int(layer), int(head)) for layer, head in top}
+    pool = [(l, h) for l in range(n_layers) for h in range(n_heads) if (l, h) not in excluded]  # noqa: E741
+    if len(pool) < neighbours or neighbours < len(top):
+        raise InputError(
+            f"a score-matched null needs {max(neighbours, len(top))} heads outside the top set "
+            f"of {len(top)}, and {len(pool)} lie there; pass a smaller --k"
+        )
+    return pool
 
 
 #: Past this many distinct partial sets the class-matched support is not enumerated.
