@@ -56,18 +56,24 @@ RECORDED: dict[str, tuple[float, float, int]] = {
 }
 #: Seconds for one recognition item under one condition, quiet 2-core machine: the
 #: True/False item (demo.py's profile: 0.046 s SmolLM2, 0.05 s Gemma 3, Qwen estimated
-#: 0.2 s) and the mean over all five items (bench_c5: 259 s / 2665 on SmolLM2; the other
-#: models scaled by their True/False ratio). Head ranking on 451 prompts: 5.61 s on SmolLM2
-#: (bench_c5), scaled the same way. Model load: LOAD_S, not measured here. Keeping only the
-#: scored logits changes none of these: C5's recognition passes kept them already.
+#: 0.2 s) and, on SmolLM2, the mean over all five items (bench_c5: 259 s / 2665) and head
+#: ranking on 451 prompts (5.61 s, bench_c5). Model load: LOAD_S, not measured here.
+#: Keeping only the scored logits changes none of these: C5's recognition passes kept them
+#: already.
 COSTS: dict[str, dict[str, float]] = {
     "SmolLM2-135M-Instruct": {"true_false": 0.046, "mean": 259 / 2665, "ranking": 5.61},
     "gemma-3-270m": {"true_false": 0.05},
     "qwen2.5-coder-0.5b": {"true_false": 0.2},
 }
-for _name in MODELS[1:]:
-    _ratio = COSTS[_name]["true_false"] / COSTS[MODELS[0]]["true_false"]
-    COSTS[_name].update(mean=COSTS[MODELS[0]]["mean"] * _ratio, ranking=5.61 * _ratio)
+#: Each model's cost per item-condition over SmolLM2's, measured 2026-11-27 on a busy
+#: shared 2-core machine (load average 3-4): C5's default recognition (batched, shared
+#: prefix) of recognition items 1, 71 and 141 under 3 conditions, both models in one
+#: process, alternating over 2 rounds (Gemma 3 1.36, 1.37; Qwen 2.67, 2.89); the mean.
+#: The mean item cost and the ranking are SmolLM2's times this ratio.
+MEASURED_RATIO = {"gemma-3-270m": (1.36 + 1.37) / 2, "qwen2.5-coder-0.5b": (2.67 + 2.89) / 2}
+for _name, _ratio in MEASURED_RATIO.items():
+    _smol = COSTS[MODELS[0]]
+    COSTS[_name].update(mean=_smol["mean"] * _ratio, ranking=_smol["ranking"] * _ratio)
 LOAD_S = 15.0
 ITEMS_PER_TERM = (1, 2, 3, 4, 5)
 NULLS = (("random",), ("random", "layers"))
