@@ -13,17 +13,21 @@ from typing import Any
 
 from bindscope.batch import GENERATION_BATCH_SIZE, check_batch_size
 from bindscope.errors import InputError
-from bindscope.experiments.c5_nulls import check_k, null_sets
 from bindscope.experiments.c5_presets import PRESETS
 from bindscope.experiments.c5_summary import (
     EXPERIMENT,
     NULLS,
     RANKING,
     summarize_c5,
+    text,
     undecided_nulls,
 )
-from bindscope.experiments.c5_text import text
-from bindscope.experiments.kit.ablation_sets import check_limit, draw_random_sets
+from bindscope.experiments.kit.ablation_sets import (
+    check_k,
+    check_limit,
+    draw_random_sets,
+    null_sets,
+)
 from bindscope.experiments.kit.binding_reuse import reuse_or_bind, stored_binding
 from bindscope.experiments.kit.chunks import batch_order, chunk_items, first_items, prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan

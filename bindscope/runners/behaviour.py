@@ -1,8 +1,14 @@
 """The behaviour runners, in batches, under any intervention.
 
-Recognition scores each choice by its mean log-probability per token after the prompt;
-every strategy runs the LM head only where a score reads it. Generation scores greedy
-continuations with the rubric (``bindscope.metrics.behaviour``).
+Recognition scores choice log-probabilities; generation scores greedy continuations with
+the rubric.
+
+Recognition scores each choice by the mean log-probability per token of the choice, one
+space after the prompt (``prompts.continuations``); the prompt runs once per record
+and its key/value cache is shared by all choices (``strategy="shared_prefix"``), which
+gives the same numbers as one forward pass per choice (``strategy="full"``, the published
+way; its passes live in ``bindscope.runners.prefix``). The result types and the rubric
+live in ``bindscope.metrics.behaviour``.
 """
 
 from __future__ import annotations
@@ -92,9 +98,8 @@ def recognition(
         intervene: ``Zero``, ``Mean`` or ``Knockout`` spec(s) for all records.
         per_row: One spec, list of specs, head list or ``None`` per record (different
             interventions in one batch).
-        strategy: ``shared_prefix`` (prompt once, choices on its cache; the passes live
-            in ``bindscope.runners.prefix``) or ``full`` (every prompt + choice sequence in
-            full, one forward each: the published way and the reference, a remote model's).
+        strategy: ``shared_prefix`` (prompt once, choices on its cache) or ``full``
+            (every prompt + choice sequence in full; the reference).
         batch_size: Records per forward pass.
         progress: Show a progress bar.
     """

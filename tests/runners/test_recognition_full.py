@@ -1,5 +1,7 @@
-"""Recognition's reference strategy (``full``, what a remote model runs) keeps only the logits
-a score reads, and still scores what one unbatched forward per choice scores."""
+"""Recognition's reference strategy (``full``) runs the LM head only where a score reads it.
+
+It is what a remote model runs; its scores still equal one unbatched forward per choice.
+"""
 
 from __future__ import annotations
 
