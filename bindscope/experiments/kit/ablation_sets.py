@@ -1,8 +1,4 @@
-"""Head sets: which heads a condition ablates or patches, and C5's random sets.
-
-Per head or per layer, how many items, and C5's random head sets (from all heads,
-layer-matched, matched on taxonomy scores) with the head-set size a model can supply.
-"""
+"""Head sets: which heads a condition ablates or patches, and C5's random sets."""
 
 from __future__ import annotations
 
