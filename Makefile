@@ -24,7 +24,8 @@ demo: $(STAMP)
 	$(VENV)/bin/bindscope demo
 
 # C5 with the power to settle it (issue 41): `bindscope c5 --preset powered` on the three
-# embedded models into one folder (C5_OUT), Holm across them. Hours on 2 CPU cores.
+# embedded models into one folder (C5_OUT), Holm across them. About 6 hours on 2 CPU cores
+# (predicted, benchmarks/README.md).
 C5_OUT ?= bindscope-c5-powered
 c5-powered: $(STAMP)
 	$(VENV)/bin/bindscope c5 --preset powered --out $(C5_OUT)

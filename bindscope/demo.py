@@ -12,6 +12,7 @@ from bindscope import loading
 from bindscope.errors import InputError
 from bindscope.experiments import binding, c5, controls, fewshot
 from bindscope.experiments.c5 import C5Options
+from bindscope.experiments.c5_presets import POWERED_N_RANDOM
 from bindscope.experiments.kit.registry import summary_lines
 from bindscope.figures import FigureReport, make_figures, write_report
 from bindscope.prompts.prompt_sets import PromptSet, load
@@ -180,7 +181,8 @@ def power_statement(c5_summary: dict, score: str = "recognition") -> str:
         f'A smaller top-set drop reads as "can\'t tell" in this design ({n_random} sets per '
         f"null at most, one recognition item per term). `{POWERED_COMMAND}` (`bindscope c5 "
         "--preset powered`) goes further: all 205 recognition items, the random and a "
-        "layer-matched null of up to 199 sets each (p down to 0.005), Holm across the three "
+        f"layer-matched null of up to {POWERED_N_RANDOM} sets each (the GPD tail p down to "
+        "0.005 and below), Holm across the three "
         'models; benchmarks/README.md ("C5 power against time") predicts its power and time.',
     ]
     return "\n".join(lines)

@@ -99,6 +99,20 @@ def test_the_c5_frontier_runs_on_a_synthetic_summary(tmp_path: Path) -> None:
     assert "powered preset (bindscope c5 --preset powered)" in done.stdout
 
 
+def test_the_powered_preset_is_the_frontiers_cheapest_design_reaching_0_005() -> None:
+    """All items, both nulls, p to 0.005: the tail p's fewest calibrated sets, not 199."""
+    from bindscope.experiments.c5_presets import POWERED_N_RANDOM
+    from bindscope.metrics.stats.frontier import TAIL_CALIBRATED_SETS
+
+    rows = c5_frontier.frontier(c5_frontier.spreads_from([]))
+    chosen = c5_frontier.powered(rows)
+    assert (chosen["items"], chosen["nulls"]) == (205, "random+layers")
+    assert chosen["N"] == POWERED_N_RANDOM == TAIL_CALIBRATED_SETS and chosen["p"] == "tail"
+    exact = min(r["minutes"] for r in rows if r["reaches"] and r["p"] == "exact"
+                and r["items"] == 205 and r["nulls"] == "random+layers")  # fmt: skip
+    assert chosen["minutes"] < exact
+
+
 def test_the_demo_runs_the_frontiers_fifteen_minute_design() -> None:
     """demo.py's C5 constants are the point the frontier picks from its recorded inputs."""
     chosen = c5_frontier.pick(c5_frontier.frontier(c5_frontier.spreads_from([])), 15.0)

@@ -1,20 +1,12 @@
-"""C5: causal head ablation.
+"""C5: does ablating the heads that bind terms most hurt behaviour more than random heads?
 
-Does ablating the heads that bind terms most hurt behaviour more than ablating random heads?
-
-Heads are ranked by mean BSI over a ranking set (default: the evaluation prompts).
-Conditions: baseline, top-k, bottom-k and random k-head sets drawn from the heads outside
-the top set (the ``random`` null), and, when asked, from the top set's layers (``layers``)
-and matched on the heads' graded taxonomy scores (``classes``), with zero or mean ablation.
-Each null is its own sequence of sets with its own p: under ``sampling="sequential"``
-(Besag-Clifford) a null stops once ``stop_at`` of its sets drop at least as much as the top
-set, else at ``n_random`` sets; ``fixed`` draws all ``n_random``. All conditions of a chunk
-of prompts run in the same batches (different heads per row).
+Top, bottom and each null's k-head sets (``c5_nulls``) are scored on every evaluation
+prompt, all conditions of a chunk in the same batches; each null is its own sequence of
+sets with its own p (the options say how it stops). The summary is ``c5_summary``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -27,14 +19,14 @@ from bindscope.experiments.c5_summary import (
     NULLS,
     RANKING,
     summarize_c5,
+    text,
     undecided_nulls,
 )
 from bindscope.experiments.kit.ablation_sets import (
+    check_k,
     check_limit,
-    class_counts,
     draw_random_sets,
-    draw_score_matched_sets,
-    random_set_support,
+    null_sets,
 )
 from bindscope.experiments.kit.binding_reuse import reuse_or_bind, stored_binding
 from bindscope.experiments.kit.chunks import batch_order, chunk_items, first_items, prompt_set
@@ -52,15 +44,13 @@ from bindscope.experiments.kit.options import (
     setting,
     spread_option,
 )
-from bindscope.experiments.kit.summary import folder_summary, per_model_text
-from bindscope.experiments.kit.taxonomy_plan import taxonomy_means
+from bindscope.experiments.kit.summary import folder_summary
 from bindscope.interventions import Mean, Zero, head_means
 from bindscope.metrics.behaviour import RecognitionResult, default_rubric
 from bindscope.metrics.ranking import mean_bsi, rank_heads
 from bindscope.prompts.context import check_fit
 from bindscope.prompts.prompt_sets import PromptRecord, PromptSet
 from bindscope.protocols import LanguageModel
-from bindscope.results.format import estimate, num, pvalue
 from bindscope.results.labels import model_label
 from bindscope.results.records import provenance, read_records
 from bindscope.results.schema import RecordKind, behaviour_metrics, binding_kind
@@ -246,31 +236,6 @@ class _Study:
     settings: dict
 
 
-def check_k(model: LanguageModel, *, k: int, matched_classes: bool = False) -> None:
-    """Refuse a head-set size the model cannot supply, before any work.
-
-    The top set has k heads and every random set k more from outside it, so 2k heads must
-    exist (the bottom set is drawn from all heads); a class-matched null draws each top
-    head's match from its 2k nearest heads outside the top set, so 3k.
-
-    Raises:
-        InputError: k is above heads/2 (heads/3 with a class-matched null).
-    """
-    total = model.n_layers * model.n_heads
-    if 2 * k > total:
-        raise InputError(
-            f"--k {k}: {model_label(model)} has {total} heads ({model.n_layers} layers x "
-            f"{model.n_heads}), but the top set and each random set drawn outside it need "
-            f"{2 * k}; pass --k {total // 2} or less"
-        )
-    if matched_classes and 3 * k > total:
-        raise InputError(
-            f"--matched-classes --k {k}: {model_label(model)} has {total} heads, but a "
-            f"class-matched null picks each top head's match among its {2 * k} nearest heads "
-            f"outside the top set ({3 * k} heads); pass --k {total // 3} or less"
-        )
-
-
 def _run_model(run: ModelRun, study: _Study, strategy: str) -> None:
     """Rank one model's heads, draw its nulls and write every condition's records.
 
@@ -282,7 +247,12 @@ def _run_model(run: ModelRun, study: _Study, strategy: str) -> None:
     model, opts = run.model, study.opts
     top, bottom = _rank(run, study.rset, opts.k, study.sizes[0])
     conditions: dict[str, list] = {"baseline": [], "top": top, "bottom": bottom}
-    nulls, extra = _null_sets(model, study, top)
+    on = (True, opts.matched_layers, opts.matched_classes)
+    nulls, extra = null_sets(
+        model, top, [name for name, wanted in zip(NULLS, on) if wanted],
+        k=opts.k, n=opts.n_random, seed=study.seed,
+        templates=[r.template for r in study.rset.records], batch_size=study.sizes[0],
+    )  # fmt: skip
     means = None
     if opts.ablation == "mean":  # once, for every head any condition may ablate
         every = [top, bottom, *(s for sets in nulls.values() for s in sets)]
@@ -338,64 +308,6 @@ def _rank(
     return rank_heads(mean_bsi(ok), k)
 
 
-def _null_sets(
-    model: LanguageModel, study: _Study, top: list[list[int]]
-) -> tuple[dict[str, list], dict]:
-    """Each null's sets in draw order, and what the top set's records note about them.
-
-    The notes: how close the class-matched null's match is (``null_match``), a
-    layer-matched null that this top set makes impossible (``nulls_not_drawn``: a layer
-    holding more top heads than heads outside them; known only once heads are ranked, so
-    it is a stated limit, not an error after the ranking's work), and each null's support
-    (``null_support``: the distinct sets it can draw; where fewer than ``n_random`` each
-    is drawn once).
-    """
-    opts, seed = study.opts, study.seed
-    n, k = opts.n_random, opts.k
-    on = (True, opts.matched_layers, opts.matched_classes)
-    drawn: dict[str, list] = {}
-    notes: dict = {}
-    for null in [name for name, wanted in zip(NULLS, on) if wanted]:
-        if null == "classes":
-            templates = [r.template for r in study.rset.records]
-            means = taxonomy_means(model, templates, seed=seed, batch_size=study.sizes[0])
-            drawn[null], closeness = draw_score_matched_sets(
-                means, top, n=n, seed=seed, neighbours=2 * k
-            )
-            notes["null_match"] = class_counts(means, top, closeness)
-            continue
-        try:
-            drawn[null] = draw_random_sets(
-                model.n_layers, model.n_heads, top, k=k, n=n, seed=seed,
-                matched_layers=null == "layers",
-            )  # fmt: skip
-        except InputError as exc:
-            if null != "layers":
-                raise
-            notes["nulls_not_drawn"] = {null: str(exc)}
-    notes["null_support"] = {
-        null: _support(model, top, k, null, len(sets), n) for null, sets in drawn.items()
-    }
-    return drawn, notes
-
-
-def _support(
-    model: LanguageModel, top: list[list[int]], k: int, null: str, n_sets: int, n: int
-) -> dict:
-    """A null's support: the distinct sets it can draw, and the sets drawn.
-
-    Counted for random and layer-matched sets; for class-matched ones known exactly where
-    the draw enumerated it (fewer than ``n``), else None ("more than n").
-    """
-    if null == "classes":
-        support = n_sets if n_sets < n else None
-    else:
-        support = random_set_support(
-            model.n_layers, model.n_heads, top, k=k, matched_layers=null == "layers"
-        )
-    return {"support": support, "n_sets": n_sets}
-
-
 def _evaluate(
     run: ModelRun,
     study: _Study,
@@ -414,34 +326,13 @@ def _evaluate(
     batch_size, generation_batch_size = study.sizes
     items = [(rec, name) for rec in batch_order(model, study.pset.records) for name in conditions]
 
-    task_options: dict[str, dict[str, Any]] = {
-        "recognition": {"batch_size": batch_size},
-        "generation": {"rubric": study.rubric, "batch_size": generation_batch_size},
-    }
-
     def work(chunk: list[tuple[PromptRecord, str]]) -> list[dict]:
         out = []
-        # looked up at call time (not a module-level table), so a test can stand in for either
-        scorers: dict[str, Callable[..., list[Any]]] = {"recognition": recognition}
-        scorers["generation"] = generation
-        for task, score in scorers.items():
+        for task in ("recognition", "generation"):
             part = [(rec, name) for rec, name in chunk if rec.task == task]
-            if not part:
-                continue
-            options = task_options[task]
-            ablated = {name for _, name in part} - {"baseline"}
-            if task == "recognition" and strategy == "residual" and ablated:
-                results = recognition_residual(
-                    model, part, conditions, means=means, batch_size=batch_size
-                )
-            else:
-                results = score(
-                    model,
-                    [rec for rec, _ in part],
-                    per_row=[_spec(conditions[name], means) for _, name in part],
-                    **options,
-                )
-            out += _records(run, study, part, results, conditions, extra)
+            if part:
+                results = _score(model, study, task, part, conditions, means, strategy)
+                out += _records(run, study, part, results, conditions, extra)
         return out
 
     run.chunks(
@@ -451,6 +342,33 @@ def _evaluate(
         # about batch_size records with every condition, in whole batches of both kinds
         chunk_size=chunk_items(batch_size, generation_batch_size, batch_size * len(conditions)),
         desc=f"c5 {model_label(model)}",
+    )
+
+
+def _score(
+    model: LanguageModel,
+    study: _Study,
+    task: str,
+    part: list[tuple[PromptRecord, str]],
+    conditions: dict[str, list],
+    means: Any,
+    strategy: str,
+) -> list[Any]:
+    """One task's results of ``(record, condition name)`` pairs, conditions mixed per row.
+
+    The scorers are looked up at call time (not a module-level table), so a test can stand
+    in for ``recognition``, ``generation`` or ``recognition_residual``.
+    """
+    batch_size, generation_batch_size = study.sizes
+    ablated = {name for _, name in part} - {"baseline"}
+    if task == "recognition" and strategy == "residual" and ablated:
+        return recognition_residual(model, part, conditions, means=means, batch_size=batch_size)
+    per_row = [_spec(conditions[name], means) for _, name in part]
+    records = [rec for rec, _ in part]
+    if task == "recognition":
+        return recognition(model, records, per_row=per_row, batch_size=batch_size)
+    return generation(
+        model, records, per_row=per_row, rubric=study.rubric, batch_size=generation_batch_size
     )
 
 
@@ -530,82 +448,6 @@ def check_complete(folder: Path, records: list[dict]) -> None:
 
 
 summarize = folder_summary(EXPERIMENT, summarize_c5, check=check_complete)
-
-
-def text(s: dict) -> list[str]:
-    """The C5 summary as terminal lines."""
-    sampling = s.get("sampling", "fixed")
-    sets = (
-        f"random sets drawn sequentially (stop at {s.get('stop_at')} exceedances, at most "
-        f"{s['n_random']})"
-        if sampling == "sequential"
-        else f"{s['n_random']} random sets"
-    )
-    header = [
-        f"C5 head ablation: k={s['k']}, {sets}, {s['ablation']} ablation "
-        f"(drops are baseline minus ablated; 95% paired bootstrap CIs)"
-    ]
-    if s.get("design"):
-        header.append(f"  design: {s['design']}")
-    return per_model_text(s, header, _model_lines)
-
-
-def _model_lines(label: str, m: dict) -> Iterator[str]:
-    yield f"  {label}: top {m['top_heads']}  bottom {m['bottom_heads']}"
-    header = f"    {'task':<12}{'baseline':>9}{'top':>8}{'bottom':>8}{'random':>8}"
-    yield header + "   top drop               specificity            p      p_holm"
-    for task in ("recognition", "margin", "generation"):
-        cond = m["conditions"]
-        if "baseline" not in cond or task not in cond["baseline"]:
-            continue
-        drop = m["drops"].get("random_mean", {}).get(task)  # over the sets p used
-        rand = None if drop is None else cond["baseline"][task] - drop
-        yield (
-            f"    {task:<12}{num(cond['baseline'][task]):>9}"
-            f"{num(cond.get('top', {}).get(task)):>8}{num(cond.get('bottom', {}).get(task)):>8}"
-            f"{num(rand):>8}   "
-            f"{estimate(m['drops'].get('top', {}).get(task)):<23}"
-            f"{estimate(m['specificity'].get(task)):<23}"
-            f"{pvalue(m['p_value'].get(task)):<7}{pvalue(m.get('p_holm', {}).get(task))}"
-        )
-    for score, level in (m.get("chance") or {}).items():
-        yield f"    chance level, {score}: {num(level)} (1/choices averaged over the items)"
-    for null, by_score in (m.get("nulls") or {}).items():
-        for score, t in by_score.items():
-            power = (m.get("detectable_drop") or {}).get(score) if null == "random" else None
-            yield (
-                f"    {null} null, {score}: p {pvalue(t.get('p'))}{tail_words(t)} (Holm "
-                f"{pvalue(t.get('p_holm'))} on the {t.get('holm_on', 'exact')} p) after "
-                f"{t['n_drawn']} sets ({t['stopped']}; {support_words(t)})"
-                + (f"; detectable drop {num(power)}" if power is not None else "")
-            )
-    match = m.get("class_match") or {}
-    for head in match.get("heads", []):
-        counts = (match.get("classes") or {}).get(head["class"], {})
-        yield (
-            f"    class match L{head['head'][0]}.H{head['head'][1]} ({head['class']}): mean "
-            f"distance {num(head['distance'])} (typical {num(head['typical'])}); "
-            f"{counts.get('outside')} {head['class']} head(s) outside the top set"
-        )
-
-
-def support_words(test: dict) -> str:
-    """``support 9 distinct sets, p floor 0.100`` (or the floor of the sets asked for)."""
-    support = test.get("support")
-    said = f"support {support} distinct sets" if support is not None else "support not counted"
-    return f"{said}, p floor {pvalue(test.get('p_floor'))}"
-
-
-def tail_words(test: dict) -> str:
-    """``, tail p 0.0004 [0.0001, 0.002] (GPD on 40 of 199)``, or why there is none."""
-    tail = test.get("tail") or {}
-    if tail.get("p") is not None:
-        return (
-            f", tail p {pvalue(tail['p'])} [{pvalue(tail['low'])}, {pvalue(tail['high'])}] "
-            f"(GPD on {tail['n_tail']} of {tail['n_null']})"
-        )
-    why = {"no-fit": "no GPD fit passed", "too-few-sets": "too few sets for a tail fit"}
-    return f", tail p not used: {why[tail['method']]}" if tail.get("method") in why else ""
 
 
 CONDITIONS = RecordKind(

@@ -1,4 +1,4 @@
-"""C5's summary: condition means, drops with CIs, each null's p (Holm), power, limits.
+"""C5's summary: condition means, drops with CIs, each null's p (Holm), power, limits, text.
 
 The limits are those a reviewer raises first: items clustered in terms, 0/1 scores on tiny
 margins, a top set's layers against unmatched random sets.
@@ -6,14 +6,22 @@ margins, a top set's layers against unmatched random sets.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterator
 
 import numpy as np
 
 from bindscope.experiments.kit import limits
-from bindscope.experiments.kit.summary import skipped_reasons
+from bindscope.experiments.kit.null_tests import (
+    enumerated,
+    null_names,
+    null_supports,
+    null_test,
+    tail_test,
+)
+from bindscope.experiments.kit.summary import per_model_text, skipped_reasons
 from bindscope.metrics import stats
 from bindscope.metrics.ranking import mean_bsi
+from bindscope.results.format import estimate, num, pvalue
 from bindscope.results.labels import by_model
 
 EXPERIMENT = "c5"
@@ -27,74 +35,6 @@ NULLS = ("random", "layers", "classes")
 #: Power is stated for this one-sided level (divided by the number of models, Holm's
 #: strictest step) and this power.
 POWER = 0.8
-
-
-def null_names(conditions: Iterable[str], null: str) -> list[str]:
-    """The condition names of one null in draw order (``random:7`` before ``random:10``)."""
-    names = [c for c in conditions if c.startswith(f"{null}:")]
-    return sorted(names, key=lambda c: int(c.split(":", 1)[1]))
-
-
-def null_test(
-    top_drop: float, drops: list[float], settings: dict, support: int | None = None
-) -> dict | None:
-    """The p of the top drop against one null's drops, as the run's sampling design says.
-
-    ``fixed``: the rank p over every drop. ``sequential`` (Besag-Clifford): stop once
-    ``stop_at`` drops reach the top drop, at most ``n_random`` (or the null's ``support``,
-    its distinct sets, where fewer: each was drawn once); None while undecided.
-    """
-    if settings.get("sampling", "fixed") == "fixed":
-        p = stats.rank_p_value(top_drop, drops, alternative="greater")
-        hits = sum(d >= top_drop for d in drops)
-        return {"p": p, "n_drawn": len(drops), "exceedances": hits, "stopped": "fixed"}
-    most = settings["n_random"] if support is None else min(settings["n_random"], support)
-    found = stats.sequential_p_value(top_drop, drops, stop_at=settings["stop_at"], max_draws=most)
-    return None if found is None else found.to_dict()
-
-
-def null_supports(group: list[dict]) -> dict[str, dict]:
-    """Each null's support as the run noted it: ``{null: {"support", "n_sets"}}``.
-
-    Runs before the support was counted noted none: ``{}``.
-    """
-    return next((r["null_support"] for r in group if r.get("null_support")), {})
-
-
-def enumerated(support: dict | None, n_random: int) -> bool:
-    """Whether a null's sets are its whole support (fewer distinct sets than asked for)."""
-    count = (support or {}).get("support")
-    return count is not None and count <= n_random
-
-
-#: Bootstrap resamples of the null sets behind a GPD tail p's interval.
-TAIL_RESAMPLES = 199
-
-
-def tail_test(
-    top_drop: float, drops: list[float], test: dict, seed: int, *, enumerated: bool = False
-) -> dict:
-    """The GPD tail p beside the exact one, and which of them Holm uses (``p_used``).
-
-    Fitted only where the null ran to its end (``fixed``, or sequential ``maximum``) with
-    fewer than ``MIN_EXCEEDANCES`` sets at or above the top drop; a sequence that stopped on
-    its h exceedances keeps its exact p, and so does a null whose sets are its whole
-    support (``enumerated``: the exact p is then the permutation p, and no tail can go
-    below 1 / (support + 1)).
-    """
-    if test["stopped"] == "reached" or enumerated:
-        method = "enumerated" if enumerated else "exact"
-        tail = stats.TailP(None, method, test["exceedances"], test["n_drawn"])
-    else:
-        tail = stats.tail_p_value(
-            top_drop, drops[: test["n_drawn"]], n_boot=TAIL_RESAMPLES, seed=seed
-        )
-    fitted = tail.p is not None
-    return {
-        "tail": tail.to_dict(),
-        "p_used": tail.p if fitted else test["p"],
-        "holm_on": "tail" if fitted else "exact",
-    }
 
 
 def chance_levels(group: list[dict]) -> dict[str, float]:
@@ -229,47 +169,14 @@ def _ranking(
 def _summarize_model(
     group: list[dict], all_records: list[dict], settings: dict, n_resamples: int, label: str
 ) -> dict:
-    first = group[0]
-    heads = {r["condition"]: r["heads"] for r in group}
-    ranking, ranking_skipped, excluded = _ranking(all_records, first, label)
+    """One model's summary entry: its heads and nulls, then every score's tests and limits."""
+    ranking, ranking_skipped, excluded = _ranking(all_records, group[0], label)
+    entry = _entry(group, ranking, ranking_skipped)
     found: list[dict | None] = [excluded]
-    match = next((r["null_match"] for r in group if r.get("null_match")), None)
     for null, why in next(
         (r["nulls_not_drawn"] for r in group if r.get("nulls_not_drawn")), {}
     ).items():
         found.append(limits.null_not_drawn(label, null, why))
-    entry: dict = {
-        "model": first["model"],
-        "revision": first["revision"],
-        "n_layers": first["provenance"].get("n_layers"),
-        "top_heads": heads.get("top"),
-        "bottom_heads": heads.get("bottom"),
-        "random_heads": [heads[c] for c in null_names(heads, "random")],
-        "null_heads": {
-            null: [heads[c] for c in null_names(heads, null)]
-            for null in NULLS
-            if null_names(heads, null)
-        },
-        "class_match": match,
-        "null_support": null_supports(group),
-        "chance": chance_levels(group),
-        "conditions": {},
-        "drops": {},
-        "random_drops": {},
-        "specificity": {},
-        "p_value": {},
-        "nulls": {},
-        "paired_sd": {},
-        "n_items": {},
-        "_item_drops": {},
-        "detectable_drop": {},
-        "per_term": {},
-        "n_ranking": len(ranking),
-        "ranking_skipped_reasons": ranking_skipped,
-    }
-    if ranking:
-        entry["mean_bsi"] = mean_bsi(ranking).tolist()
-        entry["n_layers"], entry["n_heads"] = (len(entry["mean_bsi"]), len(entry["mean_bsi"][0]))
     terms = {r["prompt_key"]: r["term"] for r in group}
     table = score_table(group)
     for score, by_condition in table.items():
@@ -284,6 +191,42 @@ def _summarize_model(
         if enumerated(support, settings["n_random"])
     ]
     entry["_limits"] = limits.collect(*found)
+    return entry
+
+
+#: An entry's fields that `_summarize_score` fills, one key per score.
+_PER_SCORE = (
+    "conditions", "drops", "random_drops", "specificity", "p_value", "nulls", "paired_sd",
+    "n_items", "_item_drops", "detectable_drop", "per_term",
+)  # fmt: skip
+
+
+def _entry(group: list[dict], ranking: list[dict], ranking_skipped: dict) -> dict:
+    """A model's entry before its scores: heads per condition, nulls, ranking, chance."""
+    first = group[0]
+    heads = {r["condition"]: r["heads"] for r in group}
+    entry: dict = {
+        "model": first["model"],
+        "revision": first["revision"],
+        "n_layers": first["provenance"].get("n_layers"),
+        "top_heads": heads.get("top"),
+        "bottom_heads": heads.get("bottom"),
+        "random_heads": [heads[c] for c in null_names(heads, "random")],
+        "null_heads": {
+            null: [heads[c] for c in null_names(heads, null)]
+            for null in NULLS
+            if null_names(heads, null)
+        },
+        "class_match": next((r["null_match"] for r in group if r.get("null_match")), None),
+        "null_support": null_supports(group),
+        "chance": chance_levels(group),
+        **{field: {} for field in _PER_SCORE},
+        "n_ranking": len(ranking),
+        "ranking_skipped_reasons": ranking_skipped,
+    }
+    if ranking:
+        entry["mean_bsi"] = mean_bsi(ranking).tolist()
+        entry["n_layers"], entry["n_heads"] = (len(entry["mean_bsi"]), len(entry["mean_bsi"][0]))
     return entry
 
 
@@ -441,3 +384,82 @@ def _per_term(
                 row["specificity"] = row["random_mean"] - row["top"]
         out[term] = row
     return out
+
+
+# -- the summary as terminal lines --
+
+
+def text(s: dict) -> list[str]:
+    """The C5 summary as terminal lines."""
+    sampling = s.get("sampling", "fixed")
+    sets = (
+        f"random sets drawn sequentially (stop at {s.get('stop_at')} exceedances, at most "
+        f"{s['n_random']})"
+        if sampling == "sequential"
+        else f"{s['n_random']} random sets"
+    )
+    header = [
+        f"C5 head ablation: k={s['k']}, {sets}, {s['ablation']} ablation "
+        f"(drops are baseline minus ablated; 95% paired bootstrap CIs)"
+    ]
+    if s.get("design"):
+        header.append(f"  design: {s['design']}")
+    return per_model_text(s, header, _model_lines)
+
+
+def _model_lines(label: str, m: dict) -> Iterator[str]:
+    yield f"  {label}: top {m['top_heads']}  bottom {m['bottom_heads']}"
+    header = f"    {'task':<12}{'baseline':>9}{'top':>8}{'bottom':>8}{'random':>8}"
+    yield header + "   top drop               specificity            p      p_holm"
+    for task in ("recognition", "margin", "generation"):
+        cond = m["conditions"]
+        if "baseline" not in cond or task not in cond["baseline"]:
+            continue
+        drop = m["drops"].get("random_mean", {}).get(task)  # over the sets p used
+        rand = None if drop is None else cond["baseline"][task] - drop
+        yield (
+            f"    {task:<12}{num(cond['baseline'][task]):>9}"
+            f"{num(cond.get('top', {}).get(task)):>8}{num(cond.get('bottom', {}).get(task)):>8}"
+            f"{num(rand):>8}   "
+            f"{estimate(m['drops'].get('top', {}).get(task)):<23}"
+            f"{estimate(m['specificity'].get(task)):<23}"
+            f"{pvalue(m['p_value'].get(task)):<7}{pvalue(m.get('p_holm', {}).get(task))}"
+        )
+    for score, level in (m.get("chance") or {}).items():
+        yield f"    chance level, {score}: {num(level)} (1/choices averaged over the items)"
+    for null, by_score in (m.get("nulls") or {}).items():
+        for score, t in by_score.items():
+            power = (m.get("detectable_drop") or {}).get(score) if null == "random" else None
+            yield (
+                f"    {null} null, {score}: p {pvalue(t.get('p'))}{tail_words(t)} (Holm "
+                f"{pvalue(t.get('p_holm'))} on the {t.get('holm_on', 'exact')} p) after "
+                f"{t['n_drawn']} sets ({t['stopped']}; {support_words(t)})"
+                + (f"; detectable drop {num(power)}" if power is not None else "")
+            )
+    match = m.get("class_match") or {}
+    for head in match.get("heads", []):
+        counts = (match.get("classes") or {}).get(head["class"], {})
+        yield (
+            f"    class match L{head['head'][0]}.H{head['head'][1]} ({head['class']}): mean "
+            f"distance {num(head['distance'])} (typical {num(head['typical'])}); "
+            f"{counts.get('outside')} {head['class']} head(s) outside the top set"
+        )
+
+
+def support_words(test: dict) -> str:
+    """``support 9 distinct sets, p floor 0.100`` (or the floor of the sets asked for)."""
+    support = test.get("support")
+    said = f"support {support} distinct sets" if support is not None else "support not counted"
+    return f"{said}, p floor {pvalue(test.get('p_floor'))}"
+
+
+def tail_words(test: dict) -> str:
+    """``, tail p 0.0004 [0.0001, 0.002] (GPD on 40 of 199)``, or why there is none."""
+    tail = test.get("tail") or {}
+    if tail.get("p") is not None:
+        return (
+            f", tail p {pvalue(tail['p'])} [{pvalue(tail['low'])}, {pvalue(tail['high'])}] "
+            f"(GPD on {tail['n_tail']} of {tail['n_null']})"
+        )
+    why = {"no-fit": "no GPD fit passed", "too-few-sets": "too few sets for a tail fit"}
+    return f", tail p not used: {why[tail['method']]}" if tail.get("method") in why else ""

@@ -27,6 +27,7 @@ from bindscope.runners.attribution_metrics import TargetLogprob, metric_terms
 from bindscope.runners.prefix import (
     choice_pass,
     choice_scores,
+    keeps_logits,
     prompt_pass,
     recognition_result,
     row_plan,
@@ -115,12 +116,17 @@ def _full_batch(model: LanguageModel, batch: Batch, choices: list, rows: list) -
     prompts = [batch.input_ids[r, batch.pad(r) :].tolist() for r in range(len(choices))]
     full = model.pad(list(range(len(flat))), [prompts[r] + c for r, c in zip(owner, flat)])
     metrics = [TargetLogprob(len(c)) for c in flat]  # every sequence ends with its choice
-    index, target, weight = metric_terms(metrics, full.input_ids, every_logit=True)[0]["logprob"]
+    # left-padded: every choice ends in the last column, so the LM head runs only on the
+    # last ``keep`` positions (the longest choice's, and the prompt's last), not every one
+    keeps = keeps_logits(model)
+    terms, keep = metric_terms(metrics, full.input_ids, every_logit=not keeps)
+    index, target, weight = terms["logprob"]
+    last = {"logits_to_keep": keep} if keeps else {}
     plan = row_plan(model, full, [rows[r] for r in owner])
-    with model.nnsight.trace(**full.inputs, **model.trace_options):
+    with model.nnsight.trace(**full.inputs, **last, **model.trace_options):
         if plan:
             run_layers(model, plan=plan)
-        logits = ops.final_logits(model)  # [b*C, n, V]
+        logits = ops.final_logits(model)  # [b*C, keep, V] (every position without keeps)
         sums = ops.choice_logprob_sums(logits, index, target, weight).save()
     out: list[list[float]] = [[] for _ in choices]
     for s, r in enumerate(owner):

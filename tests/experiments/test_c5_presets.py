@@ -9,6 +9,7 @@ import pytest
 from bindscope import cli
 from bindscope.errors import InputError
 from bindscope.experiments.c5 import DEFINITION
+from bindscope.metrics.stats.frontier import TAIL_CALIBRATED_SETS, reaches
 from bindscope.prompts import load
 
 
@@ -17,7 +18,8 @@ def _parsed(tmp_path: Path, *flags: str):
 
 
 def test_the_powered_preset_expands_to_its_design(tmp_path: Path) -> None:
-    """All recognition items, random + layer-matched nulls to p 1/200, three models."""
+    """All recognition items, random + layer-matched nulls to p 0.005 (the tail p, from the
+    fewest sets at which it is calibrated), three models."""
     args = _parsed(tmp_path, "--preset", "powered")
     options = cli._options(DEFINITION, args)
     canonical = load("canonical")
@@ -25,14 +27,15 @@ def test_the_powered_preset_expands_to_its_design(tmp_path: Path) -> None:
     assert [r.key for r in options.prompts] == recognition and len(recognition) == 205
     assert [r.key for r in options.ranking] == [r.key for r in canonical]
     assert options.sampling == "sequential" and options.matched_layers
-    assert 1 / (options.n_random + 1) <= 0.005 and options.k == 4
+    assert options.n_random == TAIL_CALIBRATED_SETS and options.k == 4
+    assert reaches(0.005, options.n_random, tail=True)
     assert "powered" in (options.design or "")
     assert cli._model_specs(DEFINITION, args) == [None, "gemma-3-270m", "qwen2.5-coder-0.5b"]
 
 
 def test_a_flag_at_the_presets_value_or_another_model_is_taken(tmp_path: Path) -> None:
-    args = _parsed(tmp_path, "--preset", "powered", "--n-random", "199", "--model", "x")
-    assert cli._options(DEFINITION, args).n_random == 199
+    args = _parsed(tmp_path, "--preset", "powered", "--n-random", "99", "--model", "x")
+    assert cli._options(DEFINITION, args).n_random == 99
     assert cli._model_specs(DEFINITION, args) == ["x"]
 
 

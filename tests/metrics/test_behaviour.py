@@ -116,6 +116,23 @@ def test_wrong_task_is_rejected(tiny):
         recognition(tiny, [PromptRecord("g", "alt text", "generation", "alt text", max_tokens=2)])
 
 
+def head_rows(model, monkeypatch, run) -> tuple[list[int], object]:
+    """The positions each LM-head (unembedding) call of ``run()`` ran on, and its result."""
+    vocab = model.hf.get_output_embeddings().weight.shape[0]
+    rows: list[int] = []
+    linear = torch.nn.functional.linear
+
+    def counting(x, w, b=None):
+        if w.shape[0] == vocab:
+            rows.append(x.shape[:-1].numel())
+        return linear(x, w, b)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.nn.functional, "linear", counting)
+        result = run()
+    return rows, result
+
+
 def test_recognition_runs_the_lm_head_only_where_a_score_reads_it(tiny, monkeypatch):
     """Prompt pass: its last position; choice pass: only the tokens after each choice's first."""
     from bindscope.runners.prefix import keeps_logits
@@ -124,21 +141,9 @@ def test_recognition_runs_the_lm_head_only_where_a_score_reads_it(tiny, monkeypa
         pytest.skip(f"{tiny.family}: forward takes no logits_to_keep")
     question = "Alt text: yes or no?"
     one_token = PromptRecord("rec_9", "alt text", "recognition", question, choices=("a", "b"))
-    vocab = tiny.hf.get_output_embeddings().weight.shape[0]
-    rows: list[int] = []  # positions each unembedding call ran on
-    linear = torch.nn.functional.linear
-
-    def counting(x, w, b=None):
-        if w.shape[0] == vocab:
-            rows.append(x.shape[:-1].numel())
-        return linear(x, w, b)
-
-    monkeypatch.setattr(torch.nn.functional, "linear", counting)
-    recognition(tiny, REC[:1], batch_size=1)  # choices of 1 to 10 tokens
-    multi = list(rows)
-    rows.clear()
-    recognition(tiny, [one_token], batch_size=1)
-    monkeypatch.undo()
+    # choices of 1 to 10 tokens
+    multi, _ = head_rows(tiny, monkeypatch, lambda: recognition(tiny, REC[:1], batch_size=1))
+    rows, _ = head_rows(tiny, monkeypatch, lambda: recognition(tiny, [one_token], batch_size=1))
     lengths = {
         c: len(tiny.tokenizer(" " + c, add_special_tokens=False)["input_ids"])
         for c in (*REC[0].choices, *one_token.choices)

@@ -7,6 +7,7 @@ import pytest
 from scipy import stats as sps
 
 from bindscope.metrics.stats import tail
+from bindscope.metrics.stats.frontier import TAIL_CALIBRATED_SETS
 
 #: Null sets per simulated run: C5's default maximum, where the exact p stops at 1/200.
 N_NULL = 199
@@ -47,16 +48,21 @@ def simulated_ps(name: str, seed: int, *, n_sims: int = N_SIMS, n_null: int = N_
     return ps
 
 
+#: Null sets per run checked: C5's default and the fewest the powered preset relies on.
+CALIBRATED_AT = (TAIL_CALIBRATED_SETS, N_NULL)
+
+
+@pytest.mark.parametrize("n_null", CALIBRATED_AT)
 @pytest.mark.parametrize("name", sorted(DRAWS))
-def test_tail_p_rejects_at_the_nominal_rate_under_the_null(name):
-    ps = simulated_ps(name, seed=sorted(DRAWS).index(name))
-    # 6 checks (3 nulls x 2 levels) at a family-wise 99%: each at 1 - 0.01 / 6; a rejection
-    # count of a calibrated p is Binomial(N_SIMS, alpha)
-    confidence = 1 - 0.01 / (len(DRAWS) * len(ALPHAS))
+def test_tail_p_rejects_at_the_nominal_rate_under_the_null(name, n_null):
+    ps = simulated_ps(name, seed=sorted(DRAWS).index(name), n_null=n_null)
+    # 16 checks (4 nulls x 2 levels x 2 sizes) at a family-wise 99%: each at 1 - 0.01 / 16;
+    # a rejection count of a calibrated p is Binomial(N_SIMS, alpha)
+    confidence = 1 - 0.01 / (len(DRAWS) * len(ALPHAS) * len(CALIBRATED_AT))
     for alpha in ALPHAS:
         low, high = sps.binom.interval(confidence, N_SIMS, alpha)
         rejected = int((ps <= alpha).sum())
-        assert low <= rejected <= high, (name, alpha, rejected, (low, high))
+        assert low <= rejected <= high, (name, n_null, alpha, rejected, (low, high))
 
 
 def test_the_tail_reaches_below_the_exact_floor():
@@ -86,3 +92,21 @@ def test_too_few_sets_or_no_fit_leave_the_exact_p():
     # a null of few distinct values (0/1 accuracy drops over few items): no fit passes
     found = tail.tail_p_value(5.0, np.repeat([0.0, 0.1, 0.2], 40))
     assert (found.method, found.p) == (tail.NO_FIT, None)
+
+
+@pytest.mark.parametrize("shape", [0.5, -0.3])
+def test_the_fit_check_rejects_five_percent_of_true_gpd_samples(shape):
+    """Choulakian and Stephens tabulate by k = -xi: at the right shape the 5% critical value
+    rejects 5% of GPD samples fitted by maximum likelihood (a heavy tail, xi 0.5, and a bounded
+    one, xi -0.3). Their k read as xi gives 1.32 at xi 0.5 and 0.88 at xi -0.3: 2 and 64 of
+    the 600 rejected, both outside the interval."""
+    rng = np.random.default_rng(7)
+    n_sims, n = 600, 100
+    rejected = 0
+    for _ in range(n_sims):
+        excess = np.sort(sps.genpareto.rvs(shape, size=n, random_state=rng))
+        fit_shape, fit_scale = tail._gpd(excess)
+        rejected += tail.ad_statistic(excess, fit_shape, fit_scale) > tail.ad_critical(fit_shape)
+    # two checks at a family-wise 99.9%: a calibrated count is Binomial(n_sims, 0.05)
+    low, high = sps.binom.interval(1 - 0.001 / 2, n_sims, 0.05)
+    assert low <= rejected <= high, (shape, rejected, (low, high))

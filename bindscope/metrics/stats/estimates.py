@@ -65,13 +65,8 @@ def bootstrap_statistic(
 ) -> Estimate:
     """Bootstrap confidence interval of any statistic (BCa, with fallbacks).
 
-    Thin wrapper over ``scipy.stats.bootstrap(method="BCa")``. If the
-    statistic is the same on every resample the interval is
-    ``(value, value)`` with method ``"degenerate"``; if BCa is undefined
-    otherwise, or more than ``TIED_SHARE`` of the resamples tie with the
-    estimate (few distinct values: BCa's bias correction would turn on float
-    noise), the percentile interval of the same resamples is returned with
-    method ``"bootstrap-percentile"``.
+    ``scipy.stats.bootstrap(method="BCa")``, its interval chosen by `_interval`: degenerate,
+    BCa, or the percentile interval where BCa is undefined or turns on float noise.
 
     Args:
         data: Tuple of 1-D samples. ``statistic(*data)`` is the estimate.
@@ -106,16 +101,33 @@ def bootstrap_statistic(
         "rng": rng,
     }
     res, dist = _bca(samples, statistic, n_resamples, settings)
-    if _nearly_constant(dist, max(abs(value), float(np.max(np.abs(dist))))):
-        return Estimate(value, value, value, confidence, METHOD_DEGENERATE, n)
+    low, high, method = _interval(value, res, dist, samples, statistic, settings)
+    return Estimate(value, low, high, confidence, method, n)
 
+
+def _interval(
+    value: float,
+    res: Any,
+    dist: NDArray[np.float64],
+    samples: tuple,
+    statistic: Callable[..., Any],
+    settings: dict[str, Any],
+) -> tuple[float, float, str]:
+    """The interval of a BCa bootstrap ``res`` (resampled statistics ``dist``), and its method.
+
+    ``(value, value)``, ``"degenerate"``, where the statistic is the same on every
+    resample; the percentile interval of the same resamples, ``"bootstrap-percentile"``,
+    where BCa is undefined (a 0/0 acceleration) or more than ``TIED_SHARE`` of the
+    resamples tie with the estimate (few distinct values: BCa's bias correction would
+    turn on float noise); else BCa's.
+    """
+    if _nearly_constant(dist, max(abs(value), float(np.max(np.abs(dist))))):
+        return value, value, METHOD_DEGENERATE
     low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
     if math.isfinite(low) and math.isfinite(high) and not _ties_estimate(dist, value):
-        return Estimate(value, low, high, confidence, METHOD_BCA, n)
-    # BCa is undefined (e.g. a 0/0 acceleration) or turns on float noise (resamples tied
-    # with the estimate): the percentile interval of the same resamples.
+        return low, high, METHOD_BCA
     low, high = _percentile_interval(res, samples, statistic, settings)
-    return Estimate(value, low, high, confidence, METHOD_PERCENTILE, n)
+    return low, high, METHOD_PERCENTILE
 
 
 #: Resamples closer to the estimate than this, relative to the magnitudes, tie with it:

@@ -35,9 +35,24 @@ def unit_spread(item_sd: float, random_drops_sd: float, n_items: int) -> Spread:
     return Spread(item_sd=item_sd, set_sd=random_drops_sd * math.sqrt(n_items))
 
 
+#: The fewest sets per null at which the GPD tail p (``stats.tail``) is checked calibrated
+#: at alpha 0.01 and 0.001 (``tests/metrics/test_tail.py``; with 5,000 runs it rejected too
+#: often at 0.01 with 59 and 79 sets: benchmarks/README.md).
+TAIL_CALIBRATED_SETS = 99
+
+
 def p_floor(n_sets: int) -> float:
     """The least exact permutation p of a null with at most ``n_sets`` sets: 1/(N+1)."""
     return 1.0 / (n_sets + 1)
+
+
+def reaches(level: float, n_sets: int, *, tail: bool = False) -> bool:
+    """Whether a null of at most ``n_sets`` sets can state a p at or below ``level``.
+
+    The exact p stops at 1/(N+1); the GPD tail p goes below any level once a far-out top
+    set is fitted, where it is calibrated (``TAIL_CALIBRATED_SETS`` sets or more).
+    """
+    return p_floor(n_sets) <= level or (tail and n_sets >= TAIL_CALIBRATED_SETS)
 
 
 def detectable_specificity(
@@ -90,10 +105,12 @@ def c5_seconds(
 
 
 __all__ = [
+    "TAIL_CALIBRATED_SETS",
     "Spread",
     "c5_seconds",
     "detectable_specificity",
     "expected_sets_no_effect",
     "p_floor",
+    "reaches",
     "unit_spread",
 ]

@@ -1,17 +1,9 @@
 """Tail approximation of a permutation p-value: a generalized Pareto fit to the null's tail.
 
-Knijnenburg et al. (2009), "Fewer permutations, more accurate P-values", Bioinformatics
-25(12), i161-i168; Winkler et al. (2016), "Faster permutation inference in brain imaging",
-NeuroImage 141, 502-516. With ``exceedances >= 10`` null values at or above the observed one
-the exact p is used as it is. Otherwise the ``n_tail`` largest of the N null values and the
-observed one (at most 250 and a quarter of the N + 1, in steps of 10) are fitted by
-``scipy.stats.genpareto`` (maximum likelihood, location fixed at the threshold midway between
-the ``n_tail``-th and next value), the fit is checked by the Anderson-Darling statistic
-against the 5% critical value of Choulakian and Stephens (2001), the tail shrinks by 10 until
-a fit passes, and ``p = n_tail / (N + 1) * S(observed - threshold)``. No passing fit: the
-exact p stands. The observed value belongs to the fit as it belongs to the permutation
-distribution (Winkler et al. keep it): left out, the tail p rejected 2-3 times too often at
-0.001 with N = 199 on t3, lognormal and Pareto nulls (``tools/calibrate_tail_p.py``).
+Knijnenburg et al. (2009), Bioinformatics 25(12) i161; Winkler et al. (2016), NeuroImage
+141, 502. Used only below ``MIN_EXCEEDANCES`` exceedances; the largest tail (at most 250 and
+a quarter of the values, the observed one among them, as Winkler et al. keep it) whose fit
+passes the Anderson-Darling check gives ``p = n_tail / (N + 1) * S(observed - threshold)``.
 """
 
 from __future__ import annotations
@@ -30,11 +22,12 @@ from bindscope.metrics.stats._checks import _as_1d, _rng
 MIN_EXCEEDANCES = 10
 #: The largest tail fitted, and the step it shrinks by until a fit passes.
 MAX_TAIL, TAIL_STEP = 250, 10
-#: Choulakian and Stephens (2001), Technometrics 43(4), Table 2, case 3 (shape and scale
-#: estimated): the Anderson-Darling statistic's 5% critical value by GPD shape xi
-#: (their k = -xi). Outside [-0.9, 0.5] the nearest end is used.
-AD_SHAPES = (-0.9, -0.5, -0.2, -0.1, 0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
-AD_CRITICAL_5 = (0.771, 0.830, 0.903, 0.935, 0.974, 1.020, 1.074, 1.140, 1.221, 1.321)
+#: Choulakian and Stephens (2001), Technometrics 43(4), Table 2 (shape and scale estimated):
+#: the Anderson-Darling statistic's 5% critical value by GPD shape xi. Their table runs
+#: over k = -0.9 ... 0.5 with F(x) = 1 - (1 - kx/a)^(1/k), so k = -xi: a heavy tail (xi
+#: 0.9) has the smallest value. Outside [-0.5, 0.9] the nearest end is used.
+AD_SHAPES = (-0.5, -0.4, -0.3, -0.2, -0.1, 0.0, 0.1, 0.2, 0.5, 0.9)
+AD_CRITICAL_5 = (1.321, 1.221, 1.140, 1.074, 1.020, 0.974, 0.935, 0.903, 0.830, 0.771)
 
 #: How a tail p came about.
 EXACT, GPD, NO_FIT, TOO_FEW = "exact", "gpd", "no-fit", "too-few-sets"
@@ -117,17 +110,27 @@ def _gpd(excess: NDArray[np.float64]) -> tuple[float, float]:
     return float(shape), float(scale)
 
 
+def ad_statistic(excess: NDArray[np.float64], shape: float, scale: float) -> float:
+    """The Anderson-Darling statistic of sorted ``excess`` against a GPD (location 0)."""
+    cdf = np.clip(sps.genpareto.cdf(excess, shape, scale=scale), 1e-300, 1 - 1e-16)
+    n = excess.size
+    i = np.arange(1, n + 1)
+    return float(-n - np.mean((2 * i - 1) * (np.log(cdf) + np.log1p(-cdf[::-1]))))
+
+
+def ad_critical(shape: float) -> float:
+    """The 5% critical value of `ad_statistic` at a fitted shape xi (interpolated)."""
+    return float(np.interp(shape, AD_SHAPES, AD_CRITICAL_5))
+
+
 def _fit_tail(ordered: NDArray[np.float64], n_tail: int) -> _Fit | None:
     """The GPD fit to the ``n_tail`` largest of ``ordered`` (descending), checked; None if bad."""
     threshold, excess = _excess(ordered, n_tail)
     if excess.size < TAIL_STEP or np.ptp(excess) == 0:
         return None
     shape, scale = _gpd(excess)
-    cdf = np.clip(sps.genpareto.cdf(excess, shape, scale=scale), 1e-300, 1 - 1e-16)
-    n = excess.size
-    i = np.arange(1, n + 1)
-    ad = float(-n - np.mean((2 * i - 1) * (np.log(cdf) + np.log1p(-cdf[::-1]))))
-    critical = float(np.interp(shape, AD_SHAPES, AD_CRITICAL_5))
+    ad = ad_statistic(excess, shape, scale)
+    critical = ad_critical(shape)
     if not math.isfinite(ad) or ad > critical:
         return None
     return _Fit(threshold, shape, scale, ad, critical)
@@ -156,6 +159,12 @@ def tail_p_value(
     observed: float, null: ArrayLike, *, n_boot: int = 0, confidence: float = 0.95, seed: int = 0
 ) -> TailP:
     """The GPD tail p of ``observed`` against ``null`` (one-sided, larger is more extreme).
+
+    ``scipy.stats.genpareto`` by maximum likelihood, its location fixed at the threshold
+    midway between the ``n_tail``-th largest value and the next; the tail shrinks by 10
+    until a fit passes the 5% Anderson-Darling check, and with none the exact p stands.
+    The observed value stays in the fit: left out, the tail p rejected 2-3 times too often
+    at 0.001 with N = 199 on t3, lognormal and Pareto nulls (``tools/calibrate_tail_p.py``).
 
     Args:
         observed: The observed statistic.
@@ -216,4 +225,14 @@ def _bootstrap(
     return float(low), float(high)
 
 
-__all__ = ["EXACT", "GPD", "MIN_EXCEEDANCES", "NO_FIT", "TOO_FEW", "TailP", "tail_p_value"]
+__all__ = [
+    "EXACT",
+    "GPD",
+    "MIN_EXCEEDANCES",
+    "NO_FIT",
+    "TOO_FEW",
+    "TailP",
+    "ad_critical",
+    "ad_statistic",
+    "tail_p_value",
+]
