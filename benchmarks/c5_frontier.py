@@ -250,9 +250,9 @@ def _describe(row: dict) -> str:
     detect = ", ".join(f"{m} {_fmt(v)}" for m, v in row["detectable"].items())
     return (
         f"{row['per_term']} item(s) per term ({row['items']} items), nulls {row['nulls']}, "
-        f"up to {row['N']} sets, {row['p']} p: predicted {row['minutes']:.1f} min with every null drawn "
-        f"to N ({row['no_effect'][10]:.1f} min expected with no effect, h=10); detectable "
-        f"specificity {detect}"
+        f"up to {row['N']} sets, {row['p']} p: predicted {row['minutes']:.1f} min with every "
+        f"null drawn to N ({row['no_effect'][10]:.1f} min expected with no effect, h=10); "
+        f"detectable specificity {detect}"
     )
 
 
