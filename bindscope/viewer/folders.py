@@ -132,28 +132,25 @@ def _c5_map(folder: Path, model: str | None) -> dict | None:
     return _head_map("c5", "C5 ranking: mean BSI (outlined: the top set ablated)", mean, top)
 
 
-def _estimated(summary: dict, part: dict, exact: str) -> tuple[Any, str]:
-    """The exact map, or under ``--method attribution`` the estimate (exact on few heads)."""
+# a study's map: (title, the metric its part sits under or None, the exact map's key)
+_ABLATION_MAPS = {
+    "scan": ("Scan: log-prob drop when the {unit} is ablated", "logprob", "effect"),
+    "patching": ("Patching: share of the gap recovered per {unit}", None, "recovery"),
+}
+
+
+def _ablation_map(folder: Path, model: str | None, name: str) -> dict | None:
+    """A scan or patching map: exact, or under ``--method attribution`` the estimate."""
+    title, metric, exact = _ABLATION_MAPS[name]
+    summary, part = _summary(folder, model)
+    if metric is not None:
+        part = part.get("metrics", {}).get(metric, {})
+    unit = summary.get("unit", "head")
+    title = title.format(unit=unit)
+    values = part.get(exact)
     if summary.get("method") == "attribution":
-        return part.get("estimate"), " (attribution estimate)"
-    return part.get(exact), ""
-
-
-def _scan_map(folder: Path, model: str | None) -> dict | None:
-    summary, part = _summary(folder, model)
-    logprob = part.get("metrics", {}).get("logprob", {})
-    values, how = _estimated(summary, logprob, "effect")
-    unit = summary.get("unit", "head")
-    return _head_map("scan", f"Scan: log-prob drop when the {unit} is ablated{how}", values,
-                     logprob.get("significant", []), unit)  # fmt: skip
-
-
-def _patching_map(folder: Path, model: str | None) -> dict | None:
-    summary, part = _summary(folder, model)
-    values, how = _estimated(summary, part, "recovery")
-    unit = summary.get("unit", "head")
-    return _head_map("patching", f"Patching: share of the gap recovered per {unit}{how}", values,
-                     part.get("significant", []), unit)  # fmt: skip
+        values, title = part.get("estimate"), f"{title} (attribution estimate)"
+    return _head_map(name, title, values, part.get("significant", []), unit)
 
 
 def _circuit(folder: Path, model: str | None) -> dict | None:
@@ -197,10 +194,7 @@ def folder_data(paths: list[Path], *, model: str | None = None, prompt: str | No
             ranking = _records(folders["c5"], "c5-ranking", model)
             out["binding"] = _binding(ranking, prompt, folders["c5"])
         out["maps"].append(_c5_map(folders["c5"], model))
-    if "scan" in folders:
-        out["maps"].append(_scan_map(folders["scan"], model))
-    if "patching" in folders:
-        out["maps"].append(_patching_map(folders["patching"], model))
+    out["maps"] += [_ablation_map(folders[n], model, n) for n in _ABLATION_MAPS if n in folders]
     if "circuit" in folders:
         out["circuit"] = _circuit(folders["circuit"], model)
     out["maps"] = [m for m in out["maps"] if m is not None]

@@ -121,3 +121,18 @@ def test_another_bos_policy_is_not_reused(sp_tokenizer, tiny_prompts, tmp_path, 
         progress=False,
     )
     assert in_c5  # binding from another BOS policy is another computation
+
+
+def test_model_records_keeps_the_models_revision_and_experiment(tiny_llama, tiny_prompts, tmp_path):
+    from types import SimpleNamespace
+
+    from bindscope.experiments.kit.experiment import model_records
+
+    binding_experiment.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, progress=False)
+    path = tmp_path / "binding" / "records.jsonl"
+    every = list(read_records(path))
+    mine = model_records(path, "binding", tiny_llama)
+    assert mine == [r for r in every if r["experiment"] == "binding"] and mine
+    other_revision = SimpleNamespace(name=tiny_llama.name, revision="step-1")
+    assert model_records(path, "binding", other_revision) == []
+    assert model_records(path, "heads", tiny_llama) == []

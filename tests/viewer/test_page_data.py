@@ -106,6 +106,8 @@ def test_folders_give_span_bsi_maps_and_circuit(tmp_path, llama_tiny):
     np.testing.assert_allclose(maps["scan"]["values"], held["effect"], atol=5e-5)
     np.testing.assert_allclose(maps["patching"]["values"], held["recovery"], atol=5e-5)
     assert maps["scan"]["marked"] == [[1, 2]] and maps["c5"]["marked"] == [[2, 3], [0, 1]]
+    assert [m["name"] for m in data["maps"]] == ["c5", "scan", "patching"]
+    assert maps["scan"]["title"] == "Scan: log-prob drop when the head is ablated"
     np.testing.assert_allclose(maps["c5"]["values"], np.mean(held["ranking"], 0), atol=5e-5)
     edges = data["circuit"]["edges"]
     assert [(e["s"], e["r"], e["score"]) for e in edges] == [
@@ -123,6 +125,7 @@ def test_maps_by_attribution_and_by_position(tmp_path, llama_tiny):
     assert maps["scan"]["title"].endswith("(attribution estimate)")
     np.testing.assert_allclose(maps["patching"]["values"], held["by_position"], atol=5e-5)
     assert maps["patching"]["unit"] == "position"
+    assert maps["patching"]["title"] == "Patching: share of the gap recovered per position"
 
 
 def test_a_circuit_folder_alone_needs_no_model(tmp_path, llama_tiny):

@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from scipy.stats import spearmanr
 
 from bindscope.errors import InputError
-from bindscope.experiments.kit.experiment import ModelRun
+from bindscope.experiments.kit.experiment import ModelRun, model_records
 from bindscope.experiments.kit.options import check_choice, option, positive
 from bindscope.experiments.kit.per_head_tests import HeadTestOptions
 from bindscope.interventions import Mean, Patch, Resample, Zero
@@ -19,7 +20,6 @@ from bindscope.interventions.flow_specs import Spec
 from bindscope.prompts.continuations import continuation_ids
 from bindscope.prompts.prompt_sets import PromptRecord
 from bindscope.protocols import LanguageModel
-from bindscope.results.records import read_records
 from bindscope.runners.attribution_metrics import Metric
 from bindscope.runners.attribution_patching import TargetLogprob, all_heads, attribution_scores
 from bindscope.runners.scan import ScoredSequence
@@ -214,18 +214,12 @@ def _groups(texts: list, specs: list) -> list[list[int]]:
 
 
 def _select(
-    model: LanguageModel, items: Sequence[Any], path: Any, verify: int, experiment: str
+    model: LanguageModel, items: Sequence[Any], path: Path, verify: int, experiment: str
 ) -> list[str]:
     """Condition names of the ``verify`` heads with the largest mean |estimate|."""
     keys = {item.key for item in items}
-    maps = [
-        r["metrics"]["estimate"]
-        for r in read_records(path)
-        if r["experiment"] == experiment
-        and r["model"] == model.name
-        and r["revision"] == model.revision
-        and r["prompt_key"] in keys
-    ]
+    records = model_records(path, experiment, model)
+    maps = [r["metrics"]["estimate"] for r in records if r["prompt_key"] in keys]
     mean = np.mean(np.array(maps, dtype=float), 0)  # [L, H]
     order = sorted(np.ndindex(*mean.shape), key=lambda lh: (-abs(mean[lh]), lh))
     return [f"L{layer}.H{head}" for layer, head in order[:verify]]

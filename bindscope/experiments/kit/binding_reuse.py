@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from bindscope.experiments.kit.experiment import ModelRun
+from bindscope.experiments.kit.experiment import ModelRun, model_records
 from bindscope.experiments.kit.record_fields import binding_metrics
 from bindscope.prompts.prompt_sets import PromptRecord, PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import model_label
-from bindscope.results.records import read_records
 from bindscope.results.settings import SETTINGS_FILE, model_settings, read_settings, versions
 from bindscope.runners.binding import binding
 
@@ -41,13 +40,7 @@ def stored_binding(model: LanguageModel, out: str | Path, pset: PromptSet) -> di
         return {}
     if stored["models"].get(model_label(model)) != model_settings(model):
         return {}
-    return {
-        r["prompt_key"]: r["metrics"]
-        for r in read_records(records)
-        if r["experiment"] == BINDING
-        and r["model"] == model.name
-        and r["revision"] == model.revision
-    }
+    return {r["prompt_key"]: r["metrics"] for r in model_records(records, BINDING, model)}
 
 
 def reuse_or_bind(

@@ -17,7 +17,7 @@ from bindscope.experiments.kit.record_fields import RecordFields, base_record
 from bindscope.prompts.prompt_sets import PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.remote import transport
-from bindscope.results.records import RecordWriter, provenance, record_key
+from bindscope.results.records import RecordWriter, provenance, read_records, record_key
 from bindscope.results.schema import RecordKind
 from bindscope.results.settings import check_settings
 
@@ -107,6 +107,17 @@ class ModelRun:
             bar.update(len(chunk))
         bar.close()
         return len(pending)
+
+
+def model_records(path: Path, experiment: str, model: LanguageModel) -> list[dict]:
+    """The records in ``path`` of ``experiment`` for ``model`` at its revision."""
+    return [
+        r
+        for r in read_records(path)
+        if r["experiment"] == experiment
+        and r["model"] == model.name
+        and r["revision"] == model.revision
+    ]
 
 
 @dataclass(frozen=True)
