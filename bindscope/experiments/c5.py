@@ -26,11 +26,11 @@ from bindscope.experiments.kit.ablation_sets import (
     check_k,
     check_limit,
     draw_random_sets,
-    null_sets,
 )
 from bindscope.experiments.kit.binding_reuse import reuse_or_bind, stored_binding
 from bindscope.experiments.kit.chunks import batch_order, chunk_items, first_items, prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
+from bindscope.experiments.kit.null_tests import null_sets
 from bindscope.experiments.kit.options import (
     GENERATION_HELP,
     Options,
