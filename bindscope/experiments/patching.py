@@ -1,21 +1,4 @@
-"""Per-head activation patching: which heads carry the clean prompt's answer?
-
-Method. Each pair holds a clean and a corrupted prompt that tokenize to the same length and
-a metric: the mean log-probability of a ``target`` text appended to both, or the logit
-difference ``clean_answer - corrupted_answer`` (one token each) at the last position. Both
-follow the prompt after one space, as a prompt file's choices do
-(`bindscope.prompts.continuations`): they are written without leading whitespace. Every
-head's output (or every layer's, ``unit="layer"``) is patched from the clean run into the
-corrupted run (``Patch``), and the normalised recovery
-``(patched - corrupted) / (clean - corrupted)`` is recorded per pair. Per head: the mean
-recovery with a paired bootstrap 95% CI and a sign-flip permutation p-value (recovery
-against 0), adjusted across heads (Benjamini-Hochberg, or Holm). Pairs whose clean and
-corrupted metrics are equal have no recovery to measure and are left out of the summary.
-
-Pair files are JSON Lines (``docs/records.md``, "Pair files"; read by
-`bindscope.prompts.pairs`); the built-in ``pairs`` set replaces the term of each canonical
-recognition item with a control term.
-"""
+"""Per-head activation patching: which heads carry the clean prompt's answer?"""
 
 from __future__ import annotations
 
@@ -128,15 +111,9 @@ def prepare_all(
 class PatchingOptions(AttributionOptions):
     """The options of activation patching (``bindscope patch``; ``run(model, *, out, ...)``).
 
-    ``run`` patches every head (or layer) from clean into corrupted runs of one ``Model``
-    and writes records and a summary; ``batch_size`` is texts per forward pass and ``seed``
-    seeds the bootstrap and permutation tests.
-
-    Attributes:
-        pairs: ``pairs`` (the built-in set) or a pair file path.
-        unit: ``head``, ``layer``, or ``position``: every head of one layer patched at one
-            token position, counted from the end (``L3.P0`` is layer 3 at the last token),
-            over the positions every pair has.
+    ``unit="position"`` counts positions from the end (``L3.P0`` is layer 3 at the last token),
+    over the positions every pair has; ``method="attribution"`` patches exactly only the
+    ``verify`` heads with the largest mean |estimate|.
     """
 
     UNITS: ClassVar[tuple[str, ...]] = ("head", "layer", "position")
@@ -208,8 +185,7 @@ def _pair_records(
 ) -> list[dict]:
     """One pair's records: its clean run, and its corrupted run under each patch not done.
 
-    ``patch`` maps a condition to its heads and, under the position unit, its offset from the
-    last token.
+    ``patch`` maps a condition to its heads and, under ``unit="position"``, its end offset.
     """
     model = run.model
     base = model.logits([p.clean, p.corrupted], batch_size=common.batch_size)
@@ -294,8 +270,7 @@ def summarize_patching(
 ) -> dict:
     """Recovery maps with CIs and adjusted p per model, and the top conditions.
 
-    ``n_resamples`` defaults per model as in ``summarize_scan``; each entry holds the number
-    used.
+    ``n_resamples`` defaults per model as in ``summarize_scan``; each entry holds the number used.
     """
     evaluated = [r for r in records if r["experiment"] == EXPERIMENT]
     if not evaluated:
@@ -358,8 +333,8 @@ def _summarize_model(
 ) -> tuple[dict, dict, int, dict[str, list[str]]]:
     """One model's summary entry, plus what its estimates and limits need.
 
-    Returns ``(entry, ends of the usable pairs, n_tests, unusable)``; ``unusable`` maps a
-    pair to the keys of its records with a bad number.
+    Returns ``(entry, ends of the usable pairs, n_tests, unusable)`` (``unusable`` as in
+    `_tabulate`).
     """
     first = group[0]
     n_layers, n_heads = first["provenance"]["n_layers"], first["provenance"]["n_heads"]

@@ -1,18 +1,4 @@
-"""Head scan: ablate every head (or layer) alone and measure what behaviour loses.
-
-Method. Each condition zero- or mean-ablates one head (``unit="head"``) or every head of
-one layer (``unit="layer"``). A recognition item scores the correct choice's mean
-log-probability per token and whether the arg-max choice is correct; a prompt with a
-``target`` field scores the target's mean log-probability (the target follows the prompt
-after one space, as a choice does: `bindscope.prompts.continuations`). The effect of a condition is
-the paired drop ``clean - ablated`` per prompt; its mean gets a paired bootstrap 95% CI
-and a sign-flip permutation p-value, adjusted across all conditions (Benjamini-Hochberg,
-or Holm). With ``unit="head"`` the scan also measures each head's mean BSI on the same
-prompts and reports the Spearman correlation of the BSI map with the effect map, with a
-bootstrap CI over prompts: does binding predict importance head by head?
-
-All conditions of a prompt share one clean pass (`bindscope.runners.scan`).
-"""
+"""Head scan: ablate every head (or layer) alone and measure what behaviour loses."""
 
 from __future__ import annotations
 
@@ -77,23 +63,12 @@ UNSCORED = "generation item without a 'target' to score"
 class ScanOptions(AttributionOptions):
     """The options of the head scan (``bindscope scan``; ``run(models, *, out, ...)``).
 
-    ``run`` scans every head (or layer) of one ``Model`` or a list and writes records and a
-    summary; ``batch_size`` is sequences per clean pass and ``seed`` seeds the bootstrap,
-    the permutation tests and the resample donors.
-
-    Attributes:
-        prompts: Recognition items and any records with a ``target`` field.
-        ablation: ``zero``, ``mean`` (means over the scanned prompts) or ``resample``: each
-            prompt's heads take the outputs of another scanned prompt, drawn with ``seed``
-            (recorded as ``donor`` in the metrics), aligned from the end.
-        matched_classes: With ``unit="head"``, compare the EB* top-``k`` heads' mean effect
-            with this many random head sets matched to their taxonomy classes (sink,
-            previous-token, induction, duplicate-token; ``bindscope.metrics.taxonomy``), so
-            "binding heads matter" is told apart from "sink heads matter". 0: off.
-        k: Size of the EB* top set compared under ``matched_classes`` (default 4); refused
-            without it, where it would change nothing.
-        spread: With ``limit``, take the prompts in turn from each term (recorded); refused
-            without ``limit``.
+    ``batch_size`` is sequences per clean pass and ``seed`` also draws the resample donors
+    (recorded as ``donor`` in the metrics; each head takes the donor's outputs aligned from
+    the end). ``prompts`` are recognition items and any records with a ``target``.
+    ``matched_classes`` needs ``unit="head"``; its classes are the taxonomy's (sink,
+    previous-token, induction, duplicate-token), so "binding heads matter" is told apart from
+    "sink heads matter".
     """
 
     prompts: str | Path | PromptSet = prompts_option()

@@ -1,9 +1,7 @@
 """Getting a model: ``load_model``, the one path from a name to a checked ``Model``.
 
-The path, in order, each step in the module that decides it: read the weights here
-(``weights.py``; remotely, the model without weights, ``remote/load.py``), pick the family row
-and wrap (``wrap.py``), check once (``selfcheck.py``), and route traces through the simulated
-NDIF for ``remote="local"`` (``remote/simulation.py``). docs/architecture.md draws it.
+Each step lives in the module that decides it (weights, family and wrap, self-check, the
+simulated NDIF); docs/architecture.md ("Getting a model") draws the path.
 """
 
 from __future__ import annotations
@@ -87,15 +85,15 @@ def load_model(
             ``transformers.PreTrainedModel`` (then pass ``tokenizer=``).
         revision: Hub revision (branch, tag or commit); for a local folder, its checkpoint
             subfolder ``FOLDER/REVISION``. Refused for an embedded model and a loaded object.
-        tokenizer: Tokenizer for an already-loaded model.
-        dtype: Weights dtype (default float32; a loaded object is cast in place when given one).
-        device: Where to put the weights (default CPU; a loaded object is moved in place).
+        tokenizer: For an already-loaded model.
+        dtype: Default float32; a loaded object is cast in place when given one.
+        device: Default CPU; a loaded object is moved in place.
         remote: ``True``: the model without weights, every trace run on NDIF (a Hub id it
             serves); ``"local"``: every trace through a simulated NDIF (docs/remote.md).
         prepend_bos: Force BOS on or off; None follows the tokenizer's own rule.
         self_check: Run the load-time checks (``selfcheck.py``; remotely, one small request).
         family: A ``Family`` row to use instead of the table's (a new architecture).
-        cache: The embedded models' converted weights (default ``$BINDSCOPE_CACHE``).
+        cache: Folder of the embedded models' converted weights (default ``$BINDSCOPE_CACHE``).
         verify_cache: Also hash every byte of an embedded model's weights (about 1 s per GB).
     """
     if remote is True:

@@ -1,15 +1,13 @@
-"""Ranking heads by any ``[L, H]`` score: the top (and bottom) ``k``, and mean BSI over records.
-
-Ties keep the head order ``(layer, head)`` through a stable sort, so a ranking never depends on
-the sorting algorithm or on float noise in equal scores; NaN scores never rank.
-"""
+"""Ranking heads by any ``[L, H]`` score: the top (and bottom) ``k``, and mean BSI over records."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
 
-def _order(scores, descending: bool) -> list[tuple[int, int]]:
+def _order(scores: Any, descending: bool) -> list[tuple[int, int]]:
     """Every non-NaN head, best first (``descending``) or worst first, ties in head order."""
     scores = torch.as_tensor(scores, dtype=torch.float64)
     n_heads = scores.shape[1]
@@ -21,20 +19,18 @@ def _order(scores, descending: bool) -> list[tuple[int, int]]:
     return [(int(i) // n_heads, int(i) % n_heads) for i in index[order]]
 
 
-def top_heads(scores, k: int) -> list[tuple[int, int]]:
+def top_heads(scores: Any, k: int) -> list[tuple[int, int]]:
     """The ``k`` highest-scoring ``(layer, head)`` pairs of an ``[L, H]`` score, best first.
 
-    Args:
-        scores: One ``[L, H]`` score (a tensor or array), or a list of them (their
-            NaN-ignoring mean is ranked); a nested ``[L][H]`` list is read as that list.
-        k: How many heads.
+    ``scores`` is a tensor or array, or a list of them (their NaN-ignoring mean is ranked); a
+    nested ``[L][H]`` list is read as that list.
     """
     if isinstance(scores, (list, tuple)):
         scores = torch.stack([torch.as_tensor(s, dtype=torch.float64) for s in scores]).nanmean(0)
     return _order(scores, descending=True)[:k]
 
 
-def rank_heads(scores, k: int) -> tuple[list[list[int]], list[list[int]]]:
+def rank_heads(scores: Any, k: int) -> tuple[list[list[int]], list[list[int]]]:
     """Top-k and bottom-k heads of an ``[L, H]`` score as ``[layer, head]`` lists.
 
     The bottom set lists the lowest score first; among equal scores the later head comes first

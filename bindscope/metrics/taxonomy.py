@@ -1,26 +1,4 @@
-"""Head taxonomy maths: what kind of head each (layer, head) is.
-
-Scores, each a mean attention probability (spread: a number of keys), per head and text:
-
-* ``sink``: attention from every query but the first to the text's first position (BOS
-  when the model prepends one; whether it does is recorded with the scores);
-* ``previous_token``: attention from every query but the first to the token before it;
-* ``spread``: the participation ratio ``1 / sum_k p_k^2`` of each query's attention (the
-  effective number of attended keys: 1 for one key, ``n`` for uniform over ``n``), averaged
-  over the same queries;
-* ``induction``: on a sequence of distinct random tokens repeated twice, attention from each
-  token of the second copy to the token after its first occurrence;
-* ``duplicate_token``: the same queries' attention to the first occurrence itself;
-* ``binding``: mean BSI (``bindscope.metrics.binding``) over a term prompt set.
-
-The first query is left out of ``sink``, ``previous_token`` and ``spread`` because it can
-attend only to itself (its scores are 1, 0 and 1 by construction). Positions are those of
-the unpadded text: callers offset them by each row's left padding.
-
-Everything here is plain maths on tensors and arrays: the in-trace reduction is in
-``bindscope.runners.taxonomy_scores``; the same scores from full probabilities are here
-(``scores_from_probs``, ``repeated_scores_from_probs``) as the reference it is tested on.
-"""
+"""Head taxonomy maths: what kind of head each (layer, head) is."""
 
 from __future__ import annotations
 
@@ -32,6 +10,7 @@ import numpy as np
 import torch
 
 from bindscope.metrics.ranking import top_heads
+from bindscope.protocols import LanguageModel
 
 #: Scores measured on natural text (the prompt templates).
 TEXT_SCORES = ("sink", "previous_token", "spread")
@@ -75,9 +54,8 @@ def text_pairs(n: int) -> dict[str, list[tuple[int, int]]]:
 def repeated_pairs(start: int, length: int) -> dict[str, list[tuple[int, int]]]:
     """The (query, key) pairs of ``induction`` and ``duplicate_token``.
 
-    Args:
-        start: Position of the first random token (1 after a prepended BOS, else 0).
-        length: Tokens per copy; the second copy starts at ``start + length``.
+    The first random token is at ``start`` (1 after a prepended BOS, else 0), the second copy
+    at ``start + length``.
     """
     second = [start + length + j for j in range(length)]
     return {
@@ -87,7 +65,7 @@ def repeated_pairs(start: int, length: int) -> dict[str, list[tuple[int, int]]]:
 
 
 def repeated_sequences(
-    model, *, n: int, length: int, seed: int
+    model: LanguageModel, *, n: int, length: int, seed: int
 ) -> tuple[list[list[int]], int, list[list[int]]]:
     """``n`` sequences of ``length`` distinct random tokens, each repeated twice.
 
@@ -117,11 +95,9 @@ def repeated_sequences(
 
 
 def scores_from_probs(probs: torch.Tensor) -> dict[str, torch.Tensor]:
-    """``sink``, ``previous_token`` and ``spread`` ``[L, H]`` from full probabilities.
+    """``sink``, ``previous_token`` and ``spread`` ``[L, H]`` from ``[L, H, n, n]`` probs.
 
-    Args:
-        probs: ``[L, H, n, n]`` probabilities of one unpadded text; with one token every
-            score is NaN.
+    ``probs`` are one unpadded text's; with one token every score is NaN.
     """
     p = probs.double()
     if p.shape[-1] < 2:
@@ -159,12 +135,8 @@ def bootstrap_heads(
 ) -> dict:
     """Mean per head with a percentile bootstrap CI over texts, all heads at once.
 
-    Args:
-        values: ``[n_texts, L, H]``; texts with any NaN are dropped (a score undefined for
-            a text is undefined for all its heads).
-        seed: Seed of the resampling.
-        n_resamples: Bootstrap resamples.
-        confidence: Level of the percentile interval.
+    ``values`` is ``[n_texts, L, H]``; texts with any NaN are dropped (a score undefined for a
+    text is undefined for all its heads).
 
     Returns:
         ``{"value", "low", "high": [L][H] lists, "n", "confidence", "method"}``; with one text
@@ -323,14 +295,10 @@ def emergence(
     thresholds: Mapping[str, float] | None = None,
     top_k: int = 4,
 ) -> dict:
-    """Emergence of each class over checkpoints (in training order).
+    """Emergence of each class over checkpoints, ``revisions`` in training order.
 
-    Args:
-        revisions: Checkpoints in training order.
-        means: Per checkpoint, mean scores ``{score: [L][H]}``.
-        model: The model's name, for the token counts its revision names imply.
-        thresholds: Class thresholds (defaults: ``THRESHOLDS``).
-        top_k: How many top heads per class get a trajectory.
+    ``means`` holds per checkpoint the mean scores ``{score: [L][H]}``; ``model``'s name gives
+    the token counts its revision names imply; ``top_k`` heads per class get a trajectory.
 
     Returns:
         ``fraction``: per class, the fraction of heads in it at each checkpoint (labels);

@@ -1,7 +1,7 @@
 """The traced forward passes behind ``Model``'s high-level calls.
 
-Each function here is a ``Model`` method (the class binds it: ``Model.logits =
-calls.logits``), so its signature and docstring are the public ones.
+Each function is a ``Model`` method (``Model.logits = calls.logits``): its signature and
+docstring are the public ones.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import torch
 
 from bindscope.batch import (
     DEFAULT_BATCH_SIZE,
+    Batch,
     absolute_positions,
     check_texts,
     read_positions,
@@ -29,13 +30,13 @@ from bindscope.prompts.spans import locate
 from bindscope.protocols import LanguageModel
 
 
-def trace_batch(model: LanguageModel, planned: PlannedBatch, body: Callable[[Any], Any], **options):
+def trace_batch(
+    model: LanguageModel, planned: PlannedBatch, body: Callable[[Any], Any], **options: Any
+):
     """Run ``body(donors)`` on a planned batch; donors (if any) run first in their own invoke.
 
-    A path patch (``plan.path``) adds its scratch rows' invoke after the texts' and an
-    empty invoke over the whole batch that applies it.
-
-    ``body`` applies the plan (and captures); it must return its result saved.
+    A path patch (``plan.path``) adds its scratch rows' invoke after the texts' and an empty
+    invoke over the whole batch that applies it. ``body`` must return its result saved.
     """
     # plain dicts of tensors only in the body: it ships by value when remote
     env, plan, path = model.nnsight, planned.plan, planned.plan.path
@@ -93,17 +94,10 @@ def attention_probs(
 ) -> list[torch.Tensor]:
     """Post-softmax attention per text: ``[n_layers_selected, H, n, n]``.
 
-    float32, or float64 for a float64 model.
-
-    Args:
-        model: The model (``self`` of the ``Model`` method).
-        texts: Prompts.
-        layers: Layer indices to capture (default all), ascending in the output.
-        intervene: A spec (``Zero``, ``Mean``, ``Patch``, ``Resample``, ``Knockout``) or
-            a list of specs applied to every text.
-        per_row: One spec, list of specs or ``None`` per text.
-        ablate: ``(layer, head)`` pairs zero-ablated (shorthand for ``Zero``).
-        batch_size: Texts per forward pass.
+    float32, or float64 for a float64 model; ``layers`` (default all) ascending. ``intervene``
+    is a spec (``Zero``, ``Mean``, ``Patch``, ``Resample``, ``Knockout``) or a list of specs
+    applied to every text; ``per_row`` one spec, list of specs or ``None`` per text; ``ablate``
+    ``(layer, head)`` pairs zero-ablated (the shortcut of ``intervene=Zero(...)``).
     """
     wanted = model.check_layers(layers)
     texts = check_texts(texts)
@@ -119,7 +113,7 @@ def attention_probs(
                     "them in separate calls"
                 )
 
-            def body(donors, plan=planned.plan):
+            def body(donors: dict | None, plan: ops.TracePlan = planned.plan):
                 # bound to a name: a remote run returns only saved values the body binds
                 found = run_layers(model, capture=wanted, plan=plan, donors=donors)
                 return found
@@ -177,7 +171,7 @@ def logits(
     for planned in plan_batches(model, texts, rows, batch_size=batch_size):
         batch = planned.batch
 
-        def body(donors, plan=planned.plan):
+        def body(donors: dict | None, plan: ops.TracePlan = planned.plan):
             if plan:
                 run_layers(model, plan=plan, donors=donors)
             logits = ops.final_logits(model).save()  # [b, n, V]
@@ -224,7 +218,7 @@ def capture(
         for planned in plan_batches(model, texts, rows, batch_size=batch_size):
             batch = planned.batch
 
-            def body(donors, plan=planned.plan):
+            def body(donors: dict | None, plan: ops.TracePlan = planned.plan):
                 found = run_layers(
                     model, capture=wanted if probs else (), sites=others, plan=plan, donors=donors
                 )
@@ -284,15 +278,10 @@ def logit_lens(
 ) -> list[torch.Tensor]:
     """Each layer's ``resid_post`` through the final norm and unembedding, at ``positions``.
 
-    A lens is read where the model predicts: by default the last position (``-1``).
-    ``positions`` are token positions of each unpadded text (negative: from its end; one
-    integer is one position; ``None``: every position, ``n x vocab`` floats per layer).
-    Only those positions leave the trace and are unembedded.
-
-    Returns:
-        ``[len(layers), len(positions), vocab]`` float32 logits per text (``[L, n, vocab]``
-        for ``positions=None``); the last layer's equals `logits` at those positions (up
-        to rounding).
+    ``positions`` are token positions of each unpadded text (negative: from its end; default
+    the last, where the model predicts; ``None``: all, ``n x vocab`` floats per layer). Only
+    they leave the trace and are unembedded: ``[len(layers), len(positions), vocab]`` float32
+    logits per text, the last layer's equal to `logits` there up to rounding.
 
     Raises:
         InputError: A position outside a text (names the text and its length).
@@ -308,7 +297,12 @@ def logit_lens(
         batch = planned.batch
         index_rows, columns = _columns(model, batch, chosen)
 
-        def body(donors, plan=planned.plan, index_rows=index_rows, columns=columns):
+        def body(
+            donors: dict | None,
+            plan: ops.TracePlan = planned.plan,
+            index_rows: torch.Tensor = index_rows,
+            columns: torch.Tensor = columns,
+        ):
             found = ops.resid_post_at(model, wanted, index_rows, columns, plan, donors)
             return found
 
@@ -338,7 +332,9 @@ def _check_lens(model: LanguageModel, texts: Sequence[str], chosen: tuple[int, .
     return texts
 
 
-def _columns(model: LanguageModel, batch, positions: tuple[int, ...] | None):
+def _columns(
+    model: LanguageModel, batch: Batch, positions: tuple[int, ...] | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``[b, P]`` batch rows and padded columns of each text's ``positions`` (None: all)."""
     width = batch.input_ids.shape[1]
     if positions is None:

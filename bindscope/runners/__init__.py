@@ -1,12 +1,4 @@
-"""Runners: a model over prompt sets under interventions, in batched forward passes.
-
-Each runner composes the trace primitives of ``bindscope.interventions`` with the pure maths
-of ``bindscope.metrics``: binding (BSI/EB*), recognition and generation (behaviour), and
-per-head direct logit attribution; activation patching over sites x layers x positions
-(`patching_sweep`); attribution patching (every head's intervention
-effect estimated from one backward pass, AtP*); edge circuits (EAP/EAP-IG scores, exact path
-patching, faithfulness, stability, verification; docs/circuits.md).
-"""
+"""Runners: a model over prompt sets under interventions, in batched forward passes."""
 
 from __future__ import annotations
 

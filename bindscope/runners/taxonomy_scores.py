@@ -1,10 +1,4 @@
-"""Head-taxonomy scores computed inside the trace: O(L x H) per text leaves it.
-
-Each score is a weighted mean of attention probabilities over (query, key) pairs
-(``bindscope.metrics.taxonomy``), reduced per layer by ``ops.span_pair_bsi``; ``spread`` by
-``ops.participation_ratio``. Pairs are built in the positions of the unpadded text and
-shifted by each row's left padding here, so a padded row scores exactly as the text alone.
-"""
+"""Head-taxonomy scores computed inside the trace: O(L x H) per text leaves it."""
 
 from __future__ import annotations
 
@@ -24,7 +18,7 @@ Pairs = dict[str, list[tuple[int, int]]]
 
 
 def score_rows(
-    model,
+    model: LanguageModel,
     rows: Sequence[Sequence[int]],
     pairs_for: Callable[[int], Pairs],
     *,
@@ -34,17 +28,11 @@ def score_rows(
 ) -> list[dict[str, torch.Tensor]]:
     """Pair-mean scores (and optionally ``spread``) ``[L, H]`` per token-id row.
 
-    Args:
-        model: A ``bindscope.Model``.
-        rows: Token ids as the model sees them (BOS included when it has one).
-        pairs_for: ``pairs_for(n) -> {score: [(query, key), ...]}`` in unpadded positions of a
-            row of ``n`` tokens; a score with no pairs for a row is NaN there.
-        spread: Also reduce the participation ratio over queries ``1..n-1``.
-        batch_size: Rows per forward pass.
-        progress: Show a progress bar.
-
-    Returns:
-        One ``{score: [L, H] float32}`` per row, in input order.
+    ``rows`` are token ids as the model sees them (BOS included when it has one);
+    ``pairs_for(n) -> {score: [(query, key), ...]}`` gives unpadded positions for a row of
+    ``n`` tokens (a score with no pairs for a row is NaN there); ``spread`` also reduces the
+    participation ratio over queries ``1..n-1``. One ``{score: [L, H] float32}`` per row, in
+    input order.
     """
     rows = [list(r) for r in rows]
     names = list(pairs_for(max(len(r) for r in rows)))
@@ -72,13 +60,17 @@ def _batch_scores(
     ]
     query_weight = _query_weight(pads, batch.lengths, width)
 
-    def reduce(probs, tensors=tensors, query_weight=query_weight):
+    def reduce(
+        probs: torch.Tensor,
+        tensors: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = tensors,
+        query_weight: torch.Tensor = query_weight,
+    ) -> torch.Tensor:
         found = [ops.span_pair_bsi(probs, q, k, w) for q, k, w in tensors]
         if spread:
             found.append(ops.participation_ratio(probs, query_weight))
         return torch.stack(found, -1)  # [b, H, scores]
 
-    def body(donors, reduce=reduce):
+    def body(donors: dict | None, reduce: Callable[[torch.Tensor], torch.Tensor] = reduce):
         # bound to a name: a remote run returns only saved values the body binds
         found = run_layers(model, capture=range(model.n_layers), reduce=reduce)
         return found
@@ -111,7 +103,7 @@ def _row_scores(
 
 
 def text_scores(
-    model, texts: Sequence[str], *, batch_size: int = 16, progress: bool = False
+    model: LanguageModel, texts: Sequence[str], *, batch_size: int = 16, progress: bool = False
 ) -> list[dict[str, torch.Tensor]]:
     """``sink``, ``previous_token`` and ``spread`` ``[L, H]`` per text.
 
@@ -125,7 +117,7 @@ def text_scores(
 
 
 def repeated_scores(
-    model,
+    model: LanguageModel,
     *,
     n: int = 32,
     length: int = 24,
