@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 __all__ = ["Dictionary", "Features", "capture_features", "feature_means", "load_dictionary"]
 
 CFG, WEIGHTS = "cfg.json", "sae_weights.safetensors"
+# The most a dictionary's weights may weigh to travel in every remote request (one a batch).
+REMOTE_BYTES = 64 * 2**20
 ARCHITECTURES = {"standard": "relu", "relu": "relu", "jumprelu": "jumprelu", "topk": "topk"}
 # TransformerLens hook names (and Gemma Scope folder names) -> bindscope sites
 _TL_SITES = {
@@ -78,6 +80,13 @@ class Dictionary:
         """The number of latents (features)."""
         return int(self.weights.W_enc.shape[1])
 
+    @property
+    def nbytes(self) -> int:
+        """The size of its weights in bytes."""
+        w = self.weights
+        tensors = (w.W_enc, w.b_enc, w.W_dec, w.b_dec, w.threshold)
+        return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """Feature activations ``[..., d_sae]`` of activations ``[..., d_in]``."""
         return self.weights.encode(x)
@@ -102,6 +111,12 @@ class Dictionary:
             raise DictionaryError(
                 f"{where}: layer {self.layer} (field hook_name) is outside {model.name}'s "
                 f"{model.n_layers} layers; this dictionary was made for another model"
+            )
+        if getattr(model, "remote", False) and self.nbytes > REMOTE_BYTES:
+            raise DictionaryError(
+                f"{where}: {model.name} runs on NDIF, where the dictionary's weights "
+                f"({self.nbytes / 2**20:.0f} MiB) would travel in every request (one a batch); "
+                f"bindscope ships up to {REMOTE_BYTES // 2**20} MiB: run it locally"
             )
         width = model.n_heads * model.head_dim if self.site == "head_out" else model.d_model
         if self.d_in != width:
