@@ -70,6 +70,25 @@ class Dictionary:
     path: str = "<memory>"
     extra: dict = field(default_factory=dict, compare=False)
 
+    def __post_init__(self) -> None:
+        w, arch = self.weights, self.architecture
+        if arch not in ("relu", "jumprelu", "topk"):
+            raise DictionaryError(
+                f"{self.path}: architecture {arch!r} is not relu, jumprelu or topk"
+            )
+        has_threshold, has_k = w.threshold is not None, w.k is not None
+        if has_threshold != (arch == "jumprelu") or has_k != (arch == "topk"):
+            raise DictionaryError(
+                f"{self.path}: architecture {arch!r} with threshold "
+                f"{'set' if has_threshold else 'None'} and k={w.k}: a jumprelu "
+                "dictionary has a threshold, a topk one k, a relu one neither"
+            )
+        if self.site not in _TL_SITES.values() or isinstance(self.layer, bool) or self.layer < 0:
+            raise DictionaryError(
+                f"{self.path}: site {self.site!r}, layer {self.layer!r}: a dictionary reads one of "
+                f"{', '.join(_TL_SITES.values())} of a layer >= 0"
+            )
+
     @property
     def d_in(self) -> int:
         """The width of the site it reads."""

@@ -302,3 +302,11 @@ def test_the_scan_ablates_feature_conditions_like_the_hand_edit(tiny):
     assert max(misses) > MARGIN
     with pytest.raises(Exception, match="donors= resample-ablates heads"):
         condition_scores(tiny, sequences[:1], conditions, donors=sequences[:1])
+
+
+def test_a_dictionary_built_in_memory_is_checked(tiny_llama):
+    w = random_dictionary(tiny_llama, "resid_post", "jumprelu").weights
+    with pytest.raises(DictionaryError, match="'topk' with threshold set and k=None"):
+        Dictionary("resid_post", 1, w, "topk", path="made")
+    with pytest.raises(DictionaryError, match="site 'pattern'"):
+        Dictionary("pattern", 1, w, "jumprelu")
