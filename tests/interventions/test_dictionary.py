@@ -187,8 +187,11 @@ def test_captured_features_are_the_encoded_site_and_steered_generation_is_the_ho
         ref = hand_encode(sae, site_reference(tiny, tiny.tokenize(text), sae.site, 1).flatten(1))
         torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5 * float(ref.abs().max()))
     steer = Steer(sae.features([0, 5]), scale=4.0)
-    got = tiny.generate_ids(PROMPTS[:2], max_new_tokens=5, intervene=steer)
     row = 4.0 * (sae.weights.W_dec[0] + sae.weights.W_dec[5])
+    steered = tiny.capture(PROMPTS[:1], [sae.site], [1], intervene=steer)[0][sae.site][1]
+    plain = site_reference(tiny, tiny.tokenize(PROMPTS[0]), sae.site, 1)
+    torch.testing.assert_close(steered, plain + row, rtol=0, atol=1e-5 * float(plain.abs().max()))
+    got = tiny.generate_ids(PROMPTS[:2], max_new_tokens=5, intervene=steer)
     for text, ids in zip(PROMPTS, got):
         context = hooked(tiny.hf, tiny.family, sae.site, 1, edit=lambda x: x + row)
         assert ids == greedy_reference(tiny, tiny.tokenize(text), 5, context)
@@ -268,6 +271,10 @@ def test_a_dictionary_of_another_width_or_site_is_refused(tiny, tiny_llama, tmp_
         sae.features([99])
     with pytest.raises(InterventionError, match="drop site="):
         Zero(sae.features([1]), layers=[2])
+    with pytest.raises(InterventionError, match="in both"):
+        tiny_llama.logits(
+            PROMPTS[:1], intervene=[Zero(sae.features([1, 2])), Zero(sae.features(2))]
+        )
     with pytest.raises(InterventionError, match="pass only scale"):
         Steer(sae.features([1]), 2, torch.ones(3))
 
