@@ -12,7 +12,7 @@ import torch
 from bindscope.batch import DEFAULT_BATCH_SIZE, Batch, check_batch_size, check_rows, check_texts
 from bindscope.errors import InputError
 from bindscope.families import Family, dims_from_config
-from bindscope.interventions import ops
+from bindscope.interventions import head_weights, ops
 from bindscope.interventions.head_checks import Head, normalize_heads
 from bindscope.model import calls, checks, generation
 from bindscope.model.masks import install_float64_padding_fix
@@ -276,6 +276,8 @@ class Model:
     logit_lens = calls.logit_lens
     generate = generation.generate
     generate_ids = generation.generate_ids
+    ov_circuit = head_weights.ov_circuit
+    qk_circuit = head_weights.qk_circuit
 
     def __reduce__(self):
         # A Model inside a trace body travels to NDIF as an ops.TraceModel: the nnsight
@@ -308,3 +310,8 @@ class Model:
             f"Model({self.name}{rev}, family={self.family}, layers={self.n_layers}, "
             f"heads={self.n_heads}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim})"
         )
+
+
+# TransformerLens' weight names (W_Q, W_K, W_V, W_O, W_U, their biases) and kv_head
+for _name, _view in head_weights.PROPERTIES.items():
+    setattr(Model, _name, _view)
