@@ -17,7 +17,8 @@ from bindscope.nnsight_private import underlying_module
 from bindscope.protocols import LanguageModel
 
 
-def _weights_here(model: LanguageModel) -> None:
+def weights_here(model: LanguageModel) -> None:
+    """Refuse a model whose weights are not here (NDIF: the meta device)."""
     if next(model.hf.parameters()).device.type == "meta":
         raise InputError(
             f"{model.name}: the weights stay on the server (meta device); per-head weights, "
@@ -74,7 +75,7 @@ def _split_fused(model: LanguageModel, attn: Any, rows: torch.Tensor) -> list[to
 
 def layer_qkv(model: LanguageModel, layer: int, which: int, *, bias: bool = False) -> torch.Tensor:
     """One layer's ``W_Q``/``W_K``/``W_V`` (``which`` 0/1/2) ``[H, d, hd]``, or the biases."""
-    _weights_here(model)
+    weights_here(model)
     n = model.n_heads if which == 0 else model.n_kv_heads
     pick = list(range(model.n_heads)) if which == 0 else list(kv_head(model))
     weight, b = _qkv_rows(model, layer)[which]
@@ -103,7 +104,7 @@ def output_projection(model: LanguageModel, layer: int) -> Any:
 
 def layer_w_o(model: LanguageModel, layer: int) -> torch.Tensor:
     """One layer's ``W_O``, ``[H, hd, d]``."""
-    _weights_here(model)
+    weights_here(model)
     weight, _ = linear_rows(output_projection(model, layer))  # [d, H * hd]
     return weight.T.reshape(model.n_heads, model.head_dim, -1).cpu()
 
@@ -115,7 +116,7 @@ def W_O(model: LanguageModel) -> torch.Tensor:  # TransformerLens' name
 
 def layer_b_o(model: LanguageModel, layer: int) -> torch.Tensor:
     """One layer's output-projection bias, ``[d]`` (zeros where it has none)."""
-    _weights_here(model)
+    weights_here(model)
     bias = linear_rows(output_projection(model, layer))[1]
     return torch.zeros(model.d_model) if bias is None else bias.detach().cpu()
 
@@ -127,7 +128,7 @@ def b_O(model: LanguageModel) -> torch.Tensor:
 
 def W_U(model: LanguageModel) -> torch.Tensor:
     """``[d, vocab]``: the LM head's weight transposed; token ``t``'s logit is ``x @ W_U[:, t]``."""
-    _weights_here(model)
+    weights_here(model)
     return underlying_module(model.nnsight.lm_head).weight.detach().T.cpu()
 
 

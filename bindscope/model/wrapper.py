@@ -14,7 +14,7 @@ from bindscope.errors import InputError
 from bindscope.families import Family, dims_from_config
 from bindscope.interventions import head_weights, ops
 from bindscope.interventions.head_checks import Head, normalize_heads
-from bindscope.model import calls, checks, generation
+from bindscope.model import cache, calls, checks, generation
 from bindscope.model.masks import install_float64_padding_fix
 
 
@@ -276,6 +276,7 @@ class Model:
     logit_lens = calls.logit_lens
     generate = generation.generate
     generate_ids = generation.generate_ids
+    run_with_cache = cache.run_with_cache
     ov_circuit = head_weights.ov_circuit
     qk_circuit = head_weights.qk_circuit
 
