@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
+import os
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -119,6 +121,19 @@ class Model:
         if self.prepend_bos:
             ids, spans = [self.tokenizer.bos_token_id, *ids], [(0, 0), *spans]
         return (ids, spans) if offsets else ids
+
+    def to_str_tokens(self, text: str | Sequence[int]) -> list[str]:
+        """Each token of a text (as `tokenize` gives it) or of an id list, as a string.
+
+        Token ``i`` is what decoding the first ``i + 1`` tokens adds to decoding the first
+        ``i``, so a word's leading space stays with it (a character split over tokens shows
+        as U+FFFD in all but its last piece).
+        """
+        ids = self.tokenize(text) if isinstance(text, str) else [int(i) for i in text]
+        prefixes = [self.tokenizer.decode(ids[:end]) for end in range(len(ids) + 1)]
+        # commonprefix compares characters, which is what a decoded prefix needs
+        common = [len(os.path.commonprefix(pair)) for pair in itertools.pairwise(prefixes)]  # noqa: RUF071
+        return [after[n:] for after, n in zip(prefixes[1:], common)]
 
     def encode(self, texts: Sequence[str] | Sequence[Sequence[int]]) -> Batch:
         """Left-pad texts (or pre-tokenized id lists) into one batch."""
@@ -272,6 +287,7 @@ class Model:
     attention_probs = calls.attention_probs
     bsi = calls.bsi
     logits = calls.logits
+    loss = calls.loss
     capture = calls.capture
     logit_lens = calls.logit_lens
     generate = generation.generate
