@@ -1,4 +1,5 @@
-"""The README's Python blocks run, in order, sharing one namespace (pytest-examples).
+"""The README's Python blocks run, in order, sharing one namespace (pytest-examples), and so do
+the lines of its TransformerLens / nnterp table.
 
 Offline and fast they run on the tiny Llama (``bindscope.load_model()`` returns it); the
 slow variant runs them on the embedded SmolLM2. Blocks marked ``test="skip"`` need the Hub.
