@@ -143,3 +143,14 @@ def test_layer_outside_the_model_is_refused(tiny_layout):
         cache.decompose_resid(tiny_layout.n_layers + 1)
     with pytest.raises(InputError, match="tokens for"):
         cache.logit_attrs(cache.decompose_resid(), [1])
+
+
+def test_head_logit_attributions_at_the_last_position_are_head_attribution(tiny, cached):
+    """The per-position attribution, read at the last position, is `head_attribution`."""
+    from bindscope.runners import head_attribution
+
+    target = tiny.tokenize(TEXT)[1]
+    (want,) = head_attribution(tiny, [TEXT], [target])  # [L, H]
+    got = cached.logit_attrs(cached.stack_head_results(), target)[:, -1]
+    atol = bound(tiny, float(got.abs().max()), tiny.n_layers + 2)
+    torch.testing.assert_close(got.view(tiny.n_layers, tiny.n_heads), want, rtol=0, atol=atol)
