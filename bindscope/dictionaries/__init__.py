@@ -1,0 +1,1 @@
+"""Sparse dictionaries (SAEs) on bindscope's sites: training, quality."""
