@@ -1,1 +1,34 @@
-"""Sparse dictionaries (SAEs) on bindscope's sites: training, quality."""
+"""Sparse dictionaries trained here: a TopK SAE on one site, saved in SAELens' format.
+
+Loading and feature sites are `bindscope.interventions.load_dictionary`; docs/dictionaries.md.
+"""
+
+from __future__ import annotations
+
+from bindscope.dictionaries.quality import (
+    Reconstruction,
+    SplicedLoss,
+    reconstruction,
+    spliced_loss,
+)
+from bindscope.dictionaries.train import (
+    TopKSAE,
+    TrainOptions,
+    save_saelens,
+    site_activations,
+    train_topk,
+    training_texts,
+)
+
+__all__ = [
+    "Reconstruction",
+    "SplicedLoss",
+    "TopKSAE",
+    "TrainOptions",
+    "reconstruction",
+    "save_saelens",
+    "site_activations",
+    "spliced_loss",
+    "train_topk",
+    "training_texts",
+]
