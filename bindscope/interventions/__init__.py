@@ -10,7 +10,8 @@ text)::
     model.logits(texts, intervene=Patch("resid_pre", corrupted, layers=[3], positions=[5]))
     model.generate(texts, max_new_tokens=9, intervene=Steer("resid_post", 4, vector))
 
-``ablate=heads`` is the shortcut of ``intervene=Zero(heads)``.
+``ablate=heads`` is the shortcut of ``intervene=Zero(heads)``. A dictionary's latents
+(`load_dictionary`, docs/dictionaries.md) are a target too: ``Zero(sae.features([3, 7]))``.
 
 **Primitives** work inside a trace you open, in execution order (a layer's ablation before
 that layer's capture); ``layers=`` means act only on these layers. They live in ``ops``
@@ -32,6 +33,13 @@ import torch
 
 from bindscope.batch import sessions
 from bindscope.interventions import ops
+from bindscope.interventions.dictionary import (
+    Dictionary,
+    Features,
+    capture_features,
+    feature_means,
+    load_dictionary,
+)
 from bindscope.interventions.flow_specs import Knockout, PathPatch, PatternPatch, Spec, Steer
 from bindscope.interventions.means import EdgeMeans, SiteMeans, edge_means, site_means
 from bindscope.interventions.ops import (
@@ -46,7 +54,9 @@ from bindscope.interventions.specs import Mean, Patch, Resample, Zero
 from bindscope.protocols import LanguageModel
 
 __all__ = [
+    "Dictionary",
     "EdgeMeans",
+    "Features",
     "HeadList",
     "Intervention",
     "Knockout",
@@ -61,9 +71,12 @@ __all__ = [
     "Steer",
     "Zero",
     "capture_attention",
+    "capture_features",
     "capture_probs",
     "edge_means",
+    "feature_means",
     "head_means",
+    "load_dictionary",
     "mean_ablate",
     "run_layers",
     "site_means",

@@ -26,6 +26,7 @@ from bindscope.interventions.trace.edits import (
     run_layers,
     site_outputs,
 )
+from bindscope.interventions.trace.features import FeatureEdit, TraceDictionary
 from bindscope.interventions.trace.node_gradients import (
     TINY,
     attribution_pass,
@@ -94,10 +95,12 @@ __all__ = [
     "EdgePass",
     "EdgeState",
     "Edit",
+    "FeatureEdit",
     "PathPlan",
     "Receiver",
     "ReplaceEdit",
     "ShippedModule",
+    "TraceDictionary",
     "TraceMeans",
     "TraceModel",
     "TracePlan",

@@ -131,22 +131,33 @@ class Planner:
         *,
         every_position: bool,
         same: Callable[[ops.Edit], bool] | None = None,
+        dictionary: ops.TraceDictionary | None = None,
     ) -> ops.Edit:
         """The edit of ``(site, layer)`` made by ``make(where)``, shared when ``same`` matches.
 
         ``same(edit)`` says whether an existing edit can take another row's cells (the same
-        kind and value); otherwise a new edit with an empty mask is appended.
+        kind and value); otherwise a new edit with an empty mask is appended. With a
+        ``dictionary`` the edit acts on its features (units: latents), wrapped in a
+        ``FeatureEdit``; the inner edit is returned.
         """
         entries = self.edits.setdefault((site, layer), [])
         for entry in entries:
-            if entry.every_position == every_position and same is not None and same(entry):
-                return entry
+            inner = getattr(entry, "inner", entry)
+            if (
+                entry.every_position == every_position
+                and getattr(entry, "dictionary", None) is dictionary
+                and same is not None
+                and same(inner)
+            ):
+                return inner
         width = 1 if every_position else self.width
         units = self.model.n_heads if site in ("head_out", "pattern") else 1  # else one vector
+        if dictionary is not None:
+            units = int(dictionary.W_enc.shape[1])
         where = torch.zeros(self.n_rows, width, units, dtype=torch.bool)
         entry = make(where)
         entry.every_position = every_position
-        entries.append(entry)
+        entries.append(entry if dictionary is None else ops.FeatureEdit(entry, dictionary))
         return entry
 
     @staticmethod
@@ -209,7 +220,7 @@ class Planner:
             {
                 edit.key
                 for entries in self.edits.values()
-                for edit in entries
+                for edit in (getattr(entry, "inner", entry) for entry in entries)
                 if isinstance(edit, ops.DonorEdit)
             },
             key=lambda key: (key[1], order.index(key[0])),

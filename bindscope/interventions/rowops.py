@@ -32,7 +32,14 @@ class Planner(Protocol):
         ...
 
     def edit(
-        self, site: str, layer: int, make: Any, *, every_position: bool, same: Any = None
+        self,
+        site: str,
+        layer: int,
+        make: Any,
+        *,
+        every_position: bool,
+        same: Any = None,
+        dictionary: Any = None,
     ) -> ops.Edit:
         """The edit of ``(site, layer)`` made by ``make(where)``, shared when ``same`` matches."""
         ...
@@ -65,12 +72,14 @@ class RowOp:
         site: One of ``families.SITE_NAMES`` (``head_out`` for head specs).
         units: The units of the site per layer.
         positions: Token positions of the unpadded text (None: every position).
+        dictionary: A ``TraceDictionary`` when the units are its features (latents).
     """
 
     spec: str
     site: str
     units: Units
     positions: tuple[int, ...] | None = None
+    dictionary: Any = field(default=None, kw_only=True, compare=False)
 
     # Set by DonorOp only: the donor's token ids (the planner batches donor rows).
     donor = None
@@ -84,9 +93,10 @@ class RowOp:
 
     def cells(self) -> Iterator[tuple[str, int, int]]:
         """The ``(site, layer, unit)`` cells this op claims."""
+        site = self.site if self.dictionary is None else f"features of {self.site}"
         for layer, units in self.units:
             for unit in units:
-                yield self.site, layer, unit
+                yield site, layer, unit
 
     def add_to(self, planner: Planner, r: int, n: int) -> None:
         """Add this op for batch row ``r`` (``n`` real tokens) to the planner."""
@@ -110,6 +120,7 @@ class ReplaceOp(RowOp):
                 lambda where, value=value: ops.ReplaceEdit(where, value),
                 every_position=columns is None,
                 same=lambda e, value=value: isinstance(e, ops.ReplaceEdit) and e.value is value,
+                dictionary=self.dictionary,
             )
             planner.mark(edit, r, columns, units)
 
@@ -136,6 +147,7 @@ class DonorOp(RowOp):
                 ),
                 every_position=False,
                 same=lambda e: isinstance(e, ops.DonorEdit) and not bool(e.where[r].any()),
+                dictionary=self.dictionary,
             )
             assert isinstance(edit, ops.DonorEdit)
             edit.donor_row[r] = row
@@ -165,6 +177,7 @@ class AddOp(RowOp):
                     and e.vector is self.vector
                     and not bool(e.where[r].any())
                 ),
+                dictionary=self.dictionary,
             )
             planner.mark(edit, r, columns, units)
 
