@@ -17,7 +17,6 @@ import bindscope
 from bindscope.dictionaries.quality import reconstruction, spliced_loss
 from bindscope.dictionaries.train import (
     TrainOptions,
-    save_saelens,
     site_activations,
     train_topk,
     training_texts,
@@ -71,7 +70,7 @@ def main() -> None:
     }
     name = f"{model.name.split('/')[-1]}-{args.site}-{args.layer}-topk"
     folder = Path(args.out) if args.out else cache_dir() / "dictionaries" / name
-    save_saelens(sae, folder, model_name=model.name, context_size=args.new_tokens, **where)
+    sae.to_dictionary(model_name=model.name, **where).save(folder)
     (folder / "quality.json").write_text(json.dumps(quality, indent=2) + "\n")
     print(json.dumps(quality, indent=2))
     print(f"saved to {folder}")

@@ -1,4 +1,4 @@
-"""Sparse dictionaries trained here: a TopK SAE on one site, saved in SAELens' format.
+"""Sparse dictionaries trained here: a TopK SAE on one site, and its quality numbers.
 
 Loading and feature sites are `bindscope.interventions.load_dictionary`; docs/dictionaries.md.
 """
@@ -14,7 +14,6 @@ from bindscope.dictionaries.quality import (
 from bindscope.dictionaries.train import (
     TopKSAE,
     TrainOptions,
-    save_saelens,
     site_activations,
     train_topk,
     training_texts,
@@ -26,7 +25,6 @@ __all__ = [
     "TopKSAE",
     "TrainOptions",
     "reconstruction",
-    "save_saelens",
     "site_activations",
     "spliced_loss",
     "train_topk",

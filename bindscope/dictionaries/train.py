@@ -1,23 +1,22 @@
 """A small TopK sparse autoencoder trained on one site's captured activations (torch only).
 
-Saved in SAELens' format; `quality` reports it the way the field does, the next-token loss
-with the reconstruction spliced in by a plain torch forward hook. docs/dictionaries.md.
+`TopKSAE.to_dictionary` makes it a `Dictionary` (its ``save`` writes SAELens' format);
+`bindscope.dictionaries.quality` reports it the way the field does. docs/dictionaries.md.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 from torch import nn
 
 from bindscope.errors import InputError
+from bindscope.interventions.dictionary import Dictionary, hook_name
+from bindscope.interventions.trace.features import TraceDictionary
 from bindscope.prompts import load
 
 AUX_COEFFICIENT = 1 / 32  # AuxK's weight (Gao et al. 2024, "Scaling and evaluating SAEs")
@@ -55,6 +54,14 @@ class TopKSAE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``decode(encode(x))``."""
         return self.decode(self.encode(x))
+
+    def to_dictionary(self, *, site: str, layer: int, model_name: str | None = None) -> Dictionary:
+        """The weights as a `Dictionary` of ``site`` at ``layer`` (``save`` writes SAELens')."""
+        enc, b_enc, dec, b_dec = (
+            p.detach().clone() for p in (self.W_enc, self.b_enc, self.W_dec, self.b_dec)
+        )
+        weights = TraceDictionary(enc, b_enc, dec, b_dec, threshold=None, k=self.k, input_bias=True)
+        return Dictionary(site, layer, weights, "topk", hook_name(site, layer), model_name)
 
 
 def keep_top(pre: torch.Tensor, k: int) -> torch.Tensor:
@@ -175,39 +182,3 @@ def site_activations(
     """
     got = model.capture(texts, sites=[site], layers=[layer], batch_size=batch_size)
     return torch.cat([captured[site][layer][1:] for captured in got])
-
-
-def save_saelens(
-    sae: TopKSAE, folder: str | Path, *, model_name: str, site: str, layer: int, **metadata: Any
-) -> Path:
-    """``cfg.json`` and ``sae_weights.safetensors`` as SAELens 6 writes a TopK SAE.
-
-    The hook name is TransformerLens's (``blocks.{layer}.hook_{site}``); ``metadata`` goes
-    into the config's ``metadata`` beside the model and hook names.
-    """
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    weights = {
-        name: getattr(sae, name).detach().contiguous()
-        for name in ("W_enc", "b_enc", "W_dec", "b_dec")
-    }
-    save_file(weights, str(folder / "sae_weights.safetensors"))
-    d_sae, d_in = sae.W_dec.shape
-    config = {
-        "architecture": "topk",
-        "d_in": d_in,
-        "d_sae": d_sae,
-        "k": sae.k,
-        "dtype": "float32",
-        "device": "cpu",
-        "apply_b_dec_to_input": True,
-        "normalize_activations": "none",
-        "reshape_activations": "none",
-        "metadata": {
-            "model_name": model_name,
-            "hook_name": f"blocks.{layer}.hook_{site}",
-            **metadata,
-        },
-    }
-    (folder / "cfg.json").write_text(json.dumps(config, indent=2) + "\n")
-    return folder

@@ -12,12 +12,11 @@ from bindscope.dictionaries.quality import reconstruction, spliced_loss
 from bindscope.dictionaries.train import (
     TopKSAE,
     TrainOptions,
-    save_saelens,
     site_activations,
     train_topk,
 )
 from bindscope.errors import InputError
-from bindscope.interventions import Zero
+from bindscope.interventions import Zero, load_dictionary
 from bindscope.metrics import token_loss
 from tests.conftest import CORPUS, LAYOUTS, _tiny
 from tests.tolerance import logit_bound
@@ -140,13 +139,20 @@ def test_train_refuses_bad_input():
         train_topk(torch.full((10, 4), float("nan")), OPTIONS)
 
 
-def test_saved_in_saelens_format(tmp_path):
-    sae = _hand_sae()
-    folder = save_saelens(sae, tmp_path / "d", model_name="tiny", site="resid_post", layer=1)
+def test_saved_in_saelens_format_and_loaded_back(tmp_path, llama):
+    sae = train_topk(torch.randn(300, 64, generator=torch.Generator().manual_seed(0)), OPTIONS)
+    folder = sae.to_dictionary(site="resid_post", layer=1, model_name="tiny").save(tmp_path / "d")
     config = json.loads((folder / "cfg.json").read_text())
-    assert config["architecture"] == "topk" and config["k"] == 1
-    assert (config["d_in"], config["d_sae"]) == (2, 3)
+    assert (config["architecture"], config["k"], config["d_in"], config["d_sae"]) == (
+        "topk",
+        OPTIONS.k,
+        64,
+        OPTIONS.width,
+    )
     assert config["metadata"]["hook_name"] == "blocks.1.hook_resid_post"
     weights = load_file(str(folder / "sae_weights.safetensors"))
-    for name, shape in {"W_enc": (2, 3), "b_enc": (3,), "W_dec": (3, 2), "b_dec": (2,)}.items():
-        assert torch.equal(weights[name], getattr(sae, name)) and weights[name].shape == shape
+    for name in ("W_enc", "b_enc", "W_dec", "b_dec"):
+        assert torch.equal(weights[name], getattr(sae, name))
+    loaded = load_dictionary(folder, llama)
+    x = site_activations(llama, CORPUS[:2], site="resid_post", layer=1)
+    assert torch.equal(loaded.encode(x), sae.encode(x))  # the loader's TopK is the trainer's
