@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import torch
 
 from bindscope.interventions import ops
+from bindscope.interventions.trace.features import features_key
 
 
 class Planner(Protocol):
@@ -93,7 +94,7 @@ class RowOp:
 
     def cells(self) -> Iterator[tuple[str, int, int]]:
         """The ``(site, layer, unit)`` cells this op claims."""
-        site = self.site if self.dictionary is None else f"features of {self.site}"
+        site = self.site if self.dictionary is None else features_key(self.site)
         for layer, units in self.units:
             for unit in units:
                 yield site, layer, unit

@@ -16,6 +16,7 @@ from bindscope.interventions.flow_specs import SPEC_TYPES, PatternPatch
 from bindscope.interventions.plan import PlannedBatch, plan_batches
 from bindscope.interventions.resolve import resolve_rows
 from bindscope.interventions.rowops import KnockoutOp, RowOp
+from bindscope.interventions.trace.features import features_key
 from bindscope.protocols import LanguageModel
 from bindscope.runners.attribution_metrics import (
     LogitDifference,
@@ -84,6 +85,8 @@ def _row_ops(
 
 def _estimated_site(op: RowOp) -> str:
     """Where an op's estimate is read: a knockout's through the pattern it changes."""
+    if op.dictionary is not None:
+        return features_key(op.site)
     return "pattern" if isinstance(op, KnockoutOp) else op.site
 
 

@@ -270,3 +270,35 @@ def test_a_dictionary_of_another_width_or_site_is_refused(tiny, tiny_llama, tmp_
         Zero(sae.features([1]), layers=[2])
     with pytest.raises(InterventionError, match="pass only scale"):
         Steer(sae.features([1]), 2, torch.ones(3))
+
+
+def _hand_score(model, ids, n_target, sae=None, edit=None, layer=None):
+    """Mean log-prob of the last ``n_target`` tokens under a hook (HF, no nnsight)."""
+    logits = _hf_logits(model, ids, sae, edit, layer).double()
+    logprobs = logits.log_softmax(-1)
+    n = len(ids)
+    return float(sum(logprobs[n - n_target + j - 1, ids[n - n_target + j]] for j in range(n_target))
+                 / n_target), logits  # fmt: skip
+
+
+def test_the_scan_ablates_feature_conditions_like_the_hand_edit(tiny):
+    from bindscope.runners.scan import ScoredSequence, condition_scores
+
+    sae = _dictionaries(tiny)[0]
+    sequences = [ScoredSequence(tiny.tokenize(t), 2) for t in PROMPTS if len(tiny.tokenize(t)) > 4]
+    conditions = [sae.features([3]), sae.features([1, 6, 9])]
+    means = feature_means(tiny, PROMPTS, sae)
+    misses = []  # |score - the same edit one layer off| / bound, every cell
+    for given in (None, means):
+        _, scores = condition_scores(tiny, sequences, conditions, means=given)
+        for c, condition in enumerate(conditions):
+            new = _replacing(list(condition.indices), torch.zeros(F) if given is None else given)
+            for s, seq in enumerate(sequences):
+                ref, logits = _hand_score(tiny, list(seq.ids), 2, sae, feature_hook(sae, new))
+                bound = 2 * logit_atol(logits, tiny.n_layers)  # a log-prob: two logits' noise
+                assert abs(scores[c, s] - ref) <= bound, (tiny.family, c, s)
+                wrong, _ = _hand_score(tiny, list(seq.ids), 2, sae, feature_hook(sae, new), 2)
+                misses.append(abs(scores[c, s] - wrong) / bound)
+    assert max(misses) > MARGIN
+    with pytest.raises(Exception, match="donors= resample-ablates heads"):
+        condition_scores(tiny, sequences[:1], conditions, donors=sequences[:1])

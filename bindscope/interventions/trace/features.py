@@ -14,6 +14,11 @@ import torch
 from bindscope.interventions.trace.edits import DonorEdit, Edit
 
 
+def features_key(site: str):
+    """The name a dictionary's features at ``site`` go by in claims and estimates."""
+    return "features of " + site
+
+
 class TraceDictionary:
     """A dictionary's weights and activation, as plain tensors (SAELens' layout).
 
@@ -95,3 +100,12 @@ class FeatureEdit(Edit):
     def delta(self, view: torch.Tensor, donors: Any):
         """``new - view``: the decoded change of the edited features."""
         return self.target(view, donors) - view
+
+    def estimate(self, view: torch.Tensor, grad: torch.Tensor, donors: Any):
+        """``[b, F]``: each latent's ``sum((f' - f) * dm/df)`` over positions.
+
+        ``dm/df = dm/dx @ W_dec.T``, the error term held (as the edit holds it).
+        """
+        f, new = self.features(view, donors)
+        dm_df = grad.flatten(2).float() @ self.dictionary.W_dec.to(grad.device).T  # [b, s, F]
+        return ((new - f)[..., 0] * dm_df).sum(1)
