@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bindscope.dictionaries.quality import reconstruction, spliced_loss
+from bindscope.dictionaries.quality import SplicedLoss, reconstruction, spliced_loss
 from bindscope.dictionaries.train import (
     TopKSAE,
     TrainOptions,
@@ -83,6 +83,8 @@ def test_quality_numbers_match_a_hand_computation():
     assert got.explained_variance == pytest.approx(1 - 2.5 / 9.0, rel=1e-6)
     assert got.l0 == 0.75  # one latent on each token but the zero one
     assert got.dead_share == pytest.approx(1 / 3)
+    loss = SplicedLoss(clean=3.0, spliced=4.0, zero=13.0, tokens=10)
+    assert (loss.delta, loss.recovered) == (1.0, 0.9)  # (13 - 4) / (13 - 3)
 
 
 class _Identity:
