@@ -79,7 +79,7 @@ class RowContext:
     def __init__(self, model: LanguageModel, texts: Sequence) -> None:
         self.model, self.texts = model, list(texts)
         self._lengths: dict[int, int] = {}
-        self.drawn: dict[int, tuple[int, ...]] = {}  # id(Resample) -> donors, once per call
+        self.drawn: dict[int, tuple] = {}  # id(spec) -> donors or source states, once per call
         self.edge_masks: dict[int, np.ndarray] = {}  # id(PathPatch) -> its checked mask
 
     def ids(self, text) -> list[int]:

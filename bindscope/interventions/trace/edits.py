@@ -113,6 +113,32 @@ class AddEdit(Edit):
         return view + self.vector.to(device=view.device, dtype=view.dtype)[None, None]
 
 
+class HookEdit(Edit):
+    """Call a user's ``fn`` on each marked row's unpadded tensor; it may edit or replace it.
+
+    ``fn`` gets ``[1, n, d]`` (``[1, n, H, hd]`` when ``heads``), ``n`` the row's real
+    positions (one at a generation step), and returns a tensor of that shape or None.
+    A Python function runs where the trace runs: locally only (``Hook`` refuses remote).
+
+    Attributes:
+        starts: ``[b]`` long, each row's first real column (its left padding).
+    """
+
+    def __init__(self, where: torch.Tensor, fn: Any, heads: bool, width: int):
+        Edit.__init__(self, where)
+        self.fn, self.heads, self.width = fn, heads, width
+        self.starts = torch.zeros(where.shape[0], dtype=torch.long)
+
+    def apply(self, view: torch.Tensor, donors: Any):
+        """Run ``fn`` on each marked row and write back what it returns."""
+        prompt = view.shape[1] == self.width  # else a generation step's new column
+        for r in self.where.any(-1).any(-1).nonzero().flatten().tolist():
+            part = view[r : r + 1, int(self.starts[r]) if prompt else 0 :]  # [1, n, U, k]
+            new = self.fn(part if self.heads else part[:, :, 0])
+            if new is not None:
+                part.copy_(new.to(part.dtype).reshape(part.shape))
+
+
 class TracePlan:
     """Everything a trace body applies, as tensors (built by ``interventions.plan``).
 
