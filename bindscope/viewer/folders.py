@@ -118,7 +118,11 @@ def _head_map(
         return None
     array, marked = layer_rows(values, marked)
     rounded = [[None if np.isnan(v) else round(float(v), 4) for v in row] for row in array]
-    return {"name": name, "title": title, "values": rounded, "marked": marked, "unit": unit}
+    found = {"name": name, "title": title, "values": rounded, "marked": marked, "unit": unit}
+    shape = np.shape(values)
+    if len(shape) == 3:  # each column's head and position from the end
+        found["columns"] = [f"H{h}.-{p + 1}" for h in range(shape[1]) for p in range(shape[2])]
+    return found
 
 
 def _c5_map(folder: Path, model: str | None) -> dict | None:

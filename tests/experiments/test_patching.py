@@ -186,3 +186,4 @@ def test_cli_head_position_grid_equals_the_sweep_and_bad_input_exits_2(
     heads_figure("tiny", m["recovery"], m["significant"], m["top"], "recovery", (12.0, 5.0))
     drawn = _head_map("patching", "t", m["recovery"], m["significant"], "head_position")
     assert np.array(drawn["values"], dtype=float).shape == (shape[0], shape[1] * shape[2])
+    assert drawn["columns"][:2] == ["H0.-1", "H0.-2"]  # each head's positions from the end
