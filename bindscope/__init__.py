@@ -29,6 +29,7 @@ SUBPACKAGES = (
     "wrap",
 )
 _ATTRIBUTES = {
+    "Cache": "bindscope.model.cache",
     "load_model": "bindscope.loading",
     "Model": "bindscope.model",
     "view": "bindscope.viewer",
@@ -37,11 +38,12 @@ _ATTRIBUTES = {
 if TYPE_CHECKING:
     from bindscope.loading import load_model
     from bindscope.model import Model
+    from bindscope.model.cache import Cache
     from bindscope.viewer import view
 
 
 def __getattr__(name: str):
-    """Import ``load_model``, ``Model`` and the subpackages when first asked for."""
+    """Import ``load_model``, ``Model``, ``Cache`` and the subpackages when first asked for."""
     if name in _ATTRIBUTES:
         value = getattr(importlib.import_module(_ATTRIBUTES[name]), name)
     elif name in SUBPACKAGES:
@@ -56,4 +58,4 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_ATTRIBUTES, *SUBPACKAGES])
 
 
-__all__ = ["BindscopeError", "Model", "__version__", "load_model", "view"]
+__all__ = ["BindscopeError", "Cache", "Model", "__version__", "load_model", "view"]

@@ -25,6 +25,7 @@ from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import PlannedBatch, plan_batches
 from bindscope.interventions.resolve import HeadList, Intervention, PerRow, resolve_rows
 from bindscope.metrics.binding import bsi_from_probs
+from bindscope.metrics.patching import token_loss
 from bindscope.nnsight_private import underlying_module
 from bindscope.prompts.spans import locate
 from bindscope.protocols import LanguageModel
@@ -192,6 +193,30 @@ def logits(
         for row, index in enumerate(batch.indices):
             out[index] = widened(found[row, batch.pad(row) :])
     return out  # type: ignore[return-value]
+
+
+def loss(
+    model: LanguageModel,
+    texts: Sequence[str],
+    *,
+    per_token: bool = False,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
+    ablate: HeadList | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> list[torch.Tensor]:
+    """Each text's mean next-token cross-entropy, a 0-d tensor (transformers' ``labels=ids``).
+
+    ``per_token=True`` gives `bindscope.metrics.token_loss` instead, ``[n - 1]``;
+    ``intervene``, ``per_row`` and ``ablate`` as in `attention_probs`.
+    """
+    texts = check_texts(texts)
+    found = logits(
+        model, texts, intervene=intervene, per_row=per_row, ablate=ablate, batch_size=batch_size
+    )
+    ids = [model.tokenize(t) if isinstance(t, str) else list(t) for t in texts]
+    losses = [token_loss(row, text_ids) for row, text_ids in zip(found, ids)]
+    return losses if per_token else [row.mean() for row in losses]
 
 
 @torch.no_grad()

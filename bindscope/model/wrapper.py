@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
+import os
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -12,9 +14,9 @@ import torch
 from bindscope.batch import DEFAULT_BATCH_SIZE, Batch, check_batch_size, check_rows, check_texts
 from bindscope.errors import InputError
 from bindscope.families import Family, dims_from_config
-from bindscope.interventions import ops
+from bindscope.interventions import head_weights, ops
 from bindscope.interventions.head_checks import Head, normalize_heads
-from bindscope.model import calls, checks, generation
+from bindscope.model import cache, calls, checks, generation
 from bindscope.model.masks import install_float64_padding_fix
 
 
@@ -119,6 +121,19 @@ class Model:
         if self.prepend_bos:
             ids, spans = [self.tokenizer.bos_token_id, *ids], [(0, 0), *spans]
         return (ids, spans) if offsets else ids
+
+    def to_str_tokens(self, text: str | Sequence[int]) -> list[str]:
+        """Each token of a text (as `tokenize` gives it) or of an id list, as a string.
+
+        Token ``i`` is what decoding the first ``i + 1`` tokens adds to decoding the first
+        ``i``, so a word's leading space stays with it (a character split over tokens shows
+        as U+FFFD in all but its last piece).
+        """
+        ids = self.tokenize(text) if isinstance(text, str) else [int(i) for i in text]
+        prefixes = [self.tokenizer.decode(ids[:end]) for end in range(len(ids) + 1)]
+        # commonprefix compares characters, which is what a decoded prefix needs
+        common = [len(os.path.commonprefix(pair)) for pair in itertools.pairwise(prefixes)]  # noqa: RUF071
+        return [after[n:] for after, n in zip(prefixes[1:], common)]
 
     def encode(self, texts: Sequence[str] | Sequence[Sequence[int]]) -> Batch:
         """Left-pad texts (or pre-tokenized id lists) into one batch."""
@@ -272,10 +287,14 @@ class Model:
     attention_probs = calls.attention_probs
     bsi = calls.bsi
     logits = calls.logits
+    loss = calls.loss
     capture = calls.capture
     logit_lens = calls.logit_lens
     generate = generation.generate
     generate_ids = generation.generate_ids
+    run_with_cache = cache.run_with_cache
+    ov_circuit = head_weights.ov_circuit
+    qk_circuit = head_weights.qk_circuit
 
     def __reduce__(self):
         # A Model inside a trace body travels to NDIF as an ops.TraceModel: the nnsight
@@ -308,3 +327,8 @@ class Model:
             f"Model({self.name}{rev}, family={self.family}, layers={self.n_layers}, "
             f"heads={self.n_heads}, kv_heads={self.n_kv_heads}, head_dim={self.head_dim})"
         )
+
+
+# TransformerLens' weight names (W_Q, W_K, W_V, W_O, W_U, their biases) and kv_head
+for _name, _view in head_weights.PROPERTIES.items():
+    setattr(Model, _name, _view)

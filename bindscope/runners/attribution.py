@@ -3,41 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
-from bindscope.errors import InputError, UnsupportedModelError
-from bindscope.interventions import ops
+from bindscope.errors import InputError
+from bindscope.interventions import head_weights, ops
 from bindscope.metrics.attribution import HeadContributions, frozen_norm
 from bindscope.nnsight_private import underlying_module
 from bindscope.protocols import LanguageModel
 from bindscope.runners.attribution_metrics import token_id
 
 __all__ = ["head_attribution", "head_contributions"]
-
-
-def _weight_o(module: Any) -> torch.Tensor:
-    """``[d, H*hd]`` output-projection matrix (GPT-2's Conv1D stores it transposed)."""
-    weight = module.weight.detach().double().cpu()
-    return weight.T if type(module).__name__ == "Conv1D" else weight
-
-
-def _bias(module: Any) -> torch.Tensor:
-    bias = getattr(module, "bias", None)
-    return torch.zeros(()) if bias is None else bias.detach().double().cpu()
-
-
-def _output_projection(model: LanguageModel) -> str:
-    """The module whose input is the ``head_out`` site: it maps head outputs to the residual."""
-    module, port, _ = model.sites["head_out"]
-    if port != "input":
-        raise UnsupportedModelError(
-            f"{model.name} ({model.family}): head attribution reads the output projection, the "
-            f"module whose input is head_out, but the family row puts head_out at the {port} of "
-            f"{module!r}; give head_out as At(<output projection>, 'input') in its Sites"
-        )
-    return module
 
 
 @torch.no_grad()
@@ -52,7 +28,6 @@ def head_contributions(
         )
     row = model.family_row
     env = model.nnsight
-    projection = _output_projection(model)
     post_norm = row.attention_post_norm
     n_heads, head_dim = model.n_heads, model.head_dim
     out: list[HeadContributions | None] = [None] * len(list(texts))
@@ -63,13 +38,12 @@ def head_contributions(
         b = batch.input_ids.shape[0]
         per_layer = []
         for layer in range(model.n_layers):
-            o_proj = underlying_module(ops.site_module(env, layer, projection))
-            w = _weight_o(o_proj).view(-1, n_heads, head_dim)  # [d, H, hd]
+            w = head_weights.layer_w_o(model, layer).double()  # [H, hd, d]
             z = found[layer].double().view(b, n_heads, head_dim)  # [b, H, hd]
-            c = torch.einsum("dhk,bhk->bhd", w, z)  # [b, H, d]
+            c = torch.einsum("hkd,bhk->bhd", w, z)  # [b, H, d]
             if post_norm:
                 norm = underlying_module(ops.site_module(env, layer, post_norm))
-                c = frozen_norm(norm, c.sum(1) + _bias(o_proj), c)
+                c = frozen_norm(norm, c.sum(1) + head_weights.layer_b_o(model, layer).double(), c)
             per_layer.append(c)
         heads = torch.stack(per_layer, 1)  # [b, L, H, d]
         final = found["final"].double()

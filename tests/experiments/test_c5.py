@@ -126,6 +126,12 @@ def test_mean_ablation_and_matched_layers_run(tiny_llama, tiny_prompts, tmp_path
     assert len(m["null_heads"]["layers"]) == 2 == len(m["random_heads"])
     for heads in m["null_heads"]["layers"]:
         assert sorted(h[0] for h in heads) == top_layers
+    # issue 44: the documented Python call draws the same layer-matched sets (default seed 0)
+    model = tiny_llama
+    drawn = c5.draw_random_sets(
+        model.n_layers, model.n_heads, m["top_heads"], k=2, n=2, seed=0, matched_layers=True
+    )
+    assert m["null_heads"]["layers"] == drawn
     # the layer-matched null is a second null beside the unmatched one, each with its own p
     assert m["nulls"]["layers"]["recognition"]["n_drawn"] == 2
     assert m["nulls"]["random"]["recognition"]["p"] == m["p_value"]["recognition"]

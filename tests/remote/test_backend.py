@@ -21,7 +21,13 @@ import bindscope
 import bindscope.remote as remote
 from bindscope import nnsight_private
 from bindscope.cli import main
-from bindscope.errors import InterventionError, ModelLoadError, RemoteAuthError, RemoteSandboxError
+from bindscope.errors import (
+    InputError,
+    InterventionError,
+    ModelLoadError,
+    RemoteAuthError,
+    RemoteSandboxError,
+)
 from bindscope.experiments import c5
 from bindscope.interventions import Steer, head_means
 from bindscope.remote import preflight, transport
@@ -90,6 +96,10 @@ def test_remote_model_runs_on_the_server_and_matches_its_twin(fake_ndif):
     before = len(sent)
     with pytest.raises(InterventionError, match="meta device"):
         model.logit_lens(PROMPTS)  # the final norm's weights are not here: refused, not sent
+    with pytest.raises(InputError, match="meta device"):
+        model.run_with_cache(PROMPTS)  # the decompositions read weights (issue 44)
+    with pytest.raises(InputError, match="meta device"):
+        model.W_Q  # noqa: B018
     assert len(sent) == before
 
     prov = provenance(model)
