@@ -15,6 +15,8 @@ import torch
 
 from bindscope.errors import BindscopeError, InterventionError
 from bindscope.interventions import Hook, Patchscope, Zero
+from bindscope.runners import head_attribution_patching
+from bindscope.runners.attribution_metrics import LogitDifference
 from tests.conftest import PROMPTS
 from tests.reference_patching import logit_atol
 from tests.reference_sites import greedy_reference, hooked
@@ -100,6 +102,9 @@ def test_hooks_are_refused_remotely_and_on_a_bad_return(tiny_layout, monkeypatch
         model.logits(PROMPTS, intervene=Hook("resid_post", 0, lambda x: x[:, :1]))
     with pytest.raises(InterventionError, match="not a function"):
         Hook("resid_post", 0, "scale")
+    with pytest.raises(BindscopeError, match="measure a Hook exactly"):
+        head_attribution_patching(model, PROMPTS[:1], LogitDifference(5, 6),
+                                  intervene=Hook("resid_post", 0, _scale_resid))  # fmt: skip
     with pytest.raises(InterventionError, match="unknown site"):
         Hook("resid", 0, _scale_resid)
 
