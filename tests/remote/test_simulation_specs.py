@@ -7,9 +7,11 @@ on copies, only saved values returned).
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from bindscope.interventions import Knockout, Patch, Resample, Zero
+from bindscope.errors import InterventionError
+from bindscope.interventions import Hook, Knockout, Patch, Patchscope, Resample, Zero
 from bindscope.runners.binding import binding
 from tests.conftest import PROMPTS
 from tests.remote.test_simulation import HEADS, RECORDS
@@ -98,3 +100,22 @@ def test_site_specs_steer_and_capture_equal_local(twins):
     )
     for got, ref in zip(simulated.logit_lens(PROMPTS[:2]), local.logit_lens(PROMPTS[:2])):
         assert torch.equal(got, ref)
+
+
+def test_pattern_patch_and_patchscope_equal_local_and_a_hook_is_refused(twins):
+    """Issue 44 through the simulated NDIF path: a Patch of the pattern site (its batch-wide
+    invoke ships), a Patchscope (a capture request, then its state as a value), and a Hook
+    refused before any request with the reason."""
+    local, simulated = twins
+    texts = _variants(local)
+    pattern = Patch(HEADS, texts[1:2], site="pattern", positions=[9])
+    scope = Patchscope(texts[1], 2, 5, target_layer=0, target_position=-1)
+    for spec in (pattern, scope):
+        for got, ref in zip(simulated.logits(texts[:2], intervene=spec),
+                            local.logits(texts[:2], intervene=spec)):  # fmt: skip
+            assert torch.equal(got, ref), spec.describe()
+    assert simulated.generate_ids(texts[:2], max_new_tokens=3, intervene=scope) == (
+        local.generate_ids(texts[:2], max_new_tokens=3, intervene=scope)
+    )
+    with pytest.raises(InterventionError, match="cannot be shipped"):
+        simulated.logits(texts[:1], intervene=Hook("resid_post", 0, lambda x: x))
