@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,7 +116,9 @@ class Patchscope:
 
     def __post_init__(self) -> None:
         source = self.source
-        one = isinstance(source, str) or (bool(source) and isinstance(source[0], int))
+        one = isinstance(source, str) or (
+            bool(source) and isinstance(source[0], numbers.Integral)
+        )  # a text, or one text's token ids
         object.__setattr__(self, "source", (source,) if one else tuple(source))
         if self.site not in RESIDUAL:
             raise InterventionError(
