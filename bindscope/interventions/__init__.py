@@ -9,6 +9,8 @@ text)::
     model.logits(texts, intervene=Patch([(2, 8)], source=corrupted))
     model.logits(texts, intervene=Patch("resid_pre", corrupted, layers=[3], positions=[5]))
     model.generate(texts, max_new_tokens=9, intervene=Steer("resid_post", 4, vector))
+    model.logits(texts, intervene=Hook("resid_post", 3, lambda x: x * 0.5))  # run_with_hooks
+    model.generate(texts, max_new_tokens=9, intervene=Patchscope(source, 3, -1, target_layer=0))
 
 ``ablate=heads`` is the shortcut of ``intervene=Zero(heads)``. A dictionary's latents
 (`load_dictionary`, docs/dictionaries.md) are a target too: ``Zero(sae.features([3, 7]))``.
@@ -41,6 +43,7 @@ from bindscope.interventions.dictionary import (
     load_dictionary,
 )
 from bindscope.interventions.flow_specs import Knockout, PathPatch, PatternPatch, Spec, Steer
+from bindscope.interventions.hook_specs import Hook, Patchscope
 from bindscope.interventions.means import EdgeMeans, SiteMeans, edge_means, site_means
 from bindscope.interventions.ops import (
     capture_attention,
@@ -58,10 +61,12 @@ __all__ = [
     "EdgeMeans",
     "Features",
     "HeadList",
+    "Hook",
     "Intervention",
     "Knockout",
     "Mean",
     "Patch",
+    "Patchscope",
     "PathPatch",
     "PatternPatch",
     "PerRow",

@@ -21,6 +21,7 @@ from bindscope.errors import InputError, InterventionError
 from bindscope.families import SITE_NAMES, attention_windows
 from bindscope.interventions.dictionary import Features
 from bindscope.interventions.graph import edge_graph, edge_mask
+from bindscope.interventions.hook_specs import Hook, Patchscope
 from bindscope.interventions.rowops import (
     AddOp,
     KnockoutOp,
@@ -382,6 +383,6 @@ class PatternPatch:
         return Patch(self.heads, self.source, positions=self.positions)
 
 
-Spec = Zero | Mean | Patch | Resample | Steer | Knockout | PathPatch
+Spec = Zero | Mean | Patch | Resample | Steer | Knockout | PathPatch | Hook | Patchscope
 #: Every spec class: ``resolve.as_specs`` recognises these (a new spec is added here).
-SPEC_TYPES = (Zero, Mean, Patch, Resample, Steer, Knockout, PathPatch)
+SPEC_TYPES = (Zero, Mean, Patch, Resample, Steer, Knockout, PathPatch, Hook, Patchscope)

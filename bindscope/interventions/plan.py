@@ -232,10 +232,30 @@ class Planner:
                 layer: torch.cat([removed.new_zeros(n_donors, *removed.shape[1:]), removed])
                 for layer, removed in self.knockout.items()
             }
-        site = self.model.knockout_site if self.knockout else None
+        patterns = self._pattern_batch(n_donors)
+        site = self.model.knockout_site if self.knockout or patterns else None
         return ops.TracePlan(
-            self.edits, donor_keys, knockout, knockout_batch, site, rows=self.n_rows, path=path
-        )
+            self.edits, donor_keys, knockout, knockout_batch, site, rows=self.n_rows, path=path,
+            pattern_batch=patterns,
+        )  # fmt: skip
+
+    def _pattern_batch(self, n_donors: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        """``{layer: (where, donor)}`` ``[B, H, W]`` of the pattern patches, donor rows first."""
+        out = {}
+        for (site, layer), entries in self.edits.items():
+            if site != "pattern":
+                continue
+            shape = (n_donors + self.n_rows, self.model.n_heads, self.width)
+            where = torch.zeros(shape, dtype=torch.bool)
+            donor = torch.zeros(shape, dtype=torch.long)
+            for edit in entries:
+                assert isinstance(edit, ops.DonorEdit)  # only Patch reaches the pattern site
+                cells = edit.where.transpose(1, 2)  # [b, H, W]
+                where[n_donors:] |= cells
+                rows = edit.donor_row[:, None, None].expand_as(cells)
+                donor[n_donors:][cells] = rows[cells]
+            out[layer] = (where, donor)
+        return out
 
     def _path(self, n_donors: int) -> ops.PathPlan:
         """The `ops.PathPlan` of the rows' patched edges."""

@@ -27,6 +27,7 @@ class Planner(Protocol):
     """
 
     donor_ids: dict[tuple[int, ...], int]
+    width: int
 
     def columns(self, n: int, positions: tuple[int, ...] | None, donor: int | None = None) -> Any:
         """Padded columns of a row with ``n`` real tokens (None: every position)."""
@@ -58,7 +59,7 @@ class Planner(Protocol):
         ...
 
 
-__all__ = ["AddOp", "DonorOp", "KnockoutOp", "PathOp", "ReplaceOp", "RowOp"]
+__all__ = ["AddOp", "DonorOp", "HookOp", "KnockoutOp", "PathOp", "ReplaceOp", "RowOp"]
 
 # ((layer, (unit, ...)), ...): the units of a site each layer touches (heads at head_out)
 Units = tuple[tuple[int, tuple[int, ...]], ...]
@@ -181,6 +182,38 @@ class AddOp(RowOp):
                 dictionary=self.dictionary,
             )
             planner.mark(edit, r, columns, units)
+
+
+@dataclass(frozen=True)
+class HookOp(RowOp):
+    """Call ``fn`` on the site of each listed layer, every position (each new token too).
+
+    It claims no cell: hooks compose with each other and with every spec, applied in the
+    order the specs are listed.
+    """
+
+    fn: Any = field(default=None, compare=False)
+    heads: bool = False  # the function sees [1, n, H, hd], not [1, n, d]
+
+    def cells(self) -> Iterator[tuple[str, int, int]]:
+        """No cell: a hook may share any."""
+        return iter(())
+
+    def add_to(self, planner: Planner, r: int, n: int) -> None:
+        """Add this op for batch row ``r`` (``n`` real tokens) to the planner."""
+        for layer, units in self.units:
+            edit = planner.edit(
+                self.site,
+                layer,
+                lambda where: ops.HookEdit(where, self.fn, self.heads, planner.width),
+                every_position=True,
+                same=lambda e: (
+                    isinstance(e, ops.HookEdit) and e.fn is self.fn and not bool(e.where[r].any())
+                ),
+            )
+            assert isinstance(edit, ops.HookEdit)
+            edit.starts[r] = planner.width - n
+            planner.mark(edit, r, None, units)
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,7 @@ class RowContext:
     def __init__(self, model: LanguageModel, texts: Sequence) -> None:
         self.model, self.texts = model, list(texts)
         self._lengths: dict[int, int] = {}
-        self.drawn: dict[int, tuple[int, ...]] = {}  # id(Resample) -> donors, once per call
+        self.drawn: dict[int, tuple] = {}  # id(spec) -> donors or source states, once per call
         self.edge_masks: dict[int, np.ndarray] = {}  # id(PathPatch) -> its checked mask
 
     def ids(self, text) -> list[int]:
@@ -149,10 +149,10 @@ class _Targeted:
                 f"{type(self).__name__}: unknown site {self.site!r}; the sites are "
                 f"{', '.join(SITE_NAMES)}"
             )
-        if self.heads is not None and self.site not in (None, "head_out"):
+        if self.heads is not None and self.site not in (None, "head_out", "pattern"):
             raise InterventionError(
-                f"{type(self).__name__}: heads live at site 'head_out', not {self.site!r}; "
-                "for a whole site give layers= instead of heads"
+                f"{type(self).__name__}: heads live at site 'head_out' (or 'pattern'), not "
+                f"{self.site!r}; for a whole site give layers= instead of heads"
             )
         object.__setattr__(self, "positions", _positions(self.positions))
 
@@ -164,16 +164,19 @@ class _Targeted:
             return f"{type(self).__name__}({list(self.heads)!r})"
         return f"{type(self).__name__}({self.site or 'head_out'!r}, layers={list(self.layers)!r})"
 
-    def target(self, model: LanguageModel) -> tuple[str, Units]:
-        """The site and the units of each layer, checked against the model."""
+    def target(self, model: LanguageModel, *, pattern: bool = False) -> tuple[str, Units]:
+        """The site and the units of each layer, checked against the model.
+
+        ``pattern``: the spec may act on the pattern site (``Patch`` only).
+        """
         if isinstance(self.heads, Features):
             return feature_target(model, self.heads)
-        if self.heads is not None:
-            return "head_out", _units(model.check_heads(self.heads))
         site = self.site or "head_out"
-        _check_site(model, site, self.describe())
+        _check_site(model, site, self.describe(), pattern=pattern)
+        if self.heads is not None:
+            return site, _units(model.check_heads(self.heads))
         layers = model.check_layers(self.layers)
-        units = tuple(range(model.n_heads)) if site == "head_out" else (0,)
+        units = tuple(range(model.n_heads)) if site in ("head_out", "pattern") else (0,)
         return site, tuple((layer, units) for layer in layers)
 
     def dictionary(self) -> Any:
@@ -196,11 +199,12 @@ def feature_target(model: LanguageModel, features: Features) -> tuple[str, Units
     return features.dictionary.site, ((features.dictionary.layer, features.indices),)
 
 
-def _check_site(model: LanguageModel, site: str, spec: str) -> None:
-    if site == "pattern":
+def _check_site(model: LanguageModel, site: str, spec: str, *, pattern: bool = False) -> None:
+    if site == "pattern" and not pattern:
         raise InterventionError(
             f"{model.name}: {spec}: the attention probabilities (pattern) can be captured, "
-            "not replaced; remove attention edges with Knockout"
+            "not replaced; copy them from another run with Patch, or remove attention edges "
+            "with Knockout"
         )
     if site not in model.sites:
         raise InterventionError(
@@ -285,7 +289,7 @@ class Patch(_Targeted):
 
     def row_ops(self, ctx: RowContext, i: int) -> tuple[RowOp, ...]:
         """Check the spec against the model and text ``i``; its row ops for that text."""
-        site, units = self.target(ctx.model)
+        site, units = self.target(ctx.model, pattern=True)
         _check_source_count(ctx, "Patch", self.source)
         donor = _equal_length_donor(
             ctx, i, "Patch", self.source,

@@ -15,7 +15,7 @@ from bindscope.interventions import ops
 from bindscope.interventions.flow_specs import SPEC_TYPES, PatternPatch
 from bindscope.interventions.plan import PlannedBatch, plan_batches
 from bindscope.interventions.resolve import resolve_rows
-from bindscope.interventions.rowops import KnockoutOp, RowOp
+from bindscope.interventions.rowops import HookOp, KnockoutOp, RowOp
 from bindscope.interventions.trace.features import features_key
 from bindscope.protocols import LanguageModel
 from bindscope.runners.attribution_metrics import (
@@ -103,6 +103,12 @@ def _check_model(model: LanguageModel, rows: list, method: str) -> bool:
     """Refuse what cannot be estimated; whether eager attention's pattern is needed."""
     if method not in METHODS:
         raise InputError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
+    hook = next((op for row in rows for op in row if isinstance(op, HookOp)), None)
+    if hook is not None:
+        raise InputError(
+            f"{hook.spec}: an estimate needs the value an edit writes before the run, which "
+            "a function gives only when it runs; measure a Hook exactly with logits()"
+        )
     if method == "atp" and any(isinstance(op, KnockoutOp) for row in rows for op in row):
         raise InputError(
             "method='atp' linearises the softmax, but a Knockout moves its scores to minus "

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bindscope.interventions import Knockout, Patch, Resample, Steer, Zero
+from bindscope.errors import InterventionError
+from bindscope.interventions import Hook, Knockout, Patch, Patchscope, Resample, Steer, Zero
 from bindscope.runners.binding import binding
 from tests.conftest import PROMPTS
 from tests.remote.test_simulation import HEADS, RECORDS
@@ -131,3 +132,22 @@ def test_a_dictionary_too_large_to_ship_is_refused_remotely_with_the_reason(twin
     local.logits(PROMPTS[:1], intervene=Zero(sae.features([0])))  # local: no limit
     with pytest.raises(DictionaryError, match=r"runs on NDIF.*every request"):
         simulated.logits(PROMPTS[:1], intervene=Zero(sae.features([0])))
+
+
+def test_pattern_patch_and_patchscope_equal_local_and_a_hook_is_refused(twins):
+    """Issue 44 through the simulated NDIF path: a Patch of the pattern site (its batch-wide
+    invoke ships), a Patchscope (a capture request, then its state as a value), and a Hook
+    refused before any request with the reason."""
+    local, simulated = twins
+    texts = _variants(local)
+    pattern = Patch(HEADS, texts[1:2], site="pattern", positions=[9])
+    scope = Patchscope(texts[1], 2, 5, target_layer=0, target_position=-1)
+    for spec in (pattern, scope):
+        for got, ref in zip(simulated.logits(texts[:2], intervene=spec),
+                            local.logits(texts[:2], intervene=spec)):  # fmt: skip
+            assert torch.equal(got, ref), spec.describe()
+    assert simulated.generate_ids(texts[:2], max_new_tokens=3, intervene=scope) == (
+        local.generate_ids(texts[:2], max_new_tokens=3, intervene=scope)
+    )
+    with pytest.raises(InterventionError, match="cannot be shipped"):
+        simulated.logits(texts[:1], intervene=Hook("resid_post", 0, lambda x: x))
