@@ -16,6 +16,7 @@ _LLAMA = {
     "head_out": ("self_attn.o_proj", "input"),
     "attn_out": ("self_attn", "output"),
     "resid_mid": ("post_attention_layernorm", "input"),
+    "mlp_post": ("mlp.down_proj", "input"),
     "mlp_out": ("mlp", "output"),
     "resid_post": ("", "output"),
 }
@@ -30,6 +31,7 @@ NATIVE_SITES: dict[str, dict[str, tuple[str, str]]] = {
         "head_out": ("attn.c_proj", "input"),
         "attn_out": ("attn", "output"),
         "resid_mid": ("ln_2", "input"),
+        "mlp_post": ("mlp.c_proj", "input"),
     },
     "gpt_neox": {
         key: value
@@ -37,6 +39,7 @@ NATIVE_SITES: dict[str, dict[str, tuple[str, str]]] = {
             **_LLAMA,
             "head_out": ("attention.dense", "input"),
             "attn_out": ("attention", "output"),
+            "mlp_post": ("mlp.dense_4h_to_h", "input"),
         }.items()
         if key != "resid_mid"  # parallel residual: attention and MLP both read resid_pre
     },

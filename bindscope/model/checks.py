@@ -115,3 +115,20 @@ def check_sites(envoy: Any, family: Family, *, model_name: str) -> dict[str, tup
                     )
         found[name] = (at.module, at.port, at.index)
     return found
+
+
+def attention_scaling(
+    envoy: Any, sites: dict[str, tuple[str, str, int]]
+) -> tuple[float | None, ...]:
+    """Each layer's q.k scale, the attention module's ``scaling`` (None where it has none).
+
+    Read here because GPT-2's reordered eager attention takes no ``scaling`` argument.
+    """
+    module = sites["pattern"][0]
+    found = []
+    for layer in envoy.model.layers:
+        for part in module.split(".") if module else ():
+            layer = getattr(layer, part)
+        scaling = getattr(getattr(layer, "_module", layer), "scaling", None)
+        found.append(None if scaling is None else float(scaling))
+    return tuple(found)

@@ -132,7 +132,7 @@ def _positions(model: LanguageModel, positions: int | Sequence[int] | None, n: i
 def _check_sites(model: LanguageModel, sites: str | Iterable[str]) -> list[str]:
     """The sites to sweep, checked against the family (raises ``InterventionError``)."""
     names = [sites] if isinstance(sites, str) else list(sites)
-    patchable = [s for s in model.sites if s != "pattern"]
+    patchable = [s for s in model.sites if s not in ("pattern", "scores")]
     bad = [s for s in names if s not in patchable]
     if not names or bad:
         raise InterventionError(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from bindscope.interventions import Knockout, Patch, Resample, Zero
+from bindscope.interventions import Knockout, Patch, Resample, Steer, Zero
 from bindscope.runners.binding import binding
 from tests.conftest import PROMPTS
 from tests.remote.test_simulation import HEADS, RECORDS
@@ -97,4 +97,29 @@ def test_site_specs_steer_and_capture_equal_local(twins):
         local.generate_ids(PROMPTS, max_new_tokens=4, intervene=steer)
     )
     for got, ref in zip(simulated.logit_lens(PROMPTS[:2]), local.logit_lens(PROMPTS[:2])):
+        assert torch.equal(got, ref)
+
+
+def test_capture_all_and_edits_at_the_new_sites_equal_local(twins):
+    """q, k, v, scores, mlp_post and ln_final_scale ship (torch and math only)."""
+    local, simulated = twins
+    far, near = simulated.capture(PROMPTS, sites="all"), local.capture(PROMPTS, sites="all")
+    for got, ref in zip(far, near):
+        assert list(got) == list(ref)
+        for site in ref:
+            for layer in ref[site]:
+                assert torch.equal(got[site][layer], ref[site][layer]), (site, layer)
+    texts = _variants(local)
+    vector = torch.randn(
+        local.n_kv_heads * local.head_dim, generator=torch.Generator().manual_seed(0)
+    )
+    spec = [
+        Zero([(1, 2)], site="q"),
+        Patch([(0, 0)], texts[::-1], site="k"),
+        Steer("v", 2, vector),
+        Zero([(1, 7)], site="mlp_post"),
+    ]
+    for got, ref in zip(
+        simulated.logits(texts, intervene=spec), local.logits(texts, intervene=spec)
+    ):
         assert torch.equal(got, ref)

@@ -33,14 +33,34 @@ def by_layer(heads: Iterable[tuple[int, int]]):
     return grouped
 
 
-def site(model: TraceTarget, name: str, layer: int):
+def site(model: TraceTarget, name: str, layer: int, call: tuple[str, int] | None = None):
     """The tensor at site ``name`` of decoder layer ``layer``, where the family keeps it.
 
     The one accessor of a site (``families.Sites``, checked at load as ``model.sites``):
     every read and write of a head output, pattern, residual or block output goes
-    through it, the engine's own included.
+    through it, the engine's own included. A call site (q, k, v, scores) is read at the
+    attention function's call, found by ``call`` (``(label, mask index)``, default the
+    model's ``knockout_site``).
     """
-    return site_tensor(model.nnsight, layer, model.sites[name])
+    where = model.sites[name]
+    if where[1] != "call":
+        return site_tensor(model.nnsight, layer, where)
+    label, index = call or model.knockout_site
+    args, kwargs = getattr(attention_module(model, layer).source, label).inputs
+    return call_site(model, name, layer, args, kwargs, index)
+
+
+def call_site(model: TraceTarget, name: str, layer: int, args: tuple, kwargs: dict, index: int):
+    """q, k or v as ``[b, s, U, hd]`` views of the attention call's inputs, or the scores.
+
+    ``index`` is the mask's position among ``args`` (q, k, v are the three before it). k
+    and v are the new positions only (a decoding step's cache holds the earlier ones).
+    """
+    if name == "scores":
+        return attention_scores(args, kwargs, index, model.attention_scaling[layer], masked=True)
+    x = args[index - 3 + model.sites[name][2]]  # [b, U, s_k, hd]
+    n_q = args[index - 3].shape[-2]
+    return x[:, :, x.shape[2] - n_q :].transpose(1, 2)
 
 
 def attention_module(model: TraceTarget, layer: int):
@@ -78,13 +98,19 @@ def head_view(x: torch.Tensor, n_heads: int, head_dim: int):
 def unit_view(model: TraceTarget, name: str, x: torch.Tensor):
     """A site's tensor as ``[b, s, U, k]``: U heads of head_dim for head_out, else 1 x d.
 
-    The pattern ``[b, H, q, k]`` is seen as ``[b, q, H, k]``: a query row is a position,
-    each head a unit, the keys its width (pattern edits exist for estimates only).
+    The pattern and scores ``[b, H, q, k]`` are seen as ``[b, q, H, k]``: a query row is a
+    position, each head a unit, the keys its width (pattern edits exist for estimates
+    only). q, k and v come as ``[b, s, U, hd]`` (`call_site`); mlp_post is ``d_mlp``
+    units of width 1 (a neuron each).
     """
     if name == "head_out":
         return head_view(x, model.n_heads, model.head_dim)
-    if name == "pattern":
+    if name in ("pattern", "scores"):
         return x.transpose(1, 2)
+    if name in ("q", "k", "v"):
+        return x
+    if name == "mlp_post":
+        return x.unsqueeze(-1)
     return x.view(*x.shape[:-1], 1, x.shape[-1])
 
 
@@ -182,8 +208,7 @@ def knock_out(attn: Any, removed: torch.Tensor, site: Any):
 def recompute_probs(args: tuple, kwargs: dict):
     """Attention probabilities from the attention function's inputs.
 
-    Used when the attention implementation returns no weights (sdpa, flash). Handles the
-    three mask forms transformers passes: None (causal fast path), bool, additive float.
+    Used when the attention implementation returns no weights (sdpa, flash).
 
     Args:
         args: Positional inputs of the attention-interface call: (module, q, k, v, mask, ...).
@@ -192,10 +217,25 @@ def recompute_probs(args: tuple, kwargs: dict):
     Returns:
         ``[b, H, q, k]`` probabilities, float32 (float64 for float64 inputs).
     """
-    q, k = args[1], args[2]
+    probs = attention_scores(args, kwargs, 4, kwargs.get("scaling")).softmax(-1)
+    return torch.nan_to_num(probs, nan=0.0)  # fully masked (pad) query rows
+
+
+def attention_scores(
+    args: tuple, kwargs: dict, index: int, scaling: float | None, masked: bool = False
+):
+    """Pre-softmax attention scores ``[b, H, q, k]`` from the attention call's inputs.
+
+    ``q . k * scaling`` (default ``1/sqrt(hd)``), soft-capped (Gemma 2) before the mask as
+    the model does, then masked; handles the three mask forms transformers passes (None:
+    the causal fast path, bool, additive float) and a sliding window. ``index`` is the
+    mask's position among ``args`` (q, k, v before it). ``masked``: a masked score is -inf
+    (an additive mask's large negative number is not the model's score either).
+    Float32 (float64 for float64 inputs).
+    """
+    q, k = args[index - 3], args[index - 2]
     wide = torch.promote_types(q.dtype, torch.float32)
-    mask = args[4] if len(args) > 4 else kwargs.get("attention_mask")
-    scaling = kwargs.get("scaling")
+    mask = args[index] if len(args) > index else kwargs.get("attention_mask")
     if scaling is None:
         scaling = 1.0 / math.sqrt(q.shape[-1])
     k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)  # GQA, same as repeat_kv
@@ -210,14 +250,28 @@ def recompute_probs(args: tuple, kwargs: dict):
     elif mask.dtype == torch.bool:
         scores = scores.masked_fill(~mask[..., :n_q, :n_k], float("-inf"))
     else:
-        scores = scores + mask[..., :n_q, :n_k].to(wide)
+        mask = mask[..., :n_q, :n_k].to(wide)
+        scores = scores + mask
+        if masked:
+            scores = scores.masked_fill(mask <= torch.finfo(wide).min / 2, float("-inf"))
     window = kwargs.get("sliding_window")
     if window:
         rows = torch.arange(n_q, device=scores.device)[:, None] + (n_k - n_q)
         cols = torch.arange(n_k, device=scores.device)[None, :]
         scores = scores.masked_fill(rows - cols >= window, float("-inf"))
-    probs = scores.softmax(-1)
-    return torch.nan_to_num(probs, nan=0.0)  # fully masked (pad) query rows
+    return scores
+
+
+def norm_scale(x: torch.Tensor, centred: bool, eps: float):
+    """A norm's normaliser ``[b, s, 1]``: ``sqrt(mean(x^2) + eps)``, of ``x - mean`` if ``centred``.
+
+    TransformerLens' ``hook_scale``: the norm's output is ``x / scale`` times its weight
+    (plus its bias). Float32 (float64 for float64 inputs).
+    """
+    x = x.to(torch.promote_types(x.dtype, torch.float32))
+    if centred:  # a LayerNorm
+        x = x - x.mean(-1, keepdim=True)
+    return (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
 
 
 def layer_filter(layers: Iterable[int] | None, n_layers: int) -> set[int]:
