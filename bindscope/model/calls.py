@@ -266,7 +266,6 @@ def _capture_body(
     norm: tuple[bool, float] | None,
 ) -> Callable[[dict | None], Any]:
     """The trace body of one capture batch: the layers' sites, then the final norm's scale."""
-
     final_norm = model.family_row.final_norm  # a shipped body's model has no family row
 
     def body(donors: dict | None):

@@ -21,7 +21,7 @@ from bindscope.interventions import Mean, Patch, Steer, Zero, site_means
 from tests.conftest import PROMPTS
 from tests.interventions.test_sites import MARGIN, site_bound
 from tests.reference_sites import decoder_layers, hooked, site_reference
-from tests.tolerance import logit_bound, prob_bound, rounding_bound
+from tests.tolerance import gradient_bound, logit_bound, prob_bound, rounding_bound
 
 LAYER = 1
 
@@ -359,3 +359,52 @@ def test_a_model_without_a_scale_or_an_attention_call_refuses_scores(tiny_layout
     monkeypatch.setattr(type(model), "knockout_site", property(no_call))
     with pytest.raises(InterventionError, match=f"{model.family}.*does not make"):
         model.capture(PROMPTS, sites="q")
+
+
+def _neuron_gradient_estimates(model, text: str, a: int, b: int) -> torch.Tensor:
+    """``sum_t (0 - x) * dM/dx`` per neuron of layer LAYER, by a plain hook and backward."""
+    found: list = []
+
+    def keep(x):
+        x = x.detach().requires_grad_(True)
+        found.append(x)
+        return x
+
+    hf = plain_hf(model)
+    with hooked(hf, model.family, "mlp_post", LAYER, edit=keep):
+        logits = hf(torch.tensor([model.tokenize(text)])).logits[0, -1]
+    (logits[a] - logits[b]).backward()
+    x = found[0]
+    return (-x.detach() * x.grad)[0].sum(0).double()
+
+
+def test_attribution_at_neurons_equals_the_hand_gradient(tiny_layout):
+    from bindscope.runners.attribution_patching import LogitDifference, attribution_patching
+
+    model = tiny_layout
+    before = [p.requires_grad for p in model.hf.parameters()]
+    model.hf.requires_grad_(True)
+    neurons = [3, 9]
+    spec = Zero([(LAYER, n) for n in neurons], site="mlp_post")
+    try:
+        got = attribution_patching(model, PROMPTS, LogitDifference(5, 7), intervene=spec)
+    finally:
+        for p, grad in zip(model.hf.parameters(), before):
+            p.requires_grad_(grad)
+    for text, found in zip(PROMPTS, got):
+        estimate = found[("mlp_post", LAYER)][neurons]
+        ref = _neuron_gradient_estimates(model, text, 5, 7)
+        bound = gradient_bound(model, ref[neurons])
+        assert _worst(estimate, ref[neurons]) <= bound
+        assert _worst(estimate, ref[[4, 10]]) > MARGIN * bound  # the neurons beside them
+
+
+def test_a_replaced_mlp_has_no_mlp_post(sp_tokenizer):
+    from tests.runners.test_attribution_patching import linearised
+
+    model = linearised("llama", sp_tokenizer)  # its last MLP is a module of its own
+    assert "mlp_post" not in model.sites
+    with pytest.raises(InterventionError, match="no site 'mlp_post'"):
+        model.capture(PROMPTS, sites="mlp_post")
+    with pytest.raises(InterventionError, match="carries no epsilon"):
+        model.capture(PROMPTS, sites="ln_final_scale")  # its final norm is an identity
