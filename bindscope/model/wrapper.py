@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from bindscope.batch import DEFAULT_BATCH_SIZE, Batch, check_batch_size, check_rows, check_texts
-from bindscope.errors import HeadSpecError, InputError
+from bindscope.errors import InputError
 from bindscope.families import Family, dims_from_config
 from bindscope.interventions import head_weights, ops
 from bindscope.interventions.head_checks import Head, normalize_heads
@@ -269,18 +269,6 @@ class Model:
                 )
             self._call_label = labels[-1]  # the last one is the call, earlier ones assignments
         return self._call_label
-
-    def kv_group(self, head: int) -> int:
-        """The key/value head query head ``head`` reads (grouped-query attention).
-
-        ``k`` and ``v`` have ``n_kv_heads`` heads; query head ``h`` attends with kv head
-        ``h // (n_heads // n_kv_heads)``, as transformers' ``repeat_kv`` repeats them.
-        """
-        if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < self.n_heads:
-            raise HeadSpecError(
-                f"{self.name}: query head {head!r} is out of range; heads are 0..{self.n_heads - 1}"
-            )
-        return head // (self.n_heads // self.n_kv_heads)
 
     def warn_deprecated(self, old: str, new: str) -> None:
         """Warn that ``old`` is deprecated for ``new`` (shipped trace code cannot warn itself)."""

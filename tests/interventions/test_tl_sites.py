@@ -16,7 +16,7 @@ import sys
 import pytest
 import torch
 
-from bindscope.errors import HeadSpecError, InputError, InterventionError
+from bindscope.errors import InputError, InterventionError
 from bindscope.interventions import Mean, Patch, Steer, Zero, site_means
 from tests.conftest import PROMPTS
 from tests.interventions.test_sites import MARGIN, site_bound
@@ -314,17 +314,16 @@ def test_capture_all_is_every_site_and_the_final_scale(tiny_layout):
     assert all(len(got[s]) == tiny_layout.n_layers for s in tiny_layout.sites)
 
 
-def test_kv_group_maps_query_heads_to_kv_heads(tiny):
-    groups = [tiny.kv_group(h) for h in range(tiny.n_heads)]
+def test_kv_head_maps_query_heads_to_the_kv_heads_of_k(tiny):
+    """``model.kv_head`` (the weights' mapping) is the one the captured k and scores follow."""
+    groups = list(tiny.kv_head)
     assert groups == sorted(groups) and set(groups) == set(range(tiny.n_kv_heads))
     ids = tiny.tokenize(PROMPTS[0])
     got = tiny.capture(PROMPTS[:1], sites=["q", "k", "scores"], layers=[LAYER])[0]
-    # head h's scores are its q against kv head kv_group(h): the captured q and k, grouped
+    # head h's scores are its q against kv head kv_head[h]: the captured q and k, grouped
     # by the mapping, give the captured scores
     mapped = scores_reference(tiny, got["q"][LAYER], got["k"][LAYER][:, groups], LAYER)
     _check_scores(tiny, got["scores"][LAYER], mapped, LAYER, ids)
-    with pytest.raises(HeadSpecError, match="out of range"):
-        tiny.kv_group(tiny.n_heads)
 
 
 def test_what_cannot_be_edited_or_computed_is_refused(tiny_layout):
