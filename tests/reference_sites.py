@@ -49,6 +49,19 @@ NATIVE_SITES: dict[str, dict[str, tuple[str, str]]] = {
 }
 
 
+def untouched_copy(hf):
+    """A copy of an HF model (same weights) that nnsight never touched.
+
+    nnsight's ``.source`` (read by Knockout and by the q, k, v and scores sites) rewrites a
+    module's forward with a copy of its module's globals: a reference that monkeypatches a
+    function of the modeling module (``eager_attention_forward``, ``apply_rotary_pos_emb``)
+    no longer reaches that model, so it runs on this copy.
+    """
+    copy = type(hf)(hf.config).eval()
+    copy.load_state_dict(hf.state_dict())
+    return copy
+
+
 def native_sites(family: str) -> dict[str, tuple[str, str]]:
     return NATIVE_SITES.get(family, _LLAMA)
 

@@ -20,7 +20,7 @@ from bindscope.errors import InputError, InterventionError
 from bindscope.interventions import Mean, Patch, Steer, Zero, site_means
 from tests.conftest import PROMPTS
 from tests.interventions.test_sites import MARGIN, site_bound
-from tests.reference_sites import decoder_layers, hooked, site_reference
+from tests.reference_sites import decoder_layers, hooked, site_reference, untouched_copy
 from tests.tolerance import gradient_bound, logit_bound, prob_bound, rounding_bound
 
 LAYER = 1
@@ -35,12 +35,9 @@ _PLAIN: dict[int, object] = {}
 
 
 def plain_hf(model):
-    """A copy of the HF model nnsight never touched (its ``.source`` rewrites the attention
-    forward with a copy of the module's globals, out of this reference's reach)."""
+    """`untouched_copy` of the model's HF module, made once per model."""
     if id(model) not in _PLAIN:
-        hf = type(model.hf)(model.hf.config).eval()
-        hf.load_state_dict(model.hf.state_dict())
-        _PLAIN[id(model)] = hf
+        _PLAIN[id(model)] = untouched_copy(model.hf)
     return _PLAIN[id(model)]
 
 
