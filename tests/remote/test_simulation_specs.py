@@ -1,4 +1,4 @@
-"""Patch, Resample and Knockout through the simulated NDIF path give what a local run gives.
+"""Patch, Resample, Knockout and the new sites (q, k, v, scores...) simulated on NDIF equal local.
 
 Same twins as ``test_simulation.py``: one model runs locally, its same-weights twin sends
 every trace through ``SimulatedServer`` (payload unpickled with NDIF's whitelist, body run
