@@ -404,3 +404,33 @@ def test_a_replaced_mlp_has_no_mlp_post(sp_tokenizer):
         model.capture(PROMPTS, sites="mlp_post")
     with pytest.raises(InterventionError, match="carries no epsilon"):
         model.capture(PROMPTS, sites="ln_final_scale")  # its final norm is an identity
+
+
+def test_generation_under_edits_of_q_and_v_equals_hands_with_the_kv_cache(tiny):
+    """Every new token's query zeroed and value steered, the cache holding the edited values."""
+    vector = torch.randn(
+        tiny.n_kv_heads * tiny.head_dim, generator=torch.Generator().manual_seed(1)
+    )
+    vector = 4 * vector  # large enough to move the greedy tokens
+    spec = [Zero([(LAYER, 1)], site="q"), Steer("v", LAYER, vector)]
+
+    def edit(layer, q, k, v):
+        if layer == LAYER:  # v holds every position so far here: each is steered once
+            q[:, 1] = 0
+            v += vector.view(tiny.n_kv_heads, 1, tiny.head_dim).to(v.dtype)
+        return q, k, v
+
+    got = tiny.generate_ids(PROMPTS, max_new_tokens=6, intervene=spec)
+    plain = tiny.generate_ids(PROMPTS, max_new_tokens=6)
+    eos = {tiny.tokenizer.eos_token_id, tiny.hf.generation_config.eos_token_id}
+    for text, ids in zip(PROMPTS, got):
+        prompt = torch.tensor([tiny.tokenize(text)])
+        with recorded_attention(tiny, {}, edit) as hf, torch.no_grad():
+            out = hf.generate(
+                prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=6,
+                do_sample=False, pad_token_id=tiny.tokenizer.pad_token_id,
+            )  # fmt: skip
+        new = out[0, prompt.shape[1] :].tolist()
+        cut = next((i for i, token in enumerate(new) if token in eos), len(new))
+        assert ids == new[:cut]
+    assert got != plain  # the edits change what is generated
