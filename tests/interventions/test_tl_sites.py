@@ -333,6 +333,12 @@ def test_what_cannot_be_edited_or_computed_is_refused(tiny_layout):
         model.logits(PROMPTS, intervene=Zero("ln_final_scale", layers=[0]))
     with pytest.raises(InterventionError, match=f"kv head {model.n_kv_heads} of layer 0"):
         model.logits(PROMPTS, intervene=Zero([(0, model.n_kv_heads)], site="k"))
+    twice = [
+        Zero([(0, 1)], site="q"),
+        Mean([(0, 1)], site="q", means={0: torch.zeros(model.n_heads, model.head_dim)}),
+    ]
+    with pytest.raises(InterventionError, match=r"q \(0, 1\) is in both"):
+        model.logits(PROMPTS, intervene=twice)
     with pytest.raises(InterventionError, match="pick heads at head_out, q, k, v"):
         Zero([(0, 1)], site="resid_post")
     from bindscope.runners.attribution_patching import attribution_patching
