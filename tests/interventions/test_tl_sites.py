@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import weakref
 
 import pytest
 import torch
@@ -31,14 +32,14 @@ def _attention_modules(hf, family: str) -> list:
     return [getattr(layer, name) for layer in decoder_layers(hf, family)]
 
 
-_PLAIN: dict[int, object] = {}
+_PLAIN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its copy
 
 
 def plain_hf(model):
     """`untouched_copy` of the model's HF module, made once per model."""
-    if id(model) not in _PLAIN:
-        _PLAIN[id(model)] = untouched_copy(model.hf)
-    return _PLAIN[id(model)]
+    if model not in _PLAIN:
+        _PLAIN[model] = untouched_copy(model.hf)
+    return _PLAIN[model]
 
 
 @contextlib.contextmanager
