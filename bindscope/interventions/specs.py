@@ -18,6 +18,7 @@ import torch
 
 from bindscope.errors import InterventionError
 from bindscope.families import FINAL_SITES, SITE_NAMES
+from bindscope.interventions.dictionary import Features
 from bindscope.interventions.ops import by_layer
 from bindscope.interventions.rowops import (
     UNIT_SITES,
@@ -81,7 +82,7 @@ class RowContext:
     def __init__(self, model: LanguageModel, texts: Sequence) -> None:
         self.model, self.texts = model, list(texts)
         self._lengths: dict[int, int] = {}
-        self.drawn: dict[int, tuple[int, ...]] = {}  # id(Resample) -> donors, once per call
+        self.drawn: dict[int, tuple] = {}  # id(spec) -> donors or source states, once per call
         self.edge_masks: dict[int, np.ndarray] = {}  # id(PathPatch) -> its checked mask
 
     def ids(self, text) -> list[int]:
@@ -121,6 +122,10 @@ class _Targeted:
 
     def __post_init__(self) -> None:
         heads = self.heads
+        if isinstance(heads, Features):
+            _check_features_alone(self)
+            object.__setattr__(self, "positions", _positions(self.positions))
+            return
         if isinstance(heads, str):
             if self.site is not None and self.site != heads:
                 raise InterventionError(
@@ -146,39 +151,71 @@ class _Targeted:
                 f"{type(self).__name__}: unknown site {self.site!r}; the sites are "
                 f"{', '.join(SITE_NAMES)}"
             )
-        if self.heads is not None and self.site not in (None, *UNIT_SITES):
+        if self.heads is not None and self.site not in (None, "pattern", *UNIT_SITES):
             raise InterventionError(
-                f"{type(self).__name__}: (layer, unit) pairs pick heads at head_out, q, k, v "
-                f"or neurons at mlp_post, not units of {self.site!r}; for a whole site give "
-                "layers= instead"
+                f"{type(self).__name__}: (layer, unit) pairs pick heads at head_out, pattern, "
+                f"q, k, v or neurons at mlp_post, not units of {self.site!r}; for a whole site "
+                "give layers= instead"
             )
         object.__setattr__(self, "positions", _positions(self.positions))
 
     def describe(self) -> str:
         """A short form for messages, e.g. ``Zero([(1, 0)])``."""
+        if isinstance(self.heads, Features):
+            return f"{type(self).__name__}({self.heads!r})"
         if self.heads is not None and self.site in (None, "head_out"):
             return f"{type(self).__name__}({list(self.heads)!r})"
         if self.heads is not None:
             return f"{type(self).__name__}({list(self.heads)!r}, site={self.site!r})"
         return f"{type(self).__name__}({self.site or 'head_out'!r}, layers={list(self.layers)!r})"
 
-    def target(self, model: LanguageModel) -> tuple[str, Units]:
-        """The site and the units of each layer, checked against the model."""
+    def target(self, model: LanguageModel, *, pattern: bool = False) -> tuple[str, Units]:
+        """The site and the units of each layer, checked against the model.
+
+        ``pattern``: the spec may act on the pattern site (``Patch`` only).
+        """
+        if isinstance(self.heads, Features):
+            return feature_target(model, self.heads)
         site = self.site or "head_out"
-        if self.heads is not None and site == "head_out":
+        _check_site(model, site, self.describe(), pattern=pattern)
+        if self.heads is not None and site in ("head_out", "pattern"):
             return site, _units(model.check_heads(self.heads))
-        _check_site(model, site, self.describe())
         if self.heads is not None:
             return site, _units(_check_units(model, site, self.heads, self.describe()))
         layers = model.check_layers(self.layers)
         units = tuple(range(unit_shape(model, site)[0]))
         return site, tuple((layer, units) for layer in layers)
 
+    def dictionary(self) -> Any:
+        """The ``TraceDictionary`` whose features the spec edits, or None (row ops carry it)."""
+        return self.heads.dictionary.weights if isinstance(self.heads, Features) else None
 
-def _check_site(model: LanguageModel, site: str, spec: str) -> None:
-    if site in ("pattern", "scores"):
+
+def _check_features_alone(spec: _Targeted) -> None:
+    """Features say their site and layer: refuse ``site=``/``layers=`` beside them."""
+    if spec.site is not None or spec.layers is not None:
         raise InterventionError(
-            f"{model.name}: {spec}: the attention {site} are computed from q and k (and the "
+            f"{type(spec).__name__}: {spec.heads!r} are at site {spec.heads.dictionary.site!r} "
+            f"of layer {spec.heads.dictionary.layer} (the dictionary's); drop site=/layers="
+        )
+
+
+def feature_target(model: LanguageModel, features: Features) -> tuple[str, Units]:
+    """The site of ``features``' dictionary and its latents as units, checked against the model."""
+    features.dictionary.check(model)
+    return features.dictionary.site, ((features.dictionary.layer, features.indices),)
+
+
+def _check_site(model: LanguageModel, site: str, spec: str, *, pattern: bool = False) -> None:
+    if site == "pattern" and not pattern:
+        raise InterventionError(
+            f"{model.name}: {spec}: the attention probabilities (pattern) can be captured, "
+            "not replaced; copy them from another run with Patch, or remove attention edges "
+            "with Knockout"
+        )
+    if site == "scores":
+        raise InterventionError(
+            f"{model.name}: {spec}: the attention scores are computed from q and k (and the "
             "mask), not a tensor the model reads back; they can be captured, not replaced: "
             "edit q or k, or remove attention edges with Knockout"
         )
@@ -237,7 +274,9 @@ class Zero(_Targeted):
         """Check the spec against the model and text ``i``; its row ops for that text."""
         site, units = self.target(ctx.model)
         ctx.check_positions(self.describe(), self.positions, i)
-        return (ReplaceOp(self.describe(), site, units, self.positions),)
+        return (
+            ReplaceOp(self.describe(), site, units, self.positions, dictionary=self.dictionary()),
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -259,8 +298,14 @@ class Mean(_Targeted):
         """Check the spec against the model and text ``i``; its row ops for that text."""
         site, units = self.target(ctx.model)
         ctx.check_positions(self.describe(), self.positions, i)
-        values = _check_means(ctx.model, self, site, units)
-        return (ReplaceOp(self.describe(), site, units, self.positions, values),)
+        if isinstance(self.heads, Features):
+            values = _check_feature_means(ctx.model, self, units)
+        else:
+            values = _check_means(ctx.model, self, site, units)
+        op = ReplaceOp(
+            self.describe(), site, units, self.positions, values, dictionary=self.dictionary()
+        )
+        return (op,)
 
 
 @dataclass(frozen=True)
@@ -282,7 +327,7 @@ class Patch(_Targeted):
 
     def row_ops(self, ctx: RowContext, i: int) -> tuple[RowOp, ...]:
         """Check the spec against the model and text ``i``; its row ops for that text."""
-        site, units = self.target(ctx.model)
+        site, units = self.target(ctx.model, pattern=True)
         _check_source_count(ctx, "Patch", self.source)
         donor = _equal_length_donor(
             ctx, i, "Patch", self.source,
@@ -290,7 +335,11 @@ class Patch(_Targeted):
             "the end)",
         )  # fmt: skip
         ctx.check_positions("Patch", self.positions, i)
-        return (DonorOp(self.describe(), site, units, self.positions, donor),)
+        return (
+            DonorOp(
+                self.describe(), site, units, self.positions, donor, dictionary=self.dictionary()
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -345,7 +394,11 @@ class Resample(_Targeted):
         if id(self) not in ctx.drawn:
             ctx.drawn[id(self)] = self.donors(ctx.texts)
         donor = tuple(ctx.ids(self.reference[ctx.drawn[id(self)][i]]))
-        return (DonorOp(self.describe(), site, units, self.positions, donor),)
+        return (
+            DonorOp(
+                self.describe(), site, units, self.positions, donor, dictionary=self.dictionary()
+            ),
+        )
 
 
 def short(text: object) -> str:
@@ -403,6 +456,21 @@ def _check_means(
                 )
         out[layer] = value.view(*shape)
     return out
+
+
+def _check_feature_means(model: LanguageModel, spec: Mean, units: Units) -> dict[int, torch.Tensor]:
+    """A feature ``Mean``'s means (``feature_means(...)``, ``[d_sae]``) as ``{layer: [F, 1]}``."""
+    dictionary = spec.heads.dictionary
+    means = spec.means
+    if not isinstance(means, torch.Tensor) or tuple(means.shape) != (dictionary.d_sae,):
+        got = tuple(means.shape) if isinstance(means, torch.Tensor) else type(means).__name__
+        raise InterventionError(
+            f"{model.name}: {spec.describe()} needs means=feature_means(model, reference, "
+            f"dictionary), a [{dictionary.d_sae}] tensor; got {got}"
+        )
+    if not bool(torch.isfinite(means).all()):
+        raise InterventionError(f"{model.name}: {spec.describe()}: the means are not finite")
+    return {layer: means.float().view(-1, 1) for layer, _ in units}
 
 
 def _check_source_count(ctx: RowContext, spec: str, sources: Sequence[str]) -> None:

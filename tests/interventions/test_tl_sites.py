@@ -340,7 +340,7 @@ def test_what_cannot_be_edited_or_computed_is_refused(tiny_layout):
     ]
     with pytest.raises(InterventionError, match=r"q \(0, 1\) is in both"):
         model.logits(PROMPTS, intervene=twice)
-    with pytest.raises(InterventionError, match="pick heads at head_out, q, k, v"):
+    with pytest.raises(InterventionError, match="pick heads at head_out, pattern, q, k, v"):
         Zero([(0, 1)], site="resid_post")
     from bindscope.runners.attribution_patching import attribution_patching
 
@@ -441,3 +441,27 @@ def test_generation_under_edits_of_q_and_v_equals_hands_with_the_kv_cache(tiny):
         cut = next((i for i, token in enumerate(new) if token in eos), len(new))
         assert ids == new[:cut]
     assert got != plain  # the edits change what is generated
+
+
+def test_hooks_at_q_and_neurons_see_heads_and_neurons_and_equal_the_specs(tiny_layout):
+    """A ``Hook`` at q gets ``[1, n, H, hd]``, at mlp_post ``[1, n, d_mlp]``."""
+    from bindscope.interventions import Hook
+
+    model = tiny_layout
+    shapes: list = []
+
+    def zero_head(x):
+        shapes.append(tuple(x.shape[2:]))
+        x[:, :, 2] = 0
+
+    def zero_neurons(x):
+        shapes.append(tuple(x.shape[2:]))
+        x[..., [5, 17]] = 0
+
+    hooks = [Hook("q", LAYER, zero_head), Hook("mlp_post", LAYER, zero_neurons)]
+    specs = [Zero([(LAYER, 2)], site="q"), Zero([(LAYER, 5), (LAYER, 17)], site="mlp_post")]
+    for got, ref in zip(
+        model.logits(PROMPTS, intervene=hooks), model.logits(PROMPTS, intervene=specs)
+    ):
+        assert torch.equal(got, ref)
+    assert set(shapes) == {(model.n_heads, model.head_dim), (model.d_mlp,)}
