@@ -465,3 +465,22 @@ def test_hooks_at_q_and_neurons_see_heads_and_neurons_and_equal_the_specs(tiny_l
     ):
         assert torch.equal(got, ref)
     assert set(shapes) == {(model.n_heads, model.head_dim), (model.d_mlp,)}
+
+
+def test_q_k_v_and_scores_under_sdpa_equal_eager(tiny_layout, byte_tokenizer, sp_tokenizer):
+    """Where attention returns no weights (sdpa), the call's inputs and scores are the same."""
+    from tests.conftest import build_tiny
+
+    eager = tiny_layout
+    tokenizer = sp_tokenizer if eager.family == "llama" else byte_tokenizer
+    sdpa = build_tiny(eager.family, tokenizer, attn="sdpa", self_check=False)
+    assert sdpa.attn_implementation == "sdpa"
+    sites = ["q", "k", "v", "scores"]
+    for got, ref in zip(sdpa.capture(PROMPTS, sites=sites), eager.capture(PROMPTS, sites=sites)):
+        for site in sites:
+            for layer in range(eager.n_layers):
+                a, b = got[site][layer], ref[site][layer]
+                assert torch.equal(torch.isinf(a), torch.isinf(b))
+                finite = torch.isfinite(b)
+                bound = site_bound(eager, b[finite], layer)  # another attention kernel below
+                assert _worst(a[finite], b[finite]) <= bound, (site, layer)
