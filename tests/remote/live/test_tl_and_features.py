@@ -1,4 +1,4 @@
-"""Issues 44 and 45 through the real NDIF server: Patchscope, pattern Patch and features.
+"""Issues 44 and 45 on the real NDIF server: Patchscope, pattern Patch, features, new sites.
 
 Same twins and texts as ``test_calls.py``: the same float32 weights on both sides, one thread
 per process, so each call equals its local run to the last bit (``torch.equal``). Each spec
@@ -68,3 +68,21 @@ def test_a_hook_and_run_with_cache_are_refused_remotely_with_the_reason(twins):
         far.logits(TEXTS[:1], intervene=hook)
     with pytest.raises(InputError, match="weights stay on the server"):
         run_with_cache(far, TEXTS[:1])
+
+
+NEW_SITES = ["q", "k", "v", "scores", "mlp_post", "ln_final_scale"]
+
+
+def test_the_new_sites_capture_and_a_zeroed_query_head_equal_local(twins):
+    """q, k, v, scores and mlp_post at two layers, and the final norm's scale, captured on
+    the server; a Zero of query heads (the attention call's source, rewritten there)."""
+    local, far = twins
+    got = far.capture(TEXTS[:2], sites=NEW_SITES, layers=[0, 2])
+    ref = local.capture(TEXTS[:2], sites=NEW_SITES, layers=[0, 2])
+    for a, b in zip(got, ref):
+        assert list(a) == list(b) == NEW_SITES
+        for site in NEW_SITES:
+            assert list(a[site]) == list(b[site]), site
+            for layer in b[site]:
+                assert torch.equal(a[site][layer], b[site][layer]), (site, layer)
+    _equal_and_moved(far, local, TEXTS[:2], (Zero(HEADS, site="q"),))
