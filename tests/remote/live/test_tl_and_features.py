@@ -20,13 +20,14 @@ from tests.remote.live.test_calls import HEADS, TEXTS, _equal_lists, _variants
 pytestmark = pytest.mark.ndif_live
 
 
-def _equal_and_moved(far, local, texts, specs):
-    """The server's logits under each spec equal local ones, and are not the plain run's."""
-    plain = local.logits(texts[:1])[0]
-    for spec in specs:
-        got = far.logits(texts, intervene=spec)
-        _equal_lists(got, local.logits(texts, intervene=spec), spec.describe())
-        assert not torch.equal(got[0], plain), spec.describe()
+def _equal_and_moved(far, local, texts, moved, **kwargs):
+    """The server's logits under ``kwargs`` equal local ones; rows ``moved`` are not the
+    plain run's (each spec there did something)."""
+    got = far.logits(texts, **kwargs)
+    _equal_lists(got, local.logits(texts, **kwargs), kwargs)
+    plain = local.logits(texts)
+    for i in moved:
+        assert not torch.equal(got[i], plain[i]), (i, kwargs)
 
 
 def test_patchscope_and_pattern_patch_equal_local(twins):
@@ -36,23 +37,24 @@ def test_patchscope_and_pattern_patch_equal_local(twins):
     texts = _variants(local)
     pattern = Patch(HEADS, texts[1:2], site="pattern", positions=[9])
     scope = Patchscope(texts[1], 2, 5, target_layer=0, target_position=-1)
-    _equal_and_moved(far, local, texts[:2], (pattern, scope))
+    _equal_and_moved(far, local, texts[:2], [0], intervene=pattern)  # text 1 is its source
+    _equal_and_moved(far, local, texts[:2], [0, 1], intervene=scope)
     got = far.generate_ids(TEXTS[:2], max_new_tokens=4, intervene=scope)
     assert got == local.generate_ids(TEXTS[:2], max_new_tokens=4, intervene=scope)
 
 
 def test_feature_specs_and_captured_features_equal_local(twins):
     """A small random dictionary's weights ship in each request; Zero and Steer on its three
-    features most active on the texts equal local in logits, and in the feature activations
-    captured under them."""
+    features most active on the texts (one per text, one request) equal local in logits, and
+    Steer in the feature activations captured under it."""
     local, far = twins
     texts = TEXTS[:2]  # no donors: two lengths, so padding too
     sae = random_dictionary(local, "resid_post", "topk")
     plain = capture_features(local, texts, sae)
     features = sae.features(torch.cat(plain).sum(0).topk(3).indices.tolist())
-    _equal_and_moved(far, local, texts, (Zero(features), Steer(features, scale=2.0)))
-    _equal_lists(capture_features(far, texts, sae), plain, "capture_features")
     steer = Steer(features, scale=2.0)
+    _equal_and_moved(far, local, texts, [0, 1], per_row=[Zero(features), steer])
+    _equal_lists(capture_features(far, texts, sae), plain, "capture_features")
     _equal_lists(
         capture_features(far, texts, sae, intervene=steer),
         capture_features(local, texts, sae, intervene=steer),
@@ -85,4 +87,4 @@ def test_the_new_sites_capture_and_a_zeroed_query_head_equal_local(twins):
             assert list(a[site]) == list(b[site]), site
             for layer in b[site]:
                 assert torch.equal(a[site][layer], b[site][layer]), (site, layer)
-    _equal_and_moved(far, local, TEXTS[:2], (Zero(HEADS, site="q"),))
+    _equal_and_moved(far, local, TEXTS[:2], [0, 1], intervene=Zero(HEADS, site="q"))
