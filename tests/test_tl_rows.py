@@ -1,0 +1,71 @@
+"""README's TransformerLens / nnterp rows that no other test checked on all 13 families, each
+against the HF model or tokenizer (issue 44): the cache's entries and accumulated stream, the
+dimensions, tokenize, to_str_tokens and generate. `BINDSCOPE_ERROR_REPORT` records the errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from bindscope.model.cache import CACHED_SITES
+from tests.conftest import PROMPTS
+from tests.interventions.test_sites import site_bound
+from tests.reference import o_proj_module
+from tests.reference_sites import decoder_layers, greedy_reference, site_reference
+from tests.tolerance import assert_within, misses
+
+MARGIN = 100  # rounding noise against what a wrong layer changes
+
+
+def _check_site(tiny, got, ids, site: str, layer: int, wrong_layer: int) -> None:
+    ref = site_reference(tiny, ids, site, layer)
+    bound = site_bound(tiny, ref, layer)
+    assert_within(got.float(), ref, bound, f"{site} layer {layer}")
+    assert misses(got.float(), site_reference(tiny, ids, site, wrong_layer), bound) > MARGIN
+
+
+def test_cache_entries_and_accumulated_resid_are_what_hooks_read(tiny):
+    """``cache[site, layer]`` and ``accumulated_resid()`` (each layer's ``resid_pre``, then the
+    last ``resid_post``) of a left-padded batch equal one text's plain hooks; one layer off
+    misses by orders of magnitude."""
+    last = tiny.n_layers - 1
+    for text, cache in zip(PROMPTS, tiny.run_with_cache(PROMPTS)):
+        ids = tiny.tokenize(text)
+        accumulated = cache.accumulated_resid().values
+        for layer in range(tiny.n_layers):
+            wrong = (layer + 1) % tiny.n_layers
+            for site in CACHED_SITES:
+                _check_site(tiny, cache[site, layer], ids, site, layer, wrong)
+            _check_site(tiny, accumulated[layer], ids, "resid_pre", layer, wrong)
+        _check_site(tiny, accumulated[-1], ids, "resid_post", last, last - 1)
+
+
+def test_dimensions_are_the_hf_modules(tiny):
+    o_proj = o_proj_module(tiny.hf, tiny.family, 0)
+    width = o_proj.weight.shape[0] if tiny.family == "gpt2" else o_proj.in_features  # Conv1D
+    assert tiny.n_layers == len(decoder_layers(tiny.hf, tiny.family))
+    assert tiny.n_heads == tiny.hf.config.num_attention_heads
+    assert tiny.n_heads * tiny.head_dim == width
+    assert tiny.d_model == tiny.hf.get_input_embeddings().embedding_dim
+
+
+def test_tokenize_and_to_str_tokens_are_the_tokenizers(tiny):
+    """``tokenize`` is the tokenizer's own ids (its BOS rule included); the first ``i`` pieces
+    of ``to_str_tokens`` join to the decoded first ``i`` tokens."""
+    for text in PROMPTS:
+        ids = tiny.tokenize(text)
+        assert ids == tiny.tokenizer(text)["input_ids"]
+        pieces = tiny.to_str_tokens(text)
+        assert len(pieces) == len(ids) and pieces == tiny.to_str_tokens(ids)
+        for end in range(1, len(ids) + 1):
+            assert "".join(pieces[:end]) == tiny.tokenizer.decode(ids[:end]), (text, end)
+
+
+def test_generate_is_hf_greedy_generation_decoded(tiny):
+    """Two prompts left-padded together continue as HF's ``generate`` does each alone."""
+    texts = PROMPTS[:2]
+    got = tiny.generate(texts, max_new_tokens=5)
+    for text, continuation in zip(texts, got):
+        new = greedy_reference(tiny, tiny.tokenize(text), 5, contextlib.nullcontext())
+        assert continuation == tiny.tokenizer.decode(new, skip_special_tokens=True)
+        assert new  # something was generated to compare
