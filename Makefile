@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.bindscope-installed
 LINT_PATHS := bindscope tests benchmarks tools
 
-.PHONY: demo c5-powered test test-live test-browser lint format bench clean
+.PHONY: demo c5-powered dictionary test test-live test-browser lint format bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -29,6 +29,11 @@ demo: $(STAMP)
 C5_OUT ?= bindscope-c5-powered
 c5-powered: $(STAMP)
 	$(VENV)/bin/bindscope c5 --preset powered --out $(C5_OUT)
+
+# The TopK dictionary of docs/dictionaries.md (SmolLM2, resid_post of layer 15), trained into
+# the model cache with its quality numbers (quality.json): minutes on one core.
+dictionary: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) tools/train_dictionary.py
 
 # Two pytest-xdist workers, one torch thread each (two threads each would oversubscribe 2
 # cores); worksteal hands a finished worker the other's remaining tests. TEST_WORKERS: more.

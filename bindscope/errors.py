@@ -30,6 +30,10 @@ class InterventionError(BindscopeError, ValueError):
     """An intervention spec does not fit the model or the texts (lengths, edges, reference)."""
 
 
+class DictionaryError(BindscopeError, ValueError):
+    """A dictionary (SAE) file is malformed or does not fit the model (names file and field)."""
+
+
 class PromptTooLongError(InputError):
     """A prompt (with what is generated or scored after it) exceeds the context window."""
 

@@ -69,12 +69,15 @@ def patch_reference(hf_model, family, heads, n_heads, head_dim, source_ids, targ
 
 
 KNOCKOUT: dict[int, list[tuple[int, int, int]]] = {}  # layer -> [(head, query, key)]
+PATTERNS: dict[int, torch.Tensor] = {}  # layer -> the last run's weights [b, H, q, k]
+ROWS: dict[int, list[tuple[int, int, torch.Tensor]]] = {}  # layer -> [(head, query, row)]
 
 
 def _knockout_attention(
     module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None, **kwargs
 ):
-    """Eager attention with chosen (head, query, key) scores set to minus infinity."""
+    """Eager attention with chosen (head, query, key) scores set to minus infinity, its
+    weights kept in ``PATTERNS``, and chosen (head, query) rows of them set from ``ROWS``."""
     n_rep = query.shape[1] // key.shape[1]
     key = key.repeat_interleave(n_rep, dim=1)
     value = value.repeat_interleave(n_rep, dim=1)
@@ -87,6 +90,9 @@ def _knockout_attention(
     for head, q, k in KNOCKOUT.get(module.layer_idx, []):
         scores[:, head, q, k] = float("-inf")
     weights = scores.softmax(-1, dtype=torch.float32).to(query.dtype)
+    PATTERNS[module.layer_idx] = weights.detach().clone()
+    for head, q, row in ROWS.get(module.layer_idx, []):
+        weights[:, head, q] = row
     out = (weights @ value).transpose(1, 2).contiguous()
     return out, weights
 
@@ -108,3 +114,16 @@ def knockout_reference(hf_model, heads, edges):
     finally:
         hf_model.set_attn_implementation(previous)
         KNOCKOUT.clear()
+
+
+def pattern_patch_reference(hf_model, source_ids, target_ids, cells):
+    """Last-position logits of ``target_ids`` with ``(layer, head, query)`` pattern rows
+    taken from a run on ``source_ids``; the values stay the target's own."""
+    with knockout_reference(hf_model, [], []), torch.no_grad():
+        hf_model(torch.tensor([source_ids]))
+        for layer, head, q in cells:
+            ROWS.setdefault(layer, []).append((head, q, PATTERNS[layer][0, head, q].clone()))
+        try:
+            return hf_model(torch.tensor([target_ids])).logits[0, -1:].float()
+        finally:
+            ROWS.clear()

@@ -112,16 +112,18 @@ class PatchingOptions(AttributionOptions):
     """The options of activation patching (``bindscope patch``; ``run(model, *, out, ...)``).
 
     ``unit="position"`` counts positions from the end (``L3.P0`` is layer 3 at the last token),
-    over the positions every pair has; ``method="attribution"`` patches exactly only the
-    ``verify`` heads with the largest mean |estimate|.
+    over the positions every pair has, and ``"head_position"`` the same per head
+    (``L3.H5.P0``: a ``[layers, heads, positions]`` map); ``method="attribution"`` patches
+    exactly only the ``verify`` heads with the largest mean |estimate|.
     """
 
-    UNITS: ClassVar[tuple[str, ...]] = ("head", "layer", "position")
+    UNITS: ClassVar[tuple[str, ...]] = ("head", "layer", "position", "head_position")
 
     pairs: str | Path = option("pairs", "'pairs' (built-in) or a pair file, docs/records.md")
     unit: str = option(
         "head",
-        "one condition per head, per layer (every head of it), or per layer and token position",
+        "one condition per head, per layer (every head of it), per layer and token position, "
+        "or per head and token position (head_position)",
         choices=UNITS,
     )
 
@@ -254,11 +256,11 @@ def _conditions(model: LanguageModel, unit: str, shortest: int) -> tuple[dict, d
 
     Offsets run over the positions every pair has: ``0 .. shortest - 1``.
     """
-    if unit != "position":
+    if unit not in ("position", "head_position"):
         return conditions_of(model, unit), {}
-    layers = conditions_of(model, "layer")
+    units = conditions_of(model, "layer" if unit == "position" else "head")
     conditions, offsets = {}, {}
-    for name, heads in layers.items():
+    for name, heads in units.items():
         for offset in range(shortest):
             conditions[f"{name}.P{offset}"] = heads
             offsets[f"{name}.P{offset}"] = offset
@@ -303,7 +305,7 @@ def summarize_patching(
     }
 
 
-def _tabulate(group: list[dict]) -> tuple[dict, dict, dict, dict]:
+def _tabulate(group: list[dict], unit: str) -> tuple[dict, dict, dict, dict]:
     """One model's records as ``(table, heads, ends, unusable)``.
 
     ``table``: condition -> pair -> patched metric; ``heads``: condition -> its map cell;
@@ -321,9 +323,9 @@ def _tabulate(group: list[dict]) -> tuple[dict, dict, dict, dict]:
             unusable.setdefault(r["prompt_key"], []).append(r["key"])
         if r["condition"] == "clean":
             continue
-        h = r["heads"]
-        column = m.get("position_from_end", 0)  # position unit: the map's columns
-        heads[r["condition"]] = h[0] if len(h) == 1 else [h[0][0], column]
+        h, column = r["heads"], m.get("position_from_end", 0)  # position units: columns
+        cell = {"head": h[0], "head_position": [*h[0], column]}
+        heads[r["condition"]] = cell.get(unit, [h[0][0], column])
         table.setdefault(r["condition"], {})[r["prompt_key"]] = m["patched"]
     return table, heads, ends, unusable
 
@@ -339,12 +341,10 @@ def _summarize_model(
     first = group[0]
     n_layers, n_heads = first["provenance"]["n_layers"], first["provenance"]["n_heads"]
     positions = [r["metrics"].get("position_from_end") for r in group]
-    width = {
-        "head": n_heads,
-        "layer": 1,
-        "position": 1 + max((p for p in positions if p is not None), default=0),
-    }[settings["unit"]]
-    table, heads, ends, unusable = _tabulate(group)
+    n_positions = 1 + max((p for p in positions if p is not None), default=0)
+    width = {"head": n_heads, "layer": 1, "position": n_positions,
+             "head_position": (n_heads, n_positions)}[settings["unit"]]  # fmt: skip
+    table, heads, ends, unusable = _tabulate(group, settings["unit"])
     names = sorted(table, key=lambda n: heads[n])
     # attribution: the patched heads were chosen among all, so tests count all heads
     attribution = settings.get("method") == "attribution"

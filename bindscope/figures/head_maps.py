@@ -9,7 +9,7 @@ from matplotlib.figure import Figure
 
 from bindscope.figures import markdown as md
 from bindscope.figures.style import effect_map, intervals, new_figure, short_label, slug
-from bindscope.results.summaries import MissingData
+from bindscope.results.summaries import MissingData, layer_rows
 
 TOP = 10  # the largest effects shown beside a map and in its table
 
@@ -23,7 +23,7 @@ def heads_figure(
     size: tuple[float, float],
 ) -> tuple[Figure, str]:
     """Heatmap ``[L, H]`` of ``effect`` (significant cells marked) and top cells with CIs."""
-    values = np.array([[np.nan if v is None else v for v in row] for row in effect], float)
+    values, significant = layer_rows(effect, significant)
     if values.size == 0 or np.isnan(values).all():
         raise MissingData("the effect map is empty")
     fig, (heat, bars) = new_figure(size, ncols=2, width_ratios=[3, 2])

@@ -9,8 +9,11 @@ text)::
     model.logits(texts, intervene=Patch([(2, 8)], source=corrupted))
     model.logits(texts, intervene=Patch("resid_pre", corrupted, layers=[3], positions=[5]))
     model.generate(texts, max_new_tokens=9, intervene=Steer("resid_post", 4, vector))
+    model.logits(texts, intervene=Hook("resid_post", 3, lambda x: x * 0.5))  # run_with_hooks
+    model.generate(texts, max_new_tokens=9, intervene=Patchscope(source, 3, -1, target_layer=0))
 
-``ablate=heads`` is the shortcut of ``intervene=Zero(heads)``.
+``ablate=heads`` is the shortcut of ``intervene=Zero(heads)``. A dictionary's latents
+(`load_dictionary`, docs/dictionaries.md) are a target too: ``Zero(sae.features([3, 7]))``.
 
 **Primitives** work inside a trace you open, in execution order (a layer's ablation before
 that layer's capture); ``layers=`` means act only on these layers. They live in ``ops``
@@ -32,7 +35,15 @@ import torch
 
 from bindscope.batch import sessions
 from bindscope.interventions import ops
+from bindscope.interventions.dictionary import (
+    Dictionary,
+    Features,
+    capture_features,
+    feature_means,
+    load_dictionary,
+)
 from bindscope.interventions.flow_specs import Knockout, PathPatch, PatternPatch, Spec, Steer
+from bindscope.interventions.hook_specs import Hook, Patchscope
 from bindscope.interventions.means import EdgeMeans, SiteMeans, edge_means, site_means
 from bindscope.interventions.ops import (
     capture_attention,
@@ -46,12 +57,16 @@ from bindscope.interventions.specs import Mean, Patch, Resample, Zero
 from bindscope.protocols import LanguageModel
 
 __all__ = [
+    "Dictionary",
     "EdgeMeans",
+    "Features",
     "HeadList",
+    "Hook",
     "Intervention",
     "Knockout",
     "Mean",
     "Patch",
+    "Patchscope",
     "PathPatch",
     "PatternPatch",
     "PerRow",
@@ -61,9 +76,12 @@ __all__ = [
     "Steer",
     "Zero",
     "capture_attention",
+    "capture_features",
     "capture_probs",
     "edge_means",
+    "feature_means",
     "head_means",
+    "load_dictionary",
     "mean_ablate",
     "run_layers",
     "site_means",

@@ -19,7 +19,9 @@ import torch
 
 from bindscope.errors import InputError, InterventionError
 from bindscope.families import SITE_NAMES, attention_windows
+from bindscope.interventions.dictionary import Features
 from bindscope.interventions.graph import edge_graph, edge_mask
+from bindscope.interventions.hook_specs import Hook, Patchscope
 from bindscope.interventions.rowops import (
     AddOp,
     KnockoutOp,
@@ -41,6 +43,7 @@ from bindscope.interventions.specs import (
     _positions,
     _units,
     _width,
+    feature_target,
     short,
 )
 from bindscope.prompts.spans import locate
@@ -129,20 +132,17 @@ class Steer:
     later edits to the caller's tensor do not reach the spec. ``positions`` (of the
     unpadded text) restricts it; by default it acts on every position, and in ``generate``
     on every new token as well (with ``positions``, on the prompt pass only).
+    ``Steer(dictionary.features([3]), scale=s)`` adds ``s`` to those latents instead
+    (no layer or vector: the dictionary's): the site gains ``s`` times their decoder rows.
     """
 
-    site: str
-    layer: Any
-    vector: torch.Tensor
+    site: Any
+    layer: Any = None
+    vector: Any = None
     positions: tuple[int, ...] | None = field(default=None, kw_only=True)
     scale: float = field(default=1.0, kw_only=True)
 
     def __post_init__(self) -> None:
-        if self.site not in SITE_NAMES:
-            raise InterventionError(
-                f"Steer: unknown site {self.site!r}; the sites are {', '.join(SITE_NAMES)}"
-            )
-        object.__setattr__(self, "vector", _steering_vector(self.vector))
         scale = self.scale
         if (
             isinstance(scale, bool)
@@ -150,18 +150,45 @@ class Steer:
             or not math.isfinite(scale)
         ):
             raise InterventionError(f"Steer: scale={scale!r} is not a finite number")
+        if isinstance(self.site, Features):
+            self._features_post_init()
+            return
+        if self.site not in SITE_NAMES:
+            raise InterventionError(
+                f"Steer: unknown site {self.site!r}; the sites are {', '.join(SITE_NAMES)}"
+            )
+        object.__setattr__(self, "vector", _steering_vector(self.vector))
         object.__setattr__(self, "layer", _steer_layers(self.layer))
         object.__setattr__(self, "positions", _positions(self.positions))
         # the added tensor, made once: every text's op shares one edit in the plan
-        object.__setattr__(self, "_added", self.vector.float() * float(scale))
+        object.__setattr__(self, "_added", self.vector.float() * float(self.scale))
+
+    def _features_post_init(self) -> None:
+        """Check a feature steer: no layer or vector of its own."""
+        if self.layer is not None or self.vector is not None:
+            raise InterventionError(
+                f"Steer({self.site!r}): the features' layer and vector are the dictionary's "
+                "(its decoder rows); pass only scale= (and positions=)"
+            )
+        object.__setattr__(self, "positions", _positions(self.positions))
+        added = torch.zeros(self.site.dictionary.d_sae, 1)
+        added[list(self.site.indices)] = float(self.scale)
+        object.__setattr__(self, "_added", added)  # [F, 1]: one edit per spec in the plan
 
     def describe(self) -> str:
         """A short form for messages, e.g. ``Zero([(1, 0)])``."""
+        if isinstance(self.site, Features):
+            return f"Steer({self.site!r}, scale={self.scale})"
         return f"Steer({self.site!r}, layer={list(self.layer)!r})"
 
     def row_ops(self, ctx: RowContext, i: int) -> tuple[RowOp, ...]:
         """Check the spec against the model and text ``i``; its row ops for that text."""
         model = ctx.model
+        if isinstance(self.site, Features):
+            site, cells = feature_target(model, self.site)
+            ctx.check_positions("Steer", self.positions, i)
+            added, weights = self.__dict__["_added"], self.site.dictionary.weights
+            return (AddOp(self.describe(), site, cells, self.positions, added, dictionary=weights),)
         _check_site(model, self.site, self.describe())
         layers = model.check_layers(self.layer)
         units, width = _width(model, self.site)
@@ -356,6 +383,6 @@ class PatternPatch:
         return Patch(self.heads, self.source, positions=self.positions)
 
 
-Spec = Zero | Mean | Patch | Resample | Steer | Knockout | PathPatch
+Spec = Zero | Mean | Patch | Resample | Steer | Knockout | PathPatch | Hook | Patchscope
 #: Every spec class: ``resolve.as_specs`` recognises these (a new spec is added here).
-SPEC_TYPES = (Zero, Mean, Patch, Resample, Steer, Knockout, PathPatch)
+SPEC_TYPES = (Zero, Mean, Patch, Resample, Steer, Knockout, PathPatch, Hook, Patchscope)

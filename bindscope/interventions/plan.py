@@ -131,22 +131,33 @@ class Planner:
         *,
         every_position: bool,
         same: Callable[[ops.Edit], bool] | None = None,
+        dictionary: ops.TraceDictionary | None = None,
     ) -> ops.Edit:
         """The edit of ``(site, layer)`` made by ``make(where)``, shared when ``same`` matches.
 
         ``same(edit)`` says whether an existing edit can take another row's cells (the same
-        kind and value); otherwise a new edit with an empty mask is appended.
+        kind and value); otherwise a new edit with an empty mask is appended. With a
+        ``dictionary`` the edit acts on its features (units: latents), wrapped in a
+        ``FeatureEdit``; the inner edit is returned.
         """
         entries = self.edits.setdefault((site, layer), [])
         for entry in entries:
-            if entry.every_position == every_position and same is not None and same(entry):
-                return entry
+            inner = getattr(entry, "inner", entry)
+            if (
+                entry.every_position == every_position
+                and getattr(entry, "dictionary", None) is dictionary
+                and same is not None
+                and same(inner)
+            ):
+                return inner
         width = 1 if every_position else self.width
         units = self.model.n_heads if site in ("head_out", "pattern") else 1  # else one vector
+        if dictionary is not None:
+            units = int(dictionary.W_enc.shape[1])
         where = torch.zeros(self.n_rows, width, units, dtype=torch.bool)
         entry = make(where)
         entry.every_position = every_position
-        entries.append(entry)
+        entries.append(entry if dictionary is None else ops.FeatureEdit(entry, dictionary))
         return entry
 
     @staticmethod
@@ -209,7 +220,7 @@ class Planner:
             {
                 edit.key
                 for entries in self.edits.values()
-                for edit in entries
+                for edit in (getattr(entry, "inner", entry) for entry in entries)
                 if isinstance(edit, ops.DonorEdit)
             },
             key=lambda key: (key[1], order.index(key[0])),
@@ -221,10 +232,30 @@ class Planner:
                 layer: torch.cat([removed.new_zeros(n_donors, *removed.shape[1:]), removed])
                 for layer, removed in self.knockout.items()
             }
-        site = self.model.knockout_site if self.knockout else None
+        patterns = self._pattern_batch(n_donors)
+        site = self.model.knockout_site if self.knockout or patterns else None
         return ops.TracePlan(
-            self.edits, donor_keys, knockout, knockout_batch, site, rows=self.n_rows, path=path
-        )
+            self.edits, donor_keys, knockout, knockout_batch, site, rows=self.n_rows, path=path,
+            pattern_batch=patterns,
+        )  # fmt: skip
+
+    def _pattern_batch(self, n_donors: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        """``{layer: (where, donor)}`` ``[B, H, W]`` of the pattern patches, donor rows first."""
+        out = {}
+        for (site, layer), entries in self.edits.items():
+            if site != "pattern":
+                continue
+            shape = (n_donors + self.n_rows, self.model.n_heads, self.width)
+            where = torch.zeros(shape, dtype=torch.bool)
+            donor = torch.zeros(shape, dtype=torch.long)
+            for edit in entries:
+                assert isinstance(edit, ops.DonorEdit)  # only Patch reaches the pattern site
+                cells = edit.where.transpose(1, 2)  # [b, H, W]
+                where[n_donors:] |= cells
+                rows = edit.donor_row[:, None, None].expand_as(cells)
+                donor[n_donors:][cells] = rows[cells]
+            out[layer] = (where, donor)
+        return out
 
     def _path(self, n_donors: int) -> ops.PathPlan:
         """The `ops.PathPlan` of the rows' patched edges."""

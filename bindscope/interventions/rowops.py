@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import torch
 
 from bindscope.interventions import ops
+from bindscope.interventions.trace.features import features_key
 
 
 class Planner(Protocol):
@@ -26,13 +27,21 @@ class Planner(Protocol):
     """
 
     donor_ids: dict[tuple[int, ...], int]
+    width: int
 
     def columns(self, n: int, positions: tuple[int, ...] | None, donor: int | None = None) -> Any:
         """Padded columns of a row with ``n`` real tokens (None: every position)."""
         ...
 
     def edit(
-        self, site: str, layer: int, make: Any, *, every_position: bool, same: Any = None
+        self,
+        site: str,
+        layer: int,
+        make: Any,
+        *,
+        every_position: bool,
+        same: Any = None,
+        dictionary: Any = None,
     ) -> ops.Edit:
         """The edit of ``(site, layer)`` made by ``make(where)``, shared when ``same`` matches."""
         ...
@@ -50,7 +59,7 @@ class Planner(Protocol):
         ...
 
 
-__all__ = ["AddOp", "DonorOp", "KnockoutOp", "PathOp", "ReplaceOp", "RowOp"]
+__all__ = ["AddOp", "DonorOp", "HookOp", "KnockoutOp", "PathOp", "ReplaceOp", "RowOp"]
 
 # ((layer, (unit, ...)), ...): the units of a site each layer touches (heads at head_out)
 Units = tuple[tuple[int, tuple[int, ...]], ...]
@@ -65,12 +74,14 @@ class RowOp:
         site: One of ``families.SITE_NAMES`` (``head_out`` for head specs).
         units: The units of the site per layer.
         positions: Token positions of the unpadded text (None: every position).
+        dictionary: A ``TraceDictionary`` when the units are its features (latents).
     """
 
     spec: str
     site: str
     units: Units
     positions: tuple[int, ...] | None = None
+    dictionary: Any = field(default=None, kw_only=True, compare=False)
 
     # Set by DonorOp only: the donor's token ids (the planner batches donor rows).
     donor = None
@@ -84,9 +95,10 @@ class RowOp:
 
     def cells(self) -> Iterator[tuple[str, int, int]]:
         """The ``(site, layer, unit)`` cells this op claims."""
+        site = self.site if self.dictionary is None else features_key(self.site)
         for layer, units in self.units:
             for unit in units:
-                yield self.site, layer, unit
+                yield site, layer, unit
 
     def add_to(self, planner: Planner, r: int, n: int) -> None:
         """Add this op for batch row ``r`` (``n`` real tokens) to the planner."""
@@ -110,6 +122,7 @@ class ReplaceOp(RowOp):
                 lambda where, value=value: ops.ReplaceEdit(where, value),
                 every_position=columns is None,
                 same=lambda e, value=value: isinstance(e, ops.ReplaceEdit) and e.value is value,
+                dictionary=self.dictionary,
             )
             planner.mark(edit, r, columns, units)
 
@@ -136,6 +149,7 @@ class DonorOp(RowOp):
                 ),
                 every_position=False,
                 same=lambda e: isinstance(e, ops.DonorEdit) and not bool(e.where[r].any()),
+                dictionary=self.dictionary,
             )
             assert isinstance(edit, ops.DonorEdit)
             edit.donor_row[r] = row
@@ -165,8 +179,41 @@ class AddOp(RowOp):
                     and e.vector is self.vector
                     and not bool(e.where[r].any())
                 ),
+                dictionary=self.dictionary,
             )
             planner.mark(edit, r, columns, units)
+
+
+@dataclass(frozen=True)
+class HookOp(RowOp):
+    """Call ``fn`` on the site of each listed layer, every position (each new token too).
+
+    It claims no cell: hooks compose with each other and with every spec, applied in the
+    order the specs are listed.
+    """
+
+    fn: Any = field(default=None, compare=False)
+    heads: bool = False  # the function sees [1, n, H, hd], not [1, n, d]
+
+    def cells(self) -> Iterator[tuple[str, int, int]]:
+        """No cell: a hook may share any."""
+        return iter(())
+
+    def add_to(self, planner: Planner, r: int, n: int) -> None:
+        """Add this op for batch row ``r`` (``n`` real tokens) to the planner."""
+        for layer, units in self.units:
+            edit = planner.edit(
+                self.site,
+                layer,
+                lambda where: ops.HookEdit(where, self.fn, self.heads, planner.width),
+                every_position=True,
+                same=lambda e: (
+                    isinstance(e, ops.HookEdit) and e.fn is self.fn and not bool(e.where[r].any())
+                ),
+            )
+            assert isinstance(edit, ops.HookEdit)
+            edit.starts[r] = planner.width - n
+            planner.mark(edit, r, None, units)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import torch
 
 from bindscope.errors import InterventionError
 from bindscope.families import SITE_NAMES
+from bindscope.interventions.dictionary import Features
 from bindscope.interventions.ops import by_layer
 from bindscope.interventions.rowops import (
     DonorOp,
@@ -79,7 +80,7 @@ class RowContext:
     def __init__(self, model: LanguageModel, texts: Sequence) -> None:
         self.model, self.texts = model, list(texts)
         self._lengths: dict[int, int] = {}
-        self.drawn: dict[int, tuple[int, ...]] = {}  # id(Resample) -> donors, once per call
+        self.drawn: dict[int, tuple] = {}  # id(spec) -> donors or source states, once per call
         self.edge_masks: dict[int, np.ndarray] = {}  # id(PathPatch) -> its checked mask
 
     def ids(self, text) -> list[int]:
@@ -119,6 +120,10 @@ class _Targeted:
 
     def __post_init__(self) -> None:
         heads = self.heads
+        if isinstance(heads, Features):
+            _check_features_alone(self)
+            object.__setattr__(self, "positions", _positions(self.positions))
+            return
         if isinstance(heads, str):
             if self.site is not None and self.site != heads:
                 raise InterventionError(
@@ -144,35 +149,62 @@ class _Targeted:
                 f"{type(self).__name__}: unknown site {self.site!r}; the sites are "
                 f"{', '.join(SITE_NAMES)}"
             )
-        if self.heads is not None and self.site not in (None, "head_out"):
+        if self.heads is not None and self.site not in (None, "head_out", "pattern"):
             raise InterventionError(
-                f"{type(self).__name__}: heads live at site 'head_out', not {self.site!r}; "
-                "for a whole site give layers= instead of heads"
+                f"{type(self).__name__}: heads live at site 'head_out' (or 'pattern'), not "
+                f"{self.site!r}; for a whole site give layers= instead of heads"
             )
         object.__setattr__(self, "positions", _positions(self.positions))
 
     def describe(self) -> str:
         """A short form for messages, e.g. ``Zero([(1, 0)])``."""
+        if isinstance(self.heads, Features):
+            return f"{type(self).__name__}({self.heads!r})"
         if self.heads is not None:
             return f"{type(self).__name__}({list(self.heads)!r})"
         return f"{type(self).__name__}({self.site or 'head_out'!r}, layers={list(self.layers)!r})"
 
-    def target(self, model: LanguageModel) -> tuple[str, Units]:
-        """The site and the units of each layer, checked against the model."""
-        if self.heads is not None:
-            return "head_out", _units(model.check_heads(self.heads))
+    def target(self, model: LanguageModel, *, pattern: bool = False) -> tuple[str, Units]:
+        """The site and the units of each layer, checked against the model.
+
+        ``pattern``: the spec may act on the pattern site (``Patch`` only).
+        """
+        if isinstance(self.heads, Features):
+            return feature_target(model, self.heads)
         site = self.site or "head_out"
-        _check_site(model, site, self.describe())
+        _check_site(model, site, self.describe(), pattern=pattern)
+        if self.heads is not None:
+            return site, _units(model.check_heads(self.heads))
         layers = model.check_layers(self.layers)
-        units = tuple(range(model.n_heads)) if site == "head_out" else (0,)
+        units = tuple(range(model.n_heads)) if site in ("head_out", "pattern") else (0,)
         return site, tuple((layer, units) for layer in layers)
 
+    def dictionary(self) -> Any:
+        """The ``TraceDictionary`` whose features the spec edits, or None (row ops carry it)."""
+        return self.heads.dictionary.weights if isinstance(self.heads, Features) else None
 
-def _check_site(model: LanguageModel, site: str, spec: str) -> None:
-    if site == "pattern":
+
+def _check_features_alone(spec: _Targeted) -> None:
+    """Features say their site and layer: refuse ``site=``/``layers=`` beside them."""
+    if spec.site is not None or spec.layers is not None:
+        raise InterventionError(
+            f"{type(spec).__name__}: {spec.heads!r} are at site {spec.heads.dictionary.site!r} "
+            f"of layer {spec.heads.dictionary.layer} (the dictionary's); drop site=/layers="
+        )
+
+
+def feature_target(model: LanguageModel, features: Features) -> tuple[str, Units]:
+    """The site of ``features``' dictionary and its latents as units, checked against the model."""
+    features.dictionary.check(model)
+    return features.dictionary.site, ((features.dictionary.layer, features.indices),)
+
+
+def _check_site(model: LanguageModel, site: str, spec: str, *, pattern: bool = False) -> None:
+    if site == "pattern" and not pattern:
         raise InterventionError(
             f"{model.name}: {spec}: the attention probabilities (pattern) can be captured, "
-            "not replaced; remove attention edges with Knockout"
+            "not replaced; copy them from another run with Patch, or remove attention edges "
+            "with Knockout"
         )
     if site not in model.sites:
         raise InterventionError(
@@ -204,7 +236,9 @@ class Zero(_Targeted):
         """Check the spec against the model and text ``i``; its row ops for that text."""
         site, units = self.target(ctx.model)
         ctx.check_positions(self.describe(), self.positions, i)
-        return (ReplaceOp(self.describe(), site, units, self.positions),)
+        return (
+            ReplaceOp(self.describe(), site, units, self.positions, dictionary=self.dictionary()),
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -226,8 +260,14 @@ class Mean(_Targeted):
         """Check the spec against the model and text ``i``; its row ops for that text."""
         site, units = self.target(ctx.model)
         ctx.check_positions(self.describe(), self.positions, i)
-        values = _check_means(ctx.model, self, site, units)
-        return (ReplaceOp(self.describe(), site, units, self.positions, values),)
+        if isinstance(self.heads, Features):
+            values = _check_feature_means(ctx.model, self, units)
+        else:
+            values = _check_means(ctx.model, self, site, units)
+        op = ReplaceOp(
+            self.describe(), site, units, self.positions, values, dictionary=self.dictionary()
+        )
+        return (op,)
 
 
 @dataclass(frozen=True)
@@ -249,7 +289,7 @@ class Patch(_Targeted):
 
     def row_ops(self, ctx: RowContext, i: int) -> tuple[RowOp, ...]:
         """Check the spec against the model and text ``i``; its row ops for that text."""
-        site, units = self.target(ctx.model)
+        site, units = self.target(ctx.model, pattern=True)
         _check_source_count(ctx, "Patch", self.source)
         donor = _equal_length_donor(
             ctx, i, "Patch", self.source,
@@ -257,7 +297,11 @@ class Patch(_Targeted):
             "the end)",
         )  # fmt: skip
         ctx.check_positions("Patch", self.positions, i)
-        return (DonorOp(self.describe(), site, units, self.positions, donor),)
+        return (
+            DonorOp(
+                self.describe(), site, units, self.positions, donor, dictionary=self.dictionary()
+            ),
+        )
 
 
 @dataclass(frozen=True)
@@ -312,7 +356,11 @@ class Resample(_Targeted):
         if id(self) not in ctx.drawn:
             ctx.drawn[id(self)] = self.donors(ctx.texts)
         donor = tuple(ctx.ids(self.reference[ctx.drawn[id(self)][i]]))
-        return (DonorOp(self.describe(), site, units, self.positions, donor),)
+        return (
+            DonorOp(
+                self.describe(), site, units, self.positions, donor, dictionary=self.dictionary()
+            ),
+        )
 
 
 def short(text: object) -> str:
@@ -370,6 +418,21 @@ def _check_means(
                 )
         out[layer] = value.view(*shape)
     return out
+
+
+def _check_feature_means(model: LanguageModel, spec: Mean, units: Units) -> dict[int, torch.Tensor]:
+    """A feature ``Mean``'s means (``feature_means(...)``, ``[d_sae]``) as ``{layer: [F, 1]}``."""
+    dictionary = spec.heads.dictionary
+    means = spec.means
+    if not isinstance(means, torch.Tensor) or tuple(means.shape) != (dictionary.d_sae,):
+        got = tuple(means.shape) if isinstance(means, torch.Tensor) else type(means).__name__
+        raise InterventionError(
+            f"{model.name}: {spec.describe()} needs means=feature_means(model, reference, "
+            f"dictionary), a [{dictionary.d_sae}] tensor; got {got}"
+        )
+    if not bool(torch.isfinite(means).all()):
+        raise InterventionError(f"{model.name}: {spec.describe()}: the means are not finite")
+    return {layer: means.float().view(-1, 1) for layer, _ in units}
 
 
 def _check_source_count(ctx: RowContext, spec: str, sources: Sequence[str]) -> None:

@@ -37,11 +37,13 @@ def trace_batch(
     """Run ``body(donors)`` on a planned batch; donors (if any) run first in their own invoke.
 
     A path patch (``plan.path``) adds its scratch rows' invoke after the texts' and an empty
-    invoke over the whole batch that applies it. ``body`` must return its result saved.
+    invoke over the whole batch that applies it; so do pattern patches and knockouts beside
+    donor rows. ``body`` must return its result saved.
     """
     # plain dicts of tensors only in the body: it ships by value when remote
     env, plan, path = model.nnsight, planned.plan, planned.plan.path
     inputs, donor_inputs = planned.batch.inputs, planned.donors
+    plan.patterns_run = bool(plan.pattern_batch)  # applied below, in an invoke of their own
     if donor_inputs is None and path is None:
         with env.trace(**inputs, **options, **model.trace_options) as tracer:
             found = body(None)
@@ -50,8 +52,9 @@ def trace_batch(
     donors: dict = {}  # filled by the first invoke, read by the second
     with env.trace(**options, **model.trace_options) as tracer:
         if donor_inputs is not None:
-            with tracer.invoke(**donor_inputs):
-                ops.site_outputs(model, plan.donor_keys, donors)
+            with tracer.invoke(**donor_inputs):  # a pattern patch reads no donor site
+                keys = [key for key in plan.donor_keys if key[0] != "pattern"]
+                ops.site_outputs(model, keys, donors)
         if path is not None:
             with tracer.invoke():  # every row, before the texts': their captures see it
                 ops.path_patch(model, path)
@@ -64,6 +67,9 @@ def trace_batch(
         if plan.knockout_batch:
             with tracer.invoke():  # the whole batch, donor rows first
                 ops.knock_out_batch(model, plan.knockout_batch, plan.knockout_site)
+        if plan.pattern_batch:
+            with tracer.invoke():  # the whole batch: donor rows' patterns at the same call
+                ops.patch_patterns_batch(model, plan)
     return on_cpu(found)
 
 
@@ -107,12 +113,7 @@ def attention_probs(
     with model.eager():
         for planned in plan_batches(model, texts, rows, batch_size=batch_size):
             batch = planned.batch
-            if planned.plan.knockout_batch and model.capture_mode == "recompute":
-                raise InterventionError(
-                    f"{model.name}: capturing probabilities by recomputation sees the "
-                    "mask before a Knockout that shares its batch with a Patch; run "
-                    "them in separate calls"
-                )
+            _check_recompute(model, planned.plan)
 
             def body(donors: dict | None, plan: ops.TracePlan = planned.plan):
                 # bound to a name: a remote run returns only saved values the body binds
@@ -125,6 +126,16 @@ def attention_probs(
                 pad = batch.pad(row)
                 out[index] = widened(stacked[row, :, :, pad:, pad:]).contiguous()
     return out  # type: ignore[return-value]
+
+
+def _check_recompute(model: LanguageModel, plan: ops.TracePlan) -> None:
+    """Refuse probabilities recomputed from a mask an empty invoke edits after they are read."""
+    if (plan.knockout_batch or plan.pattern_batch) and model.capture_mode == "recompute":
+        raise InterventionError(
+            f"{model.name}: capturing probabilities by recomputation sees the mask before "
+            "a pattern Patch, or a Knockout that shares its batch with a Patch; run them "
+            "in separate calls"
+        )
 
 
 def bsi(
@@ -242,6 +253,8 @@ def capture(
     with context:
         for planned in plan_batches(model, texts, rows, batch_size=batch_size):
             batch = planned.batch
+            if probs:
+                _check_recompute(model, planned.plan)
 
             def body(donors: dict | None, plan: ops.TracePlan = planned.plan):
                 found = run_layers(

@@ -45,11 +45,11 @@ def generate_ids(
 ) -> list[list[int]]:
     """Greedy new token ids per text, cut at the first end-of-sequence token.
 
-    ``intervene``/``per_row`` take ``Zero``, ``Mean``, ``Steer`` (every position:
-    also every new token), ``Knockout`` (edges within the prompt) and ``PathPatch`` (the
-    prompt pass; new tokens read its patched keys and values); ``Patch`` and
-    ``Resample`` need fixed-length texts and are refused. A head list in ``per_row``
-    is short for ``Zero``.
+    ``intervene``/``per_row`` take ``Zero``, ``Mean``, ``Steer`` and ``Hook`` (every
+    position: also every new token), ``Knockout`` (edges within the prompt), ``PathPatch``
+    and ``Patchscope`` (the prompt pass; new tokens read its patched keys and values);
+    ``Patch`` and ``Resample`` need fixed-length texts and are refused. A head list in
+    ``per_row`` is short for ``Zero``.
     """
     texts = check_texts(texts)
     check_batch_size(batch_size)

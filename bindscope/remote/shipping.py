@@ -19,6 +19,7 @@ SHIPPED_MODULES = (
     "bindscope.interventions.trace.records",
     "bindscope.interventions.trace.sites",
     "bindscope.interventions.trace.edits",
+    "bindscope.interventions.trace.features",
     "bindscope.interventions.trace.paths",
     "bindscope.interventions.trace.reductions",
     "bindscope.interventions.trace.node_gradients",

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from bindscope.errors import InputError, RecordFileError
 from bindscope.results.labels import record_label
 from bindscope.results.records import read_records
@@ -190,3 +192,18 @@ __all__ = [
     "load_results",
     "need",
 ]
+
+
+def layer_rows(effect: Any, marked: Iterable) -> tuple[Any, list[list[int]]]:
+    """A stored map as ``[L, columns]`` floats (None: NaN) and its marked cells.
+
+    A head x position map ``[L, H, P]`` is drawn with each head's positions side by side
+    (column ``head * P + position``).
+    """
+    values = np.array(effect, dtype=float)
+    cells = [list(c) for c in marked]
+    if values.ndim == 3:
+        n_positions = values.shape[2]
+        values = values.reshape(values.shape[0], -1)
+        cells = [[c[0], c[1] * n_positions + c[2]] for c in cells]
+    return values, cells

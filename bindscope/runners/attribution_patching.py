@@ -15,7 +15,8 @@ from bindscope.interventions import ops
 from bindscope.interventions.flow_specs import SPEC_TYPES, PatternPatch
 from bindscope.interventions.plan import PlannedBatch, plan_batches
 from bindscope.interventions.resolve import resolve_rows
-from bindscope.interventions.rowops import KnockoutOp, RowOp
+from bindscope.interventions.rowops import HookOp, KnockoutOp, RowOp
+from bindscope.interventions.trace.features import features_key
 from bindscope.protocols import LanguageModel
 from bindscope.runners.attribution_metrics import (
     LogitDifference,
@@ -84,6 +85,8 @@ def _row_ops(
 
 def _estimated_site(op: RowOp) -> str:
     """Where an op's estimate is read: a knockout's through the pattern it changes."""
+    if op.dictionary is not None:
+        return features_key(op.site)
     return "pattern" if isinstance(op, KnockoutOp) else op.site
 
 
@@ -100,6 +103,12 @@ def _check_model(model: LanguageModel, rows: list, method: str) -> bool:
     """Refuse what cannot be estimated; whether eager attention's pattern is needed."""
     if method not in METHODS:
         raise InputError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
+    hook = next((op for row in rows for op in row if isinstance(op, HookOp)), None)
+    if hook is not None:
+        raise InputError(
+            f"{hook.spec}: an estimate needs the value an edit writes before the run, which "
+            "a function gives only when it runs; measure a Hook exactly with logits()"
+        )
     if method == "atp" and any(isinstance(op, KnockoutOp) for row in rows for op in row):
         raise InputError(
             "method='atp' linearises the softmax, but a Knockout moves its scores to minus "

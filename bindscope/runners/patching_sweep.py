@@ -26,6 +26,8 @@ from bindscope.protocols import LanguageModel
 
 __all__ = ["patching_sweep"]
 
+HEAD_SITES = ("head_out", "pattern")  # sites with a unit per head: by_head patches one
+
 
 @torch.no_grad()
 def patching_sweep(
@@ -36,49 +38,72 @@ def patching_sweep(
     sites: str | Sequence[str],
     layers: Iterable[int] | None = None,
     positions: int | Sequence[int] | None = None,
+    by_head: bool = False,
     metric: Callable[[torch.Tensor], float],
     batch_size: int = DEFAULT_BATCH_SIZE,
     progress: bool = False,
 ) -> dict[str, torch.Tensor]:
     """Patch each clean activation into the corrupt run, one cell at a time; the metric grid.
 
-    ``corrupt`` runs and is as many tokens long as ``clean``. ``sites`` are site names
-    (``head_out`` patches every head of the layer); ``layers`` (default all) ascend in the
-    grid; ``positions`` (negative: from the end; default all). ``metric`` takes the patched
-    run's logits at the last position as ``[1, vocab]`` (so ``lambda logits:
-    logit_diff(logits, a, b)`` reads as written) and returns a number.
+    ``corrupt`` runs and is as many tokens long as ``clean``. ``sites`` are site names:
+    ``head_out`` patches the heads' outputs, ``pattern`` their attention pattern's query row
+    (the values stay the corrupt run's), every head of the layer at once, or one head at a
+    time with ``by_head``. ``layers`` (default all) ascend in the grid; ``positions``
+    (negative: from the end; default all). ``metric`` takes the patched run's logits at
+    the last position as ``[1, vocab]`` (so ``lambda logits: logit_diff(logits, a, b)``
+    reads as written) and returns a number.
 
     Returns:
-        ``{site: [len(layers), len(positions)]}`` float32: the metric of each patched run.
+        ``{site: [len(layers), len(positions)]}`` float32: the metric of each patched run;
+        with ``by_head``, ``head_out`` and ``pattern`` are ``[layers, positions, heads]``.
 
     Raises:
         InputError: Texts of different lengths, positions outside them, a metric that is
-            not a function or does not return one finite number, or a batch size that is
-            not a whole number >= 1.
-        InterventionError: A site the family does not have (or ``pattern``).
+            not a function or does not return one finite number, ``by_head`` not a bool, or
+            a batch size that is not a whole number >= 1.
+        InterventionError: A site the family does not have.
     """
     check_batch_size(batch_size)  # before the progress bar divides by it
     clean_ids, corrupt_ids = _checked_texts(model, clean, corrupt, metric)
     names = _check_sites(model, sites)
     wanted = model.check_layers(layers)
     where = _positions(model, positions, len(corrupt_ids))
-    cells = [(site, layer, p) for site in names for layer in wanted for p in where]
+    if not isinstance(by_head, bool):
+        raise InputError(f"by_head={by_head!r} is not True or False")
+    split = [model.n_heads] if by_head else []  # a unit per head: one at a time
+    shapes = {s: (len(wanted), len(where), *(split if s in HEAD_SITES else [])) for s in names}
+    heads = {s: range(shapes[s][2]) if len(shapes[s]) > 2 else [None] for s in names}
+    cells = [(s, layer, p, h) for s in names for layer in wanted for p in where for h in heads[s]]
     values = _patched_cells(model, clean_ids, corrupt_ids, cells, metric, batch_size, progress)
-    grid = values.view(len(names), len(wanted), len(where))
-    return {site: grid[k].clone() for k, site in enumerate(names)}
+    return _grids(values, shapes)
+
+
+def _grids(values: torch.Tensor, shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
+    """The cells' values, in order, as each site's grid of ``shapes[site]``."""
+    grids, start = {}, 0
+    for site, shape in shapes.items():
+        size = math.prod(shape)
+        grids[site] = values[start : start + size].view(shape).clone()
+        start += size
+    return grids
 
 
 def _patched_cells(
     model: LanguageModel,
     clean_ids: list[int],
     corrupt_ids: list[int],
-    cells: list[tuple[str, int, int]],
+    cells: list[tuple[str, int, int, int | None]],
     metric: Callable[[torch.Tensor], float],
     batch_size: int,
     progress: bool,
 ) -> torch.Tensor:
-    """The metric of the corrupt run with each ``(site, layer, position)`` cell patched."""
-    specs = [Patch(site, (clean_ids,), layers=(layer,), positions=(p,)) for site, layer, p in cells]
+    """The metric of the corrupt run with each ``(site, layer, position, head)`` cell patched."""
+    source = (clean_ids,)
+    specs = [
+        Patch(site, source, layers=(layer,), positions=(p,)) if head is None
+        else Patch([(layer, head)], source, site=site, positions=(p,))
+        for site, layer, p, head in cells
+    ]  # fmt: skip
     texts = [corrupt_ids] * len(cells)
     rows = resolve_rows(model, texts, per_row=specs)
     values = torch.empty(len(cells))
@@ -132,24 +157,24 @@ def _positions(model: LanguageModel, positions: int | Sequence[int] | None, n: i
 def _check_sites(model: LanguageModel, sites: str | Iterable[str]) -> list[str]:
     """The sites to sweep, checked against the family (raises ``InterventionError``)."""
     names = [sites] if isinstance(sites, str) else list(sites)
-    patchable = [s for s in model.sites if s != "pattern"]
-    bad = [s for s in names if s not in patchable]
+    bad = [s for s in names if s not in model.sites]
     if not names or bad:
         raise InterventionError(
             f"{model.name} ({model.family}): cannot sweep site(s) {bad or names!r}; the sites "
-            f"that can be patched are {', '.join(patchable)}"
+            f"that can be patched are {', '.join(model.sites)}"
         )
     return list(dict.fromkeys(names))
 
 
-def _number(value: object, cell: tuple[str, int, int]) -> float:
+def _number(value: object, cell: tuple[str, int, int, int | None]) -> float:
     """The metric's value as a float (raises ``InputError`` naming the cell)."""
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        site, layer, p = cell
+        site, layer, p, head = cell
+        which = f"{site} of layer {layer}" if head is None else f"{site} of head {(layer, head)}"
         raise InputError(
-            f"the metric returned {value!r} for {site} of layer {layer} at position {p}; it "
+            f"the metric returned {value!r} for {which} at position {p}; it "
             "must return one finite number from the last position's logits [1, vocab]"
         )
     return float(value)

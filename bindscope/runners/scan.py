@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -12,7 +11,8 @@ from tqdm.auto import tqdm
 
 from bindscope.batch import Batch
 from bindscope.errors import InputError
-from bindscope.interventions import Mean, Zero, ops
+from bindscope.interventions import Mean, SiteMeans, Zero, ops
+from bindscope.interventions.dictionary import Features
 from bindscope.interventions.head_checks import Head
 from bindscope.interventions.ops import by_layer
 from bindscope.interventions.plan import Planner, plan_batch
@@ -21,12 +21,11 @@ from bindscope.protocols import LanguageModel
 from bindscope.runners.attribution_metrics import TargetLogprob, metric_terms
 from bindscope.runners.prefix import keeps_logits
 
-if TYPE_CHECKING:
-    from bindscope.interventions import SiteMeans
-
 __all__ = ["ScoredSequence", "condition_scores"]
 
 STRATEGIES = ("residual", "naive")
+# What one condition ablates: heads together, or a dictionary's latents together.
+Condition = tuple[Head, ...] | Features
 
 
 @dataclass(frozen=True)
@@ -69,7 +68,9 @@ def _condition_plan(
     index = torch.arange(len(rows))
     for r, c in enumerate(rows):
         columns = valid[r].nonzero().flatten().tolist()
-        for layer, heads in by_layer(conditions[c]).items():
+        heads_of = conditions[c]
+        assert not isinstance(heads_of, Features)  # refused with donors (_checked)
+        for layer, heads in by_layer(heads_of).items():
             edit = planner.edit(
                 "head_out",
                 layer,
@@ -241,30 +242,45 @@ def _batch_session(
 
 def _checked(
     model: LanguageModel,
-    conditions: Sequence[Sequence[tuple[int, int]]],
-    means: SiteMeans | None,
+    conditions: Sequence[Sequence[tuple[int, int]] | Features],
+    means: SiteMeans | torch.Tensor | None,
     donors: Sequence[ScoredSequence] | None,
     n_sequences: int,
     strategy: str,
-) -> list[tuple[Head, ...]]:
+) -> list[Condition]:
     """The conditions' checked heads; refuses a bad strategy, model, condition or donors."""
     if strategy not in STRATEGIES:
         raise InputError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
-    checked = [model.check_heads(c) for c in conditions]
+    checked = [_checked_condition(model, c) for c in conditions]
     for i, heads in enumerate(checked):
         if not heads:
             raise InputError(f"condition #{i} ablates no head; give at least one (layer, head)")
     if donors is not None and (means is not None or len(donors) != n_sequences):
         raise InputError("donors= resample-ablates: give one donor per sequence and no means=")
+    if donors is not None and any(isinstance(c, Features) for c in checked):
+        raise InputError(
+            "donors= resample-ablates heads; a condition of features is zeroed or mean-ablated "
+            "here (for a donor's features use Patch/Resample(dictionary.features(...)) on a call)"
+        )
     return checked
+
+
+def _checked_condition(
+    model: LanguageModel, condition: Sequence[tuple[int, int]] | Features
+) -> Condition:
+    """A condition's checked heads, or its latents (their dictionary checked against the model)."""
+    if isinstance(condition, Features):
+        condition.dictionary.check(model)
+        return condition
+    return tuple(model.check_heads(condition))
 
 
 def condition_scores(
     model: LanguageModel,
     sequences: Sequence[ScoredSequence],
-    conditions: Sequence[Sequence[tuple[int, int]]],
+    conditions: Sequence[Sequence[tuple[int, int]] | Features],
     *,
-    means: SiteMeans | None = None,
+    means: SiteMeans | torch.Tensor | None = None,
     donors: Sequence[ScoredSequence] | None = None,
     strategy: str = "residual",
     batch_size: int = 16,
@@ -274,7 +290,9 @@ def condition_scores(
     """Mean target log-prob of every sequence, clean and under every condition.
 
     ``conditions`` are the heads ablated together per condition (one head, or every head of
-    one layer). They are zeroed, or mean-ablated with ``means`` (``head_means``), or
+    one layer), or a dictionary's latents (``dictionary.features([i])``, with
+    ``means=feature_means(...)`` to mean-ablate). They are zeroed, or mean-ablated with
+    ``means`` (``head_means``), or
     resample-ablated with ``donors`` (one donor sequence per sequence; each head takes the
     donor's output, aligned from the end; positions the donor lacks keep their own).
     ``strategy="residual"`` shares a clean pass per batch and starts each condition at its
@@ -308,9 +326,9 @@ class _Scan:
     """What every batch of one ``condition_scores`` call shares."""
 
     strategy: str
-    conditions: list[tuple[Head, ...]]
+    conditions: list[Condition]
     by_start: dict[int, list[int]]  # lowest ablated layer -> its conditions
-    table: dict | None  # the mean-ablation means, or None to zero
+    table: dict | torch.Tensor | None  # the mean-ablation means ([d_sae]: features), or None
     rows_per_pass: int
     keep_layers: int  # clean layer outputs kept for the residual strategy
     session: bool  # remote: each batch is one session
@@ -320,13 +338,16 @@ class _Scan:
     def of(
         cls,
         model: LanguageModel,
-        conditions: list[tuple[Head, ...]],
-        means: SiteMeans | None,
+        conditions: list[Condition],
+        means: SiteMeans | torch.Tensor | None,
         strategy: str,
         rows_per_pass: int,
     ) -> _Scan:
         """Group the checked conditions by their lowest layer."""
-        starts = [min(layer for layer, _ in c) for c in conditions]
+        starts = [
+            c.dictionary.layer if isinstance(c, Features) else min(layer for layer, _ in c)
+            for c in conditions
+        ]
         by_start: dict[int, list[int]] = {}
         for c, start in enumerate(starts):
             by_start.setdefault(start, []).append(c)
@@ -334,7 +355,7 @@ class _Scan:
             strategy=strategy,
             conditions=conditions,
             by_start=by_start,
-            table=means.means if means is not None else None,
+            table=means.means if isinstance(means, SiteMeans) else means,  # [d_sae]: features
             rows_per_pass=rows_per_pass,
             keep_layers=max(starts) if strategy == "residual" else 0,
             # a remote model runs each batch as one session, so the residual stream stays there

@@ -11,6 +11,7 @@ import numpy as np
 from bindscope.errors import InputError, PromptFileError, RecordFileError
 from bindscope.prompts import load
 from bindscope.results.records import read_records
+from bindscope.results.summaries import layer_rows
 
 __all__ = ["KINDS", "folder_data", "prompt_text"]
 
@@ -110,15 +111,18 @@ def _head_map(
 ) -> dict | None:
     """One map, or None when the summary holds no values.
 
-    ``unit``: ``head`` (layer x head), ``layer`` (layer x 1) or ``position`` (layer x
-    positions from the end).
+    ``unit``: ``head`` (layer x head), ``layer`` (layer x 1), ``position`` (layer x
+    positions from the end) or ``head_position`` (layer x each head's positions).
     """
     if values is None:
         return None
-    array = np.array(values, dtype=float)
+    array, marked = layer_rows(values, marked)
     rounded = [[None if np.isnan(v) else round(float(v), 4) for v in row] for row in array]
-    marked = [list(h) for h in marked]
-    return {"name": name, "title": title, "values": rounded, "marked": marked, "unit": unit}
+    found = {"name": name, "title": title, "values": rounded, "marked": marked, "unit": unit}
+    shape = np.shape(values)
+    if len(shape) == 3:  # each column's head and position from the end
+        found["columns"] = [f"H{h}.-{p + 1}" for h in range(shape[1]) for p in range(shape[2])]
+    return found
 
 
 def _c5_map(folder: Path, model: str | None) -> dict | None:

@@ -12,6 +12,7 @@ from bindscope.experiments import patching
 from bindscope.experiments.kit.registry import validate_file
 from bindscope.prompts.continuations import continuation_ids
 from tests.experiments import planted
+from tests.reference_patching import logit_atol
 
 # clean/corrupted texts of equal length under the tiny byte tokenizer (checked below)
 PHRASES = ["a screen reader", "a skip link", "color contrast", "heading structure", "the dog",
@@ -142,3 +143,47 @@ def test_position_unit_recovers_nothing_before_the_first_differing_token(tiny_ll
     before = [o for o in range(recovery.shape[1]) if all(n - 1 - o < d for d, n in found)]
     assert before and np.all(recovery[:, before] == 0)  # positions before every difference
     assert np.abs(recovery).max() > 0.1  # patching at or after the difference recovers
+
+
+def test_cli_head_position_grid_equals_the_sweep_and_bad_input_exits_2(
+    tiny_llama, tmp_path, monkeypatch, capsys
+):
+    """``--unit head_position``: each record's patched metric equals `patching_sweep`'s
+    head x position grid (itself checked against hooks, test_patching_sweep.py) for its
+    pair; the summary map is [layers, heads, positions] and draws; a bad unit exits 2."""
+    from bindscope import cli
+    from bindscope.figures.head_maps import heads_figure
+    from bindscope.runners import patching_sweep
+    from bindscope.viewer.folders import _head_map
+
+    monkeypatch.setattr(cli, "_load", lambda *a: tiny_llama)
+    rows = _pairs(tiny_llama)[:2]
+    pairs, out = _write(tmp_path, rows), tmp_path / "out"
+    common = ["--pairs", str(pairs), "--out", str(out), "--n-resamples", "99", "--no-progress"]
+    assert cli.main(["patch", "--unit", "head_positions", *common]) == 2
+    assert "head_position" in capsys.readouterr().err
+    assert not (out / "patching").exists()  # no numbers written
+    assert cli.main(["patch", "--unit", "head_position", *common]) == 0
+    summary = json.loads((out / "patching" / "summary.json").read_text())
+    m = next(iter(summary["models"].values()))
+    n = min(len(tiny_llama.tokenize(r["corrupted"])) for r in rows)
+    shape = (tiny_llama.n_layers, tiny_llama.n_heads, n)
+    assert np.array(m["recovery"], dtype=float).shape == shape
+    records = [json.loads(x) for x in (out / "patching" / "records.jsonl").open()]
+    for row in rows[:1]:
+        prepared = patching.prepare(tiny_llama, patching.Pair(**row))
+        grid = patching_sweep(
+            tiny_llama, row["clean"], row["corrupted"], sites="head_out", by_head=True,
+            positions=list(range(-1, -n - 1, -1)), metric=prepared.measure,
+        )["head_out"]  # fmt: skip  # [L, offsets from the end, H]
+        mine = [r for r in records if r["prompt_key"] == prepared.key and r["condition"] != "clean"]
+        assert len(mine) == grid.numel()
+        # a difference of two logits, computed in two batch layouts: twice the logits' bound
+        atol = 2 * logit_atol(tiny_llama.logits([row["corrupted"]])[0], tiny_llama.n_layers)
+        for r in mine:
+            (layer, head), offset = r["heads"][0], r["metrics"]["position_from_end"]
+            assert abs(r["metrics"]["patched"] - float(grid[layer, offset, head])) <= atol
+    heads_figure("tiny", m["recovery"], m["significant"], m["top"], "recovery", (12.0, 5.0))
+    drawn = _head_map("patching", "t", m["recovery"], m["significant"], "head_position")
+    assert np.array(drawn["values"], dtype=float).shape == (shape[0], shape[1] * shape[2])
+    assert drawn["columns"][:2] == ["H0.-1", "H0.-2"]  # each head's positions from the end

@@ -1,4 +1,4 @@
-"""Patch, Resample and Knockout through the simulated NDIF path give what a local run gives.
+"""Patch, Resample, Knockout and dictionary features through simulated NDIF equal a local run.
 
 Same twins as ``test_simulation.py``: one model runs locally, its same-weights twin sends
 every trace through ``SimulatedServer`` (payload unpickled with NDIF's whitelist, body run
@@ -7,9 +7,11 @@ on copies, only saved values returned).
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from bindscope.interventions import Knockout, Patch, Resample, Zero
+from bindscope.errors import InterventionError
+from bindscope.interventions import Hook, Knockout, Patch, Patchscope, Resample, Steer, Zero
 from bindscope.runners.binding import binding
 from tests.conftest import PROMPTS
 from tests.remote.test_simulation import HEADS, RECORDS
@@ -98,3 +100,54 @@ def test_site_specs_steer_and_capture_equal_local(twins):
     )
     for got, ref in zip(simulated.logit_lens(PROMPTS[:2]), local.logit_lens(PROMPTS[:2])):
         assert torch.equal(got, ref)
+
+
+def test_feature_specs_ship_their_dictionary_and_equal_local(twins):
+    """A dictionary's weights travel in the request (a plain TraceDictionary in the plan)."""
+    from tests.interventions.test_dictionary import random_dictionary
+
+    local, simulated = twins
+    texts = _variants(local)
+    sae = random_dictionary(local, "resid_post", "topk")
+    features = sae.features([0, 3, 5])
+    for spec in (Zero(features), Patch(features, texts[::-1]), Steer(features, scale=2.0)):
+        for got, ref in zip(
+            simulated.logits(texts, intervene=spec), local.logits(texts, intervene=spec)
+        ):
+            assert torch.equal(got, ref), spec
+    spec = Steer(features, scale=4.0)
+    assert simulated.generate(PROMPTS, max_new_tokens=4, intervene=spec) == local.generate(
+        PROMPTS, max_new_tokens=4, intervene=spec
+    )
+
+
+def test_a_dictionary_too_large_to_ship_is_refused_remotely_with_the_reason(twins, monkeypatch):
+    import bindscope.interventions.dictionary as dictionaries
+    from bindscope.errors import DictionaryError
+    from tests.interventions.test_dictionary import random_dictionary
+
+    local, simulated = twins
+    sae = random_dictionary(local, "resid_post", "relu")
+    monkeypatch.setattr(dictionaries, "REMOTE_BYTES", sae.nbytes - 1)
+    local.logits(PROMPTS[:1], intervene=Zero(sae.features([0])))  # local: no limit
+    with pytest.raises(DictionaryError, match=r"runs on NDIF.*every request"):
+        simulated.logits(PROMPTS[:1], intervene=Zero(sae.features([0])))
+
+
+def test_pattern_patch_and_patchscope_equal_local_and_a_hook_is_refused(twins):
+    """Issue 44 through the simulated NDIF path: a Patch of the pattern site (its batch-wide
+    invoke ships), a Patchscope (a capture request, then its state as a value), and a Hook
+    refused before any request with the reason."""
+    local, simulated = twins
+    texts = _variants(local)
+    pattern = Patch(HEADS, texts[1:2], site="pattern", positions=[9])
+    scope = Patchscope(texts[1], 2, 5, target_layer=0, target_position=-1)
+    for spec in (pattern, scope):
+        for got, ref in zip(simulated.logits(texts[:2], intervene=spec),
+                            local.logits(texts[:2], intervene=spec)):  # fmt: skip
+            assert torch.equal(got, ref), spec.describe()
+    assert simulated.generate_ids(texts[:2], max_new_tokens=3, intervene=scope) == (
+        local.generate_ids(texts[:2], max_new_tokens=3, intervene=scope)
+    )
+    with pytest.raises(InterventionError, match="cannot be shipped"):
+        simulated.logits(texts[:1], intervene=Hook("resid_post", 0, lambda x: x))

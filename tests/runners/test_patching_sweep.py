@@ -17,7 +17,7 @@ from bindscope.errors import InputError, InterventionError
 from bindscope.metrics import logit_diff
 from bindscope.runners import patching_sweep
 from tests.interventions.test_specs import CHANGED, variants
-from tests.reference_patching import logit_atol
+from tests.reference_patching import logit_atol, pattern_patch_reference
 from tests.reference_sites import hooked
 from tests.tolerance import misses
 
@@ -25,16 +25,19 @@ MARGIN = 100
 SITES = ("resid_pre", "head_out", "attn_out", "resid_mid", "mlp_out", "resid_post")
 
 
-def _hook_cell(model, clean, corrupt, site, layer, position):
-    """The corrupt run's last logits with the clean activation at one cell, plain hooks."""
+def _hook_cell(model, clean, corrupt, site, layer, position, head=None):
+    """The corrupt run's last logits with the clean activation at one cell, plain hooks
+    (``head``: only that head's slice of the output projection's input)."""
     into: list[torch.Tensor] = []
     with hooked(model.hf, model.family, site, layer, into=into), torch.no_grad():
         model.hf(torch.tensor([clean]))
     donor = into[0]
+    width = model.head_dim
+    part = slice(None) if head is None else slice(head * width, (head + 1) * width)
 
     def edit(x):
         x = x.clone()
-        x[0, position] = donor[0, position].to(x.dtype)
+        x[0, position, part] = donor[0, position, part].to(x.dtype)
         return x
 
     with hooked(model.hf, model.family, site, layer, edit=edit), torch.no_grad():
@@ -91,8 +94,10 @@ def test_bad_sweeps_are_refused_before_any_trace(tiny):
 
     with pytest.raises(InputError, match="same length"):
         patching_sweep(tiny, clean, corrupt[:-1], sites="resid_pre", metric=metric)
-    with pytest.raises(InterventionError, match="pattern"):
-        patching_sweep(tiny, clean, corrupt, sites=["pattern"], metric=metric)
+    with pytest.raises(InterventionError, match="cannot sweep"):
+        patching_sweep(tiny, clean, corrupt, sites=["patterns"], metric=metric)
+    with pytest.raises(InputError, match="by_head"):
+        patching_sweep(tiny, clean, corrupt, sites="head_out", by_head="yes", metric=metric)
     with pytest.raises(InputError, match="outside"):
         patching_sweep(tiny, clean, corrupt, sites="resid_pre", positions=[99], metric=metric)
     with pytest.raises(InputError, match="not a function"):
@@ -100,3 +105,45 @@ def test_bad_sweeps_are_refused_before_any_trace(tiny):
     with pytest.raises(InputError, match="finite number"):
         patching_sweep(tiny, clean, corrupt, sites="resid_pre", layers=[0], positions=[0],
                        metric=lambda logits: logits)  # fmt: skip
+
+
+def _metric(model, clean, corrupt):
+    with torch.no_grad():
+        last = [model.hf(torch.tensor([t])).logits[0, -1] for t in (clean, corrupt)]
+    a, b = int(last[0].argmax()), int(last[1].argmax())
+    if a == b:
+        b = int(last[1].topk(2).indices[1])
+    return lambda logits: logit_diff(logits, a, b)
+
+
+def test_head_by_position_grids_equal_a_loop_of_single_patches(tiny):
+    """head_out and pattern, one head at a time, against hooks (head_out) and an attention
+    function writing the clean pattern row (pattern), one patched run per cell."""
+    model = tiny
+    clean, corrupt = variants(model, 2)
+    metric = _metric(model, clean, corrupt)
+    positions = [CHANGED, -1]
+    where = [p % len(clean) for p in positions]
+    grid = patching_sweep(model, clean, corrupt, sites=["head_out", "pattern"],
+                          positions=positions, by_head=True, metric=metric)  # fmt: skip
+    whole = patching_sweep(model, clean, corrupt, sites="pattern", positions=positions,
+                           metric=metric)["pattern"]  # fmt: skip
+    with torch.no_grad():
+        atol = 2 * logit_atol(model.hf(torch.tensor([corrupt])).logits[0].float(), model.n_layers)
+    layers, heads = range(model.n_layers), range(model.n_heads)
+    ref = {
+        "head_out": [[[metric(_hook_cell(model, clean, corrupt, "head_out", layer, p, h))
+                       for h in heads] for p in where] for layer in layers],
+        "pattern": [[[metric(pattern_patch_reference(model.hf, clean, corrupt, [(layer, h, p)]))
+                      for h in heads] for p in where] for layer in layers],
+    }  # fmt: skip
+    for site in ("head_out", "pattern"):
+        assert grid[site].shape == (model.n_layers, len(positions), model.n_heads)
+        torch.testing.assert_close(grid[site], torch.tensor(ref[site]), rtol=0, atol=atol)
+        # negative control: each cell against its neighbouring head's reference
+        wrong = torch.tensor(ref[site]).roll(1, dims=2)
+        assert float((grid[site] - wrong).abs().max()) > MARGIN * atol, site
+    every = torch.tensor([[metric(pattern_patch_reference(
+        model.hf, clean, corrupt, [(layer, h, p) for h in heads])) for p in where]
+        for layer in layers])  # fmt: skip
+    torch.testing.assert_close(whole, every, rtol=0, atol=atol)

@@ -20,19 +20,10 @@ from bindscope.runners.attribution_patching import (
     attribution_patching,
     head_attribution_patching,
 )
-from tests.conftest import FAMILY_NAMES
-from tests.runners.test_attribution_patching import TEXTS, A, B, linearised
+from tests.runners.test_attribution_patching import TEXTS, A, B
 from tests.tolerance import logit_bound, rounding_bound
 
 MARGIN = 100  # two orders of magnitude between the bound and another text's effect
-
-
-@pytest.fixture(scope="module", params=FAMILY_NAMES)
-def flat(request, byte_tokenizer, sp_tokenizer):
-    tok = sp_tokenizer if request.param == "llama" else byte_tokenizer
-    model = linearised(request.param, tok)
-    model.hf.requires_grad_(True)
-    return model
 
 
 def _logit_difference(model, per_row=None) -> torch.Tensor:

@@ -154,15 +154,15 @@ def effect_map(
     cells: dict[str, dict],
     heads: dict[str, list],
     n_layers: int,
-    n_heads: int,
+    n_heads: int | tuple[int, ...],
     field: str = "value",
-) -> list[list]:
-    """``[L, H]`` (or ``[L, 1]`` for layer conditions) lists of the cells' ``field``."""
-    out = [[None] * n_heads for _ in range(n_layers)]
+) -> list:
+    """Nested lists ``[L, H]`` of the cells' ``field`` (``[L, H, P]``: a tuple ``n_heads``)."""
+    shape = (n_layers, *(n_heads if isinstance(n_heads, tuple) else (n_heads,)))
+    out = np.full(shape, None, dtype=object)
     for name, cell in cells.items():
-        layer, head = heads[name]
-        out[layer][head] = cell.get(field)
-    return out
+        out[tuple(heads[name])] = cell.get(field)
+    return out.tolist()
 
 
 def top_cells(cells: dict[str, dict], heads: dict[str, list], k: int) -> list[dict]:

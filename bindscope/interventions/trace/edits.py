@@ -15,6 +15,7 @@ from bindscope.interventions.trace.sites import (
     by_layer,
     knock_out,
     layer_sites,
+    patch_patterns,
     recompute_probs,
     save,
     site,
@@ -113,6 +114,32 @@ class AddEdit(Edit):
         return view + self.vector.to(device=view.device, dtype=view.dtype)[None, None]
 
 
+class HookEdit(Edit):
+    """Call a user's ``fn`` on each marked row's unpadded tensor; it may edit or replace it.
+
+    ``fn`` gets ``[1, n, d]`` (``[1, n, H, hd]`` when ``heads``), ``n`` the row's real
+    positions (one at a generation step), and returns a tensor of that shape or None.
+    A Python function runs where the trace runs: locally only (``Hook`` refuses remote).
+
+    Attributes:
+        starts: ``[b]`` long, each row's first real column (its left padding).
+    """
+
+    def __init__(self, where: torch.Tensor, fn: Any, heads: bool, width: int):
+        Edit.__init__(self, where)
+        self.fn, self.heads, self.width = fn, heads, width
+        self.starts = torch.zeros(where.shape[0], dtype=torch.long)
+
+    def apply(self, view: torch.Tensor, donors: Any):
+        """Run ``fn`` on each marked row and write back what it returns."""
+        prompt = view.shape[1] == self.width  # else a generation step's new column
+        for r in self.where.any(-1).any(-1).nonzero().flatten().tolist():
+            part = view[r : r + 1, int(self.starts[r]) if prompt else 0 :]  # [1, n, U, k]
+            new = self.fn(part if self.heads else part[:, :, 0])
+            if new is not None:
+                part.copy_(new.to(part.dtype).reshape(part.shape))
+
+
 class TracePlan:
     """Everything a trace body applies, as tensors (built by ``interventions.plan``).
 
@@ -123,6 +150,8 @@ class TracePlan:
         knockout: ``{layer: removed [b, H, W, W] bool}`` for this invoke's rows.
         knockout_batch: The same over donor and patched rows together (an empty invoke).
         knockout_site: ``(label, mask_index)`` of the attention call (see `knock_out`).
+        pattern_batch: ``{layer: (where, donor)}`` of the pattern site's patches over the
+            whole batch, donor rows first (see `patch_patterns`; an empty invoke applies it).
     """
 
     def __init__(
@@ -134,7 +163,10 @@ class TracePlan:
         knockout_site: tuple[str, int] | None = None,
         rows: int | None = None,
         path: PathPlan | None = None,
+        pattern_batch: dict | None = None,
     ):
+        self.pattern_batch = pattern_batch or {}
+        self.patterns_run = False  # set by the caller whose empty invoke applies them
         self.path = path  # a PathPlan: edges patched through scratch rows, or None
         self.rows = rows  # batch rows the plan is for (None: any; its masks broadcast)
         self.edits = edits or {}
@@ -144,7 +176,9 @@ class TracePlan:
         self.knockout_site = knockout_site
 
     def __bool__(self):
-        return bool(self.edits or self.knockout or self.knockout_batch or self.path)
+        return bool(
+            self.edits or self.knockout or self.knockout_batch or self.path or self.pattern_batch
+        )
 
 
 def apply_edits(
@@ -182,6 +216,13 @@ def site_outputs(model: TraceTarget, keys: Iterable[tuple[str, int]], into: Any)
         x = site(model, name, layer)
         into[(name, layer)] = unit_view(model, name, x).clone()
     return into
+
+
+def patch_patterns_batch(model: TraceTarget, plan: TracePlan):
+    """Apply the plan's pattern patches across the whole batch (run in an empty invoke)."""
+    for layer in sorted(plan.pattern_batch):
+        where, donor = plan.pattern_batch[layer]
+        patch_patterns(attention_module(model, layer), where, donor, plan.knockout_site)
 
 
 def knock_out_batch(
@@ -291,8 +332,11 @@ def _run_layers(
     probs: dict = {}  # {layer: recomputed probabilities}, set at the attention call
     for layer, name in layer_sites(model, only_layers):
         if name == "pattern":
-            if (name, layer) in plan.edits:
-                raise ValueError("a pattern edit is estimated (attribution_pass), not run")
+            if (name, layer) in plan.edits and not plan.patterns_run:
+                raise (getattr(model, "input_error", None) or ValueError)(
+                    f"{model.name}: a Patch of the pattern site runs in logits, capture, "
+                    "attention_probs, logit_lens and patching_sweep, not in this call"
+                )
             if layer in capture:
                 out[layer] = save(_pattern(model, layer, probs.get(layer), reduce, allow_missing))
             continue

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from bindscope.interventions.trace.features import FeatureEdit, features_key
 from bindscope.interventions.trace.reductions import metric_values
 from bindscope.interventions.trace.sites import final_logits, layer_sites, save, site, unit_view
 
@@ -72,14 +73,24 @@ def _site_estimate(
     donors: dict | None,
     method: str,
 ):
-    """``[b, U]`` estimate of every edit of one site and layer (``g``: ``dm/dx``)."""
+    """``{key: [b, U]}``: every edit of one site and layer (``g``: ``dm/dx``) estimated.
+
+    The key is ``(name, layer)``, and ``(features_key(name), layer)`` for feature edits,
+    whose units are the dictionary's latents.
+    """
     view, grad = unit_view(model, name, x), unit_view(model, name, g)
     total = torch.zeros(view.shape[0], view.shape[2], device=x.device)
+    out = {(name, layer): total}
     if name == "pattern" and layer in plan.knockout:
         removed = plan.knockout[layer].to(x.device)  # [b, H, W, W]
         total += pattern_estimate(x, g, knockout_pattern(x, removed), removed.any(-1), method)
     for edit in plan.edits.get((name, layer), ()):
         if not edit.fits(view):
+            continue
+        if isinstance(edit, FeatureEdit):
+            part = edit.estimate(view, grad, donors)
+            key = (features_key(name), layer)
+            out[key] = out[key] + part if key in out else part
             continue
         if name != "pattern":
             total += (edit.delta(view, donors).float() * grad.float()).sum((1, 3))
@@ -89,7 +100,7 @@ def _site_estimate(
         new = torch.where(mask, edit.target(view, donors), view)
         rows = mask[..., 0].transpose(1, 2)  # [b, H, W]
         total += pattern_estimate(x, g, new.transpose(1, 2), rows, method)
-    return total
+    return out
 
 
 def _estimates(
@@ -113,7 +124,7 @@ def _estimates(
             units = unit_view(model, name, x).shape[2]
             out[(name, layer)] = torch.full((x.shape[0], units), 0.0 if g is None else g)
             continue
-        out[(name, layer)] = _site_estimate(model, name, layer, x, g, plan, donors, method)
+        out.update(_site_estimate(model, name, layer, x, g, plan, donors, method))
     return out
 
 

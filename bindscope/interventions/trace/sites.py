@@ -152,31 +152,91 @@ def knock_out(attn: Any, removed: torch.Tensor, site: Any):
         The call's ``(args, kwargs)`` as the model now sees them. A decoding step (a query
         or key count other than ``W``) is left alone: its new query has no listed edge.
     """
+    call, args, kwargs, mask = _call_mask(attn, site, removed.shape[-2:])
+    if call is None:
+        return args, kwargs
+    removed = removed.to(mask.device)
+    shape = (removed.shape[0], removed.shape[1], *mask.shape[-2:])
+    if mask.dtype == torch.bool:
+        new = mask.expand(shape) & ~removed
+    else:
+        new = mask.expand(shape).masked_fill(removed, float("-inf"))
+    return _set_mask(call, args, kwargs, site[1], new)
+
+
+def patch_patterns(attn: Any, where: torch.Tensor, donor: torch.Tensor, site: Any):
+    """Give query rows of some heads another batch row's attention pattern, exactly.
+
+    The mask of each patched row becomes ``log(p_donor) - scores``, so the softmax returns
+    ``p_donor`` while the values stay the row's own (TransformerLens's pattern patching).
+
+    Args:
+        attn: The attention envoy of one layer (in an invoke over the whole batch).
+        where: ``[B, H, W]`` bool, the patched query rows of each batch row and head.
+        donor: ``[B, H, W]`` long, the batch row whose pattern row each takes.
+        site: ``(label, mask_index)`` as in `knock_out`.
+    """
+    call, args, kwargs, mask = _call_mask(attn, site, (where.shape[-1], where.shape[-1]))
+    if call is None:
+        return args, kwargs
+    query = args[site[1] - 3]
+    given = dict(kwargs)
+    if given.get("scaling") is None:  # GPT-2's own eager method scales by its module's
+        given["scaling"] = getattr(attn, "scaling", None)
+    scores = attention_scores(query, args[site[1] - 2], given)  # [B, H, W, W], unmasked
+    if mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, device=scores.device).masked_fill(~mask, float("-inf"))
+    mask = mask.to(scores.dtype).expand(scores.shape)
+    probs = torch.nan_to_num((scores + mask).softmax(-1), nan=0.0)  # pad rows: none
+    heads = torch.arange(where.shape[1], device=probs.device)[None, :, None]
+    rows = torch.arange(where.shape[2], device=probs.device)[None, None, :]
+    forced = probs[donor.to(probs.device), heads, rows].log() - scores
+    new = torch.where(where.to(scores.device)[..., None], forced, mask)
+    return _set_mask(call, args, kwargs, site[1], new.to(query.dtype))
+
+
+def _call_mask(attn: Any, site: Any, size: Any):
+    """The attention call, its inputs and its mask ``[.., q, k]`` (None built as causal).
+
+    The call is None at a decoding step (queries and keys other than ``size``).
+    """
     label, index = site
     call = getattr(attn.source, label)
     args, kwargs = call.inputs
     query, key = args[index - 3], args[index - 2]
     n_q, n_k = query.shape[-2], key.shape[-2]
-    if n_q != removed.shape[-2] or n_k != removed.shape[-1]:
-        return args, kwargs
-    in_args = len(args) > index
-    mask = args[index] if in_args else kwargs.get("attention_mask")
-    removed = removed.to(query.device)
-    shape = (removed.shape[0], removed.shape[1], n_q, n_k)
+    if n_q != size[0] or n_k != size[1]:
+        return None, args, kwargs, None
+    mask = args[index] if len(args) > index else kwargs.get("attention_mask")
     if mask is None:  # causal fast path: build the causal mask it stands for
         causal = torch.ones(n_q, n_k, dtype=torch.bool, device=query.device).tril(n_k - n_q)
         mask = torch.zeros(n_q, n_k, dtype=query.dtype, device=query.device)
         mask = mask.masked_fill(~causal, float("-inf"))
-    if mask.dtype == torch.bool:
-        new = mask[..., :n_q, :n_k].expand(shape) & ~removed
-    else:
-        new = mask[..., :n_q, :n_k].expand(shape).masked_fill(removed, float("-inf"))
-    if in_args:
+    return call, args, kwargs, mask[..., :n_q, :n_k]
+
+
+def _set_mask(call: Any, args: tuple, kwargs: dict, index: int, new: torch.Tensor):
+    """Hand the attention call ``new`` as its mask; its ``(args, kwargs)``."""
+    if len(args) > index:
         args = (*args[:index], new, *args[index + 1 :])
     else:
         kwargs = {**kwargs, "attention_mask": new}
     call.inputs = (args, kwargs)
     return args, kwargs
+
+
+def attention_scores(q: torch.Tensor, k: torch.Tensor, kwargs: dict):
+    """Scores ``[b, H, q, k]`` before the mask (soft-capped where the family caps them)."""
+    wide = torch.promote_types(q.dtype, torch.float32)
+    scaling = kwargs.get("scaling")
+    if scaling is None:
+        scaling = 1.0 / math.sqrt(q.shape[-1])
+    k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)  # GQA, same as repeat_kv
+    scores = (q.to(wide) @ k.to(wide).transpose(-1, -2)) * scaling  # [b, H, q, k]
+    softcap = kwargs.get("softcap")
+    if softcap:  # Gemma 2 caps the logits before the mask
+        scores = torch.tanh(scores / softcap) * softcap
+    return scores
 
 
 def recompute_probs(args: tuple, kwargs: dict):
@@ -192,17 +252,8 @@ def recompute_probs(args: tuple, kwargs: dict):
     Returns:
         ``[b, H, q, k]`` probabilities, float32 (float64 for float64 inputs).
     """
-    q, k = args[1], args[2]
-    wide = torch.promote_types(q.dtype, torch.float32)
+    scores = attention_scores(args[1], args[2], kwargs)
     mask = args[4] if len(args) > 4 else kwargs.get("attention_mask")
-    scaling = kwargs.get("scaling")
-    if scaling is None:
-        scaling = 1.0 / math.sqrt(q.shape[-1])
-    k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)  # GQA, same as repeat_kv
-    scores = (q.to(wide) @ k.to(wide).transpose(-1, -2)) * scaling  # [b, H, q, k]
-    softcap = kwargs.get("softcap")
-    if softcap:  # Gemma 2 caps the logits before the mask
-        scores = torch.tanh(scores / softcap) * softcap
     n_q, n_k = scores.shape[-2:]
     if mask is None:
         causal = torch.ones(n_q, n_k, dtype=torch.bool, device=scores.device).tril(n_k - n_q)
@@ -210,7 +261,7 @@ def recompute_probs(args: tuple, kwargs: dict):
     elif mask.dtype == torch.bool:
         scores = scores.masked_fill(~mask[..., :n_q, :n_k], float("-inf"))
     else:
-        scores = scores + mask[..., :n_q, :n_k].to(wide)
+        scores = scores + mask[..., :n_q, :n_k].to(scores.dtype)
     window = kwargs.get("sliding_window")
     if window:
         rows = torch.arange(n_q, device=scores.device)[:, None] + (n_k - n_q)

@@ -211,15 +211,15 @@
     const marked = new Set(map.marked.map(([l, h]) => l + "." + h));
     const grid = el("div", { class: "map", id: "map-" + map.name, style: `grid-template-columns:24px repeat(${cols},15px)` });
     grid.append(el("span", { class: "map-axis" }));
-    const opens = patterns && map.unit !== "position"; // a position map's columns are not heads
-    const axis = map.unit === "position" ? (h) => "-" + (h + 1) : map.unit === "layer" ? () => "all" : (h) => h;
+    const opens = patterns && !map.unit.includes("position"); // position columns open nothing
+    const axis = map.columns ? (h) => map.columns[h] : map.unit === "position" ? (h) => "-" + (h + 1) : map.unit === "layer" ? () => "all" : (h) => h;
     for (let h = 0; h < cols; h++) grid.append(el("span", { class: "map-axis", text: axis(h) }));
     for (let l = 0; l < rows; l++) {
       grid.append(el("span", { class: "map-axis", text: "L" + l }));
       for (let h = 0; h < cols; h++) {
         const v = map.values[l][h], t = v == null ? 0 : Math.abs(v) / peak;
         const colour = v == null ? "#f4f4f4" : v >= 0 ? `rgba(178,24,43,${t})` : `rgba(33,102,172,${t})`;
-        const where = map.unit === "position" ? ` position ${axis(h)}` : map.unit === "layer" ? "" : ` H${h}`;
+        const where = map.columns ? ` ${axis(h)}` : map.unit === "position" ? ` position ${axis(h)}` : map.unit === "layer" ? "" : ` H${h}`;
         const text = `${map.name} L${l}${where}: ${fmt(v, 4)}` + (marked.has(l + "." + h) ? " (marked)" : "");
         grid.append(el("span", { class: "map-cell" + (marked.has(l + "." + h) ? " marked" : ""), style: "background:" + colour,
           "data-map": map.name, "data-layer": l, "data-head": h,

@@ -1,0 +1,407 @@
+"""Dictionaries (sparse autoencoders) loaded from local files, and their features as a site.
+
+`load_dictionary` reads SAELens' format (``cfg.json`` + ``sae_weights.safetensors``) and Gemma
+Scope's (``params.npz`` / ``params.safetensors``); `Dictionary.save` writes SAELens' format.
+``dictionary.features([3, 7])`` is a spec target (``Zero``, ``Mean``, ``Patch``, ``Resample``,
+``Steer``); see docs/dictionaries.md.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from bindscope.batch import DEFAULT_BATCH_SIZE
+from bindscope.errors import DictionaryError
+from bindscope.interventions.trace.features import TraceDictionary
+
+if TYPE_CHECKING:
+    from bindscope.protocols import LanguageModel
+
+__all__ = ["Dictionary", "Features", "capture_features", "feature_means", "load_dictionary"]
+
+CFG, WEIGHTS = "cfg.json", "sae_weights.safetensors"
+# The most a dictionary's weights may weigh to travel in every remote request (one a batch).
+REMOTE_BYTES = 64 * 2**20
+ARCHITECTURES = {"standard": "relu", "relu": "relu", "jumprelu": "jumprelu", "topk": "topk"}
+# TransformerLens hook names (and Gemma Scope folder names) -> bindscope sites
+_TL_SITES = {
+    "hook_resid_pre": "resid_pre",
+    "hook_resid_mid": "resid_mid",
+    "hook_resid_post": "resid_post",
+    "hook_attn_out": "attn_out",
+    "hook_mlp_out": "mlp_out",
+    "attn.hook_z": "head_out",
+}
+_SCOPE_SITES = {
+    "res": "resid_post",
+    "resid_post": "resid_post",
+    "mlp": "mlp_out",
+    "mlp_out": "mlp_out",
+    "att": "head_out",
+    "attn": "head_out",
+    "attn_out": "attn_out",
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Dictionary:
+    """A sparse dictionary of one site of one layer: ``f = act(x W_enc + b_enc)``.
+
+    ``decode(f) = f W_dec + b_dec``. ``architecture`` is ``relu``, ``jumprelu`` (with a
+    ``threshold`` per latent) or ``topk`` (with ``k``). ``hook_name`` is the TransformerLens
+    name it was trained on; ``path`` the folder it came from (named in errors).
+    """
+
+    site: str
+    layer: int
+    weights: TraceDictionary
+    architecture: str = "relu"
+    hook_name: str = ""
+    model_name: str | None = None
+    path: str = "<memory>"
+    extra: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        w, arch = self.weights, self.architecture
+        if arch not in ("relu", "jumprelu", "topk"):
+            raise DictionaryError(
+                f"{self.path}: architecture {arch!r} is not relu, jumprelu or topk"
+            )
+        has_threshold, has_k = w.threshold is not None, w.k is not None
+        if has_threshold != (arch == "jumprelu") or has_k != (arch == "topk"):
+            raise DictionaryError(
+                f"{self.path}: architecture {arch!r} with threshold "
+                f"{'set' if has_threshold else 'None'} and k={w.k}: a jumprelu "
+                "dictionary has a threshold, a topk one k, a relu one neither"
+            )
+        if self.site not in _TL_SITES.values() or isinstance(self.layer, bool) or self.layer < 0:
+            raise DictionaryError(
+                f"{self.path}: site {self.site!r}, layer {self.layer!r}: a dictionary reads one of "
+                f"{', '.join(_TL_SITES.values())} of a layer >= 0"
+            )
+
+    @property
+    def d_in(self) -> int:
+        """The width of the site it reads."""
+        return int(self.weights.W_enc.shape[0])
+
+    @property
+    def d_sae(self) -> int:
+        """The number of latents (features)."""
+        return int(self.weights.W_enc.shape[1])
+
+    @property
+    def nbytes(self) -> int:
+        """The size of its weights in bytes."""
+        w = self.weights
+        tensors = (w.W_enc, w.b_enc, w.W_dec, w.b_dec, w.threshold)
+        return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """Feature activations ``[..., d_sae]`` of activations ``[..., d_in]``."""
+        return self.weights.encode(x)
+
+    def decode(self, f: torch.Tensor) -> torch.Tensor:
+        """The reconstruction ``[..., d_in]`` of features ``f``."""
+        return self.weights.decode(f)
+
+    def features(self, indices: int | Iterable[int]) -> Features:
+        """These latents, as a spec target: ``Zero(dictionary.features([3, 7]))``."""
+        return Features(self, indices)
+
+    def check(self, model: LanguageModel) -> None:
+        """Refuse a dictionary that does not fit ``model`` (raises `DictionaryError`)."""
+        where = f"{self.path} ({self.hook_name or self.site})"
+        if self.site not in model.sites or self.site == "pattern":
+            raise DictionaryError(
+                f"{where}: site {self.site!r} (field hook_name) is not a site of {model.name}; "
+                f"its sites are {', '.join(s for s in model.sites if s != 'pattern')}"
+            )
+        if not 0 <= self.layer < model.n_layers:
+            raise DictionaryError(
+                f"{where}: layer {self.layer} (field hook_name) is outside {model.name}'s "
+                f"{model.n_layers} layers; this dictionary was made for another model"
+            )
+        if getattr(model, "remote", False) and self.nbytes > REMOTE_BYTES:
+            raise DictionaryError(
+                f"{where}: {model.name} runs on NDIF, where the dictionary's weights "
+                f"({self.nbytes / 2**20:.0f} MiB) would travel in every request (one a batch); "
+                f"bindscope ships up to {REMOTE_BYTES // 2**20} MiB: run it locally"
+            )
+        width = model.n_heads * model.head_dim if self.site == "head_out" else model.d_model
+        if self.d_in != width:
+            raise DictionaryError(
+                f"{where}: d_in={self.d_in} (field d_in, W_enc rows) but {model.name}'s "
+                f"{self.site} is {width} wide; this dictionary was made for another model"
+            )
+
+    def save(self, folder: str | Path) -> Path:
+        """Write ``cfg.json`` and ``sae_weights.safetensors`` (SAELens' format) into ``folder``."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        w = self.weights
+        tensors = {"W_enc": w.W_enc, "b_enc": w.b_enc, "W_dec": w.W_dec, "b_dec": w.b_dec}
+        if w.threshold is not None:
+            tensors["threshold"] = w.threshold
+        save_file({k: v.detach().contiguous() for k, v in tensors.items()}, folder / WEIGHTS)
+        cfg = {
+            "architecture": "standard" if self.architecture == "relu" else self.architecture,
+            "d_in": self.d_in,
+            "d_sae": self.d_sae,
+            "dtype": str(w.W_enc.dtype).removeprefix("torch."),
+            "apply_b_dec_to_input": bool(w.input_bias),
+            "normalize_activations": "none",
+            "hook_name": self.hook_name or hook_name(self.site, self.layer),
+            "metadata": {"hook_name": self.hook_name or hook_name(self.site, self.layer)},
+            **({"k": w.k} if w.k is not None else {}),
+            **({"model_name": self.model_name} if self.model_name else {}),
+        }
+        (folder / CFG).write_text(json.dumps(cfg, indent=2) + "\n")
+        return folder
+
+
+class Features:
+    """Latents of a `Dictionary`: what a spec edits in place of heads or a site.
+
+    ``Zero(f)`` sets them to zero, ``Mean(f, means=feature_means(...))`` to their means,
+    ``Patch``/``Resample`` to a donor's, ``Steer(f, scale=s)`` adds ``s`` to each.
+    """
+
+    def __init__(self, dictionary: Dictionary, indices: int | Iterable[int]) -> None:
+        if isinstance(indices, (int, np.integer)):
+            indices = [int(indices)]
+        chosen = tuple(int(i) for i in indices)
+        bad = [i for i in chosen if not 0 <= i < dictionary.d_sae]
+        if not chosen or bad:
+            raise DictionaryError(
+                f"{dictionary.path}: latents {bad or '[]'} are not among its "
+                f"{dictionary.d_sae} (0..{dictionary.d_sae - 1}); name some of them"
+            )
+        self.dictionary, self.indices = dictionary, tuple(sorted(set(chosen)))
+
+    def __repr__(self) -> str:
+        d = self.dictionary
+        return f"features({d.site}@{d.layer}, {list(self.indices)})"
+
+
+def hook_name(site: str, layer: int) -> str:
+    """The TransformerLens hook name of a bindscope site (``blocks.3.hook_resid_post``)."""
+    tl = {v: k for k, v in _TL_SITES.items()}
+    return f"blocks.{layer}.{tl[site]}"
+
+
+def site_of_hook(name: str, where: str) -> tuple[str, int]:
+    """``(site, layer)`` of a TransformerLens hook name (raises `DictionaryError`)."""
+    found = re.fullmatch(r"blocks\.(\d+)\.(.+)", name or "")
+    if found is None or found.group(2) not in _TL_SITES:
+        raise DictionaryError(
+            f"{where}: hook_name {name!r} is not a site bindscope edits; known hook names are "
+            f"blocks.L.{{{', '.join(_TL_SITES)}}}"
+        )
+    return _TL_SITES[found.group(2)], int(found.group(1))
+
+
+def load_dictionary(
+    path: str | Path,
+    model: LanguageModel | None = None,
+    *,
+    site: str | None = None,
+    layer: int | None = None,
+) -> Dictionary:
+    """A dictionary from a local folder (or file) in SAELens' or Gemma Scope's format.
+
+    SAELens' folder holds ``cfg.json`` (its hook name gives the site and layer); Gemma
+    Scope's ``params.npz`` (or ``params.safetensors``) gives none, so the site and layer come
+    from ``site=``/``layer=`` or from the path (``layer_12``, a ``res``/``mlp``/``att``
+    folder). With ``model``, shapes and site are checked against it (`Dictionary.check`).
+    """
+    path = Path(path)
+    if path.is_dir() and (path / CFG).exists():
+        found = _read_saelens(path)
+    else:
+        found = _read_gemma_scope(path, site, layer)
+    _check_agrees(found, site, layer)
+    if model is not None:
+        found.check(model)
+    return found
+
+
+def _check_agrees(found: Dictionary, site: str | None, layer: int | None) -> None:
+    """Refuse ``site=``/``layer=`` that disagree with what the file says."""
+    for name, given, own in (("site", site, found.site), ("layer", layer, found.layer)):
+        if given is not None and own is not None and given != own:
+            raise DictionaryError(
+                f"{found.path}: {name}={given!r} was asked for but the file says {own!r} "
+                f"({found.hook_name}); load the dictionary of that {name} instead"
+            )
+
+
+def _read_saelens(folder: Path) -> Dictionary:
+    """A SAELens folder: ``cfg.json`` and ``sae_weights.safetensors``."""
+    where = str(folder / CFG)
+    cfg = json.loads((folder / CFG).read_text())
+    meta = cfg.get("metadata") or cfg.get("meta") or {}
+    name = str(cfg.get("hook_name") or meta.get("hook_name") or "")
+    site, layer = site_of_hook(name, where)
+    architecture = _architecture(cfg, where)
+    if cfg.get("normalize_activations", "none") not in ("none", None):
+        raise DictionaryError(
+            f"{where}: normalize_activations={cfg['normalize_activations']!r} is not supported; "
+            "fold the scaling into the weights (SAELens: fold_activation_norm_scaling_factor)"
+        )
+    if meta.get("hook_head_index", cfg.get("hook_head_index")) is not None:
+        raise DictionaryError(
+            f"{where}: hook_head_index is set (a dictionary of one head's hook_z); bindscope "
+            "reads dictionaries of a whole site (attn.hook_z: every head, concatenated)"
+        )
+    file = folder / WEIGHTS
+    if not file.exists():
+        raise DictionaryError(f"{folder}: no {WEIGHTS} beside {CFG}")
+    k = _activation_k(cfg) if architecture == "topk" else None
+    weights = _weights(load_file(str(file)), str(file), architecture, k, cfg)
+    model_name = cfg.get("model_name") or meta.get("model_name")
+    return Dictionary(site, layer, weights, architecture, name, model_name, str(folder), cfg)
+
+
+def _architecture(cfg: dict, where: str) -> str:
+    """The architecture named in a SAELens ``cfg.json`` (older ones: ``activation_fn_str``)."""
+    named = cfg.get("architecture") or "standard"
+    if named == "standard" and cfg.get("activation_fn_str") == "topk":
+        named = "topk"
+    if named not in ARCHITECTURES:
+        raise DictionaryError(
+            f"{where}: architecture {named!r} (field architecture) is not supported; "
+            f"bindscope reads {', '.join(ARCHITECTURES)}"
+        )
+    return ARCHITECTURES[named]
+
+
+def _activation_k(cfg: dict) -> int | None:
+    """TopK's ``k`` (field ``k``, or ``activation_fn_kwargs.k`` in older configs)."""
+    k = cfg.get("k", (cfg.get("activation_fn_kwargs") or {}).get("k"))
+    return None if k is None else int(k)
+
+
+def _read_gemma_scope(path: Path, site: str | None, layer: int | None) -> Dictionary:
+    """Gemma Scope's parameters (``W_enc``, ``W_dec``, ``b_enc``, ``b_dec``, ``threshold``)."""
+    file = _params_file(path)
+    if file.suffix == ".npz":
+        with np.load(file) as npz:
+            tensors = {k: torch.from_numpy(npz[k]) for k in npz.files}
+    else:
+        tensors = load_file(str(file))
+    site = site or _scope_site(file)
+    layer = layer if layer is not None else _scope_layer(file)
+    if site is None or layer is None:
+        raise DictionaryError(
+            f"{file}: neither site= and layer= nor the path (a layer_N folder below a "
+            f"res/mlp/att folder) say where it reads; pass site='resid_post', layer=N"
+        )
+    weights = _weights(tensors, str(file), "jumprelu", None, {"apply_b_dec_to_input": False})
+    return Dictionary(site, layer, weights, "jumprelu", hook_name(site, layer), None, str(file))
+
+
+def _params_file(path: Path) -> Path:
+    """The parameters file of a Gemma Scope folder (or the file itself)."""
+    if path.is_file():
+        return path
+    for name in ("params.npz", "params.safetensors"):
+        if (path / name).exists():
+            return path / name
+    raise DictionaryError(
+        f"{path}: no dictionary here: a SAELens folder holds {CFG} and {WEIGHTS}, a Gemma "
+        "Scope folder params.npz or params.safetensors"
+    )
+
+
+def _scope_site(file: Path) -> str | None:
+    """The site a Gemma Scope path names (``gemma-scope-2b-pt-res``, ``resid_post/...``)."""
+    for part in reversed(file.parts):
+        for name in (part, part.rsplit("-", 1)[-1]):
+            if name in _SCOPE_SITES:
+                return _SCOPE_SITES[name]
+    return None
+
+
+def _scope_layer(file: Path) -> int | None:
+    """The layer a Gemma Scope path names (``layer_12``)."""
+    for part in reversed(file.parts):
+        found = re.match(r"layer_(\d+)", part)
+        if found:
+            return int(found.group(1))
+    return None
+
+
+def _weights(
+    tensors: dict[str, torch.Tensor], where: str, architecture: str, k: int | None, cfg: dict
+) -> TraceDictionary:
+    """The weights, their shapes checked against one another and the config."""
+    missing = [n for n in ("W_enc", "b_enc", "W_dec", "b_dec") if n not in tensors]
+    if architecture == "jumprelu" and "threshold" not in tensors:
+        missing.append("threshold")
+    if missing:
+        raise DictionaryError(f"{where}: tensors {missing} are missing ({architecture})")
+    bad = [name for name, value in tensors.items() if not value.is_floating_point()]
+    if bad:
+        raise DictionaryError(f"{where}: tensors {bad} are not floating point")
+    t = {name: value.float() for name, value in tensors.items()}  # encoded in float32
+    d_in, d_sae = t["W_enc"].shape
+    expected = {"b_enc": (d_sae,), "W_dec": (d_sae, d_in), "b_dec": (d_in,), "threshold": (d_sae,)}
+    for name, shape in expected.items():
+        if name in t and tuple(t[name].shape) != shape:
+            raise DictionaryError(
+                f"{where}: {name} is {tuple(t[name].shape)}, not {shape} (W_enc is {d_in}x{d_sae})"
+            )
+    for name, value in (("d_in", d_in), ("d_sae", d_sae)):
+        if name in cfg and int(cfg[name]) != value:
+            raise DictionaryError(f"{where}: field {name}={cfg[name]} but W_enc is {d_in}x{d_sae}")
+    if architecture == "topk" and not (k and 0 < k <= d_sae):
+        raise DictionaryError(f"{where}: topk needs field k in 1..{d_sae}, got {k!r}")
+    threshold = t.get("threshold") if architecture == "jumprelu" else None
+    input_bias = bool(cfg.get("apply_b_dec_to_input", True))
+    return TraceDictionary(t["W_enc"], t["b_enc"], t["W_dec"], t["b_dec"], threshold, k, input_bias)
+
+
+@torch.no_grad()
+def capture_features(
+    model: LanguageModel,
+    texts: Sequence[str],
+    dictionary: Dictionary,
+    *,
+    intervene: Any = None,
+    per_row: Any = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> list[torch.Tensor]:
+    """Feature activations ``[n, d_sae]`` per text: the dictionary's site, captured and encoded.
+
+    What is encoded is the site as the model computes with it: after any intervention at
+    that site (a feature edit included, whose kept error term the encoder then reads too).
+    ``intervene``/``per_row`` as in ``model.capture``.
+    """
+    dictionary.check(model)
+    site, layer = dictionary.site, dictionary.layer
+    got = model.capture(
+        texts, [site], [layer], intervene=intervene, per_row=per_row, batch_size=batch_size
+    )
+    return [dictionary.encode(found[site][layer].flatten(1)) for found in got]
+
+
+def feature_means(
+    model: LanguageModel,
+    texts: Sequence[str],
+    dictionary: Dictionary,
+    *,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+) -> torch.Tensor:
+    """Each latent's mean activation ``[d_sae]`` over every position of ``texts`` (for ``Mean``)."""
+    found = capture_features(model, texts, dictionary, batch_size=batch_size)
+    return torch.cat(found).mean(0)
