@@ -154,3 +154,5 @@ def test_head_logit_attributions_at_the_last_position_are_head_attribution(tiny,
     got = cached.logit_attrs(cached.stack_head_results(), target)[:, -1]
     atol = bound(tiny, float(got.abs().max()), tiny.n_layers + 2)
     torch.testing.assert_close(got.view(tiny.n_layers, tiny.n_heads), want, rtol=0, atol=atol)
+    wrong = got.roll(1).view(tiny.n_layers, tiny.n_heads)  # each head read as its neighbour's
+    assert misses(wrong, want, atol) > 100
