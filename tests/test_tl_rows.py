@@ -1,6 +1,6 @@
 """README's TransformerLens / nnterp rows that no other test checked on all 13 families, each
 against the HF model or tokenizer (issue 44): the cache's entries and accumulated stream, the
-dimensions, tokenize, to_str_tokens and generate. `BINDSCOPE_ERROR_REPORT` records the errors.
+dimensions, tokenize, to_str_tokens, generate and the OV circuit. `BINDSCOPE_ERROR_REPORT` records the errors.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import contextlib
 from bindscope.model.cache import CACHED_SITES
 from tests.conftest import PROMPTS
 from tests.interventions.test_sites import site_bound
+from tests.model.test_head_weights import bound, record_run
 from tests.reference import o_proj_module
 from tests.reference_sites import decoder_layers, greedy_reference, site_reference
 from tests.tolerance import assert_within, misses
@@ -69,3 +70,27 @@ def test_generate_is_hf_greedy_generation_decoded(tiny):
         new = greedy_reference(tiny, tiny.tokenize(text), 5, contextlib.nullcontext())
         assert continuation == tiny.tokenizer.decode(new, skip_special_tokens=True)
         assert new  # something was generated to compare
+
+
+def test_every_heads_ov_circuit_maps_its_mixed_input_to_its_output(tiny, monkeypatch):
+    """``pattern[h] @ x @ ov_circuit(l, h)`` plus the value bias through ``W_O`` is head ``h``'s
+    output through ``W_O`` as the model computed it (rows of a pattern sum to one); the
+    neighbouring head's circuit misses. ``qk_circuit`` is ``W_Q W_K^T`` of the same head."""
+    monkeypatch.setattr(tiny.hf.config, "clip_qkv", None, raising=False)  # OLMo's, not linear
+    seen = record_run(tiny, monkeypatch)
+    for layer in range(tiny.n_layers):
+        z = seen["z"][layer].view(-1, tiny.n_heads, tiny.head_dim)
+        for head in range(tiny.n_heads):
+            w_o = tiny.W_O[layer, head].double()
+            got = z[:, head] @ w_o
+            mixed = seen["pattern"][layer][head] @ seen["x"][layer]
+
+            def through(h: int):
+                return mixed @ tiny.ov_circuit(layer, h).double() + tiny.b_V[layer, h].double() @ w_o
+
+            assert_within(through(head), got, bound(tiny, got), f"OV L{layer}H{head}")
+            wrong = through((head + 1) % tiny.n_heads)
+            assert misses(wrong, got, bound(tiny, got)) > MARGIN
+            qk = tiny.qk_circuit(layer, head).double()
+            want = tiny.W_Q[layer, head].double() @ tiny.W_K[layer, head].double().T
+            assert_within(qk, want, bound(tiny, want), f"QK L{layer}H{head}")
