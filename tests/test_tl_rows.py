@@ -1,6 +1,6 @@
 """README's TransformerLens / nnterp rows that no other test checked on all 13 families, each
 against the HF model or tokenizer (issue 44): the cache's entries and accumulated stream, the
-dimensions, tokenize, to_str_tokens, generate and the OV circuit. `BINDSCOPE_ERROR_REPORT` records the errors.
+dimensions, tokenize, to_str_tokens, generate and the OV circuit.
 """
 
 from __future__ import annotations
@@ -72,6 +72,11 @@ def test_generate_is_hf_greedy_generation_decoded(tiny):
         assert new  # something was generated to compare
 
 
+def _through_ov(tiny, mixed, layer: int, head: int, w_o):
+    """The pattern-mixed input through head ``head``'s OV circuit, plus its value bias."""
+    return mixed @ tiny.ov_circuit(layer, head).double() + tiny.b_V[layer, head].double() @ w_o
+
+
 def test_every_heads_ov_circuit_maps_its_mixed_input_to_its_output(tiny, monkeypatch):
     """``pattern[h] @ x @ ov_circuit(l, h)`` plus the value bias through ``W_O`` is head ``h``'s
     output through ``W_O`` as the model computed it (rows of a pattern sum to one); the
@@ -84,12 +89,9 @@ def test_every_heads_ov_circuit_maps_its_mixed_input_to_its_output(tiny, monkeyp
             w_o = tiny.W_O[layer, head].double()
             got = z[:, head] @ w_o
             mixed = seen["pattern"][layer][head] @ seen["x"][layer]
-
-            def through(h: int):
-                return mixed @ tiny.ov_circuit(layer, h).double() + tiny.b_V[layer, h].double() @ w_o
-
-            assert_within(through(head), got, bound(tiny, got), f"OV L{layer}H{head}")
-            wrong = through((head + 1) % tiny.n_heads)
+            want = _through_ov(tiny, mixed, layer, head, w_o)
+            assert_within(want, got, bound(tiny, got), f"OV L{layer}H{head}")
+            wrong = _through_ov(tiny, mixed, layer, (head + 1) % tiny.n_heads, w_o)
             assert misses(wrong, got, bound(tiny, got)) > MARGIN
             qk = tiny.qk_circuit(layer, head).double()
             want = tiny.W_Q[layer, head].double() @ tiny.W_K[layer, head].double().T
