@@ -23,6 +23,8 @@ def _check_site(tiny, got, ids, site: str, layer: int, wrong_layer: int) -> None
     bound = site_bound(tiny, ref, layer)
     assert_within(got.float(), ref, bound, f"{site} layer {layer}")
     assert misses(got.float(), site_reference(tiny, ids, site, wrong_layer), bound) > MARGIN
+    if site == "head_out":  # [n, H, hd]: each head read as its neighbour
+        assert misses(got.float().roll(1, dims=1), ref, bound) > MARGIN
 
 
 def test_cache_entries_and_accumulated_resid_are_what_hooks_read(tiny):

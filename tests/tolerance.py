@@ -102,7 +102,7 @@ def assert_within(got: torch.Tensor, ref: torch.Tensor, bound: float, what: str 
 
 def misses(got: torch.Tensor, wrong: torch.Tensor, bound: float) -> float:
     """How many ``bound``s a control (a wrong head, site or layer) lies from ``got``."""
-    miss = float((got - wrong).abs().max()) / bound
+    miss = float((got - wrong).detach().abs().max()) / bound
     if REPORT is not None:
         REPORT("miss", miss * bound, bound)
     return miss
