@@ -28,7 +28,7 @@ from bindscope.interventions.trace.edits import (
     run_layers,
     site_outputs,
 )
-from bindscope.interventions.trace.features import FeatureEdit, TraceDictionary
+from bindscope.interventions.trace.features import FeatureEdit, TraceDictionary, features_key
 from bindscope.interventions.trace.node_gradients import (
     TINY,
     attribution_pass,
@@ -122,6 +122,7 @@ __all__ = [
     "edge_metric",
     "edge_sender_outputs",
     "end_aligned",
+    "features_key",
     "final_logits",
     "gradients_of",
     "head_plan",
