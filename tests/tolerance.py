@@ -100,6 +100,14 @@ def assert_within(got: torch.Tensor, ref: torch.Tensor, bound: float, what: str 
     )
 
 
+def within(got: torch.Tensor, ref: torch.Tensor, bound: float) -> bool:
+    """Whether ``got`` is within ``bound`` of ``ref`` everywhere (reported as `assert_close` is)."""
+    error = float((got - ref).detach().abs().max())
+    if REPORT is not None:
+        REPORT("within", error, bound)
+    return error <= bound
+
+
 def misses(got: torch.Tensor, wrong: torch.Tensor, bound: float) -> float:
     """How many ``bound``s a control (a wrong head, site or layer) lies from ``got``."""
     miss = float((got - wrong).detach().abs().max()) / bound
