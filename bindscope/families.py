@@ -13,16 +13,29 @@ _LLAMA_LIKE_RENAME = {"embed_out": "lm_head"}
 # Names are TransformerLens's: resid_pre / resid_mid / resid_post are the residual stream
 # before the layer, between attention and MLP, and after the layer; attn_out and mlp_out the
 # blocks' contributions to it; head_out the per-head input of the output projection
-# (TransformerLens' z) and pattern the post-softmax attention probabilities.
+# (TransformerLens' z) and pattern the post-softmax attention probabilities. q, k and v are
+# what the attention function receives (after q/k norms and rotary: TransformerLens'
+# rot_q/rot_k, not its hook_q), scores its pre-softmax scores (scaled, soft-capped, masked
+# to -inf) and mlp_post the MLP's hidden activation (the down projection's input).
 SITE_NAMES: tuple[str, ...] = (
     "resid_pre",
+    "q",
+    "k",
+    "v",
+    "scores",
     "head_out",
     "pattern",
     "attn_out",
     "resid_mid",
+    "mlp_post",
     "mlp_out",
     "resid_post",
 )
+# Sites read at the attention function's call (``At(..., "call", i)``): q, k, v, scores.
+CALL_SITES: tuple[str, ...] = ("q", "k", "v", "scores")
+# Sites outside the decoder layers, captured only: the final norm's normaliser (TL's
+# ln_final.hook_scale: sqrt(mean(x^2) + eps), centred first for a LayerNorm), [n, 1].
+FINAL_SITES: tuple[str, ...] = ("ln_final_scale",)
 
 
 @dataclass(frozen=True)
@@ -31,8 +44,10 @@ class At:
 
     Attributes:
         module: Dotted path under the decoder layer (``""``: the layer itself).
-        port: ``"input"`` (the module's first input) or ``"output"`` (its output; a tuple
-            output is read at ``index``, default its first element).
+        port: ``"input"`` (the module's first input), ``"output"`` (its output; a tuple
+            output is read at ``index``, default its first element) or ``"call"`` (the
+            attention function's call inside the module: q, k, v at ``index`` 0, 1, 2,
+            the scores computed from them at 3).
         index: Element of a tuple output (the attention module's weights are ``1``).
     """
 
@@ -41,8 +56,8 @@ class At:
     index: int = 0
 
     def __post_init__(self) -> None:
-        if self.port not in ("input", "output"):
-            raise ValueError(f"At.port must be 'input' or 'output', not {self.port!r}")
+        if self.port not in ("input", "output", "call"):
+            raise ValueError(f"At.port must be 'input', 'output' or 'call', not {self.port!r}")
 
 
 @dataclass(frozen=True)
@@ -55,10 +70,15 @@ class Sites:
     """
 
     resid_pre: At = At("", "input")
+    q: At = At("self_attn", "call", 0)
+    k: At = At("self_attn", "call", 1)
+    v: At = At("self_attn", "call", 2)
+    scores: At = At("self_attn", "call", 3)
     head_out: At = At("self_attn.o_proj", "input")
     pattern: At = At("self_attn", "output", 1)
     attn_out: At = At("self_attn", "output")
     resid_mid: At | None = At("post_attention_layernorm", "input")
+    mlp_post: At = At("mlp.down_proj", "input")
     mlp_out: At = At("mlp", "output")
     resid_post: At = At("", "output")
 
@@ -93,6 +113,8 @@ class Family:
         sites: Where the residual stream, block outputs, head outputs and attention
             probabilities are (uniform layout; checked at load). Every read and write of a
             site goes through them (``ops.site``), inside the package too.
+        final_norm_eps: The final norm's epsilon where the module does not carry it
+            (OLMo's LayerNorm hard-codes it); None: read from the module.
     """
 
     name: str
@@ -101,6 +123,7 @@ class Family:
     notes: str = ""
     final_norm: str = "norm"
     sites: Sites = field(default_factory=Sites)
+    final_norm_eps: float | None = None
 
     @property
     def attention_post_norm(self) -> str | None:
@@ -120,7 +143,7 @@ FAMILIES: tuple[Family, ...] = (
         {"gpt_neox": "model", "attention": "self_attn", "dense": "o_proj", "embed_out": "lm_head"},
         notes="Pythia; partial rotary; parallel residual",
         final_norm="final_layer_norm",
-        sites=Sites(resid_mid=None),
+        sites=Sites(resid_mid=None, mlp_post=At("mlp.dense_4h_to_h", "input")),
     ),
     Family(
         "gpt2",
@@ -129,9 +152,15 @@ FAMILIES: tuple[Family, ...] = (
         notes="absolute positions (left padding needs position_ids); CRFM checkpoints use "
         "scale_attn_by_inverse_layer_idx, which transformers honours",
         final_norm="ln_f",
-        sites=Sites(resid_mid=At("ln_2", "input")),
+        sites=Sites(resid_mid=At("ln_2", "input"), mlp_post=At("mlp.o_proj", "input")),
     ),
-    Family("olmo", ("olmo",), _LLAMA_LIKE_RENAME, notes="clip_qkv clamps q/k/v"),
+    Family(
+        "olmo",
+        ("olmo",),
+        _LLAMA_LIKE_RENAME,
+        notes="clip_qkv clamps q/k/v",
+        final_norm_eps=1e-5,  # OlmoLayerNorm's forward hard-codes it
+    ),
     Family(
         "olmo2",
         ("olmo2",),
@@ -232,6 +261,7 @@ class Dims:
     n_kv_heads: int
     head_dim: int
     d_model: int = 0  # the hidden size: width of the residual stream
+    d_mlp: int = 0  # the MLP's hidden width (mlp_post)
 
 
 def dims_from_config(config: Any) -> Dims:
@@ -239,9 +269,12 @@ def dims_from_config(config: Any) -> Dims:
     n_heads = int(config.num_attention_heads)
     n_kv = int(getattr(config, "num_key_value_heads", None) or n_heads)
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // n_heads
+    hidden = int(config.hidden_size)
+    d_mlp = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None)
     return Dims(
-        int(config.num_hidden_layers), n_heads, n_kv, int(head_dim), int(config.hidden_size)
-    )
+        int(config.num_hidden_layers), n_heads, n_kv, int(head_dim), hidden,
+        int(d_mlp or 4 * hidden),  # GPT-2's n_inner=None means 4 x the hidden size
+    )  # fmt: skip
 
 
 def attention_windows(config: Any) -> tuple[int | None, ...]:

@@ -26,6 +26,9 @@ class TraceTarget(Protocol):
     n_kv_heads: int
     head_dim: int
     d_model: int
+    d_mlp: int
+    # each layer's attention q.k scale (the scores site; None: 1/sqrt(head_dim))
+    attention_scaling: tuple[float | None, ...]
     # the final logit soft-capping after the LM head (None: none)
     logit_softcap: float | None
     # {site: (module, port, index)} in a decoder layer's execution order
@@ -34,6 +37,11 @@ class TraceTarget(Protocol):
     @property
     def capture_mode(self) -> str:
         """``eager`` or ``recompute``."""
+        ...
+
+    @property
+    def knockout_site(self) -> tuple[str, int]:
+        """The attention call's ``.source`` label and mask argument index."""
         ...
 
     def check_heads(self, heads: Any) -> tuple[HeadPair, ...]:
@@ -75,11 +83,6 @@ class LanguageModel(TraceTarget, Protocol):
     @property
     def capture_method(self) -> str:
         """How capture runs inside ``eager()`` record their probabilities."""
-        ...
-
-    @property
-    def knockout_site(self) -> tuple[str, int]:
-        """The attention call's ``.source`` label and mask argument index."""
         ...
 
     @property

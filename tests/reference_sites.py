@@ -16,6 +16,7 @@ _LLAMA = {
     "head_out": ("self_attn.o_proj", "input"),
     "attn_out": ("self_attn", "output"),
     "resid_mid": ("post_attention_layernorm", "input"),
+    "mlp_post": ("mlp.down_proj", "input"),
     "mlp_out": ("mlp", "output"),
     "resid_post": ("", "output"),
 }
@@ -30,6 +31,7 @@ NATIVE_SITES: dict[str, dict[str, tuple[str, str]]] = {
         "head_out": ("attn.c_proj", "input"),
         "attn_out": ("attn", "output"),
         "resid_mid": ("ln_2", "input"),
+        "mlp_post": ("mlp.c_proj", "input"),
     },
     "gpt_neox": {
         key: value
@@ -37,6 +39,7 @@ NATIVE_SITES: dict[str, dict[str, tuple[str, str]]] = {
             **_LLAMA,
             "head_out": ("attention.dense", "input"),
             "attn_out": ("attention", "output"),
+            "mlp_post": ("mlp.dense_4h_to_h", "input"),
         }.items()
         if key != "resid_mid"  # parallel residual: attention and MLP both read resid_pre
     },
@@ -44,6 +47,19 @@ NATIVE_SITES: dict[str, dict[str, tuple[str, str]]] = {
     "gemma2": {**_SANDWICH, "resid_mid": ("pre_feedforward_layernorm", "input")},
     "gemma3": {**_SANDWICH, "resid_mid": ("pre_feedforward_layernorm", "input")},
 }
+
+
+def untouched_copy(hf):
+    """A copy of an HF model (same weights) that nnsight never touched.
+
+    nnsight's ``.source`` (read by Knockout and by the q, k, v and scores sites) rewrites a
+    module's forward with a copy of its module's globals: a reference that monkeypatches a
+    function of the modeling module (``eager_attention_forward``, ``apply_rotary_pos_emb``)
+    no longer reaches that model, so it runs on this copy.
+    """
+    copy = type(hf)(hf.config).eval()
+    copy.load_state_dict(hf.state_dict())
+    return copy
 
 
 def native_sites(family: str) -> dict[str, tuple[str, str]]:

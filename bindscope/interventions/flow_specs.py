@@ -27,6 +27,7 @@ from bindscope.interventions.rowops import (
     KnockoutOp,
     PathOp,
     RowOp,
+    unit_shape,
 )
 from bindscope.interventions.specs import (
     Mean,
@@ -42,7 +43,6 @@ from bindscope.interventions.specs import (
     _pairs,
     _positions,
     _units,
-    _width,
     feature_target,
     short,
 )
@@ -127,7 +127,8 @@ class PathPatch:
 class Steer:
     """Add ``scale * vector`` to a site's activations at one layer (or several).
 
-    ``vector`` has the site's width (``d_model``; ``n_heads * head_dim`` at head_out). It
+    ``vector`` has the site's width (``d_model``; ``n_heads * head_dim`` at head_out and
+    q, ``n_kv_heads * head_dim`` at k and v, ``d_mlp`` at mlp_post). It
     is copied (and checked: 1-D, finite, on a real device) when the spec is built, so
     later edits to the caller's tensor do not reach the spec. ``positions`` (of the
     unpadded text) restricts it; by default it acts on every position, and in ``generate``
@@ -191,7 +192,7 @@ class Steer:
             return (AddOp(self.describe(), site, cells, self.positions, added, dictionary=weights),)
         _check_site(model, self.site, self.describe())
         layers = model.check_layers(self.layer)
-        units, width = _width(model, self.site)
+        units, width = unit_shape(model, self.site)
         if self.vector.numel() != units * width:
             raise InterventionError(
                 f"{model.name}: {self.describe()}: the vector has {self.vector.numel()} entries "

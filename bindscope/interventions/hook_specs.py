@@ -16,14 +16,13 @@ import torch
 from bindscope.batch import absolute_positions
 from bindscope.errors import InterventionError
 from bindscope.families import SITE_NAMES
-from bindscope.interventions.rowops import HookOp, ReplaceOp, RowOp
+from bindscope.interventions.rowops import HookOp, ReplaceOp, RowOp, unit_shape
 from bindscope.interventions.specs import (
     RowContext,
     _check_site,
     _check_source_count,
     _integer,
     _layers,
-    _width,
 )
 
 RESIDUAL = ("resid_pre", "resid_mid", "resid_post")
@@ -34,7 +33,8 @@ class Hook:
     """Call ``fn`` on a site's activations at ``layer`` (an int or a list), every position.
 
     ``fn(x)`` gets each text's unpadded activations ``[1, n, d_model]`` (``[1, n, H, hd]``
-    at ``head_out``; in ``generate``, then each new token's ``[1, 1, ...]``) and returns a
+    at ``head_out`` and ``q``, ``[1, n, H_kv, hd]`` at ``k`` and ``v``, ``[1, n, d_mlp]``
+    at ``mlp_post``; in ``generate``, then each new token's ``[1, 1, ...]``) and returns a
     tensor of that shape, or None after editing ``x`` in place. Hooks compose with every
     spec, in the order listed. Local models only: a Python function cannot be shipped to
     NDIF's sandbox.
@@ -73,10 +73,11 @@ class Hook:
                 "(Steer, Zero, Mean, Patch) or open your own trace: model.nnsight.trace"
             )
         _check_site(model, self.site, self.describe())
-        units = tuple(range(_width(model, self.site)[0]))
+        units = tuple(range(unit_shape(model, self.site)[0]))
         cells = tuple((layer, units) for layer in model.check_layers(self.layer))
         fn = self.__dict__["_checked"]
-        return (HookOp(self.describe(), self.site, cells, None, fn, self.site == "head_out"),)
+        heads = self.site in ("head_out", "q", "k", "v")  # [1, n, U, hd]; else [1, n, d]
+        return (HookOp(self.describe(), self.site, cells, None, fn, heads),)
 
 
 def _checked(fn: Callable, spec: str) -> Callable[[torch.Tensor], Any]:

@@ -19,11 +19,11 @@ from bindscope.batch import Batch
 from bindscope.errors import InterventionError
 from bindscope.interventions import ops
 from bindscope.interventions.graph import EdgeGraph, edge_geometry, edge_graph
-from bindscope.interventions.rowops import RowOp
+from bindscope.interventions.rowops import RowOp, unit_shape
 from bindscope.interventions.trace.records import Receiver
 from bindscope.protocols import LanguageModel
 
-__all__ = ["PlannedBatch", "Planner", "plan_batch", "plan_batches"]
+__all__ = ["PlannedBatch", "Planner", "attention_call", "plan_batch", "plan_batches"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,23 @@ def _with_donors(
     return widened, {k: v[n_rows:] for k, v in full.inputs.items()}
 
 
+def attention_call(model: LanguageModel, needed: object = True) -> tuple[str, int] | None:
+    """The attention call's ``(label, mask index)`` where ``needed`` (knockout, q, k, v, scores).
+
+    Raises:
+        InterventionError: The attention forward makes no call bindscope can find.
+    """
+    if not needed:
+        return None
+    try:
+        return model.knockout_site
+    except RuntimeError as exc:
+        raise InterventionError(
+            f"{model.name} ({model.family}): Knockout, q, k, v and scores act at the attention "
+            f"function's call, which this model's attention forward does not make ({exc})"
+        ) from None
+
+
 class Planner:
     """Accumulates each row's ops into the edits and masks of one batch's plan.
 
@@ -151,7 +168,7 @@ class Planner:
             ):
                 return inner
         width = 1 if every_position else self.width
-        units = self.model.n_heads if site in ("head_out", "pattern") else 1  # else one vector
+        units = unit_shape(self.model, site)[0]
         if dictionary is not None:
             units = int(dictionary.W_enc.shape[1])
         where = torch.zeros(self.n_rows, width, units, dtype=torch.bool)
@@ -233,7 +250,8 @@ class Planner:
                 for layer, removed in self.knockout.items()
             }
         patterns = self._pattern_batch(n_donors)
-        site = self.model.knockout_site if self.knockout or patterns else None
+        at_call = any(self.model.sites[name][1] == "call" for name, _ in self.edits)
+        site = attention_call(self.model, self.knockout or patterns or at_call)
         return ops.TracePlan(
             self.edits, donor_keys, knockout, knockout_batch, site, rows=self.n_rows, path=path,
             pattern_batch=patterns,

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from bindscope.errors import InterventionError
 from bindscope.interventions.flow_specs import SPEC_TYPES, Spec
-from bindscope.interventions.rowops import PathOp, RowOp
+from bindscope.interventions.rowops import UNIT_SITES, PathOp, RowOp
 from bindscope.interventions.specs import RowContext, Zero
 from bindscope.protocols import LanguageModel
 
@@ -134,7 +134,9 @@ def _check_claims(model: LanguageModel, row: list[RowOp], i: int) -> None:
 
 def _where(cell: tuple[str, int, int]) -> str:
     site, layer, unit = cell
-    return f"head {(layer, unit)}" if site == "head_out" else f"{site} of layer {layer}"
+    if site == "head_out":
+        return f"head {(layer, unit)}"
+    return f"{site} {(layer, unit)}" if site in UNIT_SITES[1:] else f"{site} of layer {layer}"
 
 
 def one_tensor(model: LanguageModel) -> Callable[[tuple[str, int, int]], tuple[str, int, int]]:

@@ -59,7 +59,29 @@ class Planner(Protocol):
         ...
 
 
-__all__ = ["AddOp", "DonorOp", "HookOp", "KnockoutOp", "PathOp", "ReplaceOp", "RowOp"]
+__all__ = ["AddOp", "DonorOp", "HookOp", "KnockoutOp", "PathOp", "ReplaceOp", "RowOp", "unit_shape"]
+
+# Sites made of several units a spec can pick by index, as (layer, unit) pairs: heads
+# (kv heads at k and v) and the MLP's neurons.
+UNIT_SITES = ("head_out", "q", "k", "v", "mlp_post")
+
+
+def unit_shape(model: Any, site: str) -> tuple[int, int]:
+    """``(U, k)`` of a site's ``[b, s, U, k]`` view (``ops.unit_view``).
+
+    Heads x head_dim at head_out and q (kv heads at k and v), neurons x 1 at mlp_post,
+    heads x keys at pattern and scores (``k`` unknown: 0), else 1 x d_model.
+    """
+    if site in ("head_out", "q"):
+        return model.n_heads, model.head_dim
+    if site in ("k", "v"):
+        return model.n_kv_heads, model.head_dim
+    if site == "mlp_post":
+        return model.d_mlp, 1
+    if site in ("pattern", "scores"):
+        return model.n_heads, 0
+    return 1, model.d_model
+
 
 # ((layer, (unit, ...)), ...): the units of a site each layer touches (heads at head_out)
 Units = tuple[tuple[int, tuple[int, ...]], ...]

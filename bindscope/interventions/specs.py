@@ -17,14 +17,16 @@ import numpy as np
 import torch
 
 from bindscope.errors import InterventionError
-from bindscope.families import SITE_NAMES
+from bindscope.families import FINAL_SITES, SITE_NAMES
 from bindscope.interventions.dictionary import Features
 from bindscope.interventions.ops import by_layer
 from bindscope.interventions.rowops import (
+    UNIT_SITES,
     DonorOp,
     ReplaceOp,
     RowOp,
     Units,
+    unit_shape,
 )
 from bindscope.protocols import LanguageModel
 
@@ -144,15 +146,16 @@ class _Targeted:
                 f", ...), or a site with layers, e.g. {type(self).__name__}('resid_post', "
                 "..., layers=[3])"
             )
-        if self.site is not None and self.site not in SITE_NAMES:
+        if self.site is not None and self.site not in (*SITE_NAMES, *FINAL_SITES):
             raise InterventionError(
                 f"{type(self).__name__}: unknown site {self.site!r}; the sites are "
                 f"{', '.join(SITE_NAMES)}"
             )
-        if self.heads is not None and self.site not in (None, "head_out", "pattern"):
+        if self.heads is not None and self.site not in (None, "pattern", *UNIT_SITES):
             raise InterventionError(
-                f"{type(self).__name__}: heads live at site 'head_out' (or 'pattern'), not "
-                f"{self.site!r}; for a whole site give layers= instead of heads"
+                f"{type(self).__name__}: (layer, unit) pairs pick heads at head_out, pattern, "
+                f"q, k, v or neurons at mlp_post, not units of {self.site!r}; for a whole site "
+                "give layers= instead"
             )
         object.__setattr__(self, "positions", _positions(self.positions))
 
@@ -160,8 +163,10 @@ class _Targeted:
         """A short form for messages, e.g. ``Zero([(1, 0)])``."""
         if isinstance(self.heads, Features):
             return f"{type(self).__name__}({self.heads!r})"
-        if self.heads is not None:
+        if self.heads is not None and self.site in (None, "head_out"):
             return f"{type(self).__name__}({list(self.heads)!r})"
+        if self.heads is not None:
+            return f"{type(self).__name__}({list(self.heads)!r}, site={self.site!r})"
         return f"{type(self).__name__}({self.site or 'head_out'!r}, layers={list(self.layers)!r})"
 
     def target(self, model: LanguageModel, *, pattern: bool = False) -> tuple[str, Units]:
@@ -173,10 +178,12 @@ class _Targeted:
             return feature_target(model, self.heads)
         site = self.site or "head_out"
         _check_site(model, site, self.describe(), pattern=pattern)
-        if self.heads is not None:
+        if self.heads is not None and site in ("head_out", "pattern"):
             return site, _units(model.check_heads(self.heads))
+        if self.heads is not None:
+            return site, _units(_check_units(model, site, self.heads, self.describe()))
         layers = model.check_layers(self.layers)
-        units = tuple(range(model.n_heads)) if site in ("head_out", "pattern") else (0,)
+        units = tuple(range(unit_shape(model, site)[0]))
         return site, tuple((layer, units) for layer in layers)
 
     def dictionary(self) -> Any:
@@ -206,6 +213,17 @@ def _check_site(model: LanguageModel, site: str, spec: str, *, pattern: bool = F
             "not replaced; copy them from another run with Patch, or remove attention edges "
             "with Knockout"
         )
+    if site == "scores":
+        raise InterventionError(
+            f"{model.name}: {spec}: the attention scores are computed from q and k (and the "
+            "mask), not a tensor the model reads back; they can be captured, not replaced: "
+            "edit q or k, or remove attention edges with Knockout"
+        )
+    if site in FINAL_SITES:
+        raise InterventionError(
+            f"{model.name}: {spec}: {site} is the final norm's normaliser, computed from "
+            "its input; it can be captured, not replaced: edit resid_post of the last layer"
+        )
     if site not in model.sites:
         raise InterventionError(
             f"{model.name} ({model.family}): {spec}: the family has no site {site!r} (e.g. "
@@ -214,14 +232,34 @@ def _check_site(model: LanguageModel, site: str, spec: str, *, pattern: bool = F
         )
 
 
+def _check_units(
+    model: LanguageModel, site: str, pairs: Sequence, spec: str
+) -> list[tuple[int, int]]:
+    """``(layer, unit)`` pairs checked against the site's unit count (heads, kv heads, neurons)."""
+    count = unit_shape(model, site)[0]
+    what = "neuron" if site == "mlp_post" else "kv head" if site in ("k", "v") else "head"
+    checked = []
+    for pair in pairs:
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise InterventionError(f"{model.name}: {spec}: {pair!r} is not a (layer, {what}) pair")
+        layer, unit = pair
+        model.check_layers([layer])
+        if (
+            isinstance(unit, bool)
+            or not isinstance(unit, numbers.Integral)
+            or not 0 <= int(unit) < count
+        ):
+            raise InterventionError(
+                f"{model.name}: {spec}: {what} {unit!r} of layer {layer} is out of range; "
+                f"site {site!r} has {what}s 0..{count - 1}"
+            )
+        checked.append((int(layer), int(unit)))
+    return sorted(set(checked))
+
+
 def _units(heads: Sequence[tuple[int, int]]) -> Units:
     """Sorted ``(layer, head)`` pairs as ``((layer, (heads...)), ...)``."""
     return tuple((layer, tuple(hs)) for layer, hs in by_layer(heads).items())
-
-
-def _width(model: LanguageModel, site: str) -> tuple[int, int]:
-    """``(U, k)`` of a site's view: heads x head_dim at head_out, 1 x d_model elsewhere."""
-    return (model.n_heads, model.head_dim) if site == "head_out" else (1, model.d_model)
 
 
 @dataclass(frozen=True)
@@ -390,8 +428,8 @@ def _check_means(
         raise InterventionError(
             f"{model.name}: {spec.describe()} needs means={helper}, got {type(spec.means).__name__}"
         )
-    shape = _width(model, site)
-    wanted = list(shape) if site == "head_out" else [shape[1]]
+    shape = unit_shape(model, site)
+    wanted = list(shape) if site in ("head_out", "q", "k", "v") else [shape[0] * shape[1]]
     out = {}
     for layer, unit_list in units:
         if layer not in means:

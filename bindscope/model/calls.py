@@ -21,8 +21,9 @@ from bindscope.batch import (
     widened,
 )
 from bindscope.errors import InterventionError
+from bindscope.families import FINAL_SITES
 from bindscope.interventions import ops, run_layers
-from bindscope.interventions.plan import PlannedBatch, plan_batches
+from bindscope.interventions.plan import PlannedBatch, attention_call, plan_batches
 from bindscope.interventions.resolve import HeadList, Intervention, PerRow, resolve_rows
 from bindscope.metrics.binding import bsi_from_probs
 from bindscope.metrics.patching import token_loss
@@ -54,7 +55,7 @@ def trace_batch(
         if donor_inputs is not None:
             with tracer.invoke(**donor_inputs):  # a pattern patch reads no donor site
                 keys = [key for key in plan.donor_keys if key[0] != "pattern"]
-                ops.site_outputs(model, keys, donors)
+                ops.site_outputs(model, keys, donors, plan.knockout_site)
         if path is not None:
             with tracer.invoke():  # every row, before the texts': their captures see it
                 ops.path_patch(model, path)
@@ -223,7 +224,7 @@ def loss(
 def capture(
     model: LanguageModel,
     texts: Sequence[str],
-    sites: Sequence[str],
+    sites: str | Sequence[str],
     layers: Iterable[int] | None = None,
     *,
     intervene: Intervention = None,
@@ -234,9 +235,13 @@ def capture(
 
     ``got[i][site][layer]`` is float32 and unpadded: ``[n, d_model]`` for ``resid_pre``,
     ``resid_mid``, ``resid_post``, ``attn_out`` and ``mlp_out``; ``[n, H, head_dim]``
-    for ``head_out``; ``[H, n, n]`` for ``pattern``. Names are TransformerLens's
-    (``families.SITE_NAMES``); ``intervene``/``per_row`` as in `attention_probs`
-    (captured after the interventions of the same site).
+    for ``head_out`` and ``q``, ``[n, H_kv, head_dim]`` for ``k`` and ``v`` (query head
+    ``h`` reads kv head ``model.kv_head[h]``); ``[H, n, n]`` for ``pattern`` and
+    ``scores``; ``[n, d_mlp]`` for ``mlp_post``. ``ln_final_scale`` is ``[n, 1]``, keyed
+    by the last layer whatever ``layers`` says (the final norm reads its output).
+    ``sites="all"`` is every site of the family and ``ln_final_scale``. Names are
+    TransformerLens's (``families.SITE_NAMES``); ``intervene``/``per_row`` as in
+    `attention_probs` (captured after the interventions of the same site).
 
     Raises:
         InterventionError: A site the family does not have (e.g. ``resid_mid`` of a
@@ -248,24 +253,68 @@ def capture(
     rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row)
     out: list[dict[str, dict[int, torch.Tensor]]] = [{} for _ in texts]
     probs = [n for n in names if n == "pattern"]
-    others = {n: wanted for n in names if n != "pattern"}
+    others = {n: wanted for n in names if n not in ("pattern", *FINAL_SITES)}
+    norm = _final_norm_form(model) if "ln_final_scale" in names else None
     context = model.eager() if probs else contextlib.nullcontext()
     with context:
+        call = _call_sites(model, others)
         for planned in plan_batches(model, texts, rows, batch_size=batch_size):
             batch = planned.batch
             if probs:
                 _check_recompute(model, planned.plan)
-
-            def body(donors: dict | None, plan: ops.TracePlan = planned.plan):
-                found = run_layers(
-                    model, capture=wanted if probs else (), sites=others, plan=plan, donors=donors
-                )
-                return found
-
+            planned.plan.knockout_site = planned.plan.knockout_site or call
+            body = _capture_body(model, planned.plan, wanted if probs else [], others, norm)
             found = trace_batch(model, planned, body)
             for row, index in enumerate(batch.indices):
-                _unpadded(found, row, batch.pad(row), wanted, bool(probs), others, out[index])
-    return out
+                got, pad = out[index], batch.pad(row)
+                _unpadded(found, row, pad, wanted, bool(probs), others, got, model.n_layers - 1)
+    return [{name: got[name] for name in names} for got in out]  # in execution order
+
+
+def _capture_body(
+    model: LanguageModel,
+    plan: ops.TracePlan,
+    probs: list[int],
+    others: dict[str, list[int]],
+    norm: tuple[bool, float] | None,
+) -> Callable[[dict | None], Any]:
+    """The trace body of one capture batch: the layers' sites, then the final norm's scale."""
+    final_norm = model.family_row.final_norm  # a shipped body's model has no family row
+
+    def body(donors: dict | None):
+        found = run_layers(model, capture=probs, sites=others, plan=plan, donors=donors)
+        if norm is not None:
+            x = getattr(model.nnsight.model, final_norm).input
+            found["ln_final_scale"] = ops.save(ops.norm_scale(x, *norm))
+        return found
+
+    return body
+
+
+def _call_sites(model: LanguageModel, names: Iterable[str]) -> tuple[str, int] | None:
+    """The attention call where q, k, v or scores are captured (None: none of them is)."""
+    at_call = [name for name in names if model.sites[name][1] == "call"]
+    if "scores" in at_call and None in model.attention_scaling:
+        raise InterventionError(
+            f"{model.name} ({model.family}): the attention modules carry no `scaling`, so "
+            "the scores cannot be computed as the model computes them; capture q and k"
+        )
+    return attention_call(model, at_call)
+
+
+def _final_norm_form(model: LanguageModel) -> tuple[bool, float]:
+    """``(centred, eps)`` of the final norm: a LayerNorm centres, an RMSNorm does not."""
+    norm = underlying_module(getattr(model.nnsight.model, model.family_row.final_norm))
+    eps = model.family_row.final_norm_eps
+    for name in ("variance_epsilon", "eps"):
+        eps = getattr(norm, name, None) if eps is None else eps
+    if not isinstance(eps, float):
+        raise InterventionError(
+            f"{model.name} ({model.family}): the final norm {type(norm).__name__} carries no "
+            "epsilon (variance_epsilon or eps), so ln_final_scale cannot be computed; give "
+            "the family row final_norm_eps=..."
+        )
+    return "LayerNorm" in type(norm).__name__, eps
 
 
 def _unpadded(
@@ -276,31 +325,44 @@ def _unpadded(
     probs: bool,
     others: dict[str, list[int]],
     got: dict[str, dict[int, torch.Tensor]],
+    last: int = -1,
 ) -> None:
-    """One text's captures into ``got``, its padding cut off, float32 and contiguous."""
+    """One text's captures into ``got``, its padding cut off, float32 and contiguous.
+
+    ``last`` is the last layer's index (``ln_final_scale`` is keyed by it).
+    """
     for layer in wanted:
         if probs:
             value = found[layer][row, :, pad:, pad:]
             got.setdefault("pattern", {})[layer] = value.float().contiguous()
         for name in others:
-            value = found[(name, layer)][row, pad:]  # [n, U, k]
-            if name != "head_out":
+            if name == "scores":  # [b, H, q, k]
+                value = found[(name, layer)][row, :, pad:, pad:]
+            else:
+                value = found[(name, layer)][row, pad:]  # [n, U, k]
+            if name == "mlp_post":
+                value = value[..., 0]  # [n, d_mlp]
+            elif name not in ("head_out", "q", "k", "v", "scores"):
                 value = value[:, 0]  # [n, d_model]
             got.setdefault(name, {})[layer] = value.float().contiguous()
+    if "ln_final_scale" in found:  # keyed by the last layer, whose output the norm reads
+        scale = found["ln_final_scale"][row, pad:]
+        got["ln_final_scale"] = {last: scale.float().contiguous()}
 
 
-def _check_capture_sites(model: LanguageModel, sites: Sequence[str]) -> list[str]:
+def _check_capture_sites(model: LanguageModel, sites: str | Sequence[str]) -> list[str]:
     """Site names to capture, checked against the family (raises ``InterventionError``)."""
-    names = [sites] if isinstance(sites, str) else list(sites)
+    every = [*model.sites, *FINAL_SITES]
+    names = every if sites == "all" else [sites] if isinstance(sites, str) else list(sites)
     if not names:
         raise InterventionError(f"{model.name}: sites=[] captures nothing; name some sites")
     for name in names:
-        if name not in model.sites:
+        if name not in every:
             raise InterventionError(
                 f"{model.name} ({model.family}): no site {name!r}; its sites are "
-                f"{', '.join(model.sites)}"
+                f"{', '.join(every)} (or sites='all')"
             )
-    return sorted(set(names), key=list(model.sites).index)
+    return sorted(set(names), key=every.index)
 
 
 @torch.no_grad()

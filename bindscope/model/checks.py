@@ -92,26 +92,50 @@ def check_sites(envoy: Any, family: Family, *, model_name: str) -> dict[str, tup
     """Find every site of the family row under each decoder layer of the renamed model.
 
     Returns ``{site: (module, port, index)}`` in execution order (a site the family lacks,
-    such as a parallel residual's ``resid_mid``, is left out).
+    such as a parallel residual's ``resid_mid``, is left out; so is ``mlp_post`` where a
+    layer's MLP has no down projection, a replaced MLP: capturing it then names the sites).
 
     Raises:
         UnsupportedModelError: A row names a module the model does not have.
     """
     found: dict[str, tuple[str, str, int]] = {}
-    layers = envoy.model.layers
     for name in SITE_NAMES:
         at = family.sites.get(name)
-        if at is None:
+        missing = None if at is None else _missing_layer(envoy, at.module)
+        if at is None or (missing is not None and name == "mlp_post"):
             continue
-        for layer in range(len(layers)):
-            module = layers[layer]
-            for part in at.module.split(".") if at.module else ():
-                module = getattr(module, part, None)
-                if module is None:
-                    raise UnsupportedModelError(
-                        f"{model_name} ({family.name}): the family row puts site {name!r} at "
-                        f"model.layers[{layer}].{at.module}, which the model does not have; "
-                        "fix the row's sites=Sites(...) (paths are in the renamed layout)"
-                    )
+        if missing is not None:
+            raise UnsupportedModelError(
+                f"{model_name} ({family.name}): the family row puts site {name!r} at "
+                f"model.layers[{missing}].{at.module}, which the model does not have; "
+                "fix the row's sites=Sites(...) (paths are in the renamed layout)"
+            )
         found[name] = (at.module, at.port, at.index)
     return found
+
+
+def _missing_layer(envoy: Any, path: str) -> int | None:
+    """The first decoder layer without the module at dotted ``path`` (None: all have it)."""
+    for layer, module in enumerate(envoy.model.layers):
+        for part in path.split(".") if path else ():
+            module = getattr(module, part, None)
+            if module is None:
+                return layer
+    return None
+
+
+def attention_scaling(
+    envoy: Any, sites: dict[str, tuple[str, str, int]]
+) -> tuple[float | None, ...]:
+    """Each layer's q.k scale, the attention module's ``scaling`` (None where it has none).
+
+    Read here because GPT-2's reordered eager attention takes no ``scaling`` argument.
+    """
+    module = sites["pattern"][0]
+    found = []
+    for layer in envoy.model.layers:
+        for part in module.split(".") if module else ():
+            layer = getattr(layer, part)
+        scaling = getattr(getattr(layer, "_module", layer), "scaling", None)
+        found.append(None if scaling is None else float(scaling))
+    return tuple(found)

@@ -67,6 +67,8 @@ class Model:
         )
         # {site: (module, port, index)} in a decoder layer's execution order, checked here
         self.sites = checks.check_sites(self.nnsight, family, model_name=name)
+        # each layer's q.k scale, read off the attention modules (the scores site)
+        self.attention_scaling = checks.attention_scaling(self.nnsight, self.sites)
         self._init_run_state(remote)
 
     def _read_dimensions(self, config: Any) -> None:
@@ -74,7 +76,7 @@ class Model:
         dims = dims_from_config(config)
         self.n_layers, self.n_heads = dims.n_layers, dims.n_heads
         self.n_kv_heads, self.head_dim = dims.n_kv_heads, dims.head_dim
-        self.d_model = dims.d_model
+        self.d_model, self.d_mlp = dims.d_model, dims.d_mlp
         # the final logit soft-capping the forward applies after the LM head (Gemma 2)
         self.logit_softcap: float | None = getattr(config, "final_logit_softcapping", None) or None
 
@@ -300,10 +302,12 @@ class Model:
         # A Model inside a trace body travels to NDIF as an ops.TraceModel: the nnsight
         # model (named by its key, no weights) and head geometry. bindscope itself is not
         # installed on the server, and the tokenizer and trace options must stay here.
-        label = None
+        label = call = None
         if self.capture_mode == "recompute":
             with contextlib.suppress(RuntimeError):  # only a recompute capture needs it
                 label = self.attention_call_label
+        with contextlib.suppress(RuntimeError):  # only q, k, v and scores need it
+            call = self.knockout_site
         return (
             ops.TraceModel,
             (
@@ -318,6 +322,9 @@ class Model:
                 dict(self.sites),
                 self.d_model,
                 self.logit_softcap,
+                call,
+                self.attention_scaling,
+                self.d_mlp,
             ),
         )
 

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from bindscope.errors import InputError
+from bindscope.families import CALL_SITES
 from bindscope.interventions import ops
 from bindscope.interventions.flow_specs import SPEC_TYPES, PatternPatch
 from bindscope.interventions.plan import PlannedBatch, plan_batches
@@ -120,6 +121,13 @@ def _check_model(model: LanguageModel, rows: list, method: str) -> bool:
         raise InputError(
             f"{model.name}: no parameter requires grad, so no gradient reaches the edits; "
             "call model.hf.requires_grad_(True) (no parameter gradient is stored)"
+        )
+    at_call = sorted({op.site for row in rows for op in row if op.site in CALL_SITES})
+    if at_call:
+        raise InputError(
+            f"{model.name}: attribution at {', '.join(at_call)} is not estimated: q, k and v "
+            "are read at the attention function's call, which the gradient pass does not "
+            "tap; estimate head_out (or mlp_post neurons), or run the spec itself"
         )
     eager = any(_estimated_site(op) == "pattern" for row in rows for op in row)
     if eager and getattr(model, "capture_fallback", None):

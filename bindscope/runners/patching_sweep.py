@@ -157,11 +157,11 @@ def _positions(model: LanguageModel, positions: int | Sequence[int] | None, n: i
 def _check_sites(model: LanguageModel, sites: str | Iterable[str]) -> list[str]:
     """The sites to sweep, checked against the family (raises ``InterventionError``)."""
     names = [sites] if isinstance(sites, str) else list(sites)
-    bad = [s for s in names if s not in model.sites]
+    bad = [s for s in names if s not in model.sites or s == "scores"]
     if not names or bad:
         raise InterventionError(
             f"{model.name} ({model.family}): cannot sweep site(s) {bad or names!r}; the sites "
-            f"that can be patched are {', '.join(model.sites)}"
+            f"that can be patched are {', '.join(s for s in model.sites if s != 'scores')}"
         )
     return list(dict.fromkeys(names))
 

@@ -17,6 +17,7 @@ import torch
 
 from tests.conftest import PROMPTS
 from tests.reference import o_proj_module
+from tests.reference_sites import untouched_copy
 from tests.tolerance import misses, rounding_bound
 
 TEXT = PROMPTS[2]
@@ -54,6 +55,7 @@ def record_run(tiny, monkeypatch) -> dict:
     output projection's output, and the probabilities."""
     seen: dict = {"x": {}, "qk": {}, "z": {}, "o": {}}
     current = [0]
+    hf = untouched_copy(tiny.hf)  # the patched rotary must reach it (nnsight's .source)
     modeling = importlib.import_module(type(tiny.hf).__module__)
     rotate = getattr(modeling, "apply_rotary_pos_emb", None)
     if rotate is not None:
@@ -76,13 +78,13 @@ def record_run(tiny, monkeypatch) -> dict:
         def o_out(module, args, out, layer=layer):
             seen["o"][layer] = out[0].double()
 
-        attn = native_attention(tiny.hf, tiny.family, layer)
-        o_proj = o_proj_module(tiny.hf, tiny.family, layer)
+        attn = native_attention(hf, tiny.family, layer)
+        o_proj = o_proj_module(hf, tiny.family, layer)
         handles.append(attn.register_forward_pre_hook(pre, with_kwargs=True))
         handles += [o_proj.register_forward_pre_hook(o_pre), o_proj.register_forward_hook(o_out)]
     try:
         with torch.no_grad():
-            out = tiny.hf(torch.tensor([tiny.tokenize(TEXT)]), output_attentions=True)
+            out = hf(torch.tensor([tiny.tokenize(TEXT)]), output_attentions=True)
     finally:
         for handle in handles:
             handle.remove()

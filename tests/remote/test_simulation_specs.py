@@ -1,4 +1,4 @@
-"""Patch, Resample, Knockout and dictionary features through simulated NDIF equal a local run.
+"""Patch, Resample, Knockout, features and the q/k/v sites through simulated NDIF equal local.
 
 Same twins as ``test_simulation.py``: one model runs locally, its same-weights twin sends
 every trace through ``SimulatedServer`` (payload unpickled with NDIF's whitelist, body run
@@ -151,3 +151,28 @@ def test_pattern_patch_and_patchscope_equal_local_and_a_hook_is_refused(twins):
     )
     with pytest.raises(InterventionError, match="cannot be shipped"):
         simulated.logits(texts[:1], intervene=Hook("resid_post", 0, lambda x: x))
+
+
+def test_capture_all_and_edits_at_the_new_sites_equal_local(twins):
+    """q, k, v, scores, mlp_post and ln_final_scale ship (torch and math only)."""
+    local, simulated = twins
+    far, near = simulated.capture(PROMPTS, sites="all"), local.capture(PROMPTS, sites="all")
+    for got, ref in zip(far, near):
+        assert list(got) == list(ref)
+        for site in ref:
+            for layer in ref[site]:
+                assert torch.equal(got[site][layer], ref[site][layer]), (site, layer)
+    texts = _variants(local)
+    vector = torch.randn(
+        local.n_kv_heads * local.head_dim, generator=torch.Generator().manual_seed(0)
+    )
+    spec = [
+        Zero([(1, 2)], site="q"),
+        Patch([(0, 0)], texts[::-1], site="k"),
+        Steer("v", 2, vector),
+        Zero([(1, 7)], site="mlp_post"),
+    ]
+    for got, ref in zip(
+        simulated.logits(texts, intervene=spec), local.logits(texts, intervene=spec)
+    ):
+        assert torch.equal(got, ref)

@@ -13,6 +13,7 @@ import torch
 from bindscope.interventions.trace.sites import (
     attention_module,
     by_layer,
+    call_site,
     knock_out,
     layer_sites,
     patch_patterns,
@@ -135,7 +136,7 @@ class HookEdit(Edit):
         prompt = view.shape[1] == self.width  # else a generation step's new column
         for r in self.where.any(-1).any(-1).nonzero().flatten().tolist():
             part = view[r : r + 1, int(self.starts[r]) if prompt else 0 :]  # [1, n, U, k]
-            new = self.fn(part if self.heads else part[:, :, 0])
+            new = self.fn(part if self.heads else part.flatten(2))  # [1, n, d]
             if new is not None:
                 part.copy_(new.to(part.dtype).reshape(part.shape))
 
@@ -206,14 +207,20 @@ def apply_edits(
             edit.apply(view, donors)
 
 
-def site_outputs(model: TraceTarget, keys: Iterable[tuple[str, int]], into: Any):
+def site_outputs(
+    model: TraceTarget,
+    keys: Iterable[tuple[str, int]],
+    into: Any,
+    call: tuple[str, int] | None = None,
+):
     """Fill ``into`` with the donor invoke's activations ``{(site, layer): [d, W, U, k]}``.
 
     Runs in an earlier invoke of the same trace as the patched texts: each site is read
-    (and copied at once) before the patched rows' invoke reaches it and writes.
+    (and copied at once) before the patched rows' invoke reaches it and writes. ``call``
+    locates q, k and v (the plan's ``knockout_site``).
     """
     for name, layer in keys:
-        x = site(model, name, layer)
+        x = site(model, name, layer, call)
         into[(name, layer)] = unit_view(model, name, x).clone()
     return into
 
@@ -330,6 +337,7 @@ def _run_layers(
     plan = plan or TracePlan()
     wanted = {name: set(layers) for name, layers in (sites or {}).items()}
     probs: dict = {}  # {layer: recomputed probabilities}, set at the attention call
+    calls: dict = {}  # {layer: {call site: tensor}}, read once at the attention call
     for layer, name in layer_sites(model, only_layers):
         if name == "pattern":
             if (name, layer) in plan.edits and not plan.patterns_run:
@@ -340,15 +348,18 @@ def _run_layers(
             if layer in capture:
                 out[layer] = save(_pattern(model, layer, probs.get(layer), reduce, allow_missing))
             continue
-        if name == "head_out":  # the attention call comes before the output projection
-            probs[layer] = _attention_call(model, layer, plan, label if layer in capture else None)
+        at_call = model.sites[name][1] == "call"
+        if (at_call or name == "head_out") and layer not in calls:
+            recompute = label if layer in capture else None
+            calls[layer], probs[layer] = _attention_call(model, layer, plan, recompute, wanted)
         keep = layer in wanted.get(name, ())
         if (name, layer) not in plan.edits and not keep:
             continue
-        x = site(model, name, layer)
+        x = calls[layer][name] if at_call else site(model, name, layer)
         apply_edits(model, name, layer, x, plan, donors, step)
-        if keep:
-            out[(name, layer)] = save(unit_view(model, name, x).clone())
+        if keep:  # the scores as [b, H, q, k], like the pattern
+            view = x if name == "scores" else unit_view(model, name, x)
+            out[(name, layer)] = save(view.clone())
     return save(out)
 
 
@@ -386,21 +397,32 @@ def _recompute_label(model: TraceTarget, capture: Iterable[int]):
     return label
 
 
-def _attention_call(model: TraceTarget, layer: int, plan: TracePlan, label: str | None):
-    """Apply one layer's knockout at the attention call; recompute probabilities if asked.
+def _attention_call(
+    model: TraceTarget, layer: int, plan: TracePlan, label: str | None, wanted: dict
+):
+    """One layer's attention call: knockout, then its call sites; recompute probabilities.
 
-    With ``label`` (a recompute capture of this layer) the probabilities are recomputed
-    from the attention call's inputs, after any knockout edited its mask.
+    The call's inputs are read once (after any knockout edited its mask) when the plan
+    knocks out, edits or captures a call site (q, k, v, scores) of the layer, or ``label``
+    asks for probabilities recomputed from them (a recompute capture of this layer).
 
     Returns:
-        The recomputed probabilities, or None.
+        ``({call site: tensor}, recomputed probabilities or None)``.
     """
-    call = None
+    names = [
+        name
+        for name, where in model.sites.items()
+        if where[1] == "call" and ((name, layer) in plan.edits or layer in wanted.get(name, ()))
+    ]
+    if layer not in plan.knockout and label is None and not names:
+        return {}, None
+    where = plan.knockout_site or ((label, 4) if label else model.knockout_site)
     if layer in plan.knockout:
-        call = knock_out(attention_module(model, layer), plan.knockout[layer], plan.knockout_site)
-    if label is None:
-        return None
-    return recompute_probs(*(call or getattr(attention_module(model, layer).source, label).inputs))
+        args, kwargs = knock_out(attention_module(model, layer), plan.knockout[layer], where)
+    else:
+        args, kwargs = getattr(attention_module(model, layer).source, where[0]).inputs
+    found = {name: call_site(model, name, layer, args, kwargs, where[1]) for name in names}
+    return found, None if label is None else recompute_probs(args, kwargs)
 
 
 def head_plan(

@@ -32,8 +32,14 @@ class TraceModel:
         sites: dict[str, tuple[str, str, int]] | None = None,
         d_model: int = 0,
         logit_softcap: float | None = None,
+        knockout_site: tuple[str, int] | None = None,
+        attention_scaling: tuple[float | None, ...] = (),
+        d_mlp: int = 0,
     ) -> None:
         self.nnsight = envoy
+        self.knockout_site = knockout_site  # the attention call's (label, mask index)
+        self.attention_scaling = attention_scaling  # each layer's q.k scale (scores)
+        self.d_mlp = d_mlp
         self.logit_softcap = logit_softcap
         self.sites = sites or {}  # {site: (module, port, index)} in execution order
         self.d_model = d_model

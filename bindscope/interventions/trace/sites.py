@@ -33,14 +33,37 @@ def by_layer(heads: Iterable[tuple[int, int]]):
     return grouped
 
 
-def site(model: TraceTarget, name: str, layer: int):
+def site(model: TraceTarget, name: str, layer: int, call: tuple[str, int] | None = None):
     """The tensor at site ``name`` of decoder layer ``layer``, where the family keeps it.
 
     The one accessor of a site (``families.Sites``, checked at load as ``model.sites``):
     every read and write of a head output, pattern, residual or block output goes
-    through it, the engine's own included.
+    through it, the engine's own included. A call site (q, k, v, scores) is read at the
+    attention function's call, found by ``call`` (``(label, mask index)``, default the
+    model's ``knockout_site``).
     """
-    return site_tensor(model.nnsight, layer, model.sites[name])
+    where = model.sites[name]
+    if where[1] != "call":
+        return site_tensor(model.nnsight, layer, where)
+    label, index = call or model.knockout_site
+    args, kwargs = getattr(attention_module(model, layer).source, label).inputs
+    return call_site(model, name, layer, args, kwargs, index)
+
+
+def call_site(model: TraceTarget, name: str, layer: int, args: tuple, kwargs: dict, index: int):
+    """q, k or v as ``[b, s, U, hd]`` views of the attention call's inputs, or the scores.
+
+    ``index`` is the mask's position among ``args`` (q, k, v are the three before it). k
+    and v are the new positions only (a decoding step's cache holds the earlier ones).
+    """
+    if name == "scores":  # the module's own scale (GPT-2's eager method takes none)
+        given = {**kwargs, "scaling": model.attention_scaling[layer]}
+        scores = attention_scores(args[index - 3], args[index - 2], given)
+        mask = args[index] if len(args) > index else kwargs.get("attention_mask")
+        return masked_scores(scores, mask, kwargs.get("sliding_window"), infinite=True)
+    x = args[index - 3 + model.sites[name][2]]  # [b, U, s_k, hd]
+    n_q = args[index - 3].shape[-2]
+    return x[:, :, x.shape[2] - n_q :].transpose(1, 2)
 
 
 def attention_module(model: TraceTarget, layer: int):
@@ -78,13 +101,19 @@ def head_view(x: torch.Tensor, n_heads: int, head_dim: int):
 def unit_view(model: TraceTarget, name: str, x: torch.Tensor):
     """A site's tensor as ``[b, s, U, k]``: U heads of head_dim for head_out, else 1 x d.
 
-    The pattern ``[b, H, q, k]`` is seen as ``[b, q, H, k]``: a query row is a position,
-    each head a unit, the keys its width (pattern edits exist for estimates only).
+    The pattern and scores ``[b, H, q, k]`` are seen as ``[b, q, H, k]``: a query row is a
+    position, each head a unit, the keys its width (pattern edits exist for estimates
+    only). q, k and v come as ``[b, s, U, hd]`` (`call_site`); mlp_post is ``d_mlp``
+    units of width 1 (a neuron each).
     """
     if name == "head_out":
         return head_view(x, model.n_heads, model.head_dim)
-    if name == "pattern":
+    if name in ("pattern", "scores"):
         return x.transpose(1, 2)
+    if name in ("q", "k", "v"):
+        return x
+    if name == "mlp_post":
+        return x.unsqueeze(-1)
     return x.view(*x.shape[:-1], 1, x.shape[-1])
 
 
@@ -242,8 +271,7 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, kwargs: dict):
 def recompute_probs(args: tuple, kwargs: dict):
     """Attention probabilities from the attention function's inputs.
 
-    Used when the attention implementation returns no weights (sdpa, flash). Handles the
-    three mask forms transformers passes: None (causal fast path), bool, additive float.
+    Used when the attention implementation returns no weights (sdpa, flash).
 
     Args:
         args: Positional inputs of the attention-interface call: (module, q, k, v, mask, ...).
@@ -254,6 +282,17 @@ def recompute_probs(args: tuple, kwargs: dict):
     """
     scores = attention_scores(args[1], args[2], kwargs)
     mask = args[4] if len(args) > 4 else kwargs.get("attention_mask")
+    probs = masked_scores(scores, mask, kwargs.get("sliding_window")).softmax(-1)
+    return torch.nan_to_num(probs, nan=0.0)  # fully masked (pad) query rows
+
+
+def masked_scores(scores: torch.Tensor, mask: Any, window: Any, infinite: bool = False):
+    """Scores ``[b, H, q, k]`` under the call's mask and sliding window.
+
+    Handles the three mask forms transformers passes: None (causal fast path), bool,
+    additive float. ``infinite``: a masked score is -inf (an additive mask's large negative
+    number is not the model's score either).
+    """
     n_q, n_k = scores.shape[-2:]
     if mask is None:
         causal = torch.ones(n_q, n_k, dtype=torch.bool, device=scores.device).tril(n_k - n_q)
@@ -261,14 +300,27 @@ def recompute_probs(args: tuple, kwargs: dict):
     elif mask.dtype == torch.bool:
         scores = scores.masked_fill(~mask[..., :n_q, :n_k], float("-inf"))
     else:
-        scores = scores + mask[..., :n_q, :n_k].to(scores.dtype)
-    window = kwargs.get("sliding_window")
+        mask = mask[..., :n_q, :n_k].to(scores.dtype)
+        scores = scores + mask
+        if infinite:
+            scores = scores.masked_fill(mask <= torch.finfo(mask.dtype).min / 2, float("-inf"))
     if window:
         rows = torch.arange(n_q, device=scores.device)[:, None] + (n_k - n_q)
         cols = torch.arange(n_k, device=scores.device)[None, :]
         scores = scores.masked_fill(rows - cols >= window, float("-inf"))
-    probs = scores.softmax(-1)
-    return torch.nan_to_num(probs, nan=0.0)  # fully masked (pad) query rows
+    return scores
+
+
+def norm_scale(x: torch.Tensor, centred: bool, eps: float):
+    """A norm's normaliser ``[b, s, 1]``: ``sqrt(mean(x^2) + eps)``, of ``x - mean`` if ``centred``.
+
+    TransformerLens' ``hook_scale``: the norm's output is ``x / scale`` times its weight
+    (plus its bias). Float32 (float64 for float64 inputs).
+    """
+    x = x.to(torch.promote_types(x.dtype, torch.float32))
+    if centred:  # a LayerNorm
+        x = x - x.mean(-1, keepdim=True)
+    return (x.pow(2).mean(-1, keepdim=True) + eps).sqrt()
 
 
 def layer_filter(layers: Iterable[int] | None, n_layers: int) -> set[int]:
