@@ -1,11 +1,13 @@
 """README's TransformerLens / nnterp rows that no other test checked on all 13 families, each
 against the HF model or tokenizer (issue 44): the cache's entries and accumulated stream, the
-dimensions, tokenize, to_str_tokens, generate and the OV circuit.
+dimensions, tokenize, to_str_tokens, generate, the OV circuit and capture(sites="all").
 """
 
 from __future__ import annotations
 
 import contextlib
+
+import torch
 
 from bindscope.model.cache import CACHED_SITES
 from tests.conftest import PROMPTS
@@ -98,3 +100,15 @@ def test_every_heads_ov_circuit_maps_its_mixed_input_to_its_output(tiny, monkeyp
             qk = tiny.qk_circuit(layer, head).double()
             want = tiny.W_Q[layer, head].double() @ tiny.W_K[layer, head].double().T
             assert_within(qk, want, bound(tiny, want), f"QK L{layer}H{head}")
+
+
+def test_capture_all_is_each_site_captured_alone(tiny):
+    """``capture(sites="all")``: every site of every layer and ``ln_final_scale``, each equal
+    to that site captured alone (which test_sites and test_tl_sites check against hooks)."""
+    every = tiny.capture(PROMPTS, sites="all")
+    sites = [*tiny.sites, "ln_final_scale"]
+    for site in sites:
+        alone = tiny.capture(PROMPTS, sites=[site])
+        for found, single in zip(every, alone):
+            assert list(found) == sites and list(found[site]) == list(single[site])
+            assert all(torch.equal(found[site][k], single[site][k]) for k in single[site]), site
