@@ -16,10 +16,14 @@ asserts the latter on every family).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 
 SAFETY = 8.0
+# Set by conftest's `error_report` when BINDSCOPE_ERROR_REPORT names a file: called with
+# (kind, error, bound) for each comparison ("within": an equivalence, "miss": a control).
+REPORT: Callable[[str, float, float], None] | None = None
 
 
 def rounding_bound(
@@ -94,3 +98,19 @@ def assert_within(got: torch.Tensor, ref: torch.Tensor, bound: float, what: str 
     torch.testing.assert_close(
         got, ref, rtol=0.0, atol=bound, msg=lambda m: f"{what}: {m} (derived bound {bound:.2e})"
     )
+
+
+def within(got: torch.Tensor, ref: torch.Tensor, bound: float) -> bool:
+    """Whether ``got`` is within ``bound`` of ``ref`` everywhere (reported as `assert_close` is)."""
+    error = float((got - ref).detach().abs().max())
+    if REPORT is not None:
+        REPORT("within", error, bound)
+    return error <= bound
+
+
+def misses(got: torch.Tensor, wrong: torch.Tensor, bound: float) -> float:
+    """How many ``bound``s a control (a wrong head, site or layer) lies from ``got``."""
+    miss = float((got - wrong).detach().abs().max()) / bound
+    if REPORT is not None:
+        REPORT("miss", miss * bound, bound)
+    return miss

@@ -15,7 +15,7 @@ from bindscope.errors import InterventionError, UnsupportedModelError
 from bindscope.families import CALL_SITES, SITE_NAMES
 from tests.conftest import PROMPTS
 from tests.reference_sites import native_sites, site_reference
-from tests.tolerance import rounding_bound
+from tests.tolerance import assert_within, misses, rounding_bound
 
 MARGIN = 100  # rounding noise against what a wrong layer or site changes
 
@@ -46,7 +46,7 @@ def test_every_site_equals_a_torch_hook_under_left_padding(tiny):
                 bound = site_bound(tiny, ref, layer)
                 error = _worst(value, ref)
                 report.append((site, layer, error, bound))
-                assert error <= bound, f"{site} layer {layer}: {error:.2e} > {bound:.2e}"
+                assert_within(value, ref, bound, f"{site} layer {layer}")
     worst = max(report, key=lambda r: r[2] / r[3])
     print(f"{tiny.family}: worst {worst[0]} L{worst[1]} {worst[2]:.2e} vs bound {worst[3]:.2e}")
 
@@ -60,11 +60,11 @@ def test_a_wrong_layer_or_site_misses_the_bound_by_orders_of_magnitude(tiny):
         ref = site_reference(tiny, ids, site, 1)
         bound = site_bound(tiny, ref, 1)
         for layer in (0, 2):  # the same site one layer off
-            assert _worst(got[site][1], site_reference(tiny, ids, site, layer)) > MARGIN * bound
+            assert misses(got[site][1], site_reference(tiny, ids, site, layer), bound) > MARGIN
         for other in got:  # another site of the same layer
             if other != site:
                 wrong = site_reference(tiny, ids, other, 1)
-                assert _worst(got[site][1], wrong) > MARGIN * bound, (site, other)
+                assert misses(got[site][1], wrong, bound) > MARGIN, (site, other)
 
 
 def test_sites_add_up_along_the_residual_stream(tiny):

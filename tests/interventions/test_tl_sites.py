@@ -22,7 +22,7 @@ from bindscope.interventions import Mean, Patch, Steer, Zero, site_means
 from tests.conftest import PROMPTS
 from tests.interventions.test_sites import MARGIN, site_bound
 from tests.reference_sites import decoder_layers, hooked, site_reference, untouched_copy
-from tests.tolerance import gradient_bound, logit_bound, prob_bound, rounding_bound
+from tests.tolerance import gradient_bound, logit_bound, misses, prob_bound, rounding_bound, within
 
 LAYER = 1
 
@@ -133,10 +133,6 @@ def _normaliser(model, x: torch.Tensor) -> torch.Tensor:
     return (x.pow(2).mean(-1, keepdim=True) + eps).sqrt().float()
 
 
-def _worst(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).abs().max())
-
-
 def _check_scores(model, got: torch.Tensor, ref: torch.Tensor, layer: int, ids) -> None:
     """Masked cells -inf in both, the rest within the bound; a wrong head misses it."""
     assert torch.equal(torch.isinf(got), torch.isinf(ref))
@@ -144,12 +140,12 @@ def _check_scores(model, got: torch.Tensor, ref: torch.Tensor, layer: int, ids) 
     bound = rounding_bound(
         magnitude=float(ref[finite].abs().max()), width=model.d_model, depth=layer + 2
     )
-    assert _worst(got[finite], ref[finite].float()) <= bound
+    assert within(got[finite], ref[finite].float(), bound)
     wrong = ref.roll(1, dims=0)  # another head's scores
-    assert _worst(got[finite], wrong[finite].float()) > MARGIN * bound
+    assert misses(got[finite], wrong[finite].float(), bound) > MARGIN
     with torch.no_grad():  # the hand computation is the model's: HF's own weights
         weights = model.hf(torch.tensor([ids]), output_attentions=True).attentions[layer][0]
-    assert _worst(ref.softmax(-1).float(), weights) <= prob_bound(model)
+    assert within(ref.softmax(-1).float(), weights, prob_bound(model))
 
 
 def test_q_k_v_scores_and_mlp_post_equal_plain_torch_with_a_margin(tiny):
@@ -163,20 +159,20 @@ def test_q_k_v_scores_and_mlp_post_equal_plain_torch_with_a_margin(tiny):
                 value = got[i][site][layer]
                 assert value.shape == ref.shape  # [n, H or H_kv, hd]
                 bound = site_bound(tiny, ref, layer)
-                assert _worst(value, ref) <= bound, (site, layer)
+                assert within(value, ref, bound), (site, layer)
                 other = calls[(layer + 1) % tiny.n_layers][j]  # the same site, a layer off
-                assert _worst(value, other) > MARGIN * bound, (site, layer)
+                assert misses(value, other, bound) > MARGIN, (site, layer)
                 if site == "q":  # another head of the same layer
-                    assert _worst(value, ref.roll(1, dims=1)) > MARGIN * bound
+                    assert misses(value, ref.roll(1, dims=1), bound) > MARGIN
             q, k, _ = calls[layer]
             _check_scores(
                 tiny, got[i]["scores"][layer], scores_reference(tiny, q, k, layer), layer, ids
             )
             ref = site_reference(tiny, ids, "mlp_post", layer)
             bound = site_bound(tiny, ref, layer)
-            assert _worst(got[i]["mlp_post"][layer], ref) <= bound
+            assert within(got[i]["mlp_post"][layer], ref, bound)
             wrong = site_reference(tiny, ids, "mlp_post", (layer + 1) % tiny.n_layers)
-            assert _worst(got[i]["mlp_post"][layer], wrong) > MARGIN * bound
+            assert misses(got[i]["mlp_post"][layer], wrong, bound) > MARGIN
 
 
 def test_ln_final_scale_is_the_final_norms_normaliser(tiny):
@@ -188,9 +184,9 @@ def test_ln_final_scale_is_the_final_norms_normaliser(tiny):
         value = got[i]["ln_final_scale"][last]
         assert value.shape == ref.shape == (len(ids), 1)
         bound = rounding_bound(magnitude=float(ref.abs().max()), width=tiny.d_model, depth=last + 2)
-        assert _worst(value, ref) <= bound
+        assert within(value, ref, bound)
         wrong = _normaliser(tiny, site_reference(tiny, ids, "resid_pre", last))  # a layer off
-        assert _worst(value, wrong) > MARGIN * bound
+        assert misses(value, wrong, bound) > MARGIN
 
 
 def test_q_is_after_rotary(tiny_layout):
@@ -213,8 +209,8 @@ def test_q_is_after_rotary(tiny_layout):
     else:
         raw = found[0].view(len(ids), model.n_heads, hd)
     bound = site_bound(model, raw, LAYER)
-    assert _worst(got[0], raw[0]) <= bound  # position 0: the rotation is the identity
-    assert _worst(got[1:], raw[1:]) > MARGIN * bound  # later positions are rotated
+    assert within(got[0], raw[0], bound)  # position 0: the rotation is the identity
+    assert misses(got[1:], raw[1:], bound) > MARGIN  # later positions are rotated
 
 
 def _hand_logits(model, texts, edit) -> list[torch.Tensor]:
@@ -242,8 +238,8 @@ def test_zero_on_a_query_head_equals_the_hand_hooked_run(tiny):
         _hand_logits(tiny, PROMPTS, _zero_query(2)),
         _hand_logits(tiny, PROMPTS, _zero_query(3)),
     ):
-        assert _worst(value, ref) <= bound
-        assert _worst(value, wrong) > MARGIN * bound  # the wrong head
+        assert within(value, ref, bound)
+        assert misses(value, wrong, bound) > MARGIN  # the wrong head
 
 
 def _zero_neurons(model, neurons, texts) -> list[torch.Tensor]:
@@ -265,8 +261,8 @@ def test_zero_on_neurons_equals_the_hand_hooked_run(tiny):
     refs = _zero_neurons(tiny, [5, 17], PROMPTS)
     wrongs = _zero_neurons(tiny, [6, 18], PROMPTS)
     for value, ref, wrong in zip(got, refs, wrongs):
-        assert _worst(value, ref) <= bound
-        assert _worst(value, wrong) > MARGIN * bound
+        assert within(value, ref, bound)
+        assert misses(value, wrong, bound) > MARGIN
 
 
 def test_patch_steer_and_mean_at_k_v_and_neurons(tiny_layout):
@@ -302,8 +298,8 @@ def test_patch_steer_and_mean_at_k_v_and_neurons(tiny_layout):
     with hooks, recorded_attention(model, {}, edit) as hf, torch.no_grad():
         ref = hf(torch.tensor([ids])).logits[0].float()
     bound = logit_bound(model, [PROMPTS[2]])
-    assert _worst(got, ref) <= bound
-    assert _worst(got, model.logits([ids], intervene=spec[:2])[0]) > MARGIN * bound
+    assert within(got, ref, bound)
+    assert misses(got, model.logits([ids], intervene=spec[:2])[0], bound) > MARGIN
 
 
 def test_capture_all_is_every_site_and_the_final_scale(tiny_layout):
@@ -398,8 +394,8 @@ def test_attribution_at_neurons_equals_the_hand_gradient(tiny_layout):
         estimate = found[("mlp_post", LAYER)][neurons]
         ref = _neuron_gradient_estimates(model, text, 5, 7)
         bound = gradient_bound(model, ref[neurons])
-        assert _worst(estimate, ref[neurons]) <= bound
-        assert _worst(estimate, ref[[4, 10]]) > MARGIN * bound  # the neurons beside them
+        assert within(estimate, ref[neurons], bound)
+        assert misses(estimate, ref[[4, 10]], bound) > MARGIN  # the neurons beside them
 
 
 def test_a_replaced_mlp_has_no_mlp_post(sp_tokenizer):
@@ -483,4 +479,4 @@ def test_q_k_v_and_scores_under_sdpa_equal_eager(tiny_layout, byte_tokenizer, sp
                 assert torch.equal(torch.isinf(a), torch.isinf(b))
                 finite = torch.isfinite(b)
                 bound = site_bound(eager, b[finite], layer)  # another attention kernel below
-                assert _worst(a[finite], b[finite]) <= bound, (site, layer)
+                assert within(a[finite], b[finite], bound), (site, layer)

@@ -18,7 +18,7 @@ import torch
 from tests.conftest import PROMPTS
 from tests.reference import o_proj_module
 from tests.reference_sites import untouched_copy
-from tests.tolerance import rounding_bound
+from tests.tolerance import misses, rounding_bound
 
 TEXT = PROMPTS[2]
 
@@ -147,7 +147,7 @@ def test_query_and_key_weights_give_the_models_query_and_key(tiny, monkeypatch):
             torch.testing.assert_close(want_q, got_q, rtol=0, atol=bound(tiny, got_q))
             torch.testing.assert_close(want_k, got_k, rtol=0, atol=bound(tiny, got_k))
             wrong_q, _ = as_the_model_rotates(tiny, layer, q.roll(1, 0), k)  # another head's
-            assert (wrong_q - got_q).abs().max() > 100 * bound(tiny, got_q)
+            assert misses(wrong_q, got_q, bound(tiny, got_q)) > 100
             checked += 1
     assert checked >= 1
 
@@ -164,7 +164,7 @@ def _check_gpt2_pattern(tiny, layer, q, k, pattern):
     # probabilities move by at most a quarter of the scores' rounding
     atol = bound(tiny, q @ k.transpose(-1, -2) * attn.scaling)
     torch.testing.assert_close(probs(q), pattern, rtol=0, atol=atol)
-    assert (probs(q.roll(1, 0)) - pattern).abs().max() > 100 * atol
+    assert misses(probs(q.roll(1, 0)), pattern, atol) > 100
 
 
 def test_value_and_output_weights_give_the_heads_outputs(tiny, monkeypatch):
@@ -180,13 +180,13 @@ def test_value_and_output_weights_give_the_heads_outputs(tiny, monkeypatch):
             torch.testing.assert_close(mixed, z, rtol=0, atol=bound(tiny, v))
             if tiny.n_kv_heads > 1:  # a wrong kv head (with one kv head every head reads it)
                 wrong_v = v.roll(n_heads // tiny.n_kv_heads, 0)
-                assert (seen["pattern"][layer] @ wrong_v - z).abs().max() > 100 * bound(tiny, v)
+                assert misses(seen["pattern"][layer] @ wrong_v, z, bound(tiny, v)) > 100
             w_o, b_o = tiny.W_O[layer].double(), tiny.b_O[layer].double()
             out = torch.einsum("hnk,hkd->nd", z, w_o) + b_o
             o = seen["o"][layer]
             torch.testing.assert_close(out, o, rtol=0, atol=bound(tiny, o))
             wrong = torch.einsum("hnk,hkd->nd", z, w_o.roll(1, 0)) + b_o
-            assert (wrong - o).abs().max() > 100 * bound(tiny, o)
+            assert misses(wrong, o, bound(tiny, o)) > 100
         if n_biases:  # the random biases were read
             assert all(getattr(tiny, f"b_{w}").abs().sum() > 0 for w in "QKV")
 

@@ -19,6 +19,7 @@ from bindscope.runners import patching_sweep
 from tests.interventions.test_specs import CHANGED, variants
 from tests.reference_patching import logit_atol, pattern_patch_reference
 from tests.reference_sites import hooked
+from tests.tolerance import misses
 
 MARGIN = 100
 SITES = ("resid_pre", "head_out", "attn_out", "resid_mid", "mlp_out", "resid_post")
@@ -75,7 +76,7 @@ def test_the_grid_equals_per_cell_patching_with_hooks(tiny):
         )  # fmt: skip
         torch.testing.assert_close(grid[site], ref, rtol=0, atol=atol)
         # negative control: the layers in reverse order (a wrong layer per cell)
-        assert float((grid[site] - ref.flip(0)).abs().max()) > MARGIN * atol, site
+        assert misses(grid[site], ref.flip(0), atol) > MARGIN, site
     # every position (the default) on one site: the asked positions are its columns
     full = patching_sweep(tiny, clean, corrupt, sites="resid_pre", metric=metric)["resid_pre"]
     assert full.shape == (tiny.n_layers, n)
@@ -141,7 +142,7 @@ def test_head_by_position_grids_equal_a_loop_of_single_patches(tiny):
         torch.testing.assert_close(grid[site], torch.tensor(ref[site]), rtol=0, atol=atol)
         # negative control: each cell against its neighbouring head's reference
         wrong = torch.tensor(ref[site]).roll(1, dims=2)
-        assert float((grid[site] - wrong).abs().max()) > MARGIN * atol, site
+        assert misses(grid[site], wrong, atol) > MARGIN, site
     every = torch.tensor([[metric(pattern_patch_reference(
         model.hf, clean, corrupt, [(layer, h, p) for h in heads])) for p in where]
         for layer in layers])  # fmt: skip
