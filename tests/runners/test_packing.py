@@ -82,3 +82,26 @@ def test_the_choice_pass_runs_no_padding(tiny_llama):  # noqa: F811
         expected.append(len(tiny_llama.tokenize(r.template)))
         expected += [sum(sizes)] if max(sizes) > 0 else []
     assert sorted(positions) == sorted(expected)  # records run in order of length
+
+
+def test_a_packed_choice_keeps_gemma3s_window(byte_tokenizer, monkeypatch):
+    """The window of 4 binds on the tiny Gemma 3: the same pass with no window in the
+    packed mask misses the bound of one forward per choice by more than 100x."""
+    model = build_tiny("gemma3", byte_tokenizer, self_check=False)
+    windows = packing.attention_windows
+    monkeypatch.setattr(packing, "attention_windows", lambda c: (None,) * len(windows(c)))
+    unwindowed = recognition(model, REC, per_row=PER_RECORD)
+    assert _max_diff(model, unwindowed) > 100 * _bound(model)
+
+
+def test_a_mask_packing_cannot_rebuild_runs_padded(byte_tokenizer, monkeypatch):
+    """A bidirectional mask or flash attention (no additive mask): the padded layout, said
+    by `choice_layout`, and the scores still those of one forward per choice."""
+    model = build_tiny("gemma3", byte_tokenizer, self_check=False)
+    monkeypatch.setattr(model.hf.config, "use_bidirectional_attention", True, raising=False)
+    assert choice_layout(model) == "padded"
+    monkeypatch.undo()
+    flash = property(lambda self: "flash_attention_2")
+    monkeypatch.setattr(type(model), "attn_implementation", flash)
+    assert choice_layout(model) == "padded"
+    assert _max_diff(model, recognition(model, REC, per_row=PER_RECORD)) <= _bound(model)
