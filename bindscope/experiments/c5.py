@@ -57,6 +57,7 @@ from bindscope.results.schema import RecordKind, behaviour_metrics, binding_kind
 from bindscope.results.settings import content_sha256
 from bindscope.runners.behaviour import generation, recognition
 from bindscope.runners.condition_recognition import condition_recognition
+from bindscope.runners.packing import choice_layout
 
 #: How recognition conditions run; see ``run``.
 STRATEGIES = ("residual", "batched")
@@ -201,9 +202,8 @@ def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
         return "batched" if getattr(model, "remote", False) else opts.strategy
 
     def prov(model: LanguageModel) -> dict:
-        return provenance(
-            model, prompt_set=pset, seed=common.seed, c5=settings, c5_strategy=strategy(model)
-        )
+        c5_run = {"c5_strategy": strategy(model), "c5_choices": _choice_layout(model)}
+        return provenance(model, prompt_set=pset, seed=common.seed, c5=settings, **c5_run)
 
     study = _Study(opts, common.seed, pset, rset, rubric, sizes, settings)
 
@@ -234,6 +234,15 @@ class _Study:
     rubric: dict
     sizes: tuple[int, int]
     settings: dict
+
+
+def _choice_layout(model: LanguageModel) -> str:
+    """How recognition runs the choices: ``packed``, ``padded`` or ``full``.
+
+    Packed or padded on the prompt's cache (`bindscope.runners.packing`); full sequences on
+    a remote model.
+    """
+    return "full" if getattr(model, "remote", False) else choice_layout(model)
 
 
 def _run_model(run: ModelRun, study: _Study, strategy: str) -> None:

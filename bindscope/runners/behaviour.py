@@ -153,7 +153,6 @@ def _shared_prefix_batch(model: LanguageModel, batch: Batch, choices: list, rows
     flat = [c for cs in choices for c in cs]  # row r*n_c + j
     rest = None  # one-token choices: the prompt pass scored them
     if max(len(c) for c in flat) > 1:
-        cache.batch_repeat_interleave(n_c)
         rest, _ = choice_pass(model, batch, flat, cache, rows, n_c)
     return choice_scores(first, rest, flat, n_c)
 

@@ -19,6 +19,7 @@ from bindscope.prompts.prompt_sets import PromptRecord
 from bindscope.protocols import LanguageModel
 from bindscope.runners.prefix import (
     choice_pass,
+    choice_rows,
     choice_scores,
     kept_layers,
     prompt_pass,
@@ -97,7 +98,7 @@ class _CleanRun:
     """What a batch's clean run leaves for its condition passes.
 
     ``prompt_outputs`` are the prompt pass's layer outputs ``[b, n, d]`` below the highest
-    start; ``choice_outputs`` the choice pass's ``[b*C, m, d]`` (none: every choice is one
+    start; ``choice_outputs`` the choice pass's (`choice_rows`; none: every choice is one
     token); ``cache`` the prompt's cache layers, copied before the choices extended them;
     ``scores`` the clean choice scores ``[b][C]``.
     """
@@ -121,7 +122,6 @@ def _clean_run(
     rest: torch.Tensor | None = None
     choice_outputs: list = []
     if max(len(c) for c in flat) > 1:  # else the prompt pass scored every choice
-        cache.batch_repeat_interleave(n_c)
         none = [()] * b
         rest, choice_outputs = choice_pass(model, batch, flat, cache, none, n_c, keep_layers=keep)
     scores = choice_scores(first, rest, flat, n_c)
@@ -146,12 +146,10 @@ def _condition_pass(
     rest = None
     if max(len(c) for c in mine) > 1:
         with_clean_layers(cache, clean.cache, rows, start)
-        cache.batch_repeat_interleave(n_c)
-        width = max(len(c) for c in mine) - 1
-        picked = (rows[:, None] * n_c + torch.arange(n_c)[None, :]).flatten()
-        # the clean stream is as wide as the batch's longest choice; causal, so its first
-        # ``width`` positions are what these choices compute
-        residual = clean.choice_outputs[start - 1][picked, :width] if start else None
+        # the clean stream is as wide as the batch's widest row; a row's choices sit where
+        # they sit there, so its first columns are what these choices compute
+        picked = choice_rows(model, rows, n_c)
+        residual = clean.choice_outputs[start - 1][picked] if start else None
         rest, _ = choice_pass(
             model, part, mine, cache, resolved, n_c, start=start, residual=residual
         )

@@ -15,6 +15,7 @@ from bindscope.interventions.plan import plan_batch
 from bindscope.metrics.behaviour import RecognitionResult
 from bindscope.prompts.prompt_sets import PromptRecord
 from bindscope.protocols import LanguageModel
+from bindscope.runners.packing import choice_layout, packed_inputs
 
 
 def keeps_logits(model: LanguageModel) -> bool:
@@ -69,8 +70,8 @@ def prompt_pass(
     return first, cache, outputs
 
 
-def _choice_inputs(model: LanguageModel, batch: Batch, flat: list, n_c: int) -> dict:
-    """Inputs of the choice pass: every choice but its last token, right-padded.
+def _padded_inputs(model: LanguageModel, batch: Batch, flat: list, n_c: int) -> dict:
+    """Inputs of a padded choice pass: every choice but its last token, right-padded.
 
     Row ``s`` is choice ``s % n_c`` of prompt ``s // n_c``; positions go on from its prompt.
     """
@@ -87,7 +88,16 @@ def _choice_inputs(model: LanguageModel, batch: Batch, flat: list, n_c: int) -> 
         "input_ids": ids,
         "attention_mask": torch.cat([prompt_mask, cmask], 1),
         "position_ids": lengths[:, None] + torch.arange(width)[None, :],
+        "spans": torch.zeros(n, dtype=torch.long),
+        "real": cmask,
     }
+
+
+def choice_rows(model: LanguageModel, rows: torch.Tensor, n_c: int) -> torch.Tensor:
+    """The choice pass's rows of prompts ``rows``: one each packed, ``n_c`` each padded."""
+    if choice_layout(model) == "packed":
+        return rows
+    return (rows[:, None] * n_c + torch.arange(n_c)[None, :]).flatten()
 
 
 @torch.no_grad()
@@ -105,40 +115,71 @@ def choice_pass(
 ) -> tuple[torch.Tensor, list]:
     """Each choice's later tokens on its prompt's cache: ``[b*C]`` weighted log-prob sums.
 
-    Only the tokens that predict a later choice token run (not a choice's last), and the LM
-    head runs only on those positions, gathered into one row, not on every position of the
-    right-padded choices: with Gemma 3's 262k-token vocabulary the head on every position
-    costs as much as all the layers. ``rows`` are the prompts' row ops; ``keep_layers``,
-    ``start`` and ``residual`` (``[b*C, width, d]``) as in `prompt_pass`.
+    Only the tokens that predict a later choice token run (not a choice's last), in the
+    model's `choice_layout`: packed, a prompt's choices share its row and its cache
+    (``[b]`` rows); padded, each choice has a row on a copy of the cache (``[b*C]``). The
+    LM head runs only on the scored positions, gathered into one row: with Gemma 3's
+    262k-token vocabulary the head on every position costs as much as all the layers.
+    ``rows`` are the prompts' row ops; ``keep_layers`` and ``start`` as in `prompt_pass`;
+    ``residual`` is a clean pass's layer output at `choice_rows`, as wide or wider.
     """
-    n = len(flat)
-    inputs = _choice_inputs(model, batch, flat, n_c)
-    width = inputs["input_ids"].shape[1]
-    # one entry per scored token: (sequence, position predicting it, token, weight); the
-    # first token of every choice comes from the prompt pass, so the mean over all m tokens
-    # weights each later one 1/m
-    owner = torch.tensor([s for s, c in enumerate(flat) for _ in c[1:]])
-    where = torch.tensor([i for c in flat for i in range(len(c) - 1)])
-    target = torch.tensor([t for c in flat for t in c[1:]])
-    weight = torch.tensor([1.0 / len(c) for c in flat for _ in c[1:]])
+    inputs, packed, masks = _layout_inputs(model, batch, flat, cache, n_c)
+    spans, real = inputs.pop("spans"), inputs.pop("real")
+    owner, where, target, weight = _scored_tokens(flat, spans)
+    row = owner // n_c if packed else owner
     # choice tokens only: Knockout's edges lie in the prompt, already in the cache
-    choice_batch = Batch(
-        list(range(n)), inputs["input_ids"], inputs["attention_mask"][:, -width:],
-        inputs["position_ids"], [width] * n,
-    )  # fmt: skip
-    plan = row_plan(model, choice_batch, [rows[s // n_c] for s in range(n)], positions=False)
+    (b, width), ids, positions = real.shape, inputs["input_ids"], inputs["position_ids"]
+    choice_batch = Batch(list(range(b)), ids, real, positions, [width] * b)
+    prompt_rows = rows if packed else [rows[s // n_c] for s in range(len(flat))]
+    plan = row_plan(model, choice_batch, prompt_rows, positions=False)
+    residual = residual[:, :width] if residual is not None else None
     with model.nnsight.trace(
         **model.trace_options, **inputs, **{cache_name(model): cache}, use_cache=True
     ):
-        outputs: list = ops.keep_outputs(model, keep_layers, ops.save([]))  # [b, n, d] each
+        if masks is not None:
+            args, kwargs = model.nnsight.model.inputs
+            model.nnsight.model.inputs = (args, {**kwargs, "attention_mask": masks})
+        outputs: list = ops.keep_outputs(model, keep_layers, ops.save([]))  # [b', W, d] each
         ops.start_at(model, start, residual)
         if plan:
             run_layers(model, plan=plan)
-        hidden = model.nnsight.lm_head.input  # [b*C, m - 1, d]
-        model.nnsight.lm_head.input = hidden[owner, where][None]  # [1, scored tokens, d]
-        rest = ops.scored_token_sums(ops.final_logits(model)[0], owner, target, weight, n)
+        hidden = model.nnsight.lm_head.input  # [b', W, d]
+        model.nnsight.lm_head.input = hidden[row, where][None]  # [1, scored tokens, d]
+        rest = ops.scored_token_sums(ops.final_logits(model)[0], owner, target, weight, len(flat))
         rest = rest.save()
     return rest, outputs
+
+
+def _layout_inputs(
+    model: LanguageModel, batch: Batch, flat: list, cache: Any, n_c: int
+) -> tuple[dict, bool, dict | None]:
+    """The choice pass's inputs in the model's `choice_layout`, whether packed, its masks.
+
+    The masks are one per layer type where the layers differ (else None): nnsight batches a
+    tensor mask only, so the mapping goes to the decoder inside the trace and the inputs
+    carry one of them.
+    """
+    if choice_layout(model) == "padded":
+        cache.batch_repeat_interleave(n_c)  # a copy of the prompt's cache per choice
+        return _padded_inputs(model, batch, flat, n_c), False, None
+    inputs = packed_inputs(model, batch.attention_mask, cache, flat, n_c)
+    masks = inputs["attention_mask"]
+    if not isinstance(masks, dict):
+        return inputs, True, None
+    return {**inputs, "attention_mask": next(iter(masks.values()))}, True, masks
+
+
+def _scored_tokens(flat: list, spans: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """One entry per scored token: its choice, the column predicting it, the token, weight.
+
+    The first token of every choice comes from the prompt pass, so the mean over all ``m``
+    tokens weights each later one ``1/m``; ``spans`` ``[b*C]`` is each choice's first column.
+    """
+    owner = torch.tensor([s for s, c in enumerate(flat) for _ in c[1:]])
+    where = torch.tensor([int(spans[s]) + i for s, c in enumerate(flat) for i in range(len(c) - 1)])
+    target = torch.tensor([t for c in flat for t in c[1:]])
+    weight = torch.tensor([1.0 / len(c) for c in flat for _ in c[1:]])
+    return owner, where, target, weight
 
 
 def choice_scores(first: torch.Tensor, rest: torch.Tensor | None, flat: list, n_c: int) -> list:
@@ -190,6 +231,7 @@ def with_clean_layers(cache: Any, clean: list, rows: torch.Tensor, below: int) -
 __all__ = [
     "cache_name",
     "choice_pass",
+    "choice_rows",
     "choice_scores",
     "keeps_logits",
     "kept_layers",

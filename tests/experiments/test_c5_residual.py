@@ -47,6 +47,7 @@ def _residual_equals_batched(tiny, tiny_prompts, tmp_path, ablation):
     batched, residual = _scores(tmp_path / "batched"), _scores(tmp_path / "residual")
     (first, *_) = read_records(tmp_path / "residual" / "c5" / "records.jsonl")
     assert first["provenance"]["c5_strategy"] == "residual"
+    assert first["provenance"]["c5_choices"] == "packed"  # every built-in family packs
     assert batched.keys() == residual.keys() and batched
     texts = [r.template + " " + c for r in load(tiny_prompts) for c in r.choices or ()]
     # A mean choice log-prob is a log-softmax of logits: each moves by at most twice the
