@@ -121,6 +121,24 @@ def test_feature_specs_ship_their_dictionary_and_equal_local(twins):
     )
 
 
+def test_transcoder_features_ship_and_equal_local(twins):
+    """A transcoder reads the MLP's input in the shipped walk and edits its output."""
+    from tests.interventions.test_transcoder import random_transcoder
+
+    local, simulated = twins
+    texts = _variants(local)
+    features = random_transcoder(local, "jumprelu", skip=False).features([0, 3, 5])
+    for spec in (Zero(features), Patch(features, texts[::-1]), Steer(features, scale=2.0)):
+        for got, ref in zip(
+            simulated.logits(texts, intervene=spec), local.logits(texts, intervene=spec)
+        ):
+            assert torch.equal(got, ref), spec
+    spec = Steer(features, scale=4.0)
+    assert simulated.generate(PROMPTS, max_new_tokens=4, intervene=spec) == local.generate(
+        PROMPTS, max_new_tokens=4, intervene=spec
+    )
+
+
 def test_a_dictionary_too_large_to_ship_is_refused_remotely_with_the_reason(twins, monkeypatch):
     import bindscope.interventions.dictionary as dictionaries
     from bindscope.errors import DictionaryError
