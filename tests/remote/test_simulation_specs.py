@@ -102,32 +102,20 @@ def test_site_specs_steer_and_capture_equal_local(twins):
         assert torch.equal(got, ref)
 
 
-def test_feature_specs_ship_their_dictionary_and_equal_local(twins):
-    """A dictionary's weights travel in the request (a plain TraceDictionary in the plan)."""
+@pytest.mark.parametrize("kind", ["sae", "transcoder"])
+def test_feature_specs_ship_their_dictionary_and_equal_local(twins, kind):
+    """A dictionary's weights travel in the request (a plain TraceDictionary in the plan); a
+    transcoder's edit reads the MLP's input in the shipped walk."""
     from tests.interventions.test_dictionary import random_dictionary
-
-    local, simulated = twins
-    texts = _variants(local)
-    sae = random_dictionary(local, "resid_post", "topk")
-    features = sae.features([0, 3, 5])
-    for spec in (Zero(features), Patch(features, texts[::-1]), Steer(features, scale=2.0)):
-        for got, ref in zip(
-            simulated.logits(texts, intervene=spec), local.logits(texts, intervene=spec)
-        ):
-            assert torch.equal(got, ref), spec
-    spec = Steer(features, scale=4.0)
-    assert simulated.generate(PROMPTS, max_new_tokens=4, intervene=spec) == local.generate(
-        PROMPTS, max_new_tokens=4, intervene=spec
-    )
-
-
-def test_transcoder_features_ship_and_equal_local(twins):
-    """A transcoder reads the MLP's input in the shipped walk and edits its output."""
     from tests.interventions.test_transcoder import random_transcoder
 
     local, simulated = twins
     texts = _variants(local)
-    features = random_transcoder(local, "jumprelu", skip=False).features([0, 3, 5])
+    if kind == "sae":
+        sae = random_dictionary(local, "resid_post", "topk")
+    else:
+        sae = random_transcoder(local, "jumprelu", skip=False)
+    features = sae.features([0, 3, 5])
     for spec in (Zero(features), Patch(features, texts[::-1]), Steer(features, scale=2.0)):
         for got, ref in zip(
             simulated.logits(texts, intervene=spec), local.logits(texts, intervene=spec)
