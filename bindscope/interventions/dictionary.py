@@ -26,10 +26,8 @@ from bindscope.interventions.hook_names import (
     TL_SITES,
     TRANSCODERS,
     hook_name,
-    saved_architecture,
     site_of_hook,
     skip_weights,
-    transcoder_fields,
     transcoder_output,
 )
 from bindscope.interventions.trace.features import TraceDictionary
@@ -173,7 +171,7 @@ class Dictionary:
         save_file({k: v.detach().contiguous() for k, v in tensors.items()}, folder / WEIGHTS)
         name = self.hook_name or hook_name(w.source or self.site, self.layer)
         cfg = {
-            "architecture": saved_architecture(self),
+            "architecture": _saved_architecture(self),
             "d_in": self.d_in,
             "d_sae": self.d_sae,
             "dtype": str(w.W_enc.dtype).removeprefix("torch."),
@@ -182,7 +180,7 @@ class Dictionary:
             "hook_name": name,
             "metadata": {"hook_name": name},
             **({"k": w.k} if w.k is not None else {}),
-            **(transcoder_fields(self) if w.source else {}),
+            **(_transcoder_fields(self) if w.source else {}),
             **({"model_name": self.model_name} if self.model_name else {}),
         }
         (folder / CFG).write_text(json.dumps(cfg, indent=2) + "\n")
@@ -204,6 +202,21 @@ def _check_width(
             f"{where}: {field}={got} (field {field}, {weight}) but {model.name}'s {site} is "
             f"{width} wide; this dictionary was made for another model"
         )
+
+
+def _saved_architecture(found: Dictionary) -> str:
+    """The architecture name SAELens gives ``found`` in ``cfg.json``."""
+    if found.weights.source is None:
+        return "standard" if found.architecture == "relu" else found.architecture
+    if found.W_skip is not None:
+        return "skip_transcoder"
+    return "jumprelu_transcoder" if found.architecture == "jumprelu" else "transcoder"
+
+
+def _transcoder_fields(found: Dictionary) -> dict:
+    """The output fields of a SAELens transcoder's ``cfg.json``."""
+    out = found.hook_name_out or hook_name(found.site, found.layer)
+    return {"d_out": found.d_out, "hook_name_out": out, "hook_layer_out": found.layer}
 
 
 class Features:

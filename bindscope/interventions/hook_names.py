@@ -14,7 +14,6 @@ import torch
 from bindscope.errors import DictionaryError
 
 if TYPE_CHECKING:
-    from bindscope.interventions.dictionary import Dictionary
     from bindscope.interventions.trace.features import TraceDictionary
 
 # SAELens' transcoder architectures (encoder at hook_name, decoder at hook_name_out)
@@ -46,21 +45,6 @@ def site_of_hook(name: str, where: str) -> tuple[str, int]:
             f"blocks.L.{{{', '.join(TL_SITES)}}}"
         )
     return TL_SITES[found.group(2)], int(found.group(1))
-
-
-def saved_architecture(found: Dictionary) -> str:
-    """The architecture name SAELens gives ``found`` in ``cfg.json``."""
-    if found.weights.source is None:
-        return "standard" if found.architecture == "relu" else found.architecture
-    if found.W_skip is not None:
-        return "skip_transcoder"
-    return "jumprelu_transcoder" if found.architecture == "jumprelu" else "transcoder"
-
-
-def transcoder_fields(found: Dictionary) -> dict:
-    """The output fields of a SAELens transcoder's ``cfg.json``."""
-    out = found.hook_name_out or hook_name(found.site, found.layer)
-    return {"d_out": found.d_out, "hook_name_out": out, "hook_layer_out": found.layer}
 
 
 def transcoder_output(cfg: dict, meta: dict, where: str, layer: int) -> tuple[str, str] | None:
