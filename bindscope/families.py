@@ -17,6 +17,7 @@ _LLAMA_LIKE_RENAME = {"embed_out": "lm_head"}
 # what the attention function receives (after q/k norms and rotary: TransformerLens'
 # rot_q/rot_k, not its hook_q), scores its pre-softmax scores (scaled, soft-capped, masked
 # to -inf) and mlp_post the MLP's hidden activation (the down projection's input).
+# mlp_in is the MLP's input, after the norm before it (TransformerLens' ln2.hook_normalized).
 SITE_NAMES: tuple[str, ...] = (
     "resid_pre",
     "q",
@@ -27,6 +28,7 @@ SITE_NAMES: tuple[str, ...] = (
     "pattern",
     "attn_out",
     "resid_mid",
+    "mlp_in",
     "mlp_post",
     "mlp_out",
     "resid_post",
@@ -65,7 +67,8 @@ class Sites:
     """Where a family keeps each site; the defaults are the Llama layout.
 
     ``resid_mid`` is ``None`` for families without one (a parallel residual: attention and
-    MLP both read ``resid_pre``). ``attn_out`` and ``mlp_out`` are what the block adds to
+    MLP both read ``resid_pre``), ``mlp_in`` for families with no norm before the MLP (its
+    input is ``resid_mid``: OLMo 2). ``attn_out`` and ``mlp_out`` are what the block adds to
     the residual stream, after any norm applied to it (OLMo 2, Gemma 2).
     """
 
@@ -78,6 +81,7 @@ class Sites:
     pattern: At = At("self_attn", "output", 1)
     attn_out: At = At("self_attn", "output")
     resid_mid: At | None = At("post_attention_layernorm", "input")
+    mlp_in: At | None = At("mlp", "input")
     mlp_post: At = At("mlp.down_proj", "input")
     mlp_out: At = At("mlp", "output")
     resid_post: At = At("", "output")
@@ -91,6 +95,7 @@ class Sites:
 _OLMO2_SITES = Sites(
     attn_out=At("post_attention_layernorm", "output"),
     resid_mid=At("mlp", "input"),
+    mlp_in=None,  # no norm before the MLP: its input is resid_mid
     mlp_out=At("post_feedforward_layernorm", "output"),
 )
 _GEMMA2_SITES = Sites(

@@ -16,6 +16,7 @@ _LLAMA = {
     "head_out": ("self_attn.o_proj", "input"),
     "attn_out": ("self_attn", "output"),
     "resid_mid": ("post_attention_layernorm", "input"),
+    "mlp_in": ("mlp", "input"),
     "mlp_post": ("mlp.down_proj", "input"),
     "mlp_out": ("mlp", "output"),
     "resid_post": ("", "output"),
@@ -43,7 +44,11 @@ NATIVE_SITES: dict[str, dict[str, tuple[str, str]]] = {
         }.items()
         if key != "resid_mid"  # parallel residual: attention and MLP both read resid_pre
     },
-    "olmo2": {**_SANDWICH, "resid_mid": ("mlp", "input")},
+    "olmo2": {
+        key: value
+        for key, value in {**_SANDWICH, "resid_mid": ("mlp", "input")}.items()
+        if key != "mlp_in"  # no norm before the MLP: its input is resid_mid
+    },
     "gemma2": {**_SANDWICH, "resid_mid": ("pre_feedforward_layernorm", "input")},
     "gemma3": {**_SANDWICH, "resid_mid": ("pre_feedforward_layernorm", "input")},
 }

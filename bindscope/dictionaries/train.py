@@ -15,7 +15,8 @@ import torch
 from torch import nn
 
 from bindscope.errors import InputError
-from bindscope.interventions.dictionary import Dictionary, hook_name
+from bindscope.interventions.dictionary import Dictionary
+from bindscope.interventions.hook_names import hook_name
 from bindscope.interventions.trace.features import TraceDictionary
 from bindscope.prompts import load
 

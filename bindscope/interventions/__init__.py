@@ -2,7 +2,7 @@
 
 **Specs** (`Zero`, `Mean`, `Patch`, `Resample`, `Steer`, `Knockout`, and `PathPatch` for
 edges between components) say what is done to which heads or sites (``resid_pre``,
-``resid_mid``, ``resid_post``, ``attn_out``, ``mlp_out``, ``head_out``); every call that
+``resid_mid``, ``mlp_in``, ``resid_post``, ``attn_out``, ``mlp_out``, ``head_out``); every call that
 runs the model takes them as ``intervene=`` (all texts) or ``per_row=`` (one entry per
 text)::
 

@@ -1,7 +1,8 @@
-"""Dictionaries (sparse autoencoders) loaded from local files, and their features as a site.
+"""Dictionaries (SAEs, transcoders) loaded from local files, and their features as a site.
 
-`load_dictionary` reads SAELens' format (``cfg.json`` + ``sae_weights.safetensors``) and Gemma
-Scope's (``params.npz`` / ``params.safetensors``); `Dictionary.save` writes SAELens' format.
+`load_dictionary` reads SAELens' format (``cfg.json`` + ``sae_weights.safetensors``, SAEs and
+transcoders) and Gemma Scope's (``params.npz`` / ``params.safetensors``); `Dictionary.save`
+writes SAELens' format.
 ``dictionary.features([3, 7])`` is a spec target (``Zero``, ``Mean``, ``Patch``, ``Resample``,
 ``Steer``); see docs/dictionaries.md.
 """
@@ -21,6 +22,14 @@ from safetensors.torch import load_file, save_file
 
 from bindscope.batch import DEFAULT_BATCH_SIZE
 from bindscope.errors import DictionaryError
+from bindscope.interventions.hook_names import (
+    TL_SITES,
+    TRANSCODERS,
+    hook_name,
+    site_of_hook,
+    skip_weights,
+    transcoder_output,
+)
 from bindscope.interventions.trace.features import TraceDictionary
 
 if TYPE_CHECKING:
@@ -32,15 +41,6 @@ CFG, WEIGHTS = "cfg.json", "sae_weights.safetensors"
 # The most a dictionary's weights may weigh to travel in every remote request (one a batch).
 REMOTE_BYTES = 64 * 2**20
 ARCHITECTURES = {"standard": "relu", "relu": "relu", "jumprelu": "jumprelu", "topk": "topk"}
-# TransformerLens hook names (and Gemma Scope folder names) -> bindscope sites
-_TL_SITES = {
-    "hook_resid_pre": "resid_pre",
-    "hook_resid_mid": "resid_mid",
-    "hook_resid_post": "resid_post",
-    "hook_attn_out": "attn_out",
-    "hook_mlp_out": "mlp_out",
-    "attn.hook_z": "head_out",
-}
 _SCOPE_SITES = {
     "res": "resid_post",
     "resid_post": "resid_post",
@@ -58,7 +58,9 @@ class Dictionary:
 
     ``decode(f) = f W_dec + b_dec``. ``architecture`` is ``relu``, ``jumprelu`` (with a
     ``threshold`` per latent) or ``topk`` (with ``k``). ``hook_name`` is the TransformerLens
-    name it was trained on; ``path`` the folder it came from (named in errors).
+    name it was trained on; ``path`` the folder it came from (named in errors). A transcoder
+    encodes ``weights.source`` (the MLP's input, ``hook_name``) and decodes into ``site``
+    (``hook_name_out``), plus ``x_in W_skip.T`` when it has a skip connection.
     """
 
     site: str
@@ -69,6 +71,8 @@ class Dictionary:
     model_name: str | None = None
     path: str = "<memory>"
     extra: dict = field(default_factory=dict, compare=False)
+    hook_name_out: str = ""
+    W_skip: torch.Tensor | None = field(default=None, compare=False)  # [d_out, d_in]
 
     def __post_init__(self) -> None:
         w, arch = self.weights, self.architecture
@@ -83,16 +87,23 @@ class Dictionary:
                 f"{'set' if has_threshold else 'None'} and k={w.k}: a jumprelu "
                 "dictionary has a threshold, a topk one k, a relu one neither"
             )
-        if self.site not in _TL_SITES.values() or isinstance(self.layer, bool) or self.layer < 0:
+        sites = (self.site, w.source or self.site)
+        if any(s not in TL_SITES.values() for s in sites) or not _is_layer(self.layer):
             raise DictionaryError(
-                f"{self.path}: site {self.site!r}, layer {self.layer!r}: a dictionary reads one of "
-                f"{', '.join(_TL_SITES.values())} of a layer >= 0"
+                f"{self.path}: site {self.site!r}, source {w.source!r}, layer {self.layer!r}: "
+                "a dictionary reads and writes one of "
+                f"{', '.join(TL_SITES.values())} of a layer >= 0"
             )
 
     @property
     def d_in(self) -> int:
         """The width of the site it reads."""
         return int(self.weights.W_enc.shape[0])
+
+    @property
+    def d_out(self) -> int:
+        """The width of the site it writes (``d_in`` but for a transcoder)."""
+        return int(self.weights.W_dec.shape[1])
 
     @property
     def d_sae(self) -> int:
@@ -103,7 +114,7 @@ class Dictionary:
     def nbytes(self) -> int:
         """The size of its weights in bytes."""
         w = self.weights
-        tensors = (w.W_enc, w.b_enc, w.W_dec, w.b_dec, w.threshold)
+        tensors = (w.W_enc, w.b_enc, w.W_dec, w.b_dec, w.threshold)  # W_skip stays here
         return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
@@ -121,10 +132,18 @@ class Dictionary:
     def check(self, model: LanguageModel) -> None:
         """Refuse a dictionary that does not fit ``model`` (raises `DictionaryError`)."""
         where = f"{self.path} ({self.hook_name or self.site})"
-        if self.site not in model.sites or self.site == "pattern":
+        for site, name in ((self.weights.source, "hook_name"), (self.site, "hook_name_out")):
+            if site is not None and site not in model.sites:
+                raise DictionaryError(
+                    f"{where}: site {site!r} (field {name}) is not a site of {model.name} "
+                    f"({model.family}); its sites are "
+                    f"{', '.join(s for s in model.sites if s != 'pattern')}"
+                )
+        order, source = list(model.sites), self.weights.source
+        if source is not None and order.index(source) >= order.index(self.site):
             raise DictionaryError(
-                f"{where}: site {self.site!r} (field hook_name) is not a site of {model.name}; "
-                f"its sites are {', '.join(s for s in model.sites if s != 'pattern')}"
+                f"{where}: it reads {source} and writes {self.site}, which {model.name} "
+                "computes first; a transcoder writes a later site of its layer (hook_mlp_out)"
             )
         if not 0 <= self.layer < model.n_layers:
             raise DictionaryError(
@@ -137,12 +156,8 @@ class Dictionary:
                 f"({self.nbytes / 2**20:.0f} MiB) would travel in every request (one a batch); "
                 f"bindscope ships up to {REMOTE_BYTES // 2**20} MiB: run it locally"
             )
-        width = model.n_heads * model.head_dim if self.site == "head_out" else model.d_model
-        if self.d_in != width:
-            raise DictionaryError(
-                f"{where}: d_in={self.d_in} (field d_in, W_enc rows) but {model.name}'s "
-                f"{self.site} is {width} wide; this dictionary was made for another model"
-            )
+        _check_width(self, where, model, "d_in", self.weights.source or self.site)
+        _check_width(self, where, model, "d_out", self.site)
 
     def save(self, folder: str | Path) -> Path:
         """Write ``cfg.json`` and ``sae_weights.safetensors`` (SAELens' format) into ``folder``."""
@@ -150,23 +165,58 @@ class Dictionary:
         folder.mkdir(parents=True, exist_ok=True)
         w = self.weights
         tensors = {"W_enc": w.W_enc, "b_enc": w.b_enc, "W_dec": w.W_dec, "b_dec": w.b_dec}
-        if w.threshold is not None:
-            tensors["threshold"] = w.threshold
+        for name, value in (("threshold", w.threshold), ("W_skip", self.W_skip)):
+            if value is not None:
+                tensors[name] = value
         save_file({k: v.detach().contiguous() for k, v in tensors.items()}, folder / WEIGHTS)
+        name = self.hook_name or hook_name(w.source or self.site, self.layer)
         cfg = {
-            "architecture": "standard" if self.architecture == "relu" else self.architecture,
+            "architecture": _saved_architecture(self),
             "d_in": self.d_in,
             "d_sae": self.d_sae,
             "dtype": str(w.W_enc.dtype).removeprefix("torch."),
             "apply_b_dec_to_input": bool(w.input_bias),
             "normalize_activations": "none",
-            "hook_name": self.hook_name or hook_name(self.site, self.layer),
-            "metadata": {"hook_name": self.hook_name or hook_name(self.site, self.layer)},
+            "hook_name": name,
+            "metadata": {"hook_name": name},
             **({"k": w.k} if w.k is not None else {}),
+            **(_transcoder_fields(self) if w.source else {}),
             **({"model_name": self.model_name} if self.model_name else {}),
         }
         (folder / CFG).write_text(json.dumps(cfg, indent=2) + "\n")
         return folder
+
+
+def _is_layer(layer: Any) -> bool:
+    return isinstance(layer, int) and not isinstance(layer, bool) and layer >= 0
+
+
+def _check_width(
+    found: Dictionary, where: str, model: LanguageModel, field: str, site: str
+) -> None:
+    """Refuse a ``d_in``/``d_out`` other than the width of ``site`` in ``model``."""
+    width = model.n_heads * model.head_dim if site == "head_out" else model.d_model
+    got, weight = (found.d_in, "W_enc rows") if field == "d_in" else (found.d_out, "W_dec columns")
+    if got != width:
+        raise DictionaryError(
+            f"{where}: {field}={got} (field {field}, {weight}) but {model.name}'s {site} is "
+            f"{width} wide; this dictionary was made for another model"
+        )
+
+
+def _saved_architecture(found: Dictionary) -> str:
+    """The architecture name SAELens gives ``found`` in ``cfg.json``."""
+    if found.weights.source is None:
+        return "standard" if found.architecture == "relu" else found.architecture
+    if found.W_skip is not None:
+        return "skip_transcoder"
+    return "jumprelu_transcoder" if found.architecture == "jumprelu" else "transcoder"
+
+
+def _transcoder_fields(found: Dictionary) -> dict:
+    """The output fields of a SAELens transcoder's ``cfg.json``."""
+    out = found.hook_name_out or hook_name(found.site, found.layer)
+    return {"d_out": found.d_out, "hook_name_out": out, "hook_layer_out": found.layer}
 
 
 class Features:
@@ -191,23 +241,6 @@ class Features:
     def __repr__(self) -> str:
         d = self.dictionary
         return f"features({d.site}@{d.layer}, {list(self.indices)})"
-
-
-def hook_name(site: str, layer: int) -> str:
-    """The TransformerLens hook name of a bindscope site (``blocks.3.hook_resid_post``)."""
-    tl = {v: k for k, v in _TL_SITES.items()}
-    return f"blocks.{layer}.{tl[site]}"
-
-
-def site_of_hook(name: str, where: str) -> tuple[str, int]:
-    """``(site, layer)`` of a TransformerLens hook name (raises `DictionaryError`)."""
-    found = re.fullmatch(r"blocks\.(\d+)\.(.+)", name or "")
-    if found is None or found.group(2) not in _TL_SITES:
-        raise DictionaryError(
-            f"{where}: hook_name {name!r} is not a site bindscope edits; known hook names are "
-            f"blocks.L.{{{', '.join(_TL_SITES)}}}"
-        )
-    return _TL_SITES[found.group(2)], int(found.group(1))
 
 
 def load_dictionary(
@@ -252,6 +285,9 @@ def _read_saelens(folder: Path) -> Dictionary:
     meta = cfg.get("metadata") or cfg.get("meta") or {}
     name = str(cfg.get("hook_name") or meta.get("hook_name") or "")
     site, layer = site_of_hook(name, where)
+    source, out_name = transcoder_output(cfg, meta, where, layer) or (None, "")
+    if source is not None:  # hook_name is where it reads; hook_name_out where it writes
+        source, site = site, source
     architecture = _architecture(cfg, where)
     if cfg.get("normalize_activations", "none") not in ("none", None):
         raise DictionaryError(
@@ -267,9 +303,17 @@ def _read_saelens(folder: Path) -> Dictionary:
     if not file.exists():
         raise DictionaryError(f"{folder}: no {WEIGHTS} beside {CFG}")
     k = _activation_k(cfg) if architecture == "topk" else None
-    weights = _weights(load_file(str(file)), str(file), architecture, k, cfg)
+    tensors = load_file(str(file))
+    weights = _weights(tensors, str(file), architecture, k, cfg, source)
+    skip = (
+        skip_weights(tensors, str(file), weights)
+        if cfg.get("architecture") == "skip_transcoder"
+        else None
+    )
     model_name = cfg.get("model_name") or meta.get("model_name")
-    return Dictionary(site, layer, weights, architecture, name, model_name, str(folder), cfg)
+    return Dictionary(
+        site, layer, weights, architecture, name, model_name, str(folder), cfg, out_name, skip
+    )
 
 
 def _architecture(cfg: dict, where: str) -> str:
@@ -277,12 +321,13 @@ def _architecture(cfg: dict, where: str) -> str:
     named = cfg.get("architecture") or "standard"
     if named == "standard" and cfg.get("activation_fn_str") == "topk":
         named = "topk"
-    if named not in ARCHITECTURES:
+    known = {**ARCHITECTURES, **TRANSCODERS}
+    if named not in known:
         raise DictionaryError(
             f"{where}: architecture {named!r} (field architecture) is not supported; "
-            f"bindscope reads {', '.join(ARCHITECTURES)}"
+            f"bindscope reads {', '.join(known)}"
         )
-    return ARCHITECTURES[named]
+    return known[named]
 
 
 def _activation_k(cfg: dict) -> int | None:
@@ -342,9 +387,17 @@ def _scope_layer(file: Path) -> int | None:
 
 
 def _weights(
-    tensors: dict[str, torch.Tensor], where: str, architecture: str, k: int | None, cfg: dict
+    tensors: dict[str, torch.Tensor],
+    where: str,
+    architecture: str,
+    k: int | None,
+    cfg: dict,
+    source: str | None = None,
 ) -> TraceDictionary:
-    """The weights, their shapes checked against one another and the config."""
+    """The weights, their shapes checked against one another and the config.
+
+    A transcoder (``source``: the site it encodes) decodes into ``d_out`` (W_dec's columns).
+    """
     missing = [n for n in ("W_enc", "b_enc", "W_dec", "b_dec") if n not in tensors]
     if architecture == "jumprelu" and "threshold" not in tensors:
         missing.append("threshold")
@@ -355,20 +408,31 @@ def _weights(
         raise DictionaryError(f"{where}: tensors {bad} are not floating point")
     t = {name: value.float() for name, value in tensors.items()}  # encoded in float32
     d_in, d_sae = t["W_enc"].shape
-    expected = {"b_enc": (d_sae,), "W_dec": (d_sae, d_in), "b_dec": (d_in,), "threshold": (d_sae,)}
+    d_out = int(t["W_dec"].shape[-1]) if source else d_in
+    expected = {
+        "b_enc": (d_sae,),
+        "W_dec": (d_sae, d_out),
+        "b_dec": (d_out,),
+        "threshold": (d_sae,),
+    }
     for name, shape in expected.items():
         if name in t and tuple(t[name].shape) != shape:
             raise DictionaryError(
                 f"{where}: {name} is {tuple(t[name].shape)}, not {shape} (W_enc is {d_in}x{d_sae})"
             )
-    for name, value in (("d_in", d_in), ("d_sae", d_sae)):
+    for name, value in (("d_in", d_in), ("d_sae", d_sae), ("d_out", d_out)):
         if name in cfg and int(cfg[name]) != value:
-            raise DictionaryError(f"{where}: field {name}={cfg[name]} but W_enc is {d_in}x{d_sae}")
+            raise DictionaryError(
+                f"{where}: field {name}={cfg[name]} but W_enc is {d_in}x{d_sae}, "
+                f"W_dec {d_sae}x{d_out}"
+            )
     if architecture == "topk" and not (k and 0 < k <= d_sae):
         raise DictionaryError(f"{where}: topk needs field k in 1..{d_sae}, got {k!r}")
     threshold = t.get("threshold") if architecture == "jumprelu" else None
-    input_bias = bool(cfg.get("apply_b_dec_to_input", True))
-    return TraceDictionary(t["W_enc"], t["b_enc"], t["W_dec"], t["b_dec"], threshold, k, input_bias)
+    input_bias = source is None and bool(cfg.get("apply_b_dec_to_input", True))
+    return TraceDictionary(
+        t["W_enc"], t["b_enc"], t["W_dec"], t["b_dec"], threshold, k, input_bias, source
+    )
 
 
 @torch.no_grad()
@@ -381,14 +445,14 @@ def capture_features(
     per_row: Any = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[torch.Tensor]:
-    """Feature activations ``[n, d_sae]`` per text: the dictionary's site, captured and encoded.
+    """Feature activations ``[n, d_sae]`` per text: the site it encodes, captured and encoded.
 
     What is encoded is the site as the model computes with it: after any intervention at
     that site (a feature edit included, whose kept error term the encoder then reads too).
     ``intervene``/``per_row`` as in ``model.capture``.
     """
     dictionary.check(model)
-    site, layer = dictionary.site, dictionary.layer
+    site, layer = dictionary.weights.source or dictionary.site, dictionary.layer
     got = model.capture(
         texts, [site], [layer], intervene=intervene, per_row=per_row, batch_size=batch_size
     )

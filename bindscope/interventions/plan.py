@@ -174,7 +174,7 @@ class Planner:
         where = torch.zeros(self.n_rows, width, units, dtype=torch.bool)
         entry = make(where)
         entry.every_position = every_position
-        entries.append(entry if dictionary is None else ops.FeatureEdit(entry, dictionary))
+        entries.append(entry if dictionary is None else ops.FeatureEdit(entry, dictionary, layer))
         return entry
 
     @staticmethod

@@ -161,13 +161,14 @@ class DonorOp(RowOp):
         assert self.donor is not None  # set by every spec that makes one
         columns = planner.columns(n, self.positions, donor=len(self.donor))
         row = planner.donor_ids[self.donor]
+        source = getattr(self.dictionary, "source", None) or self.site  # a transcoder's input
         for layer, units in self.units:
             # a row takes an edit it has no cell in yet (one donor per row and edit)
             edit = planner.edit(
                 self.site,
                 layer,
                 lambda where, layer=layer: ops.DonorEdit(
-                    where, (self.site, layer), torch.zeros(len(where), dtype=torch.long)
+                    where, (source, layer), torch.zeros(len(where), dtype=torch.long)
                 ),
                 every_position=False,
                 same=lambda e: isinstance(e, ops.DonorEdit) and not bool(e.where[r].any()),

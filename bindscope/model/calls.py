@@ -234,9 +234,9 @@ def capture(
     """Activations at ``sites`` of ``layers``, per text, in one trace per batch.
 
     ``got[i][site][layer]`` is float32 and unpadded: ``[n, d_model]`` for ``resid_pre``,
-    ``resid_mid``, ``resid_post``, ``attn_out`` and ``mlp_out``; ``[n, H, head_dim]``
-    for ``head_out`` and ``q``, ``[n, H_kv, head_dim]`` for ``k`` and ``v`` (query head
-    ``h`` reads kv head ``model.kv_head[h]``); ``[H, n, n]`` for ``pattern`` and
+    ``resid_mid``, ``mlp_in``, ``resid_post``, ``attn_out`` and ``mlp_out``;
+    ``[n, H, head_dim]`` for ``head_out`` and ``q``, ``[n, H_kv, head_dim]`` for ``k`` and
+    ``v`` (query head ``h`` reads kv head ``model.kv_head[h]``); ``[H, n, n]`` for ``pattern`` and
     ``scores``; ``[n, d_mlp]`` for ``mlp_post``. ``ln_final_scale`` is ``[n, 1]``, keyed
     by the last layer whatever ``layers`` says (the final norm reads its output).
     ``sites="all"`` is every site of the family and ``ln_final_scale``. Names are

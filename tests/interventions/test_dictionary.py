@@ -84,23 +84,31 @@ def feature_hook(sae: Dictionary, new_features, positions=None):
     return edit
 
 
-def _hf_logits(model, ids, sae=None, edit=None, layer=None):
+def _site_hook(model, sae, edit, layer: int):
+    return hooked(model.hf, model.family, sae.site, layer, edit=edit)
+
+
+def _hf_logits(model, ids, sae=None, edit=None, layer=None, hook=_site_hook):
+    """The HF model's logits, with ``hook(model, sae, edit, layer)`` on (default: the site's)."""
     with torch.no_grad():
         if sae is None:
             return model.hf(torch.tensor([ids])).logits[0].float()
-        at = sae.layer if layer is None else layer
-        with hooked(model.hf, model.family, sae.site, at, edit=edit):
+        with hook(model, sae, edit, sae.layer if layer is None else layer):
             return model.hf(torch.tensor([ids])).logits[0].float()
 
 
-def _check(model, sae, ids, got, edit):
-    """``got`` equals the hook's logits; the same edit one layer off and no edit both miss."""
-    ref = _hf_logits(model, ids, sae, edit)
+def _check(model, sae, ids, got, edit, hook=_site_hook):
+    """``got`` equals the hook's logits; the same edit one layer off and no edit both miss.
+
+    Returns ``(error, bound, how far one layer off misses)``.
+    """
+    ref = _hf_logits(model, ids, sae, edit, hook=hook)
     atol = logit_atol(ref, model.n_layers)
     torch.testing.assert_close(got, ref, rtol=0, atol=atol)
-    wrong = _hf_logits(model, ids, sae, edit, layer=sae.layer + 1)
-    assert float((got - wrong).abs().max()) > MARGIN * atol
+    missed = float((got - _hf_logits(model, ids, sae, edit, sae.layer + 1, hook)).abs().max())
+    assert missed > MARGIN * atol
     assert float((got - _hf_logits(model, ids)).abs().max()) > MARGIN * atol
+    return float((got - ref).abs().max()), atol, missed
 
 
 def _dictionaries(model):
@@ -242,7 +250,7 @@ def _edited_cfg(folder, **changes):
 @pytest.mark.parametrize(
     "change,words",
     [
-        ({"hook_name": "blocks.1.ln2.hook_normalized"}, ["cfg.json", "hook_name"]),
+        ({"hook_name": "blocks.1.ln1.hook_normalized"}, ["cfg.json", "hook_name"]),
         ({"hook_name": "blocks.9.hook_resid_post"}, ["sae", "layer 9", "hook_name"]),
         ({"d_in": 7}, ["sae_weights.safetensors", "d_in=7"]),
         ({"architecture": "gated"}, ["cfg.json", "architecture", "gated"]),

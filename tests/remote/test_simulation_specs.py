@@ -102,13 +102,19 @@ def test_site_specs_steer_and_capture_equal_local(twins):
         assert torch.equal(got, ref)
 
 
-def test_feature_specs_ship_their_dictionary_and_equal_local(twins):
-    """A dictionary's weights travel in the request (a plain TraceDictionary in the plan)."""
+@pytest.mark.parametrize("kind", ["sae", "transcoder"])
+def test_feature_specs_ship_their_dictionary_and_equal_local(twins, kind):
+    """A dictionary's weights travel in the request (a plain TraceDictionary in the plan); a
+    transcoder's edit reads the MLP's input in the shipped walk."""
     from tests.interventions.test_dictionary import random_dictionary
+    from tests.interventions.test_transcoder import random_transcoder
 
     local, simulated = twins
     texts = _variants(local)
-    sae = random_dictionary(local, "resid_post", "topk")
+    if kind == "sae":
+        sae = random_dictionary(local, "resid_post", "topk")
+    else:
+        sae = random_transcoder(local, "jumprelu", skip=False)
     features = sae.features([0, 3, 5])
     for spec in (Zero(features), Patch(features, texts[::-1]), Steer(features, scale=2.0)):
         for got, ref in zip(

@@ -39,11 +39,12 @@ class _ZeroMLP(nn.Module):
         return torch.zeros_like(x)
 
 
-def linearised(family: str, tokenizer):
+def linearised(family: str, tokenizer, *, keep_mlp: bool = False):
     """The family's tiny model with its logits affine in the last layer's head outputs.
 
     No final norm, no last MLP, no norm after the last attention, and no final logit
-    soft-capping (Gemma 2's tanh after the LM head).
+    soft-capping (Gemma 2's tanh after the LM head). ``keep_mlp``: the last MLP stays (the
+    logits are affine in its output, not in the heads').
     """
     from transformers import AutoModelForCausalLM
 
@@ -56,7 +57,8 @@ def linearised(family: str, tokenizer):
     base = hf.base_model
     last = (base.layers if hasattr(base, "layers") else base.h)[-1]
     setattr(base, row.final_norm, nn.Identity())
-    last.mlp = _ZeroMLP()
+    if not keep_mlp:
+        last.mlp = _ZeroMLP()
     if row.attention_post_norm:
         setattr(last, row.attention_post_norm, nn.Identity())
     return bindscope.load_model(hf.eval(), tokenizer=tokenizer)

@@ -15,9 +15,10 @@ import torch
 from bindscope.errors import InputError
 from bindscope.runners.attribution_patching import LogitDifference
 from bindscope.runners.feature_attribution import feature_attribution
+from tests.conftest import FAMILY_NAMES
 from tests.interventions.test_dictionary import feature_hook, random_dictionary
 from tests.reference_sites import hooked
-from tests.runners.test_attribution_patching import TEXTS, A, B
+from tests.runners.test_attribution_patching import TEXTS, A, B, linearised
 from tests.tolerance import logit_bound, rounding_bound
 
 MARGIN = 100
@@ -47,6 +48,32 @@ def _hand_effect(model, sae, latent):
 
 def test_feature_estimates_equal_exact_effects_and_the_top_k_are_measured(flat):
     sae = random_dictionary(flat, "resid_post", "relu", layer=flat.n_layers - 1)
+    found = _estimates_equal_exact_effects(flat, sae)
+    hand = _hand_effect(flat, sae, found.verified[0])
+    exact = torch.from_numpy(found.exact)
+    assert float((exact[:, 0] - hand).abs().max()) <= 4 * logit_bound(flat, TEXTS)
+
+
+@pytest.fixture(scope="module", params=FAMILY_NAMES)
+def flat_mlp(request, byte_tokenizer, sp_tokenizer):
+    """``flat`` with its last MLP kept: the logits are affine in that MLP's output."""
+    model = linearised(request.param, sp_tokenizer if request.param == "llama" else byte_tokenizer,
+                       keep_mlp=True)  # fmt: skip
+    model.hf.requires_grad_(True)
+    return model
+
+
+def test_transcoder_estimates_equal_exact_effects(flat_mlp):
+    """A transcoder's latents, encoded from the last MLP's input, edit its output."""
+    from tests.interventions.test_transcoder import random_transcoder
+
+    tc = random_transcoder(flat_mlp, "relu", skip=True, layer=flat_mlp.n_layers - 1)
+    _estimates_equal_exact_effects(flat_mlp, tc)
+
+
+def _estimates_equal_exact_effects(flat, sae):
+    """The top K are the largest estimates, and each equals its exact effect; another
+    text's exact effect misses by orders of magnitude."""
     found = feature_attribution(flat, TEXTS, LogitDifference(A, B), sae, verify=VERIFY)
     assert found.estimate.shape == (len(TEXTS), sae.d_sae) and len(found.verified) == VERIFY
     ranked = abs(found.estimate.mean(0))
@@ -63,8 +90,7 @@ def test_feature_estimates_equal_exact_effects_and_the_top_k_are_measured(flat):
     assert error <= bound, f"{flat.family}: error {error:.2e} > bound {bound:.2e}"
     miss = float((got - exact.roll(1, 0)).abs().max())
     assert miss > MARGIN * bound, f"{flat.family}: another text misses by only {miss:.2e}"
-    hand = _hand_effect(flat, sae, found.verified[0])
-    assert float((exact[:, 0] - hand).abs().max()) <= 4 * logit_bound(flat, TEXTS)
+    return found
 
 
 def test_verify_out_of_range_is_refused(flat):

@@ -176,6 +176,11 @@ class TracePlan:
         self.knockout_batch = knockout_batch or {}
         self.knockout_site = knockout_site
 
+    def reads(self):
+        """The ``(site, layer)`` that transcoder edits encode (`FeatureEdit.reads`)."""
+        found = (getattr(e, "reads", None) for entries in self.edits.values() for e in entries)
+        return {key for key in found if key is not None}
+
     def __bool__(self):
         return bool(
             self.edits or self.knockout or self.knockout_batch or self.path or self.pattern_batch
@@ -338,6 +343,7 @@ def _run_layers(
     wanted = {name: set(layers) for name, layers in (sites or {}).items()}
     probs: dict = {}  # {layer: recomputed probabilities}, set at the attention call
     calls: dict = {}  # {layer: {call site: tensor}}, read once at the attention call
+    reads, inputs = plan.reads(), {}  # {(site, layer): tensor} that transcoders encode
     for layer, name in layer_sites(model, only_layers):
         if name == "pattern":
             if (name, layer) in plan.edits and not plan.patterns_run:
@@ -353,10 +359,12 @@ def _run_layers(
             recompute = label if layer in capture else None
             calls[layer], probs[layer] = _attention_call(model, layer, plan, recompute, wanted)
         keep = layer in wanted.get(name, ())
-        if (name, layer) not in plan.edits and not keep:
+        if (name, layer) not in plan.edits and not keep and (name, layer) not in reads:
             continue
         x = calls[layer][name] if at_call else site(model, name, layer)
-        apply_edits(model, name, layer, x, plan, donors, step)
+        if (name, layer) in reads:
+            inputs[(name, layer)] = x  # edited in place below: what the MLP reads
+        apply_edits(model, name, layer, x, plan, {**(donors or {}), "inputs": inputs}, step)
         if keep:  # the scores as [b, H, q, k], like the pattern
             view = x if name == "scores" else unit_view(model, name, x)
             out[(name, layer)] = save(view.clone())

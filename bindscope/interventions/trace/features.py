@@ -1,8 +1,9 @@
-"""Dictionary features (SAE latents) as a site: encode, edit the features, decode the change.
+"""Dictionary features (SAE and transcoder latents) as a site: encode, edit, decode the change.
 
 A `FeatureEdit` wraps an edit of the feature view ``[b, s, F, 1]`` and writes back only
 ``decode(edited f) - decode(f)``, so the reconstruction error is kept as it is and a cell the
-edit leaves alone is bit-identical. Torch and math only: the weights ship by value.
+edit leaves alone is bit-identical. A transcoder encodes another site (``source``: the MLP's
+input) than the one it writes. Torch and math only: the weights ship by value.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class TraceDictionary:
         threshold: ``[F]`` for JumpReLU, else None.
         k: The number of latents TopK keeps, else None.
         input_bias: Whether ``b_dec`` is subtracted from the input before encoding.
+        source: The site the encoder reads when it is not the edited one (a transcoder's
+            ``mlp_in`` or ``resid_mid``; ``W_dec`` then maps to the edited site), else None.
     """
 
     def __init__(
@@ -38,9 +41,11 @@ class TraceDictionary:
         threshold: torch.Tensor | None = None,
         k: int | None = None,
         input_bias: bool = True,
+        source: str | None = None,
     ):
         self.W_enc, self.b_enc, self.W_dec, self.b_dec = W_enc, b_enc, W_dec, b_dec
         self.threshold, self.k, self.input_bias = threshold, k, input_bias
+        self.source = source
 
     def encode(self, x: torch.Tensor):
         """Feature activations ``[..., F]`` of ``x`` ``[..., d_in]``."""
@@ -71,16 +76,20 @@ class FeatureEdit(Edit):
 
     The site becomes ``x + decode(new f) - decode(f)``, i.e. ``decode(new f)`` plus the
     reconstruction error ``x - decode(f)``. A donor edit's donors are encoded the same way.
+    ``reads`` is ``(source, layer)`` for a transcoder: the walk hands that site's tensor in
+    ``donors["inputs"]`` under it, and ``f`` encodes it.
     """
 
-    def __init__(self, inner: Edit, dictionary: TraceDictionary):
+    def __init__(self, inner: Edit, dictionary: TraceDictionary, layer: int = 0):
         Edit.__init__(self, inner.where)
         self.every_position = inner.every_position
         self.inner, self.dictionary = inner, dictionary
+        self.reads = None if dictionary.source is None else (dictionary.source, layer)
 
     def features(self, view: torch.Tensor, donors: Any):
         """``(f, new f)`` of the view ``[b, s, U, k]``, each ``[b, s, F, 1]``."""
-        f = self.dictionary.encode(view.flatten(2))[..., None]
+        x = view if self.reads is None else donors["inputs"][self.reads]  # a transcoder's
+        f = self.dictionary.encode(x.flatten(2))[..., None]
         if isinstance(self.inner, DonorEdit):
             acts = donors[self.inner.key].flatten(2)  # [d, W, d_in]
             donors = {self.inner.key: self.dictionary.encode(acts)[..., None]}

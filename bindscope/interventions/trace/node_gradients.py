@@ -190,7 +190,8 @@ def attribution_pass(
     stream = site(model, "resid_pre", 0)  # [b, W, d]
     if not stream.requires_grad:  # NDIF serves frozen weights: track gradients from here
         stream.requires_grad_(True)
-    taps, blocks = _attribution_taps(model, plan, stream, grad_drop)
+    taps, blocks, inputs = _attribution_taps(model, plan, stream, grad_drop)
+    donors = {**(donors or {}), "inputs": inputs}  # what transcoder edits encode
     metric = metric_values(final_logits(model), terms)
     wrt = [x for x in taps.values() if x.requires_grad]
     total = metric.sum()
@@ -205,17 +206,21 @@ def attribution_pass(
 def _attribution_taps(model: TraceTarget, plan: TracePlan, stream: torch.Tensor, grad_drop: bool):
     """The sites the plan edits (and knocked-out patterns), in execution order, read only.
 
-    Returns ``({(site, layer): tensor}, blocks)``: ``blocks`` are every layer's
-    ``attn_out`` and ``mlp_out`` when ``grad_drop`` asks for them.
+    Returns ``({(site, layer): tensor}, blocks, inputs)``: ``blocks`` are every layer's
+    ``attn_out`` and ``mlp_out`` when ``grad_drop`` asks for them; ``inputs`` the sites
+    transcoder edits encode (`TracePlan.reads`).
     """
-    taps, blocks = {}, []
+    taps, blocks, inputs, reads = {}, [], {}, plan.reads()
     for layer, name in layer_sites(model):
-        if (name, layer) in plan.edits or (name == "pattern" and layer in plan.knockout):
-            first = (name, layer) == ("resid_pre", 0)  # read once: a second read would wait
-            taps[(name, layer)] = stream if first else site(model, name, layer)
+        key = (name, layer)
+        if key in plan.edits or (name == "pattern" and layer in plan.knockout):
+            first = key == ("resid_pre", 0)  # read once: a second read would wait
+            taps[key] = stream if first else site(model, name, layer)
+        if key in reads:
+            inputs[key] = taps[key] if key in taps else site(model, name, layer)
         if grad_drop and name in ("attn_out", "mlp_out"):
             blocks.append(site(model, name, layer))
-    return taps, blocks
+    return taps, blocks, inputs
 
 
 def _grad_drop(
