@@ -14,6 +14,7 @@ import torch
 
 from bindscope.errors import InputError
 from bindscope.interventions.trace.sites import site_module
+from bindscope.nnsight_private import underlying_module
 
 Encoder = Any  # an SAE with encode(x) -> [..., d_sae] and decode(f) -> [..., d_in]
 
@@ -109,7 +110,7 @@ def _output_module(model: Any, site: str, layer: int) -> tuple[torch.nn.Module, 
     if where is None or where[1] != "output":
         outputs = sorted(name for name, at in model.sites.items() if at[1] == "output")
         raise InputError(f"{model.name}: the splice needs a module output site, one of {outputs}")
-    module = site_module(model.nnsight, layer, where[0])._module
+    module = underlying_module(site_module(model.nnsight, layer, where[0]))
     return module, where[2]
 
 
