@@ -234,7 +234,8 @@ def patch_patterns_batch(model: TraceTarget, plan: TracePlan):
     """Apply the plan's pattern patches across the whole batch (run in an empty invoke)."""
     for layer in sorted(plan.pattern_batch):
         where, donor = plan.pattern_batch[layer]
-        patch_patterns(attention_module(model, layer), where, donor, plan.knockout_site)
+        attn, scaling = attention_module(model, layer), model.attention_scaling[layer]
+        patch_patterns(attn, where, donor, plan.knockout_site, scaling)
 
 
 def knock_out_batch(

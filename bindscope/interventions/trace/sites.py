@@ -193,7 +193,9 @@ def knock_out(attn: Any, removed: torch.Tensor, site: Any):
     return _set_mask(call, args, kwargs, site[1], new)
 
 
-def patch_patterns(attn: Any, where: torch.Tensor, donor: torch.Tensor, site: Any):
+def patch_patterns(
+    attn: Any, where: torch.Tensor, donor: torch.Tensor, site: Any, scaling: float | None
+):
     """Give query rows of some heads another batch row's attention pattern, exactly.
 
     The mask of each patched row becomes ``log(p_donor) - scores``, so the softmax returns
@@ -204,6 +206,8 @@ def patch_patterns(attn: Any, where: torch.Tensor, donor: torch.Tensor, site: An
         where: ``[B, H, W]`` bool, the patched query rows of each batch row and head.
         donor: ``[B, H, W]`` long, the batch row whose pattern row each takes.
         site: ``(label, mask_index)`` as in `knock_out`.
+        scaling: The module's q.k scale (``model.attention_scaling``), for a call that
+            passes none (GPT-2's own eager method).
     """
     call, args, kwargs, mask = _call_mask(attn, site, (where.shape[-1], where.shape[-1]))
     if call is None:
@@ -211,7 +215,7 @@ def patch_patterns(attn: Any, where: torch.Tensor, donor: torch.Tensor, site: An
     query = args[site[1] - 3]
     given = dict(kwargs)
     if given.get("scaling") is None:  # GPT-2's own eager method scales by its module's
-        given["scaling"] = getattr(attn, "scaling", None)
+        given["scaling"] = scaling
     scores = attention_scores(query, args[site[1] - 2], given)  # [B, H, W, W], unmasked
     if mask.dtype == torch.bool:
         mask = torch.zeros(mask.shape, device=scores.device).masked_fill(~mask, float("-inf"))
