@@ -35,6 +35,8 @@ SITE_NAMES: tuple[str, ...] = (
 )
 # Sites read at the attention function's call (``At(..., "call", i)``): q, k, v, scores.
 CALL_SITES: tuple[str, ...] = ("q", "k", "v", "scores")
+# Sites whose units are heads (kv heads at k and v), seen as [n, U, head_dim].
+HEAD_SITES: tuple[str, ...] = ("head_out", "q", "k", "v")
 # Sites outside the decoder layers, captured only: the final norm's normaliser (TL's
 # ln_final.hook_scale: sqrt(mean(x^2) + eps), centred first for a LayerNorm), [n, 1].
 FINAL_SITES: tuple[str, ...] = ("ln_final_scale",)

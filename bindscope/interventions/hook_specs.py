@@ -15,7 +15,7 @@ import torch
 
 from bindscope.batch import absolute_positions
 from bindscope.errors import InterventionError
-from bindscope.families import SITE_NAMES
+from bindscope.families import HEAD_SITES, SITE_NAMES
 from bindscope.interventions.rowops import HookOp, ReplaceOp, RowOp, unit_shape
 from bindscope.interventions.specs import (
     RowContext,
@@ -76,7 +76,7 @@ class Hook:
         units = tuple(range(unit_shape(model, self.site)[0]))
         cells = tuple((layer, units) for layer in model.check_layers(self.layer))
         fn = self.__dict__["_checked"]
-        heads = self.site in ("head_out", "q", "k", "v")  # [1, n, U, hd]; else [1, n, d]
+        heads = self.site in HEAD_SITES  # [1, n, U, hd]; else [1, n, d]
         return (HookOp(self.describe(), self.site, cells, None, fn, heads),)
 
 

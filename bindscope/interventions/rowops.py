@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import torch
 
+from bindscope.families import HEAD_SITES
 from bindscope.interventions import ops
 from bindscope.interventions.trace.features import features_key
 
@@ -63,7 +64,7 @@ __all__ = ["AddOp", "DonorOp", "HookOp", "KnockoutOp", "PathOp", "ReplaceOp", "R
 
 # Sites made of several units a spec can pick by index, as (layer, unit) pairs: heads
 # (kv heads at k and v) and the MLP's neurons.
-UNIT_SITES = ("head_out", "q", "k", "v", "mlp_post")
+UNIT_SITES = (*HEAD_SITES, "mlp_post")
 
 
 def unit_shape(model: Any, site: str) -> tuple[int, int]:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from bindscope.errors import InterventionError
-from bindscope.families import FINAL_SITES, SITE_NAMES
+from bindscope.families import FINAL_SITES, HEAD_SITES, SITE_NAMES
 from bindscope.interventions.dictionary import Features
 from bindscope.interventions.ops import by_layer
 from bindscope.interventions.rowops import (
@@ -429,7 +429,7 @@ def _check_means(
             f"{model.name}: {spec.describe()} needs means={helper}, got {type(spec.means).__name__}"
         )
     shape = unit_shape(model, site)
-    wanted = list(shape) if site in ("head_out", "q", "k", "v") else [shape[0] * shape[1]]
+    wanted = list(shape) if site in HEAD_SITES else [shape[0] * shape[1]]
     out = {}
     for layer, unit_list in units:
         if layer not in means:

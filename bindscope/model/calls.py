@@ -21,7 +21,7 @@ from bindscope.batch import (
     widened,
 )
 from bindscope.errors import InterventionError
-from bindscope.families import FINAL_SITES
+from bindscope.families import FINAL_SITES, HEAD_SITES
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import PlannedBatch, attention_call, plan_batches
 from bindscope.interventions.resolve import HeadList, Intervention, PerRow, resolve_rows
@@ -342,7 +342,7 @@ def _unpadded(
                 value = found[(name, layer)][row, pad:]  # [n, U, k]
             if name == "mlp_post":
                 value = value[..., 0]  # [n, d_mlp]
-            elif name not in ("head_out", "q", "k", "v", "scores"):
+            elif name not in (*HEAD_SITES, "scores"):
                 value = value[:, 0]  # [n, d_model]
             got.setdefault(name, {})[layer] = value.float().contiguous()
     if "ln_final_scale" in found:  # keyed by the last layer, whose output the norm reads
