@@ -25,6 +25,7 @@ class _Recorder(dict):
 
 def serialize_request(tracer: Any) -> bytes:
     """The uncompressed payload a request sends (nnsight's environment pulled first)."""
+    # private path, looked up on use (module docstring)
     from nnsight.ndif import pull_env
     from nnsight.schema.request import RequestModel
 
@@ -34,6 +35,7 @@ def serialize_request(tracer: Any) -> bytes:
 
 def _recording_unpickler(refs: list):
     """The nnsight unpickler, recording each ``(kind, module, name)`` it loads into ``refs``."""
+    # private path, looked up on use (module docstring)
     from nnsight.intervention.serialization import CustomCloudUnpickler
 
     def recording(kind: str, function: Callable[..., Any]):
@@ -56,9 +58,10 @@ def _recording_unpickler(refs: list):
 
 def deserialize_request(blob: bytes, nnsight_model: Any, tracer: Any, refs: list):
     """Unpickle a request as the server would, recording what it names into ``refs``."""
-    # unpickling replaces the trace body's source in linecache: ours is put back
+    # private path, looked up on use (module docstring)
     from nnsight.schema.request import RequestModel
 
+    # unpickling replaces the trace body's source in linecache: ours is put back
     filename = tracer.info.frame.f_code.co_filename
     saved = linecache.cache.get(filename)
     try:
@@ -90,6 +93,7 @@ def execute(restored: Any) -> dict:
 
 def deliver(tracer: Any, values: dict) -> None:
     """Hand a server's saved values to the client's trace, as a remote result is."""
+    # private path, looked up on use (module docstring)
     from nnsight.tracing.tracer import mark
     from nnsight.tracing.util import push
 
@@ -137,6 +141,7 @@ def submit(
 
 def job_failed() -> type[Exception]:
     """The exception nnsight raises when an NDIF job fails on the server."""
+    # private path, looked up on use (module docstring)
     from nnsight.intervention.backends.remote import RemoteError
 
     return RemoteError
@@ -144,6 +149,7 @@ def job_failed() -> type[Exception]:
 
 def hub_id_cache() -> dict[str, str]:
     """The nnsight cache of canonical Hub ids (what NDIF deployments are keyed by)."""
+    # private path, looked up on use (module docstring)
     from nnsight.modeling.huggingface import _ID_CACHE
 
     return _ID_CACHE
