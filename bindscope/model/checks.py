@@ -72,10 +72,8 @@ def order_error(
     )
     return InterventionOrderError(
         f"{model_name}: {what} of layer {layer} came after the trace had already run past "
-        f"layer {layer}: an earlier call in the same trace touched a later layer (e.g. "
-        "capture_attention(model, [2]) before zero_ablate(model, [(0, 1)])). Inside one "
-        "trace call the primitives in execution order, earlier layers before later ones "
-        "and a layer's ablation before its capture; or pass both to one "
+        f"layer {layer}. Call the primitives in execution order, earlier layers before later "
+        "ones and a layer's ablation before its capture, or pass both to one "
         "run_layers(model, capture=..., zero=...) call, which orders them for you"
     )
 
