@@ -14,24 +14,16 @@ from bindscope.errors import InputError, PromptTooLongError
 T = TypeVar("T")
 
 DEFAULT_BATCH_SIZE = 16
-#: Rows per greedy-generation batch. A decoding step reads every weight once whatever the
-#: batch, so rows added to a step cost little: on the default model on 2 CPU cores, 64 rows
-#: generated 1.5x faster per row than 16, while a forward pass over whole prompts is fastest
-#: near ``DEFAULT_BATCH_SIZE`` (benchmarks/README.md).
+#: A decoding step reads every weight once whatever the batch: 64 rows generate 1.5x faster
+#: per row than 16 (benchmarks/README.md).
 GENERATION_BATCH_SIZE = 64
-#: Batches per nnsight session: one request when the model is remote (fewer round trips),
-#: and a failed request loses at most this many batches.
+#: Batches per nnsight session (one request when remote; a failed one loses at most these).
 SESSION_BATCHES = 8
 
 
 @dataclass(frozen=True)
 class Batch:
-    """A left-padded batch and where each text sits in it.
-
-    ``indices`` are the texts' positions in the caller's list; ``input_ids``,
-    ``attention_mask`` (0 on padding) and ``position_ids`` (counted from each text's first
-    real token) are ``[b, n]``; ``lengths`` the unpadded lengths.
-    """
+    """A left-padded ``[b, n]`` batch; ``indices``: the texts' positions in the caller's list."""
 
     indices: list[int]
     input_ids: torch.Tensor
@@ -100,15 +92,7 @@ def check_rows(
     vocab_size: int,
     context_length: int | None,
 ) -> None:
-    """Refuse a row the model cannot run: empty, ids outside the vocabulary, too long.
-
-    ``indices`` are the rows' positions in the caller's list of texts (named as ``text #i``).
-
-    Raises:
-        InputError: An empty row or a token id outside ``0 .. vocab_size - 1``.
-        PromptTooLongError: A row longer than ``context_length`` (positions past the window
-            would be computed with no error and mean nothing).
-    """
+    """Refuse a row the model cannot run: empty, ids outside the vocabulary, too long."""
     for index, row in zip(indices, rows):
         if not row:
             raise InputError(f"{model_name}: text #{index} tokenizes to nothing")
@@ -150,13 +134,7 @@ def sessions(jobs: Sequence[T], size: int = SESSION_BATCHES) -> Iterator[list[T]
 
 
 def read_positions(positions: object, *, what: str = "positions") -> tuple[int, ...] | None:
-    """``positions=`` of a reading call as a tuple of integers (None: every position).
-
-    Negative positions count from each text's end (``-1``: the last token).
-
-    Raises:
-        InputError: Not an integer or a non-empty list of integers.
-    """
+    """``positions=`` of a reading call as a tuple of integers (None: every position)."""
     if positions is None:
         return None
     if isinstance(positions, numbers.Integral) and not isinstance(positions, bool):
@@ -175,13 +153,7 @@ def read_positions(positions: object, *, what: str = "positions") -> tuple[int, 
 def absolute_positions(
     positions: tuple[int, ...], n: int, *, model_name: str, text: str, what: str = "positions"
 ) -> list[int]:
-    """``positions`` of a text of ``n`` tokens, counted from its start.
-
-    ``text`` names the text in the message (``"text #3"``).
-
-    Raises:
-        InputError: A position outside the text (names the text, its length and the range).
-    """
+    """``positions`` of the text named ``text`` of ``n`` tokens, counted from its start."""
     out = [p + n if p < 0 else p for p in positions]
     bad = [p for p, q in zip(positions, out) if not 0 <= q < n]
     if bad:

@@ -21,20 +21,12 @@ from bindscope.protocols import LanguageModel
 #: The models the demo runs, in order: None is the default (SmolLM2-135M-Instruct).
 DEMO_MODELS = (None, "gemma-3-270m", "qwen2.5-coder-0.5b")
 QUICK_TERMS = ("screen reader", "alt text", "skip link", "focus indicator")
-#: C5 evaluates only rec_003, the True/False recognition item of every term (41 of the 451
-#: prompts); ``DEMO_C5_DESIGN``, stored with the records, says why and what it costs in power.
-#: Its unit cost, from the earlier demo's profile on a quiet 2-core machine: one item under
-#: one condition takes about 0.046 s of one core on SmolLM2 (0.05 s on Gemma 3, an estimated
-#: 0.2 s on Qwen2.5-0.5B), the four-choice rec_001 0.23 s. Heads are still ranked on all
-#: canonical prompts; ``bindscope c5`` and ``bindscope fewshot`` evaluate every prompt.
-#: The design is the point of ``benchmarks/c5_frontier.py`` (benchmarks/README.md, "C5
-#: power against time") that fits 15 minutes of C5 for the three models: one item per
-#: term, the random null only, at most 59 sets, so that p reaches 1/60, Holm's 0.05 / 3.
+#: C5 evaluates only the True/False item of every term: ``DEMO_C5_DESIGN``, stored with the
+#: records, says why and what it costs in power (benchmarks/README.md, "C5 power against time").
 DEMO_C5_IDS = ("rec_003",)
 DEMO_N_RANDOM = 59
 DEMO_STOP_AT = 10
 DEMO_K = 4
-#: The command that goes past the demo's power (``bindscope c5 --preset powered``).
 POWERED_COMMAND = "make c5-powered"
 DEMO_C5_DESIGN = (
     "the demo evaluates recognition only ({items} item x {terms} terms: the True/False "
@@ -54,19 +46,21 @@ DEMO_C5_DESIGN = (
 DEMO_FEWSHOT_IDS = ("gen_001", "gen_002")
 
 
+def _digest(pset: PromptSet, chosen: Iterable[str]) -> str:
+    return hashlib.sha256((pset.sha256 + "|" + ",".join(sorted(chosen))).encode()).hexdigest()
+
+
 def subset(pset: PromptSet, terms: Iterable[str]) -> PromptSet:
     """The records of ``pset`` whose term (or control source) is in ``terms``."""
     terms = set(terms)
     keep = tuple(r for r in pset if r.term in terms or r.extra.get("source_term") in terms)
-    digest = hashlib.sha256((pset.sha256 + "|" + ",".join(sorted(terms))).encode()).hexdigest()
-    return PromptSet(f"{pset.name}-quick", keep, digest)
+    return PromptSet(f"{pset.name}-quick", keep, _digest(pset, terms))
 
 
 def by_prompt_id(pset: PromptSet, ids: Collection[str]) -> PromptSet:
     """The records of ``pset`` whose ``prompt_id`` is in ``ids`` (every term kept)."""
     keep = tuple(r for r in pset if r.prompt_id in set(ids))
-    digest = hashlib.sha256((pset.sha256 + "|" + ",".join(sorted(ids))).encode()).hexdigest()
-    return PromptSet(f"{pset.name}-{'+'.join(ids)}", keep, digest)
+    return PromptSet(f"{pset.name}-{'+'.join(ids)}", keep, _digest(pset, ids))
 
 
 def quick_controls(pset: PromptSet, per_group: int = 3) -> PromptSet:
@@ -90,13 +84,8 @@ def run(
 ) -> dict:
     """Run the demo study on each model and print its tables; returns ``{experiment: summary}``.
 
-    ``models`` (loaded or ``load_model`` names) run in turn, by default ``DEMO_MODELS``, their
-    records side by side in ``out``. ``quick`` runs a few terms only (a smoke test). ``force``
-    discards the finished records in ``out`` (needed to switch between quick and full in one
-    folder); only the first model's steps discard.
-
-    C5 evaluates ``DEMO_C5_IDS`` of every term (heads ranked on all canonical prompts) and
-    few-shot ``DEMO_FEWSHOT_IDS``; binding and controls use every prompt.
+    ``models`` (loaded or names; default ``DEMO_MODELS``) write side by side in ``out``;
+    ``quick`` runs a few terms; ``force`` discards ``out``'s finished records.
     """
     out = Path(out)
     started = time.perf_counter()
@@ -126,7 +115,6 @@ def run(
 def _run_steps(
     loaded: LanguageModel, steps: list, out: Path, *, force: bool, progress: bool
 ) -> dict[str, dict]:
-    """Every experiment of the demo on one model, timed; ``{experiment: summary}``."""
     summaries = {}
     for name, run_step, options in steps:
         t1 = time.perf_counter()
@@ -136,7 +124,6 @@ def _run_steps(
 
 
 def _figures_and_report(out: Path, summaries: dict) -> tuple[FigureReport, Path]:
-    """Draw the figures and write the report, with C5's power statement where C5 ran."""
     figures = make_figures(out)
     report = write_report(out, figures=figures)
     if "c5" in summaries:  # where the demo's power stops, and the command that goes further
@@ -146,7 +133,6 @@ def _figures_and_report(out: Path, summaries: dict) -> tuple[FigureReport, Path]
 
 
 def _print_tables(summaries: dict, figures: FigureReport, report: Path) -> None:
-    """Every summary's tables, the figures drawn and the report's path."""
     print()
     for summary in summaries.values():
         for line in summary_lines(summary):
@@ -158,11 +144,7 @@ def _print_tables(summaries: dict, figures: FigureReport, report: Path) -> None:
 
 
 def power_statement(c5_summary: dict, score: str = "recognition") -> str:
-    """The report's section on where the demo's C5 power stops, per model and null.
-
-    The detectable drop (``c5_summary``'s, power 0.8 at Holm's one-sided 0.05 / models) is
-    the smallest top-set drop the run could have found; below it "can't tell" is no answer.
-    """
+    """The report's section on where the demo's C5 power stops: each model's detectable drop."""
     n_random = c5_summary.get("n_random")
     lines = ["## Where the demo's power stops", ""]
     for label, entry in c5_summary.get("models", {}).items():
@@ -193,10 +175,7 @@ def _mean(values: list | None) -> float | None:
 
 
 def _check_installed(chosen: list, *, defaults: bool) -> None:
-    """A missing package fails now, not after the first model's run.
-
-    ``defaults``: the models are the demo's own, so each must be an embedded model.
-    """
+    # a missing package fails now, not after the first model's run
     for spec in chosen:
         if spec is None or isinstance(spec, str):
             if defaults and loading.embedded(spec) is None:
@@ -208,7 +187,6 @@ def _check_installed(chosen: list, *, defaults: bool) -> None:
 
 
 def _load(spec: Any):
-    """A loaded model, or ``load_model(spec)`` for a name (None: the default), timed."""
     if spec is not None and not isinstance(spec, str):
         return spec
     t0 = time.perf_counter()
@@ -218,10 +196,6 @@ def _load(spec: Any):
 
 
 def _steps(canonical: PromptSet, control_set: PromptSet) -> list:
-    """The demo's experiments on one model, in order: ``(name, run, options)``.
-
-    Each ``run`` is an experiment's ``run(model, out=, force=, progress=, **options)``.
-    """
     design = DEMO_C5_DESIGN.format(
         items=len(DEMO_C5_IDS),
         terms=len({r.term for r in canonical}),

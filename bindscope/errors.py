@@ -1,7 +1,4 @@
-"""One exception family for the whole toolkit.
-
-Every message says what was wrong, where (file:line, model, layer/head) and how to fix it.
-"""
+"""One exception family: every message says what was wrong, where, and how to fix it."""
 
 from __future__ import annotations
 
@@ -67,10 +64,7 @@ class RecordFileError(BindscopeError, ValueError):
 
 
 class RemoteError(BindscopeError):
-    """Remote execution on NDIF failed (no key, model not served, unreachable, version drift).
-
-    Messages name the host and the model, never the API key.
-    """
+    """Remote execution on NDIF failed (messages name host and model, never the API key)."""
 
 
 class RemoteAuthError(RemoteError):
@@ -102,7 +96,4 @@ class RemoteJobError(RemoteError):
 
 
 class NdifServerError(BindscopeError):
-    """The local NDIF server (``bindscope ndif up``) could not be built, started or stopped.
-
-    Messages name the piece (redis, object store, Ray, controller, API, deploy) and its log.
-    """
+    """The local NDIF server (``bindscope ndif up``) could not be built, started or stopped."""

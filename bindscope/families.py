@@ -9,15 +9,8 @@ from bindscope.errors import UnsupportedModelError
 
 _LLAMA_LIKE_RENAME = {"embed_out": "lm_head"}
 
-# The sites every call can capture and intervene on, in a decoder layer's execution order.
-# Names are TransformerLens's: resid_pre / resid_mid / resid_post are the residual stream
-# before the layer, between attention and MLP, and after the layer; attn_out and mlp_out the
-# blocks' contributions to it; head_out the per-head input of the output projection
-# (TransformerLens' z) and pattern the post-softmax attention probabilities. q, k and v are
-# what the attention function receives (after q/k norms and rotary: TransformerLens'
-# rot_q/rot_k, not its hook_q), scores its pre-softmax scores (scaled, soft-capped, masked
-# to -inf) and mlp_post the MLP's hidden activation (the down projection's input).
-# mlp_in is the MLP's input, after the norm before it (TransformerLens' ln2.hook_normalized).
+# The sites every call can capture and intervene on, in a decoder layer's execution order;
+# TransformerLens's names (the README's "Sites" says what each is).
 SITE_NAMES: tuple[str, ...] = (
     "resid_pre",
     "q",
@@ -33,26 +26,18 @@ SITE_NAMES: tuple[str, ...] = (
     "mlp_out",
     "resid_post",
 )
-# Sites read at the attention function's call (``At(..., "call", i)``): q, k, v, scores.
 CALL_SITES: tuple[str, ...] = ("q", "k", "v", "scores")
-# Sites whose units are heads (kv heads at k and v), seen as [n, U, head_dim].
 HEAD_SITES: tuple[str, ...] = ("head_out", "q", "k", "v")
-# Sites outside the decoder layers, captured only: the final norm's normaliser (TL's
-# ln_final.hook_scale: sqrt(mean(x^2) + eps), centred first for a LayerNorm), [n, 1].
+# Captured only, outside the layers: the final norm's normaliser (TL's ln_final.hook_scale).
 FINAL_SITES: tuple[str, ...] = ("ln_final_scale",)
 
 
 @dataclass(frozen=True)
 class At:
-    """Where one site is, relative to a decoder layer of the uniform (renamed) layout.
+    """Where one site is: ``module`` under a decoder layer of the renamed layout, and ``port``.
 
-    Attributes:
-        module: Dotted path under the decoder layer (``""``: the layer itself).
-        port: ``"input"`` (the module's first input), ``"output"`` (its output; a tuple
-            output is read at ``index``, default its first element) or ``"call"`` (the
-            attention function's call inside the module: q, k, v at ``index`` 0, 1, 2,
-            the scores computed from them at 3).
-        index: Element of a tuple output (the attention module's weights are ``1``).
+    ``port`` is ``"input"``, ``"output"`` (a tuple read at ``index``) or ``"call"``: the
+    attention function's q, k, v at ``index`` 0, 1, 2, the scores from them at 3.
     """
 
     module: str
@@ -66,13 +51,7 @@ class At:
 
 @dataclass(frozen=True)
 class Sites:
-    """Where a family keeps each site; the defaults are the Llama layout.
-
-    ``resid_mid`` is ``None`` for families without one (a parallel residual: attention and
-    MLP both read ``resid_pre``), ``mlp_in`` for families with no norm before the MLP (its
-    input is ``resid_mid``: OLMo 2). ``attn_out`` and ``mlp_out`` are what the block adds to
-    the residual stream, after any norm applied to it (OLMo 2, Gemma 2).
-    """
+    """Where a family keeps each site (None: it has none); the defaults are the Llama layout."""
 
     resid_pre: At = At("", "input")
     q: At = At("self_attn", "call", 0)
@@ -109,19 +88,9 @@ _GEMMA2_SITES = Sites(
 
 @dataclass(frozen=True)
 class Family:
-    """How one architecture family is wrapped.
+    """How one architecture family is wrapped: ``rename=`` gives nnsight the uniform layout.
 
-    Attributes:
-        name: Family name used throughout bindscope (``Model.family``).
-        model_types: ``config.model_type`` values that belong to the family.
-        rename: nnsight ``rename=`` aliases giving the uniform layout.
-        notes: What is special about the family, for error messages and docs.
-        final_norm: Name of the final norm under the uniform ``model`` (head attribution).
-        sites: Where the residual stream, block outputs, head outputs and attention
-            probabilities are (uniform layout; checked at load). Every read and write of a
-            site goes through them (``ops.site``), inside the package too.
-        final_norm_eps: The final norm's epsilon where the module does not carry it
-            (OLMo's LayerNorm hard-codes it); None: read from the module.
+    ``final_norm_eps`` is for a final norm that does not carry its epsilon (None: read it).
     """
 
     name: str
@@ -134,11 +103,7 @@ class Family:
 
     @property
     def attention_post_norm(self) -> str | None:
-        """The norm applied to the attention output before the residual add, else ``None``.
-
-        Read from the sites: ``attn_out`` is that norm's output (OLMo 2, Gemma 2) wherever it
-        is not the attention module's own output, the module that returns the pattern.
-        """
+        """The norm applied to the attention output before the residual add, else ``None``."""
         attn_out = self.sites.attn_out.module
         return None if attn_out == self.sites.pattern.module else attn_out
 
@@ -237,11 +202,7 @@ def family_for_config(config: Any, *, model_name: str = "model") -> Family:
 
 
 def standard_layout_family(hf_model: Any) -> Family | None:
-    """A Llama-layout row for an unknown model whose modules follow the standard names.
-
-    Standard: ``model.layers[i].self_attn.o_proj``, ``model.norm`` and ``lm_head``.
-    Returns ``None`` when the model does not have them.
-    """
+    """A Llama-layout row for an unknown model with its module names (None: it lacks them)."""
     base = getattr(hf_model, "model", None)
     layers: Any = getattr(base, "layers", None)
     try:
@@ -287,9 +248,7 @@ def dims_from_config(config: Any) -> Dims:
 def attention_windows(config: Any) -> tuple[int | None, ...]:
     """Each layer's sliding-window size (a query sees its last ``w`` keys), None for full.
 
-    Read as transformers builds the masks: with ``layer_types``, the window applies to the
-    ``sliding_attention`` layers only (Gemma 2/3, Qwen 2); without, a ``sliding_window`` set
-    on the config applies to every layer (Mistral).
+    As transformers reads it: with ``layer_types``, only its ``sliding_attention`` layers.
     """
     n_layers = int(config.num_hidden_layers)
     window = getattr(config, "sliding_window", None)

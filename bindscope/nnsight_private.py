@@ -1,7 +1,7 @@
 """Every use of nnsight's private API in bindscope, for the remote path, in one module.
 
-Written against nnsight 0.8.1: after an nnsight upgrade, check this file first
-(tests/remote exercises every function here).
+Written against nnsight 0.8.1; private paths are imported on use, so a moved one fails by
+name (tests/remote exercises every function here).
 """
 
 from __future__ import annotations
@@ -24,12 +24,8 @@ class _Recorder(dict):
 
 
 def serialize_request(tracer: Any) -> bytes:
-    """The uncompressed payload a request sends.
-
-    nnsight's environment is pulled first, as before a real request, so an audit and the
-    server serialize alike.
-    """
-    # private path, looked up on use: if nnsight moves it, this function fails by name
+    """The uncompressed payload a request sends (nnsight's environment pulled first)."""
+    # private path, looked up on use (module docstring)
     from nnsight.ndif import pull_env
     from nnsight.schema.request import RequestModel
 
@@ -38,12 +34,8 @@ def serialize_request(tracer: Any) -> bytes:
 
 
 def _recording_unpickler(refs: list):
-    """The nnsight unpickler, recording every class, function and module the payload names.
-
-    Each reference is appended to ``refs`` as ``(kind, module, name)`` (``kind``:
-    find_class, subimport or dynamic_subimport).
-    """
-    # private path, looked up on use: if nnsight moves it, this function fails by name
+    """The nnsight unpickler, recording each ``(kind, module, name)`` it loads into ``refs``."""
+    # private path, looked up on use (module docstring)
     from nnsight.intervention.serialization import CustomCloudUnpickler
 
     def recording(kind: str, function: Callable[..., Any]):
@@ -65,14 +57,11 @@ def _recording_unpickler(refs: list):
 
 
 def deserialize_request(blob: bytes, nnsight_model: Any, tracer: Any, refs: list):
-    """Unpickle a request as the server would, recording what it names into ``refs``.
-
-    Unpickling replaces the trace body's source in ``linecache``; this process's copy is
-    put back.
-    """
-    # private path, looked up on use: if nnsight moves it, this function fails by name
+    """Unpickle a request as the server would, recording what it names into ``refs``."""
+    # private path, looked up on use (module docstring)
     from nnsight.schema.request import RequestModel
 
+    # unpickling replaces the trace body's source in linecache: ours is put back
     filename = tracer.info.frame.f_code.co_filename
     saved = linecache.cache.get(filename)
     try:
@@ -104,7 +93,7 @@ def execute(restored: Any) -> dict:
 
 def deliver(tracer: Any, values: dict) -> None:
     """Hand a server's saved values to the client's trace, as a remote result is."""
-    # private path, looked up on use: if nnsight moves it, this function fails by name
+    # private path, looked up on use (module docstring)
     from nnsight.tracing.tracer import mark
     from nnsight.tracing.util import push
 
@@ -118,10 +107,8 @@ def submit(
 ):
     """Send one request to NDIF with nnsight's own remote backend and wait for it.
 
-    With ``timeout``, give up (``TimeoutError``) once the server has sent nothing for that
-    many seconds: nnsight 0.8.1 otherwise waits on its websocket for as long as the job runs
-    (its wait loop is bounded here with the status display on or off). ``show_status=False``
-    turns the display off whatever ``CONFIG.APP.REMOTE_LOGGING`` says.
+    ``timeout``: give up once the server has been silent that long (nnsight 0.8.1 would
+    wait as long as the job runs).
     """
     backend = nnsight_model._remote_backend(True, True, None, False)
     if not show_status:
@@ -154,7 +141,7 @@ def submit(
 
 def job_failed() -> type[Exception]:
     """The exception nnsight raises when an NDIF job fails on the server."""
-    # private path, looked up on use: if nnsight moves it, this function fails by name
+    # private path, looked up on use (module docstring)
     from nnsight.intervention.backends.remote import RemoteError
 
     return RemoteError
@@ -162,7 +149,7 @@ def job_failed() -> type[Exception]:
 
 def hub_id_cache() -> dict[str, str]:
     """The nnsight cache of canonical Hub ids (what NDIF deployments are keyed by)."""
-    # private path, looked up on use: if nnsight moves it, this function fails by name
+    # private path, looked up on use (module docstring)
     from nnsight.modeling.huggingface import _ID_CACHE
 
     return _ID_CACHE

@@ -12,7 +12,6 @@ if TYPE_CHECKING:
     from bindscope.batch import Batch
     from bindscope.families import Family
 
-# A validated ``(layer, head)`` pair.
 HeadPair = tuple[int, int]
 
 
@@ -37,16 +36,13 @@ class TraceTarget(Protocol):
     @property
     def capture_mode(self) -> str:
         """``eager`` or ``recompute``."""
-        ...
 
     @property
     def knockout_site(self) -> tuple[str, int]:
         """The attention call's ``.source`` label and mask argument index."""
-        ...
 
     def check_heads(self, heads: Any) -> tuple[HeadPair, ...]:
         """Validated, sorted ``(layer, head)`` pairs."""
-        ...
 
 
 class LanguageModel(TraceTarget, Protocol):
@@ -68,64 +64,50 @@ class LanguageModel(TraceTarget, Protocol):
     @property
     def dtype(self) -> torch.dtype:
         """The weights' dtype."""
-        ...
 
     @property
     def context_length(self) -> int | None:
         """The longest sequence the model takes (None: not stated)."""
-        ...
 
     @property
     def attn_implementation(self) -> str:
         """The attention implementation the model runs now."""
-        ...
 
     @property
     def capture_method(self) -> str:
         """How capture runs inside ``eager()`` record their probabilities."""
-        ...
 
     @property
     def attention_call_label(self) -> str:
         """The ``.source`` label of the attention-function call."""
-        ...
 
     def tokenize(self, text: str, *, offsets: bool = False) -> Any:
         """Token ids (and with ``offsets``, character spans) of one text."""
-        ...
 
     def encode(self, texts: Sequence[str] | Sequence[Sequence[int]]) -> Batch:
         """Left-pad texts into one batch."""
-        ...
 
     def batches(
         self, texts: Sequence[str] | Sequence[Sequence[int]], *, batch_size: int = ...
     ) -> Iterator[Batch]:
         """Left-padded batches of similar-length texts."""
-        ...
 
     def pad(self, indices: list[int], rows: list[list[int]]) -> Batch:
         """Left-pad token-id rows into one batch (``indices``: the rows' text indices)."""
-        ...
 
     def trace_batch(self, planned: Any, body: Callable[..., Any], **options: Any) -> Any:
         """Run ``body(donors)`` on a planned batch (donor rows first, in their own invoke)."""
-        ...
 
     def check_layers(self, layers: Iterable[int] | None) -> list[int]:
         """Validated, sorted layer indices (None: all)."""
-        ...
 
     def eager(self) -> AbstractContextManager[None]:
         """Run the body under eager attention."""
-        ...
 
     def trace_order_error(self, exc: Exception) -> Exception | None:
         """Nnsight's ``OutOfOrderError`` as an ``InterventionOrderError``."""
-        ...
 
-    # The high-level calls; their signatures live once, in model/calls.py and
-    # model/generation.py (``Model`` binds those functions as its methods).
+    # the high-level calls; their signatures live once, in model/calls.py and generation.py
     attention_probs: Callable[..., list[torch.Tensor]]
     logits: Callable[..., list[torch.Tensor]]
     capture: Callable[..., list[dict[str, dict[int, torch.Tensor]]]]

@@ -15,10 +15,8 @@ PROBE_TEXT = "The quick brown fox jumps over the lazy dog near the river bank."
 def row_sum_tolerance(dtype: torch.dtype, n_keys: int) -> float:
     """How far from 1 a softmax row of ``n_keys`` probabilities may sum in ``dtype``.
 
-    Each probability is rounded to the weights' dtype (relative error eps/2) and the eager
-    attention sums them there: at worst ``n_keys * eps``. That is 1.7e-6 for 14 keys in
-    float32, 1.4e-2 in float16 and 0.11 in bfloat16; a tensor that is not a softmax (scores, a
-    wrong output) misses 1 by far more.
+    Each probability is rounded (relative error eps/2) and summed in ``dtype``: at worst
+    ``n_keys * eps``; a tensor that is not a softmax misses 1 by far more.
     """
     return n_keys * torch.finfo(dtype).eps
 
@@ -26,10 +24,8 @@ def row_sum_tolerance(dtype: torch.dtype, n_keys: int) -> float:
 def softmax_dtype(dtype: torch.dtype, capture: str = "eager") -> torch.dtype:
     """The dtype whose rounding captured probabilities carry, for weights in ``dtype``.
 
-    transformers' eager attention runs its softmax in float32 (a few families in the weights'
-    dtype) and casts the result to the weights' dtype: float32 rounding for float32 and
-    float64 weights, the half dtype's for float16 and bfloat16. A recomputed capture
-    (``capture="recompute"``, sdpa) runs it in float32, or float64 for float64 weights.
+    Eager attention casts its float32 softmax to the weights' dtype (float32 at the least);
+    a recomputed capture runs it in float32, or float64 for float64 weights.
     """
     wider = torch.promote_types(dtype, torch.float32)
     if capture == "recompute":
@@ -38,11 +34,7 @@ def softmax_dtype(dtype: torch.dtype, capture: str = "eager") -> torch.dtype:
 
 
 def self_check(model: LanguageModel) -> dict[str, float]:
-    """Verify probabilities and ablation on one short prompt; return what was measured.
-
-    Checks: shape ``[L, H, n, n]``, rows sum to 1, nothing above the diagonal, ablating
-    no heads leaves logits bit-identical to a plain forward, ablating a head changes them.
-    """
+    """Check shape, row sums, causality and ablation on one short prompt; what was measured."""
     where = f"{model.name} (family {model.family}, {ops.attention_module(model, 0).path})"
     ids = model.tokenize(PROBE_TEXT)
     n = len(ids)

@@ -56,11 +56,7 @@ def wrap_model(
     family: Family | None = None,
     **options: Any,
 ) -> Model:
-    """Wrap a transformers model, with weights or on the meta device, as a ``Model``.
-
-    The family row is ``family`` or the one its config names; ``options`` go to ``Model``
-    (``nnsight_model``, ``remote``: how ``bindscope.remote`` wraps a model NDIF runs).
-    """
+    """Wrap a transformers model (with weights or on the meta device) as a ``Model``."""
     family = family or family_for_config(hf.config, model_name=name)
     return Model(
         hf,

@@ -1,7 +1,4 @@
-"""Sparse dictionaries trained here: a TopK SAE on one site, and its quality numbers.
-
-Loading and feature sites are `bindscope.interventions.load_dictionary`; docs/dictionaries.md.
-"""
+"""Sparse dictionaries trained here: a TopK SAE on one site, and its quality numbers."""
 
 from __future__ import annotations
 

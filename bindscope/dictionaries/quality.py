@@ -1,8 +1,4 @@
-"""A dictionary's quality as the field reports it: FVU, dead latents, L0, spliced loss.
-
-The splice is a plain torch forward hook on the HF module of the site, not bindscope's
-trace, so it checks the feature sites rather than sharing their code.
-"""
+"""A dictionary's quality as the field reports it: FVU, dead latents, L0, spliced loss."""
 
 from __future__ import annotations
 
@@ -21,11 +17,7 @@ Encoder = Any  # an SAE with encode(x) -> [..., d_sae] and decode(f) -> [..., d_
 
 @dataclass(frozen=True)
 class Reconstruction:
-    """How well a dictionary reconstructs activations.
-
-    ``fvu``: summed squared error over summed squared deviation from the mean token;
-    ``l0``: mean active latents per token; ``dead_share``: latents never active.
-    """
+    """How well a dictionary reconstructs activations (``dead_share``: never active)."""
 
     fvu: float
     l0: float
@@ -82,11 +74,7 @@ def reconstruction(sae: Encoder, activations: torch.Tensor, *, chunk: int = 4096
 def spliced_loss(
     model: Any, texts: Sequence[str], sae: Encoder, *, site: str, layer: int
 ) -> SplicedLoss:
-    """Next-token loss with ``site`` of ``layer`` replaced by ``sae``'s reconstruction.
-
-    Every position but the first is replaced (the dictionary is trained without it, the
-    attention sink), by a forward hook on the HF module; one text per forward, no padding.
-    """
+    """Next-token loss with ``site`` of ``layer`` (but position 0) replaced by ``sae``'s."""
     module, index = _output_module(model, site, layer)
     losses = {"clean": 0.0, "spliced": 0.0, "zero": 0.0}
     edits: dict[str, Callable | None] = {
@@ -105,7 +93,6 @@ def spliced_loss(
 
 
 def _output_module(model: Any, site: str, layer: int) -> tuple[torch.nn.Module, int]:
-    """The HF module whose output is ``site`` of ``layer``, and the tuple index read."""
     where = model.sites.get(site)
     if where is None or where[1] != "output":
         outputs = sorted(name for name, at in model.sites.items() if at[1] == "output")
@@ -117,8 +104,8 @@ def _output_module(model: Any, site: str, layer: int) -> tuple[torch.nn.Module, 
 def _summed_loss(
     hf: Any, ids: torch.Tensor, module: torch.nn.Module, index: int, edit: Callable | None
 ) -> float:
-    """Summed next-token loss of one text, ``edit`` applied to positions 1.. of the output."""
 
+    # a plain torch hook, not bindscope's trace, so the splice checks the feature sites
     def hook(_module: Any, _inputs: Any, output: Any) -> Any:
         value = output[index] if isinstance(output, tuple) else output
         changed = torch.cat([value[:, :1], edit(value[:, 1:])], dim=1)  # type: ignore[misc]

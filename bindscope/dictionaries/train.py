@@ -1,8 +1,4 @@
-"""A small TopK sparse autoencoder trained on one site's captured activations (torch only).
-
-`TopKSAE.to_dictionary` makes it a `Dictionary` (its ``save`` writes SAELens' format);
-`bindscope.dictionaries.quality` reports it the way the field does. docs/dictionaries.md.
-"""
+"""A small TopK sparse autoencoder trained on one site's captured activations (torch only)."""
 
 from __future__ import annotations
 
@@ -24,10 +20,7 @@ AUX_COEFFICIENT = 1 / 32  # AuxK's weight (Gao et al. 2024, "Scaling and evaluat
 
 
 class TopKSAE(nn.Module):
-    """SAELens' TopK SAE: ``f = relu(topk((x - b_dec) @ W_enc + b_enc))``.
-
-    The reconstruction is ``f @ W_dec + b_dec``; weights as SAELens names and shapes them.
-    """
+    """SAELens' TopK SAE: ``f = relu(topk((x - b_dec) @ W_enc + b_enc))``, ``f @ W_dec + b_dec``."""
 
     def __init__(self, d_in: int, d_sae: int, k: int, *, seed: int = 0) -> None:
         super().__init__()
@@ -73,11 +66,7 @@ def keep_top(pre: torch.Tensor, k: int) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class TrainOptions:
-    """How `train_topk` trains: width (latents), k, Adam steps of ``batch_size`` tokens.
-
-    ``dead_after``: steps without firing after which a latent counts as dead for the AuxK
-    loss, which makes the dead latents model the residual with their top ``aux_k``.
-    """
+    """How `train_topk` trains (``dead_after``: idle steps before a latent joins AuxK)."""
 
     width: int = 2048
     k: int = 32
@@ -90,13 +79,9 @@ class TrainOptions:
 
 
 def train_topk(activations: torch.Tensor, options: TrainOptions = TrainOptions()) -> TopKSAE:
-    """A TopK SAE trained on ``activations`` ``[tokens, d]`` with Adam on the normalised MSE.
-
-    The inputs are scaled to mean norm ``sqrt(d)`` while training and the scale is folded
-    into the weights after, so the result reads raw activations (SAELens'
-    ``normalize_activations="none"``).
-    """
+    """A TopK SAE trained on ``activations`` ``[tokens, d]`` with Adam on the normalised MSE."""
     x = _checked(activations, options)
+    # trained at mean norm sqrt(d), the scale folded into the weights after
     scale = math.sqrt(x.shape[1]) / x.norm(dim=1).mean().item()
     x = x * scale
     sae = TopKSAE(x.shape[1], options.width, options.k, seed=options.seed)
@@ -118,7 +103,6 @@ def train_topk(activations: torch.Tensor, options: TrainOptions = TrainOptions()
 
 
 def _checked(activations: torch.Tensor, options: TrainOptions) -> torch.Tensor:
-    """Finite float ``[tokens, d]`` activations and a k that fits the width."""
     if activations.ndim != 2 or not activations.isfinite().all():
         shape = tuple(activations.shape)
         raise InputError(f"train_topk: activations must be finite [tokens, d], got {shape}")
@@ -130,7 +114,6 @@ def _checked(activations: torch.Tensor, options: TrainOptions) -> torch.Tensor:
 def _loss(
     sae: TopKSAE, x: torch.Tensor, variance: torch.Tensor, dead: torch.Tensor, aux_k: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Normalised MSE plus AuxK on the dead latents; which latents fired in the batch."""
     pre = sae.pre_activations(x)
     latents = keep_top(pre, sae.k)
     residual = x - sae.decode(latents)
@@ -144,7 +127,6 @@ def _loss(
 
 @torch.no_grad()
 def _folded(sae: TopKSAE, scale: float) -> TopKSAE:
-    """The SAE on raw activations: trained on ``scale * x``, so ``W_enc * s``, the rest ``/ s``."""
     sae.W_enc.data *= scale
     sae.W_dec.data /= scale
     sae.b_dec.data /= scale
@@ -176,10 +158,6 @@ def training_texts(
 def site_activations(
     model: Any, texts: Sequence[str], *, site: str, layer: int, batch_size: int = 8
 ) -> torch.Tensor:
-    """``[tokens, d]`` activations of ``site`` at ``layer`` over ``texts`` (`Model.capture`).
-
-    Each text's first position is left out: the attention sink, whose norm can be hundreds
-    of times a word's, would dominate the squared error.
-    """
+    """``[tokens, d]`` activations of ``site`` at ``layer``, but the sink at each position 0."""
     got = model.capture(texts, sites=[site], layers=[layer], batch_size=batch_size)
     return torch.cat([captured[site][layer][1:] for captured in got])

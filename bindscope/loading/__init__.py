@@ -1,7 +1,6 @@
 """Getting a model: ``load_model``, the one path from a name to a checked ``Model``.
 
-Each step lives in the module that decides it (weights, family and wrap, self-check, the
-simulated NDIF); docs/architecture.md ("Getting a model") draws the path.
+docs/architecture.md ("Getting a model") says which module decides each step.
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ from bindscope.remote import load_remote, probe_capture, simulate
 from bindscope.selfcheck import self_check as self_check_model
 from bindscope.wrap import check_inferred, resolve_family, wrap_model
 
-__all__ = [  # the embedded models' names and helpers, re-exported where callers look for them
+__all__ = [
     "DTYPES",
     "EMBEDDED",
     "GEMMA3_INSTALL_HINT",
@@ -79,19 +78,15 @@ def load_model(
     """Load and wrap a causal LM for capture and ablation.
 
     Args:
-        model: None or an embedded model's short name (``EMBEDDED``: the default
-            ``"SmolLM2-135M-Instruct"``, ``"gemma-3-270m"``, ``"qwen2.5-coder-0.5b"``), a
-            Hugging Face id, a local folder (safetensors weights), or a loaded
-            ``transformers.PreTrainedModel`` (then pass ``tokenizer=``).
-        revision: Hub revision (branch, tag or commit); for a local folder, its checkpoint
-            subfolder ``FOLDER/REVISION``. Refused for an embedded model and a loaded object.
+        model: None (the default embedded model), an ``EMBEDDED`` short name, a Hugging Face
+            id, a local safetensors folder, or a loaded model (then pass ``tokenizer=``).
+        revision: Hub revision; for a local folder, its subfolder ``FOLDER/REVISION``.
         tokenizer: For an already-loaded model.
-        dtype: Default float32; a loaded object is cast in place when given one.
+        dtype: Default float32; a loaded object is cast in place.
         device: Default CPU; a loaded object is moved in place.
-        remote: ``True``: the model without weights, every trace run on NDIF (a Hub id it
-            serves); ``"local"``: every trace through a simulated NDIF (docs/remote.md).
+        remote: ``True``: every trace runs on NDIF; ``"local"``: on a simulated NDIF.
         prepend_bos: Force BOS on or off; None follows the tokenizer's own rule.
-        self_check: Run the load-time checks (``selfcheck.py``; remotely, one small request).
+        self_check: Run the load-time checks (``selfcheck.py``).
         family: A ``Family`` row to use instead of the table's (a new architecture).
         cache: Folder of the embedded models' converted weights (default ``$BINDSCOPE_CACHE``).
         verify_cache: Also hash every byte of an embedded model's weights (about 1 s per GB).
@@ -123,7 +118,6 @@ def _load_on_ndif(
     prepend_bos: bool | None,
     self_check: bool,
 ) -> Model:
-    """``remote=True``: the model built without weights, its traces run on NDIF."""
     _refuse_local_options(model, dtype=dtype, device=device, tokenizer=tokenizer)
     return load_remote(model, revision=revision, prepend_bos=prepend_bos, self_check=self_check)
 
@@ -131,13 +125,11 @@ def _load_on_ndif(
 def _record_provenance(
     wrapped: Model, cache: str | os.PathLike | None, folder: Path | None
 ) -> None:
-    """What an embedded checkpoint is and the digest its cache entry was checked against."""
     wrapped.training = training(wrapped.name)
     wrapped.weights_sha256 = weights_digest(wrapped.name, cache) if folder is not None else None
 
 
 def _check_once(wrapped: Model, folder: Path | None, *, inferred: bool, self_check: bool) -> None:
-    """An inferred family is always checked (and warned about); a known one when asked."""
     if inferred:
         check_inferred(wrapped)
     elif self_check:
@@ -145,14 +137,12 @@ def _check_once(wrapped: Model, folder: Path | None, *, inferred: bool, self_che
 
 
 def _simulate(wrapped: Model, *, self_check: bool) -> None:
-    """``remote="local"``: every later trace goes through the simulated NDIF."""
     simulate(wrapped)
     if self_check:
         probe_capture(wrapped)
 
 
 def _refuse_local_options(model: Any, *, dtype: Any, device: Any, tokenizer: Any) -> None:
-    """``remote=True`` takes no dtype, device, tokenizer or embedded short name (raises)."""
     chosen = [
         name
         for name, value in (("dtype", dtype), ("device", device), ("tokenizer", tokenizer))
@@ -174,7 +164,6 @@ def _refuse_local_options(model: Any, *, dtype: Any, device: Any, tokenizer: Any
 
 
 def _self_check_cached(wrapped: Model, folder: Path | None) -> None:
-    """The self-check; for an embedded model, its failure names the cache folder."""
     try:
         self_check_model(wrapped)
     except SelfCheckError as exc:

@@ -19,18 +19,13 @@ from bindscope._version import __version__
 from bindscope.errors import ModelLoadError
 
 MANIFEST = "bindscope-cache.json"
-#: Weight files whose digest is the model's ``weights_sha256`` (the rest: config, tokenizer).
 WEIGHT_SUFFIX = ".safetensors"
 _BLOCK = 1 << 22
-#: What the manifest records of a weight file (the small files: size and sha256 suffice).
 KEYS = frozenset({"size", "mtime_ns", "sha256", "header_sha256"})
 
 
 def cache_dir(cache: str | os.PathLike | None = None) -> Path:
-    """Where converted weights live: ``cache``, ``$BINDSCOPE_CACHE`` or ``~/.cache/bindscope``.
-
-    Moving the folder and pointing ``BINDSCOPE_CACHE`` at the new place keeps every conversion.
-    """
+    """Where converted weights live: ``cache``, ``$BINDSCOPE_CACHE`` or ``~/.cache/bindscope``."""
     if cache is not None:
         return Path(cache)
     return Path(os.environ.get("BINDSCOPE_CACHE") or Path.home() / ".cache" / "bindscope")
@@ -45,14 +40,7 @@ def _where(cache: Path, given: str | os.PathLike | None) -> str:
 
 
 def writable_cache(cache: str | os.PathLike | None = None, *, create: bool = True) -> Path:
-    """The cache folder that conversions may write to, created if needed (unless ``create``).
-
-    ``create=False`` only checks that it could be created and written, writing nothing.
-
-    Raises:
-        ModelLoadError: It is a file, cannot be created, or cannot be written to; the message
-            names the folder and where it came from (``cache=`` or ``BINDSCOPE_CACHE``).
-    """
+    """The cache folder, created unless ``create=False`` (then only checked writable)."""
     folder = cache_dir(cache)
     where = _where(folder, cache)
     if folder.exists() and not folder.is_dir():
@@ -91,7 +79,6 @@ def file_sha256(path: Path) -> str:
 
 
 def _header_sha256(path: Path) -> str:
-    """The sha256 of a safetensors file's header: its tensors' names, dtypes, shapes, offsets."""
     with path.open("rb") as handle:
         length = int.from_bytes(handle.read(8), "little")
         return hashlib.sha256(handle.read(min(length, 1 << 27))).hexdigest()
@@ -116,7 +103,7 @@ def weights_sha256(files: dict[str, dict]) -> str:
 
 
 def write_manifest(folder: Path, **facts: object) -> dict:
-    """Record every file of ``folder`` (size, mtime, sha256) in its manifest; the manifest."""
+    """Record every file of ``folder`` (size, mtime, sha256) in its manifest; return it."""
     files = {
         p.name: _facts(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != MANIFEST
     }
@@ -133,12 +120,8 @@ def write_manifest(folder: Path, **facts: object) -> dict:
 def damage(folder: Path, *, full: bool = False) -> str | None:
     """Why the entry ``folder`` cannot be loaded as it is (None: it matches its manifest).
 
-    Every file must have the size it was converted with, the small files (config, tokenizer)
-    their sha256 and the weight files their header's sha256. The weights' bytes are hashed
-    when ``full``, or when a weight file's mtime differs from the conversion's (a copy that
-    passes has its mtimes recorded, so the next load is quick again); with ``full`` the
-    manifest's ``weights_sha256`` is recomputed from them. Why not every load, and what the
-    quick check finds: docs/internals.md (``loading/cache.py``).
+    The weights' bytes are hashed only when ``full`` or when their mtime changed
+    (docs/internals.md, ``loading/cache.py``, says why and what the quick check finds).
     """
     if not folder.is_dir():
         return "not converted yet"
@@ -167,7 +150,6 @@ def damage(folder: Path, *, full: bool = False) -> str | None:
 
 
 def _contents(folder: Path, manifest: dict, *, full: bool) -> str | None:
-    """What differs in the files' contents from the manifest (see ``damage``)."""
     moved = False
     for name, entry in sorted(manifest["files"].items()):
         path = folder / name
@@ -186,7 +168,6 @@ def _contents(folder: Path, manifest: dict, *, full: bool) -> str | None:
 
 
 def _listing(folder: Path, files: dict[str, dict]) -> str | None:
-    """What is missing, added or of another size in ``folder`` than its manifest says."""
     present = {
         p.name
         for p in folder.iterdir()
@@ -204,7 +185,6 @@ def _listing(folder: Path, files: dict[str, dict]) -> str | None:
 
 
 def _record_mtimes(folder: Path, manifest: dict) -> None:
-    """Record the files' mtimes after a full check passed; skipped where it cannot write."""
     for name, entry in manifest["files"].items():
         entry["mtime_ns"] = (folder / name).stat().st_mtime_ns
     scratch = folder / f".{MANIFEST}.{os.getpid()}"
@@ -214,6 +194,11 @@ def _record_mtimes(folder: Path, manifest: dict) -> None:
     except OSError:
         with suppress(OSError):  # on a read-only mount even unlinking nothing fails (EROFS)
             scratch.unlink(missing_ok=True)
+
+
+def say(line: str) -> None:
+    """One line for the user on stderr."""
+    print(f"bindscope: {line}", file=sys.stderr, flush=True)
 
 
 def manifest(folder: Path) -> dict:
@@ -228,12 +213,7 @@ def entry_lock(folder: Path) -> Iterator[None]:
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        print(
-            f"bindscope: another process is converting into {folder}; waiting for it "
-            f"(lock {lock.lock_file})",
-            file=sys.stderr,
-            flush=True,
-        )
+        say(f"another process is converting into {folder}; waiting for it (lock {lock.lock_file})")
         lock.acquire()
     try:
         yield
@@ -242,11 +222,7 @@ def entry_lock(folder: Path) -> Iterator[None]:
 
 
 def _leftovers(folder: Path) -> list[Path]:
-    """Staging and replaced folders of ``folder`` left by converters that died (lock held).
-
-    Also the staging folders of earlier bindscope versions (``.convert-XXXXXXXX``, written
-    without a lock): removed once an hour old, when no conversion of theirs still runs.
-    """
+    # also earlier versions' lock-free staging folders, once an hour old
     old = time.time() - 3600
     legacy = [
         p
@@ -261,11 +237,7 @@ def _leftovers(folder: Path) -> list[Path]:
 
 
 def _umask_modes(staging: Path) -> None:
-    """Give every file in ``staging`` the mode the umask gives a new file.
-
-    Writers that go through a private temporary file (safetensors via transformers writes
-    ``model.safetensors`` 0600) would otherwise make a shared cache unreadable to others.
-    """
+    # transformers writes model.safetensors 0600, which a shared cache cannot read
     umask = os.umask(0o022)  # the only way to read it: set, then put back at once
     os.umask(umask)
     mode = 0o666 & ~umask
@@ -275,12 +247,9 @@ def _umask_modes(staging: Path) -> None:
 
 
 def build(folder: Path, write: Callable[[Path], dict]) -> None:
-    """Write the entry ``folder`` atomically; call with its lock held.
+    """Write the entry ``folder`` atomically, its lock held: ``write(staging)`` gives the facts.
 
-    ``write(staging)`` fills a fresh staging folder beside ``folder`` and returns the facts for
-    the manifest; the manifest is written last and the staging folder renamed into place, so
-    an entry without its manifest is never one this function finished. A damaged entry it
-    replaces is renamed aside first, then removed.
+    The manifest is written last, so an entry without one is never a finished entry.
     """
     for stale in _leftovers(folder):  # their converters are gone: we hold the lock
         shutil.rmtree(stale, ignore_errors=True)

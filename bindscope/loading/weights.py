@@ -1,8 +1,4 @@
-"""Reading a model's weights in this process: an embedded model, a Hub id or folder, an object.
-
-The first step of ``load_model`` (``loading/__init__.py``); the dtype, device and revision are
-checked here, before anything is read.
-"""
+"""Reading a model's weights here, its dtype, device and revision checked before anything is."""
 
 from __future__ import annotations
 
@@ -22,7 +18,6 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 
 def _refuse_pickle(folder: Path) -> None:
-    """Raise ``ModelLoadError`` if ``folder``'s weights are pickle files only (no safetensors)."""
     files = [p.name for p in folder.iterdir() if p.is_file()]
     pickles = sorted(n for n in files if n.endswith(PICKLE_SUFFIXES) and "training_args" not in n)
     if pickles and not any(n.endswith(".safetensors") for n in files):
@@ -35,12 +30,7 @@ def _refuse_pickle(folder: Path) -> None:
 
 
 def checkpoint_folder(folder: str | os.PathLike, revision: str) -> Path:
-    """A local folder's checkpoint for ``revision``: the subfolder ``FOLDER/REVISION``.
-
-    Raises:
-        ModelLoadError: There is no such subfolder with a config.json; a revision is applied
-            or refused, never only written down.
-    """
+    """A local folder's checkpoint for ``revision``: the subfolder ``FOLDER/REVISION``."""
     target = Path(folder) / revision
     if not (target / "config.json").is_file():
         found = sorted(p.name for p in Path(folder).iterdir() if (p / "config.json").is_file())
@@ -54,11 +44,7 @@ def checkpoint_folder(folder: str | os.PathLike, revision: str) -> Path:
 
 
 def hub_unreachable(timeout: float = 5.0) -> str | None:
-    """Why the Hugging Face Hub cannot be reached in one short try (None: it answers).
-
-    One request instead of the Hub client's retries, so an offline machine learns it in
-    seconds. Any HTTP answer, even an error status, means the Hub is reachable.
-    """
+    """Why the Hugging Face Hub cannot be reached in one short try (None: any HTTP answer)."""
     endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
     try:
         urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout)
@@ -73,12 +59,7 @@ def hub_unreachable(timeout: float = 5.0) -> str | None:
 def from_pretrained(
     source: str, *, revision: str | None, dtype: torch.dtype, device: str | torch.device | None
 ) -> tuple[Any, Any]:
-    """``(hf_model, tokenizer)`` from a Hub id or a local folder: the cache first, then the Hub.
-
-    Raises:
-        ModelLoadError: The folder is no model, its weights are pickles, the id is neither
-            cached nor downloadable (offline, or the Hub refused it).
-    """
+    """``(hf_model, tokenizer)`` from a Hub id or a local folder: the cache first, then the Hub."""
     local = Path(source).is_dir()
     if local:
         source, revision = str(_model_folder(source, revision)), None
@@ -99,7 +80,6 @@ def from_pretrained(
 
 
 def _model_folder(source: str, revision: str | None) -> Path:
-    """A local folder (its checkpoint for ``revision``), once it holds a safetensors model."""
     folder = checkpoint_folder(source, revision) if revision else Path(source)
     if not (folder / "config.json").is_file():
         raise ModelLoadError(
@@ -111,7 +91,6 @@ def _model_folder(source: str, revision: str | None) -> Path:
 
 
 def _auto_load(source: str, dtype: torch.dtype, **kwargs: Any) -> tuple[Any, Any]:
-    """``(hf_model, tokenizer)`` through transformers' Auto classes."""
     # heavy: transformers loads when a model does, not for the CLI's argument checks
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -120,7 +99,6 @@ def _auto_load(source: str, dtype: torch.dtype, **kwargs: Any) -> tuple[Any, Any
 
 
 def _refuse_offline(source: str, revision: str | None) -> None:
-    """Raise when ``source`` is not cached and the Hub is off or cannot be reached."""
     which = f"{source}{'@' + revision if revision else ''}"
     if os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE"):
         raise ModelLoadError(
@@ -140,7 +118,6 @@ def _refuse_offline(source: str, revision: str | None) -> None:
 def _download(
     source: str, dtype: torch.dtype, revision: str | None, **kwargs: Any
 ) -> tuple[Any, Any]:
-    """``(hf_model, tokenizer)`` downloaded from the Hub; its failure said in one line."""
     try:
         return _auto_load(source, dtype, **kwargs)
     except Exception as exc:
@@ -157,11 +134,7 @@ DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 
 def check_dtype(dtype: torch.dtype | str | None) -> torch.dtype:
-    """A weights dtype by name or object (None: float32); only ``DTYPES`` are accepted.
-
-    Raises:
-        ModelLoadError: Anything else (``float8``, ``int8``, a torch attribute that is no dtype).
-    """
+    """A weights dtype by name or object (None: float32); only ``DTYPES`` are accepted."""
     if dtype is None:
         return torch.float32
     name = dtype if isinstance(dtype, str) else str(dtype).replace("torch.", "")
@@ -174,11 +147,7 @@ def check_dtype(dtype: torch.dtype | str | None) -> torch.dtype:
 
 
 def check_device(device: str | torch.device | None) -> str | torch.device | None:
-    """A device this machine has (None: CPU).
-
-    Raises:
-        ModelLoadError: The name is not a device, or it names a GPU this machine lacks.
-    """
+    """A device this machine has (None: CPU), else ``ModelLoadError``."""
     if device is None:
         return None
     try:
@@ -207,8 +176,7 @@ def check_device(device: str | torch.device | None) -> str | torch.device | None
     return device
 
 
-def _check_revision(model, revision: str | None) -> None:
-    """A revision applies only to a Hub id or folder (raises ``ModelLoadError``)."""
+def _check_revision(model: Any, revision: str | None) -> None:
     packaged = embedded(model)
     if revision and packaged is not None:
         which = "the default model" if model is None else "the embedded model"
@@ -225,23 +193,10 @@ def _check_revision(model, revision: str | None) -> None:
         )
 
 
-def _load_local(model, *, revision, tokenizer, dtype, device, folder, cast) -> tuple[Any, Any, str]:
-    """``(hf_model, tokenizer, name)`` for an embedded model, a Hub id/folder or an object.
-
-    An embedded model is read from its checked cache ``folder``. A loaded object is moved
-    to ``device`` (when given) and cast to ``dtype`` (when ``cast``: the caller gave one) in
-    place, never left as it was without a word.
-
-    Raises:
-        ModelLoadError: A loaded model object came without a tokenizer.
-    """
-    packaged = embedded(model)
-    if packaged is not None:
-        hf, tok = from_pretrained(str(folder), revision=None, dtype=dtype, device=device)
-        return hf, tok, packaged.name
-    if isinstance(model, (str, os.PathLike)):
-        hf, tok = from_pretrained(str(model), revision=revision, dtype=dtype, device=device)
-        return hf, tok, str(model)
+def _loaded_object(
+    model: Any, tokenizer: Any, dtype: torch.dtype, device: str | torch.device | None, cast: bool
+) -> tuple[Any, Any, str]:
+    # moved and cast in place, never left as it was without a word
     if tokenizer is None:
         raise ModelLoadError(
             f"load_model got a {type(model).__name__} object without a tokenizer; pass "
@@ -267,9 +222,12 @@ def read_weights(
     device = check_device(device)
     _check_revision(model, revision)
     packaged = embedded(model)
-    folder = None if packaged is None else embedded_folder(packaged.name, cache, full=verify_cache)
-    hf, tok, name = _load_local(
-        model, revision=revision, tokenizer=tokenizer, dtype=checked, device=device,
-        folder=folder, cast=dtype is not None,
-    )  # fmt: skip
-    return hf, tok, name, folder
+    if packaged is not None:
+        folder = embedded_folder(packaged.name, cache, full=verify_cache)
+        hf, tok = from_pretrained(str(folder), revision=None, dtype=checked, device=device)
+        return hf, tok, packaged.name, folder
+    if isinstance(model, (str, os.PathLike)):
+        hf, tok = from_pretrained(str(model), revision=revision, dtype=checked, device=device)
+        return hf, tok, str(model), None
+    hf, tok, name = _loaded_object(model, tokenizer, checked, device, cast=dtype is not None)
+    return hf, tok, name, None

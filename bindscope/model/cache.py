@@ -1,9 +1,7 @@
 """``Model.run_with_cache``: activations with TransformerLens' ``ActivationCache`` helpers.
 
-The residual stream entering the final norm is exactly the embedding plus, per layer, every
-head's output through ``W_O``, the output projection's bias and the MLP's output. A norm after
-attention (OLMo 2, Gemma 2/3) is applied to each part with its scale frozen at this run's
-value, which keeps the sum exact. Parts are float64, computed from float32 captures.
+Parts are float64 and sum exactly to the stream: a norm after attention (OLMo 2, Gemma 2/3)
+is applied to each part with its scale frozen at this run's value.
 """
 
 from __future__ import annotations
@@ -32,11 +30,7 @@ class Stack:
 
 
 class Cache:
-    """One text's ``resid_pre``, ``head_out``, ``mlp_out`` and ``resid_post`` of every layer.
-
-    ``cache["resid_pre", 2]`` is ``[n, d_model]`` (``cache["head_out", 2]``: ``[n, H, hd]``);
-    ``cache["resid_pre"]`` the dict by layer, as `Model.capture` gives it.
-    """
+    """One text's captures: ``cache["resid_pre", 2]`` ``[n, d]``; ``cache["resid_pre"]`` a dict."""
 
     def __init__(self, model: LanguageModel, acts: dict[str, dict[int, torch.Tensor]]) -> None:
         self.model = model
@@ -75,7 +69,6 @@ class Cache:
         return Stack(torch.stack(values), tuple(labels))
 
     def _layer_parts(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Layer ``layer``'s heads ``[H, n, d]`` and output bias ``[n, d]``, as added."""
         z = self.acts["head_out"][layer].double()  # [n, H, hd]
         heads = torch.einsum("nhk,hkd->nhd", z, head_weights.layer_w_o(self.model, layer).double())
         bias = head_weights.layer_b_o(self.model, layer).double().expand(z.shape[0], -1)
@@ -94,11 +87,7 @@ class Cache:
         return Stack(torch.cat(heads) if heads else self._empty(), tuple(labels))
 
     def decompose_resid(self, layer: int | None = None) -> Stack:
-        """``resid_pre`` of ``layer`` (None: the final stream) as its parts, which sum to it.
-
-        The embedding (token and position embeddings, Gemma's scale), then per layer each
-        head, the attention output bias and the MLP.
-        """
+        """``resid_pre`` of ``layer`` (None: the final stream) as embedding, heads, biases, MLPs."""
         parts, labels = [self.acts["resid_pre"][0].double()[None]], ["embed"]
         for i in self._layers(layer):
             heads, bias = self._layer_parts(i)
@@ -112,11 +101,7 @@ class Cache:
         return torch.zeros(0, n, self.model.d_model, dtype=torch.float64)
 
     def apply_ln_to_stack(self, stack: Stack) -> Stack:
-        """The final norm applied to each part, its scale frozen at this run's, without bias.
-
-        The parts of `decompose_resid` then sum to the final norm's output less its bias
-        (GPT-2, GPT-NeoX); a LayerNorm's centring is linear and applied to each part.
-        """
+        """The final norm applied to each part, its scale frozen at this run's, without bias."""
         norm = underlying_module(
             getattr(self.model.nnsight.model, self.model.family_row.final_norm)
         )
@@ -129,20 +114,13 @@ class Cache:
         tokens: int | Sequence[int],
         incorrect: int | Sequence[int] | None = None,
     ) -> torch.Tensor:
-        """Direct logit attribution ``[parts, n]`` onto ``tokens`` (one id, or one per position).
-
-        Each part goes through the final norm (`apply_ln_to_stack`) onto the unembedding of
-        ``tokens``, less that of ``incorrect`` when given. Summed over `decompose_resid`, it
-        is the LM head's output less what the final norm's bias gives (GPT-2, GPT-NeoX),
-        before Gemma 2's soft-capping.
-        """
+        """Direct logit attribution ``[parts, n]`` onto ``tokens`` (less ``incorrect``'s)."""
         direction = self._unembed(tokens)
         if incorrect is not None:
             direction = direction - self._unembed(incorrect)
         return (self.apply_ln_to_stack(stack).values * direction).sum(-1)
 
     def _unembed(self, tokens: int | Sequence[int]) -> torch.Tensor:
-        """``[n, d]`` unembedding directions, one per position."""
         n = self.final_resid.shape[0]
         ids = [int(tokens)] * n if isinstance(tokens, int) else [int(t) for t in tokens]
         if len(ids) != n:
@@ -157,10 +135,7 @@ class Cache:
 def run_with_cache(
     model: LanguageModel, texts: Sequence[str], *, batch_size: int = DEFAULT_BATCH_SIZE
 ) -> list[Cache]:
-    """A `Cache` per text: its ``resid_pre``, ``head_out``, ``mlp_out`` and ``resid_post``.
-
-    Local models only (the helpers read the weights).
-    """
+    """A `Cache` per text (local models only: the helpers read the weights)."""
     head_weights.weights_here(model)
     captured = model.capture(texts, sites=CACHED_SITES, batch_size=batch_size)
     return [Cache(model, acts) for acts in captured]

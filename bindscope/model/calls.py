@@ -1,8 +1,4 @@
-"""The traced forward passes behind ``Model``'s high-level calls.
-
-Each function is a ``Model`` method (``Model.logits = calls.logits``): its signature and
-docstring are the public ones.
-"""
+"""The traced forward passes behind ``Model``'s high-level calls, bound as its methods."""
 
 from __future__ import annotations
 
@@ -35,12 +31,7 @@ from bindscope.protocols import LanguageModel
 def trace_batch(
     model: LanguageModel, planned: PlannedBatch, body: Callable[[Any], Any], **options: Any
 ):
-    """Run ``body(donors)`` on a planned batch; donors (if any) run first in their own invoke.
-
-    A path patch (``plan.path``) adds its scratch rows' invoke after the texts' and an empty
-    invoke over the whole batch that applies it; so do pattern patches and knockouts beside
-    donor rows. ``body`` must return its result saved.
-    """
+    """Run ``body(donors)`` (returning its result saved) on a planned batch, donors first."""
     # plain dicts of tensors only in the body: it ships by value when remote
     env, plan, path = model.nnsight, planned.plan, planned.plan.path
     inputs, donor_inputs = planned.batch.inputs, planned.donors
@@ -75,11 +66,7 @@ def trace_batch(
 
 
 def on_cpu(found: Any) -> Any:
-    """Saved values (a tensor, or dicts, lists and tuples of them) moved to the CPU.
-
-    Every call returns CPU tensors wherever the weights are (``--device cuda``), as results
-    from NDIF come back: callers index, stack and write them beside CPU tensors.
-    """
+    """Saved values (a tensor, or dicts, lists and tuples of them) moved to the CPU."""
     if isinstance(found, torch.Tensor):
         return found.cpu()
     if isinstance(found, dict):
@@ -100,12 +87,9 @@ def attention_probs(
     ablate: HeadList | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[torch.Tensor]:
-    """Post-softmax attention per text: ``[n_layers_selected, H, n, n]``.
+    """Post-softmax attention per text: ``[n_layers_selected, H, n, n]``, layers ascending.
 
-    float32, or float64 for a float64 model; ``layers`` (default all) ascending. ``intervene``
-    is a spec (``Zero``, ``Mean``, ``Patch``, ``Resample``, ``Knockout``) or a list of specs
-    applied to every text; ``per_row`` one spec, list of specs or ``None`` per text; ``ablate``
-    ``(layer, head)`` pairs zero-ablated (the shortcut of ``intervene=Zero(...)``).
+    ``intervene``: specs for every text; ``per_row``: per text; ``ablate``: ``Zero``'s shortcut.
     """
     wanted = model.check_layers(layers)
     texts = check_texts(texts)
@@ -130,7 +114,6 @@ def attention_probs(
 
 
 def _check_recompute(model: LanguageModel, plan: ops.TracePlan) -> None:
-    """Refuse probabilities recomputed from a mask an empty invoke edits after they are read."""
     if (plan.knockout_batch or plan.pattern_batch) and model.capture_mode == "recompute":
         raise InterventionError(
             f"{model.name}: capturing probabilities by recomputation sees the mask before "
@@ -148,14 +131,7 @@ def bsi(
     per_row: PerRow = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[torch.Tensor]:
-    """BSI ``[L, H]`` of ``term`` in each text (NaN when the term is one token).
-
-    The term is found with ``bindscope.prompts.locate`` (plural and alias forms too);
-    ``intervene``/``per_row`` as in `attention_probs`.
-
-    Raises:
-        SpanNotFoundError: The term is not in a text (the message names it).
-    """
+    """BSI ``[L, H]`` of ``term`` (found by `bindscope.prompts.locate`) in each text."""
     texts = check_texts(texts)
     spans = [locate(model, t, term, prompt_id=f"#{i}") for i, t in enumerate(texts)]
     probs = attention_probs(
@@ -174,10 +150,7 @@ def logits(
     ablate: HeadList | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[torch.Tensor]:
-    """Next-token logits ``[n, vocab]`` per text, padding removed.
-
-    ``intervene``, ``per_row`` and ``ablate`` as in `attention_probs`.
-    """
+    """Next-token logits ``[n, vocab]`` per text, padding removed."""
     texts = check_texts(texts)
     rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row, ablate=ablate)
     out: list[torch.Tensor | None] = [None] * len(texts)
@@ -206,11 +179,7 @@ def loss(
     ablate: HeadList | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[torch.Tensor]:
-    """Each text's mean next-token cross-entropy, a 0-d tensor (transformers' ``labels=ids``).
-
-    ``per_token=True`` gives `bindscope.metrics.token_loss` instead, ``[n - 1]``;
-    ``intervene``, ``per_row`` and ``ablate`` as in `attention_probs`.
-    """
+    """Each text's mean next-token cross-entropy (``per_token``: ``[n - 1]`` per token)."""
     texts = check_texts(texts)
     found = logits(
         model, texts, intervene=intervene, per_row=per_row, ablate=ablate, batch_size=batch_size
@@ -231,21 +200,12 @@ def capture(
     per_row: PerRow = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[dict[str, dict[int, torch.Tensor]]]:
-    """Activations at ``sites`` of ``layers``, per text, in one trace per batch.
+    """Activations ``got[i][site][layer]`` at ``sites`` (or ``"all"``), float32, unpadded.
 
-    ``got[i][site][layer]`` is float32 and unpadded: ``[n, d_model]`` for ``resid_pre``,
-    ``resid_mid``, ``mlp_in``, ``resid_post``, ``attn_out`` and ``mlp_out``;
-    ``[n, H, head_dim]`` for ``head_out`` and ``q``, ``[n, H_kv, head_dim]`` for ``k`` and
-    ``v`` (query head ``h`` reads kv head ``model.kv_head[h]``); ``[H, n, n]`` for ``pattern`` and
-    ``scores``; ``[n, d_mlp]`` for ``mlp_post``. ``ln_final_scale`` is ``[n, 1]``, keyed
-    by the last layer whatever ``layers`` says (the final norm reads its output).
-    ``sites="all"`` is every site of the family and ``ln_final_scale``. Names are
-    TransformerLens's (``families.SITE_NAMES``); ``intervene``/``per_row`` as in
-    `attention_probs` (captured after the interventions of the same site).
-
-    Raises:
-        InterventionError: A site the family does not have (e.g. ``resid_mid`` of a
-            parallel-residual model).
+    Shapes: ``[n, d_model]`` for residual and block sites, ``[n, H, head_dim]`` for
+    ``head_out`` and ``q`` (``H_kv`` for ``k``, ``v``), ``[H, n, n]`` for ``pattern`` and
+    ``scores``, ``[n, d_mlp]`` for ``mlp_post``; ``ln_final_scale`` ``[n, 1]`` is keyed by
+    the last layer.
     """
     wanted = model.check_layers(layers)
     names = _check_capture_sites(model, sites)
@@ -278,7 +238,6 @@ def _capture_body(
     others: dict[str, list[int]],
     norm: tuple[bool, float] | None,
 ) -> Callable[[dict | None], Any]:
-    """The trace body of one capture batch: the layers' sites, then the final norm's scale."""
     final_norm = model.family_row.final_norm  # a shipped body's model has no family row
 
     def body(donors: dict | None):
@@ -292,7 +251,6 @@ def _capture_body(
 
 
 def _call_sites(model: LanguageModel, names: Iterable[str]) -> tuple[str, int] | None:
-    """The attention call where q, k, v or scores are captured (None: none of them is)."""
     at_call = [name for name in names if model.sites[name][1] == "call"]
     if "scores" in at_call and None in model.attention_scaling:
         raise InterventionError(
@@ -303,7 +261,6 @@ def _call_sites(model: LanguageModel, names: Iterable[str]) -> tuple[str, int] |
 
 
 def _final_norm_form(model: LanguageModel) -> tuple[bool, float]:
-    """``(centred, eps)`` of the final norm: a LayerNorm centres, an RMSNorm does not."""
     norm = underlying_module(getattr(model.nnsight.model, model.family_row.final_norm))
     eps = model.family_row.final_norm_eps
     for name in ("variance_epsilon", "eps"):
@@ -327,10 +284,6 @@ def _unpadded(
     got: dict[str, dict[int, torch.Tensor]],
     last: int = -1,
 ) -> None:
-    """One text's captures into ``got``, its padding cut off, float32 and contiguous.
-
-    ``last`` is the last layer's index (``ln_final_scale`` is keyed by it).
-    """
     for layer in wanted:
         if probs:
             value = found[layer][row, :, pad:, pad:]
@@ -351,7 +304,6 @@ def _unpadded(
 
 
 def _check_capture_sites(model: LanguageModel, sites: str | Sequence[str]) -> list[str]:
-    """Site names to capture, checked against the family (raises ``InterventionError``)."""
     every = [*model.sites, *FINAL_SITES]
     names = every if sites == "all" else [sites] if isinstance(sites, str) else list(sites)
     if not names:
@@ -376,16 +328,7 @@ def logit_lens(
     per_row: PerRow = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[torch.Tensor]:
-    """Each layer's ``resid_post`` through the final norm and unembedding, at ``positions``.
-
-    ``positions`` are token positions of each unpadded text (negative: from its end; default
-    the last, where the model predicts; ``None``: all, ``n x vocab`` floats per layer). Only
-    they leave the trace and are unembedded: ``[len(layers), len(positions), vocab]`` float32
-    logits per text, the last layer's equal to `logits` there up to rounding.
-
-    Raises:
-        InputError: A position outside a text (names the text and its length).
-    """
+    """``[layers, positions, vocab]`` per text: ``resid_post`` unembedded (``None``: all)."""
     wanted = model.check_layers(layers)
     chosen = read_positions(positions)
     texts = _check_lens(model, texts, chosen)
@@ -417,7 +360,6 @@ def logit_lens(
 
 
 def _check_lens(model: LanguageModel, texts: Sequence[str], chosen: tuple[int, ...] | None) -> list:
-    """The texts, once the weights are here and every text has the ``chosen`` positions."""
     if model.dtype is not None and next(model.hf.parameters()).device.type == "meta":
         raise InterventionError(
             f"{model.name}: logit_lens applies the final norm and unembedding here, but this "
@@ -435,7 +377,6 @@ def _check_lens(model: LanguageModel, texts: Sequence[str], chosen: tuple[int, .
 def _columns(
     model: LanguageModel, batch: Batch, positions: tuple[int, ...] | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[b, P]`` batch rows and padded columns of each text's ``positions`` (None: all)."""
     width = batch.input_ids.shape[1]
     if positions is None:
         columns = torch.arange(width).expand(len(batch.indices), width)

@@ -12,11 +12,7 @@ from bindscope.families import SITE_NAMES, Family
 
 
 def check_layers(layers: Iterable[int] | None, *, n_layers: int, model_name: str) -> list[int]:
-    """Validate layer indices (None: all) and return them sorted.
-
-    Raises:
-        HeadSpecError: Not a list of integers, empty, or an index out of range.
-    """
+    """Validate layer indices (None: all) and return them sorted (raises ``HeadSpecError``)."""
     if layers is None:
         return list(range(n_layers))
     if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
@@ -45,7 +41,6 @@ def check_layers(layers: Iterable[int] | None, *, n_layers: int, model_name: str
 
 
 def _past_first_step() -> bool:
-    """Whether an nnsight worker is at a generation step past the first."""
     try:
         # nnsight's own dependency, imported only inside its worker threads
         from greenlet import getcurrent
@@ -59,9 +54,6 @@ def order_error(
     exc: Exception, *, model_name: str, head_out: tuple[str, str, int]
 ) -> Exception | None:
     """Nnsight's ``OutOfOrderError`` as an ``InterventionOrderError`` (None: leave it).
-
-    ``head_out`` is where the family keeps the heads' output (``model.sites["head_out"]``):
-    an error at that site is an ablation's, anything else a capture's.
 
     At a generation step past the first, nnsight throws the same error to end an open
     ``tracer.all()`` loop and expects it back unchanged, so only step 0 is translated.
@@ -80,24 +72,14 @@ def order_error(
     )
     return InterventionOrderError(
         f"{model_name}: {what} of layer {layer} came after the trace had already run past "
-        f"layer {layer}: an earlier call in the same trace touched a later layer (e.g. "
-        "capture_attention(model, [2]) before zero_ablate(model, [(0, 1)])). Inside one "
-        "trace call the primitives in execution order, earlier layers before later ones "
-        "and a layer's ablation before its capture; or pass both to one "
+        f"layer {layer}. Call the primitives in execution order, earlier layers before later "
+        "ones and a layer's ablation before its capture, or pass both to one "
         "run_layers(model, capture=..., zero=...) call, which orders them for you"
     )
 
 
 def check_sites(envoy: Any, family: Family, *, model_name: str) -> dict[str, tuple[str, str, int]]:
-    """Find every site of the family row under each decoder layer of the renamed model.
-
-    Returns ``{site: (module, port, index)}`` in execution order (a site the family lacks,
-    such as a parallel residual's ``resid_mid``, is left out; so is ``mlp_post`` where a
-    layer's MLP has no down projection, a replaced MLP: capturing it then names the sites).
-
-    Raises:
-        UnsupportedModelError: A row names a module the model does not have.
-    """
+    """``{site: (module, port, index)}`` of the family row that every decoder layer has."""
     found: dict[str, tuple[str, str, int]] = {}
     for name in SITE_NAMES:
         at = family.sites.get(name)
@@ -115,7 +97,6 @@ def check_sites(envoy: Any, family: Family, *, model_name: str) -> dict[str, tup
 
 
 def _missing_layer(envoy: Any, path: str) -> int | None:
-    """The first decoder layer without the module at dotted ``path`` (None: all have it)."""
     for layer, module in enumerate(envoy.model.layers):
         for part in path.split(".") if path else ():
             module = getattr(module, part, None)
@@ -127,10 +108,7 @@ def _missing_layer(envoy: Any, path: str) -> int | None:
 def attention_scaling(
     envoy: Any, sites: dict[str, tuple[str, str, int]]
 ) -> tuple[float | None, ...]:
-    """Each layer's q.k scale, the attention module's ``scaling`` (None where it has none).
-
-    Read here because GPT-2's reordered eager attention takes no ``scaling`` argument.
-    """
+    """Each layer's q.k scale (None: none), read here as GPT-2's eager path takes none."""
     module = sites["pattern"][0]
     found = []
     for layer in envoy.model.layers:

@@ -1,7 +1,4 @@
-"""Greedy generation under interventions, several batches per nnsight session.
-
-``generate`` and ``generate_ids`` are ``Model`` methods (the class binds them).
-"""
+"""Greedy generation under interventions, several batches per nnsight session."""
 
 from __future__ import annotations
 
@@ -24,10 +21,7 @@ from bindscope.protocols import LanguageModel
 
 
 def generate(model: LanguageModel, texts: Sequence[str], **options: Any) -> list[str]:
-    """Greedy continuations (prompt excluded), intervening on every decoding step.
-
-    The decoded `generate_ids` (``max_new_tokens=`` and every other keyword as there).
-    """
+    """Greedy continuations (prompt excluded): the decoded `generate_ids`."""
     ids = generate_ids(model, texts, **options)
     return [model.tokenizer.decode(row, skip_special_tokens=True) for row in ids]
 
@@ -45,11 +39,8 @@ def generate_ids(
 ) -> list[list[int]]:
     """Greedy new token ids per text, cut at the first end-of-sequence token.
 
-    ``intervene``/``per_row`` take ``Zero``, ``Mean``, ``Steer`` and ``Hook`` (every
-    position: also every new token), ``Knockout`` (edges within the prompt), ``PathPatch``
-    and ``Patchscope`` (the prompt pass; new tokens read its patched keys and values);
-    ``Patch`` and ``Resample`` need fixed-length texts and are refused. A head list in
-    ``per_row`` is short for ``Zero``.
+    ``Patch`` and ``Resample`` need fixed-length texts and are refused; ``Knockout``,
+    ``PathPatch`` and ``Patchscope`` act on the prompt pass, the other specs on every token.
     """
     texts = check_texts(texts)
     check_batch_size(batch_size)
@@ -80,7 +71,6 @@ def generate_ids(
 
 
 def _check_new_tokens(model: LanguageModel, max_new_tokens: object) -> None:
-    """Refuse a ``max_new_tokens`` that is no whole number of at least 1 (``InputError``)."""
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral):
         raise InputError(
             f"{model.name}: max_new_tokens={max_new_tokens!r} is not an integer; pass how many "
@@ -93,7 +83,6 @@ def _check_new_tokens(model: LanguageModel, max_new_tokens: object) -> None:
 
 
 def _refuse_donors(model: LanguageModel, rows: Sequence[Sequence]) -> None:
-    """Refuse ``Patch`` and ``Resample`` rows: they need fixed-length texts."""
     for i, row in enumerate(rows):
         if any(op.donor is not None and not isinstance(op, PathOp) for op in row):
             raise InterventionError(
@@ -103,13 +92,7 @@ def _refuse_donors(model: LanguageModel, rows: Sequence[Sequence]) -> None:
 
 
 def _check_window(model: LanguageModel, texts: Sequence, max_new_tokens: int) -> None:
-    """Refuse a prompt whose continuation would run past the context window.
-
-    Raises:
-        PromptTooLongError: Prompt tokens plus ``max_new_tokens`` exceed the window (names
-            the text and the numbers); positions past it mean nothing, or fail inside the
-            model (GPT-2's position table raises an IndexError).
-    """
+    # positions past the window mean nothing, or fail inside the model (GPT-2's IndexError)
     window = model.context_length
     if not window:
         return
@@ -128,11 +111,7 @@ def _check_window(model: LanguageModel, texts: Sequence, max_new_tokens: int) ->
 def generate_session(
     model: LanguageModel, jobs: Sequence[tuple[dict, ops.TracePlan]], kwargs: dict[str, Any]
 ) -> list[torch.Tensor]:
-    """Generate every ``(inputs, plan)`` job in one session.
-
-    Locally a plain session; remotely one request, so several batches share its
-    round trip. Only the generated ids ``[b, n + new]`` come back.
-    """
+    """Generated ids ``[b, n + new]`` of every ``(inputs, plan)`` job, in one session."""
     env = model.nnsight
     extra = [_path_inputs(plan.path) for _, plan in jobs]  # planned outside the shipped body
     with warnings.catch_warnings():
@@ -165,10 +144,7 @@ def generate_session(
 
 
 def _path_inputs(path: Any) -> tuple[dict | None, dict | None]:
-    """A path patch's donor and scratch invokes' inputs, or None.
-
-    Ids and mask only: generation makes the positions.
-    """
+    # ids and mask only: generation makes the positions
     if path is None:
         return None, None
 

@@ -11,12 +11,10 @@ _FLOAT32_FILL = torch.finfo(torch.float32).min
 
 
 def install_float64_padding_fix() -> None:
-    """Make transformers' eager mask in float64 use float32's minimum as its fill.
+    """Make transformers' eager float64 mask fill with float32's minimum (idempotent).
 
-    Idempotent. Only float64 masks change (other dtypes keep transformers' own mask, bit
-    for bit); sdpa and flash masks are boolean and untouched. Registered on transformers'
-    shared mask table, so it holds for every eager float64 model of the process, which
-    without it gives NaN probabilities for every left-padded row.
+    Without it every left-padded row of a float64 model gets NaN probabilities; other dtypes
+    keep transformers' own mask, bit for bit.
     """
     # heavy (transformers): imported when a model is built, not for `bindscope --help`
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS

@@ -21,20 +21,14 @@ from bindscope.model.masks import install_float64_padding_fix
 
 
 def _adds_bos(tokenizer: Any) -> bool:
-    """Whether the tokenizer puts its BOS token first by itself (probed on one word)."""
     probe = tokenizer("a", add_special_tokens=True)["input_ids"]
     return tokenizer.bos_token_id is not None and probe[:1] == [tokenizer.bos_token_id]
 
 
 class Model:
-    """A causal language model wrapped for attention capture and head ablation.
+    """A causal language model wrapped for attention capture and head ablation (`load_model`)."""
 
-    Build it with ``bindscope.load_model``. The uniform layout is
-    ``model.nnsight.model.layers[i].self_attn.o_proj`` for every family.
-    """
-
-    # What trace primitives (``interventions.ops``, which imports no bindscope module)
-    # raise for misuse; a body shipped to NDIF sees a TraceModel and raises ValueError.
+    # what trace primitives raise for misuse (a body shipped to NDIF raises ValueError)
     input_error: type[Exception] = InputError
 
     def __init__(
@@ -52,7 +46,7 @@ class Model:
         # heavy (about 0.5 s): nnsight loads when a model is built, not for `bindscope --help`
         from nnsight import TransformersModel
 
-        install_float64_padding_fix()  # a float64 eager model pads without NaN (masks.py)
+        install_float64_padding_fix()
         self.hf = hf_model
         self.family = family.name
         self.family_row = family
@@ -65,23 +59,18 @@ class Model:
         self.nnsight = nnsight_model or TransformersModel(
             hf_model, tokenizer=tokenizer, rename=dict(family.rename), device=hf_model.device
         )
-        # {site: (module, port, index)} in a decoder layer's execution order, checked here
         self.sites = checks.check_sites(self.nnsight, family, model_name=name)
-        # each layer's q.k scale, read off the attention modules (the scores site)
         self.attention_scaling = checks.attention_scaling(self.nnsight, self.sites)
         self._init_run_state(remote)
 
     def _read_dimensions(self, config: Any) -> None:
-        """Layers, heads, widths and the final logit soft-cap, from the model's config."""
         dims = dims_from_config(config)
         self.n_layers, self.n_heads = dims.n_layers, dims.n_heads
         self.n_kv_heads, self.head_dim = dims.n_kv_heads, dims.head_dim
         self.d_model, self.d_mlp = dims.d_model, dims.d_mlp
-        # the final logit soft-capping the forward applies after the LM head (Gemma 2)
         self.logit_softcap: float | None = getattr(config, "final_logit_softcapping", None) or None
 
     def _use_tokenizer(self, tokenizer: Any, prepend_bos: bool | None) -> None:
-        """The tokenizer (padding with EOS where it has no pad token) and the BOS rule."""
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         self.tokenizer = tokenizer
@@ -91,32 +80,18 @@ class Model:
             raise InputError(f"{self.name}: prepend_bos=True but the tokenizer has no BOS token")
 
     def _init_run_state(self, remote: bool | str) -> None:
-        """Where traces run and what a load records: the defaults ``load_model`` replaces."""
-        # False (local), "ndif" or "local" (the remote path simulated in-process); set by
-        # bindscope.remote, which also fills trace_options with the matching backend.
-        self.remote: bool | str = remote
-        # an embedded model's checkpoint (base or instruction-tuned), set by load_model
+        # bindscope.remote sets the remote fields, load_model the embedded model's provenance
+        self.remote: bool | str = remote  # False, "ndif" or "local" (simulated NDIF)
         self.training: str | None = None
-        # an embedded model's converted weights, checked on load (set by load_model)
         self.weights_sha256: str | None = None
         self._call_label: str | None = None
-        # Extra keyword arguments for every trace, generate and session call (the remote
-        # backend when the model runs on NDIF or its simulation).
-        self.trace_options: dict = {}
-        # Why probabilities are recomputed from q and k instead of read from eager
-        # attention (None: eager works). Set by the remote load-time probe.
+        self.trace_options: dict = {}  # extra keywords of every trace (the remote backend)
+        # why probabilities are recomputed from q and k (None: eager attention works)
         self.capture_fallback: str | None = None
-        # Where a remote model runs (host, simulation); set by bindscope.remote.
         self.remote_info: dict | None = None
 
-    # -- tokenization -------------------------------------------------------------------
-
     def tokenize(self, text: str, *, offsets: bool = False):
-        """Token ids of one text as the model sees it (BOS handled per ``prepend_bos``).
-
-        With ``offsets=True`` returns ``(ids, [(start, end), ...])`` character offsets; a
-        prepended BOS gets ``(0, 0)``.
-        """
+        """Token ids of one text, BOS per ``prepend_bos`` (``offsets``: also character spans)."""
         enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=offsets)
         ids = list(enc["input_ids"])
         spans = [tuple(o) for o in enc["offset_mapping"]] if offsets else []
@@ -125,12 +100,7 @@ class Model:
         return (ids, spans) if offsets else ids
 
     def to_str_tokens(self, text: str | Sequence[int]) -> list[str]:
-        """Each token of a text (as `tokenize` gives it) or of an id list, as a string.
-
-        Token ``i`` is what decoding the first ``i + 1`` tokens adds to decoding the first
-        ``i``, so a word's leading space stays with it (a character split over tokens shows
-        as U+FFFD in all but its last piece).
-        """
+        """Each token of a text or id list as the string it adds to the decoded prefix."""
         ids = self.tokenize(text) if isinstance(text, str) else [int(i) for i in text]
         prefixes = [self.tokenizer.decode(ids[:end]) for end in range(len(ids) + 1)]
         # commonprefix compares characters, which is what a decoded prefix needs
@@ -170,8 +140,6 @@ class Model:
             chunk = order[start : start + batch_size]
             yield self.pad(chunk, [rows[i] for i in chunk])
 
-    # -- heads and attention implementation ----------------------------------------------
-
     def check_layers(self, layers: Iterable[int] | None) -> list[int]:
         """Validate layer indices (None: all) and return them sorted (raises ``HeadSpecError``)."""
         return checks.check_layers(layers, n_layers=self.n_layers, model_name=self.name)
@@ -204,14 +172,7 @@ class Model:
 
     @property
     def capture_mode(self) -> str:
-        """How a capture would read probabilities *now*: ``eager`` or ``recompute``.
-
-        ``eager``: the attention module returns its weights; ``recompute``: they are
-        recomputed from q and k (one more q.k^T softmax per captured layer). Outside
-        ``eager()`` an sdpa model says ``recompute``; every bindscope call captures inside
-        ``eager()``, where a local model says ``eager`` (``capture_method``, what records
-        store). Only a remote model after a capture fallback recomputes there.
-        """
+        """How a capture would read probabilities *now*: ``eager`` or ``recompute`` (from q, k)."""
         if self.capture_fallback or self.attn_implementation != "eager":
             return "recompute"
         return "eager"
@@ -223,11 +184,7 @@ class Model:
 
     @contextlib.contextmanager
     def eager(self) -> Iterator[None]:
-        """Run the body under eager attention and restore the previous implementation.
-
-        A remote model sends the implementation with every request, so the server switches
-        too. After a capture fallback nothing is switched: probabilities are recomputed.
-        """
+        """Run the body under eager attention (unless after a capture fallback), then restore."""
         previous = self.attn_implementation
         if previous != "eager" and not self.capture_fallback:
             self.hf.set_attn_implementation("eager")
@@ -243,11 +200,8 @@ class Model:
 
     @property
     def knockout_site(self) -> tuple[str, int]:
-        """Where ``Knockout`` edits the mask: the attention call's label and mask index.
-
-        GPT-2 with ``reorder_and_upcast_attn`` runs its own eager attention method instead
-        of the attention interface (mask is its 4th argument, not its 5th).
-        """
+        """Where ``Knockout`` edits the mask: the attention call's label and mask index."""
+        # GPT-2 with reorder_and_upcast_attn runs its own method (mask: 4th argument)
         if self.attn_implementation == "eager" and getattr(
             self.hf.config, "reorder_and_upcast_attn", False
         ):
@@ -275,15 +229,8 @@ class Model:
         warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=4)
 
     def trace_order_error(self, exc: Exception) -> Exception | None:
-        """Translate nnsight's ``OutOfOrderError`` into an ``InterventionOrderError``.
-
-        Returns None when the exception should propagate unchanged: at a generation step
-        past the first, nnsight throws the same error to end an open ``tracer.all()`` loop
-        and expects it back unchanged, so only step 0 is translated.
-        """
+        """Nnsight's ``OutOfOrderError`` as an ``InterventionOrderError`` (None: leave it)."""
         return checks.order_error(exc, model_name=self.name, head_out=self.sites["head_out"])
-
-    # -- high-level calls: the functions of ``calls`` and ``generation``, bound as methods --
 
     trace_batch = calls.trace_batch
     attention_probs = calls.attention_probs
@@ -299,9 +246,8 @@ class Model:
     qk_circuit = head_weights.qk_circuit
 
     def __reduce__(self):
-        # A Model inside a trace body travels to NDIF as an ops.TraceModel: the nnsight
-        # model (named by its key, no weights) and head geometry. bindscope itself is not
-        # installed on the server, and the tokenizer and trace options must stay here.
+        # travels to NDIF as an ops.TraceModel (bindscope is not installed on the server):
+        # the nnsight model (by its key, no weights) and head geometry
         label = call = None
         if self.capture_mode == "recompute":
             with contextlib.suppress(RuntimeError):  # only a recompute capture needs it

@@ -1,7 +1,4 @@
-"""Does a prompt fit the model's context window?
-
-Counted: the prompt tokens plus what is generated or scored after them.
-"""
+"""Does a prompt, with what is generated or scored after it, fit the model's context window?"""
 
 from __future__ import annotations
 
@@ -16,11 +13,7 @@ from bindscope.protocols import LanguageModel
 def tokens_needed(
     model: LanguageModel, record: PromptRecord, *, prefix: str = "", scored: bool = False
 ) -> tuple[int, int]:
-    """``(prompt tokens, tokens after them)`` of one record.
-
-    "After" is the new tokens for generation, the longest answer choice for recognition;
-    with ``scored`` (the scan scores a generation item's ``target``) the target's tokens.
-    """
+    """``(prompt tokens, tokens after them)``: new, longest choice or (``scored``) target."""
     n = len(model.tokenize(prefix + record.template))
     target = record.extra.get("target") if scored else None
     if record.task == "generation" and target is None:
@@ -37,11 +30,7 @@ def length_problem(
     n_tokens: int | None = None,
     scored: bool = False,
 ) -> str | None:
-    """Why ``record`` does not fit ``model``'s context window.
-
-    None when it fits or the model states no window. With ``n_tokens`` only that many
-    prompt tokens are checked; ``scored`` as in `tokens_needed`.
-    """
+    """Why ``record`` does not fit ``model``'s context window (``n_tokens``: prompt only)."""
     limit = getattr(model, "context_length", None)
     if not limit:
         return None
@@ -69,15 +58,7 @@ def check_fit(
     prompt_only: bool = False,
     scored: bool = False,
 ) -> None:
-    """Refuse prompts that do not fit the context window, naming them.
-
-    ``prefixes`` are optional texts put before each term's template (few-shot exemplars);
-    ``prompt_only`` checks the template alone (binding reads no generated or answer tokens);
-    ``scored`` counts a generation item's ``target`` instead of its ``max_tokens``.
-
-    Raises:
-        PromptTooLongError: One or more prompts are too long (the first three named).
-    """
+    """Refuse prompts (each after its term's ``prefixes``) that do not fit the window."""
     problems = []
     for r in records:
         prefix = (prefixes or {}).get(r.term, "")

@@ -1,18 +1,12 @@
-"""One whitespace convention for every text scored after a prompt.
-
-A continuation has no leading whitespace and its prompt no trailing whitespace; bindscope
-puts exactly one space (``SEPARATOR``) between them (docs/internals.md says why).
-"""
+"""One whitespace rule for every text scored after a prompt: exactly ``SEPARATOR`` between."""
 
 from __future__ import annotations
 
 import unicodedata
 from typing import Any
 
-#: What goes between a prompt and each of its continuations.
 SEPARATOR = " "
 
-#: The rule, as refusals and the docs state it.
 RULE = (
     "bindscope puts one space between a prompt and each choice, target or answer, so write "
     "them without whitespace or invisible characters (such as U+200B, U+FEFF) at either end "
@@ -21,7 +15,7 @@ RULE = (
 
 
 def stray(char: str) -> bool:
-    """Whether ``char`` is whitespace or an invisible format character (``isspace``, Zs, Cf)."""
+    """Whether ``char`` is whitespace or an invisible format character."""
     return char.isspace() or unicodedata.category(char) in ("Zs", "Cf")
 
 
@@ -58,13 +52,7 @@ def continuation_ids(tokenizer: Any, text: str) -> list[int]:
 def whitespace_problems(
     where: str, row: dict, *, prompts: tuple[str, ...], continuations: tuple[str, ...]
 ) -> list[str]:
-    """What in one record breaks the whitespace rule, one message per field.
-
-    ``row`` is the record as read from ``where`` (``file:line``); fields not present, or not
-    strings, are skipped (their own checks name them). ``prompts`` name the fields holding a
-    prompt (``template``, ``clean``, ``corrupted``), ``continuations`` those holding a
-    continuation or a list of them (``choices``).
-    """
+    """What in the record ``row`` (read at ``where``) breaks the rule, one message per field."""
     found = []
     present = [name for name in continuations if row.get(name) is not None]
     for name in present:
@@ -85,7 +73,6 @@ def whitespace_problems(
 
 
 def _continuation_problem(value: str) -> str | None:
-    """What is wrong at the ends of one continuation (``which ...``), or None."""
     fix = f"write {strip_stray(value)!r}"
     if value[:1] and stray(value[0]):
         return (

@@ -16,7 +16,6 @@ from bindscope.prompts.prompt_sets import (
     refuse_whitespace,
 )
 
-#: A pair's continuations: each follows its prompt after one space (docs/records.md).
 ANSWER_FIELDS = ("target", "clean_answer", "corrupted_answer")
 
 
@@ -50,15 +49,7 @@ class Pair:
 
 
 def load_pairs(path_or_name: str | Path = "pairs") -> tuple[list[Pair], str, str]:
-    """Read a pair file (``pairs`` is the built-in set); returns pairs, name and SHA-256.
-
-    Read as prompt files are (`bindscope.prompts.prompt_sets.json_objects`); terms are
-    normalised alike (`normal_term`).
-
-    Raises:
-        PromptFileError: The file is not UTF-8, a line is not a JSON object or lacks a field,
-            or breaks the whitespace rule (file and line named).
-    """
+    """Read a pair file (``pairs`` is the built-in set); returns pairs, name and SHA-256."""
     path, name, raw = read_jsonl(path_or_name, kind="pair", builtins=("pairs",))
     pairs, seen, spaced = [], set(), []
     spellings: dict[str, tuple[str, str]] = {}
@@ -82,7 +73,6 @@ def load_pairs(path_or_name: str | Path = "pairs") -> tuple[list[Pair], str, str
 
 
 def _check_pair(row: dict, where: str) -> None:
-    """Refuse a pair whose fields are missing, not text, or give no or two metrics."""
     missing = [k for k in ("pair_id", "clean", "corrupted") if k not in row]
     if missing:
         raise PromptFileError(f"{where}: missing field(s) {missing}")

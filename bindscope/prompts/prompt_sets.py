@@ -36,23 +36,10 @@ BUILTIN_SETS = ("canonical", "controls")
 
 @dataclass(frozen=True)
 class PromptRecord:
-    """One prompt: a term in a template, with a task.
+    """One prompt: a term in a template, with a task (fields as in published prompt files).
 
-    The field names follow the published prompt files so they load unchanged.
-
-    Attributes:
-        prompt_id: Id unique within the term (``rec_001``, ``gen_003``, ``ctrl_ns_001``).
-        term: The multi-token term whose binding is measured (`normal_term`: NFC, without
-            whitespace or invisible characters at its ends).
-        task: ``recognition`` (choices scored by log-prob) or ``generation`` (greedy + rubric).
-        template: The full text fed to the model.
-        choices: Recognition options, written without whitespace at either end (one space is put
-            between the template and each, `bindscope.prompts.continuations`).
-        answer_idx: Index of the correct choice.
-        max_tokens: New-token budget for generation.
-        control_group: Control group name for discriminant-validity items, else None.
-        source: ``file:line`` the record came from.
-        extra: Any other fields of the line, kept as they were.
+    ``choices`` and ``answer_idx`` are recognition's, ``max_tokens`` generation's; ``source``
+    is the ``file:line`` read, ``extra`` the line's other fields.
     """
 
     prompt_id: str
@@ -68,7 +55,7 @@ class PromptRecord:
 
     @property
     def key(self) -> str:
-        """Unique key of the record within a prompt set: ``term/prompt_id``."""
+        """``term/prompt_id``, unique within a prompt set."""
         return f"{self.term}/{self.prompt_id}"
 
     def to_dict(self) -> dict:
@@ -111,19 +98,15 @@ class PromptSet:
 
 
 def load(path_or_name: str | Path, *, check_terms: bool = True) -> PromptSet:
-    """Load and validate a prompt file.
+    """Load and validate a prompt file: ``canonical``, ``controls`` or a JSON Lines path.
 
-    ``canonical`` (41 terms x 11 prompts), ``controls``, or the path of a JSON Lines file
-    with the same schema; ``check_terms`` requires every record's term in its own template.
-
-    Raises:
-        PromptFileError: The message names the file, the line and the field.
+    ``check_terms`` requires every record's term in its own template.
     """
     path, name, raw = read_jsonl(path_or_name)
     records: list[PromptRecord] = []
     seen: dict[str, int] = {}
     spellings: dict[str, tuple[str, str]] = {}
-    spaced: list[str] = []  # whitespace-rule problems, every line's
+    spaced: list[str] = []
     for number, where, obj in json_objects(raw, path):
         record = _parse(obj, where)
         one_spelling(spellings, obj["term"], where)
@@ -155,15 +138,7 @@ def normal_term(text: str) -> str:
 
 
 def one_spelling(first: dict[str, tuple[str, str]], spelled: str, where: str) -> str:
-    """``spelled``'s `normal_term`, refused if another line of the file spells it otherwise.
-
-    ``first`` maps each normal term to its first spelling and ``file:line`` so far (updated);
-    ``where`` is this line's ``file:line``.
-
-    Raises:
-        PromptFileError: Names both lines and shows both spellings' code points (they may
-            print alike).
-    """
+    """``spelled``'s `normal_term`, refused if ``first`` (updated) holds another spelling."""
     term = normal_term(spelled)
     other, other_where = first.setdefault(term, (spelled, where))
     if other != spelled:
@@ -177,16 +152,9 @@ def one_spelling(first: dict[str, tuple[str, str]], spelled: str, where: str) ->
 
 
 def json_objects(raw: bytes, path: Path) -> Iterator[tuple[int, str, dict]]:
-    """Each non-blank line of a JSON Lines file: ``(line number, "file:line", object)``.
-
-    Lines end at a newline only: str.splitlines would also cut at U+2028, U+0085 and friends,
-    which a JSON string may hold as they are.
-
-    Raises:
-        PromptFileError: The file is not UTF-8, or a line is not one JSON object (file, line
-            and, for bytes, offset named).
-    """
+    """Each non-blank line of a JSON Lines file: ``(line number, "file:line", object)``."""
     text = _decode(raw, path)
+    # not splitlines, which also cuts at U+2028 and U+0085, which a JSON string may hold
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
@@ -201,7 +169,6 @@ def json_objects(raw: bytes, path: Path) -> Iterator[tuple[int, str, dict]]:
 
 
 def _json_kind(value: Any) -> str:
-    """What JSON calls the type of a parsed value."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -213,10 +180,7 @@ def _json_kind(value: Any) -> str:
 def read_jsonl(
     path_or_name: str | Path, *, kind: str = "prompt", builtins: tuple[str, ...] = BUILTIN_SETS
 ) -> tuple[Path, str, bytes]:
-    """A JSON Lines file's path, set name and bytes (a built-in set by its name).
-
-    ``kind`` names the file in refusals (``prompt``, ``pair``).
-    """
+    """A JSON Lines file's path, set name and bytes (a built-in set by its name)."""
     if str(path_or_name) in builtins:
         path, name = data_path(f"{path_or_name}.jsonl"), str(path_or_name)
     else:
@@ -239,7 +203,6 @@ def read_jsonl(
 
 
 def _json_line(line: str, where: str) -> Any:
-    """One JSON Lines record, refused (at ``where``) if not JSON or not encodable as UTF-8."""
     try:
         obj = json.loads(line)
     except (json.JSONDecodeError, RecursionError) as exc:
@@ -260,12 +223,7 @@ def _json_line(line: str, where: str) -> Any:
 
 
 def refuse_whitespace(path: Path, problems: list[str]) -> None:
-    """Refuse a file whose fields break the whitespace rule (`whitespace_problems`).
-
-    Raises:
-        PromptFileError: Names the first few lines and fields, counts the rest, and states
-            the rule (`bindscope.prompts.continuations`).
-    """
+    """Refuse a file whose fields break the whitespace rule (`whitespace_problems`)."""
     if not problems:
         return
     more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
@@ -277,7 +235,6 @@ def refuse_whitespace(path: Path, problems: list[str]) -> None:
 
 
 def _decode(raw: bytes, path: Path) -> str:
-    """UTF-8 text of a JSON Lines file (a leading BOM is allowed); refusals name the line."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -340,7 +297,6 @@ def _parse(obj: dict, where: str) -> PromptRecord:
 
 
 def _choices(obj: dict, where: str) -> tuple[tuple[str, ...], int]:
-    """A recognition record's choices and the index of its answer."""
     choices = obj.get("choices")
     if (
         not isinstance(choices, list)
@@ -362,7 +318,6 @@ def _choices(obj: dict, where: str) -> tuple[tuple[str, ...], int]:
 
 
 def _max_tokens(obj: dict, where: str) -> int:
-    """A generation record's positive new-token budget."""
     max_tokens = obj.get("max_tokens")
     if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
         raise PromptFileError(
@@ -373,7 +328,6 @@ def _max_tokens(obj: dict, where: str) -> int:
 
 
 def _check_optional(obj: dict, where: str) -> None:
-    """The optional string fields: ``control_group``, and ``target`` (non-empty)."""
     group = obj.get("control_group")
     if group is not None and not isinstance(group, str):
         raise PromptFileError(f"{where}: field 'control_group' must be a string")

@@ -46,7 +46,6 @@ def _mark(char: str) -> bool:
 
 
 def _continues_word(char: str) -> bool:
-    """Whether ``char`` beside a term would make it part of a longer (spaced-script) word."""
     if char == "-":
         return True
     if _unspaced(char):
@@ -63,12 +62,9 @@ def _pattern(form: str) -> re.Pattern:
 
 
 def _bounded(text: str, start: int, end: int) -> bool:
-    """Whether ``text[start:end]`` is a whole word (group) rather than part of one.
-
-    Only an edge in a spaced script needs a boundary: "skip linked" does not hold "skip
-    link", "読み上げソフトは" holds "読み上げソフト", and so does "使用screen reader时". A
-    letter is never split from its combining marks, in any script.
-    """
+    # Only an edge in a spaced script needs a boundary: "skip linked" does not hold "skip
+    # link", "読み上げソフトは" holds "読み上げソフト", and so does "使用screen reader时". A
+    # letter is never split from its combining marks, in any script.
     if start > 0 and (
         _mark(text[start]) or (not _unspaced(text[start]) and _continues_word(text[start - 1]))
     ):
@@ -89,12 +85,10 @@ def _search(form: str, text: str) -> tuple[int, int] | None:
 
 
 def find_forms(text: str, forms: Iterable[str]) -> tuple[int, int] | None:
-    """Character span ``[start, end)`` of the first occurrence of any of ``forms``.
+    """Character span ``[start, end)`` of the earliest, then longest, match of any of ``forms``.
 
-    The one term matcher, used at run time and by ``tools/build_prompts.py``: Unicode
-    case-insensitive and NFC-normalised, words joined by spaces or hyphens, an optional
-    plural (s/es) on the last word, and word-bounded where the script spaces its words
-    (see ``_bounded``). The earliest match wins, then the longest.
+    Case-insensitive and NFC-normalised, words joined by spaces or hyphens, an optional
+    plural on the last word, word-bounded where the script spaces its words.
     """
     normal, lengths = unicodedata.normalize("NFC", text), None
     if normal != text:  # for each NFC prefix length, the original one
@@ -119,11 +113,7 @@ def find_term_chars(
 
 @dataclass(frozen=True)
 class Span:
-    """Where a term sits in a tokenized prompt.
-
-    ``indices`` are the term's token positions (a BOS included); ``chars`` the character span
-    of the matched text; ``n_tokens`` the prompt's length; ``bos`` whether position 0 is BOS.
-    """
+    """Where a term sits in a tokenized prompt (``bos``: whether position 0 is BOS)."""
 
     indices: tuple[int, ...]
     tokens: tuple[str, ...]
@@ -140,11 +130,7 @@ class Span:
 
 
 def locate(model: LanguageModel, text: str, term: str, *, prompt_id: str = "?") -> Span:
-    """Find the term's token span in ``text`` as ``model`` tokenizes it.
-
-    Raises:
-        SpanNotFoundError: The term (or its plural or alias) is not in the text.
-    """
+    """Find the term's token span in ``text`` as ``model`` tokenizes it."""
     chars = find_term_chars(text, term)
     if chars is None:
         raise SpanNotFoundError(

@@ -22,11 +22,7 @@ EVENTS = ("war", "trip", "project", "drought", "festival", "reign", "strike", "s
 
 @dataclass(frozen=True)
 class TaskPair:
-    """A clean text, its corrupted twin (the cue removed), and the answers the metric compares.
-
-    ``correct`` is the clean text's answer (with its leading space where it has one), ``wrong``
-    the competing one; ``task`` is ``ioi`` or ``greater-than``.
-    """
+    """A clean text, its corrupted twin (the cue removed), and the answers the metric compares."""
 
     key: str
     clean: str
@@ -60,8 +56,7 @@ def ioi_pairs(n: int, *, seed: int = 0) -> list[TaskPair]:
         a, b, c = rng.sample(NAMES, 3)
         place, thing = rng.choice(PLACES), rng.choice(OBJECTS)
         start = f"When {a} and {b} went to the {place},"
-        clean = f"{start} {b} gave {thing} to"
-        corrupted = f"When {a} and {b} went to the {place}, {c} gave {thing} to"
+        clean, corrupted = f"{start} {b} gave {thing} to", f"{start} {c} gave {thing} to"
         out.append(TaskPair(f"ioi-{i:04d}", clean, corrupted, f" {a}", f" {b}", "ioi"))
     return out
 
@@ -88,15 +83,7 @@ TASKS: dict[str, Callable[..., list[TaskPair]]] = {
 
 
 def task_pairs(task: str, n: int, tokenizer: Any, *, seed: int = 0) -> list[TaskPair]:
-    """``n`` pairs of ``task`` of equal token lengths whose answers' first tokens differ.
-
-    ``tokenizer`` is the model's (a Hugging Face tokenizer: called with
-    ``add_special_tokens=False``, so a BOS token counts for neither answer). Pairs are drawn
-    until ``n`` fit (at most ``20 n`` draws).
-
-    Raises:
-        InputError: An unknown task, or fewer than ``n`` pairs fit the tokenizer.
-    """
+    """``n`` pairs of ``task`` (of ``20 n`` draws) of equal lengths, answers' first tokens apart."""
     if task not in TASKS:
         raise InputError(f"unknown task {task!r}; the tasks are {', '.join(TASKS)}")
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
