@@ -35,12 +35,14 @@ from bindscope.runners.prefix import (
 )
 
 
-def records_of(records: Sequence[PromptRecord], task: str) -> list[PromptRecord]:
-    """The records as a list, refusing any not of ``task`` (the runner's name)."""
+def records_of(
+    records: Sequence[PromptRecord], task: str, runner: str | None = None
+) -> list[PromptRecord]:
+    """The records as a list, refusing any not of ``task`` (``runner``: default ``task``)."""
     records = list(records)
     for r in records:
         if r.task != task:
-            raise InputError(f"{r.source or r.key}: {task}() got a {r.task} record")
+            raise InputError(f"{r.source or r.key}: {runner or task}() got a {r.task} record")
     return records
 
 

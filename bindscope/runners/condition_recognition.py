@@ -73,7 +73,7 @@ def _checked(
     records: Sequence[PromptRecord],
     conditions: Sequence[Sequence[tuple[int, int]]],
 ) -> tuple[list[PromptRecord], list[tuple[Head, ...]]]:
-    records = records_of(records, "recognition")
+    records = records_of(records, "recognition", "condition_recognition")
     checked = [model.check_heads(c) for c in conditions]
     for i, heads in enumerate(checked):
         if not heads:
