@@ -20,10 +20,7 @@ def _check_corr_method(method: str) -> None:
 
 
 def correlation(x: ArrayLike, y: ArrayLike, *, method: str) -> TestResult:
-    """Spearman or Pearson correlation with its two-sided p-value.
-
-    A constant series gives NaN for both, and the method the suffix ``":constant"``.
-    """
+    """Spearman or Pearson correlation, two-sided p (a constant series: NaN, ``:constant``)."""
     _check_corr_method(method)
     ax, ay = _two_samples(x, y, ("x", "y"), min_len=3, paired=True)
     n = int(ax.size)

@@ -30,11 +30,8 @@ def rank_p_value(observed: float, null: ArrayLike, *, alternative: str = "greate
     m = nul.size
     p_greater = (1 + int(np.sum(nul >= obs))) / (1 + m)
     p_less = (1 + int(np.sum(nul <= obs))) / (1 + m)
-    if alternative == "greater":
-        return float(p_greater)
-    if alternative == "less":
-        return float(p_less)
-    return float(min(1.0, 2.0 * min(p_greater, p_less)))
+    two_sided = min(1.0, 2.0 * min(p_greater, p_less))
+    return float({"greater": p_greater, "less": p_less, "two-sided": two_sided}[alternative])
 
 
 def _mean_diff_stat(

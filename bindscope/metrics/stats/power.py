@@ -13,10 +13,7 @@ from bindscope.metrics.stats._checks import _as_1d
 def detectable_drop(
     random_drops: ArrayLike, item_drops: ArrayLike, *, alpha: float = 0.05, power: float = 0.8
 ) -> float:
-    """The smallest top-set drop a one-sided rank test would detect with ``power``.
-
-    ``item_drops`` are the top set's drop per item; for Holm over m, pass ``alpha / m``.
-    """
+    """The smallest top-set drop a one-sided rank test detects with ``power`` (Holm: alpha / m)."""
     drops = _as_1d(random_drops, "random_drops", min_len=2)
     items = _as_1d(item_drops, "item_drops", min_len=2)
     if not (0 < alpha < 1 and 0 < power < 1):

@@ -30,10 +30,7 @@ class SequentialP(_PlainResult):
 def sequential_p_value(
     observed: float, null: ArrayLike, *, stop_at: int = 10, max_draws: int = 199
 ) -> SequentialP | None:
-    """The Besag-Clifford p of ``observed`` against ``null`` read in its order (one-sided, >=).
-
-    Draws past the stopping point are ignored; None while ``null`` is too short to decide.
-    """
+    """The Besag-Clifford p of ``observed`` against ``null`` in drawn order; None until decided."""
     if isinstance(stop_at, bool) or not isinstance(stop_at, int) or stop_at < 1:
         raise ValueError(f"'stop_at' must be an integer of 1 or more, got {stop_at!r}")
     if isinstance(max_draws, bool) or not isinstance(max_draws, int) or max_draws < 1:

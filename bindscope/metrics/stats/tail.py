@@ -103,11 +103,8 @@ def _fit_tail(ordered: NDArray[np.float64], n_tail: int) -> _Fit | None:
 
 
 def _tail_p(fit: _Fit, observed: float, n_tail: int, n_null: int) -> float:
-    return (
-        n_tail
-        / n_null
-        * float(sps.genpareto.sf(observed - fit.threshold, fit.shape, scale=fit.scale))
-    )
+    survival = float(sps.genpareto.sf(observed - fit.threshold, fit.shape, scale=fit.scale))
+    return n_tail / n_null * survival
 
 
 def _first_fit(observed: float, ordered: NDArray[np.float64]) -> tuple[int, _Fit, float] | None:
