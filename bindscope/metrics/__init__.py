@@ -1,7 +1,4 @@
-"""Pure maths on tensors and arrays: BSI, EB, EB*, rubric scores, head ranking, statistics.
-
-Nothing here runs a model; ``bindscope.runners`` does, and calls these functions.
-"""
+"""Pure maths on tensors and arrays: BSI, EB*, rubric scores, head ranking, statistics."""
 
 from __future__ import annotations
 

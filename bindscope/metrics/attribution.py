@@ -1,4 +1,4 @@
-"""Per-head direct logit attribution, and picking the top heads of any ``[L, H]`` score."""
+"""Per-head direct logit attribution: the maths (docs/internals.md)."""
 
 from __future__ import annotations
 
@@ -12,16 +12,10 @@ __all__ = ["HeadContributions", "frozen_norm"]
 
 @dataclass(frozen=True)
 class HeadContributions:
-    """Residual-stream contributions at the last position of one text.
+    """Residual-stream contributions (float64) at the last position of one text."""
 
-    Attributes:
-        heads: ``[L, H, d]`` float64, each head's output through the output projection (and
-            the attention post-norm, frozen), as added to the residual stream.
-        final: ``[d]`` float64, the residual stream entering the final norm.
-    """
-
-    heads: torch.Tensor
-    final: torch.Tensor
+    heads: torch.Tensor  # [L, H, d] through W_O (and the attention post-norm, frozen)
+    final: torch.Tensor  # [d] the residual stream entering the final norm
 
 
 def frozen_norm(norm: torch.nn.Module, source: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

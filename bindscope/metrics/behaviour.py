@@ -62,11 +62,7 @@ def _word(phrase: str) -> re.Pattern:
 
 
 def rubric_score(text: str, term: str, rubric: dict | None = None) -> GenerationResult:
-    """Score a continuation with the term's keyword rubric.
-
-    Raises:
-        InputError: The rubric has no entry for the term.
-    """
+    """Score a continuation with the term's keyword rubric."""
     rubric = rubric or default_rubric()
     entry = rubric["terms"].get(term)
     if entry is None:

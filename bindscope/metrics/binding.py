@@ -18,14 +18,7 @@ def span_pairs(span: Sequence[int]) -> list[tuple[int, int]]:
 def pair_index(
     rows: Sequence[Sequence[tuple[int, int]]], *, min_width: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(query, key) pairs of several rows as padded tensors for ``ops.span_pair_bsi``.
-
-    ``min_width`` pair columns at least (1 keeps a batch of empty rows indexable).
-
-    Returns:
-        ``query_index``, ``key_index`` ``[b, P]`` long and ``pair_weight`` ``[b, P]``
-        (1/|pairs| for real pairs, 0 for padding), P the most pairs of any row.
-    """
+    """Query, key ``[b, P]`` and weight (1/|pairs|, 0: padding) for ``ops.span_pair_bsi``."""
     width = max(min_width, max(len(row) for row in rows))
     query = torch.zeros(len(rows), width, dtype=torch.long)
     key = torch.zeros(len(rows), width, dtype=torch.long)
@@ -41,9 +34,14 @@ def bsi_from_probs(probs: torch.Tensor, span: Sequence[int]) -> torch.Tensor:
     pairs = span_pairs(span)
     if not pairs:
         return torch.full(probs.shape[:2], float("nan"))
+    return pair_probs(probs, pairs).float().mean(-1)
+
+
+def pair_probs(probs: torch.Tensor, pairs: Sequence[tuple[int, int]]) -> torch.Tensor:
+    """``[L, H, pairs]``: full probabilities ``[L, H, n, n]`` at each (query, key) pair."""
     q = torch.tensor([a for a, _ in pairs])
     k = torch.tensor([b for _, b in pairs])
-    return probs[:, :, q, k].float().mean(-1)
+    return probs[:, :, q, k]
 
 
 @dataclass(frozen=True)
@@ -74,12 +72,7 @@ def summarize(bsi: torch.Tensor) -> LayerSummary:
 
 @dataclass(frozen=True)
 class BindingResult:
-    """EB* and its parts for one prompt record.
-
-    ``skipped`` holds the reason when the record could not be measured (then the numbers
-    are NaN); ``flags`` holds audit flags such as ``single_token`` (BSI undefined: NaN,
-    never 0) and ``at_position_0`` (the term starts on the attention sink).
-    """
+    """EB* and its parts for one prompt record (``skipped``: why not measured; NaN numbers)."""
 
     key: str
     prompt_id: str

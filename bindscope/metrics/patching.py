@@ -8,22 +8,13 @@ __all__ = ["logit_diff", "token_loss"]
 
 
 def logit_diff(logits: torch.Tensor, correct: int, wrong: int, *, position: int = -1) -> float:
-    """``logits[position, correct] - logits[position, wrong]`` of one text's ``[n, vocab]``.
-
-    The usual patching metric (IOI and after): positive when the model prefers ``correct``.
-    """
+    """``logits[position, correct] - logits[position, wrong]`` of one text's ``[n, vocab]``."""
     row = logits[position].float()
     return float(row[correct] - row[wrong])
 
 
 def token_loss(logits: torch.Tensor, ids: list[int] | torch.Tensor) -> torch.Tensor:
-    """Per-token cross-entropy ``[n - 1]``: the loss of predicting ``ids[t + 1]`` at ``t``.
-
-    Offset by one: entry ``t`` is ``-log p(ids[t + 1])`` from ``logits[t]``, so entry 0 is
-    the loss of the second token (the first has no logits before it) and the last logit
-    row, which predicts past the text, is not used. ``logits`` are one text's ``[n, vocab]``
-    (``Model.logits``), ``ids`` its ``n`` token ids.
-    """
+    """Per-token cross-entropy ``[n - 1]`` of one text: entry ``t`` predicts ``ids[t + 1]``."""
     ids = torch.as_tensor(ids, dtype=torch.long, device=logits.device)
     if logits.shape[0] != ids.shape[0]:
         raise ValueError(f"{logits.shape[0]} logit rows for {ids.shape[0]} tokens")

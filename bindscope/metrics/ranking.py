@@ -8,7 +8,6 @@ import torch
 
 
 def _order(scores: Any, descending: bool) -> list[tuple[int, int]]:
-    """Every non-NaN head, best first (``descending``) or worst first, ties in head order."""
     scores = torch.as_tensor(scores, dtype=torch.float64)
     n_heads = scores.shape[1]
     flat = scores.flatten()
@@ -20,11 +19,7 @@ def _order(scores: Any, descending: bool) -> list[tuple[int, int]]:
 
 
 def top_heads(scores: Any, k: int) -> list[tuple[int, int]]:
-    """The ``k`` highest-scoring ``(layer, head)`` pairs of an ``[L, H]`` score, best first.
-
-    ``scores`` is a tensor or array, or a list of them (their NaN-ignoring mean is ranked); a
-    nested ``[L][H]`` list is read as that list.
-    """
+    """The ``k`` best ``(layer, head)`` of an ``[L, H]`` score, or of a list's NaN-mean."""
     if isinstance(scores, (list, tuple)):
         scores = torch.stack([torch.as_tensor(s, dtype=torch.float64) for s in scores]).nanmean(0)
     return _order(scores, descending=True)[:k]
@@ -33,8 +28,8 @@ def top_heads(scores: Any, k: int) -> list[tuple[int, int]]:
 def rank_heads(scores: Any, k: int) -> tuple[list[list[int]], list[list[int]]]:
     """Top-k and bottom-k heads of an ``[L, H]`` score as ``[layer, head]`` lists.
 
-    The bottom set lists the lowest score first; among equal scores the later head comes first
-    (the top ranking read backwards), as C5's published protocol orders it.
+    The bottom set is the top ranking read backwards (ties: the later head first), as C5's
+    published protocol orders it.
     """
     ordered = _order(scores, descending=True)
     top = [[layer, head] for layer, head in ordered[:k]]

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
+from bindscope.metrics.binding import pair_probs
 from bindscope.metrics.ranking import top_heads
 from bindscope.protocols import LanguageModel
 
@@ -18,10 +19,8 @@ TEXT_SCORES = ("sink", "previous_token", "spread")
 REPEATED_SCORES = ("induction", "duplicate_token")
 SCORES = ("sink", "previous_token", "induction", "duplicate_token", "binding", "spread")
 
-#: Default classification thresholds (mean score of a head at or above which it is in the
-#: class). Chance for a mean attention over ``n`` keys is about ``1/n`` (0.03-0.1 on the
-#: prompt sets); each threshold is several times that. They are options, not constants:
-#: ``classify(..., thresholds=...)`` and ``bindscope heads --threshold sink=0.6``.
+#: A head is in a class at or above its mean score's threshold: several times chance (about
+#: 1/n for n keys, 0.03-0.1 on the prompt sets). Options: ``classify(..., thresholds=...)``.
 THRESHOLDS: dict[str, float] = {
     "induction": 0.3,
     "duplicate_token": 0.3,
@@ -29,18 +28,13 @@ THRESHOLDS: dict[str, float] = {
     "binding": 0.3,
     "sink": 0.5,
 }
-#: A head crossing several thresholds gets the first of these as its primary class (used
-#: to match random head sets by class); its ``labels`` keep every class it crosses.
+#: A head's primary class: the first of these it crosses (its labels keep every one).
 PRECEDENCE = ("induction", "duplicate_token", "previous_token", "binding", "sink")
 OTHER = "other"
 CLASSES = (*PRECEDENCE, OTHER)
 
-#: Pythia's tokens per optimizer step: batch 1024 sequences x 2048 tokens = 2,097,152
-#: (Biderman et al. 2023, "Pythia", section 2.1 and the model card's training details).
+#: Pythia's tokens per optimizer step: 1024 sequences x 2048 tokens (Biderman et al. 2023).
 PYTHIA_TOKENS_PER_STEP = 1024 * 2048
-
-
-# -- what the trace reduces: (query, key) pairs per text ----------------------------------
 
 
 def text_pairs(n: int) -> dict[str, list[tuple[int, int]]]:
@@ -52,11 +46,7 @@ def text_pairs(n: int) -> dict[str, list[tuple[int, int]]]:
 
 
 def repeated_pairs(start: int, length: int) -> dict[str, list[tuple[int, int]]]:
-    """The (query, key) pairs of ``induction`` and ``duplicate_token``.
-
-    The first random token is at ``start`` (1 after a prepended BOS, else 0), the second copy
-    at ``start + length``.
-    """
+    """The (query, key) pairs of ``induction`` and ``duplicate_token``, copies from ``start``."""
     second = [start + length + j for j in range(length)]
     return {
         "induction": [(q, start + j + 1) for j, q in enumerate(second)],
@@ -67,15 +57,10 @@ def repeated_pairs(start: int, length: int) -> dict[str, list[tuple[int, int]]]:
 def repeated_sequences(
     model: LanguageModel, *, n: int, length: int, seed: int
 ) -> tuple[list[list[int]], int, list[list[int]]]:
-    """``n`` sequences of ``length`` distinct random tokens, each repeated twice.
+    """``n`` seeded sequences of ``length`` distinct ordinary tokens, each repeated twice.
 
-    Tokens are drawn without replacement (so each occurs once per copy) from the ids below
-    both the tokenizer's and the embedding's size, special tokens excluded, with a seeded
-    ``torch.Generator``. A BOS is prepended when the model prepends one to text.
-
-    Returns:
-        The id rows as the model sees them, the position of the first random token, and the
-        random tokens of each sequence (what the records store).
+    Returns the rows as the model sees them (BOS where it prepends one), the first random
+    token's position, and each sequence's random tokens once.
     """
     vocab = min(len(model.tokenizer), model.hf.get_input_embeddings().weight.shape[0])
     special = set(model.tokenizer.all_special_ids)
@@ -91,14 +76,8 @@ def repeated_sequences(
     return [bos + t + t for t in tokens], len(bos), tokens
 
 
-# -- the reference: the same scores from full probabilities ------------------------------
-
-
 def scores_from_probs(probs: torch.Tensor) -> dict[str, torch.Tensor]:
-    """``sink``, ``previous_token`` and ``spread`` ``[L, H]`` from ``[L, H, n, n]`` probs.
-
-    ``probs`` are one unpadded text's; with one token every score is NaN.
-    """
+    """``sink``, ``previous_token`` and ``spread`` ``[L, H]`` of one text's ``[L, H, n, n]``."""
     p = probs.double()
     if p.shape[-1] < 2:
         nan = torch.full(p.shape[:2], float("nan"), dtype=torch.float64)
@@ -115,15 +94,8 @@ def repeated_scores_from_probs(
     probs: torch.Tensor, *, start: int, length: int
 ) -> dict[str, torch.Tensor]:
     """``induction`` and ``duplicate_token`` ``[L, H]`` from a repeated sequence's probabilities."""
-    out = {}
-    for name, pairs in repeated_pairs(start, length).items():
-        q = torch.tensor([a for a, _ in pairs])
-        k = torch.tensor([b for _, b in pairs])
-        out[name] = probs[:, :, q, k].double().mean(-1)
-    return out
-
-
-# -- aggregation over texts ---------------------------------------------------------------
+    pairs = repeated_pairs(start, length)
+    return {name: pair_probs(probs, p).double().mean(-1) for name, p in pairs.items()}
 
 
 def bootstrap_heads(
@@ -133,14 +105,9 @@ def bootstrap_heads(
     n_resamples: int = 2000,
     confidence: float = 0.95,
 ) -> dict:
-    """Mean per head with a percentile bootstrap CI over texts, all heads at once.
+    """Mean per head of ``[n_texts, L, H]`` with a percentile bootstrap CI over texts.
 
-    ``values`` is ``[n_texts, L, H]``; texts with any NaN are dropped (a score undefined for a
-    text is undefined for all its heads).
-
-    Returns:
-        ``{"value", "low", "high": [L][H] lists, "n", "confidence", "method"}``; with one text
-        the bounds are null.
+    Texts with any NaN are dropped; with one text the bounds are null.
     """
     arr = np.asarray(values, dtype=np.float64)
     arr = arr[~np.isnan(arr).reshape(len(arr), -1).any(1)]
@@ -171,17 +138,7 @@ def bootstrap_heads(
 def classify(
     means: Mapping[str, Sequence], *, thresholds: Mapping[str, float] | None = None
 ) -> dict:
-    """Classify every head by thresholds on its mean scores.
-
-    The rule: a head is in class ``c`` when its mean ``c`` score is at or above
-    ``thresholds[c]``; ``labels`` lists every class a head is in (a head may be a sink and a
-    binding head), ``primary`` the first of ``PRECEDENCE`` it is in, ``other`` if none.
-    Scores missing from ``means`` classify no head.
-
-    Returns:
-        ``{"thresholds", "labels": [L][H] lists of classes, "primary": [L][H] str,
-        "counts": {class: heads with it among labels}, "primary_counts": {class: heads}}``.
-    """
+    """Every head's classes (``labels``) and ``primary`` class by thresholds on its mean scores."""
     rule = {**THRESHOLDS, **(thresholds or {})}
     unknown = sorted(set(rule) - set(PRECEDENCE))
     if unknown:
@@ -219,17 +176,7 @@ def draw_class_matched_sets(
     n: int,
     seed: int,
 ) -> list[list[list[int]]]:
-    """``n`` random head sets matched to ``top``'s classes, reproducible from ``seed``.
-
-    Each set has, for every head of ``top``, one head of the same primary class drawn from
-    the heads outside ``top`` (without repeats within a set). Used by C5's
-    ``matched_classes`` (and reusable by any scan): pass ``primary`` from a ``classify``
-    without the ``binding`` score, so a sink among the top heads is matched by a random sink
-    head and "binding heads matter" is separated from "sink heads matter".
-
-    Raises:
-        ValueError: A top head's class has no other head to draw (names the head and class).
-    """
+    """``n`` seeded head sets drawn outside ``top``, a head of each top head's primary class."""
     rng = np.random.default_rng(seed)
     excluded = {tuple(h) for h in top}
     pools: dict[str, list[tuple[int, int]]] = {}
@@ -257,17 +204,8 @@ def draw_class_matched_sets(
     return sets
 
 
-# -- across checkpoints -------------------------------------------------------------------
-
-
 def revision_tokens(model: str, revision: str | None) -> int | None:
-    """Training tokens seen at a checkpoint, where its name says (else None).
-
-    OLMo names carry them (``step1000-tokens4B``: 4e9; ``M`` and ``T`` suffixes too).
-    Pythia names carry the step only; Pythia trains on ``PYTHIA_TOKENS_PER_STEP`` =
-    2,097,152 tokens per step (1024 sequences of 2048 tokens), so tokens = step x that,
-    applied when the model id names Pythia.
-    """
+    """Training tokens at a checkpoint: OLMo's ``tokens4B`` in its name, or Pythia's step."""
     if not revision:
         return None
     found = re.search(r"tokens(\d+(?:\.\d+)?)([KMBT]?)", revision)
@@ -280,7 +218,6 @@ def revision_tokens(model: str, revision: str | None) -> int | None:
     return None
 
 
-# where ``emergence``'s token counts come from, written beside them
 TOKENS_SOURCE = (
     "revision names (OLMo stepN-tokensXB; Pythia stepN x 2,097,152 tokens per step, "
     "1024 x 2048-token sequences, Biderman et al. 2023)"
@@ -295,20 +232,9 @@ def emergence(
     thresholds: Mapping[str, float] | None = None,
     top_k: int = 4,
 ) -> dict:
-    """Emergence of each class over checkpoints, ``revisions`` in training order.
+    """Emergence of each class over checkpoints (``revisions`` in training order; docs/records.md).
 
-    ``means`` holds per checkpoint the mean scores ``{score: [L][H]}``; ``model``'s name gives
-    the token counts its revision names imply; ``top_k`` heads per class get a trajectory.
-
-    Returns:
-        ``fraction``: per class, the fraction of heads in it at each checkpoint (labels);
-        ``max_score``: per class, the highest head score at each checkpoint;
-        ``first``: per class, the first checkpoint where some head crosses its threshold
-        (null if none), with its ``tokens``; ``trajectories``: per score, the ``top_k``
-        heads at the last checkpoint and their score at every checkpoint;
-        ``tokens``: tokens per checkpoint (null where unknown); ``induction_lead_tokens``:
-        tokens at the sink class's first crossing minus at induction's (positive: induction
-        formed first), null where either did not cross or tokens are unknown.
+    ``means`` holds per checkpoint the mean scores ``{score: [L][H]}``.
     """
     classes = [classify(m, thresholds=thresholds) for m in means]
     n_heads_total = next(
@@ -335,20 +261,17 @@ def emergence(
 def _first_crossings(
     revisions: Sequence[str], classes: Sequence[dict], tokens: Sequence[int | None]
 ) -> dict[str, dict | None]:
-    """Per class, the first checkpoint where some head is in it (None: never)."""
-    first: dict[str, dict | None] = {}
-    for c in PRECEDENCE:
-        hit = next((i for i, cl in enumerate(classes) if cl["counts"][c] > 0), None)
-        first[c] = (
-            None
-            if hit is None
-            else {"revision": revisions[hit], "index": hit, "tokens": tokens[hit]}
-        )
-    return first
+    hits = {
+        c: next((i for i, cl in enumerate(classes) if cl["counts"][c] > 0), None)
+        for c in PRECEDENCE
+    }
+    return {
+        c: None if i is None else {"revision": revisions[i], "index": i, "tokens": tokens[i]}
+        for c, i in hits.items()
+    }
 
 
 def _induction_lead(first: Mapping[str, dict | None]) -> int | None:
-    """Tokens at the sink class's first crossing minus at induction's (None: unknown)."""
     sink, induction = first["sink"], first["induction"]
     if not (sink and induction) or sink["tokens"] is None or induction["tokens"] is None:
         return None
@@ -356,7 +279,6 @@ def _induction_lead(first: Mapping[str, dict | None]) -> int | None:
 
 
 def _trajectories(means: Sequence[Mapping[str, Sequence]], top_k: int) -> dict:
-    """Per score, the ``top_k`` heads at the last checkpoint and their score at every one."""
     trajectories = {}
     for score in SCORES:
         if means[-1].get(score) is None:

@@ -1,4 +1,4 @@
-"""Per-head direct logit attribution (see ``bindscope.metrics.attribution`` for the maths)."""
+"""Per-head direct logit attribution (the maths: ``bindscope.metrics.attribution``)."""
 
 from __future__ import annotations
 
@@ -53,11 +53,6 @@ def head_contributions(
 
 
 def _direction(model: LanguageModel, target: int | str) -> torch.Tensor:
-    """``[d]`` unembedding direction of a target.
-
-    A target is a token id, a one-token string, or a pair ``(a, b)`` for the logit
-    difference a - b.
-    """
     if isinstance(target, (tuple, list)) and len(target) == 2:
         return _direction(model, target[0]) - _direction(model, target[1])
     target = token_id(model, target, "target")
@@ -68,12 +63,9 @@ def _direction(model: LanguageModel, target: int | str) -> torch.Tensor:
 def head_attribution(
     model: LanguageModel, texts: Sequence[str], targets: Sequence, *, batch_size: int = 16
 ) -> list[torch.Tensor]:
-    """Direct logit attribution ``[L, H]`` (float64) per text, at its last position.
+    """Direct logit attribution ``[L, H]`` (float64) per text at its last position (local only).
 
-    What is decomposed is the LM head's output, which is linear in the heads' outputs under
-    the frozen final-norm scale: for a family that soft-caps its logits after the head
-    (Gemma 2, ``model.logit_softcap``) that is the logit before the cap. Local models only;
-    ``targets`` as in `_direction`, one per text.
+    A target is a token id, a one-token string, or ``(a, b)`` for the difference a - b.
     """
     texts = list(texts)
     if len(targets) != len(texts):

@@ -16,15 +16,7 @@ __all__ = ["LogitDifference", "Metric", "TargetLogprob", "check_metrics", "metri
 
 @dataclass(frozen=True)
 class TargetLogprob:
-    """Mean log-probability per token of a text's last ``n_target`` tokens.
-
-    The scan's metric: a recognition choice's log-probability is the ``TargetLogprob`` of
-    the prompt followed by the choice (``n_target``: the choice's tokens), a target's the
-    same with the target text.
-
-    Raises:
-        InputError: ``n_target`` is not a whole number >= 1.
-    """
+    """Mean log-probability per token of a text's last ``n_target`` tokens."""
 
     n_target: int = 1
 
@@ -49,11 +41,7 @@ Metric = TargetLogprob | LogitDifference
 
 
 def token_id(model: LanguageModel, token: int | str, what: str = "token") -> int:
-    """A token id, or the id of a one-token string (``what`` names it in the error).
-
-    Raises:
-        InputError: The string is not exactly one token, or the id is not in the vocabulary.
-    """
+    """A token id, or the id of a one-token string (``what`` names it in the error)."""
     if isinstance(token, str):
         ids = model.tokenizer(token, add_special_tokens=False)["input_ids"]
         if len(ids) != 1:
@@ -77,12 +65,7 @@ def token_id(model: LanguageModel, token: int | str, what: str = "token") -> int
 
 
 def check_metrics(model: LanguageModel, metric: object, lengths: list[int]) -> list[Metric]:
-    """One checked metric per text (token strings resolved to ids).
-
-    Raises:
-        InputError: A metric that is not one of ours, a count that does not match the
-            texts, a target as long as its text, or a token string of several tokens.
-    """
+    """One checked metric per text (token strings resolved to ids)."""
     metrics = list(metric) if isinstance(metric, (list, tuple)) else [metric] * len(lengths)
     if len(metrics) != len(lengths):
         raise InputError(f"{len(metrics)} metrics for {len(lengths)} texts; give one per text")
@@ -113,11 +96,9 @@ def check_metrics(model: LanguageModel, metric: object, lengths: list[int]) -> l
 def metric_terms(
     metrics: Sequence[Metric], ids: torch.Tensor, *, every_logit: bool = False
 ) -> tuple[dict, int]:
-    """The metric's terms (``ops.metric_values``) and how many logits to keep.
+    """The metric's terms (``ops.metric_values``) over left-padded ``ids`` and the logits to keep.
 
-    ``ids`` is the left-padded batch ``[b, W]``: every text ends in the last column. The
-    terms index the last ``keep`` logits, or all ``W`` with ``every_logit`` (a model
-    without ``logits_to_keep``).
+    The terms index the last ``keep`` logits, or all with ``every_logit``.
     """
     keep = max(m.n_target + 1 if isinstance(m, TargetLogprob) else 1 for m in metrics)
     b, width = ids.shape

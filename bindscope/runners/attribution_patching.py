@@ -37,12 +37,10 @@ __all__ = [
 ]
 
 METHODS = ("atp*", "atp")
-# A metric for every text, or one per text.
 MetricArg = TargetLogprob | LogitDifference | Sequence[TargetLogprob | LogitDifference]
 
 
 def _split(entry: object) -> tuple[list, list]:
-    """One ``intervene``/``per_row`` entry as (the engine's specs, pattern patches)."""
     if entry is None:
         return [], []
     items = [entry] if not isinstance(entry, (list, tuple)) else list(entry)
@@ -58,10 +56,7 @@ def _split(entry: object) -> tuple[list, list]:
 def _row_ops(
     model: LanguageModel, texts: list, intervene: object, per_row: Sequence[object] | None
 ) -> list[tuple[RowOp, ...]]:
-    """Checked row ops of every text; a `PatternPatch` is a ``Patch`` of the pattern site.
-
-    The specs' checks (lengths, donors drawn with the seed, edges) are the engine's own.
-    """
+    # a PatternPatch is a Patch of the pattern site; the specs' checks are the engine's own
     if intervene is None and per_row is None:
         raise InputError(
             "attribution patching needs intervene= (or per_row=): the specs to estimate, "
@@ -85,14 +80,12 @@ def _row_ops(
 
 
 def _estimated_site(op: RowOp) -> str:
-    """Where an op's estimate is read: a knockout's through the pattern it changes."""
     if op.dictionary is not None:
         return features_key(op.site)
     return "pattern" if isinstance(op, KnockoutOp) else op.site
 
 
 def _edited_units(row: tuple[RowOp, ...]) -> dict[tuple[str, int], list[int]]:
-    """``{(site, layer): units}`` a text's ops edit (the cells it has estimates for)."""
     units: dict[tuple[str, int], list[int]] = {}
     for op in row:
         for layer, us in op.units:
@@ -101,7 +94,6 @@ def _edited_units(row: tuple[RowOp, ...]) -> dict[tuple[str, int], list[int]]:
 
 
 def _check_model(model: LanguageModel, rows: list, method: str) -> bool:
-    """Refuse what cannot be estimated; whether eager attention's pattern is needed."""
     if method not in METHODS:
         raise InputError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
     hook = next((op for row in rows for op in row if isinstance(op, HookOp)), None)
@@ -148,10 +140,7 @@ def _estimate(
     batch_size: int = 16,
     grad_drop: bool = False,
 ) -> tuple:
-    """Clean metric ``[S]``, then per text ``{(site, layer): [U]}`` estimates (and GradDrop's).
-
-    Units a text does not edit are NaN.
-    """
+    # clean metric [S], then per text {(site, layer): [U]} estimates (and GradDrop's)
     rows = _row_ops(model, texts, intervene, per_row)
     eager = _check_model(model, rows, method)
     lengths = [len(model.tokenize(t)) if isinstance(t, str) else len(t) for t in texts]
@@ -184,7 +173,6 @@ def _estimate(
 
 
 def _donor_pass(model: LanguageModel, planned: PlannedBatch, eager: bool) -> dict | None:
-    """The donor rows' activations at the sites the plan copies (``ops.site_outputs``)."""
     plan = planned.plan
     if planned.donors is None:
         return None
@@ -201,7 +189,6 @@ def _donor_pass(model: LanguageModel, planned: PlannedBatch, eager: bool) -> dic
 
 
 def _head_table(model: LanguageModel, estimates: dict) -> np.ndarray:
-    """``[L, H]`` of one text's head estimates (head output and pattern added; NaN: none)."""
     table = np.full((model.n_layers, model.n_heads), np.nan)
     for (site, layer), value in estimates.items():
         if site not in ("head_out", "pattern"):
@@ -218,11 +205,7 @@ def _head_table(model: LanguageModel, estimates: dict) -> np.ndarray:
 def attribution_scores(
     model: LanguageModel, texts: Sequence, metric: MetricArg, **options: Any
 ) -> tuple:
-    """Clean metric ``[S]`` and estimated change ``[S, L, H]`` (float64; NaN: not intervened).
-
-    Arguments as in `head_attribution_patching`; with ``grad_drop=True`` the GradDrop
-    scores ``[S, L, H]`` come third.
-    """
+    """Clean metric ``[S]`` and estimated change ``[S, L, H]`` (then GradDrop's, if asked)."""
     clean, *found = _estimate(model, list(texts), metric, **options)
     tables = [np.stack([_head_table(model, e) for e in per_text]) for per_text in found]
     return (clean, *tables)
@@ -238,14 +221,7 @@ def attribution_patching(
     method: str = "atp*",
     batch_size: int = 16,
 ) -> list[dict[tuple[str, int], torch.Tensor]]:
-    """Estimated metric change of every edited cell, alone: ``{(site, layer): [U]}`` per text.
-
-    ``U`` is the site's units: heads at ``head_out`` (and ``pattern``, where ``Knockout``
-    and `PatternPatch` are estimated), one at any other site. The estimate is
-    ``sum((x' - x) * dm/dx)`` over the cell's positions and width, ``x`` its clean value
-    and ``x'`` its value under the spec; a ``Steer`` is estimated like any other edit.
-    Units a text's specs do not edit are NaN. Arguments as in `head_attribution_patching`.
-    """
+    """Estimated change of each edited cell alone: ``{(site, layer): [U]}`` per text (NaN: not)."""
     found = _estimate(model, list(texts), metric, intervene, per_row, method, batch_size)
     return found[1]
 
@@ -261,26 +237,14 @@ def head_attribution_patching(
     batch_size: int = 16,
     grad_drop: bool = False,
 ) -> list[torch.Tensor]:
-    """Estimated metric change ``[L, H]`` (float64) per text, each head intervened on alone.
+    """Estimated metric change ``[L, H]`` per text, each head alone (``grad_drop``: GradDrop's).
 
-    The estimate is ``sum((z' - z) * dm/dz)`` over positions and the head's width, ``z``
-    the head's clean output and ``z'`` its output under the intervention (for a pattern
-    intervention the same through the pattern, ``ops.attribution_pass``).
-    Positive: the metric rises. Heads the specs do not list are NaN.
-
-    On a remote model the gradients run on the server. With ``TargetLogprob`` the texts end
-    with the target. ``intervene`` (and ``per_row``, added to it) names the heads: ``Zero``,
-    ``Mean``, ``Patch``, ``Resample`` (head outputs), ``Knockout``, `PatternPatch` (patterns).
-    ``method="atp*"`` recomputes pattern changes exactly, ``"atp"`` linearises the softmax
-    (and refuses ``Knockout``). ``grad_drop=True`` returns GradDrop scores instead (Kramar et
-    al. 2024, against cancelling paths): the mean over layers of |estimate| with the gradient
-    through that layer's attention and MLP outputs stopped, over the ``L - 1`` layers that
-    leave a head some gradient. Unsigned, for ranking heads; ``L`` more backward passes.
+    The estimate: ``sum((z' - z) * dm/dz)`` over positions and width; NaN: not intervened.
     """
     found = _estimate(model, list(texts), metric, intervene, per_row, method, batch_size, grad_drop)
     return [torch.from_numpy(_head_table(model, e)) for e in found[-1]]
 
 
 def all_heads(model: LanguageModel) -> list[tuple[int, int]]:
-    """Every ``(layer, head)`` of the model (the heads a scan estimates)."""
+    """Every ``(layer, head)`` of the model."""
     return [(layer, h) for layer in range(model.n_layers) for h in range(model.n_heads)]

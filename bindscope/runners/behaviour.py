@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -34,12 +35,14 @@ from bindscope.runners.prefix import (
 )
 
 
-def _records_of(records: Sequence[PromptRecord], task: str) -> list[PromptRecord]:
-    """The records as a list, each checked to be of ``task`` (the runner's name)."""
+def records_of(
+    records: Sequence[PromptRecord], task: str, runner: str | None = None
+) -> list[PromptRecord]:
+    """The records as a list, refusing any not of ``task`` (``runner``: default ``task``)."""
     records = list(records)
     for r in records:
         if r.task != task:
-            raise InputError(f"{r.source or r.key}: {task}() got a {r.task} record")
+            raise InputError(f"{r.source or r.key}: {runner or task}() got a {r.task} record")
     return records
 
 
@@ -51,7 +54,6 @@ def _rows_for(
     intervene: Intervention = None,
     per_row: PerRow = None,
 ):
-    """Specs per record: ``ablate`` + ``intervene`` + ``per_row[i]``."""
     if per_row is not None and len(per_row) != len(records):
         raise InputError(f"per_row has {len(per_row)} entries for {len(records)} records")
     shared = as_specs(ablate, option="ablate") + as_specs(intervene)
@@ -81,14 +83,8 @@ def recognition(
     strategy: str = "shared_prefix",
     progress: bool = False,
 ) -> list[RecognitionResult]:
-    """Score every recognition record's choices in batched forward passes.
-
-    ``ablate`` and ``intervene`` (``Zero``, ``Mean`` or ``Knockout`` specs) apply to all records;
-    ``per_row`` gives one spec, list of specs, head list or ``None`` per record.
-    ``strategy="shared_prefix"`` runs the prompt once and the choices on its cache; ``"full"``
-    runs every prompt + choice sequence in full (the reference).
-    """
-    records = _records_of(records, "recognition")
+    """Score every recognition record's choices (``strategy="full"``: prompt + choice whole)."""
+    records = records_of(records, "recognition")
     specs = _rows_for(model, records, ablate=ablate, intervene=intervene, per_row=per_row)
     prompts = [model.tokenize(r.template) for r in records]
     rows = resolve_rows(model, prompts, per_row=specs)
@@ -110,14 +106,11 @@ def recognition(
 
 
 def _full_batch(model: LanguageModel, batch: Batch, choices: list, rows: list) -> list:
-    """Every (prompt + choice) sequence in full, one row each."""
     owner = [r for r, cs in enumerate(choices) for _ in cs]  # row s: a choice of prompt r
     flat = [c for cs in choices for c in cs]
     prompts = [batch.input_ids[r, batch.pad(r) :].tolist() for r in range(len(choices))]
     full = model.pad(list(range(len(flat))), [prompts[r] + c for r, c in zip(owner, flat)])
     metrics = [TargetLogprob(len(c)) for c in flat]  # every sequence ends with its choice
-    # left-padded: every choice ends in the last column, so the LM head runs only on the
-    # last ``keep`` positions (the longest choice's, and the prompt's last), not every one
     keeps = keeps_logits(model)
     terms, keep = metric_terms(metrics, full.input_ids, every_logit=not keeps)
     index, target, weight = terms["logprob"]
@@ -135,7 +128,6 @@ def _full_batch(model: LanguageModel, batch: Batch, choices: list, rows: list) -
 
 
 def _shared_prefix_batch(model: LanguageModel, batch: Batch, choices: list, rows: list) -> list:
-    """Prompt once with a cache; then all choices of all prompts on the repeated cache."""
     n_choices = {len(c) for c in choices}
     if len(n_choices) != 1:  # mixed 4-choice and True/False: split by choice count
         out: list[list[float] | None] = [None] * len(choices)
@@ -169,13 +161,8 @@ def generation(
     batch_size: int = GENERATION_BATCH_SIZE,
     progress: bool = False,
 ) -> list[GenerationResult]:
-    """Greedy continuations for generation records, scored by the rubric.
-
-    ``ablate``, ``intervene`` and ``per_row`` as in `recognition` (``Knockout`` edges count
-    tokens of ``prefix + template``); ``prefix`` is an optional text per term put before the
-    stem (few-shot exemplars); ``rubric`` defaults to the package's ``rubrics.json``.
-    """
-    records = _records_of(records, "generation")
+    """Greedy continuations scored by the rubric (``prefix``: a text per term before the stem)."""
+    records = records_of(records, "generation")
     rubric = _rubric_for(records, rubric)
     rows = _rows_for(model, records, ablate=ablate, intervene=intervene, per_row=per_row)
     texts = [(prefix[r.term] if prefix else "") + r.template for r in records]
@@ -194,25 +181,16 @@ def generation(
                 batch_size=batch_size,
             )
             for i, new in zip(chunk, ids):
-                out[i] = _scored(model, records[i], new, rubric)
+                text = model.tokenizer.decode(new, skip_special_tokens=True)
+                out[i] = replace(rubric_score(text, records[i].term, rubric), key=records[i].key)
             bar.update(len(chunk))
     bar.close()
     return out  # type: ignore[return-value]
 
 
 def _rubric_for(records: Sequence[PromptRecord], rubric: dict | None) -> dict:
-    """The rubric (default: the package's), once it has an entry for every record's term."""
     rubric = rubric or default_rubric()
     missing = sorted({r.term for r in records} - set(rubric["terms"]))
     if missing:
         raise InputError(f"no rubric entry for terms {missing}; add them to the rubric file")
     return rubric
-
-
-def _scored(
-    model: LanguageModel, record: PromptRecord, new: list[int], rubric: dict
-) -> GenerationResult:
-    """One record's new tokens decoded and scored by the rubric."""
-    text = model.tokenizer.decode(new, skip_special_tokens=True)
-    scored = rubric_score(text, record.term, rubric)
-    return GenerationResult(record.key, text, scored.score, scored.hits, scored.contradictions)

@@ -10,7 +10,7 @@ from tqdm.auto import tqdm
 
 from bindscope.errors import InputError, PromptTooLongError, SpanNotFoundError
 from bindscope.interventions import ops, run_layers
-from bindscope.interventions.plan import plan_batches
+from bindscope.interventions.plan import PlannedBatch, plan_batches
 from bindscope.interventions.resolve import HeadList, Intervention, resolve_rows
 from bindscope.metrics.binding import BindingResult, pair_index, span_pairs, summarize
 from bindscope.prompts.context import length_problem
@@ -64,21 +64,9 @@ def binding(
     on_sink: str = "skip",
     progress: bool = False,
 ) -> list[BindingResult]:
-    """Measure BSI/EB/EB* for every record in batched forward passes; one result per record.
+    """BSI/EB/EB* of every record, one result each (``on_missing``, ``on_sink``: docs/internals.md).
 
-    ``ablate`` and ``intervene`` (``Zero``, ``Mean``, ``Knockout``, ``Resample``) apply while
-    measuring; positions count tokens of the prompt cut after the term's span, since BSI never
-    looks further.
-
-    ``on_missing="error"`` raises ``SpanNotFoundError`` (or ``PromptTooLongError`` for a prompt
-    longer than the context window); ``"skip"`` returns a result with ``skipped`` set to the
-    reason and NaN numbers (flagged ``not_found``, or ``too_long`` beside the span's flags).
-
-    A span starting at position 0 sits on the attention sink, which every later token attends
-    to whatever it binds, so its BSI measures the sink, not binding. ``on_sink="skip"``
-    (default) returns it unmeasured with ``skipped`` = ``SINK_SKIP`` (every EB* aggregate then
-    leaves it out and counts it); ``"keep"`` measures it anyway. A prepended BOS
-    (``load_model(prepend_bos=True)``) moves every span off the sink.
+    Positions of the specs count tokens of the prompt cut after the term's span.
     """
     if on_missing not in ("error", "skip"):
         raise ValueError("on_missing must be 'error' or 'skip'")
@@ -109,12 +97,8 @@ def _group_by_prefix(
     on_missing: str,
     on_sink: str,
 ) -> _Prefixes:
-    """The records to measure grouped by computation; the others' results set in ``results``.
-
-    Prompts sharing the tokens up to the span's end AND the span are one computation (causal
-    attention ignores what follows); a nested term ("screen reader" in "test a screen
-    reader") is another span, so another BSI.
-    """
+    # one computation: the tokens up to the span's end AND the span (a nested term is
+    # another span, so another BSI); the records not measured get their results here
     prefixes: _Prefixes = {}
     for i, record in enumerate(records):
         span = _span_to_measure(model, record, nan, on_missing=on_missing, on_sink=on_sink)
@@ -129,12 +113,6 @@ def _group_by_prefix(
 def _span_to_measure(
     model: LanguageModel, record: PromptRecord, nan: torch.Tensor, *, on_missing: str, on_sink: str
 ) -> Span | BindingResult:
-    """The record's span to measure, or its unmeasured result (NaN numbers).
-
-    A missing term or a prompt past the context window raises under ``on_missing="error"``;
-    a one-token span has no BSI; a span on the attention sink is skipped under
-    ``on_sink="skip"``.
-    """
     try:
         span = locate(model, record.template, record.term, prompt_id=record.key)
     except SpanNotFoundError as exc:
@@ -188,17 +166,23 @@ def _batched_bsi(
             ):
                 return ops.span_pair_bsi(probs, query, key, weight)
 
-            def body(
-                donors: Any, reduce: Callable[[torch.Tensor], Any] = reduce, plan: Any = item.plan
-            ):
-                # bound to a name: a remote run returns only saved values the body binds
-                found = run_layers(
-                    model, capture=range(model.n_layers), reduce=reduce, plan=plan, donors=donors
-                )
-                return found
-
-            found = model.trace_batch(item, body)
-            stacked = torch.stack([found[layer] for layer in range(model.n_layers)], 1)  # [b, L, H]
+            stacked = layer_reductions(model, item, reduce)  # [b, L, H]
             for r, index in enumerate(batch.indices):
                 out[index] = stacked[r].float().clone()
     return out  # type: ignore[return-value]
+
+
+def layer_reductions(
+    model: LanguageModel, item: PlannedBatch, reduce: Callable[[torch.Tensor], torch.Tensor]
+) -> torch.Tensor:
+    """``[b, L, ...]``: ``reduce`` of each layer's attention probabilities, in one trace."""
+
+    def body(donors: Any, reduce: Callable[[torch.Tensor], Any] = reduce, plan: Any = item.plan):
+        # bound to a name: a remote run returns only saved values the body binds
+        found = run_layers(
+            model, capture=range(model.n_layers), reduce=reduce, plan=plan, donors=donors
+        )
+        return found
+
+    found = model.trace_batch(item, body)
+    return torch.stack([found[layer] for layer in range(model.n_layers)], 1)

@@ -39,24 +39,13 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Faithfulness:
-    """How much of the metric a circuit keeps.
-
-    Attributes:
-        n_edges: Edges in the circuit.
-        share: ``(patched - corrupted) / (clean - corrupted)`` of the pair means, with a
-            paired bootstrap CI over pairs (1: the whole behaviour, 0: none of it).
-        patched: ``[pairs]`` the metric with every edge outside the circuit patched.
-        null: The share of each random circuit of the same size.
-        ablated: ``[pairs]`` the metric with every edge patched (the corrupted metric, or
-            the mean-ablated run): the share's 0.
-        ablation: ``corrupted`` or ``mean``.
-    """
+    """How much of the metric a circuit keeps (docs/circuits.md)."""
 
     n_edges: int
-    share: Estimate
-    patched: np.ndarray
-    null: np.ndarray
-    ablated: np.ndarray
+    share: Estimate  # (patched - ablated) / (clean - ablated) of the pair means
+    patched: np.ndarray  # [pairs] every edge outside the circuit patched
+    null: np.ndarray  # the share of each random circuit of the same size
+    ablated: np.ndarray  # [pairs] every edge patched: the share's 0
     ablation: str = "corrupted"
 
 
@@ -65,22 +54,12 @@ ABLATIONS = ("corrupted", "mean")
 
 @dataclass(frozen=True)
 class Verification:
-    """Estimated against exact edge effects (mean over pairs) of the verified edges.
-
-    Attributes:
-        edges: The verified edges, by mean |score|.
-        estimate: ``[edges]`` the mean score: the estimated change of the metric.
-        exact: ``[edges]`` the mean exact change from the clean metric with that edge alone
-            patched (`path_patching_each` minus ``scores.clean``): what ``estimate`` estimates.
-        spearman: Rank correlation of ``estimate`` and ``exact`` (nan under 3 edges).
-        recall_at_k: Share of the exact top ``k`` the estimate ranks top ``k``.
-        k: The ``k`` of recall@k.
-    """
+    """Estimated against exact edge effects (means over pairs) of the verified edges."""
 
     edges: list[Edge]
-    estimate: np.ndarray
-    exact: np.ndarray
-    spearman: float
+    estimate: np.ndarray  # [edges] the mean score
+    exact: np.ndarray  # [edges] the mean patched metric, each edge alone, minus the clean one
+    spearman: float  # nan under 3 edges
     recall_at_k: float
     k: int
 
@@ -98,12 +77,7 @@ def top_mask(scores: EdgeScores, n: int) -> np.ndarray:
 
 
 def greedy_mask(scores: EdgeScores, n: int) -> np.ndarray:
-    """``[S, R]`` mask of ``n`` edges grown back from the logits, largest mean |score| first.
-
-    An edge joins only when its receiver already belongs to the circuit (the logits, or a
-    node whose output an edge in it reads), so the circuit is connected to the output,
-    as EAP-IG's greedy search builds it.
-    """
+    """``[S, R]`` mask of ``n`` edges grown back from the logits, as EAP-IG's greedy search."""
     graph = scores.graph
     check_count(n, "n", 0, graph)
     key = np.abs(scores.mean())
@@ -142,7 +116,6 @@ def greedy_mask(scores: EdgeScores, n: int) -> np.ndarray:
 
 
 def _receivers_of(graph: EdgeGraph) -> dict[str, list[int]]:
-    """Each sender node's own inputs as receiver indices (a head: its query, key, value)."""
     found: dict[str, list[int]] = {}
     kv_of: dict[tuple[str, int], list[int]] = {}  # (layer, group): its key and value
     for j, name in enumerate(graph.receivers):
@@ -174,17 +147,7 @@ def faithfulness(
     n_resamples: int = 2000,
     ablation: str = "corrupted",
 ) -> Faithfulness:
-    """The share of the metric ``keep`` (an ``[S, R]`` bool mask of edges, or edge names) keeps.
-
-    ``scores`` gives the clean and corrupted metrics (from `edges.edge_attribution` on the
-    same pairs); every edge outside ``keep`` is patched with its corrupted value, or with
-    ``ablation="mean"`` with its sender's mean output over the corrupted texts (then the
-    share's 0 is the run with every edge mean-ablated, not the corrupted metric).
-
-    Raises:
-        InputError: ``keep`` is not a mask of ``scores.graph``'s shape or marks non-edges,
-            or the clean and ablated metrics are equal on average.
-    """
+    """The share of the metric ``keep`` (an ``[S, R]`` mask of edges, or edge names) keeps."""
     if ablation not in ABLATIONS:
         raise InputError(f"ablation={ablation!r}: choose one of {', '.join(ABLATIONS)}")
     graph = scores.graph
@@ -212,7 +175,6 @@ def faithfulness(
 
 
 def _check_gap(model: LanguageModel, clean: np.ndarray, ablated: np.ndarray, ablation: str) -> None:
-    """Refuse clean and ablated metrics that are equal on average: no share to measure."""
     gap = float(np.mean(clean) - np.mean(ablated))
     if not abs(gap) > 1e-6 * max(1.0, float(np.abs(clean).max())):
         raise InputError(
@@ -223,7 +185,6 @@ def _check_gap(model: LanguageModel, clean: np.ndarray, ablated: np.ndarray, abl
 
 
 def _random_masks(valid: np.ndarray, n_edges: int, n_random: int, seed: int):
-    """``n_random`` masks of ``n_edges`` edges drawn uniformly (the null circuits)."""
     rng = np.random.default_rng(seed)
     flat = np.flatnonzero(valid)
     for _ in range(n_random):
@@ -247,11 +208,7 @@ def stability(
     n_resamples: int = 200,
     seed: int = 0,
 ) -> float:
-    """Mean share of the circuit's edges selected again from resampled pairs.
-
-    The circuit is ``select(scores, n)`` (a `SELECTIONS` value); each resample of the pairs
-    selects its own ``n`` edges the same way (``n`` over the graph's edges takes them all).
-    """
+    """Mean share of ``select(scores, n)``'s edges selected again from resampled pairs."""
     check_count(n, "n", 1, scores.graph)
     full = select(scores, n)
     rng = np.random.default_rng(seed)
@@ -273,13 +230,7 @@ def verify(
     *,
     batch_size: int = 16,
 ) -> Verification:
-    """Patch each of the top ``2k`` edges (by mean |score|) alone and compare.
-
-    An edge's exact effect is its patched metric minus the clean metric, averaged over pairs
-    (`Verification.exact`), as its score estimates it. Spearman is over those ``2k`` edges'
-    mean estimated and exact effects; recall@K is the share of the exact top ``k`` among them
-    (by |effect|) that the estimate ranks top ``k``.
-    """
+    """Patch each of the top ``2k`` edges (by mean |score|) alone; Spearman and recall@k."""
     check_count(k, "k", 1, scores.graph)
     edges = scores.top(2 * k)
     graph = scores.graph

@@ -17,6 +17,7 @@ from bindscope.metrics.behaviour import RecognitionResult
 from bindscope.prompts.continuations import continuation_ids
 from bindscope.prompts.prompt_sets import PromptRecord
 from bindscope.protocols import LanguageModel
+from bindscope.runners.behaviour import records_of
 from bindscope.runners.prefix import (
     choice_pass,
     choice_rows,
@@ -43,16 +44,7 @@ def condition_recognition(
     means: HeadMeans | None = None,
     batch_size: int = 16,
 ) -> tuple[list[RecognitionResult], list[list[RecognitionResult]]]:
-    """Every recognition record scored clean and with each head set ablated.
-
-    Equal to ``recognition(model, records, ablate=heads)`` per set up to float rounding, on a
-    local model. Each condition ablates at least one head; ``means`` (``head_means``)
-    mean-ablates instead of zeroing; ``batch_size`` is records per clean pass and rows
-    (record x condition) per condition pass.
-
-    Returns:
-        ``(clean [R], ablated [C][R])``.
-    """
+    """``(clean [R], ablated [C][R])``: `recognition` of every record under each head set."""
     records, checked = _checked(model, records, conditions)
     specs = [Zero(c) if means is None else Mean(c, means) for c in checked]
     starts = [min(layer for layer, _ in heads) for heads in checked]
@@ -81,11 +73,7 @@ def _checked(
     records: Sequence[PromptRecord],
     conditions: Sequence[Sequence[tuple[int, int]]],
 ) -> tuple[list[PromptRecord], list[tuple[Head, ...]]]:
-    """The records and the conditions' checked heads; refuses another task or an empty set."""
-    records = list(records)
-    for r in records:
-        if r.task != "recognition":
-            raise InputError(f"{r.source or r.key}: condition_recognition() got a {r.task} record")
+    records = records_of(records, "recognition", "condition_recognition")
     checked = [model.check_heads(c) for c in conditions]
     for i, heads in enumerate(checked):
         if not heads:
@@ -95,26 +83,17 @@ def _checked(
 
 @dataclass(frozen=True)
 class _CleanRun:
-    """What a batch's clean run leaves for its condition passes.
-
-    ``prompt_outputs`` are the prompt pass's layer outputs ``[b, n, d]`` below the highest
-    start; ``choice_outputs`` the choice pass's (`choice_rows`; none: every choice is one
-    token); ``cache`` the prompt's cache layers, copied before the choices extended them;
-    ``scores`` the clean choice scores ``[b][C]``.
-    """
-
     batch: Batch
     choices: list[list[list[int]]]
-    prompt_outputs: list
-    choice_outputs: list
-    cache: list
+    prompt_outputs: list  # [b, n, d] per layer below the highest start
+    choice_outputs: list  # the choice pass's, at choice_rows (none: one-token choices)
+    cache: list  # the prompt's cache layers, copied before the choices extended them
     scores: list[list[float]]
 
 
 def _clean_run(
     model: LanguageModel, batch: Batch, choices: list[list[list[int]]], keep: int
 ) -> _CleanRun:
-    """Score a batch clean, keeping the outputs of the layers below ``keep``."""
     b, n_c = len(choices), len(choices[0])
     flat = [c for cs in choices for c in cs]  # row r * n_c + j: choice j of prompt r
     first, cache, prompt_outputs = prompt_pass(model, batch, None, keep_layers=keep)
@@ -131,11 +110,6 @@ def _clean_run(
 def _condition_pass(
     model: LanguageModel, clean: _CleanRun, start: int, rows: torch.Tensor, specs: list
 ) -> list[list[float]]:
-    """Choice scores ``[rows][C]`` of batch rows ``rows``, row ``i`` under ``specs[i]``.
-
-    No spec acts below ``start``: the pass starts there in the prompt and in the
-    choices, from the clean run's outputs of layer ``start - 1``.
-    """
     part, n_c = clean.batch.rows(rows), len(clean.choices[0])
     ids = [part.input_ids[i, part.pad(i) :].tolist() for i in range(len(rows))]
     resolved = resolve_rows(model, ids, per_row=specs)
@@ -164,13 +138,8 @@ def _score_batch(
     starts: list[int],
     rows_per_pass: int,
 ) -> list[list[list[float]]]:
-    """One batch's choice scores ``[1 + C][b][C]``: clean, then each condition's.
-
-    The (condition, record) rows, ordered by their condition's start layer, fill passes of
-    ``rows_per_pass``; a pass starts at its lowest row's start. A row that starts higher
-    runs the layers between itself, from the same clean stream: what the clean run
-    computes there, so exact, and the passes stay full (small passes cost more per row).
-    """
+    # A pass starts at its lowest row's start; a row that starts higher runs the layers
+    # between from the same clean stream, which is exact, and the passes stay full.
     clean = _clean_run(model, batch, choices, keep=max(starts, default=0))
     per_condition: list[list] = [[None] * len(choices) for _ in specs]
     pairs = sorted((starts[c], c, r) for c in range(len(specs)) for r in range(len(choices)))

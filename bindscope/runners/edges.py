@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bindscope.batch import check_batch_size
 from bindscope.errors import InputError
 from bindscope.interventions import ops
 from bindscope.interventions.flow_specs import PathPatch
@@ -39,20 +40,11 @@ EdgeMetric = Metric | Sequence[Metric] | Callable[[torch.Tensor, list[int]], tor
 
 @dataclass(frozen=True)
 class EdgeScores:
-    """Edge scores of every pair.
-
-    Attributes:
-        graph: The graph the scores index.
-        scores: ``[pairs, S, R]`` float32, the estimated metric change when the edge alone
-            is corrupted (0 where there is no edge).
-        clean: ``[pairs]`` the metric on the clean texts.
-        corrupted: ``[pairs]`` the metric on the corrupted texts.
-        method: ``eap`` or ``eap-ig``; ``steps`` the integration steps (1 for EAP).
-    """
+    """Edge scores of every pair (``steps``: the integration steps, 1 for EAP)."""
 
     graph: EdgeGraph
-    scores: np.ndarray
-    clean: np.ndarray
+    scores: np.ndarray  # [pairs, S, R] float32: the metric's change, the edge alone corrupted
+    clean: np.ndarray  # [pairs] the metric on the clean texts
     corrupted: np.ndarray
     method: str
     steps: int
@@ -62,11 +54,7 @@ class EdgeScores:
         return self.scores.mean(0)
 
     def top(self, n: int, *, absolute: bool = True) -> list[Edge]:
-        """The ``n`` edges of largest mean score (``absolute``: of largest magnitude), all if more.
-
-        Raises:
-            InputError: ``n`` is not a whole number >= 0.
-        """
+        """The ``n`` edges of largest mean score (``absolute``: |mean|), all if more."""
         check_count(n, "n", 0, self.graph)
         mean = self.mean()
         key = np.abs(mean) if absolute else -mean
@@ -77,10 +65,7 @@ class EdgeScores:
 
 
 def check_count(n: object, name: str, least: int, graph: EdgeGraph) -> None:
-    """Refuse a count of edges (``name``) that is not a whole number >= ``least``.
-
-    A negative count would slice from the end, and a float would fail deep inside numpy.
-    """
+    """Refuse a count of edges (``name``) that is not a whole number >= ``least``."""
     if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < least:
         raise InputError(
             f"{name}={n!r}: give a whole number of edges >= {least} (the graph has "
@@ -98,15 +83,7 @@ def edge_attribution(
     steps: int = 5,
     batch_size: int = 8,
 ) -> EdgeScores:
-    """Score every edge of the model for ``metric`` over clean/corrupted pairs.
-
-    ``model`` may be on NDIF (one session: only the scores and metrics come back); gradients
-    are tracked from layer 0's input, so its parameters need not require grad. Each corrupted
-    text has its clean text's length in tokens. ``metric`` is ``LogitDifference(correct,
-    wrong)`` or ``TargetLogprob(n)`` (one, or one per pair), or a function ``f(logits [b, V] at
-    the last position, pair indices) -> [b]``. ``method`` is ``eap`` (one gradient, at the
-    clean input) or ``eap-ig`` (``steps`` integration steps; one step is EAP).
-    """
+    """Score every edge for ``metric`` over equally long clean/corrupted pairs (circuits.md)."""
     if method not in METHODS:
         raise InputError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
@@ -128,7 +105,6 @@ def edge_attribution(
 def _edge_jobs(
     model: LanguageModel, pairs: _Pairs, graph: EdgeGraph, chunks: list[list[int]]
 ) -> list[ops.EdgeJob]:
-    """Each batch planned before the session opens: its body holds only tensors and ops."""
     everything = PathPatch(graph.valid, source=tuple(pairs.corrupted))
     plans = resolve_rows(model, pairs.clean, intervene=everything)
     jobs = []
@@ -146,21 +122,14 @@ def _edge_jobs(
 
 @dataclass(frozen=True)
 class _EdgeSession:
-    """Per batch: the corrupted and clean metrics ``[b]`` and the scores ``[b, S, R]``."""
-
     corrupted: list[torch.Tensor]
     clean: list[torch.Tensor]
     scores: list[torch.Tensor]
 
 
 def _edge_session(model: LanguageModel, jobs: list[ops.EdgeJob], steps: int) -> _EdgeSession:
-    """Every batch's corrupted pass and ``steps`` gradient passes in one session.
-
-    One request when remote: the corrupted senders' outputs and the senders' differences
-    stay where the passes run, and so do the receivers' gradients summed over the steps;
-    per batch the corrupted metric, the first step's metric (the clean one: alpha = 1)
-    and the last step's scores come back.
-    """
+    # one request when remote: per batch only the corrupted metric, the first step's (the
+    # clean one: alpha = 1) and the last step's scores come back
     env = model.nnsight
     with torch.enable_grad(), env.session(**model.trace_options):
         corrupted, clean, scores = ops.save([]), ops.save([]), ops.save([])
@@ -192,17 +161,10 @@ def path_patching(
     means: EdgeMeans | None = None,
     batch_size: int = 4,
 ) -> np.ndarray:
-    """The metric of each pair with ``edges`` patched exactly (``[pairs]`` float64).
+    """The metric ``[pairs]`` of each pair with ``edges`` (names or an ``[S, R]`` mask) patched.
 
-    The patched metric itself, not its change: an edge's effect, as `edge_attribution`
-    estimates it and ``circuit --verify`` records it (``exact``), is this minus the clean
-    metric (`EdgeScores.clean`).
-
-    Each patched edge's receiver reads the residual stream with the sender's output
-    replaced by its output on the corrupted text (with ``means=edge_means(...)``: by its
-    mean output); the sender's other receivers, and every other edge, are left clean: the
-    engine's `PathPatch`. ``edges`` are ``(sender, receiver)`` names (`EdgeGraph.edges`)
-    or an ``[S, R]`` bool mask. Arguments otherwise as `edge_attribution`.
+    The patched metric itself: an edge's effect is this minus `EdgeScores.clean`. ``means``
+    (``edge_means``) patches in the senders' mean outputs instead of the corrupted ones.
     """
     pairs = _Pairs(model, clean, corrupted, metric)
     mask = edge_mask(edge_graph(model), edges)
@@ -220,12 +182,7 @@ def path_patching_each(
     *,
     batch_size: int = 16,
 ) -> np.ndarray:
-    """``[edges, pairs]``: the metric of each pair with each edge alone patched.
-
-    The same measure as `path_patching` of ``[edge]``, one edge at a time, but the
-    conditions share batches (``batch_size`` rows: one pair and one edge each, a pair's
-    edges together, so that they share its corrupted donor row).
-    """
+    """``[edges, pairs]``: `path_patching` of each edge alone, the conditions sharing batches."""
     pairs = _Pairs(model, clean, corrupted, metric)
     graph = edge_graph(model)
     masks = [edge_mask(graph, [edge]) for edge in edges]
@@ -239,7 +196,6 @@ def path_patching_each(
 def _patched_metric(
     model: LanguageModel, pairs: _Pairs, owners: list[int], rows: list, batch_size: int
 ):
-    """The metric of each row (the clean text of pair ``owners[i]`` under ``rows[i]``)."""
     out = np.zeros(len(owners))
     for chunk in _chunks(len(owners), batch_size):
         who = [owners[i] for i in chunk]
@@ -257,9 +213,7 @@ def _patched_metric(
 
 
 def _chunks(n: int, size: int):
-    """``range(n)`` as lists of ``size`` indices."""
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise InputError(f"batch_size={size!r}: give a whole number >= 1")
+    check_batch_size(size)
     for start in range(0, n, size):
         yield list(range(start, min(start + size, n)))
 
@@ -301,7 +255,7 @@ class _Pairs:
         return len(self.clean)
 
     def clean_batch(self, rows: list[int]):
-        """The clean texts of ``rows``, left-padded (the corrupted ones pad alike)."""
+        """The clean texts of ``rows``, left-padded."""
         return self.model.pad(rows, [self.clean[i] for i in rows])
 
     def terms(self, rows: list[int]) -> dict:
@@ -315,7 +269,6 @@ class _Pairs:
 
 
 def _one_per_row(metric: Callable) -> Callable:
-    """``metric`` refusing any output but ``[rows]`` (a scalar or ``[rows, 1]`` would misfill)."""
 
     def checked(logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
         out = metric(logits, rows)
@@ -334,7 +287,6 @@ def _one_per_row(metric: Callable) -> Callable:
 
 
 def _kept_logits(model: LanguageModel, terms: dict) -> dict:
-    """``logits_to_keep``: only the positions the metric reads go through the LM head."""
     if not keeps_logits(model):
         return {}
     return {"logits_to_keep": terms.get("keep", 1)}

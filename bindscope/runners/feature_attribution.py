@@ -1,10 +1,4 @@
-"""Attribution to a dictionary's features: every latent estimated (AtP), the top K measured.
-
-The estimate is attribution patching's (`attribution_patching`) on a feature spec of every
-latent: ``sum((f' - f) * dm/df)`` over positions, ``dm/df = dm/dx W_dec^T`` with the
-reconstruction error held. The latents with the largest mean |estimate| are then run one by
-one, exactly, as the head scan verifies its top heads.
-"""
+"""Attribution to a dictionary's features: every latent estimated (AtP), the top K measured."""
 
 from __future__ import annotations
 
@@ -28,19 +22,12 @@ __all__ = ["FeatureAttribution", "feature_attribution"]
 
 @dataclass(frozen=True)
 class FeatureAttribution:
-    """Estimated and exact metric changes of a dictionary's latents, one text per row.
+    """Estimated and exact metric changes of a dictionary's latents, one text per row."""
 
-    Attributes:
-        clean: ``[S]`` the metric of each text, no edit.
-        estimate: ``[S, d_sae]`` each latent's estimated change (float64).
-        verified: The ``K`` latents measured exactly, largest mean |estimate| first.
-        exact: ``[S, K]`` their exact change (the edit of that latent alone).
-    """
-
-    clean: np.ndarray
-    estimate: np.ndarray
-    verified: tuple[int, ...]
-    exact: np.ndarray
+    clean: np.ndarray  # [S] the metric, no edit
+    estimate: np.ndarray  # [S, d_sae]
+    verified: tuple[int, ...]  # the K latents measured, largest mean |estimate| first
+    exact: np.ndarray  # [S, K] their change, each edited alone
 
 
 def feature_attribution(
@@ -54,15 +41,7 @@ def feature_attribution(
     method: str = "atp*",
     batch_size: int = 16,
 ) -> FeatureAttribution:
-    """Estimate every latent's effect on ``metric`` under ``edit``; measure the top ``verify``.
-
-    ``edit`` turns latents into a spec: ``Zero`` (default), or e.g.
-    ``lambda f: Mean(f, means=feature_means(model, reference, dictionary))`` or
-    ``lambda f: Patch(f, source=corrupted)``. ``metric`` as in `attribution_patching`.
-
-    Raises:
-        InputError: ``verify`` is not a whole number from 1 to ``d_sae``.
-    """
+    """Estimate every latent's effect on ``metric`` under ``edit``; measure the top ``verify``."""
     texts = list(texts)
     whole = isinstance(verify, int) and not isinstance(verify, bool)
     if not whole or not 1 <= verify <= dictionary.d_sae:

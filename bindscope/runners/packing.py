@@ -1,10 +1,4 @@
-"""The choice pass's layout: each prompt's choices packed into one row under a block mask.
-
-A packed row holds a prompt's choices back to back; a 4D additive mask lets each choice's
-tokens see the prompt (the cache) and their own earlier tokens, not the other choices, and
-positions restart at the prompt's length for each choice. A model whose masks this cannot
-rebuild runs the choices right-padded, one row each (`choice_layout` says which).
-"""
+"""The choice pass's layout: each prompt's choices packed into one row under a block mask."""
 
 from __future__ import annotations
 
@@ -23,18 +17,11 @@ _CAUSAL_TYPES = {"full_attention", "sliding_attention"}
 
 @functools.cache
 def _takes_mask_per_type(model_class: Any) -> bool:
-    """Whether the decoder's forward accepts a ``{layer type: 4D mask}`` mapping."""
     return "attention_mask, dict)" in inspect.getsource(model_class.forward)
 
 
 def choice_layout(model: LanguageModel) -> str:
-    """``packed`` or ``padded``: how this model's choice pass lays out the choices.
-
-    Packed needs eager or sdpa attention (an additive 4D mask) and masks that are causal
-    with at most a sliding window per layer; layers with different windows also need a
-    decoder that takes one mask per layer type. Anything else (flash attention, a
-    bidirectional or other special mask) runs padded, which is what this returns.
-    """
+    """``packed`` or ``padded``: how this model's choice pass lays out the choices."""
     config = model.hf.config
     types = set(getattr(config, "layer_types", None) or ())
     if model.attn_implementation not in ("eager", "sdpa") or not types <= _CAUSAL_TYPES:
@@ -51,11 +38,7 @@ def choice_layout(model: LanguageModel) -> str:
 def packed_inputs(
     model: LanguageModel, prompt_mask: torch.Tensor, cache: Any, flat: list, n_c: int
 ) -> dict:
-    """Inputs of a packed choice pass, and ``spans`` ``[b*C]``: each choice's first column.
-
-    Row ``r`` holds prompt ``r``'s choices, less their last tokens, back to back.
-    ``prompt_mask`` (``[b, P]``, 0 on left padding) is the prompts' mask, ``cache`` theirs.
-    """
+    """Inputs of a packed choice pass, and ``spans`` ``[b*C]``: each choice's first column."""
     sizes = torch.tensor([len(c) - 1 for c in flat]).view(-1, n_c)  # [b, C] tokens run
     spans = (sizes.cumsum(1) - sizes).flatten()  # [b*C] each choice's first column
     b, width = sizes.shape[0], max(int(sizes.sum(1).max()), 1)
@@ -86,12 +69,8 @@ def _block_masks(
     offset: torch.Tensor,
     segment: torch.Tensor,
 ) -> Any:
-    """The additive mask ``[b, 1, W, K + W]``, or one per layer type where layers differ.
-
-    ``kept`` is each layer's cached prompt length ``K`` (its last ``K`` columns). A query at
-    offset ``i`` of a choice stands where the padded layout puts it (column ``P + i``): a
-    window ``w`` keeps the keys less than ``w`` columns before it.
-    """
+    # kept: each layer's cached prompt length K (its last K columns); a query at offset i
+    # stands where the padded layout puts it (column P + i) for a sliding window
     config = model.hf.config
     windows = attention_windows(config)
     types = getattr(config, "layer_types", None) or ["full_attention"] * len(windows)
@@ -107,7 +86,6 @@ def _block_masks(
 
 
 def _own_keys(offset: torch.Tensor, segment: torch.Tensor) -> torch.Tensor:
-    """``[b, W, W]`` bool: a token sees its own choice's tokens up to itself, no other's."""
     same = segment[:, :, None] == segment[:, None, :]
     return same & (offset[:, None, :] <= offset[:, :, None])
 
@@ -120,10 +98,6 @@ def _block_mask(
     segment: torch.Tensor,
     window: int | None,
 ) -> torch.Tensor:
-    """One additive mask: 0 where a query may attend, a finite minimum elsewhere.
-
-    ``prompt`` (``[b, K]``) is the mask of the prompt's last ``K`` of ``n_prompt`` columns.
-    """
     query = n_prompt + offset[:, :, None]  # [b, W, 1] the query's column, padded layout
     own = _own_keys(offset, segment)
     seen = torch.cat([prompt[:, None, :].expand(-1, offset.shape[1], -1), own], 2)

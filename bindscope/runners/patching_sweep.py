@@ -43,25 +43,10 @@ def patching_sweep(
     batch_size: int = DEFAULT_BATCH_SIZE,
     progress: bool = False,
 ) -> dict[str, torch.Tensor]:
-    """Patch each clean activation into the corrupt run, one cell at a time; the metric grid.
+    """``{site: [layers, positions(, heads)]}``: the metric with each clean cell patched in.
 
-    ``corrupt`` runs and is as many tokens long as ``clean``. ``sites`` are site names:
-    ``head_out`` patches the heads' outputs, ``pattern`` their attention pattern's query row
-    (the values stay the corrupt run's), every head of the layer at once, or one head at a
-    time with ``by_head``. ``layers`` (default all) ascend in the grid; ``positions``
-    (negative: from the end; default all). ``metric`` takes the patched run's logits at
-    the last position as ``[1, vocab]`` (so ``lambda logits: logit_diff(logits, a, b)``
-    reads as written) and returns a number.
-
-    Returns:
-        ``{site: [len(layers), len(positions)]}`` float32: the metric of each patched run;
-        with ``by_head``, ``head_out`` and ``pattern`` are ``[layers, positions, heads]``.
-
-    Raises:
-        InputError: Texts of different lengths, positions outside them, a metric that is
-            not a function or does not return one finite number, ``by_head`` not a bool, or
-            a batch size that is not a whole number >= 1.
-        InterventionError: A site the family does not have.
+    ``corrupt`` runs, as many tokens long as ``clean``; ``metric`` maps the last position's
+    logits ``[1, vocab]`` to a number; ``by_head`` patches one head of a head site at a time.
     """
     check_batch_size(batch_size)  # before the progress bar divides by it
     clean_ids, corrupt_ids = _checked_texts(model, clean, corrupt, metric)
@@ -79,7 +64,6 @@ def patching_sweep(
 
 
 def _grids(values: torch.Tensor, shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
-    """The cells' values, in order, as each site's grid of ``shapes[site]``."""
     grids, start = {}, 0
     for site, shape in shapes.items():
         size = math.prod(shape)
@@ -97,7 +81,6 @@ def _patched_cells(
     batch_size: int,
     progress: bool,
 ) -> torch.Tensor:
-    """The metric of the corrupt run with each ``(site, layer, position, head)`` cell patched."""
     source = (clean_ids,)
     specs = [
         Patch(site, source, layers=(layer,), positions=(p,)) if head is None
@@ -128,7 +111,6 @@ def _checked_texts(
     corrupt: str | Sequence[int],
     metric: Callable[[torch.Tensor], float],
 ) -> tuple[list[int], list[int]]:
-    """The clean and corrupt token ids, of one length; refuses a metric that is no function."""
     clean_ids, corrupt_ids = (model.tokenize(t) if isinstance(t, str) else list(t)
                               for t in check_texts([clean, corrupt]))  # fmt: skip
     n = len(corrupt_ids)
@@ -147,7 +129,6 @@ def _checked_texts(
 
 
 def _positions(model: LanguageModel, positions: int | Sequence[int] | None, n: int) -> list[int]:
-    """The absolute positions to patch in texts of ``n`` tokens (None: all)."""
     chosen = read_positions(positions)
     if chosen is None:
         return list(range(n))
@@ -155,7 +136,6 @@ def _positions(model: LanguageModel, positions: int | Sequence[int] | None, n: i
 
 
 def _check_sites(model: LanguageModel, sites: str | Iterable[str]) -> list[str]:
-    """The sites to sweep, checked against the family (raises ``InterventionError``)."""
     names = [sites] if isinstance(sites, str) else list(sites)
     bad = [s for s in names if s not in model.sites or s == "scores"]
     if not names or bad:
@@ -167,7 +147,6 @@ def _check_sites(model: LanguageModel, sites: str | Iterable[str]) -> list[str]:
 
 
 def _number(value: object, cell: tuple[str, int, int, int | None]) -> float:
-    """The metric's value as a float (raises ``InputError`` naming the cell)."""
     if isinstance(value, torch.Tensor) and value.numel() == 1:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):

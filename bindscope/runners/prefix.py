@@ -24,11 +24,7 @@ def keeps_logits(model: LanguageModel) -> bool:
 
 
 def cache_name(model: LanguageModel) -> str:
-    """The forward's name for the key/value cache, also the output's field.
-
-    ``cache`` in the transformers 5 releases that renamed it (``past_key_values`` still
-    works there with a warning, until 5.40), ``past_key_values`` in the earlier ones.
-    """
+    """The forward's name for the key/value cache (``cache`` from transformers 5), its output's."""
     params = inspect.signature(model.hf.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
 
@@ -52,11 +48,7 @@ def prompt_pass(
     start: int = 0,
     residual: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Any, list]:
-    """The prompts with a cache: next-token log-probs ``[b, V]``, the cache, kept outputs.
-
-    ``residual`` (``[b, n, d]``) is the clean output of layer ``start - 1``; the plan has no
-    edit below ``start``.
-    """
+    """The prompts with a cache: next-token log-probs ``[b, V]``, the cache, kept outputs."""
     last_only = {"logits_to_keep": 1} if keeps_logits(model) else {}
     with model.nnsight.trace(
         **batch.inputs, use_cache=True, **last_only, **model.trace_options
@@ -71,10 +63,6 @@ def prompt_pass(
 
 
 def _padded_inputs(model: LanguageModel, batch: Batch, flat: list, n_c: int) -> dict:
-    """Inputs of a padded choice pass: every choice but its last token, right-padded.
-
-    Row ``s`` is choice ``s % n_c`` of prompt ``s // n_c``; positions go on from its prompt.
-    """
     # a choice's last token predicts nothing that is scored: it is not run
     n, width = len(flat), max(len(c) for c in flat) - 1
     ids = torch.full((n, width), model.tokenizer.pad_token_id, dtype=torch.long)
@@ -115,13 +103,7 @@ def choice_pass(
 ) -> tuple[torch.Tensor, list]:
     """Each choice's later tokens on its prompt's cache: ``[b*C]`` weighted log-prob sums.
 
-    Only the tokens that predict a later choice token run (not a choice's last), in the
-    model's `choice_layout`: packed, a prompt's choices share its row and its cache
-    (``[b]`` rows); padded, each choice has a row on a copy of the cache (``[b*C]``). The
-    LM head runs only on the scored positions, gathered into one row: with Gemma 3's
-    262k-token vocabulary the head on every position costs as much as all the layers.
-    ``rows`` are the prompts' row ops; ``keep_layers`` and ``start`` as in `prompt_pass`;
-    ``residual`` is a clean pass's layer output at `choice_rows`, as wide or wider.
+    ``rows`` are the prompts' row ops; ``residual`` a clean pass's output at `choice_rows`.
     """
     inputs, packed, masks = _layout_inputs(model, batch, flat, cache, n_c)
     spans, real = inputs.pop("spans"), inputs.pop("real")
@@ -144,6 +126,7 @@ def choice_pass(
         if plan:
             run_layers(model, plan=plan)
         hidden = model.nnsight.lm_head.input  # [b', W, d]
+        # the head on scored tokens only: on Gemma 3's 262k vocabulary, all cost all the layers
         model.nnsight.lm_head.input = hidden[row, where][None]  # [1, scored tokens, d]
         rest = ops.scored_token_sums(ops.final_logits(model)[0], owner, target, weight, len(flat))
         rest = rest.save()
@@ -153,12 +136,8 @@ def choice_pass(
 def _layout_inputs(
     model: LanguageModel, batch: Batch, flat: list, cache: Any, n_c: int
 ) -> tuple[dict, bool, dict | None]:
-    """The choice pass's inputs in the model's `choice_layout`, whether packed, its masks.
-
-    The masks are one per layer type where the layers differ (else None): nnsight batches a
-    tensor mask only, so the mapping goes to the decoder inside the trace and the inputs
-    carry one of them.
-    """
+    # masks: one per layer type where they differ; nnsight batches a tensor mask only, so
+    # the mapping goes to the decoder inside the trace and the inputs carry one of them
     if choice_layout(model) == "padded":
         cache.batch_repeat_interleave(n_c)  # a copy of the prompt's cache per choice
         return _padded_inputs(model, batch, flat, n_c), False, None
@@ -170,11 +149,8 @@ def _layout_inputs(
 
 
 def _scored_tokens(flat: list, spans: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """One entry per scored token: its choice, the column predicting it, the token, weight.
-
-    The first token of every choice comes from the prompt pass, so the mean over all ``m``
-    tokens weights each later one ``1/m``; ``spans`` ``[b*C]`` is each choice's first column.
-    """
+    # per scored token: its choice, the column predicting it, the token, its weight 1/m (the
+    # first of a choice's m tokens is the prompt pass's)
     owner = torch.tensor([s for s, c in enumerate(flat) for _ in c[1:]])
     where = torch.tensor([int(spans[s]) + i for s, c in enumerate(flat) for i in range(len(c) - 1)])
     target = torch.tensor([t for c in flat for t in c[1:]])
@@ -183,11 +159,7 @@ def _scored_tokens(flat: list, spans: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 
 def choice_scores(first: torch.Tensor, rest: torch.Tensor | None, flat: list, n_c: int) -> list:
-    """Mean log-prob per choice token, ``[b][C]``.
-
-    The first token's from the prompt pass (``first [b, V]``), the later ones' weighted sums
-    from the choice pass (``rest [b*C]``, None where every choice is one token).
-    """
+    """Mean log-prob per choice token ``[b][C]`` from both passes (``rest``: None, one token)."""
     scored = [
         float(first[s // n_c, c[0]]) / len(c) + (float(rest[s]) if rest is not None else 0.0)
         for s, c in enumerate(flat)
@@ -204,11 +176,7 @@ def recognition_result(record: PromptRecord, values: list[float]) -> Recognition
 
 
 def kept_layers(layers: list, rows: torch.Tensor) -> list:
-    """Copies of a cache's layers (``cache.layers``) at batch rows ``rows``.
-
-    Indexing copies the keys and values, so no later pass can change the copies: a clean
-    prompt cache kept this way survives the choice pass that extends it.
-    """
+    """Copies of a cache's layers at batch rows ``rows``, safe from later passes."""
     out = []
     for layer in layers:
         mine = copy.copy(layer)
@@ -218,11 +186,7 @@ def kept_layers(layers: list, rows: torch.Tensor) -> list:
 
 
 def with_clean_layers(cache: Any, clean: list, rows: torch.Tensor, below: int) -> Any:
-    """A started pass's cache, its skipped layers (below ``below``) filled from a clean one.
-
-    ``clean`` is a clean run's `kept_layers`, taken at batch rows ``rows``: the choices
-    attend to those layers, and the forward reads the cached length from the first layer.
-    """
+    """A started pass's cache, its skipped layers (below ``below``) filled from `kept_layers`."""
     for i, layer in enumerate(kept_layers(clean[:below], rows)):
         cache.layers[i] = layer
     return cache

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -24,16 +24,12 @@ from bindscope.runners.prefix import keeps_logits
 __all__ = ["ScoredSequence", "condition_scores"]
 
 STRATEGIES = ("residual", "naive")
-# What one condition ablates: heads together, or a dictionary's latents together.
 Condition = tuple[Head, ...] | Features
 
 
 @dataclass(frozen=True)
 class ScoredSequence:
-    """Token ids (BOS included when the model adds one) whose last ``n_target`` tokens are scored.
-
-    Scored by mean log-prob per token; ``1 <= n_target < len(ids)``.
-    """
+    """Token ids (BOS included) whose last ``n_target`` tokens are scored (mean log-prob)."""
 
     ids: tuple[int, ...]
     n_target: int
@@ -50,13 +46,8 @@ class ScoredSequence:
 def _condition_plan(
     model: LanguageModel, scan: _Scan, rows: list[int], batch: Batch, valid: torch.Tensor | None
 ) -> ops.TracePlan:
-    """The plan of one pass whose row ``r`` applies condition ``rows[r]`` of the scan.
-
-    Zero and mean ablation go through the specs (``Zero``/``Mean`` per row) and the planner
-    like every other call; resampling (``valid [rows, W]``: where each row has a donor
-    position) copies each row's precomputed, end-aligned donor outputs as donor edits, so
-    no donor rows run in the pass.
-    """
+    # a resample (valid [rows, W]: where a row has a donor position) copies precomputed,
+    # end-aligned donor outputs as donor edits, so no donor rows run in the pass
     conditions, means = scan.conditions, scan.table
     if valid is None:
         per_row = [
@@ -88,10 +79,7 @@ def _alignment(
     donors: Sequence[ScoredSequence] | None,
     width: int,
 ) -> tuple[Batch | None, list[int], torch.Tensor | None]:
-    """The donors' batch, the final positions each row takes from its donor, ``valid [b, W]``.
-
-    ``valid`` is where they lie; without donors: ``None, [], None``.
-    """
+    """The donors' batch, the final positions each row takes from its donor, ``valid [b, W]``."""
     if donors is None:
         return None, [], None
     keep = [min(len(row.ids), len(donor.ids)) for row, donor in zip(rows, donors)]
@@ -103,7 +91,6 @@ def _alignment(
 
 @torch.no_grad()
 def _donor_outputs(model: LanguageModel, donors: Batch, keep: list[int], width: int) -> dict:
-    """``{("head_out", layer): [b, width, H, hd]}``: each row's donor outputs, end-aligned."""
     with model.nnsight.trace(**donors.inputs, **model.trace_options) as tracer:
         found: list = ops.save([])
         for layer in range(model.n_layers):
@@ -130,12 +117,7 @@ def _scored_pass(
     plan: ops.TracePlan | None = None,
     donors: dict | None = None,
 ) -> tuple:
-    """Target scores ``[rows]`` of one pass, and its outputs of the layers below ``keep_layers``.
-
-    The clean pass keeps outputs (each ``[b, W, d]``) and has no plan. A condition pass
-    starts at layer ``start``: the layers below are skipped and replaced by ``residual``, the
-    clean output of layer ``start - 1`` for every row (the plan has no edit there).
-    """
+    # a condition pass starts at ``start`` from ``residual``, the clean output of layer start - 1
     with model.nnsight.trace(**inputs, **options, **model.trace_options):
         outputs: list = ops.keep_outputs(model, keep_layers, ops.save([]))  # [b, W, d] each
         ops.start_at(model, start, residual)
@@ -146,21 +128,8 @@ def _scored_pass(
     return scores, outputs
 
 
-def _rows_batch(batch: Batch, rows: torch.Tensor) -> Batch:
-    """The batch of the given rows (same width, so the clean residual stream fits)."""
-    picked = rows.tolist()
-    return replace(
-        batch,
-        indices=[batch.indices[r] for r in picked],
-        lengths=[batch.lengths[r] for r in picked],
-        **{k: v[rows] for k, v in batch.inputs.items()},
-    )
-
-
 @dataclass(frozen=True)
 class _Pass:
-    """One condition pass of a batch: its (condition, row) pairs, rows, inputs and plan."""
-
     pairs: list[tuple[int, int]]
     rows: torch.Tensor
     inputs: dict
@@ -172,17 +141,13 @@ class _Pass:
 def _passes(
     model: LanguageModel, scan: _Scan, batch: Batch, targets: tuple, valid: torch.Tensor | None
 ) -> Iterator[_Pass]:
-    """Every condition pass of one batch, each started at its conditions' lowest layer.
-
-    Rows of a pass are (condition, sequence) pairs, condition-major, ``rows_per_pass`` at most.
-    """
     b, size = batch.input_ids.shape[0], scan.rows_per_pass
     for start, members in sorted(scan.by_start.items()):
         pairs = [(c, r) for c in members for r in range(b)]
         for lo in range(0, len(pairs), size):
             chunk = pairs[lo : lo + size]
             rows = torch.tensor([r for _, r in chunk])
-            part = _rows_batch(batch, rows)
+            part = batch.rows(rows)
             picked = valid[rows] if valid is not None else None
             plan = _condition_plan(model, scan, [c for c, _ in chunk], part, picked)
             mine = tuple(t[rows] for t in targets)
@@ -199,15 +164,9 @@ def _batch_session(
     passes: list[_Pass],
     swap: tuple | None,
 ) -> list[torch.Tensor]:
-    """A batch's clean pass and condition passes as one nnsight session: one NDIF request.
-
-    The clean residual stream and a resample's donor outputs (``swap``: the donors' inputs,
-    how many final positions each row takes, the width) stay on the server; only the
-    scores come back: ``[b]`` clean, then ``[rows]`` per pass. The body computes what
-    `_donor_outputs` and the clean and condition `_scored_pass` compute here, in the same
-    order; it calls only ``ops`` and torch (it ships). No trace stops early: in ndif 0.1.2's sandbox
-    the session's next trace then fails (docs/remote.md, Limits).
-    """
+    # The body computes what _donor_outputs and _scored_pass compute locally, in the same
+    # order, with ops and torch only (it ships). No trace stops early: in ndif 0.1.2's
+    # sandbox the session's next trace then fails (docs/remote.md, Limits).
     env = model.nnsight
     # plain tuples: the session ships, and this module's classes are not on the server
     jobs = [(one.inputs, one.targets, one.plan, one.start, one.rows) for one in passes]
@@ -248,7 +207,6 @@ def _checked(
     n_sequences: int,
     strategy: str,
 ) -> list[Condition]:
-    """The conditions' checked heads; refuses a bad strategy, model, condition or donors."""
     if strategy not in STRATEGIES:
         raise InputError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
     checked = [_checked_condition(model, c) for c in conditions]
@@ -268,7 +226,6 @@ def _checked(
 def _checked_condition(
     model: LanguageModel, condition: Sequence[tuple[int, int]] | Features
 ) -> Condition:
-    """A condition's checked heads, or its latents (their dictionary checked against the model)."""
     if isinstance(condition, Features):
         condition.dictionary.check(model)
         return condition
@@ -287,24 +244,12 @@ def condition_scores(
     rows_per_pass: int | None = None,
     progress: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Mean target log-prob of every sequence, clean and under every condition.
+    """``(clean [S], scores [C, S])``: mean target log-prob, clean and under each condition.
 
-    ``conditions`` are the heads ablated together per condition (one head, or every head of
-    one layer), or a dictionary's latents (``dictionary.features([i])``, with
-    ``means=feature_means(...)`` to mean-ablate). They are zeroed, or mean-ablated with
-    ``means`` (``head_means``), or
-    resample-ablated with ``donors`` (one donor sequence per sequence; each head takes the
-    donor's output, aligned from the end; positions the donor lacks keep their own).
-    ``strategy="residual"`` shares a clean pass per batch and starts each condition at its
-    lowest layer, ``rows_per_pass`` rows (sequence x condition; default ``batch_size *
-    n_heads``) per pass; ``"naive"`` runs every condition from the embeddings, one per pass.
-
-    Returns:
-        ``(clean [S], scores [C, S])`` float64 arrays.
+    ``rows_per_pass`` (default ``batch_size * n_heads``): rows of a residual condition pass.
     """
     conditions = _checked(model, conditions, means, donors, len(sequences), strategy)
     scan = _Scan.of(model, conditions, means, strategy, rows_per_pass or batch_size * model.n_heads)
-    # one step per (sequence, condition) row: the bar moves after every pass, with an ETA
     bar = tqdm(
         total=len(sequences) * len(conditions),
         desc=f"scan ({strategy}) rows",
@@ -323,8 +268,6 @@ def condition_scores(
 
 @dataclass(frozen=True)
 class _Scan:
-    """What every batch of one ``condition_scores`` call shares."""
-
     strategy: str
     conditions: list[Condition]
     by_start: dict[int, list[int]]  # lowest ablated layer -> its conditions
@@ -343,7 +286,7 @@ class _Scan:
         strategy: str,
         rows_per_pass: int,
     ) -> _Scan:
-        """Group the checked conditions by their lowest layer."""
+        """The scan of checked conditions, grouped by their lowest layer."""
         starts = [
             c.dictionary.layer if isinstance(c, Features) else min(layer for layer, _ in c)
             for c in conditions
@@ -366,14 +309,12 @@ class _Scan:
 
 @dataclass(frozen=True)
 class _Into:
-    """Where the scores go: ``clean [S]``, ``scores [C, S]``, and the progress bar."""
-
     clean: np.ndarray
     scores: np.ndarray
     bar: tqdm
 
     def put(self, pairs: Sequence[tuple[int, int]], got: torch.Tensor, indices: list[int]) -> None:
-        """One pass's scores of ``(condition, batch row)`` pairs."""
+        """Put one pass's scores of ``(condition, batch row)`` pairs."""
         for (c, r), value in zip(pairs, got.double().tolist()):
             self.scores[c, indices[r]] = value
             self.bar.update(1)
@@ -387,8 +328,6 @@ def _score_batch(
     donors: list[ScoredSequence] | None,
     into: _Into,
 ) -> None:
-    """Score one batch clean and under every condition."""
-    # the unembedding runs only where a target is predicted (the last T + 1 positions)
     metrics = [TargetLogprob(s.n_target) for s in part]
     terms, last = metric_terms(metrics, batch.input_ids, every_logit=not scan.keeps)
     options = {"logits_to_keep": last} if scan.keeps else {}
@@ -428,7 +367,6 @@ def _score_from_residual(
     batch: Batch,
     into: _Into,
 ) -> None:
-    """One condition pass started from the clean outputs below its lowest layer."""
     residual = outputs[one.start - 1][one.rows] if one.start > 0 else None
     taken = None if swapped is None else {k: v[one.rows] for k, v in swapped.items()}
     got, _ = _scored_pass(

@@ -8,11 +8,12 @@ import torch
 from tqdm.auto import tqdm
 
 from bindscope.batch import Batch
-from bindscope.interventions import ops, run_layers
+from bindscope.interventions import ops
 from bindscope.interventions.plan import PlannedBatch
 from bindscope.metrics.binding import pair_index
 from bindscope.metrics.taxonomy import repeated_pairs, repeated_sequences, text_pairs
 from bindscope.protocols import LanguageModel
+from bindscope.runners.binding import layer_reductions
 
 Pairs = dict[str, list[tuple[int, int]]]
 
@@ -26,13 +27,9 @@ def score_rows(
     batch_size: int = 16,
     progress: bool = False,
 ) -> list[dict[str, torch.Tensor]]:
-    """Pair-mean scores (and optionally ``spread``) ``[L, H]`` per token-id row.
+    """Pair-mean scores (and ``spread``) ``{score: [L, H]}`` per token-id row, in order.
 
-    ``rows`` are token ids as the model sees them (BOS included when it has one);
-    ``pairs_for(n) -> {score: [(query, key), ...]}`` gives unpadded positions for a row of
-    ``n`` tokens (a score with no pairs for a row is NaN there); ``spread`` also reduces the
-    participation ratio over queries ``1..n-1``. One ``{score: [L, H] float32}`` per row, in
-    input order.
+    ``pairs_for(n)`` gives a row of ``n`` tokens its unpadded ``{score: [(query, key)]}``.
     """
     rows = [list(r) for r in rows]
     names = list(pairs_for(max(len(r) for r in rows)))
@@ -50,7 +47,6 @@ def score_rows(
 def _batch_scores(
     model: LanguageModel, batch: Batch, per_row: list[Pairs], names: list[str], spread: bool
 ) -> torch.Tensor:
-    """``[b, L, H, scores]``: one trace of ``batch`` reducing each score's pairs in it."""
     width = batch.input_ids.shape[1]
     pads = [batch.pad(r) for r in range(len(batch.indices))]
     rows_pads = list(zip(per_row, pads))
@@ -70,17 +66,10 @@ def _batch_scores(
             found.append(ops.participation_ratio(probs, query_weight))
         return torch.stack(found, -1)  # [b, H, scores]
 
-    def body(donors: dict | None, reduce: Callable[[torch.Tensor], torch.Tensor] = reduce):
-        # bound to a name: a remote run returns only saved values the body binds
-        found = run_layers(model, capture=range(model.n_layers), reduce=reduce)
-        return found
-
-    found = model.trace_batch(PlannedBatch(batch, None, ops.TracePlan()), body)
-    return torch.stack([found[layer] for layer in range(model.n_layers)], 1)
+    return layer_reductions(model, PlannedBatch(batch, None, ops.TracePlan()), reduce)
 
 
 def _query_weight(pads: list[int], lengths: Sequence[int], width: int) -> torch.Tensor:
-    """``[b, width]``: each row's weight ``1 / (n - 1)`` on its queries ``1..n-1``, else 0."""
     query_weight = torch.zeros(len(pads), width)
     for r, (p, n) in enumerate(zip(pads, lengths)):
         if n > 1:
@@ -91,7 +80,6 @@ def _query_weight(pads: list[int], lengths: Sequence[int], width: int) -> torch.
 def _row_scores(
     stacked: torch.Tensor, names: list[str], pairs: Pairs, spread: bool, length: int
 ) -> dict[str, torch.Tensor]:
-    """One row's ``{score: [L, H]}`` from its ``[L, H, scores]`` (NaN where it has no pairs)."""
     scores = {}
     for s, name in enumerate(names):
         value = stacked[:, :, s].float().clone()  # [L, H]
@@ -105,11 +93,7 @@ def _row_scores(
 def text_scores(
     model: LanguageModel, texts: Sequence[str], *, batch_size: int = 16, progress: bool = False
 ) -> list[dict[str, torch.Tensor]]:
-    """``sink``, ``previous_token`` and ``spread`` ``[L, H]`` per text.
-
-    Texts are tokenized with the model's BOS policy: position 0 is BOS exactly when
-    ``model.prepend_bos``.
-    """
+    """``sink``, ``previous_token`` and ``spread`` ``[L, H]`` per text (BOS as the model's)."""
     rows = [model.tokenize(t) for t in texts]
     return score_rows(
         model, rows, text_pairs, spread=True, batch_size=batch_size, progress=progress
@@ -125,16 +109,7 @@ def repeated_scores(
     batch_size: int = 16,
     progress: bool = False,
 ) -> tuple[list[dict[str, torch.Tensor]], list[list[int]]]:
-    """``induction`` and ``duplicate_token`` ``[L, H]`` on ``n`` seeded repeated sequences.
-
-    Each sequence is ``length`` distinct random token ids, then the same ids again, after a
-    BOS when the model prepends one (`bindscope.metrics.taxonomy.repeated_sequences`).
-
-    Returns:
-        ``(scores, tokens)``: ``scores[i]`` is ``{"induction", "duplicate_token"}`` of
-        sequence ``i``, each ``[L, H]``; ``tokens[i]`` its ``length`` random ids, once
-        (the model read BOS, if any, then ``tokens[i] + tokens[i]``).
-    """
+    """``induction`` and ``duplicate_token`` ``[L, H]`` per seeded repeated sequence; its ids."""
     rows, start, tokens = repeated_sequences(model, n=n, length=length, seed=seed)
     pairs = repeated_pairs(start, length)  # the same for every row
     scores = score_rows(model, rows, lambda _n: pairs, batch_size=batch_size, progress=progress)

@@ -118,7 +118,7 @@ def test_a_set_without_heads_or_a_generation_record_is_refused(tiny_llama):  # n
     with pytest.raises(InputError, match="condition #1 ablates no head"):
         condition_recognition(tiny_llama, REC, [[(0, 0)], []])
     generation = REC[0].__class__("g", "alt text", "generation", "Alt text is", max_tokens=2)
-    with pytest.raises(InputError, match="got a generation record"):
+    with pytest.raises(InputError, match=r"condition_recognition\(\) got a generation record"):
         condition_recognition(tiny_llama, [generation], [[(0, 0)]])
 
 

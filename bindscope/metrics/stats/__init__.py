@@ -1,38 +1,7 @@
-"""Statistics for attention-head experiments.
+"""Statistics for head experiments, on numpy, scipy and statsmodels (docs/internals.md).
 
-Confidence intervals, permutation tests, effect sizes, multiple-comparison
-adjustment and (lagged) correlations, built on numpy, scipy and statsmodels.
-
-Modules:
-    results: ``Estimate`` and ``TestResult``.
-    estimates: bootstrap intervals (means, paired drops, specificity) and Wilson.
-    effects: Cohen's d and d_z.
-    hypothesis_tests: rank p-values, permutation tests, the binomial test.
-    multiple: p-value adjustment.
-    sequential: sequential Monte Carlo p-values (Besag and Clifford).
-    tail: a permutation p's tail approximation (generalized Pareto fit).
-    power: the smallest drop a rank test could detect.
-    correlation: correlations, lead-lag and windowed correlations.
-
-Conventions:
-    * Inputs are array-likes of floats. NaN or infinite values raise
-      ``ValueError`` naming the argument and the count.
-    * Too few values for a method raise ``ValueError``.
-    * Randomness comes from ``numpy.random.default_rng(seed)`` with an int
-      ``seed`` passed (and stored) by the caller, so results are reproducible.
-    * Results are frozen dataclasses whose ``to_dict()`` is JSON-serialisable.
-
-Interval method strings:
-    ``"bootstrap-bca"``: scipy's BCa bootstrap interval.
-    ``"bootstrap-percentile"``: percentile interval, used when BCa is undefined
-    (non-finite) but the bootstrap distribution is not constant, or when over 1% of
-    the resamples tie with the estimate (few distinct values), where BCa's bias
-    correction would move its bounds by a whole step on float noise of 1e-6.
-    ``"degenerate"``: every resample (or every value) gives the same statistic,
-    so the interval is ``(value, value)``. "Same" allows a spread of
-    1e-12 relative to the magnitude of the inputs (floating-point rounding,
-    e.g. the differences ``a - (a - 0.3)``).
-    ``"wilson"``: Wilson score interval for a proportion.
+Inputs are float array-likes (NaN, inf or too few values raise ``ValueError``); an int
+``seed`` makes resampling reproducible; results are frozen dataclasses with ``to_dict()``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,4 @@
-"""Argument checks that scipy and statsmodels do not make themselves.
-
-scipy already rejects a bad ``alternative``, too few permutation resamples and the
-binomial test's counts, so only what it leaves open is checked here: NaN and inf
-(scipy propagates them silently), argument names in messages for inputs our own code
-reads before scipy sees them, integer seeds (the reproducibility convention) and
-confidence levels (scipy's bootstrap takes any float).
-"""
+"""Argument checks scipy and statsmodels leave open (NaN and inf, seeds, levels, names)."""
 
 from __future__ import annotations
 
@@ -18,20 +11,11 @@ _REL_TOL = 1e-12
 
 
 def is_constant(values: ArrayLike) -> bool:
-    """Tells whether the values are equal up to floating-point rounding.
-
-    Args:
-        values: Array-like of floats, any shape.
-
-    Returns:
-        True if the spread (max - min) is at most ``1e-12`` times the largest
-        magnitude; False for an empty input.
-    """
+    """Whether the values (any shape; not empty) are equal up to rounding (1e-12 relative)."""
     return _nearly_constant(np.asarray(values, dtype=np.float64).ravel())
 
 
 def _nearly_constant(arr: NDArray[np.float64], scale: float | None = None) -> bool:
-    """True if all values are equal up to rounding relative to ``scale``."""
     if arr.size == 0:
         return False
     if scale is None:
@@ -71,7 +55,6 @@ def _same_length(a: NDArray[np.float64], b: NDArray[np.float64], na: str, nb: st
 def _two_samples(
     a: ArrayLike, b: ArrayLike, names: tuple[str, str], *, min_len: int, paired: bool
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Two checked 1-D samples (``a`` first, then ``b``); of equal length when ``paired``."""
     first = _as_1d(a, names[0], min_len=min_len)
     second = _as_1d(b, names[1], min_len=min_len)
     if paired:
@@ -99,11 +82,7 @@ def _rng(seed: int) -> np.random.Generator:
 def _check_resampling(
     confidence: float, n_resamples: int, seed: int
 ) -> tuple[float, int, np.random.Generator]:
-    """Checks a bootstrap's settings; returns (confidence, n_resamples, generator).
-
-    scipy's bootstrap accepts ``n_resamples=0`` and any confidence level, and a constant
-    sample never reaches scipy at all, so the bootstrap settings are checked here.
-    """
+    # scipy's bootstrap takes n_resamples=0 and any level, and a constant sample skips it
     confidence = _check_confidence(confidence)
     n_resamples = _check_count(n_resamples, "n_resamples")
     if n_resamples < 1:

@@ -20,18 +20,7 @@ def _check_corr_method(method: str) -> None:
 
 
 def correlation(x: ArrayLike, y: ArrayLike, *, method: str) -> TestResult:
-    """Spearman or Pearson correlation with its two-sided p-value.
-
-    Args:
-        x: 1-D series (at least 3 values).
-        y: 1-D series of the same length.
-        method: ``"spearman"`` or ``"pearson"`` (required).
-
-    Returns:
-        TestResult with the coefficient as statistic. If ``x`` or ``y`` is
-        constant, statistic and p-value are NaN and the method gets the
-        suffix ``":constant"``.
-    """
+    """Spearman or Pearson correlation, two-sided p (a constant series: NaN, ``:constant``)."""
     _check_corr_method(method)
     ax, ay = _two_samples(x, y, ("x", "y"), min_len=3, paired=True)
     n = int(ax.size)
@@ -44,20 +33,9 @@ def correlation(x: ArrayLike, y: ArrayLike, *, method: str) -> TestResult:
 
 
 def lagged_correlations(eb: ArrayLike, beh: ArrayLike, *, lag: int = 1) -> dict[str, Any]:
-    """Lead-lag correlations between a binding series and a behaviour series.
+    """Per method, ``forward = corr(eb[:-lag], beh[lag:])``, ``backward`` and their difference.
 
-    ``forward = corr(eb[:-lag], beh[lag:])`` (binding leads behaviour),
-    ``backward = corr(beh[:-lag], eb[lag:])`` (behaviour leads binding),
-    ``lead_diff = forward.statistic - backward.statistic``.
-
-    Args:
-        eb: Per-checkpoint binding measure, length ``T >= lag + 3``.
-        beh: Per-checkpoint behaviour measure, same length.
-        lag: Positive int lag in checkpoints.
-
-    Returns:
-        ``{"pearson": {"forward": TestResult, "backward": TestResult,
-        "lead_diff": float}, "spearman": {...}}``.
+    ``backward = corr(beh[:-lag], eb[lag:])``: behaviour leads binding.
     """
     lag = _check_count(lag, "lag")
     if lag < 1:
@@ -82,18 +60,7 @@ def lagged_correlations(eb: ArrayLike, beh: ArrayLike, *, lag: int = 1) -> dict[
 def windowed_correlation(
     eb: ArrayLike, beh: ArrayLike, *, split: int, method: str
 ) -> dict[str, TestResult]:
-    """Correlation in an early and a late window of the checkpoints.
-
-    Args:
-        eb: Per-checkpoint binding measure.
-        beh: Per-checkpoint behaviour measure, same length.
-        split: Index where the late window starts; each window needs at
-            least 3 checkpoints.
-        method: ``"spearman"`` or ``"pearson"`` (required).
-
-    Returns:
-        ``{"early": TestResult on [:split], "late": TestResult on [split:]}``.
-    """
+    """``{"early": on [:split], "late": on [split:]}`` correlations (3+ checkpoints each)."""
     _check_corr_method(method)
     split = _check_count(split, "split")
     e, b = _two_samples(eb, beh, ("eb", "beh"), min_len=1, paired=True)

@@ -25,19 +25,7 @@ def _cohens_d_stat(
 
 
 def cohens_d(x: ArrayLike, y: ArrayLike) -> float:
-    """Cohen's d with the pooled standard deviation.
-
-    ``(mean(x) - mean(y)) / s_pooled`` where
-    ``s_pooled**2 = ((nx-1) var(x) + (ny-1) var(y)) / (nx + ny - 2)`` and
-    variances use ``ddof=1``.
-
-    Args:
-        x: First group (at least 2 values).
-        y: Second group (at least 2 values).
-
-    Returns:
-        The effect size; NaN if the pooled standard deviation is zero.
-    """
+    """Cohen's d with the pooled standard deviation (ddof=1); NaN where it is 0."""
     ax, ay = _two_samples(x, y, ("x", "y"), min_len=2, paired=False)
     return float(_cohens_d_stat(ax, ay))
 
@@ -50,24 +38,7 @@ def cohens_d_ci(
     n_resamples: int = 9999,
     seed: int = 0,
 ) -> Estimate:
-    """Cohen's d with a bootstrap CI (groups resampled independently).
-
-    BCa when it is defined, otherwise percentile; ``method`` says which.
-
-    Args:
-        x: First group (at least 2 values).
-        y: Second group (at least 2 values).
-        confidence: Confidence level in (0, 1).
-        n_resamples: Number of bootstrap resamples.
-        seed: Int seed for ``numpy.random.default_rng``.
-
-    Returns:
-        Estimate with ``n = len(x) + len(y)``.
-
-    Raises:
-        ValueError: If the pooled SD is zero on the data or on some resample
-            (groups too small or too discrete).
-    """
+    """Cohen's d with a bootstrap CI, the groups resampled independently."""
     ax, ay = _two_samples(x, y, ("x", "y"), min_len=2, paired=False)
     if not math.isfinite(float(_cohens_d_stat(ax, ay))):
         raise ValueError("Cohen's d is undefined: pooled standard deviation of x and y is 0")
@@ -82,15 +53,7 @@ def cohens_d_ci(
 
 
 def cohens_dz(a: ArrayLike, b: ArrayLike) -> float:
-    """Cohen's d_z for paired data: ``mean(a - b) / sd(a - b, ddof=1)``.
-
-    Args:
-        a: 1-D scores (at least 2).
-        b: 1-D scores for the same items.
-
-    Returns:
-        The effect size; NaN if the differences have zero SD.
-    """
+    """Cohen's d_z for paired data: ``mean(a - b) / sd(a - b, ddof=1)`` (NaN: sd 0)."""
     xa, xb = _two_samples(a, b, ("a", "b"), min_len=2, paired=True)
     d = xa - xb
     sd = float(np.std(d, ddof=1))

@@ -42,7 +42,6 @@ def _accepts_axis(func: Callable[..., Any]) -> bool:
 def _bootstrap_samples(
     data: Sequence[ArrayLike], paired: bool
 ) -> tuple[tuple[NDArray[np.float64], ...], int]:
-    """Validated samples and the ``n`` an Estimate reports for them."""
     if not isinstance(data, tuple | list) or len(data) == 0:
         raise ValueError("'data' must be a non-empty tuple of samples")
     samples = tuple(_as_1d(s, f"data[{i}]", min_len=2) for i, s in enumerate(data))
@@ -63,28 +62,10 @@ def bootstrap_statistic(
     n_resamples: int = 9999,
     seed: int = 0,
 ) -> Estimate:
-    """Bootstrap confidence interval of any statistic (BCa, with fallbacks).
+    """Bootstrap CI of ``statistic(*data)`` (BCa, with fallbacks; docs/internals.md).
 
-    ``scipy.stats.bootstrap(method="BCa")``, its interval chosen by `_interval`: degenerate,
-    BCa, or the percentile interval where BCa is undefined or turns on float noise.
-
-    Args:
-        data: Tuple of 1-D samples. ``statistic(*data)`` is the estimate.
-        statistic: Function of the samples returning a scalar. If it has an
-            ``axis`` parameter it is treated as vectorized (called with
-            ``axis=-1``), as in scipy.
-        paired: Resample the same indices in every sample (samples must have
-            equal length) instead of resampling each sample independently.
-        confidence: Confidence level in (0, 1).
-        n_resamples: Number of bootstrap resamples.
-        seed: Int seed for ``numpy.random.default_rng``.
-
-    Returns:
-        Estimate with ``n`` = number of pairs if paired, else total count.
-
-    Raises:
-        ValueError: On NaN input, samples with fewer than 2 values, unequal
-            lengths when paired, or a non-finite statistic.
+    A ``statistic`` with an ``axis`` parameter is called vectorized, as in scipy; ``paired``
+    resamples the same indices in every sample (``n``: pairs, else the total count).
     """
     confidence, n_resamples, rng = _check_resampling(confidence, n_resamples, seed)
     samples, n = _bootstrap_samples(data, paired)
@@ -113,14 +94,6 @@ def _interval(
     statistic: Callable[..., Any],
     settings: dict[str, Any],
 ) -> tuple[float, float, str]:
-    """The interval of a BCa bootstrap ``res`` (resampled statistics ``dist``), and its method.
-
-    ``(value, value)``, ``"degenerate"``, where the statistic is the same on every
-    resample; the percentile interval of the same resamples, ``"bootstrap-percentile"``,
-    where BCa is undefined (a 0/0 acceleration) or more than ``TIED_SHARE`` of the
-    resamples tie with the estimate (few distinct values: BCa's bias correction would
-    turn on float noise); else BCa's.
-    """
     if _nearly_constant(dist, max(abs(value), float(np.max(np.abs(dist))))):
         return value, value, METHOD_DEGENERATE
     low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
@@ -130,21 +103,15 @@ def _interval(
     return low, high, METHOD_PERCENTILE
 
 
-#: Resamples closer to the estimate than this, relative to the magnitudes, tie with it:
-#: float32 rounding carried through a score (about 1e-7 relative per step) stays below it.
+#: Resamples this close to the estimate (relative) tie with it: float32 rounding stays below.
 TIE_TOLERANCE = 1e-4
-#: More resamples than this share tied with the estimate, and BCa's bias correction
-#: (the share of resamples strictly below the estimate) turns on float noise.
+#: More tied resamples than this share, and BCa's bias correction turns on float noise.
 TIED_SHARE = 0.01
 
 
 def _ties_estimate(dist: NDArray[np.float64], value: float) -> bool:
-    """Whether more than ``TIED_SHARE`` of the resamples tie with the estimate.
-
-    Few distinct values (0/1 scores, few terms) put an atom of the bootstrap distribution at
-    the estimate; noise of 1e-6 in the data then decides which side of it each tied resample
-    falls, and BCa's bias correction, so its bounds, jump by a whole step of the atoms.
-    """
+    # Few distinct values put an atom of the resamples at the estimate: noise of 1e-6 in the
+    # data then decides which side each tied resample falls, and BCa's bounds jump a step.
     scale = max(abs(value), float(np.max(np.abs(dist))))
     tied = np.abs(dist - value) <= TIE_TOLERANCE * scale
     return bool(tied.mean() > TIED_SHARE)
@@ -153,7 +120,6 @@ def _ties_estimate(dist: NDArray[np.float64], value: float) -> bool:
 def _percentile_interval(
     res: Any, samples: tuple, statistic: Callable[..., Any], settings: dict[str, Any]
 ) -> tuple[float, float]:
-    """The percentile interval of the resamples already drawn in ``res``."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", sps.DegenerateDataWarning)
         res = sps.bootstrap(
@@ -165,7 +131,6 @@ def _percentile_interval(
 def _bca(
     samples: tuple, statistic: Callable[..., Any], n_resamples: int, settings: dict[str, Any]
 ) -> tuple[Any, NDArray[np.float64]]:
-    """The BCa bootstrap and its distribution; refuses a statistic not finite on some."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", sps.DegenerateDataWarning)
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -187,11 +152,7 @@ def _mean_estimate(
     seed: int,
     scale: float | None = None,
 ) -> Estimate:
-    """BCa CI of the mean of validated 1-D values (degenerate if constant).
-
-    ``scale`` is the magnitude of the inputs the values were computed from,
-    used to recognise rounding-level spread as constant.
-    """
+    # scale: the magnitude of the inputs the values came from (rounding-level spread is none)
     confidence, n_resamples, _ = _check_resampling(confidence, n_resamples, seed)
     if _nearly_constant(values, scale):
         v = float(np.mean(values))
@@ -209,18 +170,7 @@ def _mean_estimate(
 def mean_ci(
     values: ArrayLike, *, confidence: float = 0.95, n_resamples: int = 9999, seed: int = 0
 ) -> Estimate:
-    """Mean with a BCa bootstrap confidence interval.
-
-    Args:
-        values: 1-D sample (at least 2 values).
-        confidence: Confidence level in (0, 1).
-        n_resamples: Number of bootstrap resamples.
-        seed: Int seed for ``numpy.random.default_rng``.
-
-    Returns:
-        Estimate of the mean; ``(v, v)`` with method ``"degenerate"`` if all
-        values equal ``v`` (up to rounding, see the package docstring).
-    """
+    """Mean of at least 2 values with a BCa bootstrap confidence interval."""
     arr = _as_1d(values, "values", min_len=2)
     return _mean_estimate(arr, confidence, n_resamples, seed)
 
@@ -233,22 +183,7 @@ def paired_difference(
     n_resamples: int = 9999,
     seed: int = 0,
 ) -> Estimate:
-    """Mean paired difference ``mean(a - b)`` with a BCa bootstrap CI.
-
-    Items are resampled as pairs (equivalently, the per-item differences are
-    resampled), e.g. ``a`` = baseline score per prompt and ``b`` = ablated
-    score per prompt gives the mean drop.
-
-    Args:
-        a: 1-D scores, one per item (at least 2).
-        b: 1-D scores for the same items, same length as ``a``.
-        confidence: Confidence level in (0, 1).
-        n_resamples: Number of bootstrap resamples.
-        seed: Int seed for ``numpy.random.default_rng``.
-
-    Returns:
-        Estimate of the mean difference with ``n`` = number of pairs.
-    """
+    """Mean paired difference ``mean(a - b)`` with a BCa bootstrap CI over the pairs."""
     xa, xb = _two_samples(a, b, ("a", "b"), min_len=2, paired=True)
     scale = float(max(np.max(np.abs(xa)), np.max(np.abs(xb))))
     return _mean_estimate(xa - xb, confidence, n_resamples, seed, scale)
@@ -263,25 +198,9 @@ def specificity(
     n_resamples: int = 9999,
     seed: int = 0,
 ) -> Estimate:
-    """Drop from ablating the top heads beyond the drop from random heads.
+    """Drop from ablating the top heads beyond that from ``[m, n]`` random sets, BCa CI.
 
-    ``specificity = mean(baseline - top) - mean_s mean(baseline - random_s)``,
-    which equals the mean over prompts of
-    ``mean_s random_sets[s, i] - top[i]``. The CI is a BCa bootstrap over
-    prompts; resampling that per-prompt quantity is the same as resampling
-    prompt indices jointly in all arrays (paired bootstrap).
-
-    Args:
-        baseline: ``[n]`` per-prompt scores without ablation.
-        top: ``[n]`` per-prompt scores under top-k ablation.
-        random_sets: ``[m, n]`` per-prompt scores under ``m`` random k-head
-            ablations.
-        confidence: Confidence level in (0, 1).
-        n_resamples: Number of bootstrap resamples.
-        seed: Int seed for ``numpy.random.default_rng``.
-
-    Returns:
-        Estimate with ``n`` = number of prompts.
+    ``baseline`` and ``top`` are ``[n]`` per-prompt scores, clean and top-k ablated.
     """
     base, tp = _two_samples(baseline, top, ("baseline", "top"), min_len=2, paired=True)
     rs = np.asarray(random_sets, dtype=np.float64)
@@ -300,19 +219,7 @@ def specificity(
 
 
 def wilson_ci(k: int, n: int, *, confidence: float = 0.95) -> Estimate:
-    """Proportion ``k / n`` with the Wilson score interval.
-
-    The interval is ``statsmodels.stats.proportion.proportion_confint`` with
-    ``method="wilson"``, clipped to [0, 1].
-
-    Args:
-        k: Number of successes, ``0 <= k <= n``.
-        n: Number of trials (at least 1).
-        confidence: Confidence level in (0, 1).
-
-    Returns:
-        Estimate with method ``"wilson"``.
-    """
+    """Proportion ``k / n`` with the Wilson score interval (statsmodels)."""
     k = _check_count(k, "k")
     n = _check_count(n, "n")
     confidence = _check_confidence(confidence)

@@ -1,9 +1,4 @@
-"""C5's design frontier: the detectable specificity a design buys against its predicted time.
-
-Pure arithmetic on recorded spreads and a per-forward cost (``benchmarks/c5_frontier.py``
-measures or reads them): the detectable drop of ``power.detectable_drop`` predicted for
-another item count, the p floor of a null with at most N sets, and the time of a run.
-"""
+"""C5's design frontier: the detectable specificity a design buys against its predicted time."""
 
 from __future__ import annotations
 
@@ -15,14 +10,7 @@ from scipy import stats as sps
 
 @dataclass(frozen=True)
 class Spread:
-    """One model's recorded spreads, on the scale of one item.
-
-    Attributes:
-        item_sd: Standard deviation (ddof=1) of the top set's drop per item.
-        set_sd: Standard deviation of the random sets' mean drops times sqrt(items they
-            were measured on): each set's drop is a mean over the items, so its spread over
-            n items is ``set_sd / sqrt(n)``.
-    """
+    """One model's recorded spreads, on the scale of one item (a set's over n: ``/ sqrt(n)``)."""
 
     item_sd: float
     set_sd: float
@@ -35,9 +23,8 @@ def unit_spread(item_sd: float, random_drops_sd: float, n_items: int) -> Spread:
     return Spread(item_sd=item_sd, set_sd=random_drops_sd * math.sqrt(n_items))
 
 
-#: The fewest sets per null at which the GPD tail p (``stats.tail``) is checked calibrated
-#: at alpha 0.01 and 0.001 (``tests/metrics/test_tail.py``; with 5,000 runs it rejected too
-#: often at 0.01 with 59 and 79 sets: benchmarks/README.md).
+#: The fewest sets per null at which the GPD tail p is checked calibrated at alpha 0.01 and
+#: 0.001 (tests/metrics/test_tail.py; 59 and 79 sets rejected too often: benchmarks/README.md).
 TAIL_CALIBRATED_SETS = 99
 
 
@@ -47,11 +34,7 @@ def p_floor(n_sets: int) -> float:
 
 
 def reaches(level: float, n_sets: int, *, tail: bool = False) -> bool:
-    """Whether a null of at most ``n_sets`` sets can state a p at or below ``level``.
-
-    The exact p stops at 1/(N+1); the GPD tail p goes below any level once a far-out top
-    set is fitted, where it is calibrated (``TAIL_CALIBRATED_SETS`` sets or more).
-    """
+    """Whether a null of at most ``n_sets`` sets can state a p at or below ``level``."""
     return p_floor(n_sets) <= level or (tail and n_sets >= TAIL_CALIBRATED_SETS)
 
 
@@ -64,13 +47,7 @@ def detectable_specificity(
     n_models: int = 1,
     power: float = 0.8,
 ) -> float:
-    """The top drop above the random sets' mean that a design detects with ``power``.
-
-    ``power.detectable_drop`` minus the random mean, predicted for ``n_items`` items:
-    ``(z(1 - a) * set_sd + z(power) * item_sd) / sqrt(n_items)`` at ``a = alpha /
-    n_models`` (Holm's strictest step). A null whose exact p cannot reach ``a`` (fewer
-    than ``n_models / alpha - 1`` sets) detects nothing: ``inf``.
-    """
+    """The top drop above the random sets' mean that a design detects with ``power``."""
     if n_items < 1:
         raise ValueError(f"'n_items' must be 1 or more, got {n_items!r}")
     level = alpha / n_models
@@ -81,12 +58,7 @@ def detectable_specificity(
 
 
 def expected_sets_no_effect(n_sets: int, stop_at: int) -> float:
-    """Sets a sequential null draws on average when the top set is like a random one.
-
-    Its p is then uniform, and the null stops after about ``stop_at / p`` sets, at most
-    ``n_sets``: ``E[min(N, h / U)] = h + h * ln(N / h)`` for ``h <= N``. With a real
-    effect it draws all ``n_sets``.
-    """
+    """Sets a sequential null draws on average when the top set is like a random one."""
     if stop_at >= n_sets:
         return float(n_sets)
     return stop_at * (1 + math.log(n_sets / stop_at))
@@ -97,8 +69,7 @@ def c5_seconds(
 ) -> float:
     """One model's C5 time: ``fixed + items * (3 + nulls * sets) * item_seconds``.
 
-    The three are the baseline, top and bottom conditions; ``fixed_seconds`` holds the
-    load and the head ranking; ``item_seconds`` is one item under one condition.
+    The 3: baseline, top and bottom; ``fixed_seconds``: the load and the head ranking.
     """
     conditions = 3 + n_nulls * n_sets
     return fixed_seconds + n_items * conditions * item_seconds

@@ -13,24 +13,13 @@ from bindscope.metrics.stats.results import TestResult
 
 _ALTERNATIVES = ("two-sided", "greater", "less")
 
-# Our labels for scipy's permutation types, as they appear in ``TestResult.method``.
 _PERMUTATION_LABELS = {"independent": "permutation-independent", "samples": "permutation-paired"}
 
 
 def rank_p_value(observed: float, null: ArrayLike, *, alternative: str = "greater") -> float:
-    """P-value of an observed statistic against an empirical null sample.
+    """``(1 + #{null >= observed}) / (1 + len(null))`` (``"greater"``; ``"less"``: <=).
 
-    ``"greater"``: ``(1 + #{null >= observed}) / (1 + len(null))``;
-    ``"less"``: ``(1 + #{null <= observed}) / (1 + len(null))``;
     ``"two-sided"``: ``min(1, 2 * min(greater, less))``.
-
-    Args:
-        observed: The observed statistic.
-        null: 1-D sample of the statistic under the null (at least 1).
-        alternative: ``"greater"``, ``"less"`` or ``"two-sided"``.
-
-    Returns:
-        The p-value in (0, 1].
     """
     if alternative not in _ALTERNATIVES:
         raise ValueError(f"'alternative' must be one of {_ALTERNATIVES}, got {alternative!r}")
@@ -41,11 +30,8 @@ def rank_p_value(observed: float, null: ArrayLike, *, alternative: str = "greate
     m = nul.size
     p_greater = (1 + int(np.sum(nul >= obs))) / (1 + m)
     p_less = (1 + int(np.sum(nul <= obs))) / (1 + m)
-    if alternative == "greater":
-        return float(p_greater)
-    if alternative == "less":
-        return float(p_less)
-    return float(min(1.0, 2.0 * min(p_greater, p_less)))
+    two_sided = min(1.0, 2.0 * min(p_greater, p_less))
+    return float({"greater": p_greater, "less": p_less, "two-sided": two_sided}[alternative])
 
 
 def _mean_diff_stat(
@@ -62,11 +48,6 @@ def _mean_diff_permutation(
     n_resamples: int,
     seed: int,
 ) -> TestResult:
-    """Permutation test of ``mean(x) - mean(y)`` on validated samples.
-
-    scipy checks ``alternative`` and ``n_resamples``; ``n`` is the number of pairs
-    for ``"samples"`` (paired) and the total count for ``"independent"``.
-    """
     res = sps.permutation_test(
         (x, y),
         _mean_diff_stat,
@@ -90,22 +71,7 @@ def two_sample_permutation(
     n_resamples: int = 9999,
     seed: int = 0,
 ) -> TestResult:
-    """Permutation test of ``mean(x) - mean(y)`` for independent samples.
-
-    Uses ``scipy.stats.permutation_test(permutation_type="independent")``;
-    the test is exact when ``n_resamples`` covers all partitions.
-
-    Args:
-        x: First sample (at least 2 values).
-        y: Second sample (at least 2 values).
-        alternative: ``"two-sided"``, ``"greater"`` (mean(x) > mean(y)) or
-            ``"less"``.
-        n_resamples: Number of random permutations.
-        seed: Int seed for ``numpy.random.default_rng``.
-
-    Returns:
-        TestResult with ``n = len(x) + len(y)``.
-    """
+    """Permutation test of ``mean(x) - mean(y)`` for independent samples (scipy's)."""
     ax, ay = _two_samples(x, y, ("x", "y"), min_len=2, paired=False)
     return _mean_diff_permutation(ax, ay, "independent", alternative, n_resamples, seed)
 
@@ -118,23 +84,7 @@ def paired_permutation(
     n_resamples: int = 9999,
     seed: int = 0,
 ) -> TestResult:
-    """Sign-flip permutation test of the mean paired difference ``mean(a - b)``.
-
-    Uses ``scipy.stats.permutation_test(permutation_type="samples")``, which
-    swaps ``a[i]`` and ``b[i]`` within pairs (a sign flip of ``a[i] - b[i]``);
-    exact when ``n_resamples >= 2**n``.
-
-    Args:
-        a: 1-D scores (at least 2).
-        b: 1-D scores for the same items.
-        alternative: ``"two-sided"``, ``"greater"`` (mean(a - b) > 0) or
-            ``"less"``.
-        n_resamples: Number of random sign-flip patterns.
-        seed: Int seed for ``numpy.random.default_rng``.
-
-    Returns:
-        TestResult with ``n`` = number of pairs.
-    """
+    """Sign-flip permutation test of the mean paired difference ``mean(a - b)`` (scipy's)."""
     xa, xb = _two_samples(a, b, ("a", "b"), min_len=2, paired=True)
     return _mean_diff_permutation(xa, xb, "samples", alternative, n_resamples, seed)
 
@@ -142,19 +92,6 @@ def paired_permutation(
 def binomial_leads(
     n_lead: int, n: int, *, p: float = 0.5, alternative: str = "greater"
 ) -> TestResult:
-    """Binomial test on how often one series leads (``scipy.stats.binomtest``).
-
-    scipy checks the counts (integers, ``0 <= n_lead <= n``, ``n >= 1``), ``p``
-    and ``alternative``.
-
-    Args:
-        n_lead: Number of cases where the effect leads.
-        n: Number of cases (at least 1).
-        p: Success probability under the null.
-        alternative: ``"greater"``, ``"less"`` or ``"two-sided"``.
-
-    Returns:
-        TestResult whose statistic is the proportion ``n_lead / n``.
-    """
+    """Binomial test of ``n_lead`` leads in ``n`` cases (statistic: ``n_lead / n``)."""
     res = sps.binomtest(n_lead, n, p=float(p), alternative=alternative)
     return TestResult(float(res.statistic), float(res.pvalue), "binomtest", alternative, res.n)

@@ -10,17 +10,7 @@ from bindscope.metrics.stats._checks import _as_1d
 
 
 def adjust_pvalues(pvalues: ArrayLike, *, method: str = "holm") -> list[float]:
-    """Multiple-comparison adjusted p-values.
-
-    Args:
-        pvalues: 1-D p-values in [0, 1].
-        method: A ``statsmodels.stats.multitest.multipletests`` method name,
-            passed through unchanged (e.g. ``"holm"``, ``"fdr_bh"``,
-            ``"bonferroni"``).
-
-    Returns:
-        Adjusted p-values, in the input order.
-    """
+    """Adjusted p-values, in input order, by a ``multipletests`` method (``"fdr_bh"``...)."""
     p = _as_1d(pvalues, "pvalues", min_len=1)
     # multipletests does not check the range; a p-value outside [0, 1] is a caller's bug.
     if np.any((p < 0.0) | (p > 1.0)):

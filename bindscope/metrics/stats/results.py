@@ -11,22 +11,18 @@ METHOD_DEGENERATE = "degenerate"
 METHOD_WILSON = "wilson"
 
 
-# Each result class's field types, evaluated once (summaries call ``to_dict`` per head).
+# Each result class's field types, evaluated once: summaries call to_dict per head.
 _DECLARED: dict[type, dict[str, Any]] = {}
 
 
 class _PlainResult:
     """Base of the result dataclasses: their ``to_dict``."""
 
-    # Set by @dataclass on each subclass; declared so that type checkers see a dataclass.
+    # set by @dataclass on each subclass; declared so that type checkers see a dataclass
     __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
     def to_dict(self) -> dict[str, float | int | str]:
-        """Returns the fields as plain Python floats, ints and strings.
-
-        Each field is converted to its declared type, so numpy scalars become plain
-        Python values that JSON takes.
-        """
+        """The fields converted to their declared types (numpy scalars to plain Python)."""
         cls = type(self)
         if cls not in _DECLARED:
             _DECLARED[cls] = get_type_hints(cls)
@@ -36,17 +32,7 @@ class _PlainResult:
 
 @dataclass(frozen=True)
 class Estimate(_PlainResult):
-    """A point estimate with a confidence interval.
-
-    Attributes:
-        value: The point estimate computed on the full data.
-        low: Lower end of the interval.
-        high: Upper end of the interval.
-        confidence: Confidence level, e.g. 0.95.
-        method: How the interval was obtained (see the package docstring).
-        n: Number of observations (pairs/prompts for paired data, total
-            observations for independent samples, trials for proportions).
-    """
+    """A point estimate with a confidence interval (``method``: docs/internals.md)."""
 
     value: float
     low: float
@@ -58,15 +44,7 @@ class Estimate(_PlainResult):
 
 @dataclass(frozen=True)
 class TestResult(_PlainResult):
-    """The outcome of a hypothesis test or a correlation.
-
-    Attributes:
-        statistic: The test statistic (mean difference, proportion, r, rho).
-        p_value: The p-value (NaN when the statistic is undefined).
-        method: Name of the test, e.g. ``"spearman"`` or ``"permutation-paired"``.
-        alternative: ``"two-sided"``, ``"greater"`` or ``"less"``.
-        n: Number of observations (pairs for paired data, total otherwise).
-    """
+    """The outcome of a hypothesis test or a correlation (``n``: pairs, else the total)."""
 
     __test__: ClassVar[bool] = False  # not a pytest test class
 

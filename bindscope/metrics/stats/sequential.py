@@ -1,13 +1,4 @@
-"""Sequential Monte Carlo p-values (Besag and Clifford 1991), for nulls drawn one by one.
-
-Draw null statistics in a fixed order and stop once ``stop_at`` (h) of them reach the
-observed one: the p-value is then ``h / l`` after ``l`` draws. If ``max_draws`` (n - 1)
-draws pass with only ``g < h`` reaching it, ``p = (g + 1) / (max_draws + 1)``, the
-fixed-count rank p. The test is exact (valid at every level) and a null-looking statistic
-stops after about ``h / p`` draws, while one in the far tail goes on to ``max_draws``, so
-the smallest p is ``1 / (max_draws + 1)``. Besag, J. and Clifford, P. (1991), "Sequential
-Monte Carlo p-values", Biometrika 78(2), 301-304.
-"""
+"""Sequential Monte Carlo p-values (Besag and Clifford 1991; docs/internals.md)."""
 
 from __future__ import annotations
 
@@ -26,17 +17,7 @@ REACHED, MAXIMUM = "reached", "maximum"
 
 @dataclass(frozen=True)
 class SequentialP(_PlainResult):
-    """A sequential Monte Carlo p-value.
-
-    Attributes:
-        p: The p-value: ``h / n_drawn`` when stopped on ``h`` exceedances, else
-            ``(exceedances + 1) / (n_drawn + 1)``.
-        n_drawn: Null draws the decision used (the rest of a longer sequence is ignored).
-        exceedances: Draws at or above the observed statistic among them.
-        stopped: ``"reached"`` (``stop_at`` exceedances) or ``"maximum"`` (``max_draws``).
-        stop_at: The ``h`` of the rule.
-        max_draws: The most draws the rule allowed.
-    """
+    """A sequential Monte Carlo p-value; ``n_drawn``: the draws the decision used."""
 
     p: float
     n_drawn: int
@@ -49,20 +30,7 @@ class SequentialP(_PlainResult):
 def sequential_p_value(
     observed: float, null: ArrayLike, *, stop_at: int = 10, max_draws: int = 199
 ) -> SequentialP | None:
-    """The Besag-Clifford p of ``observed`` against ``null`` read in its order (one-sided, >=).
-
-    Args:
-        observed: The observed statistic (larger is more extreme).
-        null: Null statistics in the order they were drawn; draws past the stopping point
-            are ignored, so a longer evaluated sequence gives the same answer.
-        stop_at: h, the exceedances that stop the sequence (1 or more).
-        max_draws: The most null draws; p can reach ``1 / (max_draws + 1)``. Below
-            ``stop_at`` the rule never stops early: the fixed-count rank p.
-
-    Returns:
-        The p-value and where it stopped; None while ``null`` is too short to decide (fewer
-        than ``max_draws`` draws and fewer than ``stop_at`` exceedances among them).
-    """
+    """The Besag-Clifford p of ``observed`` against ``null`` in drawn order; None until decided."""
     if isinstance(stop_at, bool) or not isinstance(stop_at, int) or stop_at < 1:
         raise ValueError(f"'stop_at' must be an integer of 1 or more, got {stop_at!r}")
     if isinstance(max_draws, bool) or not isinstance(max_draws, int) or max_draws < 1:

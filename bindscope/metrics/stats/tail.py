@@ -1,10 +1,4 @@
-"""Tail approximation of a permutation p-value: a generalized Pareto fit to the null's tail.
-
-Knijnenburg et al. (2009), Bioinformatics 25(12) i161; Winkler et al. (2016), NeuroImage
-141, 502. Used only below ``MIN_EXCEEDANCES`` exceedances; the largest tail (at most 250 and
-a quarter of the values, the observed one among them, as Winkler et al. keep it) whose fit
-passes the Anderson-Darling check gives ``p = n_tail / (N + 1) * S(observed - threshold)``.
-"""
+"""A permutation p's tail approximation: a generalized Pareto fit (docs/internals.md)."""
 
 from __future__ import annotations
 
@@ -22,10 +16,8 @@ from bindscope.metrics.stats._checks import _as_1d, _rng
 MIN_EXCEEDANCES = 10
 #: The largest tail fitted, and the step it shrinks by until a fit passes.
 MAX_TAIL, TAIL_STEP = 250, 10
-#: Choulakian and Stephens (2001), Technometrics 43(4), Table 2 (shape and scale estimated):
-#: the Anderson-Darling statistic's 5% critical value by GPD shape xi. Their table runs
-#: over k = -0.9 ... 0.5 with F(x) = 1 - (1 - kx/a)^(1/k), so k = -xi: a heavy tail (xi
-#: 0.9) has the smallest value. Outside [-0.5, 0.9] the nearest end is used.
+#: Choulakian and Stephens (2001), Table 2: the Anderson-Darling 5% critical value by GPD
+#: shape xi (their k = -xi, F(x) = 1 - (1 - kx/a)^(1/k)); outside [-0.5, 0.9], the nearest end.
 AD_SHAPES = (-0.5, -0.4, -0.3, -0.2, -0.1, 0.0, 0.1, 0.2, 0.5, 0.9)
 AD_CRITICAL_5 = (1.321, 1.221, 1.140, 1.074, 1.020, 0.974, 0.935, 0.903, 0.830, 0.771)
 
@@ -35,28 +27,7 @@ EXACT, GPD, NO_FIT, TOO_FEW = "exact", "gpd", "no-fit", "too-few-sets"
 
 @dataclass(frozen=True)
 class TailP:
-    """A permutation p from the tail of the null, beside the exact one.
-
-    Attributes:
-        p: The GPD tail p, or None where ``method`` is not ``"gpd"`` (read the exact p).
-        method: ``"exact"`` (``exceedances >= MIN_EXCEEDANCES``: no approximation needed),
-            ``"gpd"`` (a fit passed), ``"no-fit"`` (no tail size passed the check) or
-            ``"too-few-sets"`` (under ``4 * TAIL_STEP`` values with the observed one: no
-            tail to fit).
-        exceedances: Null values at or above the observed one.
-        n_null: Null values.
-        n_tail: Values in the fitted tail, of ``n_null + 1`` (0 without a fit).
-        threshold: Where the tail starts (None without a fit).
-        shape: The GPD shape xi (None without a fit); xi > 0 is a heavy tail.
-        scale: The GPD scale (None without a fit).
-        ad_statistic: The Anderson-Darling statistic of the fit (None without a fit).
-        ad_critical: Its 5% critical value at the fitted shape (None without a fit).
-        low: Lower end of the bootstrap interval of ``p`` over the null values (None
-            without a fit or without resamples).
-        high: Its upper end.
-        confidence: The interval's level.
-        n_boot: Bootstrap resamples of the null values behind ``low`` and ``high``.
-    """
+    """A permutation p from the null's tail (``p``: None unless ``method`` is ``"gpd"``)."""
 
     p: float | None
     method: str
@@ -74,7 +45,7 @@ class TailP:
     n_boot: int = 0
 
     def to_dict(self) -> dict:
-        """The fields as plain Python values (None where there is none)."""
+        """The fields as plain Python values."""
         return asdict(self)
 
 
@@ -93,17 +64,13 @@ class _Fit:
 
 
 def _excess(ordered: NDArray[np.float64], n_tail: int) -> tuple[float, NDArray[np.float64]]:
-    """The threshold below the ``n_tail`` largest of ``ordered`` (descending); the excesses.
-
-    Sorted; ties at the threshold carry no tail information and are left out.
-    """
+    # the excesses sorted; ties at the threshold carry no tail information
     threshold = float(ordered[n_tail - 1] + ordered[n_tail]) / 2
     excess = ordered[:n_tail] - threshold
     return threshold, np.sort(excess[excess > 0])
 
 
 def _gpd(excess: NDArray[np.float64]) -> tuple[float, float]:
-    """The maximum-likelihood GPD shape and scale of ``excess`` (location 0)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         shape, _, scale = sps.genpareto.fit(excess, floc=0)
@@ -124,7 +91,6 @@ def ad_critical(shape: float) -> float:
 
 
 def _fit_tail(ordered: NDArray[np.float64], n_tail: int) -> _Fit | None:
-    """The GPD fit to the ``n_tail`` largest of ``ordered`` (descending), checked; None if bad."""
     threshold, excess = _excess(ordered, n_tail)
     if excess.size < TAIL_STEP or np.ptp(excess) == 0:
         return None
@@ -137,15 +103,11 @@ def _fit_tail(ordered: NDArray[np.float64], n_tail: int) -> _Fit | None:
 
 
 def _tail_p(fit: _Fit, observed: float, n_tail: int, n_null: int) -> float:
-    return (
-        n_tail
-        / n_null
-        * float(sps.genpareto.sf(observed - fit.threshold, fit.shape, scale=fit.scale))
-    )
+    survival = float(sps.genpareto.sf(observed - fit.threshold, fit.shape, scale=fit.scale))
+    return n_tail / n_null * survival
 
 
 def _first_fit(observed: float, ordered: NDArray[np.float64]) -> tuple[int, _Fit, float] | None:
-    """The largest tail whose fit passes and gives a p above 0 (an upper end beyond it)."""
     for n_tail in tail_sizes(ordered.size):
         fit = _fit_tail(ordered, n_tail)
         if fit is not None:
@@ -160,22 +122,8 @@ def tail_p_value(
 ) -> TailP:
     """The GPD tail p of ``observed`` against ``null`` (one-sided, larger is more extreme).
 
-    ``scipy.stats.genpareto`` by maximum likelihood, its location fixed at the threshold
-    midway between the ``n_tail``-th largest value and the next; the tail shrinks by 10
-    until a fit passes the 5% Anderson-Darling check, and with none the exact p stands.
-    The observed value stays in the fit: left out, the tail p rejected 2-3 times too often
-    at 0.001 with N = 199 on t3, lognormal and Pareto nulls (``tools/calibrate_tail_p.py``).
-
-    Args:
-        observed: The observed statistic.
-        null: The null statistics (order does not matter).
-        n_boot: Resamples of the null values (with replacement) behind the interval of p;
-            each refits the tail of the size chosen on the data. 0: no interval.
-        confidence: The interval's level.
-        seed: Seeds the bootstrap.
-
-    Returns:
-        The tail p and its fit; the method says when there is none and why.
+    ``n_boot`` resamples of the null (each refitting a tail of the chosen size) give the
+    interval of p; 0: none.
     """
     obs = float(observed)
     if not math.isfinite(obs):
@@ -207,7 +155,6 @@ def _bootstrap(
     confidence: float,
     seed: int,
 ) -> tuple[float, float]:
-    """Percentile interval of the tail p over resampled values (same tail size, refit)."""
     rng = _rng(seed)
     ps = []
     for _ in range(n_boot):
