@@ -14,20 +14,18 @@ from bindscope.loading import EMBEDDED
 
 #: What ``RESULTS`` is, for summarize, figures and report.
 RESULTS_HELP = "the --out folder of one or more experiment runs"
+#: The commands that read a results folder: their help and where their --out defaults to.
+READERS = {
+    "summarize": ("recompute summary.json files from records", None),
+    "figures": ("PNG and PDF figures from a results folder", "RESULTS/figures"),
+    "report": ("Markdown report (tables + figures) for a results folder", "RESULTS/report.md"),
+}
 
 
 def add_common(
-    p: argparse.ArgumentParser,
-    *,
-    several: bool = False,
-    revision: bool = True,
-    runs: bool = True,
+    p: argparse.ArgumentParser, *, several: bool = False, revision: bool = True, runs: bool = True
 ) -> None:
-    """Add the options subcommands share.
-
-    Each subcommand gets only those it honours: ``revision=False`` where revisions come otherwise
-    (sweep), ``runs=False`` where nothing is written or computed (audit only tokenizes).
-    """
+    """Add the shared options a subcommand honours (``runs=False``: nothing written or computed)."""
     _add_model(p, several=several, revision=revision)
     _add_loading(p)
     if runs:
@@ -37,7 +35,6 @@ def add_common(
 
 
 def _add_model(p: argparse.ArgumentParser, *, several: bool, revision: bool) -> None:
-    """``--model`` (repeated where ``several``) and ``--revision``."""
     p.add_argument(
         "--model",
         default=None,
@@ -56,7 +53,6 @@ def _add_model(p: argparse.ArgumentParser, *, several: bool, revision: bool) -> 
 
 
 def _add_loading(p: argparse.ArgumentParser) -> None:
-    """How the model loads and runs: ``--dtype``, ``--device``, ``--remote``, ``--prepend-bos``."""
     p.add_argument(
         "--dtype",
         default=None,
@@ -118,11 +114,7 @@ def build(
     run: Callable[[Experiment], Callable[[argparse.Namespace], int]],
     commands: Mapping[str, Callable[[argparse.Namespace], int]],
 ) -> argparse.ArgumentParser:
-    """The ``bindscope`` argument parser.
-
-    ``run(definition)`` runs an experiment's subcommand; ``commands[name]`` runs each other
-    subcommand (``audit``, ``summarize``, ``figures``, ``report``, ``demo``).
-    """
+    """The parser: ``run(definition)`` runs an experiment, ``commands[name]`` each other command."""
     top = argparse.ArgumentParser(
         prog="bindscope", description="Attention-head binding (EB*) and head ablation studies."
     )
@@ -131,20 +123,12 @@ def build(
         add_experiment(sub, definition, run(definition))
 
     _add_audit(sub, commands["audit"])
-    p = sub.add_parser("summarize", help="recompute summary.json files from records")
-    p.add_argument("results", type=Path, help=RESULTS_HELP)
-    p.set_defaults(func=commands["summarize"])
-
-    p = sub.add_parser("figures", help="PNG and PDF figures from a results folder")
-    p.add_argument("results", type=Path, help=RESULTS_HELP)
-    p.add_argument("--out", type=Path, default=None, help="default: RESULTS/figures")
-    p.set_defaults(func=commands["figures"])
-
-    p = sub.add_parser("report", help="Markdown report (tables + figures) for a results folder")
-    p.add_argument("results", type=Path, help=RESULTS_HELP)
-    p.add_argument("--out", type=Path, default=None, help="default: RESULTS/report.md")
-    p.set_defaults(func=commands["report"])
-
+    for name, (said, out) in READERS.items():
+        p = sub.add_parser(name, help=said)
+        p.add_argument("results", type=Path, help=RESULTS_HELP)
+        if out is not None:
+            p.add_argument("--out", type=Path, default=None, help=f"default: {out}")
+        p.set_defaults(func=commands[name])
     _add_demo(sub, commands["demo"])
     _add_view(sub, commands["view"])
     add_ndif(sub, commands["ndif"])
@@ -152,7 +136,6 @@ def build(
 
 
 def _add_compute(p: argparse.ArgumentParser) -> None:
-    """The options of subcommands that batch or resample: batch size, seed, progress."""
     p.add_argument(
         "--batch-size",
         type=positive,
@@ -169,7 +152,6 @@ def _add_compute(p: argparse.ArgumentParser) -> None:
 
 
 def _add_audit(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
-    """The ``audit`` subcommand: each prompt's term span under a model's tokenizer."""
     p = sub.add_parser("audit", help="each prompt's term span under a model's tokenizer")
     add_common(p, runs=False)
     p.add_argument(
@@ -188,7 +170,6 @@ def _add_audit(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
 
 
 def _add_demo(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
-    """The ``demo`` subcommand: the full study on the embedded models."""
     p = sub.add_parser(
         "demo", help="the full study on the embedded models (SmolLM2, Gemma 3, Qwen2.5-Coder; CPU)"
     )
@@ -214,7 +195,6 @@ VIEW_FOLDERS_HELP = "result folders: OUT or OUT/<experiment> (binding, c5, scan,
 
 
 def _add_view(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
-    """The ``view`` subcommand: one self-contained HTML page (docs/viewer.md)."""
     p = sub.add_parser("view", help="one offline HTML page: patterns, head maps, circuit, lens")
     p.add_argument("results", nargs="*", type=Path, help=VIEW_FOLDERS_HELP)
     add_common(p, runs=False)

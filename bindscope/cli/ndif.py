@@ -53,7 +53,6 @@ def add_parser(sub: argparse._SubParsersAction, command: object) -> None:
 
 
 def _status(home: Path) -> int:
-    """Print what runs; 0 when every piece runs and the API answers, else 1."""
     state = local_ndif.status(home=home)
     print(json.dumps(state, indent=1))
     for note in state["stale"]:
