@@ -37,7 +37,6 @@ def add_common(
 def _add_model(p: argparse.ArgumentParser, *, several: bool, revision: bool) -> None:
     p.add_argument(
         "--model",
-        default=None,
         action="append" if several else "store",
         help="Hub id, local folder, or an embedded model (offline): 'default' or "
         + ", ".join(EMBEDDED)
@@ -47,7 +46,6 @@ def _add_model(p: argparse.ArgumentParser, *, several: bool, revision: bool) -> 
     if revision:
         p.add_argument(
             "--revision",
-            default=None,
             help="Hub revision, e.g. step120000; for a local folder, its subfolder REVISION",
         )
 
@@ -55,16 +53,14 @@ def _add_model(p: argparse.ArgumentParser, *, several: bool, revision: bool) -> 
 def _add_loading(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dtype",
-        default=None,
         choices=("float32", "float16", "bfloat16", "float64"),
         help="weights dtype (default float32; float64 gives float64 probabilities and logits)",
     )
-    p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:1, mps")
+    p.add_argument("--device", help="cpu (default), cuda, cuda:1, mps")
     p.add_argument(
         "--remote",
         nargs="?",
         const="ndif",
-        default=None,
         choices=("ndif", "local"),
         help="run every trace on NDIF (--remote) or through its local simulation "
         "(--remote local: the weights load here); default: plain local runs. docs/remote.md",
@@ -72,7 +68,6 @@ def _add_loading(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--prepend-bos",
         action=argparse.BooleanOptionalAction,
-        default=None,
         help="put the BOS token before every text (default: the tokenizer's own rule; spans "
         "starting at position 0, the attention sink, are then left out of EB* and counted)",
     )
@@ -127,7 +122,7 @@ def build(
         p = sub.add_parser(name, help=said)
         p.add_argument("results", type=Path, help=RESULTS_HELP)
         if out is not None:
-            p.add_argument("--out", type=Path, default=None, help=f"default: {out}")
+            p.add_argument("--out", type=Path, help=f"default: {out}")
         p.set_defaults(func=commands[name])
     _add_demo(sub, commands["demo"])
     _add_view(sub, commands["view"])
@@ -162,7 +157,6 @@ def _add_audit(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
     p.add_argument(
         "--write",
         type=Path,
-        default=None,
         help="also write the audit rows to this JSON Lines path (default: write no file)",
     )
     p.add_argument("--strict", action="store_true", help="exit 1 if any span is missing/short")
@@ -198,20 +192,14 @@ def _add_view(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
     p = sub.add_parser("view", help="one offline HTML page: patterns, head maps, circuit, lens")
     p.add_argument("results", nargs="*", type=Path, help=VIEW_FOLDERS_HELP)
     add_common(p, runs=False)
-    p.add_argument(
-        "--text", default=None, help="text whose attention is shown (default: the binding prompt)"
-    )
-    p.add_argument(
-        "--prompt", default=None, help="binding record to show, term/prompt_id (default: first)"
-    )
+    p.add_argument("--text", help="text whose attention is shown (default: the binding prompt)")
+    p.add_argument("--prompt", help="binding record to show, term/prompt_id (default: first)")
     p.add_argument(
         "--prompts",
-        default=None,
         help="the prompt file the binding run used (built-in sets reload by their name)",
     )
     p.add_argument(
         "--ablate",
-        default=None,
         help="heads zero-ablated in a second run shown beside the clean one, e.g. 9.3,10.1 "
         "(layer.head)",
     )

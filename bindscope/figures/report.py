@@ -119,15 +119,14 @@ def _models(results: dict[str, ExperimentResults]) -> list[str]:
     for name in results:
         for label, prov in results[name].provenance.items():
             heads = prov.get("heads")
-            seen.setdefault(
+            shape = f"{heads[0]} x {heads[1]} = {heads[0] * heads[1]}" if heads else md.DASH
+            row = [
                 label,
-                [
-                    label,
-                    prov.get("family") or md.DASH,
-                    f"{heads[0]} x {heads[1]} = {heads[0] * heads[1]}" if heads else md.DASH,
-                    prov.get("training") or "not stated",
-                ],
-            )
+                prov.get("family") or md.DASH,
+                shape,
+                prov.get("training") or "not stated",
+            ]
+            seen.setdefault(label, row)
     if not seen:
         return []
     header = ["model", "family", "heads (layers x heads)", "checkpoint"]

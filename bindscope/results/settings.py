@@ -55,10 +55,8 @@ def read_settings(path: str | Path) -> dict:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         why = f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else exc
         raise InputError(f"{path} is damaged ({why}); {fix}") from None
-    if not (
-        isinstance(found, dict)
-        and isinstance(found.get("settings"), dict)
-        and isinstance(found.get("models"), dict)
+    if not isinstance(found, dict) or not all(
+        isinstance(found.get(part), dict) for part in ("settings", "models")
     ):
         raise InputError(
             f"{path} is damaged: it must be a JSON object with 'settings' and 'models' "
