@@ -134,9 +134,7 @@ def _stale_notes(
 
 def _covers(models: dict, label: str, model: str, revision: str | None) -> bool:
     # an entry keyed by the model may cover several revisions by listing them (a sweep's)
-    if label in models:
-        return True
-    return revision in ((models.get(model) or {}).get("revisions") or ())
+    return label in models or revision in ((models.get(model) or {}).get("revisions") or ())
 
 
 def _older(summary_path: Path, records_path: Path) -> bool:
