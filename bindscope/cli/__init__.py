@@ -49,7 +49,6 @@ def remote_option(args: argparse.Namespace) -> bool | str:
 
 
 def _check_compute(args: argparse.Namespace) -> None:
-    """The dtype and device, checked before any model loads (NDIF chooses its own)."""
     if remote_option(args) is not True:
         check_dtype(getattr(args, "dtype", None))
         check_device(getattr(args, "device", None))
@@ -61,10 +60,7 @@ def _print_summary(summary: dict) -> None:
 
 
 def _options(definition: Experiment, args: argparse.Namespace) -> Options:
-    """The experiment's options from its flags, checked, with its prompt sets loaded.
-
-    Everything here runs before any model loads, so a typo costs no model load.
-    """
+    # everything here runs before any model loads, so a typo costs no model load
     given: dict[str, Any] = {}
     defaults: dict[str, Any] = {}
     for name, flag, default in definition.options.flags():
@@ -85,7 +81,6 @@ def _options(definition: Experiment, args: argparse.Namespace) -> Options:
 
 
 def _model_specs(definition: Experiment, args: argparse.Namespace) -> list[str | None]:
-    """The ``--model`` values, else the preset's models, else the default model."""
     if args.model:
         return list(args.model)
     preset = getattr(args, "preset", None)
@@ -105,11 +100,7 @@ def _check_folder(folder: Path) -> None:
 
 
 def _check_resume(definition: Experiment, options: Options, args: argparse.Namespace) -> None:
-    """A folder made with other settings or versions is refused before any model loads.
-
-    The plan is made without models (plans check models only in their loops), for its
-    settings; the run checks them again, with the models' dtype and BOS policy.
-    """
+    # planned without models, for its settings; the run checks again with the models' dtype and BOS
     if args.force:
         return
     common = Common(args.out, args.batch_size, args.seed, args.force, progress=False)
@@ -119,7 +110,6 @@ def _check_resume(definition: Experiment, options: Options, args: argparse.Names
 
 @contextlib.contextmanager
 def _writable(folder: Path | None) -> Iterator[None]:
-    """``folder`` checked writable (made if missing), and removed again if refused empty."""
     if folder is None:
         yield
         return
@@ -135,7 +125,6 @@ def _writable(folder: Path | None) -> Iterator[None]:
 
 
 def _run_experiment(definition: Experiment, args: argparse.Namespace) -> int:
-    """Check the inputs, load the model(s), run the experiment and print its summary."""
     if definition.models == "several" and args.revision and len(args.model or [None]) > 1:
         raise BindscopeError("--revision applies to one model; use --model id@revision instead")
     if definition.models == "revisions" and not args.model:
@@ -175,7 +164,6 @@ def _run_experiment(definition: Experiment, args: argparse.Namespace) -> int:
 
 
 def _command(definition: Experiment) -> Callable[[argparse.Namespace], int]:
-    """The ``cmd_<command>`` function argparse calls for an experiment subcommand."""
 
     def command(args: argparse.Namespace) -> int:
         return _run_experiment(definition, args)

@@ -14,20 +14,18 @@ from bindscope.loading import EMBEDDED
 
 #: What ``RESULTS`` is, for summarize, figures and report.
 RESULTS_HELP = "the --out folder of one or more experiment runs"
+#: The commands that read a results folder: their help and where their --out defaults to.
+READERS = {
+    "summarize": ("recompute summary.json files from records", None),
+    "figures": ("PNG and PDF figures from a results folder", "RESULTS/figures"),
+    "report": ("Markdown report (tables + figures) for a results folder", "RESULTS/report.md"),
+}
 
 
 def add_common(
-    p: argparse.ArgumentParser,
-    *,
-    several: bool = False,
-    revision: bool = True,
-    runs: bool = True,
+    p: argparse.ArgumentParser, *, several: bool = False, revision: bool = True, runs: bool = True
 ) -> None:
-    """Add the options subcommands share.
-
-    Each subcommand gets only those it honours: ``revision=False`` where revisions come otherwise
-    (sweep), ``runs=False`` where nothing is written or computed (audit only tokenizes).
-    """
+    """Add the shared options a subcommand honours (``runs=False``: nothing written or computed)."""
     _add_model(p, several=several, revision=revision)
     _add_loading(p)
     if runs:
@@ -37,10 +35,8 @@ def add_common(
 
 
 def _add_model(p: argparse.ArgumentParser, *, several: bool, revision: bool) -> None:
-    """``--model`` (repeated where ``several``) and ``--revision``."""
     p.add_argument(
         "--model",
-        default=None,
         action="append" if several else "store",
         help="Hub id, local folder, or an embedded model (offline): 'default' or "
         + ", ".join(EMBEDDED)
@@ -50,25 +46,21 @@ def _add_model(p: argparse.ArgumentParser, *, several: bool, revision: bool) -> 
     if revision:
         p.add_argument(
             "--revision",
-            default=None,
             help="Hub revision, e.g. step120000; for a local folder, its subfolder REVISION",
         )
 
 
 def _add_loading(p: argparse.ArgumentParser) -> None:
-    """How the model loads and runs: ``--dtype``, ``--device``, ``--remote``, ``--prepend-bos``."""
     p.add_argument(
         "--dtype",
-        default=None,
         choices=("float32", "float16", "bfloat16", "float64"),
         help="weights dtype (default float32; float64 gives float64 probabilities and logits)",
     )
-    p.add_argument("--device", default=None, help="cpu (default), cuda, cuda:1, mps")
+    p.add_argument("--device", help="cpu (default), cuda, cuda:1, mps")
     p.add_argument(
         "--remote",
         nargs="?",
         const="ndif",
-        default=None,
         choices=("ndif", "local"),
         help="run every trace on NDIF (--remote) or through its local simulation "
         "(--remote local: the weights load here); default: plain local runs. docs/remote.md",
@@ -76,7 +68,6 @@ def _add_loading(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--prepend-bos",
         action=argparse.BooleanOptionalAction,
-        default=None,
         help="put the BOS token before every text (default: the tokenizer's own rule; spans "
         "starting at position 0, the attention sink, are then left out of EB* and counted)",
     )
@@ -118,11 +109,7 @@ def build(
     run: Callable[[Experiment], Callable[[argparse.Namespace], int]],
     commands: Mapping[str, Callable[[argparse.Namespace], int]],
 ) -> argparse.ArgumentParser:
-    """The ``bindscope`` argument parser.
-
-    ``run(definition)`` runs an experiment's subcommand; ``commands[name]`` runs each other
-    subcommand (``audit``, ``summarize``, ``figures``, ``report``, ``demo``).
-    """
+    """The parser: ``run(definition)`` runs an experiment, ``commands[name]`` each other command."""
     top = argparse.ArgumentParser(
         prog="bindscope", description="Attention-head binding (EB*) and head ablation studies."
     )
@@ -131,20 +118,12 @@ def build(
         add_experiment(sub, definition, run(definition))
 
     _add_audit(sub, commands["audit"])
-    p = sub.add_parser("summarize", help="recompute summary.json files from records")
-    p.add_argument("results", type=Path, help=RESULTS_HELP)
-    p.set_defaults(func=commands["summarize"])
-
-    p = sub.add_parser("figures", help="PNG and PDF figures from a results folder")
-    p.add_argument("results", type=Path, help=RESULTS_HELP)
-    p.add_argument("--out", type=Path, default=None, help="default: RESULTS/figures")
-    p.set_defaults(func=commands["figures"])
-
-    p = sub.add_parser("report", help="Markdown report (tables + figures) for a results folder")
-    p.add_argument("results", type=Path, help=RESULTS_HELP)
-    p.add_argument("--out", type=Path, default=None, help="default: RESULTS/report.md")
-    p.set_defaults(func=commands["report"])
-
+    for name, (said, out) in READERS.items():
+        p = sub.add_parser(name, help=said)
+        p.add_argument("results", type=Path, help=RESULTS_HELP)
+        if out is not None:
+            p.add_argument("--out", type=Path, help=f"default: {out}")
+        p.set_defaults(func=commands[name])
     _add_demo(sub, commands["demo"])
     _add_view(sub, commands["view"])
     add_ndif(sub, commands["ndif"])
@@ -152,7 +131,6 @@ def build(
 
 
 def _add_compute(p: argparse.ArgumentParser) -> None:
-    """The options of subcommands that batch or resample: batch size, seed, progress."""
     p.add_argument(
         "--batch-size",
         type=positive,
@@ -169,7 +147,6 @@ def _add_compute(p: argparse.ArgumentParser) -> None:
 
 
 def _add_audit(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
-    """The ``audit`` subcommand: each prompt's term span under a model's tokenizer."""
     p = sub.add_parser("audit", help="each prompt's term span under a model's tokenizer")
     add_common(p, runs=False)
     p.add_argument(
@@ -180,7 +157,6 @@ def _add_audit(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
     p.add_argument(
         "--write",
         type=Path,
-        default=None,
         help="also write the audit rows to this JSON Lines path (default: write no file)",
     )
     p.add_argument("--strict", action="store_true", help="exit 1 if any span is missing/short")
@@ -188,7 +164,6 @@ def _add_audit(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
 
 
 def _add_demo(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
-    """The ``demo`` subcommand: the full study on the embedded models."""
     p = sub.add_parser(
         "demo", help="the full study on the embedded models (SmolLM2, Gemma 3, Qwen2.5-Coder; CPU)"
     )
@@ -214,24 +189,17 @@ VIEW_FOLDERS_HELP = "result folders: OUT or OUT/<experiment> (binding, c5, scan,
 
 
 def _add_view(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
-    """The ``view`` subcommand: one self-contained HTML page (docs/viewer.md)."""
     p = sub.add_parser("view", help="one offline HTML page: patterns, head maps, circuit, lens")
     p.add_argument("results", nargs="*", type=Path, help=VIEW_FOLDERS_HELP)
     add_common(p, runs=False)
-    p.add_argument(
-        "--text", default=None, help="text whose attention is shown (default: the binding prompt)"
-    )
-    p.add_argument(
-        "--prompt", default=None, help="binding record to show, term/prompt_id (default: first)"
-    )
+    p.add_argument("--text", help="text whose attention is shown (default: the binding prompt)")
+    p.add_argument("--prompt", help="binding record to show, term/prompt_id (default: first)")
     p.add_argument(
         "--prompts",
-        default=None,
         help="the prompt file the binding run used (built-in sets reload by their name)",
     )
     p.add_argument(
         "--ablate",
-        default=None,
         help="heads zero-ablated in a second run shown beside the clean one, e.g. 9.3,10.1 "
         "(layer.head)",
     )

@@ -27,7 +27,6 @@ def add_parser(sub: argparse._SubParsersAction, command: object) -> None:
     p.add_argument(
         "--home",
         type=Path,
-        default=None,
         help="the server's folder: venv, logs, pids (default: BINDSCOPE_CACHE/ndif)",
     )
     mode = p.add_mutually_exclusive_group()
@@ -39,7 +38,6 @@ def add_parser(sub: argparse._SubParsersAction, command: object) -> None:
     mode.add_argument(
         "--sandbox-key",
         metavar="KEY",
-        default=None,
         help="run untrusted only the requests sent with this NDIF_API_KEY, all others "
         "trusted: both modes from one server (the server keeps only the key's digest)",
     )
@@ -53,7 +51,6 @@ def add_parser(sub: argparse._SubParsersAction, command: object) -> None:
 
 
 def _status(home: Path) -> int:
-    """Print what runs; 0 when every piece runs and the API answers, else 1."""
     state = local_ndif.status(home=home)
     print(json.dumps(state, indent=1))
     for note in state["stale"]:

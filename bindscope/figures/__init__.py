@@ -1,9 +1,4 @@
-"""Figures and a Markdown report drawn from stored result records (never computing science).
-
-``make_figures(results_dir)`` writes a PNG and a PDF per figure the results support and
-says why each missing one was skipped; ``write_report(results_dir)`` writes one Markdown
-report with tables, provenance and the figures linked by relative path.
-"""
+"""Figures and a Markdown report of stored results: they read results, never compute science."""
 
 from __future__ import annotations
 

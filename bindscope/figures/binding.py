@@ -9,18 +9,12 @@ from matplotlib import patheffects
 from matplotlib.patches import Rectangle
 
 from bindscope.figures import markdown as md
+from bindscope.figures import style
 from bindscope.figures.section import Section
-from bindscope.figures.style import HEATMAP_CMAP, integer_ticks, new_figure, per_model, short_label
 from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "Binding (EB*)"
-#: Inches per figure kind; at DPI 150 each gives whole pixels.
 SIZES = {"binding_bsi": (7.0, 6.0)}
-
-
-def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    """The binding figures: (file stem, builder) pairs, drawn only when asked."""
-    return per_model(exp.models, exp.folder, "binding_bsi", bsi_heatmap)
 
 
 def bsi_heatmap(label: str, entry: dict, *, where: str = "summary"):
@@ -29,24 +23,20 @@ def bsi_heatmap(label: str, entry: dict, *, where: str = "summary"):
     if bsi.ndim != 2 or bsi.size == 0:
         raise MissingData(f"{where}: mean_bsi is not a [layer][head] table")
     top = need(entry, "top_heads", where=where)
-    fig, ax = new_figure(SIZES["binding_bsi"])
-    image = ax.imshow(bsi, origin="lower", aspect="auto", cmap=HEATMAP_CMAP, interpolation="none")
+    fig, ax = style.new_figure(SIZES["binding_bsi"])
+    image = style.heatmap(ax, bsi)
     fig.colorbar(image, ax=ax, label="mean BSI (attention probability, 0–1)")
     for rank, (layer, head) in enumerate(top, start=1):
         # white over black outline: visible on the dark and the light end of the map
         for colour, width in (("black", 3.0), ("white", 1.4)):
-            ax.add_patch(
-                Rectangle(
-                    (head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor=colour, linewidth=width
-                )
-            )
+            box = Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, ec=colour, lw=width)
+            ax.add_patch(box)
         text = ax.text(head, layer, str(rank), ha="center", va="center", color="white", fontsize=7)
         text.set_path_effects([patheffects.withStroke(linewidth=2, foreground="black")])
-    ax.set_xlabel("head index (0-based)")
-    ax.set_ylabel("layer (0 = first)")
-    integer_ticks(ax)
+    ax.set(xlabel="head index (0-based)", ylabel="layer (0 = first)")
+    style.integer_ticks(ax)
     n = entry.get("n")
-    ax.set_title(f"{short_label(label)}: mean BSI per head (n = {n} prompts)")
+    ax.set_title(f"{style.short_label(label)}: mean BSI per head (n = {n} prompts)")
     caption = (
         f"{label}: mean BSI per head over {n} prompts with a 2+ token span; boxes mark the "
         f"top-{len(top)} heads by mean BSI (number = rank)."
@@ -71,4 +61,5 @@ def _row(label: str, entry: dict) -> Iterator[list[str]]:
     ]
 
 
+plots = style.model_plots("binding_bsi", bsi_heatmap)
 SECTION = Section("binding", TITLE, md.prose("binding"), SIZES, plots, tables, order=1)

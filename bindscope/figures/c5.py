@@ -15,7 +15,6 @@ from bindscope.figures.section import Section
 from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "C5: causal head ablation"
-#: Inches per figure kind; at DPI 150 each gives whole pixels.
 SIZES = {"c5": (12.0, 7.6), "c5_cross_architecture": (12.0, 5.0)}
 #: The scores in the report's order: accuracy, its continuous margin, the rubric.
 SCORES = ("recognition", "margin", "generation")
@@ -46,7 +45,7 @@ def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
 
 
 def _condition_bar(entry: dict, condition: str, score: str) -> tuple[Any, Any]:
-    """(score, (lower, upper) error) of one bar; the errors are None without an interval."""
+    # (score, (lower, upper) error); the errors are None without an interval
     conditions = entry.get("conditions") or {}
     base = (conditions.get("baseline") or {}).get(score)
     if condition == "baseline" or base is None:
@@ -67,10 +66,7 @@ def _condition_bar(entry: dict, condition: str, score: str) -> tuple[Any, Any]:
 def model_figure(
     label: str, entry: dict, *, k: int | None = None, where: str = "summary"
 ) -> tuple[Figure, str]:
-    """One column per score: its mean per condition (top) and random-set drops (bottom).
-
-    Only the scores the model was measured on get a column.
-    """
+    """One column per measured score: its mean per condition (top) and random-set drops (bottom)."""
     baseline = need(entry, "conditions", "baseline", where=where)
     scores = [s for s in SCORES if baseline.get(s) is not None and baseline.get(f"n_{s}")]
     if not scores:
@@ -95,7 +91,6 @@ def model_figure(
 
 
 def _score_bars(ax: Any, entry: dict, score: str, k: int | None) -> None:
-    """One score's mean per condition, with its reference line (chance, or a zero margin)."""
     ends = [0.0] if score == "margin" else [0.0, 1.0]  # the range holds every whisker
     for x, condition in enumerate(BAR_CONDITIONS):
         value, err = _condition_bar(entry, condition, score)
@@ -130,7 +125,6 @@ def _bar(
     k: int | None,
     **errorbar: Any,
 ) -> None:
-    """One condition's bar in its style, with its interval when it has one."""
     s = style.CONDITION_STYLE[condition]
     ax.bar(x, value, width, color=s["color"], hatch=s["hatch"], edgecolor="black",
            linewidth=0.6, label=_condition_name(condition, k))  # fmt: skip
@@ -149,13 +143,10 @@ def _condition_name(condition: str, k: int | None) -> str:
 
 
 def drop_bins(drops: list[float], n_items: int | None) -> Any:
-    """Histogram bins on a score's steps: whole multiples of one step, centred on the values.
+    """Histogram bins on a score's steps, centred on the values (numpy's for a continuous score).
 
-    A mean over n items of a score that moves in steps of 1/m (accuracy: m = 1; the rubric,
-    min(hits / 3, 1) - 0.2 per contradiction: m = 15) moves in steps of 1/(n m); bins of other
-    widths split or merge them and hide ties with the top set. The smallest m up to
-    ``MAX_STEP`` that puts every drop on a step is used; a continuous score (the margin) gets
-    numpy's automatic bins.
+    A mean over n items of a score in steps of 1/m (accuracy: m = 1; the rubric: m = 15) moves
+    in steps of 1/(n m); other bin widths would split or merge them and hide ties with the top set.
     """
     if not n_items:
         return "auto"
@@ -230,7 +221,6 @@ def cross_architecture(
 
 
 def _drops_by_model(ax: Any, models: dict[str, dict], score: str, k: int | None) -> None:
-    """One score's panel: three bars per model, the model's Holm p under its name."""
     labels, width = list(models), 0.26
     ax.axhline(0, color="black", linewidth=0.8)
     for m, label in enumerate(labels):
@@ -270,7 +260,6 @@ def _drop_bar(entry: dict, condition: str, task: str) -> tuple[Any, Any]:
 
 
 def _settings(s: dict) -> str:
-    """The run's design in one paragraph: sets, sampling, nulls, and the files with hashes."""
     if s.get("sampling") == "sequential":
         sets = (
             f"random sets drawn sequentially per null (Besag-Clifford: stop once "
@@ -294,21 +283,8 @@ def tables(exp: ExperimentResults) -> list[str]:
     """The report's C5 ablation tables, as Markdown lines."""
     s = exp.summary or {}
     settings = _settings(s)
-    header = [
-        "model",
-        "task",
-        "n",
-        "chance",
-        "baseline",
-        "top",
-        "bottom",
-        "random mean",
-        "top drop [95% CI]",
-        "bottom drop [95% CI]",
-        "specificity [95% CI]",
-        "p",
-        "Holm p",
-    ]
+    header = ["model", "task", "n", "chance", "baseline", "top", "bottom", "random mean"]
+    header += ["top drop [95% CI]", "bottom drop [95% CI]", "specificity [95% CI]", "p", "Holm p"]
     heads = [
         [
             label,
@@ -338,7 +314,6 @@ def tables(exp: ExperimentResults) -> list[str]:
 
 
 def _null_rows(label: str, entry: dict) -> Iterator[list[str]]:
-    """One row per score and null: its p, Holm p, sets drawn and why it stopped."""
     for null, by_score in (entry.get("nulls") or {}).items():
         for score, t in by_score.items():
             yield [
@@ -356,7 +331,6 @@ def _null_rows(label: str, entry: dict) -> Iterator[list[str]]:
 
 
 def _tail(tail: dict) -> str:
-    """The GPD tail p with its bootstrap interval and tail size, or why there is none."""
     if tail.get("p") is None:
         said = {"no-fit": "no fit passed", "too-few-sets": "too few sets"}
         said["enumerated"] = "every set used"
@@ -366,7 +340,6 @@ def _tail(tail: dict) -> str:
 
 
 def _match_rows(label: str, entry: dict) -> Iterator[list[str]]:
-    """How close the class-matched null's candidates are to each top head."""
     match = entry.get("class_match") or {}
     for head in match.get("heads", []):
         counts = (match.get("classes") or {}).get(head.get("class"), {})
@@ -381,7 +354,6 @@ def _match_rows(label: str, entry: dict) -> Iterator[list[str]]:
 
 
 def _task_rows(label: str, entry: dict) -> Iterator[list[str]]:
-    """One row per task the model was scored on: scores, drops, specificity and p."""
     conditions = entry.get("conditions") or {}
     drops = entry.get("drops") or {}
     for task in SCORES:
@@ -407,7 +379,6 @@ def _task_rows(label: str, entry: dict) -> Iterator[list[str]]:
 
 
 def _share(k: int | None, heads: list[int] | None) -> str:
-    """``k of N heads (x%)``: how much of a model one ablated set removes."""
     if k is None or not heads:
         return md.num(k)
     total = heads[0] * heads[1]

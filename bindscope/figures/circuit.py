@@ -17,7 +17,6 @@ from bindscope.figures.section import Section
 from bindscope.results.summaries import ExperimentResults, MissingData
 
 TITLE = "Circuits: which edges between heads and MLPs carry the task"
-#: Inches per figure kind; at DPI 150 each gives whole pixels.
 SIZES = {"circuit_graph": (12.0, 7.0), "circuit_faithfulness": (7.0, 4.4)}
 STYLE: dict[str, Any] = {"q": "-", "k": "--", "v": ":", "": "-"}  # a receiver's input kind
 INPUT = {"q": "into a query, an MLP or the logits", "k": "into a key", "v": "into a value"}
@@ -72,10 +71,7 @@ def parse_node(node: str) -> Node:
 
 @dataclass(frozen=True)
 class Layout:
-    """Where each kind sits: heads on top, key/value groups below, MLPs at the bottom.
-
-    The embedding sits left of layer 0 and the logits right of the last layer.
-    """
+    """Where nodes sit: heads on top, key/value groups below, MLPs at the bottom, by layer."""
 
     n_layers: int
     n_heads: int
@@ -108,7 +104,6 @@ class Layout:
 
 
 def _layout(nodes: list[Node]) -> Layout:
-    """The smallest layout holding ``nodes``."""
     inner = [n for n in nodes if n.kind not in ("embed", "logits")]
     return Layout(
         1 + max((n.layer for n in inner), default=0),
@@ -150,7 +145,6 @@ def graph_figure(label: str, entry: dict, *, where: str) -> tuple[Figure, str]:
 
 
 def _draw_nodes(ax: Any, layout: Layout, nodes: set[Node]) -> None:
-    """Each node in its kind's marker and colour, its name beside it."""
     for node in sorted(nodes, key=lambda n: (n.kind, n.layer, n.unit)):
         x, y = layout.place(node)
         marker, colour, _ = NODE[node.kind]
@@ -161,7 +155,6 @@ def _draw_nodes(ax: Any, layout: Layout, nodes: set[Node]) -> None:
 
 
 def _legend() -> list[Line2D]:
-    """Node kinds, the two signs and the three input kinds, drawn in the figure."""
     kinds = [
         Line2D([], [], marker=m, color=c, linestyle="none", ms=8, label=name)
         for m, c, name in NODE.values()
@@ -259,7 +252,6 @@ def _row(r: dict) -> list:
 
 
 def _under_half(label: str, rows: list[dict]) -> list[str]:
-    """A plain sentence when even the largest circuit keeps less than half of the metric."""
     largest = max(rows, key=lambda r: r["n_edges"])
     if largest["share"] >= HALF:
         return []

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from bindscope.figures import markdown as md
+from bindscope.figures import style
 from bindscope.figures.markdown import DASH
 from bindscope.figures.section import Section
-from bindscope.figures.style import OKABE_ITO, SERIES, interval, new_figure, per_model, short_label
 from bindscope.results.summaries import ExperimentResults, need
 
 TITLE = "Discriminant validity (controls)"
-#: Inches per figure kind; at DPI 150 each gives whole pixels.
 SIZES = {"controls": (12.0, 5.0)}
-
-
-def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    """The control-group figures: (file stem, builder) pairs, drawn only when asked."""
-    return per_model(exp.models, exp.folder, "controls", group_means)
 
 
 def _groups(entry: dict, where: str) -> list[tuple[str, dict]]:
@@ -30,28 +22,28 @@ def group_means(label: str, entry: dict, *, where: str = "summary"):
     real = need(entry, "real", "eb_star", where=where)
     groups = _groups(entry, where)
     families = sorted({str(g.get("family")) for _, g in groups})
-    style = {f: SERIES[i % len(SERIES)] for i, f in enumerate(families)}
-    fig, (ax_mean, ax_d) = new_figure(SIZES["controls"], ncols=2, width_ratios=[1, 1])
+    look = {f: style.SERIES[i % len(style.SERIES)] for i, f in enumerate(families)}
+    fig, (ax_mean, ax_d) = style.new_figure(SIZES["controls"], ncols=2, width_ratios=[1, 1])
     n_rows = len(groups) + 1
     ys = list(range(n_rows))[::-1]  # real terms on top
-    interval(ax_mean, ys[0], real, color=OKABE_ITO["black"], marker="D")
-    ax_mean.axvline(real["value"], color=OKABE_ITO["black"], linestyle=":", linewidth=1)
+    style.interval(ax_mean, ys[0], real, color=style.OKABE_ITO["black"], marker="D")
+    ax_mean.axvline(real["value"], color=style.OKABE_ITO["black"], linestyle=":", linewidth=1)
     names = [f"real terms (n={entry['real'].get('n', real.get('n'))})"]
     for y, (name, group) in zip(ys[1:], groups):
-        s = style[str(group.get("family"))]
-        interval(ax_mean, y, need(group, "eb_star", where=f"{where} {name}"), **_mk(s))
+        s = look[str(group.get("family"))]
+        style.interval(ax_mean, y, need(group, "eb_star", where=f"{where} {name}"), **_mk(s))
         names.append(f"{name} ({group.get('family') or '?'}, n={group.get('n')})")
     ax_mean.set_yticks(ys, names)
     ax_mean.set_xlabel("mean EB* (attention probability difference, 0–1), 95% CI")
-    ax_mean.set_title(f"{short_label(label)}: mean EB* by group")
+    ax_mean.set_title(f"{style.short_label(label)}: mean EB* by group")
 
-    ax_d.axvline(0, color=OKABE_ITO["black"], linewidth=0.8)
+    ax_d.axvline(0, color=style.OKABE_ITO["black"], linewidth=0.8)
     p_labels = [""]
     for y, (_name, group) in zip(ys[1:], groups):
-        s = style[str(group.get("family"))]
-        interval(ax_d, y + 0.12, group.get("cohens_d"), **_mk(s))
+        s = look[str(group.get("family"))]
+        style.interval(ax_d, y + 0.12, group.get("cohens_d"), **_mk(s))
         matched = (group.get("matched") or {}).get("cohens_d")
-        interval(ax_d, y - 0.12, matched, **_mk(s), filled=False)
+        style.interval(ax_d, y - 0.12, matched, **_mk(s), filled=False)
         mp = (group.get("matched") or {}).get("p_holm")
         p_labels.append(f"Holm p {md.pvalue(group.get('p_holm'))}; matched {md.pvalue(mp)}")
     ax_d.set_yticks(ys, p_labels)
@@ -70,26 +62,16 @@ def group_means(label: str, entry: dict, *, where: str = "summary"):
     return fig, caption
 
 
-def _mk(style: dict) -> dict:
-    return {"color": style["color"], "marker": style["marker"]}
+def _mk(look: dict) -> dict:
+    return {"color": look["color"], "marker": look["marker"]}
 
 
 def tables(exp: ExperimentResults) -> list[str]:
     """The report's control-group tables, as Markdown lines."""
     lines: list[str] = []
-    header = [
-        "group",
-        "family",
-        "n",
-        "span tokens",
-        "mean EB* [95% CI]",
-        "d, real − control [95% CI]",
-        "p",
-        "Holm p",
-        "matched n (real/control)",
-        "matched d [95% CI]",
-        "matched Holm p",
-    ]
+    header = ["group", "family", "n", "span tokens", "mean EB* [95% CI]"]
+    header += ["d, real − control [95% CI]", "p", "Holm p", "matched n (real/control)"]
+    header += ["matched d [95% CI]", "matched Holm p"]
     for label, entry in exp.models.items():
         where = f"{exp.folder / 'summary.json'} [{label}]"
         real = entry.get("real") or {}
@@ -126,4 +108,5 @@ def tables(exp: ExperimentResults) -> list[str]:
     return lines
 
 
+plots = style.model_plots("controls", group_means)
 SECTION = Section("controls", TITLE, md.prose("controls"), SIZES, plots, tables, order=2)

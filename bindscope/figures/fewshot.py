@@ -12,14 +12,8 @@ from bindscope.figures.section import Section
 from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "Few-shot and paraphrase prompting"
-#: Inches per figure kind; at DPI 150 each gives whole pixels.
 SIZES = {"fewshot": (8.0, 9.0)}
 CONDITIONS = ("few_shot", "paraphrase")
-
-
-def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    """The few-shot figures: (file stem, builder) pairs, drawn only when asked."""
-    return style.per_model(exp.models, exp.folder, "fewshot", term_deltas)
 
 
 def term_deltas(label: str, entry: dict, *, where: str = "summary"):
@@ -71,7 +65,6 @@ def term_deltas(label: str, entry: dict, *, where: str = "summary"):
 
 
 def _order(row: dict, term: str) -> tuple:
-    """Largest few-shot delta first; terms without one last."""
     value = _points(row, "few_shot")
     return (bool(np.isnan(value)), 0.0 if np.isnan(value) else -value, term)
 
@@ -83,16 +76,8 @@ def _points(row: dict, condition: str) -> float:
 
 def tables(exp: ExperimentResults) -> list[str]:
     """The report's few-shot tables, as Markdown lines."""
-    header = [
-        "model",
-        "zero-shot",
-        "few-shot",
-        "paraphrase",
-        "few-shot delta, points [95% CI]",
-        "p",
-        "paraphrase delta, points [95% CI]",
-        "p",
-    ]
+    header = ["model", "zero-shot", "few-shot", "paraphrase", "few-shot delta, points [95% CI]"]
+    header += ["p", "paraphrase delta, points [95% CI]", "p"]
     return md.table(header, md.model_rows(exp.models, _row))
 
 
@@ -109,4 +94,5 @@ def _row(label: str, entry: dict) -> Iterator[list[str]]:
     ]
 
 
+plots = style.model_plots("fewshot", term_deltas)
 SECTION = Section("fewshot", TITLE, md.prose("fewshot"), SIZES, plots, tables, order=5)

@@ -57,10 +57,7 @@ def top_rows(top: list[dict]) -> list[list[str]]:
 def map_plots(
     stem: str, maps: dict[str, dict], field: str, what: str, size: tuple[float, float]
 ) -> Iterator[tuple[str, Callable[[], tuple[Figure, str]]]]:
-    """One ``heads_figure`` per model, file stem ``<stem>_<label>``.
-
-    ``maps[label]`` holds the ``field`` map, its ``significant`` cells and its ``top`` list.
-    """
+    """One ``heads_figure`` per model of ``maps`` (its ``field`` map, ``significant``, ``top``)."""
 
     def builder(label: str, block: dict) -> Callable[[], tuple[Figure, str]]:
         return lambda: heads_figure(

@@ -1,8 +1,4 @@
-"""Head taxonomy figures.
-
-One [layer, head] map per score on a shared scale, class tables, and the emergence of each class
-across checkpoints.
-"""
+"""Head taxonomy: a [layer, head] map per score, class tables, each class's emergence."""
 
 from __future__ import annotations
 
@@ -16,7 +12,6 @@ from bindscope.figures.section import Section
 from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "Head taxonomy: sink, previous-token, induction, duplicate-token and binding heads"
-#: Inches per figure kind; at DPI 150 each gives whole pixels.
 SIZES = {"heads_map": (10.0, 6.0), "heads_emergence": (12.0, 7.0)}
 CLASSES = ("sink", "previous_token", "induction", "duplicate_token", "binding")  # table order
 MAP_SCORES = ("sink", "previous_token", "induction", "duplicate_token", "binding", "spread")
@@ -52,10 +47,7 @@ def score_maps(label: str, entry: dict, *, where: str = "summary"):
             ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
             continue
         arr = np.array([[np.nan if x is None else x for x in row] for row in values], dtype=float)
-        image = ax.imshow(
-            arr, origin="lower", aspect="auto", cmap=style.HEATMAP_CMAP, vmin=0.0, vmax=1.0,
-            interpolation="none",
-        )  # fmt: skip
+        image = style.heatmap(ax, arr, vmin=0.0, vmax=1.0)
         style.integer_ticks(ax)
     for ax in axes[-1]:
         ax.set_xlabel("head")
@@ -134,10 +126,7 @@ def tables(exp: ExperimentResults) -> list[str]:
     lines = md.table(header, md.model_rows(exp.models, _class_row), left=1)
     thresholds = next(iter(exp.models.values()), {}).get("classes", {}).get("thresholds")
     if thresholds:
-        lines += [
-            "Thresholds: " + ", ".join(f"{c} ≥ {v}" for c, v in thresholds.items()) + ".",
-            "",
-        ]
+        lines += ["Thresholds: " + ", ".join(f"{c} ≥ {v}" for c, v in thresholds.items()) + ".", ""]
     for model, entry in ((exp.summary or {}).get("emergence") or {}).items():
         first = entry.get("first") or {}
         rows = [

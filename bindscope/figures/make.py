@@ -27,15 +27,7 @@ class FigureFile:
 
 @dataclass(frozen=True)
 class FigureReport:
-    """What ``make_figures`` wrote and what it skipped, and why.
-
-    Attributes:
-        out_dir: Folder of the figures.
-        written: Every PNG and PDF written.
-        skipped: (figure name, reason) for each figure that could not be drawn.
-        figures: The drawn figures with captions, in report order.
-        notes: Warnings about the inputs (e.g. a summary that misses models in its records).
-    """
+    """What ``make_figures`` wrote (``figures`` in report order) and skipped (name, reason)."""
 
     out_dir: Path
     written: list[Path] = field(default_factory=list)
@@ -61,19 +53,7 @@ class FigureReport:
 
 
 def make_figures(results_dir: str | Path, out_dir: str | Path | None = None) -> FigureReport:
-    """Draw a PNG and a PDF of every figure the results in ``results_dir`` support.
-
-    A missing experiment, or a summary without what a figure needs, skips that figure with
-    a reason; the other figures are still drawn.
-
-    Args:
-        results_dir: Folder holding ``<experiment>/records.jsonl`` and ``summary.json``.
-        out_dir: Where to write (default ``results_dir/figures``).
-
-    Raises:
-        InputError: ``results_dir`` is not a folder.
-        RecordFileError: A records or summary file is corrupt (file and line named).
-    """
+    """A PNG and a PDF (in ``out_dir``, default ``results_dir/figures``) of each drawable figure."""
     root = Path(results_dir)
     out = Path(out_dir) if out_dir is not None else root / "figures"
     results = load_results(root, sections())

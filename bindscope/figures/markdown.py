@@ -1,7 +1,4 @@
-"""Markdown for the report: tables and the paragraphs kept as files in ``figures/prose``.
-
-Numbers are read as ``bindscope.results.format`` writes them.
-"""
+"""Markdown for the report: tables, numbers (``bindscope.results.format``), ``figures/prose``."""
 
 from __future__ import annotations
 
@@ -27,10 +24,7 @@ def nums(entry: Mapping, *keys: str) -> list[str]:
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence], *, left: int = 1) -> list[str]:
-    """A GitHub-flavoured Markdown table.
-
-    The first ``left`` columns (text) are left-aligned, the rest (numbers) right-aligned.
-    """
+    """A GitHub Markdown table: the first ``left`` columns left-aligned, the rest right."""
     align = [":---"] * left + ["---:"] * (len(header) - left)
     lines = ["| " + " | ".join(cell(h) for h in header) + " |", "| " + " | ".join(align) + " |"]
     lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
@@ -38,25 +32,13 @@ def table(header: Sequence[str], rows: Sequence[Sequence], *, left: int = 1) -> 
 
 
 def model_rows(models: Mapping[str, E], rows: Callable[[str, E], Iterable[R]]) -> list[R]:
-    """The rows of a table over models, in model order.
-
-    ``rows(label, entry)`` gives each model's rows: one, several, or none when the model has
-    nothing for this table.
-    """
+    """The rows of a table over models, in model order: each model's ``rows(label, entry)``."""
     return [row for label, entry in models.items() for row in rows(label, entry)]
 
 
 @functools.cache
 def prose(name: str) -> str:
-    """The paragraph in ``figures/prose/<name>.md`` on one line, as the report writes it.
-
-    The file is one Markdown paragraph, wrapped for editing; its lines are joined by spaces.
-
-    Raises:
-        FileNotFoundError: No such file (a new section needs its paragraph; an installed
-            package lacking it was built without its package data).
-        ValueError: The file is empty or holds more than one paragraph.
-    """
+    """The one paragraph of ``figures/prose/<name>.md``, its lines joined as the report shows it."""
     path = resources.files("bindscope.figures") / "prose" / f"{name}.md"
     if not path.is_file():
         raise FileNotFoundError(

@@ -10,7 +10,6 @@ from bindscope.figures.section import Section
 from bindscope.results.summaries import ExperimentResults
 
 TITLE = "Activation patching: which heads carry the clean answer"
-#: Inches per figure kind; at DPI 150 each gives whole pixels.
 SIZES = {"patching": (12.0, 5.0)}
 
 
@@ -31,8 +30,7 @@ def tables(exp: ExperimentResults) -> list[str]:
             f"{len(entry['significant'])} significant",
             "",
             *md.table(
-                ["condition", "recovery [95% CI]", "p", f"p ({correction})"],
-                top_rows(entry["top"]),
+                ["condition", "recovery [95% CI]", "p", f"p ({correction})"], top_rows(entry["top"])
             ),
         ]
     return lines

@@ -19,23 +19,9 @@ SHOWN = ("family", "dtype", "device", "attn_implementation", "capture")
 
 
 def write_report(
-    results_dir: str | Path,
-    out: str | Path | None = None,
-    figures: FigureReport | None = None,
+    results_dir: str | Path, out: str | Path | None = None, figures: FigureReport | None = None
 ) -> Path:
-    """Write a Markdown report of every experiment in ``results_dir``, figures linked.
-
-    Args:
-        results_dir: Folder holding ``<experiment>/records.jsonl`` and ``summary.json``.
-        out: Report path (default ``results_dir/report.md``).
-        figures: Figures already drawn; drawn into ``results_dir/figures`` when None.
-
-    Returns:
-        The report's path.
-
-    Raises:
-        RecordFileError: A records or summary file is corrupt (file and line named).
-    """
+    """Write the report (default ``results_dir/report.md``), drawing ``figures`` when None."""
     root = Path(results_dir)
     path = Path(out) if out is not None else root / "report.md"
     if figures is None:
@@ -60,7 +46,6 @@ def _section(
     path: Path,
     number: Iterator[int],
 ) -> list[str]:
-    """One experiment's heading, how to read it, its tables and its figures."""
     lines = [f"## {section.title}", "", f"*How to read these numbers.* {section.how_to_read}", ""]
     try:
         lines += section.tables(exp)
@@ -78,7 +63,6 @@ def _section(
 
 
 def _header(root: Path) -> list[str]:
-    """The report's title and what its numbers are."""
     return [
         f"# bindscope results: `{root.name or root.resolve().name}`",
         "",
@@ -131,20 +115,18 @@ def _provenance(results: dict[str, ExperimentResults]) -> list[str]:
 
 
 def _models(results: dict[str, ExperimentResults]) -> list[str]:
-    """Each model once: family, layers x heads, and base or instruction-tuned."""
     seen: dict[str, list[str]] = {}
     for name in results:
         for label, prov in results[name].provenance.items():
             heads = prov.get("heads")
-            seen.setdefault(
+            shape = f"{heads[0]} x {heads[1]} = {heads[0] * heads[1]}" if heads else md.DASH
+            row = [
                 label,
-                [
-                    label,
-                    prov.get("family") or md.DASH,
-                    f"{heads[0]} x {heads[1]} = {heads[0] * heads[1]}" if heads else md.DASH,
-                    prov.get("training") or "not stated",
-                ],
-            )
+                prov.get("family") or md.DASH,
+                shape,
+                prov.get("training") or "not stated",
+            ]
+            seen.setdefault(label, row)
     if not seen:
         return []
     header = ["model", "family", "heads (layers x heads)", "checkpoint"]
@@ -152,7 +134,6 @@ def _models(results: dict[str, ExperimentResults]) -> list[str]:
 
 
 def _limits(results: dict[str, ExperimentResults]) -> list[str]:
-    """The limits each summary states (computed by the experiments; read here)."""
     found = [
         (name, limit)
         for name in sections()

@@ -11,21 +11,10 @@ from bindscope.results.summaries import ExperimentResults
 
 @dataclass(frozen=True)
 class Section:
-    """One experiment's part of the figures and the report.
+    """One experiment's part of the figures and the report (``SECTION`` of a figure module).
 
-    Each figure module ends with ``SECTION = Section(...)``; ``bindscope.figures.sections``
-    finds them, so a new experiment's figures need no other list.
-
-    Attributes:
-        experiment: The experiment (its folder ``RESULTS/<experiment>``).
-        title: The report's heading.
-        how_to_read: The paragraph under the heading (``markdown.prose(experiment)``, the
-            Markdown file ``figures/prose/<experiment>.md``).
-        sizes: Inches per figure kind (a figure's file stem starts with its kind).
-        plots: ``(file stem, builder)`` pairs; a builder returns ``(figure, caption)``.
-        tables: The report's Markdown lines.
-        order: The place in the report (what is measured, whether it is valid, whether it is
-            causal, how it develops).
+    ``sizes`` are inches per figure kind (a file stem starts with its kind); ``plots`` yields
+    ``(file stem, builder)`` pairs, a builder returning ``(figure, caption)``.
     """
 
     experiment: str

@@ -1,8 +1,6 @@
 """Shared look of every figure: fixed sizes, Okabe-Ito colours, hatches, markers, saving.
 
-Figures are built on ``matplotlib.figure.Figure`` directly and saved through the Agg (PNG)
-and PDF canvases, so nothing here touches pyplot or the user's backend: it runs headless
-and leaves a notebook's settings alone.
+Figures are plain ``matplotlib.figure.Figure``s, never pyplot: headless, a notebook untouched.
 """
 
 from __future__ import annotations
@@ -18,7 +16,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-DPI = 150
+DPI = 150  # every section's sizes (inches) give whole pixels at this DPI
 
 # Okabe & Ito (2008): distinguishable with the common colour-vision deficiencies.
 OKABE_ITO = {
@@ -46,6 +44,8 @@ SERIES = [
     {"color": OKABE_ITO["purple"], "marker": "D", "linestyle": ":"},
     {"color": OKABE_ITO["orange"], "marker": "v", "linestyle": "-"},
 ]
+#: What a section's ``plots`` yields: (file stem, builder of (figure, caption)) pairs.
+Plots = Iterator[tuple[str, Callable[[], tuple[Figure, str]]]]
 HEATMAP_CMAP = "cividis"  # lightness rises monotonically: readable in greyscale
 
 RC = {
@@ -84,6 +84,12 @@ def figure_legend(fig: Figure, axes: Iterable[Any], *, ncols: int = 4) -> None:
         )
 
 
+def heatmap(ax: Any, values: Any, **options: Any) -> Any:
+    """An ``[L, H]`` map in the shared colour map, layer 0 at the bottom; returns its image."""
+    options = {"origin": "lower", "aspect": "auto", "interpolation": "none", **options}
+    return ax.imshow(values, cmap=HEATMAP_CMAP, **options)
+
+
 def integer_ticks(ax: Any) -> None:
     """Whole-number ticks on both axes (layers and heads)."""
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -93,10 +99,9 @@ def integer_ticks(ax: Any) -> None:
 def interval(
     ax: Any, y: float, est: Mapping | None, *, filled: bool = True, lw: float = 1.6, **style: Any
 ) -> None:
-    """An estimate at height ``y``: its interval as a line, its value as a marker.
+    """An estimate at height ``y``: interval as a line, value as a marker (open unless ``filled``).
 
-    ``style`` (``color``, ``marker``, ``markersize`` (7), ``label``) styles the marker, open
-    unless ``filled``. Nothing is drawn without a value (NaN is stored as null).
+    Nothing is drawn without a value (NaN is stored as null).
     """
     if not est or est.get("value") is None:
         return
@@ -149,18 +154,17 @@ def per_model(
     stem: str,
     build: Callable[..., tuple[Figure, str]],
     **options: Any,
-) -> Iterator[tuple[str, Callable[[], tuple[Figure, str]]]]:
-    """One figure per model: ``<stem>_<model slug>``, drawn by ``build(label, entry, where=)``.
-
-    ``models`` are the summary's per-model entries, ``where`` names ``folder``'s summary in
-    errors, and ``options`` go to every ``build`` call (e.g. C5's ``k``).
-    """
+) -> Plots:
+    """One figure per model: ``<stem>_<slug>``, drawn by ``build(label, entry, where=, ...)``."""
     for label, entry in models.items():
         where = f"{folder / 'summary.json'} [{label}]"
-        yield (
-            f"{stem}_{slug(label)}",
-            functools.partial(build, label, entry, where=where, **options),
-        )
+        drawn = functools.partial(build, label, entry, where=where, **options)
+        yield f"{stem}_{slug(label)}", drawn
+
+
+def model_plots(stem: str, build: Callable[..., tuple[Figure, str]]) -> Callable[[Any], Plots]:
+    """A section's ``plots``: one ``per_model`` figure of each model of the summary."""
+    return lambda exp: per_model(exp.models, exp.folder, stem, build)
 
 
 def slug(label: str) -> str:
@@ -183,9 +187,11 @@ __all__ = [
     "SERIES",
     "effect_map",
     "figure_legend",
+    "heatmap",
     "integer_ticks",
     "interval",
     "intervals",
+    "model_plots",
     "new_figure",
     "per_model",
     "rc_context",

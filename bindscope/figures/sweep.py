@@ -12,20 +12,18 @@ from bindscope.figures.section import Section
 from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "Checkpoint sweep: emergence and lead-lag"
-#: Inches per figure kind; at DPI 150 each gives whole pixels.
 SIZES = {"sweep_emergence": (8.0, 6.0), "sweep_leadlag": (8.0, 4.4)}
 METHODS = ("pearson", "spearman")
 
 
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    """The checkpoint-sweep figures: (file stem, builder) pairs, drawn only when asked."""
+    """Each model's emergence curves, and the lead-lag forest plot of all models."""
     where = str(exp.folder / "summary.json")
     yield from style.per_model(exp.models, exp.folder, "sweep_emergence", emergence)
     yield "sweep_leadlag", lambda: leadlag_forest(exp.models, where=where)
 
 
 def _series(estimates: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Values, lows and highs of a list of Estimates (NaN where one is missing)."""
     value, low, high = (
         np.array([e[key] if e and e.get(key) is not None else np.nan for e in estimates], float)
         for key in ("value", "low", "high")
@@ -52,14 +50,8 @@ def emergence(model: str, entry: dict, *, where: str = "summary"):
         for i, series in enumerate(per_term.values()):
             values = [np.nan if v is None else v for v in series.get(key) or []]
             if len(values) == len(revisions):
-                ax.plot(
-                    x,
-                    values,
-                    color="#999999",
-                    linewidth=0.5,
-                    alpha=0.5,
-                    label="single terms" if i == 0 else None,
-                )
+                label = "single terms" if i == 0 else None
+                ax.plot(x, values, color="#999999", linewidth=0.5, alpha=0.5, label=label)
         value, low, high = _series(estimates)
         ax.fill_between(x, low, high, color=s["color"], alpha=0.25, linewidth=0, label="95% CI")
         ax.plot(x, value, **s, linewidth=1.8, label="mean over terms")  # s: colour, marker, line

@@ -35,10 +35,8 @@ def by_model(records: Iterable[dict], experiment: str | None = None) -> dict[str
 def checkpoint_order(records: list[dict]) -> list[str]:
     """Every revision present in the records, in training order.
 
-    Revision names that carry their step (Pythia ``step15000``, OLMo ``step1000-tokens4B``,
-    CRFM ``checkpoint-5000``) are ordered by those numbers, never as strings (``step15000``
-    before ``step143000``). Otherwise the order the runs declared is kept, each resumed run's
-    new revisions after the earlier ones.
+    Names that carry their step (``step15000``, ``step1000-tokens4B``, ``checkpoint-5000``) sort
+    by those numbers; otherwise the runs' declared order is kept, resumed runs' revisions after.
     """
     present = {r["revision"] for r in records}
     # the numbers in each name, in order (``step1000-tokens4B`` -> (1000, 4))

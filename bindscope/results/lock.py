@@ -19,24 +19,14 @@ INFO_NAME = ".bindscope.lock.json"
 
 
 class FolderLock:
-    """Hold ``folder``'s writer lock from ``acquire()`` (or ``with``) until ``release()``.
-
-    Raises:
-        ResultsLockedError: Another process holds the lock (its pid, host and command named).
-        InputError: The folder cannot be created or written (a file is in the way, no
-            permission).
-    """
+    """Hold ``folder``'s writer lock from ``acquire()`` (or ``with``) until ``release()``."""
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
         self._lock: Any = None  # a filelock lock while held
 
     def acquire(self) -> FolderLock:
-        """Take the lock without waiting and record who holds it.
-
-        Raises:
-            ResultsLockedError: Another process holds it.
-        """
+        """Take the lock without waiting (``ResultsLockedError`` if held); record who holds it."""
         check_writable(self.folder)
         lock = FileLock(str(self.folder / LOCK_NAME), timeout=0)
         try:
@@ -75,7 +65,6 @@ class FolderLock:
 
 
 def _holder(folder: Path) -> str:
-    """Who holds the lock, from the info file the holder wrote."""
     try:
         info = json.loads((folder / INFO_NAME).read_text("utf-8"))
         return (
@@ -87,11 +76,7 @@ def _holder(folder: Path) -> str:
 
 
 def check_writable(folder: str | Path) -> Path:
-    """Create ``folder`` if needed and make sure files can be written in it.
-
-    Raises:
-        InputError: A file (or a file among its parents) is in the way, or writing is refused.
-    """
+    """Create ``folder`` if needed and check that files can be written in it (else InputError)."""
     folder = Path(folder)
     for part in (folder, *folder.parents):
         if part.exists() and not part.is_dir():

@@ -90,12 +90,10 @@ def _clean(value: Any) -> Any:
 
 
 class RecordWriter:
-    """Append result records to a JSON Lines file, fsync'd line by line.
+    """Append result records to a JSON Lines file, fsync'd line by line, under the folder's lock.
 
-    A rerun opens the same file, reads the finished keys and lets the caller skip them;
-    ``force=True`` starts the file afresh. A line cut off by a crash is dropped on resume.
-    With ``settings`` (and ``models``), the folder's stored settings are checked first,
-    under the folder's lock (``bindscope.results.settings.check_settings``).
+    A rerun reads the finished keys (``key in writer``) and drops a line torn by a crash;
+    ``force=True`` starts afresh. ``settings`` are checked first (``check_settings``).
     """
 
     def __init__(
@@ -175,7 +173,6 @@ READER_HINT = "delete the line, then rerun the experiment that wrote it to redo 
 
 
 def _decode_problem(exc: Exception) -> str:
-    """Why a record line failed to decode, for the error message."""
     if isinstance(exc, UnicodeDecodeError):
         return "not UTF-8 text"
     if isinstance(exc, json.JSONDecodeError):
@@ -184,12 +181,6 @@ def _decode_problem(exc: Exception) -> str:
 
 
 def _checked_key(record: object, where: str, hint: str) -> str:
-    """The key of a decoded record line, after the checks every reader needs.
-
-    Raises:
-        RecordFileError: Not an object, a required field missing, another schema, or a
-            key that is not a string.
-    """
     if not isinstance(record, dict):
         raise RecordFileError(f"{where}: a record must be a JSON object; {hint}")
     missing = [k for k in REQUIRED if k not in record]
@@ -204,11 +195,7 @@ def _checked_key(record: object, where: str, hint: str) -> str:
 
 
 def _json_lines(path: Path, *, tolerate_tail: bool, hint: str) -> Iterator[tuple[int, Any]]:
-    """``(line number, parsed JSON)`` per non-blank line.
-
-    With ``tolerate_tail`` a torn last line ends it quietly; any other line that does not
-    parse raises ``RecordFileError``.
-    """
+    # with tolerate_tail a torn last line ends the file quietly; any other bad line raises
     raw = path.read_bytes()
     lines = raw.split(b"\n")
     for number, data in enumerate(lines, start=1):
@@ -233,15 +220,10 @@ def read_records(
     duplicates: str = "warn",
     hint: str = READER_HINT,
 ) -> Iterator[dict]:
-    """Read and validate a records file.
+    """Read and validate a records file (``RecordFileError`` naming the file and line).
 
-    Keys are unique (docs/records.md); a key seen before is left out with one warning that
-    says how many were (``duplicates="warn"``), or refused (``"error"``).
-
-    Raises:
-        RecordFileError: A line is not JSON or lacks a required field (file and line named).
-            With ``tolerate_tail``, only an unterminated last line (a crash mid-write) is
-            skipped.
+    A repeated key is left out with one warning (``duplicates="warn"``) or refused (``"error"``);
+    ``tolerate_tail`` skips an unterminated last line (a crash mid-write).
     """
     if duplicates not in ("warn", "error"):
         raise ValueError("duplicates must be 'warn' or 'error'")

@@ -46,6 +46,13 @@ BINDING_METRICS = (
 RECOGNITION_METRICS = ("score", "prediction", "choice_scores")
 GENERATION_METRICS = ("score", "text", "hits", "contradictions")
 TASKS = ("recognition", "generation")
+#: Every record's fields and the types each may hold.
+FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    **dict.fromkeys(("schema", "experiment", "key", "model", "family", "prompt_key"), str),
+    **dict.fromkeys(("prompt_id", "term", "task", "condition"), str),
+    **dict.fromkeys(("revision", "control_group"), (str, type(None))),
+    **{"heads": list, "metrics": dict, "provenance": dict},
+}
 
 
 def _no_metrics(record: dict) -> tuple[str, ...]:
@@ -65,9 +72,8 @@ def behaviour_metrics(record: dict) -> tuple[str, ...]:
 class RecordKind:
     """What one kind of record (one ``experiment`` field value) may hold.
 
-    ``prefixes`` are condition name prefixes allowed besides ``conditions`` (``L`` for
-    ``L3.H5``, ``random:``); ``metrics`` and ``tasks`` give, per record, the metric fields it
-    needs and the tasks it may have.
+    ``prefixes`` are condition prefixes allowed besides ``conditions`` (``L`` for ``L3.H5``);
+    ``metrics`` and ``tasks`` give, per record, the metric fields it needs and its tasks.
     """
 
     experiment: str
@@ -87,11 +93,7 @@ def binding_kind(experiment: str, *extra: str) -> RecordKind:
 
 
 def problems(record: dict, kinds: Mapping[str, RecordKind]) -> list[str]:
-    """What is wrong with one record (empty when it matches the schema).
-
-    ``kinds`` maps each known ``experiment`` field value to its ``RecordKind``
-    (``bindscope.experiments.kit.registry.record_kinds()``).
-    """
+    """What is wrong with one record, against ``kinds`` (``registry.record_kinds()``)."""
     out = _type_problems(record)
     if out:
         return out
@@ -107,29 +109,16 @@ def problems(record: dict, kinds: Mapping[str, RecordKind]) -> list[str]:
 
 
 def _type_problems(record: dict) -> list[str]:
-    """Missing fields and fields of the wrong type."""
     out = []
-
-    def need(name: str, kinds: type | tuple[type, ...]) -> None:
+    for name, kinds in FIELD_TYPES.items():
         if name not in record:
             out.append(f"missing field {name!r}")
         elif not isinstance(record[name], kinds):
             out.append(f"field {name!r} is {type(record[name]).__name__}")
-
-    for name in ("schema", "experiment", "key", "model", "family", "prompt_key", "prompt_id"):
-        need(name, str)
-    for name in ("term", "task", "condition"):
-        need(name, str)
-    for name in ("revision", "control_group"):
-        need(name, (str, type(None)))
-    need("heads", list)
-    need("metrics", dict)
-    need("provenance", dict)
     return out
 
 
 def _identity_problems(record: dict, kind: RecordKind) -> list[str]:
-    """Schema, family, task, and a key that matches its fields."""
     out = []
     if record["schema"] != SCHEMA:
         out.append(f"schema {record['schema']!r} is not {SCHEMA!r}")
@@ -145,7 +134,6 @@ def _identity_problems(record: dict, kind: RecordKind) -> list[str]:
 
 
 def _head_problems(record: dict) -> list[str]:
-    """Heads are integer pairs and the ablation fits them."""
     out = []
     heads = record["heads"]
     if not all(
@@ -158,14 +146,12 @@ def _head_problems(record: dict) -> list[str]:
 
 
 def _condition_problems(record: dict, kind: RecordKind) -> list[str]:
-    """The condition is one its experiment knows."""
     if not kind.allows(record["condition"]):
         return [f"unknown {record['experiment']} condition {record['condition']!r}"]
     return []
 
 
 def _content_problems(record: dict, kind: RecordKind) -> list[str]:
-    """Provenance and metrics carry the fields their experiment requires."""
     out = []
     missing = [k for k in PROVENANCE if k not in record["provenance"]]
     if missing:
@@ -177,12 +163,7 @@ def _content_problems(record: dict, kind: RecordKind) -> list[str]:
 
 
 def validate_file(path: str | Path, kinds: Mapping[str, RecordKind]) -> int:
-    """Validate every record of a records file against ``kinds``; returns the number of records.
-
-    Raises:
-        RecordFileError: A line breaks the schema or repeats a key (file, line and the
-            problem named).
-    """
+    """Validate every record of a records file against ``kinds``; returns the number of records."""
     count = 0
     for count, record in enumerate(read_records(path, duplicates="error"), start=1):
         found = problems(record, kinds)

@@ -36,10 +36,7 @@ def model_settings(model: LanguageModel) -> dict:
 
 
 def versions() -> dict[str, str | None]:
-    """The versions that decide what a record holds: bindscope and the libraries it runs on.
-
-    Read from the installed packages' metadata, so nothing heavy is imported.
-    """
+    """The versions of bindscope and its libraries (package metadata: nothing heavy imported)."""
     found: dict[str, str | None] = {"bindscope": __version__}
     for name in ("transformers", "torch", "nnsight"):
         try:
@@ -50,12 +47,7 @@ def versions() -> dict[str, str | None]:
 
 
 def read_settings(path: str | Path) -> dict:
-    """A folder's ``settings.json``, checked: ``{"settings": {...}, "models": {...}, ...}``.
-
-    Raises:
-        InputError: The file is not JSON or not of that shape (damaged or edited by hand);
-            names it and how to go on.
-    """
+    """A folder's ``settings.json``, checked: ``{"settings": {...}, "models": {...}, ...}``."""
     path = Path(path)
     fix = f"delete {path} and rerun with --force to start afresh, or use another --out"
     try:
@@ -63,10 +55,8 @@ def read_settings(path: str | Path) -> dict:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         why = f"{exc.msg} at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else exc
         raise InputError(f"{path} is damaged ({why}); {fix}") from None
-    if not (
-        isinstance(found, dict)
-        and isinstance(found.get("settings"), dict)
-        and isinstance(found.get("models"), dict)
+    if not isinstance(found, dict) or not all(
+        isinstance(found.get(part), dict) for part in ("settings", "models")
     ):
         raise InputError(
             f"{path} is damaged: it must be a JSON object with 'settings' and 'models' "
@@ -78,20 +68,10 @@ def read_settings(path: str | Path) -> dict:
 def check_resumable(
     folder: str | Path, settings: dict, *, models: dict | None = None
 ) -> dict | None:
-    """Refuse to resume ``folder`` if its records were made with other settings or versions.
+    """The stored settings of ``folder``'s records (None if none); ``InputError`` if they differ.
 
-    Writes nothing: the command line calls it before any model loads (``check_settings``
-    calls it again, with the models, when the run starts). ``settings`` are the options and
-    input hashes that decide what a record holds; ``models`` maps ``name@revision`` to the
-    model settings of this run, if known.
-
-    Raises:
-        InputError: The folder holds records made with other settings or versions, records
-            whose settings are unknown, or a damaged ``settings.json``; names each difference
-            and how to proceed.
-
-    Returns:
-        The stored settings when the folder holds records to resume, else None.
+    Writes nothing, so the command line can call it before any model loads. ``settings`` decide
+    what a record holds; ``models`` maps ``name@revision`` to this run's model settings.
     """
     folder = Path(folder)
     path = folder / SETTINGS_FILE
@@ -140,20 +120,11 @@ def _changes(old: dict, settings: dict, models: dict) -> list[tuple[str, Any, An
 
 
 def check_settings(
-    folder: str | Path,
-    settings: dict,
-    *,
-    models: Sequence[LanguageModel] = (),
-    force: bool = False,
+    folder: str | Path, settings: dict, *, models: Sequence[LanguageModel] = (), force: bool = False
 ) -> None:
     """Refuse to resume ``folder`` as `check_resumable` does, then store this run's settings.
 
-    ``settings.json`` then holds the settings, the ``models`` (this run's; their dtype and BOS
-    policy must match earlier runs') and the versions. ``force`` starts afresh: the stored
-    settings are replaced (the caller discards the records).
-
-    Raises:
-        InputError: As ``check_resumable``.
+    ``force`` replaces the stored settings (the caller discards the records).
     """
     folder = Path(folder)
     path = folder / SETTINGS_FILE

@@ -23,13 +23,10 @@ class MissingData(LookupError):
 
 @dataclass(frozen=True)
 class ExperimentResults:
-    """What is stored for one experiment.
+    """What is stored for one experiment in ``RESULTS_DIR/<name>``.
 
-    ``folder`` is ``RESULTS_DIR/<name>``; ``summary`` the parsed ``summary.json`` (None when
-    missing); ``provenance`` maps a model label to its first record's provenance; ``versions``
-    are the distinct (bindscope, nnsight, transformers, torch) versions in the records;
-    ``times`` the earliest and latest provenance ``time``; ``missing`` why nothing can be drawn
-    (None when usable); ``notes`` warnings such as a summary older than its records.
+    ``provenance`` is each model's first record's; ``missing`` says why nothing can be drawn
+    (None when usable); ``notes`` warn, e.g. of a summary older than its records.
     """
 
     name: str
@@ -49,12 +46,7 @@ class ExperimentResults:
 
 
 def load_results(results_dir: str | Path, names: Iterable[str]) -> dict[str, ExperimentResults]:
-    """Read the ``names`` experiment folders of ``results_dir`` (missing ones: ``missing``).
-
-    Raises:
-        InputError: ``results_dir`` is not a folder.
-        RecordFileError: A ``records.jsonl`` line or a ``summary.json`` is corrupt.
-    """
+    """Read the ``names`` experiment folders of ``results_dir`` (missing ones: ``missing``)."""
     root = Path(results_dir)
     if not root.is_dir():
         raise InputError(
@@ -94,8 +86,6 @@ def load_experiment(root: Path, name: str) -> ExperimentResults:
 
 @dataclass
 class _RecordHeads:
-    """What ``load_experiment`` reads of every record: who made it, with what, and when."""
-
     n_records: int = 0
     provenance: dict[str, dict] = field(default_factory=dict)
     versions: set[tuple[str, ...]] = field(default_factory=set)
@@ -104,7 +94,6 @@ class _RecordHeads:
 
 
 def _read_record_heads(records_path: Path) -> _RecordHeads:
-    """Each record's label, model and provenance (none where there is no records file)."""
     seen = _RecordHeads()
     if not records_path.is_file():
         return seen
@@ -144,17 +133,11 @@ def _stale_notes(
 
 
 def _covers(models: dict, label: str, model: str, revision: str | None) -> bool:
-    """Whether a summary's ``models`` cover a record: its entry, or its model's revisions.
-
-    An entry keyed by the model may cover several revisions by listing them (a sweep's).
-    """
-    if label in models:
-        return True
-    return revision in ((models.get(model) or {}).get("revisions") or ())
+    # an entry keyed by the model may cover several revisions by listing them (a sweep's)
+    return label in models or revision in ((models.get(model) or {}).get("revisions") or ())
 
 
 def _older(summary_path: Path, records_path: Path) -> bool:
-    """True when the records file was written after the summary."""
     return summary_path.stat().st_mtime < records_path.stat().st_mtime
 
 
@@ -185,20 +168,13 @@ def need(mapping: Any, *path: str | int, where: str = "summary") -> Any:
     return value
 
 
-__all__ = [
-    "ExperimentResults",
-    "MissingData",
-    "load_experiment",
-    "load_results",
-    "need",
-]
+__all__ = ["ExperimentResults", "MissingData", "load_experiment", "load_results", "need"]
 
 
 def layer_rows(effect: Any, marked: Iterable) -> tuple[Any, list[list[int]]]:
     """A stored map as ``[L, columns]`` floats (None: NaN) and its marked cells.
 
-    A head x position map ``[L, H, P]`` is drawn with each head's positions side by side
-    (column ``head * P + position``).
+    A head x position map ``[L, H, P]`` puts each head's positions side by side.
     """
     values = np.array(effect, dtype=float)
     cells = [list(c) for c in marked]

@@ -41,7 +41,6 @@ class View:
 
 
 def _check_binding(binding: dict, model: LanguageModel, n_tokens: int) -> None:
-    """The binding record is this model's, and its span lies inside the text."""
     if binding["model"] != model.name:
         raise InputError(
             f"{binding['where']}: {binding['prompt_key']} was measured on {binding['model']!r}, "
@@ -75,15 +74,12 @@ def view(
     prompts: str | Path | None = None,
     top_k: int = 8,
 ) -> View:
-    """The viewer page of ``text`` under ``model``, with what ``results`` folders hold.
+    """The viewer page of ``text`` under ``model`` and of ``results`` folders (docs/viewer.md).
 
-    ``model`` (a model or a name; default the records' model, else the embedded default) is
-    needed only for patterns; ``text`` defaults to the binding (or C5 ranking) record's
-    prompt. ``results`` are ``OUT`` or ``OUT/<experiment>`` folders (binding, c5, scan,
-    patching, circuit). ``intervene`` is shown as a second run beside the clean one;
-    ``prompt`` (``term/prompt_id``) picks the binding record (default the first measured);
-    ``prompts`` is the file a binding run used when not a built-in set (records name a
-    file's set by its stem only); ``top_k`` next tokens are listed per run.
+    ``model`` (default: the records', else the embedded default) is needed only for patterns;
+    ``text`` defaults to the binding (or C5 ranking) record's prompt, picked by ``prompt``
+    (``term/prompt_id``) from the set in ``prompts`` (records name a file's set by its stem).
+    ``intervene`` is shown as a second run beside the clean one.
     """
     paths = [Path(results)] if isinstance(results, (str, Path)) else [Path(p) for p in results]
     name = model if isinstance(model, str) or model is None else model.name

@@ -19,7 +19,6 @@ KINDS = ("binding", "c5", "scan", "patching", "circuit")
 
 
 def _experiment_folders(paths: list[Path]) -> dict[str, Path]:
-    """Each experiment kind the paths hold, by its folder."""
     found: dict[str, Path] = {}
     for path in paths:
         if not path.is_dir():
@@ -59,7 +58,6 @@ def _summary(folder: Path, model: str | None) -> tuple[dict, dict]:
 
 
 def _binding(records: list[dict], prompt: str | None, where: Path) -> dict | None:
-    """The chosen (or first measured) prompt's span and BSI."""
     measured = [r for r in records if not r["metrics"].get("skipped") and r["metrics"].get("bsi")]
     if prompt is not None:
         measured = [r for r in measured if r["prompt_key"] == prompt]
@@ -68,23 +66,13 @@ def _binding(records: list[dict], prompt: str | None, where: Path) -> dict | Non
     if not measured:
         return None
     record = measured[0]
-    return {
-        "prompt_key": record["prompt_key"],
-        "term": record["term"],
-        "span": record["metrics"]["span"],
-        "bsi": record["metrics"]["bsi"],
-        "model": record["model"],
-        "provenance": record["provenance"],
-        "where": str(where),
-    }
+    found = {key: record[key] for key in ("prompt_key", "term", "model", "provenance")}
+    found |= {key: record["metrics"][key] for key in ("span", "bsi")}
+    return found | {"where": str(where)}
 
 
 def prompt_text(binding: dict, prompts: str | Path | None = None) -> str:
-    """The template a binding record measured, from its prompt set (sha256 checked).
-
-    Records name their set (``canonical``, or a file's stem): a file's set is reloaded from
-    ``prompts``, the file the run used.
-    """
+    """The template a binding record measured, from its set or ``prompts`` (sha256 checked)."""
     given = binding["provenance"]
     where, key = binding["where"], binding["prompt_key"]
     source = prompts if prompts is not None else given.get("prompt_set") or "canonical"
@@ -109,11 +97,7 @@ def prompt_text(binding: dict, prompts: str | Path | None = None) -> str:
 def _head_map(
     name: str, title: str, values: Any, marked: Any = (), unit: str = "head"
 ) -> dict | None:
-    """One map, or None when the summary holds no values.
-
-    ``unit``: ``head`` (layer x head), ``layer`` (layer x 1), ``position`` (layer x
-    positions from the end) or ``head_position`` (layer x each head's positions).
-    """
+    # unit: head, layer (one column), position (from the end) or head_position (each head's)
     if values is None:
         return None
     array, marked = layer_rows(values, marked)
@@ -144,7 +128,6 @@ _ABLATION_MAPS = {
 
 
 def _ablation_map(folder: Path, model: str | None, name: str) -> dict | None:
-    """A scan or patching map: exact, or under ``--method attribution`` the estimate."""
     title, metric, exact = _ABLATION_MAPS[name]
     summary, part = _summary(folder, model)
     if metric is not None:
@@ -158,7 +141,6 @@ def _ablation_map(folder: Path, model: str | None, name: str) -> dict | None:
 
 
 def _circuit(folder: Path, model: str | None) -> dict | None:
-    """The top edges (score, rank; estimate and exact effect where verified) and sizes."""
     records = _records(folder, "circuit", model)
     checked: dict[str, tuple[float, float]] = {}
     for r in records:

@@ -39,7 +39,6 @@ def describe(intervene: Any) -> str:
 
 
 def _top(values: torch.Tensor, model: LanguageModel, k: int) -> list[list[Any]]:
-    """The k largest probabilities of a ``[vocab]`` logit row: ``[[token, p], ...]``."""
     probs = torch.softmax(values.double(), dim=-1)
     top = torch.topk(probs, k)
     labels = token_labels(model, top.indices.tolist())
@@ -68,7 +67,6 @@ def _run(
 
 
 def _lens(model: LanguageModel, text: str, k: int) -> dict:
-    """Each layer x position's top-k tokens under the logit lens."""
     rows = []
     for start in range(0, model.n_layers, LENS_LAYERS_AT_ONCE):
         layers = list(range(start, min(start + LENS_LAYERS_AT_ONCE, model.n_layers)))
