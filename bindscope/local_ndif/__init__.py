@@ -1,9 +1,6 @@
-"""A local NDIF server for one user: ``bindscope ndif up`` / ``down`` / ``status``.
+"""A local NDIF server for one user (``bindscope ndif up|down|status``; docs/remote.md).
 
-The real server (the ``ndif`` 0.1.2 package) in its own venv, on CPU, inside a network
-namespace (``netns.py``) that reaches only the host's 127.0.0.1: ``pieces.py`` says what runs,
-``supervisor.py`` starts, checks and stops it. ``ndif_side/`` runs only inside the server's
-venv, never in bindscope's. docs/remote.md, "Run your own NDIF", says what it costs.
+``ndif_side/`` runs only inside the server's venv, never in bindscope's.
 """
 
 from __future__ import annotations

@@ -50,11 +50,7 @@ def ready(venv: Path) -> bool:
 
 
 def build(venv: Path, log: Path) -> None:
-    """Build the server venv once (about 2 minutes and 1.7 GB); later calls return at once.
-
-    Raises:
-        NdifServerError: Python 3.11 is missing or pip failed (the message names the log).
-    """
+    """Build the server venv once (about 2 minutes and 1.7 GB); later calls return at once."""
     if ready(venv):
         return
     python = shutil.which(PYTHON)

@@ -1,15 +1,14 @@
-"""The local server's network-namespace helpers; runs as a script, standard library only.
+"""The local server's network-namespace helpers, run as a script (standard library only).
 
-``loopback.py up`` brings the loopback device up (run inside the namespace); ``hold`` waits
-for a signal (the process that keeps the namespace); ``inside DIR PORT...`` serves each
-``DIR/PORT.sock`` by connecting to 127.0.0.1:PORT (run inside); ``outside DIR PORT...``
-serves 127.0.0.1:PORT by connecting to ``DIR/PORT.sock`` (run on the host).
+``up``: bring ``lo`` up; ``hold``: keep the namespace; ``inside DIR PORT...``: serve
+``DIR/PORT.sock`` from 127.0.0.1:PORT; ``outside DIR PORT...``: serve 127.0.0.1:PORT from it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import fcntl
+import functools
 import signal
 import socket
 import struct
@@ -54,30 +53,22 @@ def _bridge(connect: Callable[[], Awaitable[Streams]]) -> Callable:
     return handle
 
 
-def _to_tcp(port: int) -> Callable[[], Awaitable[Streams]]:
-    return lambda: asyncio.open_connection("127.0.0.1", port)
-
-
-def _to_unix(path: str) -> Callable[[], Awaitable[Streams]]:
-    return lambda: asyncio.open_unix_connection(path)
-
-
 async def _forward(side: str, folder: Path, ports: list[int]) -> None:
     servers = []
     for port in ports:
         path = folder / f"{port}.sock"
         if side == "inside":
             path.unlink(missing_ok=True)
-            handle = _bridge(_to_tcp(port))
+            handle = _bridge(functools.partial(asyncio.open_connection, "127.0.0.1", port))
             servers.append(await asyncio.start_unix_server(handle, str(path)))
         else:
-            handle = _bridge(_to_unix(str(path)))
+            handle = _bridge(functools.partial(asyncio.open_unix_connection, str(path)))
             servers.append(await asyncio.start_server(handle, "127.0.0.1", port))
     await asyncio.gather(*(s.serve_forever() for s in servers))
 
 
 def main(argv: list[str]) -> None:
-    """``up``, ``hold``, or ``inside|outside DIR PORT...`` (the module docstring)."""
+    """``up``, ``hold``, or ``inside|outside DIR PORT...`` (see the module docstring)."""
     if argv[0] == "up":
         loopback_up()
     elif argv[0] == "hold":

@@ -1,9 +1,7 @@
 """The local server's own network namespace: a loopback device and nothing else.
 
-Ray 2.60 binds its GCS, raylet, workers and agents on all interfaces whatever it is told, so
-every piece runs inside a user + network namespace (``unshare``, no root needed) kept by one
-holder process; only the API's and the object store's ports reach the host's loopback,
-through a forwarder on each side joined by Unix sockets in ``HOME/run``.
+Ray binds all interfaces whatever it is told, so every piece runs inside; only the API's and
+the object store's ports reach the host's 127.0.0.1 (docs/remote.md, "Loopback only").
 """
 
 from __future__ import annotations
@@ -65,12 +63,7 @@ def _missing_tools() -> str:
 
 
 def start(home: Path, env: dict[str, str], *, allow_exposed: bool) -> int | None:
-    """Start the holder and bring its loopback up; its pid (None: exposed, as allowed).
-
-    Raises:
-        NdifServerError: No namespace could be made and ``allow_exposed`` is false; the
-            message says why and names the flag.
-    """
+    """Start the holder and bring its loopback up; its pid (None: exposed, as allowed)."""
     socket_dir = home / "run"
     why = _missing_tools()
     if not why and len(str(socket_dir / "65535.sock")) > SOCKET_PATH_MAX:

@@ -1,7 +1,4 @@
-"""The local NDIF server's pieces: their ports, environment and commands.
-
-Everything here describes what runs; ``supervisor.py`` starts, checks and stops it.
-"""
+"""What the local NDIF server runs: its ports, environment, commands and deploy specs."""
 
 from __future__ import annotations
 
@@ -12,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -215,3 +213,43 @@ def _server_pieces(home: Path, ports: Ports, where: int | str) -> list[Piece]:
             timeout=120,
         ),
     ]
+
+
+def place(hub_cache: Path, repo_id: str, folder: Path) -> Path:
+    """Link ``folder``'s files as ``repo_id``'s snapshot in ``hub_cache``; the snapshot.
+
+    A repo already in the cache that is not ours (a real download) is left alone.
+    """
+    root = hub_cache / ("models--" + repo_id.replace("/", "--"))  # the Hub cache's layout
+    revision = hashlib.sha1(f"bindscope:{folder.resolve()}".encode()).hexdigest()
+    snapshot = root / "snapshots" / revision
+    ref = root / "refs" / "main"
+    if ref.is_file() and ref.read_text().strip() != revision:
+        return root / "snapshots" / ref.read_text().strip()
+    snapshot.mkdir(parents=True, exist_ok=True)
+    for source in folder.iterdir():
+        if source.is_file():
+            link = snapshot / source.name
+            link.unlink(missing_ok=True)
+            link.symlink_to(source.resolve())
+    ref.parent.mkdir(parents=True, exist_ok=True)
+    ref.write_text(revision)
+    return snapshot
+
+
+def specs(hub_cache: Path, folders: Mapping[str, Path], *, trusted: bool) -> list[dict]:
+    """Ndif deploy specs: float32 (the server's default is bfloat16), sized from the files."""
+    found = []
+    for repo_id, folder in folders.items():
+        snapshot = place(hub_cache, repo_id, folder)
+        size = sum(p.stat().st_size for p in snapshot.glob("*.safetensors"))
+        found.append(
+            {
+                "checkpoint": repo_id,
+                "dtype": "float32",
+                "size_bytes": size,
+                "trusted": trusted,
+                "pinned": True,
+            }
+        )
+    return found

@@ -1,8 +1,7 @@
 """Start and stop the server's pieces, each in its own session, with a pid record and a log.
 
-A pid record (``HOME/run/SLUG.pid``) holds the pid, its start time and the command: nothing
-is counted or signalled unless the live process with that pid started at that time and
-leads its own session. A record that fails the proof is stale: reported, removed, never used.
+Nothing is counted or signalled unless its pid record proves the live process is ours
+(docs/remote.md, "Pid records"); a record that fails the proof is stale: removed, never used.
 """
 
 from __future__ import annotations
@@ -26,14 +25,9 @@ LISTEN = "0A"  # a TCP socket's state in /proc/net/tcp
 
 @dataclass(frozen=True)
 class Piece:
-    """One server process: how to start it and how to tell that it is ready.
+    """One server process, run in a session of its own so its whole tree can be stopped.
 
-    Attributes:
-        name: What messages call it (``redis``, ``object store``, ``ray``, ...).
-        command: The command line; it runs in a new session (``setsid``), so the whole
-            tree it starts can be stopped by process group and session.
-        ready: Polled until true; None for a one-shot command that must exit 0.
-        timeout: Seconds to wait for ``ready`` (or the one-shot's exit).
+    ``ready`` is polled until true for ``timeout`` seconds; None: a one-shot that must exit 0.
     """
 
     name: str
@@ -52,8 +46,7 @@ class Piece:
 class PidRecord:
     """What ``start`` wrote of a piece's session leader: enough to prove it is still ours.
 
-    A bare pid (what bindscope wrote before these records) has no start time: its proof is
-    a session leader working in ``cwd``, the server's folder, where ``start`` runs pieces.
+    A bare pid (older files) has no start time: it must lead a session working in ``cwd``.
     """
 
     pid: int
@@ -77,8 +70,7 @@ class PidRecord:
 def listening(port: int, pid: int | str = "self") -> bool:
     """A TCP socket listens on ``port`` in the network namespace of process ``pid``.
 
-    Read from ``/proc/PID/net/tcp`` and ``tcp6``, so it sees inside the server's own
-    namespace, where a connection from here would not reach.
+    Read from ``/proc``: a connection from here would not reach inside the namespace.
     """
     for table in ("tcp", "tcp6"):
         with contextlib.suppress(OSError):
@@ -94,11 +86,7 @@ def _pid_file(home: Path, slug: str) -> Path:
 
 
 def read_record(path: Path) -> PidRecord:
-    """The pid record in ``path``.
-
-    Raises:
-        NdifServerError: It cannot be read or is not a record ``start`` writes.
-    """
+    """The pid record in ``path``; ``NdifServerError`` if unreadable or damaged."""
     try:
         found = json.loads(path.read_text())
         if isinstance(found, int):  # a bare pid, from before pid records
@@ -115,11 +103,7 @@ def read_record(path: Path) -> PidRecord:
 
 
 def prepare_home(home: Path) -> None:
-    """Make ``home``'s folders for pid files and logs, and prove it takes files.
-
-    Raises:
-        NdifServerError: It cannot be made or written (under a file, /proc, read-only).
-    """
+    """Make ``home``'s folders for pid files and logs, and prove it takes files."""
     try:
         for folder in (home / "run", home / "logs"):
             folder.mkdir(parents=True, exist_ok=True)
@@ -147,12 +131,7 @@ def _record(home: Path, piece: Piece, pid: int) -> None:
 
 
 def start(home: Path, piece: Piece, env: Mapping[str, str]) -> None:
-    """Start ``piece`` and wait until it is ready (or, one-shot, has exited 0).
-
-    Raises:
-        NdifServerError: It exited or was not ready in time; the message names the piece,
-            its log and the log's last lines.
-    """
+    """Start ``piece`` and wait until it is ready (or, one-shot, has exited 0)."""
     log = home / "logs" / f"{piece.slug}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     _pid_file(home, piece.slug).parent.mkdir(parents=True, exist_ok=True)
@@ -221,13 +200,7 @@ def _stop_session(leader: int, grace: float = 10.0) -> None:
 
 
 def leaders(home: Path) -> tuple[dict[str, int], list[str]]:
-    """Each started piece's proven session leader, and a note per stale pid file.
-
-    A stale pid file (its pid gone, or now another process) is removed, never signalled.
-
-    Raises:
-        NdifServerError: A pid file is damaged (the message names it).
-    """
+    """Each started piece's proven session leader, and a note per stale pid file (removed)."""
     proven: dict[str, int] = {}
     stale: list[str] = []
     folder = home / "run"
@@ -258,10 +231,7 @@ def _alive(process: psutil.Process) -> bool:
 
 
 def stop(home: Path, order: Sequence[str], *, others: bool = True) -> tuple[list[str], list[str]]:
-    """Stop the pieces of ``order`` (last first); those stopped, and the stale notes.
-
-    With ``others``, then any other piece that has a pid file (what ``down`` wants).
-    """
+    """Stop ``order``'s pieces last first, then (``others``) the rest; what stopped, stale notes."""
     found, stale = leaders(home)
     rest = sorted(set(found) - set(order)) if others else []
     stopped = []

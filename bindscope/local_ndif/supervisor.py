@@ -1,8 +1,4 @@
-"""Starting, checking and stopping the local NDIF server: ``up``, ``down``, ``status``.
-
-``server.json`` in the server's home says what ``up`` started; ``down`` stops by session and
-process group, last piece first.
-"""
+"""Starting, checking and stopping the local NDIF server: ``up``, ``down``, ``status``."""
 
 from __future__ import annotations
 
@@ -17,7 +13,6 @@ import psutil
 
 from bindscope.errors import NdifServerError
 from bindscope.local_ndif import environment, netns, processes
-from bindscope.local_ndif.models import specs
 from bindscope.local_ndif.pieces import (
     CPU_ACTOR,
     DEFAULT_PORT,
@@ -33,6 +28,7 @@ from bindscope.local_ndif.pieces import (
     pieces,
     redis_server,
     server_environment,
+    specs,
 )
 from bindscope.local_ndif.processes import Piece, listening
 
@@ -62,11 +58,7 @@ def _wait_serving(where: str, repos: list[str], home: Path, timeout: float = 120
 
 
 def _state(home: Path) -> dict | None:
-    """``server.json`` as ``up`` wrote it; None when there is none.
-
-    Raises:
-        NdifServerError: It is damaged (not JSON, or without its port and host).
-    """
+    """``server.json`` as ``up`` wrote it; None when there is none, an error when damaged."""
     path = home / STATE
     try:
         state = json.loads(path.read_text()) if path.is_file() else None
@@ -144,21 +136,8 @@ def up(
 ) -> str:
     """Build the venv once, start every piece, deploy ``models``; the host to use.
 
-    Args:
-        home: The server's folder (venv, logs, pid files, Ray's temp dir).
-        models: Hub id -> a float32 safetensors folder, placed in ``hub_cache``.
-        port: The API's port; the other pieces take ``port + 1000`` to ``port + 1004``.
-        hub_cache: The Hugging Face hub cache the server (and a client here) loads from.
-        sandboxed: Run every request untrusted, in the runner of ndif's sandboxed actor
-            (``ndif_side/bindscope_ndif_cpu.py``, ``CpuSandboxDeployment``).
-        sandbox_key: Run sandboxed only the requests sent with this API key, all others
-            trusted (as ndif's key tags do with auth on); the server keeps its digest only.
-        allow_exposed: Where no network namespace can be made, start anyway, Ray's ports
-            on every interface (else refuse).
-
-    Raises:
-        NdifServerError: A piece did not start (which one, and its log); everything that
-            did start is stopped again.
+    ``models`` maps Hub ids to float32 safetensors folders, placed in ``hub_cache``; the
+    options are ``bindscope ndif up``'s. A failure stops again everything that did start.
     """
     digest = _sandbox_digest(sandboxed, sandbox_key)
     processes.prepare_home(home)
@@ -186,10 +165,7 @@ def _write_state(home: Path, state: dict) -> None:
 
 
 def _prepare(home: Path, env: dict[str, str], state: dict, allow_exposed: bool) -> int | None:
-    """Make the namespace, build the venv, find redis; the namespace's holder (None: none).
-
-    The namespace comes first: a refusal comes before minutes of building.
-    """
+    """Make the namespace (first: a refusal before minutes of building), the venv, redis."""
     holder = netns.start(home, env, allow_exposed=allow_exposed)
     state["netns"] = holder is not None
     _write_state(home, state)
@@ -247,22 +223,12 @@ def start_piece(*, home: Path, name: str) -> None:
 
 
 def running(home: Path) -> dict[str, list[psutil.Process]]:
-    """The live processes of each started piece (an empty dict: nothing runs).
-
-    Only processes proven to be the pieces count; stale pid files are removed.
-    """
+    """The live, proven processes of each started piece (an empty dict: nothing runs)."""
     return {k: v for k, v in processes.running(home).items() if v} if home.is_dir() else {}
 
 
 def down(*, home: Path) -> tuple[list[str], list[str]]:
-    """Stop every piece ``up`` started (TERM, then KILL after 10 s).
-
-    Returns:
-        The pieces stopped, and a note per stale pid file removed (never signalled).
-
-    Raises:
-        NdifServerError: ``home`` cannot be read or written, or a pid file is damaged.
-    """
+    """Stop every piece ``up`` started; the pieces stopped, and a note per stale pid file."""
     try:
         stopped, stale = processes.stop(home, ORDER) if home.is_dir() else ([], [])
         netns.remove_sockets(home)
@@ -287,11 +253,7 @@ def _checked(home: Path, state: dict) -> list[Piece]:
 
 
 def status(*, home: Path) -> dict:
-    """Each piece's process count, the pieces dead (and why), the stale pid files removed.
-
-    A piece is dead when its process is gone or its port does not listen (the API: its
-    ``/status`` does not answer).
-    """
+    """Each piece's process count, the pieces dead (no process, or its port silent), stale notes."""
     state = _state(home)
     _, stale = processes.leaders(home) if home.is_dir() else ({}, [])
     if state is None:

@@ -16,7 +16,6 @@ from bindscope.wrap import wrap_model
 
 
 def _build_meta(model_id: str, revision: str | None):
-    """The nnsight model on the meta device (config and tokenizer from the Hub, no weights)."""
     # heavy: nnsight and transformers load when a remote model is built
     from nnsight import TransformersModel
     from transformers import AutoConfig, AutoTokenizer, GenerationConfig
@@ -75,12 +74,7 @@ def load_remote(
     prepend_bos: bool | None = None,
     self_check: bool = True,
 ):
-    """Build a ``Model`` whose traces run on NDIF (``load_model(..., remote=True)``).
-
-    Raises:
-        RemoteError: A subclass for each preflight failure (see `check_backend`).
-        ModelLoadError: The id is not a Hub id, or the Hub cannot be reached.
-    """
+    """Build a ``Model`` whose traces run on NDIF (``load_model(..., remote=True)``)."""
     _check_id(model_id)
     revision = None if revision == "main" else revision
     info = check_backend(model_id, revision)

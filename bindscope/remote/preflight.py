@@ -1,7 +1,4 @@
-"""The preflight of a remote run: key, host, package versions, and whether NDIF serves it.
-
-Each failure is its own ``RemoteError`` subclass saying what to do.
-"""
+"""The preflight of a remote run: key, host, package versions, and whether NDIF serves it."""
 
 from __future__ import annotations
 
@@ -39,13 +36,7 @@ def _release(version: str) -> tuple[int, int]:
 
 
 def check_versions(server: dict | None, *, model: str) -> dict:
-    """Compare nnsight, transformers and torch with the server's.
-
-    A different nnsight minor release or transformers major release raises
-    ``RemoteVersionError`` (trace serialization, ``.source`` labels and attention outputs
-    change between them) unless ``BINDSCOPE_ALLOW_VERSION_DRIFT=1``; smaller differences
-    warn. Returns the server's versions for the provenance.
-    """
+    """The server's versions; serious drift (`_drift`) raises unless allowed, minor warns."""
     # heavy: loaded on the remote path only, not by `import bindscope` or the CLI's checks
     import nnsight
     import transformers
@@ -83,7 +74,11 @@ def check_versions(server: dict | None, *, model: str) -> dict:
 
 
 def _drift(local: dict[str, str], remote: dict[str, str | None]) -> tuple[list[str], list[str]]:
-    """``(serious, minor)`` version differences, one line each (serious: results change)."""
+    """``(serious, minor)`` version differences, one line each.
+
+    Serious: another nnsight minor or transformers major release, between which trace
+    serialization, ``.source`` labels and attention outputs change.
+    """
     serious, minor = [], []
     for name, mine in local.items():
         theirs = remote[name]
@@ -99,23 +94,15 @@ def _drift(local: dict[str, str], remote: dict[str, str | None]) -> tuple[list[s
     return serious, minor
 
 
-def _hub_offline() -> bool:
-    """``HF_HUB_OFFLINE`` is set: ids are not looked up, configs come from the local cache."""
-    # heavy: loaded on the remote path only, not by `import bindscope` or the CLI's checks
-    from huggingface_hub import constants
-
-    return bool(constants.HF_HUB_OFFLINE)
-
-
 def _canonical_id(model_id: str) -> str:
     """The Hub's canonical spelling of a repo id (what NDIF deployments are keyed by)."""
+    # heavy: loaded on the remote path only, not by `import bindscope` or the CLI's checks
+    from huggingface_hub import HfApi, constants
+
     cache = nnsight_private.hub_id_cache()
-    if model_id not in cache and _hub_offline():
+    if model_id not in cache and constants.HF_HUB_OFFLINE:
         cache[model_id] = model_id  # offline (a local NDIF): the id is canonical as written
     if model_id not in cache:
-        # heavy: loaded on the remote path only, not by `import bindscope` or the CLI's checks
-        from huggingface_hub import HfApi
-
         try:
             cache[model_id] = HfApi().model_info(model_id).id
         except Exception as exc:
@@ -128,10 +115,9 @@ def _canonical_id(model_id: str) -> str:
 
 
 def model_state(status: dict, repo_id: str, revision: str | None) -> str | None:
-    """The best state NDIF reports for this repo and revision (``RUNNING``, ...), or None.
+    """The best state ``/status`` reports for this repo and revision (``RUNNING``, ...), or None.
 
-    The same rule as ``nnsight.is_model_running``, applied to an already fetched
-    ``/status`` so that an unreachable host and an absent model stay distinguishable.
+    ``nnsight.is_model_running``'s rule, on a fetched ``/status`` (unreachable is not absent).
     """
     order = ["RUNNING", "DEPLOYING", "NOT_STARTED", "UNHEALTHY"]
     found = [
@@ -143,11 +129,7 @@ def model_state(status: dict, repo_id: str, revision: str | None) -> str | None:
 
 
 def check_backend(model_id: str, revision: str | None = None) -> dict:
-    """Preflight for a remote run: key, host, versions, and whether the model is served.
-
-    Returns ``{"host", "server_versions"}`` for the provenance. Each failure raises its own
-    ``RemoteError`` subclass with what to do; the key itself is never shown.
-    """
+    """Preflight for a remote run; ``{"host", "server_versions"}`` for the provenance."""
     api_key()
     status = translated(_get, "/status", model=model_id)
     try:
@@ -161,7 +143,6 @@ def check_backend(model_id: str, revision: str | None = None) -> dict:
 
 
 def _check_served(status: dict, repo: str, revision: str | None) -> None:
-    """Raise ``RemoteModelNotServedError`` unless NDIF runs ``repo`` at ``revision`` now."""
     state = model_state(status, repo, revision or "main")
     if state == "RUNNING":
         return
@@ -173,13 +154,8 @@ def _check_served(status: dict, repo: str, revision: str | None) -> None:
         }
     )
     label = f"{repo}@{revision or 'main'}"
-    why = (
-        "is still deploying; retry in a few minutes"
-        if state == "DEPLOYING"
-        else f"is {state.lower()}"
-        if state
-        else "is not deployed"
-    )
+    reasons = {"DEPLOYING": "is still deploying; retry in a few minutes", None: "is not deployed"}
+    why = reasons.get(state) or f"is {str(state).lower()}"
     raise RemoteModelNotServedError(
         f"NDIF at {host()} does not run {label} now: it {why}. Running now: "
         f"{', '.join(running[:12]) or 'none'}. Pick one of those, run locally "

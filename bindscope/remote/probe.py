@@ -27,11 +27,8 @@ def _run_probe(model: LanguageModel) -> dict:
 def probe_capture(model: LanguageModel) -> dict:
     """Check capture and ablation remotely with one small request; fall back if needed.
 
-    Asks for eager attention; if the server returns no attention weights (or cannot switch
-    to eager), ``model.capture_fallback`` records why and probabilities are recomputed from
-    queries and keys from then on (the provenance says ``capture: recompute``). Then checks
-    that rows sum to 1, nothing lies above the diagonal and ablating head (0, 0) changes
-    the logits. Only ``[L, 3]`` statistics and one number come back.
+    Without attention weights under eager attention, ``model.capture_fallback`` records why
+    and probabilities are recomputed from queries and keys from then on.
     """
     where = f"{model.name} (family {model.family}, remote {model.remote})"
     try:

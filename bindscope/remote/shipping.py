@@ -46,11 +46,7 @@ DESERIALIZATION_MODULES = ("nnsight", "cloudpickle", "pickle", "copyreg")
 
 
 class _ShippableModule(types.ModuleType):
-    """A shipped module that pickles as a ``ShippedModule`` (no spec, no loader).
-
-    Its members are its functions and classes and those it re-exports from the other
-    shipped modules (``ops`` gathers the engine's).
-    """
+    """A shipped module that pickles as a ``ShippedModule`` of its (and re-exported) members."""
 
     def __reduce__(self):
         members = {
@@ -63,11 +59,7 @@ class _ShippableModule(types.ModuleType):
 
 
 def register_shipped() -> None:
-    """Register ``SHIPPED_MODULES`` with ``nnsight.register`` (idempotent).
-
-    Their functions and classes then pickle by value (source), so the server, where
-    bindscope is not installed, can rebuild them.
-    """
+    """Register ``SHIPPED_MODULES`` with ``nnsight.register`` (idempotent): they pickle by value."""
     # heavy: loaded on the remote path only, not by `import bindscope` or the CLI's checks
     import nnsight
 

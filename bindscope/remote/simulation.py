@@ -13,13 +13,9 @@ from bindscope.remote.shipping import refused, register_shipped, sandbox_error
 
 
 class SimulatedServer:
-    """An nnsight backend that plays NDIF in-process (``remote="local"``).
+    """An nnsight backend that plays NDIF in-process (docs/remote.md, "Checking the remote path").
 
-    Stricter than nnsight's own ``remote="local"``: the request is unpickled with NDIF's
-    module whitelist checked (``audit="error"`` raises ``RemoteSandboxError``;
-    ``"record"`` collects the problems in ``findings``), the *unpickled* body runs on
-    copies of the shipped values, and only saved values come back, through
-    ``torch.save`` as over the network.
+    What NDIF's whitelist refuses raises (``audit="error"``) or goes to ``findings``.
     """
 
     def __init__(self, nnsight_model: Any, *, audit: str = "error") -> None:
@@ -39,11 +35,7 @@ class SimulatedServer:
         self.serve(tracer)
 
     def serve(self, tracer: Any, env: dict | None = None) -> None:
-        """Run one request as the server would.
-
-        ``env`` is the client's per-request settings (attention implementation), applied
-        to the model first as the server does.
-        """
+        """Run one request as the server would, after the client's per-request ``env``."""
         if env is not None:
             nnsight_private.apply_request_env(self.model, env)
         blob = nnsight_private.serialize_request(tracer)

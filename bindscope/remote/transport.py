@@ -31,20 +31,14 @@ from bindscope.remote.shipping import audit, sandbox_error
 
 KEY_ENV = "NDIF_API_KEY"
 KEY_URL = "https://login.ndif.us"
-# Seconds a request may wait without a word from the server (unset: as long as the job
-# runs; NDIF bounds its jobs itself).
 TIMEOUT_ENV = "BINDSCOPE_NDIF_TIMEOUT"
 T = TypeVar("T")
-# False inside `job_status(False)`: nnsight prints no job-status lines for requests sent there
 _JOB_STATUS: ContextVar[bool] = ContextVar("bindscope_job_status", default=True)
 
 
 @contextlib.contextmanager
 def job_status(show: bool) -> Iterator[None]:
-    """Whether requests sent inside print nnsight's job-status lines (``progress=False``: no).
-
-    ``show=True`` leaves it to nnsight's own ``CONFIG.APP.REMOTE_LOGGING``.
-    """
+    """Show (True: as nnsight's config says) or hide job-status lines of requests sent inside."""
     token = _JOB_STATUS.set(show)
     try:
         yield
@@ -64,7 +58,6 @@ def local_server(where: str) -> bool:
 
 
 def _key_help(where: str) -> str:
-    """Where a key comes from: the hosted service's login, or none needed locally."""
     if local_server(where):
         return (
             f"{where} is a local server (`bindscope ndif up`), which takes any non-empty key: "
@@ -77,7 +70,6 @@ def _key_help(where: str) -> str:
 
 
 def _config():
-    """The ``CONFIG`` of nnsight (host and API key as nnsight stores them)."""
     # heavy: loaded on the remote path only, not by `import bindscope` or the CLI's checks
     from nnsight import CONFIG
 
@@ -104,11 +96,9 @@ def api_key() -> str:
 
 
 # A key at least this long is redacted wherever it occurs; a shorter one (a local server
-# takes any key, "x" included) only where it stands as a whole token, so that redacting it
-# does not rewrite every word that happens to contain its letters.
+# takes any key, "x" included) only where it stands as a whole token (not inside a run of
+# _TOKEN characters), so that ``x`` as a key leaves ``index`` alone but not ``key=x``.
 MIN_KEY_LENGTH = 8
-# What continues a token around a short key (letters, digits, ``_``, ``-``): a short key
-# inside a longer token is some other word, not the key.
 _TOKEN = r"[\w-]"
 
 
@@ -131,12 +121,7 @@ def request_timeout() -> float | None:
 
 
 def redact(text: str) -> str:
-    """``text`` with the API key (if any is configured) replaced by ``***``.
-
-    A key of ``MIN_KEY_LENGTH`` characters or more goes wherever it occurs; a shorter one
-    where it stands alone (not inside a longer token), so ``x`` as a key leaves ``index``
-    alone but not ``key=x``.
-    """
+    """``text`` with the API key (if any is configured) replaced by ``***``."""
     keys = {key for key in (os.environ.get(KEY_ENV), _config().API.APIKEY) if key}
     for key in sorted(keys, key=len, reverse=True):  # a key inside another goes second
         if len(key) >= MIN_KEY_LENGTH:
@@ -147,10 +132,7 @@ def redact(text: str) -> str:
 
 
 def translate(exc: BaseException, *, model: str) -> RemoteError | None:
-    """Map a transport or server exception to a ``RemoteError`` subclass (key redacted).
-
-    Returns None for anything else (a bug here, not a remote failure), to be re-raised.
-    """
+    """Map a transport or server exception to a ``RemoteError`` (key redacted); None: a bug."""
     # heavy: loaded on the remote path only, not by `import bindscope` or the CLI's checks
     import httpx
     import websocket
@@ -199,11 +181,8 @@ def translate(exc: BaseException, *, model: str) -> RemoteError | None:
 
 
 def _job_failure(detail: str, *, where: str, model: str) -> RemoteError:
-    """The error for a job NDIF ran and reported as failed, by what its message says.
-
-    A server traceback is judged by its last line (the error): its frames quote server code
-    (``timeout=self.execution_timeout``) that says nothing about this failure.
-    """
+    # A server traceback is judged by its last line (the error): its frames quote server code
+    # (``timeout=self.execution_timeout``) that says nothing about this failure.
     lines = detail.strip().splitlines()
     text = (lines[-1] if "Traceback" in detail and lines else detail).lower()
     if re.search(r"api.?key|unauthori[sz]ed|forbidden|\b40[13]\b", text):
@@ -252,23 +231,14 @@ def translated(call: Callable[..., T], *args: Any, model: str) -> T:
 
 
 class NdifBackend:
-    """An nnsight backend that sends a trace or session to NDIF as one request.
-
-    The payload is audited first (a refused request fails here, not after queueing), and
-    transport or server failures become ``RemoteError`` subclasses without the API key.
-    """
+    """An nnsight backend that audits a trace or session, then sends it to NDIF as one request."""
 
     def __init__(self, nnsight_model: Any, *, model_name: str) -> None:
         self.model = nnsight_model
         self.name = model_name
 
     def __call__(self, tracer: Any):
-        """Audit and send one request (nnsight's backend interface).
-
-        Raises:
-            RemoteSandboxError: The payload names something NDIF's sandbox refuses.
-            RemoteError: A transport or server failure, translated without the API key.
-        """
+        """Audit and send one request (nnsight's backend interface)."""
         problems = audit(self.model, tracer)
         if problems:
             raise sandbox_error(problems, self.name)

@@ -19,7 +19,7 @@ from bindscope import local_ndif as server
 from bindscope.cli import main
 from bindscope.errors import NdifServerError
 from bindscope.local_ndif import environment, pieces, processes, supervisor
-from bindscope.local_ndif.models import place, specs
+from bindscope.local_ndif.pieces import place, specs
 from bindscope.local_ndif.processes import Piece
 from bindscope.local_ndif.supervisor import STATE
 

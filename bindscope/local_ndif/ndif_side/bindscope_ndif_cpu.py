@@ -1,17 +1,8 @@
 """Runs INSIDE the local NDIF server's venv (ndif 0.1.2): a CPU model actor and controller.
 
-Not imported by bindscope: ``bindscope ndif up`` puts this folder on the server processes'
-``PYTHONPATH`` and names the classes in ``NDIF_MODEL_IMPORT_PATH`` and
-``NDIF_CONTROLLER_IMPORT_PATH``. ndif has no CPU mode; its model actor syncs and places on
-CUDA. The subclasses below keep everything else of ndif (queue, execution, timeouts, result
-upload, the sandbox) and replace only the four CUDA steps. Importing the module applies the
-compatibility patches ndif 0.1.2 needs with nnsight 0.8.1 and transformers 5.24, in whichever
-Ray worker imports it (the actors are built with ``ray.remote(...)(cls)`` rather than the
-decorator, so Ray ships them by reference and the worker runs this import).
-
-``python bindscope_ndif_cpu.py deploy SPECS.json`` deploys the models of a JSON list of
-``{"checkpoint", "size_bytes", "trusted", ...}`` specs, the model keys minted offline with
-nnsight's own code, so they equal what a client sends.
+Never imported by bindscope (``PYTHONPATH`` and ``NDIF_*_IMPORT_PATH`` name it). Importing it
+patches ndif for nnsight 0.8.1 and transformers 5.24 in whichever Ray worker imports it.
+``deploy SPECS.json`` deploys models under the keys nnsight mints, as a client sends them.
 """
 
 from __future__ import annotations
@@ -120,14 +111,10 @@ def untrusted(api_key: str | None) -> bool:
 
 
 class CpuSandboxDeployment(SandboxModelDeployment, CpuModelDeployment):
-    """ndif's sandboxed actor on the CPU model actor above; requests run untrusted.
+    """ndif's sandboxed actor on the CPU model actor above; `untrusted` requests run sandboxed.
 
-    ndif decides trust at ingress (``services/api/auth.py``, ``validate_request``): from
-    the key's ``trusted`` tag when auth is on, else from the request envelope's
-    ``trusted`` field, True when absent, and nnsight 0.8.1's client never sends it. This
-    actor treats a request as a key without the tag would be (every request, or with
-    ``SANDBOX_KEY_ENV`` set those of that one key): its block runs in a runner process
-    through ndif's own sandbox code (``SandboxModelDeployment.execute``).
+    Without auth ndif trusts every request nnsight 0.8.1 sends, so this actor marks them itself
+    (docs/remote.md, "Run your own NDIF").
     """
 
     async def run(self, request: Any) -> None:
@@ -141,6 +128,8 @@ class CpuController(_ControllerActor):
     """ndif's controller, in a worker that has imported this module (the patches)."""
 
 
+# Not the decorator: Ray then ships the classes by reference, so each worker imports this
+# module and its patches.
 CpuModelActor = ray.remote(num_cpus=1, max_restarts=-1)(CpuModelDeployment)
 CpuSandboxModelActor = ray.remote(num_cpus=1, max_restarts=-1)(CpuSandboxDeployment)
 CpuControllerActor = ray.remote(num_cpus=1, num_gpus=0, max_restarts=-1, resources={"head": 1})(
