@@ -62,12 +62,7 @@ def _plan(models: list[LanguageModel], opts: BindingOptions, common: Common) -> 
 
 
 def summarize_binding(records: list[dict], *, k: int = 4, seed: int | None = None) -> dict:
-    """Per-model EB* means with CIs, mean per-head BSI and the top-k heads.
-
-    Every record is counted once: in ``n`` when it has an EB*, else in ``n_skipped`` with its
-    reason in ``skipped_reasons`` (a term not found, a single-token span). ``seed`` defaults to
-    the one the records were made with.
-    """
+    """Per-model EB* means with CIs, mean per-head BSI and the top-k heads."""
     models: dict[str, dict] = {}
     for label, group in by_model(records).items():
         ok = [r for r in group if r["metrics"].get("eb_star") is not None]
@@ -104,7 +99,6 @@ def summarize_binding(records: list[dict], *, k: int = 4, seed: int | None = Non
 
 
 def _summary(records: list[dict]) -> dict:
-    """The binding summary of a list of records, with its limits."""
     models = summarize_binding(records)
     return {
         "experiment": EXPERIMENT,
@@ -137,8 +131,6 @@ DEFINITION = Experiment(
     # --on-missing skip: a term absent from its template is skipped with the reason
     check_terms=lambda options: options.on_missing == "error",
 )  # fmt: skip
-#: ``run(model, *, out, batch_size=16, seed=0, force=False, progress=True, **options)``:
-#: EB* per prompt (``BindingOptions``), records and the summary; reruns skip finished prompts.
 run = DEFINITION.run
 
 __all__ = ["DEFINITION", "BindingOptions", "run", "summarize", "summarize_binding", "text"]

@@ -1,9 +1,4 @@
-"""C5's named designs (``bindscope c5 --preset NAME``).
-
-``powered``: the design with the power to settle C5 on the three embedded models (issue
-41): every recognition item, the random and the layer-matched null, each able to reach
-p <= 0.005 through the GPD tail p, Holm across the models. ``make c5-powered`` runs it.
-"""
+"""C5's named designs (``bindscope c5 --preset NAME``; ``make c5-powered``)."""
 
 from __future__ import annotations
 
@@ -16,9 +11,8 @@ from bindscope.prompts.prompt_sets import PromptSet, load
 
 #: The three embedded models (None: the default, SmolLM2-135M-Instruct).
 EMBEDDED_MODELS: tuple[str | None, ...] = (None, "gemma-3-270m", "qwen2.5-coder-0.5b")
-#: Random sets per null: the fewest at which the GPD tail p is calibrated. The exact p
-#: reaches 1/100, under Holm's strictest step over three models (1/60); the tail p goes
-#: below 0.005 (benchmarks/c5_frontier.py picks this design; 199 sets take 2x as long).
+#: Random sets per null: the fewest at which the GPD tail p is calibrated
+#: (benchmarks/c5_frontier.py picks this design; 199 sets take 2x as long).
 POWERED_N_RANDOM = TAIL_CALIBRATED_SETS
 POWERED_DESIGN = (
     "the powered design (bindscope c5 --preset powered): all {items} recognition items "
@@ -29,17 +23,15 @@ POWERED_DESIGN = (
 )
 
 
-def by_task(pset: PromptSet, task: str) -> PromptSet:
-    """The records of ``pset`` of one ``task`` (``recognition`` or ``generation``)."""
+def _by_task(pset: PromptSet, task: str) -> PromptSet:
     keep = tuple(r for r in pset if r.task == task)
     digest = hashlib.sha256((pset.sha256 + "|task=" + task).encode()).hexdigest()
     return PromptSet(f"{pset.name}-{task}", keep, digest)
 
 
-def powered_options() -> dict[str, Any]:
-    """The powered preset's option values (the canonical set loaded now)."""
+def _powered_options() -> dict[str, Any]:
     canonical = load("canonical")
-    items = by_task(canonical, "recognition")
+    items = _by_task(canonical, "recognition")
     design = POWERED_DESIGN.format(
         items=len(items),
         terms=len({r.term for r in items}),
@@ -63,9 +55,9 @@ PRESETS = {
         f"all 205 recognition items, random and layer-matched nulls of up to "
         f"{POWERED_N_RANDOM} sets (the GPD tail p down to 0.005 and below), on the three "
         "embedded models unless --model is given; Holm across the models",
-        powered_options,
+        _powered_options,
         EMBEDDED_MODELS,
     )
 }
 
-__all__ = ["EMBEDDED_MODELS", "POWERED_N_RANDOM", "PRESETS", "by_task", "powered_options"]
+__all__ = ["EMBEDDED_MODELS", "POWERED_N_RANDOM", "PRESETS"]

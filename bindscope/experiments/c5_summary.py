@@ -1,8 +1,4 @@
-"""C5's summary: condition means, drops with CIs, each null's p (Holm), power, limits, text.
-
-The limits are those a reviewer raises first: items clustered in terms, 0/1 scores on tiny
-margins, a top set's layers against unmatched random sets.
-"""
+"""C5's summary: condition means, drops with CIs, each null's p (Holm), power, limits, text."""
 
 from __future__ import annotations
 
@@ -29,19 +25,13 @@ EXPERIMENT = "c5"
 RANKING = "c5-ranking"
 #: The scores tested: recognition accuracy, its choice log-prob margin, generation's rubric.
 SCORES = ("recognition", "margin", "generation")
-#: The nulls, by condition prefix: random sets from all heads outside the top set, from the
-#: top set's layers, and matched on the heads' taxonomy scores.
+#: The nulls, by condition prefix: any heads outside the top set, its layers, its classes.
 NULLS = ("random", "layers", "classes")
-#: Power is stated for this one-sided level (divided by the number of models, Holm's
-#: strictest step) and this power.
+#: The power of the detectable drop (at one-sided ALPHA / models, Holm's strictest step).
 POWER = 0.8
 
 
-def chance_levels(group: list[dict]) -> dict[str, float]:
-    """Each score's chance level: recognition's 1/choices averaged over its baseline items.
-
-    Generation's rubric score and the choice margin have none.
-    """
+def _chance_levels(group: list[dict]) -> dict[str, float]:
     choices = [
         len(r["metrics"]["choice_scores"])
         for r in group
@@ -51,17 +41,13 @@ def chance_levels(group: list[dict]) -> dict[str, float]:
     return {"recognition": float(np.mean([1 / n for n in choices]))} if choices else {}
 
 
-def score_table(group: list[dict]) -> dict[str, dict[str, dict[str, float]]]:
-    """Score -> condition -> prompt key -> value, from one model's C5 records."""
+def _score_table(group: list[dict]) -> dict[str, dict[str, dict[str, float]]]:
     table: dict[str, dict[str, dict[str, float]]] = {}
     for r in group:
-        metrics = r["metrics"]
-        table.setdefault(r["task"], {}).setdefault(r["condition"], {})[r["prompt_key"]] = metrics[
-            "score"
-        ]
+        metrics, key = r["metrics"], r["prompt_key"]
+        table.setdefault(r["task"], {}).setdefault(r["condition"], {})[key] = metrics["score"]
         if r["task"] == "recognition" and metrics.get("margin") is not None:
-            by_prompt = table.setdefault("margin", {}).setdefault(r["condition"], {})
-            by_prompt[r["prompt_key"]] = metrics["margin"]
+            table.setdefault("margin", {}).setdefault(r["condition"], {})[key] = metrics["margin"]
     return table
 
 
@@ -73,7 +59,7 @@ def _complete(by_condition: dict[str, dict[str, float]]) -> list[str]:
 def undecided_nulls(group: list[dict], settings: dict) -> set[str]:
     """The nulls whose sequential p is not decided yet on some score (empty when fixed)."""
     open_nulls: set[str] = set()
-    for by_condition in score_table(group).values():
+    for by_condition in _score_table(group).values():
         complete = _complete(by_condition)
         if len(complete) < limits.MIN_GROUP or "top" not in by_condition:
             continue
@@ -125,7 +111,6 @@ def summarize_c5(records: list[dict], *, n_resamples: int = 9999) -> dict:
 
 
 def _across_models(models: dict[str, dict]) -> None:
-    """Holm across models per score and null; the detectable drop at Holm's strictest level."""
     alpha = limits.ALPHA / max(1, len(models))
     for score in SCORES:
         for null in NULLS:
@@ -151,16 +136,8 @@ def _across_models(models: dict[str, dict]) -> None:
         del entry["_item_drops"]  # the per-item drops stay in the records
 
 
-def _ranking(
-    all_records: list[dict], first: dict, label: str
-) -> tuple[list[dict], dict[str, int], dict | None]:
-    ranked = [
-        r
-        for r in all_records
-        if r["experiment"] == RANKING
-        and r["model"] == first["model"]
-        and r["revision"] == first["revision"]
-    ]
+def _ranking(all_records: list[dict], label: str) -> tuple[list[dict], dict[str, int], dict | None]:
+    ranked = by_model(all_records, RANKING).get(label, [])
     ok = [r for r in ranked if r["metrics"].get("eb_star") is not None]
     reasons = skipped_reasons(ranked)
     return ok, reasons, limits.excluded(label, reasons, "the head ranking (mean BSI)")
@@ -169,8 +146,7 @@ def _ranking(
 def _summarize_model(
     group: list[dict], all_records: list[dict], settings: dict, n_resamples: int, label: str
 ) -> dict:
-    """One model's summary entry: its heads and nulls, then every score's tests and limits."""
-    ranking, ranking_skipped, excluded = _ranking(all_records, group[0], label)
+    ranking, ranking_skipped, excluded = _ranking(all_records, label)
     entry = _entry(group, ranking, ranking_skipped)
     found: list[dict | None] = [excluded]
     for null, why in next(
@@ -178,7 +154,7 @@ def _summarize_model(
     ).items():
         found.append(limits.null_not_drawn(label, null, why))
     terms = {r["prompt_key"]: r["term"] for r in group}
-    table = score_table(group)
+    table = _score_table(group)
     for score, by_condition in table.items():
         found += _summarize_score(entry, score, by_condition, terms, settings, n_resamples, label)
     if "layers" not in settings.get("nulls", ["random"]) and entry["top_heads"]:
@@ -202,7 +178,6 @@ _PER_SCORE = (
 
 
 def _entry(group: list[dict], ranking: list[dict], ranking_skipped: dict) -> dict:
-    """A model's entry before its scores: heads per condition, nulls, ranking, chance."""
     first = group[0]
     heads = {r["condition"]: r["heads"] for r in group}
     entry: dict = {
@@ -219,7 +194,7 @@ def _entry(group: list[dict], ranking: list[dict], ranking_skipped: dict) -> dic
         },
         "class_match": next((r["null_match"] for r in group if r.get("null_match")), None),
         "null_support": null_supports(group),
-        "chance": chance_levels(group),
+        "chance": _chance_levels(group),
         **{field: {} for field in _PER_SCORE},
         "n_ranking": len(ranking),
         "ranking_skipped_reasons": ranking_skipped,
@@ -231,7 +206,6 @@ def _entry(group: list[dict], ranking: list[dict], ranking_skipped: dict) -> dic
 
 
 def _tiny_margins(entry: dict, margin: dict, correct: dict, label: str) -> dict | None:
-    """Items whose baseline choice margin is under ``MARGIN_THRESHOLD`` and that flip at top."""
     small = [p for p, m in margin["baseline"].items() if abs(m) < limits.MARGIN_THRESHOLD]
     flips = [p for p in small if correct["top"].get(p) != correct["baseline"].get(p)]
     entry["tiny_margins"] = {
@@ -250,7 +224,6 @@ def _summarize_score(
     n_resamples: int,
     label: str,
 ) -> list[dict | None]:
-    """One score's means, drops, nulls and limits, written into ``entry``."""
     seed = settings["seed"]
     complete = _complete(by_condition)
     base = np.array([by_condition["baseline"][p] for p in complete])
@@ -299,7 +272,6 @@ def _nulls(
     n_resamples: int,
     label: str,
 ) -> list[dict | None]:
-    """The top set's drop against each null's drawn sets, written into ``entry``; limits."""
     seed = settings["seed"]
     found: list[dict | None] = []
     for null in NULLS:
@@ -311,8 +283,7 @@ def _nulls(
         test = _null_p(top_drop, drops, settings, entry["null_support"].get(null) or {})
         if test["stopped"] == "incomplete":
             found.append(limits.undecided(label, score, null, len(drops)))
-        # p, the mean drop and specificity all read the sets p used (a sequential null's
-        # sets past its decision are evaluated, counted in n_evaluated, and left out)
+        # p, the mean drop and specificity read only the sets p used
         used = test["n_drawn"]
         rand, drops = rand[:used], drops[:used]
         spec = stats.specificity(base, cond["top"], rand, seed=seed, n_resamples=n_resamples)
@@ -331,11 +302,6 @@ def _nulls(
 
 
 def _null_p(top_drop: float, drops: list[float], settings: dict, support: dict) -> dict:
-    """One null's exact p and tail p, its support and the floor that sets on p.
-
-    ``most``: the sets p could use (``n_random``, or the support where smaller), so p's
-    floor is ``1 / (most + 1)``.
-    """
     n_random = settings["n_random"]
     count = support.get("support")
     test = null_test(top_drop, drops, settings, count)
@@ -351,7 +317,6 @@ def _null_p(top_drop: float, drops: list[float], settings: dict, support: dict) 
 def _term_clustering(
     entry: dict, score: str, diffs: np.ndarray, clusters: list[str], seed: int, label: str
 ) -> dict | None:
-    """The top drop's CI when terms, not prompts, are resampled (items share a term)."""
     names = sorted(set(clusters))
     if len(names) == len(diffs) or len(names) < limits.MIN_GROUP:
         return None
@@ -370,7 +335,6 @@ def _term_clustering(
 def _per_term(
     complete: list[str], terms: dict[str, str], cond: dict[str, np.ndarray], names: list[str]
 ) -> dict[str, dict[str, float]]:
-    """Recognition means per term and condition (descriptive: few prompts a term)."""
     out = {}
     rand = [cond[n] for n in names]
     for term in sorted({terms[p] for p in complete}):
@@ -384,9 +348,6 @@ def _per_term(
                 row["specificity"] = row["random_mean"] - row["top"]
         out[term] = row
     return out
-
-
-# -- the summary as terminal lines --
 
 
 def text(s: dict) -> list[str]:
@@ -431,9 +392,9 @@ def _model_lines(label: str, m: dict) -> Iterator[str]:
         for score, t in by_score.items():
             power = (m.get("detectable_drop") or {}).get(score) if null == "random" else None
             yield (
-                f"    {null} null, {score}: p {pvalue(t.get('p'))}{tail_words(t)} (Holm "
+                f"    {null} null, {score}: p {pvalue(t.get('p'))}{_tail_words(t)} (Holm "
                 f"{pvalue(t.get('p_holm'))} on the {t.get('holm_on', 'exact')} p) after "
-                f"{t['n_drawn']} sets ({t['stopped']}; {support_words(t)})"
+                f"{t['n_drawn']} sets ({t['stopped']}; {_support_words(t)})"
                 + (f"; detectable drop {num(power)}" if power is not None else "")
             )
     match = m.get("class_match") or {}
@@ -446,15 +407,13 @@ def _model_lines(label: str, m: dict) -> Iterator[str]:
         )
 
 
-def support_words(test: dict) -> str:
-    """``support 9 distinct sets, p floor 0.100`` (or the floor of the sets asked for)."""
+def _support_words(test: dict) -> str:
     support = test.get("support")
     said = f"support {support} distinct sets" if support is not None else "support not counted"
     return f"{said}, p floor {pvalue(test.get('p_floor'))}"
 
 
-def tail_words(test: dict) -> str:
-    """``, tail p 0.0004 [0.0001, 0.002] (GPD on 40 of 199)``, or why there is none."""
+def _tail_words(test: dict) -> str:
     tail = test.get("tail") or {}
     if tail.get("p") is not None:
         return (

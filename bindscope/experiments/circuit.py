@@ -36,12 +36,10 @@ def _sizes(text: str) -> tuple[int, ...]:
 
 
 def _item(task: str) -> Item:
-    """The record item of the whole circuit (its edges, sizes and verification)."""
     return Item(f"{task}-circuit", task, "circuit")
 
 
 def _last_condition(settings: dict) -> str:
-    """The condition of a model's last record: it is on disk only when the model finished."""
     return "verify" if settings["verify"] else f"top:{settings['edges'][-1]}"
 
 
@@ -157,7 +155,6 @@ def _measure(
 
 
 def _texts(pair: TaskPair) -> dict[str, str]:
-    """What a pair's record stores of it: both texts and both answers."""
     return {"clean": pair.clean, "corrupted": pair.corrupted, "correct": pair.correct,
             "wrong": pair.wrong}  # fmt: skip
 
@@ -196,26 +193,14 @@ def summary(records: list[dict]) -> dict:
     return {"experiment": EXPERIMENT, "models": models, "limits": []}
 
 
-def _mean(values: list[float]) -> float | None:
-    return float(np.mean(values)) if values else None
-
-
 def _size_row(metrics: dict) -> dict:
-    """A circuit size's record, with its random circuits' mean share and that mean's 95% CI."""
     null = metrics["null"]
     interval = mean_ci(null).to_dict() if len(null) > 1 else None
-    return {**metrics, "null_mean": _mean(null), "null_ci": interval}
+    return {**metrics, "null_mean": float(np.mean(null)) if null else None, "null_ci": interval}
 
 
 def check_complete(folder: Path, records: list[dict]) -> None:
-    """Refuse a circuit folder in which a model's last record is missing.
-
-    A model's records are written in one go after its scan, the last one last
-    (`_last_condition`); a run stopped mid-write leaves pairs without edges or sizes.
-
-    Raises:
-        InputError: Names the model, what is there and the command that finishes it.
-    """
+    """Refuse a circuit folder in which a model's last record is missing."""
     for label, group in by_model(records, EXPERIMENT).items():
         settings = group[0]["circuit"]
         last = _last_condition(settings)

@@ -129,7 +129,6 @@ def summarize_controls(records: list[dict], *, n_resamples: int = 9999) -> dict:
 def _group_row(
     items: list[dict], real_eb: np.ndarray, real_len: np.ndarray, seed: int, n_resamples: int
 ) -> dict:
-    """One control group against the real terms, over all prompts and span-length matched."""
     eb = np.array([r["metrics"]["eb_star"] for r in items])
     lengths = np.array([r["metrics"]["n_span"] for r in items])
     row = {
@@ -150,7 +149,6 @@ def _group_row(
 
 
 def _holm(groups: dict[str, dict], names: list[str]) -> None:
-    """Holm-adjusted p across the groups (``p_holm``), separately for all and span-matched."""
     for part in ("plain", "matched"):
         rows = [groups[n] if part == "plain" else groups[n]["matched"] for n in names]
         tested = [row for row in rows if row.get("test")]
@@ -194,8 +192,6 @@ DEFINITION = Experiment(
     EXPERIMENT, "controls", "discriminant validity: real terms vs control groups",
     ControlsOptions, summarize, text, records=(binding_kind(EXPERIMENT),), plan=_plan,
 )  # fmt: skip
-#: ``run(model, *, out, batch_size=16, seed=0, force=False, progress=True, **options)``: EB*
-#: of every control item and real generation prompt (``ControlsOptions``), then the comparison.
 run = DEFINITION.run
 
 __all__ = ["DEFINITION", "ControlsOptions", "compare", "run", "summarize", "text"]

@@ -32,11 +32,7 @@ CONDITIONS = ("zero_shot", "few_shot", "paraphrase")
 
 
 def prefixes(exemplars: dict | str | Path | None = None) -> dict[str, dict[str, str]]:
-    """Per condition, the text put before each term's stem.
-
-    ``exemplars`` is the package's ``exemplars.json`` by default, or a path to a file of
-    the same shape: ``{"terms": {term: {"exemplar": str, "paraphrase": str}}}``.
-    """
+    """Per condition, the text put before each term's stem."""
     if exemplars is None:
         data = load_json("exemplars.json")
     elif isinstance(exemplars, dict):
@@ -203,10 +199,6 @@ DEFINITION = Experiment(
     # every pass here is generation: --batch-size counts generation rows
     batch_size=GENERATION_BATCH_SIZE,
 )  # fmt: skip
-#: ``run(model, *, out, batch_size=64, seed=0, force=False, progress=True, **options)``:
-#: zero-shot, few-shot and paraphrase generation of every generation prompt
-#: (``FewshotOptions``); ``batch_size`` counts generation rows. Raises ``InputError`` when a
-#: term has no exemplar (name it in the exemplars file).
 run = DEFINITION.run
 
 __all__ = ["CONDITIONS", "DEFINITION", "FewshotOptions", "prefixes", "run", "summarize", "text"]

@@ -83,10 +83,6 @@ DEFINITION = Experiment(
     summarize, text, plan=_plan, show_records=True,
     records=(RecordKind(EXPERIMENT, ("clean", "repeated"), metrics=_metrics, tasks=_tasks),),
 )  # fmt: skip
-#: ``run(model, *, out, batch_size=16, seed=0, force=False, progress=True, **options)``:
-#: score, classify and summarise every head (``HeadsOptions``: binding, sink, previous-token
-#: and spread on the prompt set's templates; induction and duplicate-token on ``n_repeated``
-#: random sequences of ``repeat_length`` tokens a copy); reruns skip finished texts.
 run = DEFINITION.run
 
 __all__ = ["DEFINITION", "HeadsOptions", "run", "summarize", "text"]

@@ -52,11 +52,7 @@ class Prepared:
 
 
 def prepare(model: LanguageModel, pair: Pair) -> Prepared:
-    """The two texts as run, and the pair's metric as a function of logits and as a `Metric`.
-
-    Raises:
-        InputError: An answer that is not one token under the model's tokenizer.
-    """
+    """The two texts as run, and the pair's metric as a function of logits and as a `Metric`."""
     tok = model.tokenizer
     if pair.clean_answer is not None and pair.corrupted_answer is not None:
         answers = (pair.clean_answer, pair.corrupted_answer)
@@ -87,14 +83,9 @@ def prepare(model: LanguageModel, pair: Pair) -> Prepared:
     return Prepared(pair, clean, corrupted, measure, TargetLogprob(len(target)))
 
 
-def prepare_all(
+def _prepare_all(
     model: LanguageModel, pairs: list[Pair], name: str, limit: int | None
 ) -> tuple[list[Prepared], int]:
-    """The first ``limit`` pairs of equal token length under ``model``, and how many were not.
-
-    Raises:
-        InputError: No pair has equal lengths under this model's tokenizer.
-    """
     prepared, skipped = [], 0
     for pair in pairs:
         found = prepare(model, pair)
@@ -109,13 +100,7 @@ def prepare_all(
 
 @dataclass(frozen=True)
 class PatchingOptions(AttributionOptions):
-    """The options of activation patching (``bindscope patch``; ``run(model, *, out, ...)``).
-
-    ``unit="position"`` counts positions from the end (``L3.P0`` is layer 3 at the last token),
-    over the positions every pair has, and ``"head_position"`` the same per head
-    (``L3.H5.P0``: a ``[layers, heads, positions]`` map); ``method="attribution"`` patches
-    exactly only the ``verify`` heads with the largest mean |estimate|.
-    """
+    """The options of activation patching (``bindscope patch``; ``run(model, *, out, ...)``)."""
 
     UNITS: ClassVar[tuple[str, ...]] = ("head", "layer", "position", "head_position")
 
@@ -139,7 +124,7 @@ def _plan(models: list[LanguageModel], opts: PatchingOptions, common: Common) ->
     settings = {"unit": opts.unit, "seed": common.seed, "limit": opts.limit}
     settings |= {"pairs": name, "pairs_sha256": sha} | opts.method_settings()
     # the pairs are prepared under each model's tokenizer, checked before any record
-    prepared = {id(m): prepare_all(m, found, name, opts.limit) for m in models}
+    prepared = {id(m): _prepare_all(m, found, name, opts.limit) for m in models}
 
     def prov(model: LanguageModel) -> dict:
         found = provenance(
@@ -185,10 +170,6 @@ def _pair_records(
     settings: dict,
     common: Common,
 ) -> list[dict]:
-    """One pair's records: its clean run, and its corrupted run under each patch not done.
-
-    ``patch`` maps a condition to its heads and, under ``unit="position"``, its end offset.
-    """
     model = run.model
     base = model.logits([p.clean, p.corrupted], batch_size=common.batch_size)
     values = {"clean": p.measure(base[0]), "corrupted": p.measure(base[1])}
@@ -222,12 +203,6 @@ def _pair_records(
 
 
 def _estimate(run: ModelRun, items: list[Prepared], settings: dict, common: Common) -> list[str]:
-    """One ``patching-estimate`` record per pair; the heads to patch exactly.
-
-    Each head's ``patched - corrupted`` change of the pair's metric, estimated by
-    attribution patching of the clean run into the corrupted one (the scan's shared
-    `attribution_method.estimate_heads`).
-    """
     model = run.model
     every = tuple(all_heads(model))
 
@@ -247,15 +222,10 @@ def _estimate(run: ModelRun, items: list[Prepared], settings: dict, common: Comm
 
 
 def _length(model: LanguageModel, text: str | Sequence[int]) -> int:
-    """Tokens of a text as run (token-id lists are already tokens)."""
     return len(text) if not isinstance(text, str) else len(model.tokenize(text))
 
 
 def _conditions(model: LanguageModel, unit: str, shortest: int) -> tuple[dict, dict[str, int]]:
-    """Condition -> patched heads, and (``unit="position"``) condition -> offset from the end.
-
-    Offsets run over the positions every pair has: ``0 .. shortest - 1``.
-    """
     if unit not in ("position", "head_position"):
         return conditions_of(model, unit), {}
     units = conditions_of(model, "layer" if unit == "position" else "head")
@@ -270,10 +240,7 @@ def _conditions(model: LanguageModel, unit: str, shortest: int) -> tuple[dict, d
 def summarize_patching(
     records: list[dict], *, correction: str = "bh", n_resamples: int | None = None, top: int = 10
 ) -> dict:
-    """Recovery maps with CIs and adjusted p per model, and the top conditions.
-
-    ``n_resamples`` defaults per model as in ``summarize_scan``; each entry holds the number used.
-    """
+    """Recovery maps with CIs and adjusted p per model, and the top conditions."""
     evaluated = [r for r in records if r["experiment"] == EXPERIMENT]
     if not evaluated:
         return {"experiment": EXPERIMENT, "models": {}}
@@ -306,12 +273,6 @@ def summarize_patching(
 
 
 def _tabulate(group: list[dict], unit: str) -> tuple[dict, dict, dict, dict]:
-    """One model's records as ``(table, heads, ends, unusable)``.
-
-    ``table``: condition -> pair -> patched metric; ``heads``: condition -> its map cell;
-    ``ends``: pair -> (clean, corrupted); ``unusable``: pair -> keys of its records with a
-    bad number.
-    """
     table: dict[str, dict[str, float]] = {}
     heads: dict[str, list] = {}
     ends: dict[str, tuple[float, float]] = {}
@@ -333,11 +294,6 @@ def _tabulate(group: list[dict], unit: str) -> tuple[dict, dict, dict, dict]:
 def _summarize_model(
     group: list[dict], settings: dict, *, correction: str, n_resamples: int | None, top: int
 ) -> tuple[dict, dict, int, dict[str, list[str]]]:
-    """One model's summary entry, plus what its estimates and limits need.
-
-    Returns ``(entry, ends of the usable pairs, n_tests, unusable)`` (``unusable`` as in
-    `_tabulate`).
-    """
     first = group[0]
     n_layers, n_heads = first["provenance"]["n_layers"], first["provenance"]["n_heads"]
     positions = [r["metrics"].get("position_from_end") for r in group]
@@ -383,7 +339,6 @@ def _summarize_model(
 def _model_limits(
     label: str, entry: dict, unusable: dict[str, list[str]], n_tests: int, correction: str
 ) -> list[dict]:
-    """The limits of one model's recovery map (``unusable``: pair -> keys of its bad records)."""
     n_pairs = entry["n_pairs"]
     return limits.collect(
         limits.small_group(label, "the usable pairs", n_pairs, "a test"),
@@ -407,13 +362,6 @@ def _model_limits(
 
 
 def _add_estimates(entry: dict, estimates: list[dict], ends: dict, n_tests: int) -> None:
-    """``patch --method attribution``: the estimated recovery map and its agreement.
-
-    Each pair's estimated change is divided by its clean - corrupted gap (``ends``: the
-    usable pairs), as the exact recovery is; ``estimate`` is the mean over those pairs,
-    each ``top`` cell gains its ``estimate``, and ``agreement`` compares them on the
-    patched heads (`attribution_method.agreement`).
-    """
     by_pair = {r["prompt_key"]: r["metrics"]["estimate"] for r in estimates}
     used = [p for p in ends if p in by_pair]
     entry["n_tests"] = n_tests
@@ -424,13 +372,7 @@ def _add_estimates(entry: dict, estimates: list[dict], ends: dict, n_tests: int)
     attribution_method.add_estimate(entry, ratio, "n_estimated_pairs")
 
 
-def summarize(
-    folder: str | Path, *, correction: str | None = None, n_resamples: int | None = None
-) -> dict:
-    """Rebuild ``folder/summary.json``; the test options as in ``summary.summarize_tests``."""
-    return summarize_tests(
-        folder, summarize_patching, name=EXPERIMENT, correction=correction, n_resamples=n_resamples
-    )
+summarize = functools.partial(summarize_tests, build=summarize_patching, name=EXPERIMENT)
 
 
 def _model_lines(label: str, m: dict, top: int) -> list[str]:
@@ -443,10 +385,9 @@ def _model_lines(label: str, m: dict, top: int) -> list[str]:
     return out + per_head_tests.agreement_lines(m.get("agreement"))
 
 
-def text(s: dict, *, top: int = 5) -> list[str]:
-    """The patching summary as terminal lines: the top heads per model."""
-    title = "Activation patching"
-    return per_head_tests.summary_lines(s, title=title, model_lines=_model_lines, top=top)
+text = functools.partial(
+    per_head_tests.summary_lines, title="Activation patching", model_lines=_model_lines
+)
 
 
 CONDITIONS = RecordKind(EXPERIMENT, prefixes=("L",), metrics=lambda record: PATCHED)

@@ -61,15 +61,7 @@ UNSCORED = "generation item without a 'target' to score"
 
 @dataclass(frozen=True)
 class ScanOptions(AttributionOptions):
-    """The options of the head scan (``bindscope scan``; ``run(models, *, out, ...)``).
-
-    ``batch_size`` is sequences per clean pass and ``seed`` also draws the resample donors
-    (recorded as ``donor`` in the metrics; each head takes the donor's outputs aligned from
-    the end). ``prompts`` are recognition items and any records with a ``target``.
-    ``matched_classes`` needs ``unit="head"``; its classes are the taxonomy's (sink,
-    previous-token, induction, duplicate-token), so "binding heads matter" is told apart from
-    "sink heads matter".
-    """
+    """The options of the head scan (``bindscope scan``; ``run(models, *, out, ...)``)."""
 
     prompts: str | Path | PromptSet = prompts_option()
     ablation: str = option(
@@ -100,20 +92,16 @@ class ScanOptions(AttributionOptions):
             raise InputError("--matched-classes compares heads: it needs --unit head")
         if self.matched_classes and self.method == "attribution":
             raise InputError(
-                "--matched-classes compares the EB* top set's mean effect with random sets, but "
-                "--method attribution measures only the --verify heads exactly (the others have "
-                "no effect, and a mean over them is NaN); drop --matched-classes or use "
-                "--method exact"
+                "--matched-classes needs every head's effect, but --method attribution measures "
+                "only the --verify heads; drop --matched-classes or use --method exact"
             )
         check_spread(self.limit, self.spread)
         if isinstance(self.prompts, PromptSet):  # loaded: the summary's resampling is sized
             check_resamples(self.n_resamples, len(self.items(self.prompts)))
         if self.k is not None and not self.matched_classes:
             raise InputError(
-                f"k={self.k} applies only with matched_classes (on the command line: --k "
-                "applies only with --matched-classes); it sizes the EB* top set compared with "
-                "class-matched head sets: leave it out or add matched_classes=N "
-                "(--matched-classes N)"
+                f"k={self.k} applies only with matched_classes (--k applies only with "
+                "--matched-classes): leave it out or add matched_classes=N (--matched-classes N)"
             )
 
     def items(self, pset: PromptSet) -> list[PromptRecord]:
@@ -163,11 +151,7 @@ def _plan(models: list[LanguageModel], opts: ScanOptions, common: Common) -> Pla
 
 
 def draw_donors(items: Sequence[PromptRecord], seed: int) -> dict[str, PromptRecord]:
-    """Each prompt's resample donor: another scanned prompt, drawn reproducibly from ``seed``.
-
-    Raises:
-        InputError: Fewer than two prompts (no other prompt to draw from).
-    """
+    """Each prompt's resample donor: another scanned prompt, drawn reproducibly from ``seed``."""
     if len(items) < 2:
         raise InputError("--ablation resample needs at least two prompts to draw donors from")
     rng = np.random.default_rng(seed)
@@ -181,11 +165,6 @@ def draw_donors(items: Sequence[PromptRecord], seed: int) -> dict[str, PromptRec
 def _chunk_sequences(
     model: LanguageModel, chunk: list[PromptRecord], donor_of: dict[str, PromptRecord]
 ) -> tuple[list, list[int], list, list]:
-    """A chunk's scored sequences, their prompt indices and donors, and each prompt's answer.
-
-    Each prompt is tokenized once here, for the pass and for its records. A donor (resample
-    only) is the donor prompt's sequence of the same choice.
-    """
     sequences, owners, donors, answers = [], [], [], []
     for i, rec in enumerate(chunk):
         seqs, answer = scored(model, rec)
@@ -201,7 +180,6 @@ def _chunk_sequences(
 def _metrics(
     mine: list[float], answer: int | None, donor: PromptRecord | None
 ) -> dict[str, object]:
-    """A record's metrics from its sequences' scores (one per choice, or the target's)."""
     metrics: dict[str, object] = {"logprob": mine[0] if answer is None else mine[answer]}
     if donor is not None:
         metrics["donor"] = donor.key
@@ -262,11 +240,6 @@ def _chunk_records(
     donor_of: dict,
     settings: dict,
 ) -> list[dict]:
-    """One chunk's records: per prompt, the clean row and each condition's, unless done.
-
-    ``rows`` pairs a condition with its scores over every sequence of the chunk; ``owners``
-    gives each sequence's prompt index in ``chunk``.
-    """
     owner_of = np.array(owners)
     shared: dict[str, Any] = {"ablation": settings["ablation"], "scan": settings}
     out = []
@@ -282,7 +255,6 @@ def _chunk_records(
 
 
 def _bsi_pass(run: ModelRun, items: list[PromptRecord], batch_size: int) -> None:
-    """Each prompt's clean BSI record, for the BSI-effect correlation of a head scan."""
     model = run.model
 
     def bsi_work(chunk: list[PromptRecord]) -> list[dict]:
@@ -301,7 +273,6 @@ def _bsi_pass(run: ModelRun, items: list[PromptRecord], batch_size: int) -> None
 def _write_classes(
     folder: Path, model: LanguageModel, items: list[PromptRecord], seed: int, batch_size: int
 ) -> None:
-    """Store each head's primary taxonomy class for this model in ``classes.json``."""
     path = folder / CLASSES_FILE
     found = json.loads(path.read_text("utf-8")) if path.is_file() else {}
     label = model_label(model)
@@ -344,9 +315,7 @@ def _model_lines(label: str, m: dict, top: int) -> list[str]:
     return out + per_head_tests.matched_lines(m.get("binding_top_vs_matched"))
 
 
-def text(s: dict, *, top: int = 5) -> list[str]:
-    """The scan summary as terminal lines: the top heads per model and metric."""
-    return per_head_tests.summary_lines(s, title="Head scan", model_lines=_model_lines, top=top)
+text = functools.partial(per_head_tests.summary_lines, title="Head scan", model_lines=_model_lines)
 
 
 CONDITIONS = RecordKind(EXPERIMENT, prefixes=("L",), metrics=_metrics_of)

@@ -1,7 +1,4 @@
-"""The head scan's summary: effect maps with CIs and adjusted p, and the top conditions.
-
-Also the BSI-vs-effect correlation, and the EB* top set against class-matched random head sets.
-"""
+"""The head scan's summary: effect maps, top conditions, BSI correlation, matched sets."""
 
 from __future__ import annotations
 
@@ -22,16 +19,7 @@ METRICS = ("logprob", "accuracy")
 def matched_comparison(
     effect: list[list], bsi: np.ndarray, primary: list[list[str]], *, k: int, n: int, seed: int
 ) -> dict:
-    """The EB* top-``k`` heads' mean effect against ``n`` class-matched random head sets.
-
-    ``effect`` is the ``[L][H]`` mean effect per head (None where not measured), ``bsi`` the
-    ``[L, H]`` mean BSI that ranks the top set, ``primary`` every head's primary class
-    (binding left out).
-
-    Returns:
-        The top set, its classes and mean effect, each random set's mean effect, and the rank
-        p-value ``(1 + #{random >= top}) / (n + 1)`` (it cannot go below ``1 / (n + 1)``).
-    """
+    """The EB* top-``k`` heads' mean effect against ``n`` class-matched random head sets."""
     values = np.array([[np.nan if v is None else v for v in row] for row in effect])
     top = rank_heads(bsi, k)[0]
     sets = draw_class_matched_sets(primary, top, n=n, seed=seed)
@@ -58,31 +46,19 @@ def summarize_scan(
     top: int = 10,
     classes: dict | None = None,
 ) -> dict:
-    """Effect maps with CIs and adjusted p per model, top conditions, BSI correlation.
-
-    ``n_resamples`` (bootstrap and permutation) defaults per model to
-    ``per_head_tests.default_resamples`` of its number of conditions; each model's entry holds
-    the number used.
-
-    With ``classes`` (``{label: [L][H] primary class}``, from ``classes.json``) and a run
-    made with ``matched_classes``, each model also gets ``binding_top_vs_matched``.
-    """
+    """Effect maps with CIs and adjusted p per model, top conditions, BSI correlation."""
     evaluated = [r for r in records if r["experiment"] == EXPERIMENT]
     if not evaluated:
         return {"experiment": EXPERIMENT, "models": {}}
     settings = evaluated[0]["scan"]
-    groups = by_model(evaluated)
-    bsi = [r for r in records if r["experiment"] == BSI]
-    estimates = [r for r in records if r["experiment"] == attribution_method.ESTIMATE]
-    models = {
-        label: _summarize_model(group, bsi, settings, correction, n_resamples, top, estimates)
-        for label, group in groups.items()
-    }
-    for label, entry in models.items():
+    bsi, estimates = by_model(records, BSI), by_model(records, attribution_method.ESTIMATE)
+    models, found = {}, []
+    for label, group in by_model(evaluated).items():
+        mine = {"bsi": bsi.get(label, []), "estimates": estimates.get(label, [])}
+        entry = _summarize_model(group, settings, correction, n_resamples, top, **mine)
         _add_matched(entry, settings, (classes or {}).get(label))
-    found = []
-    for label, entry in models.items():
-        found += scan_limits(label, entry, correction=correction)
+        found += _scan_limits(label, entry, correction=correction)
+        models[label] = entry
     return {
         "experiment": EXPERIMENT,
         "limits": found,
@@ -99,7 +75,6 @@ def summarize_scan(
 
 
 def _add_matched(entry: dict, settings: dict, primary: list | None) -> None:
-    """``binding_top_vs_matched`` for a run with ``matched_classes`` and known classes."""
     mean_bsi = entry.pop("_mean_bsi", None)
     if not (settings.get("matched_classes") and primary and mean_bsi is not None):
         return
@@ -113,12 +88,7 @@ def _add_matched(entry: dict, settings: dict, primary: list | None) -> None:
         entry["binding_top_vs_matched"] = {"skipped": str(exc)}
 
 
-def scan_limits(label: str, entry: dict, *, correction: str) -> list[dict]:
-    """What one model's scan cannot say, as ``limits`` entries.
-
-    Too few prompts for a test, or for one head to pass the correction; an accuracy
-    baseline at the floor or the ceiling; too few class-matched random sets.
-    """
+def _scan_limits(label: str, entry: dict, *, correction: str) -> list[dict]:
     found = [limits.small_group(label, "the scanned prompts", entry["n_prompts"], "a test")]
     for metric, m in entry["metrics"].items():
         n_tests = entry.get("n_tests") or sum(v is not None for row in m["effect"] for v in row)
@@ -149,7 +119,6 @@ def scan_limits(label: str, entry: dict, *, correction: str) -> list[dict]:
 def _unusable(
     present: list[str], rows: list[tuple[str, dict]], keys: dict, field: str
 ) -> list[tuple[str, str]]:
-    """(prompt, record key) of every record whose ``field`` is null or not finite."""
     return [
         (p, keys[condition, p])
         for p in present
@@ -158,19 +127,7 @@ def _unusable(
     ]
 
 
-def _measured_bsi(first: dict, bsi_records: list[dict]) -> dict[str, list]:
-    """The BSI map of each prompt with an EB*, on the first record's model."""
-    return {
-        r["prompt_key"]: r["metrics"]["bsi"]
-        for r in bsi_records
-        if r["model"] == first["model"]
-        and r["revision"] == first["revision"]
-        and r["metrics"].get("eb_star") is not None
-    }
-
-
 def _tables(group: list[dict]) -> tuple[dict[str, dict[str, dict]], dict[str, list], dict]:
-    """Metrics by condition and prompt, each condition's head, and each record's key."""
     table: dict[str, dict[str, dict]] = {}  # condition -> prompt -> metrics
     heads: dict[str, list] = {}
     keys: dict[tuple[str, str], str] = {}  # (condition, prompt) -> record key
@@ -185,14 +142,13 @@ def _tables(group: list[dict]) -> tuple[dict[str, dict[str, dict]], dict[str, li
 
 def _summarize_model(
     group: list[dict],
-    bsi_records: list[dict],
     settings: dict,
     correction: str,
     n_resamples: int | None,
     top: int,
-    estimates: list[dict] | tuple = (),
+    bsi: list[dict],
+    estimates: list[dict],
 ) -> dict:
-    """One model's summary entry: its maps per metric, estimates and BSI correlation."""
     first = group[0]
     seed = settings["seed"]
     n_layers, n_heads = first["provenance"]["n_layers"], first["provenance"]["n_heads"]
@@ -222,48 +178,38 @@ def _summarize_model(
         shown = len(cells) if attribution else top
         entry["metrics"][metric] = _metric_summary(base, cells, heads, (n_layers, width), shown)
     if attribution:  # the estimate map and its agreement with the verified heads
-        _add_estimate_map(entry, first, estimates, complete)
+        attribution_method.add_estimates(entry, estimates, complete)
     if settings["unit"] == "head" and "logprob" in entry["metrics"]:
         usable = {p: clean[p] for p in clean if p not in _left_out(entry, "logprob")}
         if attribution:  # every head's estimate: the exact effects cover the verified only
-            effects = _estimated_effects(first, estimates, n_layers, n_heads)
+            effects = _estimated_effects(estimates, n_layers, n_heads)
         else:
             effects = _exact_effects(table, usable, names, heads)
-        _add_bsi_correlation(entry, _measured_bsi(first, bsi_records), effects, usable, seed)
+        _add_bsi_correlation(entry, bsi, effects, usable, seed)
     if not entry["unusable"]:
         del entry["unusable"]
     return entry
 
 
-def _add_estimate_map(
-    entry: dict, first: dict, estimates: list[dict] | tuple, complete: list[str]
-) -> None:
-    """``--method attribution``: the model's estimate map beside its verified heads."""
-    same = (first["model"], first["revision"])
-    mine = [r for r in estimates if (r["model"], r["revision"]) == same]
-    attribution_method.add_estimates(entry, mine, complete)
-
-
 def _paired(
     clean: dict, table: dict, names: list[str], prompts: list[str], field: str
 ) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]:
-    """The clean values of ``field`` over ``prompts``, and per condition (clean, ablated)."""
     base = np.array([clean[p][field] for p in prompts], dtype=float)
     ablated = {n: np.array([table[n][p][field] for p in prompts], dtype=float) for n in names}
     return base, {n: (base, values) for n, values in ablated.items()}
 
 
 def _add_bsi_correlation(
-    entry: dict, bsi: dict[str, list], effects: Effects, usable: dict, seed: int
+    entry: dict, records: list[dict], effects: Effects, usable: dict, seed: int
 ) -> None:
-    """``bsi_vs_effect``, and the mean BSI map the class-matched comparison reads."""
+    ok = [r for r in records if r["metrics"].get("eb_star") is not None]
+    bsi = {r["prompt_key"]: r["metrics"]["bsi"] for r in ok}
     entry["bsi_vs_effect"] = _bsi_correlation(bsi, effects, usable, seed)
     if bsi:
         entry["_mean_bsi"] = np.nanmean(np.array(list(bsi.values()), dtype=float), 0)
 
 
 def _entry(first: dict, n_resamples: int, n_prompts: int) -> dict:
-    """A model's summary entry before its metrics, from its first record."""
     provenance = first["provenance"]
     return {
         "model": first["model"],
@@ -286,11 +232,6 @@ def _metric_prompts(
     keys: dict[tuple[str, str], str],
     field: str,
 ) -> tuple[list[str], dict | None]:
-    """The prompts scored on ``field``, and those left out with their record keys (or None).
-
-    A prompt without the field is not scored on it (no choices: no accuracy); one with a
-    null or non-finite value in any record is left out and its keys listed.
-    """
     present = [p for p in complete if field in clean[p]]
     rows = [("clean", clean), *((n, table[n]) for n in names)]
     bad = _unusable(present, rows, keys, field)
@@ -308,7 +249,6 @@ def _metric_summary(
     shape: tuple[int, int],
     top: int,
 ) -> dict:
-    """One metric's ``[L, width]`` maps and its ``top`` cells, from its clean values and cells."""
     maps = {"effect": "value", "low": "low", "high": "high", "p": "p", "p_adjusted": "p_adjusted"}
     return {
         "clean_mean": float(base.mean()),
@@ -323,7 +263,6 @@ def _metric_summary(
 
 
 def _left_out(entry: dict, metric: str) -> set[str]:
-    """Prompt keys left out of ``metric`` for a null or non-finite value."""
     return set(entry["unusable"].get(metric, {}).get("prompts", []))
 
 
@@ -332,7 +271,6 @@ Effects = tuple[list[list[int]], dict[str, list[float]], str]
 
 
 def _exact_effects(table: dict, clean: dict, names: list[str], heads: dict[str, list]) -> Effects:
-    """Each prompt's exact log-prob drop on every scanned head (prompts with all of them)."""
     order = [list(heads[n]) for n in names]
     found = {
         p: [clean[p]["logprob"] - table[n][p]["logprob"] for n in names]
@@ -342,27 +280,16 @@ def _exact_effects(table: dict, clean: dict, names: list[str], heads: dict[str, 
     return order, found, "exact"
 
 
-def _estimated_effects(
-    first: dict, estimates: list[dict] | tuple, n_layers: int, n_heads: int
-) -> Effects:
-    """Each prompt's estimated drop on every head (``scan --method attribution``)."""
+def _estimated_effects(estimates: list[dict], n_layers: int, n_heads: int) -> Effects:
     order = [[layer, head] for layer in range(n_layers) for head in range(n_heads)]
     found = {
         r["prompt_key"]: [r["metrics"]["estimate"][layer][head] for layer, head in order]
         for r in estimates
-        if (r["model"], r["revision"]) == (first["model"], first["revision"])
     }
     return order, found, "attribution estimate"
 
 
 def _bsi_correlation(bsi: dict, effects: Effects, clean: dict, seed: int) -> dict | None:
-    """Spearman of the mean-BSI map with the effect map over prompts with both.
-
-    ``effects`` says which heads and which effect: the exact scan's (every scanned head) or,
-    for the attribution scan, every head's estimate (its exact effects cover only the
-    verified heads, too few and chosen by the estimate). The result names it (``effect``)
-    and its ``n_cells``.
-    """
     order, per_prompt, kind = effects
     prompts = sorted(p for p in clean if p in bsi and p in per_prompt)
     if len(prompts) < 2:

@@ -30,6 +30,7 @@ from bindscope.experiments.kit.revisions import (
     resolve_revisions,
 )
 from bindscope.experiments.kit.summary import (
+    by_name,
     folder_summary,
     mean_estimate,
     per_model_text,
@@ -57,7 +58,10 @@ SERIES = ("eb_star", "behaviour")
 
 @dataclass(frozen=True)
 class SweepOptions(TaxonomyOptions):
-    """The options of ``bindscope sweep`` (the taxonomy's apply with ``heads``)."""
+    """The options of ``bindscope sweep`` (the taxonomy's apply with ``heads``).
+
+    ``loader(model, revision=..., **load_options)`` defaults to ``bindscope.load_model``.
+    """
 
     revisions: str | Sequence[str] = option(
         (),
@@ -80,24 +84,13 @@ class SweepOptions(TaxonomyOptions):
 
 
 def run(model: str, revisions: str | Sequence[str] | None = None, **keywords: Any) -> dict:
-    """EB* and behaviour per prompt for each revision of ``model``; then the summary.
-
-    ``revisions`` may come first; ``keywords`` are ``Experiment.run``'s and ``SweepOptions``'
-    (its settings: ``rubric``, default the package rubric; ``loader(model, revision=...,
-    **load_options) -> Model``, default ``bindscope.load_model``; ``load_options``: dtype,
-    device, remote ...).
-
-    Raises:
-        InputError: The loader returned another revision than the one asked for (a revision
-            is applied or refused, never only written down).
-    """
+    """EB* and behaviour per prompt for each revision of ``model``; then the summary."""
     if revisions is not None:
         keywords["revisions"] = revisions
     return DEFINITION.run(model, **keywords)
 
 
 def _plan(models: list[str], opts: SweepOptions, common: Common) -> Plan:
-    """A `LazyModel` per revision: each finished (and on disk) before the next is loaded."""
     loader = opts.loader or load_model
     revisions = resolve_revisions(opts.revisions)
     pset = prompt_set(opts.prompts)
@@ -154,29 +147,17 @@ def _run_revision(run: ModelRun, pset: PromptSet, rubric: dict, sizes: tuple[int
 def summarize_sweep(
     records: list[dict], *, seed: int | None = None, split: int | None = None
 ) -> dict:
-    """Per model: per-revision means with CIs over terms, lead-lag and decoupling.
-
-    ``seed`` defaults to the one the records were made with.
-    """
+    """Per model: per-revision means with CIs over terms, lead-lag and decoupling."""
     models: dict[str, dict] = {}
-    by_model: dict[str, list[dict]] = {}
-    for r in records:
-        if r["experiment"] == EXPERIMENT:
-            by_model.setdefault(r["model"], []).append(r)
     found: list[dict] = []
-    for name, group in by_model.items():
+    for name, group in by_name(records, EXPERIMENT).items():
         used = (group[0]["provenance"].get("seed") or 0) if seed is None else seed
         models[name] = _summarize_model(group, checkpoint_order(group), used, split)
-        found += sweep_limits(name, group, models[name])
+        found += _sweep_limits(name, group, models[name])
     return {"experiment": EXPERIMENT, "models": models, "limits": found}
 
 
-def sweep_limits(name: str, group: list[dict], entry: dict) -> list[dict]:
-    """What one model's sweep cannot say, as ``limits`` entries.
-
-    Prompts and terms left out, tests that cannot run or cannot reject, and the last
-    checkpoint's behaviour at the floor or the ceiling.
-    """
+def _sweep_limits(name: str, group: list[dict], entry: dict) -> list[dict]:
     last = entry["revisions"][-1]
     prompts = [r for r in group if r["revision"] == last]
     found = [limits.excluded(name, skipped_reasons(prompts), "EB* (every checkpoint)")]
@@ -195,7 +176,6 @@ def sweep_limits(name: str, group: list[dict], entry: dict) -> list[dict]:
 
 
 def _term_series(group: list[dict], revisions: list[str]) -> dict[str, dict]:
-    """Per term, each field's mean over its prompts at each revision (NaN where none)."""
     cells: dict[str, dict[tuple[str, str], list[float]]] = {}
     for r in group:
         for field in SERIES:
@@ -230,12 +210,7 @@ def _summarize_model(group: list[dict], revisions: list[str], seed: int, split: 
 
 
 def leadlag(series: dict[str, dict], *, seed: int = 0) -> dict:
-    """C1-B: per term, does EB* lead behaviour (forward lag-1 correlation above backward)?
-
-    Pearson and Spearman are both reported. A term enters a method's count only where its
-    lead difference is defined; the others are listed in ``excluded`` with the reason, so the
-    "k of n terms lead" fraction and the binomial test share one ``n``.
-    """
+    """C1-B: per term, does EB* lead behaviour (forward lag-1 correlation above backward)?"""
     T = len(next(iter(series.values()))["eb_star"]) if series else 0
     if T < 4:
         return {"skipped": f"needs 4+ revisions with every term measured, got {T}"}

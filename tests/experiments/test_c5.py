@@ -297,6 +297,21 @@ def test_typed_options_run_as_the_keywords_do(tiny_llama, tiny_prompts, tmp_path
         c5.run(tiny_llama, c5.C5Options(**given), out=tmp_path / "c", k=3)
 
 
+def test_every_experiment_takes_its_options_typed(tiny_llama, tiny_prompts, tmp_path):
+    """``Experiment.run`` takes typed options for every study, not C5's alone."""
+    from bindscope.errors import InputError
+    from bindscope.experiments import binding
+
+    options = binding.BindingOptions(prompts=tiny_prompts)
+    typed = binding.run(tiny_llama, options, out=tmp_path / "a", progress=False)
+    keywords = binding.run(tiny_llama, out=tmp_path / "b", progress=False, prompts=tiny_prompts)
+    strip = lambda s: json.loads(json.dumps(s))  # noqa: E731
+    assert strip(typed) == strip(keywords)
+    with pytest.raises(InputError, match="run takes BindingOptions as its second argument"):
+        binding.run(tiny_llama, c5.C5Options(), out=tmp_path / "c")
+    assert not (tmp_path / "c").exists()
+
+
 def test_a_layer_matched_null_the_top_set_forbids_is_a_stated_limit(
     monkeypatch, tiny_llama, tiny_c5
 ):

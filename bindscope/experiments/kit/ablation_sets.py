@@ -35,10 +35,7 @@ def conditions_of(model: LanguageModel, unit: str) -> dict[str, list[list[int]]]
 
 
 def check_limit(limit: object) -> None:
-    """Refuse a ``limit`` that is neither None nor a positive integer (raises ``InputError``).
-
-    A slice would take ``limit=-1`` as "all but the last" and ``limit=0`` as nothing.
-    """
+    """Refuse a ``limit`` that is neither None nor a positive integer (raises ``InputError``)."""
     if limit is None:
         return
     if isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 1:
@@ -49,7 +46,6 @@ def check_limit(limit: object) -> None:
 
 
 def _pool(n_layers: int, n_heads: int, top: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
-    """Every head outside ``top``, by layer then head."""
     excluded = {(int(layer), int(head)) for layer, head in top}
     return [(l, h) for l in range(n_layers) for h in range(n_heads) if (l, h) not in excluded]  # noqa: E741
 
@@ -57,11 +53,7 @@ def _pool(n_layers: int, n_heads: int, top: Sequence[Sequence[int]]) -> list[tup
 def random_set_support(
     n_layers: int, n_heads: int, top: list[list[int]], *, k: int, matched_layers: bool = False
 ) -> int:
-    """How many distinct sets ``draw_random_sets`` can draw.
-
-    C(heads outside, k), or with ``matched_layers`` the product over the top set's layers
-    of C(heads outside the top set there, top heads there).
-    """
+    """How many distinct sets ``draw_random_sets`` can draw."""
     pool = _pool(n_layers, n_heads, top)
     if not matched_layers:
         return math.comb(len(pool), k)
@@ -79,12 +71,7 @@ def draw_random_sets(
     seed: int,
     matched_layers: bool = False,
 ) -> list[list[list[int]]]:
-    """N distinct random k-head sets from the heads outside ``top``, reproducible from ``seed``.
-
-    With ``matched_layers`` each set has one head in the layer of each top head. Where fewer
-    than ``n`` distinct sets exist (``random_set_support``) each is used once, in an order
-    drawn with ``seed``: a null cannot claim more resolution than its support.
-    """
+    """N distinct random k-head sets from the heads outside ``top``, reproducible from ``seed``."""
     rng = np.random.default_rng(seed)
     pool = _pool(n_layers, n_heads, top)
     if len(pool) < k:
@@ -118,10 +105,6 @@ def draw_random_sets(
 
 
 def _distinct(draw: Callable[[], list[list[int]]], n: int) -> list[list[list[int]]]:
-    """``n`` sets from ``draw``, each set once (a repeat is drawn again).
-
-    The caller knows that more than ``n`` distinct sets exist.
-    """
     sets: list[list[list[int]]] = []
     seen: set[tuple] = set()
     while len(sets) < n:
@@ -134,10 +117,7 @@ def _distinct(draw: Callable[[], list[list[int]]], n: int) -> list[list[list[int
 
 
 def class_counts(means: dict, top: list[list[int]], closeness: list[dict]) -> dict:
-    """The class-matched null's note: top heads' classes, and class sizes in and outside.
-
-    Each top head's class (default thresholds) goes beside its match's ``closeness``.
-    """
+    """The class-matched null's note: top heads' classes, and class sizes in and outside."""
     primary = taxonomy.classify(means)["primary"]
     inside = {(l, h) for l, h in top}  # noqa: E741
     for entry in closeness:
@@ -162,23 +142,7 @@ def draw_score_matched_sets(
     seed: int,
     neighbours: int,
 ) -> tuple[list[list[list[int]]], list[dict]]:
-    """``n`` head sets matched to ``top`` on graded taxonomy scores, and how close they are.
-
-    Each top head is matched by one of its ``neighbours`` nearest heads outside ``top``
-    (Euclidean distance over ``MATCH_SCORES``, each a mean attention fraction in [0, 1];
-    ties by layer, then head), drawn without repeats within a set, so a set always exists
-    when ``neighbours >= len(top)``. Unlike a class threshold this never runs dry: when a
-    class has few heads outside the top set, the nearest heads of the next class stand in,
-    and the returned closeness says how far they are. ``scores`` holds every ``MATCH_SCORES``
-    entry as ``[L, H]``. The sets are distinct, and a longer draw extends a shorter one (same
-    seed, same first sets); where fewer than ``n`` distinct sets exist, each comes once in a
-    seeded order.
-
-    Returns:
-        The sets, and per top head ``{"head", "scores", "distance", "typical"}``: the mean
-        distance to its candidates, and the median distance to every head outside ``top``
-        (what an unmatched draw would give).
-    """
+    """``n`` head sets matched to ``top`` on graded taxonomy scores, and how close they are."""
     grid = np.stack([np.asarray(scores[name], dtype=float) for name in MATCH_SCORES], -1)
     pool = _outside(grid.shape[0], grid.shape[1], top, neighbours)
     points = np.array([grid[l, h] for l, h in pool])  # noqa: E741
@@ -201,9 +165,7 @@ def draw_score_matched_sets(
 def _outside(
     n_layers: int, n_heads: int, top: Sequence[Sequence[int]], neighbours: int
 ) -> list[tuple[int, int]]:
-    """The heads outside ``top``, refused when fewer than a score-matched null needs."""
-    excluded = {(int(layer), int(head)) for layer, head in top}
-    pool = [(l, h) for l in range(n_layers) for h in range(n_heads) if (l, h) not in excluded]  # noqa: E741
+    pool = _pool(n_layers, n_heads, top)
     if len(pool) < neighbours or neighbours < len(top):
         raise InputError(
             f"a score-matched null needs {max(neighbours, len(top))} heads outside the top set "
@@ -216,11 +178,9 @@ def _outside(
 ENUMERATION_CAP = 20_000
 
 
-def candidate_sets(candidates: Sequence[Sequence[tuple[int, int]]]) -> list[list[list[int]]] | None:
-    """Every distinct set with one candidate per top head and no head twice, sorted.
-
-    None where there are more than ``ENUMERATION_CAP`` (the support is then large).
-    """
+def _candidate_sets(
+    candidates: Sequence[Sequence[tuple[int, int]]],
+) -> list[list[list[int]]] | None:
     partial: set[tuple] = {()}
     for options in candidates:
         partial = {
@@ -235,13 +195,8 @@ def candidate_sets(candidates: Sequence[Sequence[tuple[int, int]]]) -> list[list
 def _draw_from_candidates(
     candidates: list[list[tuple[int, int]]], n: int, seed: int, *, enumerate_all: bool = True
 ) -> list[list[list[int]]]:
-    """``n`` distinct sets, each with one candidate per top head and no head twice.
-
-    Every possible set once, in a seeded order, where there are no more than ``n`` (looked
-    for unless ``enumerate_all`` is False: the caller knows there are more).
-    """
     rng = np.random.default_rng(seed)
-    every = candidate_sets(candidates) if enumerate_all else None
+    every = _candidate_sets(candidates) if enumerate_all else None
     if every is not None and len(every) <= n:
         return [every[i] for i in rng.permutation(len(every))]
 
@@ -256,15 +211,7 @@ def _draw_from_candidates(
 
 
 def check_k(model: LanguageModel, *, k: int, matched_classes: bool = False) -> None:
-    """Refuse a head-set size the model cannot supply, before any work.
-
-    The top set has k heads and every random set k more from outside it, so 2k heads must
-    exist (the bottom set is drawn from all heads); a class-matched null draws each top
-    head's match from its 2k nearest heads outside the top set, so 3k.
-
-    Raises:
-        InputError: k is above heads/2 (heads/3 with a class-matched null).
-    """
+    """Refuse a head-set size the model cannot supply, before any work."""
     total = model.n_layers * model.n_heads
     if 2 * k > total:
         raise InputError(
@@ -283,7 +230,6 @@ def check_k(model: LanguageModel, *, k: int, matched_classes: bool = False) -> N
 __all__ = [
     "MATCH_SCORES",
     "as_pairs",
-    "candidate_sets",
     "check_k",
     "check_limit",
     "class_counts",

@@ -49,21 +49,15 @@ class AttributionOptions(HeadTestOptions):
     def check(self) -> None:
         """The per-head tests' options, then the method with its ``verify``."""
         super().check()
-        check_options(self.method, self.verify, self.unit)
+        _check_options(self.method, self.verify, self.unit)
 
     def method_settings(self) -> dict[str, Any]:
         """What ``settings.json`` records: the method and, under attribution, ``verify``."""
-        verify = check_options(self.method, self.verify, self.unit)
+        verify = _check_options(self.method, self.verify, self.unit)
         return {"method": self.method} | ({} if verify is None else {"verify": verify})
 
 
-def check_options(method: str, verify: int | None, unit: str) -> int | None:
-    """The number of heads to verify (None for the exact scan); refuses what does not fit.
-
-    Raises:
-        InputError: An unknown method, ``verify`` with the exact scan or below 1, or the
-            attribution method on layers (it estimates heads).
-    """
+def _check_options(method: str, verify: int | None, unit: str) -> int | None:
     check_choice("method", method, METHODS)
     if method == "exact":
         if verify is not None:
@@ -88,10 +82,6 @@ def scored(model: LanguageModel, record: PromptRecord) -> tuple[list[ScoredSeque
 
 
 def _spec(model: LanguageModel, settings: dict, means: Any, text: list[int], donor: Any) -> Spec:
-    """The intervention the estimate linearises: the scan's ablation on every head.
-
-    A resample donor is aligned from the end, as the exact scan aligns it.
-    """
     heads = tuple(all_heads(model))
     if settings["ablation"] == "mean":
         return Mean(heads, means)
@@ -101,8 +91,7 @@ def _spec(model: LanguageModel, settings: dict, means: Any, text: list[int], don
     return Zero(heads)
 
 
-#: One item as attribution patching runs it: its text (ids or a string), its metric and
-#: the intervention on every head whose per-head effect is estimated.
+#: One item as attribution patching runs it: its text, its metric, the spec on every head.
 Row = tuple[Any, Metric, Spec]
 
 
@@ -116,14 +105,7 @@ def estimate_heads(
     verify: int,
     batch_size: int,
 ) -> list[str]:
-    """Write one ``estimate`` record per item; return the ``verify`` heads to measure exactly.
-
-    The shared half of ``scan --method attribution`` and ``patch --method attribution``: each
-    item (anything with a ``key``) is laid out by ``rows``, every head's effect estimated in
-    batches (`attribution_scores`), and ``fields(item, metric value, change [L, H])`` makes its
-    record. Returns the condition names (``L<layer>.H<head>``) of the ``verify`` heads with the
-    largest mean |estimate| over ``items``, read back from the records.
-    """
+    """Write one ``estimate`` record per item; return the ``verify`` heads to measure exactly."""
     model = run.model
 
     def work(chunk: list[Any]) -> list[dict]:
@@ -159,13 +141,7 @@ def estimate_scan(
     donor_of: dict[str, PromptRecord],
     batch_size: int,
 ) -> list[str]:
-    """The scan's estimates: one ``scan-estimate`` record per prompt (`estimate_heads`).
-
-    The metric is the scan's log-prob (the correct choice's, or the target's, mean
-    log-probability per token, as ``scored`` lays the prompt out); the estimate is of
-    ``clean - ablated`` (positive: the ablation hurts), as the scan's effects are.
-    Returns the condition names of the heads to verify.
-    """
+    """The scan's estimates: one ``scan-estimate`` record per prompt (`estimate_heads`)."""
     model = run.model
 
     def rows(rec: PromptRecord) -> Row:
@@ -193,11 +169,7 @@ def estimate_scan(
 
 
 def _groups(texts: list, specs: list) -> list[list[int]]:
-    """Rows split so that no ``Resample`` donor is another row's text in the same call.
-
-    ``Resample`` draws a donor for every text of a call from its reference and refuses a
-    text equal to all of it, even in another row's ``per_row`` entry.
-    """
+    # Resample refuses a text equal to its reference, even in another row of the same call
     groups: list[list[int]] = []
     for i, spec in enumerate(specs):
         donor = list(spec.reference[0]) if getattr(spec, "reference", None) else None
@@ -216,7 +188,6 @@ def _groups(texts: list, specs: list) -> list[list[int]]:
 def _select(
     model: LanguageModel, items: Sequence[Any], path: Path, verify: int, experiment: str
 ) -> list[str]:
-    """Condition names of the ``verify`` heads with the largest mean |estimate|."""
     keys = {item.key for item in items}
     records = model_records(path, experiment, model)
     maps = [r["metrics"]["estimate"] for r in records if r["prompt_key"] in keys]
@@ -226,11 +197,7 @@ def _select(
 
 
 def add_estimates(entry: dict, estimates: list[dict], prompts: list[str]) -> None:
-    """Add the estimate map and the agreement on the verified heads to a model's entry.
-
-    ``metrics.logprob`` gains ``estimate`` ([L][H] mean estimated effect over ``prompts``)
-    and ``agreement``; each ``top`` cell gains its ``estimate``.
-    """
+    """Add the estimate map and the agreement on the verified heads to a model's entry."""
     block = entry["metrics"].get("logprob")
     by_prompt = {r["prompt_key"]: r["metrics"]["estimate"] for r in estimates}
     used = [p for p in prompts if p in by_prompt]
@@ -242,11 +209,7 @@ def add_estimates(entry: dict, estimates: list[dict], prompts: list[str]) -> Non
 
 
 def add_estimate(block: dict, maps: list, count: str) -> None:
-    """The mean of the items' estimate ``maps`` ([L][H]) in ``block``, beside its ``top`` cells.
-
-    ``block`` gains ``estimate``, ``count`` (the items averaged) and ``agreement``; each
-    ``top`` cell gains its ``estimate``.
-    """
+    """The mean of the items' estimate ``maps`` ([L][H]) in ``block``, beside its ``top`` cells."""
     mean = np.mean(np.array(maps, dtype=float), 0)  # [L, H]
     block["estimate"] = mean.tolist()
     block[count] = len(maps)
@@ -282,7 +245,6 @@ __all__ = [
     "add_estimate",
     "add_estimates",
     "agreement",
-    "check_options",
     "estimate_heads",
     "estimate_scan",
     "scored",

@@ -13,8 +13,7 @@ from bindscope.results.labels import model_label
 from bindscope.results.settings import SETTINGS_FILE, model_settings, read_settings, versions
 from bindscope.runners.binding import binding
 
-#: The folder and records of the binding study, which C5, the controls and the taxonomy
-#: reuse; one name, kept here so that none of them names the study.
+#: The binding study's folder and records, reused by C5, the controls and the taxonomy.
 BINDING = "binding"
 
 #: Where reused binding results come from, relative to the results folder.
@@ -22,13 +21,7 @@ BINDING_FROM = f"{BINDING}/records.jsonl"
 
 
 def stored_binding(model: LanguageModel, out: str | Path, pset: PromptSet) -> dict[str, dict]:
-    """The binding metrics ``OUT/binding`` already holds for ``pset`` on ``model``.
-
-    Binding results are computed once per results folder: they are reused when the binding
-    run used the same prompt set (content hash), model, revision and BOS policy and dtype
-    (its ``settings.json``), under the same code versions. Returns ``{prompt key: metrics}``,
-    empty when nothing matches.
-    """
+    """The binding metrics ``OUT/binding`` already holds for ``pset`` on ``model``."""
     folder = Path(out) / BINDING
     records, settings = folder / "records.jsonl", folder / SETTINGS_FILE
     if not (records.is_file() and settings.is_file()):
@@ -52,12 +45,7 @@ def reuse_or_bind(
     fresh: Callable[[PromptRecord], bool] = lambda record: False,
     on_missing: str = "skip",
 ) -> list[tuple[PromptRecord, dict, dict | None]]:
-    """Each prompt of ``chunk`` with its binding metrics and their provenance.
-
-    A prompt in ``stored`` (``stored_binding``), unless ``fresh``, is reused: its provenance
-    is the run's with ``binding_from``. The others are computed (``binding``), their
-    provenance None: the run's own.
-    """
+    """Each prompt of ``chunk`` with its binding metrics and their provenance."""
     found = stored or {}
     todo = [r for r in chunk if fresh(r) or r.key not in found]
     results = binding(run.model, todo, batch_size=batch_size, on_missing=on_missing)

@@ -16,11 +16,7 @@ def prompt_set(prompts: str | Path | PromptSet) -> PromptSet:
 
 
 def batch_order(model: LanguageModel, records: Iterable[PromptRecord]) -> list[PromptRecord]:
-    """Records by task, choice count and token length (then key).
-
-    Chunks of items in this order fill whole batches of one kind (recognition scores
-    4-choice and True/False items apart), and each batch carries little padding.
-    """
+    """Records by task, choice count and token length (then key)."""
     return sorted(
         records,
         key=lambda r: (r.task, len(r.choices or ()), len(model.tokenize(r.template)), r.key),
@@ -28,12 +24,7 @@ def batch_order(model: LanguageModel, records: Iterable[PromptRecord]) -> list[P
 
 
 def chunk_items(batch_size: int, generation_batch_size: int, about: int) -> int:
-    """Items per written chunk: ``about``, rounded up to whole batches of both kinds.
-
-    A multiple of both batch sizes (of the larger where their least common multiple is
-    large), so that, with items ordered by task, no chunk ends in a part-filled batch except
-    where a task ends.
-    """
+    """Items per written chunk: ``about``, rounded up to whole batches of both kinds."""
     whole = math.lcm(batch_size, generation_batch_size)
     if whole > 4 * max(batch_size, generation_batch_size):
         whole = max(batch_size, generation_batch_size)
@@ -41,10 +32,7 @@ def chunk_items(batch_size: int, generation_batch_size: int, about: int) -> int:
 
 
 def spread_over_terms(items: list[PromptRecord], n: int | None) -> list[PromptRecord]:
-    """``n`` items taken in turn from each term (first of each term, then second, ...).
-
-    Terms in order of first appearance; the items keep their file order within a term.
-    """
+    """``n`` items taken in turn from each term (first of each term, then second, ...)."""
     by_term: dict[str, list] = {}
     for item in items:
         by_term.setdefault(item.term, []).append(item)

@@ -26,11 +26,7 @@ Item = TypeVar("Item")
 
 @dataclass(frozen=True)
 class Common:
-    """What every run takes besides its own options (the shared ``run`` keywords).
-
-    ``seed`` seeds what is drawn and the summary's bootstrap, and is stored in every record;
-    ``force`` starts afresh even where the folder's settings differ (else refused).
-    """
+    """What every run takes besides its own options (the shared ``run`` keywords)."""
 
     out: Path
     batch_size: int
@@ -41,11 +37,7 @@ class Common:
 
 @dataclass(frozen=True)
 class ModelRun:
-    """One model's part of an experiment run: its record keys, records and chunked writing.
-
-    ``name`` is the experiment (the records' ``experiment`` field); ``prov`` the provenance
-    stored with every record.
-    """
+    """One model's part of an experiment run: its record keys, records and chunked writing."""
 
     name: str
     model: LanguageModel
@@ -85,11 +77,7 @@ class ModelRun:
         desc: str,
         key: Callable[[Item], str] | None = None,
     ) -> int:
-        """Run ``work`` on the pending items in chunks, writing each chunk's records at once.
-
-        ``key`` (default: the item's clean key) says whether an item's records are on disk
-        already. Returns the number of items run (those not already finished on disk).
-        """
+        """Run ``work`` on the pending items in chunks, writing each chunk's records at once."""
         if chunk_size < 1:  # a negative batch size would otherwise run nothing and say nothing
             raise InputError(
                 f"batch_size must be 1 or more (it gave chunks of {chunk_size} items); pass e.g. "
@@ -122,11 +110,7 @@ def model_records(path: Path, experiment: str, model: LanguageModel) -> list[dic
 
 @dataclass(frozen=True)
 class LazyModel:
-    """A model the run loads only when its records are not all on disk, then frees.
-
-    ``name`` is its name in record keys (a Hub id); ``load`` loads it at ``revision``
-    (``revisions.load_revision``).
-    """
+    """A model the run loads only when its records are not all on disk, then frees."""
 
     name: str
     revision: str | None
@@ -135,22 +119,7 @@ class LazyModel:
 
 @dataclass(frozen=True)
 class Plan:
-    """How one run goes, as an experiment's ``plan`` lays it out.
-
-    Attributes:
-        settings: What the folder must have been made with to resume (``force`` restarts).
-        each: Writes one model's records.
-        prompt_set: The prompt set recorded in the provenance (when ``provenance`` is None).
-        provenance: A model's provenance; default the versions, the prompt set, the seed and
-            ``settings``.
-        summarize: Rebuilds the summary from the folder; default the experiment's.
-        models: The models when the plan makes them (a sweep's `LazyModel` per revision);
-            default those given to ``run``.
-        items: The ``(item, condition)`` keys each model writes: a `LazyModel` whose keys
-            are all on disk (in every folder) is not loaded.
-        also: Other experiments' folders written from the same models, ``(name, Plan)``
-            each (summarized after the run).
-    """
+    """How one run goes, as an experiment's ``plan`` lays it out."""
 
     settings: dict
     each: Callable[[ModelRun], None]
@@ -166,28 +135,8 @@ class Plan:
 class Experiment:
     """One experiment, as the command line, ``summarize``, the text view and the schema see it.
 
-    Attributes:
-        name: The module name, the folder ``OUT/<name>`` and the records' ``experiment``.
-        command: The ``bindscope`` subcommand (``patch`` runs ``patching``).
-        help: The subcommand's line in ``bindscope --help``.
-        options: The options dataclass; its ``option`` fields are the subcommand's own flags.
-        summarize: Rebuilds ``OUT/<name>/summary.json`` from the records (``folder`` only).
-        text: The summary as terminal lines (limits are added by the registry).
-        records: The kinds of record it writes (its own and any helper records).
-        plan: ``plan(models, options, common) -> Plan``: what ``run`` does per model. The
-            command line also calls it with no models, before any loads, for the settings a
-            resumed folder must match: model checks belong in loops over ``models``.
-        models: ``one`` model, ``several`` (``--model`` repeatable) or ``revisions`` (run
-            takes the ``--model`` id; the plan gives a `LazyModel` per revision).
-        batch_size: The ``batch_size`` default.
-        check_terms: Whether the prompt sets' terms must be found in their templates when
-            loaded (binding's ``--on-missing skip`` skips such prompts with the reason).
-        show_records: Print the records path after the summary.
-        also: Other experiments' folders the run writes, summarized after it.
-        check_folder: ``check_folder(folder, records)`` raises ``InputError`` when a folder's
-            records cannot be read as results yet (a run stopped halfway); ``summarize``,
-            ``figures`` and ``report`` run it before reading.
-        presets: Named designs, ``--preset NAME``.
+    The command line also calls ``plan`` with no models, before any loads, for the settings a
+    resumed folder must match: model checks belong in loops over ``models``.
     """
 
     name: str
@@ -209,6 +158,8 @@ class Experiment:
     def run(
         self,
         models: Any,
+        typed: Options | None = None,
+        /,
         *,
         out: str | Path,
         batch_size: int | None = None,
@@ -217,16 +168,11 @@ class Experiment:
         progress: bool = True,
         **options: Any,
     ) -> dict:
-        """Run the experiment on ``models`` into ``OUT/<name>``; returns the summary.
+        """Run on ``models`` into ``OUT/<name>``; the options typed, as keywords or both.
 
-        ``models`` is one ``Model`` or a list (``several``), or a model id (``revisions``);
-        ``options`` are the experiment's own (its ``options`` dataclass); ``batch_size`` defaults
-        to the experiment's; ``force`` discards finished records and settings.
-
-        Raises:
-            InputError: An unknown option, a bad value, or a folder made with other settings.
+        ``run(model, C5Options(k=4), out=...)`` is ``run(model, out=..., k=4)``.
         """
-        opts = self.options.of(options)
+        opts = self.options.of(options, typed)
         batch = self.batch_size if batch_size is None else batch_size
         check_batch_size(batch, example=self.batch_size)
         common = Common(Path(out), batch, seed, force, progress)
@@ -236,7 +182,6 @@ class Experiment:
 
 
 def _finished(name: str, plan: Plan, writer: RecordWriter, model: Any) -> bool:
-    """Whether a lazy model's records of this folder are all on disk (a loaded one: never)."""
     if not isinstance(model, LazyModel) or plan.items is None:
         return False
     return all(
@@ -253,11 +198,7 @@ def run_models(
     seed: int,
     summarize: Callable[[Path], dict],
 ) -> dict:
-    """Write each model's records into ``OUT/<name>`` (and the plan's other folders).
-
-    One writer per folder; a `LazyModel` is loaded only when a folder lacks some of its
-    records, its settings checked, and freed before the next. Returns the summary.
-    """
+    """Write each model's records into ``OUT/<name>`` (and the plan's other folders)."""
     parts = ((name, plan), *plan.also)
     loaded_now = [m for m in models if not isinstance(m, LazyModel)]
     with contextlib.ExitStack() as stack:

@@ -13,7 +13,6 @@ MIN_GROUP = 2
 
 
 def _limit(kind: str, model: str, message: str, **numbers: object) -> dict:
-    """A limit of ``kind`` with its numbers and its message."""
     return {"kind": kind, "model": model, **numbers, "message": message}
 
 
@@ -32,20 +31,12 @@ def p_resolution(model: str, n_random: int, task: str | None = None) -> dict | N
 
 
 def sign_flip_floor(n_pairs: int, n_resamples: int) -> float:
-    """The smallest two-sided sign-flip permutation p over ``n_pairs`` pairs.
-
-    ``scipy.stats.permutation_test`` (paired): exact over the 2^n sign patterns when
-    ``n_resamples`` covers them, else ``(1 + hits) / (n_resamples + 1)`` per side.
-    """
+    """The smallest two-sided sign-flip permutation p over ``n_pairs`` pairs."""
     return min(1.0, 2.0 / min(2.0**n_pairs, n_resamples + 1.0))
 
 
 def resamples_for_one(n_tests: int) -> int:
-    """Resamples at which one unit alone can pass a correction over ``n_tests`` units.
-
-    A resampled two-sided sign-flip p cannot go below ``2 / (n_resamples + 1)``, and Holm
-    (or Benjamini-Hochberg for a unit that stands out alone) multiplies it by ``n_tests``.
-    """
+    """Resamples at which one unit alone can pass a correction over ``n_tests`` units."""
     return math.ceil(2 * n_tests / ALPHA)
 
 
@@ -59,12 +50,7 @@ def corrected_resolution(
     correction: str,
     items: str = "prompts",
 ) -> dict | None:
-    """Whether one unit (head, layer) alone can pass the correction over ``n_tests`` units.
-
-    Its p cannot go below ``sign_flip_floor``; Holm, and Benjamini-Hochberg for a unit that
-    stands out alone, multiply that by ``n_tests``. None when that product is within
-    ``ALPHA``. ``items`` names what was paired (prompts, or patching's pairs).
-    """
+    """Whether one unit (head, layer) alone can pass the correction over ``n_tests`` units."""
     floor = sign_flip_floor(n_pairs, n_resamples)
     if n_pairs < MIN_GROUP or floor * n_tests <= ALPHA:
         return None
@@ -105,12 +91,7 @@ def binomial_resolution(model: str, where: str, n: int) -> dict | None:
 def floor_ceiling(
     model: str, name: str, baseline: float | None, *, chance: float | None = None
 ) -> dict | None:
-    """A 0-1 ``baseline`` at the floor or the ceiling, else None.
-
-    With a ``chance`` level (e.g. 1/choices of a multiple-choice task), the floor is judged
-    on the room above chance: ``(baseline - chance) / (1 - chance)`` under ``FLOOR`` (for
-    chance 0, a baseline under ``FLOOR``).
-    """
+    """A 0-1 ``baseline`` at the floor or the ceiling, else None."""
     if baseline is None:
         return None
     level = chance or 0.0
@@ -159,11 +140,7 @@ EXPLAINED = {
 def excluded(
     model: str, reasons: dict[str, int], where: str, *, keys: list[str] | None = None
 ) -> dict | None:
-    """Prompts left out of ``where`` and why (``reasons``: reason -> count).
-
-    ``keys``: the records that made them unusable, listed in the limit (the first few also
-    in its message).
-    """
+    """Prompts left out of ``where`` and why (``reasons``: reason -> count)."""
     total = sum(reasons.values())
     if not total:
         return None
@@ -235,19 +212,13 @@ __all__ = [
 ]
 
 
-# -- C5's caveats: items clustered in terms, 0/1 scores on tiny margins, layers, sequential --
-
-#: A recognition item's choice margin (mean log-probability per choice token of the answer
-#: minus the best other choice) under this many nats is "decided by a tiny margin".
+#: A choice margin (nats per choice token) under this decides an item by a tiny margin.
 MARGIN_THRESHOLD = 0.1
 
 #: Under this many terms a bootstrap over terms resamples too few units to be trusted itself.
 FEW_TERMS = 10
-#: Under this many items a bootstrap CI over items is not a 95% interval. For normal items
-#: the percentile bootstrap's interval is about the mean +- 1.96 s sqrt((n-1)/n) / sqrt(n),
-#: which covers the mean with probability P(|t_{n-1}| < 1.96 sqrt((n-1)/n)): 0.60 at 2
-#: items (the interval is then the span of the two drops), 0.898 at 9, 0.904 at 10, the
-#: first count at which it reaches 0.90.
+#: Fewest items at which a percentile bootstrap CI covers the mean 90% of the time (normal
+#: items: P(|t_{n-1}| < 1.96 sqrt((n-1)/n)) is 0.898 at 9, 0.904 at 10).
 FEW_ITEMS = 10
 
 
@@ -266,11 +237,7 @@ def few_items(model: str, score: str, n_items: int) -> dict | None:
 def term_clustering(
     model: str, score: str, n_terms: int, n_items: int, by_terms: dict, by_items: dict
 ) -> dict:
-    """Items that share terms: the top drop's CI over terms beside the one over prompts.
-
-    The design effect is the squared ratio of the two CI widths (how much the prompts-only
-    interval understates the spread when terms, not prompts, are the sampled unit).
-    """
+    """Items that share terms: the top drop's CI over terms beside the one over prompts."""
     wide = by_terms["high"] - by_terms["low"]
     narrow = by_items["high"] - by_items["low"]
     effect = (wide / narrow) ** 2 if narrow > 0 else None

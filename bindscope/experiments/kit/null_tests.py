@@ -25,12 +25,7 @@ def null_names(conditions: Iterable[str], null: str) -> list[str]:
 def null_test(
     top_drop: float, drops: list[float], settings: dict, support: int | None = None
 ) -> dict | None:
-    """The p of the top drop against one null's drops, as the run's sampling design says.
-
-    ``fixed``: the rank p over every drop. ``sequential`` (Besag-Clifford): stop once
-    ``stop_at`` drops reach the top drop, at most ``n_random`` (or the null's ``support``,
-    its distinct sets, where fewer: each was drawn once); None while undecided.
-    """
+    """The p of the top drop against one null's drops, as the run's sampling design says."""
     if settings.get("sampling", "fixed") == "fixed":
         p = stats.rank_p_value(top_drop, drops, alternative="greater")
         hits = sum(d >= top_drop for d in drops)
@@ -41,10 +36,7 @@ def null_test(
 
 
 def null_supports(group: list[dict]) -> dict[str, dict]:
-    """Each null's support as the run noted it: ``{null: {"support", "n_sets"}}``.
-
-    Runs before the support was counted noted none: ``{}``.
-    """
+    """Each null's support as the run noted it: ``{null: {"support", "n_sets"}}``."""
     return next((r["null_support"] for r in group if r.get("null_support")), {})
 
 
@@ -61,14 +53,7 @@ TAIL_RESAMPLES = 199
 def tail_test(
     top_drop: float, drops: list[float], test: dict, seed: int, *, enumerated: bool = False
 ) -> dict:
-    """The GPD tail p beside the exact one, and which of them Holm uses (``p_used``).
-
-    Fitted only where the null ran to its end (``fixed``, or sequential ``maximum``) with
-    fewer than ``MIN_EXCEEDANCES`` sets at or above the top drop; a sequence that stopped on
-    its h exceedances keeps its exact p, and so does a null whose sets are its whole
-    support (``enumerated``: the exact p is then the permutation p, and no tail can go
-    below 1 / (support + 1)).
-    """
+    """The GPD tail p beside the exact one, and which of them Holm uses (``p_used``)."""
     if test["stopped"] == "reached" or enumerated:
         method = "enumerated" if enumerated else "exact"
         tail = stats.TailP(None, method, test["exceedances"], test["n_drawn"])
@@ -95,16 +80,7 @@ def null_sets(
     templates: list[str],
     batch_size: int,
 ) -> tuple[dict[str, list], dict]:
-    """Each null's sets in draw order, and what the top set's records note about them.
-
-    The notes: how close the class-matched null's match is (``null_match``), a
-    layer-matched null that this top set makes impossible (``nulls_not_drawn``: a layer
-    holding more top heads than heads outside them; known only once heads are ranked, so
-    it is a stated limit, not an error after the ranking's work), and each null's support
-    (``null_support``: the distinct sets it can draw; where fewer than ``n_random`` each
-    is drawn once). ``templates`` (the ranking set's) give the class-matched null's
-    taxonomy scores.
-    """
+    """Each null's sets in draw order, and what the top set's records note about them."""
     drawn: dict[str, list] = {}
     notes: dict = {}
     for null in nulls:
@@ -120,7 +96,7 @@ def null_sets(
                 model.n_layers, model.n_heads, top, k=k, n=n, seed=seed,
                 matched_layers=null == "layers",
             )  # fmt: skip
-        except InputError as exc:
+        except InputError as exc:  # known only after ranking: a stated limit, not an error
             if null != "layers":
                 raise
             notes["nulls_not_drawn"] = {null: str(exc)}
@@ -133,11 +109,6 @@ def null_sets(
 def _support(
     model: LanguageModel, top: list[list[int]], k: int, null: str, n_sets: int, n: int
 ) -> dict:
-    """A null's support: the distinct sets it can draw, and the sets drawn.
-
-    Counted for random and layer-matched sets; for class-matched ones known exactly where
-    the draw enumerated it (fewer than ``n``), else None ("more than n").
-    """
     if null == "classes":
         support = n_sets if n_sets < n else None
     else:

@@ -1,7 +1,6 @@
-"""An experiment's own options: one frozen dataclass, from which its flags are derived.
+"""An experiment's options: a frozen dataclass whose ``option`` fields are its flags.
 
-``option(...)`` fields are also command-line flags, ``setting(...)`` fields are for Python
-callers only; ``Options.check`` runs when the options are made, before any model loads.
+``setting`` fields are for Python callers only; ``check`` runs before any model loads.
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ def count(text: str) -> int:
 
 
 def _integer(text: str, least: int, below: str) -> int:
-    """``text`` as an integer of at least ``least``; else what it is (``below`` the least)."""
     try:
         value = int(text)
     except ValueError:
@@ -46,13 +44,7 @@ def _integer(text: str, least: int, below: str) -> int:
 
 @dataclass(frozen=True)
 class Flag:
-    """How one option reads on the command line (``bindscope COMMAND --name VALUE``).
-
-    ``type`` turns the text into a value, then ``convert`` into the option's value;
-    ``switch`` is a flag without a value (``store_true``); ``repeat`` collects a list;
-    ``prompts`` marks a prompt set, loaded and checked before the model loads; ``flag`` is the
-    spelling when not ``--`` and the field name with dashes.
-    """
+    """How one option reads on the command line (``bindscope COMMAND --name VALUE``)."""
 
     help: str = ""
     type: Callable[[str], Any] | None = None
@@ -96,11 +88,7 @@ def check_spread(limit: int | None, spread: bool) -> None:
 
 
 def check_whole(options: object, least: Mapping[str, int]) -> None:
-    """Refuse a field named in ``least`` that is not a whole number of at least its value.
-
-    Raises:
-        InputError: The field, its flag and the least value it takes.
-    """
+    """Refuse a field named in ``least`` that is not a whole number of at least its value."""
     for name, at_least in least.items():
         value = getattr(options, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < at_least:
@@ -116,11 +104,7 @@ def check_choice(name: str, value: object, choices: Sequence[str]) -> None:
 
 @dataclass(frozen=True)
 class Preset:
-    """A named design of an experiment (``bindscope COMMAND --preset NAME``).
-
-    ``options`` makes its option values (a function: a value may be a loaded prompt set);
-    ``models`` are those it runs when no ``--model`` is given (None: the default model).
-    """
+    """A named design of an experiment (``bindscope COMMAND --preset NAME``)."""
 
     help: str
     options: Callable[[], dict[str, Any]]
@@ -130,13 +114,7 @@ class Preset:
 def apply_preset(
     preset_name: str, preset: Preset, given: Mapping[str, Any], defaults: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """``given`` with the preset's values where a flag was left at its default.
-
-    A value that is no flag (a ``setting``) is added; ``Options.of`` refuses an unknown one.
-
-    Raises:
-        InputError: A flag set to another value than the preset's (drop one of the two).
-    """
+    """``given`` with the preset's values where a flag was left at its default."""
     merged = dict(given)
     for name, value in preset.options().items():
         if name in given and given[name] != defaults[name] and given[name] != value:
@@ -165,12 +143,19 @@ class Options:
         """Refuse a bad value or combination of the options alone (override; InputError)."""
 
     @classmethod
-    def of(cls: type[OptionsT], given: Mapping[str, Any]) -> OptionsT:
-        """The options from ``run`` keywords, refusing a keyword the experiment does not take.
-
-        Raises:
-            InputError: An unknown keyword (the known ones named) or a bad value.
-        """
+    def of(cls: type[OptionsT], given: Mapping[str, Any], typed: Any = None) -> OptionsT:
+        """The options from ``run`` keywords (and ``typed`` options), refusing unknown ones."""
+        if typed is not None:
+            if not isinstance(typed, cls):
+                raise InputError(
+                    f"run takes {cls.__name__} as its second argument, not {type(typed)}"
+                )
+            both = sorted(set(given) & set(typed.keywords()))
+            if both:
+                raise InputError(
+                    f"{both} given in the {cls.__name__} and as keywords; pass each once"
+                )
+            given = {**typed.keywords(), **given}
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(given) - known)
         if unknown:

@@ -59,26 +59,16 @@ class HeadTestOptions(Options):
 
 
 def default_resamples(n_tests: int) -> int:
-    """Resamples enough for one unit alone to pass the correction over ``n_tests`` units.
-
-    ``limits.resamples_for_one`` (10,800 for 270 heads), never fewer than ``MIN_RESAMPLES``.
-    """
+    """Resamples enough for one unit alone to pass the correction over ``n_tests`` units."""
     return max(MIN_RESAMPLES, limits.resamples_for_one(n_tests))
 
 
-#: Bytes the summary's resampling holds per resample and item: scipy draws every resample
-#: at once (int64 indices and float64 values for the bootstrap; signs and values for the
-#: permutation test), about four 8-byte numbers each.
+#: Bytes per resample and item: scipy draws every resample at once, about four 8-byte numbers.
 BYTES_PER_DRAW = 32
 
 
 def check_resamples(n_resamples: int | None, n_items: int) -> None:
-    """Refuse ``n_resamples`` the summary could not hold in memory, before any work.
-
-    Raises:
-        InputError: ``n_resamples x n_items x BYTES_PER_DRAW`` exceeds half this machine's
-            memory (16 GiB when it cannot be read).
-    """
+    """Refuse ``n_resamples`` the summary could not hold in memory, before any work."""
     if n_resamples is None or n_items < 1:
         return
     need = n_resamples * n_items * BYTES_PER_DRAW
@@ -94,7 +84,6 @@ def check_resamples(n_resamples: int | None, n_items: int) -> None:
 
 
 def _memory() -> int:
-    """This machine's physical memory in bytes (16 GiB when it cannot be read)."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
@@ -106,8 +95,7 @@ def finite(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def cell_stats(a: np.ndarray, b: np.ndarray, *, seed: int, n_resamples: int) -> dict:
-    """Mean of ``a - b`` over prompts with its CI and two-sided permutation p (``[n]`` each)."""
+def _cell_stats(a: np.ndarray, b: np.ndarray, *, seed: int, n_resamples: int) -> dict:
     diff = a - b
     if len(diff) < 2:
         value = float(diff.mean()) if len(diff) else math.nan
@@ -132,13 +120,10 @@ def tested_cells(
     correction: str,
     n_tests: int,
 ) -> dict[str, dict]:
-    """Each condition's ``cell_stats`` of its ``(a, b)``, with ``p_adjusted`` and ``significant``.
-
-    The p-values are adjusted across ``n_tests`` tests, those beyond the cells (the heads not
-    verified under ``--method attribution``) counted at p = 1.
-    """
+    """Each condition's mean difference with CI and p, adjusted over ``n_tests``."""
     cells = {
-        name: cell_stats(a, b, seed=seed, n_resamples=n_resamples) for name, (a, b) in pairs.items()
+        name: _cell_stats(a, b, seed=seed, n_resamples=n_resamples)
+        for name, (a, b) in pairs.items()
     }
     names = [n for n, c in cells.items() if c.get("p") is not None]
     ps = [cells[n]["p"] for n in names] + [1.0] * max(0, n_tests - len(cells))
@@ -177,11 +162,7 @@ def top_cells(cells: dict[str, dict], heads: dict[str, list], k: int) -> list[di
 def map_correlation(
     x: np.ndarray, y: np.ndarray, *, seed: int, n_resamples: int = 999
 ) -> dict | None:
-    """Spearman correlation of two ``[prompts, cells]`` maps averaged over prompts, with a CI.
-
-    The percentile bootstrap resamples prompts and re-averages both maps, so the interval
-    reflects how much the head-by-head agreement depends on which prompts were asked.
-    """
+    """Spearman correlation of two ``[prompts, cells]`` maps averaged over prompts, with a CI."""
     if x.shape[0] < 2 or x.shape[1] < 3:
         return None
 
@@ -246,10 +227,7 @@ def agreement_lines(found: dict | None) -> list[str]:
 def summary_lines(
     s: dict, *, title: str, model_lines: Callable[[str, dict, int], list[str]], top: int = 5
 ) -> list[str]:
-    """Readable lines of a per-head test summary (``s``): ``title``, then each model's lines.
-
-    ``model_lines(label, entry, top)`` gives the study's lines for one model.
-    """
+    """Readable lines of a per-head test summary (``s``): ``title``, then each model's lines."""
     if not s.get("models"):  # nothing summarised: no effect, no correction to name
         return [f"{title}: no records"]
     header = f"{title}: {s.get('effect', '')}; 95% paired bootstrap CIs, {s.get('correction')} p"

@@ -51,26 +51,13 @@ def summary_lines(summary: dict) -> list[str]:
 
 
 def summarize(results_dir: str | Path) -> dict[str, dict]:
-    """Recompute ``summary.json`` for every experiment under ``results_dir`` (``OUT``, or one).
-
-    Raises:
-        InputError: No ``<experiment>/records.jsonl`` under the folder.
-        RecordFileError: A records file is corrupt (file and line named).
-    """
+    """Recompute ``summary.json`` for every experiment under ``results_dir`` (``OUT``, or one)."""
     found = experiment_folders(results_dir)
     return {name: definitions()[name].summarize(folder) for name, folder in found.items()}
 
 
 def check_folders(results_dir: str | Path) -> dict[str, Path]:
-    """``experiment_folders``, each folder checked by its experiment's ``check_folder``.
-
-    ``figures`` and ``report`` call it before reading, so a folder a run left halfway is
-    refused with its experiment's own message, as ``summarize`` refuses it.
-
-    Raises:
-        InputError: No results under the folder, or a folder its experiment refuses.
-        RecordFileError: A records file is corrupt (file and line named).
-    """
+    """``experiment_folders``, each folder checked by its experiment's ``check_folder``."""
     found = experiment_folders(results_dir)
     for name, folder in found.items():
         check = definitions()[name].check_folder
@@ -80,11 +67,7 @@ def check_folders(results_dir: str | Path) -> dict[str, Path]:
 
 
 def experiment_folders(results_dir: str | Path) -> dict[str, Path]:
-    """Each experiment with records under ``results_dir`` -> its folder.
-
-    Raises:
-        InputError: None (the folder holds no experiment's ``records.jsonl``).
-    """
+    """Each experiment with records under ``results_dir`` -> its folder."""
     root = Path(results_dir)
     names = definitions()
     found = {n: root / n for n in names if (root / n / "records.jsonl").is_file()}

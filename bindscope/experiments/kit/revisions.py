@@ -11,8 +11,7 @@ from bindscope.protocols import LanguageModel
 _PYTHIA = [f"step{s}" for s in (0, 15000, 30000, 60000, 90000, 120000, 140000, 143000)]
 _CRFM = [f"checkpoint-{s}" for s in (0, 1000, 5000, 10000, 50000, 100000, 200000, 400000)]
 
-#: Named revision lists from the published study (spec section 4.1). ``model`` is the Hub id
-#: the preset belongs to; for Pythia it fits every size.
+#: Named revision lists of the published study (spec 4.1), with the Hub id each belongs to.
 PRESETS: dict[str, dict] = {
     "pythia-paper": {"model": "EleutherAI/pythia-160m-deduped", "revisions": _PYTHIA},
     "olmo-1b": {
@@ -48,11 +47,7 @@ CRFM_SEEDS = [
 
 
 def resolve_revisions(spec: str | Sequence[str]) -> list[str]:
-    """A preset name (``pythia-paper``, ``olmo-1b``, ``crfm``, ``smollm3``) or a list.
-
-    Raises:
-        InputError: The list is empty or has duplicates.
-    """
+    """A preset name (``pythia-paper``, ``olmo-1b``, ``crfm``, ``smollm3``) or a list."""
     if isinstance(spec, str):
         if spec in PRESETS:
             return list(PRESETS[spec]["revisions"])
@@ -71,11 +66,7 @@ def resolve_revisions(spec: str | Sequence[str]) -> list[str]:
 def load_revision(
     loader: Callable[..., LanguageModel], model: str, revision: str, **load_options: Any
 ) -> LanguageModel:
-    """One checkpoint of a sweep, refused unless it is the revision asked for.
-
-    Raises:
-        InputError: The loaded model is at another revision (the sweep would mislabel it).
-    """
+    """One checkpoint of a sweep, refused unless it is the revision asked for."""
     loaded = loader(model, revision=revision, **load_options)
     if loaded.revision != revision:
         raise InputError(

@@ -25,14 +25,10 @@ def summarize_folder(
     name: str,
     check: Callable[[Path, list[dict]], None] | None = None,
 ) -> dict:
-    """Rebuild ``folder/summary.json`` from ``folder/records.jsonl`` alone; return it.
-
-    ``build`` is the experiment's summary of its records; the folder must hold some records of
-    ``name``; ``check(folder, records)`` runs first and raises when they cannot be summarized.
-    """
+    """Rebuild ``folder/summary.json`` from ``folder/records.jsonl`` alone; return it."""
     folder = Path(folder)
     records = list(read_records(folder / "records.jsonl"))
-    check_records_belong(folder, records, name)
+    _check_records_belong(folder, records, name)
     if check is not None:
         check(folder, records)
     summary = build(records)
@@ -55,15 +51,7 @@ def folder_summary(
     return summarize
 
 
-def check_records_belong(folder: Path, records: list[dict], experiment: str) -> None:
-    """Refuse to summarize a folder none of whose records belong to ``experiment``.
-
-    ``scan`` owns ``scan`` and ``scan-bsi`` records, ``c5`` owns ``c5`` and ``c5-ranking``.
-    A summary built from zero of N records would be an empty summary that looks like a result.
-
-    Raises:
-        InputError: Every record belongs to another experiment (named in the message).
-    """
+def _check_records_belong(folder: Path, records: list[dict], experiment: str) -> None:
     if not records or any(
         r["experiment"] == experiment or str(r["experiment"]).startswith(experiment + "-")
         for r in records
@@ -83,15 +71,12 @@ def summarize_tests(
     build: Callable[..., dict],
     *,
     name: str,
-    correction: str | None,
-    n_resamples: int | None,
+    correction: str | None = None,
+    n_resamples: int | None = None,
 ) -> dict:
     """``summarize_folder`` for the per-head tests (scan, patching).
 
-    ``correction`` and ``n_resamples`` default to those of the summary already there (so
-    ``bindscope summarize`` keeps a run's ``--correction``), else ``bh`` and enough
-    resamples for one head alone to pass the correction
-    (``bindscope.experiments.kit.per_head_tests.default_resamples``).
+    The test options default to the summary's already there, so a rebuild keeps a run's own.
     """
     path = Path(folder) / "summary.json"
     try:
@@ -103,6 +88,15 @@ def summarize_tests(
         "n_resamples": n_resamples or previous.get("n_resamples"),
     }
     return summarize_folder(folder, lambda records: build(records, **options), name=name)
+
+
+def by_name(records: Iterable[dict], experiment: str) -> dict[str, list[dict]]:
+    """``experiment``'s records grouped by model name (every revision together)."""
+    groups: dict[str, list[dict]] = {}
+    for r in records:
+        if r["experiment"] == experiment:
+            groups.setdefault(r["model"], []).append(r)
+    return groups
 
 
 def mean_estimate(values: Iterable[float], *, seed: int = 0) -> dict | None:
@@ -123,12 +117,7 @@ def mean_estimate(values: Iterable[float], *, seed: int = 0) -> dict | None:
 
 
 def skipped_reasons(records: Iterable[dict]) -> dict[str, int]:
-    """How many records have no EB*, per reason.
-
-    The reason is the audit flag that explains it (``not_found``, ``too_long``: past the
-    context window, ``single_token``, ``at_position_0``: the span starts on the attention
-    sink), else the record's skip message.
-    """
+    """How many records have no EB*, per reason."""
     counts: dict[str, int] = {}
     for r in records:
         metrics = r["metrics"]
@@ -144,7 +133,7 @@ def skipped_reasons(records: Iterable[dict]) -> dict[str, int]:
 
 
 __all__ = [
-    "check_records_belong",
+    "by_name",
     "folder_summary",
     "mean_estimate",
     "skipped_reasons",

@@ -25,12 +25,7 @@ from bindscope.results.records import provenance
 from bindscope.runners.taxonomy_scores import repeated_scores, text_scores
 
 
-def parse_thresholds(pairs: Sequence[str] | Mapping[str, float] | None) -> dict[str, float]:
-    """``["sink=0.6", ...]`` (``--threshold``) to ``{"sink": 0.6}``; a mapping passes through.
-
-    Raises:
-        InputError: A pair is not ``CLASS=VALUE`` with a number.
-    """
+def _parse_thresholds(pairs: Sequence[str] | Mapping[str, float] | None) -> dict[str, float]:
     if pairs is None or isinstance(pairs, Mapping):
         return dict(pairs or {})
     out = {}
@@ -64,7 +59,7 @@ class TaxonomyOptions(Options):
         flag="--threshold",
         metavar="CLASS=VALUE",
         repeat=True,
-        convert=parse_thresholds,
+        convert=_parse_thresholds,
     )
 
     def check(self) -> None:
@@ -78,11 +73,7 @@ class TaxonomyOptions(Options):
 
 
 def check_taxonomy_fit(model: LanguageModel, options: TaxonomyOptions) -> None:
-    """Refuse a ``top_k`` above the model's head count or sequences past its context window.
-
-    Raises:
-        InputError: The option named, with a value that works.
-    """
+    """Refuse a ``top_k`` above the model's head count or sequences past its context window."""
     total = model.n_layers * model.n_heads
     if options.top_k > total:
         raise InputError(
@@ -102,12 +93,7 @@ def check_taxonomy_fit(model: LanguageModel, options: TaxonomyOptions) -> None:
 def taxonomy_plan(
     pset: PromptSet, options: TaxonomyOptions, common: Common, *, sweep: dict | None = None
 ) -> Plan:
-    """The plan of an ``OUT/heads`` folder: every head of each model scored, resumably.
-
-    ``heads`` runs it on its models; ``sweep --heads`` writes it beside the sweep's own
-    folder from every revision the sweep loads (``Plan.also``), so each is loaded once; the
-    records' provenance then names the sweep's revisions (``sweep``).
-    """
+    """The plan of an ``OUT/heads`` folder: every head of each model scored, resumably."""
     # what a heads folder checks when resumed: the prompt set, the random sequences, the seed
     settings = {
         "prompt_sha256": pset.sha256,
@@ -121,8 +107,8 @@ def taxonomy_plan(
         return provenance(model, prompt_set=pset, seed=common.seed, settings=settings, **info)
 
     def each(run: ModelRun) -> None:
-        write_classification(run.writer.path.parent, options)
-        score_model(run, pset, settings, batch_size=common.batch_size)
+        _write_classification(run.writer.path.parent, options)
+        _score_model(run, pset, settings, batch_size=common.batch_size)
 
     def items() -> list[tuple[str, str]]:
         keys = [(r.key, "clean") for r in pset]
@@ -135,8 +121,7 @@ def _repeated_key(i: int) -> str:
     return f"repeated/{i:03d}"
 
 
-def write_classification(folder: Path, options: TaxonomyOptions) -> None:
-    """Store the classification rule (thresholds, top-k) that the summary applies."""
+def _write_classification(folder: Path, options: TaxonomyOptions) -> None:
     thresholds = {**taxonomy.THRESHOLDS, **(options.thresholds or {})}
     rule = {"thresholds": thresholds, "top_k": options.top_k}
     folder.mkdir(parents=True, exist_ok=True)
@@ -147,8 +132,7 @@ def _grid(tensor: Any) -> list:
     return [[None if math.isnan(float(x)) else float(x) for x in row] for row in tensor]
 
 
-def score_model(run: ModelRun, pset: PromptSet, settings: dict, *, batch_size: int) -> None:
-    """Write the records of one model (one revision) that ``run`` does not hold yet."""
+def _score_model(run: ModelRun, pset: PromptSet, settings: dict, *, batch_size: int) -> None:
     model = run.model
     bos = bool(model.prepend_bos)
     shape = {"n_layers": model.n_layers, "n_heads": model.n_heads, "position_0_is_bos": bos}
@@ -202,11 +186,7 @@ def score_model(run: ModelRun, pset: PromptSet, settings: dict, *, batch_size: i
 def primary_classes(
     model: LanguageModel, texts: Sequence[str], *, seed: int = 0, batch_size: int = 16
 ) -> list[list[str]]:
-    """Each head's primary class from every score but binding (``[L][H]`` class names).
-
-    Binding is left out so that sets matched on it copy the top set's sink,
-    previous-token, induction and duplicate-token make-up, not its binding.
-    """
+    """Each head's primary class from every score but binding (``[L][H]`` class names)."""
     means = taxonomy_means(model, texts, seed=seed, batch_size=batch_size)
     return taxonomy.classify(means)["primary"]
 
@@ -214,12 +194,7 @@ def primary_classes(
 def taxonomy_means(
     model: LanguageModel, texts: Sequence[str], *, seed: int = 0, batch_size: int = 16
 ) -> dict[str, Any]:
-    """Every head's mean taxonomy score but binding: ``{score: [L, H] array}``.
-
-    Text scores over ``texts``, repeated-sequence scores over the taxonomy's default random
-    sequences (``TaxonomyOptions``: 32 of 24 tokens); what C5's class-matched null matches
-    heads on (graded, not thresholded).
-    """
+    """Every head's mean taxonomy score but binding: ``{score: [L, H] array}``."""
     means = {}
     found = text_scores(model, list(dict.fromkeys(texts)), batch_size=batch_size)
     for name in taxonomy.TEXT_SCORES:
@@ -236,8 +211,6 @@ def taxonomy_means(
 
 __all__ = [
     "primary_classes",
-    "score_model",
     "taxonomy_means",
     "taxonomy_plan",
-    "write_classification",
 ]

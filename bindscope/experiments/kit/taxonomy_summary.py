@@ -1,7 +1,4 @@
-"""Head taxonomy summaries: per-head estimates, classes and emergence from the records.
-
-Both ``bindscope heads`` and ``bindscope sweep --heads`` summarise ``OUT/heads`` with these.
-"""
+"""Head taxonomy summaries (``OUT/heads``, of ``heads`` and ``sweep --heads``)."""
 
 from __future__ import annotations
 
@@ -12,20 +9,18 @@ from pathlib import Path
 import numpy as np
 
 from bindscope.experiments.kit import limits
-from bindscope.experiments.kit.summary import skipped_reasons, summarize_folder
+from bindscope.experiments.kit.summary import by_name, skipped_reasons, summarize_folder
 from bindscope.metrics import taxonomy
 from bindscope.metrics.ranking import top_heads
 from bindscope.results import labels
 
-#: The folder and records of the taxonomy: the study `heads` runs it alone, `sweep --heads`
-#: beside its own folder; one name, kept here so that neither names the other.
+#: The taxonomy's folder and records, of `heads` and `sweep --heads` (neither names the other).
 TAXONOMY = "heads"
 #: The classification rule (thresholds, top-k) a heads run stores for its summary.
 CLASSIFICATION_FILE = "classification.json"
 
 
 def _array(records: list[dict], name: str) -> np.ndarray:
-    """``[n_records, L, H]`` of one score (null as NaN)."""
     grids = [r["metrics"][name] for r in records]
     return np.array(
         [[[np.nan if x is None else x for x in row] for row in grid] for grid in grids],
@@ -33,10 +28,9 @@ def _array(records: list[dict], name: str) -> np.ndarray:
     )
 
 
-def summarize_model(
+def _summarize_model(
     group: list[dict], *, thresholds: Mapping[str, float] | None, top_k: int, seed: int
 ) -> dict:
-    """One model (one revision): per-head estimates, classes, counts, binding top-k overlap."""
     clean = [r for r in group if r["condition"] == "clean"]
     repeated = [r for r in group if r["condition"] == "repeated"]
     first = group[0]["metrics"]
@@ -95,7 +89,7 @@ def summarize_heads(
     found: list[dict] = []
     for label, group in groups.items():
         used = (group[0]["provenance"].get("seed") or 0) if seed is None else seed
-        models[label] = summarize_model(group, thresholds=thresholds, top_k=top_k, seed=used)
+        models[label] = _summarize_model(group, thresholds=thresholds, top_k=top_k, seed=used)
         clean = [r for r in group if r["condition"] == "clean"]
         found += limits.collect(
             limits.excluded(label, skipped_reasons(clean), "the binding score (BSI)"),
@@ -105,11 +99,7 @@ def summarize_heads(
             ),
         )
     summary: dict = {"experiment": TAXONOMY, "models": models, "emergence": {}, "limits": found}
-    by_model: dict[str, list[dict]] = {}
-    for r in records:
-        if r["experiment"] == TAXONOMY:
-            by_model.setdefault(r["model"], []).append(r)
-    for name, group in by_model.items():
+    for name, group in by_name(records, TAXONOMY).items():
         revisions = labels.checkpoint_order(group)
         if len(revisions) < 2:
             continue
@@ -137,4 +127,4 @@ def summarize(
     )
 
 
-__all__ = ["CLASSIFICATION_FILE", "TAXONOMY", "summarize", "summarize_heads", "summarize_model"]
+__all__ = ["CLASSIFICATION_FILE", "TAXONOMY", "summarize", "summarize_heads"]
