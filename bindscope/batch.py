@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from bindscope.errors import InputError, PromptTooLongError
+from bindscope.errors import InputError, PromptTooLongError, whole_number
 
 T = TypeVar("T")
 
@@ -118,13 +118,7 @@ def check_batch_size(
     batch_size: object, name: str = "batch_size", example: int = DEFAULT_BATCH_SIZE
 ) -> None:
     """Refuse a batch size that is not a positive integer, naming ``name`` and ``example``."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral):
-        raise InputError(f"{name}={batch_size!r} is not an integer; pass e.g. {name}={example}")
-    if batch_size < 1:
-        raise InputError(
-            f"{name}={batch_size} is not positive; pass the number of texts per batch, "
-            f"e.g. {name}={example}"
-        )
+    whole_number(batch_size, name, f"pass the texts per batch, e.g. {name}={example}", least=1)
 
 
 def sessions(jobs: Sequence[T], size: int = SESSION_BATCHES) -> Iterator[list[T]]:

@@ -1,6 +1,8 @@
-"""One exception family: every message says what was wrong, where, and how to fix it."""
+"""One exception family, and ``whole_number``: every message says what, where and how to fix it."""
 
 from __future__ import annotations
+
+import numbers
 
 
 class BindscopeError(Exception):
@@ -97,3 +99,26 @@ class RemoteJobError(RemoteError):
 
 class NdifServerError(BindscopeError):
     """The local NDIF server (``bindscope ndif up``) could not be built, started or stopped."""
+
+
+def whole_number(
+    value: object,
+    name: str,
+    fix: str,
+    *,
+    least: int | None = None,
+    below: int | None = None,
+    error: type[Exception] = InputError,
+) -> int:
+    """``value`` as an int if it is an integer (never a bool) with ``least <= value < below``.
+
+    Else raises ``error``: "<name>=<value> is not a whole number <bounds>; <fix>".
+    """
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        number = int(value)
+        if (least is None or number >= least) and (below is None or number < below):
+            return number
+    span = "" if least is None else f" >= {least}"
+    if below is not None:
+        span = f" < {below}" if least is None else f" in {least}..{below - 1}"
+    raise error(f"{name}={value!r} is not a whole number{span}; {fix}")

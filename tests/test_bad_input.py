@@ -67,9 +67,9 @@ def test_attention_probs_layers(model):
         model.attention_probs(["Alt text"], layers=[])
     with pytest.raises(HeadSpecError) as err:
         model.attention_probs(["Alt text"], layers=[99])
-    assert "layer 99 is out of range; the model has layers 0..2" in str(err.value)
+    assert "layer=99 is not a whole number in 0..2" in str(err.value)
     assert "head (" not in str(err.value)
-    with pytest.raises(HeadSpecError, match="not an integer"):
+    with pytest.raises(HeadSpecError, match=r"layer=1\.0 is not a whole number"):
         model.attention_probs(["Alt text"], layers=[1.0])
 
 

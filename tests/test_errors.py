@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import bindscope
@@ -11,6 +12,7 @@ from bindscope.errors import (
     InputError,
     ModelLoadError,
     UnsupportedModelError,
+    whole_number,
 )
 from tests.conftest import build_tiny
 
@@ -39,7 +41,7 @@ def test_bad_heads(model, heads, needle):
 
 
 def test_bad_layer_in_attention_probs(model):
-    with pytest.raises(HeadSpecError, match="out of range"):
+    with pytest.raises(HeadSpecError, match=r"layer=5 is not a whole number in 0\.\.2"):
         model.attention_probs(["Alt text"], layers=[5])
 
 
@@ -163,3 +165,25 @@ def test_unknown_hub_id_offline_fails_fast_without_retries(monkeypatch, tmp_path
     assert "no-such-org/no-such-model is not in the local Hugging Face cache" in message
     assert "Hub cannot be reached" in message and "looks offline" in message
     assert probes == [5.0] and not online
+
+
+@pytest.mark.parametrize(
+    ("value", "bounds", "said"),
+    [
+        (True, {}, "k=True is not a whole number; pass e.g. k=3"),
+        (2.0, {}, "k=2.0 is not a whole number; pass e.g. k=3"),
+        ("3", {"least": 1}, "k='3' is not a whole number >= 1; pass e.g. k=3"),
+        (0, {"least": 1}, "k=0 is not a whole number >= 1; pass e.g. k=3"),
+        (4, {"below": 4}, "k=4 is not a whole number < 4; pass e.g. k=3"),
+        (-1, {"least": 0, "below": 4}, "k=-1 is not a whole number in 0..3; pass e.g. k=3"),
+    ],
+)
+def test_whole_number_names_the_option_and_the_fix(value, bounds, said):
+    with pytest.raises(HeadSpecError) as err:
+        whole_number(value, "k", "pass e.g. k=3", error=HeadSpecError, **bounds)
+    assert str(err.value) == said
+
+
+def test_whole_number_gives_back_a_plain_int():
+    found = whole_number(np.int64(3), "k", "pass e.g. k=3", least=0, below=4)
+    assert found == 3 and type(found) is int

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bindscope.errors import InterventionError
+from bindscope.errors import InterventionError, whole_number
 from bindscope.families import FINAL_SITES, HEAD_SITES, SITE_NAMES
 from bindscope.interventions.dictionary import Features
 from bindscope.interventions.ops import by_layer
@@ -244,16 +244,9 @@ def _check_units(
             raise InterventionError(f"{model.name}: {spec}: {pair!r} is not a (layer, {what}) pair")
         layer, unit = pair
         model.check_layers([layer])
-        if (
-            isinstance(unit, bool)
-            or not isinstance(unit, numbers.Integral)
-            or not 0 <= int(unit) < count
-        ):
-            raise InterventionError(
-                f"{model.name}: {spec}: {what} {unit!r} of layer {layer} is out of range; "
-                f"site {site!r} has {what}s 0..{count - 1}"
-            )
-        checked.append((int(layer), int(unit)))
+        name, fix = f"{model.name}: {spec}: layer {layer} {what}", f"pass a {what} of site {site!r}"
+        unit = whole_number(unit, name, fix, least=0, below=count, error=InterventionError)
+        checked.append((int(layer), unit))
     return sorted(set(checked))
 
 
@@ -358,12 +351,9 @@ class Resample(_Targeted):
         super().__post_init__()
         object.__setattr__(self, "reference", tuple(self.reference))
         seed = self.seed
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-            raise InterventionError(
-                f"Resample: seed={seed!r} is a {type(seed).__name__}, not an integer; the "
-                "donors are drawn with torch.Generator().manual_seed(seed): pass e.g. seed=0"
-            )
-        object.__setattr__(self, "seed", int(seed))
+        fix = "the donors are drawn with torch.Generator().manual_seed(seed): pass e.g. seed=0"
+        seed = whole_number(seed, "Resample: seed", fix, error=InterventionError)
+        object.__setattr__(self, "seed", seed)
 
     def donors(self, texts: Sequence) -> tuple[int, ...]:
         """Index into ``reference`` of each text's donor (deterministic given ``seed``).

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-import numbers
 import re
 from collections.abc import Iterable
 from typing import Any
 
-from bindscope.errors import HeadSpecError, InterventionOrderError, UnsupportedModelError
+from bindscope.errors import (
+    HeadSpecError,
+    InterventionOrderError,
+    UnsupportedModelError,
+    whole_number,
+)
 from bindscope.families import SITE_NAMES, Family
 
 
@@ -26,17 +30,9 @@ def check_layers(layers: Iterable[int] | None, *, n_layers: int, model_name: str
             f"{model_name}: layers=[] selects no layer; pass at least one index in "
             f"0..{n_layers - 1}, or layers=None for every layer"
         )
+    name, fix = f"{model_name}: layer", "pass layer indices of the model"
     for layer in wanted:
-        if isinstance(layer, bool) or not isinstance(layer, numbers.Integral):
-            raise HeadSpecError(
-                f"{model_name}: layer {layer!r} is a {type(layer).__name__}, not an "
-                f"integer; pass layer indices in 0..{n_layers - 1}"
-            )
-        if not 0 <= layer < n_layers:
-            raise HeadSpecError(
-                f"{model_name}: layer {layer} is out of range; the model has layers "
-                f"0..{n_layers - 1}"
-            )
+        whole_number(layer, name, fix, least=0, below=n_layers, error=HeadSpecError)
     return sorted({int(layer) for layer in wanted})
 
 

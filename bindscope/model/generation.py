@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
 import warnings
 from collections.abc import Sequence
 from itertools import takewhile
@@ -11,7 +10,7 @@ from typing import Any
 import torch
 
 from bindscope.batch import GENERATION_BATCH_SIZE, Batch, check_batch_size, check_texts, sessions
-from bindscope.errors import InputError, InterventionError, PromptTooLongError
+from bindscope.errors import InterventionError, PromptTooLongError, whole_number
 from bindscope.interventions import ops
 from bindscope.interventions.plan import plan_batches
 from bindscope.interventions.resolve import HeadList, Intervention, PerRow, resolve_rows
@@ -71,15 +70,8 @@ def generate_ids(
 
 
 def _check_new_tokens(model: LanguageModel, max_new_tokens: object) -> None:
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral):
-        raise InputError(
-            f"{model.name}: max_new_tokens={max_new_tokens!r} is not an integer; pass how many "
-            "tokens to generate, e.g. max_new_tokens=20"
-        )
-    if max_new_tokens < 1:
-        raise InputError(
-            f"{model.name}: max_new_tokens={max_new_tokens} generates nothing; pass at least 1"
-        )
+    fix = "pass how many tokens to generate, e.g. max_new_tokens=20"
+    whole_number(max_new_tokens, f"{model.name}: max_new_tokens", fix, least=1)
 
 
 def _refuse_donors(model: LanguageModel, rows: Sequence[Sequence]) -> None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from bindscope.errors import PromptFileError
+from bindscope.errors import PromptFileError, whole_number
 from bindscope.prompts.continuations import RULE, strip_stray, whitespace_problems
 from bindscope.prompts.datafiles import data_path, load_json
 from bindscope.prompts.spans import find_term_chars
@@ -304,27 +304,21 @@ def _choices(obj: dict, where: str) -> tuple[tuple[str, ...], int]:
         or not all(isinstance(c, str) and c.strip() for c in choices)
     ):
         raise PromptFileError(f"{where}: field 'choices' must be a list of 2+ non-empty strings")
-    answer_idx = obj.get("answer_idx")
-    if (
-        not isinstance(answer_idx, int)
-        or isinstance(answer_idx, bool)
-        or not (0 <= answer_idx < len(choices))
-    ):
-        raise PromptFileError(
-            f"{where}: field 'answer_idx' is {answer_idx!r}; it must be an integer in "
-            f"0..{len(choices) - 1} (one per choice)"
-        )
+    answer_idx = whole_number(
+        obj.get("answer_idx"),
+        f"{where}: field answer_idx",
+        "give the index of the right choice, counted from 0",
+        least=0,
+        below=len(choices),
+        error=PromptFileError,
+    )
     return tuple(choices), answer_idx
 
 
 def _max_tokens(obj: dict, where: str) -> int:
-    max_tokens = obj.get("max_tokens")
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
-        raise PromptFileError(
-            f"{where}: field 'max_tokens' is {max_tokens!r}; generation records need a "
-            "positive integer new-token budget"
-        )
-    return max_tokens
+    fix = "generation records need a new-token budget, e.g. 20"
+    name = f"{where}: field max_tokens"
+    return whole_number(obj.get("max_tokens"), name, fix, least=1, error=PromptFileError)
 
 
 def _check_optional(obj: dict, where: str) -> None:

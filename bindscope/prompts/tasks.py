@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from bindscope.errors import InputError
+from bindscope.errors import InputError, whole_number
 
 __all__ = ["TASKS", "TaskPair", "answer_ids", "greater_than_pairs", "ioi_pairs", "task_pairs"]
 
@@ -86,8 +86,7 @@ def task_pairs(task: str, n: int, tokenizer: Any, *, seed: int = 0) -> list[Task
     """``n`` pairs of ``task`` (of ``20 n`` draws) of equal lengths, answers' first tokens apart."""
     if task not in TASKS:
         raise InputError(f"unknown task {task!r}; the tasks are {', '.join(TASKS)}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise InputError(f"n={n!r}: give a whole number of pairs >= 1")
+    whole_number(n, "n", "pass the number of pairs, e.g. n=20", least=1)
     drawn = TASKS[task](20 * n, seed=seed)
     kept = [p for p in drawn if _fits(p, tokenizer)][:n]
     if len(kept) < n:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-from bindscope.errors import InputError
+from bindscope.errors import InputError, whole_number
 from bindscope.protocols import LanguageModel
 
 __all__ = ["LogitDifference", "Metric", "TargetLogprob", "check_metrics", "metric_terms"]
@@ -21,12 +20,8 @@ class TargetLogprob:
     n_target: int = 1
 
     def __post_init__(self) -> None:
-        n = self.n_target
-        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
-            raise InputError(
-                f"TargetLogprob(n_target={n!r}): give the number of target tokens at the "
-                "text's end, a whole number >= 1 (e.g. TargetLogprob(1))"
-            )
+        fix = "pass the number of target tokens at the text's end, e.g. TargetLogprob(1)"
+        whole_number(self.n_target, "n_target", fix, least=1)
 
 
 @dataclass(frozen=True)
@@ -51,17 +46,8 @@ def token_id(model: LanguageModel, token: int | str, what: str = "token") -> int
             )
         return int(ids[0])
     vocab = model.hf.get_output_embeddings().weight.shape[0]  # the logits' width
-    if isinstance(token, bool) or not isinstance(token, numbers.Integral):
-        raise InputError(
-            f"{model.name}: {what} {token!r} is a {type(token).__name__}; pass a token id "
-            "(an integer) or a one-token string (e.g. ' Paris')"
-        )
-    if not 0 <= token < vocab:
-        raise InputError(
-            f"{model.name}: {what} {token} is outside the vocabulary (ids 0 to {vocab - 1}); "
-            "pass an id from the model's tokenizer, e.g. model.tokenizer.encode(' Paris')"
-        )
-    return int(token)
+    fix = "pass an id from model.tokenizer.encode(' Paris') or a one-token string (' Paris')"
+    return whole_number(token, f"{model.name}: {what}", fix, least=0, below=vocab)
 
 
 def check_metrics(model: LanguageModel, metric: object, lengths: list[int]) -> list[Metric]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -11,7 +10,7 @@ import numpy as np
 import torch
 
 from bindscope.batch import check_batch_size
-from bindscope.errors import InputError
+from bindscope.errors import InputError, whole_number
 from bindscope.interventions import ops
 from bindscope.interventions.flow_specs import PathPatch
 from bindscope.interventions.graph import Edge, EdgeGraph, edge_graph, edge_mask
@@ -66,11 +65,8 @@ class EdgeScores:
 
 def check_count(n: object, name: str, least: int, graph: EdgeGraph) -> None:
     """Refuse a count of edges (``name``) that is not a whole number >= ``least``."""
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < least:
-        raise InputError(
-            f"{name}={n!r}: give a whole number of edges >= {least} (the graph has "
-            f"{graph.n_edges} edges; a larger number takes them all)"
-        )
+    fix = f"pass a number of edges (the graph has {graph.n_edges}; more takes them all)"
+    whole_number(n, name, fix, least=least)
 
 
 def edge_attribution(
@@ -86,8 +82,7 @@ def edge_attribution(
     """Score every edge for ``metric`` over equally long clean/corrupted pairs (circuits.md)."""
     if method not in METHODS:
         raise InputError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise InputError(f"steps={steps!r}: give a whole number of integration steps >= 1")
+    whole_number(steps, "steps", "pass the number of integration steps, e.g. steps=5", least=1)
     steps = 1 if method == "eap" else steps
     pairs = _Pairs(model, clean, corrupted, metric)
     graph = edge_graph(model)

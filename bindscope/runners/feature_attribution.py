@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bindscope.errors import InputError
+from bindscope.errors import whole_number
 from bindscope.interventions import Zero
 from bindscope.interventions.dictionary import Dictionary, Features
 from bindscope.interventions.ops import metric_values
@@ -43,11 +43,8 @@ def feature_attribution(
 ) -> FeatureAttribution:
     """Estimate every latent's effect on ``metric`` under ``edit``; measure the top ``verify``."""
     texts = list(texts)
-    whole = isinstance(verify, int) and not isinstance(verify, bool)
-    if not whole or not 1 <= verify <= dictionary.d_sae:
-        raise InputError(
-            f"verify={verify!r}: the number of latents measured exactly, 1 to {dictionary.d_sae}"
-        )
+    fix = "pass the number of latents to measure exactly, e.g. verify=20"
+    whole_number(verify, "verify", fix, least=1, below=dictionary.d_sae + 1)
     every = dictionary.features(range(dictionary.d_sae))
     found = attribution_patching(
         model, texts, metric, intervene=edit(every), method=method, batch_size=batch_size

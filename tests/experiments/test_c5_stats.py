@@ -197,7 +197,7 @@ def test_c5_limit_and_spread_take_prompts_as_scan_does(tiny_c5, tiny_prompts, tm
     assert {r.term for r in records[:3]} != terms  # the first 3 in the file miss a term
     with pytest.raises(InputError, match="add --limit N"):
         tiny_c5(spread=True)
-    with pytest.raises(InputError, match="limit=0 is not a positive integer"):
+    with pytest.raises(InputError, match="limit=0 is not a whole number >= 1"):
         tiny_c5(limit=0)
     tiny_c5(limit=len(terms), spread=True, n_random=1)
     written = [

@@ -296,6 +296,6 @@ def test_experiments_refuse_a_batch_size_below_one(tmp_path, tiny_llama, name, b
     revisions = definition.models == "revisions"  # a sweep takes a model id and its revisions
     options = {"revisions": ["step1"]} if revisions else {}
     out = tmp_path / "out"
-    with pytest.raises(InputError, match=rf"batch_size={batch_size} is not positive"):
+    with pytest.raises(InputError, match=rf"batch_size={batch_size} is not a whole number >= 1"):
         definition.run("m" if revisions else tiny_llama, out=out, batch_size=batch_size, **options)
     assert not out.exists()  # refused before anything is written

@@ -44,10 +44,10 @@ def test_limit_below_one_is_refused_before_the_model(tmp_path, capsys, loads, co
 
 @pytest.mark.parametrize("limit", [0, -1, 1.5, True])
 def test_limit_below_one_is_refused_in_the_api(tiny_llama, tiny_prompts, tmp_path, limit):
-    with pytest.raises(InputError, match=r"limit=.* a positive integer"):
+    with pytest.raises(InputError, match=r"limit=.* is not a whole number >= 1"):
         scan.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, limit=limit, progress=False)
     pairs = write_pairs(tmp_path, _pairs(tiny_llama)[:2])
-    with pytest.raises(InputError, match=r"limit=.* a positive integer"):
+    with pytest.raises(InputError, match=r"limit=.* is not a whole number >= 1"):
         patching.run(tiny_llama, pairs=pairs, out=tmp_path, limit=limit, progress=False)
     assert not any(tmp_path.glob("*/records.jsonl"))
 

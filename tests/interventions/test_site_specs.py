@@ -162,7 +162,7 @@ def test_all_heads_of_some_layers_shorthand_equals_listing_them(tiny):
     ("make", "words"),
     [
         (lambda m: Zero("pattern", layers=[0]), "captured, not replaced"),
-        (lambda m: Zero("resid_pre", layers=[9]), "layer 9"),
+        (lambda m: Zero("resid_pre", layers=[9]), "layer=9 is not a whole number"),
         (lambda m: Steer("resid_pre", 0, torch.zeros(m.d_model + 1)), "entries"),
         (lambda m: Zero("resid_post", layers=[1], positions=[99]), "[99]"),
         (

@@ -328,7 +328,7 @@ def test_what_cannot_be_edited_or_computed_is_refused(tiny_layout):
         model.logits(PROMPTS, intervene=Steer("scores", 0, torch.ones(4)))
     with pytest.raises(InterventionError, match="final norm's normaliser"):
         model.logits(PROMPTS, intervene=Zero("ln_final_scale", layers=[0]))
-    with pytest.raises(InterventionError, match=f"kv head {model.n_kv_heads} of layer 0"):
+    with pytest.raises(InterventionError, match=f"layer 0 kv head={model.n_kv_heads} is not"):
         model.logits(PROMPTS, intervene=Zero([(0, model.n_kv_heads)], site="k"))
     twice = [
         Zero([(0, 1)], site="q"),

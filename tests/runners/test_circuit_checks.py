@@ -34,7 +34,7 @@ def scores(model):
 
 @pytest.mark.parametrize("n", [-1, -2, 1.5, True, "3"])
 def test_top_refuses_what_is_no_count_of_edges(scores, n):
-    with pytest.raises(InputError, match=rf"n={n!r}: give a whole number of edges >= 0"):
+    with pytest.raises(InputError, match=rf"n={n!r} is not a whole number >= 0"):
         scores.top(n)
 
 
@@ -47,7 +47,7 @@ def test_top_counts_only_edges(scores):
 
 @pytest.mark.parametrize("n", [0, -2, 2.0])
 def test_stability_refuses_what_is_no_circuit_size(scores, n):
-    with pytest.raises(InputError, match=rf"n={n!r}: give a whole number of edges >= 1"):
+    with pytest.raises(InputError, match=rf"n={n!r} is not a whole number >= 1"):
         stability(scores, n)
 
 
@@ -65,7 +65,7 @@ def test_faithfulness_refuses_a_mask_marking_non_edges(model, scores):
 
 def test_verify_refuses_k_below_one(model, scores):
     clean, corrupted = random_pairs(model)
-    with pytest.raises(InputError, match=r"k=0: give a whole number of edges >= 1"):
+    with pytest.raises(InputError, match=r"k=0 is not a whole number >= 1; pass a number of edges"):
         verify(model, clean, corrupted, LogitDifference(5, 7), scores, 0)
 
 
@@ -95,11 +95,11 @@ def test_a_user_metric_of_one_value_per_row_runs(model):
 
 @pytest.mark.parametrize("n", [1.5, 0, -1, True])
 def test_target_logprob_needs_a_whole_number_of_tokens(n):
-    with pytest.raises(InputError, match=rf"TargetLogprob\(n_target={n!r}\)"):
+    with pytest.raises(InputError, match=rf"n_target={n!r} is not a whole number >= 1"):
         TargetLogprob(n)
 
 
-@pytest.mark.parametrize(("size", "said"), [(0, "not positive"), ("4", "not an integer")])
+@pytest.mark.parametrize(("size", "said"), [(0, "0 is not a whole"), ("4", "'4' is not a whole")])
 def test_patching_sweep_checks_the_batch_size_first(model, size, said):
     def metric(logits: torch.Tensor) -> float:
         return float(logits[0, 0])

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import numbers
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from bindscope.errors import InputError
+from bindscope.errors import InputError, whole_number
 from bindscope.metrics import taxonomy
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import model_label
@@ -36,13 +35,9 @@ def conditions_of(model: LanguageModel, unit: str) -> dict[str, list[list[int]]]
 
 def check_limit(limit: object) -> None:
     """Refuse a ``limit`` that is neither None nor a positive integer (raises ``InputError``)."""
-    if limit is None:
-        return
-    if isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 1:
-        raise InputError(
-            f"limit={limit!r} is not a positive integer; pass the number of items to take "
-            "(e.g. limit=20), or None for all"
-        )
+    if limit is not None:
+        fix = "pass the number of items to take (e.g. limit=20), or None for all"
+        whole_number(limit, "limit", fix, least=1)
 
 
 def _pool(n_layers: int, n_heads: int, top: Sequence[Sequence[int]]) -> list[tuple[int, int]]:

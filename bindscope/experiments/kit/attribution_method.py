@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import spearmanr
 
-from bindscope.errors import InputError
+from bindscope.errors import InputError, whole_number
 from bindscope.experiments.kit.experiment import ModelRun, model_records
 from bindscope.experiments.kit.options import check_choice, option, positive
 from bindscope.experiments.kit.per_head_tests import HeadTestOptions
@@ -66,9 +66,7 @@ def _check_options(method: str, verify: int | None, unit: str) -> int | None:
     if unit != "head":
         raise InputError("--method attribution estimates heads: it needs --unit head")
     verify = DEFAULT_VERIFY if verify is None else verify
-    if isinstance(verify, bool) or not isinstance(verify, int) or verify < 1:
-        raise InputError(f"--verify must be a whole number of heads, 1 or more, not {verify!r}")
-    return verify
+    return whole_number(verify, "--verify", "pass the number of heads to measure", least=1)
 
 
 def scored(model: LanguageModel, record: PromptRecord) -> tuple[list[ScoredSequence], int | None]:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from bindscope.errors import InputError
+from bindscope.errors import InputError, whole_number
 
 T = TypeVar("T")
 OptionsT = TypeVar("OptionsT", bound="Options")
@@ -90,10 +90,8 @@ def check_spread(limit: int | None, spread: bool) -> None:
 def check_whole(options: object, least: Mapping[str, int]) -> None:
     """Refuse a field named in ``least`` that is not a whole number of at least its value."""
     for name, at_least in least.items():
-        value = getattr(options, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < at_least:
-            flag = "--" + name.replace("_", "-")
-            raise InputError(f"{name}={value!r} ({flag}): pass a whole number, {at_least} or more")
+        fix = f"pass --{name.replace('_', '-')} {at_least} or more"
+        whole_number(getattr(options, name), name, fix, least=at_least)
 
 
 def check_choice(name: str, value: object, choices: Sequence[str]) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from bindscope.errors import whole_number
+
 # Values whose spread is below this fraction of their magnitude are treated as
 # identical: such spread is floating-point rounding (e.g. ``a - (a - 0.3)``).
 _REL_TOL = 1e-12
@@ -62,10 +64,9 @@ def _two_samples(
     return first, second
 
 
-def _check_count(value: int, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"{name!r} must be an int, got {type(value).__name__}")
-    return int(value)
+def _check_count(value: int, name: str, least: int | None = None) -> int:
+    count = whole_number(value, name, f"pass an int as {name!r}", error=TypeError)
+    return whole_number(count, name, f"raise {name!r} to {least}", least=least, error=ValueError)
 
 
 def _check_confidence(confidence: float) -> float:
@@ -84,7 +85,5 @@ def _check_resampling(
 ) -> tuple[float, int, np.random.Generator]:
     # scipy's bootstrap takes n_resamples=0 and any level, and a constant sample skips it
     confidence = _check_confidence(confidence)
-    n_resamples = _check_count(n_resamples, "n_resamples")
-    if n_resamples < 1:
-        raise ValueError(f"'n_resamples' must be >= 1, got {n_resamples}")
+    n_resamples = _check_count(n_resamples, "n_resamples", least=1)
     return confidence, n_resamples, _rng(seed)

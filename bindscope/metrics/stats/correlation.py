@@ -37,9 +37,7 @@ def lagged_correlations(eb: ArrayLike, beh: ArrayLike, *, lag: int = 1) -> dict[
 
     ``backward = corr(beh[:-lag], eb[lag:])``: behaviour leads binding.
     """
-    lag = _check_count(lag, "lag")
-    if lag < 1:
-        raise ValueError(f"'lag' must be >= 1, got {lag}")
+    lag = _check_count(lag, "lag", least=1)
     e, b = _two_samples(eb, beh, ("eb", "beh"), min_len=1, paired=True)
     if e.size < lag + 3:
         raise ValueError(

@@ -221,10 +221,8 @@ def specificity(
 def wilson_ci(k: int, n: int, *, confidence: float = 0.95) -> Estimate:
     """Proportion ``k / n`` with the Wilson score interval (statsmodels)."""
     k = _check_count(k, "k")
-    n = _check_count(n, "n")
+    n = _check_count(n, "n", least=1)
     confidence = _check_confidence(confidence)
-    if n < 1:
-        raise ValueError(f"'n' must be >= 1, got {n}")
     if not 0 <= k <= n:
         raise ValueError(f"'k' must be in [0, n={n}], got {k}")
     low, high = proportion_confint(k, n, alpha=1.0 - confidence, method="wilson")

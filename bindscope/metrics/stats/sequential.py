@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
+from bindscope.errors import whole_number
 from bindscope.metrics.stats._checks import _as_1d
 from bindscope.metrics.stats.results import _PlainResult
 
@@ -31,10 +32,8 @@ def sequential_p_value(
     observed: float, null: ArrayLike, *, stop_at: int = 10, max_draws: int = 199
 ) -> SequentialP | None:
     """The Besag-Clifford p of ``observed`` against ``null`` in drawn order; None until decided."""
-    if isinstance(stop_at, bool) or not isinstance(stop_at, int) or stop_at < 1:
-        raise ValueError(f"'stop_at' must be an integer of 1 or more, got {stop_at!r}")
-    if isinstance(max_draws, bool) or not isinstance(max_draws, int) or max_draws < 1:
-        raise ValueError(f"'max_draws' must be an integer of 1 or more, got {max_draws!r}")
+    whole_number(stop_at, "stop_at", "pass e.g. stop_at=10", least=1, error=ValueError)
+    whole_number(max_draws, "max_draws", "pass e.g. max_draws=199", least=1, error=ValueError)
     obs = float(observed)
     if not math.isfinite(obs):
         raise ValueError(f"'observed' must be finite, got {observed!r}")
