@@ -1,8 +1,4 @@
-"""Specs for what TransformerLens and nnterp users reach for: ``Hook`` and ``Patchscope``.
-
-``Hook`` runs a Python function at a named site (TransformerLens's ``run_with_hooks``);
-``Patchscope`` writes a source prompt's hidden state into a target prompt (nnterp, PAIR).
-"""
+"""``Hook`` (TransformerLens's ``run_with_hooks``) and ``Patchscope`` (nnterp, PAIR) specs."""
 
 from __future__ import annotations
 
@@ -32,12 +28,9 @@ RESIDUAL = ("resid_pre", "resid_mid", "resid_post")
 class Hook:
     """Call ``fn`` on a site's activations at ``layer`` (an int or a list), every position.
 
-    ``fn(x)`` gets each text's unpadded activations ``[1, n, d_model]`` (``[1, n, H, hd]``
-    at ``head_out`` and ``q``, ``[1, n, H_kv, hd]`` at ``k`` and ``v``, ``[1, n, d_mlp]``
-    at ``mlp_post``; in ``generate``, then each new token's ``[1, 1, ...]``) and returns a
-    tensor of that shape, or None after editing ``x`` in place. Hooks compose with every
-    spec, in the order listed. Local models only: a Python function cannot be shipped to
-    NDIF's sandbox.
+    ``fn(x)`` gets each text's unpadded ``[1, n, d]`` (``[1, n, U, hd]`` at head sites; each
+    new token's ``[1, 1, ...]`` in ``generate``) and returns that shape, or None after editing
+    in place. Local models only: a Python function cannot be shipped to NDIF's sandbox.
     """
 
     site: str
@@ -101,11 +94,9 @@ def _checked(fn: Callable, spec: str) -> Callable[[torch.Tensor], Any]:
 class Patchscope:
     """Write ``source``'s hidden state at (``position``, ``layer``) into each text.
 
-    The state is read from a clean run of ``source`` (one text for all, or one per text)
-    at ``site`` (a residual-stream site), and replaces the text's state at
-    (``target_position``, ``target_layer``; default the same layer). Positions count tokens
-    of the unpadded texts; negative ones from the end. In ``generate`` it acts on the
-    prompt pass; the new tokens read the patched keys and values.
+    Read from a clean run of ``source`` at a residual-stream ``site``; written at
+    (``target_position``, ``target_layer``, default the same layer). Negative positions count
+    from the end; in ``generate`` it acts on the prompt pass.
     """
 
     source: Any

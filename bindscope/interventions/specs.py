@@ -1,9 +1,7 @@
-"""The value specs: ``Zero``, ``Mean``, ``Patch`` and ``Resample``, at heads or at any site.
+"""The value specs ``Zero``, ``Mean``, ``Patch`` and ``Resample``, at heads or at any site.
 
-Every call that runs the model takes specs as ``intervene=`` (all texts) or ``per_row=``
-(one entry per text). A spec checks itself and turns into row ops for one text
-(`row_ops`); the trace sees only tensors (``plan.py`` -> ``ops``). The other specs are in
-``flow_specs``.
+A spec checks itself and turns into row ops for one text (`row_ops`); the trace sees only
+tensors (``plan.py`` -> ``ops``).
 """
 
 from __future__ import annotations
@@ -74,10 +72,7 @@ def _layers(layers: object) -> Any:
 
 
 class RowContext:
-    """What the specs of one call share: the texts, their token counts, drawn donors.
-
-    ``resolve.resolve_rows`` makes one per call and hands it to every spec's ``row_ops``.
-    """
+    """What the specs of one call share: the texts, their token counts, drawn donors."""
 
     def __init__(self, model: LanguageModel, texts: Sequence) -> None:
         self.model, self.texts = model, list(texts)
@@ -108,12 +103,7 @@ class RowContext:
 
 @dataclass(frozen=True)
 class _Targeted:
-    """Shared by specs that act on heads or on a site of some layers.
-
-    ``heads`` comes first (a subclass's own fields follow it); ``site``, ``layers`` and
-    ``positions`` are keywords. A string in place of ``heads`` is the site:
-    ``Zero("resid_post", layers=[2])``.
-    """
+    """Specs that act on heads or on a site of some layers (a string ``heads`` is the site)."""
 
     heads: Any = None
     site: str | None = field(default=None, kw_only=True)
@@ -170,10 +160,7 @@ class _Targeted:
         return f"{type(self).__name__}({self.site or 'head_out'!r}, layers={list(self.layers)!r})"
 
     def target(self, model: LanguageModel, *, pattern: bool = False) -> tuple[str, Units]:
-        """The site and the units of each layer, checked against the model.
-
-        ``pattern``: the spec may act on the pattern site (``Patch`` only).
-        """
+        """The site and the units of each layer, checked (``pattern``: ``Patch`` may act on it)."""
         if isinstance(self.heads, Features):
             return feature_target(model, self.heads)
         site = self.site or "head_out"
@@ -185,6 +172,12 @@ class _Targeted:
         layers = model.check_layers(self.layers)
         units = tuple(range(unit_shape(model, site)[0]))
         return site, tuple((layer, units) for layer in layers)
+
+    def donor_ops(self, site: str, units: Units, donor: tuple[int, ...]) -> tuple[RowOp, ...]:
+        """The spec's one row op: copy ``donor``'s activations into its cells."""
+        dictionary = self.dictionary()
+        op = DonorOp(self.describe(), site, units, self.positions, donor, dictionary=dictionary)
+        return (op,)
 
     def dictionary(self) -> Any:
         """The ``TraceDictionary`` whose features the spec edits, or None (row ops carry it)."""
@@ -266,8 +259,7 @@ def _units(heads: Sequence[tuple[int, int]]) -> Units:
 class Zero(_Targeted):
     """Zero-ablation: the heads' outputs (or a site's activations) are set to zero.
 
-    ``positions`` (token positions of the unpadded text) restricts it; by default every
-    position, in generation every step too.
+    ``positions`` (of the unpadded text) restricts it; by default every position and step.
     """
 
     def row_ops(self, ctx: RowContext, i: int) -> tuple[RowOp, ...]:
@@ -283,14 +275,12 @@ class Zero(_Targeted):
 class Mean(_Targeted):
     """Mean-ablation: the heads' outputs (or a site's activations) take reference means.
 
-    Attributes:
-        means: For heads, ``head_means(model, reference, heads)`` (or a
-            plain ``{layer: [H, hd]}`` dict); for a site, ``site_means(model, reference,
-            site, layers)`` (or ``{layer: [d_model]}``).
+    ``means``: ``head_means(model, reference, heads)`` or ``site_means(model, reference,
+    site, layers)`` (or plain ``{layer: [H, hd]}`` / ``{layer: [d]}`` dicts).
     """
 
     means: object = None
-    # the means are tensors: a Mean equals only itself (as with eq=False before)
+    # the means are tensors: a Mean equals only itself
     __eq__ = object.__eq__
     __hash__ = object.__hash__
 
@@ -312,10 +302,8 @@ class Mean(_Targeted):
 class Patch(_Targeted):
     """Activation patching: text ``i`` takes the activations of a clean run on ``source[i]``.
 
-    ``source`` has one text per target text (or a single text used for all of them), each
-    tokenizing to the same length as its target. ``positions`` restricts the patch to those
-    token positions of the unpadded text. Heads as for ``Zero``, or a site with layers:
-    ``Patch("resid_pre", corrupted, layers=[0], positions=[5])``.
+    ``source``: one text per text (or one for all), each of its target's length in tokens;
+    ``positions`` restricts it. ``Patch("resid_pre", corrupted, layers=[0], positions=[5])``.
     """
 
     source: tuple = ()
@@ -335,20 +323,15 @@ class Patch(_Targeted):
             "the end)",
         )  # fmt: skip
         ctx.check_positions("Patch", self.positions, i)
-        return (
-            DonorOp(
-                self.describe(), site, units, self.positions, donor, dictionary=self.dictionary()
-            ),
-        )
+        return self.donor_ops(site, units, donor)
 
 
 @dataclass(frozen=True)
 class Resample(_Targeted):
     """Resample-ablation: each text's heads (or site) take a random *other* reference text's.
 
-    The donor of each text is drawn with ``torch.Generator().manual_seed(seed)``, is
-    recorded by `donors`, and is position-aligned from the end (positions the donor does
-    not have are left alone).
+    Donors are drawn with ``torch.Generator().manual_seed(seed)`` (`donors`) and aligned from
+    the end.
     """
 
     reference: tuple = ()
@@ -366,12 +349,7 @@ class Resample(_Targeted):
         object.__setattr__(self, "seed", int(seed))
 
     def donors(self, texts: Sequence) -> tuple[int, ...]:
-        """Index into ``reference`` of each text's donor (deterministic given ``seed``).
-
-        Raises:
-            InterventionError: The reference is empty or holds no text other than one of
-                ``texts``.
-        """
+        """Index into ``reference`` of each text's donor (deterministic given ``seed``)."""
         if not self.reference:
             raise InterventionError("Resample: the reference list is empty; pass some texts")
         generator = torch.Generator().manual_seed(int(self.seed))
@@ -394,11 +372,7 @@ class Resample(_Targeted):
         if id(self) not in ctx.drawn:
             ctx.drawn[id(self)] = self.donors(ctx.texts)
         donor = tuple(ctx.ids(self.reference[ctx.drawn[id(self)][i]]))
-        return (
-            DonorOp(
-                self.describe(), site, units, self.positions, donor, dictionary=self.dictionary()
-            ),
-        )
+        return self.donor_ops(site, units, donor)
 
 
 def short(text: object) -> str:
