@@ -77,15 +77,14 @@ class Dictionary:
         if has_threshold != (arch == "jumprelu") or has_k != (arch == "topk"):
             raise DictionaryError(
                 f"{self.path}: architecture {arch!r} with threshold "
-                f"{'set' if has_threshold else 'None'} and k={w.k}: a jumprelu "
-                "dictionary has a threshold, a topk one k, a relu one neither"
+                f"{'set' if has_threshold else 'None'} and k={w.k}: jumprelu needs a threshold, "
+                "topk a k, relu neither"
             )
         sites = (self.site, w.source or self.site)
         if any(s not in TL_SITES.values() for s in sites) or not _is_layer(self.layer):
             raise DictionaryError(
-                f"{self.path}: site {self.site!r}, source {w.source!r}, layer {self.layer!r}: "
-                "a dictionary reads and writes one of "
-                f"{', '.join(TL_SITES.values())} of a layer >= 0"
+                f"{self.path}: site {self.site!r}, source {w.source!r}, layer {self.layer!r}: a "
+                f"dictionary reads and writes one of {', '.join(TL_SITES.values())} of a layer >= 0"
             )
 
     @property
@@ -145,9 +144,8 @@ class Dictionary:
             )
         if getattr(model, "remote", False) and self.nbytes > REMOTE_BYTES:
             raise DictionaryError(
-                f"{where}: {model.name} runs on NDIF, where the dictionary's weights "
-                f"({self.nbytes / 2**20:.0f} MiB) would travel in every request (one a batch); "
-                f"bindscope ships up to {REMOTE_BYTES // 2**20} MiB: run it locally"
+                f"{where}: {model.name} runs on NDIF, where its {self.nbytes / 2**20:.0f} MiB of "
+                f"weights go in every request (at most {REMOTE_BYTES // 2**20} MiB): run it locally"
             )
         _check_width(self, where, model, "d_in", self.weights.source or self.site)
         _check_width(self, where, model, "d_out", self.site)

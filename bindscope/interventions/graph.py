@@ -102,8 +102,7 @@ def edge_mask(graph: EdgeGraph, edges) -> np.ndarray:
             i, j = wrong[0]
             raise InputError(
                 f"the edge mask marks {len(wrong)} sender x receiver pair(s) that are not edges "
-                f"(the first: {graph.senders[i]} -> {graph.receivers[j]}); mark only where "
-                "EdgeGraph.valid is True (e.g. mask & graph.valid)"
+                f"({graph.senders[i]} -> {graph.receivers[j]}, ...): use mask & graph.valid"
             )
         return edges
     if isinstance(edges, (str, bytes)):

@@ -61,9 +61,8 @@ class Hook:
         model = ctx.model
         if getattr(model, "remote", False):
             raise InterventionError(
-                f"{model.name}: {self.describe()}: a Python function cannot be shipped to "
-                "NDIF's sandbox (it allows torch and math, not your code); use a spec "
-                "(Steer, Zero, Mean, Patch) or open your own trace: model.nnsight.trace"
+                f"{model.name}: {self.describe()}: a Python function cannot be shipped to NDIF's "
+                "sandbox; use a spec (Steer, Zero, Mean, Patch) or your own model.nnsight.trace"
             )
         _check_site(model, self.site, self.describe())
         units = tuple(range(unit_shape(model, self.site)[0]))
@@ -81,9 +80,8 @@ def _checked(fn: Callable, spec: str) -> Callable[[torch.Tensor], Any]:
         if new is not None and (not isinstance(new, torch.Tensor) or new.shape != x.shape):
             got = tuple(new.shape) if isinstance(new, torch.Tensor) else type(new).__name__
             raise InterventionError(
-                f"{spec}: the function returned {got}, not a tensor of the shape it was "
-                f"given {tuple(x.shape)}; return the edited tensor, or None after editing "
-                "it in place"
+                f"{spec}: the function returned {got}, not a tensor of the shape it was given "
+                f"{tuple(x.shape)}; return the edited tensor, or None after editing it in place"
             )
         return new
 

@@ -143,9 +143,8 @@ class _Targeted:
             )
         if self.heads is not None and self.site not in (None, "pattern", *UNIT_SITES):
             raise InterventionError(
-                f"{type(self).__name__}: (layer, unit) pairs pick heads at head_out, pattern, "
-                f"q, k, v or neurons at mlp_post, not units of {self.site!r}; for a whole site "
-                "give layers= instead"
+                f"{type(self).__name__}: (layer, unit) pairs pick heads at head_out, pattern, q, "
+                f"k, v or neurons at mlp_post, not units of {self.site!r}: give layers= instead"
             )
         object.__setattr__(self, "positions", _positions(self.positions))
 
@@ -202,15 +201,13 @@ def feature_target(model: LanguageModel, features: Features) -> tuple[str, Units
 def _check_site(model: LanguageModel, site: str, spec: str, *, pattern: bool = False) -> None:
     if site == "pattern" and not pattern:
         raise InterventionError(
-            f"{model.name}: {spec}: the attention probabilities (pattern) can be captured, "
-            "not replaced; copy them from another run with Patch, or remove attention edges "
-            "with Knockout"
+            f"{model.name}: {spec}: the attention probabilities (pattern) can be captured, not "
+            "replaced; copy them from another run with Patch, or remove edges with Knockout"
         )
     if site == "scores":
         raise InterventionError(
-            f"{model.name}: {spec}: the attention scores are computed from q and k (and the "
-            "mask), not a tensor the model reads back; they can be captured, not replaced: "
-            "edit q or k, or remove attention edges with Knockout"
+            f"{model.name}: {spec}: the attention scores are computed from q and k, not read "
+            "back; they can be captured, not replaced: edit q or k, or use Knockout"
         )
     if site in FINAL_SITES:
         raise InterventionError(
@@ -219,9 +216,8 @@ def _check_site(model: LanguageModel, site: str, spec: str, *, pattern: bool = F
         )
     if site not in model.sites:
         raise InterventionError(
-            f"{model.name} ({model.family}): {spec}: the family has no site {site!r} (e.g. "
-            "a parallel residual has no resid_mid); its sites are "
-            f"{', '.join(s for s in model.sites if s != 'pattern')}"
+            f"{model.name} ({model.family}): {spec}: the family has no site {site!r}; its "
+            f"sites are {', '.join(s for s in model.sites if s != 'pattern')}"
         )
 
 
@@ -395,8 +391,7 @@ def _check_means(
     if taken_at != site:
         raise InterventionError(
             f"{model.name}: {spec.describe()} replaces site {site!r} but its means were taken "
-            f"at site {taken_at!r}; means of one site are not "
-            f"activations of another: build them with {helper}"
+            f"at site {taken_at!r}; build them with {helper}"
         )
     if not isinstance(means, dict):
         raise InterventionError(
@@ -425,8 +420,7 @@ def _check_means(
                 name = f"head ({layer}, {unit})" if unit is not None else site
                 raise InterventionError(
                     f"{model.name}: {spec.describe()}: the means of {name} (layer {layer}) are "
-                    f"not finite (NaN or infinity); recompute them with {helper} on "
-                    "reference texts the model runs cleanly"
+                    f"not finite; recompute them with {helper} on texts the model runs cleanly"
                 )
         out[layer] = value.view(*shape)
     return out

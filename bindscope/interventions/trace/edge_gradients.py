@@ -72,13 +72,10 @@ def edge_attribution_pass(
 ) -> EdgePass:
     """One forward and backward pass: every edge's gradient at one integration step.
 
-    The metric's gradient at each receiver's query, key, value (per head or group), MLP output
-    and the final residual is pulled back through that receiver alone to the residual it
-    reads (one batched vector-Jacobian product per layer and kind), times each sender's
-    ``corrupted - clean`` output on real positions (``mask`` ``[b, s]``). ``donors`` are
-    `edge_sender_outputs` of the corrupted texts; layer 0's input moves to
-    ``cor + alpha (clean - cor)`` (EAP-IG). The first pass (``state`` None, ``alpha = 1``)
-    computes the senders' changes; the ``last`` gives scores ``[b, S, R]`` in graph order.
+    Each receiver's gradient is pulled back through it alone to the residual it reads, times
+    each sender's ``corrupted - clean`` output on real positions (``mask``). Layer 0's input
+    moves to ``cor + alpha (clean - cor)`` (EAP-IG); the first pass (``state`` None, ``alpha``
+    1) computes the senders' changes, the ``last`` gives scores ``[b, S, R]`` in graph order.
     """
     x0, cor = _embedding_input(model, donors, alpha)
     sent = [(cor - x0)[None].detach()] if state is None else None

@@ -236,12 +236,10 @@ def run_layers(
 ):
     """Walk the layers once, in execution order, applying a plan and capturing.
 
-    The single place that orders requests, so captures and edits of any sites and layers
-    compose in one pass. Returns ``{layer: probs}`` of the ``capture`` layers (``reduce(probs)``
-    when given; ``allow_missing`` hands it None where no weights came back) and
-    ``{(site, layer): [b, s, U, k]}`` of the ``sites`` captures, saved: bind it to a name, as
-    a remote run returns only bound saved values. ``donors`` are the `site_outputs` of the
-    plan's donor invoke; past the prompt pass (``step`` > 0) only edits of every position act.
+    Returns ``{layer: probs}`` of the ``capture`` layers (``reduce(probs)``; ``allow_missing``
+    hands it None where no weights came back) and ``{(site, layer): [b, s, U, k]}`` of the
+    ``sites`` captures, saved: bind it to a name (a remote run returns only those). Past the
+    prompt pass (``step`` > 0) only edits of every position act.
     """
     try:
         return _run_layers(
@@ -338,9 +336,8 @@ def _pattern(
         probs = site(model, "pattern", layer)  # [b, H, n, n]
     if probs is None and not allow_missing:
         raise RuntimeError(
-            f"{model.name}: layer {layer}'s attention returned no weights although "
-            "eager attention was requested; the model may not support switching "
-            "(reload it so the load-time probe can fall back to recomputing them)"
+            f"{model.name}: layer {layer}'s attention returned no weights although eager "
+            "attention was requested; reload it so the load-time probe can recompute them"
         )
     if reduce is not None:
         return reduce(probs)
