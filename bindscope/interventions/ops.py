@@ -1,6 +1,8 @@
 """The trace engine's face: what a trace body calls as ``ops.f(...)``, locally or on NDIF.
 
-It gathers the public names of ``interventions.trace`` and ships as one namespace object.
+The engine lives in ``bindscope.interventions.trace``, one job per module, torch and math
+only; this module gathers its public names and ships to NDIF as one namespace object
+(``ShippedModule``). A remote run returns only saved values that the body binds to a name.
 """
 
 from __future__ import annotations
@@ -67,7 +69,6 @@ from bindscope.interventions.trace.reductions import (
     span_pair_bsi,
 )
 from bindscope.interventions.trace.sites import (
-    attention_call,
     attention_module,
     attention_scores,
     by_layer,
@@ -112,7 +113,6 @@ __all__ = [
     "TraceModel",
     "TracePlan",
     "apply_edits",
-    "attention_call",
     "attention_module",
     "attention_scores",
     "attribution_pass",

@@ -1,7 +1,11 @@
 """Row ops: one checked intervention of one text, as typed data a `plan.Planner` consumes.
 
-A row op knows which cells it claims (two specs on one cell of a text are refused) and
-how it adds itself to a batch's plan (`add_to`).
+A spec (``specs.py``) checks itself against the model and one text and returns row ops; a
+row op knows which cells it claims (two specs on one cell of a text are refused) and how it
+adds itself to a batch's plan (`add_to`). The five kinds cover every spec: replace a
+value (``Zero``, ``Mean``), copy a donor text's activations (``Patch``, ``Resample``),
+add a vector (``Steer``), remove attention edges (``Knockout``) and patch edges between
+components (``PathPatch``).
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ from bindscope.interventions.trace.features import features_key
 
 
 class Planner(Protocol):
-    """What a row op needs of ``plan.Planner`` (a protocol: the planner imports the row ops)."""
+    """What a row op needs of the planner (``plan.Planner``) to add itself to a batch's plan.
+
+    A protocol here, so that the row ops do not import the planner that imports them.
+    """
 
     donor_ids: dict[tuple[int, ...], int]
     width: int
@@ -61,7 +68,11 @@ UNIT_SITES = (*HEAD_SITES, "mlp_post")
 
 
 def unit_shape(model: Any, site: str) -> tuple[int, int]:
-    """``(U, k)`` of a site's ``[b, s, U, k]`` view (``ops.unit_view``; pattern and scores: k 0)."""
+    """``(U, k)`` of a site's ``[b, s, U, k]`` view (``ops.unit_view``).
+
+    Heads x head_dim at head_out and q (kv heads at k and v), neurons x 1 at mlp_post,
+    heads x keys at pattern and scores (``k`` unknown: 0), else 1 x d_model.
+    """
     if site in ("head_out", "q"):
         return model.n_heads, model.head_dim
     if site in ("k", "v"):
@@ -79,9 +90,14 @@ Units = tuple[tuple[int, tuple[int, ...]], ...]
 
 @dataclass(frozen=True)
 class RowOp:
-    """What every row op has: its spec (for messages), site, units per layer and positions.
+    """What every row op has: its spec (for messages), site, units and positions.
 
-    ``dictionary``: a ``TraceDictionary`` when the units are its features (latents).
+    Attributes:
+        spec: A short description of the spec it came from (``Zero([(1, 0)])``).
+        site: One of ``families.SITE_NAMES`` (``head_out`` for head specs).
+        units: The units of the site per layer.
+        positions: Token positions of the unpadded text (None: every position).
+        dictionary: A ``TraceDictionary`` when the units are its features (latents).
     """
 
     spec: str
@@ -90,8 +106,10 @@ class RowOp:
     positions: tuple[int, ...] | None = None
     dictionary: Any = field(default=None, kw_only=True, compare=False)
 
-    donor = None  # DonorOp's token ids (the planner batches donor rows)
-    composes = False  # two ops of this kind may share a cell (additions commute)
+    # Set by DonorOp only: the donor's token ids (the planner batches donor rows).
+    donor = None
+    # Whether two ops of this kind may share a cell (additions commute).
+    composes = False
 
     @property
     def every_position(self) -> bool:
@@ -194,7 +212,8 @@ class AddOp(RowOp):
 class HookOp(RowOp):
     """Call ``fn`` on the site of each listed layer, every position (each new token too).
 
-    It claims no cell: hooks compose with everything, in the order the specs are listed.
+    It claims no cell: hooks compose with each other and with every spec, applied in the
+    order the specs are listed.
     """
 
     fn: Any = field(default=None, compare=False)
@@ -237,7 +256,8 @@ class KnockoutOp(RowOp):
 class PathOp(RowOp):
     """Patch edges (sender -> receiver input) from a donor text's sender outputs (or means).
 
-    It claims no site cell; the planner refuses it beside other ops in one batch.
+    It claims no site cell (each receiver reads its own copy of the stream); the planner
+    refuses it beside other ops in one batch.
     """
 
     donor: tuple[int, ...] | None = None  # type: ignore[assignment]

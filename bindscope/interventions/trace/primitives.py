@@ -1,6 +1,7 @@
-"""In-trace primitives: ablate or capture inside a trace you opened (thin `run_layers` calls).
+"""In-trace primitives: ablate or capture inside a trace you opened, in execution order.
 
-Deprecations warn through ``Model.warn_deprecated``: shipped code cannot import ``warnings``.
+Thin calls of `run_layers`. A deprecated spelling warns through the model
+(``Model.warn_deprecated``): shipped code cannot import ``warnings``, so on NDIF it is silent.
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ def zero_ablate(
     per_row: Sequence[Heads] | None = None,
     layers: Iterable[int] | None = None,
 ):
-    """Deprecated: ``run_layers(model, plan=head_plan(model, heads))`` in a trace."""
+    """Deprecated: ``run_layers(model, plan=head_plan(model, heads))`` in a trace.
+
+    Outside a trace, ``intervene=Zero(heads)`` (or ``ablate=heads``) on a model call.
+    """
     _deprecated(
         model,
         "zero_ablate(model, heads)",
@@ -45,7 +49,8 @@ def mean_ablate(
 ):
     """Replace heads' pre-projection outputs by their means from ``head_means``.
 
-    The older ``(model, means, heads)`` order is deprecated.
+    The order is every primitive's: model, heads, then what the heads get; the older
+    ``(model, means, heads)`` order is deprecated.
     """
     if hasattr(heads, "means"):
         _deprecated(model, "mean_ablate(model, means, heads)", "mean_ablate(model, heads, means)")
@@ -59,7 +64,12 @@ def mean_ablate(
 def capture_probs(
     model: TraceTarget, layers: Iterable[int] | None = None, *, reduce: Callable | None = None
 ):
-    """Capture post-softmax attention probabilities ``{layer: [b, H, n, n]}`` (or ``reduce``'s)."""
+    """Capture post-softmax attention probabilities ``{layer: [b, H, n, n]}``.
+
+    Under eager attention this is the attention module's own weights output; otherwise the
+    probabilities are recomputed from the attention function's inputs. ``reduce`` maps a
+    layer's probabilities to something smaller before it is saved (e.g. BSI ``[b, H]``).
+    """
     wanted = sorted(layer_filter(layers, model.n_layers))
     return run_layers(model, capture=wanted, reduce=reduce, only_layers=wanted)
 
