@@ -58,9 +58,15 @@ def _recording_unpickler(refs: list):
 
 def deserialize_request(blob: bytes, nnsight_model: Any, tracer: Any, refs: list):
     """Unpickle a request as the server would, recording what it names into ``refs``."""
-    # private path, looked up on use (module docstring)
+    # private paths, looked up on use (module docstring)
+    from cloudpickle import cloudpickle
     from nnsight.schema.request import RequestModel
 
+    # cloudpickle unpickles a class it pickled in this process into that same class, setting
+    # the server's rebuilt methods on it (without a module, so every later pickle searches
+    # sys.modules for them). The server is another process: its classes are built fresh.
+    tracked = dict(cloudpickle._DYNAMIC_CLASS_TRACKER_BY_ID)
+    cloudpickle._DYNAMIC_CLASS_TRACKER_BY_ID.clear()
     # unpickling replaces the trace body's source in linecache: ours is put back
     filename = tracer.info.frame.f_code.co_filename
     saved = linecache.cache.get(filename)
@@ -72,6 +78,8 @@ def deserialize_request(blob: bytes, nnsight_model: Any, tracer: Any, refs: list
             unpickler=_recording_unpickler(refs),
         )
     finally:
+        cloudpickle._DYNAMIC_CLASS_TRACKER_BY_ID.clear()
+        cloudpickle._DYNAMIC_CLASS_TRACKER_BY_ID.update(tracked)
         if saved is not None:
             linecache.cache[filename] = saved
         else:

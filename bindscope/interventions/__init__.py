@@ -1,28 +1,7 @@
-"""Interventions: specs for every call, and primitives for your own traces.
+"""Interventions: specs for every call (``intervene=``/``per_row=``), primitives for your traces.
 
-**Specs** (`Zero`, `Mean`, `Patch`, `Resample`, `Steer`, `Knockout`, and `PathPatch` for
-edges between components) say what is done to which heads or sites (``resid_pre``,
-``resid_mid``, ``mlp_in``, ``resid_post``, ``attn_out``, ``mlp_out``, ``head_out``); every call that
-runs the model takes them as ``intervene=`` (all texts) or ``per_row=`` (one entry per
-text)::
-
-    model.logits(texts, intervene=Patch([(2, 8)], source=corrupted))
-    model.logits(texts, intervene=Patch("resid_pre", corrupted, layers=[3], positions=[5]))
-    model.generate(texts, max_new_tokens=9, intervene=Steer("resid_post", 4, vector))
-    model.logits(texts, intervene=Hook("resid_post", 3, lambda x: x * 0.5))  # run_with_hooks
-    model.generate(texts, max_new_tokens=9, intervene=Patchscope(source, 3, -1, target_layer=0))
-
-``ablate=heads`` is the shortcut of ``intervene=Zero(heads)``. A dictionary's latents
-(`load_dictionary`, docs/dictionaries.md) are a target too: ``Zero(sae.features([3, 7]))``.
-
-**Primitives** work inside a trace you open, in execution order (a layer's ablation before
-that layer's capture); ``layers=`` means act only on these layers. They live in ``ops``
-(torch and math only), so the same bodies run locally and, shipped by value, on NDIF::
-
-    with model.eager(), model.nnsight.trace(**batch.inputs):
-        for layer in range(model.n_layers):
-            run_layers(model, plan=ops.head_plan(model, [(2, 8)]), only_layers=[layer])
-            probs.update(capture_probs(model, layers=[layer]))
+``ablate=heads`` is the shortcut of ``intervene=Zero(heads)``; the primitives live in
+``ops`` (torch and math only) so the same trace bodies run locally and on NDIF.
 """
 
 from __future__ import annotations
@@ -110,15 +89,9 @@ def head_means(
 ) -> SiteMeans:
     """Average every listed head's pre-projection output over ``texts``: a `SiteMeans`.
 
-    The same as ``site_means(model, texts, "head_out")``, but each forward pass reduces to
-    per-head sums ``[H, hd]`` inside the trace, so only those come back; a remote model runs
-    up to ``SESSION_BATCHES`` batches per session request.
-
-    Args:
-        model: A ``bindscope.Model``.
-        texts: Reference texts (padding positions are excluded from the mean).
-        heads: ``(layer, head)`` pairs; means are kept for all heads of their layers.
-        batch_size: Texts per forward pass.
+    ``site_means(model, texts, "head_out")`` reduced in the trace to per-head sums, so only
+    ``[H, hd]`` comes back; padding positions are left out, and means are kept for every head
+    of the listed heads' layers.
     """
     spec = model.check_heads(heads)
     layers = sorted({layer for layer, _ in spec})

@@ -1,10 +1,6 @@
-"""Dictionaries (SAEs, transcoders) loaded from local files, and their features as a site.
+"""Dictionaries (SAEs, transcoders) from SAELens or Gemma Scope files, and their features.
 
-`load_dictionary` reads SAELens' format (``cfg.json`` + ``sae_weights.safetensors``, SAEs and
-transcoders) and Gemma Scope's (``params.npz`` / ``params.safetensors``); `Dictionary.save`
-writes SAELens' format.
-``dictionary.features([3, 7])`` is a spec target (``Zero``, ``Mean``, ``Patch``, ``Resample``,
-``Steer``); see docs/dictionaries.md.
+``dictionary.features([3, 7])`` is a spec target; see docs/dictionaries.md.
 """
 
 from __future__ import annotations
@@ -56,11 +52,8 @@ _SCOPE_SITES = {
 class Dictionary:
     """A sparse dictionary of one site of one layer: ``f = act(x W_enc + b_enc)``.
 
-    ``decode(f) = f W_dec + b_dec``. ``architecture`` is ``relu``, ``jumprelu`` (with a
-    ``threshold`` per latent) or ``topk`` (with ``k``). ``hook_name`` is the TransformerLens
-    name it was trained on; ``path`` the folder it came from (named in errors). A transcoder
-    encodes ``weights.source`` (the MLP's input, ``hook_name``) and decodes into ``site``
-    (``hook_name_out``), plus ``x_in W_skip.T`` when it has a skip connection.
+    A transcoder encodes ``weights.source`` (``hook_name``) and decodes into ``site``
+    (``hook_name_out``), plus ``x_in W_skip.T`` with a skip connection.
     """
 
     site: str
@@ -84,15 +77,14 @@ class Dictionary:
         if has_threshold != (arch == "jumprelu") or has_k != (arch == "topk"):
             raise DictionaryError(
                 f"{self.path}: architecture {arch!r} with threshold "
-                f"{'set' if has_threshold else 'None'} and k={w.k}: a jumprelu "
-                "dictionary has a threshold, a topk one k, a relu one neither"
+                f"{'set' if has_threshold else 'None'} and k={w.k}: jumprelu needs a threshold, "
+                "topk a k, relu neither"
             )
         sites = (self.site, w.source or self.site)
         if any(s not in TL_SITES.values() for s in sites) or not _is_layer(self.layer):
             raise DictionaryError(
-                f"{self.path}: site {self.site!r}, source {w.source!r}, layer {self.layer!r}: "
-                "a dictionary reads and writes one of "
-                f"{', '.join(TL_SITES.values())} of a layer >= 0"
+                f"{self.path}: site {self.site!r}, source {w.source!r}, layer {self.layer!r}: a "
+                f"dictionary reads and writes one of {', '.join(TL_SITES.values())} of a layer >= 0"
             )
 
     @property
@@ -152,9 +144,8 @@ class Dictionary:
             )
         if getattr(model, "remote", False) and self.nbytes > REMOTE_BYTES:
             raise DictionaryError(
-                f"{where}: {model.name} runs on NDIF, where the dictionary's weights "
-                f"({self.nbytes / 2**20:.0f} MiB) would travel in every request (one a batch); "
-                f"bindscope ships up to {REMOTE_BYTES // 2**20} MiB: run it locally"
+                f"{where}: {model.name} runs on NDIF, where its {self.nbytes / 2**20:.0f} MiB of "
+                f"weights go in every request (at most {REMOTE_BYTES // 2**20} MiB): run it locally"
             )
         _check_width(self, where, model, "d_in", self.weights.source or self.site)
         _check_width(self, where, model, "d_out", self.site)
@@ -220,11 +211,7 @@ def _transcoder_fields(found: Dictionary) -> dict:
 
 
 class Features:
-    """Latents of a `Dictionary`: what a spec edits in place of heads or a site.
-
-    ``Zero(f)`` sets them to zero, ``Mean(f, means=feature_means(...))`` to their means,
-    ``Patch``/``Resample`` to a donor's, ``Steer(f, scale=s)`` adds ``s`` to each.
-    """
+    """Latents of a `Dictionary`: what a spec edits in place of heads or a site."""
 
     def __init__(self, dictionary: Dictionary, indices: int | Iterable[int]) -> None:
         if isinstance(indices, (int, np.integer)):
@@ -252,10 +239,8 @@ def load_dictionary(
 ) -> Dictionary:
     """A dictionary from a local folder (or file) in SAELens' or Gemma Scope's format.
 
-    SAELens' folder holds ``cfg.json`` (its hook name gives the site and layer); Gemma
-    Scope's ``params.npz`` (or ``params.safetensors``) gives none, so the site and layer come
-    from ``site=``/``layer=`` or from the path (``layer_12``, a ``res``/``mlp``/``att``
-    folder). With ``model``, shapes and site are checked against it (`Dictionary.check`).
+    Gemma Scope's files name no site or layer: ``site=``/``layer=`` or the path give them
+    (``layer_12`` below a ``res``/``mlp``/``att`` folder). With ``model``, it is checked.
     """
     path = Path(path)
     if path.is_dir() and (path / CFG).exists():
@@ -394,10 +379,7 @@ def _weights(
     cfg: dict,
     source: str | None = None,
 ) -> TraceDictionary:
-    """The weights, their shapes checked against one another and the config.
-
-    A transcoder (``source``: the site it encodes) decodes into ``d_out`` (W_dec's columns).
-    """
+    """The weights, their shapes checked against one another and the config."""
     missing = [n for n in ("W_enc", "b_enc", "W_dec", "b_dec") if n not in tensors]
     if architecture == "jumprelu" and "threshold" not in tensors:
         missing.append("threshold")
@@ -445,11 +427,9 @@ def capture_features(
     per_row: Any = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[torch.Tensor]:
-    """Feature activations ``[n, d_sae]`` per text: the site it encodes, captured and encoded.
+    """Feature activations ``[n, d_sae]`` per text of the site as the model computes with it.
 
-    What is encoded is the site as the model computes with it: after any intervention at
-    that site (a feature edit included, whose kept error term the encoder then reads too).
-    ``intervene``/``per_row`` as in ``model.capture``.
+    After any intervention at that site (``intervene``/``per_row`` as in ``model.capture``).
     """
     dictionary.check(model)
     site, layer = dictionary.weights.source or dictionary.site, dictionary.layer

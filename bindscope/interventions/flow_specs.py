@@ -1,9 +1,7 @@
 """Specs that add to or rewire the model rather than replace a value.
 
-``Steer`` adds a vector at a site, ``Knockout`` removes attention edges, ``PatternPatch``
-(estimated only) copies attention patterns, ``PathPatch`` patches edges between components.
-
-They check themselves and turn into row ops like the value specs in ``specs``.
+``Steer`` adds a vector, ``Knockout`` removes attention edges, ``PatternPatch`` (estimated
+only) copies attention patterns, ``PathPatch`` patches edges between components.
 """
 
 from __future__ import annotations
@@ -54,18 +52,12 @@ from bindscope.protocols import LanguageModel
 class PathPatch:
     """Exact path patching: each edge's receiver reads its sender's output on ``source[i]``.
 
-    An edge is ``(sender, receiver)`` named as in ``bindscope.interventions.graph``
-    (senders ``embed``, ``a3.h5``, ``m3``; receivers ``a3.h5<q>``, ``a3.g1<k>``,
-    ``a3.g1<v>``, ``m3``, ``logits``), or ``edges`` is an ``[S, R]`` bool mask over
-    ``edge_graph(model)``. The patched receiver reads the residual stream with the sender's
-    output replaced by its output on the source text (``corrupted - current`` added: patched
-    edges upstream propagate); the sender's other receivers, and every other node, read
-    the stream as it is. ``source`` has one text per target text (or one for all), each of
-    its target's length in tokens. With ``means=edge_means(model, reference)`` instead,
-    each patched edge carries its sender's mean output (mean ablation), and no source is
-    given. Each text brings scratch rows to the batch (one per receiver slot its edges
-    use), so a call costs that many times more. It runs on the prompt pass; in generation,
-    later tokens read the patched prompt keys and values.
+    ``edges`` are ``(sender, receiver)`` names (``interventions.graph``) or an ``[S, R]`` bool
+    mask over ``edge_graph(model)``; only the patched receiver sees the sender's
+    ``corrupted - current`` change. ``source``: one text per text (or one for all), of its
+    length; or ``means=edge_means(model, reference)`` for mean ablation. Each text brings one
+    scratch row per receiver slot (docs/circuits.md); in generation, later tokens read the
+    patched prompt keys and values.
     """
 
     edges: Any
@@ -127,14 +119,9 @@ class PathPatch:
 class Steer:
     """Add ``scale * vector`` to a site's activations at one layer (or several).
 
-    ``vector`` has the site's width (``d_model``; ``n_heads * head_dim`` at head_out and
-    q, ``n_kv_heads * head_dim`` at k and v, ``d_mlp`` at mlp_post). It
-    is copied (and checked: 1-D, finite, on a real device) when the spec is built, so
-    later edits to the caller's tensor do not reach the spec. ``positions`` (of the
-    unpadded text) restricts it; by default it acts on every position, and in ``generate``
-    on every new token as well (with ``positions``, on the prompt pass only).
-    ``Steer(dictionary.features([3]), scale=s)`` adds ``s`` to those latents instead
-    (no layer or vector: the dictionary's): the site gains ``s`` times their decoder rows.
+    ``vector`` (1-D, the site's width) is copied and checked when the spec is built.
+    ``positions`` restricts it (then the prompt pass only; else every new token too).
+    ``Steer(dictionary.features([3]), scale=s)`` adds ``s`` to those latents instead.
     """
 
     site: Any
@@ -177,7 +164,7 @@ class Steer:
         object.__setattr__(self, "_added", added)  # [F, 1]: one edit per spec in the plan
 
     def describe(self) -> str:
-        """A short form for messages, e.g. ``Zero([(1, 0)])``."""
+        """A short form for messages."""
         if isinstance(self.site, Features):
             return f"Steer({self.site!r}, scale={self.scale})"
         return f"Steer({self.site!r}, layer={list(self.layer)!r})"
@@ -250,17 +237,11 @@ def _steer_layers(layer: object) -> tuple[int, ...]:
 class Knockout:
     """Attention knockout: remove ``(query_pos, key_pos)`` edges before the softmax.
 
-    Positions count tokens of the unpadded text (BOS included when the model adds one);
-    each query row renormalises over the keys left. The listed heads' mask at the attention
-    call gets minus infinity on those edges, so it works under eager and sdpa attention,
-    with GQA and under left padding; during generation it applies to the prompt pass.
-    ``layers=`` instead of heads knocks out every head of those layers.
-
-    ``term=`` gives each text its own edges from the term's token span (found with
-    ``bindscope.prompts.locate``): with ``query=None`` the edges inside the span (each
-    later token of the term to its earlier ones: the pairs BSI measures), with ``query=q``
-    the edges from position ``q`` of each text (``-1``: the last token) to every token of
-    the span.
+    Positions of the unpadded text; each query row renormalises over the keys left (the
+    mask gets -inf: eager or sdpa, GQA, left padding; the prompt pass in generation).
+    ``layers=`` knocks out every head of those layers. ``term=`` takes each text's edges from
+    the term's span: inside it (``query=None``, the pairs BSI measures) or from position
+    ``query`` (``-1``: the last token) to each of its tokens.
     """
 
     heads: Any = None
@@ -308,7 +289,7 @@ class Knockout:
         return tuple((q, k) for k in span if k <= q)
 
     def describe(self) -> str:
-        """A short form for messages, e.g. ``Zero([(1, 0)])``."""
+        """A short form for messages."""
         if self.heads is not None:
             return f"Knockout({list(self.heads)!r})"
         return f"Knockout(layers={list(self.layers)!r})"
@@ -343,10 +324,7 @@ class Knockout:
 def _check_rows_keep_a_key(
     model: LanguageModel, heads: Sequence[tuple[int, int]], removed: dict, text: object, i: int
 ) -> None:
-    """Refuse a Knockout that leaves a query no key its layer's window lets it see.
-
-    Such a row would renormalise over masked keys (future ones included): wrong numbers.
-    """
+    """Refuse a Knockout that leaves a query no key its layer's window lets it see."""
     windows = _windows(model)
     for q, keys in removed.items():
         for layer in sorted({layer for layer, _ in heads}):
@@ -370,9 +348,8 @@ def _windows(model: LanguageModel) -> tuple[int | None, ...]:
 class PatternPatch:
     """The heads attend as on ``source`` (its queries and keys), keeping their own values.
 
-    A query/key intervention, estimated only (``runners.attribution_patching``): its
-    effect goes through the softmax, which AtP* recomputes. ``source`` and ``positions``
-    (query positions whose rows change) as in ``Patch``.
+    Estimated only (``runners.attribution_patching``); ``source`` and ``positions`` (query
+    rows) as in ``Patch``.
     """
 
     heads: tuple

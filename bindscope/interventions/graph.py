@@ -1,9 +1,8 @@
 """The edge graph of a model: senders, receivers, and the layout path patching needs.
 
-Senders are ``embed``, each head ``a3.h5`` and each MLP ``m3``; receivers each head's
-query ``a3.h5<q>``, each key/value group's ``a3.g1<k>``/``a3.g1<v>`` (the groups the model
-computes, never ungrouped), each MLP and the ``logits``. An edge runs from a sender to
-every receiver that reads the residual stream after the sender wrote to it.
+Senders: ``embed``, heads ``a3.h5``, MLPs ``m3``; receivers: each head's query ``a3.h5<q>``,
+each key/value group's ``a3.g1<k|v>``, each MLP and ``logits``. An edge runs from a sender
+to every receiver that reads the residual stream after it wrote.
 """
 
 from __future__ import annotations
@@ -24,20 +23,12 @@ Edge = tuple[str, str]
 
 @dataclass(frozen=True)
 class EdgeGraph:
-    """The nodes and edges of one model.
-
-    Attributes:
-        senders: Sender names in execution order (``embed``, ``a{l}.h{h}``, ``m{l}``).
-        receivers: Receiver names in execution order (``a{l}.h{h}<q>``, ``a{l}.g{g}<k>``,
-            ``a{l}.g{g}<v>``, ``m{l}``, ``logits``).
-        valid: ``[S, R]`` bool, True where ``senders[i] -> receivers[j]`` is an edge.
-        parallel: Whether the MLP reads the layer's input (no ``resid_mid``).
-    """
+    """The nodes (in execution order) and edges (``valid`` ``[S, R]``) of one model."""
 
     senders: tuple[str, ...]
     receivers: tuple[str, ...]
     valid: np.ndarray = field(compare=False)
-    parallel: bool = False
+    parallel: bool = False  # the MLP reads the layer's input (no resid_mid)
 
     @property
     def n_edges(self) -> int:
@@ -49,11 +40,7 @@ class EdgeGraph:
         return [(self.senders[i], self.receivers[j]) for i, j in zip(*np.nonzero(self.valid))]
 
     def index(self, edges: Iterable[Edge]) -> np.ndarray:
-        """``[S, R]`` bool mask of ``edges``.
-
-        Raises:
-            InputError: A name is not a node, or the pair is not an edge.
-        """
+        """``[S, R]`` bool mask of ``edges`` (``InputError`` for a non-node or non-edge)."""
         sender_at = {name: i for i, name in enumerate(self.senders)}
         receiver_at = {name: j for j, name in enumerate(self.receivers)}
         mask = np.zeros_like(self.valid)
@@ -62,19 +49,17 @@ class EdgeGraph:
                 raise InputError(f"{edge!r} is not an edge; pass (sender, receiver) names")
             sender, receiver = edge
             if sender not in sender_at or receiver not in receiver_at:
+                missing = sender if sender not in sender_at else receiver
                 raise InputError(
-                    f"edge {edge!r}: senders are embed, a<layer>.h<head>, m<layer>; receivers "
-                    "a<layer>.h<head><q>, a<layer>.g<group><k|v>, m<layer>, logits "
-                    f"(e.g. ('a0.h1', 'a2.h0<q>')); "
-                    f"{sender if sender not in sender_at else receiver!r} is not a node of this "
-                    "model"
+                    f"edge {edge!r}: {missing!r} is not a node of this model; senders are embed, "
+                    "a<layer>.h<head>, m<layer>; receivers a<layer>.h<head><q>, "
+                    "a<layer>.g<group><k|v>, m<layer>, logits (e.g. ('a0.h1', 'a2.h0<q>'))"
                 )
             i, j = sender_at[sender], receiver_at[receiver]
             if not self.valid[i, j]:
                 raise InputError(
-                    f"edge {edge!r}: {receiver} does not read what {sender} writes (a receiver "
-                    "reads only senders of earlier layers, or its layer's heads for an MLP "
-                    "after attention)"
+                    f"edge {edge!r}: {receiver} does not read what {sender} writes (only earlier "
+                    "layers' senders, or for an MLP after attention its layer's heads)"
                 )
             mask[i, j] = True
         return mask
@@ -105,11 +90,7 @@ def edge_graph(model: LanguageModel) -> EdgeGraph:
 
 
 def edge_mask(graph: EdgeGraph, edges) -> np.ndarray:
-    """``edges`` (``(sender, receiver)`` names, or an ``[S, R]`` bool mask) as a checked mask.
-
-    Raises:
-        InputError: A mask of the wrong shape or type, or one marking non-edges.
-    """
+    """``edges`` (``(sender, receiver)`` names, or an ``[S, R]`` bool mask) as a checked mask."""
     if isinstance(edges, np.ndarray):
         if edges.shape != graph.valid.shape or edges.dtype != bool:
             raise InputError(
@@ -121,8 +102,7 @@ def edge_mask(graph: EdgeGraph, edges) -> np.ndarray:
             i, j = wrong[0]
             raise InputError(
                 f"the edge mask marks {len(wrong)} sender x receiver pair(s) that are not edges "
-                f"(the first: {graph.senders[i]} -> {graph.receivers[j]}); mark only where "
-                "EdgeGraph.valid is True (e.g. mask & graph.valid)"
+                f"({graph.senders[i]} -> {graph.receivers[j]}, ...): use mask & graph.valid"
             )
         return edges
     if isinstance(edges, (str, bytes)):
@@ -133,11 +113,7 @@ def edge_mask(graph: EdgeGraph, edges) -> np.ndarray:
 
 
 def edge_geometry(model: LanguageModel) -> EdgeGeometry:
-    """What the trace bodies need of the model's layout (``PathPlan.geo``).
-
-    Raises:
-        InputError: ``attn_out`` is a module's input (edges need an output).
-    """
+    """What the trace bodies need of the model's layout (``PathPlan.geo``)."""
     sites = model.sites
     head_module = sites["head_out"][0]
     attention = head_module.rsplit(".", 1)[0] if "." in head_module else ""

@@ -17,12 +17,7 @@ __all__ = ["Head", "normalize_heads"]
 def normalize_heads(
     heads: Iterable[Sequence[int]] | None, *, n_layers: int, n_heads: int, model_name: str
 ) -> tuple[Head, ...]:
-    """Check ``(layer, head)`` pairs and return them sorted.
-
-    Raises:
-        HeadSpecError: A pair is malformed, out of range or repeated; the message names the
-            pair, the model and the valid ranges.
-    """
+    """Check ``(layer, head)`` pairs (``HeadSpecError`` naming pair, model and ranges); sorted."""
     if heads is None:
         return ()
     if isinstance(heads, dict):

@@ -1,8 +1,7 @@
 """Per-head weights with TransformerLens' names and shapes, and a head's QK and OV circuits.
 
-A query head ``h`` reads key/value head ``model.kv_head[h]`` (grouped-query attention):
-``W_K`` and ``W_V`` are given per query head. The circuits are the weights' products only:
-rotary positions, q/k norms, soft-capping and the norms around attention are not in them.
+``W_K`` and ``W_V`` are given per query head (GQA). The circuits are the weights' products
+only: no rotary positions, q/k norms, soft-capping or norms.
 """
 
 from __future__ import annotations
@@ -141,10 +140,7 @@ def b_U(model: LanguageModel) -> torch.Tensor:
 def ov_circuit(
     model: LanguageModel, layer: int, head: int, *, factored: bool = False
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """``W_V[l, h] @ W_O[l, h]``, ``[d, d]``: what the head writes per direction it reads.
-
-    ``factored=True`` returns the two factors, ``[d, hd]`` and ``[hd, d]``.
-    """
+    """``W_V[l, h] @ W_O[l, h]`` ``[d, d]`` (``factored``: the two factors)."""
     model.check_heads([(layer, head)])
     pair = (layer_qkv(model, layer, 2)[head], layer_w_o(model, layer)[head])
     return pair if factored else pair[0] @ pair[1]
@@ -153,10 +149,7 @@ def ov_circuit(
 def qk_circuit(
     model: LanguageModel, layer: int, head: int, *, factored: bool = False
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """``W_Q[l, h] @ W_K[l, h].T``, ``[d, d]``: a query and a key direction's bilinear score.
-
-    Without positions, q/k norms or scaling; ``factored=True`` returns ``W_Q`` and ``W_K.T``.
-    """
+    """``W_Q[l, h] @ W_K[l, h].T`` ``[d, d]``, without positions or scaling (``factored``: both)."""
     model.check_heads([(layer, head)])
     pair = (layer_qkv(model, layer, 0)[head], layer_qkv(model, layer, 1)[head].T)
     return pair if factored else pair[0] @ pair[1]

@@ -1,8 +1,4 @@
-"""TransformerLens hook names as bindscope sites, and SAELens' transcoder fields.
-
-A transcoder encodes at ``hook_name`` (the MLP's input: ``ln2.hook_normalized``, bindscope's
-``mlp_in``) and decodes into ``hook_name_out`` (``hook_mlp_out``); see docs/dictionaries.md.
-"""
+"""TransformerLens hook names as bindscope sites, and SAELens' transcoder fields."""
 
 from __future__ import annotations
 

@@ -1,8 +1,4 @@
-"""Specs for what TransformerLens and nnterp users reach for: ``Hook`` and ``Patchscope``.
-
-``Hook`` runs a Python function at a named site (TransformerLens's ``run_with_hooks``);
-``Patchscope`` writes a source prompt's hidden state into a target prompt (nnterp, PAIR).
-"""
+"""``Hook`` (TransformerLens's ``run_with_hooks``) and ``Patchscope`` (nnterp, PAIR) specs."""
 
 from __future__ import annotations
 
@@ -32,12 +28,9 @@ RESIDUAL = ("resid_pre", "resid_mid", "resid_post")
 class Hook:
     """Call ``fn`` on a site's activations at ``layer`` (an int or a list), every position.
 
-    ``fn(x)`` gets each text's unpadded activations ``[1, n, d_model]`` (``[1, n, H, hd]``
-    at ``head_out`` and ``q``, ``[1, n, H_kv, hd]`` at ``k`` and ``v``, ``[1, n, d_mlp]``
-    at ``mlp_post``; in ``generate``, then each new token's ``[1, 1, ...]``) and returns a
-    tensor of that shape, or None after editing ``x`` in place. Hooks compose with every
-    spec, in the order listed. Local models only: a Python function cannot be shipped to
-    NDIF's sandbox.
+    ``fn(x)`` gets each text's unpadded ``[1, n, d]`` (``[1, n, U, hd]`` at head sites; each
+    new token's ``[1, 1, ...]`` in ``generate``) and returns that shape, or None after editing
+    in place. Local models only: a Python function cannot be shipped to NDIF's sandbox.
     """
 
     site: str
@@ -68,9 +61,8 @@ class Hook:
         model = ctx.model
         if getattr(model, "remote", False):
             raise InterventionError(
-                f"{model.name}: {self.describe()}: a Python function cannot be shipped to "
-                "NDIF's sandbox (it allows torch and math, not your code); use a spec "
-                "(Steer, Zero, Mean, Patch) or open your own trace: model.nnsight.trace"
+                f"{model.name}: {self.describe()}: a Python function cannot be shipped to NDIF's "
+                "sandbox; use a spec (Steer, Zero, Mean, Patch) or your own model.nnsight.trace"
             )
         _check_site(model, self.site, self.describe())
         units = tuple(range(unit_shape(model, self.site)[0]))
@@ -88,9 +80,8 @@ def _checked(fn: Callable, spec: str) -> Callable[[torch.Tensor], Any]:
         if new is not None and (not isinstance(new, torch.Tensor) or new.shape != x.shape):
             got = tuple(new.shape) if isinstance(new, torch.Tensor) else type(new).__name__
             raise InterventionError(
-                f"{spec}: the function returned {got}, not a tensor of the shape it was "
-                f"given {tuple(x.shape)}; return the edited tensor, or None after editing "
-                "it in place"
+                f"{spec}: the function returned {got}, not a tensor of the shape it was given "
+                f"{tuple(x.shape)}; return the edited tensor, or None after editing it in place"
             )
         return new
 
@@ -101,11 +92,9 @@ def _checked(fn: Callable, spec: str) -> Callable[[torch.Tensor], Any]:
 class Patchscope:
     """Write ``source``'s hidden state at (``position``, ``layer``) into each text.
 
-    The state is read from a clean run of ``source`` (one text for all, or one per text)
-    at ``site`` (a residual-stream site), and replaces the text's state at
-    (``target_position``, ``target_layer``; default the same layer). Positions count tokens
-    of the unpadded texts; negative ones from the end. In ``generate`` it acts on the
-    prompt pass; the new tokens read the patched keys and values.
+    Read from a clean run of ``source`` at a residual-stream ``site``; written at
+    (``target_position``, ``target_layer``, default the same layer). Negative positions count
+    from the end; in ``generate`` it acts on the prompt pass.
     """
 
     source: Any

@@ -1,8 +1,4 @@
-"""Reference means: of a site for ``Mean``, of every edge sender for ``PathPatch(means=)``.
-
-``head_means`` (in the package's ``__init__``) computes the same at ``head_out`` inside the
-trace; `SiteMeans` is the one means type, heads included.
-"""
+"""Reference means: of a site for ``Mean``, of every edge sender for ``PathPatch(means=)``."""
 
 from __future__ import annotations
 
@@ -20,22 +16,14 @@ __all__ = ["EdgeMeans", "SiteMeans", "edge_means", "site_means"]
 
 @dataclass(frozen=True)
 class SiteMeans:
-    """Mean activation of one site per layer over a reference set of texts.
-
-    Attributes:
-        site: The site (``families.SITE_NAMES``).
-        means: ``{layer: [d_model]}`` float32 (``[H, head_dim]`` at head_out), over every
-            real (non-pad) position.
-        n_positions: Number of token positions averaged.
-    """
+    """Mean activation of one site per layer (``[d]``, ``[H, hd]`` at head_out) over real tokens."""
 
     site: str
     means: dict[int, torch.Tensor]
     n_positions: int
 
     def __reduce__(self):
-        # Inside a shipped trace body only the tensors are needed (and bindscope is not
-        # installed on the server), so it travels as a plain TraceMeans.
+        # bindscope is not installed on the server: it travels as a plain TraceMeans
         return (TraceMeans, (dict(self.means), self.n_positions))
 
 
@@ -63,12 +51,8 @@ def site_means(
 class EdgeMeans:
     """Each edge sender's mean output over a reference set (``PathPatch(means=...)``).
 
-    Attributes:
-        embed: ``[d_model]`` layer 0's input.
-        heads: ``{layer: [H * head_dim]}`` the output projection's input (a head's mean
-            output is its slice through the projection, and a sandwich norm).
-        mlps: ``{layer: [d_model]}`` the MLP outputs.
-        n_positions: Number of token positions averaged.
+    ``heads`` are the output projection's inputs ``[H * hd]`` (a head's mean output is its
+    slice through the projection and any sandwich norm).
     """
 
     embed: torch.Tensor

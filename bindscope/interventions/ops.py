@@ -1,8 +1,6 @@
 """The trace engine's face: what a trace body calls as ``ops.f(...)``, locally or on NDIF.
 
-The engine lives in ``bindscope.interventions.trace``, one job per module, torch and math
-only; this module gathers its public names and ships to NDIF as one namespace object
-(``ShippedModule``). A remote run returns only saved values that the body binds to a name.
+It gathers the public names of ``interventions.trace`` and ships as one namespace object.
 """
 
 from __future__ import annotations
@@ -69,6 +67,7 @@ from bindscope.interventions.trace.reductions import (
     span_pair_bsi,
 )
 from bindscope.interventions.trace.sites import (
+    attention_call,
     attention_module,
     attention_scores,
     by_layer,
@@ -113,6 +112,7 @@ __all__ = [
     "TraceModel",
     "TracePlan",
     "apply_edits",
+    "attention_call",
     "attention_module",
     "attention_scores",
     "attribution_pass",

@@ -1,8 +1,5 @@
 """Turn checked row ops (`resolve.resolve_rows`) into the `ops.TracePlan` a trace body applies.
 
-A plan holds tensors and the engine's own classes only (they ship to NDIF):
-``edits`` per ``(site, layer)``, a ``knockout`` per layer (``knockout_batch`` over donor
-and patched rows when there are donors), and a ``path`` (`ops.PathPlan`) for ``PathPatch``.
 Donor rows run in an earlier invoke, left-padded to the texts' width, so a column is one
 end-aligned position in both.
 """
@@ -28,13 +25,7 @@ __all__ = ["PlannedBatch", "Planner", "attention_call", "plan_batch", "plan_batc
 
 @dataclass(frozen=True)
 class PlannedBatch:
-    """One batch of texts, its donor rows (if any) and its plan.
-
-    Attributes:
-        batch: The texts' left-padded ``Batch`` (widened to the donors' width if needed).
-        donors: Keyword inputs of the donor invoke, or ``None`` when nothing is patched.
-        plan: The `ops.TracePlan` ``ops.run_layers(plan=)`` applies (falsy: nothing).
-    """
+    """One batch of texts (widened to its donors' width), its donor invoke's inputs and its plan."""
 
     batch: Batch
     donors: dict[str, torch.Tensor] | None
@@ -78,10 +69,7 @@ def plan_batch(
 def _with_donors(
     model: LanguageModel, batch: Batch, donor_ids: dict[tuple[int, ...], int]
 ) -> tuple[Batch, dict[str, torch.Tensor]]:
-    """Re-pad the batch together with its donor rows, so both share one width.
-
-    Returns the widened batch and the donor invoke's keyword inputs.
-    """
+    """Re-pad the batch together with its donor rows, so both share one width."""
     n_rows = len(batch.indices)
     own = [batch.input_ids[r, batch.pad(r) :].tolist() for r in range(n_rows)]
     full = model.pad(list(range(n_rows + len(donor_ids))), own + [list(d) for d in donor_ids])
@@ -95,11 +83,7 @@ def _with_donors(
 
 
 def attention_call(model: LanguageModel, needed: object = True) -> tuple[str, int] | None:
-    """The attention call's ``(label, mask index)`` where ``needed`` (knockout, q, k, v, scores).
-
-    Raises:
-        InterventionError: The attention forward makes no call bindscope can find.
-    """
+    """The attention call's ``(label, mask index)`` where ``needed`` (knockout, q, k, v, scores)."""
     if not needed:
         return None
     try:
@@ -112,11 +96,7 @@ def attention_call(model: LanguageModel, needed: object = True) -> tuple[str, in
 
 
 class Planner:
-    """Accumulates each row's ops into the edits and masks of one batch's plan.
-
-    Row ops call back into it (`RowOp.add_to`): `cells` gives the mask cells of one row,
-    `edit` the edit of a site and layer that a mask belongs to.
-    """
+    """Accumulates each row's ops (`RowOp.add_to`) into the edits and masks of one batch's plan."""
 
     def __init__(
         self, model: LanguageModel, n_rows: int, width: int, donor_ids: dict[tuple[int, ...], int]
@@ -131,7 +111,7 @@ class Planner:
     def columns(self, n: int, positions: tuple[int, ...] | None, donor: int | None = None):
         """Padded columns of a row with ``n`` real tokens (None: every position).
 
-        With a donor of ``donor`` tokens (end-aligned), only columns the donor has.
+        With an end-aligned donor of ``donor`` tokens, only columns the donor has.
         """
         if positions is None and donor is None:
             return None
@@ -152,10 +132,8 @@ class Planner:
     ) -> ops.Edit:
         """The edit of ``(site, layer)`` made by ``make(where)``, shared when ``same`` matches.
 
-        ``same(edit)`` says whether an existing edit can take another row's cells (the same
-        kind and value); otherwise a new edit with an empty mask is appended. With a
-        ``dictionary`` the edit acts on its features (units: latents), wrapped in a
-        ``FeatureEdit``; the inner edit is returned.
+        ``same(edit)``: an existing edit can take another row's cells (the same kind and value).
+        With a ``dictionary`` the edit is wrapped in a ``FeatureEdit``; the inner one is returned.
         """
         entries = self.edits.setdefault((site, layer), [])
         for entry in entries:
@@ -314,13 +292,7 @@ class Planner:
     def _path_receivers(
         self, graph: EdgeGraph, full: np.ndarray, used: np.ndarray
     ) -> tuple[dict[int, list[Receiver]], dict[int, list[list[int]]], int]:
-        """Each layer's receivers, the receiver each scratch row carries, the logits' index.
-
-        A text's receivers of one layer that read the same patched senders read equal
-        residual copies: they share a scratch row, numbered per text (each text needs as
-        many rows as its own receivers there); an MLP after attention reuses row 0, reset
-        at resid_mid.
-        """
+        """Each layer's receivers, the receiver each scratch row carries, the logits' index."""
         at: dict[int, list[Receiver]] = {}
         fills: dict[int, list[list[int]]] = {}  # per layer and row: each row's receiver
         classes: dict[tuple[int, int], dict[bytes, int]] = {}

@@ -1,8 +1,6 @@
 """What ``intervene=``, ``per_row=`` and ``ablate=`` take, and their checked row ops.
 
-`as_specs` reads one entry (a spec, a list of specs, a head list or None); `resolve_rows`
-checks every spec of a call against the model and the texts before any trace runs, and
-refuses two specs on one cell (head, or site of a layer) of a text.
+Every spec of a call is checked against the model and the texts before any trace runs.
 """
 
 from __future__ import annotations
@@ -27,13 +25,8 @@ PerRow = Sequence[Intervention] | None
 def as_specs(entry: Intervention, *, option: str = "intervene") -> tuple:
     """One ``intervene``/``ablate``/``per_row`` entry (named by ``option``) as a tuple of specs.
 
-    ``None`` and empty lists mean no intervention; a list of ``(layer, head)`` pairs is
-    ``Zero`` of those heads: the ``ablate=`` shortcut (and a ``per_row`` entry's), and a
-    deprecated spelling of ``intervene=``.
-
-    Raises:
-        InterventionError: An entry is neither a spec nor a head list (an unknown kind is
-            never dropped silently).
+    A list of ``(layer, head)`` pairs is ``Zero`` of them: the ``ablate=`` shortcut (a
+    deprecated spelling of ``intervene=``).
     """
     if entry is None:
         return ()
@@ -76,13 +69,8 @@ def resolve_rows(
 ) -> list[tuple[RowOp, ...]]:
     """Check every spec against the model and the texts; one tuple of row ops per text.
 
-    ``ablate`` (zero-ablation shorthand), ``intervene`` and ``per_row[i]`` add up, in that
-    order.
-
-    Raises:
-        HeadSpecError: A head or layer is out of range (names the model and head).
-        InterventionError: A spec does not fit a text (names the text and what is wrong),
-            or two specs act on the same head (or site) of one text.
+    ``ablate``, ``intervene`` and ``per_row[i]`` add up, in that order; two specs on one cell
+    (head, or site of a layer) of a text are refused.
     """
     texts = list(texts)
     _check_per_row(per_row, len(texts))
@@ -100,19 +88,14 @@ def resolve_rows(
 
 
 def _check_claims(model: LanguageModel, row: list[RowOp], i: int) -> None:
-    """Refuse two ops on one cell of a text: one would silently undo or hide the other.
-
-    Aliased cells are one cell (`one_tensor`: ``resid_pre`` of layer L+1 is ``resid_post``
-    of layer L). Steers add up (additions commute), so several may share a cell.
-    """
+    """Refuse two ops on one cell of a text: one would silently undo or hide the other."""
     paths = [op for op in row if isinstance(op, PathOp)]
     if paths and len(row) > 1:
         other = next((op for op in row if op is not paths[0]), paths[-1])
         raise InterventionError(
             f"{model.name}: text #{i} takes {paths[0].spec} and {other.spec}; a text with a "
-            "PathPatch takes no other spec (its receivers read copies of the stream that "
-            "other edits would not reach; two PathPatch: give one with every edge). Other "
-            "texts of the batch may take other specs (per_row=); or run them in separate calls"
+            "PathPatch takes no other spec (its receivers' copies of the stream miss other "
+            "edits): give one PathPatch with every edge, or use per_row= or separate calls"
         )
     same = one_tensor(model)
     owner: dict[tuple[str, int, int], tuple[RowOp, tuple[str, int, int]]] = {}
@@ -126,9 +109,8 @@ def _check_claims(model: LanguageModel, row: list[RowOp], i: int) -> None:
                 where += f" (one tensor with {_where(first)})"
             raise InterventionError(
                 f"{model.name}: text #{i}: {where} is in both {other.spec} and {op.spec}; one "
-                "spec per head (or site) and text (their effects do not compose: the later "
-                "edit would overwrite or hide the earlier one). Drop it from one of them, or "
-                "run them in separate calls"
+                "spec per head (or site) and text (the later edit would hide the earlier): "
+                "drop it from one of them, or run them in separate calls"
             )
 
 
@@ -142,9 +124,8 @@ def _where(cell: tuple[str, int, int]) -> str:
 def one_tensor(model: LanguageModel) -> Callable[[tuple[str, int, int]], tuple[str, int, int]]:
     """The cell a ``(site, layer, unit)`` cell is one tensor with, read off the site table.
 
-    Two sites at one location of a layer are one tensor; a decoder layer's input
-    (``resid_pre``) is the previous layer's output (``resid_post``), so ``resid_pre`` of
-    layer L+1 is ``resid_post`` of layer L (in every family, parallel residual included).
+    Two sites at one location are one tensor, and ``resid_pre`` of layer L+1 is
+    ``resid_post`` of layer L.
     """
     first: dict[tuple, str] = {}
     name = {site: first.setdefault(tuple(where), site) for site, where in model.sites.items()}

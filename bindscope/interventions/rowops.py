@@ -1,11 +1,7 @@
 """Row ops: one checked intervention of one text, as typed data a `plan.Planner` consumes.
 
-A spec (``specs.py``) checks itself against the model and one text and returns row ops; a
-row op knows which cells it claims (two specs on one cell of a text are refused) and how it
-adds itself to a batch's plan (`add_to`). The five kinds cover every spec: replace a
-value (``Zero``, ``Mean``), copy a donor text's activations (``Patch``, ``Resample``),
-add a vector (``Steer``), remove attention edges (``Knockout``) and patch edges between
-components (``PathPatch``).
+A row op knows which cells it claims (two specs on one cell of a text are refused) and
+how it adds itself to a batch's plan (`add_to`).
 """
 
 from __future__ import annotations
@@ -22,10 +18,7 @@ from bindscope.interventions.trace.features import features_key
 
 
 class Planner(Protocol):
-    """What a row op needs of the planner (``plan.Planner``) to add itself to a batch's plan.
-
-    A protocol here, so that the row ops do not import the planner that imports them.
-    """
+    """What a row op needs of ``plan.Planner`` (a protocol: the planner imports the row ops)."""
 
     donor_ids: dict[tuple[int, ...], int]
     width: int
@@ -68,11 +61,7 @@ UNIT_SITES = (*HEAD_SITES, "mlp_post")
 
 
 def unit_shape(model: Any, site: str) -> tuple[int, int]:
-    """``(U, k)`` of a site's ``[b, s, U, k]`` view (``ops.unit_view``).
-
-    Heads x head_dim at head_out and q (kv heads at k and v), neurons x 1 at mlp_post,
-    heads x keys at pattern and scores (``k`` unknown: 0), else 1 x d_model.
-    """
+    """``(U, k)`` of a site's ``[b, s, U, k]`` view (``ops.unit_view``; pattern and scores: k 0)."""
     if site in ("head_out", "q"):
         return model.n_heads, model.head_dim
     if site in ("k", "v"):
@@ -90,14 +79,9 @@ Units = tuple[tuple[int, tuple[int, ...]], ...]
 
 @dataclass(frozen=True)
 class RowOp:
-    """What every row op has: its spec (for messages), site, units and positions.
+    """What every row op has: its spec (for messages), site, units per layer and positions.
 
-    Attributes:
-        spec: A short description of the spec it came from (``Zero([(1, 0)])``).
-        site: One of ``families.SITE_NAMES`` (``head_out`` for head specs).
-        units: The units of the site per layer.
-        positions: Token positions of the unpadded text (None: every position).
-        dictionary: A ``TraceDictionary`` when the units are its features (latents).
+    ``dictionary``: a ``TraceDictionary`` when the units are its features (latents).
     """
 
     spec: str
@@ -106,10 +90,8 @@ class RowOp:
     positions: tuple[int, ...] | None = None
     dictionary: Any = field(default=None, kw_only=True, compare=False)
 
-    # Set by DonorOp only: the donor's token ids (the planner batches donor rows).
-    donor = None
-    # Whether two ops of this kind may share a cell (additions commute).
-    composes = False
+    donor = None  # DonorOp's token ids (the planner batches donor rows)
+    composes = False  # two ops of this kind may share a cell (additions commute)
 
     @property
     def every_position(self) -> bool:
@@ -212,8 +194,7 @@ class AddOp(RowOp):
 class HookOp(RowOp):
     """Call ``fn`` on the site of each listed layer, every position (each new token too).
 
-    It claims no cell: hooks compose with each other and with every spec, applied in the
-    order the specs are listed.
+    It claims no cell: hooks compose with everything, in the order the specs are listed.
     """
 
     fn: Any = field(default=None, compare=False)
@@ -256,8 +237,7 @@ class KnockoutOp(RowOp):
 class PathOp(RowOp):
     """Patch edges (sender -> receiver input) from a donor text's sender outputs (or means).
 
-    It claims no site cell (each receiver reads its own copy of the stream); the planner
-    refuses it beside other ops in one batch.
+    It claims no site cell; the planner refuses it beside other ops in one batch.
     """
 
     donor: tuple[int, ...] | None = None  # type: ignore[assignment]

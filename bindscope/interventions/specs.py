@@ -1,9 +1,7 @@
-"""The value specs: ``Zero``, ``Mean``, ``Patch`` and ``Resample``, at heads or at any site.
+"""The value specs ``Zero``, ``Mean``, ``Patch`` and ``Resample``, at heads or at any site.
 
-Every call that runs the model takes specs as ``intervene=`` (all texts) or ``per_row=``
-(one entry per text). A spec checks itself and turns into row ops for one text
-(`row_ops`); the trace sees only tensors (``plan.py`` -> ``ops``). The other specs are in
-``flow_specs``.
+A spec checks itself and turns into row ops for one text (`row_ops`); the trace sees only
+tensors (``plan.py`` -> ``ops``).
 """
 
 from __future__ import annotations
@@ -74,10 +72,7 @@ def _layers(layers: object) -> Any:
 
 
 class RowContext:
-    """What the specs of one call share: the texts, their token counts, drawn donors.
-
-    ``resolve.resolve_rows`` makes one per call and hands it to every spec's ``row_ops``.
-    """
+    """What the specs of one call share: the texts, their token counts, drawn donors."""
 
     def __init__(self, model: LanguageModel, texts: Sequence) -> None:
         self.model, self.texts = model, list(texts)
@@ -108,12 +103,7 @@ class RowContext:
 
 @dataclass(frozen=True)
 class _Targeted:
-    """Shared by specs that act on heads or on a site of some layers.
-
-    ``heads`` comes first (a subclass's own fields follow it); ``site``, ``layers`` and
-    ``positions`` are keywords. A string in place of ``heads`` is the site:
-    ``Zero("resid_post", layers=[2])``.
-    """
+    """Specs that act on heads or on a site of some layers (a string ``heads`` is the site)."""
 
     heads: Any = None
     site: str | None = field(default=None, kw_only=True)
@@ -153,9 +143,8 @@ class _Targeted:
             )
         if self.heads is not None and self.site not in (None, "pattern", *UNIT_SITES):
             raise InterventionError(
-                f"{type(self).__name__}: (layer, unit) pairs pick heads at head_out, pattern, "
-                f"q, k, v or neurons at mlp_post, not units of {self.site!r}; for a whole site "
-                "give layers= instead"
+                f"{type(self).__name__}: (layer, unit) pairs pick heads at head_out, pattern, q, "
+                f"k, v or neurons at mlp_post, not units of {self.site!r}: give layers= instead"
             )
         object.__setattr__(self, "positions", _positions(self.positions))
 
@@ -170,10 +159,7 @@ class _Targeted:
         return f"{type(self).__name__}({self.site or 'head_out'!r}, layers={list(self.layers)!r})"
 
     def target(self, model: LanguageModel, *, pattern: bool = False) -> tuple[str, Units]:
-        """The site and the units of each layer, checked against the model.
-
-        ``pattern``: the spec may act on the pattern site (``Patch`` only).
-        """
+        """The site and the units of each layer, checked (``pattern``: ``Patch`` may act on it)."""
         if isinstance(self.heads, Features):
             return feature_target(model, self.heads)
         site = self.site or "head_out"
@@ -185,6 +171,12 @@ class _Targeted:
         layers = model.check_layers(self.layers)
         units = tuple(range(unit_shape(model, site)[0]))
         return site, tuple((layer, units) for layer in layers)
+
+    def donor_ops(self, site: str, units: Units, donor: tuple[int, ...]) -> tuple[RowOp, ...]:
+        """The spec's one row op: copy ``donor``'s activations into its cells."""
+        dictionary = self.dictionary()
+        op = DonorOp(self.describe(), site, units, self.positions, donor, dictionary=dictionary)
+        return (op,)
 
     def dictionary(self) -> Any:
         """The ``TraceDictionary`` whose features the spec edits, or None (row ops carry it)."""
@@ -209,15 +201,13 @@ def feature_target(model: LanguageModel, features: Features) -> tuple[str, Units
 def _check_site(model: LanguageModel, site: str, spec: str, *, pattern: bool = False) -> None:
     if site == "pattern" and not pattern:
         raise InterventionError(
-            f"{model.name}: {spec}: the attention probabilities (pattern) can be captured, "
-            "not replaced; copy them from another run with Patch, or remove attention edges "
-            "with Knockout"
+            f"{model.name}: {spec}: the attention probabilities (pattern) can be captured, not "
+            "replaced; copy them from another run with Patch, or remove edges with Knockout"
         )
     if site == "scores":
         raise InterventionError(
-            f"{model.name}: {spec}: the attention scores are computed from q and k (and the "
-            "mask), not a tensor the model reads back; they can be captured, not replaced: "
-            "edit q or k, or remove attention edges with Knockout"
+            f"{model.name}: {spec}: the attention scores are computed from q and k, not read "
+            "back; they can be captured, not replaced: edit q or k, or use Knockout"
         )
     if site in FINAL_SITES:
         raise InterventionError(
@@ -226,9 +216,8 @@ def _check_site(model: LanguageModel, site: str, spec: str, *, pattern: bool = F
         )
     if site not in model.sites:
         raise InterventionError(
-            f"{model.name} ({model.family}): {spec}: the family has no site {site!r} (e.g. "
-            "a parallel residual has no resid_mid); its sites are "
-            f"{', '.join(s for s in model.sites if s != 'pattern')}"
+            f"{model.name} ({model.family}): {spec}: the family has no site {site!r}; its "
+            f"sites are {', '.join(s for s in model.sites if s != 'pattern')}"
         )
 
 
@@ -259,8 +248,7 @@ def _units(heads: Sequence[tuple[int, int]]) -> Units:
 class Zero(_Targeted):
     """Zero-ablation: the heads' outputs (or a site's activations) are set to zero.
 
-    ``positions`` (token positions of the unpadded text) restricts it; by default every
-    position, in generation every step too.
+    ``positions`` (of the unpadded text) restricts it; by default every position and step.
     """
 
     def row_ops(self, ctx: RowContext, i: int) -> tuple[RowOp, ...]:
@@ -276,14 +264,12 @@ class Zero(_Targeted):
 class Mean(_Targeted):
     """Mean-ablation: the heads' outputs (or a site's activations) take reference means.
 
-    Attributes:
-        means: For heads, ``head_means(model, reference, heads)`` (or a
-            plain ``{layer: [H, hd]}`` dict); for a site, ``site_means(model, reference,
-            site, layers)`` (or ``{layer: [d_model]}``).
+    ``means``: ``head_means(model, reference, heads)`` or ``site_means(model, reference,
+    site, layers)`` (or plain ``{layer: [H, hd]}`` / ``{layer: [d]}`` dicts).
     """
 
     means: object = None
-    # the means are tensors: a Mean equals only itself (as with eq=False before)
+    # the means are tensors: a Mean equals only itself
     __eq__ = object.__eq__
     __hash__ = object.__hash__
 
@@ -305,10 +291,8 @@ class Mean(_Targeted):
 class Patch(_Targeted):
     """Activation patching: text ``i`` takes the activations of a clean run on ``source[i]``.
 
-    ``source`` has one text per target text (or a single text used for all of them), each
-    tokenizing to the same length as its target. ``positions`` restricts the patch to those
-    token positions of the unpadded text. Heads as for ``Zero``, or a site with layers:
-    ``Patch("resid_pre", corrupted, layers=[0], positions=[5])``.
+    ``source``: one text per text (or one for all), each of its target's length in tokens;
+    ``positions`` restricts it. ``Patch("resid_pre", corrupted, layers=[0], positions=[5])``.
     """
 
     source: tuple = ()
@@ -328,20 +312,15 @@ class Patch(_Targeted):
             "the end)",
         )  # fmt: skip
         ctx.check_positions("Patch", self.positions, i)
-        return (
-            DonorOp(
-                self.describe(), site, units, self.positions, donor, dictionary=self.dictionary()
-            ),
-        )
+        return self.donor_ops(site, units, donor)
 
 
 @dataclass(frozen=True)
 class Resample(_Targeted):
     """Resample-ablation: each text's heads (or site) take a random *other* reference text's.
 
-    The donor of each text is drawn with ``torch.Generator().manual_seed(seed)``, is
-    recorded by `donors`, and is position-aligned from the end (positions the donor does
-    not have are left alone).
+    Donors are drawn with ``torch.Generator().manual_seed(seed)`` (`donors`) and aligned from
+    the end.
     """
 
     reference: tuple = ()
@@ -356,12 +335,7 @@ class Resample(_Targeted):
         object.__setattr__(self, "seed", seed)
 
     def donors(self, texts: Sequence) -> tuple[int, ...]:
-        """Index into ``reference`` of each text's donor (deterministic given ``seed``).
-
-        Raises:
-            InterventionError: The reference is empty or holds no text other than one of
-                ``texts``.
-        """
+        """Index into ``reference`` of each text's donor (deterministic given ``seed``)."""
         if not self.reference:
             raise InterventionError("Resample: the reference list is empty; pass some texts")
         generator = torch.Generator().manual_seed(int(self.seed))
@@ -384,11 +358,7 @@ class Resample(_Targeted):
         if id(self) not in ctx.drawn:
             ctx.drawn[id(self)] = self.donors(ctx.texts)
         donor = tuple(ctx.ids(self.reference[ctx.drawn[id(self)][i]]))
-        return (
-            DonorOp(
-                self.describe(), site, units, self.positions, donor, dictionary=self.dictionary()
-            ),
-        )
+        return self.donor_ops(site, units, donor)
 
 
 def short(text: object) -> str:
@@ -411,8 +381,7 @@ def _check_means(
     if taken_at != site:
         raise InterventionError(
             f"{model.name}: {spec.describe()} replaces site {site!r} but its means were taken "
-            f"at site {taken_at!r}; means of one site are not "
-            f"activations of another: build them with {helper}"
+            f"at site {taken_at!r}; build them with {helper}"
         )
     if not isinstance(means, dict):
         raise InterventionError(
@@ -441,8 +410,7 @@ def _check_means(
                 name = f"head ({layer}, {unit})" if unit is not None else site
                 raise InterventionError(
                     f"{model.name}: {spec.describe()}: the means of {name} (layer {layer}) are "
-                    f"not finite (NaN or infinity); recompute them with {helper} on "
-                    "reference texts the model runs cleanly"
+                    f"not finite; recompute them with {helper} on texts the model runs cleanly"
                 )
         out[layer] = value.view(*shape)
     return out

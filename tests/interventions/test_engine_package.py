@@ -87,3 +87,32 @@ def test_the_path_plan_carries_records_not_tuples_or_dicts(llama):
     receivers = [entry for entries in path.at.values() for entry in entries]
     assert receivers and all(isinstance(entry, Receiver) for entry in receivers)
     assert {entry.kind for entry in receivers} == {"q", "k", "v", "mlp"}
+
+
+_SITE_READERS = {"site", "site_tensor", "attention_call", "attention_module"}
+
+
+def _layer_loops_reading_sites(name: str) -> list[str]:
+    """``function:line`` of each ``for ... in range(...n_layers)`` whose body reads a site."""
+    tree = ast.parse(inspect.getsource(importlib.import_module(name)))
+    found = []
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        for loop in ast.walk(function):
+            over_layers = (
+                isinstance(loop, ast.For)
+                and isinstance(loop.iter, ast.Call)
+                and ast.unparse(loop.iter.func) == "range"
+                and "n_layers" in ast.unparse(loop.iter)
+            )
+            calls = [n for n in ast.walk(loop) if isinstance(n, ast.Call)] if over_layers else []
+            if any(ast.unparse(call.func) in _SITE_READERS for call in calls):
+                found.append(f"{function.name}:{loop.lineno}")
+    return found
+
+
+def test_every_walk_over_the_layers_sites_goes_through_layer_sites():
+    # one loop over the layers: a walk that reads sites steps through trace.sites.layer_sites
+    loops = {name: _layer_loops_reading_sites(name) for name in SHIPPED_MODULES}
+    assert {name: found for name, found in loops.items() if found} == {}

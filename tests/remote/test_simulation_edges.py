@@ -70,3 +70,36 @@ def test_a_metric_function_is_refused_remotely(twins):
     clean, corrupted = random_pairs(simulated)
     with pytest.raises(InputError, match="metric function"):
         edge_attribution(simulated, clean, corrupted, lambda logits, rows: logits[:, 0])
+
+
+def _shipped_methods() -> dict:
+    import importlib
+    import types
+
+    from bindscope.remote.shipping import SHIPPED_MODULES
+
+    return {
+        (cls, name): member
+        for module in map(importlib.import_module, SHIPPED_MODULES)
+        for cls in vars(module).values()
+        if isinstance(cls, type) and cls.__module__ == module.__name__
+        for name, member in vars(cls).items()
+        if isinstance(member, types.FunctionType)
+    }
+
+
+def test_a_simulated_request_leaves_the_clients_own_classes_alone(twins):
+    # In one process cloudpickle would rebuild a class it pickled into that same class,
+    # with the server's recompiled methods (no module): every later request would then
+    # search all of sys.modules for each of them. The simulated server builds its own.
+    local, simulated = twins
+    clean, corrupted = random_pairs(local)
+    before = _shipped_methods()
+    path_patching(simulated, clean, corrupted, METRIC, one_edge_of_each_kind(local))
+    path_patching(simulated, clean, corrupted, METRIC, one_edge_of_each_kind(local))
+    after = _shipped_methods()
+    assert len(before) > 20
+    changed = [
+        f"{cls.__name__}.{name}" for (cls, name), f in after.items() if before[cls, name] is not f
+    ]
+    assert not changed

@@ -1,7 +1,6 @@
 """The edge estimator (EAP, EAP-IG): the gradient at each receiver's own input.
 
-One forward and backward pass per integration step; the `EdgeState` (senders' changes
-and summed gradients) stays where the passes run, so only scores and metrics come back.
+The `EdgeState` stays where the passes run: only scores and metrics come back.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from bindscope.interventions.trace.node_gradients import gradients_of
 from bindscope.interventions.trace.paths import heads_through
 from bindscope.interventions.trace.records import EdgePass, EdgeState
 from bindscope.interventions.trace.reductions import metric_values
-from bindscope.interventions.trace.sites import attention_module, final_logits, site
+from bindscope.interventions.trace.sites import attention_call, final_logits, layer_sites, site
 
 if TYPE_CHECKING:  # never runs, here or on the server
     from bindscope.interventions.trace.paths import PathPlan
@@ -24,16 +23,7 @@ if TYPE_CHECKING:  # never runs, here or on the server
 
 
 class EdgeJob:
-    """One batch of an edge-attribution session, planned before the session opens.
-
-    Attributes:
-        corrupted_inputs: Keyword inputs of the corrupted texts.
-        inputs: Keyword inputs of the clean texts.
-        mask: ``[b, s]`` their attention mask.
-        terms: The metric's terms (``edge_metric``).
-        path: The batch's `PathPlan`.
-        options: Extra trace options (``logits_to_keep``).
-    """
+    """One batch of an edge-attribution session, planned before the session opens."""
 
     def __init__(
         self,
@@ -44,20 +34,19 @@ class EdgeJob:
         path: PathPlan,
         options: dict,
     ) -> None:
-        self.corrupted_inputs = corrupted_inputs
-        self.inputs = inputs
-        self.mask = mask
-        self.terms = terms
+        self.corrupted_inputs = corrupted_inputs  # keyword inputs of the corrupted texts
+        self.inputs = inputs  # of the clean texts
+        self.mask = mask  # [b, s] their attention mask
+        self.terms = terms  # the metric's (edge_metric)
         self.path = path
-        self.options = options
+        self.options = options  # extra trace options (logits_to_keep)
 
 
 def edge_metric(model: TraceTarget, terms: dict):
     """The metric of every row from the final logits (soft-capped as the forward returns them).
 
-    ``terms`` is ``{"keep": K, "terms": ...}`` (`metric_values` of the last ``K``
-    positions), or ``{"fn": f, "rows": [pair indices]}`` for a user function
-    ``f(logits [b, V] at the last position, rows) -> [b]`` (local models only).
+    ``terms``: ``{"keep": K, "terms": ...}`` (`metric_values` of the last K positions), or
+    ``{"fn": f, "rows": ...}`` for a user's ``f(logits [b, V], rows) -> [b]`` (local only).
     """
     logits = final_logits(model)
     if "terms" not in terms:
@@ -66,13 +55,9 @@ def edge_metric(model: TraceTarget, terms: dict):
 
 
 def edge_sender_outputs(model: TraceTarget, into: Any):
-    """Fill ``into`` with every edge sender's raw output (the donor pass of EAP).
-
-    ``{("resid_pre", 0), ("head_out", l), ("mlp_out", l)}`` as `site_outputs` reads them.
-    """
-    sites = ("head_out", "mlp_out")
-    keys = [("resid_pre", 0)] + [(name, i) for i in range(model.n_layers) for name in sites]
-    return site_outputs(model, keys, into)
+    """Fill ``into`` with every edge sender's raw output (the donor pass of EAP)."""
+    senders = [(name, i) for i, name in layer_sites(model) if name in ("head_out", "mlp_out")]
+    return site_outputs(model, [("resid_pre", 0), *senders], into)
 
 
 def edge_attribution_pass(
@@ -87,17 +72,10 @@ def edge_attribution_pass(
 ) -> EdgePass:
     """One forward and backward pass: every edge's gradient at one integration step.
 
-    Walks the layers through `site` like `path_patch` (whose `PathPlan` gives the layout):
-    the gradient of the metric at each receiver's query, key, value (per head or group),
-    MLP output and the final residual, pulled back through that receiver alone to the
-    residual it reads, in one backward pass and one batched vector-Jacobian product per
-    layer and kind, times each sender's ``corrupted - clean`` output, over real positions.
-
-    ``donors`` are `edge_sender_outputs` of the corrupted texts; ``mask`` ``[b, s]`` is 1
-    on real tokens; layer 0's input moves to ``cor + alpha (clean - cor)`` (EAP-IG). The
-    first pass (``state`` None) must be ``alpha = 1``: it computes the senders' changes.
-    The ``last`` pass multiplies the gradients summed over the steps by those changes once
-    (they do not move between steps), giving scores ``[b, S, R]`` in the graph's order.
+    Each receiver's gradient is pulled back through it alone to the residual it reads, times
+    each sender's ``corrupted - clean`` output on real positions (``mask``). Layer 0's input
+    moves to ``cor + alpha (clean - cor)`` (EAP-IG); the first pass (``state`` None, ``alpha``
+    1) computes the senders' changes, the ``last`` gives scores ``[b, S, R]`` in graph order.
     """
     x0, cor = _embedding_input(model, donors, alpha)
     sent = [(cor - x0)[None].detach()] if state is None else None
@@ -145,28 +123,29 @@ def _embedding_input(model: TraceTarget, donors: dict, alpha: float):
 def _edge_taps(
     model: TraceTarget, geo: EdgeGeometry, x0: torch.Tensor, donors: dict, sent: list | None
 ) -> _EdgeTaps:
-    """Read every receiver's input and output, in execution order.
-
-    With ``sent`` (the first pass) each sender's ``corrupted - clean`` output
-    ``[U, b, s, d]`` is appended to it on the way.
-    """
+    """Read every receiver's input and output on the walk over the layers' sites."""
     taps = _EdgeTaps()
-    for layer in range(model.n_layers):
-        x = x0 if layer == 0 else site(model, "resid_pre", layer)
-        taps.inputs.append(x)
-        args, _ = getattr(attention_module(model, layer).source, geo.label).inputs
-        taps.qkv.append(tuple(args[geo.qkv : geo.qkv + 3]))
-        if sent is not None:
-            z = site(model, "head_out", layer)
-            dz = _donor_like(donors, ("head_out", layer), z) - z
+    for layer, name in layer_sites(model):
+        if name == "resid_pre":
+            taps.inputs.append(x0 if layer == 0 else site(model, name, layer))
+            if geo.mlp_reads == name:  # a parallel residual
+                taps.mlp_in.append(taps.inputs[layer])
+        elif name == "q":  # the attention call: its query, key and value together
+            args, _ = attention_call(model, layer, geo.label).inputs
+            taps.qkv.append(tuple(args[geo.qkv : geo.qkv + 3]))
+        elif name == "head_out" and sent is not None:
+            z = site(model, name, layer)
+            dz = _donor_like(donors, (name, layer), z) - z
             sent.append(heads_through(model, geo, layer, dz, slice(None)).detach())
-        resid_mid = geo.mlp_reads == "resid_mid"
-        taps.mlp_in.append(site(model, "resid_mid", layer) if resid_mid else x)
-        y = site(model, "mlp_out", layer)
-        taps.mlp_out.append(y)
-        if sent is not None:
-            sent.append((_donor_like(donors, ("mlp_out", layer), y) - y)[None].detach())
-    taps.final = site(model, "resid_post", model.n_layers - 1)
+        elif name == "resid_mid" and geo.mlp_reads == name:
+            taps.mlp_in.append(site(model, name, layer))
+        elif name == "mlp_out":
+            y = site(model, name, layer)
+            taps.mlp_out.append(y)
+            if sent is not None:
+                sent.append((_donor_like(donors, (name, layer), y) - y)[None].detach())
+        elif name == "resid_post" and layer == model.n_layers - 1:
+            taps.final = site(model, name, layer)
     return taps
 
 

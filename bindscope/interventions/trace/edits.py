@@ -1,7 +1,6 @@
-"""The edit engine: a `TracePlan` of edits, applied layer by layer in one walk.
+"""The edit engine: a `TracePlan` of edits, applied on the one walk over the layers.
 
-A plan holds tensors and the small classes here only (they ship to NDIF by value); every
-edit works on a site's ``[b, s, U, k]`` view through a ``[b, W|1, U]`` mask.
+Every edit works on a site's ``[b, s, U, k]`` view through a ``[b, W|1, U]`` mask.
 """
 
 from __future__ import annotations
@@ -11,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from bindscope.interventions.trace.sites import (
+    attention_call,
     attention_module,
     by_layer,
     call_site,
@@ -33,24 +33,18 @@ if TYPE_CHECKING:  # never runs, here or on the server
 
 
 class Edit:
-    """One edit of one site at one layer, on the site's ``[b, s, U, k]`` view.
+    """One edit of one site at one layer; ``where`` ``[b, W|1, U]`` marks its cells.
 
-    Attributes:
-        where: ``[b, W, U]`` bool, True where a row's unit is edited at a position (padded
-            columns), or ``[b, 1, U]`` for every position (each generation step too).
+    ``W``: padded columns; ``1``: every position (each generation step too).
     """
 
     def __init__(self, where: torch.Tensor):
         self.where = where
-        # False for an edit of some positions, even of a one-token text: a decoding step's
-        # single column is then not one of them
+        # False for some positions even of a one-token text: not a decoding step's column
         self.every_position = where.shape[1] == 1
 
     def fits(self, view: torch.Tensor, step: int = 0):
-        """Whether the edit applies to this view at generation step ``step``.
-
-        Step 0 is the prompt pass; an edit of some positions acts on it only.
-        """
+        """Whether the edit applies at generation step ``step`` (some positions: step 0 only)."""
         return self.every_position or (step == 0 and self.where.shape[1] == view.shape[1])
 
     def mask(self, view: torch.Tensor):
@@ -85,17 +79,12 @@ class ReplaceEdit(Edit):
 
 
 class DonorEdit(Edit):
-    """Set edited cells to a donor row's activations at the same site and padded column.
-
-    Attributes:
-        key: ``(site, layer)`` of the donor activations (``donors[key]`` is ``[d, W, U, k]``).
-        donor_row: ``[b]`` long, each row's donor row.
-    """
+    """Set edited cells to a donor row's activations (``donors[key]`` ``[d, W, U, k]``) there."""
 
     def __init__(self, where: torch.Tensor, key: tuple[str, int], donor_row: torch.Tensor):
         Edit.__init__(self, where)
         self.key = key
-        self.donor_row = donor_row
+        self.donor_row = donor_row  # [b] long
 
     def target(self, view: torch.Tensor, donors: Any):
         """Each row's donor activations at the same site and padded columns."""
@@ -118,18 +107,14 @@ class AddEdit(Edit):
 class HookEdit(Edit):
     """Call a user's ``fn`` on each marked row's unpadded tensor; it may edit or replace it.
 
-    ``fn`` gets ``[1, n, d]`` (``[1, n, H, hd]`` when ``heads``), ``n`` the row's real
-    positions (one at a generation step), and returns a tensor of that shape or None.
-    A Python function runs where the trace runs: locally only (``Hook`` refuses remote).
-
-    Attributes:
-        starts: ``[b]`` long, each row's first real column (its left padding).
+    ``fn`` gets ``[1, n, d]`` (``[1, n, H, hd]`` with ``heads``) and returns that shape or None.
+    It runs where the trace runs: locally only (``Hook`` refuses remote).
     """
 
     def __init__(self, where: torch.Tensor, fn: Any, heads: bool, width: int):
         Edit.__init__(self, where)
         self.fn, self.heads, self.width = fn, heads, width
-        self.starts = torch.zeros(where.shape[0], dtype=torch.long)
+        self.starts = torch.zeros(where.shape[0], dtype=torch.long)  # first real columns
 
     def apply(self, view: torch.Tensor, donors: Any):
         """Run ``fn`` on each marked row and write back what it returns."""
@@ -142,18 +127,7 @@ class HookEdit(Edit):
 
 
 class TracePlan:
-    """Everything a trace body applies, as tensors (built by ``interventions.plan``).
-
-    Attributes:
-        edits: ``{(site, layer): [Edit, ...]}``, applied in list order (a text's edits
-            touch disjoint cells: ``resolve.resolve_rows`` refuses two specs on one unit).
-        donor_keys: ``(site, layer)`` pairs the donor invoke reads, in execution order.
-        knockout: ``{layer: removed [b, H, W, W] bool}`` for this invoke's rows.
-        knockout_batch: The same over donor and patched rows together (an empty invoke).
-        knockout_site: ``(label, mask_index)`` of the attention call (see `knock_out`).
-        pattern_batch: ``{layer: (where, donor)}`` of the pattern site's patches over the
-            whole batch, donor rows first (see `patch_patterns`; an empty invoke applies it).
-    """
+    """Everything a trace body applies, as tensors (built by ``interventions.plan``)."""
 
     def __init__(
         self,
@@ -166,15 +140,15 @@ class TracePlan:
         path: PathPlan | None = None,
         pattern_batch: dict | None = None,
     ):
-        self.pattern_batch = pattern_batch or {}
+        self.pattern_batch = pattern_batch or {}  # {layer: (where, donor)}, whole batch
         self.patterns_run = False  # set by the caller whose empty invoke applies them
         self.path = path  # a PathPlan: edges patched through scratch rows, or None
         self.rows = rows  # batch rows the plan is for (None: any; its masks broadcast)
-        self.edits = edits or {}
-        self.donor_keys = list(donor_keys)
-        self.knockout = knockout or {}
-        self.knockout_batch = knockout_batch or {}
-        self.knockout_site = knockout_site
+        self.edits = edits or {}  # {(site, layer): [Edit]}, disjoint cells, in list order
+        self.donor_keys = list(donor_keys)  # what the donor invoke reads, in execution order
+        self.knockout = knockout or {}  # {layer: removed [b, H, W, W]} of this invoke's rows
+        self.knockout_batch = knockout_batch or {}  # the same over the whole batch
+        self.knockout_site = knockout_site  # the attention call's (label, mask_index)
 
     def reads(self):
         """The ``(site, layer)`` that transcoder edits encode (`FeatureEdit.reads`)."""
@@ -220,8 +194,7 @@ def site_outputs(
 ):
     """Fill ``into`` with the donor invoke's activations ``{(site, layer): [d, W, U, k]}``.
 
-    Runs in an earlier invoke of the same trace as the patched texts: each site is read
-    (and copied at once) before the patched rows' invoke reaches it and writes. ``call``
+    Each site is copied before the patched rows' invoke reaches and writes it; ``call``
     locates q, k and v (the plan's ``knockout_site``).
     """
     for name, layer in keys:
@@ -243,8 +216,7 @@ def knock_out_batch(
 ):
     """Knock edges out across a whole multi-invoke batch (run in an empty invoke).
 
-    With donor rows in their own invoke, the mask must be replaced for all rows at once:
-    one invoke's per-head mask cannot be joined to the others' shared one.
+    One invoke's per-head mask cannot be joined to the others' shared one.
     """
     for layer in sorted(knockout):
         knock_out(attention_module(model, layer), knockout[layer], site)
@@ -264,17 +236,10 @@ def run_layers(
 ):
     """Walk the layers once, in execution order, applying a plan and capturing.
 
-    This is the single place that orders requests, so captures and edits of any sites and
-    layers compose in one forward pass. Returns ``{layer: saved value}`` for the attention
-    probabilities of the ``capture`` layers (``reduce(probs)`` when given) and
-    ``{(site, layer): [b, s, U, k]}`` for the ``sites`` captures (``{site: layers}``),
-    marked saved. Bind it in the body (``found = run_layers(...)``): a remote run returns
-    only saved values the body binds to a name. ``allow_missing`` hands ``None`` to
-    ``reduce`` when the module returned no weights (the load-time probe) instead of
-    failing. ``plan`` is a `TracePlan` (from
-    ``bindscope.interventions.plan``, or `head_plan` here); ``donors`` the `site_outputs`
-    of its donor invoke; ``step`` the generation step (``for step in tracer.all()``):
-    past the prompt pass (step 0) only edits of every position act.
+    Returns ``{layer: probs}`` of the ``capture`` layers (``reduce(probs)``; ``allow_missing``
+    hands it None where no weights came back) and ``{(site, layer): [b, s, U, k]}`` of the
+    ``sites`` captures, saved: bind it to a name (a remote run returns only those). Past the
+    prompt pass (``step`` > 0) only edits of every position act.
     """
     try:
         return _run_layers(
@@ -298,22 +263,9 @@ def resid_post_at(
     plan: TracePlan | None = None,
     donors: dict | None = None,
 ):
-    """Walk the layers applying ``plan``; save ``resid_post`` of ``layers`` at some positions.
+    """``{layer: [b, P, d_model]}``, saved: ``resid_post`` at the ``[b, P]`` positions.
 
-    Only the selected positions come back (a logit lens or a sweep's metric reads a few
-    positions of a long text). ``resid_post`` is the last site of a layer, so reading it
-    after `run_layers` of that layer keeps execution order.
-
-    Args:
-        model: The model (``TraceTarget``).
-        layers: Layer indices to read.
-        rows: ``[b, P]`` long, the batch row of each selected position.
-        columns: ``[b, P]`` long, its padded column.
-        plan: A `TracePlan` applied on the way (None: none).
-        donors: The donor invoke's `site_outputs`, when the plan patches.
-
-    Returns:
-        ``{layer: [b, P, d_model]}``, saved.
+    Walks the layers applying ``plan`` (``donors``: its donor invoke's `site_outputs`).
     """
     wanted = {int(layer) for layer in layers}
     found = {}
@@ -384,9 +336,8 @@ def _pattern(
         probs = site(model, "pattern", layer)  # [b, H, n, n]
     if probs is None and not allow_missing:
         raise RuntimeError(
-            f"{model.name}: layer {layer}'s attention returned no weights although "
-            "eager attention was requested; the model may not support switching "
-            "(reload it so the load-time probe can fall back to recomputing them)"
+            f"{model.name}: layer {layer}'s attention returned no weights although eager "
+            "attention was requested; reload it so the load-time probe can recompute them"
         )
     if reduce is not None:
         return reduce(probs)
@@ -409,15 +360,7 @@ def _recompute_label(model: TraceTarget, capture: Iterable[int]):
 def _attention_call(
     model: TraceTarget, layer: int, plan: TracePlan, label: str | None, wanted: dict
 ):
-    """One layer's attention call: knockout, then its call sites; recompute probabilities.
-
-    The call's inputs are read once (after any knockout edited its mask) when the plan
-    knocks out, edits or captures a call site (q, k, v, scores) of the layer, or ``label``
-    asks for probabilities recomputed from them (a recompute capture of this layer).
-
-    Returns:
-        ``({call site: tensor}, recomputed probabilities or None)``.
-    """
+    """One layer's attention call: knockout, then its call sites; recompute probabilities."""
     names = [
         name
         for name, where in model.sites.items()
@@ -429,7 +372,7 @@ def _attention_call(
     if layer in plan.knockout:
         args, kwargs = knock_out(attention_module(model, layer), plan.knockout[layer], where)
     else:
-        args, kwargs = getattr(attention_module(model, layer).source, where[0]).inputs
+        args, kwargs = attention_call(model, layer, where[0]).inputs
     found = {name: call_site(model, name, layer, args, kwargs, where[1]) for name in names}
     return found, None if label is None else recompute_probs(args, kwargs)
 
@@ -441,12 +384,7 @@ def head_plan(
     per_row: Sequence[Heads] | None = None,
     means: Any = None,
 ):
-    """A plan zeroing (with ``means``: mean-ablating) heads of every row, or of each row.
-
-    For the primitives below, which run inside a trace the caller opened: ``heads`` act
-    on every row (a ``[1, 1, H]`` mask broadcasts over the batch), ``per_row`` gives one
-    head list per batch row.
-    """
+    """A plan zeroing (with ``means``: mean-ablating) heads of every row, or of each ``per_row``."""
     if heads is not None and per_row is not None:
         raise ValueError("pass either heads= or per_row=, not both")
     rows = [model.check_heads(r) for r in ([heads] if per_row is None else per_row)]

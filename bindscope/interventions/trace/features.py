@@ -1,9 +1,7 @@
 """Dictionary features (SAE and transcoder latents) as a site: encode, edit, decode the change.
 
-A `FeatureEdit` wraps an edit of the feature view ``[b, s, F, 1]`` and writes back only
-``decode(edited f) - decode(f)``, so the reconstruction error is kept as it is and a cell the
-edit leaves alone is bit-identical. A transcoder encodes another site (``source``: the MLP's
-input) than the one it writes. Torch and math only: the weights ship by value.
+Only ``decode(edited f) - decode(f)`` is written back: the reconstruction error stays and
+a cell the edit leaves alone is bit-identical.
 """
 
 from __future__ import annotations
@@ -21,15 +19,9 @@ def features_key(site: str):
 
 
 class TraceDictionary:
-    """A dictionary's weights and activation, as plain tensors (SAELens' layout).
+    """A dictionary's weights and activation as plain tensors (SAELens' layout).
 
-    Attributes:
-        W_enc: ``[d_in, F]``; ``b_enc``: ``[F]``; ``W_dec``: ``[F, d_in]``; ``b_dec``: ``[d_in]``.
-        threshold: ``[F]`` for JumpReLU, else None.
-        k: The number of latents TopK keeps, else None.
-        input_bias: Whether ``b_dec`` is subtracted from the input before encoding.
-        source: The site the encoder reads when it is not the edited one (a transcoder's
-            ``mlp_in`` or ``resid_mid``; ``W_dec`` then maps to the edited site), else None.
+    ``source``: the site a transcoder's encoder reads (``mlp_in`` or ``resid_mid``), else None.
     """
 
     def __init__(
@@ -44,7 +36,8 @@ class TraceDictionary:
         source: str | None = None,
     ):
         self.W_enc, self.b_enc, self.W_dec, self.b_dec = W_enc, b_enc, W_dec, b_dec
-        self.threshold, self.k, self.input_bias = threshold, k, input_bias
+        self.threshold, self.k = threshold, k  # JumpReLU's [F] threshold, TopK's k, or None
+        self.input_bias = input_bias  # b_dec is subtracted before encoding
         self.source = source
 
     def encode(self, x: torch.Tensor):
@@ -74,10 +67,8 @@ class TraceDictionary:
 class FeatureEdit(Edit):
     """An edit of a dictionary's features at a site: ``inner`` edits the ``[b, s, F, 1]`` view.
 
-    The site becomes ``x + decode(new f) - decode(f)``, i.e. ``decode(new f)`` plus the
-    reconstruction error ``x - decode(f)``. A donor edit's donors are encoded the same way.
-    ``reads`` is ``(source, layer)`` for a transcoder: the walk hands that site's tensor in
-    ``donors["inputs"]`` under it, and ``f`` encodes it.
+    A donor edit's donors are encoded the same way; a transcoder's ``f`` encodes ``reads``,
+    ``(source, layer)``, handed in ``donors["inputs"]`` by the walk.
     """
 
     def __init__(self, inner: Edit, dictionary: TraceDictionary, layer: int = 0):
@@ -111,10 +102,7 @@ class FeatureEdit(Edit):
         return self.target(view, donors) - view
 
     def estimate(self, view: torch.Tensor, grad: torch.Tensor, donors: Any):
-        """``[b, F]``: each latent's ``sum((f' - f) * dm/df)`` over positions.
-
-        ``dm/df = dm/dx @ W_dec.T``, the error term held (as the edit holds it).
-        """
+        """``[b, F]``: each latent's ``sum((f' - f) * dm/df)``, ``dm/df = dm/dx @ W_dec.T``."""
         f, new = self.features(view, donors)
         dm_df = grad.flatten(2).float() @ self.dictionary.W_dec.to(grad.device).T  # [b, s, F]
         return ((new - f)[..., 0] * dm_df).sum(1)

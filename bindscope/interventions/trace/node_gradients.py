@@ -1,8 +1,7 @@
-"""The node estimator (attribution patching, AtP and AtP*): a plan's edits to first order.
+"""The node estimator (AtP, AtP*): a plan's edits to first order, ``sum((x' - x) * dm/dx)``.
 
-For an edit moving a site's tensor from ``x`` to ``x'`` the estimate of the metric's
-change is ``sum((x' - x) * dm/dx)`` over the edited cells (Nanda 2023; Kramar et al. 2024),
-from one clean forward and one backward pass; whatever a plan can apply it can estimate.
+One clean forward and one backward pass (Nanda 2023; Kramar et al. 2024); whatever a plan
+can apply it can estimate.
 """
 
 from __future__ import annotations
@@ -31,8 +30,7 @@ TINY = 1e-30
 def knockout_pattern(probs: torch.Tensor, removed: torch.Tensor):
     """The probabilities after removing edges: each query row renormalised over the rest.
 
-    A softmax with minus infinity on some scores is the softmax of the others, so this is
-    the exact pattern the knockout gives (the head's inputs left as they are).
+    Exactly what a knockout gives: a softmax with -inf on some scores is that of the others.
     """
     kept = probs * (~removed.to(probs.device)).to(probs.dtype)
     total = kept.sum(-1, keepdim=True)
@@ -42,15 +40,10 @@ def knockout_pattern(probs: torch.Tensor, removed: torch.Tensor):
 def pattern_estimate(
     probs: torch.Tensor, grad: torch.Tensor, new: torch.Tensor, rows: torch.Tensor, method: str
 ):
-    """``[b, H]`` estimate of a pattern change ``probs -> new`` on the query ``rows``.
+    """``[b, H]`` estimate of a pattern change ``probs -> new`` on the query ``rows`` ``[b, H, W]``.
 
-    Args:
-        probs: ``[b, H, W, W]`` clean probabilities.
-        grad: ``dm/dprobs``, same shape.
-        new: The intervened probabilities, same shape.
-        rows: ``[b, H, W]`` bool, the query rows that change.
-        method: ``atp*`` (exact pattern, ``sum((new - probs) * grad)``) or ``atp``
-            (softmax linearised in the scores: ``ds = log new - log probs``).
+    ``atp*``: ``sum((new - probs) * grad)``; ``atp``: the softmax linearised in the scores
+    (``ds = log new - log probs``).
     """
     rows = rows.to(probs.device)[..., None]
     p, g, q = probs.float(), grad.float(), new.float()
@@ -73,11 +66,7 @@ def _site_estimate(
     donors: dict | None,
     method: str,
 ):
-    """``{key: [b, U]}``: every edit of one site and layer (``g``: ``dm/dx``) estimated.
-
-    The key is ``(name, layer)``, and ``(features_key(name), layer)`` for feature edits,
-    whose units are the dictionary's latents.
-    """
+    """``{key: [b, U]}``: every edit of one site and layer (``g``: ``dm/dx``) estimated."""
     view, grad = unit_view(model, name, x), unit_view(model, name, g)
     total = torch.zeros(view.shape[0], view.shape[2], device=x.device)
     out = {(name, layer): total}
@@ -111,16 +100,12 @@ def _estimates(
     donors: dict | None,
     method: str,
 ):
-    """``{(site, layer): [b, U]}`` from one set of gradients (``grads``: one per live tap).
-
-    A site that nothing reaches the metric from estimates 0; one that no parameter
-    reaches (a constant: it is not in the graph) has no gradient, and estimates NaN.
-    """
+    """``{(site, layer): [b, U]}`` from one set of gradients (``grads``: one per live tap)."""
     out, grads = {}, iter(grads)
     for (name, layer), x in taps.items():
         g: Any = next(grads) if x.requires_grad else math.nan
         x = x.detach()
-        if g is None or g is math.nan:
+        if g is None or g is math.nan:  # nothing reaches the metric: 0; a constant: NaN
             units = unit_view(model, name, x).shape[2]
             out[(name, layer)] = torch.full((x.shape[0], units), 0.0 if g is None else g)
             continue
@@ -129,11 +114,7 @@ def _estimates(
 
 
 def gradients_of(total: torch.Tensor, wrt: list[torch.Tensor], retain: bool, start: torch.Tensor):
-    """``d total / d x`` for each tensor of ``wrt`` (None where it does not reach).
-
-    The gradient at ``start`` (layer 0's input) is taken too, and must exist
-    (`reached_input`).
-    """
+    """``d total / d x`` for each of ``wrt`` (None where it does not reach); ``start`` must be."""
     *found, at_start = torch.autograd.grad(
         total, [*wrt, start], allow_unused=True, retain_graph=retain
     )
@@ -144,19 +125,14 @@ def gradients_of(total: torch.Tensor, wrt: list[torch.Tensor], retain: bool, sta
 def reached_input(grad: torch.Tensor):
     """Refuse a backward pass that never reached layer 0's input.
 
-    Every layer reads layer 0's input, so in one autograd graph the metric always has a
-    gradient there. None means the graph was cut between them, and every gradient past
-    the cut would read as zero: that is what happens in ndif 0.1.2's sandbox (untrusted
-    requests), which runs the trace body in another process and hands it copies of the
-    model's tensors, so no gradient flows from the metric back into the model.
+    Every layer reads it, so None means the graph was cut and every gradient past the cut
+    would read zero: ndif 0.1.2's sandbox runs untrusted bodies on copies of the tensors.
     """
     if grad is None:
         raise RuntimeError(
             "the metric's gradient did not reach layer 0's input: the autograd graph is cut "
-            "between the model and this code (on NDIF: the request ran in the server's "
-            "sandbox, untrusted, where gradients do not cross into the model's process), "
-            "so every gradient method would read zeros; run it locally or on a server "
-            "that runs your requests trusted"
+            "(on NDIF: the request ran untrusted, in the server's sandbox), so every gradient "
+            "would read zero; run it locally or on a server that runs your requests trusted"
         )
 
 
@@ -170,22 +146,9 @@ def attribution_pass(
 ):
     """One clean forward pass with gradients: the metric and every planned edit's estimate.
 
-    Walks the layers like `run_layers`, reading each site the plan edits (and, for a
-    knockout, the pattern) through `site` without applying anything, then the metric from
-    the logits and its gradients with ``torch.autograd.grad`` (no parameter gradient is
-    accumulated). Only estimates and ``[b]`` metric values come back.
-
-    Args:
-        model: The model (a ``TraceModel`` when shipped).
-        terms: The metric's terms (`metric_values`).
-        plan: The batch's `TracePlan` (``knockout`` for these rows, not ``knockout_batch``).
-        donors: The donor pass's `site_outputs` when the plan copies donors.
-        method: ``atp*`` or ``atp`` (`pattern_estimate`).
-        grad_drop: Also return GradDrop scores (Kramar et al. 2024).
-
-    Returns:
-        ``{"metric": [b], "estimate": {(site, layer): [b, U]}}`` float32, saved; with
-        ``grad_drop`` also ``"grad_drop"`` in the same form.
+    Reads each site the plan edits (and, for a knockout, the pattern) on the walk, applying
+    nothing. Returns ``{"metric": [b], "estimate": {(site, layer): [b, U]}}`` float32, saved
+    (with ``grad_drop``, GradDrop scores (Kramar et al. 2024) as ``"grad_drop"``).
     """
     stream = site(model, "resid_pre", 0)  # [b, W, d]
     if not stream.requires_grad:  # NDIF serves frozen weights: track gradients from here
@@ -204,12 +167,7 @@ def attribution_pass(
 
 
 def _attribution_taps(model: TraceTarget, plan: TracePlan, stream: torch.Tensor, grad_drop: bool):
-    """The sites the plan edits (and knocked-out patterns), in execution order, read only.
-
-    Returns ``({(site, layer): tensor}, blocks, inputs)``: ``blocks`` are every layer's
-    ``attn_out`` and ``mlp_out`` when ``grad_drop`` asks for them; ``inputs`` the sites
-    transcoder edits encode (`TracePlan.reads`).
-    """
+    """The sites the plan edits (and knocked-out patterns), in execution order, read only."""
     taps, blocks, inputs, reads = {}, [], {}, plan.reads()
     for layer, name in layer_sites(model):
         key = (name, layer)
@@ -233,12 +191,7 @@ def _grad_drop(
     donors: dict | None,
     method: str,
 ) -> dict[tuple[str, int], torch.Tensor]:
-    """GradDrop scores (Kramar et al. 2024), ``{(site, layer): [b, U]}``.
-
-    The estimate again with the gradient through one layer's residual contributions
-    (attention, then MLP) stopped, for every layer; the mean |estimate| over the L - 1
-    layers that leave a head's gradient (its own layer stops all of it).
-    """
+    """GradDrop scores (Kramar et al. 2024), ``{(site, layer): [b, U]}``."""
     wrt = [x for x in taps.values() if x.requires_grad]
     score: dict = {}  # {(site, layer): summed |estimate|}
     for layer in range(model.n_layers):
@@ -251,4 +204,5 @@ def _grad_drop(
             if k not in score:
                 score[k] = torch.zeros_like(v)
             score[k] += v.abs()
+    # its own layer stops all of a head's gradient: the mean over the other L - 1
     return {k: (v / max(model.n_layers - 1, 1)).detach() for k, v in score.items()}

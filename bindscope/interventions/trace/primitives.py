@@ -1,7 +1,6 @@
-"""In-trace primitives: ablate or capture inside a trace you opened, in execution order.
+"""In-trace primitives: ablate or capture inside a trace you opened (thin `run_layers` calls).
 
-Thin calls of `run_layers`. A deprecated spelling warns through the model
-(``Model.warn_deprecated``): shipped code cannot import ``warnings``, so on NDIF it is silent.
+Deprecations warn through ``Model.warn_deprecated``: shipped code cannot import ``warnings``.
 """
 
 from __future__ import annotations
@@ -26,10 +25,7 @@ def zero_ablate(
     per_row: Sequence[Heads] | None = None,
     layers: Iterable[int] | None = None,
 ):
-    """Deprecated: ``run_layers(model, plan=head_plan(model, heads))`` in a trace.
-
-    Outside a trace, ``intervene=Zero(heads)`` (or ``ablate=heads``) on a model call.
-    """
+    """Deprecated: ``run_layers(model, plan=head_plan(model, heads))`` in a trace."""
     _deprecated(
         model,
         "zero_ablate(model, heads)",
@@ -49,8 +45,7 @@ def mean_ablate(
 ):
     """Replace heads' pre-projection outputs by their means from ``head_means``.
 
-    The order is every primitive's: model, heads, then what the heads get; the older
-    ``(model, means, heads)`` order is deprecated.
+    The older ``(model, means, heads)`` order is deprecated.
     """
     if hasattr(heads, "means"):
         _deprecated(model, "mean_ablate(model, means, heads)", "mean_ablate(model, heads, means)")
@@ -64,12 +59,7 @@ def mean_ablate(
 def capture_probs(
     model: TraceTarget, layers: Iterable[int] | None = None, *, reduce: Callable | None = None
 ):
-    """Capture post-softmax attention probabilities ``{layer: [b, H, n, n]}``.
-
-    Under eager attention this is the attention module's own weights output; otherwise the
-    probabilities are recomputed from the attention function's inputs. ``reduce`` maps a
-    layer's probabilities to something smaller before it is saved (e.g. BSI ``[b, H]``).
-    """
+    """Capture post-softmax attention probabilities ``{layer: [b, H, n, n]}`` (or ``reduce``'s)."""
     wanted = sorted(layer_filter(layers, model.n_layers))
     return run_layers(model, capture=wanted, reduce=reduce, only_layers=wanted)
 

@@ -1,7 +1,6 @@
 """The small record classes a trace body receives or passes between passes.
 
-Plain classes, not dataclasses: they ship by value to NDIF, whose sandbox refuses the
-``dataclasses`` module a dataclass's fields would reference.
+Plain classes: they ship by value to NDIF, whose sandbox refuses the ``dataclasses`` module.
 """
 
 from __future__ import annotations
@@ -13,11 +12,7 @@ if TYPE_CHECKING:  # never runs, here or on the server
 
 
 class TraceModel:
-    """What a shipped trace body sees of a ``bindscope.Model``.
-
-    A ``Model`` pickles as one of these (``Model.__reduce__``): the renamed nnsight model
-    and the head geometry, never the weights, tokenizer, trace options or credentials.
-    """
+    """What a shipped trace body sees of a ``bindscope.Model`` (never weights or credentials)."""
 
     def __init__(
         self,
@@ -69,9 +64,8 @@ class TraceMeans:
 class ShippedModule:
     """A shipped module as a body sees it: its functions and classes as attributes.
 
-    Bodies call ``ops.f(...)``, so the module object itself travels. Pickled as a module
-    it would carry its import-machinery spec and loader, which the sandbox refuses;
-    ``bindscope.remote.register_shipped`` makes it pickle as one of these instead.
+    A pickled module would carry its import spec and loader, which the sandbox refuses
+    (``bindscope.remote.register_shipped``).
     """
 
     def __init__(self, name: str, members: dict[str, object]) -> None:
@@ -80,69 +74,39 @@ class ShippedModule:
 
 
 class EdgeGeometry:
-    """What the edge walks need of the model's layout (``graph.edge_geometry`` builds it).
-
-    Attributes:
-        post: The module after the output projection whose output is ``attn_out`` (a
-            sandwich norm), or ``""``.
-        head_out: The output projection's module path (a head's output is its slice
-            through it, computed inside the trace).
-        label: The attention call's ``.source`` label.
-        qkv: The index of its query argument (key and value follow).
-        mlp_reads: ``resid_mid``, or ``resid_pre`` for a parallel residual.
-    """
+    """What the edge walks need of the model's layout (``graph.edge_geometry`` builds it)."""
 
     def __init__(self, post: str, head_out: str, label: str, qkv: int, mlp_reads: str) -> None:
-        self.post = post
-        self.head_out = head_out
-        self.label = label
-        self.qkv = qkv
-        self.mlp_reads = mlp_reads
+        self.post = post  # the sandwich norm whose output is attn_out, or ""
+        self.head_out = head_out  # the output projection's module path
+        self.label = label  # the attention call's .source label
+        self.qkv = qkv  # the index of its query argument (key and value follow)
+        self.mlp_reads = mlp_reads  # resid_mid, or resid_pre for a parallel residual
 
 
 class Receiver:
-    """One receiver of a layer in a `PathPlan`.
-
-    Attributes:
-        slot: ``[b]`` long, its scratch row in each text that patches it.
-        kind: ``q``, ``k``, ``v`` or ``mlp``.
-        unit: The head or key/value group (0 for an MLP).
-        index: Its index among the plan's receivers (the mask's second axis).
-    """
+    """One receiver of a layer in a `PathPlan`."""
 
     def __init__(self, slot: torch.Tensor, kind: str, unit: int, index: int) -> None:
-        self.slot = slot
-        self.kind = kind
-        self.unit = unit
-        self.index = index
+        self.slot = slot  # [b] long, its scratch row in each text that patches it
+        self.kind = kind  # q, k, v or mlp
+        self.unit = unit  # the head or key/value group (0 for an MLP)
+        self.index = index  # among the plan's receivers (the mask's second axis)
 
 
 class EdgeState:
-    """What the edge passes over one batch keep where they run, from one pass to the next.
-
-    Attributes:
-        deltas: ``[S, b, s, d]`` the senders' ``corrupted - clean`` outputs on real positions.
-        gradients: The receivers' gradients summed so far, ``[R_i, b, s, d]`` parts in the
-            graph's order.
-        passes: How many passes were summed.
-    """
+    """What the edge passes over one batch keep where they run, from one pass to the next."""
 
     def __init__(self, deltas: torch.Tensor, gradients: list[torch.Tensor], passes: int) -> None:
-        self.deltas = deltas
-        self.gradients = gradients
+        self.deltas = deltas  # [S, b, s, d] senders' corrupted - clean, on real positions
+        self.gradients = gradients  # receivers' summed gradients, [R_i, b, s, d] parts
         self.passes = passes
 
 
 class EdgePass:
-    """One edge pass's results.
-
-    Attributes:
-        metric: ``[b]`` the metric at this step's input.
-        scores: ``[b, S, R]`` on the last step (averaged over the steps), else None.
-        state: What the next pass of these texts continues from.
-    """
+    """One edge pass's results."""
 
     def __init__(self, metric: torch.Tensor, scores: torch.Tensor | None, state: EdgeState) -> None:
-        self.metric = metric
-        self.scores = scores
-        self.state = state
+        self.metric = metric  # [b] at this step's input
+        self.scores = scores  # [b, S, R] on the last step (averaged over steps), else None
+        self.state = state  # what the next pass of these texts continues from

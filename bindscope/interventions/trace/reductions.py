@@ -1,8 +1,4 @@
-"""In-trace reductions: what a pass keeps of the probabilities and logits (``[b, H]``, ``[b]``).
-
-A remote run returns only what is saved and bound to a name, so these return their
-results small and saved.
-"""
+"""In-trace reductions: what a pass keeps of the probabilities and logits, small and saved."""
 
 from __future__ import annotations
 
@@ -11,7 +7,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from bindscope.interventions.trace.edits import head_plan, run_layers
-from bindscope.interventions.trace.sites import final_logits, head_view, save, site
+from bindscope.interventions.trace.sites import final_logits, head_view, layer_sites, save, site
 
 if TYPE_CHECKING:  # never runs, here or on the server
     from collections.abc import Iterable, Sequence
@@ -22,16 +18,10 @@ if TYPE_CHECKING:  # never runs, here or on the server
 
 
 def metric_values(logits: torch.Tensor, terms: dict):
-    """The metric of every row: weighted log-probabilities plus weighted logits.
+    """``[b]`` float32: weighted log-probabilities plus weighted logits of ``logits`` ``[b, K, V]``.
 
-    Args:
-        logits: ``[b, K, V]`` (the last ``K`` positions' logits).
-        terms: ``{"logprob": (index, target, weight), "logit": (index, target, weight)}``
-            (either may be missing), each ``[b, T]``: the kept position that predicts,
-            the token id, and its weight (0 on padding).
-
-    Returns:
-        ``[b]`` float32.
+    ``terms``: ``{"logprob" | "logit": (index, target, weight)}``, each ``[b, T]``: the kept
+    position that predicts, the token id, its weight (0 on padding).
     """
     device = logits.device
     rows = torch.arange(logits.shape[0], device=device)[:, None]
@@ -52,17 +42,10 @@ def span_pair_bsi(
     key_index: torch.Tensor,
     pair_weight: torch.Tensor,
 ):
-    """Mean attention over each row's within-span (later -> earlier) token pairs.
+    """``[b, H]``: mean attention over each row's within-span (later -> earlier) pairs.
 
-    Args:
-        probs: ``[b, H, n, n]`` probabilities of one layer.
-        query_index: ``[b, P]`` long, padded-sequence index of each pair's later token.
-        key_index: ``[b, P]`` long, index of each pair's earlier token.
-        pair_weight: ``[b, P]`` float, 1/|pairs| for real pairs, 0 for padding pairs.
-
-    Returns:
-        ``[b, H]`` float32 BSI per row and head (0 for rows without pairs; the caller
-        turns those into NaN outside the trace).
+    ``probs`` ``[b, H, n, n]``; the ``[b, P]`` indices pick each pair's later and earlier token,
+    ``pair_weight`` is 1/|pairs| (0 on padding pairs: a row without pairs gives 0).
     """
     device = probs.device
     rows = torch.arange(probs.shape[0], device=device)[:, None]  # [b, 1]
@@ -71,16 +54,7 @@ def span_pair_bsi(
 
 
 def participation_ratio(probs: torch.Tensor, query_weight: torch.Tensor):
-    """Weighted mean over queries of ``1 / sum_k p^2``, the effective number of attended keys.
-
-    Args:
-        probs: ``[b, H, n, n]`` probabilities of one layer.
-        query_weight: ``[b, n]`` float, the weight of each query (0 for padding and any
-            query left out; each row's weights sum to 1).
-
-    Returns:
-        ``[b, H]`` float32.
-    """
+    """``[b, H]``: the ``query_weight``-weighted mean of ``1 / sum_k p^2`` (attended keys)."""
     p = probs.float()
     weight = query_weight.to(p.device)[:, None, :]  # [b, 1, n]
     squares = (p * p).sum(-1)  # [b, H, n]; 0 (or NaN) on padded queries, weighted 0
@@ -94,17 +68,7 @@ def choice_logprob_sums(
     target_ids: torch.Tensor,
     target_weight: torch.Tensor,
 ):
-    """Sum (weighted) log-probabilities of target tokens at given positions.
-
-    Args:
-        logits: ``[b, n, V]``.
-        target_index: ``[b, T]`` long, the position whose prediction scores each target.
-        target_ids: ``[b, T]`` long, the target token ids.
-        target_weight: ``[b, T]`` float, 1/|choice| for real targets, 0 for padding.
-
-    Returns:
-        ``[b]`` float32 weighted sums (the mean log-prob per choice token when weights are 1/|c|).
-    """
+    """``[b]``: weighted log-probabilities of ``target_ids`` predicted at ``target_index``."""
     return metric_values(logits, {"logprob": (target_index, target_ids, target_weight)})
 
 
@@ -115,18 +79,7 @@ def scored_token_sums(
     weight: torch.Tensor,
     n_rows: int,
 ):
-    """Weighted log-probabilities of scored tokens, summed per sequence.
-
-    Args:
-        logits: ``[T, V]``, one row per scored token.
-        owner: ``[T]`` long, the sequence each token belongs to.
-        target_ids: ``[T]`` long, the token scored.
-        weight: ``[T]`` float, each token's weight (1/|choice| for a mean per choice token).
-        n_rows: Number of sequences.
-
-    Returns:
-        ``[n_rows]`` float32 sums (0 for a sequence without scored tokens).
-    """
+    """``[n_rows]``: weighted log-probabilities of scored tokens ``[T, V]``, summed by ``owner``."""
     device = logits.device
     logp = logits.float().log_softmax(-1).gather(-1, target_ids.to(device)[:, None])[:, 0]
     out = torch.zeros(n_rows, dtype=torch.float32, device=device)
@@ -134,11 +87,7 @@ def scored_token_sums(
 
 
 def collect_head_sums(model: TraceTarget, layers: Iterable[int], mask: torch.Tensor):
-    """Save each listed layer's heads' pre-projection outputs summed over real positions.
-
-    ``mask`` ``[b, s]`` bool is True on real (non-pad) tokens; the result is
-    ``{layer: [H, hd]}`` float32.
-    """
+    """``{layer: [H, hd]}``: each layer's head outputs summed over ``mask``'s real positions."""
     found = {}
     for layer in layers:
         view = head_view(site(model, "head_out", layer), model.n_heads, model.head_dim).float()
@@ -147,23 +96,17 @@ def collect_head_sums(model: TraceTarget, layers: Iterable[int], mask: torch.Ten
 
 
 def last_position_inputs(model: TraceTarget, final_norm: str):
-    """Save every layer's output-projection input and the final norm's input at the last column.
-
-    The last column is the last token of every left-padded row; the result is
-    ``{layer: [b, H*hd], "final": [b, d]}``.
-    """
+    """``{layer: [b, H*hd], "final": [b, d]}``: head outputs and final-norm input, last column."""
     found: dict = {}  # a local annotation is never evaluated: nothing to import
-    for layer in range(model.n_layers):
-        found[layer] = save(site(model, "head_out", layer)[:, -1].clone())
+    for layer, name in layer_sites(model):
+        if name == "head_out":
+            found[layer] = save(site(model, name, layer)[:, -1].clone())
     found["final"] = save(getattr(model.nnsight.model, final_norm).input[:, -1].clone())
     return save(found)
 
 
 def probe_stats(probs: torch.Tensor):
-    """``[3]`` float32 check of one layer's attention weights.
-
-    The three values: present (1 or 0), max row-sum error, largest weight above the diagonal.
-    """
+    """``[3]``: present (1 or 0), max row-sum error, largest weight above the diagonal."""
     if probs is None:
         return torch.tensor([0.0, float("nan"), float("nan")])
     p = probs.float()
@@ -173,11 +116,7 @@ def probe_stats(probs: torch.Tensor):
 
 
 def probe(model: TraceTarget):
-    """The remote load-time check on a batch of two copies of one prompt.
-
-    Row 1 has head (0, 0) ablated. Returns ``{"stats": [L, 3], "effect": []}``: per-layer
-    ``probe_stats`` and the largest logit change the ablation caused.
-    """
+    """The remote load-time check ``{"stats": [L, 3], "effect": []}``; row 1 ablates head (0, 0)."""
     found = run_layers(
         model,
         capture=range(model.n_layers),

@@ -1,8 +1,6 @@
-"""Where a trace body reads and writes: one accessor per site, in execution order.
+"""Where a trace body reads and writes: one accessor per site (`site`), in execution order.
 
-Every read or write of a head output, pattern, residual or block output goes through
-`site` (the family's ``model.sites`` table), the engine's own walks included; `layer_sites`
-is the one walk over layers and sites that the edit and estimate passes share.
+`layer_sites` is the one walk over layers and sites that every engine pass shares.
 """
 
 from __future__ import annotations
@@ -36,25 +34,21 @@ def by_layer(heads: Iterable[tuple[int, int]]):
 def site(model: TraceTarget, name: str, layer: int, call: tuple[str, int] | None = None):
     """The tensor at site ``name`` of decoder layer ``layer``, where the family keeps it.
 
-    The one accessor of a site (``families.Sites``, checked at load as ``model.sites``):
-    every read and write of a head output, pattern, residual or block output goes
-    through it, the engine's own included. A call site (q, k, v, scores) is read at the
-    attention function's call, found by ``call`` (``(label, mask index)``, default the
-    model's ``knockout_site``).
+    A call site (q, k, v, scores) is read at the attention call ``call`` (``(label, mask
+    index)``, default ``model.knockout_site``).
     """
     where = model.sites[name]
     if where[1] != "call":
         return site_tensor(model.nnsight, layer, where)
     label, index = call or model.knockout_site
-    args, kwargs = getattr(attention_module(model, layer).source, label).inputs
+    args, kwargs = attention_call(model, layer, label).inputs
     return call_site(model, name, layer, args, kwargs, index)
 
 
 def call_site(model: TraceTarget, name: str, layer: int, args: tuple, kwargs: dict, index: int):
     """q, k or v as ``[b, s, U, hd]`` views of the attention call's inputs, or the scores.
 
-    ``index`` is the mask's position among ``args`` (q, k, v are the three before it). k
-    and v are the new positions only (a decoding step's cache holds the earlier ones).
+    k and v are the new positions only (a decoding step's cache holds the earlier ones).
     """
     if name == "scores":  # the module's own scale (GPT-2's eager method takes none)
         given = {**kwargs, "scaling": model.attention_scaling[layer]}
@@ -71,6 +65,11 @@ def attention_module(model: TraceTarget, layer: int):
     return site_module(model.nnsight, layer, model.sites["pattern"][0])
 
 
+def attention_call(model: TraceTarget, layer: int, label: str):
+    """The attention function's call in one layer's attention forward (``.source`` label)."""
+    return getattr(attention_module(model, layer).source, label)
+
+
 def site_module(envoy: Any, layer: int, module: str):
     """The envoy at dotted path ``module`` under decoder layer ``layer`` (``""``: the layer)."""
     found = envoy.model.layers[layer]
@@ -80,11 +79,7 @@ def site_module(envoy: Any, layer: int, module: str):
 
 
 def site_tensor(envoy: Any, layer: int, where: tuple[str, str, int]):
-    """The tensor at a site of one layer: ``where`` is ``(module, port, index)``.
-
-    A tuple (a decoder layer or attention module's output in some families) is read at
-    ``index``; in-place edits of the returned tensor are what the model computes with.
-    """
+    """The tensor at ``where = (module, port, index)`` of one layer (a tuple read at ``index``)."""
     module, port, index = where
     found = site_module(envoy, layer, module)
     value = found.input if port == "input" else found.output
@@ -101,10 +96,7 @@ def head_view(x: torch.Tensor, n_heads: int, head_dim: int):
 def unit_view(model: TraceTarget, name: str, x: torch.Tensor):
     """A site's tensor as ``[b, s, U, k]``: U heads of head_dim for head_out, else 1 x d.
 
-    The pattern and scores ``[b, H, q, k]`` are seen as ``[b, q, H, k]``: a query row is a
-    position, each head a unit, the keys its width (pattern edits exist for estimates
-    only). q, k and v come as ``[b, s, U, hd]`` (`call_site`); mlp_post is ``d_mlp``
-    units of width 1 (a neuron each).
+    pattern and scores ``[b, H, q, k]`` become ``[b, q, H, k]``; mlp_post is d_mlp units of width 1.
     """
     if name == "head_out":
         return head_view(x, model.n_heads, model.head_dim)
@@ -118,11 +110,7 @@ def unit_view(model: TraceTarget, name: str, x: torch.Tensor):
 
 
 def end_aligned(x: torch.Tensor, keep: Sequence[int], width: int):
-    """Rows of ``x`` ``[b, W', ...]`` aligned from the end into ``width`` positions.
-
-    Row ``r`` takes its last ``keep[r]`` positions into its last ``keep[r]``; the others
-    are zeros (``[b, width, ...]``). A resample donor's outputs meet their row this way.
-    """
+    """Rows of ``x`` ``[b, W', ...]`` aligned from the end into ``width`` zero-filled positions."""
     out = torch.zeros(x.shape[0], width, *x.shape[2:], dtype=x.dtype, device=x.device)
     for r in range(len(keep)):
         out[r, width - keep[r] :] = x[r, x.shape[1] - keep[r] :]
@@ -137,19 +125,12 @@ def soft_capped(logits: torch.Tensor, cap: float | None):
 
 
 def final_logits(model: TraceTarget):
-    """The logits the causal-LM forward returns (the LM head's output, then soft-capping).
-
-    The forward caps after the head (Gemma 2, ``model.logit_softcap``), so the head's own
-    output is not what the model predicts there.
-    """
+    """The logits the causal-LM forward returns: the LM head's output, then soft-capping."""
     return soft_capped(model.nnsight.lm_head.output, model.logit_softcap)
 
 
 def keep_outputs(model: TraceTarget, n_layers: int, into: Any):
-    """Append the outputs ``[b, n, d]`` of the layers below ``n_layers`` to ``into``.
-
-    A clean pass keeps its residual stream this way, for passes that start higher up.
-    """
+    """Append the outputs ``[b, n, d]`` of the layers below ``n_layers`` to ``into``."""
     layers = model.nnsight.model.layers
     for i in range(n_layers):
         into.append(layers[i].output)
@@ -157,11 +138,10 @@ def keep_outputs(model: TraceTarget, n_layers: int, into: Any):
 
 
 def start_at(model: TraceTarget, start: int, residual: torch.Tensor | None):
-    """Start the pass at layer ``start``: the layers below are skipped (nnsight ``skip``).
+    """Skip the layers below ``start`` (nnsight ``skip``), giving them ``residual`` ``[b, n, d]``.
 
-    ``residual`` (``[b, n, d]``) is a clean pass's output of layer ``start - 1`` for these
-    rows; what the skipped layers would compute, if nothing the pass changes lies below
-    ``start``.
+    ``residual`` is a clean pass's output of layer ``start - 1``: valid when the pass changes
+    nothing below ``start``.
     """
     layers = model.nnsight.model.layers
     for i in range(start):
@@ -171,15 +151,8 @@ def start_at(model: TraceTarget, start: int, residual: torch.Tensor | None):
 def knock_out(attn: Any, removed: torch.Tensor, site: Any):
     """Remove attention edges before the softmax by editing the attention call's mask.
 
-    Args:
-        attn: The attention envoy of one layer.
-        removed: ``[b, H, W, W]`` bool, True on removed (query, key) edges (padded columns).
-        site: ``(label, mask_index)``: the ``.source`` label of the attention call and where
-            its mask sits among the positional arguments (queries at ``mask_index - 3``).
-
-    Returns:
-        The call's ``(args, kwargs)`` as the model now sees them. A decoding step (a query
-        or key count other than ``W``) is left alone: its new query has no listed edge.
+    ``removed`` ``[b, H, W, W]`` is True on removed (query, key) edges; ``site`` is
+    ``(label, mask_index)``. Returns the call's ``(args, kwargs)``; a decoding step is left alone.
     """
     call, args, kwargs, mask = _call_mask(attn, site, removed.shape[-2:])
     if call is None:
@@ -199,15 +172,9 @@ def patch_patterns(
     """Give query rows of some heads another batch row's attention pattern, exactly.
 
     The mask of each patched row becomes ``log(p_donor) - scores``, so the softmax returns
-    ``p_donor`` while the values stay the row's own (TransformerLens's pattern patching).
-
-    Args:
-        attn: The attention envoy of one layer (in an invoke over the whole batch).
-        where: ``[B, H, W]`` bool, the patched query rows of each batch row and head.
-        donor: ``[B, H, W]`` long, the batch row whose pattern row each takes.
-        site: ``(label, mask_index)`` as in `knock_out`.
-        scaling: The module's q.k scale (``model.attention_scaling``), for a call that
-            passes none (GPT-2's own eager method).
+    ``p_donor`` while the values stay the row's own. ``where`` ``[B, H, W]`` bool marks the
+    rows, ``donor`` ``[B, H, W]`` long their donor batch row; ``scaling`` is used when the call
+    passes none (GPT-2's eager method).
     """
     call, args, kwargs, mask = _call_mask(attn, site, (where.shape[-1], where.shape[-1]))
     if call is None:
@@ -229,10 +196,7 @@ def patch_patterns(
 
 
 def _call_mask(attn: Any, site: Any, size: Any):
-    """The attention call, its inputs and its mask ``[.., q, k]`` (None built as causal).
-
-    The call is None at a decoding step (queries and keys other than ``size``).
-    """
+    """The attention call, its inputs and its mask (None at a decoding step)."""
     label, index = site
     call = getattr(attn.source, label)
     args, kwargs = call.inputs
@@ -273,16 +237,9 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor, kwargs: dict):
 
 
 def recompute_probs(args: tuple, kwargs: dict):
-    """Attention probabilities from the attention function's inputs.
+    """Probabilities ``[b, H, q, k]`` from the attention call's ``(module, q, k, v, mask, ...)``.
 
-    Used when the attention implementation returns no weights (sdpa, flash).
-
-    Args:
-        args: Positional inputs of the attention-interface call: (module, q, k, v, mask, ...).
-        kwargs: Its keyword inputs (``scaling``, ``attention_mask``, ``sliding_window``).
-
-    Returns:
-        ``[b, H, q, k]`` probabilities, float32 (float64 for float64 inputs).
+    For attention implementations that return no weights (sdpa, flash).
     """
     scores = attention_scores(args[1], args[2], kwargs)
     mask = args[4] if len(args) > 4 else kwargs.get("attention_mask")
@@ -291,11 +248,9 @@ def recompute_probs(args: tuple, kwargs: dict):
 
 
 def masked_scores(scores: torch.Tensor, mask: Any, window: Any, infinite: bool = False):
-    """Scores ``[b, H, q, k]`` under the call's mask and sliding window.
+    """Scores under the call's mask (None, bool or additive) and sliding window.
 
-    Handles the three mask forms transformers passes: None (causal fast path), bool,
-    additive float. ``infinite``: a masked score is -inf (an additive mask's large negative
-    number is not the model's score either).
+    ``infinite``: a masked score is -inf (an additive mask's large negative is not a score).
     """
     n_q, n_k = scores.shape[-2:]
     if mask is None:
@@ -316,11 +271,7 @@ def masked_scores(scores: torch.Tensor, mask: Any, window: Any, infinite: bool =
 
 
 def norm_scale(x: torch.Tensor, centred: bool, eps: float):
-    """A norm's normaliser ``[b, s, 1]``: ``sqrt(mean(x^2) + eps)``, of ``x - mean`` if ``centred``.
-
-    TransformerLens' ``hook_scale``: the norm's output is ``x / scale`` times its weight
-    (plus its bias). Float32 (float64 for float64 inputs).
-    """
+    """A norm's normaliser ``[b, s, 1]`` (TransformerLens ``hook_scale``), centred for LayerNorm."""
     x = x.to(torch.promote_types(x.dtype, torch.float32))
     if centred:  # a LayerNorm
         x = x - x.mean(-1, keepdim=True)
@@ -335,8 +286,7 @@ def layer_filter(layers: Iterable[int] | None, n_layers: int) -> set[int]:
 def layer_sites(model: TraceTarget, layers: Iterable[int] | None = None):
     """``(layer, site)`` in execution order: the one walk over a model's layers and sites.
 
-    ``model.sites`` lists a decoder layer's sites in execution order, and nnsight reads
-    them only in that order; ``layers`` limits the walk (None: every layer).
+    nnsight reads sites only in execution order; ``layers`` limits the walk (None: all).
     """
     allowed = layer_filter(layers, model.n_layers)
     for layer in range(model.n_layers):
