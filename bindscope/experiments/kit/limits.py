@@ -88,6 +88,13 @@ def binomial_resolution(model: str, where: str, n: int) -> dict | None:
     return _limit("p_resolution", model, message, where=where, n=n, min_p=bound)
 
 
+_ROOM = {
+    "floor": "little room below it: a drop (an ablation's effect) can hardly show",
+    "ceiling": "little room above it: a gain can hardly show, and a saturated score can hide a "
+    "weakened answer",
+}
+
+
 def floor_ceiling(
     model: str, name: str, baseline: float | None, *, chance: float | None = None
 ) -> dict | None:
@@ -96,16 +103,10 @@ def floor_ceiling(
         return None
     level = chance or 0.0
     above = (baseline - level) / (1 - level) if level < 1 else 0.0
-    if above < FLOOR:
-        kind, room = "floor", "little room below it: a drop (an ablation's effect) can hardly show"
-    elif baseline > CEILING:
-        kind, room = (
-            "ceiling",
-            "little room above it: a gain can hardly show, and a saturated score can hide a "
-            "weakened answer",
-        )
-    else:
+    kind = "floor" if above < FLOOR else "ceiling" if baseline > CEILING else None
+    if kind is None:
         return None
+    room = _ROOM[kind]
     bounds = f"< {FLOOR} or > {CEILING} on a 0-1 score"
     if level:
         bounds = (

@@ -195,17 +195,17 @@ def taxonomy_means(
     model: LanguageModel, texts: Sequence[str], *, seed: int = 0, batch_size: int = 16
 ) -> dict[str, Any]:
     """Every head's mean taxonomy score but binding: ``{score: [L, H] array}``."""
-    means = {}
-    found = text_scores(model, list(dict.fromkeys(texts)), batch_size=batch_size)
-    for name in taxonomy.TEXT_SCORES:
-        means[name] = np.nanmean(np.stack([s[name].numpy() for s in found]), 0)
+    scored = text_scores(model, list(dict.fromkeys(texts)), batch_size=batch_size)
     sequences = TaxonomyOptions()
-    found, _ = repeated_scores(
+    repeated, _ = repeated_scores(
         model, n=sequences.n_repeated, length=sequences.repeat_length, seed=seed,
         batch_size=batch_size,
     )  # fmt: skip
+    means = {
+        n: np.nanmean(np.stack([s[n].numpy() for s in scored]), 0) for n in taxonomy.TEXT_SCORES
+    }
     for name in taxonomy.REPEATED_SCORES:
-        means[name] = np.stack([s[name].numpy() for s in found]).mean(0)
+        means[name] = np.stack([s[name].numpy() for s in repeated]).mean(0)
     return means
 
 
