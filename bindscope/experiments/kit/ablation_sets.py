@@ -75,17 +75,14 @@ def draw_random_sets(
             "(pass a smaller --k)"
         )
     if matched_layers:
-        candidates = []
-        for layer, _head in top:
-            options = [p for p in pool if p[0] == layer]
-            if len(options) < sum(h[0] == layer for h in top):
+        candidates = [[p for p in pool if p[0] == layer] for layer, _head in top]
+        for (layer, _head), options in zip(top, candidates):
+            if len(options) < (need := sum(h[0] == layer for h in top)):
                 raise InputError(
-                    f"--matched-layers: layer {layer} has {n_heads} heads, too few to "
-                    f"match the top set's {sum(h[0] == layer for h in top)} heads there "
-                    "with as many heads outside it; pass a smaller --k or drop "
-                    "--matched-layers"
+                    f"--matched-layers: layer {layer} has {n_heads} heads, too few to match the "
+                    f"top set's {need} heads there with as many heads outside it; pass a "
+                    "smaller --k or drop --matched-layers"
                 )
-            candidates.append(options)
         support = random_set_support(n_layers, n_heads, top, k=k, matched_layers=True)
         return _draw_from_candidates(candidates, n, seed, enumerate_all=support <= n)
 

@@ -175,8 +175,7 @@ def not_run(model: str, test: str, reason: str, n: int) -> dict:
 
 def limit_lines(summary: dict) -> list[str]:
     """The summary's own limits, one terminal line each."""
-    found = summary.get("limits") or []
-    return [f"  limit ({f['kind']}): {f['message']}" for f in found]
+    return [f"  limit ({f['kind']}): {f['message']}" for f in summary.get("limits") or []]
 
 
 def collect(*found: dict | None) -> list[dict]:
