@@ -15,8 +15,6 @@ from bindscope.runners.binding import binding
 
 #: The binding study's folder and records, reused by C5, the controls and the taxonomy.
 BINDING = "binding"
-
-#: Where reused binding results come from, relative to the results folder.
 BINDING_FROM = f"{BINDING}/records.jsonl"
 
 

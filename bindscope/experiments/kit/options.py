@@ -16,7 +16,6 @@ from bindscope.errors import InputError, whole_number
 T = TypeVar("T")
 OptionsT = TypeVar("OptionsT", bound="Options")
 
-#: The ``--generation-batch-size`` help, for experiments that generate besides other passes.
 GENERATION_HELP = (
     "rows per greedy-generation batch (a decoding step costs little more for more rows)"
 )
