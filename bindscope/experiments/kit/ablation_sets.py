@@ -75,17 +75,14 @@ def draw_random_sets(
             "(pass a smaller --k)"
         )
     if matched_layers:
-        candidates = []
-        for layer, _head in top:
-            options = [p for p in pool if p[0] == layer]
-            if len(options) < sum(h[0] == layer for h in top):
+        candidates = [[p for p in pool if p[0] == layer] for layer, _head in top]
+        for (layer, _head), options in zip(top, candidates):
+            if len(options) < (need := sum(h[0] == layer for h in top)):
                 raise InputError(
-                    f"--matched-layers: layer {layer} has {n_heads} heads, too few to "
-                    f"match the top set's {sum(h[0] == layer for h in top)} heads there "
-                    "with as many heads outside it; pass a smaller --k or drop "
-                    "--matched-layers"
+                    f"--matched-layers: layer {layer} has {n_heads} heads, too few to match the "
+                    f"top set's {need} heads there with as many heads outside it; pass a "
+                    "smaller --k or drop --matched-layers"
                 )
-            candidates.append(options)
         support = random_set_support(n_layers, n_heads, top, k=k, matched_layers=True)
         return _draw_from_candidates(candidates, n, seed, enumerate_all=support <= n)
 
@@ -220,16 +217,3 @@ def check_k(model: LanguageModel, *, k: int, matched_classes: bool = False) -> N
             f"class-matched null picks each top head's match among its {2 * k} nearest heads "
             f"outside the top set ({3 * k} heads); pass --k {total // 3} or less"
         )
-
-
-__all__ = [
-    "MATCH_SCORES",
-    "as_pairs",
-    "check_k",
-    "check_limit",
-    "class_counts",
-    "conditions_of",
-    "draw_random_sets",
-    "draw_score_matched_sets",
-    "random_set_support",
-]

@@ -15,8 +15,6 @@ from bindscope.runners.binding import binding
 
 #: The binding study's folder and records, reused by C5, the controls and the taxonomy.
 BINDING = "binding"
-
-#: Where reused binding results come from, relative to the results folder.
 BINDING_FROM = f"{BINDING}/records.jsonl"
 
 
@@ -55,6 +53,3 @@ def reuse_or_bind(
         (r, computed[r.key], None) if r.key in computed else (r, found[r.key], reused)
         for r in chunk
     ]
-
-
-__all__ = ["BINDING_FROM", "reuse_or_bind", "stored_binding"]

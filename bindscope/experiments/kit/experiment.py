@@ -11,7 +11,7 @@ from typing import Any, Literal, TypeVar
 from tqdm.auto import tqdm
 
 from bindscope.batch import check_batch_size
-from bindscope.errors import InputError
+from bindscope.errors import whole_number
 from bindscope.experiments.kit.options import Options, Preset
 from bindscope.experiments.kit.record_fields import RecordFields, base_record
 from bindscope.prompts.prompt_sets import PromptSet
@@ -78,11 +78,8 @@ class ModelRun:
         key: Callable[[Item], str] | None = None,
     ) -> int:
         """Run ``work`` on the pending items in chunks, writing each chunk's records at once."""
-        if chunk_size < 1:  # a negative batch size would otherwise run nothing and say nothing
-            raise InputError(
-                f"batch_size must be 1 or more (it gave chunks of {chunk_size} items); pass e.g. "
-                "batch_size=16 (--batch-size 16)"
-            )
+        # a negative batch size would otherwise run nothing and say nothing
+        whole_number(chunk_size, "chunk_size", "pass e.g. batch_size=16 (--batch-size 16)", least=1)
         key = key or (lambda item: self.key(item.key))  # type: ignore[attr-defined]
         pending = [item for item in items if key(item) not in self.writer]
         done = len(items) - len(pending)
@@ -178,7 +175,7 @@ class Experiment:
         common = Common(Path(out), batch, seed, force, progress)
         found = list(models) if isinstance(models, (list, tuple)) else [models]  # one or several
         plan = self.plan(found, opts, common)
-        return run_models(self.name, plan.models or found, common, plan, seed, self.summarize)
+        return run_models(self.name, plan.models or found, common, plan, self.summarize)
 
 
 def _finished(name: str, plan: Plan, writer: RecordWriter, model: Any) -> bool:
@@ -195,7 +192,6 @@ def run_models(
     models: Sequence[LanguageModel | LazyModel],
     common: Common,
     plan: Plan,
-    seed: int,
     summarize: Callable[[Path], dict],
 ) -> dict:
     """Write each model's records into ``OUT/<name>`` (and the plan's other folders)."""
@@ -226,7 +222,9 @@ def run_models(
                 prov = (
                     p.provenance(loaded)
                     if p.provenance is not None
-                    else provenance(loaded, prompt_set=p.prompt_set, seed=seed, settings=p.settings)
+                    else provenance(
+                        loaded, prompt_set=p.prompt_set, seed=common.seed, settings=p.settings
+                    )
                 )
                 p.each(ModelRun(part, loaded, writer, prov, common.progress))
             del loaded  # a lazy model is freed before the next loads
@@ -234,6 +232,3 @@ def run_models(
         assert p.summarize is not None, f"{part}: a plan written beside another summarizes"
         p.summarize(common.out / part)
     return (plan.summarize or summarize)(common.out / name)
-
-
-__all__ = ["Common", "Experiment", "LazyModel", "ModelRun", "Plan", "run_models"]

@@ -88,6 +88,13 @@ def binomial_resolution(model: str, where: str, n: int) -> dict | None:
     return _limit("p_resolution", model, message, where=where, n=n, min_p=bound)
 
 
+_ROOM = {
+    "floor": "little room below it: a drop (an ablation's effect) can hardly show",
+    "ceiling": "little room above it: a gain can hardly show, and a saturated score can hide a "
+    "weakened answer",
+}
+
+
 def floor_ceiling(
     model: str, name: str, baseline: float | None, *, chance: float | None = None
 ) -> dict | None:
@@ -96,16 +103,10 @@ def floor_ceiling(
         return None
     level = chance or 0.0
     above = (baseline - level) / (1 - level) if level < 1 else 0.0
-    if above < FLOOR:
-        kind, room = "floor", "little room below it: a drop (an ablation's effect) can hardly show"
-    elif baseline > CEILING:
-        kind, room = (
-            "ceiling",
-            "little room above it: a gain can hardly show, and a saturated score can hide a "
-            "weakened answer",
-        )
-    else:
+    kind = "floor" if above < FLOOR else "ceiling" if baseline > CEILING else None
+    if kind is None:
         return None
+    room = _ROOM[kind]
     bounds = f"< {FLOOR} or > {CEILING} on a 0-1 score"
     if level:
         bounds = (
@@ -174,42 +175,12 @@ def not_run(model: str, test: str, reason: str, n: int) -> dict:
 
 def limit_lines(summary: dict) -> list[str]:
     """The summary's own limits, one terminal line each."""
-    found = summary.get("limits") or []
-    return [f"  limit ({f['kind']}): {f['message']}" for f in found]
+    return [f"  limit ({f['kind']}): {f['message']}" for f in summary.get("limits") or []]
 
 
 def collect(*found: dict | None) -> list[dict]:
     """The limits found, Nones dropped."""
     return [f for f in found if f is not None]
-
-
-__all__ = [
-    "ALPHA",
-    "CEILING",
-    "FEW_ITEMS",
-    "FLOOR",
-    "MARGIN_THRESHOLD",
-    "binomial_resolution",
-    "collect",
-    "corrected_resolution",
-    "excluded",
-    "few_items",
-    "floor_ceiling",
-    "holm_resolution",
-    "layer_concentration",
-    "limit_lines",
-    "not_run",
-    "null_not_drawn",
-    "p_resolution",
-    "random_gain",
-    "resamples_for_one",
-    "sign_flip_floor",
-    "small_group",
-    "small_support",
-    "term_clustering",
-    "tiny_margins",
-    "undecided",
-]
 
 
 #: A choice margin (nats per choice token) under this decides an item by a tiny margin.

@@ -16,7 +16,6 @@ from bindscope.errors import InputError, whole_number
 T = TypeVar("T")
 OptionsT = TypeVar("OptionsT", bound="Options")
 
-#: The ``--generation-batch-size`` help, for experiments that generate besides other passes.
 GENERATION_HELP = (
     "rows per greedy-generation batch (a decoding step costs little more for more rows)"
 )
@@ -172,19 +171,3 @@ class Options:
     def keywords(self) -> dict[str, Any]:
         """The options as ``run`` keywords."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-
-__all__ = [
-    "GENERATION_HELP",
-    "Flag",
-    "Options",
-    "Preset",
-    "apply_preset",
-    "check_choice",
-    "check_whole",
-    "count",
-    "option",
-    "positive",
-    "prompts_option",
-    "setting",
-]

@@ -20,7 +20,6 @@ from bindscope.metrics import stats
 from bindscope.results import format as fmt
 
 CORRECTIONS = {"bh": "fdr_bh", "holm": "holm"}
-#: Resamples at least, when none are asked for.
 MIN_RESAMPLES = 9999
 
 

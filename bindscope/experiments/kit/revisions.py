@@ -9,32 +9,19 @@ from bindscope.errors import InputError
 from bindscope.protocols import LanguageModel
 
 _PYTHIA = [f"step{s}" for s in (0, 15000, 30000, 60000, 90000, 120000, 140000, 143000)]
+_OLMO_STEPS = (1000, 80000, 110000, 330000, 460000, 620000, 720000, 738020)
+_OLMO_TOKENS = (4, 335, 461, 1383, 1928, 2599, 3018, 3094)  # billions, by step
+_OLMO = [f"step{s}-tokens{t}B" for s, t in zip(_OLMO_STEPS, _OLMO_TOKENS)]
 _CRFM = [f"checkpoint-{s}" for s in (0, 1000, 5000, 10000, 50000, 100000, 200000, 400000)]
+_SMOL_STEPS = (40000, 120000, 400000, 800000, 1200000, 1600000, 2400000, 3440000)
+_SMOL = [f"stage1-step-{s}" for s in _SMOL_STEPS]
 
 #: Named revision lists of the published study (spec 4.1), with the Hub id each belongs to.
 PRESETS: dict[str, dict] = {
     "pythia-paper": {"model": "EleutherAI/pythia-160m-deduped", "revisions": _PYTHIA},
-    "olmo-1b": {
-        "model": "allenai/OLMo-1B-hf",
-        "revisions": [
-            "step1000-tokens4B",
-            "step80000-tokens335B",
-            "step110000-tokens461B",
-            "step330000-tokens1383B",
-            "step460000-tokens1928B",
-            "step620000-tokens2599B",
-            "step720000-tokens3018B",
-            "step738020-tokens3094B",
-        ],
-    },
+    "olmo-1b": {"model": "allenai/OLMo-1B-hf", "revisions": _OLMO},
     "crfm": {"model": "stanford-crfm/alias-gpt2-small-x21", "revisions": _CRFM},
-    "smollm3": {
-        "model": "HuggingFaceTB/SmolLM3-3B-checkpoints",
-        "revisions": [
-            f"stage1-step-{s}"
-            for s in (40000, 120000, 400000, 800000, 1200000, 1600000, 2400000, 3440000)
-        ],
-    },
+    "smollm3": {"model": "HuggingFaceTB/SmolLM3-3B-checkpoints", "revisions": _SMOL},
 }
 #: The five CRFM GPT-2 small seeds share the ``crfm`` revisions.
 CRFM_SEEDS = [
@@ -75,6 +62,3 @@ def load_revision(
         )
     loaded.name = model
     return loaded
-
-
-__all__ = ["CRFM_SEEDS", "PRESETS", "load_revision", "resolve_revisions"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -43,12 +44,7 @@ def folder_summary(
     check: Callable[[Path, list[dict]], None] | None = None,
 ) -> Callable[[str | Path], dict]:
     """An experiment's ``summarize(folder)``: ``summarize_folder`` with its name and builder."""
-
-    def summarize(folder: str | Path) -> dict:
-        return summarize_folder(folder, build, name=name, check=check)
-
-    summarize.__doc__ = f"Rebuild ``folder/summary.json`` ({name}) from its records alone."
-    return summarize
+    return functools.partial(summarize_folder, build=build, name=name, check=check)
 
 
 def _check_records_belong(folder: Path, records: list[dict], experiment: str) -> None:
@@ -74,10 +70,7 @@ def summarize_tests(
     correction: str | None = None,
     n_resamples: int | None = None,
 ) -> dict:
-    """``summarize_folder`` for the per-head tests (scan, patching).
-
-    The test options default to the summary's already there, so a rebuild keeps a run's own.
-    """
+    """``summarize_folder`` for the per-head tests; options default to the summary's own."""
     path = Path(folder) / "summary.json"
     try:
         previous = json.loads(path.read_text("utf-8")) if path.is_file() else {}
@@ -130,13 +123,3 @@ def skipped_reasons(records: Iterable[dict]) -> dict[str, int]:
         reason = known[0] if known else str(metrics.get("skipped") or ", ".join(flags) or "no EB*")
         counts[reason] = counts.get(reason, 0) + 1
     return counts
-
-
-__all__ = [
-    "by_name",
-    "folder_summary",
-    "mean_estimate",
-    "skipped_reasons",
-    "summarize_folder",
-    "summarize_tests",
-]

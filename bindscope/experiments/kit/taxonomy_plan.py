@@ -37,11 +37,6 @@ def _parse_thresholds(pairs: Sequence[str] | Mapping[str, float] | None) -> dict
             sep = ""
         if not sep:
             raise InputError(f"--threshold {pair!r}: expected CLASS=VALUE, e.g. sink=0.6")
-        if name.strip().replace("-", "_") not in taxonomy.PRECEDENCE:
-            raise InputError(
-                f"--threshold {pair}: no head class {name.strip()!r}; the classes are "
-                f"{', '.join(taxonomy.PRECEDENCE)}"
-            )
     return out
 
 
@@ -65,11 +60,12 @@ class TaxonomyOptions(Options):
     def check(self) -> None:
         """Positive sizes, and thresholds that name known head classes."""
         check_whole(self, {"n_repeated": 1, "repeat_length": 1, "top_k": 1})
-        unknown = sorted(set(self.thresholds or {}) - set(taxonomy.PRECEDENCE))
-        if unknown:
-            raise InputError(
-                f"no head class {unknown}; thresholds apply to {', '.join(taxonomy.PRECEDENCE)}"
-            )
+        for name, value in (self.thresholds or {}).items():
+            if name not in taxonomy.PRECEDENCE:
+                raise InputError(
+                    f"--threshold {name}={value}: no head class {name!r}; the classes are "
+                    f"{', '.join(taxonomy.PRECEDENCE)}"
+                )
 
 
 def check_taxonomy_fit(model: LanguageModel, options: TaxonomyOptions) -> None:
@@ -195,22 +191,15 @@ def taxonomy_means(
     model: LanguageModel, texts: Sequence[str], *, seed: int = 0, batch_size: int = 16
 ) -> dict[str, Any]:
     """Every head's mean taxonomy score but binding: ``{score: [L, H] array}``."""
-    means = {}
-    found = text_scores(model, list(dict.fromkeys(texts)), batch_size=batch_size)
-    for name in taxonomy.TEXT_SCORES:
-        means[name] = np.nanmean(np.stack([s[name].numpy() for s in found]), 0)
+    scored = text_scores(model, list(dict.fromkeys(texts)), batch_size=batch_size)
     sequences = TaxonomyOptions()
-    found, _ = repeated_scores(
+    repeated, _ = repeated_scores(
         model, n=sequences.n_repeated, length=sequences.repeat_length, seed=seed,
         batch_size=batch_size,
     )  # fmt: skip
+    means = {
+        n: np.nanmean(np.stack([s[n].numpy() for s in scored]), 0) for n in taxonomy.TEXT_SCORES
+    }
     for name in taxonomy.REPEATED_SCORES:
-        means[name] = np.stack([s[name].numpy() for s in found]).mean(0)
+        means[name] = np.stack([s[name].numpy() for s in repeated]).mean(0)
     return means
-
-
-__all__ = [
-    "primary_classes",
-    "taxonomy_means",
-    "taxonomy_plan",
-]
