@@ -168,13 +168,16 @@ def json_objects(raw: bytes, path: Path) -> Iterator[tuple[int, str, dict]]:
         yield number, where, obj
 
 
+_JSON_KINDS = {
+    type(None): "null",
+    bool: "a boolean (true/false)",
+    str: "a string",
+    list: "an array",
+}
+
+
 def _json_kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean (true/false)"
-    kinds = {str: "a string", list: "an array", int: "a number", float: "a number"}
-    return kinds.get(type(value), type(value).__name__)
+    return _JSON_KINDS.get(type(value), "a number")  # the rest json.loads gives: int, float
 
 
 def read_jsonl(
@@ -226,12 +229,17 @@ def refuse_whitespace(path: Path, problems: list[str]) -> None:
     """Refuse a file whose fields break the whitespace rule (`whitespace_problems`)."""
     if not problems:
         return
-    more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
     raise PromptFileError(
         f"{path}: {len(problems)} field(s) break the whitespace rule (doubled whitespace, or "
-        "whitespace or invisible characters at an end): "
-        f"{'; '.join(problems[:3])}{more}. {RULE[0].upper()}{RULE[1:]}"
+        f"whitespace or invisible characters at an end): {first_three(problems)}. "
+        f"{RULE[0].upper()}{RULE[1:]}"
     )
+
+
+def first_three(problems: list[str]) -> str:
+    """The first three ``problems`` joined by ``; ``, and how many more there are."""
+    more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+    return "; ".join(problems[:3]) + more
 
 
 def _decode(raw: bytes, path: Path) -> str:
