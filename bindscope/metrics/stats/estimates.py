@@ -189,10 +189,7 @@ def specificity(
     n_resamples: int = 9999,
     seed: int = 0,
 ) -> Estimate:
-    """Drop from ablating the top heads beyond that from ``[m, n]`` random sets, BCa CI.
-
-    ``baseline`` and ``top`` are ``[n]`` per-prompt scores, clean and top-k ablated.
-    """
+    """Per-prompt drop ``[n]`` from ablating the top heads beyond ``[m, n]`` random sets, BCa CI."""
     base, tp = _two_samples(baseline, top, ("baseline", "top"), min_len=2, paired=True)
     rs = np.asarray(random_sets, dtype=np.float64)
     if rs.ndim != 2:
