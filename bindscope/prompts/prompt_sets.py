@@ -313,19 +313,10 @@ def _parse(obj: dict, where: str) -> PromptRecord:
     else:
         max_tokens = _max_tokens(obj, where)
     _check_optional(obj, where)
-    group = obj.get("control_group")
+    pid, template, group = obj["prompt_id"], obj["template"], obj.get("control_group")
     extra = {k: v for k, v in obj.items() if k not in _KNOWN}
     return PromptRecord(
-        obj["prompt_id"],
-        term,
-        task,
-        obj["template"],
-        choices,
-        answer_idx,
-        max_tokens,
-        group,
-        where,
-        extra,
+        pid, term, task, template, choices, answer_idx, max_tokens, group, where, extra
     )
 
 
