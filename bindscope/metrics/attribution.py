@@ -33,9 +33,9 @@ def frozen_norm(norm: torch.nn.Module, source: torch.Tensor, x: torch.Tensor) ->
     source = source.double()
     if "RMSNorm" in name:
         scale = torch.rsqrt(source.pow(2).mean(-1, keepdim=True) + eps)
-        return x * scale[..., None, :] * weight if x.dim() > source.dim() else x * scale * weight
-    var = source.var(-1, unbiased=False, keepdim=True)
-    scale = torch.rsqrt(var + eps)
+    else:
+        scale = torch.rsqrt(source.var(-1, unbiased=False, keepdim=True) + eps)
+        x = x - x.mean(-1, keepdim=True)
     if x.dim() > source.dim():
         scale = scale[..., None, :]
-    return (x - x.mean(-1, keepdim=True)) * scale * weight
+    return x * scale * weight

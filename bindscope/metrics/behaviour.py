@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from bindscope.errors import InputError
 from bindscope.prompts.prompt_sets import load_json
@@ -42,9 +42,7 @@ class GenerationResult:
     def to_dict(self) -> dict:
         """JSON-ready dict (the record fields)."""
         return {
-            "key": self.key,
-            "text": self.text,
-            "score": self.score,
+            **asdict(self),
             "hits": list(self.hits),
             "contradictions": list(self.contradictions),
         }

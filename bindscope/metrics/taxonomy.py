@@ -105,10 +105,7 @@ def bootstrap_heads(
     n_resamples: int = 2000,
     confidence: float = 0.95,
 ) -> dict:
-    """Mean per head of ``[n_texts, L, H]`` with a percentile bootstrap CI over texts.
-
-    Texts with any NaN are dropped; with one text the bounds are null.
-    """
+    """Mean per head of ``[n_texts, L, H]`` (NaN texts dropped), percentile bootstrap CI."""
     arr = np.asarray(values, dtype=np.float64)
     arr = arr[~np.isnan(arr).reshape(len(arr), -1).any(1)]
     n = len(arr)
@@ -232,10 +229,7 @@ def emergence(
     thresholds: Mapping[str, float] | None = None,
     top_k: int = 4,
 ) -> dict:
-    """Emergence of each class over checkpoints (``revisions`` in training order; docs/records.md).
-
-    ``means`` holds per checkpoint the mean scores ``{score: [L][H]}``.
-    """
+    """Each class's emergence over ``revisions`` (training order) from their mean scores."""
     classes = [classify(m, thresholds=thresholds) for m in means]
     n_heads_total = next(
         int(np.asarray(v).size) for m in means for v in m.values() if v is not None

@@ -18,12 +18,7 @@ def audit(model: LanguageModel, records: Iterable[PromptRecord]) -> list[dict]:
     """One row per record: span tokens, length and flags (``not_found`` when absent)."""
     rows = []
     for rec in records:
-        row: dict[str, Any] = {
-            "key": rec.key,
-            "term": rec.term,
-            "task": rec.task,
-            "source": rec.source,
-        }
+        row: dict[str, Any] = {k: getattr(rec, k) for k in ("key", "term", "task", "source")}
         try:
             span = locate(model, rec.template, rec.term, prompt_id=rec.key)
         except SpanNotFoundError as exc:

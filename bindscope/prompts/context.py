@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from bindscope.errors import PromptTooLongError
 from bindscope.prompts.continuations import continuation_ids
-from bindscope.prompts.prompt_sets import PromptRecord
+from bindscope.prompts.prompt_sets import PromptRecord, first_three
 from bindscope.protocols import LanguageModel
 
 
@@ -67,11 +67,8 @@ def check_fit(
         if problem:
             problems.append(problem)
     if problems:
-        shown = "; ".join(problems[:3]) + (
-            f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
-        )
         raise PromptTooLongError(
-            f"{len(problems)} prompt(s) do not fit the context window: {shown}. "
+            f"{len(problems)} prompt(s) do not fit the context window: {first_three(problems)}. "
             "`bindscope audit` flags them (too_long)"
         )
 

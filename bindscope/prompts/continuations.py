@@ -21,12 +21,8 @@ def stray(char: str) -> bool:
 
 def strip_stray(text: str) -> str:
     """``text`` without the `stray` characters at either end."""
-    start, end = 0, len(text)
-    while start < end and stray(text[start]):
-        start += 1
-    while end > start and stray(text[end - 1]):
-        end -= 1
-    return text[start:end]
+    kept = [i for i, char in enumerate(text) if not stray(char)]
+    return text[kept[0] : kept[-1] + 1] if kept else ""
 
 
 def code_point(char: str) -> str:

@@ -2,19 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from bindscope.errors import PromptFileError
-from bindscope.prompts.continuations import whitespace_problems
-from bindscope.prompts.prompt_sets import (
-    json_objects,
-    normal_term,
-    one_spelling,
-    read_jsonl,
-    refuse_whitespace,
-)
+from bindscope.prompts.prompt_sets import normal_term, one_spelling, read_prompt_file
 
 ANSWER_FIELDS = ("target", "clean_answer", "corrupted_answer")
 
@@ -50,26 +42,22 @@ class Pair:
 
 def load_pairs(path_or_name: str | Path = "pairs") -> tuple[list[Pair], str, str]:
     """Read a pair file (``pairs`` is the built-in set); returns pairs, name and SHA-256."""
-    path, name, raw = read_jsonl(path_or_name, kind="pair", builtins=("pairs",))
-    pairs, seen, spaced = [], set(), []
-    spellings: dict[str, tuple[str, str]] = {}
-    for _, where, row in json_objects(raw, path):
-        _check_pair(row, where)
-        spelled = str(row.get("term") or "")
-        term = one_spelling(spellings, spelled, where) if normal_term(spelled) else ""
-        optional = [row.get(k) for k in (*ANSWER_FIELDS, "control_group")]
-        pair = Pair(str(row["pair_id"]), term, row["clean"], row["corrupted"], *optional)
-        spaced += whitespace_problems(
-            where, row, prompts=("clean", "corrupted"), continuations=ANSWER_FIELDS
-        )
-        if pair.key in seen:
-            raise PromptFileError(f"{where}: pair {pair.key} appears twice")
-        seen.add(pair.key)
-        pairs.append(pair)
-    if not pairs:
-        raise PromptFileError(f"{path}: no pairs (the file holds no JSON line); docs/records.md")
-    refuse_whitespace(path, spaced)
-    return pairs, name, hashlib.sha256(raw).hexdigest()
+    return read_prompt_file(
+        path_or_name,
+        _pair,
+        prompts=("clean", "corrupted"),
+        continuations=ANSWER_FIELDS,
+        kind="pair",
+        builtins=("pairs",),
+    )
+
+
+def _pair(row: dict, where: str, spellings: dict[str, tuple[str, str]]) -> Pair:
+    _check_pair(row, where)
+    spelled = str(row.get("term") or "")
+    term = one_spelling(spellings, spelled, where) if normal_term(spelled) else ""
+    optional = [row.get(k) for k in (*ANSWER_FIELDS, "control_group")]
+    return Pair(str(row["pair_id"]), term, row["clean"], row["corrupted"], *optional)
 
 
 def _check_pair(row: dict, where: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ __all__ = [
     "normal_term",
     "one_spelling",
     "read_jsonl",
+    "read_prompt_file",
     "refuse_whitespace",
 ]
 
@@ -98,38 +99,62 @@ class PromptSet:
 
 
 def load(path_or_name: str | Path, *, check_terms: bool = True) -> PromptSet:
-    """Load and validate a prompt file: ``canonical``, ``controls`` or a JSON Lines path.
+    """Load and validate a prompt file (``canonical``, ``controls`` or a JSON Lines path)."""
+    records, name, sha256 = read_prompt_file(
+        path_or_name,
+        lambda obj, where, spellings: _prompt(obj, where, spellings, check_terms),
+        prompts=("template",),
+        continuations=("choices", "target"),
+    )
+    return PromptSet(name, tuple(records), sha256)
 
-    ``check_terms`` requires every record's term in its own template.
+
+def _prompt(
+    obj: dict, where: str, spellings: dict[str, tuple[str, str]], check_terms: bool
+) -> PromptRecord:
+    record = _parse(obj, where)
+    one_spelling(spellings, obj["term"], where)
+    if check_terms and find_term_chars(record.template, record.term) is None:
+        raise PromptFileError(
+            f"{where}: field 'template': term {record.term!r} does not occur in its own "
+            f"template {record.template!r} (case-insensitive, plural or alias forms count); "
+            "fix the template or the term"
+        )
+    return record
+
+
+def read_prompt_file(
+    path_or_name: str | Path,
+    parse: Callable[[dict, str, dict[str, tuple[str, str]]], Any],
+    *,
+    prompts: tuple[str, ...],
+    continuations: tuple[str, ...],
+    kind: str = "prompt",
+    builtins: tuple[str, ...] = BUILTIN_SETS,
+) -> tuple[list[Any], str, str]:
+    """A prompt or pair file's records (each line given to ``parse``), set name and SHA-256.
+
+    Keys are unique; ``prompts`` and ``continuations`` name the fields `whitespace_problems` reads.
     """
-    path, name, raw = read_jsonl(path_or_name)
-    records: list[PromptRecord] = []
+    path, name, raw = read_jsonl(path_or_name, kind=kind, builtins=builtins)
+    records: list[Any] = []
     seen: dict[str, int] = {}
     spellings: dict[str, tuple[str, str]] = {}
     spaced: list[str] = []
     for number, where, obj in json_objects(raw, path):
-        record = _parse(obj, where)
-        one_spelling(spellings, obj["term"], where)
-        spaced += whitespace_problems(
-            where, obj, prompts=("template",), continuations=("choices", "target")
-        )
+        record = parse(obj, where, spellings)
+        spaced += whitespace_problems(where, obj, prompts=prompts, continuations=continuations)
         if record.key in seen:
             raise PromptFileError(
-                f"{where}: prompt_id {record.prompt_id!r} for term {record.term!r} repeats line "
-                f"{seen[record.key]}; ids must be unique per term"
+                f"{where}: {kind} {record.key!r} (term/id) repeats line {seen[record.key]}; "
+                "ids must be unique per term"
             )
         seen[record.key] = number
-        if check_terms and find_term_chars(record.template, record.term) is None:
-            raise PromptFileError(
-                f"{where}: field 'template': term {record.term!r} does not occur in its own "
-                f"template {record.template!r} (case-insensitive, plural or alias forms count); "
-                "fix the template or the term"
-            )
         records.append(record)
     if not records:
-        raise PromptFileError(f"{path}: no records")
+        raise PromptFileError(f"{path}: no {kind}s (the file holds no JSON line); docs/records.md")
     refuse_whitespace(path, spaced)
-    return PromptSet(name, tuple(records), hashlib.sha256(raw).hexdigest())
+    return records, name, hashlib.sha256(raw).hexdigest()
 
 
 def normal_term(text: str) -> str:
@@ -168,13 +193,16 @@ def json_objects(raw: bytes, path: Path) -> Iterator[tuple[int, str, dict]]:
         yield number, where, obj
 
 
+_JSON_KINDS = {
+    type(None): "null",
+    bool: "a boolean (true/false)",
+    str: "a string",
+    list: "an array",
+}
+
+
 def _json_kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean (true/false)"
-    kinds = {str: "a string", list: "an array", int: "a number", float: "a number"}
-    return kinds.get(type(value), type(value).__name__)
+    return _JSON_KINDS.get(type(value), "a number")  # the rest json.loads gives: int, float
 
 
 def read_jsonl(
@@ -226,12 +254,17 @@ def refuse_whitespace(path: Path, problems: list[str]) -> None:
     """Refuse a file whose fields break the whitespace rule (`whitespace_problems`)."""
     if not problems:
         return
-    more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
     raise PromptFileError(
         f"{path}: {len(problems)} field(s) break the whitespace rule (doubled whitespace, or "
-        "whitespace or invisible characters at an end): "
-        f"{'; '.join(problems[:3])}{more}. {RULE[0].upper()}{RULE[1:]}"
+        f"whitespace or invisible characters at an end): {first_three(problems)}. "
+        f"{RULE[0].upper()}{RULE[1:]}"
     )
+
+
+def first_three(problems: list[str]) -> str:
+    """The first three ``problems`` joined by ``; ``, and how many more there are."""
+    more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+    return "; ".join(problems[:3]) + more
 
 
 def _decode(raw: bytes, path: Path) -> str:
@@ -280,19 +313,10 @@ def _parse(obj: dict, where: str) -> PromptRecord:
     else:
         max_tokens = _max_tokens(obj, where)
     _check_optional(obj, where)
-    group = obj.get("control_group")
+    pid, template, group = obj["prompt_id"], obj["template"], obj.get("control_group")
     extra = {k: v for k, v in obj.items() if k not in _KNOWN}
     return PromptRecord(
-        obj["prompt_id"],
-        term,
-        task,
-        obj["template"],
-        choices,
-        answer_idx,
-        max_tokens,
-        group,
-        where,
-        extra,
+        pid, term, task, template, choices, answer_idx, max_tokens, group, where, extra
     )
 
 

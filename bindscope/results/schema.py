@@ -55,14 +55,6 @@ FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 
-def _no_metrics(record: dict) -> tuple[str, ...]:
-    return ()
-
-
-def _prompt_tasks(record: dict) -> tuple[str, ...]:
-    return TASKS
-
-
 def behaviour_metrics(record: dict) -> tuple[str, ...]:
     """The metrics a recognition or a generation record holds (by its task)."""
     return RECOGNITION_METRICS if record["task"] == "recognition" else GENERATION_METRICS
@@ -79,8 +71,8 @@ class RecordKind:
     experiment: str
     conditions: tuple[str, ...] = ("clean",)
     prefixes: tuple[str, ...] = ()
-    metrics: Callable[[dict], tuple[str, ...]] = _no_metrics
-    tasks: Callable[[dict], tuple[str, ...]] = _prompt_tasks
+    metrics: Callable[[dict], tuple[str, ...]] = lambda record: ()
+    tasks: Callable[[dict], tuple[str, ...]] = lambda record: TASKS
 
     def allows(self, condition: str) -> bool:
         """Whether ``condition`` is one this kind of record may have."""
@@ -101,10 +93,7 @@ def problems(record: dict, kinds: Mapping[str, RecordKind]) -> list[str]:
     if kind is None:
         return [f"unknown experiment {record['experiment']!r}"]
     return (
-        _identity_problems(record, kind)
-        + _head_problems(record)
-        + _condition_problems(record, kind)
-        + _content_problems(record, kind)
+        _identity_problems(record, kind) + _head_problems(record) + _content_problems(record, kind)
     )
 
 
@@ -145,14 +134,10 @@ def _head_problems(record: dict) -> list[str]:
     return out
 
 
-def _condition_problems(record: dict, kind: RecordKind) -> list[str]:
-    if not kind.allows(record["condition"]):
-        return [f"unknown {record['experiment']} condition {record['condition']!r}"]
-    return []
-
-
 def _content_problems(record: dict, kind: RecordKind) -> list[str]:
     out = []
+    if not kind.allows(record["condition"]):
+        out.append(f"unknown {record['experiment']} condition {record['condition']!r}")
     missing = [k for k in PROVENANCE if k not in record["provenance"]]
     if missing:
         out.append(f"provenance lacks {missing}")

@@ -122,10 +122,7 @@ def _changes(old: dict, settings: dict, models: dict) -> list[tuple[str, Any, An
 def check_settings(
     folder: str | Path, settings: dict, *, models: Sequence[LanguageModel] = (), force: bool = False
 ) -> None:
-    """Refuse to resume ``folder`` as `check_resumable` does, then store this run's settings.
-
-    ``force`` replaces the stored settings (the caller discards the records).
-    """
+    """`check_resumable` (unless ``force``), then store this run's settings."""
     folder = Path(folder)
     path = folder / SETTINGS_FILE
     new = {

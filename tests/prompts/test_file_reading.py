@@ -64,6 +64,21 @@ def test_a_latin_1_byte_is_refused_with_file_line_and_offset(tmp_path, loader):
     )
 
 
+@pytest.mark.parametrize("loader", [load_pairs, load], ids=["pairs", "prompts"])
+def test_a_repeated_key_names_the_line_it_repeats_and_an_empty_file_is_refused(tmp_path, loader):
+    """Both files are read by one reader: the same rule, the same message."""
+    good = pair(0) if loader is load_pairs else prompt(0)
+    kind = "pair" if loader is load_pairs else "prompt"
+    path = _write(tmp_path / "p.jsonl", [good, "", good])
+    key = "book/p0" if loader is load_pairs else "skip link/g0"
+    with pytest.raises(PromptFileError) as found:
+        loader(path)
+    assert str(found.value).startswith(f"{path}:3: {kind} {key!r} (term/id) repeats line 1")
+    empty = _write(tmp_path / "empty.jsonl", [""])
+    with pytest.raises(PromptFileError, match=rf"empty\.jsonl: no {kind}s \(the file holds no"):
+        loader(empty)
+
+
 @pytest.mark.parametrize(
     ("line", "kind"),
     [("5", "a number"), ("null", "null"), ('"p0"', "a string"), ("[1, 2]", "an array"),

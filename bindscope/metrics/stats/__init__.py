@@ -28,13 +28,7 @@ from bindscope.metrics.stats.hypothesis_tests import (
 )
 from bindscope.metrics.stats.multiple import adjust_pvalues
 from bindscope.metrics.stats.power import detectable_drop
-from bindscope.metrics.stats.results import (  # noqa: F401  METHOD_*: names the one-file module had
-    METHOD_BCA,
-    METHOD_DEGENERATE,
-    METHOD_PERCENTILE,
-    Estimate,
-    TestResult,
-)
+from bindscope.metrics.stats.results import Estimate, TestResult
 from bindscope.metrics.stats.sequential import SequentialP, sequential_p_value
 from bindscope.metrics.stats.tail import TailP, tail_p_value
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
@@ -45,6 +47,15 @@ def _as_1d(values: ArrayLike, name: str, *, min_len: int = 1) -> NDArray[np.floa
     if arr.size < min_len:
         raise ValueError(f"{name!r} needs at least {min_len} value(s), got {arr.size}")
     return arr
+
+
+def _against_null(
+    observed: float, null: ArrayLike, *, min_len: int
+) -> tuple[float, NDArray[np.float64]]:
+    obs = float(observed)
+    if not math.isfinite(obs):
+        raise ValueError(f"'observed' must be finite, got {observed!r}")
+    return obs, _as_1d(null, "null", min_len=min_len)
 
 
 def _same_length(a: NDArray[np.float64], b: NDArray[np.float64], na: str, nb: str) -> None:

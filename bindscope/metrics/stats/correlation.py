@@ -33,10 +33,7 @@ def correlation(x: ArrayLike, y: ArrayLike, *, method: str) -> TestResult:
 
 
 def lagged_correlations(eb: ArrayLike, beh: ArrayLike, *, lag: int = 1) -> dict[str, Any]:
-    """Per method, ``forward = corr(eb[:-lag], beh[lag:])``, ``backward`` and their difference.
-
-    ``backward = corr(beh[:-lag], eb[lag:])``: behaviour leads binding.
-    """
+    """Per method, ``corr(eb[:-lag], beh[lag:])``, the reverse and their ``lead_diff``."""
     lag = _check_count(lag, "lag", least=1)
     e, b = _two_samples(eb, beh, ("eb", "beh"), min_len=1, paired=True)
     if e.size < lag + 3:

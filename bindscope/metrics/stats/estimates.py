@@ -75,32 +75,33 @@ def bootstrap_statistic(
         raise ValueError(f"statistic is not finite on the data (got {value})")
 
     settings: dict[str, Any] = {
+        "data": samples,
+        "statistic": statistic,
         "vectorized": vectorized,
         "paired": paired,
         "axis": -1,
         "confidence_level": confidence,
         "rng": rng,
     }
-    res, dist = _bca(samples, statistic, n_resamples, settings)
-    low, high, method = _interval(value, res, dist, samples, statistic, settings)
+    res = _scipy_bootstrap(settings, n_resamples=n_resamples, method="BCa")
+    low, high, method = _interval(value, res, _finite_distribution(res), settings)
     return Estimate(value, low, high, confidence, method, n)
 
 
 def _interval(
-    value: float,
-    res: Any,
-    dist: NDArray[np.float64],
-    samples: tuple,
-    statistic: Callable[..., Any],
-    settings: dict[str, Any],
+    value: float, res: Any, dist: NDArray[np.float64], settings: dict[str, Any]
 ) -> tuple[float, float, str]:
     if _nearly_constant(dist, max(abs(value), float(np.max(np.abs(dist))))):
         return value, value, METHOD_DEGENERATE
     low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
     if math.isfinite(low) and math.isfinite(high) and not _ties_estimate(dist, value):
         return low, high, METHOD_BCA
-    low, high = _percentile_interval(res, samples, statistic, settings)
-    return low, high, METHOD_PERCENTILE
+    res = _scipy_bootstrap(settings, n_resamples=0, method="percentile", bootstrap_result=res)
+    return (
+        float(res.confidence_interval.low),
+        float(res.confidence_interval.high),
+        METHOD_PERCENTILE,
+    )
 
 
 #: Resamples this close to the estimate (relative) tie with it: float32 rounding stays below.
@@ -117,24 +118,14 @@ def _ties_estimate(dist: NDArray[np.float64], value: float) -> bool:
     return bool(tied.mean() > TIED_SHARE)
 
 
-def _percentile_interval(
-    res: Any, samples: tuple, statistic: Callable[..., Any], settings: dict[str, Any]
-) -> tuple[float, float]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", sps.DegenerateDataWarning)
-        res = sps.bootstrap(
-            samples, statistic, n_resamples=0, method="percentile", bootstrap_result=res, **settings
-        )
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
-
-
-def _bca(
-    samples: tuple, statistic: Callable[..., Any], n_resamples: int, settings: dict[str, Any]
-) -> tuple[Any, NDArray[np.float64]]:
+def _scipy_bootstrap(settings: dict[str, Any], **how: Any) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", sps.DegenerateDataWarning)
         warnings.simplefilter("ignore", RuntimeWarning)
-        res = sps.bootstrap(samples, statistic, n_resamples=n_resamples, method="BCa", **settings)
+        return sps.bootstrap(**settings, **how)
+
+
+def _finite_distribution(res: Any) -> NDArray[np.float64]:
     dist = np.asarray(res.bootstrap_distribution, dtype=np.float64)
     n_bad = int((~np.isfinite(dist)).sum())
     if n_bad:
@@ -142,7 +133,7 @@ def _bca(
             f"statistic was not finite on {n_bad} of {dist.size} bootstrap resamples; "
             "the samples are too small or too discrete for this statistic"
         )
-    return res, dist
+    return dist
 
 
 def _mean_estimate(
@@ -198,10 +189,7 @@ def specificity(
     n_resamples: int = 9999,
     seed: int = 0,
 ) -> Estimate:
-    """Drop from ablating the top heads beyond that from ``[m, n]`` random sets, BCa CI.
-
-    ``baseline`` and ``top`` are ``[n]`` per-prompt scores, clean and top-k ablated.
-    """
+    """Per-prompt drop ``[n]`` from ablating the top heads beyond ``[m, n]`` random sets, BCa CI."""
     base, tp = _two_samples(baseline, top, ("baseline", "top"), min_len=2, paired=True)
     rs = np.asarray(random_sets, dtype=np.float64)
     if rs.ndim != 2:

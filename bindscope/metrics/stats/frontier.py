@@ -67,11 +67,8 @@ def expected_sets_no_effect(n_sets: int, stop_at: int) -> float:
 def c5_seconds(
     *, n_items: int, n_sets: float, n_nulls: int, item_seconds: float, fixed_seconds: float
 ) -> float:
-    """One model's C5 time: ``fixed + items * (3 + nulls * sets) * item_seconds``.
-
-    The 3: baseline, top and bottom; ``fixed_seconds``: the load and the head ranking.
-    """
-    conditions = 3 + n_nulls * n_sets
+    """One model's C5 time: ``fixed + items * (3 + nulls * sets) * item_seconds``."""
+    conditions = 3 + n_nulls * n_sets  # baseline, top and bottom, then each null's sets
     return fixed_seconds + n_items * conditions * item_seconds
 
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats as sps
 
-from bindscope.metrics.stats._checks import _as_1d, _rng, _two_samples
+from bindscope.metrics.stats._checks import _against_null, _rng, _two_samples
 from bindscope.metrics.stats.results import TestResult
 
 _ALTERNATIVES = ("two-sided", "greater", "less")
@@ -23,10 +21,7 @@ def rank_p_value(observed: float, null: ArrayLike, *, alternative: str = "greate
     """
     if alternative not in _ALTERNATIVES:
         raise ValueError(f"'alternative' must be one of {_ALTERNATIVES}, got {alternative!r}")
-    obs = float(observed)
-    if not math.isfinite(obs):
-        raise ValueError(f"'observed' must be finite, got {observed!r}")
-    nul = _as_1d(null, "null", min_len=1)
+    obs, nul = _against_null(observed, null, min_len=1)
     m = nul.size
     p_greater = (1 + int(np.sum(nul >= obs))) / (1 + m)
     p_less = (1 + int(np.sum(nul <= obs))) / (1 + m)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from bindscope.errors import whole_number
-from bindscope.metrics.stats._checks import _as_1d
+from bindscope.metrics.stats._checks import _against_null
 from bindscope.metrics.stats.results import _PlainResult
 
 #: Why a sequence stopped.
@@ -34,10 +33,8 @@ def sequential_p_value(
     """The Besag-Clifford p of ``observed`` against ``null`` in drawn order; None until decided."""
     whole_number(stop_at, "stop_at", "pass e.g. stop_at=10", least=1, error=ValueError)
     whole_number(max_draws, "max_draws", "pass e.g. max_draws=199", least=1, error=ValueError)
-    obs = float(observed)
-    if not math.isfinite(obs):
-        raise ValueError(f"'observed' must be finite, got {observed!r}")
-    draws = _as_1d(null, "null", min_len=0)[:max_draws]
+    obs, draws = _against_null(observed, null, min_len=0)
+    draws = draws[:max_draws]
     hits = np.cumsum(draws >= obs)
     reached = np.flatnonzero(hits >= stop_at)
     if reached.size:

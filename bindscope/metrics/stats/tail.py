@@ -10,7 +10,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats as sps
 
-from bindscope.metrics.stats._checks import _as_1d, _rng
+from bindscope.metrics.stats._checks import _against_null, _rng
 
 #: Below this many exceedances the exact p is too coarse and the tail is fitted.
 MIN_EXCEEDANCES = 10
@@ -125,10 +125,7 @@ def tail_p_value(
     ``n_boot`` resamples of the null (each refitting a tail of the chosen size) give the
     interval of p; 0: none.
     """
-    obs = float(observed)
-    if not math.isfinite(obs):
-        raise ValueError(f"'observed' must be finite, got {observed!r}")
-    values = _as_1d(null, "null", min_len=1)
+    obs, values = _against_null(observed, null, min_len=1)
     hits = int(np.sum(values >= obs))
     if hits >= MIN_EXCEEDANCES:
         return TailP(None, EXACT, hits, values.size)
