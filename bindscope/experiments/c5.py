@@ -17,11 +17,7 @@ from bindscope.experiments.c5_summary import (
     text,
     undecided_nulls,
 )
-from bindscope.experiments.kit.ablation_sets import (
-    check_k,
-    check_limit,
-    draw_random_sets,
-)
+from bindscope.experiments.kit.ablation_sets import check_k, check_limit, draw_random_sets
 from bindscope.experiments.kit.binding_reuse import reuse_or_bind, stored_binding
 from bindscope.experiments.kit.chunks import batch_order, chunk_items, first_items, prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan, model_records
@@ -156,7 +152,8 @@ def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
         return "batched" if getattr(model, "remote", False) else opts.strategy
 
     def prov(model: LanguageModel) -> dict:
-        c5_run = {"c5_strategy": strategy(model), "c5_choices": _choice_layout(model)}
+        layout = "full" if getattr(model, "remote", False) else choice_layout(model)
+        c5_run = {"c5_strategy": strategy(model), "c5_choices": layout}
         return provenance(model, prompt_set=pset, seed=common.seed, c5=settings, **c5_run)
 
     study = _Study(opts, common.seed, pset, rset, rubric, sizes, settings)
@@ -188,10 +185,6 @@ class _Conditions:
     means: Any  # the heads' means under mean ablation (None: zero)
     strategy: str
     extra: dict  # stored with the top set's records
-
-
-def _choice_layout(model: LanguageModel) -> str:
-    return "full" if getattr(model, "remote", False) else choice_layout(model)
 
 
 def _run_model(run: ModelRun, study: _Study, strategy: str) -> None:

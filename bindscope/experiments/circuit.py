@@ -18,13 +18,7 @@ from bindscope.protocols import LanguageModel
 from bindscope.results.labels import by_model
 from bindscope.results.schema import RecordKind
 from bindscope.runners.attribution_metrics import LogitDifference
-from bindscope.runners.circuit import (
-    ABLATIONS,
-    SELECTIONS,
-    faithfulness,
-    stability,
-    verify,
-)
+from bindscope.runners.circuit import ABLATIONS, SELECTIONS, faithfulness, stability, verify
 from bindscope.runners.edges import METHODS, EdgeScores, edge_attribution
 
 EXPERIMENT = "circuit"

@@ -135,10 +135,9 @@ def _plan(models: list[LanguageModel], opts: ScanOptions, common: Common) -> Pla
     unscored = {UNSCORED: len(pset.records) - len(scannable(pset))}
 
     def prov(model: LanguageModel) -> dict:
-        n_layers, n_heads = model.n_layers, model.n_heads
         return provenance(
-            model, prompt_set=pset, seed=seed, scan=settings, n_layers=n_layers,
-            n_heads=n_heads, prompts_skipped=unscored,
+            model, prompt_set=pset, seed=seed, scan=settings, n_layers=model.n_layers,
+            n_heads=model.n_heads, prompts_skipped=unscored,
         )  # fmt: skip
 
     def each(run: ModelRun) -> None:
@@ -193,7 +192,6 @@ def _run_model(run: ModelRun, items: list[PromptRecord], settings: dict, batch_s
     model = run.model
     conditions = conditions_of(model, settings["unit"])
     names = list(conditions)
-    label = model_label(model)
     means = None
     if settings["ablation"] == "mean":
         heads = [h for hs in conditions.values() for h in hs]
@@ -224,7 +222,7 @@ def _run_model(run: ModelRun, items: list[PromptRecord], settings: dict, batch_s
         work,
         key=lambda rec: run.key(rec.key, names[-1]),  # a prompt's last record is written last
         chunk_size=batch_size,
-        desc=f"scan {label}",
+        desc=f"scan {model_label(model)}",
     )
     if settings["unit"] == "head":
         _bsi_pass(run, items, batch_size)
@@ -255,8 +253,6 @@ def _chunk_records(
 
 
 def _bsi_pass(run: ModelRun, items: list[PromptRecord], batch_size: int) -> None:
-    model = run.model
-
     def bsi_work(chunk: list[PromptRecord]) -> list[dict]:
         found = reuse_or_bind(run, chunk, batch_size=batch_size)
         return [run.record(rec, "clean", metrics, name=BSI) for rec, metrics, _ in found]
@@ -266,7 +262,7 @@ def _bsi_pass(run: ModelRun, items: list[PromptRecord], batch_size: int) -> None
         bsi_work,
         key=lambda r: run.key(r.key, name=BSI),
         chunk_size=batch_size * 4,
-        desc=f"scan BSI {model_label(model)}",
+        desc=f"scan BSI {model_label(run.model)}",
     )
 
 
