@@ -145,7 +145,6 @@ def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
         settings.update(limit=opts.limit, spread=opts.spread)
     rubric = opts.rubric or default_rubric()
     inputs = {"prompt_sha256": pset.sha256, "rubric_sha256": content_sha256(rubric)}
-    sizes = (common.batch_size, opts.generation_batch_size)
 
     def strategy(model: LanguageModel) -> str:
         # the residual stream would cross the network
@@ -156,7 +155,7 @@ def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
         c5_run = {"c5_strategy": strategy(model), "c5_choices": layout}
         return provenance(model, prompt_set=pset, seed=common.seed, c5=settings, **c5_run)
 
-    study = _Study(opts, common.seed, pset, rset, rubric, sizes, settings)
+    study = _Study(opts, common.seed, pset, rset, rubric, common.batch_size, settings)
 
     def each(run: ModelRun) -> None:
         _run_model(run, study, strategy(run.model))
@@ -171,7 +170,7 @@ class _Study:
     pset: PromptSet
     rset: PromptSet
     rubric: dict
-    sizes: tuple[int, int]
+    batch_size: int
     settings: dict
 
 
@@ -189,19 +188,19 @@ class _Conditions:
 
 def _run_model(run: ModelRun, study: _Study, strategy: str) -> None:
     model, opts = run.model, study.opts
-    top, bottom = _rank(run, study.rset, opts.k, study.sizes[0])
+    top, bottom = _rank(run, study.rset, opts.k, study.batch_size)
     on = (True, opts.matched_layers, opts.matched_classes)
     nulls, extra = null_sets(
         model, top, [name for name, wanted in zip(NULLS, on) if wanted],
         k=opts.k, n=opts.n_random, seed=study.seed,
-        templates=[r.template for r in study.rset.records], batch_size=study.sizes[0],
+        templates=[r.template for r in study.rset.records], batch_size=study.batch_size,
     )  # fmt: skip
     means = None
     if opts.ablation == "mean":  # once, for every head any condition may ablate
         every = [top, bottom, *(s for sets in nulls.values() for s in sets)]
         heads = sorted({tuple(h) for hs in every for h in hs})
         templates = [r.template for r in study.rset.records]
-        means = head_means(model, templates, heads, batch_size=study.sizes[0])
+        means = head_means(model, templates, heads, batch_size=study.batch_size)
     conditions = _Conditions({"baseline": [], "top": top, "bottom": bottom}, means, strategy, extra)
     open_nulls = set(nulls)
     n, h = opts.n_random, opts.stop_at
@@ -249,7 +248,7 @@ def _rank(
 
 def _evaluate(run: ModelRun, study: _Study, conditions: _Conditions) -> None:
     model = run.model
-    batch_size, generation_batch_size = study.sizes
+    batch_size, generation_batch_size = study.batch_size, study.opts.generation_batch_size
     names = conditions.heads
     items = [(rec, name) for rec in batch_order(model, study.pset.records) for name in names]
 
@@ -273,7 +272,7 @@ def _evaluate(run: ModelRun, study: _Study, conditions: _Conditions) -> None:
 
 
 def _score(model: LanguageModel, study: _Study, part: _Part, conditions: _Conditions) -> list[Any]:
-    batch_size, generation_batch_size = study.sizes
+    batch_size = study.batch_size
     recognizing = part[0][0].task == "recognition"  # one task a part
     ablated = {name for _, name in part} - {"baseline"}
     heads, means = conditions.heads, conditions.means
@@ -283,9 +282,8 @@ def _score(model: LanguageModel, study: _Study, part: _Part, conditions: _Condit
     records = [rec for rec, _ in part]
     if recognizing:
         return recognition(model, records, per_row=per_row, batch_size=batch_size)
-    return generation(
-        model, records, per_row=per_row, rubric=study.rubric, batch_size=generation_batch_size
-    )
+    size = study.opts.generation_batch_size
+    return generation(model, records, per_row=per_row, rubric=study.rubric, batch_size=size)
 
 
 def _records(

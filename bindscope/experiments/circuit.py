@@ -171,7 +171,6 @@ def summary(records: list[dict]) -> dict:
             key=lambda r: r["metrics"]["rank"],
         )
         sizes = [r for r in group if r["condition"].startswith("top:")]
-        checked = [r["metrics"] for r in group if r["condition"] == "verify"]
         models[label] = {
             "settings": group[0]["circuit"],
             "n_pairs": len(pairs),
@@ -182,7 +181,7 @@ def summary(records: list[dict]) -> dict:
                 _size_row(r["metrics"])
                 for r in sorted(sizes, key=lambda r: r["metrics"]["n_edges"])
             ],
-            "verify": checked[0] if checked else None,
+            "verify": next((r["metrics"] for r in group if r["condition"] == "verify"), None),
         }
     return {"experiment": EXPERIMENT, "models": models, "limits": []}
 
