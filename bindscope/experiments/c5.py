@@ -155,7 +155,7 @@ def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
         c5_run = {"c5_strategy": strategy(model), "c5_choices": layout}
         return provenance(model, prompt_set=pset, seed=common.seed, c5=settings, **c5_run)
 
-    study = _Study(opts, common.seed, pset, rset, rubric, common.batch_size, settings)
+    study = _Study(opts, pset, rset, rubric, common.batch_size, settings, nulls)
 
     def each(run: ModelRun) -> None:
         _run_model(run, study, strategy(run.model))
@@ -166,12 +166,12 @@ def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
 @dataclass(frozen=True)
 class _Study:
     opts: C5Options
-    seed: int
     pset: PromptSet
     rset: PromptSet
     rubric: dict
     batch_size: int
     settings: dict
+    nulls: list[str]
 
 
 #: ``(record, condition name)`` pairs of one task.
@@ -189,10 +189,8 @@ class _Conditions:
 def _run_model(run: ModelRun, study: _Study, strategy: str) -> None:
     model, opts = run.model, study.opts
     top, bottom = _rank(run, study.rset, opts.k, study.batch_size)
-    on = (True, opts.matched_layers, opts.matched_classes)
     nulls, extra = null_sets(
-        model, top, [name for name, wanted in zip(NULLS, on) if wanted],
-        k=opts.k, n=opts.n_random, seed=study.seed,
+        model, top, study.nulls, k=opts.k, n=opts.n_random, seed=study.settings["seed"],
         templates=[r.template for r in study.rset.records], batch_size=study.batch_size,
     )  # fmt: skip
     means = None
