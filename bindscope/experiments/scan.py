@@ -27,7 +27,6 @@ from bindscope.experiments.kit.options import (
     prompts_option,
     spread_option,
 )
-from bindscope.experiments.kit.per_head_tests import check_resamples
 from bindscope.experiments.kit.summary import summarize_tests
 from bindscope.experiments.kit.taxonomy_plan import primary_classes
 from bindscope.experiments.scan_summary import (
@@ -97,7 +96,7 @@ class ScanOptions(AttributionOptions):
             )
         check_spread(self.limit, self.spread)
         if isinstance(self.prompts, PromptSet):  # loaded: the summary's resampling is sized
-            check_resamples(self.n_resamples, len(self.items(self.prompts)))
+            per_head_tests.check_resamples(self.n_resamples, len(self.items(self.prompts)))
         if self.k is not None and not self.matched_classes:
             raise InputError(
                 f"k={self.k} applies only with matched_classes (--k applies only with "
@@ -116,7 +115,7 @@ def _plan(models: list[LanguageModel], opts: ScanOptions, common: Common) -> Pla
         raise InputError(
             f"{pset.name}: no recognition record and no record with a 'target' field to scan"
         )
-    check_resamples(opts.n_resamples, len(items))
+    per_head_tests.check_resamples(opts.n_resamples, len(items))
     for model in models:  # refused by prompt id before anything is written
         check_fit(model, items, scored=True)
     seed = common.seed
