@@ -69,7 +69,6 @@ def summarize_binding(records: list[dict], *, k: int = 4, seed: int | None = Non
         first = group[0]["metrics"]
         if seed is None:
             seed = group[0]["provenance"].get("seed") or 0
-        reasons = skipped_reasons(group)
         entry = {
             "model": group[0]["model"],
             "revision": group[0]["revision"],
@@ -77,14 +76,11 @@ def summarize_binding(records: list[dict], *, k: int = 4, seed: int | None = Non
             "n_heads": first.get("n_heads"),
             "n": len(ok),
             "n_skipped": len(group) - len(ok),
-            "skipped_reasons": reasons,
+            "skipped_reasons": skipped_reasons(group),
         }
         if ok:
-            eb = [r["metrics"]["eb_star"] for r in ok]
-            entry["eb_star"] = mean_estimate(eb, seed=seed)
-            entry["eb_star_norm"] = mean_estimate(
-                [r["metrics"]["eb_star_norm"] for r in ok], seed=seed
-            )
+            for field in ("eb_star", "eb_star_norm"):
+                entry[field] = mean_estimate([r["metrics"][field] for r in ok], seed=seed)
             heads_bsi = mean_bsi(ok)
             entry["mean_bsi"] = heads_bsi.tolist()
             entry["top_heads"] = rank_heads(heads_bsi, k)[0]

@@ -17,11 +17,7 @@ from bindscope.experiments.c5_summary import (
     text,
     undecided_nulls,
 )
-from bindscope.experiments.kit.ablation_sets import (
-    check_k,
-    check_limit,
-    draw_random_sets,
-)
+from bindscope.experiments.kit.ablation_sets import check_k, check_limit, draw_random_sets
 from bindscope.experiments.kit.binding_reuse import reuse_or_bind, stored_binding
 from bindscope.experiments.kit.chunks import batch_order, chunk_items, first_items, prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan, model_records
@@ -149,17 +145,17 @@ def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
         settings.update(limit=opts.limit, spread=opts.spread)
     rubric = opts.rubric or default_rubric()
     inputs = {"prompt_sha256": pset.sha256, "rubric_sha256": content_sha256(rubric)}
-    sizes = (common.batch_size, opts.generation_batch_size)
 
     def strategy(model: LanguageModel) -> str:
         # the residual stream would cross the network
         return "batched" if getattr(model, "remote", False) else opts.strategy
 
     def prov(model: LanguageModel) -> dict:
-        c5_run = {"c5_strategy": strategy(model), "c5_choices": _choice_layout(model)}
+        layout = "full" if getattr(model, "remote", False) else choice_layout(model)
+        c5_run = {"c5_strategy": strategy(model), "c5_choices": layout}
         return provenance(model, prompt_set=pset, seed=common.seed, c5=settings, **c5_run)
 
-    study = _Study(opts, common.seed, pset, rset, rubric, sizes, settings)
+    study = _Study(opts, pset, rset, rubric, common.batch_size, settings, nulls)
 
     def each(run: ModelRun) -> None:
         _run_model(run, study, strategy(run.model))
@@ -170,12 +166,12 @@ def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
 @dataclass(frozen=True)
 class _Study:
     opts: C5Options
-    seed: int
     pset: PromptSet
     rset: PromptSet
     rubric: dict
-    sizes: tuple[int, int]
+    batch_size: int
     settings: dict
+    nulls: list[str]
 
 
 #: ``(record, condition name)`` pairs of one task.
@@ -190,25 +186,19 @@ class _Conditions:
     extra: dict  # stored with the top set's records
 
 
-def _choice_layout(model: LanguageModel) -> str:
-    return "full" if getattr(model, "remote", False) else choice_layout(model)
-
-
 def _run_model(run: ModelRun, study: _Study, strategy: str) -> None:
     model, opts = run.model, study.opts
-    top, bottom = _rank(run, study.rset, opts.k, study.sizes[0])
-    on = (True, opts.matched_layers, opts.matched_classes)
+    top, bottom = _rank(run, study.rset, opts.k, study.batch_size)
     nulls, extra = null_sets(
-        model, top, [name for name, wanted in zip(NULLS, on) if wanted],
-        k=opts.k, n=opts.n_random, seed=study.seed,
-        templates=[r.template for r in study.rset.records], batch_size=study.sizes[0],
+        model, top, study.nulls, k=opts.k, n=opts.n_random, seed=study.settings["seed"],
+        templates=[r.template for r in study.rset.records], batch_size=study.batch_size,
     )  # fmt: skip
     means = None
     if opts.ablation == "mean":  # once, for every head any condition may ablate
         every = [top, bottom, *(s for sets in nulls.values() for s in sets)]
         heads = sorted({tuple(h) for hs in every for h in hs})
         templates = [r.template for r in study.rset.records]
-        means = head_means(model, templates, heads, batch_size=study.sizes[0])
+        means = head_means(model, templates, heads, batch_size=study.batch_size)
     conditions = _Conditions({"baseline": [], "top": top, "bottom": bottom}, means, strategy, extra)
     open_nulls = set(nulls)
     n, h = opts.n_random, opts.stop_at
@@ -256,7 +246,7 @@ def _rank(
 
 def _evaluate(run: ModelRun, study: _Study, conditions: _Conditions) -> None:
     model = run.model
-    batch_size, generation_batch_size = study.sizes
+    batch_size, generation_batch_size = study.batch_size, study.opts.generation_batch_size
     names = conditions.heads
     items = [(rec, name) for rec in batch_order(model, study.pset.records) for name in names]
 
@@ -280,7 +270,7 @@ def _evaluate(run: ModelRun, study: _Study, conditions: _Conditions) -> None:
 
 
 def _score(model: LanguageModel, study: _Study, part: _Part, conditions: _Conditions) -> list[Any]:
-    batch_size, generation_batch_size = study.sizes
+    batch_size = study.batch_size
     recognizing = part[0][0].task == "recognition"  # one task a part
     ablated = {name for _, name in part} - {"baseline"}
     heads, means = conditions.heads, conditions.means
@@ -290,9 +280,8 @@ def _score(model: LanguageModel, study: _Study, part: _Part, conditions: _Condit
     records = [rec for rec, _ in part]
     if recognizing:
         return recognition(model, records, per_row=per_row, batch_size=batch_size)
-    return generation(
-        model, records, per_row=per_row, rubric=study.rubric, batch_size=generation_batch_size
-    )
+    size = study.opts.generation_batch_size
+    return generation(model, records, per_row=per_row, rubric=study.rubric, batch_size=size)
 
 
 def _records(

@@ -149,10 +149,8 @@ def _summarize_model(
     ranking, ranking_skipped, excluded = _ranking(all_records, label)
     entry = _entry(group, ranking, ranking_skipped)
     found: list[dict | None] = [excluded]
-    for null, why in next(
-        (r["nulls_not_drawn"] for r in group if r.get("nulls_not_drawn")), {}
-    ).items():
-        found.append(limits.null_not_drawn(label, null, why))
+    not_drawn: dict = next((r["nulls_not_drawn"] for r in group if r.get("nulls_not_drawn")), {})
+    found += [limits.null_not_drawn(label, null, why) for null, why in not_drawn.items()]
     terms = {r["prompt_key"]: r["term"] for r in group}
     table = _score_table(group)
     for score, by_condition in table.items():

@@ -18,13 +18,7 @@ from bindscope.protocols import LanguageModel
 from bindscope.results.labels import by_model
 from bindscope.results.schema import RecordKind
 from bindscope.runners.attribution_metrics import LogitDifference
-from bindscope.runners.circuit import (
-    ABLATIONS,
-    SELECTIONS,
-    faithfulness,
-    stability,
-    verify,
-)
+from bindscope.runners.circuit import ABLATIONS, SELECTIONS, faithfulness, stability, verify
 from bindscope.runners.edges import METHODS, EdgeScores, edge_attribution
 
 EXPERIMENT = "circuit"
@@ -177,7 +171,6 @@ def summary(records: list[dict]) -> dict:
             key=lambda r: r["metrics"]["rank"],
         )
         sizes = [r for r in group if r["condition"].startswith("top:")]
-        checked = [r["metrics"] for r in group if r["condition"] == "verify"]
         models[label] = {
             "settings": group[0]["circuit"],
             "n_pairs": len(pairs),
@@ -188,7 +181,7 @@ def summary(records: list[dict]) -> dict:
                 _size_row(r["metrics"])
                 for r in sorted(sizes, key=lambda r: r["metrics"]["n_edges"])
             ],
-            "verify": checked[0] if checked else None,
+            "verify": next((r["metrics"] for r in group if r["condition"] == "verify"), None),
         }
     return {"experiment": EXPERIMENT, "models": models, "limits": []}
 

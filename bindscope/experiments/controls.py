@@ -84,8 +84,7 @@ def compare(real: np.ndarray, group: np.ndarray, seed: int, n_resamples: int) ->
 
 def summarize_controls(records: list[dict], *, n_resamples: int = 9999) -> dict:
     """Real terms against each control group per model, with the summary's limits."""
-    models = {}
-    found: list[dict] = []
+    models, found = {}, []
     for label, group in by_model(records, EXPERIMENT).items():
         seed = group[0]["provenance"].get("seed") or 0
         ok = [r for r in group if r["metrics"].get("eb_star") is not None]
@@ -105,8 +104,7 @@ def summarize_controls(records: list[dict], *, n_resamples: int = 9999) -> dict:
         names = sorted({r["control_group"] for r in ok if r["control_group"]})
         for name in names:
             items = [r for r in ok if r["control_group"] == name]
-            row = _group_row(items, real_eb, real_len, seed, n_resamples)
-            entry["groups"][name] = row
+            entry["groups"][name] = _group_row(items, real_eb, real_len, seed, n_resamples)
         _holm(entry["groups"], names)
         models[label] = entry
         found += limits.collect(

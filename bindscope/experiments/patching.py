@@ -186,14 +186,13 @@ def _pair_records(
         ],
         batch_size=common.batch_size,
     )
-    rows: list[tuple[str, list, float]] = [("clean", [], values["clean"])]
-    rows += [(n, patch[n][0], p.measure(x)) for n, x in zip(patch, patched)]
+    measured = {"clean": values["clean"], **{n: p.measure(x) for n, x in zip(patch, patched)}}
     out = []
-    for condition, heads, value in rows:
+    for condition, value in measured.items():
         if run.done(p.key, condition):
             continue
+        heads, offset = patch.get(condition, ([], None))
         metrics = {**values, "patched": value}
-        offset = patch[condition][1] if condition in patch else None
         if offset is not None:
             metrics["position_from_end"] = offset
         out.append(
@@ -246,10 +245,8 @@ def summarize_patching(
         return {"experiment": EXPERIMENT, "models": {}}
     settings = evaluated[0]["patching"]
     estimates = [r for r in records if r["experiment"] == ESTIMATE]
-    groups = by_model(evaluated)
-    models = {}
-    found: list[dict] = []
-    for label, group in groups.items():
+    models, found = {}, []
+    for label, group in by_model(evaluated).items():
         entry, usable, n_tests, unusable = _summarize_model(
             group, settings, correction=correction, n_resamples=n_resamples, top=top
         )
@@ -391,7 +388,6 @@ text = functools.partial(
 
 
 CONDITIONS = RecordKind(EXPERIMENT, prefixes=("L",), metrics=lambda record: PATCHED)
-#: ``--method attribution``: each pair's estimate of every head (docs/records.md).
 ESTIMATES = RecordKind(
     ESTIMATE, conditions=("estimate",), metrics=lambda record: ("corrupted", "estimate")
 )

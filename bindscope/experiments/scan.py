@@ -27,7 +27,6 @@ from bindscope.experiments.kit.options import (
     prompts_option,
     spread_option,
 )
-from bindscope.experiments.kit.per_head_tests import check_resamples
 from bindscope.experiments.kit.summary import summarize_tests
 from bindscope.experiments.kit.taxonomy_plan import primary_classes
 from bindscope.experiments.scan_summary import (
@@ -97,7 +96,7 @@ class ScanOptions(AttributionOptions):
             )
         check_spread(self.limit, self.spread)
         if isinstance(self.prompts, PromptSet):  # loaded: the summary's resampling is sized
-            check_resamples(self.n_resamples, len(self.items(self.prompts)))
+            per_head_tests.check_resamples(self.n_resamples, len(self.items(self.prompts)))
         if self.k is not None and not self.matched_classes:
             raise InputError(
                 f"k={self.k} applies only with matched_classes (--k applies only with "
@@ -116,7 +115,7 @@ def _plan(models: list[LanguageModel], opts: ScanOptions, common: Common) -> Pla
         raise InputError(
             f"{pset.name}: no recognition record and no record with a 'target' field to scan"
         )
-    check_resamples(opts.n_resamples, len(items))
+    per_head_tests.check_resamples(opts.n_resamples, len(items))
     for model in models:  # refused by prompt id before anything is written
         check_fit(model, items, scored=True)
     seed = common.seed
@@ -135,10 +134,9 @@ def _plan(models: list[LanguageModel], opts: ScanOptions, common: Common) -> Pla
     unscored = {UNSCORED: len(pset.records) - len(scannable(pset))}
 
     def prov(model: LanguageModel) -> dict:
-        n_layers, n_heads = model.n_layers, model.n_heads
         return provenance(
-            model, prompt_set=pset, seed=seed, scan=settings, n_layers=n_layers,
-            n_heads=n_heads, prompts_skipped=unscored,
+            model, prompt_set=pset, seed=seed, scan=settings, n_layers=model.n_layers,
+            n_heads=model.n_heads, prompts_skipped=unscored,
         )  # fmt: skip
 
     def each(run: ModelRun) -> None:
@@ -193,7 +191,6 @@ def _run_model(run: ModelRun, items: list[PromptRecord], settings: dict, batch_s
     model = run.model
     conditions = conditions_of(model, settings["unit"])
     names = list(conditions)
-    label = model_label(model)
     means = None
     if settings["ablation"] == "mean":
         heads = [h for hs in conditions.values() for h in hs]
@@ -224,7 +221,7 @@ def _run_model(run: ModelRun, items: list[PromptRecord], settings: dict, batch_s
         work,
         key=lambda rec: run.key(rec.key, names[-1]),  # a prompt's last record is written last
         chunk_size=batch_size,
-        desc=f"scan {label}",
+        desc=f"scan {model_label(model)}",
     )
     if settings["unit"] == "head":
         _bsi_pass(run, items, batch_size)
@@ -255,8 +252,6 @@ def _chunk_records(
 
 
 def _bsi_pass(run: ModelRun, items: list[PromptRecord], batch_size: int) -> None:
-    model = run.model
-
     def bsi_work(chunk: list[PromptRecord]) -> list[dict]:
         found = reuse_or_bind(run, chunk, batch_size=batch_size)
         return [run.record(rec, "clean", metrics, name=BSI) for rec, metrics, _ in found]
@@ -266,7 +261,7 @@ def _bsi_pass(run: ModelRun, items: list[PromptRecord], batch_size: int) -> None
         bsi_work,
         key=lambda r: run.key(r.key, name=BSI),
         chunk_size=batch_size * 4,
-        desc=f"scan BSI {model_label(model)}",
+        desc=f"scan BSI {model_label(run.model)}",
     )
 
 

@@ -174,7 +174,6 @@ def _summarize_model(
             continue
         base, pairs = _paired(clean, table, names, prompts, field)
         cells = per_head_tests.tested_cells(pairs, **tests)
-        # attribution: every verified head is listed
         shown = len(cells) if attribution else top
         entry["metrics"][metric] = _metric_summary(base, cells, heads, (n_layers, width), shown)
     if attribution:  # the estimate map and its agreement with the verified heads

@@ -23,12 +23,7 @@ from bindscope.experiments.kit.options import (
     prompts_option,
     setting,
 )
-from bindscope.experiments.kit.revisions import (
-    CRFM_SEEDS,
-    PRESETS,
-    load_revision,
-    resolve_revisions,
-)
+from bindscope.experiments.kit.revisions import load_revision, resolve_revisions
 from bindscope.experiments.kit.summary import (
     by_name,
     folder_summary,
@@ -58,10 +53,7 @@ SERIES = ("eb_star", "behaviour")
 
 @dataclass(frozen=True)
 class SweepOptions(TaxonomyOptions):
-    """The options of ``bindscope sweep`` (the taxonomy's apply with ``heads``).
-
-    ``loader(model, revision=..., **load_options)`` defaults to ``bindscope.load_model``.
-    """
+    """``bindscope sweep``'s options; ``loader(model, revision=, **load_options)``: load_model."""
 
     revisions: str | Sequence[str] = option(
         (),
@@ -332,9 +324,7 @@ DEFINITION = Experiment(
 )  # fmt: skip
 
 __all__ = [
-    "CRFM_SEEDS",
     "DEFINITION",
-    "PRESETS",
     "SweepOptions",
     "checkpoint_order",
     "decoupling",
