@@ -140,10 +140,6 @@ class Model:
             chunk = order[start : start + batch_size]
             yield self.pad(chunk, [rows[i] for i in chunk])
 
-    def check_layers(self, layers: Iterable[int] | None) -> list[int]:
-        """Validate layer indices (None: all) and return them sorted (raises ``HeadSpecError``)."""
-        return checks.check_layers(layers, n_layers=self.n_layers, model_name=self.name)
-
     def check_heads(self, heads: Iterable[Sequence[int]] | None) -> tuple[Head, ...]:
         """Validate ``(layer, head)`` pairs against this model (raises ``HeadSpecError``)."""
         return normalize_heads(
@@ -228,10 +224,8 @@ class Model:
         """Warn that ``old`` is deprecated for ``new`` (shipped trace code cannot warn itself)."""
         warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=4)
 
-    def trace_order_error(self, exc: Exception) -> Exception | None:
-        """Nnsight's ``OutOfOrderError`` as an ``InterventionOrderError`` (None: leave it)."""
-        return checks.order_error(exc, model_name=self.name, head_out=self.sites["head_out"])
-
+    check_layers = checks.check_layers
+    trace_order_error = checks.order_error
     trace_batch = calls.trace_batch
     attention_probs = calls.attention_probs
     bsi = calls.bsi
