@@ -73,8 +73,7 @@ def load_model(
     ``cache`` defaults to ``$BINDSCOPE_CACHE``; ``verify_cache`` hashes every weight byte.
     """
     if remote is True:
-        _refuse_local_options(model, dtype=dtype, device=device, tokenizer=tokenizer)
-        return load_remote(model, revision=revision, prepend_bos=prepend_bos, self_check=self_check)
+        return _load_on_ndif(model, revision, tokenizer, dtype, device, prepend_bos, self_check)
     if remote not in (False, "local", None):
         raise ModelLoadError(f"remote must be True, 'local' or False, not {remote!r}")
     hf, tok, name, folder = read_weights(
@@ -85,15 +84,23 @@ def load_model(
         hf, tokenizer or tok, name=name, revision=revision, prepend_bos=prepend_bos, family=family
     )
     _record_provenance(wrapped, cache, folder)
-    if inferred:
-        check_inferred(wrapped)
-    elif self_check:
-        _self_check_cached(wrapped, folder)
+    _check_once(wrapped, folder, inferred=inferred, self_check=self_check)
     if remote == "local":
-        simulate(wrapped)
-        if self_check:
-            probe_capture(wrapped)
+        _simulate(wrapped, self_check=self_check)
     return wrapped
+
+
+def _load_on_ndif(
+    model: Any,
+    revision: str | None,
+    tokenizer: Any,
+    dtype: Any,
+    device: Any,
+    prepend_bos: bool | None,
+    self_check: bool,
+) -> Model:
+    _refuse_local_options(model, dtype=dtype, device=device, tokenizer=tokenizer)
+    return load_remote(model, revision=revision, prepend_bos=prepend_bos, self_check=self_check)
 
 
 def _record_provenance(
@@ -103,12 +110,21 @@ def _record_provenance(
     wrapped.weights_sha256 = weights_digest(wrapped.name, cache) if folder is not None else None
 
 
-def _refuse_local_options(model: Any, *, dtype: Any, device: Any, tokenizer: Any) -> None:
-    chosen = [
-        name
-        for name, value in (("dtype", dtype), ("device", device), ("tokenizer", tokenizer))
-        if value is not None
-    ]
+def _check_once(wrapped: Model, folder: Path | None, *, inferred: bool, self_check: bool) -> None:
+    if inferred:
+        check_inferred(wrapped)
+    elif self_check:
+        _self_check_cached(wrapped, folder)
+
+
+def _simulate(wrapped: Model, *, self_check: bool) -> None:
+    simulate(wrapped)
+    if self_check:
+        probe_capture(wrapped)
+
+
+def _refuse_local_options(model: Any, **local: Any) -> None:
+    chosen = [name for name, value in local.items() if value is not None]
     if chosen:
         raise ModelLoadError(
             f"remote=True runs NDIF's own copy of {model}: its dtype and device are the "
