@@ -112,8 +112,7 @@ def write_manifest(folder: Path, **facts: object) -> dict:
 def damage(folder: Path, *, full: bool = False) -> str | None:
     """Why the entry ``folder`` cannot be loaded as it is (None: it matches its manifest).
 
-    The weights' bytes are hashed only when ``full`` or when their mtime changed
-    (docs/internals.md, ``loading/cache.py``, says why and what the quick check finds).
+    The weights' bytes are hashed only when ``full`` or their mtime changed (docs/internals.md).
     """
     if not folder.is_dir():
         return "not converted yet"

@@ -20,11 +20,6 @@ from bindscope.model import cache, calls, checks, generation
 from bindscope.model.masks import install_float64_padding_fix
 
 
-def _adds_bos(tokenizer: Any) -> bool:
-    probe = tokenizer("a", add_special_tokens=True)["input_ids"]
-    return tokenizer.bos_token_id is not None and probe[:1] == [tokenizer.bos_token_id]
-
-
 class Model:
     """A causal language model wrapped for attention capture and head ablation (`load_model`)."""
 
@@ -74,7 +69,9 @@ class Model:
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         self.tokenizer = tokenizer
-        self.tokenizer_adds_bos = _adds_bos(tokenizer)
+        probe = tokenizer("a", add_special_tokens=True)["input_ids"]
+        bos = tokenizer.bos_token_id
+        self.tokenizer_adds_bos = bos is not None and probe[:1] == [bos]
         self.prepend_bos = self.tokenizer_adds_bos if prepend_bos is None else prepend_bos
         if self.prepend_bos and tokenizer.bos_token_id is None:
             raise InputError(f"{self.name}: prepend_bos=True but the tokenizer has no BOS token")
