@@ -250,13 +250,11 @@ def build(folder: Path, write: Callable[[Path], dict]) -> None:
         facts = write(staging)
         _umask_modes(staging)
         write_manifest(staging, **facts)
+        replaced = folder.parent / f".replaced-{folder.name}-{os.getpid()}"
         if folder.exists():
-            replaced = folder.parent / f".replaced-{folder.name}-{os.getpid()}"
             folder.rename(replaced)
-            staging.rename(folder)
-            shutil.rmtree(replaced, ignore_errors=True)
-        else:
-            staging.rename(folder)
+        staging.rename(folder)
+        shutil.rmtree(replaced, ignore_errors=True)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
