@@ -3,31 +3,14 @@
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from typing import TYPE_CHECKING
 
 from bindscope._version import __version__
 from bindscope.errors import BindscopeError
 
-SUBPACKAGES = (
-    "batch",
-    "cli",
-    "demo",
-    "errors",
-    "experiments",
-    "families",
-    "figures",
-    "interventions",
-    "loading",
-    "metrics",
-    "model",
-    "prompts",
-    "remote",
-    "results",
-    "runners",
-    "selfcheck",
-    "viewer",
-    "wrap",
-)
+# every module and subpackage, imported when first asked for
+SUBPACKAGES = tuple(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
 _ATTRIBUTES = {
     "Cache": "bindscope.model.cache",
     "load_model": "bindscope.loading",

@@ -90,12 +90,13 @@ _GEMMA2_SITES = Sites(
 class Family:
     """How one architecture family is wrapped: ``rename=`` gives nnsight the uniform layout.
 
-    ``final_norm_eps`` is for a final norm that does not carry its epsilon (None: read it).
+    The defaults are the Llama layout; ``final_norm_eps`` is for a final norm that does not
+    carry its epsilon (None: read it).
     """
 
     name: str
     model_types: tuple[str, ...]
-    rename: dict[str, str] = field(default_factory=dict)
+    rename: dict[str, str] = field(default_factory=lambda: dict(_LLAMA_LIKE_RENAME))
     notes: str = ""
     final_norm: str = "norm"
     sites: Sites = field(default_factory=Sites)
@@ -129,39 +130,32 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "olmo",
         ("olmo",),
-        _LLAMA_LIKE_RENAME,
         notes="clip_qkv clamps q/k/v",
         final_norm_eps=1e-5,  # OlmoLayerNorm's forward hard-codes it
     ),
     Family(
-        "olmo2",
-        ("olmo2",),
-        _LLAMA_LIKE_RENAME,
-        notes="q/k norm before RoPE; norm after attention",
-        sites=_OLMO2_SITES,
+        "olmo2", ("olmo2",), notes="q/k norm before RoPE; norm after attention", sites=_OLMO2_SITES
     ),
-    Family("smollm3", ("smollm3",), _LLAMA_LIKE_RENAME, notes="GQA; NoPE layers"),
-    Family("qwen2", ("qwen2",), _LLAMA_LIKE_RENAME, notes="GQA; qkv bias"),
-    Family("qwen3", ("qwen3",), _LLAMA_LIKE_RENAME, notes="GQA; q/k norm"),
-    Family("llama", ("llama",), _LLAMA_LIKE_RENAME, notes="GQA; BOS depends on the tokenizer"),
-    Family("mistral", ("mistral",), _LLAMA_LIKE_RENAME, notes="GQA; sliding window optional"),
-    Family("gemma", ("gemma",), _LLAMA_LIKE_RENAME, notes="RMSNorm scale 1 + w; scaled embeds"),
+    Family("smollm3", ("smollm3",), notes="GQA; NoPE layers"),
+    Family("qwen2", ("qwen2",), notes="GQA; qkv bias"),
+    Family("qwen3", ("qwen3",), notes="GQA; q/k norm"),
+    Family("llama", ("llama",), notes="GQA; BOS depends on the tokenizer"),
+    Family("mistral", ("mistral",), notes="GQA; sliding window optional"),
+    Family("gemma", ("gemma",), notes="RMSNorm scale 1 + w; scaled embeds"),
     Family(
         "gemma2",
         ("gemma2",),
-        _LLAMA_LIKE_RENAME,
         notes="attention logit soft-capping; norms before and after attention",
         sites=_GEMMA2_SITES,
     ),
     Family(
         "gemma3",
         ("gemma3_text",),
-        _LLAMA_LIKE_RENAME,
         notes="q/k norm; sliding-window attention in most layers, full in the rest; "
         "norms before and after attention; scaled embeds",
         sites=_GEMMA2_SITES,  # the same sandwich norms as Gemma 2
     ),
-    Family("phi3", ("phi3",), _LLAMA_LIKE_RENAME, notes="fused qkv_proj; GQA"),
+    Family("phi3", ("phi3",), notes="fused qkv_proj; GQA"),
 )
 
 # Families added at run time with `register`; searched before the built-in rows.
@@ -215,7 +209,6 @@ def standard_layout_family(hf_model: Any) -> Family | None:
     return Family(
         str(model_type),
         (model_type,),
-        _LLAMA_LIKE_RENAME,
         notes="inferred from the standard Llama layout (no family row)",
     )
 

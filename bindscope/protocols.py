@@ -55,7 +55,6 @@ class LanguageModel(TraceTarget, Protocol):
     revision: str | None
     remote: bool | str
     prepend_bos: bool
-    tokenizer_adds_bos: bool
     trace_options: dict
     capture_fallback: str | None
     remote_info: dict | None

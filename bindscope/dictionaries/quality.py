@@ -76,12 +76,12 @@ def spliced_loss(
 ) -> SplicedLoss:
     """Next-token loss with ``site`` of ``layer`` (but position 0) replaced by ``sae``'s."""
     module, index = _output_module(model, site, layer)
-    losses = {"clean": 0.0, "spliced": 0.0, "zero": 0.0}
     edits: dict[str, Callable | None] = {
         "clean": None,
         "spliced": lambda x: sae.decode(sae.encode(x)),
         "zero": torch.zeros_like,
     }
+    losses = dict.fromkeys(edits, 0.0)
     tokens = 0
     for text in texts:
         ids = torch.tensor([model.tokenize(text)])

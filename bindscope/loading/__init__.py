@@ -27,21 +27,13 @@ from bindscope.loading.embedded_models import (
     training,
     weights_digest,
 )
-from bindscope.loading.weights import (
-    DTYPES,
-    check_device,
-    check_dtype,
-    checkpoint_folder,
-    hub_unreachable,
-    read_weights,
-)
+from bindscope.loading.weights import check_device, check_dtype, read_weights
 from bindscope.model import Model
 from bindscope.remote import load_remote, probe_capture, simulate
 from bindscope.selfcheck import self_check as self_check_model
 from bindscope.wrap import check_inferred, resolve_family, wrap_model
 
 __all__ = [
-    "DTYPES",
     "EMBEDDED",
     "GEMMA3_INSTALL_HINT",
     "GEMMA3_PACKAGES",
@@ -51,12 +43,9 @@ __all__ = [
     "check_device",
     "check_dtype",
     "check_embedded",
-    "checkpoint_folder",
     "embedded",
     "embedded_folder",
-    "hub_unreachable",
     "load_model",
-    "training",
     "weights_digest",
 ]
 
@@ -77,19 +66,11 @@ def load_model(
 ) -> Model:
     """Load and wrap a causal LM for capture and ablation.
 
-    Args:
-        model: None (the default embedded model), an ``EMBEDDED`` short name, a Hugging Face
-            id, a local safetensors folder, or a loaded model (then pass ``tokenizer=``).
-        revision: Hub revision; for a local folder, its subfolder ``FOLDER/REVISION``.
-        tokenizer: For an already-loaded model.
-        dtype: Default float32; a loaded object is cast in place.
-        device: Default CPU; a loaded object is moved in place.
-        remote: ``True``: every trace runs on NDIF; ``"local"``: on a simulated NDIF.
-        prepend_bos: Force BOS on or off; None follows the tokenizer's own rule.
-        self_check: Run the load-time checks (``selfcheck.py``).
-        family: A ``Family`` row to use instead of the table's (a new architecture).
-        cache: Folder of the embedded models' converted weights (default ``$BINDSCOPE_CACHE``).
-        verify_cache: Also hash every byte of an embedded model's weights (about 1 s per GB).
+    ``model``: None (the default embedded model), an ``EMBEDDED`` short name, a Hub id, a local
+    safetensors folder (``revision``: its subfolder), or a loaded model (with ``tokenizer=``, cast
+    and moved in place). ``remote``: True runs every trace on NDIF, ``"local"`` on a simulated
+    NDIF. ``prepend_bos`` None follows the tokenizer; ``family`` replaces the table's row;
+    ``cache`` defaults to ``$BINDSCOPE_CACHE``; ``verify_cache`` hashes every weight byte.
     """
     if remote is True:
         return _load_on_ndif(model, revision, tokenizer, dtype, device, prepend_bos, self_check)
@@ -142,12 +123,8 @@ def _simulate(wrapped: Model, *, self_check: bool) -> None:
         probe_capture(wrapped)
 
 
-def _refuse_local_options(model: Any, *, dtype: Any, device: Any, tokenizer: Any) -> None:
-    chosen = [
-        name
-        for name, value in (("dtype", dtype), ("device", device), ("tokenizer", tokenizer))
-        if value is not None
-    ]
+def _refuse_local_options(model: Any, **local: Any) -> None:
+    chosen = [name for name, value in local.items() if value is not None]
     if chosen:
         raise ModelLoadError(
             f"remote=True runs NDIF's own copy of {model}: its dtype and device are the "

@@ -42,30 +42,22 @@ def _where(cache: Path, given: str | os.PathLike | None) -> str:
 def writable_cache(cache: str | os.PathLike | None = None, *, create: bool = True) -> Path:
     """The cache folder, created unless ``create=False`` (then only checked writable)."""
     folder = cache_dir(cache)
-    where = _where(folder, cache)
-    if folder.exists() and not folder.is_dir():
-        raise ModelLoadError(
-            f"{where} is a file, not a folder; point it at a folder (or remove the file)"
-        )
     existing = next(p for p in (folder, *folder.parents) if p.exists())
-    if not existing.is_dir():
-        raise ModelLoadError(
-            f"{where} cannot be created: {existing} is a file; point it at a folder you can "
-            "write to"
-        )
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ModelLoadError(
-            f"{where} cannot be written to ({existing} is not writable), so the model cannot "
-            "be converted into it; point it at a folder you can write to"
-        )
-    if create:
+    problem = None
+    if folder.exists() and not folder.is_dir():
+        problem = "is a file, not a folder"
+    elif not existing.is_dir():
+        problem = f"cannot be created: {existing} is a file"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        problem = f"cannot be written to ({existing} is not writable)"
+    elif create:
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ModelLoadError(
-                f"{where} cannot be created ({exc.strerror or exc}); point it at a folder you "
-                "can write to"
-            ) from None
+            problem = f"cannot be created ({exc.strerror or exc})"
+    if problem:
+        where = _where(folder, cache)
+        raise ModelLoadError(f"{where} {problem}; point it at a folder you can write to")
     return folder
 
 
@@ -120,8 +112,7 @@ def write_manifest(folder: Path, **facts: object) -> dict:
 def damage(folder: Path, *, full: bool = False) -> str | None:
     """Why the entry ``folder`` cannot be loaded as it is (None: it matches its manifest).
 
-    The weights' bytes are hashed only when ``full`` or when their mtime changed
-    (docs/internals.md, ``loading/cache.py``, says why and what the quick check finds).
+    The weights' bytes are hashed only when ``full`` or their mtime changed (docs/internals.md).
     """
     if not folder.is_dir():
         return "not converted yet"
@@ -259,13 +250,11 @@ def build(folder: Path, write: Callable[[Path], dict]) -> None:
         facts = write(staging)
         _umask_modes(staging)
         write_manifest(staging, **facts)
+        replaced = folder.parent / f".replaced-{folder.name}-{os.getpid()}"
         if folder.exists():
-            replaced = folder.parent / f".replaced-{folder.name}-{os.getpid()}"
             folder.rename(replaced)
-            staging.rename(folder)
-            shutil.rmtree(replaced, ignore_errors=True)
-        else:
-            staging.rename(folder)
+        staging.rename(folder)
+        shutil.rmtree(replaced, ignore_errors=True)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)

@@ -99,19 +99,17 @@ def _auto_load(source: str, dtype: torch.dtype, **kwargs: Any) -> tuple[Any, Any
 
 
 def _refuse_offline(source: str, revision: str | None) -> None:
-    which = f"{source}{'@' + revision if revision else ''}"
+    why: str | None = None
     if os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE"):
+        why = "the Hub is switched off (HF_HUB_OFFLINE is set)"
+    else:
+        offline = hub_unreachable()
+        why = offline and f"the Hub cannot be reached ({offline}): this machine looks offline"
+    if why:
         raise ModelLoadError(
-            f"{which} is not in the local Hugging Face cache and the Hub is switched off "
-            "(HF_HUB_OFFLINE is set). Download it on a machine with network access, or pass a "
+            f"{source}{'@' + revision if revision else ''} is not in the local Hugging Face "
+            f"cache and {why}. Download it on a machine with network access, or pass a "
             "local folder."
-        )
-    offline = hub_unreachable()
-    if offline:
-        raise ModelLoadError(
-            f"{which} is not in the local Hugging Face cache and the Hub cannot be reached "
-            f"({offline}): this machine looks offline. Download the model on a machine with "
-            "network access, or pass a local folder."
         )
 
 

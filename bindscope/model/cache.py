@@ -57,15 +57,12 @@ class Cache:
 
     def accumulated_resid(self, layer: int | None = None) -> Stack:
         """``resid_pre`` of layers ``0..layer`` (None: every layer, then the final stream)."""
-        layers = self._layers(layer)
-        values = [self.acts["resid_pre"][i].double() for i in layers]
-        labels = [f"{i}_pre" for i in layers]
-        if len(layers) == self.model.n_layers:
+        n, top = self.model.n_layers, len(self._layers(layer))
+        values = [self.acts["resid_pre"][i].double() for i in range(min(top + 1, n))]
+        labels = [f"{i}_pre" for i in range(len(values))]
+        if top == n:
             values.append(self.final_resid)
             labels.append("final_post")
-        else:
-            values.append(self.acts["resid_pre"][len(layers)].double())
-            labels.append(f"{len(layers)}_pre")
         return Stack(torch.stack(values), tuple(labels))
 
     def _layer_parts(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -87,10 +87,7 @@ def attention_probs(
     ablate: HeadList | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[torch.Tensor]:
-    """Post-softmax attention per text: ``[n_layers_selected, H, n, n]``, layers ascending.
-
-    ``intervene``: specs for every text; ``per_row``: per text; ``ablate``: ``Zero``'s shortcut.
-    """
+    """Post-softmax attention per text: ``[n_layers_selected, H, n, n]``, layers ascending."""
     wanted = model.check_layers(layers)
     texts = check_texts(texts)
     rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row, ablate=ablate)
@@ -123,20 +120,12 @@ def _check_recompute(model: LanguageModel, plan: ops.TracePlan) -> None:
 
 
 def bsi(
-    model: LanguageModel,
-    texts: Sequence[str],
-    term: str,
-    *,
-    intervene: Intervention = None,
-    per_row: PerRow = None,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    model: LanguageModel, texts: Sequence[str], term: str, **options: Any
 ) -> list[torch.Tensor]:
-    """BSI ``[L, H]`` of ``term`` (found by `bindscope.prompts.locate`) in each text."""
+    """BSI ``[L, H]`` of ``term`` (found by `locate`) per text, with `attention_probs`' options."""
     texts = check_texts(texts)
     spans = [locate(model, t, term, prompt_id=f"#{i}") for i, t in enumerate(texts)]
-    probs = attention_probs(
-        model, texts, intervene=intervene, per_row=per_row, batch_size=batch_size
-    )
+    probs = attention_probs(model, texts, **options)
     return [bsi_from_probs(p, span.indices) for p, span in zip(probs, spans)]
 
 
@@ -170,20 +159,11 @@ def logits(
 
 
 def loss(
-    model: LanguageModel,
-    texts: Sequence[str],
-    *,
-    per_token: bool = False,
-    intervene: Intervention = None,
-    per_row: PerRow = None,
-    ablate: HeadList | None = None,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    model: LanguageModel, texts: Sequence[str], *, per_token: bool = False, **options: Any
 ) -> list[torch.Tensor]:
-    """Each text's mean next-token cross-entropy (``per_token``: ``[n - 1]`` per token)."""
+    """Each text's mean next-token loss (``per_token``: ``[n - 1]``), with `logits`' options."""
     texts = check_texts(texts)
-    found = logits(
-        model, texts, intervene=intervene, per_row=per_row, ablate=ablate, batch_size=batch_size
-    )
+    found = logits(model, texts, **options)
     ids = [model.tokenize(t) if isinstance(t, str) else list(t) for t in texts]
     losses = [token_loss(row, text_ids) for row, text_ids in zip(found, ids)]
     return losses if per_token else [row.mean() for row in losses]
@@ -202,10 +182,7 @@ def capture(
 ) -> list[dict[str, dict[int, torch.Tensor]]]:
     """Activations ``got[i][site][layer]`` at ``sites`` (or ``"all"``), float32, unpadded.
 
-    Shapes: ``[n, d_model]`` for residual and block sites, ``[n, H, head_dim]`` for
-    ``head_out`` and ``q`` (``H_kv`` for ``k``, ``v``), ``[H, n, n]`` for ``pattern`` and
-    ``scores``, ``[n, d_mlp]`` for ``mlp_post``; ``ln_final_scale`` ``[n, 1]`` is keyed by
-    the last layer.
+    The README's "Sites" gives each site's shape.
     """
     wanted = model.check_layers(layers)
     names = _check_capture_sites(model, sites)

@@ -13,10 +13,12 @@ from bindscope.errors import (
     whole_number,
 )
 from bindscope.families import SITE_NAMES, Family
+from bindscope.protocols import TraceTarget
 
 
-def check_layers(layers: Iterable[int] | None, *, n_layers: int, model_name: str) -> list[int]:
+def check_layers(model: TraceTarget, layers: Iterable[int] | None) -> list[int]:
     """Validate layer indices (None: all) and return them sorted (raises ``HeadSpecError``)."""
+    n_layers, model_name = model.n_layers, model.name
     if layers is None:
         return list(range(n_layers))
     if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
@@ -46,9 +48,7 @@ def _past_first_step() -> bool:
         return False
 
 
-def order_error(
-    exc: Exception, *, model_name: str, head_out: tuple[str, str, int]
-) -> Exception | None:
+def order_error(model: TraceTarget, exc: Exception) -> Exception | None:
     """Nnsight's ``OutOfOrderError`` as an ``InterventionOrderError`` (None: leave it).
 
     At a generation step past the first, nnsight throws the same error to end an open
@@ -57,7 +57,7 @@ def order_error(
     if type(exc).__name__ != "OutOfOrderError" or _past_first_step():
         return None
     # nnsight names the site: 'model.model.layers.0.self_attn.o_proj.input.i0' (Llama)
-    ablated = ".".join(part for part in head_out[:2] if part)
+    ablated = ".".join(part for part in model.sites["head_out"][:2] if part)
     site = str(exc).split("'")[1] if str(exc).count("'") >= 2 else ""
     found = re.search(r"layers\.(\d+)\.", site)
     layer = found.group(1) if found else "?"
@@ -67,7 +67,7 @@ def order_error(
         else "a capture (capture_attention)"
     )
     return InterventionOrderError(
-        f"{model_name}: {what} of layer {layer} came after the trace had already run past "
+        f"{model.name}: {what} of layer {layer} came after the trace had already run past "
         f"layer {layer}. Call the primitives in execution order, earlier layers before later "
         "ones and a layer's ablation before its capture, or pass both to one "
         "run_layers(model, capture=..., zero=...) call, which orders them for you"
@@ -92,24 +92,24 @@ def check_sites(envoy: Any, family: Family, *, model_name: str) -> dict[str, tup
     return found
 
 
+def _descend(module: Any, path: str) -> Any:
+    for part in path.split(".") if path else ():
+        module = getattr(module, part, None)
+    return module
+
+
 def _missing_layer(envoy: Any, path: str) -> int | None:
-    for layer, module in enumerate(envoy.model.layers):
-        for part in path.split(".") if path else ():
-            module = getattr(module, part, None)
-            if module is None:
-                return layer
-    return None
+    layers = enumerate(envoy.model.layers)
+    return next((i for i, layer in layers if _descend(layer, path) is None), None)
 
 
 def attention_scaling(
     envoy: Any, sites: dict[str, tuple[str, str, int]]
 ) -> tuple[float | None, ...]:
     """Each layer's q.k scale (None: none), read here as GPT-2's eager path takes none."""
-    module = sites["pattern"][0]
     found = []
     for layer in envoy.model.layers:
-        for part in module.split(".") if module else ():
-            layer = getattr(layer, part)
-        scaling = getattr(getattr(layer, "_module", layer), "scaling", None)
+        attention = _descend(layer, sites["pattern"][0])
+        scaling = getattr(getattr(attention, "_module", attention), "scaling", None)
         found.append(None if scaling is None else float(scaling))
     return tuple(found)

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from bindscope.batch import GENERATION_BATCH_SIZE, Batch, check_batch_size, check_texts, sessions
+from bindscope.batch import GENERATION_BATCH_SIZE, check_batch_size, check_texts, sessions
 from bindscope.errors import InterventionError, PromptTooLongError, whole_number
 from bindscope.interventions import ops
 from bindscope.interventions.plan import plan_batches
@@ -55,14 +55,11 @@ def generate_ids(
         "do_sample": False,
         "pad_token_id": model.tokenizer.pad_token_id,
     }
-    jobs: list[tuple[Batch, dict, ops.TracePlan]] = []
-    for planned in plan_batches(model, texts, rows, batch_size=batch_size):
-        batch = planned.batch
-        inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
-        jobs.append((batch, inputs, planned.plan))
+    jobs = list(plan_batches(model, texts, rows, batch_size=batch_size))
     for part in sessions(jobs):
-        results = generate_session(model, [(inputs, plan) for _, inputs, plan in part], kwargs)
-        for (batch, _, _), result in zip(part, results):
+        inputs = [(_ids_and_mask(planned.batch.inputs), planned.plan) for planned in part]
+        for planned, result in zip(part, generate_session(model, inputs, kwargs)):
+            batch = planned.batch
             new = result[:, batch.input_ids.shape[1] :].tolist()
             for r, index in enumerate(batch.indices):
                 out[index] = list(takewhile(lambda token: token not in eos_ids, new[r]))
@@ -135,13 +132,13 @@ def generate_session(
     ]
 
 
+def _ids_and_mask(given: dict) -> dict:
+    # generation makes the positions
+    return {"input_ids": given["input_ids"], "attention_mask": given["attention_mask"]}
+
+
 def _path_inputs(path: Any) -> tuple[dict | None, dict | None]:
-    # ids and mask only: generation makes the positions
     if path is None:
         return None, None
-
-    def inputs(given: dict):
-        return {"input_ids": given["input_ids"], "attention_mask": given["attention_mask"]}
-
-    donors = None if path.donor_inputs is None else inputs(path.donor_inputs)
-    return donors, inputs(path.scratch_inputs) if path.slots else None
+    donors = None if path.donor_inputs is None else _ids_and_mask(path.donor_inputs)
+    return donors, _ids_and_mask(path.scratch_inputs) if path.slots else None

@@ -20,11 +20,6 @@ from bindscope.model import cache, calls, checks, generation
 from bindscope.model.masks import install_float64_padding_fix
 
 
-def _adds_bos(tokenizer: Any) -> bool:
-    probe = tokenizer("a", add_special_tokens=True)["input_ids"]
-    return tokenizer.bos_token_id is not None and probe[:1] == [tokenizer.bos_token_id]
-
-
 class Model:
     """A causal language model wrapped for attention capture and head ablation (`load_model`)."""
 
@@ -74,7 +69,9 @@ class Model:
         if tokenizer.pad_token_id is None:
             tokenizer.pad_token = tokenizer.eos_token
         self.tokenizer = tokenizer
-        self.tokenizer_adds_bos = _adds_bos(tokenizer)
+        probe = tokenizer("a", add_special_tokens=True)["input_ids"]
+        bos = tokenizer.bos_token_id
+        self.tokenizer_adds_bos = bos is not None and probe[:1] == [bos]
         self.prepend_bos = self.tokenizer_adds_bos if prepend_bos is None else prepend_bos
         if self.prepend_bos and tokenizer.bos_token_id is None:
             raise InputError(f"{self.name}: prepend_bos=True but the tokenizer has no BOS token")
@@ -139,10 +136,6 @@ class Model:
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             yield self.pad(chunk, [rows[i] for i in chunk])
-
-    def check_layers(self, layers: Iterable[int] | None) -> list[int]:
-        """Validate layer indices (None: all) and return them sorted (raises ``HeadSpecError``)."""
-        return checks.check_layers(layers, n_layers=self.n_layers, model_name=self.name)
 
     def check_heads(self, heads: Iterable[Sequence[int]] | None) -> tuple[Head, ...]:
         """Validate ``(layer, head)`` pairs against this model (raises ``HeadSpecError``)."""
@@ -228,10 +221,8 @@ class Model:
         """Warn that ``old`` is deprecated for ``new`` (shipped trace code cannot warn itself)."""
         warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=4)
 
-    def trace_order_error(self, exc: Exception) -> Exception | None:
-        """Nnsight's ``OutOfOrderError`` as an ``InterventionOrderError`` (None: leave it)."""
-        return checks.order_error(exc, model_name=self.name, head_out=self.sites["head_out"])
-
+    check_layers = checks.check_layers
+    trace_order_error = checks.order_error
     trace_batch = calls.trace_batch
     attention_probs = calls.attention_probs
     bsi = calls.bsi
