@@ -76,13 +76,11 @@ def cmd_ndif(args: argparse.Namespace) -> int:
     from huggingface_hub import constants  # heavy: for `ndif up` only
 
     folders = {repo: embedded_folder(name) for name, repo in SERVED.items()}
-    # the hub cache a client on this machine reads, so that both see the models
-    hub_cache = Path(constants.HF_HUB_CACHE)
     where = local_ndif.up(
         home=home,
         models=folders,
         port=args.port,
-        hub_cache=hub_cache,
+        hub_cache=Path(constants.HF_HUB_CACHE),  # a client here reads it: both see the models
         sandboxed=args.sandboxed,
         sandbox_key=args.sandbox_key,
         allow_exposed=args.allow_exposed_ports,
