@@ -60,7 +60,8 @@ class _ShippableModule(types.ModuleType):
 
 def register_shipped() -> None:
     """Register ``SHIPPED_MODULES`` with ``nnsight.register`` (idempotent): they pickle by value."""
-    import nnsight  # heavy: the remote path only
+    # heavy: loaded on the remote path only, not by `import bindscope` or the CLI's checks
+    import nnsight
 
     for name in SHIPPED_MODULES:
         module = importlib.import_module(name)
