@@ -37,19 +37,18 @@ def _load(spec: str | None, revision: str | None, args: argparse.Namespace) -> L
         revision=revision,
         dtype=args.dtype,
         device=args.device,
-        remote=remote_option(args),
+        remote=_remote(args),
         prepend_bos=getattr(args, "prepend_bos", None),
     )
 
 
-def remote_option(args: argparse.Namespace) -> bool | str:
-    """``--remote`` as ``load_model``'s ``remote``: True (NDIF), ``"local"`` or False."""
+def _remote(args: argparse.Namespace) -> bool | str:
     value = getattr(args, "remote", None)
     return "local" if value == "local" else value == "ndif"
 
 
 def _check_compute(args: argparse.Namespace) -> None:
-    if remote_option(args) is not True:
+    if _remote(args) is not True:
         check_dtype(getattr(args, "dtype", None))
         check_device(getattr(args, "device", None))
 
@@ -90,7 +89,6 @@ def _model_specs(definition: Experiment, args: argparse.Namespace) -> list[str |
 
 
 def _check_folder(folder: Path) -> None:
-    """The output folder is writable and not in use; a folder made to check it is removed."""
     made = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
     FolderLock(folder).acquire().release()
     for path in made:
@@ -203,8 +201,7 @@ def cmd_summarize(args: argparse.Namespace) -> int:
 
 def cmd_figures(args: argparse.Namespace) -> int:
     """``bindscope figures``: PNG and PDF figures of a results folder."""
-    # matplotlib loads only for the commands that draw
-    from bindscope.figures import make_figures
+    from bindscope.figures import make_figures  # matplotlib: only the commands that draw
 
     registry.check_folders(args.results)  # refused as summarize refuses it
     if args.out is not None:
@@ -217,8 +214,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """``bindscope report``: the Markdown report of a results folder."""
-    # matplotlib loads only for the commands that draw
-    from bindscope.figures import write_report
+    from bindscope.figures import write_report  # matplotlib: only the commands that draw
 
     registry.check_folders(args.results)  # refused as summarize refuses it
     if args.out is not None:
@@ -232,8 +228,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """``bindscope demo``: the full study on the embedded models (or ``--model``)."""
-    # the demo draws figures: matplotlib loads only for the commands that draw
-    from bindscope import demo
+    from bindscope import demo  # draws figures: matplotlib only for the commands that draw
 
     models = [None if m == "default" else m for m in args.model] if args.model else None
     with _writable(args.out):
@@ -248,7 +243,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _heads(value: str) -> list[tuple[int, int]]:
-    """``--ablate 9.3,10.1`` as ``[(9, 3), (10, 1)]``."""
     try:
         return [(int(a), int(b)) for a, b in (h.split(".") for h in value.split(","))]
     except ValueError:
@@ -259,8 +253,7 @@ def _heads(value: str) -> list[tuple[int, int]]:
 
 def cmd_view(args: argparse.Namespace) -> int:
     """``bindscope view``: one self-contained HTML page (docs/viewer.md)."""
-    # the interventions load only for the command that runs them
-    from bindscope.interventions import Zero
+    from bindscope.interventions import Zero  # loaded only by the command that runs them
 
     _check_compute(args)
     if args.out.is_dir():

@@ -12,8 +12,6 @@ from bindscope.experiments.kit.experiment import Experiment
 from bindscope.experiments.kit.options import positive
 from bindscope.loading import EMBEDDED
 
-#: What ``RESULTS`` is, for summarize, figures and report.
-RESULTS_HELP = "the --out folder of one or more experiment runs"
 #: The commands that read a results folder: their help and where their --out defaults to.
 READERS = {
     "summarize": ("recompute summary.json files from records", None),
@@ -22,7 +20,7 @@ READERS = {
 }
 
 
-def add_common(
+def _add_common(
     p: argparse.ArgumentParser, *, several: bool = False, revision: bool = True, runs: bool = True
 ) -> None:
     """Add the shared options a subcommand honours (``runs=False``: nothing written or computed)."""
@@ -73,13 +71,12 @@ def _add_loading(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_experiment(
+def _add_experiment(
     sub: Any, definition: Experiment, command: Callable[[argparse.Namespace], int]
 ) -> None:
-    """The subcommand of one experiment: the shared options, then its own (``Options``)."""
     p = sub.add_parser(definition.command, help=definition.help)
     several, revisions = definition.models == "several", definition.models == "revisions"
-    add_common(p, several=several, revision=not revisions)
+    _add_common(p, several=several, revision=not revisions)
     for name, flag, default in definition.options.flags():
         spelled = flag.flag or "--" + name.replace("_", "-")
         text = flag.help
@@ -115,12 +112,12 @@ def build(
     )
     sub = top.add_subparsers(dest="command", required=True)
     for definition in experiments:
-        add_experiment(sub, definition, run(definition))
+        _add_experiment(sub, definition, run(definition))
 
     _add_audit(sub, commands["audit"])
     for name, (said, out) in READERS.items():
         p = sub.add_parser(name, help=said)
-        p.add_argument("results", type=Path, help=RESULTS_HELP)
+        p.add_argument("results", type=Path, help="the --out folder of one or more experiment runs")
         if out is not None:
             p.add_argument("--out", type=Path, help=f"default: {out}")
         p.set_defaults(func=commands[name])
@@ -148,7 +145,7 @@ def _add_compute(p: argparse.ArgumentParser) -> None:
 
 def _add_audit(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
     p = sub.add_parser("audit", help="each prompt's term span under a model's tokenizer")
-    add_common(p, runs=False)
+    _add_common(p, runs=False)
     p.add_argument(
         "--prompts",
         default="canonical",
@@ -185,13 +182,11 @@ def _add_demo(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
     p.set_defaults(func=command)
 
 
-VIEW_FOLDERS_HELP = "result folders: OUT or OUT/<experiment> (binding, c5, scan, patching, circuit)"
-
-
 def _add_view(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
     p = sub.add_parser("view", help="one offline HTML page: patterns, head maps, circuit, lens")
-    p.add_argument("results", nargs="*", type=Path, help=VIEW_FOLDERS_HELP)
-    add_common(p, runs=False)
+    folders = "result folders: OUT or OUT/<experiment> (binding, c5, scan, patching, circuit)"
+    p.add_argument("results", nargs="*", type=Path, help=folders)
+    _add_common(p, runs=False)
     p.add_argument("--text", help="text whose attention is shown (default: the binding prompt)")
     p.add_argument("--prompt", help="binding record to show, term/prompt_id (default: first)")
     p.add_argument(
@@ -212,4 +207,4 @@ def _add_view(sub: Any, command: Callable[[argparse.Namespace], int]) -> None:
     p.set_defaults(func=command)
 
 
-__all__ = ["add_common", "add_experiment", "build", "positive"]
+__all__ = ["build"]

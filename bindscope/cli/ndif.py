@@ -11,13 +11,11 @@ from bindscope import local_ndif
 from bindscope.errors import BindscopeError
 from bindscope.loading import SERVED, cache_dir, embedded_folder
 
-SUBCOMMANDS = ("up", "down", "status")
-
 
 def add_parser(sub: argparse._SubParsersAction, command: object) -> None:
     """The ``ndif`` subcommand's options."""
     p = sub.add_parser("ndif", help="run the real NDIF server locally (up, down, status)")
-    p.add_argument("action", choices=SUBCOMMANDS, help="start, stop, or say what runs")
+    p.add_argument("action", choices=("up", "down", "status"), help="start, stop, or say what runs")
     p.add_argument(
         "--port",
         type=int,
@@ -75,17 +73,14 @@ def cmd_ndif(args: argparse.Namespace) -> int:
         return _status(home)
     if not 1024 <= args.port <= 64000:
         raise BindscopeError(f"--port {args.port}: pick a port between 1024 and 64000")
-    # heavy: huggingface_hub loads for `ndif up` only
-    from huggingface_hub import constants
+    from huggingface_hub import constants  # heavy: for `ndif up` only
 
     folders = {repo: embedded_folder(name) for name, repo in SERVED.items()}
-    # the hub cache a client on this machine reads, so that both see the models
-    hub_cache = Path(constants.HF_HUB_CACHE)
     where = local_ndif.up(
         home=home,
         models=folders,
         port=args.port,
-        hub_cache=hub_cache,
+        hub_cache=Path(constants.HF_HUB_CACHE),  # a client here reads it: both see the models
         sandboxed=args.sandboxed,
         sandbox_key=args.sandbox_key,
         allow_exposed=args.allow_exposed_ports,

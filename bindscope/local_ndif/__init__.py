@@ -6,7 +6,8 @@
 from __future__ import annotations
 
 from bindscope.local_ndif.pieces import DEFAULT_PORT, Ports, host, key_digest
-from bindscope.local_ndif.supervisor import down, running, start_piece, status, stop_piece, up
+from bindscope.local_ndif.processes import running
+from bindscope.local_ndif.supervisor import down, start_piece, status, stop_piece, up
 
 __all__ = [
     "DEFAULT_PORT",

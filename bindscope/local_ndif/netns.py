@@ -6,6 +6,7 @@ the object store's ports reach the host's 127.0.0.1 (docs/remote.md, "Loopback o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -30,24 +31,21 @@ def inside(holder: int, command: Sequence[str]) -> list[str]:
 
 def holder(home: Path) -> int:
     """The pid of the process that keeps the server's network namespace."""
-    found, _ = processes.leaders(home)
-    if HOLDER not in found:
+    pid = processes.leaders(home)[0].get(HOLDER)
+    if pid is None:
         raise NdifServerError(
             f"the process that keeps the local NDIF server's network namespace ({home}) is "
             "gone; `bindscope ndif down`, then `up` again"
         )
-    return found[HOLDER]
+    return pid
 
 
 def _separate(home: Path) -> bool:
-    """The holder runs and its network namespace is not ours."""
-    found, _ = processes.leaders(home)
-    if HOLDER not in found:
-        return False
-    try:
-        return os.readlink(f"/proc/{found[HOLDER]}/ns/net") != os.readlink("/proc/self/ns/net")
-    except OSError:
-        return False
+    pid = processes.leaders(home)[0].get(HOLDER)
+    with contextlib.suppress(OSError):
+        own = os.readlink("/proc/self/ns/net")
+        return pid is not None and os.readlink(f"/proc/{pid}/ns/net") != own
+    return False
 
 
 def holder_piece(home: Path) -> Piece:
@@ -71,10 +69,10 @@ def start(home: Path, env: dict[str, str], *, allow_exposed: bool) -> int | None
     if not why:
         try:
             processes.start(home, holder_piece(home), env)
-            found, _ = processes.leaders(home)
+            pid = holder(home)
             command = [sys.executable, str(LOOPBACK), "up"]
-            processes.start(home, Piece("loopback", inside(found[HOLDER], command)), env)
-            return found[HOLDER]
+            processes.start(home, Piece("loopback", inside(pid, command)), env)
+            return pid
         except NdifServerError as error:
             processes.stop(home, [HOLDER], others=False)
             why = f"no user + network namespace could be made here: {error}"

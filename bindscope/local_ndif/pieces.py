@@ -85,16 +85,11 @@ def redis_server() -> str:
     return found
 
 
-def server_environment(
-    home: Path,
-    ports: Ports,
-    hub_cache: Path,
-    *,
-    sandboxed: bool = False,
-    sandbox_key_sha256: str = "",
-) -> dict[str, str]:
-    """The environment every piece runs in: the venv, ndif's settings, one thread."""
+def server_environment(home: Path, state: Mapping) -> dict[str, str]:
+    """The environment every piece runs in (for ``server.json``'s ``state``): ndif's settings."""
     venv = home / "venv"
+    ports = Ports.of(state["port"])
+    sandboxed, sandbox_key_sha256 = state["sandboxed"], state.get("sandbox_key_sha256", "")
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("NDIF_", "RAY_"))}
     return {
         **keep,
@@ -115,7 +110,7 @@ def server_environment(
         "NDIF_MODEL_IMPORT_PATH": CPU_ACTOR,
         "NDIF_CONTROLLER_IMPORT_PATH": "bindscope_ndif_cpu.CpuControllerActor",
         "GRPC_ENABLE_FORK_SUPPORT": "0",
-        "HF_HUB_CACHE": str(hub_cache),
+        "HF_HUB_CACHE": state["hub_cache"],
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "RAY_USAGE_STATS_ENABLED": "0",
@@ -168,7 +163,6 @@ def pieces(home: Path, ports: Ports, holder: int | None) -> list[Piece]:
 
 
 def _server_pieces(home: Path, ports: Ports, where: int | str) -> list[Piece]:
-    """Ndif's pieces; their ports are checked in the network namespace of process ``where``."""
     python = str(environment.venv_python(home / "venv"))
     bin_dir = home / "venv" / "bin"
     redis_server = shutil.which("redis-server") or "redis-server"

@@ -148,17 +148,12 @@ def start(home: Path, piece: Piece, env: Mapping[str, str]) -> None:
     if piece.ready is not None:
         _record(home, piece, process.pid)
     deadline = time.monotonic() + piece.timeout
-    while time.monotonic() < deadline:
-        code = process.poll()
-        if code is not None:  # exited: a one-shot's success, else a failure
-            if piece.ready is None and code == 0:
-                return
-            break
+    while (code := process.poll()) is None and time.monotonic() < deadline:
         if piece.ready is not None and piece.ready():
             return
         time.sleep(0.25)
-    else:
-        code = None
+    if code == 0 and piece.ready is None:  # exited: a one-shot's success, else a failure
+        return
     if process.poll() is None:
         _stop_session(process.pid)
     why = (
@@ -171,7 +166,6 @@ def start(home: Path, piece: Piece, env: Mapping[str, str]) -> None:
 
 
 def _members(leader: int) -> list[psutil.Process]:
-    """The leader, its descendants and every process of its session (what setsid made)."""
     found: dict[int, psutil.Process] = {}
     with contextlib.suppress(psutil.Error):
         process = psutil.Process(leader)
@@ -185,7 +179,6 @@ def _members(leader: int) -> list[psutil.Process]:
 
 
 def _stop_session(leader: int, grace: float = 10.0) -> None:
-    """TERM the session's processes (and group), then KILL what is left after ``grace``."""
     members = _members(leader)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(leader, signal.SIGTERM)
@@ -219,9 +212,11 @@ def leaders(home: Path) -> tuple[dict[str, int], list[str]]:
 
 
 def running(home: Path) -> dict[str, list[psutil.Process]]:
-    """Each proven piece's live processes (an empty list for a leader whose tree has died)."""
-    found, _ = leaders(home)
-    return {slug: [p for p in _members(pid) if _alive(p)] for slug, pid in found.items()}
+    """The live, proven processes of each started piece (an empty dict: nothing runs)."""
+    found = {
+        slug: [p for p in _members(pid) if _alive(p)] for slug, pid in leaders(home)[0].items()
+    }
+    return {slug: members for slug, members in found.items() if members}
 
 
 def _alive(process: psutil.Process) -> bool:

@@ -9,34 +9,15 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 
-import psutil
-
 from bindscope.errors import NdifServerError
-from bindscope.local_ndif import environment, netns, processes
-from bindscope.local_ndif.pieces import (
-    CPU_ACTOR,
-    DEFAULT_PORT,
-    INSIDE,
-    NDIF_SIDE,
-    ORDER,
-    SANDBOX_KEY_ENV,
-    SANDBOXED_ACTOR,
-    Ports,
-    answers,
-    host,
-    key_digest,
-    pieces,
-    redis_server,
-    server_environment,
-    specs,
-)
+from bindscope.local_ndif import environment, netns, pieces, processes
+from bindscope.local_ndif.pieces import DEFAULT_PORT, Ports, host
 from bindscope.local_ndif.processes import Piece, listening
 
 STATE = "server.json"
 
 
 def _serving(where: str) -> set[str]:
-    """The repo ids the server's /status reports RUNNING."""
     try:
         with urllib.request.urlopen(f"{where}/status", timeout=5) as response:
             status = json.load(response)
@@ -58,7 +39,6 @@ def _wait_serving(where: str, repos: list[str], home: Path, timeout: float = 120
 
 
 def _state(home: Path) -> dict | None:
-    """``server.json`` as ``up`` wrote it; None when there is none, an error when damaged."""
     path = home / STATE
     try:
         state = json.loads(path.read_text()) if path.is_file() else None
@@ -77,8 +57,7 @@ def _state(home: Path) -> dict | None:
 
 
 def _free_ports(home: Path, port: int) -> Ports:
-    """The server's ports, once no server runs from ``home`` and none of them is taken."""
-    if running(home):
+    if processes.running(home):
         raise NdifServerError(
             f"a local NDIF server from {home} is already running; `bindscope ndif down` first"
         )
@@ -93,27 +72,21 @@ def _free_ports(home: Path, port: int) -> Ports:
 
 
 def _deploy(
-    home: Path,
-    env: dict[str, str],
-    models: Mapping[str, Path],
-    hub_cache: Path,
-    sandboxed: bool,
-    holder: int | None = None,
+    home: Path, env: dict[str, str], models: Mapping[str, Path], state: dict, holder: int | None
 ) -> None:
-    """Deploy ``models`` on the started pieces, each with the CPU (or sandboxed) actor."""
-    actor = SANDBOXED_ACTOR if sandboxed or SANDBOX_KEY_ENV in env else CPU_ACTOR
-    deploy = [{**spec, "actor_class": actor} for spec in specs(hub_cache, models, trusted=True)]
+    sandboxed = state["sandboxed"] or pieces.SANDBOX_KEY_ENV in env
+    actor = pieces.SANDBOXED_ACTOR if sandboxed else pieces.CPU_ACTOR
+    found = pieces.specs(Path(state["hub_cache"]), models, trusted=True)
     spec_file = home / "deploy.json"
-    spec_file.write_text(json.dumps(deploy))
+    spec_file.write_text(json.dumps([{**spec, "actor_class": actor} for spec in found]))
     python = str(environment.venv_python(home / "venv"))
-    command = [python, str(NDIF_SIDE / "bindscope_ndif_cpu.py"), "deploy", str(spec_file)]
+    command = [python, str(pieces.NDIF_SIDE / "bindscope_ndif_cpu.py"), "deploy", str(spec_file)]
     if holder is not None:
         command = netns.inside(holder, command)
     processes.start(home, Piece("deploy", command, timeout=600), env)
 
 
 def _sandbox_digest(sandboxed: bool, sandbox_key: str | None) -> str:
-    """The digest of ``--sandbox-key`` ("" without one), once the two modes are checked."""
     if sandbox_key is not None and not sandbox_key.strip():
         raise NdifServerError("--sandbox-key is empty: give the API key to run sandboxed")
     if sandboxed and sandbox_key:
@@ -121,7 +94,7 @@ def _sandbox_digest(sandboxed: bool, sandbox_key: str | None) -> str:
             "--sandboxed runs every request sandboxed and --sandbox-key only one key's: "
             "give one of them"
         )
-    return key_digest(sandbox_key) if sandbox_key else ""
+    return pieces.key_digest(sandbox_key) if sandbox_key else ""
 
 
 def up(
@@ -142,25 +115,28 @@ def up(
     digest = _sandbox_digest(sandboxed, sandbox_key)
     processes.prepare_home(home)
     ports = _free_ports(home, port)
-    env = server_environment(home, ports, hub_cache, sandboxed=sandboxed, sandbox_key_sha256=digest)
-    state: dict = {"port": port, "host": host(port), "models": []}
+    state: dict = {"port": port, "host": host(port), "models": [], "netns": False}
+    state |= {"sandboxed": sandboxed, "hub_cache": str(hub_cache), "sandbox_key_sha256": digest}
+    env = pieces.server_environment(home, state)
     _write_state(home, state)
     try:
         holder = _prepare(home, env, state, allow_exposed)
         started = time.perf_counter()
-        _start_and_deploy(home, env, ports, holder, models, hub_cache, sandboxed)
+        for piece in pieces.pieces(home, ports, holder):
+            processes.start(home, piece, env)
+        _deploy(home, env, models, state, holder)
+        # /status is a cache the API refreshes now and then: wait until it shows the models
+        _wait_serving(host(port), list(models), home)
     except BaseException:
         down(home=home)
         raise
-    state |= {"models": list(models), "sandboxed": sandboxed, "hub_cache": str(hub_cache)}
-    state["sandbox_key_sha256"] = digest
+    state["models"] = list(models)
     state["started_s"] = round(time.perf_counter() - started, 1)
     _write_state(home, state)
     return host(port)
 
 
 def _write_state(home: Path, state: dict) -> None:
-    """Write ``server.json``: what ``down`` and ``status`` read of a server."""
     (home / STATE).write_text(json.dumps(state))
 
 
@@ -170,44 +146,19 @@ def _prepare(home: Path, env: dict[str, str], state: dict, allow_exposed: bool) 
     state["netns"] = holder is not None
     _write_state(home, state)
     environment.build(home / "venv", home / "logs" / "venv.log")
-    redis_server()  # installed now if missing
+    pieces.redis_server()  # installed now if missing
     return holder
-
-
-def _start_and_deploy(
-    home: Path,
-    env: dict[str, str],
-    ports: Ports,
-    holder: int | None,
-    models: Mapping[str, Path],
-    hub_cache: Path,
-    sandboxed: bool,
-) -> None:
-    """Start the pieces in order, deploy ``models``, wait until /status shows them."""
-    for piece in pieces(home, ports, holder):
-        processes.start(home, piece, env)
-    _deploy(home, env, models, hub_cache, sandboxed, holder)
-    # /status is a cache the API refreshes now and then: wait until it shows the models
-    _wait_serving(host(ports.api), list(models), home)
 
 
 def _piece(home: Path, name: str) -> tuple[Piece, dict[str, str]]:
     state = _state(home)
     if state is None:
         raise NdifServerError(f"no local NDIF server runs from {home}; `bindscope ndif up` first")
-    ports = Ports.of(state["port"])
     holder = netns.holder(home) if state.get("netns") else None
-    found = {p.slug: p for p in pieces(home, ports, holder) if p.ready is not None}
+    found = {p.slug: p for p in pieces.pieces(home, Ports.of(state["port"]), holder) if p.ready}
     if name not in found:
         raise NdifServerError(f"no piece {name!r}; the pieces are {', '.join(found)}")
-    env = server_environment(
-        home,
-        ports,
-        Path(state["hub_cache"]),
-        sandboxed=state["sandboxed"],
-        sandbox_key_sha256=state.get("sandbox_key_sha256", ""),
-    )
-    return found[name], env
+    return found[name], pieces.server_environment(home, state)
 
 
 def stop_piece(*, home: Path, name: str) -> None:
@@ -222,15 +173,10 @@ def start_piece(*, home: Path, name: str) -> None:
     processes.start(home, piece, env)
 
 
-def running(home: Path) -> dict[str, list[psutil.Process]]:
-    """The live, proven processes of each started piece (an empty dict: nothing runs)."""
-    return {k: v for k, v in processes.running(home).items() if v} if home.is_dir() else {}
-
-
 def down(*, home: Path) -> tuple[list[str], list[str]]:
     """Stop every piece ``up`` started; the pieces stopped, and a note per stale pid file."""
     try:
-        stopped, stale = processes.stop(home, ORDER) if home.is_dir() else ([], [])
+        stopped, stale = processes.stop(home, pieces.ORDER) if home.is_dir() else ([], [])
         netns.remove_sockets(home)
         (home / STATE).unlink(missing_ok=True)
     except OSError as error:
@@ -242,14 +188,13 @@ def down(*, home: Path) -> tuple[list[str], list[str]]:
 
 
 def _checked(home: Path, state: dict) -> list[Piece]:
-    """The pieces ``state`` says run, each with the check that it is ready."""
     if not state.get("netns"):
-        return pieces(home, Ports.of(state["port"]), None)
+        return pieces.pieces(home, Ports.of(state["port"]), None)
     found, _ = processes.leaders(home)
     # the holder, or any piece started inside: the namespace whose ports are read
-    inside = [found[s] for s in (netns.HOLDER, *INSIDE) if s in found]
+    inside = [found[s] for s in (netns.HOLDER, *pieces.INSIDE) if s in found]
     holder = inside[0] if inside else -1
-    return [netns.holder_piece(home), *pieces(home, Ports.of(state["port"]), holder)]
+    return [netns.holder_piece(home), *pieces.pieces(home, Ports.of(state["port"]), holder)]
 
 
 def status(*, home: Path) -> dict:
@@ -258,7 +203,7 @@ def status(*, home: Path) -> dict:
     _, stale = processes.leaders(home) if home.is_dir() else ({}, [])
     if state is None:
         return {"pieces": {}, "dead": {}, "stale": stale, "api_answers": False}
-    alive = running(home)
+    alive = processes.running(home)
     dead = {}
     for piece in _checked(home, state):
         if piece.ready is None:
@@ -268,5 +213,5 @@ def status(*, home: Path) -> dict:
         elif not piece.ready():
             dead[piece.slug] = "runs, but does not answer (its port; the API: /status)"
     counts = {name: len(members) for name, members in alive.items()}
-    pinged = answers(f"{state['host']}/ping")
+    pinged = pieces.answers(f"{state['host']}/ping")
     return {**state, "pieces": counts, "dead": dead, "stale": stale, "api_answers": pinged}

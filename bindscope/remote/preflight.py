@@ -22,8 +22,7 @@ class RemoteVersionWarning(UserWarning):
 
 def _get(path: str) -> dict:
     """GET ``{host}{path}`` as JSON: the preflight's only network call (tests replace it)."""
-    # heavy: loaded on the remote path only, not by `import bindscope` or the CLI's checks
-    import httpx
+    import httpx  # heavy: the remote path only
 
     response = httpx.get(f"{host()}{path}", timeout=httpx.Timeout(10.0, read=30.0))
     response.raise_for_status()
@@ -35,23 +34,21 @@ def _release(version: str) -> tuple[int, int]:
     return (int(found.group(1)), int(found.group(2))) if found else (-1, -1)
 
 
+def _warn(message: str) -> None:
+    warnings.warn(message, RemoteVersionWarning, stacklevel=4)  # where check_backend was called
+
+
 def check_versions(server: dict | None, *, model: str) -> dict:
     """The server's versions; serious drift (`_drift`) raises unless allowed, minor warns."""
-    # heavy: loaded on the remote path only, not by `import bindscope` or the CLI's checks
+    # heavy: the remote path only
     import nnsight
     import transformers
 
-    local = {
-        "nnsight": nnsight.__version__,
-        "transformers": transformers.__version__,
-        "torch": torch.__version__,
-    }
+    local = {package.__name__: package.__version__ for package in (nnsight, transformers, torch)}
     if not server:
-        warnings.warn(
+        _warn(
             f"{host()} did not report its package versions; remote results for {model} may "
-            "differ from local ones if they differ",
-            RemoteVersionWarning,
-            stacklevel=3,
+            "differ from local ones if they differ"
         )
         return {}
     packages = server.get("packages", {})
@@ -65,20 +62,12 @@ def check_versions(server: dict | None, *, model: str) -> dict:
             f"{ALLOW_DRIFT_ENV}=1 to run anyway (recorded in the provenance)."
         )
     if serious or minor:
-        warnings.warn(
-            f"NDIF version drift for {model}: {'; '.join(serious + minor)}",
-            RemoteVersionWarning,
-            stacklevel=3,
-        )
+        _warn(f"NDIF version drift for {model}: {'; '.join(serious + minor)}")
     return remote
 
 
 def _drift(local: dict[str, str], remote: dict[str, str | None]) -> tuple[list[str], list[str]]:
-    """``(serious, minor)`` version differences, one line each.
-
-    Serious: another nnsight minor or transformers major release, between which trace
-    serialization, ``.source`` labels and attention outputs change.
-    """
+    # serious: another nnsight minor or transformers major release (serialization changes)
     serious, minor = [], []
     for name, mine in local.items():
         theirs = remote[name]
@@ -95,9 +84,7 @@ def _drift(local: dict[str, str], remote: dict[str, str | None]) -> tuple[list[s
 
 
 def _canonical_id(model_id: str) -> str:
-    """The Hub's canonical spelling of a repo id (what NDIF deployments are keyed by)."""
-    # heavy: loaded on the remote path only, not by `import bindscope` or the CLI's checks
-    from huggingface_hub import HfApi, constants
+    from huggingface_hub import HfApi, constants  # heavy: the remote path only
 
     cache = nnsight_private.hub_id_cache()
     if model_id not in cache and constants.HF_HUB_OFFLINE:
@@ -115,10 +102,7 @@ def _canonical_id(model_id: str) -> str:
 
 
 def model_state(status: dict, repo_id: str, revision: str | None) -> str | None:
-    """The best state ``/status`` reports for this repo and revision (``RUNNING``, ...), or None.
-
-    ``nnsight.is_model_running``'s rule, on a fetched ``/status`` (unreachable is not absent).
-    """
+    """The best state ``/status`` reports for this repo and revision (nnsight's rule), or None."""
     order = ["RUNNING", "DEPLOYING", "NOT_STARTED", "UNHEALTHY"]
     found = [
         value.get("application_state", "UNHEALTHY")

@@ -49,12 +49,9 @@ def job_status(show: bool) -> Iterator[None]:
 def local_server(where: str) -> bool:
     """``where`` is on this machine (loopback): a ``bindscope ndif up`` server, no accounts."""
     name = urlparse(where).hostname or ""
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
+    with contextlib.suppress(ValueError):
+        return name == "localhost" or ipaddress.ip_address(name).is_loopback
+    return False
 
 
 def _key_help(where: str) -> str:
@@ -70,8 +67,7 @@ def _key_help(where: str) -> str:
 
 
 def _config():
-    # heavy: loaded on the remote path only, not by `import bindscope` or the CLI's checks
-    from nnsight import CONFIG
+    from nnsight import CONFIG  # heavy: the remote path only
 
     return CONFIG
 
@@ -133,29 +129,24 @@ def redact(text: str) -> str:
 
 def translate(exc: BaseException, *, model: str) -> RemoteError | None:
     """Map a transport or server exception to a ``RemoteError`` (key redacted); None: a bug."""
-    # heavy: loaded on the remote path only, not by `import bindscope` or the CLI's checks
+    # heavy: the remote path only
     import httpx
     import websocket
 
     where = host()
-    chain: list[BaseException] = []
-    cause: BaseException | None = exc
-    while cause is not None and len(chain) < 8:
+    chain = [exc]
+    while len(chain) < 8 and (cause := chain[-1].__cause__ or chain[-1].__context__):
         chain.append(cause)
-        cause = cause.__cause__ or cause.__context__
     text = redact(f"{type(exc).__name__}: {exc}")
     # a long one cut to its start and its end: a server traceback names its error last
     detail = text if len(text) <= 2000 else f"{text[:300]}\n[...]\n{text[-1700:]}"
     timeouts = (httpx.TimeoutException, websocket.WebSocketTimeoutException, TimeoutError)
     if any(isinstance(c, timeouts) for c in chain):
+        limit = os.environ.get(TIMEOUT_ENV)
+        more = f" (or allow more than {TIMEOUT_ENV}={limit} seconds)" if limit else ""
         return RemoteTimeoutError(
             f"{where} did not answer in time for {model} ({detail}). NDIF may be busy or "
-            "the model still loading; retry later, or use smaller --batch-size"
-            + (
-                f" (or allow more than {TIMEOUT_ENV}={os.environ[TIMEOUT_ENV]} seconds)."
-                if os.environ.get(TIMEOUT_ENV)
-                else "."
-            )
+            f"the model still loading; retry later, or use smaller --batch-size{more}."
         )
     for c in chain:
         status = getattr(getattr(c, "response", None), "status_code", None)

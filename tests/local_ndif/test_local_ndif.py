@@ -19,7 +19,7 @@ from bindscope import local_ndif as server
 from bindscope.cli import main
 from bindscope.errors import NdifServerError
 from bindscope.local_ndif import environment, pieces, processes, supervisor
-from bindscope.local_ndif.pieces import place, specs
+from bindscope.local_ndif.pieces import key_digest, place, specs
 from bindscope.local_ndif.processes import Piece
 from bindscope.local_ndif.supervisor import STATE
 
@@ -108,23 +108,19 @@ def test_the_venv_stamp_names_its_pins(tmp_path):
 
 def test_a_sandbox_key_deploys_the_sandboxed_actor_and_keeps_only_its_digest(tmp_path, monkeypatch):
     """``--sandbox-key``: both modes from one server; the key itself is written nowhere."""
-    ports = server.Ports.of(8001)
     key = "bindscope-untrusted-0123"
-    env = pieces.server_environment(
-        tmp_path, ports, tmp_path / "hub", sandbox_key_sha256=server.key_digest(key)
-    )
-    assert env[pieces.SANDBOX_KEY_ENV] == server.key_digest(key) != key
+    trusted = {"port": 8001, "hub_cache": str(tmp_path / "hub"), "sandboxed": False}
+    env = pieces.server_environment(tmp_path, {**trusted, "sandbox_key_sha256": key_digest(key)})
+    assert env[pieces.SANDBOX_KEY_ENV] == key_digest(key) != key
     assert key not in "".join(env.values())
     started = []
     monkeypatch.setattr(processes, "start", lambda home, piece, env: started.append(piece))
     for environment_, actor in (
         (env, pieces.SANDBOXED_ACTOR),
-        (pieces.server_environment(tmp_path, ports, tmp_path / "hub"), pieces.CPU_ACTOR),
+        (pieces.server_environment(tmp_path, trusted), pieces.CPU_ACTOR),
     ):
         (tmp_path / "m").mkdir(exist_ok=True)
-        supervisor._deploy(
-            tmp_path, environment_, {"org/m": tmp_path / "m"}, tmp_path / "hub", False
-        )
+        supervisor._deploy(tmp_path, environment_, {"org/m": tmp_path / "m"}, trusted, None)
         deployed = json.loads((tmp_path / "deploy.json").read_text())
         assert [d["actor_class"] for d in deployed] == [actor]
 

@@ -158,7 +158,4 @@ def deploy(specs_path: str) -> int:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["deploy"]:
         sys.exit(deploy(sys.argv[2]))
-    if sys.argv[1:2] == ["model-key"]:
-        print(model_key(sys.argv[2]))
-        sys.exit(0)
-    sys.exit(f"usage: {sys.argv[0]} deploy SPECS.json | model-key CHECKPOINT")
+    sys.exit(f"usage: {sys.argv[0]} deploy SPECS.json")
