@@ -156,10 +156,10 @@ def path_patching(
     means: EdgeMeans | None = None,
     batch_size: int = 4,
 ) -> np.ndarray:
-    """The metric ``[pairs]`` of each pair with ``edges`` (names or an ``[S, R]`` mask) patched.
+    """The metric ``[pairs]`` with ``edges`` (names or an ``[S, R]`` mask) patched.
 
-    The patched metric itself: an edge's effect is this minus `EdgeScores.clean`. ``means``
-    (``edge_means``) patches in the senders' mean outputs instead of the corrupted ones.
+    An edge's effect is this minus `EdgeScores.clean`; ``means`` (``edge_means``) patches in
+    the senders' mean outputs instead of the corrupted ones.
     """
     pairs = _Pairs(model, clean, corrupted, metric)
     mask = edge_mask(edge_graph(model), edges)
@@ -250,11 +250,9 @@ class _Pairs:
         return len(self.clean)
 
     def clean_batch(self, rows: list[int]):
-        """The clean texts of ``rows``, left-padded."""
         return self.model.pad(rows, [self.clean[i] for i in rows])
 
     def terms(self, rows: list[int]) -> dict:
-        """The metric's terms for `ops.edge_metric`."""
         if self.user is not None:
             return {"fn": self.user, "rows": rows}
         assert self.metrics is not None
@@ -264,7 +262,6 @@ class _Pairs:
 
 
 def _one_per_row(metric: Callable) -> Callable:
-
     def checked(logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
         out = metric(logits, rows)
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != (len(rows),):
@@ -282,6 +279,4 @@ def _one_per_row(metric: Callable) -> Callable:
 
 
 def _kept_logits(model: LanguageModel, terms: dict) -> dict:
-    if not keeps_logits(model):
-        return {}
-    return {"logits_to_keep": terms.get("keep", 1)}
+    return {"logits_to_keep": terms.get("keep", 1)} if keeps_logits(model) else {}

@@ -79,7 +79,7 @@ def _alignment(
     donors: Sequence[ScoredSequence] | None,
     width: int,
 ) -> tuple[Batch | None, list[int], torch.Tensor | None]:
-    """The donors' batch, the final positions each row takes from its donor, ``valid [b, W]``."""
+    # the donors' batch, the final positions each row takes from its donor, valid [b, W]
     if donors is None:
         return None, [], None
     keep = [min(len(row.ids), len(donor.ids)) for row, donor in zip(rows, donors)]
@@ -110,12 +110,12 @@ def _scored_pass(
     inputs: dict,
     targets: tuple,
     options: dict,
-    *,
-    keep_layers: int = 0,
     start: int = 0,
     residual: torch.Tensor | None = None,
     plan: ops.TracePlan | None = None,
     donors: dict | None = None,
+    *,
+    keep_layers: int = 0,
 ) -> tuple:
     # a condition pass starts at ``start`` from ``residual``, the clean output of layer start - 1
     with model.nnsight.trace(**inputs, **options, **model.trace_options):
@@ -141,7 +141,8 @@ class _Pass:
 def _passes(
     model: LanguageModel, scan: _Scan, batch: Batch, targets: tuple, valid: torch.Tensor | None
 ) -> Iterator[_Pass]:
-    b, size = batch.input_ids.shape[0], scan.rows_per_pass
+    b = batch.input_ids.shape[0]
+    size = b if scan.strategy == "naive" else scan.rows_per_pass  # naive: a condition a pass
     for start, members in sorted(scan.by_start.items()):
         pairs = [(c, r) for c in members for r in range(b)]
         for lo in range(0, len(pairs), size):
@@ -270,7 +271,7 @@ def condition_scores(
 class _Scan:
     strategy: str
     conditions: list[Condition]
-    by_start: dict[int, list[int]]  # lowest ablated layer -> its conditions
+    by_start: dict[int, list[int]]  # the layer a pass starts at -> its conditions
     table: dict | torch.Tensor | None  # the mean-ablation means ([d_sae]: features), or None
     rows_per_pass: int
     keep_layers: int  # clean layer outputs kept for the residual strategy
@@ -286,14 +287,13 @@ class _Scan:
         strategy: str,
         rows_per_pass: int,
     ) -> _Scan:
-        """The scan of checked conditions, grouped by their lowest layer."""
         starts = [
             c.dictionary.layer if isinstance(c, Features) else min(layer for layer, _ in c)
             for c in conditions
         ]
         by_start: dict[int, list[int]] = {}
         for c, start in enumerate(starts):
-            by_start.setdefault(start, []).append(c)
+            by_start.setdefault(start if strategy == "residual" else 0, []).append(c)
         return cls(
             strategy=strategy,
             conditions=conditions,
@@ -314,7 +314,6 @@ class _Into:
     bar: tqdm
 
     def put(self, pairs: Sequence[tuple[int, int]], got: torch.Tensor, indices: list[int]) -> None:
-        """Put one pass's scores of ``(condition, batch row)`` pairs."""
         for (c, r), value in zip(pairs, got.double().tolist()):
             self.scores[c, indices[r]] = value
             self.bar.update(1)
@@ -348,35 +347,10 @@ def _score_batch(
     )
     into.clean[batch.indices] = found.double().numpy()
     swapped = None if mine is None else _donor_outputs(model, mine, keep, width)
-    if scan.strategy == "naive":  # every condition from the embeddings, one per pass
-        for c in range(len(scan.conditions)):
-            plan = _condition_plan(model, scan, [c] * len(part), batch, valid)
-            got, _ = _scored_pass(model, batch.inputs, targets, options, plan=plan, donors=swapped)
-            into.put([(c, r) for r in range(len(part))], got, batch.indices)
-        return
-    for one in passes:  # each from the clean outputs below its lowest layer
-        _score_from_residual(model, one, outputs, options, swapped, batch, into)
-
-
-def _score_from_residual(
-    model: LanguageModel,
-    one: _Pass,
-    outputs: list,
-    options: dict,
-    swapped: dict | None,
-    batch: Batch,
-    into: _Into,
-) -> None:
-    residual = outputs[one.start - 1][one.rows] if one.start > 0 else None
-    taken = None if swapped is None else {k: v[one.rows] for k, v in swapped.items()}
-    got, _ = _scored_pass(
-        model,
-        one.inputs,
-        one.targets,
-        options,
-        start=one.start,
-        residual=residual,
-        plan=one.plan,
-        donors=taken,
-    )
-    into.put(one.pairs, got, batch.indices)
+    for one in passes:  # each from the clean outputs below its lowest layer (naive: none)
+        residual = outputs[one.start - 1][one.rows] if one.start > 0 else None
+        taken = None if swapped is None else {k: v[one.rows] for k, v in swapped.items()}
+        got, _ = _scored_pass(
+            model, one.inputs, one.targets, options, one.start, residual, one.plan, taken
+        )
+        into.put(one.pairs, got, batch.indices)
