@@ -105,9 +105,8 @@ def _check_model(model: LanguageModel, rows: list, method: str) -> bool:
             "method='atp' linearises the softmax, but a Knockout moves its scores to minus "
             "infinity; use method='atp*' (the knocked-out pattern is recomputed)"
         )
-    if not getattr(model, "remote", False) and not any(
-        p.requires_grad for p in model.hf.parameters()
-    ):
+    remote = getattr(model, "remote", False)
+    if not remote and not any(p.requires_grad for p in model.hf.parameters()):
         raise InputError(
             f"{model.name}: no parameter requires grad, so no gradient reaches the edits; "
             "call model.hf.requires_grad_(True) (no parameter gradient is stored)"

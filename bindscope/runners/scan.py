@@ -19,7 +19,7 @@ from bindscope.interventions.plan import Planner, plan_batch
 from bindscope.interventions.resolve import resolve_rows
 from bindscope.protocols import LanguageModel
 from bindscope.runners.attribution_metrics import TargetLogprob, metric_terms
-from bindscope.runners.prefix import keeps_logits
+from bindscope.runners.prefix import keeps_logits, scored_pass
 
 __all__ = ["ScoredSequence", "condition_scores"]
 
@@ -104,30 +104,6 @@ def _donor_outputs(model: LanguageModel, donors: Batch, keep: list[int], width: 
     }
 
 
-@torch.no_grad()
-def _scored_pass(
-    model: LanguageModel,
-    inputs: dict,
-    targets: tuple,
-    options: dict,
-    start: int = 0,
-    residual: torch.Tensor | None = None,
-    plan: ops.TracePlan | None = None,
-    donors: dict | None = None,
-    *,
-    keep_layers: int = 0,
-) -> tuple:
-    # a condition pass starts at ``start`` from ``residual``, the clean output of layer start - 1
-    with model.nnsight.trace(**inputs, **options, **model.trace_options):
-        outputs: list = ops.keep_outputs(model, keep_layers, ops.save([]))  # [b, W, d] each
-        ops.start_at(model, start, residual)
-        if plan is not None:
-            ops.run_layers(model, plan=plan, donors=donors)
-        logits = ops.final_logits(model)  # [rows, W, V]
-        scores = ops.choice_logprob_sums(logits, *targets).save()
-    return scores, outputs
-
-
 @dataclass(frozen=True)
 class _Pass:
     pairs: list[tuple[int, int]]
@@ -165,7 +141,7 @@ def _batch_session(
     passes: list[_Pass],
     swap: tuple | None,
 ) -> list[torch.Tensor]:
-    # The body computes what _donor_outputs and _scored_pass compute locally, in the same
+    # The body computes what _donor_outputs and scored_pass compute locally, in the same
     # order, with ops and torch only (it ships). No trace stops early: in ndif 0.1.2's
     # sandbox the session's next trace then fails (docs/remote.md, Limits).
     env = model.nnsight
@@ -210,8 +186,10 @@ def _checked(
 ) -> list[Condition]:
     if strategy not in STRATEGIES:
         raise InputError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
-    checked = [_checked_condition(model, c) for c in conditions]
+    checked = [c if isinstance(c, Features) else tuple(model.check_heads(c)) for c in conditions]
     for i, heads in enumerate(checked):
+        if isinstance(heads, Features):
+            heads.dictionary.check(model)
         if not heads:
             raise InputError(f"condition #{i} ablates no head; give at least one (layer, head)")
     if donors is not None and (means is not None or len(donors) != n_sequences):
@@ -222,15 +200,6 @@ def _checked(
             "here (for a donor's features use Patch/Resample(dictionary.features(...)) on a call)"
         )
     return checked
-
-
-def _checked_condition(
-    model: LanguageModel, condition: Sequence[tuple[int, int]] | Features
-) -> Condition:
-    if isinstance(condition, Features):
-        condition.dictionary.check(model)
-        return condition
-    return tuple(model.check_heads(condition))
 
 
 def condition_scores(
@@ -342,7 +311,7 @@ def _score_batch(
         for one, got in zip(done, found[1:]):
             into.put(one.pairs, got, batch.indices)
         return
-    found, outputs = _scored_pass(
+    found, outputs = scored_pass(
         model, batch.inputs, targets, options, keep_layers=scan.keep_layers
     )
     into.clean[batch.indices] = found.double().numpy()
@@ -350,7 +319,7 @@ def _score_batch(
     for one in passes:  # each from the clean outputs below its lowest layer (naive: none)
         residual = outputs[one.start - 1][one.rows] if one.start > 0 else None
         taken = None if swapped is None else {k: v[one.rows] for k, v in swapped.items()}
-        got, _ = _scored_pass(
+        got, _ = scored_pass(
             model, one.inputs, one.targets, options, one.start, residual, one.plan, taken
         )
         into.put(one.pairs, got, batch.indices)
