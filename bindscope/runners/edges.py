@@ -88,13 +88,12 @@ def edge_attribution(
     graph = edge_graph(model)
     chunks = list(_chunks(len(pairs), batch_size))
     found = _edge_session(model, _edge_jobs(model, pairs, graph, chunks), steps)
-    scores = np.zeros((len(pairs), len(graph.senders), len(graph.receivers)), np.float32)
-    clean_metric, corrupt_metric = np.zeros(len(pairs)), np.zeros(len(pairs))
-    for k, rows in enumerate(chunks):
-        corrupt_metric[rows] = found.corrupted[k].double().cpu().numpy()
-        clean_metric[rows] = found.clean[k].double().cpu().numpy()
-        scores[rows] = np.where(graph.valid, found.scores[k].cpu().numpy(), 0.0)
-    return EdgeScores(graph, scores, clean_metric, corrupt_metric, method, steps)
+
+    def joined(parts: list[torch.Tensor]) -> np.ndarray:  # the chunks hold the pairs in order
+        return np.concatenate([p.double().cpu().numpy() for p in parts])
+
+    scores = np.where(graph.valid, joined(found.scores), 0.0).astype(np.float32)
+    return EdgeScores(graph, scores, joined(found.clean), joined(found.corrupted), method, steps)
 
 
 def _edge_jobs(
