@@ -26,10 +26,7 @@ def head_contributions(
             f"{model.name}: head attribution needs the weights on this machine; "
             "run it on a local model"
         )
-    row = model.family_row
-    env = model.nnsight
-    post_norm = row.attention_post_norm
-    n_heads, head_dim = model.n_heads, model.head_dim
+    row, env = model.family_row, model.nnsight
     out: list[HeadContributions | None] = [None] * len(list(texts))
     for batch in model.batches(texts, batch_size=batch_size):
         with env.trace(**batch.inputs, **model.trace_options) as tracer:
@@ -39,10 +36,10 @@ def head_contributions(
         per_layer = []
         for layer in range(model.n_layers):
             w = head_weights.layer_w_o(model, layer).double()  # [H, hd, d]
-            z = found[layer].double().view(b, n_heads, head_dim)  # [b, H, hd]
+            z = found[layer].double().view(b, model.n_heads, model.head_dim)  # [b, H, hd]
             c = torch.einsum("hkd,bhk->bhd", w, z)  # [b, H, d]
-            if post_norm:
-                norm = underlying_module(ops.site_module(env, layer, post_norm))
+            if row.attention_post_norm:
+                norm = underlying_module(ops.site_module(env, layer, row.attention_post_norm))
                 c = frozen_norm(norm, c.sum(1) + head_weights.layer_b_o(model, layer).double(), c)
             per_layer.append(c)
         heads = torch.stack(per_layer, 1)  # [b, L, H, d]

@@ -65,12 +65,8 @@ def check_metrics(model: LanguageModel, metric: object, lengths: list[int]) -> l
                 )
             out.append(m)
         elif isinstance(m, LogitDifference):
-            out.append(
-                LogitDifference(
-                    token_id(model, m.correct, "LogitDifference token"),
-                    token_id(model, m.wrong, "LogitDifference token"),
-                )
-            )
+            ids = (token_id(model, t, "LogitDifference token") for t in (m.correct, m.wrong))
+            out.append(LogitDifference(*ids))
         else:
             raise InputError(
                 f"metric #{i} is a {type(m).__name__}; pass TargetLogprob(n_target) or "

@@ -44,7 +44,7 @@ def _split(entry: object) -> tuple[list, list]:
     if entry is None:
         return [], []
     items = [entry] if not isinstance(entry, (list, tuple)) else list(entry)
-    patterns = [s for s in items if isinstance(s, PatternPatch)]
+    patterns = [s.as_patch() for s in items if isinstance(s, PatternPatch)]
     others = [s for s in items if not isinstance(s, PatternPatch)]
     for spec in others:
         if not isinstance(spec, SPEC_TYPES):
@@ -56,7 +56,7 @@ def _split(entry: object) -> tuple[list, list]:
 def _row_ops(
     model: LanguageModel, texts: list, intervene: object, per_row: Sequence[object] | None
 ) -> list[tuple[RowOp, ...]]:
-    # a PatternPatch is a Patch of the pattern site; the specs' checks are the engine's own
+    # a PatternPatch is a Patch of the pattern site (_split); the specs' checks are the engine's
     if intervene is None and per_row is None:
         raise InputError(
             "attribution patching needs intervene= (or per_row=): the specs to estimate, "
@@ -67,12 +67,10 @@ def _row_ops(
     if per_row is not None:
         if len(per_row) != len(texts):
             raise InputError(f"per_row has {len(per_row)} entries for {len(texts)} texts")
-        split = [_split(entry) for entry in per_row]
-        rows_others = [o for o, _ in split]
-        rows_patterns = [[p.as_patch() for p in ps] for _, ps in split]
+        rows_others = [_split(entry)[0] for entry in per_row]
+        rows_patterns = [_split(entry)[1] for entry in per_row]
     outputs = resolve_rows(model, texts, intervene=others, per_row=rows_others)
-    as_patches = [p.as_patch() for p in patterns]
-    pattern = resolve_rows(model, texts, intervene=as_patches, per_row=rows_patterns)
+    pattern = resolve_rows(model, texts, intervene=patterns, per_row=rows_patterns)
     return [
         (*mine, *(replace(op, site="pattern") for op in theirs))
         for mine, theirs in zip(outputs, pattern)
@@ -107,9 +105,8 @@ def _check_model(model: LanguageModel, rows: list, method: str) -> bool:
             "method='atp' linearises the softmax, but a Knockout moves its scores to minus "
             "infinity; use method='atp*' (the knocked-out pattern is recomputed)"
         )
-    if not getattr(model, "remote", False) and not any(
-        p.requires_grad for p in model.hf.parameters()
-    ):
+    remote = getattr(model, "remote", False)
+    if not remote and not any(p.requires_grad for p in model.hf.parameters()):
         raise InputError(
             f"{model.name}: no parameter requires grad, so no gradient reaches the edits; "
             "call model.hf.requires_grad_(True) (no parameter gradient is stored)"

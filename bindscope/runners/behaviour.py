@@ -11,8 +11,6 @@ from tqdm.auto import tqdm
 
 from bindscope.batch import GENERATION_BATCH_SIZE, Batch
 from bindscope.errors import InputError, InterventionError
-from bindscope.interventions import ops
-from bindscope.interventions.ops import run_layers
 from bindscope.interventions.resolve import HeadList, Intervention, PerRow, as_specs, resolve_rows
 from bindscope.interventions.specs import Patch, Resample
 from bindscope.metrics.behaviour import (
@@ -32,6 +30,7 @@ from bindscope.runners.prefix import (
     prompt_pass,
     recognition_result,
     row_plan,
+    scored_pass,
 )
 
 
@@ -113,14 +112,9 @@ def _full_batch(model: LanguageModel, batch: Batch, choices: list, rows: list) -
     metrics = [TargetLogprob(len(c)) for c in flat]  # every sequence ends with its choice
     keeps = keeps_logits(model)
     terms, keep = metric_terms(metrics, full.input_ids, every_logit=not keeps)
-    index, target, weight = terms["logprob"]
     last = {"logits_to_keep": keep} if keeps else {}
     plan = row_plan(model, full, [rows[r] for r in owner])
-    with model.nnsight.trace(**full.inputs, **last, **model.trace_options):
-        if plan:
-            run_layers(model, plan=plan)
-        logits = ops.final_logits(model)  # [b*C, keep, V] (every position without keeps)
-        sums = ops.choice_logprob_sums(logits, index, target, weight).save()
+    sums, _ = scored_pass(model, full.inputs, terms["logprob"], last, plan=plan or None)
     out: list[list[float]] = [[] for _ in choices]
     for s, r in enumerate(owner):
         out[r].append(float(sums[s]))

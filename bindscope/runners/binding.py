@@ -97,8 +97,7 @@ def _group_by_prefix(
     on_missing: str,
     on_sink: str,
 ) -> _Prefixes:
-    # one computation: the tokens up to the span's end AND the span (a nested term is
-    # another span, so another BSI); the records not measured get their results here
+    # a nested term is another span, so another BSI; unmeasured records get results here
     prefixes: _Prefixes = {}
     for i, record in enumerate(records):
         span = _span_to_measure(model, record, nan, on_missing=on_missing, on_sink=on_sink)

@@ -26,7 +26,6 @@ from bindscope.runners.prefix import (
     prompt_pass,
     recognition_result,
     row_plan,
-    with_clean_layers,
 )
 
 if TYPE_CHECKING:
@@ -119,7 +118,8 @@ def _condition_pass(
     mine = [clean.choices[r][j] for r in rows.tolist() for j in range(n_c)]
     rest = None
     if max(len(c) for c in mine) > 1:
-        with_clean_layers(cache, clean.cache, rows, start)
+        for i, layer in enumerate(kept_layers(clean.cache[:start], rows)):  # the skipped ones
+            cache.layers[i] = layer
         # the clean stream is as wide as the batch's widest row; a row's choices sit where
         # they sit there, so its first columns are what these choices compute
         picked = choice_rows(model, rows, n_c)

@@ -88,13 +88,12 @@ def edge_attribution(
     graph = edge_graph(model)
     chunks = list(_chunks(len(pairs), batch_size))
     found = _edge_session(model, _edge_jobs(model, pairs, graph, chunks), steps)
-    scores = np.zeros((len(pairs), len(graph.senders), len(graph.receivers)), np.float32)
-    clean_metric, corrupt_metric = np.zeros(len(pairs)), np.zeros(len(pairs))
-    for k, rows in enumerate(chunks):
-        corrupt_metric[rows] = found.corrupted[k].double().cpu().numpy()
-        clean_metric[rows] = found.clean[k].double().cpu().numpy()
-        scores[rows] = np.where(graph.valid, found.scores[k].cpu().numpy(), 0.0)
-    return EdgeScores(graph, scores, clean_metric, corrupt_metric, method, steps)
+
+    def joined(parts: list[torch.Tensor]) -> np.ndarray:  # the chunks hold the pairs in order
+        return np.concatenate([p.double().cpu().numpy() for p in parts])
+
+    scores = np.where(graph.valid, joined(found.scores), 0.0).astype(np.float32)
+    return EdgeScores(graph, scores, joined(found.clean), joined(found.corrupted), method, steps)
 
 
 def _edge_jobs(
@@ -156,10 +155,10 @@ def path_patching(
     means: EdgeMeans | None = None,
     batch_size: int = 4,
 ) -> np.ndarray:
-    """The metric ``[pairs]`` of each pair with ``edges`` (names or an ``[S, R]`` mask) patched.
+    """The metric ``[pairs]`` with ``edges`` (names or an ``[S, R]`` mask) patched.
 
-    The patched metric itself: an edge's effect is this minus `EdgeScores.clean`. ``means``
-    (``edge_means``) patches in the senders' mean outputs instead of the corrupted ones.
+    An edge's effect is this minus `EdgeScores.clean`; ``means`` (``edge_means``) patches in
+    the senders' mean outputs instead of the corrupted ones.
     """
     pairs = _Pairs(model, clean, corrupted, metric)
     mask = edge_mask(edge_graph(model), edges)
@@ -250,11 +249,9 @@ class _Pairs:
         return len(self.clean)
 
     def clean_batch(self, rows: list[int]):
-        """The clean texts of ``rows``, left-padded."""
         return self.model.pad(rows, [self.clean[i] for i in rows])
 
     def terms(self, rows: list[int]) -> dict:
-        """The metric's terms for `ops.edge_metric`."""
         if self.user is not None:
             return {"fn": self.user, "rows": rows}
         assert self.metrics is not None
@@ -264,7 +261,6 @@ class _Pairs:
 
 
 def _one_per_row(metric: Callable) -> Callable:
-
     def checked(logits: torch.Tensor, rows: list[int]) -> torch.Tensor:
         out = metric(logits, rows)
         if not isinstance(out, torch.Tensor) or tuple(out.shape) != (len(rows),):
@@ -282,6 +278,4 @@ def _one_per_row(metric: Callable) -> Callable:
 
 
 def _kept_logits(model: LanguageModel, terms: dict) -> dict:
-    if not keeps_logits(model):
-        return {}
-    return {"logits_to_keep": terms.get("keep", 1)}
+    return {"logits_to_keep": terms.get("keep", 1)} if keeps_logits(model) else {}

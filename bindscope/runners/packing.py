@@ -110,6 +110,3 @@ def _block_mask(
     fill = max(torch.finfo(dtype).min, torch.finfo(torch.float32).min)
     zero = torch.zeros((), dtype=dtype)
     return torch.where(seen, zero, torch.tensor(fill, dtype=dtype))[:, None]
-
-
-__all__ = ["choice_layout", "packed_inputs"]

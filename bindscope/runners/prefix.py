@@ -62,6 +62,33 @@ def prompt_pass(
     return first, cache, outputs
 
 
+@torch.no_grad()
+def scored_pass(
+    model: LanguageModel,
+    inputs: dict,
+    targets: tuple,
+    options: dict,
+    start: int = 0,
+    residual: torch.Tensor | None = None,
+    plan: ops.TracePlan | None = None,
+    donors: dict | None = None,
+    *,
+    keep_layers: int = 0,
+) -> tuple:
+    """Target log-prob sums ``[b]`` (``ops.choice_logprob_sums``) and the layers kept.
+
+    A pass from ``start`` takes ``residual``, a clean pass's output of layer ``start - 1``.
+    """
+    with model.nnsight.trace(**inputs, **options, **model.trace_options):
+        outputs: list = ops.keep_outputs(model, keep_layers, ops.save([]))  # [b, W, d] each
+        ops.start_at(model, start, residual)
+        if plan is not None:
+            ops.run_layers(model, plan=plan, donors=donors)
+        logits = ops.final_logits(model)  # [rows, W, V]
+        scores = ops.choice_logprob_sums(logits, *targets).save()
+    return scores, outputs
+
+
 def _padded_inputs(model: LanguageModel, batch: Batch, flat: list, n_c: int) -> dict:
     # a choice's last token predicts nothing that is scored: it is not run
     n, width = len(flat), max(len(c) for c in flat) - 1
@@ -183,24 +210,3 @@ def kept_layers(layers: list, rows: torch.Tensor) -> list:
         mine.batch_select_indices(rows)
         out.append(mine)
     return out
-
-
-def with_clean_layers(cache: Any, clean: list, rows: torch.Tensor, below: int) -> Any:
-    """A started pass's cache, its skipped layers (below ``below``) filled from `kept_layers`."""
-    for i, layer in enumerate(kept_layers(clean[:below], rows)):
-        cache.layers[i] = layer
-    return cache
-
-
-__all__ = [
-    "cache_name",
-    "choice_pass",
-    "choice_rows",
-    "choice_scores",
-    "keeps_logits",
-    "kept_layers",
-    "prompt_pass",
-    "recognition_result",
-    "row_plan",
-    "with_clean_layers",
-]

@@ -19,7 +19,7 @@ from bindscope.interventions.plan import Planner, plan_batch
 from bindscope.interventions.resolve import resolve_rows
 from bindscope.protocols import LanguageModel
 from bindscope.runners.attribution_metrics import TargetLogprob, metric_terms
-from bindscope.runners.prefix import keeps_logits
+from bindscope.runners.prefix import keeps_logits, scored_pass
 
 __all__ = ["ScoredSequence", "condition_scores"]
 
@@ -79,7 +79,7 @@ def _alignment(
     donors: Sequence[ScoredSequence] | None,
     width: int,
 ) -> tuple[Batch | None, list[int], torch.Tensor | None]:
-    """The donors' batch, the final positions each row takes from its donor, ``valid [b, W]``."""
+    # the donors' batch, the final positions each row takes from its donor, valid [b, W]
     if donors is None:
         return None, [], None
     keep = [min(len(row.ids), len(donor.ids)) for row, donor in zip(rows, donors)]
@@ -104,30 +104,6 @@ def _donor_outputs(model: LanguageModel, donors: Batch, keep: list[int], width: 
     }
 
 
-@torch.no_grad()
-def _scored_pass(
-    model: LanguageModel,
-    inputs: dict,
-    targets: tuple,
-    options: dict,
-    *,
-    keep_layers: int = 0,
-    start: int = 0,
-    residual: torch.Tensor | None = None,
-    plan: ops.TracePlan | None = None,
-    donors: dict | None = None,
-) -> tuple:
-    # a condition pass starts at ``start`` from ``residual``, the clean output of layer start - 1
-    with model.nnsight.trace(**inputs, **options, **model.trace_options):
-        outputs: list = ops.keep_outputs(model, keep_layers, ops.save([]))  # [b, W, d] each
-        ops.start_at(model, start, residual)
-        if plan is not None:
-            ops.run_layers(model, plan=plan, donors=donors)
-        logits = ops.final_logits(model)  # [rows, W, V]
-        scores = ops.choice_logprob_sums(logits, *targets).save()
-    return scores, outputs
-
-
 @dataclass(frozen=True)
 class _Pass:
     pairs: list[tuple[int, int]]
@@ -141,7 +117,8 @@ class _Pass:
 def _passes(
     model: LanguageModel, scan: _Scan, batch: Batch, targets: tuple, valid: torch.Tensor | None
 ) -> Iterator[_Pass]:
-    b, size = batch.input_ids.shape[0], scan.rows_per_pass
+    b = batch.input_ids.shape[0]
+    size = b if scan.strategy == "naive" else scan.rows_per_pass  # naive: a condition a pass
     for start, members in sorted(scan.by_start.items()):
         pairs = [(c, r) for c in members for r in range(b)]
         for lo in range(0, len(pairs), size):
@@ -164,7 +141,7 @@ def _batch_session(
     passes: list[_Pass],
     swap: tuple | None,
 ) -> list[torch.Tensor]:
-    # The body computes what _donor_outputs and _scored_pass compute locally, in the same
+    # The body computes what _donor_outputs and scored_pass compute locally, in the same
     # order, with ops and torch only (it ships). No trace stops early: in ndif 0.1.2's
     # sandbox the session's next trace then fails (docs/remote.md, Limits).
     env = model.nnsight
@@ -209,8 +186,10 @@ def _checked(
 ) -> list[Condition]:
     if strategy not in STRATEGIES:
         raise InputError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
-    checked = [_checked_condition(model, c) for c in conditions]
+    checked = [c if isinstance(c, Features) else tuple(model.check_heads(c)) for c in conditions]
     for i, heads in enumerate(checked):
+        if isinstance(heads, Features):
+            heads.dictionary.check(model)
         if not heads:
             raise InputError(f"condition #{i} ablates no head; give at least one (layer, head)")
     if donors is not None and (means is not None or len(donors) != n_sequences):
@@ -221,15 +200,6 @@ def _checked(
             "here (for a donor's features use Patch/Resample(dictionary.features(...)) on a call)"
         )
     return checked
-
-
-def _checked_condition(
-    model: LanguageModel, condition: Sequence[tuple[int, int]] | Features
-) -> Condition:
-    if isinstance(condition, Features):
-        condition.dictionary.check(model)
-        return condition
-    return tuple(model.check_heads(condition))
 
 
 def condition_scores(
@@ -270,7 +240,7 @@ def condition_scores(
 class _Scan:
     strategy: str
     conditions: list[Condition]
-    by_start: dict[int, list[int]]  # lowest ablated layer -> its conditions
+    by_start: dict[int, list[int]]  # the layer a pass starts at -> its conditions
     table: dict | torch.Tensor | None  # the mean-ablation means ([d_sae]: features), or None
     rows_per_pass: int
     keep_layers: int  # clean layer outputs kept for the residual strategy
@@ -286,14 +256,13 @@ class _Scan:
         strategy: str,
         rows_per_pass: int,
     ) -> _Scan:
-        """The scan of checked conditions, grouped by their lowest layer."""
         starts = [
             c.dictionary.layer if isinstance(c, Features) else min(layer for layer, _ in c)
             for c in conditions
         ]
         by_start: dict[int, list[int]] = {}
         for c, start in enumerate(starts):
-            by_start.setdefault(start, []).append(c)
+            by_start.setdefault(start if strategy == "residual" else 0, []).append(c)
         return cls(
             strategy=strategy,
             conditions=conditions,
@@ -314,7 +283,6 @@ class _Into:
     bar: tqdm
 
     def put(self, pairs: Sequence[tuple[int, int]], got: torch.Tensor, indices: list[int]) -> None:
-        """Put one pass's scores of ``(condition, batch row)`` pairs."""
         for (c, r), value in zip(pairs, got.double().tolist()):
             self.scores[c, indices[r]] = value
             self.bar.update(1)
@@ -343,40 +311,15 @@ def _score_batch(
         for one, got in zip(done, found[1:]):
             into.put(one.pairs, got, batch.indices)
         return
-    found, outputs = _scored_pass(
+    found, outputs = scored_pass(
         model, batch.inputs, targets, options, keep_layers=scan.keep_layers
     )
     into.clean[batch.indices] = found.double().numpy()
     swapped = None if mine is None else _donor_outputs(model, mine, keep, width)
-    if scan.strategy == "naive":  # every condition from the embeddings, one per pass
-        for c in range(len(scan.conditions)):
-            plan = _condition_plan(model, scan, [c] * len(part), batch, valid)
-            got, _ = _scored_pass(model, batch.inputs, targets, options, plan=plan, donors=swapped)
-            into.put([(c, r) for r in range(len(part))], got, batch.indices)
-        return
-    for one in passes:  # each from the clean outputs below its lowest layer
-        _score_from_residual(model, one, outputs, options, swapped, batch, into)
-
-
-def _score_from_residual(
-    model: LanguageModel,
-    one: _Pass,
-    outputs: list,
-    options: dict,
-    swapped: dict | None,
-    batch: Batch,
-    into: _Into,
-) -> None:
-    residual = outputs[one.start - 1][one.rows] if one.start > 0 else None
-    taken = None if swapped is None else {k: v[one.rows] for k, v in swapped.items()}
-    got, _ = _scored_pass(
-        model,
-        one.inputs,
-        one.targets,
-        options,
-        start=one.start,
-        residual=residual,
-        plan=one.plan,
-        donors=taken,
-    )
-    into.put(one.pairs, got, batch.indices)
+    for one in passes:  # each from the clean outputs below its lowest layer (naive: none)
+        residual = outputs[one.start - 1][one.rows] if one.start > 0 else None
+        taken = None if swapped is None else {k: v[one.rows] for k, v in swapped.items()}
+        got, _ = scored_pass(
+            model, one.inputs, one.targets, options, one.start, residual, one.plan, taken
+        )
+        into.put(one.pairs, got, batch.indices)
