@@ -28,4 +28,3 @@ def encode(steps: np.ndarray) -> str:
     keep = np.arange(3)[None, :] < length[:, None]
     data = (groups | (more << 7))[keep].astype(np.uint8)
     return base64.b64encode(data.tobytes()).decode("ascii")
-
