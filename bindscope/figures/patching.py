@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from bindscope.figures import markdown as md
-from bindscope.figures.head_maps import map_plots, top_rows
+from bindscope.figures.head_maps import map_plots, top_table
 from bindscope.figures.section import Section
 from bindscope.results.summaries import ExperimentResults
 
@@ -29,9 +29,7 @@ def tables(exp: ExperimentResults) -> list[str]:
             f"gap, {entry['pairs_skipped']} of unequal length skipped), "
             f"{len(entry['significant'])} significant",
             "",
-            *md.table(
-                ["condition", "recovery [95% CI]", "p", f"p ({correction})"], top_rows(entry["top"])
-            ),
+            *top_table(entry["top"], "recovery", correction),
         ]
     return lines
 

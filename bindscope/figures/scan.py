@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from bindscope.figures import markdown as md
-from bindscope.figures.head_maps import map_plots, top_rows
+from bindscope.figures.head_maps import map_plots, top_table
 from bindscope.figures.section import Section
 from bindscope.figures.style import effect_map, intervals, new_figure, short_label, slug
 from bindscope.results.summaries import ExperimentResults, MissingData, need
@@ -40,14 +40,8 @@ def tables(exp: ExperimentResults) -> list[str]:
     for label, entry in exp.models.items():
         lines += [f"**{label}** ({entry.get('n_prompts')} prompts)", ""]
         for metric, block in entry.get("metrics", {}).items():
-            lines += [
-                f"Top by {metric} drop ({len(block['significant'])} significant):",
-                "",
-                *md.table(
-                    ["condition", "effect [95% CI]", "p", f"p ({correction})"],
-                    top_rows(block["top"]),
-                ),
-            ]
+            lines += [f"Top by {metric} drop ({len(block['significant'])} significant):", ""]
+            lines += top_table(block["top"], "effect", correction)
         lines += agreement_lines(entry.get("metrics", {}).get("logprob", {}))
         corr = entry.get("bsi_vs_effect")
         if corr:
