@@ -167,13 +167,12 @@ def folder_data(paths: list[Path], *, model: str | None = None, prompt: str | No
     """Everything the page reads from result folders (keys absent where no folder has it)."""
     folders = _experiment_folders(paths)
     out: dict[str, Any] = {"maps": []}
-    if "binding" in folders:
-        records = _records(folders["binding"], "binding", model)
-        out["binding"] = _binding(records, prompt, folders["binding"])
+    # the C5 ranking records are binding records too: read where no binding folder has one
+    for kind, experiment in (("binding", "binding"), ("c5", "c5-ranking")):
+        if kind in folders and out.get("binding") is None:
+            records = _records(folders[kind], experiment, model)
+            out["binding"] = _binding(records, prompt, folders[kind])
     if "c5" in folders:
-        if out.get("binding") is None:  # the ranking records are binding records too
-            ranking = _records(folders["c5"], "c5-ranking", model)
-            out["binding"] = _binding(ranking, prompt, folders["c5"])
         out["maps"].append(_c5_map(folders["c5"], model))
     out["maps"] += [_ablation_map(folders[n], model, n) for n in _ABLATION_MAPS if n in folders]
     if "circuit" in folders:
