@@ -209,14 +209,15 @@ def faithfulness_figure(label: str, entry: dict, *, where: str) -> tuple[Figure,
 
 def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     """The graph and the faithfulness curve of each model."""
-    yield from style.per_model(exp.models, exp.folder, "circuit_graph", graph_figure)
-    yield from style.per_model(exp.models, exp.folder, "circuit_faithfulness", faithfulness_figure)
+    models = (exp.summary or {}).get("models", {})
+    yield from style.per_model(models, exp.folder, "circuit_graph", graph_figure)
+    yield from style.per_model(models, exp.folder, "circuit_faithfulness", faithfulness_figure)
 
 
 def tables(exp: ExperimentResults) -> list[str]:
     """Faithfulness per circuit size, and the exact verification of the top edges."""
     lines = []
-    for label, entry in exp.models.items():
+    for label, entry in (exp.summary or {}).get("models", {}).items():
         settings = entry["settings"]
         lines += [
             f"**{label}**: {settings['task']}, {settings['method']}, "
