@@ -75,29 +75,17 @@ def tables(exp: ExperimentResults) -> list[str]:
     for label, entry in exp.models.items():
         where = f"{exp.folder / 'summary.json'} [{label}]"
         real = entry.get("real") or {}
-        rows = [
-            [
-                "real terms",
-                DASH,
-                md.num(real.get("n", (real.get("eb_star") or {}).get("n"))),
-                md.num(real.get("n_span_mean"), 2),
-                md.estimate(real.get("eb_star")),
-                *[DASH] * 6,
-            ]
-        ]
+        n_real = real.get("n", md.dig(real, "eb_star", "n"))
+        rows = [[*_group_cells("real terms", DASH, n_real, real), *[DASH] * 6]]
         for name, g in _groups(entry, where):
             matched = g.get("matched") or {}
             n = md.num(matched.get("n"))
             n_pair = n if matched.get("n_real") is None else f"{matched['n_real']}/{n}"
             rows.append(
                 [
-                    name,
-                    g.get("family") or DASH,
-                    md.num(g.get("n")),
-                    md.num(g.get("n_span_mean"), 2),
-                    md.estimate(g.get("eb_star")),
+                    *_group_cells(name, g.get("family") or DASH, g.get("n"), g),
                     md.estimate(g.get("cohens_d"), 2),
-                    md.pvalue((g.get("test") or {}).get("p_value")),
+                    md.pvalue(md.dig(g, "test", "p_value")),
                     md.pvalue(g.get("p_holm")),
                     n_pair,
                     md.estimate(matched.get("cohens_d"), 2),
@@ -106,6 +94,11 @@ def tables(exp: ExperimentResults) -> list[str]:
             )
         lines += [f"**{label}**", "", *md.table(header, rows, left=2)]
     return lines
+
+
+def _group_cells(name: str, family: str, n: float | None, group: dict) -> list[str]:
+    n_span = md.num(group.get("n_span_mean"), 2)
+    return [name, family, md.num(n), n_span, md.estimate(group.get("eb_star"))]
 
 
 plots = style.model_plots("controls", group_means)
