@@ -44,8 +44,7 @@ MAX_BINS = 60
 MAX_STEP = 60
 
 
-def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    """The C5 figures; the cross-architecture one only when there are models to compare."""
+def _plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     where = str(exp.folder / "summary.json")
     k = (exp.summary or {}).get("k")
     yield from style.per_model(exp.models, exp.folder, "c5", model_figure, k=k)
@@ -280,8 +279,7 @@ def _settings(s: dict) -> str:
     )
 
 
-def tables(exp: ExperimentResults) -> list[str]:
-    """The report's C5 ablation tables, as Markdown lines."""
+def _tables(exp: ExperimentResults) -> list[str]:
     s = exp.summary or {}
     settings = _settings(s)
     header = ["model", "task", "n", "chance", "baseline", "top", "bottom", "random mean"]
@@ -375,4 +373,4 @@ def _share(k: int | None, heads: list[int] | None) -> str:
     return f"{k} of {total} ({100 * k / total:.1f}%)"
 
 
-SECTION = Section("c5", TITLE, md.prose("c5"), SIZES, plots, tables, order=3)
+SECTION = Section("c5", TITLE, md.prose("c5"), SIZES, _plots, _tables, order=3)

@@ -66,8 +66,7 @@ def _mk(look: dict) -> dict:
     return {"color": look["color"], "marker": look["marker"]}
 
 
-def tables(exp: ExperimentResults) -> list[str]:
-    """The report's control-group tables, as Markdown lines."""
+def _tables(exp: ExperimentResults) -> list[str]:
     lines: list[str] = []
     header = ["group", "family", "n", "span tokens", "mean EB* [95% CI]"]
     header += ["d, real − control [95% CI]", "p", "Holm p", "matched n (real/control)"]
@@ -102,4 +101,4 @@ def _group_cells(name: str, family: str, n: float | None, group: dict) -> list[s
 
 
 plots = style.model_plots("controls", group_means)
-SECTION = Section("controls", TITLE, md.prose("controls"), SIZES, plots, tables, order=2)
+SECTION = Section("controls", TITLE, md.prose("controls"), SIZES, plots, _tables, order=2)

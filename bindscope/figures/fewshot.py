@@ -74,8 +74,7 @@ def _points(row: dict, condition: str) -> float:
     return np.nan if value is None else float(value)
 
 
-def tables(exp: ExperimentResults) -> list[str]:
-    """The report's few-shot tables, as Markdown lines."""
+def _tables(exp: ExperimentResults) -> list[str]:
     header = ["model", "zero-shot", "few-shot", "paraphrase", "few-shot delta, points [95% CI]"]
     header += ["p", "paraphrase delta, points [95% CI]", "p"]
     return md.table(header, md.model_rows(exp.models, _row))
@@ -95,4 +94,4 @@ def _row(label: str, entry: dict) -> Iterator[list[str]]:
 
 
 plots = style.model_plots("fewshot", term_deltas)
-SECTION = Section("fewshot", TITLE, md.prose("fewshot"), SIZES, plots, tables, order=5)
+SECTION = Section("fewshot", TITLE, md.prose("fewshot"), SIZES, plots, _tables, order=5)

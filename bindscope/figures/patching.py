@@ -13,14 +13,12 @@ TITLE = "Activation patching: which heads carry the clean answer"
 SIZES = {"patching": (12.0, 5.0)}
 
 
-def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    """The activation-patching figures: (file stem, builder) pairs, drawn only when asked."""
+def _plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     what = f"{(exp.summary or {}).get('unit', 'head')} patched: recovery"
     return map_plots("patching", exp.models, "recovery", what, SIZES["patching"])
 
 
-def tables(exp: ExperimentResults) -> list[str]:
-    """The report's activation-patching tables, as Markdown lines."""
+def _tables(exp: ExperimentResults) -> list[str]:
     lines = []
     correction = (exp.summary or {}).get("correction", "bh")
     for label, entry in exp.models.items():
@@ -34,4 +32,4 @@ def tables(exp: ExperimentResults) -> list[str]:
     return lines
 
 
-SECTION = Section("patching", TITLE, md.prose("patching"), SIZES, plots, tables, order=8)
+SECTION = Section("patching", TITLE, md.prose("patching"), SIZES, _plots, _tables, order=8)

@@ -17,8 +17,7 @@ TITLE = "Head scan: what each head's ablation costs"
 SIZES = {"scan": (12.0, 5.0)}
 
 
-def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    """The head-scan figures: (file stem, builder) pairs, drawn only when asked."""
+def _plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     where = str(exp.folder / "summary.json")
     maps = {
         label: need(entry, "metrics", "logprob", where=f"{where} [{label}]")
@@ -33,8 +32,7 @@ def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
             yield f"scan_estimate_{slug(label)}", drawn
 
 
-def tables(exp: ExperimentResults) -> list[str]:
-    """The report's head-scan tables, as Markdown lines."""
+def _tables(exp: ExperimentResults) -> list[str]:
     lines = []
     correction = (exp.summary or {}).get("correction", "bh")
     for label, entry in exp.models.items():
@@ -104,4 +102,4 @@ def agreement_lines(block: dict) -> list[str]:
     ]
 
 
-SECTION = Section("scan", TITLE, md.prose("scan"), SIZES, plots, tables, order=7)
+SECTION = Section("scan", TITLE, md.prose("scan"), SIZES, _plots, _tables, order=7)

@@ -16,8 +16,7 @@ SIZES = {"sweep_emergence": (8.0, 6.0), "sweep_leadlag": (8.0, 4.4)}
 METHODS = ("pearson", "spearman")
 
 
-def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    """Each model's emergence curves, and the lead-lag forest plot of all models."""
+def _plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     where = str(exp.folder / "summary.json")
     yield from style.per_model(exp.models, exp.folder, "sweep_emergence", emergence)
     yield "sweep_leadlag", lambda: leadlag_forest(exp.models, where=where)
@@ -138,8 +137,7 @@ def leadlag_forest(models: dict[str, dict], *, where: str = "summary"):
     return fig, caption
 
 
-def tables(exp: ExperimentResults) -> list[str]:
-    """The report's checkpoint-sweep tables, as Markdown lines."""
+def _tables(exp: ExperimentResults) -> list[str]:
     lines: list[str] = []
     for model, entry in exp.models.items():
         revisions = entry.get("revisions") or []
@@ -180,4 +178,4 @@ def _decoupling_row(model: str, entry: dict) -> Iterator[list[str]]:
         yield [model, md.DASH, *md.nums(d, *keys)]
 
 
-SECTION = Section("sweep", TITLE, md.prose("sweep"), SIZES, plots, tables, order=4)
+SECTION = Section("sweep", TITLE, md.prose("sweep"), SIZES, _plots, _tables, order=4)
