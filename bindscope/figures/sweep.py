@@ -60,7 +60,7 @@ def emergence(model: str, entry: dict, *, where: str = "summary"):
     if len(revisions) > 4:
         ax_beh.tick_params(axis="x", labelrotation=35)
     ax_beh.set_xlabel("checkpoint (Hub revision, training order)")
-    n_terms = len(per_term) or (entry.get("leadlag") or {}).get("n_terms")
+    n_terms = len(per_term) or md.dig(entry, "leadlag", "n_terms")
     ax_eb.set_title(f"{style.short_label(model)}: emergence over training ({n_terms} terms)")
     caption = (
         f"{model}: EB* (top) and behaviour score (bottom) across checkpoints; line = mean "
@@ -83,21 +83,16 @@ def leadlag_rows(models: dict[str, dict], *, where: str = "summary"):
             skipped.append((model, leadlag.get("skipped") or "no lead-lag results stored"))
             continue
         for method in METHODS:
-            if (leadlag.get("n_lead") or {}).get(method) is None:
+            if md.dig(leadlag, "n_lead", method) is None:
                 continue
             est = lead_fraction(leadlag, method, where=f"{where} [{model}] leadlag")
-            rows.append(
-                {
-                    "model": model,
-                    "method": method,
-                    "fraction": est,
-                    "n_lead": leadlag["n_lead"][method],
-                    # terms with a defined lead difference: the binomial test's n
-                    "n": est.get("n", leadlag.get("n_terms")),
-                    "p": ((leadlag.get("binomial") or {}).get(method) or {}).get("p_value"),
-                    "mean_lead_diff": (leadlag.get("mean_lead_diff") or {}).get(method),
-                }
-            )
+            row = {"model": model, "method": method, "fraction": est}
+            row["n_lead"] = leadlag["n_lead"][method]
+            # terms with a defined lead difference: the binomial test's n
+            row["n"] = est.get("n", leadlag.get("n_terms"))
+            row["p"] = md.dig(leadlag, "binomial", method, "p_value")
+            row["mean_lead_diff"] = md.dig(leadlag, "mean_lead_diff", method)
+            rows.append(row)
     return rows, skipped
 
 
