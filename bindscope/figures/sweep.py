@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -86,7 +87,7 @@ def leadlag_rows(models: dict[str, dict], *, where: str = "summary"):
             if md.dig(leadlag, "n_lead", method) is None:
                 continue
             est = lead_fraction(leadlag, method, where=f"{where} [{model}] leadlag")
-            row = {"model": model, "method": method, "fraction": est}
+            row: dict[str, Any] = {"model": model, "method": method, "fraction": est}
             row["n_lead"] = leadlag["n_lead"][method]
             # terms with a defined lead difference: the binomial test's n
             row["n"] = est.get("n", leadlag.get("n_terms"))
