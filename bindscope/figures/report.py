@@ -53,12 +53,8 @@ def _section(
         lines += [f"Table not available: {exc}.", ""]
     for fig in (f for f in figures.figures if f.experiment == exp.name):
         n, png, pdf = next(number), _rel(fig.png, path), _rel(fig.pdf, path)
-        lines += [
-            f"![Figure {n}: {fig.name}]({png})",
-            "",
-            f"*Figure {n}.* {fig.caption} ([PDF]({pdf}))",
-            "",
-        ]
+        lines += [f"![Figure {n}: {fig.name}]({png})", ""]
+        lines += [f"*Figure {n}.* {fig.caption} ([PDF]({pdf}))", ""]
     return lines
 
 
