@@ -281,7 +281,6 @@ def _settings(s: dict) -> str:
 
 def _tables(exp: ExperimentResults) -> list[str]:
     s = exp.summary or {}
-    settings = _settings(s)
     header = ["model", "task", "n", "chance", "baseline", "top", "bottom", "random mean"]
     header += ["top drop [95% CI]", "bottom drop [95% CI]", "specificity [95% CI]", "p", "Holm p"]
     heads = [
@@ -297,7 +296,7 @@ def _tables(exp: ExperimentResults) -> list[str]:
              "sets drawn (support)", "stopped", "specificity [95% CI]",
              "detectable drop"]  # fmt: skip
     out = [
-        settings,
+        _settings(s),
         "",
         *md.table(header, md.model_rows(exp.models, _task_rows), left=2),
         *md.table(["model", "heads per set", "top heads", "bottom heads"], heads, left=4),
