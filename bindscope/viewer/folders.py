@@ -145,7 +145,7 @@ def _circuit(folder: Path, model: str | None) -> dict | None:
     for m in (r["metrics"] for r in records if r["condition"] == "verify"):
         checked = {e: (a, b) for e, a, b in zip(m["edges"], m["estimate"], m["exact"])}
     edges = []
-    for r in sorted(_kind(records, "edge:"), key=lambda r: r["metrics"]["rank"]):
+    for r in sorted(_condition_starts(records, "edge:"), key=lambda r: r["metrics"]["rank"]):
         name = r["condition"].removeprefix("edge:")
         sender, receiver = name.split("->")
         edge = {"s": sender, "r": receiver, "score": r["metrics"]["score"]}
@@ -155,11 +155,11 @@ def _circuit(folder: Path, model: str | None) -> dict | None:
     if not edges:
         return None
     keys = ("n_edges", "share", "low", "high")
-    sizes = [{k: r["metrics"].get(k) for k in keys} for r in _kind(records, "top:")]
+    sizes = [{k: r["metrics"].get(k) for k in keys} for r in _condition_starts(records, "top:")]
     return {"edges": edges, "sizes": sorted(sizes, key=lambda s: s["n_edges"] or 0)}
 
 
-def _kind(records: list[dict], prefix: str) -> list[dict]:
+def _condition_starts(records: list[dict], prefix: str) -> list[dict]:
     return [r for r in records if r["condition"].startswith(prefix)]
 
 
