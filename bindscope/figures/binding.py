@@ -44,8 +44,7 @@ def bsi_heatmap(label: str, entry: dict, *, where: str = "summary"):
     return fig, caption
 
 
-def tables(exp: ExperimentResults) -> list[str]:
-    """The report's binding tables, as Markdown lines."""
+def _tables(exp: ExperimentResults) -> list[str]:
     header = ["model", "layers", "heads", "n", "skipped", "EB* [95% CI]", "EB* norm [95% CI]"]
     rows = md.model_rows(exp.models, _row)
     return md.table([*header, "top heads (by mean BSI)"], rows, left=1)
@@ -62,4 +61,4 @@ def _row(label: str, entry: dict) -> Iterator[list[str]]:
 
 
 plots = style.model_plots("binding_bsi", bsi_heatmap)
-SECTION = Section("binding", TITLE, md.prose("binding"), SIZES, plots, tables, order=1)
+SECTION = Section("binding", TITLE, md.prose("binding"), SIZES, plots, _tables, order=1)

@@ -29,14 +29,22 @@ DROP_LABEL = {
     "generation": "rubric-score drop, baseline − ablated (0–1 scale)",
 }
 BAR_CONDITIONS = ("baseline", "top", "bottom", "random")
+CONDITION_NAMES = {
+    "baseline": "baseline (no ablation)",
+    "top": "top-{k} heads (highest BSI)",
+    "bottom": "bottom-{k} heads (lowest BSI)",
+    "random": "random {k}-head sets (mean)",
+}
+#: The table's columns of numbers and of estimates per score, as keys into a model's entry.
+TABLE_NUMBERS = [("chance",), *(("conditions", c) for c in ("baseline", "top", "bottom"))]
+TABLE_ESTIMATES = [("drops", "top"), ("drops", "bottom"), ("specificity",)]
 #: Most histogram bins; a score on steps gets whole steps per bin beyond this.
 MAX_BINS = 60
 #: The finest step of one item's score that histogram bins look for (1/60 of the scale).
 MAX_STEP = 60
 
 
-def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    """The C5 figures; the cross-architecture one only when there are models to compare."""
+def _plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     where = str(exp.folder / "summary.json")
     k = (exp.summary or {}).get("k")
     yield from style.per_model(exp.models, exp.folder, "c5", model_figure, k=k)
@@ -46,16 +54,15 @@ def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
 
 def _condition_bar(entry: dict, condition: str, score: str) -> tuple[Any, Any]:
     # (score, (lower, upper) error); the errors are None without an interval
-    conditions = entry.get("conditions") or {}
-    base = (conditions.get("baseline") or {}).get(score)
+    base = md.dig(entry, "conditions", "baseline", score)
     if condition == "baseline" or base is None:
         return base, None
     if condition == "random":
         drop, err = _drop_bar(entry, "random", score)
         # a score is baseline - drop, so the drop's upper error is the score's lower one
         return (None, None) if drop is None else (base - drop, err[::-1])
-    value = (conditions.get(condition) or {}).get(score)
-    drop = ((entry.get("drops") or {}).get(condition) or {}).get(score)
+    value = md.dig(entry, "conditions", condition, score)
+    drop = md.dig(entry, "drops", condition, score)
     if value is None or not drop or drop.get("low") is None:
         return value, None
     # the CI of the paired drop, placed on the score scale
@@ -98,7 +105,7 @@ def _score_bars(ax: Any, entry: dict, score: str, k: int | None) -> None:
             _bar(ax, x, value, err, width=0.7, condition=condition, k=k, lw=1)
             low, high = err if err is not None else (0.0, 0.0)
             ends += [value - low, value + high]
-    level = (entry.get("chance") or {}).get(score)
+    level = md.dig(entry, "chance", score)
     if level is not None:
         ax.axhline(level, color="black", linestyle=":", label="chance (1/choices)")
     if score == "margin":
@@ -108,7 +115,7 @@ def _score_bars(ax: Any, entry: dict, score: str, k: int | None) -> None:
     ax.set_ylim(min(ends) - pad, max(ends) + pad)
     names = ["baseline", f"top-{k or 'k'}", f"bottom-{k or 'k'}", "random"]
     ax.set_xticks(range(len(names)), names)
-    n = ((entry.get("conditions") or {}).get("baseline") or {}).get(f"n_{score}")
+    n = md.dig(entry, "conditions", "baseline", f"n_{score}")
     read = " (continuous: read this)" if score == "margin" else ""
     ax.set_title(f"{score}{read}\nscore by condition, n = {n} items")
     ax.set_ylabel(UNITS[score])
@@ -127,19 +134,13 @@ def _bar(
 ) -> None:
     s = style.CONDITION_STYLE[condition]
     ax.bar(x, value, width, color=s["color"], hatch=s["hatch"], edgecolor="black",
-           linewidth=0.6, label=_condition_name(condition, k))  # fmt: skip
+           linewidth=0.6, label=CONDITION_NAMES[condition].format(k=_k(k)))  # fmt: skip
     if err is not None:
         ax.errorbar(x, value, yerr=[[err[0]], [err[1]]], color="black", capsize=3, **errorbar)
 
 
-def _condition_name(condition: str, k: int | None) -> str:
-    kk = k if k is not None else "k"
-    return {
-        "baseline": "baseline (no ablation)",
-        "top": f"top-{kk} heads (highest BSI)",
-        "bottom": f"bottom-{kk} heads (lowest BSI)",
-        "random": f"random {kk}-head sets (mean)",
-    }[condition]
+def _k(k: int | None) -> int | str:
+    return k if k is not None else "k"
 
 
 def drop_bins(drops: list[float], n_items: int | None) -> Any:
@@ -165,7 +166,7 @@ def drop_bins(drops: list[float], n_items: int | None) -> Any:
 
 
 def _random_histogram(ax: Any, entry: dict, score: str, k: int | None) -> None:
-    drops = (entry.get("random_drops") or {}).get(score)
+    drops = md.dig(entry, "random_drops", score)
     ax.set_xlabel(DROP_LABEL[score])
     ax.set_ylabel("random head sets (count)")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -174,19 +175,18 @@ def _random_histogram(ax: Any, entry: dict, score: str, k: int | None) -> None:
         ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes)
         return
     s = style.CONDITION_STYLE["random"]
-    bins = drop_bins(drops, (entry.get("n_items") or {}).get(score))
+    bins = drop_bins(drops, md.dig(entry, "n_items", score))
     ax.hist(drops, bins=bins, color=s["color"], hatch=s["hatch"], edgecolor="black", linewidth=0.5)
     for condition, linestyle in (("top", "-"), ("bottom", "--")):
-        drop = ((entry.get("drops") or {}).get(condition) or {}).get(score)
+        drop = md.dig(entry, "drops", condition, score)
         if drop and drop.get("value") is not None:
             ax.axvline(drop["value"], color=style.CONDITION_STYLE[condition]["color"],
                        linestyle=linestyle, linewidth=2,
-                       label=f"{condition}-{k if k is not None else 'k'} set's drop")  # fmt: skip
+                       label=f"{condition}-{_k(k)} set's drop")  # fmt: skip
             ax.annotate(f"{drop['value']:.3f}", (drop["value"], 1.0),
                         xycoords=("data", "axes fraction"), ha="center", va="bottom",
                         fontsize=7)  # fmt: skip
-    p = (entry.get("p_value") or {}).get(score)
-    holm = (entry.get("p_holm") or {}).get(score)
+    p, holm = md.dig(entry, "p_value", score), md.dig(entry, "p_holm", score)
     ax.set_title(
         f"{score}: {len(drops)} random sets\none-sided p = {md.pvalue(p)}, "
         f"Holm p = {md.pvalue(holm)}",
@@ -228,7 +228,7 @@ def _drops_by_model(ax: Any, models: dict[str, dict], score: str, k: int | None)
             value, err = _drop_bar(models[label], condition, score)
             if value is not None:
                 _bar(ax, m + (i - 1) * width, value, err, width=width, condition=condition, k=k)
-    holm = [(models[label].get("p_holm") or {}).get(score) for label in labels]
+    holm = [md.dig(models[label], "p_holm", score) for label in labels]
     ticks = [
         f"{style.short_label(label)}\nHolm p = {md.pvalue(p)}" for label, p in zip(labels, holm)
     ]
@@ -243,14 +243,14 @@ def _drops_by_model(ax: Any, models: dict[str, dict], score: str, k: int | None)
 
 def _drop_bar(entry: dict, condition: str, task: str) -> tuple[Any, Any]:
     if condition == "random":
-        drops = (entry.get("random_drops") or {}).get(task)
+        drops = md.dig(entry, "random_drops", task)
         if not drops:
             return None, None
         arr = np.asarray(drops, dtype=float)  # one mean drop per random set
         low, high = np.percentile(arr, [2.5, 97.5])
         value = float(arr.mean())
         return value, (value - low, high - value)
-    drop = ((entry.get("drops") or {}).get(condition) or {}).get(task)
+    drop = md.dig(entry, "drops", condition, task)
     if not drop or drop.get("value") is None:
         return None, None
     value = drop["value"]
@@ -279,16 +279,14 @@ def _settings(s: dict) -> str:
     )
 
 
-def tables(exp: ExperimentResults) -> list[str]:
-    """The report's C5 ablation tables, as Markdown lines."""
+def _tables(exp: ExperimentResults) -> list[str]:
     s = exp.summary or {}
-    settings = _settings(s)
     header = ["model", "task", "n", "chance", "baseline", "top", "bottom", "random mean"]
     header += ["top drop [95% CI]", "bottom drop [95% CI]", "specificity [95% CI]", "p", "Holm p"]
     heads = [
         [
             label,
-            _share(s.get("k"), (exp.provenance.get(label) or {}).get("heads")),
+            _share(s.get("k"), md.dig(exp.provenance, label, "heads")),
             md.heads(e.get("top_heads")),
             md.heads(e.get("bottom_heads")),
         ]
@@ -298,7 +296,7 @@ def tables(exp: ExperimentResults) -> list[str]:
              "sets drawn (support)", "stopped", "specificity [95% CI]",
              "detectable drop"]  # fmt: skip
     out = [
-        settings,
+        _settings(s),
         "",
         *md.table(header, md.model_rows(exp.models, _task_rows), left=2),
         *md.table(["model", "heads per set", "top heads", "bottom heads"], heads, left=4),
@@ -326,7 +324,7 @@ def _null_rows(label: str, entry: dict) -> Iterator[list[str]]:
                 f"{md.num(t.get('n_drawn'))} ({md.num(t.get('support'))})",
                 str(t.get("stopped")),
                 md.estimate(t.get("specificity")),
-                md.num((entry.get("detectable_drop") or {}).get(score)) if null == "random" else "",
+                md.num(md.dig(entry, "detectable_drop", score)) if null == "random" else "",
             ]
 
 
@@ -342,7 +340,7 @@ def _tail(tail: dict) -> str:
 def _match_rows(label: str, entry: dict) -> Iterator[list[str]]:
     match = entry.get("class_match") or {}
     for head in match.get("heads", []):
-        counts = (match.get("classes") or {}).get(head.get("class"), {})
+        counts = md.dig(match, "classes", head.get("class")) or {}
         yield [
             label,
             md.heads([head["head"]]),
@@ -354,28 +352,17 @@ def _match_rows(label: str, entry: dict) -> Iterator[list[str]]:
 
 
 def _task_rows(label: str, entry: dict) -> Iterator[list[str]]:
-    conditions = entry.get("conditions") or {}
-    drops = entry.get("drops") or {}
     for task in SCORES:
-        base = (conditions.get("baseline") or {}).get(task)
+        base = md.dig(entry, "conditions", "baseline", task)
         if base is None:
             continue
-        rand = (drops.get("random_mean") or {}).get(task)
-        yield [
-            label,
-            task,
-            md.num((conditions.get("baseline") or {}).get(f"n_{task}")),
-            md.num((entry.get("chance") or {}).get(task)),
-            md.num(base),
-            md.num((conditions.get("top") or {}).get(task)),
-            md.num((conditions.get("bottom") or {}).get(task)),
-            md.num(None if rand is None else base - rand),
-            md.estimate((drops.get("top") or {}).get(task)),
-            md.estimate((drops.get("bottom") or {}).get(task)),
-            md.estimate((entry.get("specificity") or {}).get(task)),
-            md.pvalue((entry.get("p_value") or {}).get(task)),
-            md.pvalue((entry.get("p_holm") or {}).get(task)),
-        ]
+        rand = md.dig(entry, "drops", "random_mean", task)
+        cells = [md.num(md.dig(entry, "conditions", "baseline", f"n_{task}"))]
+        cells += [md.num(md.dig(entry, *keys, task)) for keys in TABLE_NUMBERS]
+        cells.append(md.num(None if rand is None else base - rand))
+        cells += [md.estimate(md.dig(entry, *keys, task)) for keys in TABLE_ESTIMATES]
+        cells += [md.pvalue(md.dig(entry, key, task)) for key in ("p_value", "p_holm")]
+        yield [label, task, *cells]
 
 
 def _share(k: int | None, heads: list[int] | None) -> str:
@@ -385,4 +372,4 @@ def _share(k: int | None, heads: list[int] | None) -> str:
     return f"{k} of {total} ({100 * k / total:.1f}%)"
 
 
-SECTION = Section("c5", TITLE, md.prose("c5"), SIZES, plots, tables, order=3)
+SECTION = Section("c5", TITLE, md.prose("c5"), SIZES, _plots, _tables, order=3)

@@ -207,8 +207,7 @@ def faithfulness_figure(label: str, entry: dict, *, where: str) -> tuple[Figure,
     return fig, caption
 
 
-def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    """The graph and the faithfulness curve of each model."""
+def _plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     models = (exp.summary or {}).get("models", {})
     yield from style.per_model(models, exp.folder, "circuit_graph", graph_figure)
     yield from style.per_model(models, exp.folder, "circuit_faithfulness", faithfulness_figure)
@@ -264,4 +263,4 @@ def _under_half(label: str, rows: list[dict]) -> list[str]:
     ]
 
 
-SECTION = Section("circuit", TITLE, md.prose("circuit"), SIZES, plots, tables, order=9)
+SECTION = Section("circuit", TITLE, md.prose("circuit"), SIZES, _plots, tables, order=9)

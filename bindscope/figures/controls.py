@@ -66,8 +66,7 @@ def _mk(look: dict) -> dict:
     return {"color": look["color"], "marker": look["marker"]}
 
 
-def tables(exp: ExperimentResults) -> list[str]:
-    """The report's control-group tables, as Markdown lines."""
+def _tables(exp: ExperimentResults) -> list[str]:
     lines: list[str] = []
     header = ["group", "family", "n", "span tokens", "mean EB* [95% CI]"]
     header += ["d, real − control [95% CI]", "p", "Holm p", "matched n (real/control)"]
@@ -75,29 +74,17 @@ def tables(exp: ExperimentResults) -> list[str]:
     for label, entry in exp.models.items():
         where = f"{exp.folder / 'summary.json'} [{label}]"
         real = entry.get("real") or {}
-        rows = [
-            [
-                "real terms",
-                DASH,
-                md.num(real.get("n", (real.get("eb_star") or {}).get("n"))),
-                md.num(real.get("n_span_mean"), 2),
-                md.estimate(real.get("eb_star")),
-                *[DASH] * 6,
-            ]
-        ]
+        n_real = real.get("n", md.dig(real, "eb_star", "n"))
+        rows = [[*_group_cells("real terms", DASH, n_real, real), *[DASH] * 6]]
         for name, g in _groups(entry, where):
             matched = g.get("matched") or {}
             n = md.num(matched.get("n"))
             n_pair = n if matched.get("n_real") is None else f"{matched['n_real']}/{n}"
             rows.append(
                 [
-                    name,
-                    g.get("family") or DASH,
-                    md.num(g.get("n")),
-                    md.num(g.get("n_span_mean"), 2),
-                    md.estimate(g.get("eb_star")),
+                    *_group_cells(name, g.get("family") or DASH, g.get("n"), g),
                     md.estimate(g.get("cohens_d"), 2),
-                    md.pvalue((g.get("test") or {}).get("p_value")),
+                    md.pvalue(md.dig(g, "test", "p_value")),
                     md.pvalue(g.get("p_holm")),
                     n_pair,
                     md.estimate(matched.get("cohens_d"), 2),
@@ -108,5 +95,10 @@ def tables(exp: ExperimentResults) -> list[str]:
     return lines
 
 
+def _group_cells(name: str, family: str, n: float | None, group: dict) -> list[str]:
+    n_span = md.num(group.get("n_span_mean"), 2)
+    return [name, family, md.num(n), n_span, md.estimate(group.get("eb_star"))]
+
+
 plots = style.model_plots("controls", group_means)
-SECTION = Section("controls", TITLE, md.prose("controls"), SIZES, plots, tables, order=2)
+SECTION = Section("controls", TITLE, md.prose("controls"), SIZES, plots, _tables, order=2)

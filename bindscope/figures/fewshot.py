@@ -30,25 +30,15 @@ def term_deltas(label: str, entry: dict, *, where: str = "summary"):
     ax.axvline(0, color=style.OKABE_ITO["black"], linewidth=0.8)
     ax.axhline(ys[0] - 0.5, color="#999999", linewidth=0.6)
     for i, condition in enumerate(CONDITIONS):
-        s = style.SERIES[i]
+        s, name = style.SERIES[i], condition.replace("_", "-")
         offset = 0.15 if i == 0 else -0.15
-        face = s["color"] if i == 0 else "white"
-        style.interval(
-            ax, ys[0] + offset, deltas.get(condition), color=s["color"], marker=s["marker"],
-            filled=i == 0, markersize=8, lw=1.8,
-            label=f"{condition.replace('_', '-')}: mean, 95% CI (top row)",
-        )  # fmt: skip
+        look = {"color": s["color"], "marker": s["marker"]}
+        style.interval(ax, ys[0] + offset, deltas.get(condition), **look, filled=i == 0,
+                       markersize=8, lw=1.8, label=f"{name}: mean, 95% CI (top row)")  # fmt: skip
         values = [_points(per_term[t], condition) for t in terms]
-        ax.plot(
-            values,
-            ys[1:] + offset,
-            marker=s["marker"],
-            markersize=4,
-            color=s["color"],
-            markerfacecolor=face,
-            linestyle="none",
-            label=f"{condition.replace('_', '-')}: per term",
-        )
+        face = s["color"] if i == 0 else "white"
+        ax.plot(values, ys[1:] + offset, marker=s["marker"], markersize=4, color=s["color"],
+                markerfacecolor=face, linestyle="none", label=f"{name}: per term")  # fmt: skip
     ax.set_yticks(ys, ["all terms (mean)", *terms], fontsize=6 if len(terms) > 25 else 8)
     ax.set_ylim(-0.7, n_rows - 0.3)
     ax.set_xlabel("change from zero-shot (percentage points of rubric score)")
@@ -74,8 +64,7 @@ def _points(row: dict, condition: str) -> float:
     return np.nan if value is None else float(value)
 
 
-def tables(exp: ExperimentResults) -> list[str]:
-    """The report's few-shot tables, as Markdown lines."""
+def _tables(exp: ExperimentResults) -> list[str]:
     header = ["model", "zero-shot", "few-shot", "paraphrase", "few-shot delta, points [95% CI]"]
     header += ["p", "paraphrase delta, points [95% CI]", "p"]
     return md.table(header, md.model_rows(exp.models, _row))
@@ -95,4 +84,4 @@ def _row(label: str, entry: dict) -> Iterator[list[str]]:
 
 
 plots = style.model_plots("fewshot", term_deltas)
-SECTION = Section("fewshot", TITLE, md.prose("fewshot"), SIZES, plots, tables, order=5)
+SECTION = Section("fewshot", TITLE, md.prose("fewshot"), SIZES, plots, _tables, order=5)

@@ -46,12 +46,13 @@ def heads_figure(
     return fig, caption
 
 
-def top_rows(top: list[dict]) -> list[list[str]]:
-    """The largest effects as report table rows: condition, estimate, p, adjusted p."""
-    return [
+def top_table(top: list[dict], what: str, correction: str) -> list[str]:
+    """The largest effects as a report table: condition, ``what`` [95% CI], p, adjusted p."""
+    rows = [
         [c["condition"], md.estimate(c), md.pvalue(c.get("p")), md.pvalue(c.get("p_adjusted"))]
         for c in top[:TOP]
     ]
+    return md.table(["condition", f"{what} [95% CI]", "p", f"p ({correction})"], rows)
 
 
 def map_plots(
@@ -68,4 +69,4 @@ def map_plots(
         yield f"{stem}_{slug(label)}", builder(label, block)
 
 
-__all__ = ["heads_figure", "map_plots", "top_rows"]
+__all__ = ["heads_figure", "map_plots", "top_table"]

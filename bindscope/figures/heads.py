@@ -25,8 +25,7 @@ NAMES = {
 }
 
 
-def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    """The head-taxonomy figures: (file stem, builder) pairs, drawn only when asked."""
+def _plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     yield from style.per_model(exp.models, exp.folder, "heads_map", score_maps)
     checkpoints = (exp.summary or {}).get("emergence") or {}
     yield from style.per_model(checkpoints, exp.folder, "heads_emergence", emergence)
@@ -119,8 +118,7 @@ def emergence(model: str, entry: dict, *, where: str = "summary"):
     return fig, caption
 
 
-def tables(exp: ExperimentResults) -> list[str]:
-    """The report's head-taxonomy tables, as Markdown lines."""
+def _tables(exp: ExperimentResults) -> list[str]:
     header = ["model", "layers", "heads", "position 0 is BOS", "sink", "previous-token"]
     header += ["induction", "duplicate-token", "binding", "binding top-k", "of which"]
     lines = md.table(header, md.model_rows(exp.models, _class_row), left=1)
@@ -153,4 +151,4 @@ def _class_row(label: str, entry: dict) -> Iterator[list[str]]:
     ]
 
 
-SECTION = Section("heads", TITLE, md.prose("heads"), SIZES, plots, tables, order=6)
+SECTION = Section("heads", TITLE, md.prose("heads"), SIZES, _plots, _tables, order=6)

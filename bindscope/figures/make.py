@@ -67,10 +67,7 @@ def make_figures(results_dir: str | Path, out_dir: str | Path | None = None) -> 
                 report.not_run.append(name)
             continue
         for figure_name, build in section.plots(exp):
-            drawn = _draw(exp, figure_name, build, out, report)
-            if drawn is not None:
-                report.figures.append(drawn)
-                report.written.extend([drawn.png, drawn.pdf])
+            _draw(exp, figure_name, build, out, report)
     return report
 
 
@@ -80,7 +77,7 @@ def _draw(
     build: Callable[[], tuple[Figure, str]],
     out: Path,
     report: FigureReport,
-) -> FigureFile | None:
+) -> None:
     with rc_context():
         try:
             fig, caption = build()
@@ -88,14 +85,15 @@ def _draw(
             raise
         except MissingData as exc:
             report.skipped.append((name, f"{exc}; rerun `bindscope summarize` if it is stale"))
-            return None
+            return
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             # a summary of an unexpected shape skips this figure, not the whole run
             where = exp.folder / "summary.json"
             report.skipped.append((name, f"{where}: unexpected shape ({exc!r})"))
-            return None
+            return
         png, pdf = save(fig, out, name)
-    return FigureFile(name, exp.name, caption, png, pdf)
+    report.figures.append(FigureFile(name, exp.name, caption, png, pdf))
+    report.written.extend([png, pdf])
 
 
 __all__ = ["FigureFile", "FigureReport", "make_figures"]

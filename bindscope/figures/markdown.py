@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from importlib import resources
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from bindscope.results.format import DASH, estimate, heads, num, pvalue
 
@@ -16,6 +16,13 @@ R = TypeVar("R")  # a table row
 def cell(text: object) -> str:
     """A table cell: pipes escaped, on one line."""
     return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def dig(entry: Mapping | None, *keys: object) -> Any:
+    """``entry[k1][k2]...``, None where a level is missing or empty."""
+    for key in keys:
+        entry = (entry or {}).get(key)
+    return entry
 
 
 def nums(entry: Mapping, *keys: str) -> list[str]:
@@ -54,6 +61,7 @@ def prose(name: str) -> str:
 __all__ = [
     "DASH",
     "cell",
+    "dig",
     "estimate",
     "heads",
     "model_rows",

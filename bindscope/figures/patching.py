@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from bindscope.figures import markdown as md
-from bindscope.figures.head_maps import map_plots, top_rows
+from bindscope.figures.head_maps import map_plots, top_table
 from bindscope.figures.section import Section
 from bindscope.results.summaries import ExperimentResults
 
@@ -13,14 +13,12 @@ TITLE = "Activation patching: which heads carry the clean answer"
 SIZES = {"patching": (12.0, 5.0)}
 
 
-def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    """The activation-patching figures: (file stem, builder) pairs, drawn only when asked."""
+def _plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     what = f"{(exp.summary or {}).get('unit', 'head')} patched: recovery"
     return map_plots("patching", exp.models, "recovery", what, SIZES["patching"])
 
 
-def tables(exp: ExperimentResults) -> list[str]:
-    """The report's activation-patching tables, as Markdown lines."""
+def _tables(exp: ExperimentResults) -> list[str]:
     lines = []
     correction = (exp.summary or {}).get("correction", "bh")
     for label, entry in exp.models.items():
@@ -29,11 +27,9 @@ def tables(exp: ExperimentResults) -> list[str]:
             f"gap, {entry['pairs_skipped']} of unequal length skipped), "
             f"{len(entry['significant'])} significant",
             "",
-            *md.table(
-                ["condition", "recovery [95% CI]", "p", f"p ({correction})"], top_rows(entry["top"])
-            ),
+            *top_table(entry["top"], "recovery", correction),
         ]
     return lines
 
 
-SECTION = Section("patching", TITLE, md.prose("patching"), SIZES, plots, tables, order=8)
+SECTION = Section("patching", TITLE, md.prose("patching"), SIZES, _plots, _tables, order=8)

@@ -53,12 +53,8 @@ def _section(
         lines += [f"Table not available: {exc}.", ""]
     for fig in (f for f in figures.figures if f.experiment == exp.name):
         n, png, pdf = next(number), _rel(fig.png, path), _rel(fig.pdf, path)
-        lines += [
-            f"![Figure {n}: {fig.name}]({png})",
-            "",
-            f"*Figure {n}.* {fig.caption} ([PDF]({pdf}))",
-            "",
-        ]
+        lines += [f"![Figure {n}: {fig.name}]({png})", ""]
+        lines += [f"*Figure {n}.* {fig.caption} ([PDF]({pdf}))", ""]
     return lines
 
 
@@ -120,13 +116,8 @@ def _models(results: dict[str, ExperimentResults]) -> list[str]:
         for label, prov in results[name].provenance.items():
             heads = prov.get("heads")
             shape = f"{heads[0]} x {heads[1]} = {heads[0] * heads[1]}" if heads else md.DASH
-            row = [
-                label,
-                prov.get("family") or md.DASH,
-                shape,
-                prov.get("training") or "not stated",
-            ]
-            seen.setdefault(label, row)
+            family, training = prov.get("family") or md.DASH, prov.get("training") or "not stated"
+            seen.setdefault(label, [label, family, shape, training])
     if not seen:
         return []
     header = ["model", "family", "heads (layers x heads)", "checkpoint"]

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from bindscope.figures import markdown as md
-from bindscope.figures.head_maps import map_plots, top_rows
+from bindscope.figures.head_maps import map_plots, top_table
 from bindscope.figures.section import Section
 from bindscope.figures.style import effect_map, intervals, new_figure, short_label, slug
 from bindscope.results.summaries import ExperimentResults, MissingData, need
@@ -17,8 +17,7 @@ TITLE = "Head scan: what each head's ablation costs"
 SIZES = {"scan": (12.0, 5.0)}
 
 
-def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    """The head-scan figures: (file stem, builder) pairs, drawn only when asked."""
+def _plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     where = str(exp.folder / "summary.json")
     maps = {
         label: need(entry, "metrics", "logprob", where=f"{where} [{label}]")
@@ -33,21 +32,14 @@ def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
             yield f"scan_estimate_{slug(label)}", drawn
 
 
-def tables(exp: ExperimentResults) -> list[str]:
-    """The report's head-scan tables, as Markdown lines."""
+def _tables(exp: ExperimentResults) -> list[str]:
     lines = []
     correction = (exp.summary or {}).get("correction", "bh")
     for label, entry in exp.models.items():
         lines += [f"**{label}** ({entry.get('n_prompts')} prompts)", ""]
         for metric, block in entry.get("metrics", {}).items():
-            lines += [
-                f"Top by {metric} drop ({len(block['significant'])} significant):",
-                "",
-                *md.table(
-                    ["condition", "effect [95% CI]", "p", f"p ({correction})"],
-                    top_rows(block["top"]),
-                ),
-            ]
+            lines += [f"Top by {metric} drop ({len(block['significant'])} significant):", ""]
+            lines += top_table(block["top"], "effect", correction)
         lines += agreement_lines(entry.get("metrics", {}).get("logprob", {}))
         corr = entry.get("bsi_vs_effect")
         if corr:
@@ -110,4 +102,4 @@ def agreement_lines(block: dict) -> list[str]:
     ]
 
 
-SECTION = Section("scan", TITLE, md.prose("scan"), SIZES, plots, tables, order=7)
+SECTION = Section("scan", TITLE, md.prose("scan"), SIZES, _plots, _tables, order=7)

@@ -99,10 +99,7 @@ def integer_ticks(ax: Any) -> None:
 def interval(
     ax: Any, y: float, est: Mapping | None, *, filled: bool = True, lw: float = 1.6, **style: Any
 ) -> None:
-    """An estimate at height ``y``: interval as a line, value as a marker (open unless ``filled``).
-
-    Nothing is drawn without a value (NaN is stored as null).
-    """
+    """An estimate at ``y``: interval as a line, value as a marker (open unless ``filled``)."""
     if not est or est.get("value") is None:
         return
     if est.get("low") is not None and est.get("high") is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -16,8 +17,7 @@ SIZES = {"sweep_emergence": (8.0, 6.0), "sweep_leadlag": (8.0, 4.4)}
 METHODS = ("pearson", "spearman")
 
 
-def plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    """Each model's emergence curves, and the lead-lag forest plot of all models."""
+def _plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     where = str(exp.folder / "summary.json")
     yield from style.per_model(exp.models, exp.folder, "sweep_emergence", emergence)
     yield "sweep_leadlag", lambda: leadlag_forest(exp.models, where=where)
@@ -61,7 +61,7 @@ def emergence(model: str, entry: dict, *, where: str = "summary"):
     if len(revisions) > 4:
         ax_beh.tick_params(axis="x", labelrotation=35)
     ax_beh.set_xlabel("checkpoint (Hub revision, training order)")
-    n_terms = len(per_term) or (entry.get("leadlag") or {}).get("n_terms")
+    n_terms = len(per_term) or md.dig(entry, "leadlag", "n_terms")
     ax_eb.set_title(f"{style.short_label(model)}: emergence over training ({n_terms} terms)")
     caption = (
         f"{model}: EB* (top) and behaviour score (bottom) across checkpoints; line = mean "
@@ -84,21 +84,16 @@ def leadlag_rows(models: dict[str, dict], *, where: str = "summary"):
             skipped.append((model, leadlag.get("skipped") or "no lead-lag results stored"))
             continue
         for method in METHODS:
-            if (leadlag.get("n_lead") or {}).get(method) is None:
+            if md.dig(leadlag, "n_lead", method) is None:
                 continue
             est = lead_fraction(leadlag, method, where=f"{where} [{model}] leadlag")
-            rows.append(
-                {
-                    "model": model,
-                    "method": method,
-                    "fraction": est,
-                    "n_lead": leadlag["n_lead"][method],
-                    # terms with a defined lead difference: the binomial test's n
-                    "n": est.get("n", leadlag.get("n_terms")),
-                    "p": ((leadlag.get("binomial") or {}).get(method) or {}).get("p_value"),
-                    "mean_lead_diff": (leadlag.get("mean_lead_diff") or {}).get(method),
-                }
-            )
+            row: dict[str, Any] = {"model": model, "method": method, "fraction": est}
+            row["n_lead"] = leadlag["n_lead"][method]
+            # terms with a defined lead difference: the binomial test's n
+            row["n"] = est.get("n", leadlag.get("n_terms"))
+            row["p"] = md.dig(leadlag, "binomial", method, "p_value")
+            row["mean_lead_diff"] = md.dig(leadlag, "mean_lead_diff", method)
+            rows.append(row)
     return rows, skipped
 
 
@@ -138,8 +133,7 @@ def leadlag_forest(models: dict[str, dict], *, where: str = "summary"):
     return fig, caption
 
 
-def tables(exp: ExperimentResults) -> list[str]:
-    """The report's checkpoint-sweep tables, as Markdown lines."""
+def _tables(exp: ExperimentResults) -> list[str]:
     lines: list[str] = []
     for model, entry in exp.models.items():
         revisions = entry.get("revisions") or []
@@ -180,4 +174,4 @@ def _decoupling_row(model: str, entry: dict) -> Iterator[list[str]]:
         yield [model, md.DASH, *md.nums(d, *keys)]
 
 
-SECTION = Section("sweep", TITLE, md.prose("sweep"), SIZES, plots, tables, order=4)
+SECTION = Section("sweep", TITLE, md.prose("sweep"), SIZES, _plots, _tables, order=4)

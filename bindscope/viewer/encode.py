@@ -8,7 +8,7 @@ import numpy as np
 
 SCALE = 1_000_000  # the page's weights are integers / SCALE
 
-__all__ = ["SCALE", "decode", "encode", "quantize"]
+__all__ = ["SCALE", "encode", "quantize"]
 
 
 def quantize(patterns: np.ndarray) -> np.ndarray:
@@ -28,17 +28,3 @@ def encode(steps: np.ndarray) -> str:
     keep = np.arange(3)[None, :] < length[:, None]
     data = (groups | (more << 7))[keep].astype(np.uint8)
     return base64.b64encode(data.tobytes()).decode("ascii")
-
-
-def decode(text: str, count: int) -> np.ndarray:
-    """The integers ``encode`` wrote (``count`` of them)."""
-    data = base64.b64decode(text)
-    out = np.zeros(count, dtype=np.int64)
-    index = shift = 0
-    for byte in data:
-        out[index] |= (byte & 127) << shift
-        if byte & 128:
-            shift += 7
-        else:
-            index, shift = index + 1, 0
-    return out

@@ -37,7 +37,7 @@ def _experiment_folders(paths: list[Path]) -> dict[str, Path]:
 
 
 def _records(folder: Path, experiment: str, model: str | None) -> list[dict]:
-    """``experiment``'s records in ``folder`` for ``model`` (default: the first model there)."""
+    # model None: the first model there
     records = [r for r in read_records(folder / "records.jsonl") if r["experiment"] == experiment]
     if model is None and records:
         model = records[0]["model"]
@@ -45,7 +45,6 @@ def _records(folder: Path, experiment: str, model: str | None) -> list[dict]:
 
 
 def _summary(folder: Path, model: str | None) -> tuple[dict, dict]:
-    """``folder/summary.json`` and the model's part (the first model when none is named)."""
     path = folder / "summary.json"
     if not path.exists():
         raise RecordFileError(f"{path}: missing; run `bindscope summarize {folder.parent}`")
@@ -143,16 +142,11 @@ def _ablation_map(folder: Path, model: str | None, name: str) -> dict | None:
 def _circuit(folder: Path, model: str | None) -> dict | None:
     records = _records(folder, "circuit", model)
     checked: dict[str, tuple[float, float]] = {}
-    for r in records:
-        if r["condition"] == "verify":
-            m = r["metrics"]
-            checked = {e: (a, b) for e, a, b in zip(m["edges"], m["estimate"], m["exact"])}
+    for m in (r["metrics"] for r in records if r["condition"] == "verify"):
+        checked = {e: (a, b) for e, a, b in zip(m["edges"], m["estimate"], m["exact"])}
     edges = []
-    for r in sorted(
-        (r for r in records if r["condition"].startswith("edge:")),
-        key=lambda r: r["metrics"]["rank"],
-    ):
-        name = r["condition"][len("edge:") :]
+    for r in sorted(_condition_starts(records, "edge:"), key=lambda r: r["metrics"]["rank"]):
+        name = r["condition"].removeprefix("edge:")
         sender, receiver = name.split("->")
         edge = {"s": sender, "r": receiver, "score": r["metrics"]["score"]}
         if name in checked:
@@ -160,25 +154,25 @@ def _circuit(folder: Path, model: str | None) -> dict | None:
         edges.append(edge)
     if not edges:
         return None
-    sizes = [
-        {k: r["metrics"].get(k) for k in ("n_edges", "share", "low", "high")}
-        for r in records
-        if r["condition"].startswith("top:")
-    ]
+    keys = ("n_edges", "share", "low", "high")
+    sizes = [{k: r["metrics"].get(k) for k in keys} for r in _condition_starts(records, "top:")]
     return {"edges": edges, "sizes": sorted(sizes, key=lambda s: s["n_edges"] or 0)}
+
+
+def _condition_starts(records: list[dict], prefix: str) -> list[dict]:
+    return [r for r in records if r["condition"].startswith(prefix)]
 
 
 def folder_data(paths: list[Path], *, model: str | None = None, prompt: str | None = None) -> dict:
     """Everything the page reads from result folders (keys absent where no folder has it)."""
     folders = _experiment_folders(paths)
     out: dict[str, Any] = {"maps": []}
-    if "binding" in folders:
-        records = _records(folders["binding"], "binding", model)
-        out["binding"] = _binding(records, prompt, folders["binding"])
+    # the C5 ranking records are binding records too: read where no binding folder has one
+    for kind, experiment in (("binding", "binding"), ("c5", "c5-ranking")):
+        if kind in folders and out.get("binding") is None:
+            records = _records(folders[kind], experiment, model)
+            out["binding"] = _binding(records, prompt, folders[kind])
     if "c5" in folders:
-        if out.get("binding") is None:  # the ranking records are binding records too
-            ranking = _records(folders["c5"], "c5-ranking", model)
-            out["binding"] = _binding(ranking, prompt, folders["c5"])
         out["maps"].append(_c5_map(folders["c5"], model))
     out["maps"] += [_ablation_map(folders[n], model, n) for n in _ABLATION_MAPS if n in folders]
     if "circuit" in folders:

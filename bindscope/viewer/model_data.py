@@ -48,22 +48,18 @@ def _top(values: torch.Tensor, model: LanguageModel, k: int) -> list[list[Any]]:
 def _run(
     model: LanguageModel, text: str, intervene: Any, k: int, clean: np.ndarray | None
 ) -> tuple[dict, np.ndarray]:
-    """One run's packed patterns and top next tokens; heads equal to ``clean``'s left out."""
+    # heads whose patterns equal ``clean``'s are left out
     probs = model.attention_probs([text], intervene=intervene)[0]  # [L, H, n, n]
     n = probs.shape[-1]
     steps = quantize(probs.reshape(-1, n, n).float().numpy())  # [L*H, n(n+1)/2]
     logits = model.logits([text], intervene=intervene)[0][-1]  # [vocab]
-    run: dict[str, Any] = {"top": _top(logits, model, k)}
     if clean is None:
-        run |= {"label": "clean", "same": None, "patterns": encode(steps)}
+        run: dict[str, Any] = {"label": "clean", "same": None, "patterns": encode(steps)}
     else:
         same = (steps == clean).all(axis=1)
-        run |= {
-            "label": describe(intervene),
-            "same": [int(s) for s in same],
-            "patterns": encode(steps[~same]),
-        }
-    return run, steps
+        kept = encode(steps[~same])
+        run = {"label": describe(intervene), "same": [int(s) for s in same], "patterns": kept}
+    return {"top": _top(logits, model, k)} | run, steps
 
 
 def _lens(model: LanguageModel, text: str, k: int) -> dict:
@@ -71,8 +67,7 @@ def _lens(model: LanguageModel, text: str, k: int) -> dict:
     for start in range(0, model.n_layers, LENS_LAYERS_AT_ONCE):
         layers = list(range(start, min(start + LENS_LAYERS_AT_ONCE, model.n_layers)))
         lens = logit_lens(model, [text], layers, positions=None)[0]  # [len(layers), n, vocab]
-        for per_layer in lens:
-            rows.append([_top(position, model, k) for position in per_layer])
+        rows += [[_top(position, model, k) for position in per_layer] for per_layer in lens]
     return {"k": k, "top": rows}
 
 
@@ -85,13 +80,9 @@ def model_data(
     runs = [clean]
     if intervene is not None:
         runs.append(_run(model, text, intervene, top_k, steps)[0])
+    shape = ("name", "n_layers", "n_heads", "n_kv_heads")
     return {
-        "model": {
-            "name": model.name,
-            "n_layers": model.n_layers,
-            "n_heads": model.n_heads,
-            "n_kv_heads": model.n_kv_heads,
-        },
+        "model": {key: getattr(model, key) for key in shape},
         "text": text,
         "tokens": token_labels(model, ids),
         "runs": runs,
