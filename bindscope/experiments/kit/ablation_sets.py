@@ -217,3 +217,16 @@ def check_k(model: LanguageModel, *, k: int, matched_classes: bool = False) -> N
             f"class-matched null picks each top head's match among its {2 * k} nearest heads "
             f"outside the top set ({3 * k} heads); pass --k {total // 3} or less"
         )
+
+
+__all__ = [
+    "MATCH_SCORES",
+    "as_pairs",
+    "check_k",
+    "check_limit",
+    "class_counts",
+    "conditions_of",
+    "draw_random_sets",
+    "draw_score_matched_sets",
+    "random_set_support",
+]

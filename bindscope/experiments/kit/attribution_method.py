@@ -233,3 +233,17 @@ def agreement(top: list[dict]) -> dict:
     if len(pairs) >= 3 and np.ptp(est) > 0 and np.ptp(exact) > 0:
         out["spearman"] = float(spearmanr(est, exact).statistic)
     return out
+
+
+__all__ = [
+    "DEFAULT_VERIFY",
+    "ESTIMATE",
+    "METHODS",
+    "AttributionOptions",
+    "add_estimate",
+    "add_estimates",
+    "agreement",
+    "estimate_heads",
+    "estimate_scan",
+    "scored",
+]

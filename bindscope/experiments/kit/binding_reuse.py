@@ -53,3 +53,6 @@ def reuse_or_bind(
         (r, computed[r.key], None) if r.key in computed else (r, found[r.key], reused)
         for r in chunk
     ]
+
+
+__all__ = ["BINDING_FROM", "reuse_or_bind", "stored_binding"]

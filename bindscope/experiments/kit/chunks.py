@@ -44,3 +44,6 @@ def spread_over_terms(items: list[PromptRecord], n: int | None) -> list[PromptRe
 def first_items(items: list[PromptRecord], limit: int | None, spread: bool) -> list[PromptRecord]:
     """The first ``limit`` items (all with None), or with ``spread`` taken term by term."""
     return spread_over_terms(items, limit) if spread else items[:limit]
+
+
+__all__ = ["batch_order", "chunk_items", "first_items", "prompt_set", "spread_over_terms"]

@@ -232,3 +232,6 @@ def run_models(
         assert p.summarize is not None, f"{part}: a plan written beside another summarizes"
         p.summarize(common.out / part)
     return (plan.summarize or summarize)(common.out / name)
+
+
+__all__ = ["Common", "Experiment", "LazyModel", "ModelRun", "Plan", "run_models"]

@@ -183,6 +183,35 @@ def collect(*found: dict | None) -> list[dict]:
     return [f for f in found if f is not None]
 
 
+__all__ = [
+    "ALPHA",
+    "CEILING",
+    "FEW_ITEMS",
+    "FLOOR",
+    "MARGIN_THRESHOLD",
+    "binomial_resolution",
+    "collect",
+    "corrected_resolution",
+    "excluded",
+    "few_items",
+    "floor_ceiling",
+    "holm_resolution",
+    "layer_concentration",
+    "limit_lines",
+    "not_run",
+    "null_not_drawn",
+    "p_resolution",
+    "random_gain",
+    "resamples_for_one",
+    "sign_flip_floor",
+    "small_group",
+    "small_support",
+    "term_clustering",
+    "tiny_margins",
+    "undecided",
+]
+
+
 #: A choice margin (nats per choice token) under this decides an item by a tiny margin.
 MARGIN_THRESHOLD = 0.1
 

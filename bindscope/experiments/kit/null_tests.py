@@ -116,3 +116,14 @@ def _support(
             model.n_layers, model.n_heads, top, k=k, matched_layers=null == "layers"
         )
     return {"support": support, "n_sets": n_sets}
+
+
+__all__ = [
+    "TAIL_RESAMPLES",
+    "enumerated",
+    "null_names",
+    "null_sets",
+    "null_supports",
+    "null_test",
+    "tail_test",
+]

@@ -171,3 +171,19 @@ class Options:
     def keywords(self) -> dict[str, Any]:
         """The options as ``run`` keywords."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+__all__ = [
+    "GENERATION_HELP",
+    "Flag",
+    "Options",
+    "Preset",
+    "apply_preset",
+    "check_choice",
+    "check_whole",
+    "count",
+    "option",
+    "positive",
+    "prompts_option",
+    "setting",
+]

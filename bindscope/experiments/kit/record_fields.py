@@ -86,3 +86,6 @@ def binding_metrics(result: BindingResult, model: LanguageModel) -> dict:
     for name in ("key", "prompt_id", "term", "task", "control_group"):
         data.pop(name)
     return {**data, "n_layers": model.n_layers, "n_heads": model.n_heads}
+
+
+__all__ = ["Item", "RecordFields", "base_record", "binding_metrics"]

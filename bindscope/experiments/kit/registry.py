@@ -79,3 +79,14 @@ def experiment_folders(results_dir: str | Path) -> dict[str, Path]:
             "records.jsonl); pass the --out folder of a run"
         )
     return found
+
+
+__all__ = [
+    "check_folders",
+    "definitions",
+    "experiment_folders",
+    "record_kinds",
+    "summarize",
+    "summary_lines",
+    "validate_file",
+]

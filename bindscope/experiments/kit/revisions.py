@@ -62,3 +62,6 @@ def load_revision(
         )
     loaded.name = model
     return loaded
+
+
+__all__ = ["CRFM_SEEDS", "PRESETS", "load_revision", "resolve_revisions"]

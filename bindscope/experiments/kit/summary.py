@@ -123,3 +123,13 @@ def skipped_reasons(records: Iterable[dict]) -> dict[str, int]:
         reason = known[0] if known else str(metrics.get("skipped") or ", ".join(flags) or "no EB*")
         counts[reason] = counts.get(reason, 0) + 1
     return counts
+
+
+__all__ = [
+    "by_name",
+    "folder_summary",
+    "mean_estimate",
+    "skipped_reasons",
+    "summarize_folder",
+    "summarize_tests",
+]

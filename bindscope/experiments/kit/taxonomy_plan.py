@@ -203,3 +203,10 @@ def taxonomy_means(
     for name in taxonomy.REPEATED_SCORES:
         means[name] = np.stack([s[name].numpy() for s in repeated]).mean(0)
     return means
+
+
+__all__ = [
+    "primary_classes",
+    "taxonomy_means",
+    "taxonomy_plan",
+]

@@ -125,3 +125,6 @@ def summarize(
     return summarize_folder(
         folder, lambda records: summarize_heads(records, thresholds=rule, top_k=k), name=TAXONOMY
     )
+
+
+__all__ = ["CLASSIFICATION_FILE", "TAXONOMY", "summarize", "summarize_heads"]
