@@ -20,6 +20,9 @@ def _takes_mask_per_type(model_class: Any) -> bool:
     return "attention_mask, dict)" in inspect.getsource(model_class.forward)
 
 
+__all__ = ["choice_layout", "packed_inputs"]
+
+
 def choice_layout(model: LanguageModel) -> str:
     """``packed`` or ``padded``: how this model's choice pass lays out the choices."""
     config = model.hf.config

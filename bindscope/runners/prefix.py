@@ -17,6 +17,19 @@ from bindscope.prompts.prompt_sets import PromptRecord
 from bindscope.protocols import LanguageModel
 from bindscope.runners.packing import choice_layout, packed_inputs
 
+__all__ = [
+    "cache_name",
+    "choice_pass",
+    "choice_rows",
+    "choice_scores",
+    "keeps_logits",
+    "kept_layers",
+    "prompt_pass",
+    "recognition_result",
+    "row_plan",
+    "scored_pass",
+]
+
 
 def keeps_logits(model: LanguageModel) -> bool:
     """Whether the model's forward takes ``logits_to_keep`` (skip the LM head on the prompt)."""
