@@ -98,14 +98,21 @@ class BindingResult:
 
     def to_dict(self) -> dict:
         """JSON-ready dict (NaN becomes null)."""
-        plain = ("key", "prompt_id", "term", "task", "control_group", "best_layer", "skipped")
-        numbers = {k: _num(getattr(self, k)) for k in ("eb_star", "eb_star_norm", "entropy")}
-        lists = {k: list(getattr(self, k)) for k in ("span", "span_tokens", "flags")}
         return {
-            **{k: getattr(self, k) for k in plain},
-            **numbers,
-            **lists,
+            "key": self.key,
+            "prompt_id": self.prompt_id,
+            "term": self.term,
+            "task": self.task,
+            "control_group": self.control_group,
+            "eb_star": _num(self.eb_star),
+            "eb_star_norm": _num(self.eb_star_norm),
+            "best_layer": self.best_layer,
+            "entropy": _num(self.entropy),
             "n_span": self.n_span,
+            "span": list(self.span),
+            "span_tokens": list(self.span_tokens),
+            "flags": list(self.flags),
+            "skipped": self.skipped,
             "eb": [_num(float(x)) for x in self.eb],
             "bsi": [[_num(float(x)) for x in row] for row in self.bsi],
         }
