@@ -32,13 +32,22 @@ def term_deltas(label: str, entry: dict, *, where: str = "summary"):
     for i, condition in enumerate(CONDITIONS):
         s, name = style.SERIES[i], condition.replace("_", "-")
         offset = 0.15 if i == 0 else -0.15
-        look = {"color": s["color"], "marker": s["marker"]}
-        style.interval(ax, ys[0] + offset, deltas.get(condition), **look, filled=i == 0,
-                       markersize=8, lw=1.8, label=f"{name}: mean, 95% CI (top row)")  # fmt: skip
+        style.interval(
+            ax, ys[0] + offset, deltas.get(condition), color=s["color"], marker=s["marker"],
+            filled=i == 0, markersize=8, lw=1.8, label=f"{name}: mean, 95% CI (top row)",
+        )  # fmt: skip
         values = [_points(per_term[t], condition) for t in terms]
         face = s["color"] if i == 0 else "white"
-        ax.plot(values, ys[1:] + offset, marker=s["marker"], markersize=4, color=s["color"],
-                markerfacecolor=face, linestyle="none", label=f"{name}: per term")  # fmt: skip
+        ax.plot(
+            values,
+            ys[1:] + offset,
+            marker=s["marker"],
+            markersize=4,
+            color=s["color"],
+            markerfacecolor=face,
+            linestyle="none",
+            label=f"{name}: per term",
+        )
     ax.set_yticks(ys, ["all terms (mean)", *terms], fontsize=6 if len(terms) > 25 else 8)
     ax.set_ylim(-0.7, n_rows - 0.3)
     ax.set_xlabel("change from zero-shot (percentage points of rubric score)")

@@ -120,12 +120,20 @@ def _check_recompute(model: LanguageModel, plan: ops.TracePlan) -> None:
 
 
 def bsi(
-    model: LanguageModel, texts: Sequence[str], term: str, **options: Any
+    model: LanguageModel,
+    texts: Sequence[str],
+    term: str,
+    *,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[torch.Tensor]:
-    """BSI ``[L, H]`` of ``term`` (found by `locate`) per text, with `attention_probs`' options."""
+    """BSI ``[L, H]`` of ``term`` (found by `bindscope.prompts.locate`) in each text."""
     texts = check_texts(texts)
     spans = [locate(model, t, term, prompt_id=f"#{i}") for i, t in enumerate(texts)]
-    probs = attention_probs(model, texts, **options)
+    probs = attention_probs(
+        model, texts, intervene=intervene, per_row=per_row, batch_size=batch_size
+    )
     return [bsi_from_probs(p, span.indices) for p, span in zip(probs, spans)]
 
 
@@ -159,11 +167,20 @@ def logits(
 
 
 def loss(
-    model: LanguageModel, texts: Sequence[str], *, per_token: bool = False, **options: Any
+    model: LanguageModel,
+    texts: Sequence[str],
+    *,
+    per_token: bool = False,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
+    ablate: HeadList | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[torch.Tensor]:
-    """Each text's mean next-token loss (``per_token``: ``[n - 1]``), with `logits`' options."""
+    """Each text's mean next-token cross-entropy (``per_token``: ``[n - 1]`` per token)."""
     texts = check_texts(texts)
-    found = logits(model, texts, **options)
+    found = logits(
+        model, texts, intervene=intervene, per_row=per_row, ablate=ablate, batch_size=batch_size
+    )
     ids = [model.tokenize(t) if isinstance(t, str) else list(t) for t in texts]
     losses = [token_loss(row, text_ids) for row, text_ids in zip(found, ids)]
     return losses if per_token else [row.mean() for row in losses]

@@ -81,12 +81,12 @@ def scored_pass(
     inputs: dict,
     targets: tuple,
     options: dict,
+    *,
+    keep_layers: int = 0,
     start: int = 0,
     residual: torch.Tensor | None = None,
     plan: ops.TracePlan | None = None,
     donors: dict | None = None,
-    *,
-    keep_layers: int = 0,
 ) -> tuple:
     """Target log-prob sums ``[b]`` (``ops.choice_logprob_sums``) and the layers kept.
 

@@ -320,6 +320,13 @@ def _score_batch(
         residual = outputs[one.start - 1][one.rows] if one.start > 0 else None
         taken = None if swapped is None else {k: v[one.rows] for k, v in swapped.items()}
         got, _ = scored_pass(
-            model, one.inputs, one.targets, options, one.start, residual, one.plan, taken
+            model,
+            one.inputs,
+            one.targets,
+            options,
+            start=one.start,
+            residual=residual,
+            plan=one.plan,
+            donors=taken,
         )
         into.put(one.pairs, got, batch.indices)
