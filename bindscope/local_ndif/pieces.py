@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 
 from bindscope.errors import NdifServerError
-from bindscope.local_ndif import environment, netns
+from bindscope.local_ndif import netns
 from bindscope.local_ndif.processes import Piece, listening
 
 DEFAULT_PORT = 8001
@@ -50,6 +50,11 @@ class Ports:
     def of(cls, api: int) -> Ports:
         """The ports of the server whose API listens on ``api``."""
         return cls(api, api + 1000, api + 1001, api + 1002, api + 1003, api + 1004)
+
+
+def venv_python(venv: Path) -> Path:
+    """The venv's interpreter."""
+    return venv / "bin" / "python"
 
 
 def host(port: int = DEFAULT_PORT) -> str:
@@ -163,7 +168,7 @@ def pieces(home: Path, ports: Ports, holder: int | None) -> list[Piece]:
 
 
 def _server_pieces(home: Path, ports: Ports, where: int | str) -> list[Piece]:
-    python = str(environment.venv_python(home / "venv"))
+    python = str(venv_python(home / "venv"))
     bin_dir = home / "venv" / "bin"
     redis_server = shutil.which("redis-server") or "redis-server"
     redis = [redis_server, "--bind", "127.0.0.1", "--port", str(ports.redis)]

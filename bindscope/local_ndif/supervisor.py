@@ -1,8 +1,11 @@
-"""Starting, checking and stopping the local NDIF server: ``up``, ``down``, ``status``."""
+"""Building, starting, checking, stopping the local NDIF server (``up``, ``down``, ``status``)."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Mapping
@@ -10,11 +13,77 @@ from dataclasses import asdict
 from pathlib import Path
 
 from bindscope.errors import NdifServerError
-from bindscope.local_ndif import environment, netns, pieces, processes
-from bindscope.local_ndif.pieces import DEFAULT_PORT, Ports, host
+from bindscope.local_ndif import netns, pieces, processes
+from bindscope.local_ndif.pieces import DEFAULT_PORT, Ports, host, venv_python
 from bindscope.local_ndif.processes import Piece, listening
 
 STATE = "server.json"
+PYTHON = "python3.11"
+TORCH = "torch==2.13.0"
+# ndif 0.1.2 says Requires-Python >=3.12, but only cp311 CPU torch wheels exist here (3.12
+# pulls the CUDA build); its code runs on 3.11. --only-binary keeps pip off a numpy sdist
+# that needs 3.12. Every pin matters: ndif 0.1.x calls nnsight APIs newer releases change.
+PINS = (
+    "ndif[api,ray]==0.1.2",
+    "nnsight==0.8.1",
+    "ray==2.60.0",
+    "transformers==5.24.0",
+    "accelerate==1.15.0",
+    "peft==0.21.2",
+    "fastapi==0.165.0",
+    "gunicorn==27.0.1",
+    "numpy==2.4.6",
+    "gguf==0.19.0",
+    # The object store: moto's S3 server (ndif's docs use rustfs, which no registry carries).
+    "moto==5.2.5",
+    "flask==3.1.3",
+    "flask-cors==6.0.5",
+)
+STAMP = ".bindscope-ndif-installed"
+
+
+def _stamp_text() -> str:
+    return "\n".join((TORCH, *PINS)) + "\n"
+
+
+def ready(venv: Path) -> bool:
+    """The venv exists and was built with today's pins."""
+    stamp = venv / STAMP
+    return stamp.is_file() and stamp.read_text() == _stamp_text()
+
+
+def build(venv: Path, log: Path) -> None:
+    """Build the server venv once (about 2 minutes and 1.7 GB); later calls return at once."""
+    if ready(venv):
+        return
+    python = shutil.which(PYTHON)
+    if python is None:
+        raise NdifServerError(
+            f"bindscope ndif up needs {PYTHON} for the server's venv (ndif's CPU torch "
+            "wheels are cp311 only); install it (apt-get install python3.11-venv) and retry"
+        )
+    started = time.perf_counter()
+    print(f"bindscope ndif: building the server venv in {venv} (once, ~2 min)", file=sys.stderr)
+    pip = [str(venv_python(venv)), "-m", "pip", "install", "--disable-pip-version-check", "-q"]
+    steps = [
+        [python, "-m", "venv", "--clear", str(venv)],
+        [*pip, TORCH],  # first and alone: nothing may pull a CUDA torch
+        [*pip, "--ignore-requires-python", "--only-binary=:all:", TORCH, *PINS],
+    ]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as out:
+        for step in steps:
+            out.write(f"$ {' '.join(step)}\n")
+            out.flush()
+            if subprocess.run(step, stdout=out, stderr=subprocess.STDOUT).returncode:
+                raise NdifServerError(
+                    f"building the NDIF server venv failed at `{' '.join(step[:6])} ...`; see {log}"
+                )
+    (venv / STAMP).write_text(_stamp_text())
+    print(
+        f"bindscope ndif: server venv built in {time.perf_counter() - started:.0f} s",
+        file=sys.stderr,
+    )
 
 
 def _serving(where: str) -> set[str]:
@@ -79,7 +148,7 @@ def _deploy(
     found = pieces.specs(Path(state["hub_cache"]), models, trusted=True)
     spec_file = home / "deploy.json"
     spec_file.write_text(json.dumps([{**spec, "actor_class": actor} for spec in found]))
-    python = str(environment.venv_python(home / "venv"))
+    python = str(venv_python(home / "venv"))
     command = [python, str(pieces.NDIF_SIDE / "bindscope_ndif_cpu.py"), "deploy", str(spec_file)]
     if holder is not None:
         command = netns.inside(holder, command)
@@ -145,7 +214,7 @@ def _prepare(home: Path, env: dict[str, str], state: dict, allow_exposed: bool) 
     holder = netns.start(home, env, allow_exposed=allow_exposed)
     state["netns"] = holder is not None
     _write_state(home, state)
-    environment.build(home / "venv", home / "logs" / "venv.log")
+    build(home / "venv", home / "logs" / "venv.log")
     pieces.redis_server()  # installed now if missing
     return holder
 

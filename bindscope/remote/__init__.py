@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from bindscope.remote.load import load_remote
+from bindscope.remote.load import load_remote, probe_capture
 from bindscope.remote.preflight import (
     ALLOW_DRIFT_ENV,
     SKIP_RUNNING_CHECK_ENV,
     RemoteVersionWarning,
     check_backend,
 )
-from bindscope.remote.probe import probe_capture
 from bindscope.remote.shipping import SANDBOX_MODULES, SHIPPED_MODULES, register_shipped
 from bindscope.remote.simulation import SimulatedServer, simulate
 from bindscope.remote.transport import host, translate

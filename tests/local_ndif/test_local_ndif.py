@@ -18,7 +18,7 @@ import pytest
 from bindscope import local_ndif as server
 from bindscope.cli import main
 from bindscope.errors import NdifServerError
-from bindscope.local_ndif import environment, pieces, processes, supervisor
+from bindscope.local_ndif import pieces, processes, supervisor
 from bindscope.local_ndif.pieces import key_digest, place, specs
 from bindscope.local_ndif.processes import Piece
 from bindscope.local_ndif.supervisor import STATE
@@ -101,9 +101,9 @@ def test_models_take_the_hub_cache_layout_and_leave_real_downloads_alone(tmp_pat
 
 
 def test_the_venv_stamp_names_its_pins(tmp_path):
-    assert not environment.ready(tmp_path)
-    (tmp_path / environment.STAMP).write_text("torch==2.12.0\n")
-    assert not environment.ready(tmp_path)  # other pins: rebuilt
+    assert not supervisor.ready(tmp_path)
+    (tmp_path / supervisor.STAMP).write_text("torch==2.12.0\n")
+    assert not supervisor.ready(tmp_path)  # other pins: rebuilt
 
 
 def test_a_sandbox_key_deploys_the_sandboxed_actor_and_keeps_only_its_digest(tmp_path, monkeypatch):
