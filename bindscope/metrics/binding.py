@@ -98,25 +98,20 @@ class BindingResult:
 
     def to_dict(self) -> dict:
         """JSON-ready dict (NaN becomes null)."""
-        return {
-            "key": self.key,
-            "prompt_id": self.prompt_id,
-            "term": self.term,
-            "task": self.task,
-            "control_group": self.control_group,
-            "eb_star": _num(self.eb_star),
-            "eb_star_norm": _num(self.eb_star_norm),
-            "best_layer": self.best_layer,
-            "entropy": _num(self.entropy),
-            "n_span": self.n_span,
-            "span": list(self.span),
-            "span_tokens": list(self.span_tokens),
-            "flags": list(self.flags),
-            "skipped": self.skipped,
-            "eb": [_num(float(x)) for x in self.eb],
-            "bsi": [[_num(float(x)) for x in row] for row in self.bsi],
-        }
+        return {name: _plain(getattr(self, name)) for name in _RECORD_FIELDS}
 
 
-def _num(x: Any) -> Any:
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
+#: The fields `BindingResult.to_dict` writes, in its order.
+_RECORD_FIELDS = (
+    *("key", "prompt_id", "term", "task", "control_group", "eb_star", "eb_star_norm"),
+    *("best_layer", "entropy", "n_span", "span", "span_tokens", "flags", "skipped", "eb", "bsi"),
+)
+
+
+def _plain(value: Any) -> Any:
+    # tensors and tuples as (nested) lists of Python values, NaN as None
+    if isinstance(value, torch.Tensor):
+        value = value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return None if isinstance(value, float) and math.isnan(value) else value

@@ -187,22 +187,19 @@ def json_objects(raw: bytes, path: Path) -> Iterator[tuple[int, str, dict]]:
         obj = _json_line(line, where)
         if not isinstance(obj, dict):
             raise PromptFileError(
-                f"{where}: got {_json_kind(obj)} where a JSON object ({{...}}) is expected; "
-                "write one record per line, each an object with its fields"
+                f"{where}: got {_JSON_KINDS.get(type(obj), 'a number')} where a JSON object "
+                "({...}) is expected; write one record per line, each an object with its fields"
             )
         yield number, where, obj
 
 
+# what json.loads gives besides objects; the rest are numbers (int, float)
 _JSON_KINDS = {
     type(None): "null",
     bool: "a boolean (true/false)",
     str: "a string",
     list: "an array",
 }
-
-
-def _json_kind(value: Any) -> str:
-    return _JSON_KINDS.get(type(value), "a number")  # the rest json.loads gives: int, float
 
 
 def read_jsonl(

@@ -92,9 +92,7 @@ def problems(record: dict, kinds: Mapping[str, RecordKind]) -> list[str]:
     kind = kinds.get(record["experiment"])
     if kind is None:
         return [f"unknown experiment {record['experiment']!r}"]
-    return (
-        _identity_problems(record, kind) + _head_problems(record) + _content_problems(record, kind)
-    )
+    return [message for wrong, message in _checks(record, kind) if wrong]
 
 
 def _type_problems(record: dict) -> list[str]:
@@ -107,44 +105,41 @@ def _type_problems(record: dict) -> list[str]:
     return out
 
 
-def _identity_problems(record: dict, kind: RecordKind) -> list[str]:
-    out = []
-    if record["schema"] != SCHEMA:
-        out.append(f"schema {record['schema']!r} is not {SCHEMA!r}")
-    if record["family"] not in {f.name for f in FAMILIES}:
-        out.append(f"unknown family {record['family']!r}")
-    if record["task"] not in kind.tasks(record):
-        out.append(f"unknown task {record['task']!r}")
+def _checks(record: dict, kind: RecordKind) -> list[tuple[bool, str]]:
+    # (whether it is wrong, what is wrong) for a record whose fields have the right types
     parts = ("experiment", "model", "revision", "prompt_key", "condition")  # record_key's order
     expected = record_key(*(record[name] for name in parts))
-    if record["key"] != expected:
-        out.append(f"key {record['key']!r} does not match its fields ({expected!r})")
-    return out
-
-
-def _head_problems(record: dict) -> list[str]:
-    out = []
-    heads = record["heads"]
-    if not all(
+    heads, ablation = record["heads"], record.get("ablation")
+    pairs = all(
         isinstance(h, list) and len(h) == 2 and all(isinstance(x, int) for x in h) for h in heads
-    ):
-        out.append("heads must be a list of [layer, head] integer pairs")
-    if record.get("ablation") not in (("zero", "mean", "resample", "patch") if heads else (None,)):
-        out.append(f"ablation {record.get('ablation')!r} does not fit heads {heads}")
-    return out
-
-
-def _content_problems(record: dict, kind: RecordKind) -> list[str]:
-    out = []
-    if not kind.allows(record["condition"]):
-        out.append(f"unknown {record['experiment']} condition {record['condition']!r}")
-    missing = [k for k in PROVENANCE if k not in record["provenance"]]
-    if missing:
-        out.append(f"provenance lacks {missing}")
-    missing = [k for k in kind.metrics(record) if k not in record["metrics"]]
-    if missing:
-        out.append(f"metrics lack {missing}")
-    return out
+    )
+    lacks = {
+        part: [k for k in names if k not in record[part]]
+        for part, names in (("provenance", PROVENANCE), ("metrics", kind.metrics(record)))
+    }
+    return [
+        (record["schema"] != SCHEMA, f"schema {record['schema']!r} is not {SCHEMA!r}"),
+        (
+            record["family"] not in {f.name for f in FAMILIES},
+            f"unknown family {record['family']!r}",
+        ),
+        (record["task"] not in kind.tasks(record), f"unknown task {record['task']!r}"),
+        (
+            record["key"] != expected,
+            f"key {record['key']!r} does not match its fields ({expected!r})",
+        ),
+        (not pairs, "heads must be a list of [layer, head] integer pairs"),
+        (
+            ablation not in (("zero", "mean", "resample", "patch") if heads else (None,)),
+            f"ablation {ablation!r} does not fit heads {heads}",
+        ),
+        (
+            not kind.allows(record["condition"]),
+            f"unknown {record['experiment']} condition {record['condition']!r}",
+        ),
+        (bool(lacks["provenance"]), f"provenance lacks {lacks['provenance']}"),
+        (bool(lacks["metrics"]), f"metrics lack {lacks['metrics']}"),
+    ]
 
 
 def validate_file(path: str | Path, kinds: Mapping[str, RecordKind]) -> int:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bindscope.errors import SpanNotFoundError
-from bindscope.metrics.binding import summarize
+from bindscope.metrics.binding import BindingResult, summarize
 from bindscope.prompts import PromptRecord, locate
 from bindscope.runners.binding import binding
 from tests.reference import hf_eager_attentions
@@ -137,3 +137,46 @@ def test_missing_term_errors_or_skips_with_reason(tiny):
     good, skipped = binding(tiny, [RECORDS[0], bad], on_missing="skip")
     assert not good.skipped and "not found" in skipped.skipped
     assert math.isnan(skipped.eb_star) and skipped.to_dict()["eb_star"] is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_binding_result_to_dict_writes_the_record_fields_in_order(dtype):
+    bsi = torch.tensor([[0.25, float("nan")], [0.5, 0.125]], dtype=dtype)
+    eb = torch.tensor([float("nan"), 0.375], dtype=dtype)
+    result = BindingResult(
+        "t/p",
+        "p",
+        "t",
+        "generation",
+        None,
+        0.375,
+        0.75,
+        1,
+        eb,
+        bsi,
+        float("nan"),
+        (2, 3),
+        ("▁a", "b"),
+        ("bos",),
+        None,
+    )
+    want = {
+        "key": "t/p",
+        "prompt_id": "p",
+        "term": "t",
+        "task": "generation",
+        "control_group": None,
+        "eb_star": 0.375,
+        "eb_star_norm": 0.75,
+        "best_layer": 1,
+        "entropy": None,
+        "n_span": 2,
+        "span": [2, 3],
+        "span_tokens": ["▁a", "b"],
+        "flags": ["bos"],
+        "skipped": None,
+        "eb": [None, 0.375],
+        "bsi": [[0.25, None], [0.5, 0.125]],
+    }
+    got = result.to_dict()
+    assert list(got) == list(want) and got == want

@@ -7,29 +7,30 @@ Inputs are float array-likes (NaN, inf or too few values raise ``ValueError``); 
 from __future__ import annotations
 
 from bindscope.metrics.stats._checks import is_constant
-from bindscope.metrics.stats.correlation import (
-    correlation,
-    lagged_correlations,
-    windowed_correlation,
-)
-from bindscope.metrics.stats.effects import cohens_d, cohens_d_ci, cohens_dz
 from bindscope.metrics.stats.estimates import (
     bootstrap_statistic,
+    cohens_d,
+    cohens_d_ci,
+    cohens_dz,
     mean_ci,
     paired_difference,
     specificity,
     wilson_ci,
 )
 from bindscope.metrics.stats.hypothesis_tests import (
+    SequentialP,
+    adjust_pvalues,
     binomial_leads,
+    correlation,
+    detectable_drop,
+    lagged_correlations,
     paired_permutation,
     rank_p_value,
+    sequential_p_value,
     two_sample_permutation,
+    windowed_correlation,
 )
-from bindscope.metrics.stats.multiple import adjust_pvalues
-from bindscope.metrics.stats.power import detectable_drop
 from bindscope.metrics.stats.results import Estimate, TestResult
-from bindscope.metrics.stats.sequential import SequentialP, sequential_p_value
 from bindscope.metrics.stats.tail import TailP, tail_p_value
 
 __all__ = [
