@@ -18,7 +18,7 @@ from bindscope.interventions.specs import (
     _check_site,
     _check_source_count,
     _integer,
-    _layers,
+    _layer_list,
 )
 
 RESIDUAL = ("resid_pre", "resid_mid", "resid_post")
@@ -46,10 +46,7 @@ class Hook:
             raise InterventionError(
                 f"Hook: fn={self.fn!r} is not a function; pass e.g. lambda x: x * 0.5"
             )
-        layers = _layers(self.layer)
-        if not isinstance(layers, tuple) or not layers:
-            raise InterventionError(f"Hook: layer={self.layer!r}: pass one layer or a list")
-        object.__setattr__(self, "layer", tuple(_integer(x, "layer", x) for x in layers))
+        object.__setattr__(self, "layer", _layer_list(self.layer, "Hook"))
         object.__setattr__(self, "_checked", _checked(self.fn, self.describe()))
 
     def describe(self) -> str:
