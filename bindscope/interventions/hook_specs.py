@@ -112,13 +112,11 @@ class Patchscope:
                 f"Patchscope: site={self.site!r}; a hidden state is read and written at a "
                 f"residual-stream site: {', '.join(RESIDUAL)}"
             )
-        for name in ("layer", "position", "target_position"):
+        if self.target_layer is None:  # checked as layer (first) when it is layer
+            object.__setattr__(self, "target_layer", self.layer)
+        for name in ("layer", "position", "target_position", "target_layer"):
             value = getattr(self, name)
             object.__setattr__(self, name, _integer(value, f"Patchscope {name}", value))
-        if self.target_layer is None:
-            object.__setattr__(self, "target_layer", self.layer)
-        target = _integer(self.target_layer, "Patchscope target_layer", self.target_layer)
-        object.__setattr__(self, "target_layer", target)
 
     def describe(self) -> str:
         """A short form for messages."""
