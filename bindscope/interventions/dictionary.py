@@ -329,8 +329,9 @@ def _read_gemma_scope(path: Path, site: str | None, layer: int | None) -> Dictio
             tensors = {k: torch.from_numpy(npz[k]) for k in npz.files}
     else:
         tensors = load_file(str(file))
-    site = site or _scope_site(file)
-    layer = layer if layer is not None else _scope_layer(file)
+    named_site, named_layer = _scope_where(file)
+    site = site or named_site
+    layer = layer if layer is not None else named_layer
     if site is None or layer is None:
         raise DictionaryError(
             f"{file}: neither site= and layer= nor the path (a layer_N folder below a "
@@ -353,22 +354,12 @@ def _params_file(path: Path) -> Path:
     )
 
 
-def _scope_site(file: Path) -> str | None:
-    """The site a Gemma Scope path names (``gemma-scope-2b-pt-res``, ``resid_post/...``)."""
-    for part in reversed(file.parts):
-        for name in (part, part.rsplit("-", 1)[-1]):
-            if name in _SCOPE_SITES:
-                return _SCOPE_SITES[name]
-    return None
-
-
-def _scope_layer(file: Path) -> int | None:
-    """The layer a Gemma Scope path names (``layer_12``)."""
-    for part in reversed(file.parts):
-        found = re.match(r"layer_(\d+)", part)
-        if found:
-            return int(found.group(1))
-    return None
+def _scope_where(file: Path) -> tuple[str | None, int | None]:
+    """The site and layer a Gemma Scope path names (``gemma-scope-2b-pt-res/layer_12/...``)."""
+    names = [name for part in reversed(file.parts) for name in (part, part.rsplit("-", 1)[-1])]
+    layers = [re.match(r"layer_(\d+)", part) for part in reversed(file.parts)]
+    site = next((_SCOPE_SITES[name] for name in names if name in _SCOPE_SITES), None)
+    return site, next((int(found.group(1)) for found in layers if found), None)
 
 
 def _weights(

@@ -37,6 +37,7 @@ from bindscope.interventions.specs import (
     _check_source_count,
     _equal_length_donor,
     _integer,
+    _layer_list,
     _layers,
     _pairs,
     _positions,
@@ -146,7 +147,7 @@ class Steer:
                 f"Steer: unknown site {self.site!r}; the sites are {', '.join(SITE_NAMES)}"
             )
         object.__setattr__(self, "vector", _steering_vector(self.vector))
-        object.__setattr__(self, "layer", _steer_layers(self.layer))
+        object.__setattr__(self, "layer", _layer_list(self.layer, "Steer"))
         object.__setattr__(self, "positions", _positions(self.positions))
         # the added tensor, made once: every text's op shares one edit in the plan
         object.__setattr__(self, "_added", self.vector.float() * float(self.scale))
@@ -217,20 +218,6 @@ def _steering_vector(vector: object) -> torch.Tensor:
     if not bool(torch.isfinite(vector).all()):
         raise InterventionError("Steer: the vector has NaN or infinite entries")
     return vector.detach().clone()
-
-
-def _steer_layers(layer: object) -> tuple[int, ...]:
-    """Steer's ``layer``: one integer or a list of them (ranges are checked when used)."""
-    layers = _layers(layer)
-    whole = isinstance(layers, tuple) and all(
-        isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in layers
-    )
-    if not whole or not layers:
-        raise InterventionError(
-            f"Steer: layer={layer!r} is not a layer index; pass one integer, e.g. layer=3, "
-            "or a list of them, e.g. layer=[2, 3]"
-        )
-    return tuple(int(x) for x in layers)
 
 
 @dataclass(frozen=True)

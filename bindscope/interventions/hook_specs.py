@@ -18,7 +18,7 @@ from bindscope.interventions.specs import (
     _check_site,
     _check_source_count,
     _integer,
-    _layers,
+    _layer_list,
 )
 
 RESIDUAL = ("resid_pre", "resid_mid", "resid_post")
@@ -46,10 +46,7 @@ class Hook:
             raise InterventionError(
                 f"Hook: fn={self.fn!r} is not a function; pass e.g. lambda x: x * 0.5"
             )
-        layers = _layers(self.layer)
-        if not isinstance(layers, tuple) or not layers:
-            raise InterventionError(f"Hook: layer={self.layer!r}: pass one layer or a list")
-        object.__setattr__(self, "layer", tuple(_integer(x, "layer", x) for x in layers))
+        object.__setattr__(self, "layer", _layer_list(self.layer, "Hook"))
         object.__setattr__(self, "_checked", _checked(self.fn, self.describe()))
 
     def describe(self) -> str:
@@ -115,13 +112,11 @@ class Patchscope:
                 f"Patchscope: site={self.site!r}; a hidden state is read and written at a "
                 f"residual-stream site: {', '.join(RESIDUAL)}"
             )
-        for name in ("layer", "position", "target_position"):
+        if self.target_layer is None:  # checked as layer (first) when it is layer
+            object.__setattr__(self, "target_layer", self.layer)
+        for name in ("layer", "position", "target_position", "target_layer"):
             value = getattr(self, name)
             object.__setattr__(self, name, _integer(value, f"Patchscope {name}", value))
-        if self.target_layer is None:
-            object.__setattr__(self, "target_layer", self.layer)
-        target = _integer(self.target_layer, "Patchscope target_layer", self.target_layer)
-        object.__setattr__(self, "target_layer", target)
 
     def describe(self) -> str:
         """A short form for messages."""

@@ -40,11 +40,11 @@ def site_means(
     wanted = model.check_layers(layers)
     captured = model.capture(texts, sites=[site], layers=wanted, batch_size=batch_size)
     count = sum(found[site][wanted[0]].shape[0] for found in captured)
-    means = {
-        layer: torch.cat([found[site][layer] for found in captured]).sum(0) / count
-        for layer in wanted
-    }
-    return SiteMeans(site, means, count)
+    return SiteMeans(site, {layer: _mean(captured, site, layer, count) for layer in wanted}, count)
+
+
+def _mean(captured: list, site: str, layer: int, count: int) -> torch.Tensor:
+    return torch.cat([found[site][layer] for found in captured]).sum(0) / count
 
 
 @dataclass(frozen=True)
@@ -76,15 +76,10 @@ def edge_means(
     sites = ["resid_pre", "head_out", "mlp_out"]
     captured = model.capture(texts, sites=sites, batch_size=batch_size)
     count = sum(found["resid_pre"][0].shape[0] for found in captured)
-
-    def mean(site: str, layer: int) -> torch.Tensor:
-        total = torch.cat([found[site][layer] for found in captured]).sum(0) / count
-        return total.reshape(-1)  # head_out [H, hd] -> [H * hd]
-
     layers = range(model.n_layers)
     return EdgeMeans(
-        mean("resid_pre", 0),
-        {layer: mean("head_out", layer) for layer in layers},
-        {layer: mean("mlp_out", layer) for layer in layers},
+        _mean(captured, "resid_pre", 0, count),
+        {layer: _mean(captured, "head_out", layer, count).reshape(-1) for layer in layers},
+        {layer: _mean(captured, "mlp_out", layer, count) for layer in layers},
         count,
     )

@@ -1,59 +1,38 @@
-"""Row ops: one checked intervention of one text, as typed data a `plan.Planner` consumes.
+"""Row ops: one checked intervention of one text, and the `Planner` they add themselves to.
 
 A row op knows which cells it claims (two specs on one cell of a text are refused) and
-how it adds itself to a batch's plan (`add_to`).
+how it adds itself to a batch's plan (`add_to`); `plan.plan_batch` drives them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+import numpy as np
 import torch
 
+from bindscope.errors import InterventionError
 from bindscope.families import HEAD_SITES
 from bindscope.interventions import ops
+from bindscope.interventions.graph import EdgeGraph, edge_geometry, edge_graph
 from bindscope.interventions.trace.features import features_key
+from bindscope.interventions.trace.records import Receiver
+from bindscope.protocols import LanguageModel
 
-
-class Planner(Protocol):
-    """What a row op needs of ``plan.Planner`` (a protocol: the planner imports the row ops)."""
-
-    donor_ids: dict[tuple[int, ...], int]
-    width: int
-
-    def columns(self, n: int, positions: tuple[int, ...] | None, donor: int | None = None) -> Any:
-        """Padded columns of a row with ``n`` real tokens (None: every position)."""
-        ...
-
-    def edit(
-        self,
-        site: str,
-        layer: int,
-        make: Any,
-        *,
-        every_position: bool,
-        same: Any = None,
-        dictionary: Any = None,
-    ) -> ops.Edit:
-        """The edit of ``(site, layer)`` made by ``make(where)``, shared when ``same`` matches."""
-        ...
-
-    def mark(self, edit: ops.Edit, r: int, columns: Any, units: tuple[int, ...]) -> None:
-        """Mark row ``r``'s cells (``columns`` x ``units``) in ``edit``."""
-        ...
-
-    def knock_out(self, r: int, n: int, units: dict[int, tuple[int, ...]], edges: tuple) -> None:
-        """Remove row ``r``'s ``edges`` for the heads ``units`` (per layer)."""
-        ...
-
-    def patch_paths(self, r: int, donor: tuple[int, ...] | None, mask: Any, means: Any) -> None:
-        """Patch row ``r``'s edges ``mask`` (``[S, R]`` bool) from ``donor`` (or ``means``)."""
-        ...
-
-
-__all__ = ["AddOp", "DonorOp", "HookOp", "KnockoutOp", "PathOp", "ReplaceOp", "RowOp", "unit_shape"]
+__all__ = [
+    "AddOp",
+    "DonorOp",
+    "HookOp",
+    "KnockoutOp",
+    "PathOp",
+    "Planner",
+    "ReplaceOp",
+    "RowOp",
+    "attention_call",
+    "unit_shape",
+]
 
 # Sites made of several units a spec can pick by index, as (layer, unit) pairs: heads
 # (kv heads at k and v) and the MLP's neurons.
@@ -248,3 +227,239 @@ class PathOp(RowOp):
     def add_to(self, planner: Planner, r: int, n: int) -> None:
         """Add this op for batch row ``r`` (``n`` real tokens) to the planner."""
         planner.patch_paths(r, self.donor, self.mask, self.means)
+
+
+def attention_call(model: LanguageModel, needed: object = True) -> tuple[str, int] | None:
+    """The attention call's ``(label, mask index)`` where ``needed`` (knockout, q, k, v, scores)."""
+    if not needed:
+        return None
+    try:
+        return model.knockout_site
+    except RuntimeError as exc:
+        raise InterventionError(
+            f"{model.name} ({model.family}): Knockout, q, k, v and scores act at the attention "
+            f"function's call, which this model's attention forward does not make ({exc})"
+        ) from None
+
+
+class Planner:
+    """Accumulates each row's ops (`RowOp.add_to`) into the edits and masks of one batch's plan."""
+
+    def __init__(
+        self, model: LanguageModel, n_rows: int, width: int, donor_ids: dict[tuple[int, ...], int]
+    ) -> None:
+        self.model, self.n_rows, self.width = model, n_rows, width
+        self.donor_ids = donor_ids
+        self.edits: dict[tuple[str, int], list[ops.Edit]] = {}
+        self.knockout: dict[int, torch.Tensor] = {}
+        self.paths: dict[int, tuple[tuple[int, ...] | None, np.ndarray]] = {}
+        self.path_means: list = []  # the EdgeMeans of mean-ablating path patches
+
+    def columns(self, n: int, positions: tuple[int, ...] | None, donor: int | None = None):
+        """Padded columns of a row with ``n`` real tokens (None: every position).
+
+        With an end-aligned donor of ``donor`` tokens, only columns the donor has.
+        """
+        if positions is None and donor is None:
+            return None
+        if positions is None:
+            return list(range(self.width - min(n, donor or n), self.width))
+        lowest = n - donor if donor is not None else 0
+        return [self.width - n + p for p in positions if p >= lowest]
+
+    def edit(
+        self,
+        site: str,
+        layer: int,
+        make: Callable[..., ops.Edit],
+        *,
+        every_position: bool,
+        same: Callable[..., bool] | None = None,
+        dictionary: ops.TraceDictionary | None = None,
+    ) -> ops.Edit:
+        """The edit of ``(site, layer)`` made by ``make(where)``, shared when ``same`` matches.
+
+        ``same(edit)``: an existing edit can take another row's cells (the same kind and value).
+        With a ``dictionary`` the edit is wrapped in a ``FeatureEdit``; the inner one is returned.
+        """
+        entries = self.edits.setdefault((site, layer), [])
+        for entry in entries:
+            inner = getattr(entry, "inner", entry)
+            if (
+                entry.every_position == every_position
+                and getattr(entry, "dictionary", None) is dictionary
+                and same is not None
+                and same(inner)
+            ):
+                return inner
+        width = 1 if every_position else self.width
+        units = unit_shape(self.model, site)[0]
+        if dictionary is not None:
+            units = int(dictionary.W_enc.shape[1])
+        where = torch.zeros(self.n_rows, width, units, dtype=torch.bool)
+        entry = make(where)
+        entry.every_position = every_position
+        entries.append(entry if dictionary is None else ops.FeatureEdit(entry, dictionary, layer))
+        return entry
+
+    @staticmethod
+    def mark(edit: ops.Edit, r: int, columns: list[int] | None, units: Iterable[int]) -> None:
+        """Set row ``r``'s cells of ``edit`` (``columns`` None: the every-position column)."""
+        units = list(units)
+        if columns is None:
+            edit.where[r, 0, units] = True
+        else:
+            for c in columns:
+                edit.where[r, c, units] = True
+
+    def knock_out(
+        self, r: int, n: int, heads_by_layer: dict[int, tuple[int, ...]], edges: tuple
+    ) -> None:
+        """Remove ``edges`` of row ``r`` (``n`` real tokens) for the listed heads."""
+        offset = self.width - n  # left padding
+        q = torch.tensor([offset + a for a, _ in edges])
+        k = torch.tensor([offset + b for _, b in edges])
+        shape = (self.n_rows, self.model.n_heads, self.width, self.width)
+        for layer, heads in heads_by_layer.items():
+            removed = self.knockout.setdefault(layer, torch.zeros(shape, dtype=torch.bool))
+            for h in heads:
+                removed[r, h, q, k] = True
+
+    def patch_paths(
+        self, r: int, donor: tuple[int, ...] | None, mask: np.ndarray, means=None
+    ) -> None:
+        """Patch row ``r``'s edges ``mask`` (``[S, R]`` bool) from ``donor`` (or ``means``)."""
+        if r in self.paths:
+            raise InterventionError(
+                f"{self.model.name}: two PathPatch specs on one text; give one PathPatch "
+                "with every edge (its edges are patched together)"
+            )
+        if means is not None and all(m is not means for m in self.path_means):
+            self.path_means.append(means)
+        if (
+            len(self.path_means) > 1
+            or (self.path_means and donor is not None)
+            or (self.path_means and any(d is not None for d, _ in self.paths.values()))
+        ):
+            raise InterventionError(
+                f"{self.model.name}: the texts of one batch take PathPatch with different "
+                "means, or means beside a source; run them in separate calls"
+            )
+        self.paths[r] = (donor, mask)
+
+    def plan(self, donors: dict[str, torch.Tensor] | None) -> ops.TracePlan:
+        """The `ops.TracePlan` of everything added."""
+        path, n_donors = None, 0 if donors is None else donors["input_ids"].shape[0]
+        if self.paths:  # other texts' edits act on their own rows (resolve_rows keeps them apart)
+            if self.knockout:
+                raise InterventionError(
+                    f"{self.model.name}: Knockout and PathPatch in one batch: a knockout of "
+                    "a batch with scratch rows is not planned; run them in separate calls"
+                )
+            path = self._path(n_donors)
+        order = list(self.model.sites)
+        donor_keys = sorted(
+            {
+                edit.key
+                for entries in self.edits.values()
+                for edit in (getattr(entry, "inner", entry) for entry in entries)
+                if isinstance(edit, ops.DonorEdit)
+            },
+            key=lambda key: (key[1], order.index(key[0])),
+        )
+        knockout, knockout_batch = self.knockout, {}
+        if donors is not None:  # the whole batch at once, donor rows (first) untouched
+            knockout = {}
+            knockout_batch = {
+                layer: torch.cat([removed.new_zeros(n_donors, *removed.shape[1:]), removed])
+                for layer, removed in self.knockout.items()
+            }
+        patterns = self._pattern_batch(n_donors)
+        at_call = any(self.model.sites[name][1] == "call" for name, _ in self.edits)
+        site = attention_call(self.model, self.knockout or patterns or at_call)
+        return ops.TracePlan(
+            self.edits, donor_keys, knockout, knockout_batch, site, rows=self.n_rows, path=path,
+            pattern_batch=patterns,
+        )  # fmt: skip
+
+    def _pattern_batch(self, n_donors: int) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        """``{layer: (where, donor)}`` ``[B, H, W]`` of the pattern patches, donor rows first."""
+        out = {}
+        for (site, layer), entries in self.edits.items():
+            if site != "pattern":
+                continue
+            shape = (n_donors + self.n_rows, self.model.n_heads, self.width)
+            where = torch.zeros(shape, dtype=torch.bool)
+            donor = torch.zeros(shape, dtype=torch.long)
+            for edit in entries:
+                assert isinstance(edit, ops.DonorEdit)  # only Patch reaches the pattern site
+                cells = edit.where.transpose(1, 2)  # [b, H, W]
+                where[n_donors:] |= cells
+                rows = edit.donor_row[:, None, None].expand_as(cells)
+                donor[n_donors:][cells] = rows[cells]
+            out[layer] = (where, donor)
+        return out
+
+    def _path(self, n_donors: int) -> ops.PathPlan:
+        """The `ops.PathPlan` of the rows' patched edges."""
+        graph = edge_graph(self.model)
+        full = np.zeros((self.n_rows, *graph.valid.shape), bool)  # [b, S, R]
+        donor_row = torch.zeros(self.n_rows, dtype=torch.long)
+        for r, (donor, mask) in self.paths.items():
+            full[r] = mask
+            if donor is not None:
+                donor_row[r] = self.donor_ids[donor]
+        anywhere = np.asarray(full.any(0))
+        used = np.nonzero(anywhere.any(0))[0]  # receivers with a patched edge
+        weights = torch.from_numpy(full[:, :, used].transpose(0, 2, 1).astype(np.float32))
+        first_head, mlps = self._path_senders(graph, anywhere)
+        at, fills, logits = self._path_receivers(graph, full, used)
+        slots = max([len(rows) for rows in fills.values()] + [1 if at else 0])
+        fill = {layer: [torch.tensor(row) for row in rows] for layer, rows in fills.items()}
+        return ops.PathPlan(
+            edge_geometry(self.model), n_donors, self.n_rows, slots, donor_row, weights,
+            first_head, mlps, at, fill, logits,
+            self.path_means[0].trace_means() if self.path_means else None,
+        )  # fmt: skip
+
+    def _path_senders(
+        self, graph: EdgeGraph, anywhere: np.ndarray
+    ) -> tuple[dict[int, int], dict[int, int]]:
+        """``{layer: sender index of head 0}`` of layers whose heads send, and of MLPs."""
+        sender_at = {name: i for i, name in enumerate(graph.senders)}
+        first_head, mlps = {}, {}
+        for layer in range(self.model.n_layers):
+            first = sender_at[f"a{layer}.h0"]
+            if anywhere[first : first + self.model.n_heads].any():
+                first_head[layer] = first
+            if anywhere[sender_at[f"m{layer}"]].any():
+                mlps[layer] = sender_at[f"m{layer}"]
+        return first_head, mlps
+
+    def _path_receivers(
+        self, graph: EdgeGraph, full: np.ndarray, used: np.ndarray
+    ) -> tuple[dict[int, list[Receiver]], dict[int, list[list[int]]], int]:
+        """Each layer's receivers, the receiver each scratch row carries, the logits' index."""
+        at: dict[int, list[Receiver]] = {}
+        fills: dict[int, list[list[int]]] = {}  # per layer and row: each row's receiver
+        classes: dict[tuple[int, int], dict[bytes, int]] = {}
+        logits = -1
+        for r, j in enumerate(used):
+            name = graph.receivers[j]
+            if name == "logits":
+                logits = r
+                continue
+            number, rest = name[1:].split(".", 1) if name[0] == "a" else (name[1:], "")
+            layer = int(number)
+            slot = [0] * self.n_rows
+            if rest or graph.parallel:
+                for a in np.flatnonzero(full[:, :, j].any(1)):
+                    seen = classes.setdefault((layer, int(a)), {})
+                    slot[a] = seen.setdefault(full[a, :, j].tobytes(), len(seen))
+                    rows = fills.setdefault(layer, [])
+                    if slot[a] == len(rows):
+                        rows.append([r] * self.n_rows)
+                    rows[slot[a]][a] = r
+            kind, unit = ("mlp", 0) if not rest else (rest[-2], int(rest[1:].split("<")[0]))
+            at.setdefault(layer, []).append(Receiver(torch.tensor(slot), kind, unit, r))
+        return at, fills, logits

@@ -71,6 +71,20 @@ def _layers(layers: object) -> Any:
     return tuple(layers) if isinstance(layers, Iterable) else layers
 
 
+def _layer_list(layer: object, spec: str) -> tuple[int, ...]:
+    """A ``layer`` of ``Steer``/``Hook``: one integer or a list (ranges are checked when used)."""
+    layers = _layers(layer)
+    whole = isinstance(layers, tuple) and all(
+        isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in layers
+    )
+    if not whole or not layers:
+        raise InterventionError(
+            f"{spec}: layer={layer!r} is not a layer index; pass one integer, e.g. layer=3, "
+            "or a list of them, e.g. layer=[2, 3]"
+        )
+    return tuple(int(x) for x in layers)
+
+
 class RowContext:
     """What the specs of one call share: the texts, their token counts, drawn donors."""
 
@@ -172,6 +186,20 @@ class _Targeted:
         units = tuple(range(unit_shape(model, site)[0]))
         return site, tuple((layer, units) for layer in layers)
 
+    def row_ops(self, ctx: RowContext, i: int) -> tuple[RowOp, ...]:
+        """Check the spec against the model and text ``i``; its row ops for that text."""
+        site, units = self.target(ctx.model)
+        ctx.check_positions(self.describe(), self.positions, i)
+        values = self._values(ctx.model, site, units)
+        op = ReplaceOp(
+            self.describe(), site, units, self.positions, values, dictionary=self.dictionary()
+        )
+        return (op,)
+
+    def _values(self, model: LanguageModel, site: str, units: Units) -> Any:
+        """What `row_ops` replaces the cells by (None: zero)."""
+        return None
+
     def donor_ops(self, site: str, units: Units, donor: tuple[int, ...]) -> tuple[RowOp, ...]:
         """The spec's one row op: copy ``donor``'s activations into its cells."""
         dictionary = self.dictionary()
@@ -251,14 +279,6 @@ class Zero(_Targeted):
     ``positions`` (of the unpadded text) restricts it; by default every position and step.
     """
 
-    def row_ops(self, ctx: RowContext, i: int) -> tuple[RowOp, ...]:
-        """Check the spec against the model and text ``i``; its row ops for that text."""
-        site, units = self.target(ctx.model)
-        ctx.check_positions(self.describe(), self.positions, i)
-        return (
-            ReplaceOp(self.describe(), site, units, self.positions, dictionary=self.dictionary()),
-        )
-
 
 @dataclass(frozen=True, eq=False)
 class Mean(_Targeted):
@@ -273,18 +293,10 @@ class Mean(_Targeted):
     __eq__ = object.__eq__
     __hash__ = object.__hash__
 
-    def row_ops(self, ctx: RowContext, i: int) -> tuple[RowOp, ...]:
-        """Check the spec against the model and text ``i``; its row ops for that text."""
-        site, units = self.target(ctx.model)
-        ctx.check_positions(self.describe(), self.positions, i)
+    def _values(self, model: LanguageModel, site: str, units: Units) -> dict[int, torch.Tensor]:
         if isinstance(self.heads, Features):
-            values = _check_feature_means(ctx.model, self, units)
-        else:
-            values = _check_means(ctx.model, self, site, units)
-        op = ReplaceOp(
-            self.describe(), site, units, self.positions, values, dictionary=self.dictionary()
-        )
-        return (op,)
+            return _check_feature_means(model, self, units)
+        return _check_means(model, self, site, units)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from bindscope.errors import BindscopeError, InterventionError
-from bindscope.interventions import Hook, Patchscope, Zero
+from bindscope.interventions import Hook, Patchscope, Steer, Zero
 from bindscope.runners import head_attribution_patching
 from bindscope.runners.attribution_metrics import LogitDifference
 from tests.conftest import PROMPTS
@@ -108,6 +108,18 @@ def test_hooks_are_refused_remotely_and_on_a_bad_return(tiny_layout, monkeypatch
                                   intervene=Hook("resid_post", 0, _scale_resid))  # fmt: skip
     with pytest.raises(InterventionError, match="unknown site"):
         Hook("resid", 0, _scale_resid)
+
+
+@pytest.mark.parametrize("layer", [1.5, [0, 1.5], [], "x"])
+def test_a_hook_layer_that_is_not_an_index_is_named_like_steers(layer):
+    # one check for Steer's and Hook's layer: the message names the spec and the option
+    for spec in (
+        lambda: Hook("resid_post", layer, _scale_resid),
+        lambda: Steer("resid_post", layer, torch.ones(3)),
+    ):
+        with pytest.raises(InterventionError) as info:
+            spec()
+        assert f"layer={layer!r} is not a layer index" in str(info.value)
 
 
 def _patchscope_reference(model, source, target, spec, new_tokens=0):
