@@ -188,12 +188,6 @@ def embedded(name: object) -> Embedded | None:
     return EMBEDDED.get(ALIASES.get(name, name))
 
 
-def training(name: object) -> str | None:
-    """What an embedded model's checkpoint is (base or instruction-tuned); None if not embedded."""
-    spec = EMBEDDED.get(name) if isinstance(name, str) else None
-    return spec.training if spec else None
-
-
 def check_embedded(name: object, cache: str | os.PathLike | None = None) -> None:
     """Raise now, cheaply and writing nothing, if an embedded model could not load."""
     spec = embedded(name)

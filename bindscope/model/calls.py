@@ -323,14 +323,14 @@ def logit_lens(
     """``[layers, positions, vocab]`` per text: ``resid_post`` unembedded (``None``: all)."""
     wanted = model.check_layers(layers)
     chosen = read_positions(positions)
-    texts = _check_lens(model, texts, chosen)
+    texts, picked = _check_lens(model, texts, chosen)
     rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row)
     norm = underlying_module(getattr(model.nnsight.model, model.family_row.final_norm))
     head = underlying_module(model.nnsight.lm_head)
     out: list[torch.Tensor | None] = [None] * len(texts)
     for planned in plan_batches(model, texts, rows, batch_size=batch_size):
         batch = planned.batch
-        index_rows, columns = _columns(model, batch, chosen)
+        index_rows, columns = _columns(batch, picked)
 
         def body(
             donors: dict | None,
@@ -351,7 +351,9 @@ def logit_lens(
     return out  # type: ignore[return-value]
 
 
-def _check_lens(model: LanguageModel, texts: Sequence[str], chosen: tuple[int, ...] | None) -> list:
+def _check_lens(
+    model: LanguageModel, texts: Sequence[str], chosen: tuple[int, ...] | None
+) -> tuple[list, list[list[int]] | None]:
     if model.dtype is not None and next(model.hf.parameters()).device.type == "meta":
         raise InterventionError(
             f"{model.name}: logit_lens applies the final norm and unembedding here, but this "
@@ -359,25 +361,21 @@ def _check_lens(model: LanguageModel, texts: Sequence[str], chosen: tuple[int, .
             "model.capture(texts, sites=['resid_post']) and unembed with local weights"
         )
     texts = check_texts(texts)
-    if chosen is not None:  # every text's positions, before any trace
-        for i, text in enumerate(texts):
-            n = len(model.tokenize(text)) if isinstance(text, str) else len(text)
-            absolute_positions(chosen, n, model_name=model.name, text=f"text #{i}")
-    return texts
+    if chosen is None:
+        return texts, None
+    lengths = [len(model.tokenize(t)) if isinstance(t, str) else len(t) for t in texts]
+    return texts, [  # every text's positions, before any trace
+        absolute_positions(chosen, n, model_name=model.name, text=f"text #{i}")
+        for i, n in enumerate(lengths)
+    ]
 
 
-def _columns(
-    model: LanguageModel, batch: Batch, positions: tuple[int, ...] | None
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _columns(batch: Batch, picked: list[list[int]] | None) -> tuple[torch.Tensor, torch.Tensor]:
     width = batch.input_ids.shape[1]
-    if positions is None:
+    if picked is None:
         columns = torch.arange(width).expand(len(batch.indices), width)
     else:
-        picked = []
-        for r, n in enumerate(batch.lengths):
-            text = f"text #{batch.indices[r]}"
-            found = absolute_positions(positions, n, model_name=model.name, text=text)
-            picked.append([batch.pad(r) + p for p in found])
-        columns = torch.tensor(picked)
+        shifted = [[batch.pad(r) + p for p in picked[i]] for r, i in enumerate(batch.indices)]
+        columns = torch.tensor(shifted)
     rows = torch.arange(columns.shape[0])[:, None].expand_as(columns)
     return rows, columns
