@@ -220,10 +220,8 @@ def dims_from_config(config: Any) -> Dims:
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // n_heads
     hidden = int(config.hidden_size)
     d_mlp = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None)
-    return Dims(
-        int(config.num_hidden_layers), n_heads, n_kv, int(head_dim), hidden,
-        int(d_mlp or 4 * hidden),  # GPT-2's n_inner=None means 4 x the hidden size
-    )  # fmt: skip
+    d_mlp = int(d_mlp or 4 * hidden)  # GPT-2's n_inner=None means 4 x the hidden size
+    return Dims(int(config.num_hidden_layers), n_heads, n_kv, int(head_dim), hidden, d_mlp)
 
 
 def attention_windows(config: Any) -> tuple[int | None, ...]:
