@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
 
-from bindscope.errors import InputError, PromptTooLongError, whole_number
+from bindscope.errors import InputError, PromptTooLongError, is_whole, whole_number
 
 T = TypeVar("T")
 
@@ -71,12 +70,9 @@ def check_texts(texts: Any) -> list:
     if not texts:
         raise InputError("the list of texts is empty; pass at least one prompt")
     for i, text in enumerate(texts):
-        if isinstance(text, str):
-            continue
-        ids = isinstance(text, (list, tuple)) and all(
-            isinstance(t, numbers.Integral) and not isinstance(t, bool) for t in text
-        )
-        if not ids:
+        if not isinstance(text, str) and not (
+            isinstance(text, (list, tuple)) and all(map(is_whole, text))
+        ):
             raise InputError(
                 f"text #{i} is {text!r} ({type(text).__name__}); each text must be a string "
                 "(or a list of token ids)"
@@ -131,12 +127,10 @@ def read_positions(positions: object, *, what: str = "positions") -> tuple[int, 
     """``positions=`` of a reading call as a tuple of integers (None: every position)."""
     if positions is None:
         return None
-    if isinstance(positions, numbers.Integral) and not isinstance(positions, bool):
+    if is_whole(positions):
         return (int(positions),)
     items = list(positions) if isinstance(positions, (list, tuple, range)) else None
-    if not items or not all(
-        isinstance(p, numbers.Integral) and not isinstance(p, bool) for p in items
-    ):
+    if not items or not all(map(is_whole, items)):
         raise InputError(
             f"{what}={positions!r} is not a position or a list of them; pass token positions "
             "of the unpadded text, e.g. -1 (the last token) or [0, 5, -1], or None for all"

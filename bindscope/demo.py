@@ -206,10 +206,13 @@ def _steps(canonical: PromptSet, control_set: PromptSet) -> list:
     )
     # the random null only: the frontier's 15-minute point (power_statement says its limit)
     c5_options = C5Options(
-        prompts=by_prompt_id(canonical, DEMO_C5_IDS), ranking=canonical, k=DEMO_K,
-        n_random=DEMO_N_RANDOM, stop_at=DEMO_STOP_AT,
+        prompts=by_prompt_id(canonical, DEMO_C5_IDS),
+        ranking=canonical,
+        k=DEMO_K,
+        n_random=DEMO_N_RANDOM,
+        stop_at=DEMO_STOP_AT,
         design=design,
-    ).keywords()  # fmt: skip
+    ).keywords()
     return [
         ("binding", binding.run, {"prompts": canonical}),
         ("c5", c5.run, c5_options),

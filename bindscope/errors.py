@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+from typing import TypeGuard
 
 
 class BindscopeError(Exception):
@@ -101,6 +102,11 @@ class NdifServerError(BindscopeError):
     """The local NDIF server (``bindscope ndif up``) could not be built, started or stopped."""
 
 
+def is_whole(value: object) -> TypeGuard[numbers.Integral]:
+    """Whether ``value`` is an integer (a bool is not)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def whole_number(
     value: object,
     name: str,
@@ -114,7 +120,7 @@ def whole_number(
 
     Else raises ``error``: "<name>=<value> is not a whole number <bounds>; <fix>".
     """
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+    if is_whole(value):
         number = int(value)
         if (least is None or number >= least) and (below is None or number < below):
             return number

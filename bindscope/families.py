@@ -2,30 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from bindscope.errors import UnsupportedModelError
 
 _LLAMA_LIKE_RENAME = {"embed_out": "lm_head"}
 
-# The sites every call can capture and intervene on, in a decoder layer's execution order;
-# TransformerLens's names (the README's "Sites" says what each is).
-SITE_NAMES: tuple[str, ...] = (
-    "resid_pre",
-    "q",
-    "k",
-    "v",
-    "scores",
-    "head_out",
-    "pattern",
-    "attn_out",
-    "resid_mid",
-    "mlp_in",
-    "mlp_post",
-    "mlp_out",
-    "resid_post",
-)
 CALL_SITES: tuple[str, ...] = ("q", "k", "v", "scores")
 HEAD_SITES: tuple[str, ...] = ("head_out", "q", "k", "v")
 # Captured only, outside the layers: the final norm's normaliser (TL's ln_final.hook_scale).
@@ -70,6 +53,11 @@ class Sites:
     def get(self, name: str) -> At | None:
         """The location of site ``name`` (one of ``SITE_NAMES``)."""
         return getattr(self, name)
+
+
+# The sites every call can capture and intervene on, in a decoder layer's execution order;
+# TransformerLens's names (the README's "Sites" says what each is).
+SITE_NAMES: tuple[str, ...] = tuple(site.name for site in fields(Sites))
 
 
 # Norms after attention and after the MLP, before each residual add (a "sandwich").
@@ -232,10 +220,8 @@ def dims_from_config(config: Any) -> Dims:
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // n_heads
     hidden = int(config.hidden_size)
     d_mlp = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None)
-    return Dims(
-        int(config.num_hidden_layers), n_heads, n_kv, int(head_dim), hidden,
-        int(d_mlp or 4 * hidden),  # GPT-2's n_inner=None means 4 x the hidden size
-    )  # fmt: skip
+    d_mlp = int(d_mlp or 4 * hidden)  # GPT-2's n_inner=None means 4 x the hidden size
+    return Dims(int(config.num_hidden_layers), n_heads, n_kv, int(head_dim), hidden, d_mlp)
 
 
 def attention_windows(config: Any) -> tuple[int | None, ...]:

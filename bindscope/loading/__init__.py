@@ -24,7 +24,6 @@ from bindscope.loading.embedded_models import (
     check_embedded,
     embedded,
     embedded_folder,
-    training,
     weights_digest,
 )
 from bindscope.loading.weights import check_device, check_dtype, read_weights
@@ -106,7 +105,8 @@ def _load_on_ndif(
 def _record_provenance(
     wrapped: Model, cache: str | os.PathLike | None, folder: Path | None
 ) -> None:
-    wrapped.training = training(wrapped.name)
+    spec = EMBEDDED.get(wrapped.name)  # what its checkpoint is: base or instruction-tuned
+    wrapped.training = spec.training if spec else None
     wrapped.weights_sha256 = weights_digest(wrapped.name, cache) if folder is not None else None
 
 

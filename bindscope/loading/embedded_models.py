@@ -188,12 +188,6 @@ def embedded(name: object) -> Embedded | None:
     return EMBEDDED.get(ALIASES.get(name, name))
 
 
-def training(name: object) -> str | None:
-    """What an embedded model's checkpoint is (base or instruction-tuned); None if not embedded."""
-    spec = EMBEDDED.get(name) if isinstance(name, str) else None
-    return spec.training if spec else None
-
-
 def check_embedded(name: object, cache: str | os.PathLike | None = None) -> None:
     """Raise now, cheaply and writing nothing, if an embedded model could not load."""
     spec = embedded(name)
@@ -257,15 +251,18 @@ def _convert(spec: Embedded, staging: Path) -> dict:
     return facts
 
 
-def _convert_gguf(source: Path, target: Path) -> None:
+def auto_load(source: str, dtype: torch.dtype, **kwargs: Any) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` by transformers' Auto classes; ``kwargs`` go to both."""
     # heavy: transformers loads when a model does, not for the CLI's argument checks
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    tok = AutoTokenizer.from_pretrained(source, **kwargs)
+    return AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs), tok
+
+
+def _convert_gguf(source: Path, target: Path) -> None:
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
-        model: Any = AutoModelForCausalLM.from_pretrained(
-            str(source.parent), gguf_file=source.name, dtype=torch.float32
-        )
+        model, tokenizer = auto_load(str(source.parent), torch.float32, gguf_file=source.name)
     except (ImportError, ValueError) as exc:
         raise ModelLoadError(
             f"Converting {source} needs the packages gguf and accelerate ({exc}). "

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from bindscope.errors import ModelLoadError
-from bindscope.loading.embedded_models import embedded, embedded_folder
+from bindscope.loading.embedded_models import auto_load, embedded, embedded_folder
 
 #: Pickle weight files: bindscope never unpickles them (safetensors or GGUF only).
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -66,7 +66,7 @@ def from_pretrained(
     kwargs = {"revision": revision} if revision else {}
     try:
         # Try the local cache first so an offline machine never stacks up retries.
-        model, tok = _auto_load(source, dtype, local_files_only=True, **kwargs)
+        model, tok = auto_load(source, dtype, local_files_only=True, **kwargs)
     except (OSError, ValueError) as cached_error:
         if local:
             raise ModelLoadError(
@@ -90,14 +90,6 @@ def _model_folder(source: str, revision: str | None) -> Path:
     return folder
 
 
-def _auto_load(source: str, dtype: torch.dtype, **kwargs: Any) -> tuple[Any, Any]:
-    # heavy: transformers loads when a model does, not for the CLI's argument checks
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(source, **kwargs)
-    return AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs), tok
-
-
 def _refuse_offline(source: str, revision: str | None) -> None:
     why: str | None = None
     if os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE"):
@@ -117,7 +109,7 @@ def _download(
     source: str, dtype: torch.dtype, revision: str | None, **kwargs: Any
 ) -> tuple[Any, Any]:
     try:
-        return _auto_load(source, dtype, **kwargs)
+        return auto_load(source, dtype, **kwargs)
     except Exception as exc:
         raise ModelLoadError(
             f"Could not load {source}{'@' + revision if revision else ''} from the Hugging "

@@ -29,12 +29,12 @@ class Stack:
     labels: tuple[str, ...]
 
 
+@dataclass(eq=False, repr=False)
 class Cache:
     """One text's captures: ``cache["resid_pre", 2]`` ``[n, d]``; ``cache["resid_pre"]`` a dict."""
 
-    def __init__(self, model: LanguageModel, acts: dict[str, dict[int, torch.Tensor]]) -> None:
-        self.model = model
-        self.acts = acts
+    model: LanguageModel
+    acts: dict[str, dict[int, torch.Tensor]]
 
     def __getitem__(self, key: str | tuple[str, int]):
         if isinstance(key, tuple):

@@ -91,23 +91,8 @@ def attention_probs(
     wanted = model.check_layers(layers)
     texts = check_texts(texts)
     rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row, ablate=ablate)
-    out: list[torch.Tensor | None] = [None] * len(texts)
-    with model.eager():
-        for planned in plan_batches(model, texts, rows, batch_size=batch_size):
-            batch = planned.batch
-            _check_recompute(model, planned.plan)
-
-            def body(donors: dict | None, plan: ops.TracePlan = planned.plan):
-                # bound to a name: a remote run returns only saved values the body binds
-                found = run_layers(model, capture=wanted, plan=plan, donors=donors)
-                return found
-
-            found = trace_batch(model, planned, body)
-            stacked = torch.stack([found[layer] for layer in wanted], 1)  # [b, L', H, n, n]
-            for row, index in enumerate(batch.indices):
-                pad = batch.pad(row)
-                out[index] = widened(stacked[row, :, :, pad:, pad:]).contiguous()
-    return out  # type: ignore[return-value]
+    got = _captured(model, texts, rows, ["pattern"], wanted, batch_size, widened)
+    return [torch.stack([each["pattern"][layer] for layer in wanted]) for each in got]
 
 
 def _check_recompute(model: LanguageModel, plan: ops.TracePlan) -> None:
@@ -205,12 +190,24 @@ def capture(
     names = _check_capture_sites(model, sites)
     texts = check_texts(texts)
     rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row)
+    got = _captured(model, texts, rows, names, wanted, batch_size, torch.Tensor.float)
+    return [{name: each[name] for name in names} for each in got]  # in execution order
+
+
+def _captured(
+    model: LanguageModel,
+    texts: list,
+    rows: list,
+    names: list[str],
+    wanted: list[int],
+    batch_size: int,
+    cast: Callable[[torch.Tensor], torch.Tensor],
+) -> list[dict[str, dict[int, torch.Tensor]]]:
     out: list[dict[str, dict[int, torch.Tensor]]] = [{} for _ in texts]
-    probs = [n for n in names if n == "pattern"]
+    probs = "pattern" in names
     others = {n: wanted for n in names if n not in ("pattern", *FINAL_SITES)}
     norm = _final_norm_form(model) if "ln_final_scale" in names else None
-    context = model.eager() if probs else contextlib.nullcontext()
-    with context:
+    with model.eager() if probs else contextlib.nullcontext():
         call = _call_sites(model, others)
         for planned in plan_batches(model, texts, rows, batch_size=batch_size):
             batch = planned.batch
@@ -221,8 +218,8 @@ def capture(
             found = trace_batch(model, planned, body)
             for row, index in enumerate(batch.indices):
                 got, pad = out[index], batch.pad(row)
-                _unpadded(found, row, pad, wanted, bool(probs), others, got, model.n_layers - 1)
-    return [{name: got[name] for name in names} for got in out]  # in execution order
+                _unpadded(found, row, pad, wanted, probs, others, got, model.n_layers - 1, cast)
+    return out
 
 
 def _capture_body(
@@ -276,12 +273,13 @@ def _unpadded(
     probs: bool,
     others: dict[str, list[int]],
     got: dict[str, dict[int, torch.Tensor]],
-    last: int = -1,
+    last: int,
+    cast: Callable[[torch.Tensor], torch.Tensor],
 ) -> None:
     for layer in wanted:
         if probs:
             value = found[layer][row, :, pad:, pad:]
-            got.setdefault("pattern", {})[layer] = value.float().contiguous()
+            got.setdefault("pattern", {})[layer] = cast(value).contiguous()
         for name in others:
             if name == "scores":  # [b, H, q, k]
                 value = found[(name, layer)][row, :, pad:, pad:]
@@ -291,10 +289,10 @@ def _unpadded(
                 value = value[..., 0]  # [n, d_mlp]
             elif name not in (*HEAD_SITES, "scores"):
                 value = value[:, 0]  # [n, d_model]
-            got.setdefault(name, {})[layer] = value.float().contiguous()
+            got.setdefault(name, {})[layer] = cast(value).contiguous()
     if "ln_final_scale" in found:  # keyed by the last layer, whose output the norm reads
         scale = found["ln_final_scale"][row, pad:]
-        got["ln_final_scale"] = {last: scale.float().contiguous()}
+        got["ln_final_scale"] = {last: cast(scale).contiguous()}
 
 
 def _check_capture_sites(model: LanguageModel, sites: str | Sequence[str]) -> list[str]:
@@ -325,14 +323,14 @@ def logit_lens(
     """``[layers, positions, vocab]`` per text: ``resid_post`` unembedded (``None``: all)."""
     wanted = model.check_layers(layers)
     chosen = read_positions(positions)
-    texts = _check_lens(model, texts, chosen)
+    texts, picked = _check_lens(model, texts, chosen)
     rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row)
     norm = underlying_module(getattr(model.nnsight.model, model.family_row.final_norm))
     head = underlying_module(model.nnsight.lm_head)
     out: list[torch.Tensor | None] = [None] * len(texts)
     for planned in plan_batches(model, texts, rows, batch_size=batch_size):
         batch = planned.batch
-        index_rows, columns = _columns(model, batch, chosen)
+        index_rows, columns = _columns(batch, picked)
 
         def body(
             donors: dict | None,
@@ -353,7 +351,9 @@ def logit_lens(
     return out  # type: ignore[return-value]
 
 
-def _check_lens(model: LanguageModel, texts: Sequence[str], chosen: tuple[int, ...] | None) -> list:
+def _check_lens(
+    model: LanguageModel, texts: Sequence[str], chosen: tuple[int, ...] | None
+) -> tuple[list, list[list[int]] | None]:
     if model.dtype is not None and next(model.hf.parameters()).device.type == "meta":
         raise InterventionError(
             f"{model.name}: logit_lens applies the final norm and unembedding here, but this "
@@ -361,25 +361,21 @@ def _check_lens(model: LanguageModel, texts: Sequence[str], chosen: tuple[int, .
             "model.capture(texts, sites=['resid_post']) and unembed with local weights"
         )
     texts = check_texts(texts)
-    if chosen is not None:  # every text's positions, before any trace
-        for i, text in enumerate(texts):
-            n = len(model.tokenize(text)) if isinstance(text, str) else len(text)
-            absolute_positions(chosen, n, model_name=model.name, text=f"text #{i}")
-    return texts
+    if chosen is None:
+        return texts, None
+    lengths = [len(model.tokenize(t)) if isinstance(t, str) else len(t) for t in texts]
+    return texts, [  # every text's positions, before any trace
+        absolute_positions(chosen, n, model_name=model.name, text=f"text #{i}")
+        for i, n in enumerate(lengths)
+    ]
 
 
-def _columns(
-    model: LanguageModel, batch: Batch, positions: tuple[int, ...] | None
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _columns(batch: Batch, picked: list[list[int]] | None) -> tuple[torch.Tensor, torch.Tensor]:
     width = batch.input_ids.shape[1]
-    if positions is None:
+    if picked is None:
         columns = torch.arange(width).expand(len(batch.indices), width)
     else:
-        picked = []
-        for r, n in enumerate(batch.lengths):
-            text = f"text #{batch.indices[r]}"
-            found = absolute_positions(positions, n, model_name=model.name, text=text)
-            picked.append([batch.pad(r) + p for p in found])
-        columns = torch.tensor(picked)
+        shifted = [[batch.pad(r) + p for p in picked[i]] for r, i in enumerate(batch.indices)]
+        columns = torch.tensor(shifted)
     rows = torch.arange(columns.shape[0])[:, None].expand_as(columns)
     return rows, columns
