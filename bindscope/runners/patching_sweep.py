@@ -64,12 +64,8 @@ def patching_sweep(
 
 
 def _grids(values: torch.Tensor, shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
-    grids, start = {}, 0
-    for site, shape in shapes.items():
-        size = math.prod(shape)
-        grids[site] = values[start : start + size].view(shape).clone()
-        start += size
-    return grids
+    parts = values.split([math.prod(shape) for shape in shapes.values()])
+    return {site: part.view(shapes[site]).clone() for site, part in zip(shapes, parts)}
 
 
 def _patched_cells(
