@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 
 from bindscope.batch import GENERATION_BATCH_SIZE, Batch
 from bindscope.errors import InputError, InterventionError
+from bindscope.interventions import ops
 from bindscope.interventions.resolve import HeadList, Intervention, PerRow, as_specs, resolve_rows
 from bindscope.interventions.specs import Patch, Resample
 from bindscope.metrics.behaviour import (
@@ -29,7 +30,6 @@ from bindscope.runners.prefix import (
     prompt_pass,
     recognition_result,
     row_plan,
-    scored_pass,
 )
 
 
@@ -111,7 +111,10 @@ def _full_batch(model: LanguageModel, batch: Batch, choices: list, rows: list) -
     metrics = [TargetLogprob(len(c)) for c in flat]  # every sequence ends with its choice
     terms, last = logit_terms(model, metrics, full.input_ids)
     plan = row_plan(model, full, [rows[r] for r in owner])
-    sums, _ = scored_pass(model, full.inputs, terms["logprob"], last, plan=plan or None)
+    with model.nnsight.trace(**full.inputs, **last, **model.trace_options):
+        if plan:
+            ops.run_layers(model, plan=plan)
+        sums = ops.choice_logprob_sums(ops.final_logits(model), *terms["logprob"]).save()
     out: list[list[float]] = [[] for _ in choices]
     for s, r in enumerate(owner):
         out[r].append(float(sums[s]))
