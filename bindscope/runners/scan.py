@@ -213,13 +213,18 @@ def condition_scores(
         disable=not progress,
         leave=False,
     )
-    into = _Into(np.zeros(len(sequences)), np.zeros((len(conditions), len(sequences))), bar)
+    clean, scores = np.zeros(len(sequences)), np.zeros((len(conditions), len(sequences)))
     for batch in model.batches([list(s.ids) for s in sequences], batch_size=batch_size):
         part = [sequences[i] for i in batch.indices]
         given = None if donors is None else [donors[i] for i in batch.indices]
-        _score_batch(model, scan, batch, part, given, into)
+        passes, found = _score_batch(model, scan, batch, part, given)
+        clean[batch.indices] = found[0].double().cpu().numpy()
+        for one, got in zip(passes, found[1:]):
+            for (c, r), value in zip(one.pairs, got.double().tolist()):
+                scores[c, batch.indices[r]] = value
+            bar.update(len(one.pairs))
     bar.close()
-    return into.clean, into.scores
+    return clean, scores
 
 
 @dataclass(frozen=True)
@@ -257,26 +262,14 @@ class _Scan:
         )
 
 
-@dataclass(frozen=True)
-class _Into:
-    clean: np.ndarray
-    scores: np.ndarray
-    bar: tqdm
-
-    def put(self, pairs: Sequence[tuple[int, int]], got: torch.Tensor, indices: list[int]) -> None:
-        for (c, r), value in zip(pairs, got.double().tolist()):
-            self.scores[c, indices[r]] = value
-            self.bar.update(1)
-
-
 def _score_batch(
     model: LanguageModel,
     scan: _Scan,
     batch: Batch,
     part: list[ScoredSequence],
     donors: list[ScoredSequence] | None,
-    into: _Into,
-) -> None:
+) -> tuple[list[_Pass], list[torch.Tensor]]:
+    # the passes, then the clean scores [b] and each pass's [rows]
     metrics = [TargetLogprob(s.n_target) for s in part]
     terms, options = logit_terms(model, metrics, batch.input_ids)
     targets = terms["logprob"]  # positions, ids and weights [b, T] of every target token
@@ -285,6 +278,4 @@ def _score_batch(
     passes = list(_passes(model, scan, batch, targets, valid))
     swap = None if mine is None else (mine.inputs, keep, width)
     found = _batch_session(model, batch.inputs, targets, scan.keep_layers, options, passes, swap)
-    into.clean[batch.indices] = found[0].double().cpu().numpy()
-    for one, got in zip(passes, found[1:]):
-        into.put(one.pairs, got, batch.indices)
+    return passes, found
