@@ -77,15 +77,16 @@ def _alignment(
     rows: Sequence[ScoredSequence],
     donors: Sequence[ScoredSequence] | None,
     width: int,
-) -> tuple[Batch | None, list[int], torch.Tensor | None]:
-    # the donors' batch, the final positions each row takes from its donor, valid [b, W]
+) -> tuple[tuple | None, torch.Tensor | None]:
+    # (the donors' inputs, the final positions each row takes from its donor, width), and
+    # valid [b, W]
     if donors is None:
-        return None, [], None
+        return None, None
     keep = [min(len(row.ids), len(donor.ids)) for row, donor in zip(rows, donors)]
     valid = torch.zeros(len(rows), width, dtype=torch.bool)
     for r, k in enumerate(keep):
         valid[r, width - k :] = True
-    return model.encode([list(d.ids) for d in donors]), keep, valid
+    return (model.encode([list(d.ids) for d in donors]).inputs, keep, width), valid
 
 
 @dataclass(frozen=True)
@@ -273,9 +274,7 @@ def _score_batch(
     metrics = [TargetLogprob(s.n_target) for s in part]
     terms, options = logit_terms(model, metrics, batch.input_ids)
     targets = terms["logprob"]  # positions, ids and weights [b, T] of every target token
-    width = batch.input_ids.shape[1]
-    mine, keep, valid = _alignment(model, part, donors, width)
+    swap, valid = _alignment(model, part, donors, batch.input_ids.shape[1])
     passes = list(_passes(model, scan, batch, targets, valid))
-    swap = None if mine is None else (mine.inputs, keep, width)
     found = _batch_session(model, batch.inputs, targets, scan.keep_layers, options, passes, swap)
     return passes, found
