@@ -9,6 +9,7 @@ import torch
 
 from bindscope.errors import InputError, whole_number
 from bindscope.protocols import LanguageModel
+from bindscope.runners.prefix import keeps_logits
 
 __all__ = ["LogitDifference", "Metric", "TargetLogprob", "check_metrics", "metric_terms"]
 
@@ -105,3 +106,10 @@ def metric_terms(
     if any(isinstance(m, LogitDifference) for m in metrics):
         terms["logit"] = tuple(logit)
     return terms, keep
+
+
+def logit_terms(model: LanguageModel, metrics: Sequence[Metric], ids: torch.Tensor) -> tuple:
+    """`metric_terms` and the forward's options keeping only their logits (where it can)."""
+    keeps = keeps_logits(model)
+    terms, keep = metric_terms(metrics, ids, every_logit=not keeps)
+    return terms, {"logits_to_keep": keep} if keeps else {}

@@ -23,9 +23,8 @@ from bindscope.runners.attribution_metrics import (
     LogitDifference,
     TargetLogprob,
     check_metrics,
-    metric_terms,
+    logit_terms,
 )
-from bindscope.runners.prefix import keeps_logits
 
 __all__ = [
     "METHODS",
@@ -142,7 +141,6 @@ def _estimate(
     eager = _check_model(model, rows, method)
     lengths = [len(model.tokenize(t)) if isinstance(t, str) else len(t) for t in texts]
     metrics = check_metrics(model, metric, lengths)
-    keeps = keeps_logits(model)
     clean = np.zeros(len(texts))
     found_of: dict[str, list[dict]] = {"estimate": [{} for _ in texts]}
     if grad_drop:
@@ -150,8 +148,7 @@ def _estimate(
     for planned in plan_batches(model, texts, rows, batch_size=batch_size):
         batch, plan = planned.batch, planned.plan
         mine = [metrics[i] for i in batch.indices]
-        terms, keep = metric_terms(mine, batch.input_ids, every_logit=not keeps)
-        options = {"logits_to_keep": keep} if keeps else {}
+        terms, options = logit_terms(model, mine, batch.input_ids)
         donors = _donor_pass(model, planned, eager)
         context = model.eager() if eager else contextlib.nullcontext()
         with context, torch.enable_grad():  # noqa: SIM117 (nnsight reads the trace's own block)

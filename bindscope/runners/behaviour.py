@@ -11,6 +11,7 @@ from tqdm.auto import tqdm
 
 from bindscope.batch import GENERATION_BATCH_SIZE, Batch
 from bindscope.errors import InputError, InterventionError
+from bindscope.interventions import ops
 from bindscope.interventions.resolve import HeadList, Intervention, PerRow, as_specs, resolve_rows
 from bindscope.interventions.specs import Patch, Resample
 from bindscope.metrics.behaviour import (
@@ -22,15 +23,13 @@ from bindscope.metrics.behaviour import (
 from bindscope.prompts.continuations import continuation_ids
 from bindscope.prompts.prompt_sets import PromptRecord
 from bindscope.protocols import LanguageModel
-from bindscope.runners.attribution_metrics import TargetLogprob, metric_terms
+from bindscope.runners.attribution_metrics import TargetLogprob, logit_terms
 from bindscope.runners.prefix import (
     choice_pass,
     choice_scores,
-    keeps_logits,
     prompt_pass,
     recognition_result,
     row_plan,
-    scored_pass,
 )
 
 
@@ -110,11 +109,12 @@ def _full_batch(model: LanguageModel, batch: Batch, choices: list, rows: list) -
     prompts = [batch.input_ids[r, batch.pad(r) :].tolist() for r in range(len(choices))]
     full = model.pad(list(range(len(flat))), [prompts[r] + c for r, c in zip(owner, flat)])
     metrics = [TargetLogprob(len(c)) for c in flat]  # every sequence ends with its choice
-    keeps = keeps_logits(model)
-    terms, keep = metric_terms(metrics, full.input_ids, every_logit=not keeps)
-    last = {"logits_to_keep": keep} if keeps else {}
+    terms, last = logit_terms(model, metrics, full.input_ids)
     plan = row_plan(model, full, [rows[r] for r in owner])
-    sums, _ = scored_pass(model, full.inputs, terms["logprob"], last, plan=plan or None)
+    with model.nnsight.trace(**full.inputs, **last, **model.trace_options):
+        if plan:
+            ops.run_layers(model, plan=plan)
+        sums = ops.choice_logprob_sums(ops.final_logits(model), *terms["logprob"]).save()
     out: list[list[float]] = [[] for _ in choices]
     for s, r in enumerate(owner):
         out[r].append(float(sums[s]))

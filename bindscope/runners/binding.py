@@ -32,24 +32,12 @@ def _result(
     skipped: str | None = None,
     flags: Sequence[str] = (),
 ):
-    s = summarize(bsi)
     flags = (*(span.flags if span else ("not_found",)), *flags)
+    about = (record.key, record.prompt_id, record.term, record.task, record.control_group)
+    indices, tokens = (span.indices, span.tokens) if span else ((), ())
+    numbers = vars(summarize(bsi))  # eb, eb_star, eb_star_norm, best_layer, entropy
     return BindingResult(
-        record.key,
-        record.prompt_id,
-        record.term,
-        record.task,
-        record.control_group,
-        s.eb_star,
-        s.eb_star_norm,
-        s.best_layer,
-        s.eb,
-        bsi,
-        s.entropy,
-        span.indices if span else (),
-        span.tokens if span else (),
-        flags,
-        skipped,
+        *about, **numbers, bsi=bsi, span=indices, span_tokens=tokens, flags=flags, skipped=skipped
     )
 
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from bindscope.batch import Batch
 from bindscope.errors import InputError
-from bindscope.interventions import Mean, Zero
+from bindscope.interventions import Mean, SiteMeans, Zero
 from bindscope.interventions.head_checks import Head
 from bindscope.interventions.resolve import resolve_rows
 from bindscope.metrics.behaviour import RecognitionResult
@@ -28,9 +27,6 @@ from bindscope.runners.prefix import (
     row_plan,
 )
 
-if TYPE_CHECKING:
-    from bindscope.interventions import HeadMeans
-
 __all__ = ["condition_recognition"]
 
 
@@ -40,7 +36,7 @@ def condition_recognition(
     records: Sequence[PromptRecord],
     conditions: Sequence[Sequence[tuple[int, int]]],
     *,
-    means: HeadMeans | None = None,
+    means: SiteMeans | None = None,
     batch_size: int = 16,
 ) -> tuple[list[RecognitionResult], list[list[RecognitionResult]]]:
     """``(clean [R], ablated [C][R])``: `recognition` of every record under each head set."""

@@ -53,14 +53,12 @@ def feature_attribution(
     estimate = np.stack([per_text[key].numpy() for per_text in found])  # [S, F]
     order = np.argsort(-np.abs(estimate.mean(0)), kind="stable")[:verify]
     clean = metric_of(model, texts, metric, batch_size=batch_size)
-    exact = np.stack(
-        [
-            metric_of(model, texts, metric, intervene=edit(dictionary.features(int(i))),
-                      batch_size=batch_size) - clean
-            for i in order
-        ],
-        axis=1,
-    )  # fmt: skip
+
+    def change(i: int) -> np.ndarray:  # of latent i edited alone
+        edited = edit(dictionary.features(int(i)))
+        return metric_of(model, texts, metric, intervene=edited, batch_size=batch_size) - clean
+
+    exact = np.stack([change(i) for i in order], axis=1)  # [S, K]
     return FeatureAttribution(clean, estimate, tuple(int(i) for i in order), exact)
 
 

@@ -64,12 +64,8 @@ def patching_sweep(
 
 
 def _grids(values: torch.Tensor, shapes: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
-    grids, start = {}, 0
-    for site, shape in shapes.items():
-        size = math.prod(shape)
-        grids[site] = values[start : start + size].view(shape).clone()
-        start += size
-    return grids
+    parts = values.split([math.prod(shape) for shape in shapes.values()])
+    return {site: part.view(shapes[site]).clone() for site, part in zip(shapes, parts)}
 
 
 def _patched_cells(
@@ -83,17 +79,18 @@ def _patched_cells(
 ) -> torch.Tensor:
     source = (clean_ids,)
     specs = [
-        Patch(site, source, layers=(layer,), positions=(p,)) if head is None
+        Patch(site, source, layers=(layer,), positions=(p,))
+        if head is None
         else Patch([(layer, head)], source, site=site, positions=(p,))
         for site, layer, p, head in cells
-    ]  # fmt: skip
+    ]
     texts = [corrupt_ids] * len(cells)
     rows = resolve_rows(model, texts, per_row=specs)
     values = torch.empty(len(cells))
     planned = plan_batches(model, texts, rows, batch_size=batch_size)
     total = math.ceil(len(cells) / batch_size)
-    for item in tqdm(planned, total=total, desc="patching sweep", unit="batch",
-                     disable=not progress):  # fmt: skip
+    bar = tqdm(planned, total=total, desc="patching sweep", unit="batch", disable=not progress)
+    for item in bar:
 
         def body(donors: Any, plan: Any = item.plan):
             run_layers(model, plan=plan, donors=donors)
@@ -111,8 +108,9 @@ def _checked_texts(
     corrupt: str | Sequence[int],
     metric: Callable[[torch.Tensor], float],
 ) -> tuple[list[int], list[int]]:
-    clean_ids, corrupt_ids = (model.tokenize(t) if isinstance(t, str) else list(t)
-                              for t in check_texts([clean, corrupt]))  # fmt: skip
+    clean_ids, corrupt_ids = (
+        model.tokenize(t) if isinstance(t, str) else list(t) for t in check_texts([clean, corrupt])
+    )
     n = len(corrupt_ids)
     if len(clean_ids) != n:
         raise InputError(

@@ -27,7 +27,6 @@ __all__ = [
     "prompt_pass",
     "recognition_result",
     "row_plan",
-    "scored_pass",
 ]
 
 
@@ -73,33 +72,6 @@ def prompt_pass(
         first = ops.final_logits(model)[:, -1].float().log_softmax(-1).save()  # [b, V]
         cache = getattr(tracer.result, cache_name(model)).save()
     return first, cache, outputs
-
-
-@torch.no_grad()
-def scored_pass(
-    model: LanguageModel,
-    inputs: dict,
-    targets: tuple,
-    options: dict,
-    *,
-    keep_layers: int = 0,
-    start: int = 0,
-    residual: torch.Tensor | None = None,
-    plan: ops.TracePlan | None = None,
-    donors: dict | None = None,
-) -> tuple:
-    """Target log-prob sums ``[b]`` (``ops.choice_logprob_sums``) and the layers kept.
-
-    A pass from ``start`` takes ``residual``, a clean pass's output of layer ``start - 1``.
-    """
-    with model.nnsight.trace(**inputs, **options, **model.trace_options):
-        outputs: list = ops.keep_outputs(model, keep_layers, ops.save([]))  # [b, W, d] each
-        ops.start_at(model, start, residual)
-        if plan is not None:
-            ops.run_layers(model, plan=plan, donors=donors)
-        logits = ops.final_logits(model)  # [rows, W, V]
-        scores = ops.choice_logprob_sums(logits, *targets).save()
-    return scores, outputs
 
 
 def _padded_inputs(model: LanguageModel, batch: Batch, flat: list, n_c: int) -> dict:

@@ -18,8 +18,7 @@ from bindscope.interventions.ops import by_layer
 from bindscope.interventions.plan import Planner, plan_batch
 from bindscope.interventions.resolve import resolve_rows
 from bindscope.protocols import LanguageModel
-from bindscope.runners.attribution_metrics import TargetLogprob, metric_terms
-from bindscope.runners.prefix import keeps_logits, scored_pass
+from bindscope.runners.attribution_metrics import TargetLogprob, logit_terms
 
 __all__ = ["ScoredSequence", "condition_scores"]
 
@@ -78,30 +77,16 @@ def _alignment(
     rows: Sequence[ScoredSequence],
     donors: Sequence[ScoredSequence] | None,
     width: int,
-) -> tuple[Batch | None, list[int], torch.Tensor | None]:
-    # the donors' batch, the final positions each row takes from its donor, valid [b, W]
+) -> tuple[tuple | None, torch.Tensor | None]:
+    # (the donors' inputs, the final positions each row takes from its donor, width), and
+    # valid [b, W]
     if donors is None:
-        return None, [], None
+        return None, None
     keep = [min(len(row.ids), len(donor.ids)) for row, donor in zip(rows, donors)]
     valid = torch.zeros(len(rows), width, dtype=torch.bool)
     for r, k in enumerate(keep):
         valid[r, width - k :] = True
-    return model.encode([list(d.ids) for d in donors]), keep, valid
-
-
-@torch.no_grad()
-def _donor_outputs(model: LanguageModel, donors: Batch, keep: list[int], width: int) -> dict:
-    with model.nnsight.trace(**donors.inputs, **model.trace_options) as tracer:
-        found: list = ops.save([])
-        for layer in range(model.n_layers):
-            found.append(ops.site(model, "head_out", layer))
-        tracer.stop()
-    return {
-        ("head_out", layer): ops.end_aligned(
-            ops.head_view(x, model.n_heads, model.head_dim), keep, width
-        )
-        for layer, x in enumerate(found)
-    }
+    return (model.encode([list(d.ids) for d in donors]).inputs, keep, width), valid
 
 
 @dataclass(frozen=True)
@@ -141,28 +126,30 @@ def _batch_session(
     passes: list[_Pass],
     swap: tuple | None,
 ) -> list[torch.Tensor]:
-    # The body computes what _donor_outputs and scored_pass compute locally, in the same
-    # order, with ops and torch only (it ships). No trace stops early: in ndif 0.1.2's
-    # sandbox the session's next trace then fails (docs/remote.md, Limits).
-    env = model.nnsight
+    # One session per batch, local or remote: only the scores leave it. The body ships, so
+    # it uses ops and torch only. No remote trace stops early: in ndif 0.1.2's sandbox the
+    # session's next trace then fails (docs/remote.md, Limits); a local donor pass does.
+    env, local = model.nnsight, not getattr(model, "remote", False)
     # plain tuples: the session ships, and this module's classes are not on the server
     jobs = [(one.inputs, one.targets, one.plan, one.start, one.rows) for one in passes]
     with env.session(**model.trace_options):
         found = [].save()  # type: ignore[attr-defined]  # nnsight gives every object .save
         aligned = {}
         if swap is not None:
-            with env.trace(**swap[0]):
+            with env.trace(**swap[0]) as tracer:
                 donor_outputs = []
                 for layer in range(model.n_layers):
                     donor_outputs.append(ops.site(model, "head_out", layer))
+                if local:
+                    tracer.stop()
             for layer in range(model.n_layers):
                 x = ops.head_view(donor_outputs[layer], model.n_heads, model.head_dim)
                 aligned[("head_out", layer)] = ops.end_aligned(x, swap[1], swap[2])
         with env.trace(**inputs, **options):
             outputs = ops.keep_outputs(model, keep_layers, [])  # [b, W, d] each
             found.append(ops.choice_logprob_sums(ops.final_logits(model), *targets))
-        for pass_inputs, pass_targets, plan, start, rows in jobs:
-            residual = outputs[start - 1][rows] if start > 0 else None
+        for pass_inputs, pass_targets, plan, start, rows in jobs:  # each from the clean
+            residual = outputs[start - 1][rows] if start > 0 else None  # stream below it
             donors = None
             if swap is not None:
                 donors = {}
@@ -227,13 +214,18 @@ def condition_scores(
         disable=not progress,
         leave=False,
     )
-    into = _Into(np.zeros(len(sequences)), np.zeros((len(conditions), len(sequences))), bar)
+    clean, scores = np.zeros(len(sequences)), np.zeros((len(conditions), len(sequences)))
     for batch in model.batches([list(s.ids) for s in sequences], batch_size=batch_size):
         part = [sequences[i] for i in batch.indices]
         given = None if donors is None else [donors[i] for i in batch.indices]
-        _score_batch(model, scan, batch, part, given, into)
+        passes, found = _score_batch(model, scan, batch, part, given)
+        clean[batch.indices] = found[0].double().cpu().numpy()
+        for one, got in zip(passes, found[1:]):
+            for (c, r), value in zip(one.pairs, got.double().tolist()):
+                scores[c, batch.indices[r]] = value
+            bar.update(len(one.pairs))
     bar.close()
-    return into.clean, into.scores
+    return clean, scores
 
 
 @dataclass(frozen=True)
@@ -244,8 +236,6 @@ class _Scan:
     table: dict | torch.Tensor | None  # the mean-ablation means ([d_sae]: features), or None
     rows_per_pass: int
     keep_layers: int  # clean layer outputs kept for the residual strategy
-    session: bool  # remote: each batch is one session
-    keeps: bool  # the model takes ``logits_to_keep``
 
     @classmethod
     def of(
@@ -270,22 +260,7 @@ class _Scan:
             table=means.means if isinstance(means, SiteMeans) else means,  # [d_sae]: features
             rows_per_pass=rows_per_pass,
             keep_layers=max(starts) if strategy == "residual" else 0,
-            # a remote model runs each batch as one session, so the residual stream stays there
-            session=bool(getattr(model, "remote", False)) and strategy == "residual",
-            keeps=keeps_logits(model),
         )
-
-
-@dataclass(frozen=True)
-class _Into:
-    clean: np.ndarray
-    scores: np.ndarray
-    bar: tqdm
-
-    def put(self, pairs: Sequence[tuple[int, int]], got: torch.Tensor, indices: list[int]) -> None:
-        for (c, r), value in zip(pairs, got.double().tolist()):
-            self.scores[c, indices[r]] = value
-            self.bar.update(1)
 
 
 def _score_batch(
@@ -294,39 +269,12 @@ def _score_batch(
     batch: Batch,
     part: list[ScoredSequence],
     donors: list[ScoredSequence] | None,
-    into: _Into,
-) -> None:
+) -> tuple[list[_Pass], list[torch.Tensor]]:
+    # the passes, then the clean scores [b] and each pass's [rows]
     metrics = [TargetLogprob(s.n_target) for s in part]
-    terms, last = metric_terms(metrics, batch.input_ids, every_logit=not scan.keeps)
-    options = {"logits_to_keep": last} if scan.keeps else {}
+    terms, options = logit_terms(model, metrics, batch.input_ids)
     targets = terms["logprob"]  # positions, ids and weights [b, T] of every target token
-    width = batch.input_ids.shape[1]
-    mine, keep, valid = _alignment(model, part, donors, width)
-    passes = _passes(model, scan, batch, targets, valid)
-    if scan.session:  # remote: everything of the batch in one request, only scores come back
-        done = list(passes)
-        swap = None if mine is None else (mine.inputs, keep, width)
-        found = _batch_session(model, batch.inputs, targets, scan.keep_layers, options, done, swap)
-        into.clean[batch.indices] = found[0].double().cpu().numpy()
-        for one, got in zip(done, found[1:]):
-            into.put(one.pairs, got, batch.indices)
-        return
-    found, outputs = scored_pass(
-        model, batch.inputs, targets, options, keep_layers=scan.keep_layers
-    )
-    into.clean[batch.indices] = found.double().numpy()
-    swapped = None if mine is None else _donor_outputs(model, mine, keep, width)
-    for one in passes:  # each from the clean outputs below its lowest layer (naive: none)
-        residual = outputs[one.start - 1][one.rows] if one.start > 0 else None
-        taken = None if swapped is None else {k: v[one.rows] for k, v in swapped.items()}
-        got, _ = scored_pass(
-            model,
-            one.inputs,
-            one.targets,
-            options,
-            start=one.start,
-            residual=residual,
-            plan=one.plan,
-            donors=taken,
-        )
-        into.put(one.pairs, got, batch.indices)
+    swap, valid = _alignment(model, part, donors, batch.input_ids.shape[1])
+    passes = list(_passes(model, scan, batch, targets, valid))
+    found = _batch_session(model, batch.inputs, targets, scan.keep_layers, options, passes, swap)
+    return passes, found

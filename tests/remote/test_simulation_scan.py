@@ -1,6 +1,6 @@
 """The exact scan on a remote model: one session per batch, equal to the local scan.
 
-A remote model runs each batch of the residual-start scan as one nnsight session (one
+A remote model runs each batch of the scan (either strategy) as one nnsight session (one
 request): the clean pass, a resample's donor pass and every condition pass run on the
 server, and only scores come back. ``SimulatedServer`` plays NDIF here (payload unpickled
 with the sandbox's whitelist, body run on copies); the live layer runs the same against the
@@ -64,12 +64,15 @@ def test_remote_scan_equals_local_to_the_bit_in_one_request_per_batch(every_fami
     assert np.abs(other - zeroed).max() > 100 * _logprob_bound(local)
 
 
-def test_naive_remote_scan_equals_local(layout_twins):
+def test_naive_remote_scan_equals_local_in_one_request_per_batch(layout_twins):
     """The naive strategy through the simulated server (each family's shipped sites: above;
     naive against residual-start locally on every family: tests/experiments/test_scan_runner.py)."""
     local, far = layout_twins
+    server = far.trace_options["backend"]
     sequences, conditions = _sequences(local), _conditions(local)
     options = {"batch_size": 3, "strategy": "naive"}
+    before = len(server.payload_bytes)
     got = condition_scores(far, sequences, conditions, **options)
+    assert len(server.result_bytes[before:]) == -(-len(sequences) // 3)  # a session a batch
     want = condition_scores(local, sequences, conditions, **options)
     assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from bindscope.runners import behaviour
+from bindscope.runners import attribution_metrics
 from bindscope.runners.behaviour import recognition
 from bindscope.runners.prefix import keeps_logits
 from tests.metrics.test_behaviour import REC, head_rows, one_forward_per_choice
@@ -60,6 +60,7 @@ def test_full_strategy_keeps_only_the_scored_logits(tiny, monkeypatch):
     assert sorted(rows) == sorted(len(n) * (max(n) + 1) for n in lengths)  # batches by length
     bound = _bound(tiny)
     assert _max_diff(tiny, got) <= bound
-    monkeypatch.setattr(behaviour, "metric_terms", _one_position_early(behaviour.metric_terms))
+    early = _one_position_early(attribution_metrics.metric_terms)
+    monkeypatch.setattr(attribution_metrics, "metric_terms", early)
     wrong = recognition(tiny, REC, per_row=per_record, strategy="full", batch_size=1)
     assert _max_diff(tiny, wrong) > 100 * bound
