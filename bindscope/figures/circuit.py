@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
@@ -178,15 +177,13 @@ def faithfulness_figure(label: str, entry: dict, *, where: str) -> tuple[Figure,
     rows = entry.get("faithfulness") or []
     if not rows:
         raise MissingData(f"{where}: no faithfulness in the summary")
-    columns = ("n_edges", "share", "low", "high")
-    n, share, low, high = (np.array([r[key] for r in rows], float) for key in columns)
+    n, share, low, high = style.columns(rows, "n_edges", "share", "low", "high")
     fig, ax = style.new_figure(SIZES["circuit_faithfulness"])
     ax.errorbar(n, share, yerr=[share - low, high - share], fmt="o-", capsize=3,
                 color=style.OKABE_ITO["blue"], label="circuit: top n edges, 95% CI")  # fmt: skip
     nulls = [r.get("null_ci") for r in rows]
     if all(nulls):
-        mean, null_low, null_high = (np.array([e[key] for e in nulls], float)
-                                     for key in ("value", "low", "high"))  # fmt: skip
+        mean, null_low, null_high = style.columns(nulls, "value", "low", "high")
         ax.errorbar(n, mean, yerr=[mean - null_low, null_high - mean], fmt="s--", capsize=3,
                     color="grey", label="random n edges (mean, 95% CI)")  # fmt: skip
     elif all(r["null_mean"] is not None for r in rows):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -123,12 +123,15 @@ def effect_map(
     heat.invert_yaxis()
 
 
+def columns(rows: Sequence[Mapping | None], *keys: str) -> list[np.ndarray]:
+    """One float array per key over ``rows``, NaN where a row or its value is missing."""
+    return [np.array([(row or {}).get(key) for row in rows], float) for key in keys]
+
+
 def intervals(cells: list[dict]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Values, lows and highs of effect cells (a missing bound at the value)."""
-    value = np.array([c["value"] for c in cells], float)
-    low = np.array([c["low"] if c["low"] is not None else c["value"] for c in cells], float)
-    high = np.array([c["high"] if c["high"] is not None else c["value"] for c in cells], float)
-    return value, low, high
+    value, low, high = columns(cells, "value", "low", "high")
+    return value, np.where(np.isnan(low), value, low), np.where(np.isnan(high), value, high)
 
 
 def rc_context() -> Any:
@@ -182,6 +185,7 @@ __all__ = [
     "HEATMAP_CMAP",
     "OKABE_ITO",
     "SERIES",
+    "columns",
     "effect_map",
     "figure_legend",
     "heatmap",

@@ -23,14 +23,6 @@ def _plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     yield "sweep_leadlag", lambda: leadlag_forest(exp.models, where=where)
 
 
-def _series(estimates: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    value, low, high = (
-        np.array([e[key] if e and e.get(key) is not None else np.nan for e in estimates], float)
-        for key in ("value", "low", "high")
-    )
-    return value, low, high
-
-
 def emergence(model: str, entry: dict, *, where: str = "summary"):
     """EB* (top) and behaviour (bottom) per checkpoint, mean over terms with a 95% CI band."""
     revisions = need(entry, "revisions", where=where)
@@ -52,7 +44,7 @@ def emergence(model: str, entry: dict, *, where: str = "summary"):
             if len(values) == len(revisions):
                 label = "single terms" if i == 0 else None
                 ax.plot(x, values, color="#999999", linewidth=0.5, alpha=0.5, label=label)
-        value, low, high = _series(estimates)
+        value, low, high = style.columns(estimates, "value", "low", "high")
         ax.fill_between(x, low, high, color=s["color"], alpha=0.25, linewidth=0, label="95% CI")
         ax.plot(x, value, **s, linewidth=1.8, label="mean over terms")  # s: colour, marker, line
         ax.set_ylabel(ylabel)
