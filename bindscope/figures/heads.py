@@ -14,15 +14,9 @@ from bindscope.results.summaries import ExperimentResults, MissingData, need
 TITLE = "Head taxonomy: sink, previous-token, induction, duplicate-token and binding heads"
 SIZES = {"heads_map": (10.0, 6.0), "heads_emergence": (12.0, 7.0)}
 CLASSES = ("sink", "previous_token", "induction", "duplicate_token", "binding")  # table order
-MAP_SCORES = ("sink", "previous_token", "induction", "duplicate_token", "binding", "spread")
-NAMES = {
-    "sink": "sink",
-    "previous_token": "previous-token",
-    "induction": "induction",
-    "duplicate_token": "duplicate-token",
-    "binding": "binding (BSI)",
-    "spread": "spread / mean keys",
-}
+MAP_SCORES = (*CLASSES, "spread")
+NAMES = {score: score.replace("_", "-") for score in MAP_SCORES}
+NAMES |= {"binding": "binding (BSI)", "spread": "spread / mean keys"}
 
 
 def _plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
