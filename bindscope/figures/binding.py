@@ -10,7 +10,7 @@ from matplotlib.patches import Rectangle
 
 from bindscope.figures import markdown as md
 from bindscope.figures import style
-from bindscope.figures.section import Section
+from bindscope.figures.sections import Section
 from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "Binding (EB*)"

@@ -11,7 +11,7 @@ from matplotlib.ticker import MaxNLocator
 
 from bindscope.figures import markdown as md
 from bindscope.figures import style
-from bindscope.figures.section import Section
+from bindscope.figures.sections import Section
 from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "C5: causal head ablation"

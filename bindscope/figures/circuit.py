@@ -12,7 +12,7 @@ from matplotlib.lines import Line2D
 
 from bindscope.figures import markdown as md
 from bindscope.figures import style
-from bindscope.figures.section import Section
+from bindscope.figures.sections import Section
 from bindscope.results.summaries import ExperimentResults, MissingData
 
 TITLE = "Circuits: which edges between heads and MLPs carry the task"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from bindscope.figures import markdown as md
 from bindscope.figures import style
 from bindscope.figures.markdown import DASH
-from bindscope.figures.section import Section
+from bindscope.figures.sections import Section
 from bindscope.results.summaries import ExperimentResults, need
 
 TITLE = "Discriminant validity (controls)"

@@ -8,7 +8,7 @@ import numpy as np
 
 from bindscope.figures import markdown as md
 from bindscope.figures import style
-from bindscope.figures.section import Section
+from bindscope.figures.sections import Section
 from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "Head taxonomy: sink, previous-token, induction, duplicate-token and binding heads"

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from bindscope.figures import markdown as md
 from bindscope.figures.head_maps import map_plots, top_table
-from bindscope.figures.section import Section
+from bindscope.figures.sections import Section
 from bindscope.results.summaries import ExperimentResults
 
 TITLE = "Activation patching: which heads carry the clean answer"

@@ -9,8 +9,7 @@ from pathlib import Path
 
 from bindscope.figures import markdown as md
 from bindscope.figures.make import FigureReport, make_figures
-from bindscope.figures.section import Section
-from bindscope.figures.sections import sections
+from bindscope.figures.sections import Section, sections
 from bindscope.results.records import SCHEMA
 from bindscope.results.summaries import VERSION_FIELDS, ExperimentResults, MissingData, load_results
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from bindscope.figures import markdown as md
 from bindscope.figures.head_maps import map_plots, top_table
-from bindscope.figures.section import Section
+from bindscope.figures.sections import Section
 from bindscope.figures.style import effect_map, intervals, new_figure, short_label, slug
 from bindscope.results.summaries import ExperimentResults, MissingData, need
 

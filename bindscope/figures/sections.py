@@ -1,4 +1,4 @@
-"""Every figure module's ``SECTION``, found where it stands: what figures and the report read."""
+"""What a figure module gives the report (``SECTION = Section(...)``), and every one found."""
 
 from __future__ import annotations
 
@@ -6,8 +6,28 @@ import functools
 import importlib
 import pkgutil
 import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
 
-from bindscope.figures.section import Section
+from bindscope.results.summaries import ExperimentResults
+
+
+@dataclass(frozen=True)
+class Section:
+    """One experiment's part of the figures and the report (``SECTION`` of a figure module).
+
+    ``sizes`` are inches per figure kind (a file stem starts with its kind); ``plots`` yields
+    ``(file stem, builder)`` pairs, a builder returning ``(figure, caption)``.
+    """
+
+    experiment: str
+    title: str
+    how_to_read: str
+    sizes: Mapping[str, tuple[float, float]]
+    plots: Callable[[ExperimentResults], Iterator[tuple[str, Any]]]
+    tables: Callable[[ExperimentResults], list[str]]
+    order: int
 
 
 @functools.cache
@@ -24,4 +44,4 @@ def sizes() -> dict[str, tuple[float, float]]:
     return {kind: size for s in sections().values() for kind, size in s.sizes.items()}
 
 
-__all__ = ["sections", "sizes"]
+__all__ = ["Section", "sections", "sizes"]

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from bindscope.figures import markdown as md
-from bindscope.figures.section import Section
+from bindscope.figures.sections import Section
 from bindscope.figures.style import new_figure
 from bindscope.results.summaries import ExperimentResults
 
