@@ -6,12 +6,13 @@ import json
 import re
 import struct
 
+import numpy as np
 import pytest
 
 from bindscope.errors import InputError, RecordFileError
 from bindscope.figures import FigureReport, make_figures
 from bindscope.figures.sections import sizes
-from bindscope.figures.style import CONDITION_STYLE, DPI, SERIES
+from bindscope.figures.style import CONDITION_STYLE, DPI, SERIES, columns, intervals
 from bindscope.figures.sweep import lead_fraction
 from bindscope.metrics.stats import wilson_ci
 from bindscope.results.summaries import MissingData, load_experiment
@@ -227,3 +228,14 @@ def test_model_figure_draws_only_tasks_that_ran_and_never_cuts_a_whisker():
     assert whiskers and all(low <= y <= high for seg in whiskers for _, y in seg)
     both, _ = model_figure("m", _c5_entry(["recognition", "generation"]), k=4)
     assert len(both.axes) == 4
+
+
+def test_columns_and_intervals_fill_what_is_missing():
+    """NaN where a row or value is missing; ``intervals`` puts a missing bound at the value."""
+    cells = [{"value": 1.0, "low": 0.5, "high": None}, None, {"value": 2.0, "low": None}]
+    value, low = columns(cells, "value", "low")
+    np.testing.assert_array_equal(value, [1.0, np.nan, 2.0])
+    np.testing.assert_array_equal(low, [0.5, np.nan, np.nan])
+    value, low, high = intervals([c for c in cells if c])
+    np.testing.assert_array_equal(low, [0.5, 2.0])
+    np.testing.assert_array_equal(high, [1.0, 2.0])
