@@ -75,10 +75,10 @@ def _rel(target: Path, report: Path) -> str:
 
 def _provenance(results: dict[str, ExperimentResults]) -> list[str]:
     rows: list[list[str]] = []
+    models: dict[str, list[str]] = {}
     versions: set[tuple[str, ...]] = set()
     times: list[str] = []
-    for name in sections():
-        exp = results[name]
+    for name, exp in results.items():
         versions |= exp.versions
         times += exp.times or ()
         for label, prov in exp.provenance.items():
@@ -88,15 +88,19 @@ def _provenance(results: dict[str, ExperimentResults]) -> list[str]:
             prompt_set = f"{prompts} ({sha[:12]})" if sha else prompts
             remote = "yes" if prov.get("remote") else "no"
             rows.append([label, name, *shown, remote, prompt_set, md.num(prov.get("seed"))])
+            models.setdefault(label, _model_row(label, prov))
     if not rows:
         return []
     header = ["model", "experiment", "family", "dtype", "device", "attention", "capture"]
+    models_header = ["model", "family", "heads (layers x heads)", "checkpoint"]
     lines = [
         "## Models and provenance",
         "",
         f"*How to read these numbers.* {md.prose('provenance')}",
         "",
-        *_models(results),
+        f"*Models.* {md.prose('models')}",
+        "",
+        *md.table(models_header, list(models.values()), left=4),
         *md.table([*header, "remote", "prompt set (sha256)", "seed"], rows, left=9),
     ]
     lines += md.table(list(VERSION_FIELDS), sorted(versions), left=4)
@@ -109,18 +113,10 @@ def _provenance(results: dict[str, ExperimentResults]) -> list[str]:
     return lines
 
 
-def _models(results: dict[str, ExperimentResults]) -> list[str]:
-    seen: dict[str, list[str]] = {}
-    for name in results:
-        for label, prov in results[name].provenance.items():
-            heads = prov.get("heads")
-            shape = f"{heads[0]} x {heads[1]} = {heads[0] * heads[1]}" if heads else md.DASH
-            family, training = prov.get("family") or md.DASH, prov.get("training") or "not stated"
-            seen.setdefault(label, [label, family, shape, training])
-    if not seen:
-        return []
-    header = ["model", "family", "heads (layers x heads)", "checkpoint"]
-    return [f"*Models.* {md.prose('models')}", "", *md.table(header, list(seen.values()), left=4)]
+def _model_row(label: str, prov: dict) -> list[str]:
+    heads = prov.get("heads")
+    shape = f"{heads[0]} x {heads[1]} = {heads[0] * heads[1]}" if heads else md.DASH
+    return [label, prov.get("family") or md.DASH, shape, prov.get("training") or "not stated"]
 
 
 def _limits(results: dict[str, ExperimentResults]) -> list[str]:

@@ -101,7 +101,7 @@ def test_report_on_corrupt_records_names_file_and_line(tmp_path):
 def test_models_table_states_heads_and_which_checkpoint_is_base(tmp_path):
     from types import SimpleNamespace
 
-    from bindscope.figures.report import _models
+    from bindscope.figures.report import _provenance
 
     prov = {
         "SmolLM2-135M-Instruct": {
@@ -116,14 +116,18 @@ def test_models_table_states_heads_and_which_checkpoint_is_base(tmp_path):
         },
         "org/other": {"family": "qwen2"},  # records written before the fields existed
     }
-    results = {name: SimpleNamespace(provenance={}) for name in sections()}
-    results["c5"] = SimpleNamespace(provenance=prov)
-    results["binding"] = SimpleNamespace(provenance={"gemma-3-270m": prov["gemma-3-270m"]})
-    text = "\n".join(_models(results))
+
+    def exp(provenance: dict) -> SimpleNamespace:
+        return SimpleNamespace(provenance=provenance, versions=set(), times=[])
+
+    results = {name: exp({}) for name in sections()}
+    results["c5"] = exp(prov)
+    results["binding"] = exp({"gemma-3-270m": prov["gemma-3-270m"]})
+    text = "\n".join(_provenance(results))
     assert "| SmolLM2-135M-Instruct | llama | 30 x 9 = 270 | instruction-tuned |" in text
     assert (
         "| gemma-3-270m | gemma3 | 18 x 4 = 72 | base (pretrained, not instruction-tuned) |" in text
     )
     assert f"| org/other | qwen2 | {md.DASH} | not stated |" in text
-    assert text.count("gemma-3-270m |") == 1  # one row per model, not per experiment
+    assert text.count("| gemma-3-270m | gemma3 |") == 1  # one row per model, not per experiment
     assert "instruction-tuned one" in text  # says why the distinction matters
