@@ -6,7 +6,6 @@ tensors (``plan.py`` -> ``ops``).
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bindscope.errors import InterventionError, whole_number
+from bindscope.errors import InterventionError, is_whole, whole_number
 from bindscope.families import FINAL_SITES, HEAD_SITES, SITE_NAMES
 from bindscope.interventions.dictionary import Features
 from bindscope.interventions.ops import by_layer
@@ -46,7 +45,7 @@ def _pairs(items: Any, what: str) -> tuple[tuple[int, int], ...]:
 
 def _integer(value: object, what: str, item: object) -> int:
     """A whole number (a Python or numpy integer), never a bool, float or string."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+    if is_whole(value):
         return int(value)
     raise InterventionError(
         f"{what} {item!r}: {value!r} is a {type(value).__name__}, not an integer; token "
@@ -57,7 +56,7 @@ def _integer(value: object, what: str, item: object) -> int:
 def _positions(positions: Any) -> tuple[int, ...] | None:
     if positions is None:
         return None
-    if isinstance(positions, numbers.Integral) and not isinstance(positions, bool):
+    if is_whole(positions):
         positions = (positions,)
     return tuple(_integer(p, "position", p) for p in positions)
 
@@ -66,7 +65,7 @@ def _layers(layers: object) -> Any:
     """Layers as given (checked against the model when used); one int is one layer."""
     if layers is None or isinstance(layers, (str, bytes)):
         return layers
-    if isinstance(layers, numbers.Integral) and not isinstance(layers, bool):
+    if is_whole(layers):
         return (int(layers),)
     return tuple(layers) if isinstance(layers, Iterable) else layers
 
@@ -74,9 +73,7 @@ def _layers(layers: object) -> Any:
 def _layer_list(layer: object, spec: str) -> tuple[int, ...]:
     """A ``layer`` of ``Steer``/``Hook``: one integer or a list (ranges are checked when used)."""
     layers = _layers(layer)
-    whole = isinstance(layers, tuple) and all(
-        isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in layers
-    )
+    whole = isinstance(layers, tuple) and all(is_whole(x) for x in layers)
     if not whole or not layers:
         raise InterventionError(
             f"{spec}: layer={layer!r} is not a layer index; pass one integer, e.g. layer=3, "
