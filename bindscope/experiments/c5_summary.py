@@ -177,18 +177,15 @@ _PER_SCORE = (
 def _entry(group: list[dict], ranking: list[dict], ranking_skipped: dict) -> dict:
     first = group[0]
     heads = {r["condition"]: r["heads"] for r in group}
+    null_heads = {null: [heads[c] for c in null_names(heads, null)] for null in NULLS}
     entry: dict = {
         "model": first["model"],
         "revision": first["revision"],
         "n_layers": first["provenance"].get("n_layers"),
         "top_heads": heads.get("top"),
         "bottom_heads": heads.get("bottom"),
-        "random_heads": [heads[c] for c in null_names(heads, "random")],
-        "null_heads": {
-            null: [heads[c] for c in null_names(heads, null)]
-            for null in NULLS
-            if null_names(heads, null)
-        },
+        "random_heads": null_heads["random"],
+        "null_heads": {null: sets for null, sets in null_heads.items() if sets},
         "class_match": next((r["null_match"] for r in group if r.get("null_match")), None),
         "null_support": null_supports(group),
         "chance": _chance_levels(group),
