@@ -51,25 +51,24 @@ def _score_table(group: list[dict]) -> dict[str, dict[str, dict[str, float]]]:
     return table
 
 
-def _complete(by_condition: dict[str, dict[str, float]]) -> list[str]:
+def _arrays(by_condition: dict[str, dict[str, float]]) -> tuple[list[str], dict[str, np.ndarray]]:
     prompts = sorted(by_condition.get("baseline", {}))
-    return [p for p in prompts if all(p in v for v in by_condition.values())]
+    complete = [p for p in prompts if all(p in v for v in by_condition.values())]
+    return complete, {n: np.array([v[p] for p in complete]) for n, v in by_condition.items()}
 
 
 def undecided_nulls(group: list[dict], settings: dict) -> set[str]:
     """The nulls whose sequential p is not decided yet on some score (empty when fixed)."""
     open_nulls: set[str] = set()
     for by_condition in _score_table(group).values():
-        complete = _complete(by_condition)
-        if len(complete) < limits.MIN_GROUP or "top" not in by_condition:
+        complete, cond = _arrays(by_condition)
+        if len(complete) < limits.MIN_GROUP or "top" not in cond:
             continue
-        base = np.array([by_condition["baseline"][p] for p in complete])
-        top_drop = float(np.mean(base - [by_condition["top"][p] for p in complete]))
+        top_drop = float(np.mean(cond["baseline"] - cond["top"]))
         for null in NULLS:
-            names = null_names(by_condition, null)
-            drops = [float(np.mean(base - [by_condition[n][p] for p in complete])) for n in names]
+            drops = [float(np.mean(cond["baseline"] - cond[n])) for n in null_names(cond, null)]
             support = (null_supports(group).get(null) or {}).get("support")
-            if names and null_test(top_drop, drops, settings, support) is None:
+            if drops and null_test(top_drop, drops, settings, support) is None:
                 open_nulls.add(null)
     return open_nulls
 
@@ -178,18 +177,15 @@ _PER_SCORE = (
 def _entry(group: list[dict], ranking: list[dict], ranking_skipped: dict) -> dict:
     first = group[0]
     heads = {r["condition"]: r["heads"] for r in group}
+    null_heads = {null: [heads[c] for c in null_names(heads, null)] for null in NULLS}
     entry: dict = {
         "model": first["model"],
         "revision": first["revision"],
         "n_layers": first["provenance"].get("n_layers"),
         "top_heads": heads.get("top"),
         "bottom_heads": heads.get("bottom"),
-        "random_heads": [heads[c] for c in null_names(heads, "random")],
-        "null_heads": {
-            null: [heads[c] for c in null_names(heads, null)]
-            for null in NULLS
-            if null_names(heads, null)
-        },
+        "random_heads": null_heads["random"],
+        "null_heads": {null: sets for null, sets in null_heads.items() if sets},
         "class_match": next((r["null_match"] for r in group if r.get("null_match")), None),
         "null_support": null_supports(group),
         "chance": _chance_levels(group),
@@ -223,11 +219,11 @@ def _summarize_score(
     label: str,
 ) -> list[dict | None]:
     seed = settings["seed"]
-    complete = _complete(by_condition)
-    base = np.array([by_condition["baseline"][p] for p in complete])
-    for name, scores in by_condition.items():
+    complete, cond = _arrays(by_condition)
+    base = cond.get("baseline", np.empty(0))
+    for name, scores in cond.items():
         means = entry["conditions"].setdefault(name, {})
-        means[score] = float(np.mean([scores[p] for p in complete]))
+        means[score] = float(np.mean(scores))
         means[f"n_{score}"] = len(complete)
     found: list[dict | None] = []
     if complete and score != "margin":
@@ -238,7 +234,6 @@ def _summarize_score(
     if len(complete) < limits.MIN_GROUP:
         return [*found, limits.small_group(label, f"{score} items", len(complete), "the test")]
     found.append(limits.few_items(label, score, len(complete)))  # CIs too few to cover
-    cond = {n: np.array([by_condition[n][p] for p in complete]) for n in by_condition}
     for name in ("top", "bottom"):
         if name in cond:
             entry["drops"].setdefault(name, {})[score] = stats.paired_difference(

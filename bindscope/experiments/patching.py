@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -37,18 +37,26 @@ PATCHED = ("clean", "corrupted", "patched")
 
 @dataclass(frozen=True)
 class Prepared:
-    """A pair as one model runs it: both texts, and its metric two ways."""
+    """A pair as one model runs it: both texts and its metric."""
 
     pair: Pair
     clean: Any  # a string, or token ids (prompt + target)
     corrupted: Any
-    measure: Callable[[Any], float]  # the metric of one text's logits [n, V]
-    metric: Metric  # the same metric for attribution patching
+    metric: Metric  # also what attribution patching differentiates
 
     @property
     def key(self) -> str:
         """The pair's key."""
         return self.pair.key
+
+    def measure(self, logits: Any) -> float:
+        """The metric of one text's logits ``[n, V]``."""
+        if isinstance(self.metric, LogitDifference):
+            return float(logits[-1, self.metric.correct] - logits[-1, self.metric.wrong])
+        logp = logits.float().log_softmax(-1)
+        n = logits.shape[0]
+        target = range(n - self.metric.n_target, n)  # the same ids in both texts
+        return float(np.mean([float(logp[p - 1, self.clean[p]]) for p in target]))
 
 
 def prepare(model: LanguageModel, pair: Pair) -> Prepared:
@@ -64,23 +72,13 @@ def prepare(model: LanguageModel, pair: Pair) -> Prepared:
                 f"({', '.join(repr(appended(a)) for a in answers)}: "
                 f"{[len(i) for i in ids]} tokens)"
             )
-
-        def logit_difference(logits: Any) -> float:
-            return float(logits[-1, ids[0][0]] - logits[-1, ids[1][0]])
-
         difference = LogitDifference(ids[0][0], ids[1][0])
-        return Prepared(pair, pair.clean, pair.corrupted, logit_difference, difference)
+        return Prepared(pair, pair.clean, pair.corrupted, difference)
     assert pair.target is not None  # a pair has a target or both answers (load_pairs)
     target = continuation_ids(tok, pair.target)
     clean = model.tokenize(pair.clean) + target
     corrupted = model.tokenize(pair.corrupted) + target
-
-    def measure(logits: Any) -> float:
-        logp = logits.float().log_softmax(-1)
-        n = logits.shape[0]
-        return float(np.mean([float(logp[p - 1, clean[p]]) for p in range(n - len(target), n)]))
-
-    return Prepared(pair, clean, corrupted, measure, TargetLogprob(len(target)))
+    return Prepared(pair, clean, corrupted, TargetLogprob(len(target)))
 
 
 def _prepare_all(
