@@ -9,7 +9,7 @@ import numpy as np
 
 from bindscope.errors import InputError
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
-from bindscope.experiments.kit.options import Options, check_whole, option
+from bindscope.experiments.kit.options import Options, option
 from bindscope.experiments.kit.record_fields import Item
 from bindscope.experiments.kit.summary import folder_summary
 from bindscope.metrics.stats import mean_ci
@@ -43,23 +43,22 @@ class CircuitOptions(Options):
 
     task: str = option("ioi", "the task's clean/corrupted pairs", choices=tuple(TASKS))
     method: str = option("eap-ig", "edge scores", choices=METHODS)
-    steps: int = option(5, "EAP-IG integration steps", type=int)
-    pairs: int = option(16, "pairs drawn", type=int)
+    steps: int = option(5, "EAP-IG integration steps", type=int, least=1)
+    pairs: int = option(16, "pairs drawn", type=int, least=2)
     edges: str = option("50,100,200", "circuit sizes (edges), comma-separated")
     selection: str = option(
         "top", "top: the n largest |scores|; greedy: grown back from the logits",
         choices=tuple(SELECTIONS),
     )  # fmt: skip
-    verify: int = option(0, "patch the top 2K edges exactly (default 0: none)", type=int)
-    n_random: int = option(3, "random circuits per size (the null)", type=int)
+    verify: int = option(0, "patch the top 2K edges exactly (default 0: none)", type=int, least=0)
+    n_random: int = option(3, "random circuits per size (the null)", type=int, least=0)
     ablation: str = option(
         "corrupted", "what an edge outside the circuit carries: its corrupted value, or its "
         "sender's mean output over the corrupted texts", choices=ABLATIONS,
     )  # fmt: skip
 
     def check(self) -> None:
-        """Refuse counts below their minimum and unreadable sizes."""
-        check_whole(self, {"steps": 1, "pairs": 2, "verify": 0, "n_random": 0})
+        """Refuse unreadable or repeated sizes."""
         try:
             sizes = _sizes(self.edges)
         except ValueError:

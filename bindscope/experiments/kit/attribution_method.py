@@ -13,7 +13,7 @@ from scipy.stats import spearmanr
 
 from bindscope.errors import InputError, whole_number
 from bindscope.experiments.kit.experiment import ModelRun, model_records
-from bindscope.experiments.kit.options import check_choice, option, positive
+from bindscope.experiments.kit.options import option, positive
 from bindscope.experiments.kit.per_head_tests import HeadTestOptions
 from bindscope.interventions import Mean, Patch, Resample, Zero
 from bindscope.interventions.flow_specs import Spec
@@ -58,7 +58,6 @@ class AttributionOptions(HeadTestOptions):
 
 
 def _check_options(method: str, verify: int | None, unit: str) -> int | None:
-    check_choice("method", method, METHODS)
     if method == "exact":
         if verify is not None:
             raise InputError("--verify applies to --method attribution; drop it or add the method")

@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 from bindscope.batch import check_batch_size
 from bindscope.errors import whole_number
 from bindscope.experiments.kit.options import Options, Preset
-from bindscope.experiments.kit.record_fields import RecordFields, base_record
+from bindscope.experiments.kit.record_fields import RecordFields
 from bindscope.prompts.prompt_sets import PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.remote import transport
@@ -62,11 +62,31 @@ class ModelRun:
         *,
         name: str | None = None,
         prov: dict | None = None,
+        heads: Iterable[Sequence[int]] = (),
+        ablation: str | None = None,
         **extra: Any,
     ) -> dict:
-        """A result line of this model (``bindscope.experiments.kit.record_fields.base_record``)."""
-        prov = self.prov if prov is None else prov
-        return base_record(name or self.name, self.model, item, condition, metrics, prov, **extra)
+        """A result line with the fields every experiment shares (see docs/records.md)."""
+        experiment, model = name or self.name, self.model
+        heads = [list(h) for h in heads]
+        return {
+            "experiment": experiment,
+            "key": self.key(item.key, condition, name=experiment),
+            "model": model.name,
+            "revision": model.revision,
+            "family": model.family,
+            "prompt_key": item.key,
+            "prompt_id": item.prompt_id,
+            "term": item.term,
+            "task": item.task,
+            "control_group": item.control_group,
+            "condition": condition,
+            "heads": heads,
+            "ablation": ablation if heads else None,
+            "metrics": metrics,
+            "provenance": self.prov if prov is None else prov,
+            **extra,
+        }
 
     def chunks(
         self,

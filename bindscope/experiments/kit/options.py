@@ -1,6 +1,7 @@
 """An experiment's options: a frozen dataclass whose ``option`` fields are its flags.
 
-``setting`` fields are for Python callers only; ``check`` runs before any model loads.
+``setting`` fields are for Python callers only. A flag's ``choices`` and ``least`` are checked
+on construction, then the class's own ``check``, before any model loads.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Flag:
     prompts: bool = False
     convert: Callable[[Any], Any] | None = None
     flag: str | None = None
+    least: int | None = None
 
 
 def option(default: T, help: str = "", **flag: Any) -> T:
@@ -134,10 +136,18 @@ class Options:
     """An experiment's own options; subclasses are frozen dataclasses of ``option`` fields."""
 
     def __post_init__(self) -> None:
+        for name, flag, default in self.flags():
+            value = getattr(self, name)
+            if value is None and default is None:
+                continue
+            if flag.choices is not None:
+                check_choice(name, value, flag.choices)
+            if flag.least is not None:
+                check_whole(self, {name: flag.least})
         self.check()
 
     def check(self) -> None:
-        """Refuse a bad value or combination of the options alone (override; InputError)."""
+        """Refuse what the flags' metadata cannot say: a bad combination (override; InputError)."""
 
     @classmethod
     def of(cls: type[OptionsT], given: Mapping[str, Any], typed: Any = None) -> OptionsT:

@@ -13,8 +13,7 @@ from scipy.stats import spearmanr
 
 from bindscope.errors import InputError
 from bindscope.experiments.kit import limits
-from bindscope.experiments.kit.ablation_sets import check_limit
-from bindscope.experiments.kit.options import Options, check_choice, option, positive
+from bindscope.experiments.kit.options import Options, option, positive
 from bindscope.experiments.kit.summary import per_model_text
 from bindscope.metrics import stats
 from bindscope.results import format as fmt
@@ -42,6 +41,7 @@ class HeadTestOptions(Options):
         "only N items (default: all): the first N scannable prompts (scan: recognition items "
         "and prompts with a target) or the first N pairs that fit the tokenizer (patch)",
         type=positive,
+        least=1,
     )
     n_resamples: int | None = option(
         None,
@@ -49,12 +49,6 @@ class HeadTestOptions(Options):
         "correction, 2 x heads / 0.05, and at least 9999)",
         type=positive,
     )
-
-    def check(self) -> None:
-        """A known unit and correction, and a positive ``limit`` (or none)."""
-        check_choice("unit", self.unit, self.UNITS)
-        check_choice("correction", self.correction, tuple(CORRECTIONS))
-        check_limit(self.limit)
 
 
 def default_resamples(n_tests: int) -> int:

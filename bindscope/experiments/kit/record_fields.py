@@ -1,14 +1,12 @@
-"""What a result line holds: the fields every experiment shares, and the binding metrics."""
+"""What a result line takes from its item (a prompt or a generated one), and binding metrics."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from bindscope.metrics.binding import BindingResult
 from bindscope.protocols import LanguageModel
-from bindscope.results.records import record_key
 
 
 class RecordFields(Protocol):
@@ -46,40 +44,6 @@ class Item:
     control_group: None = None
 
 
-def base_record(
-    experiment: str,
-    model: LanguageModel,
-    record: RecordFields,
-    condition: str,
-    metrics: dict,
-    prov: dict,
-    *,
-    heads: Iterable[Sequence[int]] = (),
-    ablation: str | None = None,
-    **extra: Any,
-) -> dict:
-    """A result line with the fields every experiment shares (see docs/records.md)."""
-    heads = [list(h) for h in heads]
-    return {
-        "experiment": experiment,
-        "key": record_key(experiment, model.name, model.revision, record.key, condition),
-        "model": model.name,
-        "revision": model.revision,
-        "family": model.family,
-        "prompt_key": record.key,
-        "prompt_id": record.prompt_id,
-        "term": record.term,
-        "task": record.task,
-        "control_group": record.control_group,
-        "condition": condition,
-        "heads": heads,
-        "ablation": ablation if heads else None,
-        "metrics": metrics,
-        "provenance": prov,
-        **extra,
-    }
-
-
 def binding_metrics(result: BindingResult, model: LanguageModel) -> dict:
     """The binding fields of a record's ``metrics``."""
     data = result.to_dict()
@@ -88,4 +52,4 @@ def binding_metrics(result: BindingResult, model: LanguageModel) -> dict:
     return {**data, "n_layers": model.n_layers, "n_heads": model.n_heads}
 
 
-__all__ = ["Item", "RecordFields", "base_record", "binding_metrics"]
+__all__ = ["Item", "RecordFields", "binding_metrics"]

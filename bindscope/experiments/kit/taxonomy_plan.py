@@ -14,7 +14,7 @@ import numpy as np
 from bindscope.errors import InputError
 from bindscope.experiments.kit.binding_reuse import reuse_or_bind, stored_binding
 from bindscope.experiments.kit.experiment import Common, ModelRun, Plan
-from bindscope.experiments.kit.options import Options, check_whole, option, positive
+from bindscope.experiments.kit.options import Options, option, positive
 from bindscope.experiments.kit.record_fields import Item
 from bindscope.experiments.kit.taxonomy_summary import CLASSIFICATION_FILE, summarize
 from bindscope.metrics import taxonomy
@@ -44,9 +44,9 @@ def _parse_thresholds(pairs: Sequence[str] | Mapping[str, float] | None) -> dict
 class TaxonomyOptions(Options):
     """Options of the head taxonomy (``bindscope heads``, ``bindscope sweep --heads``)."""
 
-    n_repeated: int = option(32, "repeated random sequences", type=positive)
-    repeat_length: int = option(24, "random tokens per copy", type=positive)
-    top_k: int = option(4, "binding top-k compared with classes", type=positive)
+    n_repeated: int = option(32, "repeated random sequences", type=positive, least=1)
+    repeat_length: int = option(24, "random tokens per copy", type=positive, least=1)
+    top_k: int = option(4, "binding top-k compared with classes", type=positive, least=1)
     thresholds: Mapping[str, float] | None = option(
         None,
         "classification threshold, repeatable: sink, previous_token, induction, "
@@ -58,8 +58,7 @@ class TaxonomyOptions(Options):
     )
 
     def check(self) -> None:
-        """Positive sizes, and thresholds that name known head classes."""
-        check_whole(self, {"n_repeated": 1, "repeat_length": 1, "top_k": 1})
+        """Thresholds that name known head classes."""
         for name, value in (self.thresholds or {}).items():
             if name not in taxonomy.PRECEDENCE:
                 raise InputError(
