@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -95,15 +96,12 @@ def _plan(models: list[LanguageModel], opts: FewshotOptions, common: Common) -> 
 
         def work(chunk: list[tuple[PromptRecord, str]]) -> list[dict]:
             out_records = []
-            for condition in CONDITIONS:
-                part = [r for r, c in chunk if c == condition]
-                if not part:
-                    continue
+            for condition, pairs in itertools.groupby(chunk, key=lambda item: item[1]):
+                part = [r for r, _ in pairs]
                 found = prefix.get(condition)
                 results = generation(model, part, prefix=found, rubric=rubric, batch_size=size)
                 for r, res in zip(part, results):
-                    metrics = res.to_dict()
-                    metrics.pop("key", None)
+                    metrics = {k: v for k, v in res.to_dict().items() if k != "key"}
                     out_records.append(run.record(r, condition, metrics))
             return out_records
 

@@ -13,7 +13,7 @@ from tqdm.auto import tqdm
 from bindscope.batch import check_batch_size
 from bindscope.errors import whole_number
 from bindscope.experiments.kit.options import Options, Preset
-from bindscope.experiments.kit.record_fields import RecordFields
+from bindscope.experiments.kit.record_fields import ITEM_FIELDS, RecordFields
 from bindscope.prompts.prompt_sets import PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.remote import transport
@@ -76,10 +76,7 @@ class ModelRun:
             "revision": model.revision,
             "family": model.family,
             "prompt_key": item.key,
-            "prompt_id": item.prompt_id,
-            "term": item.term,
-            "task": item.task,
-            "control_group": item.control_group,
+            **{name: getattr(item, name) for name in ITEM_FIELDS[1:]},
             "condition": condition,
             "heads": heads,
             "ablation": ablation if heads else None,

@@ -1,36 +1,17 @@
-"""What a result line takes from its item (a prompt or a generated one), and binding metrics."""
+"""What a result line takes from its item (a prompt, a task pair, another item), binding metrics."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 from bindscope.metrics.binding import BindingResult
+from bindscope.prompts.pairs import Pair
+from bindscope.prompts.prompt_sets import PromptRecord
+from bindscope.prompts.tasks import TaskPair
 from bindscope.protocols import LanguageModel
 
-
-class RecordFields(Protocol):
-    """What a result line takes from the prompt it ran (a PromptRecord, or a generated item)."""
-
-    @property
-    def key(self) -> str:
-        """The prompt's unique key."""
-
-    @property
-    def prompt_id(self) -> str:
-        """The prompt's id in its set."""
-
-    @property
-    def term(self) -> str:
-        """The term the prompt is about ("" when none)."""
-
-    @property
-    def task(self) -> str:
-        """The task the prompt belongs to."""
-
-    @property
-    def control_group(self) -> str | None:
-        """The control group, if any."""
+#: The fields a result line takes from its item, in record order (``key`` as ``prompt_key``).
+ITEM_FIELDS = ("key", "prompt_id", "term", "task", "control_group")
 
 
 @dataclass(frozen=True)
@@ -44,12 +25,14 @@ class Item:
     control_group: None = None
 
 
+#: What a result line can be about: each has the ``ITEM_FIELDS``.
+RecordFields = PromptRecord | Pair | TaskPair | Item
+
+
 def binding_metrics(result: BindingResult, model: LanguageModel) -> dict:
     """The binding fields of a record's ``metrics``."""
-    data = result.to_dict()
-    for name in ("key", "prompt_id", "term", "task", "control_group"):
-        data.pop(name)
+    data = {k: v for k, v in result.to_dict().items() if k not in ITEM_FIELDS}
     return {**data, "n_layers": model.n_layers, "n_heads": model.n_heads}
 
 
-__all__ = ["Item", "RecordFields", "binding_metrics"]
+__all__ = ["ITEM_FIELDS", "Item", "RecordFields", "binding_metrics"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -111,18 +112,15 @@ def mean_estimate(values: Iterable[float], *, seed: int = 0) -> dict | None:
 
 def skipped_reasons(records: Iterable[dict]) -> dict[str, int]:
     """How many records have no EB*, per reason."""
-    counts: dict[str, int] = {}
-    for r in records:
-        metrics = r["metrics"]
-        if metrics.get("eb_star") is not None:
-            continue
-        flags = metrics.get("flags") or []
-        known = [
-            f for f in ("not_found", "too_long", "single_token", "at_position_0") if f in flags
-        ]
-        reason = known[0] if known else str(metrics.get("skipped") or ", ".join(flags) or "no EB*")
-        counts[reason] = counts.get(reason, 0) + 1
-    return counts
+    return dict(
+        Counter(_reason(r["metrics"]) for r in records if r["metrics"].get("eb_star") is None)
+    )
+
+
+def _reason(metrics: dict) -> str:
+    flags = metrics.get("flags") or []
+    known = [f for f in ("not_found", "too_long", "single_token", "at_position_0") if f in flags]
+    return known[0] if known else str(metrics.get("skipped") or ", ".join(flags) or "no EB*")
 
 
 __all__ = [
