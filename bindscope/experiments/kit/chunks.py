@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
 from pathlib import Path
@@ -36,9 +37,8 @@ def spread_over_terms(items: list[PromptRecord], n: int | None) -> list[PromptRe
     by_term: dict[str, list] = {}
     for item in items:
         by_term.setdefault(item.term, []).append(item)
-    rounds = max((len(group) for group in by_term.values()), default=0)
-    order = [group[i] for i in range(rounds) for group in by_term.values() if i < len(group)]
-    return order[:n]
+    rounds = itertools.zip_longest(*by_term.values())
+    return [item for row in rounds for item in row if item is not None][:n]
 
 
 def first_items(items: list[PromptRecord], limit: int | None, spread: bool) -> list[PromptRecord]:

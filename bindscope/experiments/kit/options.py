@@ -152,17 +152,13 @@ class Options:
     @classmethod
     def of(cls: type[OptionsT], given: Mapping[str, Any], typed: Any = None) -> OptionsT:
         """The options from ``run`` keywords (and ``typed`` options), refusing unknown ones."""
-        if typed is not None:
-            if not isinstance(typed, cls):
-                raise InputError(
-                    f"run takes {cls.__name__} as its second argument, not {type(typed)}"
-                )
-            both = sorted(set(given) & set(typed.keywords()))
-            if both:
-                raise InputError(
-                    f"{both} given in the {cls.__name__} and as keywords; pass each once"
-                )
-            given = {**typed.keywords(), **given}
+        if typed is not None and not isinstance(typed, cls):
+            raise InputError(f"run takes {cls.__name__} as its second argument, not {type(typed)}")
+        fields = {} if typed is None else typed.keywords()
+        both = sorted(set(given) & set(fields))
+        if both:
+            raise InputError(f"{both} given in the {cls.__name__} and as keywords; pass each once")
+        given = {**fields, **given}
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(given) - known)
         if unknown:
