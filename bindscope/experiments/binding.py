@@ -16,7 +16,7 @@ from bindscope.experiments.kit.options import Options, option, prompts_option
 from bindscope.experiments.kit.summary import (
     folder_summary,
     mean_estimate,
-    per_model_text,
+    per_model_view,
     skipped_reasons,
 )
 from bindscope.metrics.ranking import mean_bsi, rank_heads
@@ -108,11 +108,6 @@ def _summary(records: list[dict]) -> dict:
 summarize = folder_summary(EXPERIMENT, _summary)
 
 
-def text(s: dict) -> list[str]:
-    """The binding summary as terminal lines."""
-    return per_model_text(s, ["EB* (mean over prompts, 95% bootstrap CI)"], _model_lines)
-
-
 def _model_lines(label: str, m: dict) -> Iterator[str]:
     yield (
         f"  {label}: EB* {estimate(m.get('eb_star'))}  "
@@ -122,11 +117,12 @@ def _model_lines(label: str, m: dict) -> Iterator[str]:
 
 
 DEFINITION = Experiment(
-    EXPERIMENT, "binding", "EB* per prompt; records + summary", BindingOptions, summarize, text,
+    EXPERIMENT, "binding", "EB* per prompt; records + summary", BindingOptions, summarize,
+    per_model_view("EB* (mean over prompts, 95% bootstrap CI)", _model_lines),
     records=(binding_kind(EXPERIMENT),), plan=_plan, show_records=True,
     # --on-missing skip: a term absent from its template is skipped with the reason
     check_terms=lambda options: options.on_missing == "error",
 )  # fmt: skip
 run = DEFINITION.run
 
-__all__ = ["DEFINITION", "BindingOptions", "run", "summarize", "summarize_binding", "text"]
+__all__ = ["DEFINITION", "BindingOptions", "run", "summarize", "summarize_binding"]

@@ -16,7 +16,7 @@ from bindscope.experiments.kit.options import Options, option
 from bindscope.experiments.kit.summary import (
     folder_summary,
     mean_estimate,
-    per_model_text,
+    per_model_view,
     skipped_reasons,
 )
 from bindscope.metrics import stats
@@ -160,12 +160,6 @@ def _holm(groups: dict[str, dict], names: list[str]) -> None:
 summarize = folder_summary(EXPERIMENT, summarize_controls)
 
 
-def text(s: dict) -> list[str]:
-    """The controls summary as terminal lines."""
-    title = "Discriminant validity: EB* real terms vs control groups (d = real - control)"
-    return per_model_text(s, [title], _model_lines)
-
-
 def _model_lines(label: str, m: dict) -> Iterator[str]:
     real = m["real"]
     yield (
@@ -186,10 +180,12 @@ def _model_lines(label: str, m: dict) -> Iterator[str]:
         )
 
 
+TITLE = "Discriminant validity: EB* real terms vs control groups (d = real - control)"
 DEFINITION = Experiment(
     EXPERIMENT, "controls", "discriminant validity: real terms vs control groups",
-    ControlsOptions, summarize, text, records=(binding_kind(EXPERIMENT),), plan=_plan,
+    ControlsOptions, summarize, per_model_view(TITLE, _model_lines),
+    records=(binding_kind(EXPERIMENT),), plan=_plan,
 )  # fmt: skip
 run = DEFINITION.run
 
-__all__ = ["DEFINITION", "ControlsOptions", "compare", "run", "summarize", "text"]
+__all__ = ["DEFINITION", "ControlsOptions", "compare", "run", "summarize"]

@@ -16,7 +16,7 @@ from bindscope.experiments.kit import limits
 from bindscope.experiments.kit.chunks import prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.kit.options import Options, option, prompts_option, setting
-from bindscope.experiments.kit.summary import folder_summary, per_model_text
+from bindscope.experiments.kit.summary import folder_summary, per_model_view
 from bindscope.metrics import stats
 from bindscope.metrics.behaviour import default_rubric
 from bindscope.prompts.context import check_fit
@@ -170,12 +170,6 @@ def summarize_fewshot(records: list[dict], *, n_resamples: int = 9999) -> dict:
 summarize = folder_summary(EXPERIMENT, summarize_fewshot)
 
 
-def text(s: dict) -> list[str]:
-    """The few-shot summary as terminal lines."""
-    title = "Few-shot (C3): rubric score; delta in points vs zero-shot, paired bootstrap CI"
-    return per_model_text(s, [title], _model_lines)
-
-
 def _model_lines(label: str, m: dict) -> Iterator[str]:
     c = m["conditions"]
     yield (
@@ -190,13 +184,14 @@ def _model_lines(label: str, m: dict) -> Iterator[str]:
             )
 
 
+TITLE = "Few-shot (C3): rubric score; delta in points vs zero-shot, paired bootstrap CI"
 DEFINITION = Experiment(
     EXPERIMENT, "fewshot", "C3: zero-shot vs exemplar vs paraphrase prefix", FewshotOptions,
-    summarize, text, records=(RecordKind(EXPERIMENT, CONDITIONS, metrics=behaviour_metrics),),
-    plan=_plan,
+    summarize, per_model_view(TITLE, _model_lines), plan=_plan,
+    records=(RecordKind(EXPERIMENT, CONDITIONS, metrics=behaviour_metrics),),
     # every pass here is generation: --batch-size counts generation rows
     batch_size=GENERATION_BATCH_SIZE,
 )  # fmt: skip
 run = DEFINITION.run
 
-__all__ = ["CONDITIONS", "DEFINITION", "FewshotOptions", "prefixes", "run", "summarize", "text"]
+__all__ = ["CONDITIONS", "DEFINITION", "FewshotOptions", "prefixes", "run", "summarize"]

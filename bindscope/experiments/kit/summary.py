@@ -20,6 +20,13 @@ def per_model_text(
     return [*header, *(line for label, m in s["models"].items() for line in lines(label, m))]
 
 
+def per_model_view(
+    title: str, lines: Callable[[str, dict], Iterable[str]]
+) -> Callable[[dict], list[str]]:
+    """An experiment's ``text``: ``per_model_text`` under the one ``title`` line."""
+    return functools.partial(per_model_text, header=[title], lines=lines)
+
+
 def summarize_folder(
     folder: str | Path,
     build: Callable[[list[dict]], dict],
@@ -127,6 +134,8 @@ __all__ = [
     "by_name",
     "folder_summary",
     "mean_estimate",
+    "per_model_text",
+    "per_model_view",
     "skipped_reasons",
     "summarize_folder",
     "summarize_tests",
