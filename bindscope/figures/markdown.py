@@ -46,10 +46,10 @@ def model_rows(models: Mapping[str, E], rows: Callable[[str, E], Iterable[R]]) -
 def model_table(
     models: Mapping[str, Mapping], columns: Sequence[tuple], *, left: int = 1
 ) -> list[str]:
-    """A row per model: its label, then a ``(header, format, *keys)`` column's cells."""
-    # a cell is format(dig(entry, *keys)), or format(entry) where a column names no keys
+    """A row per model: its label, then per ``(header, format, *keys)`` column a cell."""
+    # a cell is format(dig(entry, *keys)); no keys: format(entry)
     rows = [
-        [label, *(fmt(dig(entry, *keys) if keys else entry) for _, fmt, *keys in columns)]
+        [label, *(fmt(dig(entry, *keys)) for _, fmt, *keys in columns)]
         for label, entry in models.items()
     ]
     return table(["model", *(header for header, *_ in columns)], rows, left=left)
