@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 from matplotlib import patheffects
 from matplotlib.patches import Rectangle
@@ -15,6 +13,15 @@ from bindscope.results.summaries import ExperimentResults, MissingData, need
 
 TITLE = "Binding (EB*)"
 SIZES = {"binding_bsi": (7.0, 6.0)}
+COLUMNS = (
+    ("layers", md.num, "n_layers"),
+    ("heads", md.num, "n_heads"),
+    ("n", md.num, "n"),
+    ("skipped", md.num, "n_skipped"),
+    ("EB* [95% CI]", md.estimate, "eb_star"),
+    ("EB* norm [95% CI]", md.estimate, "eb_star_norm"),
+    ("top heads (by mean BSI)", md.heads, "top_heads"),
+)
 
 
 def bsi_heatmap(label: str, entry: dict, *, where: str = "summary"):
@@ -45,20 +52,8 @@ def bsi_heatmap(label: str, entry: dict, *, where: str = "summary"):
 
 
 def _tables(exp: ExperimentResults) -> list[str]:
-    header = ["model", "layers", "heads", "n", "skipped", "EB* [95% CI]", "EB* norm [95% CI]"]
-    rows = md.model_rows(exp.models, _row)
-    return md.table([*header, "top heads (by mean BSI)"], rows, left=1)
+    return md.model_table(exp.models, COLUMNS)
 
 
-def _row(label: str, entry: dict) -> Iterator[list[str]]:
-    yield [
-        label,
-        *md.nums(entry, "n_layers", "n_heads", "n", "n_skipped"),
-        md.estimate(entry.get("eb_star")),
-        md.estimate(entry.get("eb_star_norm")),
-        md.heads(entry.get("top_heads")),
-    ]
-
-
-plots = style.model_plots("binding_bsi", bsi_heatmap)
+plots = style.model_plots(("binding_bsi", bsi_heatmap))
 SECTION = Section("binding", TITLE, md.prose("binding"), SIZES, plots, _tables, order=1)

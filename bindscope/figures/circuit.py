@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -204,12 +203,6 @@ def faithfulness_figure(label: str, entry: dict, *, where: str) -> tuple[Figure,
     return fig, caption
 
 
-def _plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    models = (exp.summary or {}).get("models", {})
-    yield from style.per_model(models, exp.folder, "circuit_graph", graph_figure)
-    yield from style.per_model(models, exp.folder, "circuit_faithfulness", faithfulness_figure)
-
-
 def tables(exp: ExperimentResults) -> list[str]:
     """Faithfulness per circuit size, and the exact verification of the top edges."""
     lines = []
@@ -260,4 +253,7 @@ def _under_half(label: str, rows: list[dict]) -> list[str]:
     ]
 
 
-SECTION = Section("circuit", TITLE, md.prose("circuit"), SIZES, _plots, tables, order=9)
+plots = style.model_plots(
+    ("circuit_graph", graph_figure), ("circuit_faithfulness", faithfulness_figure)
+)
+SECTION = Section("circuit", TITLE, md.prose("circuit"), SIZES, plots, tables, order=9)

@@ -100,5 +100,5 @@ def _group_cells(name: str, family: str, n: float | None, group: dict) -> list[s
     return [name, family, md.num(n), n_span, md.estimate(group.get("eb_star"))]
 
 
-plots = style.model_plots("controls", group_means)
+plots = style.model_plots(("controls", group_means))
 SECTION = Section("controls", TITLE, md.prose("controls"), SIZES, plots, _tables, order=2)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
 
 import numpy as np
 
@@ -14,6 +14,16 @@ from bindscope.results.summaries import ExperimentResults, MissingData, need
 TITLE = "Few-shot and paraphrase prompting"
 SIZES = {"fewshot": (8.0, 9.0)}
 CONDITIONS = ("few_shot", "paraphrase")
+_in_points = functools.partial(md.estimate, digits=1)
+COLUMNS = (
+    ("zero-shot", md.num, "conditions", "zero_shot"),
+    ("few-shot", md.num, "conditions", "few_shot"),
+    ("paraphrase", md.num, "conditions", "paraphrase"),
+    ("few-shot delta, points [95% CI]", _in_points, "delta_points", "few_shot"),
+    ("p", md.pvalue, "test", "few_shot", "p_value"),
+    ("paraphrase delta, points [95% CI]", _in_points, "delta_points", "paraphrase"),
+    ("p", md.pvalue, "test", "paraphrase", "p_value"),
+)
 
 
 def term_deltas(label: str, entry: dict, *, where: str = "summary"):
@@ -74,23 +84,8 @@ def _points(row: dict, condition: str) -> float:
 
 
 def _tables(exp: ExperimentResults) -> list[str]:
-    header = ["model", "zero-shot", "few-shot", "paraphrase", "few-shot delta, points [95% CI]"]
-    header += ["p", "paraphrase delta, points [95% CI]", "p"]
-    return md.table(header, md.model_rows(exp.models, _row))
+    return md.model_table(exp.models, COLUMNS)
 
 
-def _row(label: str, entry: dict) -> Iterator[list[str]]:
-    delta = entry.get("delta_points") or {}
-    test = entry.get("test") or {}
-    yield [
-        label,
-        *md.nums(entry.get("conditions") or {}, "zero_shot", "few_shot", "paraphrase"),
-        md.estimate(delta.get("few_shot"), 1),
-        md.pvalue((test.get("few_shot") or {}).get("p_value")),
-        md.estimate(delta.get("paraphrase"), 1),
-        md.pvalue((test.get("paraphrase") or {}).get("p_value")),
-    ]
-
-
-plots = style.model_plots("fewshot", term_deltas)
+plots = style.model_plots(("fewshot", term_deltas))
 SECTION = Section("fewshot", TITLE, md.prose("fewshot"), SIZES, plots, _tables, order=5)

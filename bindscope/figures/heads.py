@@ -113,9 +113,7 @@ def emergence(model: str, entry: dict, *, where: str = "summary"):
 
 
 def _tables(exp: ExperimentResults) -> list[str]:
-    header = ["model", "layers", "heads", "position 0 is BOS", "sink", "previous-token"]
-    header += ["induction", "duplicate-token", "binding", "binding top-k", "of which"]
-    lines = md.table(header, md.model_rows(exp.models, _class_row), left=1)
+    lines = md.model_table(exp.models, COLUMNS)
     thresholds = next(iter(exp.models.values()), {}).get("classes", {}).get("thresholds")
     if thresholds:
         lines += ["Thresholds: " + ", ".join(f"{c} ≥ {v}" for c, v in thresholds.items()) + ".", ""]
@@ -132,17 +130,19 @@ def _tables(exp: ExperimentResults) -> list[str]:
     return lines
 
 
-def _class_row(label: str, entry: dict) -> Iterator[list[str]]:
-    counts = (entry.get("classes") or {}).get("counts") or {}
+def _overlap(entry: dict) -> str:
     overlap = entry.get("binding_top_overlap") or {}
-    yield [
-        label,
-        *md.nums(entry, "n_layers", "n_heads"),
-        str(entry.get("position_0_is_bos")),
-        *md.nums(counts, *CLASSES),
-        md.heads(entry.get("binding_top")),
-        f"{overlap.get('sink', 0)} sink, {overlap.get('previous_token', 0)} previous",
-    ]
+    return f"{overlap.get('sink', 0)} sink, {overlap.get('previous_token', 0)} previous"
+
+
+COLUMNS = (
+    ("layers", md.num, "n_layers"),
+    ("heads", md.num, "n_heads"),
+    ("position 0 is BOS", str, "position_0_is_bos"),
+    *((c.replace("_", "-"), md.num, "classes", "counts", c) for c in CLASSES),
+    ("binding top-k", md.heads, "binding_top"),
+    ("of which", _overlap),
+)
 
 
 SECTION = Section("heads", TITLE, md.prose("heads"), SIZES, _plots, _tables, order=6)

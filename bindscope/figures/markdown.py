@@ -43,6 +43,18 @@ def model_rows(models: Mapping[str, E], rows: Callable[[str, E], Iterable[R]]) -
     return [row for label, entry in models.items() for row in rows(label, entry)]
 
 
+def model_table(
+    models: Mapping[str, Mapping], columns: Sequence[tuple], *, left: int = 1
+) -> list[str]:
+    """A row per model: its label, then per ``(header, format, *keys)`` column a cell."""
+    # a cell is format(dig(entry, *keys)); no keys: format(entry)
+    rows = [
+        [label, *(fmt(dig(entry, *keys)) for _, fmt, *keys in columns)]
+        for label, entry in models.items()
+    ]
+    return table(["model", *(header for header, *_ in columns)], rows, left=left)
+
+
 @functools.cache
 def prose(name: str) -> str:
     """The one paragraph of ``figures/prose/<name>.md``, its lines joined as the report shows it."""
@@ -65,6 +77,7 @@ __all__ = [
     "estimate",
     "heads",
     "model_rows",
+    "model_table",
     "num",
     "nums",
     "prose",

@@ -162,9 +162,11 @@ def per_model(
         yield f"{stem}_{slug(label)}", drawn
 
 
-def model_plots(stem: str, build: Callable[..., tuple[Figure, str]]) -> Callable[[Any], Plots]:
-    """A section's ``plots``: one ``per_model`` figure of each model of the summary."""
-    return lambda exp: per_model(exp.models, exp.folder, stem, build)
+def model_plots(*figures: tuple[str, Callable[..., tuple[Figure, str]]]) -> Callable[[Any], Plots]:
+    """A section's ``plots``: per ``(stem, build)``, a ``per_model`` figure of each model."""
+    return lambda exp: (
+        plot for stem, build in figures for plot in per_model(exp.models, exp.folder, stem, build)
+    )
 
 
 def slug(label: str) -> str:

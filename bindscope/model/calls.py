@@ -207,6 +207,11 @@ def _captured(
     probs = "pattern" in names
     others = {n: wanted for n in names if n not in ("pattern", *FINAL_SITES)}
     norm = _final_norm_form(model) if "ln_final_scale" in names else None
+    # (site, layer, key of the body's result) of every tensor a text gets
+    keys: list[tuple[str, int, Any]] = [("pattern", layer, layer) for layer in wanted if probs]
+    keys += [(name, layer, (name, layer)) for layer in wanted for name in others]
+    if norm is not None:  # keyed by the last layer, whose output the norm reads
+        keys.append(("ln_final_scale", model.n_layers - 1, "ln_final_scale"))
     with model.eager() if probs else contextlib.nullcontext():
         call = _call_sites(model, others)
         for planned in plan_batches(model, texts, rows, batch_size=batch_size):
@@ -217,8 +222,7 @@ def _captured(
             body = _capture_body(model, planned.plan, wanted if probs else [], others, norm)
             found = trace_batch(model, planned, body)
             for row, index in enumerate(batch.indices):
-                got, pad = out[index], batch.pad(row)
-                _unpadded(found, row, pad, wanted, probs, others, got, model.n_layers - 1, cast)
+                out[index] = _unpadded(found, row, batch.pad(row), keys, cast)
     return out
 
 
@@ -269,30 +273,23 @@ def _unpadded(
     found: dict,
     row: int,
     pad: int,
-    wanted: list[int],
-    probs: bool,
-    others: dict[str, list[int]],
-    got: dict[str, dict[int, torch.Tensor]],
-    last: int,
+    keys: list[tuple[str, int, Any]],
     cast: Callable[[torch.Tensor], torch.Tensor],
-) -> None:
-    for layer in wanted:
-        if probs:
-            value = found[layer][row, :, pad:, pad:]
-            got.setdefault("pattern", {})[layer] = cast(value).contiguous()
-        for name in others:
-            if name == "scores":  # [b, H, q, k]
-                value = found[(name, layer)][row, :, pad:, pad:]
-            else:
-                value = found[(name, layer)][row, pad:]  # [n, U, k]
-            if name == "mlp_post":
-                value = value[..., 0]  # [n, d_mlp]
-            elif name not in (*HEAD_SITES, "scores"):
-                value = value[:, 0]  # [n, d_model]
-            got.setdefault(name, {})[layer] = cast(value).contiguous()
-    if "ln_final_scale" in found:  # keyed by the last layer, whose output the norm reads
-        scale = found["ln_final_scale"][row, pad:]
-        got["ln_final_scale"] = {last: cast(scale).contiguous()}
+) -> dict[str, dict[int, torch.Tensor]]:
+    got: dict[str, dict[int, torch.Tensor]] = {}
+    for name, layer, key in keys:
+        got.setdefault(name, {})[layer] = cast(_cut(name, found[key][row], pad)).contiguous()
+    return got
+
+
+def _cut(name: str, value: torch.Tensor, pad: int) -> torch.Tensor:
+    if name in ("pattern", "scores"):  # [H, q, k]
+        return value[:, pad:, pad:]
+    if name == "mlp_post":
+        return value[pad:, ..., 0]  # [n, d_mlp]
+    if name in (*HEAD_SITES, "ln_final_scale"):
+        return value[pad:]  # [n, U, k] or [n]
+    return value[pad:, 0]  # [n, d_model]
 
 
 def _check_capture_sites(model: LanguageModel, sites: str | Sequence[str]) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import itertools
 import os
 import warnings
@@ -238,31 +239,17 @@ class Model:
 
     def __reduce__(self):
         # travels to NDIF as an ops.TraceModel (bindscope is not installed on the server):
-        # the nnsight model (by its key, no weights) and head geometry
-        label = call = None
+        # the nnsight model (by its key, no weights) and head geometry, in its parameters' order
+        shipped = {"envoy": self.nnsight, "sites": dict(self.sites)}
+        shipped |= {"attention_call_label": None, "knockout_site": None}
         if self.capture_mode == "recompute":
             with contextlib.suppress(RuntimeError):  # only a recompute capture needs it
-                label = self.attention_call_label
+                shipped["attention_call_label"] = self.attention_call_label
         with contextlib.suppress(RuntimeError):  # only q, k, v and scores need it
-            call = self.knockout_site
-        return (
-            ops.TraceModel,
-            (
-                self.nnsight,
-                self.name,
-                self.n_layers,
-                self.n_heads,
-                self.n_kv_heads,
-                self.head_dim,
-                self.capture_mode,
-                label,
-                dict(self.sites),
-                self.d_model,
-                self.logit_softcap,
-                call,
-                self.attention_scaling,
-                self.d_mlp,
-            ),
+            shipped["knockout_site"] = self.knockout_site
+        names = inspect.signature(ops.TraceModel).parameters
+        return ops.TraceModel, tuple(
+            shipped[n] if n in shipped else getattr(self, n) for n in names
         )
 
     def __repr__(self) -> str:

@@ -74,13 +74,7 @@ def view(
     prompts: str | Path | None = None,
     top_k: int = 8,
 ) -> View:
-    """The viewer page of ``text`` under ``model`` and of ``results`` folders (docs/viewer.md).
-
-    ``model`` (default: the records', else the embedded default) is needed only for patterns;
-    ``text`` defaults to the binding (or C5 ranking) record's prompt, picked by ``prompt``
-    (``term/prompt_id``) from the set in ``prompts`` (records name a file's set by its stem).
-    ``intervene`` is shown as a second run beside the clean one.
-    """
+    """The viewer page of ``text`` under ``model`` and of ``results`` folders (docs/viewer.md)."""
     paths = [Path(results)] if isinstance(results, (str, Path)) else [Path(p) for p in results]
     name = model if isinstance(model, str) or model is None else model.name
     found = folder_data(paths, model=name, prompt=prompt) if paths else {"maps": []}

@@ -45,3 +45,15 @@ def test_model_rows_gives_each_models_rows_in_order():
 
     assert md.model_rows(models, rows) == [["a", "x"], ["a", "y"], ["c", "z"]]
     assert md.model_rows({}, rows) == []
+
+
+def test_model_table_reads_each_column_at_its_keys_or_from_the_entry():
+    models = {"a": {"n": 3, "test": {"p": 0.04}}, "b": {"test": {}}}
+    columns = (("n", md.num, "n"), ("p", md.pvalue, "test", "p"), ("keys", len))
+    assert md.model_table(models, columns, left=2) == [
+        "| model | n | p | keys |",
+        "| :--- | :--- | ---: | ---: |",
+        "| a | 3 | 0.040 | 2 |",
+        f"| b | {md.DASH} | {md.DASH} | 1 |",
+        "",
+    ]
