@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bindscope.errors import BindscopeError, HeadSpecError, InputError, InterventionOrderError
-from bindscope.interventions import capture_attention, mean_ablate, zero_ablate
+from bindscope.interventions import capture_probs, mean_ablate, ops, run_layers
 from tests.conftest import build_tiny
 
 
@@ -79,7 +79,7 @@ def test_per_row_longer_than_the_batch(model):
         pytest.raises(InputError, match="per_row gives 3 head lists but the batch"),
         model.nnsight.trace(**batch.inputs),
     ):
-        zero_ablate(model, per_row=[[(0, 1)], [], [(1, 1)]])
+        run_layers(model, plan=ops.head_plan(model, per_row=[[(0, 1)], [], [(1, 1)]]))
     from bindscope.interventions import head_means
 
     means = head_means(model, ["Alt text is"], [(0, 1)])
@@ -87,7 +87,7 @@ def test_per_row_longer_than_the_batch(model):
         pytest.raises(InputError, match="per_row gives 1 head lists"),
         model.nnsight.trace(**batch.inputs),
     ):
-        mean_ablate(model, means, per_row=[[(0, 1)]])
+        mean_ablate(model, means=means, per_row=[[(0, 1)]])
 
 
 def test_ablating_after_a_later_capture_names_the_call_and_the_rule(model):
@@ -97,8 +97,8 @@ def test_ablating_after_a_later_capture_names_the_call_and_the_rule(model):
         model.eager(),
         model.nnsight.trace(**batch.inputs),
     ):
-        capture_attention(model, [2])
-        zero_ablate(model, [(0, 1)])
+        capture_probs(model, [2])
+        run_layers(model, plan=ops.head_plan(model, [(0, 1)]))
     message = str(err.value)
     assert "an ablation (zero_ablate / mean_ablate) of layer 0 came after the trace" in message
     assert "earlier layers before later ones" in message
@@ -112,8 +112,8 @@ def test_capturing_after_a_later_ablation_names_the_capture(model):
         model.eager(),
         model.nnsight.trace(**batch.inputs),
     ):
-        zero_ablate(model, [(2, 1)])
-        capture_attention(model, [0])
+        run_layers(model, plan=ops.head_plan(model, [(2, 1)]))
+        capture_probs(model, [0])
 
 
 @pytest.mark.parametrize("bad", [10**9, -1, 704])

@@ -6,9 +6,7 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -25,11 +23,9 @@ from bindscope.interventions.flow_specs import Knockout, PathPatch, PatternPatch
 from bindscope.interventions.hook_specs import Hook, Patchscope
 from bindscope.interventions.means import EdgeMeans, SiteMeans, edge_means, site_means
 from bindscope.interventions.ops import (
-    capture_attention,
     capture_probs,
     mean_ablate,
     run_layers,
-    zero_ablate,
 )
 from bindscope.interventions.resolve import HeadList, Intervention, PerRow
 from bindscope.interventions.specs import Mean, Patch, Resample, Zero
@@ -54,7 +50,6 @@ __all__ = [
     "Spec",
     "Steer",
     "Zero",
-    "capture_attention",
     "capture_features",
     "capture_probs",
     "edge_means",
@@ -64,23 +59,7 @@ __all__ = [
     "mean_ablate",
     "run_layers",
     "site_means",
-    "zero_ablate",
 ]
-
-
-def __getattr__(name: str) -> type:
-    if name == "HeadMeans":  # one means type for head outputs
-        warnings.warn(
-            "HeadMeans is deprecated: use SiteMeans (head_means returns one, site 'head_out')",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return SiteMeans
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-if TYPE_CHECKING:
-    HeadMeans = SiteMeans
 
 
 @torch.no_grad()

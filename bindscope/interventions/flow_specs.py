@@ -1,7 +1,7 @@
 """Specs that add to or rewire the model rather than replace a value.
 
-``Steer`` adds a vector, ``Knockout`` removes attention edges, ``PatternPatch`` (estimated
-only) copies attention patterns, ``PathPatch`` patches edges between components.
+``Steer`` adds a vector, ``Knockout`` removes attention edges, ``PatternPatch`` copies
+attention patterns, ``PathPatch`` patches edges between components.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, get_args
 
 import numpy as np
 import torch
@@ -335,19 +335,22 @@ def _windows(model: LanguageModel) -> tuple[int | None, ...]:
 class PatternPatch:
     """The heads attend as on ``source`` (its queries and keys), keeping their own values.
 
-    Estimated only (``runners.attribution_patching``); ``source`` and ``positions`` (query
-    rows) as in ``Patch``.
+    ``source`` and ``positions`` (query rows) as in ``Patch``: a ``Patch`` of its heads,
+    checked the same way, that acts on their pattern.
     """
 
     heads: tuple
     source: tuple = ()
     positions: tuple[int, ...] | None = None
 
-    def as_patch(self) -> Patch:
-        """The same heads, sources and positions as a ``Patch`` (checked the same way)."""
-        return Patch(self.heads, self.source, positions=self.positions)
+    def row_ops(self, ctx: RowContext, i: int) -> tuple[RowOp, ...]:
+        """Check the spec against the model and text ``i``; its row ops for that text."""
+        patch = Patch(self.heads, self.source, positions=self.positions)
+        return tuple(replace(op, site="pattern") for op in patch.row_ops(ctx, i))
 
 
-Spec = Zero | Mean | Patch | Resample | Steer | Knockout | PathPatch | Hook | Patchscope
-#: Every spec class: ``resolve.as_specs`` recognises these (a new spec is added here).
-SPEC_TYPES = (Zero, Mean, Patch, Resample, Steer, Knockout, PathPatch, Hook, Patchscope)
+Spec = (
+    Zero | Mean | Patch | Resample | Steer | Knockout | PathPatch | PatternPatch | Hook | Patchscope
+)
+#: Every spec class, read off ``Spec``: ``resolve.as_specs`` recognises these.
+SPEC_TYPES = get_args(Spec)

@@ -29,6 +29,8 @@ class EdgeGraph:
     receivers: tuple[str, ...]
     valid: np.ndarray = field(compare=False)
     parallel: bool = False  # the MLP reads the layer's input (no resid_mid)
+    # a sender node -> the receivers that are its inputs (a head: its query, key and value)
+    inputs_of: dict[str, tuple[int, ...]] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def n_edges(self) -> int:
@@ -72,10 +74,16 @@ def edge_graph(model: LanguageModel) -> EdgeGraph:
     senders: list[tuple[str, float]] = [("embed", -1.0)]
     receivers: list[tuple[str, float]] = []
     mlp_reads = 0.0 if parallel else 0.5
+    inputs_of: dict[str, tuple[int, ...]] = {}
     for layer in range(n_layers):
+        query = len(receivers)  # of head 0; its key and value follow the layer's queries
         receivers += [(f"a{layer}.h{h}<q>", layer) for h in range(n_heads)]
         receivers += [(f"a{layer}.g{g}<{kind}>", layer) for kind in "kv" for g in range(n_kv)]
         receivers.append((f"m{layer}", layer + mlp_reads))
+        for h in range(n_heads):
+            key = query + n_heads + h // max(n_heads // n_kv, 1)
+            inputs_of[f"a{layer}.h{h}"] = (query + h, key, key + n_kv)
+        inputs_of[f"m{layer}"] = (len(receivers) - 1,)
         senders += [(f"a{layer}.h{h}", layer + 0.25) for h in range(n_heads)]
         senders.append((f"m{layer}", layer + 0.75))
     receivers.append(("logits", float(n_layers)))
@@ -86,6 +94,7 @@ def edge_graph(model: LanguageModel) -> EdgeGraph:
         tuple(n for n, _ in receivers),
         writes[:, None] < reads[None, :],
         parallel,
+        inputs_of,
     )
 
 

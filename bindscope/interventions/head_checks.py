@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Iterable, Sequence
 
-import numpy as np
-
-from bindscope.errors import HeadSpecError
+from bindscope.errors import HeadSpecError, is_whole
 
 Head = tuple[int, int]
 
@@ -61,7 +58,7 @@ def normalize_heads(
 
 def _index(value, item, model_name: str) -> int:
     """A layer or head number: a Python or numpy integer, never a bool, float or string."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)):
+    if is_whole(value):
         return int(value)
     raise HeadSpecError(
         f"{model_name}: head {item!r}: {value!r} is a {type(value).__name__}, not an integer; "

@@ -41,10 +41,8 @@ from bindscope.interventions.trace.paths import (
     path_patch,
 )
 from bindscope.interventions.trace.primitives import (
-    capture_attention,
     capture_probs,
     mean_ablate,
-    zero_ablate,
 )
 from bindscope.interventions.trace.records import (
     EdgeGeometry,
@@ -118,7 +116,6 @@ __all__ = [
     "attribution_pass",
     "by_layer",
     "call_site",
-    "capture_attention",
     "capture_probs",
     "choice_logprob_sums",
     "collect_head_sums",
@@ -164,5 +161,4 @@ __all__ = [
     "span_pair_bsi",
     "start_at",
     "unit_view",
-    "zero_ablate",
 ]

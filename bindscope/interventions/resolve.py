@@ -5,7 +5,6 @@ Every spec of a call is checked against the model and the texts before any trace
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from bindscope.errors import InterventionError
@@ -16,7 +15,7 @@ from bindscope.protocols import LanguageModel
 
 # ``(layer, head)`` pairs, or ``{layer: [heads]}`` (``ablate=``, a spec's heads).
 HeadList = Iterable[Sequence[int]] | Mapping[int, Iterable[int]]
-# What ``intervene=`` takes: a spec, a list of specs (or the old list of head pairs), or None.
+# What ``intervene=`` takes: a spec, a list of specs, or None (``per_row`` entries: head pairs too).
 Intervention = Spec | Sequence[Spec] | HeadList | None
 # What ``per_row=`` takes: one ``Intervention`` per text, or None.
 PerRow = Sequence[Intervention] | None
@@ -25,8 +24,8 @@ PerRow = Sequence[Intervention] | None
 def as_specs(entry: Intervention, *, option: str = "intervene") -> tuple:
     """One ``intervene``/``ablate``/``per_row`` entry (named by ``option``) as a tuple of specs.
 
-    A list of ``(layer, head)`` pairs is ``Zero`` of them: the ``ablate=`` shortcut (a
-    deprecated spelling of ``intervene=``).
+    A list of ``(layer, head)`` pairs is ``Zero`` of them: the ``ablate=`` shortcut (and a
+    ``per_row`` entry).
     """
     if entry is None:
         return ()
@@ -50,11 +49,9 @@ def as_specs(entry: Intervention, *, option: str = "intervene") -> tuple:
             "e.g. [Zero([(2, 8)]), Patch(...)]"
         )
     if option == "intervene":
-        warnings.warn(
-            "intervene=[(layer, head), ...] is deprecated: pass intervene=Zero([...]) "
-            "or its shortcut ablate=[...]",
-            DeprecationWarning,
-            stacklevel=4,
+        raise InterventionError(
+            "intervene= takes specs, not (layer, head) pairs: pass intervene=Zero([...]) "
+            "or its shortcut ablate=[...]"
         )
     return (Zero(tuple(items)),)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -13,9 +12,8 @@ import torch
 from bindscope.errors import InputError
 from bindscope.families import CALL_SITES
 from bindscope.interventions import ops
-from bindscope.interventions.flow_specs import SPEC_TYPES, PatternPatch
 from bindscope.interventions.plan import PlannedBatch, plan_batches
-from bindscope.interventions.resolve import resolve_rows
+from bindscope.interventions.resolve import Intervention, PerRow, resolve_rows
 from bindscope.interventions.rowops import HookOp, KnockoutOp, RowOp
 from bindscope.interventions.trace.features import features_key
 from bindscope.protocols import LanguageModel
@@ -39,41 +37,15 @@ METHODS = ("atp*", "atp")
 MetricArg = TargetLogprob | LogitDifference | Sequence[TargetLogprob | LogitDifference]
 
 
-def _split(entry: object) -> tuple[list, list]:
-    if entry is None:
-        return [], []
-    items = [entry] if not isinstance(entry, (list, tuple)) else list(entry)
-    patterns = [s.as_patch() for s in items if isinstance(s, PatternPatch)]
-    others = [s for s in items if not isinstance(s, PatternPatch)]
-    for spec in others:
-        if not isinstance(spec, SPEC_TYPES):
-            names = ", ".join(t.__name__ for t in SPEC_TYPES)
-            raise InputError(f"intervene= takes specs ({names}, PatternPatch), not {spec!r}")
-    return others, patterns
-
-
 def _row_ops(
-    model: LanguageModel, texts: list, intervene: object, per_row: Sequence[object] | None
+    model: LanguageModel, texts: list, intervene: Intervention, per_row: PerRow
 ) -> list[tuple[RowOp, ...]]:
-    # a PatternPatch is a Patch of the pattern site (_split); the specs' checks are the engine's
     if intervene is None and per_row is None:
         raise InputError(
             "attribution patching needs intervene= (or per_row=): the specs to estimate, "
             "e.g. Zero(heads), Mean(heads, means), Steer(site, layer, vector) or PatternPatch"
         )
-    others, patterns = _split(intervene)
-    rows_others = rows_patterns = None
-    if per_row is not None:
-        if len(per_row) != len(texts):
-            raise InputError(f"per_row has {len(per_row)} entries for {len(texts)} texts")
-        rows_others = [_split(entry)[0] for entry in per_row]
-        rows_patterns = [_split(entry)[1] for entry in per_row]
-    outputs = resolve_rows(model, texts, intervene=others, per_row=rows_others)
-    pattern = resolve_rows(model, texts, intervene=patterns, per_row=rows_patterns)
-    return [
-        (*mine, *(replace(op, site="pattern") for op in theirs))
-        for mine, theirs in zip(outputs, pattern)
-    ]
+    return resolve_rows(model, texts, intervene=intervene, per_row=per_row)
 
 
 def _estimated_site(op: RowOp) -> str:
@@ -130,8 +102,8 @@ def _estimate(
     model: LanguageModel,
     texts: list,
     metric: MetricArg,
-    intervene: object = None,
-    per_row: Sequence[object] | None = None,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
     method: str = "atp*",
     batch_size: int = 16,
     grad_drop: bool = False,
@@ -210,8 +182,8 @@ def attribution_patching(
     texts: Sequence,
     metric: MetricArg,
     *,
-    intervene: object = None,
-    per_row: Sequence[object] | None = None,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
     method: str = "atp*",
     batch_size: int = 16,
 ) -> list[dict[tuple[str, int], torch.Tensor]]:
@@ -225,8 +197,8 @@ def head_attribution_patching(
     texts: Sequence,
     metric: MetricArg,
     *,
-    intervene: object = None,
-    per_row: Sequence[object] | None = None,
+    intervene: Intervention = None,
+    per_row: PerRow = None,
     method: str = "atp*",
     batch_size: int = 16,
     grad_drop: bool = False,

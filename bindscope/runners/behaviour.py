@@ -12,6 +12,7 @@ from tqdm.auto import tqdm
 from bindscope.batch import GENERATION_BATCH_SIZE, Batch
 from bindscope.errors import InputError, InterventionError
 from bindscope.interventions import ops
+from bindscope.interventions.flow_specs import PatternPatch
 from bindscope.interventions.resolve import HeadList, Intervention, PerRow, as_specs, resolve_rows
 from bindscope.interventions.specs import Patch, Resample
 from bindscope.metrics.behaviour import (
@@ -61,7 +62,7 @@ def _rows_for(
     ]
     for i, row in enumerate(rows):
         for spec in row:
-            if isinstance(spec, (Patch, Resample)):
+            if isinstance(spec, (Patch, PatternPatch, Resample)):
                 raise InterventionError(
                     f"{model.name}: record {records[i].key}: Patch and Resample need texts "
                     "of fixed length; use them with model.logits() or attention_probs()"

@@ -16,7 +16,6 @@ from bindscope.metrics.stats.estimates import Estimate, bootstrap_statistic
 from bindscope.protocols import LanguageModel
 from bindscope.runners.edges import (
     Edge,
-    EdgeGraph,
     EdgeMetric,
     EdgeScores,
     check_count,
@@ -81,7 +80,6 @@ def greedy_mask(scores: EdgeScores, n: int) -> np.ndarray:
     graph = scores.graph
     check_count(n, "n", 0, graph)
     key = np.abs(scores.mean())
-    inputs = _receivers_of(graph)  # a sender node -> the receivers that are its inputs
     mask = np.zeros_like(graph.valid)
     # one heap entry per open receiver: its best sender not taken yet (a k-way merge of the
     # receivers' senders sorted by |score|, ties by sender index, as one heap of all would)
@@ -110,27 +108,9 @@ def greedy_mask(scores: EdgeScores, n: int) -> np.ndarray:
         push(j, order[j][1] + 1)
         if i not in reached:
             reached.add(i)
-            for receiver in inputs.get(graph.senders[i], ()):
+            for receiver in graph.inputs_of.get(graph.senders[i], ()):
                 open_receiver(receiver)
     return mask
-
-
-def _receivers_of(graph: EdgeGraph) -> dict[str, list[int]]:
-    found: dict[str, list[int]] = {}
-    kv_of: dict[tuple[str, int], list[int]] = {}  # (layer, group): its key and value
-    for j, name in enumerate(graph.receivers):
-        if name.endswith(("<k>", "<v>")):
-            layer, group = name[: -len("<k>")].split(".g")
-            kv_of.setdefault((layer, int(group)), []).append(j)
-        elif name != "logits":  # a head's query, or an MLP
-            found[name.removesuffix("<q>")] = [j]
-    for sender in found:
-        if sender.startswith("a"):
-            layer, head = sender.split(".h")
-            heads = sum(1 for other in found if other.startswith(layer + ".h"))
-            n_groups = sum(1 for other, _ in kv_of if other == layer)
-            found[sender] += kv_of[layer, int(head) // max(heads // n_groups, 1)]
-    return found
 
 
 def faithfulness(

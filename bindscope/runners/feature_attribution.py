@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from bindscope.errors import whole_number
-from bindscope.interventions import Zero
+from bindscope.interventions import Spec, Zero
 from bindscope.interventions.dictionary import Dictionary, Features
 from bindscope.interventions.ops import metric_values
 from bindscope.interventions.trace.features import features_key
@@ -36,7 +36,7 @@ def feature_attribution(
     metric: MetricArg,
     dictionary: Dictionary,
     *,
-    edit: Callable[[Features], object] = Zero,
+    edit: Callable[[Features], Spec] = Zero,
     verify: int = 20,
     method: str = "atp*",
     batch_size: int = 16,

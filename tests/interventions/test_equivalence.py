@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from bindscope.interventions import capture_attention, head_means, mean_ablate, ops, zero_ablate
+from bindscope.interventions import capture_probs, head_means, mean_ablate, ops, run_layers
 from tests.conftest import PROMPTS
 from tests.reference import hf_eager_attentions, hf_greedy_under_pre_hooks, pre_hooks, prob_zero
 from tests.tolerance import assert_within, logit_bound, prob_bound, row_sum_bound
@@ -58,7 +58,7 @@ def test_per_row_head_sets_equal_separate_runs(tiny):
     rows = [HEADS[:2], [], HEADS[2:]]
     batch = tiny.encode(PROMPTS)
     with torch.no_grad(), tiny.nnsight.trace(**batch.inputs):
-        zero_ablate(tiny, per_row=rows)
+        run_layers(tiny, plan=ops.head_plan(tiny, per_row=rows))
         logits = ops.final_logits(tiny).save()
     bound = logit_bound(tiny, PROMPTS)  # one batch vs separate runs: summation order only
     for r, (text, heads) in enumerate(zip(PROMPTS, rows)):
@@ -71,8 +71,8 @@ def test_capture_and_ablation_compose_in_one_trace(tiny):
     probs = []
     with tiny.eager(), torch.no_grad(), tiny.nnsight.trace(**batch.inputs):
         for layer in range(tiny.n_layers):
-            zero_ablate(tiny, [(0, 1)], layers=[layer])
-            probs += capture_attention(tiny, [layer])
+            run_layers(tiny, plan=ops.head_plan(tiny, [(0, 1)]), only_layers=[layer])
+            probs.append(capture_probs(tiny, [layer])[layer])
     reference = tiny.attention_probs(PROMPTS[:2], ablate=[(0, 1)])
     bound = prob_bound(tiny)
     for r in range(2):
@@ -99,11 +99,11 @@ def test_recompute_fallback_matches_eager(tiny):
         assert tiny.capture_mode == "recompute"
         batch = tiny.encode(PROMPTS)
         with torch.no_grad(), tiny.nnsight.trace(**batch.inputs):
-            found = capture_attention(tiny)
+            found = capture_probs(tiny)
         bound = prob_bound(tiny)  # sdpa's q and k, recomputed in float: rounding only
         for r, ref in enumerate(eager):
             pad = batch.pad(r)
-            got = torch.stack([p[r, :, pad:, pad:] for p in found])
+            got = torch.stack([found[layer][r, :, pad:, pad:] for layer in sorted(found)])
             assert_within(got, ref, bound, f"row {r}")
     finally:
         tiny.capture_fallback = None
@@ -124,7 +124,7 @@ def test_mean_ablation_equals_pre_hook_replacement(tiny):
     assert means.n_positions == sum(len(tiny.tokenize(t)) for t in PROMPTS)
     batch = tiny.encode(PROMPTS[:1])
     with torch.no_grad(), tiny.nnsight.trace(**batch.inputs):
-        mean_ablate(tiny, means, HEADS)
+        mean_ablate(tiny, HEADS, means)
         logits = ops.final_logits(tiny).save()
     with (
         pre_hooks(tiny.hf, tiny.family, HEADS, tiny.n_heads, tiny.head_dim, means.means),

@@ -20,7 +20,7 @@ from bindscope.interventions import (
     head_means,
     mean_ablate,
     ops,
-    zero_ablate,
+    run_layers,
 )
 from tests.conftest import PROMPTS
 from tests.reference_patching import EPS, knockout_reference, logit_atol, patch_reference
@@ -52,10 +52,10 @@ def test_zero_and_mean_through_intervene_equal_the_primitives(tiny):
     batch = tiny.encode(PROMPTS)
     means = head_means(tiny, PROMPTS, HEADS)
     with torch.no_grad(), tiny.nnsight.trace(**batch.inputs):
-        zero_ablate(tiny, HEADS)
+        run_layers(tiny, plan=ops.head_plan(tiny, HEADS))
         zeroed = ops.final_logits(tiny).save()
     with torch.no_grad(), tiny.nnsight.trace(**batch.inputs):
-        mean_ablate(tiny, means, HEADS)
+        mean_ablate(tiny, HEADS, means)
         meaned = ops.final_logits(tiny).save()
     got_zero = tiny.logits(PROMPTS, intervene=Zero(HEADS))
     got_ablate = tiny.logits(PROMPTS, ablate=HEADS)
@@ -262,7 +262,7 @@ def test_per_row_count_and_generation_refusals(tiny):
 
 
 def test_primitives_share_argument_order_and_capture_keyed_by_layer(tiny):
-    from bindscope.interventions import capture_attention, capture_probs
+    from bindscope.interventions import capture_probs
 
     means = head_means(tiny, PROMPTS, HEADS)
     batch = tiny.encode(PROMPTS[:2])
@@ -271,14 +271,7 @@ def test_primitives_share_argument_order_and_capture_keyed_by_layer(tiny):
         for layer in range(tiny.n_layers):
             mean_ablate(tiny, HEADS, means, layers=[layer])  # (model, heads, means)
             found.update(capture_probs(tiny, layers=[layer]))
-    with tiny.eager(), torch.no_grad(), tiny.nnsight.trace(**batch.inputs):
-        for layer in range(tiny.n_layers):
-            mean_ablate(tiny, means, HEADS, layers=[layer])  # the older order still works
-            listed = capture_attention(tiny, [layer])
-            found[f"old{layer}"] = listed[0]
-    assert sorted(k for k in found if isinstance(k, int)) == list(range(tiny.n_layers))
-    for layer in range(tiny.n_layers):
-        assert torch.equal(found[layer], found[f"old{layer}"])
+    assert sorted(found) == list(range(tiny.n_layers))
     reference = tiny.attention_probs(PROMPTS[:2], intervene=Mean(HEADS, means))
     for r in range(2):
         pad = batch.pad(r)

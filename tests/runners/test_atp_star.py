@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bindscope.interventions import PatternPatch, ops
+from bindscope.interventions import Patch, PatternPatch, ops
 from bindscope.runners.attribution_patching import (
     LogitDifference,
     all_heads,
@@ -89,6 +89,23 @@ def test_atp_star_finds_the_saturated_head_and_linear_atp_misses_it(saturated):
     assert abs(float(star[where]) - exact) <= bound  # AtP* gets it
     assert abs(float(linear[where])) < abs(exact) / 100  # linearised AtP misses it
     assert int(last.argmax() if exact > 0 else last.argmin()) == where[1]
+
+
+def test_a_pattern_patch_runs_exactly_as_a_patch_of_the_pattern(saturated):
+    """A spec among the others: ``logits(intervene=PatternPatch(...))`` runs it, as ``Patch``."""
+    model, where = saturated
+    text, source, source_probs = _case(model, where)
+    with model.eager():
+        got = model.logits([text], intervene=PatternPatch([where], [source]))[0]
+        want = model.logits([text], intervene=Patch([where], [source], site="pattern"))[0]
+    assert torch.equal(got, want)  # one edit, one plan: bit-identical
+    with prob_zero(model.hf, [], replace={where: source_probs}):
+        _, reference = _probs(model, text)
+    # the exact run against an independent forward swapping in the source's probabilities
+    torch.testing.assert_close(got[-1], reference, rtol=0, atol=logit_bound(model, [PROMPTS[2]]))
+    assert (got[-1] - model.logits([text])[0][-1]).abs().max() > 100 * logit_bound(
+        model, [PROMPTS[2]]
+    )
 
 
 def test_pattern_estimate_on_a_single_saturated_row():

@@ -11,7 +11,7 @@ import torch
 
 from bindscope.errors import InputError
 from bindscope.runners.attribution_metrics import LogitDifference, TargetLogprob
-from bindscope.runners.circuit import _receivers_of, faithfulness, greedy_mask, stability, verify
+from bindscope.runners.circuit import faithfulness, greedy_mask, stability, verify
 from bindscope.runners.edges import EdgeScores, edge_attribution, edge_graph, path_patching
 from bindscope.runners.patching_sweep import patching_sweep
 from tests.conftest import build_tiny
@@ -113,7 +113,7 @@ def test_patching_sweep_checks_the_batch_size_first(model, size, said):
 def _reference_greedy(scores: EdgeScores, n: int) -> np.ndarray:
     """Greedy growth with one heap of every open receiver's edges (no lazy merge)."""
     graph, key = scores.graph, np.abs(scores.mean())
-    inputs, mask, heap, reached = _receivers_of(graph), np.zeros_like(graph.valid), [], set()
+    inputs, mask, heap, reached = graph.inputs_of, np.zeros_like(graph.valid), [], set()
 
     def open_receiver(j):
         for i in np.flatnonzero(graph.valid[:, j]):

@@ -166,6 +166,19 @@ def test_graph_shape(tiny):
     assert not graph.valid[graph.senders.index("a1.h0"), graph.receivers.index("a1.h0<q>")]
 
 
+def test_each_sender_s_inputs_are_its_named_receivers(tiny):
+    """``inputs_of``: a head reads its query and its group's key and value; an MLP itself."""
+    graph = edge_graph(tiny)
+    group = tiny.n_heads // tiny.n_kv_heads
+    for layer in range(tiny.n_layers):
+        for h in range(tiny.n_heads):
+            names = [f"a{layer}.h{h}<q>", *(f"a{layer}.g{h // group}<{x}>" for x in "kv")]
+            got = [graph.receivers[j] for j in graph.inputs_of[f"a{layer}.h{h}"]]
+            assert got == names
+        assert [graph.receivers[j] for j in graph.inputs_of[f"m{layer}"]] == [f"m{layer}"]
+    assert set(graph.inputs_of) == set(graph.senders) - {"embed"}
+
+
 def test_bad_edges_are_refused(tiny):
     graph = edge_graph(tiny)
     with pytest.raises(InputError, match="not a node"):
