@@ -1,7 +1,4 @@
-"""Tests and p-values: rank, permutation, binomial, sequential; p adjustment; power; correlations.
-
-The sequential p is Besag and Clifford's (1991; docs/internals.md).
-"""
+"""Rank, permutation, binomial and sequential p-values; p adjustment; power; correlations."""
 
 from __future__ import annotations
 
