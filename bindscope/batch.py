@@ -34,9 +34,7 @@ class Batch:
     def inputs(self) -> dict[str, torch.Tensor]:
         """Keyword inputs for ``model.nnsight.trace(**batch.inputs)``."""
         return {
-            "input_ids": self.input_ids,
-            "attention_mask": self.attention_mask,
-            "position_ids": self.position_ids,
+            name: getattr(self, name) for name in ("input_ids", "attention_mask", "position_ids")
         }
 
     def pad(self, row: int) -> int:

@@ -116,10 +116,7 @@ def whole_number(
     below: int | None = None,
     error: type[Exception] = InputError,
 ) -> int:
-    """``value`` as an int if it is an integer (never a bool) with ``least <= value < below``.
-
-    Else raises ``error``: "<name>=<value> is not a whole number <bounds>; <fix>".
-    """
+    """``value`` as an int (never a bool) with ``least <= value < below``; else raises ``error``."""
     if is_whole(value):
         number = int(value)
         if (least is None or number >= least) and (below is None or number < below):

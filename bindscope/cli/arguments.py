@@ -11,6 +11,7 @@ from bindscope.cli.ndif import add_parser as add_ndif
 from bindscope.experiments.kit.experiment import Experiment
 from bindscope.experiments.kit.options import positive
 from bindscope.loading import EMBEDDED
+from bindscope.loading.weights import DTYPES
 
 #: The commands that read a results folder: their help and where their --out defaults to.
 READERS = {
@@ -51,7 +52,7 @@ def _add_model(p: argparse.ArgumentParser, *, several: bool, revision: bool) -> 
 def _add_loading(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dtype",
-        choices=("float32", "float16", "bfloat16", "float64"),
+        choices=DTYPES,
         help="weights dtype (default float32; float64 gives float64 probabilities and logits)",
     )
     p.add_argument("--device", help="cpu (default), cuda, cuda:1, mps")

@@ -72,7 +72,8 @@ def load_model(
     ``cache`` defaults to ``$BINDSCOPE_CACHE``; ``verify_cache`` hashes every weight byte.
     """
     if remote is True:
-        return _load_on_ndif(model, revision, tokenizer, dtype, device, prepend_bos, self_check)
+        _refuse_local_options(model, dtype=dtype, device=device, tokenizer=tokenizer)
+        return load_remote(model, revision=revision, prepend_bos=prepend_bos, self_check=self_check)
     if remote not in (False, "local", None):
         raise ModelLoadError(f"remote must be True, 'local' or False, not {remote!r}")
     hf, tok, name, folder = read_weights(
@@ -83,23 +84,15 @@ def load_model(
         hf, tokenizer or tok, name=name, revision=revision, prepend_bos=prepend_bos, family=family
     )
     _record_provenance(wrapped, cache, folder)
-    _check_once(wrapped, folder, inferred=inferred, self_check=self_check)
+    if inferred:
+        check_inferred(wrapped)
+    elif self_check:
+        _self_check_cached(wrapped, folder)
     if remote == "local":
-        _simulate(wrapped, self_check=self_check)
+        simulate(wrapped)
+        if self_check:
+            probe_capture(wrapped)
     return wrapped
-
-
-def _load_on_ndif(
-    model: Any,
-    revision: str | None,
-    tokenizer: Any,
-    dtype: Any,
-    device: Any,
-    prepend_bos: bool | None,
-    self_check: bool,
-) -> Model:
-    _refuse_local_options(model, dtype=dtype, device=device, tokenizer=tokenizer)
-    return load_remote(model, revision=revision, prepend_bos=prepend_bos, self_check=self_check)
 
 
 def _record_provenance(
@@ -108,19 +101,6 @@ def _record_provenance(
     spec = EMBEDDED.get(wrapped.name)  # what its checkpoint is: base or instruction-tuned
     wrapped.training = spec.training if spec else None
     wrapped.weights_sha256 = weights_digest(wrapped.name, cache) if folder is not None else None
-
-
-def _check_once(wrapped: Model, folder: Path | None, *, inferred: bool, self_check: bool) -> None:
-    if inferred:
-        check_inferred(wrapped)
-    elif self_check:
-        _self_check_cached(wrapped, folder)
-
-
-def _simulate(wrapped: Model, *, self_check: bool) -> None:
-    simulate(wrapped)
-    if self_check:
-        probe_capture(wrapped)
 
 
 def _refuse_local_options(model: Any, **local: Any) -> None:

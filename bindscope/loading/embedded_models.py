@@ -109,12 +109,9 @@ def gemma3_gguf(scratch: Path) -> Path:
 
 
 def _qwen_parts() -> list[Path]:
-    parts = []
-    for package in QWEN_PACKAGES:
-        # optional registry packages, present once require_packages has checked them
-        module: Any = importlib.import_module(package.replace("-", "_"))
-        parts.append(Path(module.get_part_path()))
-    return parts
+    # optional registry packages, present once require_packages has checked them
+    modules = [importlib.import_module(package.replace("-", "_")) for package in QWEN_PACKAGES]
+    return [Path(module.get_part_path()) for module in modules]
 
 
 def qwen_gguf(scratch: Path) -> Path:

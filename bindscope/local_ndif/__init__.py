@@ -1,7 +1,4 @@
-"""A local NDIF server for one user (``bindscope ndif up|down|status``; docs/remote.md).
-
-``ndif_side/`` runs only inside the server's venv, never in bindscope's.
-"""
+"""A local NDIF server for one user (``bindscope ndif up|down|status``; docs/remote.md)."""
 
 from __future__ import annotations
 

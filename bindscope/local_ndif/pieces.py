@@ -238,17 +238,14 @@ def place(hub_cache: Path, repo_id: str, folder: Path) -> Path:
 
 def specs(hub_cache: Path, folders: Mapping[str, Path], *, trusted: bool) -> list[dict]:
     """Ndif deploy specs: float32 (the server's default is bfloat16), sized from the files."""
-    found = []
-    for repo_id, folder in folders.items():
-        snapshot = place(hub_cache, repo_id, folder)
-        size = sum(p.stat().st_size for p in snapshot.glob("*.safetensors"))
-        found.append(
-            {
-                "checkpoint": repo_id,
-                "dtype": "float32",
-                "size_bytes": size,
-                "trusted": trusted,
-                "pinned": True,
-            }
-        )
-    return found
+    snapshots = {repo_id: place(hub_cache, repo_id, folder) for repo_id, folder in folders.items()}
+    return [
+        {
+            "checkpoint": repo_id,
+            "dtype": "float32",
+            "size_bytes": sum(p.stat().st_size for p in snapshot.glob("*.safetensors")),
+            "trusted": trusted,
+            "pinned": True,
+        }
+        for repo_id, snapshot in snapshots.items()
+    ]

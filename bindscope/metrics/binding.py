@@ -98,13 +98,14 @@ class BindingResult:
 
     def to_dict(self) -> dict:
         """JSON-ready dict (NaN becomes null)."""
-        return {name: _plain(getattr(self, name)) for name in _RECORD_FIELDS}
+        return {name: _plain(getattr(self, name)) for name in (*_PROMPT_FIELDS, *MEASURES)}
 
 
-#: The fields `BindingResult.to_dict` writes, in its order.
-_RECORD_FIELDS = (
-    *("key", "prompt_id", "term", "task", "control_group", "eb_star", "eb_star_norm"),
-    *("best_layer", "entropy", "n_span", "span", "span_tokens", "flags", "skipped", "eb", "bsi"),
+_PROMPT_FIELDS = ("key", "prompt_id", "term", "task", "control_group")
+#: The measures `BindingResult.to_dict` writes after the prompt's fields, in its order.
+MEASURES = (
+    *("eb_star", "eb_star_norm", "best_layer", "entropy", "n_span", "span", "span_tokens"),
+    *("flags", "skipped", "eb", "bsi"),
 )
 
 

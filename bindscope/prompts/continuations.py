@@ -25,14 +25,9 @@ def strip_stray(text: str) -> str:
     return text[kept[0] : kept[-1] + 1] if kept else ""
 
 
-def code_point(char: str) -> str:
-    """A character by number and name: ``U+200B ZERO WIDTH SPACE``."""
-    return f"U+{ord(char):04X} {unicodedata.name(char, '(a control character)')}"
-
-
 def _kind(char: str) -> str:
     what = "whitespace" if char.isspace() else "an invisible format character"
-    return f"{what} ({code_point(char)})"
+    return f"{what} (U+{ord(char):04X} {unicodedata.name(char, '(a control character)')})"
 
 
 def appended(text: str) -> str:
@@ -84,7 +79,6 @@ __all__ = [
     "RULE",
     "SEPARATOR",
     "appended",
-    "code_point",
     "continuation_ids",
     "stray",
     "strip_stray",

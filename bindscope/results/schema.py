@@ -8,6 +8,7 @@ from pathlib import Path
 
 from bindscope.errors import RecordFileError
 from bindscope.families import FAMILIES
+from bindscope.metrics.binding import MEASURES
 from bindscope.results.records import SCHEMA, read_records, record_key
 
 PROVENANCE = (
@@ -28,21 +29,8 @@ PROVENANCE = (
     "seed",
     "time",
 )
-BINDING_METRICS = (
-    "eb_star",
-    "eb_star_norm",
-    "best_layer",
-    "entropy",
-    "n_span",
-    "span",
-    "span_tokens",
-    "flags",
-    "skipped",
-    "eb",
-    "bsi",
-    "n_layers",
-    "n_heads",
-)
+#: A binding record's metrics: the `BindingResult` measures and the head counts.
+BINDING_METRICS = (*MEASURES, "n_layers", "n_heads")
 RECOGNITION_METRICS = ("score", "prediction", "choice_scores")
 GENERATION_METRICS = ("score", "text", "hits", "contradictions")
 TASKS = ("recognition", "generation")

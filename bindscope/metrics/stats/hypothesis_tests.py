@@ -1,7 +1,4 @@
-"""Tests and p-values: rank, permutation, binomial, sequential; p adjustment; power; correlations.
-
-The sequential p is Besag and Clifford's (1991; docs/internals.md).
-"""
+"""Rank, permutation, binomial and sequential p-values; p adjustment; power; correlations."""
 
 from __future__ import annotations
 
@@ -27,8 +24,6 @@ from bindscope.metrics.stats.results import TestResult, _PlainResult
 
 _ALTERNATIVES = ("two-sided", "greater", "less")
 
-_PERMUTATION_LABELS = {"independent": "permutation-independent", "samples": "permutation-paired"}
-
 
 def rank_p_value(observed: float, null: ArrayLike, *, alternative: str = "greater") -> float:
     """``(1 + #{null >= observed}) / (1 + len(null))`` (``"greater"``; ``"less"``: <=).
@@ -52,25 +47,27 @@ def _mean_diff_stat(
 
 
 def _mean_diff_permutation(
-    x: NDArray[np.float64],
-    y: NDArray[np.float64],
-    permutation_type: str,
+    a: ArrayLike,
+    b: ArrayLike,
+    names: tuple[str, str],
+    paired: bool,
     alternative: str,
     n_resamples: int,
     seed: int,
 ) -> TestResult:
+    x, y = _two_samples(a, b, names, min_len=2, paired=paired)
     res = sps.permutation_test(
         (x, y),
         _mean_diff_stat,
-        permutation_type=permutation_type,
+        permutation_type="samples" if paired else "independent",
         vectorized=True,
         n_resamples=n_resamples,
         alternative=alternative,
         axis=-1,
         rng=_rng(seed),
     )
-    n = x.size if permutation_type == "samples" else x.size + y.size
-    label = _PERMUTATION_LABELS[permutation_type]
+    n = x.size if paired else x.size + y.size
+    label = "permutation-paired" if paired else "permutation-independent"
     return TestResult(float(res.statistic), float(res.pvalue), label, alternative, int(n))
 
 
@@ -83,8 +80,7 @@ def two_sample_permutation(
     seed: int = 0,
 ) -> TestResult:
     """Permutation test of ``mean(x) - mean(y)`` for independent samples (scipy's)."""
-    ax, ay = _two_samples(x, y, ("x", "y"), min_len=2, paired=False)
-    return _mean_diff_permutation(ax, ay, "independent", alternative, n_resamples, seed)
+    return _mean_diff_permutation(x, y, ("x", "y"), False, alternative, n_resamples, seed)
 
 
 def paired_permutation(
@@ -96,8 +92,7 @@ def paired_permutation(
     seed: int = 0,
 ) -> TestResult:
     """Sign-flip permutation test of the mean paired difference ``mean(a - b)`` (scipy's)."""
-    xa, xb = _two_samples(a, b, ("a", "b"), min_len=2, paired=True)
-    return _mean_diff_permutation(xa, xb, "samples", alternative, n_resamples, seed)
+    return _mean_diff_permutation(a, b, ("a", "b"), True, alternative, n_resamples, seed)
 
 
 def binomial_leads(
