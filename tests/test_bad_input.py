@@ -100,15 +100,16 @@ def test_ablating_after_a_later_capture_names_the_call_and_the_rule(model):
         capture_probs(model, [2])
         run_layers(model, plan=ops.head_plan(model, [(0, 1)]))
     message = str(err.value)
-    assert "an ablation (zero_ablate / mean_ablate) of layer 0 came after the trace" in message
+    assert "an ablation (run_layers(plan=...) / mean_ablate) of layer 0 came after" in message
     assert "earlier layers before later ones" in message
+    assert "run_layers(model, capture=..., plan=...)" in message
     assert isinstance(err.value, BindscopeError)
 
 
 def test_capturing_after_a_later_ablation_names_the_capture(model):
     batch = model.encode(["Alt text is good"])
     with (
-        pytest.raises(InterventionOrderError, match=r"a capture \(capture_attention\) of layer 0"),
+        pytest.raises(InterventionOrderError, match=r"a capture \(capture_probs\) of layer 0"),
         model.eager(),
         model.nnsight.trace(**batch.inputs),
     ):

@@ -62,15 +62,15 @@ def order_error(model: TraceTarget, exc: Exception) -> Exception | None:
     found = re.search(r"layers\.(\d+)\.", site)
     layer = found.group(1) if found else "?"
     what = (
-        "an ablation (zero_ablate / mean_ablate)"
+        "an ablation (run_layers(plan=...) / mean_ablate)"
         if f".{ablated}." in f"{site}."
-        else "a capture (capture_attention)"
+        else "a capture (capture_probs)"
     )
     return InterventionOrderError(
         f"{model.name}: {what} of layer {layer} came after the trace had already run past "
         f"layer {layer}. Call the primitives in execution order, earlier layers before later "
         "ones and a layer's ablation before its capture, or pass both to one "
-        "run_layers(model, capture=..., zero=...) call, which orders them for you"
+        "run_layers(model, capture=..., plan=...) call, which orders them for you"
     )
 
 

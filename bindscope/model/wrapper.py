@@ -6,7 +6,6 @@ import contextlib
 import inspect
 import itertools
 import os
-import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -217,10 +216,6 @@ class Model:
                 )
             self._call_label = labels[-1]  # the last one is the call, earlier ones assignments
         return self._call_label
-
-    def warn_deprecated(self, old: str, new: str) -> None:
-        """Warn that ``old`` is deprecated for ``new`` (shipped trace code cannot warn itself)."""
-        warnings.warn(f"{old} is deprecated: use {new}", DeprecationWarning, stacklevel=4)
 
     check_layers = checks.check_layers
     trace_order_error = checks.order_error
