@@ -77,11 +77,13 @@ class ScanOptions(AttributionOptions):
         "(default %(default)s: off)",
         type=count,
         metavar="N",
+        least=0,
     )
     k: int | None = option(
         None,
         "EB* top set size compared under --matched-classes (default 4; refused without it)",
         type=positive,
+        least=1,
     )
     spread: bool = spread_option()
 

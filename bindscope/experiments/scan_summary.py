@@ -281,10 +281,7 @@ def _exact_effects(table: dict, clean: dict, names: list[str], heads: dict[str, 
 
 def _estimated_effects(estimates: list[dict], n_layers: int, n_heads: int) -> Effects:
     order = [[layer, head] for layer in range(n_layers) for head in range(n_heads)]
-    found = {
-        r["prompt_key"]: [r["metrics"]["estimate"][layer][head] for layer, head in order]
-        for r in estimates
-    }
+    found = {r["prompt_key"]: np.ravel(r["metrics"]["estimate"]).tolist() for r in estimates}
     return order, found, "attribution estimate"
 
 
