@@ -16,7 +16,7 @@ from bindscope.experiments.kit import attribution_method, per_head_tests
 from bindscope.experiments.kit.ablation_sets import as_pairs, conditions_of
 from bindscope.experiments.kit.attribution_method import ESTIMATE, AttributionOptions
 from bindscope.experiments.kit.binding_reuse import reuse_or_bind
-from bindscope.experiments.kit.chunks import first_items, prompt_set, spread_over_terms
+from bindscope.experiments.kit.chunks import first_items, prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.kit.options import (
     check_spread,
@@ -377,11 +377,9 @@ __all__ = [
     "EXPERIMENT",
     "METRICS",
     "ScanOptions",
-    "conditions_of",
     "draw_donors",
     "matched_comparison",
     "run",
-    "spread_over_terms",
     "summarize",
     "summarize_scan",
 ]
