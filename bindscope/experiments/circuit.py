@@ -148,8 +148,7 @@ def _measure(
 
 
 def _texts(pair: TaskPair) -> dict[str, str]:
-    return {"clean": pair.clean, "corrupted": pair.corrupted, "correct": pair.correct,
-            "wrong": pair.wrong}  # fmt: skip
+    return {field: getattr(pair, field) for field in ("clean", "corrupted", "correct", "wrong")}
 
 
 def _top(scores: EdgeScores, n: int) -> list[tuple[tuple[str, str], float]]:

@@ -14,12 +14,11 @@ import numpy as np
 from bindscope.errors import InputError
 from bindscope.experiments.kit import attribution_method, per_head_tests
 from bindscope.experiments.kit.ablation_sets import as_pairs, conditions_of
-from bindscope.experiments.kit.attribution_method import AttributionOptions, scored
+from bindscope.experiments.kit.attribution_method import ESTIMATE, AttributionOptions
 from bindscope.experiments.kit.binding_reuse import reuse_or_bind
-from bindscope.experiments.kit.chunks import first_items, prompt_set, spread_over_terms
+from bindscope.experiments.kit.chunks import first_items, prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.kit.options import (
-    check_choice,
     check_spread,
     count,
     option,
@@ -36,14 +35,17 @@ from bindscope.experiments.scan_summary import (
     matched_comparison,
     summarize_scan,
 )
-from bindscope.interventions import head_means
+from bindscope.interventions import Mean, Patch, Resample, Zero, head_means
+from bindscope.interventions.flow_specs import Spec
 from bindscope.prompts.context import check_fit
+from bindscope.prompts.continuations import continuation_ids
 from bindscope.prompts.prompt_sets import PromptRecord, PromptSet
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import model_label
 from bindscope.results.records import provenance
 from bindscope.results.schema import RECOGNITION_METRICS, RecordKind, binding_kind
-from bindscope.runners.scan import condition_scores
+from bindscope.runners.attribution_patching import TargetLogprob, all_heads
+from bindscope.runners.scan import ScoredSequence, condition_scores
 
 ABLATIONS = ("zero", "mean", "resample")
 CLASSES_FILE = "classes.json"  # per model label: [L][H] primary taxonomy class
@@ -75,18 +77,19 @@ class ScanOptions(AttributionOptions):
         "(default %(default)s: off)",
         type=count,
         metavar="N",
+        least=0,
     )
     k: int | None = option(
         None,
         "EB* top set size compared under --matched-classes (default 4; refused without it)",
         type=positive,
+        least=1,
     )
     spread: bool = spread_option()
 
     def check(self) -> None:
         """Options that apply only in some modes are refused elsewhere."""
         super().check()
-        check_choice("ablation", self.ablation, ABLATIONS)
         if self.matched_classes and self.unit != "head":
             raise InputError("--matched-classes compares heads: it needs --unit head")
         if self.matched_classes and self.method == "attribution":
@@ -187,6 +190,51 @@ def _metrics(
     return metrics
 
 
+def scored(model: LanguageModel, record: PromptRecord) -> tuple[list[ScoredSequence], int | None]:
+    """The sequences a record is scored on (its choices, or its target), the correct one's index."""
+    prompt = model.tokenize(record.template)
+    if record.task == "recognition":
+        ids = [continuation_ids(model.tokenizer, c) for c in record.choices or ()]
+        return [ScoredSequence(prompt + i, len(i)) for i in ids], record.answer_idx
+    target = continuation_ids(model.tokenizer, record.extra["target"])
+    return [ScoredSequence(prompt + target, len(target))], None
+
+
+def _spec(model: LanguageModel, settings: dict, means: Any, text: list[int], donor: Any) -> Spec:
+    heads = tuple(all_heads(model))
+    if settings["ablation"] == "mean":
+        return Mean(heads, means)
+    if settings["ablation"] == "resample":  # ``Patch`` at equal length, else ``Resample``
+        ids = list(donor.ids)
+        return Patch(heads, (ids,)) if len(ids) == len(text) else Resample(heads, (ids,))
+    return Zero(heads)
+
+
+def _estimate(
+    run: ModelRun, items: list[PromptRecord], settings: dict, means: Any, donor_of: dict, size: int
+) -> list[str]:
+    model = run.model
+
+    def rows(rec: PromptRecord) -> attribution_method.Row:
+        sequences, _, donors, (answer,) = _chunk_sequences(model, [rec], donor_of)
+        seq, donor = sequences[answer or 0], donors[answer or 0] if donors else None
+        text = list(seq.ids)
+        return text, TargetLogprob(seq.n_target), _spec(model, settings, means, text, donor)
+
+    def fields(rec: PromptRecord, value: float, change: np.ndarray) -> dict:
+        found = {"logprob": value, "estimate": (-change).tolist()}
+        if rec.key in donor_of:
+            found["donor"] = donor_of[rec.key].key
+        return run.record(
+            rec, "estimate", found, name=ESTIMATE, ablation=settings["ablation"], scan=settings
+        )
+
+    return attribution_method.estimate_heads(
+        run, items, experiment=ESTIMATE, rows=rows, fields=fields, verify=settings["verify"],
+        batch_size=size,
+    )  # fmt: skip
+
+
 def _run_model(run: ModelRun, items: list[PromptRecord], settings: dict, batch_size: int) -> None:
     model = run.model
     conditions = conditions_of(model, settings["unit"])
@@ -197,9 +245,7 @@ def _run_model(run: ModelRun, items: list[PromptRecord], settings: dict, batch_s
         means = head_means(model, [r.template for r in items], heads, batch_size=batch_size)
     donor_of = draw_donors(items, settings["seed"]) if settings["ablation"] == "resample" else {}
     if settings["method"] == "attribution":  # estimate every head, verify the top ones
-        chosen = attribution_method.estimate_scan(
-            run, items, settings, means=means, donor_of=donor_of, batch_size=batch_size,
-        )  # fmt: skip
+        chosen = _estimate(run, items, settings, means, donor_of, batch_size)
         names = [name for name in names if name in chosen]
 
     def work(chunk: list[PromptRecord]) -> list[dict]:
@@ -316,7 +362,7 @@ text = functools.partial(per_head_tests.summary_lines, title="Head scan", model_
 CONDITIONS = RecordKind(EXPERIMENT, prefixes=("L",), metrics=_metrics_of)
 #: ``--method attribution``: each prompt's estimate of every head (docs/records.md).
 ESTIMATES = RecordKind(
-    attribution_method.ESTIMATE, conditions=("estimate",), metrics=lambda r: ("logprob", "estimate")
+    ESTIMATE, conditions=("estimate",), metrics=lambda r: ("logprob", "estimate")
 )
 DEFINITION = Experiment(
     EXPERIMENT, "scan", "ablate every head alone: effect map with CIs and BH p", ScanOptions,
@@ -331,11 +377,9 @@ __all__ = [
     "EXPERIMENT",
     "METRICS",
     "ScanOptions",
-    "conditions_of",
     "draw_donors",
     "matched_comparison",
     "run",
-    "spread_over_terms",
     "summarize",
     "summarize_scan",
 ]

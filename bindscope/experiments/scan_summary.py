@@ -116,17 +116,6 @@ def _scan_limits(label: str, entry: dict, *, correction: str) -> list[dict]:
     return limits.collect(*found)
 
 
-def _unusable(
-    present: list[str], rows: list[tuple[str, dict]], keys: dict, field: str
-) -> list[tuple[str, str]]:
-    return [
-        (p, keys[condition, p])
-        for p in present
-        for condition, values in rows
-        if not per_head_tests.finite(values[p].get(field))
-    ]
-
-
 def _tables(group: list[dict]) -> tuple[dict[str, dict[str, dict]], dict[str, list], dict]:
     table: dict[str, dict[str, dict]] = {}  # condition -> prompt -> metrics
     heads: dict[str, list] = {}
@@ -179,7 +168,8 @@ def _summarize_model(
     if attribution:  # the estimate map and its agreement with the verified heads
         attribution_method.add_estimates(entry, estimates, complete)
     if settings["unit"] == "head" and "logprob" in entry["metrics"]:
-        usable = {p: clean[p] for p in clean if p not in _left_out(entry, "logprob")}
+        left_out = entry["unusable"].get("logprob", {}).get("prompts", [])
+        usable = {p: clean[p] for p in clean if p not in left_out}
         if attribution:  # every head's estimate: the exact effects cover the verified only
             effects = _estimated_effects(estimates, n_layers, n_heads)
         else:
@@ -233,7 +223,12 @@ def _metric_prompts(
 ) -> tuple[list[str], dict | None]:
     present = [p for p in complete if field in clean[p]]
     rows = [("clean", clean), *((n, table[n]) for n in names)]
-    bad = _unusable(present, rows, keys, field)
+    bad = [  # (prompt, record key) of each record without a finite ``field``
+        (p, keys[condition, p])
+        for p in present
+        for condition, values in rows
+        if not per_head_tests.finite(values[p].get(field))
+    ]
     left_out = sorted({p for p, _ in bad})
     prompts = [p for p in present if p not in left_out]
     if not bad:
@@ -261,10 +256,6 @@ def _metric_summary(
     }
 
 
-def _left_out(entry: dict, metric: str) -> set[str]:
-    return set(entry["unusable"].get(metric, {}).get("prompts", []))
-
-
 #: Per prompt: the heads measured and each one's effect (clean - ablated log-prob).
 Effects = tuple[list[list[int]], dict[str, list[float]], str]
 
@@ -281,10 +272,7 @@ def _exact_effects(table: dict, clean: dict, names: list[str], heads: dict[str, 
 
 def _estimated_effects(estimates: list[dict], n_layers: int, n_heads: int) -> Effects:
     order = [[layer, head] for layer in range(n_layers) for head in range(n_heads)]
-    found = {
-        r["prompt_key"]: [r["metrics"]["estimate"][layer][head] for layer, head in order]
-        for r in estimates
-    }
+    found = {r["prompt_key"]: np.ravel(r["metrics"]["estimate"]).tolist() for r in estimates}
     return order, found, "attribution estimate"
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
+from bindscope.errors import InputError
 from bindscope.experiments import scan
 from bindscope.experiments.kit.registry import validate_file
 from bindscope.prompts import load
@@ -159,6 +161,16 @@ def test_binding_top_against_class_matched_sets(tiny_llama, tiny_prompts, tmp_pa
     assert len(classes[label]) == tiny_llama.n_layers
     block = summary["models"][label]["binding_top_vs_matched"]
     assert "skipped" in block or {"logprob", "accuracy"} <= set(block)
+
+
+@pytest.mark.parametrize(
+    ("options", "flag"),
+    [({"matched_classes": -1}, "--matched-classes 0"), ({"matched_classes": 3, "k": 0}, "--k 1")],
+)
+def test_negative_matched_classes_and_k_below_one_are_refused(options, flag):
+    # they reached the summary before: -1 random sets divided by zero, k=0 compared no head
+    with pytest.raises(InputError, match=f"pass {flag} or more"):
+        scan.ScanOptions.of(options)
 
 
 def test_resample_scan_records_its_donors_and_differs_from_zero(tiny_llama, tiny_prompts, tmp_path):

@@ -11,18 +11,14 @@ from typing import Any
 import numpy as np
 from scipy.stats import spearmanr
 
-from bindscope.errors import InputError, whole_number
+from bindscope.errors import InputError
 from bindscope.experiments.kit.experiment import ModelRun, model_records
 from bindscope.experiments.kit.options import option, positive
 from bindscope.experiments.kit.per_head_tests import HeadTestOptions
-from bindscope.interventions import Mean, Patch, Resample, Zero
 from bindscope.interventions.flow_specs import Spec
-from bindscope.prompts.continuations import continuation_ids
-from bindscope.prompts.prompt_sets import PromptRecord
 from bindscope.protocols import LanguageModel
 from bindscope.runners.attribution_metrics import Metric
-from bindscope.runners.attribution_patching import TargetLogprob, all_heads, attribution_scores
-from bindscope.runners.scan import ScoredSequence
+from bindscope.runners.attribution_patching import attribution_scores
 
 ESTIMATE = "scan-estimate"
 METHODS = ("exact", "attribution")
@@ -44,48 +40,22 @@ class AttributionOptions(HeadTestOptions):
         f"heads measured exactly under --method attribution (default {DEFAULT_VERIFY})",
         type=positive,
         metavar="K",
+        least=1,
     )
 
     def check(self) -> None:
         """The per-head tests' options, then the method with its ``verify``."""
         super().check()
-        _check_options(self.method, self.verify, self.unit)
+        if self.method == "exact" and self.verify is not None:
+            raise InputError("--verify applies to --method attribution; drop it or add the method")
+        if self.method == "attribution" and self.unit != "head":
+            raise InputError("--method attribution estimates heads: it needs --unit head")
 
     def method_settings(self) -> dict[str, Any]:
         """What ``settings.json`` records: the method and, under attribution, ``verify``."""
-        verify = _check_options(self.method, self.verify, self.unit)
-        return {"method": self.method} | ({} if verify is None else {"verify": verify})
-
-
-def _check_options(method: str, verify: int | None, unit: str) -> int | None:
-    if method == "exact":
-        if verify is not None:
-            raise InputError("--verify applies to --method attribution; drop it or add the method")
-        return None
-    if unit != "head":
-        raise InputError("--method attribution estimates heads: it needs --unit head")
-    verify = DEFAULT_VERIFY if verify is None else verify
-    return whole_number(verify, "--verify", "pass the number of heads to measure", least=1)
-
-
-def scored(model: LanguageModel, record: PromptRecord) -> tuple[list[ScoredSequence], int | None]:
-    """The sequences a record is scored on (its choices, or its target), the correct one's index."""
-    prompt = model.tokenize(record.template)
-    if record.task == "recognition":
-        ids = [continuation_ids(model.tokenizer, c) for c in record.choices or ()]
-        return [ScoredSequence(prompt + i, len(i)) for i in ids], record.answer_idx
-    target = continuation_ids(model.tokenizer, record.extra["target"])
-    return [ScoredSequence(prompt + target, len(target))], None
-
-
-def _spec(model: LanguageModel, settings: dict, means: Any, text: list[int], donor: Any) -> Spec:
-    heads = tuple(all_heads(model))
-    if settings["ablation"] == "mean":
-        return Mean(heads, means)
-    if settings["ablation"] == "resample":  # ``Patch`` at equal length, else ``Resample``
-        ids = list(donor.ids)
-        return Patch(heads, (ids,)) if len(ids) == len(text) else Resample(heads, (ids,))
-    return Zero(heads)
+        if self.method == "exact":
+            return {"method": self.method}
+        return {"method": self.method, "verify": self.verify or DEFAULT_VERIFY}
 
 
 #: One item as attribution patching runs it: its text, its metric, the spec on every head.
@@ -127,42 +97,6 @@ def estimate_heads(
         desc=f"{experiment} {model.name}",
     )
     return _select(model, items, run.writer.path, verify, experiment)
-
-
-def estimate_scan(
-    run: ModelRun,
-    items: Sequence[PromptRecord],
-    settings: dict,
-    *,
-    means: Any,
-    donor_of: dict[str, PromptRecord],
-    batch_size: int,
-) -> list[str]:
-    """The scan's estimates: one ``scan-estimate`` record per prompt (`estimate_heads`)."""
-    model = run.model
-
-    def rows(rec: PromptRecord) -> Row:
-        seqs, answer = scored(model, rec)
-        seq = seqs[answer or 0]
-        donor = None
-        if rec.key in donor_of:
-            theirs, _ = scored(model, donor_of[rec.key])
-            donor = theirs[(answer or 0) % len(theirs)]
-        text = list(seq.ids)
-        return text, TargetLogprob(seq.n_target), _spec(model, settings, means, text, donor)
-
-    def fields(rec: PromptRecord, value: float, change: np.ndarray) -> dict:
-        found = {"logprob": value, "estimate": (-change).tolist()}
-        if rec.key in donor_of:
-            found["donor"] = donor_of[rec.key].key
-        return run.record(
-            rec, "estimate", found, name=ESTIMATE, ablation=settings["ablation"], scan=settings
-        )
-
-    return estimate_heads(
-        run, items, experiment=ESTIMATE, rows=rows, fields=fields, verify=settings["verify"],
-        batch_size=batch_size,
-    )  # fmt: skip
 
 
 def _groups(texts: list, specs: list) -> list[list[int]]:
@@ -243,6 +177,4 @@ __all__ = [
     "add_estimates",
     "agreement",
     "estimate_heads",
-    "estimate_scan",
-    "scored",
 ]
