@@ -17,7 +17,7 @@ from bindscope.experiments.c5_summary import (
     text,
     undecided_nulls,
 )
-from bindscope.experiments.kit.ablation_sets import check_k, check_limit, draw_random_sets
+from bindscope.experiments.kit.ablation_sets import check_k, draw_random_sets
 from bindscope.experiments.kit.binding_reuse import reuse_or_bind, stored_binding
 from bindscope.experiments.kit.chunks import batch_order, chunk_items, first_items, prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan, model_records
@@ -27,7 +27,6 @@ from bindscope.experiments.kit.options import (
     Options,
     check_choice,
     check_spread,
-    check_whole,
     count,
     option,
     positive,
@@ -67,9 +66,9 @@ class C5Options(Options):
     ranking: str | Path | PromptSet | None = option(
         None, "prompt set that ranks heads (default: prompts)", prompts=True
     )
-    k: int = option(4, "heads per ablated set", type=positive)
+    k: int = option(4, "heads per ablated set", type=positive, least=1)
     n_random: int = option(
-        199, "random sets per null (the most under sequential sampling)", type=count
+        199, "random sets per null (the most under sequential sampling)", type=count, least=0
     )
     sampling: str = option(
         "sequential",
@@ -77,7 +76,9 @@ class C5Options(Options):
         "(Besag-Clifford); fixed: draw all --n-random",
         choices=SAMPLINGS,
     )
-    stop_at: int = option(10, "exceedances that stop a sequential null (its h)", type=positive)
+    stop_at: int = option(
+        10, "exceedances that stop a sequential null (its h)", type=positive, least=1
+    )
     ablation: str = option(
         "zero",
         "zero the heads' outputs, or set them to their mean over the prompts",
@@ -94,6 +95,7 @@ class C5Options(Options):
         "only N evaluation prompts (default: all): the first N in the file, or with --spread "
         "taken in turn from each term; they also rank the heads unless --ranking is given",
         type=positive,
+        least=1,
     )
     spread: bool = spread_option()
     generation_batch_size: int = option(GENERATION_BATCH_SIZE, GENERATION_HELP, type=positive)
@@ -105,10 +107,6 @@ class C5Options(Options):
         """Values and combinations that no model can make right."""
         check_choice("strategy", self.strategy, STRATEGIES)
         check_batch_size(self.generation_batch_size, "generation_batch_size", GENERATION_BATCH_SIZE)
-        check_choice("ablation", self.ablation, ABLATIONS)
-        check_choice("sampling", self.sampling, SAMPLINGS)
-        check_whole(self, {"stop_at": 1, "k": 1, "n_random": 0})
-        check_limit(self.limit)
         check_spread(self.limit, self.spread)
 
 
@@ -250,7 +248,7 @@ def _evaluate(run: ModelRun, study: _Study, conditions: _Conditions) -> None:
     names = conditions.heads
     items = [(rec, name) for rec in batch_order(model, study.pset.records) for name in names]
 
-    def work(chunk: list[tuple[PromptRecord, str]]) -> list[dict]:
+    def work(chunk: _Part) -> list[dict]:
         out = []
         for task in ("recognition", "generation"):
             part = [(rec, name) for rec, name in chunk if rec.task == task]
@@ -315,7 +313,7 @@ def _spec(heads: list, means: Any) -> Zero | Mean | None:
 
 def recognition_residual(
     model: LanguageModel,
-    part: list[tuple[PromptRecord, str]],
+    part: _Part,
     conditions: dict[str, list],
     *,
     means: Any = None,

@@ -10,9 +10,9 @@ from bindscope.experiments.kit import limits
 from bindscope.experiments.kit.null_tests import (
     enumerated,
     null_names,
+    null_p,
     null_supports,
     null_test,
-    tail_test,
 )
 from bindscope.experiments.kit.summary import per_model_text, skipped_reasons
 from bindscope.metrics import stats
@@ -57,6 +57,10 @@ def _arrays(by_condition: dict[str, dict[str, float]]) -> tuple[list[str], dict[
     return complete, {n: np.array([v[p] for p in complete]) for n, v in by_condition.items()}
 
 
+def _drops(cond: dict[str, np.ndarray], names: list[str]) -> list[float]:
+    return [float(np.mean(cond["baseline"] - cond[n])) for n in names]
+
+
 def undecided_nulls(group: list[dict], settings: dict) -> set[str]:
     """The nulls whose sequential p is not decided yet on some score (empty when fixed)."""
     open_nulls: set[str] = set()
@@ -66,7 +70,7 @@ def undecided_nulls(group: list[dict], settings: dict) -> set[str]:
             continue
         top_drop = float(np.mean(cond["baseline"] - cond["top"]))
         for null in NULLS:
-            drops = [float(np.mean(cond["baseline"] - cond[n])) for n in null_names(cond, null)]
+            drops = _drops(cond, null_names(cond, null))
             support = (null_supports(group).get(null) or {}).get("support")
             if drops and null_test(top_drop, drops, settings, support) is None:
                 open_nulls.add(null)
@@ -271,14 +275,13 @@ def _nulls(
         names = null_names(cond, null)
         if not names:
             continue
-        rand = np.stack([cond[n] for n in names])
-        drops = [float(np.mean(base - x)) for x in rand]
-        test = _null_p(top_drop, drops, settings, entry["null_support"].get(null) or {})
+        drops = _drops(cond, names)
+        test = null_p(top_drop, drops, settings, entry["null_support"].get(null) or {})
         if test["stopped"] == "incomplete":
             found.append(limits.undecided(label, score, null, len(drops)))
         # p, the mean drop and specificity read only the sets p used
         used = test["n_drawn"]
-        rand, drops = rand[:used], drops[:used]
+        rand, drops = np.stack([cond[n] for n in names[:used]]), drops[:used]
         spec = stats.specificity(base, cond["top"], rand, seed=seed, n_resamples=n_resamples)
         test.update(random_mean=float(np.mean(drops)), n_evaluated=len(names))
         test["specificity"] = spec.to_dict()
@@ -292,19 +295,6 @@ def _nulls(
             entry["p_value"][score] = test["p"]
             found.append(limits.p_resolution(label, test["most"], score))
     return found
-
-
-def _null_p(top_drop: float, drops: list[float], settings: dict, support: dict) -> dict:
-    n_random = settings["n_random"]
-    count = support.get("support")
-    test = null_test(top_drop, drops, settings, count)
-    if test is None:
-        test = {"p": None, "n_drawn": len(drops), "stopped": "incomplete"}
-    else:
-        whole = enumerated(support, n_random)
-        test.update(tail_test(top_drop, drops, test, settings["seed"], enumerated=whole))
-    most = n_random if count is None else min(n_random, count)
-    return {**test, "support": count, "most": most, "p_floor": 1 / (most + 1)}
 
 
 def _term_clustering(

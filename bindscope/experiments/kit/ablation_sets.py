@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from bindscope.errors import InputError, whole_number
+from bindscope.errors import InputError
 from bindscope.metrics import taxonomy
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import model_label
@@ -31,13 +31,6 @@ def conditions_of(model: LanguageModel, unit: str) -> dict[str, list[list[int]]]
             for layer in range(model.n_layers)
         }
     raise InputError(f"unit must be 'head' or 'layer', not {unit!r}")
-
-
-def check_limit(limit: object) -> None:
-    """Refuse a ``limit`` that is neither None nor a positive integer (raises ``InputError``)."""
-    if limit is not None:
-        fix = "pass the number of items to take (e.g. limit=20), or None for all"
-        whole_number(limit, "limit", fix, least=1)
 
 
 def _pool(n_layers: int, n_heads: int, top: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
@@ -223,7 +216,6 @@ __all__ = [
     "MATCH_SCORES",
     "as_pairs",
     "check_k",
-    "check_limit",
     "class_counts",
     "conditions_of",
     "draw_random_sets",
