@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -156,7 +156,7 @@ def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
     study = _Study(opts, pset, rset, rubric, common.batch_size, settings, nulls)
 
     def each(run: ModelRun) -> None:
-        _run_model(run, study, strategy(run.model))
+        _run_model(run, replace(study, strategy=strategy(run.model)))
 
     return Plan({**settings, **inputs}, each, provenance=prov)
 
@@ -170,23 +170,20 @@ class _Study:
     batch_size: int
     settings: dict
     nulls: list[str]
+    # one model's run
+    strategy: str = "batched"
+    heads: dict[str, list] = field(default_factory=dict)  # condition -> its heads
+    means: Any = None  # the heads' means under mean ablation (None: zero)
+    extra: dict = field(default_factory=dict)  # stored with the top set's records
 
 
 #: ``(record, condition name)`` pairs of one task.
 _Part = list[tuple[PromptRecord, str]]
 
 
-@dataclass(frozen=True)
-class _Conditions:
-    heads: dict[str, list]  # condition -> its heads (the nulls' sets added block by block)
-    means: Any  # the heads' means under mean ablation (None: zero)
-    strategy: str
-    extra: dict  # stored with the top set's records
-
-
-def _run_model(run: ModelRun, study: _Study, strategy: str) -> None:
+def _run_model(run: ModelRun, study: _Study) -> None:
     model, opts = run.model, study.opts
-    top, bottom = _rank(run, study.rset, opts.k, study.batch_size)
+    top, bottom = _rank(run, study)
     nulls, extra = null_sets(
         model, top, study.nulls, k=opts.k, n=opts.n_random, seed=study.settings["seed"],
         templates=[r.template for r in study.rset.records], batch_size=study.batch_size,
@@ -194,18 +191,19 @@ def _run_model(run: ModelRun, study: _Study, strategy: str) -> None:
     means = None
     if opts.ablation == "mean":  # once, for every head any condition may ablate
         every = [top, bottom, *(s for sets in nulls.values() for s in sets)]
-        heads = sorted({tuple(h) for hs in every for h in hs})
+        ablated = sorted({tuple(h) for hs in every for h in hs})
         templates = [r.template for r in study.rset.records]
-        means = head_means(model, templates, heads, batch_size=study.batch_size)
-    conditions = _Conditions({"baseline": [], "top": top, "bottom": bottom}, means, strategy, extra)
+        means = head_means(model, templates, ablated, batch_size=study.batch_size)
+    heads = {"baseline": [], "top": top, "bottom": bottom}  # the nulls' sets added block by block
+    study = replace(study, heads=heads, means=means, extra=extra)
     open_nulls = set(nulls)
     n, h = opts.n_random, opts.stop_at
     # the p reads the sets in their drawn order: blocks change only how many are evaluated
     for size in [*range(2 * h, n, h), n] if opts.sampling == "sequential" else [n]:
         for null in open_nulls:
             sets = enumerate(nulls[null][:size])
-            conditions.heads.update({f"{null}:{i:02d}": s for i, s in sets})
-        _evaluate(run, study, conditions)
+            heads.update({f"{null}:{i:02d}": s for i, s in sets})
+        _evaluate(run, study)
         if opts.sampling != "sequential":
             break
         mine = model_records(run.writer.path, EXPERIMENT, model)
@@ -214,10 +212,8 @@ def _run_model(run: ModelRun, study: _Study, strategy: str) -> None:
             break
 
 
-def _rank(
-    run: ModelRun, rset: PromptSet, k: int, batch_size: int
-) -> tuple[list[list[int]], list[list[int]]]:
-    model = run.model
+def _rank(run: ModelRun, study: _Study) -> tuple[list[list[int]], list[list[int]]]:
+    model, rset, batch_size = run.model, study.rset, study.batch_size
 
     def rank_key(r: PromptRecord) -> str:
         return run.key(r.key, name=RANKING)
@@ -239,13 +235,13 @@ def _rank(
         raise InputError(
             f"{model_label(model)}: no ranking prompt has a 2+ token span; cannot rank heads"
         )
-    return rank_heads(mean_bsi(ok), k)
+    return rank_heads(mean_bsi(ok), study.opts.k)
 
 
-def _evaluate(run: ModelRun, study: _Study, conditions: _Conditions) -> None:
+def _evaluate(run: ModelRun, study: _Study) -> None:
     model = run.model
     batch_size, generation_batch_size = study.batch_size, study.opts.generation_batch_size
-    names = conditions.heads
+    names = study.heads
     items = [(rec, name) for rec in batch_order(model, study.pset.records) for name in names]
 
     def work(chunk: _Part) -> list[dict]:
@@ -253,8 +249,7 @@ def _evaluate(run: ModelRun, study: _Study, conditions: _Conditions) -> None:
         for task in ("recognition", "generation"):
             part = [(rec, name) for rec, name in chunk if rec.task == task]
             if part:
-                results = _score(model, study, part, conditions)
-                out += _records(run, study, part, results, conditions)
+                out += _records(run, study, part, _score(model, study, part))
         return out
 
     run.chunks(
@@ -267,12 +262,12 @@ def _evaluate(run: ModelRun, study: _Study, conditions: _Conditions) -> None:
     )
 
 
-def _score(model: LanguageModel, study: _Study, part: _Part, conditions: _Conditions) -> list[Any]:
+def _score(model: LanguageModel, study: _Study, part: _Part) -> list[Any]:
     batch_size = study.batch_size
     recognizing = part[0][0].task == "recognition"  # one task a part
     ablated = {name for _, name in part} - {"baseline"}
-    heads, means = conditions.heads, conditions.means
-    if recognizing and conditions.strategy == "residual" and ablated:
+    heads, means = study.heads, study.means
+    if recognizing and study.strategy == "residual" and ablated:
         return recognition_residual(model, part, heads, means=means, batch_size=batch_size)
     per_row = [_spec(heads[name], means) for _, name in part]
     records = [rec for rec, _ in part]
@@ -282,9 +277,7 @@ def _score(model: LanguageModel, study: _Study, part: _Part, conditions: _Condit
     return generation(model, records, per_row=per_row, rubric=study.rubric, batch_size=size)
 
 
-def _records(
-    run: ModelRun, study: _Study, part: _Part, results: list[Any], conditions: _Conditions
-) -> list[dict]:
+def _records(run: ModelRun, study: _Study, part: _Part, results: list[Any]) -> list[dict]:
     shared: dict[str, Any] = {"ablation": study.opts.ablation, "c5": study.settings}
     out = []
     for (rec, name), res in zip(part, results):
@@ -292,8 +285,8 @@ def _records(
         metrics.pop("key")
         if rec.task == "recognition":
             metrics["margin"] = _margin(res.scores, rec.answer_idx)
-        fields = conditions.extra if name == "top" else {}
-        heads = conditions.heads[name]
+        fields = study.extra if name == "top" else {}
+        heads = study.heads[name]
         out.append(run.record(rec, name, metrics, heads=heads, **shared, **fields))
     return out
 
