@@ -139,19 +139,13 @@ def _across_models(models: dict[str, dict]) -> None:
         del entry["_item_drops"]  # the per-item drops stay in the records
 
 
-def _ranking(all_records: list[dict], label: str) -> tuple[list[dict], dict[str, int], dict | None]:
-    ranked = by_model(all_records, RANKING).get(label, [])
-    ok = [r for r in ranked if r["metrics"].get("eb_star") is not None]
-    reasons = skipped_reasons(ranked)
-    return ok, reasons, limits.excluded(label, reasons, "the head ranking (mean BSI)")
-
-
 def _summarize_model(
     group: list[dict], all_records: list[dict], settings: dict, n_resamples: int, label: str
 ) -> dict:
-    ranking, ranking_skipped, excluded = _ranking(all_records, label)
-    entry = _entry(group, ranking, ranking_skipped)
-    found: list[dict | None] = [excluded]
+    ranked = by_model(all_records, RANKING).get(label, [])
+    skipped = skipped_reasons(ranked)
+    entry = _entry(group, [r for r in ranked if r["metrics"].get("eb_star") is not None], skipped)
+    found = [limits.excluded(label, skipped, "the head ranking (mean BSI)")]
     not_drawn: dict = next((r["nulls_not_drawn"] for r in group if r.get("nulls_not_drawn")), {})
     found += [limits.null_not_drawn(label, null, why) for null, why in not_drawn.items()]
     terms = {r["prompt_key"]: r["term"] for r in group}
