@@ -184,15 +184,15 @@ _Part = list[tuple[PromptRecord, str]]
 def _run_model(run: ModelRun, study: _Study) -> None:
     model, opts = run.model, study.opts
     top, bottom = _rank(run, study)
+    templates = [r.template for r in study.rset.records]
     nulls, extra = null_sets(
         model, top, study.nulls, k=opts.k, n=opts.n_random, seed=study.settings["seed"],
-        templates=[r.template for r in study.rset.records], batch_size=study.batch_size,
+        templates=templates, batch_size=study.batch_size,
     )  # fmt: skip
     means = None
     if opts.ablation == "mean":  # once, for every head any condition may ablate
         every = [top, bottom, *(s for sets in nulls.values() for s in sets)]
         ablated = sorted({tuple(h) for hs in every for h in hs})
-        templates = [r.template for r in study.rset.records]
         means = head_means(model, templates, ablated, batch_size=study.batch_size)
     heads = {"baseline": [], "top": top, "bottom": bottom}  # the nulls' sets added block by block
     study = replace(study, heads=heads, means=means, extra=extra)

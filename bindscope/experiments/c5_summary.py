@@ -329,11 +329,10 @@ def _per_term(
 
 def text(s: dict) -> list[str]:
     """The C5 summary as terminal lines."""
-    sampling = s.get("sampling", "fixed")
     sets = (
         f"random sets drawn sequentially (stop at {s.get('stop_at')} exceedances, at most "
         f"{s['n_random']})"
-        if sampling == "sequential"
+        if s.get("sampling", "fixed") == "sequential"
         else f"{s['n_random']} random sets"
     )
     header = [

@@ -129,7 +129,12 @@ def draw_score_matched_sets(
 ) -> tuple[list[list[list[int]]], list[dict]]:
     """``n`` head sets matched to ``top`` on graded taxonomy scores, and how close they are."""
     grid = np.stack([np.asarray(scores[name], dtype=float) for name in MATCH_SCORES], -1)
-    pool = _outside(grid.shape[0], grid.shape[1], top, neighbours)
+    pool = _pool(grid.shape[0], grid.shape[1], top)
+    if len(pool) < neighbours or neighbours < len(top):
+        raise InputError(
+            f"a score-matched null needs {max(neighbours, len(top))} heads outside the top set "
+            f"of {len(top)}, and {len(pool)} lie there; pass a smaller --k"
+        )
     points = np.array([grid[l, h] for l, h in pool])  # noqa: E741
     candidates, closeness = [], []
     for layer, head in top:
@@ -145,18 +150,6 @@ def draw_score_matched_sets(
             }
         )
     return _draw_from_candidates(candidates, n, seed), closeness
-
-
-def _outside(
-    n_layers: int, n_heads: int, top: Sequence[Sequence[int]], neighbours: int
-) -> list[tuple[int, int]]:
-    pool = _pool(n_layers, n_heads, top)
-    if len(pool) < neighbours or neighbours < len(top):
-        raise InputError(
-            f"a score-matched null needs {max(neighbours, len(top))} heads outside the top set "
-            f"of {len(top)}, and {len(pool)} lie there; pass a smaller --k"
-        )
-    return pool
 
 
 #: Past this many distinct partial sets the class-matched support is not enumerated.
