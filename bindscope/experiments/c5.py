@@ -111,11 +111,10 @@ class C5Options(Options):
 
 
 def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
-    whole = prompt_set(opts.prompts)
+    pset = prompt_set(opts.prompts)
     # the whole set keeps its own hash: OUT/binding's results are reused by that hash
-    pset = whole
     if opts.limit is not None:
-        pset = whole.take(first_items(list(whole.records), opts.limit, opts.spread))
+        pset = pset.take(first_items(list(pset.records), opts.limit, opts.spread))
     rset = prompt_set(opts.ranking) if opts.ranking is not None else pset
     for model in models:
         check_k(model, k=opts.k, matched_classes=opts.matched_classes)
