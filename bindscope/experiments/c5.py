@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from bindscope.experiments.c5_summary import (
     text,
     undecided_nulls,
 )
-from bindscope.experiments.kit.ablation_sets import check_k, check_limit, draw_random_sets
+from bindscope.experiments.kit.ablation_sets import check_k, draw_random_sets
 from bindscope.experiments.kit.binding_reuse import reuse_or_bind, stored_binding
 from bindscope.experiments.kit.chunks import batch_order, chunk_items, first_items, prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan, model_records
@@ -27,7 +27,6 @@ from bindscope.experiments.kit.options import (
     Options,
     check_choice,
     check_spread,
-    check_whole,
     count,
     option,
     positive,
@@ -67,9 +66,9 @@ class C5Options(Options):
     ranking: str | Path | PromptSet | None = option(
         None, "prompt set that ranks heads (default: prompts)", prompts=True
     )
-    k: int = option(4, "heads per ablated set", type=positive)
+    k: int = option(4, "heads per ablated set", type=positive, least=1)
     n_random: int = option(
-        199, "random sets per null (the most under sequential sampling)", type=count
+        199, "random sets per null (the most under sequential sampling)", type=count, least=0
     )
     sampling: str = option(
         "sequential",
@@ -77,7 +76,9 @@ class C5Options(Options):
         "(Besag-Clifford); fixed: draw all --n-random",
         choices=SAMPLINGS,
     )
-    stop_at: int = option(10, "exceedances that stop a sequential null (its h)", type=positive)
+    stop_at: int = option(
+        10, "exceedances that stop a sequential null (its h)", type=positive, least=1
+    )
     ablation: str = option(
         "zero",
         "zero the heads' outputs, or set them to their mean over the prompts",
@@ -94,6 +95,7 @@ class C5Options(Options):
         "only N evaluation prompts (default: all): the first N in the file, or with --spread "
         "taken in turn from each term; they also rank the heads unless --ranking is given",
         type=positive,
+        least=1,
     )
     spread: bool = spread_option()
     generation_batch_size: int = option(GENERATION_BATCH_SIZE, GENERATION_HELP, type=positive)
@@ -105,19 +107,14 @@ class C5Options(Options):
         """Values and combinations that no model can make right."""
         check_choice("strategy", self.strategy, STRATEGIES)
         check_batch_size(self.generation_batch_size, "generation_batch_size", GENERATION_BATCH_SIZE)
-        check_choice("ablation", self.ablation, ABLATIONS)
-        check_choice("sampling", self.sampling, SAMPLINGS)
-        check_whole(self, {"stop_at": 1, "k": 1, "n_random": 0})
-        check_limit(self.limit)
         check_spread(self.limit, self.spread)
 
 
 def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
-    whole = prompt_set(opts.prompts)
+    pset = prompt_set(opts.prompts)
     # the whole set keeps its own hash: OUT/binding's results are reused by that hash
-    pset = whole
     if opts.limit is not None:
-        pset = whole.take(first_items(list(whole.records), opts.limit, opts.spread))
+        pset = pset.take(first_items(list(pset.records), opts.limit, opts.spread))
     rset = prompt_set(opts.ranking) if opts.ranking is not None else pset
     for model in models:
         check_k(model, k=opts.k, matched_classes=opts.matched_classes)
@@ -158,7 +155,7 @@ def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
     study = _Study(opts, pset, rset, rubric, common.batch_size, settings, nulls)
 
     def each(run: ModelRun) -> None:
-        _run_model(run, study, strategy(run.model))
+        _run_model(run, replace(study, strategy=strategy(run.model)))
 
     return Plan({**settings, **inputs}, each, provenance=prov)
 
@@ -172,42 +169,40 @@ class _Study:
     batch_size: int
     settings: dict
     nulls: list[str]
+    # one model's run
+    strategy: str = "batched"
+    heads: dict[str, list] = field(default_factory=dict)  # condition -> its heads
+    means: Any = None  # the heads' means under mean ablation (None: zero)
+    extra: dict = field(default_factory=dict)  # stored with the top set's records
 
 
 #: ``(record, condition name)`` pairs of one task.
 _Part = list[tuple[PromptRecord, str]]
 
 
-@dataclass(frozen=True)
-class _Conditions:
-    heads: dict[str, list]  # condition -> its heads (the nulls' sets added block by block)
-    means: Any  # the heads' means under mean ablation (None: zero)
-    strategy: str
-    extra: dict  # stored with the top set's records
-
-
-def _run_model(run: ModelRun, study: _Study, strategy: str) -> None:
+def _run_model(run: ModelRun, study: _Study) -> None:
     model, opts = run.model, study.opts
-    top, bottom = _rank(run, study.rset, opts.k, study.batch_size)
+    top, bottom = _rank(run, study)
+    templates = [r.template for r in study.rset.records]
     nulls, extra = null_sets(
         model, top, study.nulls, k=opts.k, n=opts.n_random, seed=study.settings["seed"],
-        templates=[r.template for r in study.rset.records], batch_size=study.batch_size,
+        templates=templates, batch_size=study.batch_size,
     )  # fmt: skip
     means = None
     if opts.ablation == "mean":  # once, for every head any condition may ablate
         every = [top, bottom, *(s for sets in nulls.values() for s in sets)]
-        heads = sorted({tuple(h) for hs in every for h in hs})
-        templates = [r.template for r in study.rset.records]
-        means = head_means(model, templates, heads, batch_size=study.batch_size)
-    conditions = _Conditions({"baseline": [], "top": top, "bottom": bottom}, means, strategy, extra)
+        ablated = sorted({tuple(h) for hs in every for h in hs})
+        means = head_means(model, templates, ablated, batch_size=study.batch_size)
+    heads = {"baseline": [], "top": top, "bottom": bottom}  # the nulls' sets added block by block
+    study = replace(study, heads=heads, means=means, extra=extra)
     open_nulls = set(nulls)
     n, h = opts.n_random, opts.stop_at
     # the p reads the sets in their drawn order: blocks change only how many are evaluated
     for size in [*range(2 * h, n, h), n] if opts.sampling == "sequential" else [n]:
         for null in open_nulls:
             sets = enumerate(nulls[null][:size])
-            conditions.heads.update({f"{null}:{i:02d}": s for i, s in sets})
-        _evaluate(run, study, conditions)
+            heads.update({f"{null}:{i:02d}": s for i, s in sets})
+        _evaluate(run, study)
         if opts.sampling != "sequential":
             break
         mine = model_records(run.writer.path, EXPERIMENT, model)
@@ -216,10 +211,8 @@ def _run_model(run: ModelRun, study: _Study, strategy: str) -> None:
             break
 
 
-def _rank(
-    run: ModelRun, rset: PromptSet, k: int, batch_size: int
-) -> tuple[list[list[int]], list[list[int]]]:
-    model = run.model
+def _rank(run: ModelRun, study: _Study) -> tuple[list[list[int]], list[list[int]]]:
+    model, rset, batch_size = run.model, study.rset, study.batch_size
 
     def rank_key(r: PromptRecord) -> str:
         return run.key(r.key, name=RANKING)
@@ -241,22 +234,21 @@ def _rank(
         raise InputError(
             f"{model_label(model)}: no ranking prompt has a 2+ token span; cannot rank heads"
         )
-    return rank_heads(mean_bsi(ok), k)
+    return rank_heads(mean_bsi(ok), study.opts.k)
 
 
-def _evaluate(run: ModelRun, study: _Study, conditions: _Conditions) -> None:
+def _evaluate(run: ModelRun, study: _Study) -> None:
     model = run.model
     batch_size, generation_batch_size = study.batch_size, study.opts.generation_batch_size
-    names = conditions.heads
+    names = study.heads
     items = [(rec, name) for rec in batch_order(model, study.pset.records) for name in names]
 
-    def work(chunk: list[tuple[PromptRecord, str]]) -> list[dict]:
+    def work(chunk: _Part) -> list[dict]:
         out = []
         for task in ("recognition", "generation"):
             part = [(rec, name) for rec, name in chunk if rec.task == task]
             if part:
-                results = _score(model, study, part, conditions)
-                out += _records(run, study, part, results, conditions)
+                out += _records(run, study, part, _score(model, study, part))
         return out
 
     run.chunks(
@@ -269,12 +261,12 @@ def _evaluate(run: ModelRun, study: _Study, conditions: _Conditions) -> None:
     )
 
 
-def _score(model: LanguageModel, study: _Study, part: _Part, conditions: _Conditions) -> list[Any]:
+def _score(model: LanguageModel, study: _Study, part: _Part) -> list[Any]:
     batch_size = study.batch_size
     recognizing = part[0][0].task == "recognition"  # one task a part
     ablated = {name for _, name in part} - {"baseline"}
-    heads, means = conditions.heads, conditions.means
-    if recognizing and conditions.strategy == "residual" and ablated:
+    heads, means = study.heads, study.means
+    if recognizing and study.strategy == "residual" and ablated:
         return recognition_residual(model, part, heads, means=means, batch_size=batch_size)
     per_row = [_spec(heads[name], means) for _, name in part]
     records = [rec for rec, _ in part]
@@ -284,9 +276,7 @@ def _score(model: LanguageModel, study: _Study, part: _Part, conditions: _Condit
     return generation(model, records, per_row=per_row, rubric=study.rubric, batch_size=size)
 
 
-def _records(
-    run: ModelRun, study: _Study, part: _Part, results: list[Any], conditions: _Conditions
-) -> list[dict]:
+def _records(run: ModelRun, study: _Study, part: _Part, results: list[Any]) -> list[dict]:
     shared: dict[str, Any] = {"ablation": study.opts.ablation, "c5": study.settings}
     out = []
     for (rec, name), res in zip(part, results):
@@ -294,8 +284,8 @@ def _records(
         metrics.pop("key")
         if rec.task == "recognition":
             metrics["margin"] = _margin(res.scores, rec.answer_idx)
-        fields = conditions.extra if name == "top" else {}
-        heads = conditions.heads[name]
+        fields = study.extra if name == "top" else {}
+        heads = study.heads[name]
         out.append(run.record(rec, name, metrics, heads=heads, **shared, **fields))
     return out
 
@@ -315,7 +305,7 @@ def _spec(heads: list, means: Any) -> Zero | Mean | None:
 
 def recognition_residual(
     model: LanguageModel,
-    part: list[tuple[PromptRecord, str]],
+    part: _Part,
     conditions: dict[str, list],
     *,
     means: Any = None,

@@ -14,13 +14,6 @@ EMBEDDED_MODELS: tuple[str | None, ...] = (None, "gemma-3-270m", "qwen2.5-coder-
 #: Random sets per null: the fewest at which the GPD tail p is calibrated
 #: (benchmarks/c5_frontier.py picks this design; 199 sets take 2x as long).
 POWERED_N_RANDOM = TAIL_CALIBRATED_SETS
-POWERED_DESIGN = (
-    "the powered design (bindscope c5 --preset powered): all {items} recognition items "
-    "({terms} terms x 5), heads ranked on every canonical prompt; a random and a "
-    "layer-matched null per model, each drawn sequentially up to {n} sets: the exact p "
-    "reaches 1/{n1} = {floor:.3f}, and the GPD tail p, calibrated from {n} sets, goes below "
-    "0.005 where few sets reach the top set; Holm across the models"
-)
 
 
 def _by_task(pset: PromptSet, task: str) -> PromptSet:
@@ -32,12 +25,13 @@ def _by_task(pset: PromptSet, task: str) -> PromptSet:
 def _powered_options() -> dict[str, Any]:
     canonical = load("canonical")
     items = _by_task(canonical, "recognition")
-    design = POWERED_DESIGN.format(
-        items=len(items),
-        terms=len({r.term for r in items}),
-        n=POWERED_N_RANDOM,
-        n1=POWERED_N_RANDOM + 1,
-        floor=1 / (POWERED_N_RANDOM + 1),
+    n, terms = POWERED_N_RANDOM, len({r.term for r in items})
+    design = (
+        f"the powered design (bindscope c5 --preset powered): all {len(items)} recognition "
+        f"items ({terms} terms x 5), heads ranked on every canonical prompt; a random and a "
+        f"layer-matched null per model, each drawn sequentially up to {n} sets: the exact p "
+        f"reaches 1/{n + 1} = {1 / (n + 1):.3f}, and the GPD tail p, calibrated from {n} sets, "
+        "goes below 0.005 where few sets reach the top set; Holm across the models"
     )
     return {
         "prompts": items,

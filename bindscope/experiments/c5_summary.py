@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -10,9 +11,9 @@ from bindscope.experiments.kit import limits
 from bindscope.experiments.kit.null_tests import (
     enumerated,
     null_names,
+    null_p,
     null_supports,
     null_test,
-    tail_test,
 )
 from bindscope.experiments.kit.summary import per_model_text, skipped_reasons
 from bindscope.metrics import stats
@@ -57,6 +58,10 @@ def _arrays(by_condition: dict[str, dict[str, float]]) -> tuple[list[str], dict[
     return complete, {n: np.array([v[p] for p in complete]) for n, v in by_condition.items()}
 
 
+def _drops(cond: dict[str, np.ndarray], names: list[str]) -> list[float]:
+    return [float(np.mean(cond["baseline"] - cond[n])) for n in names]
+
+
 def undecided_nulls(group: list[dict], settings: dict) -> set[str]:
     """The nulls whose sequential p is not decided yet on some score (empty when fixed)."""
     open_nulls: set[str] = set()
@@ -66,7 +71,7 @@ def undecided_nulls(group: list[dict], settings: dict) -> set[str]:
             continue
         top_drop = float(np.mean(cond["baseline"] - cond["top"]))
         for null in NULLS:
-            drops = [float(np.mean(cond["baseline"] - cond[n])) for n in null_names(cond, null)]
+            drops = _drops(cond, null_names(cond, null))
             support = (null_supports(group).get(null) or {}).get("support")
             if drops and null_test(top_drop, drops, settings, support) is None:
                 open_nulls.add(null)
@@ -135,29 +140,31 @@ def _across_models(models: dict[str, dict]) -> None:
         del entry["_item_drops"]  # the per-item drops stay in the records
 
 
-def _ranking(all_records: list[dict], label: str) -> tuple[list[dict], dict[str, int], dict | None]:
-    ranked = by_model(all_records, RANKING).get(label, [])
-    ok = [r for r in ranked if r["metrics"].get("eb_star") is not None]
-    reasons = skipped_reasons(ranked)
-    return ok, reasons, limits.excluded(label, reasons, "the head ranking (mean BSI)")
+#: An entry's fields that `_ModelSummary.score` fills, one key per score.
+_PER_SCORE = (
+    "conditions", "drops", "random_drops", "specificity", "p_value", "nulls", "paired_sd",
+    "n_items", "_item_drops", "detectable_drop", "per_term",
+)  # fmt: skip
 
 
 def _summarize_model(
     group: list[dict], all_records: list[dict], settings: dict, n_resamples: int, label: str
 ) -> dict:
-    ranking, ranking_skipped, excluded = _ranking(all_records, label)
-    entry = _entry(group, ranking, ranking_skipped)
-    found: list[dict | None] = [excluded]
+    ranked = by_model(all_records, RANKING).get(label, [])
+    skipped = skipped_reasons(ranked)
+    entry = _entry(group, [r for r in ranked if r["metrics"].get("eb_star") is not None], skipped)
+    model = _ModelSummary(label, entry, settings, n_resamples)
+    found = [limits.excluded(label, skipped, "the head ranking (mean BSI)")]
     not_drawn: dict = next((r["nulls_not_drawn"] for r in group if r.get("nulls_not_drawn")), {})
     found += [limits.null_not_drawn(label, null, why) for null, why in not_drawn.items()]
     terms = {r["prompt_key"]: r["term"] for r in group}
     table = _score_table(group)
     for score, by_condition in table.items():
-        found += _summarize_score(entry, score, by_condition, terms, settings, n_resamples, label)
+        found += model.score(score, by_condition, terms)
     if "layers" not in settings.get("nulls", ["random"]) and entry["top_heads"]:
         found.append(limits.layer_concentration(label, entry["top_heads"], entry["n_layers"]))
     if "margin" in table and "top" in table["margin"]:
-        found.append(_tiny_margins(entry, table["margin"], table["recognition"], label))
+        found.append(model.tiny_margins(table["margin"], table["recognition"]))
     found += [
         limits.small_support(label, null, support["support"], settings["n_random"])
         for null, support in entry["null_support"].items()
@@ -165,13 +172,6 @@ def _summarize_model(
     ]
     entry["_limits"] = limits.collect(*found)
     return entry
-
-
-#: An entry's fields that `_summarize_score` fills, one key per score.
-_PER_SCORE = (
-    "conditions", "drops", "random_drops", "specificity", "p_value", "nulls", "paired_sd",
-    "n_items", "_item_drops", "detectable_drop", "per_term",
-)  # fmt: skip
 
 
 def _entry(group: list[dict], ranking: list[dict], ranking_skipped: dict) -> dict:
@@ -199,130 +199,108 @@ def _entry(group: list[dict], ranking: list[dict], ranking_skipped: dict) -> dic
     return entry
 
 
-def _tiny_margins(entry: dict, margin: dict, correct: dict, label: str) -> dict | None:
-    small = [p for p, m in margin["baseline"].items() if abs(m) < limits.MARGIN_THRESHOLD]
-    flips = [p for p in small if correct["top"].get(p) != correct["baseline"].get(p)]
-    entry["tiny_margins"] = {
-        "threshold": limits.MARGIN_THRESHOLD, "n_items": len(margin["baseline"]),
-        "n_small": len(small), "n_flip": len(flips),
-    }  # fmt: skip
-    return limits.tiny_margins(label, **entry["tiny_margins"])
+@dataclass(frozen=True)
+class _ModelSummary:
+    label: str
+    entry: dict  # the model's summary, filled score by score
+    settings: dict
+    n_resamples: int
 
+    def tiny_margins(self, margin: dict, correct: dict) -> dict | None:
+        small = [p for p, m in margin["baseline"].items() if abs(m) < limits.MARGIN_THRESHOLD]
+        flips = [p for p in small if correct["top"].get(p) != correct["baseline"].get(p)]
+        self.entry["tiny_margins"] = {
+            "threshold": limits.MARGIN_THRESHOLD, "n_items": len(margin["baseline"]),
+            "n_small": len(small), "n_flip": len(flips),
+        }  # fmt: skip
+        return limits.tiny_margins(self.label, **self.entry["tiny_margins"])
 
-def _summarize_score(
-    entry: dict,
-    score: str,
-    by_condition: dict[str, dict[str, float]],
-    terms: dict[str, str],
-    settings: dict,
-    n_resamples: int,
-    label: str,
-) -> list[dict | None]:
-    seed = settings["seed"]
-    complete, cond = _arrays(by_condition)
-    base = cond.get("baseline", np.empty(0))
-    for name, scores in cond.items():
-        means = entry["conditions"].setdefault(name, {})
-        means[score] = float(np.mean(scores))
-        means[f"n_{score}"] = len(complete)
-    found: list[dict | None] = []
-    if complete and score != "margin":
-        chance = entry["chance"].get(score)
-        found.append(
-            limits.floor_ceiling(label, f"{score} score", float(base.mean()), chance=chance)
-        )
-    if len(complete) < limits.MIN_GROUP:
-        return [*found, limits.small_group(label, f"{score} items", len(complete), "the test")]
-    found.append(limits.few_items(label, score, len(complete)))  # CIs too few to cover
-    for name in ("top", "bottom"):
-        if name in cond:
-            entry["drops"].setdefault(name, {})[score] = stats.paired_difference(
-                base, cond[name], seed=seed, n_resamples=n_resamples
-            ).to_dict()
-    if "top" not in cond:
+    def score(
+        self, score: str, by_condition: dict[str, dict[str, float]], terms: dict[str, str]
+    ) -> list[dict | None]:
+        entry, label, seed = self.entry, self.label, self.settings["seed"]
+        complete, cond = _arrays(by_condition)
+        base = cond.get("baseline", np.empty(0))
+        for name, scores in cond.items():
+            means = entry["conditions"].setdefault(name, {})
+            means[score] = float(np.mean(scores))
+            means[f"n_{score}"] = len(complete)
+        found: list[dict | None] = []
+        if complete and score != "margin":
+            chance = entry["chance"].get(score)
+            found.append(
+                limits.floor_ceiling(label, f"{score} score", float(base.mean()), chance=chance)
+            )
+        if len(complete) < limits.MIN_GROUP:
+            return [*found, limits.small_group(label, f"{score} items", len(complete), "the test")]
+        found.append(limits.few_items(label, score, len(complete)))  # CIs too few to cover
+        for name in ("top", "bottom"):
+            if name in cond:
+                entry["drops"].setdefault(name, {})[score] = stats.paired_difference(
+                    base, cond[name], seed=seed, n_resamples=self.n_resamples
+                ).to_dict()
+        if "top" not in cond:
+            return found
+        diffs = base - cond["top"]
+        top_drop = float(np.mean(diffs))
+        entry["_item_drops"][score] = diffs
+        entry["paired_sd"][score] = float(np.std(diffs, ddof=1))
+        entry["n_items"][score] = len(complete)
+        found.append(self.term_clustering(score, diffs, [terms[p] for p in complete]))
+        found += self.nulls(score, base, cond, top_drop)
+        if score == "recognition":
+            used = (entry["nulls"].get("random") or {}).get(score, {}).get("n_drawn")
+            names = null_names(cond, "random")[:used]  # the sets the p used, as for the means
+            entry["per_term"].update(_per_term(complete, terms, cond, names))
         return found
-    diffs = base - cond["top"]
-    top_drop = float(np.mean(diffs))
-    entry["_item_drops"][score] = diffs
-    entry["paired_sd"][score] = float(np.std(diffs, ddof=1))
-    entry["n_items"][score] = len(complete)
-    found.append(_term_clustering(entry, score, diffs, [terms[p] for p in complete], seed, label))
-    found += _nulls(entry, score, base, cond, top_drop, settings, n_resamples, label)
-    if score == "recognition":
-        used = (entry["nulls"].get("random") or {}).get(score, {}).get("n_drawn")
-        names = null_names(cond, "random")[:used]  # the sets the p used, as for the means
-        entry["per_term"].update(_per_term(complete, terms, cond, names))
-    return found
 
+    def nulls(
+        self, score: str, base: np.ndarray, cond: dict[str, np.ndarray], top_drop: float
+    ) -> list[dict | None]:
+        entry, label, settings = self.entry, self.label, self.settings
+        found: list[dict | None] = []
+        for null in NULLS:
+            names = null_names(cond, null)
+            if not names:
+                continue
+            drops = _drops(cond, names)
+            test = null_p(top_drop, drops, settings, entry["null_support"].get(null) or {})
+            if test["stopped"] == "incomplete":
+                found.append(limits.undecided(label, score, null, len(drops)))
+            # p, the mean drop and specificity read only the sets p used
+            used = test["n_drawn"]
+            rand, drops = np.stack([cond[n] for n in names[:used]]), drops[:used]
+            spec = stats.specificity(
+                base, cond["top"], rand, seed=settings["seed"], n_resamples=self.n_resamples
+            )
+            test.update(random_mean=float(np.mean(drops)), n_evaluated=len(names))
+            test["specificity"] = spec.to_dict()
+            if test["random_mean"] < 0:
+                found.append(limits.random_gain(label, score, null, test["random_mean"], top_drop))
+            entry["nulls"].setdefault(null, {})[score] = test
+            if null == "random":
+                entry["random_drops"][score] = drops
+                entry["drops"].setdefault("random_mean", {})[score] = float(np.mean(drops))
+                entry["specificity"][score] = test["specificity"]
+                entry["p_value"][score] = test["p"]
+                found.append(limits.p_resolution(label, test["most"], score))
+        return found
 
-def _nulls(
-    entry: dict,
-    score: str,
-    base: np.ndarray,
-    cond: dict[str, np.ndarray],
-    top_drop: float,
-    settings: dict,
-    n_resamples: int,
-    label: str,
-) -> list[dict | None]:
-    seed = settings["seed"]
-    found: list[dict | None] = []
-    for null in NULLS:
-        names = null_names(cond, null)
-        if not names:
-            continue
-        rand = np.stack([cond[n] for n in names])
-        drops = [float(np.mean(base - x)) for x in rand]
-        test = _null_p(top_drop, drops, settings, entry["null_support"].get(null) or {})
-        if test["stopped"] == "incomplete":
-            found.append(limits.undecided(label, score, null, len(drops)))
-        # p, the mean drop and specificity read only the sets p used
-        used = test["n_drawn"]
-        rand, drops = rand[:used], drops[:used]
-        spec = stats.specificity(base, cond["top"], rand, seed=seed, n_resamples=n_resamples)
-        test.update(random_mean=float(np.mean(drops)), n_evaluated=len(names))
-        test["specificity"] = spec.to_dict()
-        if test["random_mean"] < 0:
-            found.append(limits.random_gain(label, score, null, test["random_mean"], top_drop))
-        entry["nulls"].setdefault(null, {})[score] = test
-        if null == "random":
-            entry["random_drops"][score] = drops
-            entry["drops"].setdefault("random_mean", {})[score] = float(np.mean(drops))
-            entry["specificity"][score] = test["specificity"]
-            entry["p_value"][score] = test["p"]
-            found.append(limits.p_resolution(label, test["most"], score))
-    return found
+    def term_clustering(self, score: str, diffs: np.ndarray, clusters: list[str]) -> dict | None:
+        names = sorted(set(clusters))
+        if len(names) == len(diffs) or len(names) < limits.MIN_GROUP:
+            return None
+        sums = np.array([diffs[[c == t for c in clusters]].sum() for t in names])
+        counts = np.array([float(clusters.count(t)) for t in names])
 
+        def ratio(s: np.ndarray, c: np.ndarray, axis: int = -1) -> np.ndarray:
+            return s.sum(axis=axis) / c.sum(axis=axis)  # the item mean of the resampled terms
 
-def _null_p(top_drop: float, drops: list[float], settings: dict, support: dict) -> dict:
-    n_random = settings["n_random"]
-    count = support.get("support")
-    test = null_test(top_drop, drops, settings, count)
-    if test is None:
-        test = {"p": None, "n_drawn": len(drops), "stopped": "incomplete"}
-    else:
-        whole = enumerated(support, n_random)
-        test.update(tail_test(top_drop, drops, test, settings["seed"], enumerated=whole))
-    most = n_random if count is None else min(n_random, count)
-    return {**test, "support": count, "most": most, "p_floor": 1 / (most + 1)}
-
-
-def _term_clustering(
-    entry: dict, score: str, diffs: np.ndarray, clusters: list[str], seed: int, label: str
-) -> dict | None:
-    names = sorted(set(clusters))
-    if len(names) == len(diffs) or len(names) < limits.MIN_GROUP:
-        return None
-    sums = np.array([diffs[[c == t for c in clusters]].sum() for t in names])
-    counts = np.array([float(clusters.count(t)) for t in names])
-
-    def ratio(s: np.ndarray, c: np.ndarray, axis: int = -1) -> np.ndarray:
-        return s.sum(axis=axis) / c.sum(axis=axis)  # the item mean of the resampled terms
-
-    by_terms = stats.bootstrap_statistic((sums, counts), ratio, paired=True, seed=seed).to_dict()
-    entry["drops"].setdefault("top_by_terms", {})[score] = by_terms
-    by_items = entry["drops"]["top"][score]
-    return limits.term_clustering(label, score, len(names), len(diffs), by_terms, by_items)
+        seed, drops = self.settings["seed"], self.entry["drops"]
+        ci = stats.bootstrap_statistic((sums, counts), ratio, paired=True, seed=seed).to_dict()
+        drops.setdefault("top_by_terms", {})[score] = ci
+        by_items = drops["top"][score]
+        return limits.term_clustering(self.label, score, len(names), len(diffs), ci, by_items)
 
 
 def _per_term(
@@ -345,11 +323,10 @@ def _per_term(
 
 def text(s: dict) -> list[str]:
     """The C5 summary as terminal lines."""
-    sampling = s.get("sampling", "fixed")
     sets = (
         f"random sets drawn sequentially (stop at {s.get('stop_at')} exceedances, at most "
         f"{s['n_random']})"
-        if sampling == "sequential"
+        if s.get("sampling", "fixed") == "sequential"
         else f"{s['n_random']} random sets"
     )
     header = [

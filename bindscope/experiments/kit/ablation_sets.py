@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from bindscope.errors import InputError, whole_number
+from bindscope.errors import InputError
 from bindscope.metrics import taxonomy
 from bindscope.protocols import LanguageModel
 from bindscope.results.labels import model_label
@@ -31,13 +31,6 @@ def conditions_of(model: LanguageModel, unit: str) -> dict[str, list[list[int]]]
             for layer in range(model.n_layers)
         }
     raise InputError(f"unit must be 'head' or 'layer', not {unit!r}")
-
-
-def check_limit(limit: object) -> None:
-    """Refuse a ``limit`` that is neither None nor a positive integer (raises ``InputError``)."""
-    if limit is not None:
-        fix = "pass the number of items to take (e.g. limit=20), or None for all"
-        whole_number(limit, "limit", fix, least=1)
 
 
 def _pool(n_layers: int, n_heads: int, top: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
@@ -136,7 +129,12 @@ def draw_score_matched_sets(
 ) -> tuple[list[list[list[int]]], list[dict]]:
     """``n`` head sets matched to ``top`` on graded taxonomy scores, and how close they are."""
     grid = np.stack([np.asarray(scores[name], dtype=float) for name in MATCH_SCORES], -1)
-    pool = _outside(grid.shape[0], grid.shape[1], top, neighbours)
+    pool = _pool(grid.shape[0], grid.shape[1], top)
+    if len(pool) < neighbours or neighbours < len(top):
+        raise InputError(
+            f"a score-matched null needs {max(neighbours, len(top))} heads outside the top set "
+            f"of {len(top)}, and {len(pool)} lie there; pass a smaller --k"
+        )
     points = np.array([grid[l, h] for l, h in pool])  # noqa: E741
     candidates, closeness = [], []
     for layer, head in top:
@@ -152,18 +150,6 @@ def draw_score_matched_sets(
             }
         )
     return _draw_from_candidates(candidates, n, seed), closeness
-
-
-def _outside(
-    n_layers: int, n_heads: int, top: Sequence[Sequence[int]], neighbours: int
-) -> list[tuple[int, int]]:
-    pool = _pool(n_layers, n_heads, top)
-    if len(pool) < neighbours or neighbours < len(top):
-        raise InputError(
-            f"a score-matched null needs {max(neighbours, len(top))} heads outside the top set "
-            f"of {len(top)}, and {len(pool)} lie there; pass a smaller --k"
-        )
-    return pool
 
 
 #: Past this many distinct partial sets the class-matched support is not enumerated.
@@ -223,7 +209,6 @@ __all__ = [
     "MATCH_SCORES",
     "as_pairs",
     "check_k",
-    "check_limit",
     "class_counts",
     "conditions_of",
     "draw_random_sets",

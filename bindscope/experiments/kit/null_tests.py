@@ -50,23 +50,28 @@ def enumerated(support: dict | None, n_random: int) -> bool:
 TAIL_RESAMPLES = 199
 
 
-def tail_test(
-    top_drop: float, drops: list[float], test: dict, seed: int, *, enumerated: bool = False
-) -> dict:
-    """The GPD tail p beside the exact one, and which of them Holm uses (``p_used``)."""
-    if test["stopped"] == "reached" or enumerated:
-        method = "enumerated" if enumerated else "exact"
-        tail = stats.TailP(None, method, test["exceedances"], test["n_drawn"])
+def null_p(top_drop: float, drops: list[float], settings: dict, support: dict) -> dict:
+    """One null's test: the exact p, the GPD tail p beside it, which Holm uses, the support."""
+    n_random, count = settings["n_random"], support.get("support")
+    test = null_test(top_drop, drops, settings, count)
+    if test is None:
+        test = {"p": None, "n_drawn": len(drops), "stopped": "incomplete"}
     else:
-        tail = stats.tail_p_value(
-            top_drop, drops[: test["n_drawn"]], n_boot=TAIL_RESAMPLES, seed=seed
+        whole = enumerated(support, n_random)
+        if test["stopped"] == "reached" or whole:
+            method = "enumerated" if whole else "exact"
+            tail = stats.TailP(None, method, test["exceedances"], test["n_drawn"])
+        else:
+            used = drops[: test["n_drawn"]]
+            tail = stats.tail_p_value(top_drop, used, n_boot=TAIL_RESAMPLES, seed=settings["seed"])
+        fitted = tail.p is not None
+        test.update(
+            tail=tail.to_dict(),
+            p_used=tail.p if fitted else test["p"],
+            holm_on="tail" if fitted else "exact",
         )
-    fitted = tail.p is not None
-    return {
-        "tail": tail.to_dict(),
-        "p_used": tail.p if fitted else test["p"],
-        "holm_on": "tail" if fitted else "exact",
-    }
+    most = n_random if count is None else min(n_random, count)
+    return {**test, "support": count, "most": most, "p_floor": 1 / (most + 1)}
 
 
 def null_sets(
@@ -83,6 +88,7 @@ def null_sets(
     """Each null's sets in draw order, and what the top set's records note about them."""
     drawn: dict[str, list] = {}
     notes: dict = {}
+    support: dict[str, int | None] = {}
     for null in nulls:
         if null == "classes":
             means = taxonomy_means(model, templates, seed=seed, batch_size=batch_size)
@@ -90,40 +96,31 @@ def null_sets(
                 means, top, n=n, seed=seed, neighbours=2 * k
             )
             notes["null_match"] = class_counts(means, top, closeness)
+            support[null] = len(drawn[null]) if len(drawn[null]) < n else None
             continue
+        shape = (model.n_layers, model.n_heads, top)
         try:
             drawn[null] = draw_random_sets(
-                model.n_layers, model.n_heads, top, k=k, n=n, seed=seed,
-                matched_layers=null == "layers",
-            )  # fmt: skip
+                *shape, k=k, n=n, seed=seed, matched_layers=null == "layers"
+            )
         except InputError as exc:  # known only after ranking: a stated limit, not an error
             if null != "layers":
                 raise
             notes["nulls_not_drawn"] = {null: str(exc)}
+            continue
+        support[null] = random_set_support(*shape, k=k, matched_layers=null == "layers")
     notes["null_support"] = {
-        null: _support(model, top, k, null, len(sets), n) for null, sets in drawn.items()
+        null: {"support": count, "n_sets": len(drawn[null])} for null, count in support.items()
     }
     return drawn, notes
-
-
-def _support(
-    model: LanguageModel, top: list[list[int]], k: int, null: str, n_sets: int, n: int
-) -> dict:
-    if null == "classes":
-        support = n_sets if n_sets < n else None
-    else:
-        support = random_set_support(
-            model.n_layers, model.n_heads, top, k=k, matched_layers=null == "layers"
-        )
-    return {"support": support, "n_sets": n_sets}
 
 
 __all__ = [
     "TAIL_RESAMPLES",
     "enumerated",
     "null_names",
+    "null_p",
     "null_sets",
     "null_supports",
     "null_test",
-    "tail_test",
 ]

@@ -6,7 +6,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from scipy.stats import spearmanr
@@ -26,10 +26,8 @@ MIN_RESAMPLES = 9999
 class HeadTestOptions(Options):
     """Options of the per-head tests (``bindscope scan``, ``bindscope patch``)."""
 
-    UNITS: ClassVar[tuple[str, ...]] = ("head", "layer")
-
     unit: str = option(
-        "head", "one condition per head, or per layer (every head of it)", choices=UNITS
+        "head", "one condition per head, or per layer (every head of it)", choices=("head", "layer")
     )
     correction: str = option(
         "bh",
