@@ -195,7 +195,7 @@ def _run_model(run: ModelRun, study: _Study) -> None:
         means = head_means(model, templates, ablated, batch_size=study.batch_size)
     heads = {"baseline": [], "top": top, "bottom": bottom}  # the nulls' sets added block by block
     study = replace(study, heads=heads, means=means, extra=extra)
-    open_nulls = set(nulls)
+    open_nulls = list(nulls)  # in NULLS order: records come out the same in every process
     n, h = opts.n_random, opts.stop_at
     # the p reads the sets in their drawn order: blocks change only how many are evaluated
     for size in [*range(2 * h, n, h), n] if opts.sampling == "sequential" else [n]:
@@ -206,7 +206,8 @@ def _run_model(run: ModelRun, study: _Study) -> None:
         if opts.sampling != "sequential":
             break
         mine = model_records(run.writer.path, EXPERIMENT, model)
-        open_nulls &= undecided_nulls(mine, study.settings)
+        undecided = undecided_nulls(mine, study.settings)
+        open_nulls = [null for null in open_nulls if null in undecided]
         if not open_nulls:
             break
 

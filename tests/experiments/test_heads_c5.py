@@ -13,6 +13,7 @@ from bindscope.experiments.kit.taxonomy_plan import primary_classes, taxonomy_me
 from bindscope.metrics import taxonomy
 from bindscope.metrics.taxonomy import draw_class_matched_sets
 from bindscope.prompts import load
+from bindscope.results.records import read_records
 
 PRIMARY = [
     ["sink", "other", "other", "sink"],
@@ -93,3 +94,16 @@ def test_class_matched_null_too_big_is_refused_before_any_model_work(
     with pytest.raises(InputError, match="--k 4 or less"):
         c5.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, k=5, matched_classes=True)
     assert not (tmp_path / "c5").exists()
+
+
+def test_the_nulls_records_follow_the_nulls_order_in_every_process(tiny_c5, tmp_path):
+    # the conditions went through a set once, so their records' order changed with the
+    # interpreter's hash seed: the same run wrote different files in different processes
+    tiny_c5(matched_layers=True, matched_classes=True, n_random=6, stop_at=2)
+    order = []
+    for r in read_records(tmp_path / "c5" / "records.jsonl"):
+        null = r["condition"].split(":")[0]
+        if ":" in r["condition"] and null not in order:
+            order.append(null)
+    assert order == [null for null in c5.NULLS if null in order]
+    assert len(order) == 3
