@@ -12,10 +12,7 @@ if TYPE_CHECKING:  # never runs, here or on the server
 
 
 class TraceModel:
-    """What a shipped trace body sees of a ``bindscope.Model`` (never weights or credentials).
-
-    Built from the Model's attributes of the same names, in ``FIELDS`` order (``Model.__reduce__``).
-    """
+    """What a trace body sees of a ``Model``: its ``FIELDS`` (never weights or credentials)."""
 
     nnsight: object
     name: str
