@@ -19,8 +19,10 @@ from bindscope.interventions.trace.edits import (
     ReplaceEdit,
     TracePlan,
     apply_edits,
+    capture_probs,
     head_plan,
     knock_out_batch,
+    mean_ablate,
     patch_patterns_batch,
     resid_post_at,
     run_layers,
@@ -39,10 +41,6 @@ from bindscope.interventions.trace.paths import (
     PathPlan,
     heads_through,
     path_patch,
-)
-from bindscope.interventions.trace.primitives import (
-    capture_probs,
-    mean_ablate,
 )
 from bindscope.interventions.trace.records import (
     EdgeGeometry,

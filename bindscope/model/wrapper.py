@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import inspect
 import itertools
 import os
 from collections.abc import Iterable, Iterator, Sequence
@@ -234,17 +233,16 @@ class Model:
 
     def __reduce__(self):
         # travels to NDIF as an ops.TraceModel (bindscope is not installed on the server):
-        # the nnsight model (by its key, no weights) and head geometry, in its parameters' order
-        shipped = {"envoy": self.nnsight, "sites": dict(self.sites)}
-        shipped |= {"attention_call_label": None, "knockout_site": None}
+        # the nnsight model (by its key, no weights) and head geometry, in its FIELDS order
+        shipped: dict[str, object] = {"attention_call_label": None, "knockout_site": None}
+        shipped["sites"] = dict(self.sites)
         if self.capture_mode == "recompute":
             with contextlib.suppress(RuntimeError):  # only a recompute capture needs it
                 shipped["attention_call_label"] = self.attention_call_label
         with contextlib.suppress(RuntimeError):  # only q, k, v and scores need it
             shipped["knockout_site"] = self.knockout_site
-        names = inspect.signature(ops.TraceModel).parameters
         return ops.TraceModel, tuple(
-            shipped[n] if n in shipped else getattr(self, n) for n in names
+            shipped[n] if n in shipped else getattr(self, n) for n in ops.TraceModel.FIELDS
         )
 
     def __repr__(self) -> str:

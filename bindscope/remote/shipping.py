@@ -24,7 +24,6 @@ SHIPPED_MODULES = (
     "bindscope.interventions.trace.reductions",
     "bindscope.interventions.trace.node_gradients",
     "bindscope.interventions.trace.edge_gradients",
-    "bindscope.interventions.trace.primitives",
 )
 # What NDIF's sandbox lets shipped code import (ndif-team/ndif security/whitelist.yaml).
 SANDBOX_MODULES = (

@@ -17,6 +17,7 @@ from bindscope.interventions.flow_specs import PathPatch
 from bindscope.interventions.graph import edge_geometry, edge_graph
 from bindscope.interventions.plan import plan_batch
 from bindscope.interventions.resolve import resolve_rows
+from bindscope.interventions.trace import edits
 from bindscope.interventions.trace.records import EdgeGeometry, Receiver
 from bindscope.remote.shipping import SHIPPED_MODULES
 from tests.conftest import PROMPTS, build_tiny
@@ -62,6 +63,12 @@ def test_ops_gathers_every_public_name_of_the_engine():
             and value.__module__ == name
         ]
         assert all(getattr(ops, key) is getattr(module, key) for key in public), name
+
+
+def test_the_head_primitives_live_in_the_edit_engine():
+    assert ops.mean_ablate.__module__ == ops.capture_probs.__module__ == edits.__name__
+    with pytest.raises(ImportError):
+        importlib.import_module("bindscope.interventions.trace.primitives")
 
 
 @pytest.fixture(scope="module")

@@ -106,6 +106,19 @@ def test_ops_module_and_model_pickle_without_bindscope_or_secrets(llama):
     assert view.check_heads([(2, 1), (0, 3)]) == ((0, 3), (2, 1))
 
 
+def test_a_model_ships_as_the_trace_model_of_its_fields(llama):
+    from nnsight.intervention.serialization import dumps, loads
+
+    remote.register_shipped()
+    view = loads(dumps(llama), llama.nnsight._remoteable_persistent_objects())
+    assert tuple(vars(view)) == ops.TraceModel.FIELDS  # each set once, in the one list's order
+    assert tuple(ops.TraceModel.__annotations__) == ops.TraceModel.FIELDS  # each typed
+    assert type(view.nnsight) is type(llama.nnsight)  # the server's copy, found by its key
+    assert llama.capture_mode == "eager" and view.attention_call_label is None  # recompute only
+    for field in set(ops.TraceModel.FIELDS) - {"nnsight", "attention_call_label"}:
+        assert getattr(view, field) == getattr(llama, field), field
+
+
 @pytest.mark.parametrize(
     "name, body",
     [

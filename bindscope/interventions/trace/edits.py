@@ -15,6 +15,7 @@ from bindscope.interventions.trace.sites import (
     by_layer,
     call_site,
     knock_out,
+    layer_filter,
     layer_sites,
     patch_patterns,
     recompute_probs,
@@ -401,3 +402,26 @@ def head_plan(
                 edits[("head_out", layer)] = [ReplaceEdit(where, value)]
             edits[("head_out", layer)][0].where[r, 0, hs] = True
     return TracePlan(edits, rows=None if per_row is None else len(rows))
+
+
+def mean_ablate(
+    model: TraceTarget,
+    heads: Heads | None = None,
+    means: Any = None,
+    *,
+    per_row: Sequence[Heads] | None = None,
+    layers: Iterable[int] | None = None,
+):
+    """Replace heads' pre-projection outputs by their means from ``head_means``."""
+    if means is None:
+        raise ValueError("mean_ablate needs means=head_means(model, reference_texts, heads)")
+    plan = head_plan(model, heads, per_row=per_row, means=means)
+    run_layers(model, plan=plan, only_layers=layers)
+
+
+def capture_probs(
+    model: TraceTarget, layers: Iterable[int] | None = None, *, reduce: Callable | None = None
+):
+    """Capture post-softmax attention probabilities ``{layer: [b, H, n, n]}`` (or ``reduce``'s)."""
+    wanted = sorted(layer_filter(layers, model.n_layers))
+    return run_layers(model, capture=wanted, reduce=reduce, only_layers=wanted)

@@ -12,39 +12,27 @@ if TYPE_CHECKING:  # never runs, here or on the server
 
 
 class TraceModel:
-    """What a shipped trace body sees of a ``bindscope.Model`` (never weights or credentials)."""
+    """What a trace body sees of a ``Model``: its ``FIELDS`` (never weights or credentials)."""
 
-    def __init__(
-        self,
-        envoy: object,
-        name: str,
-        n_layers: int,
-        n_heads: int,
-        n_kv_heads: int,
-        head_dim: int,
-        capture_mode: str,
-        attention_call_label: str | None = None,
-        sites: dict[str, tuple[str, str, int]] | None = None,
-        d_model: int = 0,
-        logit_softcap: float | None = None,
-        knockout_site: tuple[str, int] | None = None,
-        attention_scaling: tuple[float | None, ...] = (),
-        d_mlp: int = 0,
-    ) -> None:
-        self.nnsight = envoy
-        self.knockout_site = knockout_site  # the attention call's (label, mask index)
-        self.attention_scaling = attention_scaling  # each layer's q.k scale (scores)
-        self.d_mlp = d_mlp
-        self.logit_softcap = logit_softcap
-        self.sites = sites or {}  # {site: (module, port, index)} in execution order
-        self.d_model = d_model
-        self.name = name
-        self.n_layers = n_layers
-        self.n_heads = n_heads
-        self.n_kv_heads = n_kv_heads
-        self.head_dim = head_dim
-        self.capture_mode = capture_mode
-        self.attention_call_label = attention_call_label
+    nnsight: object
+    name: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    capture_mode: str
+    attention_call_label: str | None
+    sites: dict[str, tuple[str, str, int]]  # {site: (module, port, index)} in execution order
+    d_model: int
+    logit_softcap: float | None
+    knockout_site: tuple[str, int] | None  # the attention call's (label, mask index)
+    attention_scaling: tuple[float | None, ...]  # each layer's q.k scale (scores)
+    d_mlp: int
+    FIELDS = tuple(__annotations__)
+
+    def __init__(self, *values: object) -> None:
+        for field, value in zip(self.FIELDS, values, strict=True):
+            setattr(self, field, value)
 
     def check_heads(self, heads: object) -> tuple[tuple[int, int], ...]:
         """Pairs (or ``{layer: [heads]}``) sorted; they were validated before the trace was sent."""
