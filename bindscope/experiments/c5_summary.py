@@ -262,8 +262,8 @@ class _ModelSummary:
         if len(complete) < limits.MIN_GROUP:
             return [*found, limits.small_group(label, f"{score} items", len(complete), "the test")]
         if len(complete) < limits.FEW_ITEMS:  # CIs on too few items to cover
-            numbers = {"score": score, "n": len(complete), "minimum": limits.FEW_ITEMS}
-            found.append(limits.note("few_items", label, **numbers))
+            n, least = len(complete), limits.FEW_ITEMS
+            found.append(limits.note("few_items", label, score=score, n=n, minimum=least))
         for name in ("top", "bottom"):
             if name in cond:
                 entry["drops"].setdefault(name, {})[score] = stats.paired_difference(
@@ -296,8 +296,9 @@ class _ModelSummary:
             drops = _drops(cond, names)
             test = null_p(top_drop, drops, settings, entry["null_support"].get(null) or {})
             if test["stopped"] == "incomplete":
-                numbers = {"score": score, "null": null, "n_drawn": len(drops)}
-                found.append(limits.note("undecided", label, **numbers))
+                found.append(
+                    limits.note("undecided", label, score=score, null=null, n_drawn=len(drops))
+                )
             # p, the mean drop and specificity read only the sets p used
             used = test["n_drawn"]
             rand, drops = np.stack([cond[n] for n in names[:used]]), drops[:used]
