@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -88,7 +89,7 @@ def summarize_c5(records: list[dict], *, n_resamples: int = 9999) -> dict:
     for label, group in by_model(evaluated).items():
         models[label] = _summarize_model(group, records, settings, n_resamples, label)
     _across_models(models)
-    noted: list[dict] = limits.collect(limits.holm_resolution(settings["n_random"], len(models)))
+    noted = _holm_resolution(settings["n_random"], len(models))
     for entry in models.values():
         noted += entry.pop("_limits")
     return {
@@ -112,6 +113,16 @@ def summarize_c5(records: list[dict], *, n_resamples: int = 9999) -> dict:
         "power": f"detectable drop at one-sided alpha {limits.ALPHA}/models, power {POWER}",
         "models": models,
     }
+
+
+def _holm_resolution(n_random: int, n_models: int) -> list[dict]:
+    best = n_models / (n_random + 1)  # Holm's smallest p: the rank p floor times the models
+    if n_models < 2 or best <= limits.ALPHA:
+        return []
+    needed = math.ceil(n_models / limits.ALPHA) - 1
+    words = {"sets": n_random + 1, "needed": needed}
+    numbers = {"n_random": n_random, "n_tests": n_models, "min_p": best}
+    return [limits.note("p_resolution:holm", "all models", words=words, **numbers)]
 
 
 def _across_models(models: dict[str, dict]) -> None:
@@ -156,22 +167,39 @@ def _summarize_model(
     model = _ModelSummary(label, entry, settings, n_resamples)
     found = [limits.excluded(label, skipped, "the head ranking (mean BSI)")]
     not_drawn: dict = next((r["nulls_not_drawn"] for r in group if r.get("nulls_not_drawn")), {})
-    found += [limits.null_not_drawn(label, null, why) for null, why in not_drawn.items()]
+    found += [
+        limits.note("null_not_drawn", label, null=null, words={"why": why})
+        for null, why in not_drawn.items()
+    ]
     terms = {r["prompt_key"]: r["term"] for r in group}
     table = _score_table(group)
     for score, by_condition in table.items():
         found += model.score(score, by_condition, terms)
     if "layers" not in settings.get("nulls", ["random"]) and entry["top_heads"]:
-        found.append(limits.layer_concentration(label, entry["top_heads"], entry["n_layers"]))
+        found.append(_layer_concentration(label, entry["top_heads"], entry["n_layers"]))
     if "margin" in table and "top" in table["margin"]:
         found.append(model.tiny_margins(table["margin"], table["recognition"]))
     found += [
-        limits.small_support(label, null, support["support"], settings["n_random"])
+        _small_support(label, null, support["support"], settings["n_random"])
         for null, support in entry["null_support"].items()
         if enumerated(support, settings["n_random"])
     ]
     entry["_limits"] = limits.collect(*found)
     return entry
+
+
+def _layer_concentration(label: str, top: list, n_layers: int | None) -> dict:
+    layers = sorted({int(h[0]) for h in top})
+    listed = ", ".join(map(str, layers))
+    words = {"n_heads": len(top), "n_in": len(layers), "listed": listed, "of": n_layers or "?"}
+    return limits.note("layers", label, words=words, layers=layers, n_layers=n_layers)
+
+
+def _small_support(label: str, null: str, support: int, n_random: int) -> dict:
+    floor = 1 / (support + 1)
+    words = {"sets": support + 1, "said": "above" if floor > limits.ALPHA else "within"}
+    numbers = {"support": support, "n_random": n_random, "min_p": floor}
+    return limits.note("small_support", label, words=words, null=null, **numbers)
 
 
 def _entry(group: list[dict], ranking: list[dict], ranking_skipped: dict) -> dict:
@@ -213,7 +241,7 @@ class _ModelSummary:
             "threshold": limits.MARGIN_THRESHOLD, "n_items": len(margin["baseline"]),
             "n_small": len(small), "n_flip": len(flips),
         }  # fmt: skip
-        return limits.tiny_margins(self.label, **self.entry["tiny_margins"])
+        return limits.note("tiny_margins", self.label, **self.entry["tiny_margins"])
 
     def score(
         self, score: str, by_condition: dict[str, dict[str, float]], terms: dict[str, str]
@@ -233,7 +261,9 @@ class _ModelSummary:
             )
         if len(complete) < limits.MIN_GROUP:
             return [*found, limits.small_group(label, f"{score} items", len(complete), "the test")]
-        found.append(limits.few_items(label, score, len(complete)))  # CIs too few to cover
+        if len(complete) < limits.FEW_ITEMS:  # CIs on too few items to cover
+            n, least = len(complete), limits.FEW_ITEMS
+            found.append(limits.note("few_items", label, score=score, n=n, minimum=least))
         for name in ("top", "bottom"):
             if name in cond:
                 entry["drops"].setdefault(name, {})[score] = stats.paired_difference(
@@ -266,7 +296,9 @@ class _ModelSummary:
             drops = _drops(cond, names)
             test = null_p(top_drop, drops, settings, entry["null_support"].get(null) or {})
             if test["stopped"] == "incomplete":
-                found.append(limits.undecided(label, score, null, len(drops)))
+                found.append(
+                    limits.note("undecided", label, score=score, null=null, n_drawn=len(drops))
+                )
             # p, the mean drop and specificity read only the sets p used
             used = test["n_drawn"]
             rand, drops = np.stack([cond[n] for n in names[:used]]), drops[:used]
@@ -276,7 +308,11 @@ class _ModelSummary:
             test.update(random_mean=float(np.mean(drops)), n_evaluated=len(names))
             test["specificity"] = spec.to_dict()
             if test["random_mean"] < 0:
-                found.append(limits.random_gain(label, score, null, test["random_mean"], top_drop))
+                numbers = {"random_mean": test["random_mean"], "top_drop": top_drop}
+                gain = {"gain": -test["random_mean"]}
+                found.append(
+                    limits.note("random_gain", label, words=gain, score=score, null=null, **numbers)
+                )
             entry["nulls"].setdefault(null, {})[score] = test
             if null == "random":
                 entry["random_drops"][score] = drops

@@ -28,7 +28,7 @@ from bindscope.experiments.kit.summary import (
     by_name,
     folder_summary,
     mean_estimate,
-    per_model_text,
+    per_model_view,
     skipped_reasons,
 )
 from bindscope.experiments.kit.taxonomy_plan import TaxonomyOptions, taxonomy_plan
@@ -277,11 +277,6 @@ def decoupling(series: dict[str, dict], *, split: int | None = None) -> dict:
 summarize = folder_summary(EXPERIMENT, summarize_sweep)
 
 
-def text(s: dict) -> list[str]:
-    """The sweep summary as terminal lines."""
-    return per_model_text(s, ["Checkpoint sweep (means over terms, 95% CI)"], _model_lines)
-
-
 def _model_lines(name: str, m: dict) -> Iterator[str]:
     yield f"  {name}"
     for rev, eb, beh in zip(m["revisions"], m["eb_star"], m["behaviour"]):
@@ -317,6 +312,7 @@ def _leadlag_lines(ll: dict) -> list[str]:
     return out
 
 
+text = per_model_view("Checkpoint sweep (means over terms, 95% CI)", _model_lines)
 DEFINITION = Experiment(
     EXPERIMENT, "sweep", "EB* and behaviour across training checkpoints", SweepOptions,
     summarize, text, records=(binding_kind(EXPERIMENT, "behaviour"),), plan=_plan,

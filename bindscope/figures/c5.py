@@ -45,11 +45,10 @@ MAX_STEP = 60
 
 
 def _plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    where = str(exp.folder / "summary.json")
     k = (exp.summary or {}).get("k")
     yield from style.per_model(exp.models, exp.folder, "c5", model_figure, k=k)
     if len(exp.models) > 1:
-        yield "c5_cross_architecture", lambda: cross_architecture(exp.models, k=k, where=where)
+        yield "c5_cross_architecture", lambda: cross_architecture(exp.models, k=k, where=exp.where)
 
 
 def _condition_bar(entry: dict, condition: str, score: str) -> tuple[Any, Any]:

@@ -72,7 +72,7 @@ def _tables(exp: ExperimentResults) -> list[str]:
     header += ["d, real − control [95% CI]", "p", "Holm p", "matched n (real/control)"]
     header += ["matched d [95% CI]", "matched Holm p"]
     for label, entry in exp.models.items():
-        where = f"{exp.folder / 'summary.json'} [{label}]"
+        where = f"{exp.where} [{label}]"
         real = entry.get("real") or {}
         n_real = real.get("n", md.dig(real, "eb_star", "n"))
         rows = [[*_group_cells("real terms", DASH, n_real, real), *[DASH] * 6]]

@@ -88,8 +88,7 @@ def _draw(
             return
         except (KeyError, IndexError, TypeError, ValueError) as exc:
             # a summary of an unexpected shape skips this figure, not the whole run
-            where = exp.folder / "summary.json"
-            report.skipped.append((name, f"{where}: unexpected shape ({exc!r})"))
+            report.skipped.append((name, f"{exp.where}: unexpected shape ({exc!r})"))
             return
         png, pdf = save(fig, out, name)
     report.figures.append(FigureFile(name, exp.name, caption, png, pdf))

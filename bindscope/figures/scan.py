@@ -18,9 +18,8 @@ SIZES = {"scan": (12.0, 5.0)}
 
 
 def _plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    where = str(exp.folder / "summary.json")
     maps = {
-        label: need(entry, "metrics", "logprob", where=f"{where} [{label}]")
+        label: need(entry, "metrics", "logprob", where=f"{exp.where} [{label}]")
         for label, entry in exp.models.items()
     }
     unit = (exp.summary or {}).get("unit", "head")

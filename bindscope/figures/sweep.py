@@ -18,9 +18,8 @@ METHODS = ("pearson", "spearman")
 
 
 def _plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    where = str(exp.folder / "summary.json")
     yield from style.per_model(exp.models, exp.folder, "sweep_emergence", emergence)
-    yield "sweep_leadlag", lambda: leadlag_forest(exp.models, where=where)
+    yield "sweep_leadlag", lambda: leadlag_forest(exp.models, where=exp.where)
 
 
 def emergence(model: str, entry: dict, *, where: str = "summary"):
@@ -134,7 +133,7 @@ def _tables(exp: ExperimentResults) -> list[str]:
         rows = [[r, md.estimate(e), md.estimate(b)] for r, e, b in zip(revisions, eb, beh)]
         header = ["revision", "EB* [95% CI]", "behaviour [95% CI]"]
         lines += [f"**{model}**", "", *md.table(header, rows)]
-    found, skipped = leadlag_rows(exp.models, where=str(exp.folder / "summary.json"))
+    found, skipped = leadlag_rows(exp.models, where=exp.where)
     rows = [
         [
             r["model"],

@@ -31,6 +31,7 @@ class ExperimentResults:
 
     name: str
     folder: Path
+    where: str  # the summary.json path that messages name
     summary: dict | None
     n_records: int
     provenance: dict[str, dict]
@@ -74,6 +75,7 @@ def load_experiment(root: Path, name: str) -> ExperimentResults:
     return ExperimentResults(
         name=name,
         folder=folder,
+        where=str(summary_path),
         summary=summary,
         n_records=seen.n_records,
         provenance=seen.provenance,

@@ -176,7 +176,6 @@ def test_few_items_is_where_the_bootstrap_interval_stops_covering_90_percent():
         return 2 * t.cdf(norm.ppf(0.975) * math.sqrt((n - 1) / n), n - 1) - 1
 
     assert coverage(limits.FEW_ITEMS - 1) < 0.90 <= coverage(limits.FEW_ITEMS)
-    assert limits.few_items("m", "margin", limits.FEW_ITEMS) is None
 
 
 def _c5_records(n_items: int) -> list[dict]:
@@ -211,3 +210,19 @@ def test_c5_flags_intervals_over_too_few_items(n_items):
     assert f"rest on {n_items} item(s)" in few["margin"]["message"]
     lines = summary_lines(summary)
     assert any(few["margin"]["message"] in line for line in lines)  # printed with the numbers
+
+
+@pytest.mark.parametrize("key", sorted(limits.MESSAGES))
+def test_note_formats_its_message_after_its_numbers(key):
+    """A note is kind, model, its numbers in call order, then its message; the words that
+    only the message needs stay out of the record; a ``kind:variant`` key keeps its kind."""
+    import string
+
+    fields = {f for _, f, _, _ in string.Formatter().parse(limits.MESSAGES[key]) if f}
+    values = dict.fromkeys(sorted(fields - {"model", "ALPHA"}), 0.5)
+    numbers = dict(list(values.items())[: len(values) // 2])
+    words = {f: v for f, v in values.items() if f not in numbers}
+    found = limits.note(key, "m", words=words, **numbers)
+    assert list(found) == ["kind", "model", *numbers, "message"]
+    assert found["kind"] == key.partition(":")[0] and found["model"] == "m"
+    assert found["message"] == limits.MESSAGES[key].format(model="m", ALPHA=limits.ALPHA, **values)

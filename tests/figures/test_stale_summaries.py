@@ -18,3 +18,18 @@ def test_a_sweep_summary_covers_its_listed_revisions_only(tmp_path):
     write_records(path, [*records, extra])
     (covers,) = [n for n in load_experiment(tmp_path, "sweep").notes if "does not cover" in n]
     assert f"{model}@later" in covers
+
+
+def test_a_figure_that_cannot_be_drawn_names_the_summary_it_read(tmp_path):
+    """``ExperimentResults.where`` is the summary.json path the figures' messages name."""
+    from bindscope.figures import make_figures
+
+    write_results(tmp_path, ["sweep"])
+    loaded = load_experiment(tmp_path, "sweep")
+    assert loaded.where == str(tmp_path / "sweep" / "summary.json")
+    summary = json.loads((tmp_path / "sweep" / "summary.json").read_text())
+    for entry in summary["models"].values():
+        entry["leadlag"] = {"n_lead": {"pearson": 3}}  # no lead fraction to draw
+    (tmp_path / "sweep" / "summary.json").write_text(json.dumps(summary))
+    skipped = dict(make_figures(tmp_path, tmp_path / "figures").skipped)
+    assert skipped["sweep_leadlag"].startswith(f"{loaded.where} [")

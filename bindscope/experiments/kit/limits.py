@@ -118,18 +118,6 @@ def floor_ceiling(
     return _limit(kind, model, message, score=name, baseline=baseline, **given)
 
 
-def random_gain(model: str, score: str, null: str, random_mean: float, top: float) -> dict:
-    """A null whose sets raise the score on average: specificity then exceeds the top drop."""
-    message = (
-        f"{model}: {score}: the {null} null's sets raise the score on average (mean drop "
-        f"{random_mean:.3f}), so specificity (top drop minus that mean) exceeds the top set's "
-        f"own drop ({top:.3f}) by {-random_mean:.3f}: that part is the random sets' gain, not "
-        "the top set's harm"
-    )
-    return _limit("random_gain", model, message, score=score, null=null,
-                  random_mean=random_mean, top_drop=top)  # fmt: skip
-
-
 #: What a skip reason means and how to keep such prompts, in ``excluded``'s message.
 EXPLAINED = {
     "at_position_0": "the term starts on the attention sink, pass --prepend-bos to keep them",
@@ -189,26 +177,20 @@ __all__ = [
     "FEW_ITEMS",
     "FLOOR",
     "MARGIN_THRESHOLD",
+    "MESSAGES",
     "binomial_resolution",
     "collect",
     "corrected_resolution",
     "excluded",
-    "few_items",
     "floor_ceiling",
-    "holm_resolution",
-    "layer_concentration",
     "limit_lines",
     "not_run",
-    "null_not_drawn",
+    "note",
     "p_resolution",
-    "random_gain",
     "resamples_for_one",
     "sign_flip_floor",
     "small_group",
-    "small_support",
     "term_clustering",
-    "tiny_margins",
-    "undecided",
 ]
 
 
@@ -220,18 +202,6 @@ FEW_TERMS = 10
 #: Fewest items at which a percentile bootstrap CI covers the mean 90% of the time (normal
 #: items: P(|t_{n-1}| < 1.96 sqrt((n-1)/n)) is 0.898 at 9, 0.904 at 10).
 FEW_ITEMS = 10
-
-
-def few_items(model: str, score: str, n_items: int) -> dict | None:
-    """A score's drops and specificity whose bootstrap CIs rest on under ``FEW_ITEMS`` items."""
-    if n_items >= FEW_ITEMS:
-        return None
-    message = (
-        f"{model}: {score}: the drops' and specificity's 95% CIs rest on {n_items} item(s), "
-        f"fewer than the {FEW_ITEMS} a bootstrap interval needs to cover 90% of the time "
-        "(docs/records.md); read them as descriptive and add items"
-    )
-    return _limit("few_items", model, message, score=score, n=n_items, minimum=FEW_ITEMS)
 
 
 def term_clustering(
@@ -258,67 +228,36 @@ def term_clustering(
                   ci_terms=terms, ci_items=items, design_effect=effect)  # fmt: skip
 
 
-def tiny_margins(model: str, *, threshold: float, n_items: int, n_small: int, n_flip: int) -> dict:
-    """Recognition items whose 0/1 score rests on a choice margin under ``threshold``."""
-    message = (
-        f"{model}: {n_small} of {n_items} recognition items have a baseline choice margin "
-        f"under {threshold} nats (log-prob per choice token), and {n_flip} of them flip under "
-        "the top set: accuracy moves by whole items on tiny changes; the margin score (its "
-        "own drop, CI and p) is the continuous reading"
-    )
-    return _limit("tiny_margins", model, message, threshold=threshold, n_items=n_items,
-                  n_small=n_small, n_flip=n_flip)  # fmt: skip
+#: The messages of limits a summary notes with ``note``, formatted with the model, the
+#: limit's numbers and its words; a key ``kind:variant`` is a second message of one kind.
+MESSAGES = {
+    "few_items": "{model}: {score}: the drops' and specificity's 95% CIs rest on {n} item(s), "
+    "fewer than the {minimum} a bootstrap interval needs to cover 90% of the time "
+    "(docs/records.md); read them as descriptive and add items",
+    "tiny_margins": "{model}: {n_small} of {n_items} recognition items have a baseline choice "
+    "margin under {threshold} nats (log-prob per choice token), and {n_flip} of them flip under "
+    "the top set: accuracy moves by whole items on tiny changes; the margin score (its own "
+    "drop, CI and p) is the continuous reading",
+    "layers": "{model}: the top set's {n_heads} heads lie in {n_in} layer(s) ({listed}) of "
+    "{of}, while the random sets come from every layer: a drop may be the layers' rather than "
+    "the heads'; pass --matched-layers for a layer-matched null",
+    "undecided": "{model}: {score}: the {null} null stopped after {n_drawn} sets, before its "
+    "sequential rule decided; rerun the same command to continue it",
+    "null_not_drawn": "{model}: no {null}-matched null could be drawn for this top set: {why}",
+    "small_support": "{model}: the {null} null has only {support} distinct set(s) for this top "
+    "set ({n_random} asked for): each is used once, and its p cannot go below 1/{sets} = "
+    "{min_p:.3g}, {said} the test level {ALPHA} before any correction",
+    "random_gain": "{model}: {score}: the {null} null's sets raise the score on average (mean "
+    "drop {random_mean:.3f}), so specificity (top drop minus that mean) exceeds the top set's "
+    "own drop ({top_drop:.3f}) by {gain:.3f}: that part is the random sets' gain, not the top "
+    "set's harm",
+    "p_resolution:holm": "with at most {n_random} random sets a p cannot go below 1/{sets}, and "
+    "Holm across {n_tests} models multiplies the smallest by {n_tests}: {min_p:.3g}, above "
+    "{ALPHA}, so no model can pass; use --n-random {needed} or more",
+}
 
 
-def layer_concentration(model: str, top: list, n_layers: int | None) -> dict:
-    """A top set's layers, when the random sets were not drawn from the same layers."""
-    layers = sorted({int(h[0]) for h in top})
-    message = (
-        f"{model}: the top set's {len(top)} heads lie in {len(layers)} layer(s) "
-        f"({', '.join(map(str, layers))}) of {n_layers or '?'}, while the random sets come "
-        "from every layer: a drop may be the layers' rather than the heads'; pass "
-        "--matched-layers for a layer-matched null"
-    )
-    return _limit("layers", model, message, layers=layers, n_layers=n_layers)
-
-
-def undecided(model: str, score: str, null: str, n_drawn: int) -> dict:
-    """A sequential null that stopped before its rule decided (an interrupted run)."""
-    message = (
-        f"{model}: {score}: the {null} null stopped after {n_drawn} sets, before its "
-        "sequential rule decided; rerun the same command to continue it"
-    )
-    return _limit("undecided", model, message, score=score, null=null, n_drawn=n_drawn)
-
-
-def null_not_drawn(model: str, null: str, why: str) -> dict:
-    """A matched null the model's top set left impossible to draw, and why."""
-    message = f"{model}: no {null}-matched null could be drawn for this top set: {why}"
-    return _limit("null_not_drawn", model, message, null=null)
-
-
-def small_support(model: str, null: str, support: int, n_random: int) -> dict:
-    """A null with fewer distinct sets than asked for: each used once, p's floor from them."""
-    floor = 1 / (support + 1)
-    said = "above" if floor > ALPHA else "within"
-    message = (
-        f"{model}: the {null} null has only {support} distinct set(s) for this top set "
-        f"({n_random} asked for): each is used once, and its p cannot go below "
-        f"1/{support + 1} = {floor:.3g}, {said} the test level {ALPHA} before any correction"
-    )
-    return _limit("small_support", model, message, null=null, support=support,
-                  n_random=n_random, min_p=floor)  # fmt: skip
-
-
-def holm_resolution(n_random: int, n_models: int) -> dict | None:
-    """A rank p floor that Holm across ``n_models`` lifts above ``ALPHA`` (None when not)."""
-    best = n_models / (n_random + 1)
-    if n_models < 2 or best <= ALPHA:
-        return None
-    message = (
-        f"with at most {n_random} random sets a p cannot go below 1/{n_random + 1}, and Holm "
-        f"across {n_models} models multiplies the smallest by {n_models}: {best:.3g}, above "
-        f"{ALPHA}, so no model can pass; use --n-random {math.ceil(n_models / ALPHA) - 1} or more"
-    )
-    return _limit("p_resolution", "all models", message, n_random=n_random, n_tests=n_models,
-                  min_p=best)  # fmt: skip
+def note(kind: str, model: str, *, words: dict | None = None, **numbers: object) -> dict:
+    """A limit of ``kind`` (a ``MESSAGES`` key): its ``numbers``, then its message."""
+    said = MESSAGES[kind].format(model=model, ALPHA=ALPHA, **numbers, **(words or {}))
+    return _limit(kind.partition(":")[0], model, said, **numbers)
