@@ -6,7 +6,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bindscope.batch import GENERATION_BATCH_SIZE, check_batch_size
 from bindscope.errors import InputError
 from bindscope.experiments.c5_presets import PRESETS
 from bindscope.experiments.c5_summary import (
@@ -23,11 +22,9 @@ from bindscope.experiments.kit.chunks import batch_order, chunk_items, first_ite
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan, model_records
 from bindscope.experiments.kit.null_tests import null_sets
 from bindscope.experiments.kit.options import (
-    GENERATION_HELP,
     Options,
-    check_choice,
-    check_spread,
     count,
+    generation_batch_option,
     option,
     positive,
     prompts_option,
@@ -98,16 +95,10 @@ class C5Options(Options):
         least=1,
     )
     spread: bool = spread_option()
-    generation_batch_size: int = option(GENERATION_BATCH_SIZE, GENERATION_HELP, type=positive)
+    generation_batch_size: int = generation_batch_option()
     rubric: dict | None = setting(None)
-    strategy: str = setting("batched")
+    strategy: str = setting("batched", choices=STRATEGIES)
     design: str | None = setting(None)
-
-    def check(self) -> None:
-        """Values and combinations that no model can make right."""
-        check_choice("strategy", self.strategy, STRATEGIES)
-        check_batch_size(self.generation_batch_size, "generation_batch_size", GENERATION_BATCH_SIZE)
-        check_spread(self.limit, self.spread)
 
 
 def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:

@@ -310,7 +310,7 @@ def test_scan_spread_takes_prompts_from_every_term(tiny_llama, tiny_prompts, tmp
     first = scan.spread_over_terms(scan.scannable(load(tiny_prompts)), None)[:4]
     assert {r.term for r in first} == terms  # one prompt of each term
     assert {r.term for r in scan.scannable(load(tiny_prompts))[:4]} != terms  # file order
-    with pytest.raises(InputError, match="add --limit N"):
+    with pytest.raises(InputError, match="add limit=N"):
         scan.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, spread=True, progress=False)
     scan.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, limit=4, spread=True,
              n_resamples=99, progress=False)  # fmt: skip
@@ -318,7 +318,7 @@ def test_scan_spread_takes_prompts_from_every_term(tiny_llama, tiny_prompts, tmp
     assert {r["term"] for r in records} == terms
     assert all(r["scan"]["spread"] is True for r in records if r["experiment"] == "scan")
     assert cli.main(["scan", "--spread", "--out", str(tmp_path / "o")]) == 2
-    assert "--spread spreads --limit N prompts" in capsys.readouterr().err
+    assert "--spread applies only with --limit" in capsys.readouterr().err
 
 
 def test_scan_progress_moves_after_every_pass(tiny_llama, tiny_prompts, tmp_path, monkeypatch):
