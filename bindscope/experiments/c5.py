@@ -23,10 +23,8 @@ from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, P
 from bindscope.experiments.kit.null_tests import null_sets
 from bindscope.experiments.kit.options import (
     Options,
-    count,
     generation_batch_option,
     option,
-    positive,
     prompts_option,
     setting,
     spread_option,
@@ -63,9 +61,9 @@ class C5Options(Options):
     ranking: str | Path | PromptSet | None = option(
         None, "prompt set that ranks heads (default: prompts)", prompts=True
     )
-    k: int = option(4, "heads per ablated set", type=positive, least=1)
+    k: int = option(4, "heads per ablated set", least=1)
     n_random: int = option(
-        199, "random sets per null (the most under sequential sampling)", type=count, least=0
+        199, "random sets per null (the most under sequential sampling)", least=0
     )
     sampling: str = option(
         "sequential",
@@ -73,9 +71,7 @@ class C5Options(Options):
         "(Besag-Clifford); fixed: draw all --n-random",
         choices=SAMPLINGS,
     )
-    stop_at: int = option(
-        10, "exceedances that stop a sequential null (its h)", type=positive, least=1
-    )
+    stop_at: int = option(10, "exceedances that stop a sequential null (its h)", least=1)
     ablation: str = option(
         "zero",
         "zero the heads' outputs, or set them to their mean over the prompts",
@@ -91,7 +87,6 @@ class C5Options(Options):
         None,
         "only N evaluation prompts (default: all): the first N in the file, or with --spread "
         "taken in turn from each term; they also rank the heads unless --ranking is given",
-        type=positive,
         least=1,
     )
     spread: bool = spread_option()

@@ -19,9 +19,7 @@ from bindscope.experiments.kit.binding_reuse import reuse_or_bind
 from bindscope.experiments.kit.chunks import first_items, prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.kit.options import (
-    count,
     option,
-    positive,
     prompts_option,
     spread_option,
 )
@@ -74,14 +72,12 @@ class ScanOptions(AttributionOptions):
         0,
         "compare the EB* top-k heads' effect with N class-matched random head sets "
         "(default %(default)s: off)",
-        type=count,
         metavar="N",
         least=0,
     )
     k: int | None = option(
         None,
         "EB* top set size compared under --matched-classes (default 4; refused without it)",
-        type=positive,
         least=1,
         needs="matched_classes",
     )

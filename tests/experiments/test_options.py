@@ -8,7 +8,7 @@ import pytest
 
 from bindscope.errors import InputError
 from bindscope.experiments.kit import registry
-from bindscope.experiments.kit.options import Options, option, positive, setting
+from bindscope.experiments.kit.options import Options, count, option, positive, setting
 
 CHOICES = [
     (definition, name, flag.choices)
@@ -75,3 +75,12 @@ def test_a_setting_checks_its_choices():
     with pytest.raises(InputError, match="mode='nope': pass one of fast, slow"):
         _Conditional(mode="nope")
     assert _Conditional(mode="slow").mode == "slow"
+
+
+def test_least_zero_or_one_gives_the_flag_its_command_line_type():
+    types = {name: flag.type for name, flag, _ in _Conditional.flags()}
+    assert types == {"width": positive, "depth": positive, "rows": positive}
+    at_least = {name: flag.type for name, flag, _ in _Sized.flags()}
+    assert at_least == {"size": positive, "cap": positive}  # a given type stays
+    assert option(0, "n", least=0).metadata["flag"].type is count
+    assert option(0, "n", least=2).metadata["flag"].type is None

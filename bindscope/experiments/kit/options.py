@@ -62,7 +62,8 @@ class Flag:
 
 
 def option(default: T, help: str = "", **flag: Any) -> T:
-    """A field of an ``Options`` dataclass that is also a command-line flag (``Flag`` fields)."""
+    """An ``Options`` field that is a flag (``Flag`` fields; ``least`` 0 or 1 sets ``type``)."""
+    flag.setdefault("type", {0: count, 1: positive}.get(flag.get("least", -1)))
     return dataclasses.field(default=default, metadata={"flag": Flag(help=help, **flag)})
 
 
@@ -76,7 +77,6 @@ def generation_batch_option() -> Any:
     return option(
         GENERATION_BATCH_SIZE,
         "rows per greedy-generation batch (a decoding step costs little more for more rows)",
-        type=positive,
         least=1,
         fix=f"pass the texts per batch, e.g. generation_batch_size={GENERATION_BATCH_SIZE}",
     )
