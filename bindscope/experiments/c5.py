@@ -6,7 +6,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bindscope.batch import GENERATION_BATCH_SIZE, check_batch_size
 from bindscope.errors import InputError
 from bindscope.experiments.c5_presets import PRESETS
 from bindscope.experiments.c5_summary import (
@@ -23,13 +22,9 @@ from bindscope.experiments.kit.chunks import batch_order, chunk_items, first_ite
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan, model_records
 from bindscope.experiments.kit.null_tests import null_sets
 from bindscope.experiments.kit.options import (
-    GENERATION_HELP,
     Options,
-    check_choice,
-    check_spread,
-    count,
+    generation_batch_option,
     option,
-    positive,
     prompts_option,
     setting,
     spread_option,
@@ -66,9 +61,9 @@ class C5Options(Options):
     ranking: str | Path | PromptSet | None = option(
         None, "prompt set that ranks heads (default: prompts)", prompts=True
     )
-    k: int = option(4, "heads per ablated set", type=positive, least=1)
+    k: int = option(4, "heads per ablated set", least=1)
     n_random: int = option(
-        199, "random sets per null (the most under sequential sampling)", type=count, least=0
+        199, "random sets per null (the most under sequential sampling)", least=0
     )
     sampling: str = option(
         "sequential",
@@ -76,9 +71,7 @@ class C5Options(Options):
         "(Besag-Clifford); fixed: draw all --n-random",
         choices=SAMPLINGS,
     )
-    stop_at: int = option(
-        10, "exceedances that stop a sequential null (its h)", type=positive, least=1
-    )
+    stop_at: int = option(10, "exceedances that stop a sequential null (its h)", least=1)
     ablation: str = option(
         "zero",
         "zero the heads' outputs, or set them to their mean over the prompts",
@@ -94,20 +87,13 @@ class C5Options(Options):
         None,
         "only N evaluation prompts (default: all): the first N in the file, or with --spread "
         "taken in turn from each term; they also rank the heads unless --ranking is given",
-        type=positive,
         least=1,
     )
     spread: bool = spread_option()
-    generation_batch_size: int = option(GENERATION_BATCH_SIZE, GENERATION_HELP, type=positive)
+    generation_batch_size: int = generation_batch_option()
     rubric: dict | None = setting(None)
-    strategy: str = setting("batched")
+    strategy: str = setting("batched", choices=STRATEGIES)
     design: str | None = setting(None)
-
-    def check(self) -> None:
-        """Values and combinations that no model can make right."""
-        check_choice("strategy", self.strategy, STRATEGIES)
-        check_batch_size(self.generation_batch_size, "generation_batch_size", GENERATION_BATCH_SIZE)
-        check_spread(self.limit, self.spread)
 
 
 def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:

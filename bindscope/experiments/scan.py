@@ -19,10 +19,7 @@ from bindscope.experiments.kit.binding_reuse import reuse_or_bind
 from bindscope.experiments.kit.chunks import first_items, prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, ModelRun, Plan
 from bindscope.experiments.kit.options import (
-    check_spread,
-    count,
     option,
-    positive,
     prompts_option,
     spread_option,
 )
@@ -75,15 +72,14 @@ class ScanOptions(AttributionOptions):
         0,
         "compare the EB* top-k heads' effect with N class-matched random head sets "
         "(default %(default)s: off)",
-        type=count,
         metavar="N",
         least=0,
     )
     k: int | None = option(
         None,
         "EB* top set size compared under --matched-classes (default 4; refused without it)",
-        type=positive,
         least=1,
+        needs="matched_classes",
     )
     spread: bool = spread_option()
 
@@ -97,14 +93,8 @@ class ScanOptions(AttributionOptions):
                 "--matched-classes needs every head's effect, but --method attribution measures "
                 "only the --verify heads; drop --matched-classes or use --method exact"
             )
-        check_spread(self.limit, self.spread)
         if isinstance(self.prompts, PromptSet):  # loaded: the summary's resampling is sized
             per_head_tests.check_resamples(self.n_resamples, len(self.items(self.prompts)))
-        if self.k is not None and not self.matched_classes:
-            raise InputError(
-                f"k={self.k} applies only with matched_classes (--k applies only with "
-                "--matched-classes): leave it out or add matched_classes=N (--matched-classes N)"
-            )
 
     def items(self, pset: PromptSet) -> list[PromptRecord]:
         """The prompts scanned: the first ``limit``, or with ``spread`` taken term by term."""

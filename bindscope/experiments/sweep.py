@@ -11,15 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from bindscope.batch import GENERATION_BATCH_SIZE, check_batch_size
 from bindscope.experiments.kit import limits
 from bindscope.experiments.kit.binding_reuse import reuse_or_bind
 from bindscope.experiments.kit.chunks import batch_order, chunk_items, prompt_set
 from bindscope.experiments.kit.experiment import Common, Experiment, LazyModel, ModelRun, Plan
 from bindscope.experiments.kit.options import (
-    GENERATION_HELP,
+    generation_batch_option,
     option,
-    positive,
     prompts_option,
     setting,
 )
@@ -63,16 +61,15 @@ class SweepOptions(TaxonomyOptions):
     )
     prompts: str | Path | PromptSet = prompts_option()
     heads: bool = option(False, "also the head taxonomy per revision (OUT/heads)", switch=True)
-    generation_batch_size: int = option(GENERATION_BATCH_SIZE, GENERATION_HELP, type=positive)
+    generation_batch_size: int = generation_batch_option()
     rubric: dict | None = setting(None)
     loader: Callable[..., LanguageModel] | None = setting(None)
     load_options: dict | None = setting(None)
 
     def check(self) -> None:
-        """Revisions resolve (a preset or a list without repeats); batch sizes are positive."""
+        """Revisions resolve (a preset or a list without repeats)."""
         super().check()
         resolve_revisions(self.revisions)
-        check_batch_size(self.generation_batch_size, "generation_batch_size", GENERATION_BATCH_SIZE)
 
 
 def run(model: str, revisions: str | Sequence[str] | None = None, **keywords: Any) -> dict:

@@ -195,7 +195,7 @@ def test_c5_limit_and_spread_take_prompts_as_scan_does(tiny_c5, tiny_prompts, tm
     records = list(load(tiny_prompts).records)
     terms = {r.term for r in records}
     assert {r.term for r in records[:3]} != terms  # the first 3 in the file miss a term
-    with pytest.raises(InputError, match="add --limit N"):
+    with pytest.raises(InputError, match="add limit=N"):
         tiny_c5(spread=True)
     with pytest.raises(InputError, match="limit=0 is not a whole number >= 1"):
         tiny_c5(limit=0)
@@ -209,7 +209,7 @@ def test_c5_limit_and_spread_take_prompts_as_scan_does(tiny_c5, tiny_prompts, tm
     ranked = [r for r in read_records(tmp_path / "c5" / "records.jsonl") if r["experiment"] != "c5"]
     assert len(ranked) == len(terms)  # the heads are ranked on the same prompts
     assert cli.main(["c5", "--spread", "--out", str(tmp_path / "o")]) == 2
-    assert "--spread spreads --limit N prompts" in capsys.readouterr().err
+    assert "--spread applies only with --limit" in capsys.readouterr().err
 
 
 def _choice_records(correct: list[int], n_choices: list[int], random_shift: float) -> list[dict]:

@@ -13,6 +13,7 @@ import pytest
 from bindscope import cli
 from bindscope.errors import InputError
 from bindscope.experiments import patching, scan
+from bindscope.experiments.kit.chunks import spread_over_terms
 from bindscope.prompts import load
 from tests.experiments.test_cli_errors import _fails, _no_records
 from tests.experiments.test_patching import _pairs
@@ -307,10 +308,10 @@ def test_a_failed_load_leaves_no_lock_or_folder(monkeypatch, tmp_path, capsys, t
 def test_scan_spread_takes_prompts_from_every_term(tiny_llama, tiny_prompts, tmp_path, capsys):
     terms = {r.term for r in scan.scannable(load(tiny_prompts))}
     assert len(terms) == 4
-    first = scan.spread_over_terms(scan.scannable(load(tiny_prompts)), None)[:4]
+    first = spread_over_terms(scan.scannable(load(tiny_prompts)), None)[:4]
     assert {r.term for r in first} == terms  # one prompt of each term
     assert {r.term for r in scan.scannable(load(tiny_prompts))[:4]} != terms  # file order
-    with pytest.raises(InputError, match="add --limit N"):
+    with pytest.raises(InputError, match="add limit=N"):
         scan.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, spread=True, progress=False)
     scan.run(tiny_llama, prompts=tiny_prompts, out=tmp_path, limit=4, spread=True,
              n_resamples=99, progress=False)  # fmt: skip
@@ -318,7 +319,7 @@ def test_scan_spread_takes_prompts_from_every_term(tiny_llama, tiny_prompts, tmp
     assert {r["term"] for r in records} == terms
     assert all(r["scan"]["spread"] is True for r in records if r["experiment"] == "scan")
     assert cli.main(["scan", "--spread", "--out", str(tmp_path / "o")]) == 2
-    assert "--spread spreads --limit N prompts" in capsys.readouterr().err
+    assert "--spread applies only with --limit" in capsys.readouterr().err
 
 
 def test_scan_progress_moves_after_every_pass(tiny_llama, tiny_prompts, tmp_path, monkeypatch):

@@ -13,7 +13,7 @@ from scipy.stats import spearmanr
 
 from bindscope.errors import InputError
 from bindscope.experiments.kit.experiment import ModelRun, model_records
-from bindscope.experiments.kit.options import option, positive
+from bindscope.experiments.kit.options import option
 from bindscope.experiments.kit.per_head_tests import HeadTestOptions
 from bindscope.interventions.flow_specs import Spec
 from bindscope.protocols import LanguageModel
@@ -38,7 +38,6 @@ class AttributionOptions(HeadTestOptions):
     verify: int | None = option(
         None,
         f"heads measured exactly under --method attribution (default {DEFAULT_VERIFY})",
-        type=positive,
         metavar="K",
         least=1,
     )

@@ -1,25 +1,22 @@
 """An experiment's options: a frozen dataclass whose ``option`` fields are its flags.
 
-``setting`` fields are for Python callers only. A flag's ``choices`` and ``least`` are checked
-on construction, then the class's own ``check``, before any model loads.
+``setting`` fields are for Python callers only. A field's ``choices`` and ``least``, then a flag's
+``needs``, are checked on construction, then the class's own ``check``, before any model loads.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from bindscope.batch import GENERATION_BATCH_SIZE
 from bindscope.errors import InputError, whole_number
 
 T = TypeVar("T")
 OptionsT = TypeVar("OptionsT", bound="Options")
-
-GENERATION_HELP = (
-    "rows per greedy-generation batch (a decoding step costs little more for more rows)"
-)
 
 
 def positive(text: str) -> int:
@@ -44,7 +41,10 @@ def _integer(text: str, least: int, below: str) -> int:
 
 @dataclass(frozen=True)
 class Flag:
-    """How one option reads on the command line (``bindscope COMMAND --name VALUE``)."""
+    """How one option reads on the command line (``bindscope COMMAND --name VALUE``).
+
+    ``fix`` replaces the ``least`` refusal's fix; ``needs`` names the flag this one applies with.
+    """
 
     help: str = ""
     type: Callable[[str], Any] | None = None
@@ -57,16 +57,29 @@ class Flag:
     convert: Callable[[Any], Any] | None = None
     flag: str | None = None
     least: int | None = None
+    fix: str | None = None
+    needs: str | None = None
 
 
 def option(default: T, help: str = "", **flag: Any) -> T:
-    """A field of an ``Options`` dataclass that is also a command-line flag (``Flag`` fields)."""
+    """An ``Options`` field that is a flag (``Flag`` fields; ``least`` 0 or 1 sets ``type``)."""
+    flag.setdefault("type", {0: count, 1: positive}.get(flag.get("least", -1)))
     return dataclasses.field(default=default, metadata={"flag": Flag(help=help, **flag)})
 
 
 def prompts_option() -> Any:
     """The ``--prompts`` option of a study of one prompt set (default ``canonical``)."""
     return option("canonical", "prompt set: canonical, controls or a .jsonl path", prompts=True)
+
+
+def generation_batch_option() -> Any:
+    """The ``--generation-batch-size`` option of a study that generates."""
+    return option(
+        GENERATION_BATCH_SIZE,
+        "rows per greedy-generation batch (a decoding step costs little more for more rows)",
+        least=1,
+        fix=f"pass the texts per batch, e.g. generation_batch_size={GENERATION_BATCH_SIZE}",
+    )
 
 
 def spread_option() -> Any:
@@ -76,29 +89,20 @@ def spread_option() -> Any:
         "with --limit N: take the N prompts in turn from each term (one per term, then a "
         "second, ...) instead of the first N in the file; refused without --limit",
         switch=True,
+        needs="limit",
     )
 
 
-def check_spread(limit: int | None, spread: bool) -> None:
-    """Refuse ``spread`` without a ``limit`` (it would change nothing)."""
-    if spread and limit is None:
-        raise InputError(
-            "--spread spreads --limit N prompts over the terms: add --limit N "
-            "(spread=True needs limit=N)"
-        )
+def _check_value(name: str, value: object, flag: Flag) -> None:
+    if flag.choices is not None and value not in flag.choices:
+        raise InputError(f"{name}={value!r}: pass one of {', '.join(flag.choices)}")
+    if flag.least is not None:
+        fix = flag.fix or f"pass --{_dashed(name)} {flag.least} or more"
+        whole_number(value, name, fix, least=flag.least)
 
 
-def check_whole(options: object, least: Mapping[str, int]) -> None:
-    """Refuse a field named in ``least`` that is not a whole number of at least its value."""
-    for name, at_least in least.items():
-        fix = f"pass --{name.replace('_', '-')} {at_least} or more"
-        whole_number(getattr(options, name), name, fix, least=at_least)
-
-
-def check_choice(name: str, value: object, choices: Sequence[str]) -> None:
-    """Refuse a ``value`` of option ``name`` that is not one of ``choices`` (``InputError``)."""
-    if value not in choices:
-        raise InputError(f"{name}={value!r}: pass one of {', '.join(choices)}")
+def _dashed(name: str) -> str:
+    return name.replace("_", "-")
 
 
 @dataclass(frozen=True)
@@ -126,9 +130,9 @@ def apply_preset(
     return merged
 
 
-def setting(default: T) -> T:
+def setting(default: T, choices: tuple[str, ...] | None = None) -> T:
     """A field of an ``Options`` dataclass that only Python callers set (no flag)."""
-    return dataclasses.field(default=default)
+    return dataclasses.field(default=default, metadata={"setting": Flag(choices=choices)})
 
 
 @dataclass(frozen=True)
@@ -136,15 +140,23 @@ class Options:
     """An experiment's own options; subclasses are frozen dataclasses of ``option`` fields."""
 
     def __post_init__(self) -> None:
-        for name, flag, default in self.flags():
-            value = getattr(self, name)
-            if value is None and default is None:
-                continue
-            if flag.choices is not None:
-                check_choice(name, value, flag.choices)
-            if flag.least is not None:
-                check_whole(self, {name: flag.least})
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            flag = field.metadata.get("flag") or field.metadata.get("setting")
+            if flag is not None and not (value is None and field.default is None):
+                _check_value(field.name, value, flag)
+        for name, flag, _ in self.flags():
+            if flag.needs and getattr(self, name) and not getattr(self, flag.needs):
+                raise InputError(self._needs_text(name, flag.needs))
         self.check()
+
+    def _needs_text(self, name: str, needs: str) -> str:
+        metavar = {n: f for n, f, _ in self.flags()}[needs].metavar or "N"
+        return (
+            f"{name}={getattr(self, name)!r} applies only with {needs} (--{_dashed(name)} "
+            f"applies only with --{_dashed(needs)}): leave it out or add {needs}={metavar} "
+            f"(--{_dashed(needs)} {metavar})"
+        )
 
     def check(self) -> None:
         """Refuse what the flags' metadata cannot say: a bad combination (override; InputError)."""
@@ -180,14 +192,12 @@ class Options:
 
 
 __all__ = [
-    "GENERATION_HELP",
     "Flag",
     "Options",
     "Preset",
     "apply_preset",
-    "check_choice",
-    "check_whole",
     "count",
+    "generation_batch_option",
     "option",
     "positive",
     "prompts_option",

@@ -38,7 +38,6 @@ class HeadTestOptions(Options):
         None,
         "only N items (default: all): the first N scannable prompts (scan: recognition items "
         "and prompts with a target) or the first N pairs that fit the tokenizer (patch)",
-        type=positive,
         least=1,
     )
     n_resamples: int | None = option(

@@ -14,7 +14,7 @@ import numpy as np
 from bindscope.errors import InputError
 from bindscope.experiments.kit.binding_reuse import reuse_or_bind, stored_binding
 from bindscope.experiments.kit.experiment import Common, ModelRun, Plan
-from bindscope.experiments.kit.options import Options, option, positive
+from bindscope.experiments.kit.options import Options, option
 from bindscope.experiments.kit.record_fields import Item
 from bindscope.experiments.kit.taxonomy_summary import CLASSIFICATION_FILE, summarize
 from bindscope.metrics import taxonomy
@@ -44,9 +44,9 @@ def _parse_thresholds(pairs: Sequence[str] | Mapping[str, float] | None) -> dict
 class TaxonomyOptions(Options):
     """Options of the head taxonomy (``bindscope heads``, ``bindscope sweep --heads``)."""
 
-    n_repeated: int = option(32, "repeated random sequences", type=positive, least=1)
-    repeat_length: int = option(24, "random tokens per copy", type=positive, least=1)
-    top_k: int = option(4, "binding top-k compared with classes", type=positive, least=1)
+    n_repeated: int = option(32, "repeated random sequences", least=1)
+    repeat_length: int = option(24, "random tokens per copy", least=1)
+    top_k: int = option(4, "binding top-k compared with classes", least=1)
     thresholds: Mapping[str, float] | None = option(
         None,
         "classification threshold, repeatable: sink, previous_token, induction, "
