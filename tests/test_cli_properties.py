@@ -100,6 +100,7 @@ def test_any_command_line_stops_cleanly_or_reaches_the_model(data, paths, monkey
     monkeypatch.setattr(bindscope, "load_model", _loaded)
     monkeypatch.setattr(cli, "_load", _loaded)
     monkeypatch.setattr(loading, "load_model", _loaded)
+    monkeypatch.chdir(paths["dir"])  # a command without --out makes its default folder here
     argv = data.draw(command_lines(paths))
     try:
         code = cli.main(argv)
