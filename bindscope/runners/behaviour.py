@@ -64,8 +64,9 @@ def _rows_for(
         for spec in row:
             if isinstance(spec, (Patch, PatternPatch, Resample)):
                 raise InterventionError(
-                    f"{model.name}: record {records[i].key}: Patch and Resample need texts "
-                    "of fixed length; use them with model.logits() or attention_probs()"
+                    f"{model.name}: record {records[i].key}: {type(spec).__name__} needs "
+                    "texts of fixed length (as Patch, PatternPatch and Resample do); use it "
+                    "with model.logits() or attention_probs()"
                 )
     return rows
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bindscope.errors import InterventionError
-from bindscope.interventions import Knockout, Mean, Patch, Zero, head_means
+from bindscope.interventions import Knockout, Mean, Patch, PatternPatch, Zero, head_means
 from bindscope.metrics.binding import bsi_from_probs
 from bindscope.runners.behaviour import generation, recognition
 from bindscope.runners.binding import binding
@@ -52,8 +52,9 @@ def test_generation_runner_takes_intervene(tiny):
     rows = generation(tiny, gen, per_row=per_row, rubric=rubric)
     clean = generation(tiny, gen[:1], rubric=rubric)
     assert rows[0].text == clean[0].text and rows[1].text == got[1].text
-    with pytest.raises(InterventionError, match="fixed length"):
-        generation(tiny, gen, intervene=Patch(HEADS, [gen[0].template]), rubric=rubric)
+    for fixed in (Patch, PatternPatch):  # the message names the spec it refused
+        with pytest.raises(InterventionError, match=f"{fixed.__name__} needs texts of fixed"):
+            generation(tiny, gen, intervene=fixed(HEADS, [gen[0].template]), rubric=rubric)
 
 
 def test_binding_under_knockout_equals_bsi_of_knocked_out_probabilities(tiny):
