@@ -9,7 +9,7 @@ from typing import Any
 
 from bindscope.cli.ndif import add_parser as add_ndif
 from bindscope.experiments.kit.experiment import Experiment
-from bindscope.experiments.kit.options import positive
+from bindscope.experiments.kit.options import positive, spelled
 from bindscope.loading import EMBEDDED
 from bindscope.loading.weights import DTYPES
 
@@ -79,7 +79,7 @@ def _add_experiment(
     several, revisions = definition.models == "several", definition.models == "revisions"
     _add_common(p, several=several, revision=not revisions)
     for name, flag, default in definition.options.flags():
-        spelled = flag.flag or "--" + name.replace("_", "-")
+        written = spelled(name, flag)
         text = flag.help
         if default not in (None, False, ()) and "default" not in text:
             text += " (default %(default)s)"
@@ -91,7 +91,7 @@ def _add_experiment(
         else:
             given.update(type=flag.type, choices=flag.choices, metavar=flag.metavar)
             given.update(default=default, required=flag.required)
-        p.add_argument(spelled, **given)
+        p.add_argument(written, **given)
     if definition.presets:
         p.add_argument(
             "--preset",

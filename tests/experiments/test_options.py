@@ -66,6 +66,20 @@ def test_needs_refuses_a_flag_given_without_the_flag_it_applies_with():
     assert _Conditional(depth=2, width=1).depth == 2
 
 
+@dataclass(frozen=True)
+class _Spelled(Options):
+    n_layers: int = option(0, "layers", flag="--layers", least=0)
+    n_heads: int | None = option(None, "heads", flag="--heads", least=1, needs="n_layers")
+
+
+def test_the_refusals_write_a_flag_as_the_command_line_does():
+    # a flag with a spelling of its own is named by it, as the parser takes it
+    with pytest.raises(InputError, match=r"pass --heads 1 or more$"):
+        _Spelled(n_layers=1, n_heads=0)
+    with pytest.raises(InputError, match=r"\(--heads applies only with --layers\)"):
+        _Spelled(n_heads=2)
+
+
 def test_fix_replaces_the_least_refusals_fix():
     with pytest.raises(InputError, match=r"rows=0 is not a whole number >= 1; pass e.g. rows=8$"):
         _Conditional(rows=0)

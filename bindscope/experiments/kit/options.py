@@ -97,12 +97,13 @@ def _check_value(name: str, value: object, flag: Flag) -> None:
     if flag.choices is not None and value not in flag.choices:
         raise InputError(f"{name}={value!r}: pass one of {', '.join(flag.choices)}")
     if flag.least is not None:
-        fix = flag.fix or f"pass --{_dashed(name)} {flag.least} or more"
+        fix = flag.fix or f"pass {spelled(name, flag)} {flag.least} or more"
         whole_number(value, name, fix, least=flag.least)
 
 
-def _dashed(name: str) -> str:
-    return name.replace("_", "-")
+def spelled(name: str, flag: Flag | None = None) -> str:
+    """How option ``name`` is written on the command line (its ``flag``'s own spelling, if any)."""
+    return (flag.flag if flag is not None else None) or "--" + name.replace("_", "-")
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ def apply_preset(
     merged = dict(given)
     for name, value in preset.options().items():
         if name in given and given[name] != defaults[name] and given[name] != value:
-            flag = "--" + name.replace("_", "-")
+            flag = spelled(name)
             raise InputError(
                 f"--preset {preset_name} sets {name}; {flag} {given[name]!r} disagrees: "
                 f"drop {flag} or the preset"
@@ -151,11 +152,12 @@ class Options:
         self.check()
 
     def _needs_text(self, name: str, needs: str) -> str:
-        metavar = {n: f for n, f, _ in self.flags()}[needs].metavar or "N"
+        flags = {n: f for n, f, _ in self.flags()}
+        given, other = spelled(name, flags[name]), spelled(needs, flags[needs])
+        metavar = flags[needs].metavar or "N"
         return (
-            f"{name}={getattr(self, name)!r} applies only with {needs} (--{_dashed(name)} "
-            f"applies only with --{_dashed(needs)}): leave it out or add {needs}={metavar} "
-            f"(--{_dashed(needs)} {metavar})"
+            f"{name}={getattr(self, name)!r} applies only with {needs} ({given} applies only "
+            f"with {other}): leave it out or add {needs}={metavar} ({other} {metavar})"
         )
 
     def check(self) -> None:
@@ -202,4 +204,5 @@ __all__ = [
     "positive",
     "prompts_option",
     "setting",
+    "spelled",
 ]
