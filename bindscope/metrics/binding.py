@@ -98,10 +98,11 @@ class BindingResult:
 
     def to_dict(self) -> dict:
         """JSON-ready dict (NaN becomes null)."""
-        return {name: _plain(getattr(self, name)) for name in (*_PROMPT_FIELDS, *MEASURES)}
+        return {name: _plain(getattr(self, name)) for name in (*PROMPT_FIELDS, *MEASURES)}
 
 
-_PROMPT_FIELDS = ("key", "prompt_id", "term", "task", "control_group")
+#: The prompt's fields `BindingResult.to_dict` writes first (a result line's item fields).
+PROMPT_FIELDS = ("key", "prompt_id", "term", "task", "control_group")
 #: The measures `BindingResult.to_dict` writes after the prompt's fields, in its order.
 MEASURES = (
     *("eb_star", "eb_star_norm", "best_layer", "entropy", "n_span", "span", "span_tokens"),

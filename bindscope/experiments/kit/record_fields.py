@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bindscope.metrics.binding import BindingResult
+from bindscope.metrics.binding import PROMPT_FIELDS, BindingResult
 from bindscope.prompts.pairs import Pair
 from bindscope.prompts.prompt_sets import PromptRecord
 from bindscope.prompts.tasks import TaskPair
 from bindscope.protocols import LanguageModel
 
 #: The fields a result line takes from its item, in record order (``key`` as ``prompt_key``).
-ITEM_FIELDS = ("key", "prompt_id", "term", "task", "control_group")
+ITEM_FIELDS = PROMPT_FIELDS
 
 
 @dataclass(frozen=True)
