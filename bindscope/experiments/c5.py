@@ -129,21 +129,18 @@ def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
     rubric = opts.rubric or default_rubric()
     inputs = {"prompt_sha256": pset.sha256, "rubric_sha256": content_sha256(rubric)}
 
-    def strategy(model: LanguageModel) -> str:
-        # the residual stream would cross the network
-        return "batched" if getattr(model, "remote", False) else opts.strategy
-
     def prov(model: LanguageModel) -> dict:
         layout = "full" if getattr(model, "remote", False) else choice_layout(model)
-        c5_run = {"c5_strategy": strategy(model), "c5_choices": layout}
+        c5_run = {"c5_strategy": _strategy(model, opts), "c5_choices": layout}
         return provenance(model, prompt_set=pset, seed=common.seed, c5=settings, **c5_run)
 
     study = _Study(opts, pset, rset, rubric, common.batch_size, settings, nulls)
+    return Plan({**settings, **inputs}, lambda run: _run_model(run, study), provenance=prov)
 
-    def each(run: ModelRun) -> None:
-        _run_model(run, replace(study, strategy=strategy(run.model)))
 
-    return Plan({**settings, **inputs}, each, provenance=prov)
+def _strategy(model: LanguageModel, opts: C5Options) -> str:
+    # the residual stream would cross the network
+    return "batched" if getattr(model, "remote", False) else opts.strategy
 
 
 @dataclass(frozen=True)
@@ -156,7 +153,6 @@ class _Study:
     settings: dict
     nulls: list[str]
     # one model's run
-    strategy: str = "batched"
     heads: dict[str, list] = field(default_factory=dict)  # condition -> its heads
     means: Any = None  # the heads' means under mean ablation (None: zero)
     extra: dict = field(default_factory=dict)  # stored with the top set's records
@@ -253,7 +249,7 @@ def _score(model: LanguageModel, study: _Study, part: _Part) -> list[Any]:
     recognizing = part[0][0].task == "recognition"  # one task a part
     ablated = {name for _, name in part} - {"baseline"}
     heads, means = study.heads, study.means
-    if recognizing and study.strategy == "residual" and ablated:
+    if recognizing and _strategy(model, study.opts) == "residual" and ablated:
         return recognition_residual(model, part, heads, means=means, batch_size=batch_size)
     per_row = [_spec(heads[name], means) for _, name in part]
     records = [rec for rec, _ in part]

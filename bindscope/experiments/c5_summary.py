@@ -140,15 +140,14 @@ def _across_models(models: dict[str, dict]) -> None:
                 tests[m]["p_holm"] = p
                 if null == "random":
                     models[m].setdefault("p_holm", {})[score] = p
-        for entry in models.values():
-            drops = entry["random_drops"].get(score)
-            items = entry["_item_drops"].get(score)
-            if drops and len(drops) >= 2 and items is not None:
-                entry["detectable_drop"][score] = stats.detectable_drop(
-                    drops, items, alpha=alpha, power=POWER
-                )
     for entry in models.values():
-        del entry["_item_drops"]  # the per-item drops stay in the records
+        item_drops = entry.pop("_item_drops")  # the per-item drops stay in the records
+        for score in SCORES:
+            drops = entry["random_drops"].get(score)
+            if drops and len(drops) >= 2 and score in item_drops:
+                entry["detectable_drop"][score] = stats.detectable_drop(
+                    drops, item_drops[score], alpha=alpha, power=POWER
+                )
 
 
 #: An entry's fields that `_ModelSummary.score` fills, one key per score.
