@@ -134,7 +134,7 @@ def _plan(models: list[LanguageModel], opts: C5Options, common: Common) -> Plan:
         c5_run = {"c5_strategy": _strategy(model, opts), "c5_choices": layout}
         return provenance(model, prompt_set=pset, seed=common.seed, c5=settings, **c5_run)
 
-    study = _Study(opts, pset, rset, rubric, common.batch_size, settings, nulls)
+    study = _Study(opts, pset, rset, rubric, common.batch_size, settings)
     return Plan({**settings, **inputs}, lambda run: _run_model(run, study), provenance=prov)
 
 
@@ -151,7 +151,6 @@ class _Study:
     rubric: dict
     batch_size: int
     settings: dict
-    nulls: list[str]
     # one model's run
     heads: dict[str, list] = field(default_factory=dict)  # condition -> its heads
     means: Any = None  # the heads' means under mean ablation (None: zero)
@@ -167,8 +166,8 @@ def _run_model(run: ModelRun, study: _Study) -> None:
     top, bottom = _rank(run, study)
     templates = [r.template for r in study.rset.records]
     nulls, extra = null_sets(
-        model, top, study.nulls, k=opts.k, n=opts.n_random, seed=study.settings["seed"],
-        templates=templates, batch_size=study.batch_size,
+        model, top, study.settings.get("nulls", ["random"]), k=opts.k, n=opts.n_random,
+        seed=study.settings["seed"], templates=templates, batch_size=study.batch_size,
     )  # fmt: skip
     means = None
     if opts.ablation == "mean":  # once, for every head any condition may ablate
@@ -223,8 +222,7 @@ def _rank(run: ModelRun, study: _Study) -> tuple[list[list[int]], list[list[int]
 def _evaluate(run: ModelRun, study: _Study) -> None:
     model = run.model
     batch_size, generation_batch_size = study.batch_size, study.opts.generation_batch_size
-    names = study.heads
-    items = [(rec, name) for rec in batch_order(model, study.pset.records) for name in names]
+    items = [(rec, name) for rec in batch_order(model, study.pset.records) for name in study.heads]
 
     def work(chunk: _Part) -> list[dict]:
         out = []
@@ -239,7 +237,7 @@ def _evaluate(run: ModelRun, study: _Study) -> None:
         work,
         key=lambda item: run.key(item[0].key, item[1]),
         # about batch_size records with every condition, in whole batches of both kinds
-        chunk_size=chunk_items(batch_size, generation_batch_size, batch_size * len(names)),
+        chunk_size=chunk_items(batch_size, generation_batch_size, batch_size * len(study.heads)),
         desc=f"c5 {model_label(model)}",
     )
 
@@ -268,8 +266,7 @@ def _records(run: ModelRun, study: _Study, part: _Part, results: list[Any]) -> l
         if rec.task == "recognition":
             metrics["margin"] = _margin(res.scores, rec.answer_idx)
         fields = study.extra if name == "top" else {}
-        heads = study.heads[name]
-        out.append(run.record(rec, name, metrics, heads=heads, **shared, **fields))
+        out.append(run.record(rec, name, metrics, heads=study.heads[name], **shared, **fields))
     return out
 
 

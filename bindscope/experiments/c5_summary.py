@@ -306,12 +306,9 @@ class _ModelSummary:
             )
             test.update(random_mean=float(np.mean(drops)), n_evaluated=len(names))
             test["specificity"] = spec.to_dict()
-            if test["random_mean"] < 0:
-                numbers = {"random_mean": test["random_mean"], "top_drop": top_drop}
-                gain = {"gain": -test["random_mean"]}
-                found.append(
-                    limits.note("random_gain", label, words=gain, score=score, null=null, **numbers)
-                )
+            if (mean := test["random_mean"]) < 0:
+                numbers = {"score": score, "null": null, "random_mean": mean, "top_drop": top_drop}
+                found.append(limits.note("random_gain", label, words={"gain": -mean}, **numbers))
             entry["nulls"].setdefault(null, {})[score] = test
             if null == "random":
                 entry["random_drops"][score] = drops
@@ -377,7 +374,7 @@ def _model_lines(label: str, m: dict) -> Iterator[str]:
     yield f"  {label}: top {m['top_heads']}  bottom {m['bottom_heads']}"
     header = f"    {'task':<12}{'baseline':>9}{'top':>8}{'bottom':>8}{'random':>8}"
     yield header + "   top drop               specificity            p      p_holm"
-    for task in ("recognition", "margin", "generation"):
+    for task in SCORES:
         cond = m["conditions"]
         if "baseline" not in cond or task not in cond["baseline"]:
             continue
