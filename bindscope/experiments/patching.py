@@ -84,16 +84,12 @@ def prepare(model: LanguageModel, pair: Pair) -> Prepared:
 def _prepare_all(
     model: LanguageModel, pairs: list[Pair], name: str, limit: int | None
 ) -> tuple[list[Prepared], int]:
-    prepared, skipped = [], 0
-    for pair in pairs:
-        found = prepare(model, pair)
-        if _length(model, found.clean) != _length(model, found.corrupted):
-            skipped += 1  # another tokenizer than the one the pairs were matched under
-            continue
-        prepared.append(found)
+    found = [prepare(model, pair) for pair in pairs]
+    # skipped: unequal lengths under another tokenizer than the one the pairs were matched under
+    prepared = [p for p in found if _length(model, p.clean) == _length(model, p.corrupted)]
     if not prepared:
         raise InputError(f"{name}: no pair tokenizes to equal lengths under {model.name}")
-    return prepared[:limit], skipped
+    return prepared[:limit], len(found) - len(prepared)
 
 
 @dataclass(frozen=True)
