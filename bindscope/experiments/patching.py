@@ -84,16 +84,12 @@ def prepare(model: LanguageModel, pair: Pair) -> Prepared:
 def _prepare_all(
     model: LanguageModel, pairs: list[Pair], name: str, limit: int | None
 ) -> tuple[list[Prepared], int]:
-    prepared, skipped = [], 0
-    for pair in pairs:
-        found = prepare(model, pair)
-        if _length(model, found.clean) != _length(model, found.corrupted):
-            skipped += 1  # another tokenizer than the one the pairs were matched under
-            continue
-        prepared.append(found)
+    found = [prepare(model, pair) for pair in pairs]
+    # skipped: unequal lengths under another tokenizer than the one the pairs were matched under
+    prepared = [p for p in found if _length(model, p.clean) == _length(model, p.corrupted)]
     if not prepared:
         raise InputError(f"{name}: no pair tokenizes to equal lengths under {model.name}")
-    return prepared[:limit], skipped
+    return prepared[:limit], len(found) - len(prepared)
 
 
 @dataclass(frozen=True)
@@ -139,14 +135,14 @@ def _plan(models: list[LanguageModel], opts: PatchingOptions, common: Common) ->
         model = run.model
         items = prepared[id(model)][0]
         shortest = min(_length(model, p.corrupted) for p in items)
-        conditions, offsets = _conditions(model, opts.unit, shortest)
+        conditions = _conditions(model, opts.unit, shortest)
         names = list(conditions)
         if "verify" in settings:  # estimate every head, patch the top ones exactly
             chosen = _estimate(run, items, settings, common)
             names = [n for n in names if n in chosen]
 
         def work(chunk: list[Prepared]) -> list[dict]:
-            patch = {n: (conditions[n], offsets.get(n)) for n in names}
+            patch = {n: conditions[n] for n in names}
             return [r for p in chunk for r in _pair_records(run, p, patch, settings, common)]
 
         run.chunks(
@@ -222,16 +218,14 @@ def _length(model: LanguageModel, text: str | Sequence[int]) -> int:
     return len(text) if not isinstance(text, str) else len(model.tokenize(text))
 
 
-def _conditions(model: LanguageModel, unit: str, shortest: int) -> tuple[dict, dict[str, int]]:
+def _conditions(
+    model: LanguageModel, unit: str, shortest: int
+) -> dict[str, tuple[list, int | None]]:
+    # each condition's heads and its position from the end (None: every position)
     if unit not in ("position", "head_position"):
-        return conditions_of(model, unit), {}
+        return {name: (heads, None) for name, heads in conditions_of(model, unit).items()}
     units = conditions_of(model, "layer" if unit == "position" else "head")
-    conditions, offsets = {}, {}
-    for name, heads in units.items():
-        for offset in range(shortest):
-            conditions[f"{name}.P{offset}"] = heads
-            offsets[f"{name}.P{offset}"] = offset
-    return conditions, offsets
+    return {f"{n}.P{p}": (heads, p) for n, heads in units.items() for p in range(shortest)}
 
 
 def summarize_patching(

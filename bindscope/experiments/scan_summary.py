@@ -20,7 +20,7 @@ def matched_comparison(
     effect: list[list], bsi: np.ndarray, primary: list[list[str]], *, k: int, n: int, seed: int
 ) -> dict:
     """The EB* top-``k`` heads' mean effect against ``n`` class-matched random head sets."""
-    values = np.array([[np.nan if v is None else v for v in row] for row in effect])
+    values = np.array(effect, dtype=float)  # None: nan
     top = rank_heads(bsi, k)[0]
     sets = draw_class_matched_sets(primary, top, n=n, seed=seed)
     top_effect = float(np.mean([values[h[0], h[1]] for h in top]))

@@ -114,15 +114,13 @@ def _run_revision(run: ModelRun, pset: PromptSet, rubric: dict, sizes: tuple[int
 
     def work(chunk: list[PromptRecord]) -> list[dict]:
         bound = reuse_or_bind(run, chunk, batch_size=batch_size)
-        scores: dict[str, float] = {}
         rec = [r for r in chunk if r.task == "recognition"]
         gen = [r for r in chunk if r.task == "generation"]
-        for r, res in zip(rec, recognition(model, rec, batch_size=batch_size) if rec else []):
-            scores[r.key] = float(res.correct)
+        recognised = recognition(model, rec, batch_size=batch_size) if rec else []
+        scores = {r.key: float(res.correct) for r, res in zip(rec, recognised)}
         if gen:
             generated = generation(model, gen, rubric=rubric, batch_size=generation_batch_size)
-            for r, out in zip(gen, generated):
-                scores[r.key] = out.score
+            scores |= {r.key: out.score for r, out in zip(gen, generated)}
         return [run.record(r, "clean", {**m, "behaviour": scores[r.key]}) for r, m, _ in bound]
 
     run.chunks(

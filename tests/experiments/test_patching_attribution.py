@@ -11,13 +11,16 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from bindscope.cli import main
 from bindscope.errors import InputError
 from bindscope.experiments import patching, scan
 from bindscope.experiments.kit.attribution_method import DEFAULT_VERIFY, AttributionOptions
 from bindscope.experiments.kit.registry import validate_file
+from bindscope.interventions.ops import metric_values
 from bindscope.results.records import read_records
+from bindscope.runners.attribution_metrics import LogitDifference, metric_terms
 from tests.conftest import FAMILY_NAMES, build_tiny
 from tests.experiments import planted
 from tests.experiments.test_patching import STEMS, SWAPS, _pairs, _write
@@ -107,6 +110,28 @@ def test_planted_head_is_estimated_top_and_verified(byte_tokenizer, tmp_path):
     assert m["top"][0]["value"] == pytest.approx(1.0, abs=0.1)
     assert abs(m["top"][1]["value"]) < 0.1  # the other verified head recovers ~nothing
     assert [0, head] in m["significant"]
+
+
+@pytest.mark.parametrize("kind", ["answers", "target"])
+def test_the_records_metric_is_the_metric_attribution_differentiates(tiny_llama, tmp_path, kind):
+    rows = _pairs(tiny_llama)[:3] if kind == "answers" else _target_pairs(tiny_llama, 3)
+    found, _, _ = patching.load_pairs(_write(tmp_path, rows))
+    for p in (patching.prepare(tiny_llama, pair) for pair in found):
+        for logits in tiny_llama.logits([p.clean, p.corrupted]):
+            n = logits.shape[0]
+            if isinstance(p.metric, LogitDifference):
+                ids = torch.zeros(1, n, dtype=torch.long)  # only the width is read
+            else:
+                ids = torch.tensor([list(p.clean)])
+            terms, _ = metric_terms([p.metric], ids, every_logit=True)
+            shared = float(metric_values(logits[None], terms)[0])
+            if isinstance(p.metric, LogitDifference):  # one float32 subtraction in both
+                assert p.measure(logits) == shared
+            else:  # a float64 mean of float32 log-probs vs a float32 weighted sum of them
+                logp = logits.float().log_softmax(-1)[-p.metric.n_target - 1 : -1].abs().max()
+                eps = torch.finfo(torch.float32).eps
+                bound = (p.metric.n_target + 1) * eps / 2 * float(logp)
+                assert abs(p.measure(logits) - shared) <= bound
 
 
 def test_records_resume_and_refusals(tiny_llama, tmp_path):

@@ -100,14 +100,12 @@ def estimate_heads(
 
 def _groups(texts: list, specs: list) -> list[list[int]]:
     # Resample refuses a text equal to its reference, even in another row of the same call
+    donors = [list(s.reference[0]) if getattr(s, "reference", None) else None for s in specs]
     groups: list[list[int]] = []
-    for i, spec in enumerate(specs):
-        donor = list(spec.reference[0]) if getattr(spec, "reference", None) else None
+    for i, donor in enumerate(donors):
         for group in groups:
-            theirs = [specs[j] for j in group]
-            if donor not in [texts[j] for j in group] and not any(
-                getattr(t, "reference", None) and list(t.reference[0]) == texts[i] for t in theirs
-            ):
+            theirs = [(texts[j], donors[j]) for j in group]
+            if all(donor != text and texts[i] != other for text, other in theirs):
                 group.append(i)
                 break
         else:

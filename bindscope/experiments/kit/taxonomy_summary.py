@@ -21,11 +21,7 @@ CLASSIFICATION_FILE = "classification.json"
 
 
 def _array(records: list[dict], name: str) -> np.ndarray:
-    grids = [r["metrics"][name] for r in records]
-    return np.array(
-        [[[np.nan if x is None else x for x in row] for row in grid] for grid in grids],
-        dtype=np.float64,
-    )
+    return np.array([r["metrics"][name] for r in records], dtype=np.float64)  # None: nan
 
 
 def _summarize_model(
