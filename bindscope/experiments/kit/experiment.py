@@ -100,14 +100,13 @@ class ModelRun:
         key = key or (lambda item: self.key(item.key))  # type: ignore[attr-defined]
         pending = [item for item in items if key(item) not in self.writer]
         done = len(items) - len(pending)
-        bar = tqdm(
+        with tqdm(
             total=len(items), initial=done, desc=desc, unit="item", disable=not self.progress
-        )
-        for start in range(0, len(pending), chunk_size):
-            chunk = pending[start : start + chunk_size]
-            self.writer.write_many(work(chunk))
-            bar.update(len(chunk))
-        bar.close()
+        ) as bar:
+            for start in range(0, len(pending), chunk_size):
+                chunk = pending[start : start + chunk_size]
+                self.writer.write_many(work(chunk))
+                bar.update(len(chunk))
         return len(pending)
 
 
