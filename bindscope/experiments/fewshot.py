@@ -86,9 +86,8 @@ def _plan(models: list[LanguageModel], opts: FewshotOptions, common: Common) -> 
             f"no exemplar for term(s) {missing}; add them to the exemplars file "
             '({"terms": {term: {"exemplar": ..., "paraphrase": ...}}})'
         )
-    for model in models:
-        for condition in ("few_shot", "paraphrase"):
-            check_fit(model, records, prefixes=prefix[condition])
+    for model, found in itertools.product(models, prefix.values()):
+        check_fit(model, records, prefixes=found)
     items = [(r, c) for c in CONDITIONS for r in records]
 
     def each(run: ModelRun) -> None:

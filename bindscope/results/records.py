@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import math
@@ -89,7 +90,7 @@ def _clean(value: Any) -> Any:
     return value
 
 
-class RecordWriter:
+class RecordWriter(contextlib.AbstractContextManager["RecordWriter"]):
     """Append result records to a JSON Lines file, fsync'd line by line, under the folder's lock.
 
     A rerun reads the finished keys (``key in writer``) and drops a line torn by a crash;
@@ -158,9 +159,6 @@ class RecordWriter:
                 self._file.close()
         finally:
             self._lock.release()
-
-    def __enter__(self) -> RecordWriter:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()

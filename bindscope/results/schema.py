@@ -10,12 +10,10 @@ from bindscope.errors import RecordFileError
 from bindscope.families import FAMILIES
 from bindscope.metrics.binding import MEASURES
 from bindscope.results.records import SCHEMA, read_records, record_key
+from bindscope.results.summaries import VERSION_FIELDS
 
 PROVENANCE = (
-    "bindscope",
-    "nnsight",
-    "transformers",
-    "torch",
+    *VERSION_FIELDS,
     "model",
     "revision",
     "family",
@@ -98,6 +96,8 @@ def _checks(record: dict, kind: RecordKind) -> list[tuple[bool, str]]:
     parts = ("experiment", "model", "revision", "prompt_key", "condition")  # record_key's order
     expected = record_key(*(record[name] for name in parts))
     heads, ablation = record["heads"], record.get("ablation")
+    ablations = ("zero", "mean", "resample", "patch") if heads else (None,)
+    families = {f.name for f in FAMILIES}
     pairs = all(
         isinstance(h, list) and len(h) == 2 and all(isinstance(x, int) for x in h) for h in heads
     )
@@ -107,20 +107,14 @@ def _checks(record: dict, kind: RecordKind) -> list[tuple[bool, str]]:
     }
     return [
         (record["schema"] != SCHEMA, f"schema {record['schema']!r} is not {SCHEMA!r}"),
-        (
-            record["family"] not in {f.name for f in FAMILIES},
-            f"unknown family {record['family']!r}",
-        ),
+        (record["family"] not in families, f"unknown family {record['family']!r}"),
         (record["task"] not in kind.tasks(record), f"unknown task {record['task']!r}"),
         (
             record["key"] != expected,
             f"key {record['key']!r} does not match its fields ({expected!r})",
         ),
         (not pairs, "heads must be a list of [layer, head] integer pairs"),
-        (
-            ablation not in (("zero", "mean", "resample", "patch") if heads else (None,)),
-            f"ablation {ablation!r} does not fit heads {heads}",
-        ),
+        (ablation not in ablations, f"ablation {ablation!r} does not fit heads {heads}"),
         (
             not kind.allows(record["condition"]),
             f"unknown {record['experiment']} condition {record['condition']!r}",

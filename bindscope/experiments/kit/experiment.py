@@ -100,14 +100,13 @@ class ModelRun:
         key = key or (lambda item: self.key(item.key))  # type: ignore[attr-defined]
         pending = [item for item in items if key(item) not in self.writer]
         done = len(items) - len(pending)
-        bar = tqdm(
+        with tqdm(
             total=len(items), initial=done, desc=desc, unit="item", disable=not self.progress
-        )
-        for start in range(0, len(pending), chunk_size):
-            chunk = pending[start : start + chunk_size]
-            self.writer.write_many(work(chunk))
-            bar.update(len(chunk))
-        bar.close()
+        ) as bar:
+            for start in range(0, len(pending), chunk_size):
+                chunk = pending[start : start + chunk_size]
+                self.writer.write_many(work(chunk))
+                bar.update(len(chunk))
         return len(pending)
 
 
@@ -192,7 +191,51 @@ class Experiment:
         common = Common(Path(out), batch, seed, force, progress)
         found = list(models) if isinstance(models, (list, tuple)) else [models]  # one or several
         plan = self.plan(found, opts, common)
-        return run_models(self.name, plan.models or found, common, plan, self.summarize)
+        return self._write(plan.models or found, common, plan)
+
+    def _write(
+        self, models: Sequence[LanguageModel | LazyModel], common: Common, plan: Plan
+    ) -> dict:
+        """Write each model's records into ``OUT/<name>`` (and the plan's other folders)."""
+        parts = ((self.name, plan), *plan.also)
+        loaded_now = [m for m in models if not isinstance(m, LazyModel)]
+        with contextlib.ExitStack() as stack:
+            # no progress bars: no job-status lines from NDIF either
+            stack.enter_context(transport.job_status(common.progress))
+            writers = [
+                stack.enter_context(
+                    RecordWriter(
+                        common.out / part / "records.jsonl",
+                        force=common.force,
+                        settings=p.settings,
+                        models=loaded_now,
+                    )
+                )
+                for part, p in parts
+            ]
+            for model in models:
+                todo = [
+                    (n, p, w) for (n, p), w in zip(parts, writers) if not _finished(n, p, w, model)
+                ]
+                if not todo:
+                    continue
+                loaded = model.load() if isinstance(model, LazyModel) else model
+                for part, p, writer in todo:
+                    if isinstance(model, LazyModel):
+                        check_settings(writer.path.parent, p.settings, models=[loaded])
+                    prov = (
+                        p.provenance(loaded)
+                        if p.provenance is not None
+                        else provenance(
+                            loaded, prompt_set=p.prompt_set, seed=common.seed, settings=p.settings
+                        )
+                    )
+                    p.each(ModelRun(part, loaded, writer, prov, common.progress))
+                del loaded  # a lazy model is freed before the next loads
+        for part, p in plan.also:
+            assert p.summarize is not None, f"{part}: a plan written beside another summarizes"
+            p.summarize(common.out / part)
+        return (plan.summarize or self.summarize)(common.out / self.name)
 
 
 def _finished(name: str, plan: Plan, writer: RecordWriter, model: Any) -> bool:
@@ -204,51 +247,4 @@ def _finished(name: str, plan: Plan, writer: RecordWriter, model: Any) -> bool:
     )
 
 
-def run_models(
-    name: str,
-    models: Sequence[LanguageModel | LazyModel],
-    common: Common,
-    plan: Plan,
-    summarize: Callable[[Path], dict],
-) -> dict:
-    """Write each model's records into ``OUT/<name>`` (and the plan's other folders)."""
-    parts = ((name, plan), *plan.also)
-    loaded_now = [m for m in models if not isinstance(m, LazyModel)]
-    with contextlib.ExitStack() as stack:
-        # no progress bars: no job-status lines from NDIF either
-        stack.enter_context(transport.job_status(common.progress))
-        writers = [
-            stack.enter_context(
-                RecordWriter(
-                    common.out / part / "records.jsonl",
-                    force=common.force,
-                    settings=p.settings,
-                    models=loaded_now,
-                )
-            )
-            for part, p in parts
-        ]
-        for model in models:
-            todo = [(n, p, w) for (n, p), w in zip(parts, writers) if not _finished(n, p, w, model)]
-            if not todo:
-                continue
-            loaded = model.load() if isinstance(model, LazyModel) else model
-            for part, p, writer in todo:
-                if isinstance(model, LazyModel):
-                    check_settings(writer.path.parent, p.settings, models=[loaded])
-                prov = (
-                    p.provenance(loaded)
-                    if p.provenance is not None
-                    else provenance(
-                        loaded, prompt_set=p.prompt_set, seed=common.seed, settings=p.settings
-                    )
-                )
-                p.each(ModelRun(part, loaded, writer, prov, common.progress))
-            del loaded  # a lazy model is freed before the next loads
-    for part, p in plan.also:
-        assert p.summarize is not None, f"{part}: a plan written beside another summarizes"
-        p.summarize(common.out / part)
-    return (plan.summarize or summarize)(common.out / name)
-
-
-__all__ = ["Common", "Experiment", "LazyModel", "ModelRun", "Plan", "run_models"]
+__all__ = ["Common", "Experiment", "LazyModel", "ModelRun", "Plan"]

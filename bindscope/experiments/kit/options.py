@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -19,16 +20,6 @@ T = TypeVar("T")
 OptionsT = TypeVar("OptionsT", bound="Options")
 
 
-def positive(text: str) -> int:
-    """Flag type: an integer >= 1."""
-    return _integer(text, 1, "is not a positive integer (1 or more)")
-
-
-def count(text: str) -> int:
-    """Flag type: an integer >= 0."""
-    return _integer(text, 0, "is negative; pass 0 or more")
-
-
 def _integer(text: str, least: int, below: str) -> int:
     try:
         value = int(text)
@@ -37,6 +28,11 @@ def _integer(text: str, least: int, below: str) -> int:
     if value < least:
         raise argparse.ArgumentTypeError(f"{value} {below}")
     return value
+
+
+#: Flag types: an integer >= 1, an integer >= 0.
+positive = functools.partial(_integer, least=1, below="is not a positive integer (1 or more)")
+count = functools.partial(_integer, least=0, below="is negative; pass 0 or more")
 
 
 @dataclass(frozen=True)
