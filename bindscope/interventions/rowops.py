@@ -16,9 +16,8 @@ import torch
 from bindscope.errors import InterventionError
 from bindscope.families import HEAD_SITES
 from bindscope.interventions import ops
-from bindscope.interventions.graph import EdgeGraph, edge_geometry, edge_graph
+from bindscope.interventions.graph import edge_geometry, edge_graph
 from bindscope.interventions.trace.features import features_key
-from bindscope.interventions.trace.records import Receiver
 from bindscope.protocols import LanguageModel
 
 __all__ = [
@@ -305,12 +304,8 @@ class Planner:
     @staticmethod
     def mark(edit: ops.Edit, r: int, columns: list[int] | None, units: Iterable[int]) -> None:
         """Set row ``r``'s cells of ``edit`` (``columns`` None: the every-position column)."""
-        units = list(units)
-        if columns is None:
-            edit.where[r, 0, units] = True
-        else:
-            for c in columns:
-                edit.where[r, c, units] = True
+        rows = torch.tensor([0] if columns is None else columns, dtype=torch.long)
+        edit.where[r, rows[:, None], list(units)] = True
 
     def knock_out(
         self, r: int, n: int, heads_by_layer: dict[int, tuple[int, ...]], edges: tuple
@@ -412,8 +407,8 @@ class Planner:
         anywhere = np.asarray(full.any(0))
         used = np.nonzero(anywhere.any(0))[0]  # receivers with a patched edge
         weights = torch.from_numpy(full[:, :, used].transpose(0, 2, 1).astype(np.float32))
-        first_head, mlps = self._path_senders(graph, anywhere)
-        at, fills, logits = self._path_receivers(graph, full, used)
+        first_head, mlps = graph.sending(anywhere, self.model.n_heads)
+        at, fills, logits = graph.receiving(full, used)
         slots = max([len(rows) for rows in fills.values()] + [1 if at else 0])
         fill = {layer: [torch.tensor(row) for row in rows] for layer, rows in fills.items()}
         return ops.PathPlan(
@@ -421,45 +416,3 @@ class Planner:
             first_head, mlps, at, fill, logits,
             self.path_means[0].trace_means() if self.path_means else None,
         )  # fmt: skip
-
-    def _path_senders(
-        self, graph: EdgeGraph, anywhere: np.ndarray
-    ) -> tuple[dict[int, int], dict[int, int]]:
-        """``{layer: sender index of head 0}`` of layers whose heads send, and of MLPs."""
-        sender_at = {name: i for i, name in enumerate(graph.senders)}
-        first_head, mlps = {}, {}
-        for layer in range(self.model.n_layers):
-            first = sender_at[f"a{layer}.h0"]
-            if anywhere[first : first + self.model.n_heads].any():
-                first_head[layer] = first
-            if anywhere[sender_at[f"m{layer}"]].any():
-                mlps[layer] = sender_at[f"m{layer}"]
-        return first_head, mlps
-
-    def _path_receivers(
-        self, graph: EdgeGraph, full: np.ndarray, used: np.ndarray
-    ) -> tuple[dict[int, list[Receiver]], dict[int, list[list[int]]], int]:
-        """Each layer's receivers, the receiver each scratch row carries, the logits' index."""
-        at: dict[int, list[Receiver]] = {}
-        fills: dict[int, list[list[int]]] = {}  # per layer and row: each row's receiver
-        classes: dict[tuple[int, int], dict[bytes, int]] = {}
-        logits = -1
-        for r, j in enumerate(used):
-            name = graph.receivers[j]
-            if name == "logits":
-                logits = r
-                continue
-            number, rest = name[1:].split(".", 1) if name[0] == "a" else (name[1:], "")
-            layer = int(number)
-            slot = [0] * self.n_rows
-            if rest or graph.parallel:
-                for a in np.flatnonzero(full[:, :, j].any(1)):
-                    seen = classes.setdefault((layer, int(a)), {})
-                    slot[a] = seen.setdefault(full[a, :, j].tobytes(), len(seen))
-                    rows = fills.setdefault(layer, [])
-                    if slot[a] == len(rows):
-                        rows.append([r] * self.n_rows)
-                    rows[slot[a]][a] = r
-            kind, unit = ("mlp", 0) if not rest else (rest[-2], int(rest[1:].split("<")[0]))
-            at.setdefault(layer, []).append(Receiver(torch.tensor(slot), kind, unit, r))
-        return at, fills, logits

@@ -82,6 +82,14 @@ def _layer_list(layer: object, spec: str) -> tuple[int, ...]:
     return tuple(int(x) for x in layers)
 
 
+def _known_site(spec: str, site: object, also: tuple[str, ...] = ()) -> None:
+    """Refuse a site name that is not one of ``SITE_NAMES`` (or ``also``)."""
+    if site not in (*SITE_NAMES, *also):
+        raise InterventionError(
+            f"{spec}: unknown site {site!r}; the sites are {', '.join(SITE_NAMES)}"
+        )
+
+
 class RowContext:
     """What the specs of one call share: the texts, their token counts, drawn donors."""
 
@@ -147,11 +155,8 @@ class _Targeted:
                 f", ...), or a site with layers, e.g. {type(self).__name__}('resid_post', "
                 "..., layers=[3])"
             )
-        if self.site is not None and self.site not in (*SITE_NAMES, *FINAL_SITES):
-            raise InterventionError(
-                f"{type(self).__name__}: unknown site {self.site!r}; the sites are "
-                f"{', '.join(SITE_NAMES)}"
-            )
+        if self.site is not None:
+            _known_site(type(self).__name__, self.site, FINAL_SITES)
         if self.heads is not None and self.site not in (None, "pattern", *UNIT_SITES):
             raise InterventionError(
                 f"{type(self).__name__}: (layer, unit) pairs pick heads at head_out, pattern, q, "
@@ -179,9 +184,7 @@ class _Targeted:
             return site, _units(model.check_heads(self.heads))
         if self.heads is not None:
             return site, _units(_check_units(model, site, self.heads, self.describe()))
-        layers = model.check_layers(self.layers)
-        units = tuple(range(unit_shape(model, site)[0]))
-        return site, tuple((layer, units) for layer in layers)
+        return site, every_unit(model, site, self.layers)
 
     def row_ops(self, ctx: RowContext, i: int) -> tuple[RowOp, ...]:
         """Check the spec against the model and text ``i``; its row ops for that text."""
@@ -262,6 +265,12 @@ def _check_units(
         unit = whole_number(unit, name, fix, least=0, below=count, error=InterventionError)
         checked.append((int(layer), unit))
     return sorted(set(checked))
+
+
+def every_unit(model: LanguageModel, site: str, layers: Any) -> Units:
+    """Every unit of ``site`` at each of ``layers`` (checked against the model)."""
+    units = tuple(range(unit_shape(model, site)[0]))
+    return tuple((layer, units) for layer in model.check_layers(layers))
 
 
 def _units(heads: Sequence[tuple[int, int]]) -> Units:
