@@ -307,7 +307,8 @@ def _check_rows_keep_a_key(
     model: LanguageModel, heads: Units, removed: dict, text: object, i: int
 ) -> None:
     """Refuse a Knockout that leaves a query no key its layer's window lets it see."""
-    windows = _windows(model)
+    config = getattr(getattr(model, "hf", None), "config", None)
+    windows = attention_windows(config) if config is not None else ()  # no config: all full
     for q, keys in removed.items():
         for layer in sorted({layer for layer, _ in heads}):
             window = windows[layer] if layer < len(windows) else None
@@ -318,12 +319,6 @@ def _check_rows_keep_a_key(
                     f"{model.name}: Knockout removes every key of query {q}{where} in text "
                     f"#{i} {short(text)}; keep at least one key so the row can renormalise"
                 )
-
-
-def _windows(model: LanguageModel) -> tuple[int | None, ...]:
-    """Each layer's sliding window (None: full attention; no config: all full)."""
-    config = getattr(getattr(model, "hf", None), "config", None)
-    return attention_windows(config) if config is not None else ()
 
 
 @dataclass(frozen=True)

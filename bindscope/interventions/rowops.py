@@ -208,7 +208,13 @@ class KnockoutOp(RowOp):
 
     def add_to(self, planner: Planner, r: int, n: int) -> None:
         """Add this op for batch row ``r`` (``n`` real tokens) to the planner."""
-        planner.knock_out(r, n, dict(self.units), self.edges)
+        offset = planner.width - n  # left padding
+        q = torch.tensor([offset + a for a, _ in self.edges])
+        k = torch.tensor([offset + b for _, b in self.edges])
+        shape = (planner.n_rows, planner.model.n_heads, planner.width, planner.width)
+        for layer, heads in self.units:
+            removed = planner.knockout.setdefault(layer, torch.zeros(shape, dtype=torch.bool))
+            removed[r, torch.tensor(heads, dtype=torch.long)[:, None], q, k] = True
 
 
 @dataclass(frozen=True)
@@ -225,7 +231,24 @@ class PathOp(RowOp):
 
     def add_to(self, planner: Planner, r: int, n: int) -> None:
         """Add this op for batch row ``r`` (``n`` real tokens) to the planner."""
-        planner.patch_paths(r, self.donor, self.mask, self.means)
+        means, paths = planner.path_means, planner.paths
+        if r in paths:
+            raise InterventionError(
+                f"{planner.model.name}: two PathPatch specs on one text; give one PathPatch "
+                "with every edge (its edges are patched together)"
+            )
+        if self.means is not None and all(m is not self.means for m in means):
+            means.append(self.means)
+        if (
+            len(means) > 1
+            or (means and self.donor is not None)
+            or (means and any(d is not None for d, _ in paths.values()))
+        ):
+            raise InterventionError(
+                f"{planner.model.name}: the texts of one batch take PathPatch with different "
+                "means, or means beside a source; run them in separate calls"
+            )
+        paths[r] = (self.donor, self.mask)
 
 
 def attention_call(model: LanguageModel, needed: object = True) -> tuple[str, int] | None:
@@ -273,7 +296,7 @@ class Planner:
         make: Callable[..., ops.Edit],
         *,
         every_position: bool,
-        same: Callable[..., bool] | None = None,
+        same: Callable[..., bool],
         dictionary: ops.TraceDictionary | None = None,
     ) -> ops.Edit:
         """The edit of ``(site, layer)`` made by ``make(where)``, shared when ``same`` matches.
@@ -287,7 +310,6 @@ class Planner:
             if (
                 entry.every_position == every_position
                 and getattr(entry, "dictionary", None) is dictionary
-                and same is not None
                 and same(inner)
             ):
                 return inner
@@ -306,41 +328,6 @@ class Planner:
         """Set row ``r``'s cells of ``edit`` (``columns`` None: the every-position column)."""
         rows = torch.tensor([0] if columns is None else columns, dtype=torch.long)
         edit.where[r, rows[:, None], list(units)] = True
-
-    def knock_out(
-        self, r: int, n: int, heads_by_layer: dict[int, tuple[int, ...]], edges: tuple
-    ) -> None:
-        """Remove ``edges`` of row ``r`` (``n`` real tokens) for the listed heads."""
-        offset = self.width - n  # left padding
-        q = torch.tensor([offset + a for a, _ in edges])
-        k = torch.tensor([offset + b for _, b in edges])
-        shape = (self.n_rows, self.model.n_heads, self.width, self.width)
-        for layer, heads in heads_by_layer.items():
-            removed = self.knockout.setdefault(layer, torch.zeros(shape, dtype=torch.bool))
-            for h in heads:
-                removed[r, h, q, k] = True
-
-    def patch_paths(
-        self, r: int, donor: tuple[int, ...] | None, mask: np.ndarray, means=None
-    ) -> None:
-        """Patch row ``r``'s edges ``mask`` (``[S, R]`` bool) from ``donor`` (or ``means``)."""
-        if r in self.paths:
-            raise InterventionError(
-                f"{self.model.name}: two PathPatch specs on one text; give one PathPatch "
-                "with every edge (its edges are patched together)"
-            )
-        if means is not None and all(m is not means for m in self.path_means):
-            self.path_means.append(means)
-        if (
-            len(self.path_means) > 1
-            or (self.path_means and donor is not None)
-            or (self.path_means and any(d is not None for d, _ in self.paths.values()))
-        ):
-            raise InterventionError(
-                f"{self.model.name}: the texts of one batch take PathPatch with different "
-                "means, or means beside a source; run them in separate calls"
-            )
-        self.paths[r] = (donor, mask)
 
     def plan(self, donors: dict[str, torch.Tensor] | None) -> ops.TracePlan:
         """The `ops.TracePlan` of everything added."""
