@@ -147,8 +147,16 @@ class Dictionary:
                 f"{where}: {model.name} runs on NDIF, where its {self.nbytes / 2**20:.0f} MiB of "
                 f"weights go in every request (at most {REMOTE_BYTES // 2**20} MiB): run it locally"
             )
-        _check_width(self, where, model, "d_in", self.weights.source or self.site)
-        _check_width(self, where, model, "d_out", self.site)
+        for name, site, got, weight in (
+            ("d_in", self.weights.source or self.site, self.d_in, "W_enc rows"),
+            ("d_out", self.site, self.d_out, "W_dec columns"),
+        ):
+            width = model.n_heads * model.head_dim if site == "head_out" else model.d_model
+            if got != width:
+                raise DictionaryError(
+                    f"{where}: {name}={got} (field {name}, {weight}) but {model.name}'s {site} "
+                    f"is {width} wide; this dictionary was made for another model"
+                )
 
     def save(self, folder: str | Path) -> Path:
         """Write ``cfg.json`` and ``sae_weights.safetensors`` (SAELens' format) into ``folder``."""
@@ -180,19 +188,6 @@ class Dictionary:
 
 def _is_layer(layer: Any) -> bool:
     return isinstance(layer, int) and not isinstance(layer, bool) and layer >= 0
-
-
-def _check_width(
-    found: Dictionary, where: str, model: LanguageModel, field: str, site: str
-) -> None:
-    """Refuse a ``d_in``/``d_out`` other than the width of ``site`` in ``model``."""
-    width = model.n_heads * model.head_dim if site == "head_out" else model.d_model
-    got, weight = (found.d_in, "W_enc rows") if field == "d_in" else (found.d_out, "W_dec columns")
-    if got != width:
-        raise DictionaryError(
-            f"{where}: {field}={got} (field {field}, {weight}) but {model.name}'s {site} is "
-            f"{width} wide; this dictionary was made for another model"
-        )
 
 
 def _saved_architecture(found: Dictionary) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, get_args
 
@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from bindscope.errors import InputError, InterventionError
-from bindscope.families import SITE_NAMES, attention_windows
+from bindscope.families import attention_windows
 from bindscope.interventions.dictionary import Features
 from bindscope.interventions.graph import edge_graph, edge_mask
 from bindscope.interventions.hook_specs import Hook, Patchscope
@@ -25,6 +25,7 @@ from bindscope.interventions.rowops import (
     KnockoutOp,
     PathOp,
     RowOp,
+    Units,
     unit_shape,
 )
 from bindscope.interventions.specs import (
@@ -37,11 +38,13 @@ from bindscope.interventions.specs import (
     _check_source_count,
     _equal_length_donor,
     _integer,
+    _known_site,
     _layer_list,
     _layers,
     _pairs,
     _positions,
     _units,
+    every_unit,
     feature_target,
     short,
 )
@@ -142,10 +145,7 @@ class Steer:
         if isinstance(self.site, Features):
             self._features_post_init()
             return
-        if self.site not in SITE_NAMES:
-            raise InterventionError(
-                f"Steer: unknown site {self.site!r}; the sites are {', '.join(SITE_NAMES)}"
-            )
+        _known_site("Steer", self.site)
         object.__setattr__(self, "vector", _steering_vector(self.vector))
         object.__setattr__(self, "layer", _layer_list(self.layer, "Steer"))
         object.__setattr__(self, "positions", _positions(self.positions))
@@ -179,7 +179,7 @@ class Steer:
             added, weights = self.__dict__["_added"], self.site.dictionary.weights
             return (AddOp(self.describe(), site, cells, self.positions, added, dictionary=weights),)
         _check_site(model, self.site, self.describe())
-        layers = model.check_layers(self.layer)
+        cells = every_unit(model, self.site, self.layer)
         units, width = unit_shape(model, self.site)
         if self.vector.numel() != units * width:
             raise InterventionError(
@@ -188,7 +188,6 @@ class Steer:
             )
         ctx.check_positions("Steer", self.positions, i)
         vector = self._scaled(units, width)
-        cells = tuple((layer, tuple(range(units))) for layer in layers)
         return (AddOp(self.describe(), self.site, cells, self.positions, vector),)
 
     def _scaled(self, units: int, width: int) -> torch.Tensor:
@@ -285,13 +284,9 @@ class Knockout:
         """Check the spec against the model and text ``i``; its row ops for that text."""
         model = ctx.model
         if self.heads is not None:
-            heads = model.check_heads(self.heads)
+            heads = _units(model.check_heads(self.heads))
         else:
-            heads = tuple(
-                (layer, h)
-                for layer in model.check_layers(self.layers)
-                for h in range(model.n_heads)
-            )
+            heads = every_unit(model, "head_out", self.layers)
         edges = self.edges_for(ctx, i)
         if not heads or not edges:
             return ()
@@ -305,14 +300,15 @@ class Knockout:
                 )
             removed.setdefault(q, set()).add(k)
         _check_rows_keep_a_key(model, heads, removed, ctx.texts[i], i)
-        return (KnockoutOp(self.describe(), "head_out", _units(heads), None, edges),)
+        return (KnockoutOp(self.describe(), "head_out", heads, None, edges),)
 
 
 def _check_rows_keep_a_key(
-    model: LanguageModel, heads: Sequence[tuple[int, int]], removed: dict, text: object, i: int
+    model: LanguageModel, heads: Units, removed: dict, text: object, i: int
 ) -> None:
     """Refuse a Knockout that leaves a query no key its layer's window lets it see."""
-    windows = _windows(model)
+    config = getattr(getattr(model, "hf", None), "config", None)
+    windows = attention_windows(config) if config is not None else ()  # no config: all full
     for q, keys in removed.items():
         for layer in sorted({layer for layer, _ in heads}):
             window = windows[layer] if layer < len(windows) else None
@@ -323,12 +319,6 @@ def _check_rows_keep_a_key(
                     f"{model.name}: Knockout removes every key of query {q}{where} in text "
                     f"#{i} {short(text)}; keep at least one key so the row can renormalise"
                 )
-
-
-def _windows(model: LanguageModel) -> tuple[int | None, ...]:
-    """Each layer's sliding window (None: full attention; no config: all full)."""
-    config = getattr(getattr(model, "hf", None), "config", None)
-    return attention_windows(config) if config is not None else ()
 
 
 @dataclass(frozen=True)

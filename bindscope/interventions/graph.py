@@ -11,9 +11,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 
 from bindscope.errors import InputError
-from bindscope.interventions.trace.records import EdgeGeometry
+from bindscope.interventions.trace.records import EdgeGeometry, Receiver
 from bindscope.protocols import LanguageModel
 
 __all__ = ["Edge", "EdgeGraph", "edge_geometry", "edge_graph", "edge_mask"]
@@ -65,6 +66,48 @@ class EdgeGraph:
                 )
             mask[i, j] = True
         return mask
+
+    def sending(self, anywhere: np.ndarray, n_heads: int) -> tuple[dict[int, int], dict[int, int]]:
+        """``{layer: sender index of head 0}`` of layers whose heads send, and of MLPs."""
+        first_head, mlps = {}, {}
+        for i, name in enumerate(self.senders):
+            if name.endswith(".h0") and anywhere[i : i + n_heads].any():
+                first_head[int(name[1:-3])] = i
+            elif name[0] == "m" and anywhere[i].any():
+                mlps[int(name[1:])] = i
+        return first_head, mlps
+
+    def receiving(
+        self, full: np.ndarray, used: np.ndarray
+    ) -> tuple[dict[int, list[Receiver]], dict[int, list[list[int]]], int]:
+        """Each layer's receivers, the receiver each scratch row carries, the logits' index.
+
+        ``full`` ``[b, S, R]``: each row's patched edges; ``used``: the receivers with one.
+        """
+        n_rows = full.shape[0]
+        at: dict[int, list[Receiver]] = {}
+        fills: dict[int, list[list[int]]] = {}  # per layer and row: each row's receiver
+        classes: dict[tuple[int, int], dict[bytes, int]] = {}
+        logits = -1
+        for r, j in enumerate(used):
+            name = self.receivers[j]
+            if name == "logits":
+                logits = r
+                continue
+            number, rest = name[1:].split(".", 1) if name[0] == "a" else (name[1:], "")
+            layer = int(number)
+            slot = [0] * n_rows
+            if rest or self.parallel:
+                for a in np.flatnonzero(full[:, :, j].any(1)):
+                    seen = classes.setdefault((layer, int(a)), {})
+                    slot[a] = seen.setdefault(full[a, :, j].tobytes(), len(seen))
+                    rows = fills.setdefault(layer, [])
+                    if slot[a] == len(rows):
+                        rows.append([r] * n_rows)
+                    rows[slot[a]][a] = r
+            kind, unit = ("mlp", 0) if not rest else (rest[-2], int(rest[1:].split("<")[0]))
+            at.setdefault(layer, []).append(Receiver(torch.tensor(slot), kind, unit, r))
+        return at, fills, logits
 
 
 def edge_graph(model: LanguageModel) -> EdgeGraph:

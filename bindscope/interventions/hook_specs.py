@@ -11,14 +11,16 @@ import torch
 
 from bindscope.batch import absolute_positions
 from bindscope.errors import InterventionError
-from bindscope.families import HEAD_SITES, SITE_NAMES
-from bindscope.interventions.rowops import HookOp, ReplaceOp, RowOp, unit_shape
+from bindscope.families import HEAD_SITES
+from bindscope.interventions.rowops import HookOp, ReplaceOp, RowOp
 from bindscope.interventions.specs import (
     RowContext,
     _check_site,
     _check_source_count,
     _integer,
+    _known_site,
     _layer_list,
+    every_unit,
 )
 
 RESIDUAL = ("resid_pre", "resid_mid", "resid_post")
@@ -38,10 +40,7 @@ class Hook:
     fn: Callable[[torch.Tensor], torch.Tensor | None]
 
     def __post_init__(self) -> None:
-        if self.site not in SITE_NAMES:
-            raise InterventionError(
-                f"Hook: unknown site {self.site!r}; the sites are {', '.join(SITE_NAMES)}"
-            )
+        _known_site("Hook", self.site)
         if not callable(self.fn):
             raise InterventionError(
                 f"Hook: fn={self.fn!r} is not a function; pass e.g. lambda x: x * 0.5"
@@ -62,8 +61,7 @@ class Hook:
                 "sandbox; use a spec (Steer, Zero, Mean, Patch) or your own model.nnsight.trace"
             )
         _check_site(model, self.site, self.describe())
-        units = tuple(range(unit_shape(model, self.site)[0]))
-        cells = tuple((layer, units) for layer in model.check_layers(self.layer))
+        cells = every_unit(model, self.site, self.layer)
         fn = self.__dict__["_checked"]
         heads = self.site in HEAD_SITES  # [1, n, U, hd]; else [1, n, d]
         return (HookOp(self.describe(), self.site, cells, None, fn, heads),)

@@ -1,13 +1,17 @@
-"""Reference means: of a site for ``Mean``, of every edge sender for ``PathPatch(means=)``."""
+"""Reference means, and their checks: of a site for ``Mean``, of edge senders for ``PathPatch``."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from bindscope.batch import DEFAULT_BATCH_SIZE
+from bindscope.errors import InterventionError
+from bindscope.families import HEAD_SITES
+from bindscope.interventions.rowops import Units, unit_shape
 from bindscope.interventions.trace.records import TraceMeans
 from bindscope.protocols import LanguageModel
 
@@ -83,3 +87,67 @@ def edge_means(
         {layer: _mean(captured, "mlp_out", layer, count) for layer in layers},
         count,
     )
+
+
+def _check_means(
+    model: LanguageModel, spec: Any, site: str, units: Units
+) -> dict[int, torch.Tensor]:
+    """A ``Mean``'s means, each layer's as ``[U, k]``: checked for presence, shape, finiteness."""
+    means = getattr(spec.means, "means", spec.means)
+    helper = (
+        "head_means(model, reference, heads)"
+        if site == "head_out"
+        else f"site_means(model, reference, {site!r}, layers)"
+    )
+    taken_at = getattr(spec.means, "site", site)  # SiteMeans says; a dict cannot
+    if taken_at != site:
+        raise InterventionError(
+            f"{model.name}: {spec.describe()} replaces site {site!r} but its means were taken "
+            f"at site {taken_at!r}; build them with {helper}"
+        )
+    if not isinstance(means, dict):
+        raise InterventionError(
+            f"{model.name}: {spec.describe()} needs means={helper}, got {type(spec.means).__name__}"
+        )
+    shape = unit_shape(model, site)
+    wanted = list(shape) if site in HEAD_SITES else [shape[0] * shape[1]]
+    out = {}
+    for layer, unit_list in units:
+        if layer not in means:
+            where = f"head ({layer}, {unit_list[0]})" if site == "head_out" else site
+            raise InterventionError(
+                f"{model.name}: no reference means for layer {layer} ({where}); "
+                f"include the layer in {helper}"
+            )
+        value = means[layer]
+        if not isinstance(value, torch.Tensor) or list(value.shape) != wanted:
+            got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+            raise InterventionError(
+                f"{model.name}: {spec.describe()}: the means of layer {layer} are {got}, not a "
+                f"tensor [{', '.join(map(str, wanted))}]; build them with {helper}"
+            )
+        for unit in unit_list if site == "head_out" else (None,):
+            part = value if unit is None else value[unit]
+            if not bool(torch.isfinite(part).all()):
+                name = f"head ({layer}, {unit})" if unit is not None else site
+                raise InterventionError(
+                    f"{model.name}: {spec.describe()}: the means of {name} (layer {layer}) are "
+                    f"not finite; recompute them with {helper} on texts the model runs cleanly"
+                )
+        out[layer] = value.view(*shape)
+    return out
+
+
+def _check_feature_means(model: LanguageModel, spec: Any, units: Units) -> dict[int, torch.Tensor]:
+    """A feature ``Mean``'s means (``feature_means(...)``, ``[d_sae]``) as ``{layer: [F, 1]}``."""
+    dictionary = spec.heads.dictionary
+    means = spec.means
+    if not isinstance(means, torch.Tensor) or tuple(means.shape) != (dictionary.d_sae,):
+        got = tuple(means.shape) if isinstance(means, torch.Tensor) else type(means).__name__
+        raise InterventionError(
+            f"{model.name}: {spec.describe()} needs means=feature_means(model, reference, "
+            f"dictionary), a [{dictionary.d_sae}] tensor; got {got}"
+        )
+    if not bool(torch.isfinite(means).all()):
+        raise InterventionError(f"{model.name}: {spec.describe()}: the means are not finite")
+    return {layer: means.float().view(-1, 1) for layer, _ in units}

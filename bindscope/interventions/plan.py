@@ -69,10 +69,5 @@ def _with_donors(
     n_rows = len(batch.indices)
     own = [batch.input_ids[r, batch.pad(r) :].tolist() for r in range(n_rows)]
     full = model.pad(list(range(n_rows + len(donor_ids))), own + [list(d) for d in donor_ids])
-    widened = replace(
-        batch,
-        input_ids=full.input_ids[:n_rows],
-        attention_mask=full.attention_mask[:n_rows],
-        position_ids=full.position_ids[:n_rows],
-    )
+    widened = replace(batch, **{name: getattr(full, name)[:n_rows] for name in full.inputs})
     return widened, {k: v[n_rows:] for k, v in full.inputs.items()}

@@ -16,9 +16,8 @@ import torch
 from bindscope.errors import InterventionError
 from bindscope.families import HEAD_SITES
 from bindscope.interventions import ops
-from bindscope.interventions.graph import EdgeGraph, edge_geometry, edge_graph
+from bindscope.interventions.graph import edge_geometry, edge_graph
 from bindscope.interventions.trace.features import features_key
-from bindscope.interventions.trace.records import Receiver
 from bindscope.protocols import LanguageModel
 
 __all__ = [
@@ -209,7 +208,13 @@ class KnockoutOp(RowOp):
 
     def add_to(self, planner: Planner, r: int, n: int) -> None:
         """Add this op for batch row ``r`` (``n`` real tokens) to the planner."""
-        planner.knock_out(r, n, dict(self.units), self.edges)
+        offset = planner.width - n  # left padding
+        q = torch.tensor([offset + a for a, _ in self.edges])
+        k = torch.tensor([offset + b for _, b in self.edges])
+        shape = (planner.n_rows, planner.model.n_heads, planner.width, planner.width)
+        for layer, heads in self.units:
+            removed = planner.knockout.setdefault(layer, torch.zeros(shape, dtype=torch.bool))
+            removed[r, torch.tensor(heads, dtype=torch.long)[:, None], q, k] = True
 
 
 @dataclass(frozen=True)
@@ -226,7 +231,24 @@ class PathOp(RowOp):
 
     def add_to(self, planner: Planner, r: int, n: int) -> None:
         """Add this op for batch row ``r`` (``n`` real tokens) to the planner."""
-        planner.patch_paths(r, self.donor, self.mask, self.means)
+        means, paths = planner.path_means, planner.paths
+        if r in paths:
+            raise InterventionError(
+                f"{planner.model.name}: two PathPatch specs on one text; give one PathPatch "
+                "with every edge (its edges are patched together)"
+            )
+        if self.means is not None and all(m is not self.means for m in means):
+            means.append(self.means)
+        if (
+            len(means) > 1
+            or (means and self.donor is not None)
+            or (means and any(d is not None for d, _ in paths.values()))
+        ):
+            raise InterventionError(
+                f"{planner.model.name}: the texts of one batch take PathPatch with different "
+                "means, or means beside a source; run them in separate calls"
+            )
+        paths[r] = (self.donor, self.mask)
 
 
 def attention_call(model: LanguageModel, needed: object = True) -> tuple[str, int] | None:
@@ -274,7 +296,7 @@ class Planner:
         make: Callable[..., ops.Edit],
         *,
         every_position: bool,
-        same: Callable[..., bool] | None = None,
+        same: Callable[..., bool],
         dictionary: ops.TraceDictionary | None = None,
     ) -> ops.Edit:
         """The edit of ``(site, layer)`` made by ``make(where)``, shared when ``same`` matches.
@@ -288,7 +310,6 @@ class Planner:
             if (
                 entry.every_position == every_position
                 and getattr(entry, "dictionary", None) is dictionary
-                and same is not None
                 and same(inner)
             ):
                 return inner
@@ -305,47 +326,8 @@ class Planner:
     @staticmethod
     def mark(edit: ops.Edit, r: int, columns: list[int] | None, units: Iterable[int]) -> None:
         """Set row ``r``'s cells of ``edit`` (``columns`` None: the every-position column)."""
-        units = list(units)
-        if columns is None:
-            edit.where[r, 0, units] = True
-        else:
-            for c in columns:
-                edit.where[r, c, units] = True
-
-    def knock_out(
-        self, r: int, n: int, heads_by_layer: dict[int, tuple[int, ...]], edges: tuple
-    ) -> None:
-        """Remove ``edges`` of row ``r`` (``n`` real tokens) for the listed heads."""
-        offset = self.width - n  # left padding
-        q = torch.tensor([offset + a for a, _ in edges])
-        k = torch.tensor([offset + b for _, b in edges])
-        shape = (self.n_rows, self.model.n_heads, self.width, self.width)
-        for layer, heads in heads_by_layer.items():
-            removed = self.knockout.setdefault(layer, torch.zeros(shape, dtype=torch.bool))
-            for h in heads:
-                removed[r, h, q, k] = True
-
-    def patch_paths(
-        self, r: int, donor: tuple[int, ...] | None, mask: np.ndarray, means=None
-    ) -> None:
-        """Patch row ``r``'s edges ``mask`` (``[S, R]`` bool) from ``donor`` (or ``means``)."""
-        if r in self.paths:
-            raise InterventionError(
-                f"{self.model.name}: two PathPatch specs on one text; give one PathPatch "
-                "with every edge (its edges are patched together)"
-            )
-        if means is not None and all(m is not means for m in self.path_means):
-            self.path_means.append(means)
-        if (
-            len(self.path_means) > 1
-            or (self.path_means and donor is not None)
-            or (self.path_means and any(d is not None for d, _ in self.paths.values()))
-        ):
-            raise InterventionError(
-                f"{self.model.name}: the texts of one batch take PathPatch with different "
-                "means, or means beside a source; run them in separate calls"
-            )
-        self.paths[r] = (donor, mask)
+        rows = torch.tensor([0] if columns is None else columns, dtype=torch.long)
+        edit.where[r, rows[:, None], list(units)] = True
 
     def plan(self, donors: dict[str, torch.Tensor] | None) -> ops.TracePlan:
         """The `ops.TracePlan` of everything added."""
@@ -412,8 +394,8 @@ class Planner:
         anywhere = np.asarray(full.any(0))
         used = np.nonzero(anywhere.any(0))[0]  # receivers with a patched edge
         weights = torch.from_numpy(full[:, :, used].transpose(0, 2, 1).astype(np.float32))
-        first_head, mlps = self._path_senders(graph, anywhere)
-        at, fills, logits = self._path_receivers(graph, full, used)
+        first_head, mlps = graph.sending(anywhere, self.model.n_heads)
+        at, fills, logits = graph.receiving(full, used)
         slots = max([len(rows) for rows in fills.values()] + [1 if at else 0])
         fill = {layer: [torch.tensor(row) for row in rows] for layer, rows in fills.items()}
         return ops.PathPlan(
@@ -421,45 +403,3 @@ class Planner:
             first_head, mlps, at, fill, logits,
             self.path_means[0].trace_means() if self.path_means else None,
         )  # fmt: skip
-
-    def _path_senders(
-        self, graph: EdgeGraph, anywhere: np.ndarray
-    ) -> tuple[dict[int, int], dict[int, int]]:
-        """``{layer: sender index of head 0}`` of layers whose heads send, and of MLPs."""
-        sender_at = {name: i for i, name in enumerate(graph.senders)}
-        first_head, mlps = {}, {}
-        for layer in range(self.model.n_layers):
-            first = sender_at[f"a{layer}.h0"]
-            if anywhere[first : first + self.model.n_heads].any():
-                first_head[layer] = first
-            if anywhere[sender_at[f"m{layer}"]].any():
-                mlps[layer] = sender_at[f"m{layer}"]
-        return first_head, mlps
-
-    def _path_receivers(
-        self, graph: EdgeGraph, full: np.ndarray, used: np.ndarray
-    ) -> tuple[dict[int, list[Receiver]], dict[int, list[list[int]]], int]:
-        """Each layer's receivers, the receiver each scratch row carries, the logits' index."""
-        at: dict[int, list[Receiver]] = {}
-        fills: dict[int, list[list[int]]] = {}  # per layer and row: each row's receiver
-        classes: dict[tuple[int, int], dict[bytes, int]] = {}
-        logits = -1
-        for r, j in enumerate(used):
-            name = graph.receivers[j]
-            if name == "logits":
-                logits = r
-                continue
-            number, rest = name[1:].split(".", 1) if name[0] == "a" else (name[1:], "")
-            layer = int(number)
-            slot = [0] * self.n_rows
-            if rest or graph.parallel:
-                for a in np.flatnonzero(full[:, :, j].any(1)):
-                    seen = classes.setdefault((layer, int(a)), {})
-                    slot[a] = seen.setdefault(full[a, :, j].tobytes(), len(seen))
-                    rows = fills.setdefault(layer, [])
-                    if slot[a] == len(rows):
-                        rows.append([r] * self.n_rows)
-                    rows[slot[a]][a] = r
-            kind, unit = ("mlp", 0) if not rest else (rest[-2], int(rest[1:].split("<")[0]))
-            at.setdefault(layer, []).append(Receiver(torch.tensor(slot), kind, unit, r))
-        return at, fills, logits

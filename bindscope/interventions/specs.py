@@ -14,8 +14,9 @@ import numpy as np
 import torch
 
 from bindscope.errors import InterventionError, is_whole, whole_number
-from bindscope.families import FINAL_SITES, HEAD_SITES, SITE_NAMES
+from bindscope.families import FINAL_SITES, SITE_NAMES
 from bindscope.interventions.dictionary import Features
+from bindscope.interventions.means import _check_feature_means, _check_means
 from bindscope.interventions.ops import by_layer
 from bindscope.interventions.rowops import (
     UNIT_SITES,
@@ -80,6 +81,14 @@ def _layer_list(layer: object, spec: str) -> tuple[int, ...]:
             "or a list of them, e.g. layer=[2, 3]"
         )
     return tuple(int(x) for x in layers)
+
+
+def _known_site(spec: str, site: object, also: tuple[str, ...] = ()) -> None:
+    """Refuse a site name that is not one of ``SITE_NAMES`` (or ``also``)."""
+    if site not in (*SITE_NAMES, *also):
+        raise InterventionError(
+            f"{spec}: unknown site {site!r}; the sites are {', '.join(SITE_NAMES)}"
+        )
 
 
 class RowContext:
@@ -147,11 +156,8 @@ class _Targeted:
                 f", ...), or a site with layers, e.g. {type(self).__name__}('resid_post', "
                 "..., layers=[3])"
             )
-        if self.site is not None and self.site not in (*SITE_NAMES, *FINAL_SITES):
-            raise InterventionError(
-                f"{type(self).__name__}: unknown site {self.site!r}; the sites are "
-                f"{', '.join(SITE_NAMES)}"
-            )
+        if self.site is not None:
+            _known_site(type(self).__name__, self.site, FINAL_SITES)
         if self.heads is not None and self.site not in (None, "pattern", *UNIT_SITES):
             raise InterventionError(
                 f"{type(self).__name__}: (layer, unit) pairs pick heads at head_out, pattern, q, "
@@ -179,9 +185,7 @@ class _Targeted:
             return site, _units(model.check_heads(self.heads))
         if self.heads is not None:
             return site, _units(_check_units(model, site, self.heads, self.describe()))
-        layers = model.check_layers(self.layers)
-        units = tuple(range(unit_shape(model, site)[0]))
-        return site, tuple((layer, units) for layer in layers)
+        return site, every_unit(model, site, self.layers)
 
     def row_ops(self, ctx: RowContext, i: int) -> tuple[RowOp, ...]:
         """Check the spec against the model and text ``i``; its row ops for that text."""
@@ -262,6 +266,12 @@ def _check_units(
         unit = whole_number(unit, name, fix, least=0, below=count, error=InterventionError)
         checked.append((int(layer), unit))
     return sorted(set(checked))
+
+
+def every_unit(model: LanguageModel, site: str, layers: Any) -> Units:
+    """Every unit of ``site`` at each of ``layers`` (checked against the model)."""
+    units = tuple(range(unit_shape(model, site)[0]))
+    return tuple((layer, units) for layer in model.check_layers(layers))
 
 
 def _units(heads: Sequence[tuple[int, int]]) -> Units:
@@ -374,70 +384,6 @@ def short(text: object) -> str:
     """``repr(text)``, cut to 60 characters for an error message."""
     text = repr(text)
     return text if len(text) <= 60 else text[:57] + "...'"
-
-
-def _check_means(
-    model: LanguageModel, spec: Mean, site: str, units: Units
-) -> dict[int, torch.Tensor]:
-    """Each layer's means as ``[U, k]``, checked for presence, shape and finiteness."""
-    means = getattr(spec.means, "means", spec.means)
-    helper = (
-        "head_means(model, reference, heads)"
-        if site == "head_out"
-        else f"site_means(model, reference, {site!r}, layers)"
-    )
-    taken_at = getattr(spec.means, "site", site)  # SiteMeans says; a dict cannot
-    if taken_at != site:
-        raise InterventionError(
-            f"{model.name}: {spec.describe()} replaces site {site!r} but its means were taken "
-            f"at site {taken_at!r}; build them with {helper}"
-        )
-    if not isinstance(means, dict):
-        raise InterventionError(
-            f"{model.name}: {spec.describe()} needs means={helper}, got {type(spec.means).__name__}"
-        )
-    shape = unit_shape(model, site)
-    wanted = list(shape) if site in HEAD_SITES else [shape[0] * shape[1]]
-    out = {}
-    for layer, unit_list in units:
-        if layer not in means:
-            where = f"head ({layer}, {unit_list[0]})" if site == "head_out" else site
-            raise InterventionError(
-                f"{model.name}: no reference means for layer {layer} ({where}); "
-                f"include the layer in {helper}"
-            )
-        value = means[layer]
-        if not isinstance(value, torch.Tensor) or list(value.shape) != wanted:
-            got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-            raise InterventionError(
-                f"{model.name}: {spec.describe()}: the means of layer {layer} are {got}, not a "
-                f"tensor [{', '.join(map(str, wanted))}]; build them with {helper}"
-            )
-        for unit in unit_list if site == "head_out" else (None,):
-            part = value if unit is None else value[unit]
-            if not bool(torch.isfinite(part).all()):
-                name = f"head ({layer}, {unit})" if unit is not None else site
-                raise InterventionError(
-                    f"{model.name}: {spec.describe()}: the means of {name} (layer {layer}) are "
-                    f"not finite; recompute them with {helper} on texts the model runs cleanly"
-                )
-        out[layer] = value.view(*shape)
-    return out
-
-
-def _check_feature_means(model: LanguageModel, spec: Mean, units: Units) -> dict[int, torch.Tensor]:
-    """A feature ``Mean``'s means (``feature_means(...)``, ``[d_sae]``) as ``{layer: [F, 1]}``."""
-    dictionary = spec.heads.dictionary
-    means = spec.means
-    if not isinstance(means, torch.Tensor) or tuple(means.shape) != (dictionary.d_sae,):
-        got = tuple(means.shape) if isinstance(means, torch.Tensor) else type(means).__name__
-        raise InterventionError(
-            f"{model.name}: {spec.describe()} needs means=feature_means(model, reference, "
-            f"dictionary), a [{dictionary.d_sae}] tensor; got {got}"
-        )
-    if not bool(torch.isfinite(means).all()):
-        raise InterventionError(f"{model.name}: {spec.describe()}: the means are not finite")
-    return {layer: means.float().view(-1, 1) for layer, _ in units}
 
 
 def _check_source_count(ctx: RowContext, spec: str, sources: Sequence[str]) -> None:
