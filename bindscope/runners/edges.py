@@ -133,9 +133,7 @@ def _edge_session(model: LanguageModel, jobs: list[ops.EdgeJob], steps: int) -> 
             state = None
             for k in range(steps, 0, -1):  # alpha = 1 first: its pass gives the deltas
                 with env.trace(**job.inputs, **job.options):
-                    step = ops.edge_attribution_pass(
-                        model, job.terms, job.path, cor, job.mask, k / steps, state, k == 1
-                    )
+                    step = ops.edge_attribution_pass(model, job, cor, k / steps, state, k == 1)
                     state = step.state
                     if k == steps:
                         clean.append(ops.save(step.metric))
