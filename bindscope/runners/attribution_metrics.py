@@ -91,11 +91,10 @@ def metric_terms(
     logit = [torch.zeros(b, 2, dtype=torch.long) for _ in range(2)] + [torch.zeros(b, 2)]
     for r, m in enumerate(metrics):
         if isinstance(m, TargetLogprob):
-            for j in range(m.n_target):
-                column = width - m.n_target + j  # of the target token
-                logprob[0][r, j] = column - 1 - first  # the logits predicting it
-                logprob[1][r, j] = ids[r, column]
-                logprob[2][r, j] = 1.0 / m.n_target
+            columns = torch.arange(width - m.n_target, width)  # of the target tokens
+            logprob[0][r, : m.n_target] = columns - 1 - first  # the logits predicting them
+            logprob[1][r, : m.n_target] = ids[r, columns]
+            logprob[2][r, : m.n_target] = 1.0 / m.n_target
         else:
             logit[0][r] = width - 1 - first
             logit[1][r] = torch.tensor([int(m.correct), int(m.wrong)])

@@ -37,17 +37,6 @@ METHODS = ("atp*", "atp")
 MetricArg = TargetLogprob | LogitDifference | Sequence[TargetLogprob | LogitDifference]
 
 
-def _row_ops(
-    model: LanguageModel, texts: list, intervene: Intervention, per_row: PerRow
-) -> list[tuple[RowOp, ...]]:
-    if intervene is None and per_row is None:
-        raise InputError(
-            "attribution patching needs intervene= (or per_row=): the specs to estimate, "
-            "e.g. Zero(heads), Mean(heads, means), Steer(site, layer, vector) or PatternPatch"
-        )
-    return resolve_rows(model, texts, intervene=intervene, per_row=per_row)
-
-
 def _estimated_site(op: RowOp) -> str:
     if op.dictionary is not None:
         return features_key(op.site)
@@ -62,7 +51,16 @@ def _edited_units(row: tuple[RowOp, ...]) -> dict[tuple[str, int], list[int]]:
     return units
 
 
-def _check_model(model: LanguageModel, rows: list, method: str) -> bool:
+def _check_rows(
+    model: LanguageModel, texts: list, intervene: Intervention, per_row: PerRow, method: str
+) -> tuple[list[tuple[RowOp, ...]], bool]:
+    # each text's row ops, and whether the estimate needs eager attention
+    if intervene is None and per_row is None:
+        raise InputError(
+            "attribution patching needs intervene= (or per_row=): the specs to estimate, "
+            "e.g. Zero(heads), Mean(heads, means), Steer(site, layer, vector) or PatternPatch"
+        )
+    rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row)
     if method not in METHODS:
         raise InputError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
     hook = next((op for row in rows for op in row if isinstance(op, HookOp)), None)
@@ -95,7 +93,7 @@ def _check_model(model: LanguageModel, rows: list, method: str) -> bool:
             f"{model.name}: pattern estimates need eager attention's probabilities, which this "
             f"model cannot return ({model.capture_fallback}); estimate head outputs only"
         )
-    return eager
+    return rows, eager
 
 
 def _estimate(
@@ -109,8 +107,7 @@ def _estimate(
     grad_drop: bool = False,
 ) -> tuple:
     # clean metric [S], then per text {(site, layer): [U]} estimates (and GradDrop's)
-    rows = _row_ops(model, texts, intervene, per_row)
-    eager = _check_model(model, rows, method)
+    rows, eager = _check_rows(model, texts, intervene, per_row, method)
     lengths = [len(model.tokenize(t)) if isinstance(t, str) else len(t) for t in texts]
     metrics = check_metrics(model, metric, lengths)
     clean = np.zeros(len(texts))

@@ -103,11 +103,10 @@ def _edge_jobs(
     plans = resolve_rows(model, pairs.clean, intervene=everything)
     jobs = []
     for rows in chunks:
-        batch, terms = pairs.clean_batch(rows), pairs.terms(rows)
+        batch, (terms, options) = pairs.clean_batch(rows), pairs.terms(rows)
         path = plan_batch(model, batch, [plans[i] for i in rows]).plan.path
         assert path is not None  # every text patches every edge
         cor_inputs = model.pad(rows, [pairs.corrupted[i] for i in rows]).inputs
-        options = _kept_logits(model, terms)
         jobs.append(
             ops.EdgeJob(cor_inputs, batch.inputs, batch.attention_mask, terms, path, options)
         )
@@ -134,9 +133,7 @@ def _edge_session(model: LanguageModel, jobs: list[ops.EdgeJob], steps: int) -> 
             state = None
             for k in range(steps, 0, -1):  # alpha = 1 first: its pass gives the deltas
                 with env.trace(**job.inputs, **job.options):
-                    step = ops.edge_attribution_pass(
-                        model, job.terms, job.path, cor, job.mask, k / steps, state, k == 1
-                    )
+                    step = ops.edge_attribution_pass(model, job, cor, k / steps, state, k == 1)
                     state = step.state
                     if k == steps:
                         clean.append(ops.save(step.metric))
@@ -194,14 +191,13 @@ def _patched_metric(
     for chunk in _chunks(len(owners), batch_size):
         who = [owners[i] for i in chunk]
         planned = plan_batch(model, pairs.clean_batch(who), [rows[i] for i in chunk])
-        terms = pairs.terms(who)
+        terms, options = pairs.terms(who)
 
         def body(donors: Any, terms: Any = terms):
-            found = ops.save(ops.edge_metric(model, terms))
-            return found
+            return ops.save(ops.edge_metric(model, terms))
 
         with torch.no_grad():
-            found = model.trace_batch(planned, body, **_kept_logits(model, terms))
+            found = model.trace_batch(planned, body, **options)
         out[chunk] = found.double().cpu().numpy()
     return out
 
@@ -251,13 +247,14 @@ class _Pairs:
     def clean_batch(self, rows: list[int]):
         return self.model.pad(rows, [self.clean[i] for i in rows])
 
-    def terms(self, rows: list[int]) -> dict:
-        if self.user is not None:
-            return {"fn": self.user, "rows": rows}
-        assert self.metrics is not None
-        ids = self.clean_batch(rows).input_ids
-        terms, keep = metric_terms([self.metrics[i] for i in rows], ids)
-        return {"keep": keep, "terms": terms}
+    def terms(self, rows: list[int]) -> tuple[dict, dict]:
+        """The metric's terms of ``rows`` and the trace options keeping only their logits."""
+        terms: dict = {"fn": self.user, "rows": rows, "keep": 1}
+        if self.metrics is not None:
+            ids = self.clean_batch(rows).input_ids
+            found, keep = metric_terms([self.metrics[i] for i in rows], ids)
+            terms = {"keep": keep, "terms": found}
+        return terms, {"logits_to_keep": terms["keep"]} if keeps_logits(self.model) else {}
 
 
 def _one_per_row(metric: Callable) -> Callable:
@@ -275,7 +272,3 @@ def _one_per_row(metric: Callable) -> Callable:
         return out
 
     return checked
-
-
-def _kept_logits(model: LanguageModel, terms: dict) -> dict:
-    return {"logits_to_keep": terms.get("keep", 1)} if keeps_logits(model) else {}

@@ -62,31 +62,30 @@ def edge_sender_outputs(model: TraceTarget, into: Any):
 
 def edge_attribution_pass(
     model: TraceTarget,
-    terms: dict,
-    path: PathPlan,
+    job: EdgeJob,
     donors: dict,
-    mask: torch.Tensor,
     alpha: float = 1.0,
     state: EdgeState | None = None,
     last: bool = True,
 ) -> EdgePass:
-    """One forward and backward pass: every edge's gradient at one integration step.
+    """One forward and backward pass of ``job``'s texts: every edge's gradient at one step.
 
     Each receiver's gradient is pulled back through it alone to the residual it reads, times
-    each sender's ``corrupted - clean`` output on real positions (``mask``). Layer 0's input
+    each sender's ``corrupted - clean`` output on real positions (``job.mask``). Layer 0's input
     moves to ``cor + alpha (clean - cor)`` (EAP-IG); the first pass (``state`` None, ``alpha``
     1) computes the senders' changes, the ``last`` gives scores ``[b, S, R]`` in graph order.
     """
     x0, cor = _embedding_input(model, donors, alpha)
     sent = [(cor - x0)[None].detach()] if state is None else None
-    taps = _edge_taps(model, path.geo, x0, donors, sent)
-    metric = edge_metric(model, terms)
+    taps = _EdgeTaps(model, job.path.geo, x0, donors, sent)
+    metric = edge_metric(model, job.terms)
     wrt = [t for triple in taps.qkv for t in triple] + taps.mlp_out + [taps.final]
     grads = gradients_of(metric.sum(), wrt, True, start=x0)  # kept for the pullbacks below
     found = _pullbacks(model, taps, grads)
     if state is None:
         deltas = torch.cat(sent or [])
-        state = EdgeState(deltas * mask.to(deltas.device, deltas.dtype)[None, :, :, None], found, 0)
+        real = job.mask.to(deltas.device, deltas.dtype)[None, :, :, None]
+        state = EdgeState(deltas * real, found, 0)
     else:  # this pass's gradients added in place, part by part (no copy)
         for total, part in zip(state.gradients, found):
             total.add_(part)
@@ -99,14 +98,42 @@ def edge_attribution_pass(
 
 
 class _EdgeTaps:
-    """What one edge pass reads of every layer (lists indexed by layer)."""
+    """What one edge pass reads of every layer (lists by layer); ``sent`` gets senders' changes."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        model: TraceTarget,
+        geo: EdgeGeometry,
+        x0: torch.Tensor,
+        donors: dict,
+        sent: list | None,
+    ) -> None:
         self.inputs: list[torch.Tensor] = []  # the residual each attention reads
         self.qkv: list[tuple] = []  # the attention call's query, key, value
         self.mlp_in: list[torch.Tensor] = []
         self.mlp_out: list[torch.Tensor] = []
         self.final = torch.zeros(())  # the last layer's resid_post, read last
+        for layer, name in layer_sites(model):
+            if name == "resid_pre":
+                self.inputs.append(x0 if layer == 0 else site(model, name, layer))
+                if geo.mlp_reads == name:  # a parallel residual
+                    self.mlp_in.append(self.inputs[layer])
+            elif name == "q":  # the attention call: its query, key and value together
+                args, _ = attention_call(model, layer, geo.label).inputs
+                self.qkv.append(tuple(args[geo.qkv : geo.qkv + 3]))
+            elif name == "head_out" and sent is not None:
+                z = site(model, name, layer)
+                dz = _donor_like(donors, (name, layer), z) - z
+                sent.append(heads_through(model, geo, layer, dz, slice(None)).detach())
+            elif name == "resid_mid" and geo.mlp_reads == name:
+                self.mlp_in.append(site(model, name, layer))
+            elif name == "mlp_out":
+                y = site(model, name, layer)
+                self.mlp_out.append(y)
+                if sent is not None:
+                    sent.append((_donor_like(donors, (name, layer), y) - y)[None].detach())
+            elif name == "resid_post" and layer == model.n_layers - 1:
+                self.final = site(model, name, layer)
 
 
 def _embedding_input(model: TraceTarget, donors: dict, alpha: float):
@@ -118,35 +145,6 @@ def _embedding_input(model: TraceTarget, donors: dict, alpha: float):
     if not x0.requires_grad:  # NDIF serves frozen weights: track gradients from here
         x0.requires_grad_(True)
     return x0, cor
-
-
-def _edge_taps(
-    model: TraceTarget, geo: EdgeGeometry, x0: torch.Tensor, donors: dict, sent: list | None
-) -> _EdgeTaps:
-    """Read every receiver's input and output on the walk over the layers' sites."""
-    taps = _EdgeTaps()
-    for layer, name in layer_sites(model):
-        if name == "resid_pre":
-            taps.inputs.append(x0 if layer == 0 else site(model, name, layer))
-            if geo.mlp_reads == name:  # a parallel residual
-                taps.mlp_in.append(taps.inputs[layer])
-        elif name == "q":  # the attention call: its query, key and value together
-            args, _ = attention_call(model, layer, geo.label).inputs
-            taps.qkv.append(tuple(args[geo.qkv : geo.qkv + 3]))
-        elif name == "head_out" and sent is not None:
-            z = site(model, name, layer)
-            dz = _donor_like(donors, (name, layer), z) - z
-            sent.append(heads_through(model, geo, layer, dz, slice(None)).detach())
-        elif name == "resid_mid" and geo.mlp_reads == name:
-            taps.mlp_in.append(site(model, name, layer))
-        elif name == "mlp_out":
-            y = site(model, name, layer)
-            taps.mlp_out.append(y)
-            if sent is not None:
-                sent.append((_donor_like(donors, (name, layer), y) - y)[None].detach())
-        elif name == "resid_post" and layer == model.n_layers - 1:
-            taps.final = site(model, name, layer)
-    return taps
 
 
 def _pullbacks(model: TraceTarget, taps: _EdgeTaps, grads: list) -> list[torch.Tensor]:

@@ -56,63 +56,6 @@ def pattern_estimate(
     return torch.where(rows & live, ds * dm_ds, 0.0).sum((-1, -2))
 
 
-def _site_estimate(
-    model: TraceTarget,
-    name: str,
-    layer: int,
-    x: torch.Tensor,
-    g: torch.Tensor,
-    plan: TracePlan,
-    donors: dict | None,
-    method: str,
-):
-    """``{key: [b, U]}``: every edit of one site and layer (``g``: ``dm/dx``) estimated."""
-    view, grad = unit_view(model, name, x), unit_view(model, name, g)
-    total = torch.zeros(view.shape[0], view.shape[2], device=x.device)
-    out = {(name, layer): total}
-    if name == "pattern" and layer in plan.knockout:
-        removed = plan.knockout[layer].to(x.device)  # [b, H, W, W]
-        total += pattern_estimate(x, g, knockout_pattern(x, removed), removed.any(-1), method)
-    for edit in plan.edits.get((name, layer), ()):
-        if not edit.fits(view):
-            continue
-        if isinstance(edit, FeatureEdit):
-            part = edit.estimate(view, grad, donors)
-            key = (features_key(name), layer)
-            out[key] = out[key] + part if key in out else part
-            continue
-        if name != "pattern":
-            total += (edit.delta(view, donors).float() * grad.float()).sum((1, 3))
-            continue
-        # a pattern comes from a donor of the text's length (Patch): the same keys
-        mask = edit.mask(view)  # [b, W, H, 1]
-        new = torch.where(mask, edit.target(view, donors), view)
-        rows = mask[..., 0].transpose(1, 2)  # [b, H, W]
-        total += pattern_estimate(x, g, new.transpose(1, 2), rows, method)
-    return out
-
-
-def _estimates(
-    model: TraceTarget,
-    taps: dict[tuple[str, int], torch.Tensor],
-    grads: Iterable,
-    plan: TracePlan,
-    donors: dict | None,
-    method: str,
-):
-    """``{(site, layer): [b, U]}`` from one set of gradients (``grads``: one per live tap)."""
-    out, grads = {}, iter(grads)
-    for (name, layer), x in taps.items():
-        g: Any = next(grads) if x.requires_grad else math.nan
-        x = x.detach()
-        if g is None or g is math.nan:  # nothing reaches the metric: 0; a constant: NaN
-            units = unit_view(model, name, x).shape[2]
-            out[(name, layer)] = torch.full((x.shape[0], units), 0.0 if g is None else g)
-            continue
-        out.update(_site_estimate(model, name, layer, x, g, plan, donors, method))
-    return out
-
-
 def gradients_of(total: torch.Tensor, wrt: list[torch.Tensor], retain: bool, start: torch.Tensor):
     """``d total / d x`` for each of ``wrt`` (None where it does not reach); ``start`` must be."""
     *found, at_start = torch.autograd.grad(
@@ -150,59 +93,95 @@ def attribution_pass(
     nothing. Returns ``{"metric": [b], "estimate": {(site, layer): [b, U]}}`` float32, saved
     (with ``grad_drop``, GradDrop scores (Kramar et al. 2024) as ``"grad_drop"``).
     """
-    stream = site(model, "resid_pre", 0)  # [b, W, d]
-    if not stream.requires_grad:  # NDIF serves frozen weights: track gradients from here
-        stream.requires_grad_(True)
-    taps, blocks, inputs = _attribution_taps(model, plan, stream, grad_drop)
-    donors = {**(donors or {}), "inputs": inputs}  # what transcoder edits encode
+    taps = _Taps(model, plan, donors, method, grad_drop)
     metric = metric_values(final_logits(model), terms)
-    wrt = [x for x in taps.values() if x.requires_grad]
     total = metric.sum()
-    grads = gradients_of(total, wrt, grad_drop, start=stream)
-    estimate = _estimates(model, taps, grads, plan, donors, method)
+    estimate = taps.estimates(gradients_of(total, taps.wrt, grad_drop, start=taps.stream))
     found = {"metric": metric.detach(), "estimate": {k: v.detach() for k, v in estimate.items()}}
     if grad_drop:
-        found["grad_drop"] = _grad_drop(model, taps, blocks, total, stream, plan, donors, method)
+        found["grad_drop"] = taps.grad_drop(total)
     return save(found)
 
 
-def _attribution_taps(model: TraceTarget, plan: TracePlan, stream: torch.Tensor, grad_drop: bool):
-    """The sites the plan edits (and knocked-out patterns), in execution order, read only."""
-    taps, blocks, inputs, reads = {}, [], {}, plan.reads()
-    for layer, name in layer_sites(model):
-        key = (name, layer)
-        if key in plan.edits or (name == "pattern" and layer in plan.knockout):
-            first = key == ("resid_pre", 0)  # read once: a second read would wait
-            taps[key] = stream if first else site(model, name, layer)
-        if key in reads:
-            inputs[key] = taps[key] if key in taps else site(model, name, layer)
-        if grad_drop and name in ("attn_out", "mlp_out"):
-            blocks.append(site(model, name, layer))
-    return taps, blocks, inputs
+class _Taps:
+    """One attribution pass's taps (the sites the plan edits, read in order) and their estimates."""
 
+    def __init__(
+        self, model: TraceTarget, plan: TracePlan, donors: dict | None, method: str, drop: bool
+    ) -> None:
+        self.model, self.plan, self.method = model, plan, method
+        self.stream = site(model, "resid_pre", 0)  # [b, W, d]
+        if not self.stream.requires_grad:  # NDIF serves frozen weights: track gradients from here
+            self.stream.requires_grad_(True)
+        self.taps: dict[tuple[str, int], torch.Tensor] = {}
+        self.blocks: list[torch.Tensor] = []  # each layer's attn_out and mlp_out (GradDrop's)
+        inputs, reads = {}, plan.reads()
+        for layer, name in layer_sites(model):
+            key = (name, layer)
+            if key in plan.edits or (name == "pattern" and layer in plan.knockout):
+                first = key == ("resid_pre", 0)  # read once: a second read would wait
+                self.taps[key] = self.stream if first else site(model, name, layer)
+            if key in reads:
+                inputs[key] = self.taps[key] if key in self.taps else site(model, name, layer)
+            if drop and name in ("attn_out", "mlp_out"):
+                self.blocks.append(site(model, name, layer))
+        self.donors = {**(donors or {}), "inputs": inputs}  # what transcoder edits encode
+        self.wrt = [x for x in self.taps.values() if x.requires_grad]
 
-def _grad_drop(
-    model: TraceTarget,
-    taps: dict[tuple[str, int], torch.Tensor],
-    blocks: list[torch.Tensor],
-    total: torch.Tensor,
-    stream: torch.Tensor,
-    plan: TracePlan,
-    donors: dict | None,
-    method: str,
-) -> dict[tuple[str, int], torch.Tensor]:
-    """GradDrop scores (Kramar et al. 2024), ``{(site, layer): [b, U]}``."""
-    wrt = [x for x in taps.values() if x.requires_grad]
-    score: dict = {}  # {(site, layer): summed |estimate|}
-    for layer in range(model.n_layers):
-        # a hook returning zeros stops the gradient through the dropped layer's blocks
-        hooks = [b.register_hook(torch.zeros_like) for b in blocks[2 * layer : 2 * layer + 2]]
-        dropped = gradients_of(total, wrt, layer < model.n_layers - 1, stream)
-        for hook in hooks:
-            hook.remove()
-        for k, v in _estimates(model, taps, dropped, plan, donors, method).items():
-            if k not in score:
-                score[k] = torch.zeros_like(v)
-            score[k] += v.abs()
-    # its own layer stops all of a head's gradient: the mean over the other L - 1
-    return {k: (v / max(model.n_layers - 1, 1)).detach() for k, v in score.items()}
+    def estimates(self, grads: Iterable) -> dict[tuple[str, int], torch.Tensor]:
+        """``{(site, layer): [b, U]}`` from one set of gradients (``grads``: one per live tap)."""
+        out, grads = {}, iter(grads)
+        for (name, layer), x in self.taps.items():
+            g: Any = next(grads) if x.requires_grad else math.nan
+            x = x.detach()
+            if g is None or g is math.nan:  # nothing reaches the metric: 0; a constant: NaN
+                units = unit_view(self.model, name, x).shape[2]
+                out[(name, layer)] = torch.full((x.shape[0], units), 0.0 if g is None else g)
+                continue
+            out.update(self._site(name, layer, x, g))
+        return out
+
+    def _site(self, name: str, layer: int, x: torch.Tensor, g: torch.Tensor):
+        """``{key: [b, U]}``: every edit of one site and layer (``g``: ``dm/dx``) estimated."""
+        plan, donors, method = self.plan, self.donors, self.method
+        view, grad = unit_view(self.model, name, x), unit_view(self.model, name, g)
+        total = torch.zeros(view.shape[0], view.shape[2], device=x.device)
+        out = {(name, layer): total}
+        if name == "pattern" and layer in plan.knockout:
+            removed = plan.knockout[layer].to(x.device)  # [b, H, W, W]
+            total += pattern_estimate(x, g, knockout_pattern(x, removed), removed.any(-1), method)
+        for edit in plan.edits.get((name, layer), ()):
+            if not edit.fits(view):
+                continue
+            if isinstance(edit, FeatureEdit):
+                part = edit.estimate(view, grad, donors)
+                key = (features_key(name), layer)
+                out[key] = out[key] + part if key in out else part
+                continue
+            if name != "pattern":
+                total += (edit.delta(view, donors).float() * grad.float()).sum((1, 3))
+                continue
+            # a pattern comes from a donor of the text's length (Patch): the same keys
+            mask = edit.mask(view)  # [b, W, H, 1]
+            new = torch.where(mask, edit.target(view, donors), view)
+            rows = mask[..., 0].transpose(1, 2)  # [b, H, W]
+            total += pattern_estimate(x, g, new.transpose(1, 2), rows, method)
+        return out
+
+    def grad_drop(self, total: torch.Tensor) -> dict[tuple[str, int], torch.Tensor]:
+        """GradDrop scores (Kramar et al. 2024), ``{(site, layer): [b, U]}``."""
+        n_layers = self.model.n_layers
+        score: dict = {}  # {(site, layer): summed |estimate|}
+        for layer in range(n_layers):
+            # a hook returning zeros stops the gradient through the dropped layer's blocks
+            blocks = self.blocks[2 * layer : 2 * layer + 2]
+            hooks = [b.register_hook(torch.zeros_like) for b in blocks]
+            dropped = gradients_of(total, self.wrt, layer < n_layers - 1, self.stream)
+            for hook in hooks:
+                hook.remove()
+            for k, v in self.estimates(dropped).items():
+                if k not in score:
+                    score[k] = torch.zeros_like(v)
+                score[k] += v.abs()
+        # its own layer stops all of a head's gradient: the mean over the other L - 1
+        return {k: (v / max(n_layers - 1, 1)).detach() for k, v in score.items()}

@@ -10,11 +10,9 @@ from bindscope.interventions.trace.edits import head_plan, run_layers
 from bindscope.interventions.trace.sites import final_logits, head_view, layer_sites, save, site
 
 if TYPE_CHECKING:  # never runs, here or on the server
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable
 
     from bindscope.protocols import TraceTarget
-
-    Heads = Sequence[tuple[int, int]] | dict[int, Sequence[int]]
 
 
 def metric_values(logits: torch.Tensor, terms: dict):

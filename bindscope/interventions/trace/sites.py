@@ -15,8 +15,6 @@ if TYPE_CHECKING:  # never runs, here or on the server
 
     from bindscope.protocols import TraceTarget
 
-    Heads = Sequence[tuple[int, int]] | dict[int, Sequence[int]]
-
 
 def save(value: Any):
     """Mark a value to come back from the trace (``nnsight.save`` without the import)."""
@@ -206,9 +204,7 @@ def _call_mask(attn: Any, site: Any, size: Any):
         return None, args, kwargs, None
     mask = args[index] if len(args) > index else kwargs.get("attention_mask")
     if mask is None:  # causal fast path: build the causal mask it stands for
-        causal = torch.ones(n_q, n_k, dtype=torch.bool, device=query.device).tril(n_k - n_q)
-        mask = torch.zeros(n_q, n_k, dtype=query.dtype, device=query.device)
-        mask = mask.masked_fill(~causal, float("-inf"))
+        mask = masked_scores(query.new_zeros(n_q, n_k), None, None)
     return call, args, kwargs, mask[..., :n_q, :n_k]
 
 
