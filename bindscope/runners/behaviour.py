@@ -139,9 +139,7 @@ def _shared_prefix_batch(model: LanguageModel, batch: Batch, choices: list, rows
     n_c = n_choices.pop()
     first, cache, _ = prompt_pass(model, batch, row_plan(model, batch, rows))
     flat = [c for cs in choices for c in cs]  # row r*n_c + j
-    rest = None  # one-token choices: the prompt pass scored them
-    if max(len(c) for c in flat) > 1:
-        rest, _ = choice_pass(model, batch, flat, cache, rows, n_c)
+    rest, _ = choice_pass(model, batch, flat, cache, rows, n_c)
     return choice_scores(first, rest, flat, n_c)
 
 
