@@ -117,10 +117,8 @@ def _full_batch(model: LanguageModel, batch: Batch, choices: list, rows: list) -
         if plan:
             ops.run_layers(model, plan=plan)
         sums = ops.choice_logprob_sums(ops.final_logits(model), *terms["logprob"]).save()
-    out: list[list[float]] = [[] for _ in choices]
-    for s, r in enumerate(owner):
-        out[r].append(float(sums[s]))
-    return out
+    scores = iter(sums.tolist())  # in owner's order: each prompt's choices in turn
+    return [[next(scores) for _ in cs] for cs in choices]
 
 
 def _shared_prefix_batch(model: LanguageModel, batch: Batch, choices: list, rows: list) -> list:
