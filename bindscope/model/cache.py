@@ -79,9 +79,10 @@ class Cache:
     def stack_head_results(self, layer: int | None = None) -> Stack:
         """Every head's output of layers before ``layer`` (None: all), as added to the stream."""
         layers = self._layers(layer)
+        none = self.final_resid[None][:0]  # [0, n, d]: the stack of no layer
         heads = [self._layer_parts(i)[0] for i in layers]
         labels = [f"L{i}H{h}" for i in layers for h in range(self.model.n_heads)]
-        return Stack(torch.cat(heads) if heads else self._empty(), tuple(labels))
+        return Stack(torch.cat([none, *heads]), tuple(labels))
 
     def decompose_resid(self, layer: int | None = None) -> Stack:
         """``resid_pre`` of ``layer`` (None: the final stream) as embedding, heads, biases, MLPs."""
@@ -92,10 +93,6 @@ class Cache:
             labels += [f"L{i}H{h}" for h in range(self.model.n_heads)]
             labels += [f"L{i}_attn_bias", f"L{i}_mlp"]
         return Stack(torch.cat(parts), tuple(labels))
-
-    def _empty(self) -> torch.Tensor:
-        n = self.acts["resid_pre"][0].shape[0]
-        return torch.zeros(0, n, self.model.d_model, dtype=torch.float64)
 
     def apply_ln_to_stack(self, stack: Stack) -> Stack:
         """The final norm applied to each part, its scale frozen at this run's, without bias."""

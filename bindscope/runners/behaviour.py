@@ -117,10 +117,8 @@ def _full_batch(model: LanguageModel, batch: Batch, choices: list, rows: list) -
         if plan:
             ops.run_layers(model, plan=plan)
         sums = ops.choice_logprob_sums(ops.final_logits(model), *terms["logprob"]).save()
-    out: list[list[float]] = [[] for _ in choices]
-    for s, r in enumerate(owner):
-        out[r].append(float(sums[s]))
-    return out
+    scores = iter(sums.tolist())  # in owner's order: each prompt's choices in turn
+    return [[next(scores) for _ in cs] for cs in choices]
 
 
 def _shared_prefix_batch(model: LanguageModel, batch: Batch, choices: list, rows: list) -> list:
@@ -139,9 +137,7 @@ def _shared_prefix_batch(model: LanguageModel, batch: Batch, choices: list, rows
     n_c = n_choices.pop()
     first, cache, _ = prompt_pass(model, batch, row_plan(model, batch, rows))
     flat = [c for cs in choices for c in cs]  # row r*n_c + j
-    rest = None  # one-token choices: the prompt pass scored them
-    if max(len(c) for c in flat) > 1:
-        rest, _ = choice_pass(model, batch, flat, cache, rows, n_c)
+    rest, _ = choice_pass(model, batch, flat, cache, rows, n_c)
     return choice_scores(first, rest, flat, n_c)
 
 

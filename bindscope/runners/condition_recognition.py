@@ -93,11 +93,8 @@ def _clean_run(
     flat = [c for cs in choices for c in cs]  # row r * n_c + j: choice j of prompt r
     first, cache, prompt_outputs = prompt_pass(model, batch, None, keep_layers=keep)
     kept = kept_layers(cache.layers, torch.arange(b))  # before the choices extend it
-    rest: torch.Tensor | None = None
-    choice_outputs: list = []
-    if max(len(c) for c in flat) > 1:  # else the prompt pass scored every choice
-        none = [()] * b
-        rest, choice_outputs = choice_pass(model, batch, flat, cache, none, n_c, keep_layers=keep)
+    none = [()] * b
+    rest, choice_outputs = choice_pass(model, batch, flat, cache, none, n_c, keep_layers=keep)
     scores = choice_scores(first, rest, flat, n_c)
     return _CleanRun(batch, choices, prompt_outputs, choice_outputs, kept, scores)
 

@@ -112,11 +112,14 @@ def choice_pass(
     keep_layers: int = 0,
     start: int = 0,
     residual: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, list]:
+) -> tuple[torch.Tensor | None, list]:
     """Each choice's later tokens on its prompt's cache: ``[b*C]`` weighted log-prob sums.
 
     ``rows`` are the prompts' row ops; ``residual`` a clean pass's output at `choice_rows`.
+    One-token choices run nothing (None, no outputs): the prompt pass scored them.
     """
+    if max(len(c) for c in flat) == 1:
+        return None, []
     inputs, packed, masks = _layout_inputs(model, batch, flat, cache, n_c)
     spans, real = inputs.pop("spans"), inputs.pop("real")
     owner, where, target, weight = _scored_tokens(flat, spans)

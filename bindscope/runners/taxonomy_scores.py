@@ -70,11 +70,9 @@ def _batch_scores(
 
 
 def _query_weight(pads: list[int], lengths: Sequence[int], width: int) -> torch.Tensor:
-    query_weight = torch.zeros(len(pads), width)
-    for r, (p, n) in enumerate(zip(pads, lengths)):
-        if n > 1:
-            query_weight[r, p + 1 :] = 1.0 / (n - 1)
-    return query_weight
+    columns = torch.arange(width)  # a row's queries after its first token weigh 1/(n-1)
+    rows = [(columns > p) / (n - 1) if n > 1 else torch.zeros(width) for p, n in zip(pads, lengths)]
+    return torch.stack(rows)
 
 
 def _row_scores(
