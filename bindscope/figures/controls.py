@@ -31,7 +31,7 @@ def group_means(label: str, entry: dict, *, where: str = "summary"):
     names = [f"real terms (n={entry['real'].get('n', real.get('n'))})"]
     for y, (name, group) in zip(ys[1:], groups):
         s = look[str(group.get("family"))]
-        style.interval(ax_mean, y, need(group, "eb_star", where=f"{where} {name}"), **_mk(s))
+        style.interval(ax_mean, y, need(group, "eb_star", where=f"{where} {name}"), **s)
         names.append(f"{name} ({group.get('family') or '?'}, n={group.get('n')})")
     ax_mean.set_yticks(ys, names)
     ax_mean.set_xlabel("mean EB* (attention probability difference, 0–1), 95% CI")
@@ -41,9 +41,9 @@ def group_means(label: str, entry: dict, *, where: str = "summary"):
     p_labels = [""]
     for y, (_name, group) in zip(ys[1:], groups):
         s = look[str(group.get("family"))]
-        style.interval(ax_d, y + 0.12, group.get("cohens_d"), **_mk(s))
+        style.interval(ax_d, y + 0.12, group.get("cohens_d"), **s)
         matched = (group.get("matched") or {}).get("cohens_d")
-        style.interval(ax_d, y - 0.12, matched, **_mk(s), filled=False)
+        style.interval(ax_d, y - 0.12, matched, **s, filled=False)
         mp = (group.get("matched") or {}).get("p_holm")
         p_labels.append(f"Holm p {md.pvalue(group.get('p_holm'))}; matched {md.pvalue(mp)}")
     ax_d.set_yticks(ys, p_labels)
@@ -60,10 +60,6 @@ def group_means(label: str, entry: dict, *, where: str = "summary"):
         "items (open), with Holm p."
     )
     return fig, caption
-
-
-def _mk(look: dict) -> dict:
-    return {"color": look["color"], "marker": look["marker"]}
 
 
 def _tables(exp: ExperimentResults) -> list[str]:

@@ -43,8 +43,8 @@ def term_deltas(label: str, entry: dict, *, where: str = "summary"):
         s, name = style.SERIES[i], condition.replace("_", "-")
         offset = 0.15 if i == 0 else -0.15
         style.interval(
-            ax, ys[0] + offset, deltas.get(condition), color=s["color"], marker=s["marker"],
-            filled=i == 0, markersize=8, lw=1.8, label=f"{name}: mean, 95% CI (top row)",
+            ax, ys[0] + offset, deltas.get(condition), **s, filled=i == 0, markersize=8,
+            lw=1.8, label=f"{name}: mean, 95% CI (top row)",
         )  # fmt: skip
         values = [_points(per_term[t], condition) for t in terms]
         face = s["color"] if i == 0 else "white"

@@ -37,7 +37,7 @@ CONDITION_STYLE = {
     "bottom": {"color": OKABE_ITO["blue"], "hatch": "\\\\\\", "marker": "^"},
     "random": {"color": OKABE_ITO["sky_blue"], "hatch": "..", "marker": "s"},
 }
-SERIES = [
+SERIES: list[dict[str, Any]] = [
     {"color": OKABE_ITO["blue"], "marker": "o", "linestyle": "-"},
     {"color": OKABE_ITO["vermillion"], "marker": "s", "linestyle": "--"},
     {"color": OKABE_ITO["green"], "marker": "^", "linestyle": "-."},
@@ -106,7 +106,7 @@ def interval(
         ax.hlines(y, est["low"], est["high"], color=style["color"], linewidth=lw)
     face = style["color"] if filled else "white"
     style = {"markersize": 7, "markerfacecolor": face, "markeredgewidth": 1.4, **style}
-    ax.plot([est["value"]], [y], linestyle="none", **style)
+    ax.plot([est["value"]], [y], **{**style, "linestyle": "none"})
 
 
 def effect_map(

@@ -103,9 +103,8 @@ def leadlag_forest(models: dict[str, dict], *, where: str = "summary"):
         method, est = row["method"], row["fraction"]
         s = style.SERIES[METHODS.index(method)]
         style.interval(
-            ax, y, est, color=s["color"], marker=s["marker"], filled=method == "pearson",
-            lw=1.8, label=f"{method} (Wilson 95% CI)",
-        )  # fmt: skip
+            ax, y, est, **s, filled=method == "pearson", lw=1.8, label=f"{method} (Wilson 95% CI)"
+        )
     ax.set_yticks(ys, [f"{style.short_label(r['model'])} ({r['method']})" for r in rows])
     right = ax.secondary_yaxis("right")
     right.set_ticks(
