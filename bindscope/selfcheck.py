@@ -46,7 +46,12 @@ def self_check(model: LanguageModel) -> dict[str, float]:
         )
     row_error = float((probs.sum(-1) - 1).abs().max())
     ran_in = softmax_dtype(model.dtype, model.capture_method)
-    check_row_sums(where, row_error, ran_in, n, f" (the softmax of {model.dtype} weights)")
+    if row_error > row_sum_tolerance(ran_in, n):
+        raise SelfCheckError(
+            f"{where}: attention rows sum to 1 +- {row_error:.2e}, beyond the "
+            f"{row_sum_tolerance(ran_in, n):.1e} that rounding in {ran_in} (the softmax of "
+            f"{model.dtype} weights) explains; the captured tensor is not a softmax"
+        )
     upper = float(probs.triu(1).abs().max())
     check_causal(where, upper)
     batch = model.encode([ids])
@@ -64,18 +69,6 @@ def self_check(model: LanguageModel) -> dict[str, float]:
     effect = float((ablated - plain).abs().max())
     check_ablation_effect(where, effect, model)
     return {"row_sum_error": row_error, "upper_triangle": upper, "ablation_effect": effect}
-
-
-def check_row_sums(
-    where: str, row_error: float, dtype: torch.dtype, n_keys: int, why: str = ""
-) -> None:
-    """Raise unless softmax rows sum to 1 within `row_sum_tolerance` (``why`` follows ``dtype``)."""
-    bound = row_sum_tolerance(dtype, n_keys)
-    if row_error > bound:
-        raise SelfCheckError(
-            f"{where}: attention rows sum to 1 +- {row_error:.2e}, beyond the {bound:.1e} that "
-            f"rounding in {dtype}{why} explains; the captured tensor is not a softmax"
-        )
 
 
 def check_causal(where: str, upper: float) -> None:

@@ -19,7 +19,7 @@ from bindscope.selfcheck import (
     PROBE_TEXT,
     check_ablation_effect,
     check_causal,
-    check_row_sums,
+    row_sum_tolerance,
     softmax_dtype,
 )
 from bindscope.wrap import wrap_model
@@ -143,7 +143,12 @@ def probe_capture(model: LanguageModel) -> dict:
     # NDIF's deployment dtype is not visible from here: bound rows by the coarsest it may use
     weights = torch.bfloat16 if model.remote == "ndif" else model.dtype
     dtype = softmax_dtype(weights, model.capture_method)  # the softmax's own rounding
-    check_row_sums(where, row_error, dtype, len(model.tokenize(PROBE_TEXT)))
+    bound = row_sum_tolerance(dtype, len(model.tokenize(PROBE_TEXT)))
+    if row_error > bound:
+        raise SelfCheckError(
+            f"{where}: attention rows sum to 1 +- {row_error:.2e}, beyond the {bound:.1e} that "
+            f"rounding in {dtype} explains; the captured tensor is not a softmax"
+        )
     check_causal(where, upper)
     effect = float(result["effect"])
     check_ablation_effect(where, effect, model)
