@@ -7,9 +7,13 @@ name (tests/remote exercises every function here).
 from __future__ import annotations
 
 import linecache
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+# deserialize_request swaps process-wide state (cloudpickle's tracker, linecache): one at a time
+_SWAP = threading.Lock()
 
 
 class _Recorder(dict):
@@ -65,25 +69,26 @@ def deserialize_request(blob: bytes, nnsight_model: Any, tracer: Any, refs: list
     # cloudpickle unpickles a class it pickled in this process into that same class, setting
     # the server's rebuilt methods on it (without a module, so every later pickle searches
     # sys.modules for them). The server is another process: its classes are built fresh.
-    tracked = dict(cloudpickle._DYNAMIC_CLASS_TRACKER_BY_ID)
-    cloudpickle._DYNAMIC_CLASS_TRACKER_BY_ID.clear()
-    # unpickling replaces the trace body's source in linecache: ours is put back
     filename = tracer.info.frame.f_code.co_filename
-    saved = linecache.cache.get(filename)
-    try:
-        return RequestModel.deserialize(
-            blob,
-            nnsight_model._remoteable_persistent_objects(),
-            compress=False,
-            unpickler=_recording_unpickler(refs),
-        )
-    finally:
+    with _SWAP:
+        tracked = dict(cloudpickle._DYNAMIC_CLASS_TRACKER_BY_ID)
         cloudpickle._DYNAMIC_CLASS_TRACKER_BY_ID.clear()
-        cloudpickle._DYNAMIC_CLASS_TRACKER_BY_ID.update(tracked)
-        if saved is not None:
-            linecache.cache[filename] = saved
-        else:
-            linecache.cache.pop(filename, None)
+        # unpickling replaces the trace body's source in linecache: ours is put back
+        saved = linecache.cache.get(filename)
+        try:
+            return RequestModel.deserialize(
+                blob,
+                nnsight_model._remoteable_persistent_objects(),
+                compress=False,
+                unpickler=_recording_unpickler(refs),
+            )
+        finally:
+            cloudpickle._DYNAMIC_CLASS_TRACKER_BY_ID.clear()
+            cloudpickle._DYNAMIC_CLASS_TRACKER_BY_ID.update(tracked)
+            if saved is not None:
+                linecache.cache[filename] = saved
+            else:
+                linecache.cache.pop(filename, None)
 
 
 def apply_request_env(nnsight_model: Any, env: dict) -> None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
+import sys
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import bindscope
 from bindscope import nnsight_private
@@ -30,3 +33,35 @@ def test_private_nnsight_names_live_only_in_the_adapter():
     assert found == [], "move these into bindscope/nnsight_private.py:\n" + "\n".join(found)
     assert PRIVATE.search(adapter.read_text("utf-8"))  # the pattern still sees what it guards
     assert "0.8.1" in adapter.read_text("utf-8").split('"""')[1]  # the version it was written for
+
+
+def test_two_threads_deserializing_at_once_each_get_their_own_classes(monkeypatch):
+    from cloudpickle import cloudpickle
+    from nnsight.schema.request import RequestModel
+
+    tracker = cloudpickle._DYNAMIC_CLASS_TRACKER_BY_ID
+    before = dict(tracker)
+    done = {"a": threading.Event(), "b": threading.Event()}
+    rebuilt = {b"a": type("A", (), {}), b"b": type("B", (), {})}
+
+    def deserialize(blob: bytes, *args: object, **kwargs: object) -> list:
+        tracker[blob] = rebuilt[blob]  # a class this request rebuilt (the tracker holds it weakly)
+        other = "b" if blob == b"a" else "a"
+        done[other].wait(0.5)  # the other request would clear it now, unless they take turns
+        return list(tracker)
+
+    def run(blob: bytes) -> None:
+        tracer = SimpleNamespace(info=SimpleNamespace(frame=sys._getframe()))
+        model = SimpleNamespace(_remoteable_persistent_objects=dict)
+        results[blob] = nnsight_private.deserialize_request(blob, model, tracer, [])
+        done[blob.decode()].set()
+
+    monkeypatch.setattr(RequestModel, "deserialize", staticmethod(deserialize))
+    results: dict = {}
+    threads = [threading.Thread(target=run, args=(blob,)) for blob in (b"a", b"b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert results == {b"a": [b"a"], b"b": [b"b"]}
+    assert tracker == before

@@ -170,13 +170,17 @@ def _command(definition: Experiment) -> Callable[[argparse.Namespace], int]:
     return command
 
 
+def _file_folder(option: str, path: Path, what: str) -> Path:
+    if path.is_dir():
+        raise BindscopeError(f"{option} {path} is a folder; pass {what} path")
+    return path.parent
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
     """``bindscope audit``: each prompt's term span under a model's tokenizer."""
     _check_compute(args)
     records = load(args.prompts)
-    if args.write is not None and args.write.is_dir():
-        raise BindscopeError(f"--write {args.write} is a folder; pass the audit file's path")
-    where = args.write.parent if args.write is not None else None
+    where = _file_folder("--write", args.write, "the audit file's") if args.write else None
     with _writable(where):  # a path that cannot be written is refused before the load
         model = _load(args.model, args.revision, args)
         rows = audit(model, records)
@@ -218,9 +222,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     registry.check_folders(args.results)  # refused as summarize refuses it
     if args.out is not None:
-        if args.out.is_dir():
-            raise BindscopeError(f"--out {args.out} is a folder; pass the report's file path")
-        check_writable(args.out.parent)
+        check_writable(_file_folder("--out", args.out, "the report's file"))
     path = write_report(args.results, args.out)
     print(f"report: {path}")
     return 0
@@ -256,9 +258,7 @@ def cmd_view(args: argparse.Namespace) -> int:
     from bindscope.interventions import Zero  # loaded only by the command that runs them
 
     _check_compute(args)
-    if args.out.is_dir():
-        raise BindscopeError(f"--out {args.out} is a folder; pass the HTML file's path")
-    check_writable(args.out.parent)
+    check_writable(_file_folder("--out", args.out, "the HTML file's"))
     intervene = Zero(_heads(args.ablate)) if args.ablate else None
     model = _load(args.model, args.revision, args) if args.model or args.text else None
     page = bindscope.view(
