@@ -52,7 +52,8 @@ def trace_batch(
                 ops.path_patch(model, path)
         with tracer.invoke(**inputs):
             found = body(donors)
-            tracer.stop()
+            if path is None:  # a path patch's invoke reads its receivers up to the logits
+                tracer.stop()
         if path is not None and path.slots:
             with tracer.invoke(**path.scratch_inputs):  # a path patch's scratch rows
                 pass

@@ -90,6 +90,29 @@ def test_every_edge_is_the_corrupted_run_in_logits_capture_generate(tiny):
     )
 
 
+def test_probabilities_and_early_captures_run_under_a_path_patch(tiny):
+    """A capture that ends before a path patch's last receiver still sees the patch.
+
+    Every edge patched gives the corrupted texts' probabilities; an edge into the last MLP
+    leaves layer 0's residual as it was. Both calls stopped the model before the patch's
+    receivers had been read (nnsight's out-of-order error).
+    """
+    model = tiny
+    clean, corrupted = random_pairs(model, strong=True)
+    everything = PathPatch(edge_graph(model).valid, source=corrupted)
+    got = model.attention_probs(clean, intervene=everything)
+    plain, want = model.attention_probs(clean), model.attention_probs(corrupted)
+    for ours, before, ref in zip(got, plain, want, strict=True):
+        bound = 4 * edge_bound(float(ref.abs().max()) + 1, model)
+        assert float((ours - ref).abs().max()) <= bound
+        assert float((before - ref).abs().max()) > 100 * bound  # the patch changed them
+    late = PathPatch([("m0", f"m{model.n_layers - 1}")], source=corrupted)
+    got = model.capture(clean, ["resid_post"], [0], intervene=late)
+    for ours, ref in zip(got, model.capture(clean, ["resid_post"], [0]), strict=True):
+        x, y = ours["resid_post"][0], ref["resid_post"][0]
+        assert float((x - y).abs().max()) <= edge_bound(float(y.abs().max()) + 1, model)
+
+
 def test_no_edge_is_the_clean_run(tiny):
     model = tiny
     clean, corrupted = random_pairs(model)
