@@ -51,9 +51,7 @@ def trace_batch(
             with tracer.invoke():  # every row, before the texts': their captures see it
                 ops.path_patch(model, path)
         with tracer.invoke(**inputs):
-            found = body(donors)
-            if path is None:  # a path patch's invoke reads its receivers up to the logits
-                tracer.stop()
+            found = body(donors)  # no early stop: the other invokes may read later layers
         if path is not None and path.slots:
             with tracer.invoke(**path.scratch_inputs):  # a path patch's scratch rows
                 pass

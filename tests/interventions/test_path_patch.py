@@ -95,7 +95,8 @@ def test_probabilities_and_early_captures_run_under_a_path_patch(tiny):
 
     Every edge patched gives the corrupted texts' probabilities; an edge into the last MLP
     leaves layer 0's residual as it was. Both calls stopped the model before the patch's
-    receivers had been read (nnsight's out-of-order error).
+    receivers had been read (nnsight's out-of-order error); donors and pattern patches:
+    tests/interventions/test_specs.py.
     """
     model = tiny
     clean, corrupted = random_pairs(model, strong=True)

@@ -15,6 +15,7 @@ from bindscope.interventions import (
     Knockout,
     Mean,
     Patch,
+    PatternPatch,
     Resample,
     Zero,
     head_means,
@@ -296,3 +297,21 @@ def test_knockout_under_sdpa_equals_the_eager_reference(tiny):
         tiny.hf.set_attn_implementation(previous)
     for value, ref in zip(got, eager):
         torch.testing.assert_close(value, ref, rtol=0, atol=logit_atol(ref, tiny.n_layers))
+
+
+def test_calls_that_end_early_run_beside_donor_and_pattern_invokes(tiny):
+    """A Patch or PatternPatch of the last layer leaves layer 0's lens and probabilities.
+
+    Both read their source in invokes of their own, past the layer-0 reads where these two
+    calls used to stop the model (nnsight's out-of-order error, not a BindscopeError).
+    """
+    model = tiny
+    last = model.n_layers - 1
+    ids = model.tokenize(PROMPTS[0])
+    other = [*ids[:2], *reversed(ids[2:])]  # same length, other tokens
+    lens, probs = model.logit_lens([ids], layers=[0]), model.attention_probs([ids], layers=[0])
+    for spec in (Patch([(last, 0)], [other]), PatternPatch([(last, 0)], [other])):
+        got = model.logit_lens([ids], layers=[0], intervene=spec)
+        assert float((got[0] - lens[0]).abs().max()) <= logit_atol(lens[0], model.n_layers)
+        got = model.attention_probs([ids], layers=[0], intervene=spec)
+        assert float((got[0] - probs[0]).abs().max()) <= logit_atol(probs[0], model.n_layers)
