@@ -110,13 +110,14 @@ def bsi(
     *,
     intervene: Intervention = None,
     per_row: PerRow = None,
+    ablate: HeadList | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[torch.Tensor]:
     """BSI ``[L, H]`` of ``term`` (found by `bindscope.prompts.locate`) in each text."""
     texts = check_texts(texts)
     spans = [locate(model, t, term, prompt_id=f"#{i}") for i, t in enumerate(texts)]
     probs = attention_probs(
-        model, texts, intervene=intervene, per_row=per_row, batch_size=batch_size
+        model, texts, intervene=intervene, per_row=per_row, ablate=ablate, batch_size=batch_size
     )
     return [bsi_from_probs(p, span.indices) for p, span in zip(probs, spans)]
 
@@ -179,6 +180,7 @@ def capture(
     *,
     intervene: Intervention = None,
     per_row: PerRow = None,
+    ablate: HeadList | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[dict[str, dict[int, torch.Tensor]]]:
     """Activations ``got[i][site][layer]`` at ``sites`` (or ``"all"``), float32, unpadded.
@@ -188,7 +190,7 @@ def capture(
     wanted = model.check_layers(layers)
     names = _check_capture_sites(model, sites)
     texts = check_texts(texts)
-    rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row)
+    rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row, ablate=ablate)
     got = _captured(model, texts, rows, names, wanted, batch_size, torch.Tensor.float)
     return [{name: each[name] for name in names} for each in got]  # in execution order
 
@@ -314,13 +316,14 @@ def logit_lens(
     positions: int | Sequence[int] | None = -1,
     intervene: Intervention = None,
     per_row: PerRow = None,
+    ablate: HeadList | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[torch.Tensor]:
     """``[layers, positions, vocab]`` per text: ``resid_post`` unembedded (``None``: all)."""
     wanted = model.check_layers(layers)
     chosen = read_positions(positions)
     texts, picked = _check_lens(model, texts, chosen)
-    rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row)
+    rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row, ablate=ablate)
     norm = underlying_module(getattr(model.nnsight.model, model.family_row.final_norm))
     head = underlying_module(model.nnsight.lm_head)
     out: list[torch.Tensor | None] = [None] * len(texts)

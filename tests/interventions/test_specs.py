@@ -24,6 +24,7 @@ from bindscope.interventions import (
     run_layers,
 )
 from tests.conftest import PROMPTS
+from tests.metrics.test_binding import RECORDS
 from tests.reference_patching import EPS, knockout_reference, logit_atol, patch_reference
 
 HEADS = [(0, 1), (1, 0), (1, 3), (2, 2)]
@@ -70,6 +71,22 @@ def test_zero_and_mean_through_intervene_equal_the_primitives(tiny):
     probs = tiny.attention_probs(PROMPTS, intervene=Zero(HEADS))
     old = tiny.attention_probs(PROMPTS, ablate=HEADS)
     assert all(torch.equal(a, b) for a, b in zip(probs, old))
+
+
+def test_every_call_takes_the_ablate_shortcut(tiny):
+    """``ablate=heads`` is ``intervene=Zero(heads)`` in capture, logit_lens and bsi too."""
+    zero = Zero(HEADS)
+    calls = {
+        "capture": lambda **kw: [
+            c["resid_post"][2] for c in tiny.capture(PROMPTS, "resid_post", [2], **kw)
+        ],
+        "logit_lens": lambda **kw: tiny.logit_lens(PROMPTS, [1, 2], **kw),
+        "bsi": lambda **kw: tiny.bsi([RECORDS[0].template], RECORDS[0].term, **kw),
+    }
+    for name, call in calls.items():
+        short, spec, plain = call(ablate=HEADS), call(intervene=zero), call()
+        assert all(torch.equal(a, b) for a, b in zip(short, spec, strict=True)), name
+        assert not all(torch.equal(a, b) for a, b in zip(short, plain, strict=True)), name
 
 
 # -- Patch ---------------------------------------------------------------------------------
