@@ -247,7 +247,7 @@ def _run_model(run: ModelRun, items: list[PromptRecord], settings: dict, batch_s
             means=means,
             donors=donors or None,
             batch_size=batch_size,
-            progress=run.progress,  # moves after every pass, with an ETA for the chunk
+            progress=run.progress,  # moves after each batch of texts: its passes are one session
         )
         rows = [("clean", clean), *zip(names, scores)]
         return _chunk_records(run, chunk, rows, owners, answers, conditions, donor_of, settings)
