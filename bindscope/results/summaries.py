@@ -31,7 +31,6 @@ class ExperimentResults:
 
     name: str
     folder: Path
-    where: str  # the summary.json path that messages name
     summary: dict | None
     n_records: int
     provenance: dict[str, dict]
@@ -39,6 +38,11 @@ class ExperimentResults:
     times: tuple[str, str] | None
     missing: str | None
     notes: tuple[str, ...] = field(default=())
+
+    @property
+    def where(self) -> str:
+        """The ``summary.json`` path that messages name."""
+        return str(self.folder / "summary.json")
 
     @property
     def models(self) -> dict[str, dict]:
@@ -75,7 +79,6 @@ def load_experiment(root: Path, name: str) -> ExperimentResults:
     return ExperimentResults(
         name=name,
         folder=folder,
-        where=str(summary_path),
         summary=summary,
         n_records=seen.n_records,
         provenance=seen.provenance,
