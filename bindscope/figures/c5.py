@@ -46,7 +46,7 @@ MAX_STEP = 60
 
 def _plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
     k = (exp.summary or {}).get("k")
-    yield from style.per_model(exp.models, exp.folder, "c5", model_figure, k=k)
+    yield from style.per_model(exp.models, exp.where, "c5", model_figure, k=k)
     if len(exp.models) > 1:
         yield "c5_cross_architecture", lambda: cross_architecture(exp.models, k=k, where=exp.where)
 

@@ -20,9 +20,9 @@ NAMES |= {"binding": "binding (BSI)", "spread": "spread / mean keys"}
 
 
 def _plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    yield from style.per_model(exp.models, exp.folder, "heads_map", score_maps)
+    yield from style.per_model(exp.models, exp.where, "heads_map", score_maps)
     checkpoints = (exp.summary or {}).get("emergence") or {}
-    yield from style.per_model(checkpoints, exp.folder, "heads_emergence", emergence)
+    yield from style.per_model(checkpoints, exp.where, "heads_emergence", emergence)
 
 
 def score_maps(label: str, entry: dict, *, where: str = "summary"):

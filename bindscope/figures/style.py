@@ -150,22 +150,21 @@ def save(fig: Figure, out_dir: Path, name: str) -> tuple[Path, Path]:
 
 def per_model(
     models: Mapping[str, dict],
-    folder: Path,
+    where: str,
     stem: str,
     build: Callable[..., tuple[Figure, str]],
     **options: Any,
 ) -> Plots:
     """One figure per model: ``<stem>_<slug>``, drawn by ``build(label, entry, where=, ...)``."""
     for label, entry in models.items():
-        where = f"{folder / 'summary.json'} [{label}]"
-        drawn = functools.partial(build, label, entry, where=where, **options)
+        drawn = functools.partial(build, label, entry, where=f"{where} [{label}]", **options)
         yield f"{stem}_{slug(label)}", drawn
 
 
 def model_plots(*figures: tuple[str, Callable[..., tuple[Figure, str]]]) -> Callable[[Any], Plots]:
     """A section's ``plots``: per ``(stem, build)``, a ``per_model`` figure of each model."""
     return lambda exp: (
-        plot for stem, build in figures for plot in per_model(exp.models, exp.folder, stem, build)
+        plot for stem, build in figures for plot in per_model(exp.models, exp.where, stem, build)
     )
 
 

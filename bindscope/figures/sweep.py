@@ -18,7 +18,7 @@ METHODS = ("pearson", "spearman")
 
 
 def _plots(exp: ExperimentResults) -> Iterator[tuple[str, object]]:
-    yield from style.per_model(exp.models, exp.folder, "sweep_emergence", emergence)
+    yield from style.per_model(exp.models, exp.where, "sweep_emergence", emergence)
     yield "sweep_leadlag", lambda: leadlag_forest(exp.models, where=exp.where)
 
 
