@@ -12,6 +12,7 @@ from bindscope.experiments.c5_summary import (
     EXPERIMENT,
     NULLS,
     RANKING,
+    nulls_of,
     summarize_c5,
     text,
     undecided_nulls,
@@ -166,7 +167,7 @@ def _run_model(run: ModelRun, study: _Study) -> None:
     top, bottom = _rank(run, study)
     templates = [r.template for r in study.rset.records]
     nulls, extra = null_sets(
-        model, top, study.settings.get("nulls", ["random"]), k=opts.k, n=opts.n_random,
+        model, top, nulls_of(study.settings), k=opts.k, n=opts.n_random,
         seed=study.settings["seed"], templates=templates, batch_size=study.batch_size,
     )  # fmt: skip
     means = None

@@ -33,6 +33,11 @@ NULLS = ("random", "layers", "classes")
 POWER = 0.8
 
 
+def nulls_of(settings: dict) -> list[str]:
+    """The nulls a run's settings drew (stored only when there are several)."""
+    return settings.get("nulls", ["random"])
+
+
 def _chance_levels(group: list[dict]) -> dict[str, float]:
     choices = [
         len(r["metrics"]["choice_scores"])
@@ -102,7 +107,7 @@ def summarize_c5(records: list[dict], *, n_resamples: int = 9999) -> dict:
         "stop_at": settings.get("stop_at"),
         "seed": settings["seed"],
         "matched_layers": settings["matched_layers"],
-        "nulls": settings.get("nulls", ["random"]),
+        "nulls": nulls_of(settings),
         "ranking_set": settings["ranking_set"],
         "ranking_sha256": settings.get("ranking_sha256"),
         "prompt_set": evaluated[0]["provenance"].get("prompt_set"),
@@ -174,7 +179,7 @@ def _summarize_model(
     table = _score_table(group)
     for score, by_condition in table.items():
         found += model.score(score, by_condition, terms)
-    if "layers" not in settings.get("nulls", ["random"]) and entry["top_heads"]:
+    if "layers" not in nulls_of(settings) and entry["top_heads"]:
         found.append(_layer_concentration(label, entry["top_heads"], entry["n_layers"]))
     if "margin" in table and "top" in table["margin"]:
         found.append(model.tiny_margins(table["margin"], table["recognition"]))
