@@ -53,29 +53,42 @@ class Batch:
         )
 
 
-def check_texts(texts: Any) -> list:
+def check_texts(texts: Any, name: str = "text") -> list:
     """The texts as a list, each a string or a list of token ids (raises ``InputError``)."""
     if isinstance(texts, str):
         raise InputError(
-            "pass a list of texts, e.g. ['In web accessibility, alt text is'], not a string"
+            f"pass a list of {name}s, e.g. ['In web accessibility, alt text is'], not a string"
         )
     try:
         texts = list(texts)
     except TypeError:
         raise InputError(
-            f"texts is a {type(texts).__name__}; pass a list of strings, e.g. ['Alt text is']"
+            f"{name}s is a {type(texts).__name__}; pass a list of strings, e.g. ['Alt text is']"
         ) from None
     if not texts:
-        raise InputError("the list of texts is empty; pass at least one prompt")
+        raise InputError(f"the list of {name}s is empty; pass at least one prompt")
     for i, text in enumerate(texts):
-        if not isinstance(text, str) and not (
-            isinstance(text, (list, tuple)) and all(map(is_whole, text))
-        ):
-            raise InputError(
-                f"text #{i} is {text!r} ({type(text).__name__}); each text must be a string "
-                "(or a list of token ids)"
-            )
+        check_text(text, f"{name} #{i}")
     return texts
+
+
+def check_text(text: Any, name: str) -> None:
+    """Refuse ``text`` unless it is a string or a list of token ids (``InputError``)."""
+    if not isinstance(text, str) and not (
+        isinstance(text, (list, tuple)) and all(map(is_whole, text))
+    ):
+        raise InputError(
+            f"{name} is {text!r} ({type(text).__name__}); each text must be a string "
+            "(or a list of token ids)"
+        )
+
+
+def token_ids(model: Any, text: str | Sequence[int]) -> list[int]:
+    """A text's token ids; a list of token ids is checked and returned (raises ``InputError``)."""
+    if isinstance(text, str):
+        return model.tokenize(text)
+    check_text(text, "the text")
+    return [int(t) for t in text]
 
 
 def check_rows(

@@ -11,6 +11,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from bindscope.batch import token_ids
 from bindscope.errors import InputError
 from bindscope.experiments.kit import attribution_method, limits, per_head_tests
 from bindscope.experiments.kit.ablation_sets import as_pairs, conditions_of
@@ -215,7 +216,7 @@ def _estimate(run: ModelRun, items: list[Prepared], settings: dict, common: Comm
 
 
 def _length(model: LanguageModel, text: str | Sequence[int]) -> int:
-    return len(text) if not isinstance(text, str) else len(model.tokenize(text))
+    return len(token_ids(model, text))
 
 
 def _conditions(

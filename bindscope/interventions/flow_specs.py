@@ -47,6 +47,7 @@ from bindscope.interventions.specs import (
     every_unit,
     feature_target,
     short,
+    source_texts,
 )
 from bindscope.prompts.spans import locate
 from bindscope.protocols import LanguageModel
@@ -69,8 +70,7 @@ class PathPatch:
     means: Any = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
-        source = self.source
-        object.__setattr__(self, "source", (source,) if isinstance(source, str) else tuple(source))
+        object.__setattr__(self, "source", source_texts("PathPatch", self.source))
         if (self.means is None) == (not self.source):
             raise InterventionError(
                 "PathPatch: give source= (the corrupted texts whose sender outputs the edges "

@@ -8,7 +8,17 @@ from bindscope.errors import HeadSpecError, is_whole
 
 Head = tuple[int, int]
 
-__all__ = ["Head", "normalize_heads"]
+__all__ = ["Head", "head_pairs", "normalize_heads"]
+
+
+def head_pairs(heads: dict, where: str = "") -> list:
+    """``{layer: [head, ...]}`` as ``(layer, head)`` pairs (``HeadSpecError`` for a non-list)."""
+    for layer, hs in heads.items():
+        if isinstance(hs, (str, bytes)) or not isinstance(hs, Iterable):
+            raise HeadSpecError(
+                f"{where}{layer!r} maps to {hs!r}, not a list; pass e.g. {{3: [0, 5]}}"
+            )
+    return [(layer, h) for layer, hs in heads.items() for h in hs]
 
 
 def normalize_heads(
@@ -18,13 +28,7 @@ def normalize_heads(
     if heads is None:
         return ()
     if isinstance(heads, dict):
-        for layer, hs in heads.items():
-            if isinstance(hs, (str, bytes)) or not isinstance(hs, Iterable):
-                raise HeadSpecError(
-                    f"{model_name}: layer {layer!r} maps to {hs!r}, not a list of heads; pass "
-                    "e.g. ablate={3: [0, 5]}"
-                )
-        heads = [(layer, h) for layer, hs in heads.items() for h in hs]
+        heads = head_pairs(heads, f"{model_name}: layer ")
     if isinstance(heads, (str, bytes)) or not isinstance(heads, Iterable):
         raise HeadSpecError(
             f"{model_name}: ablate={heads!r} is not a list of (layer, head) pairs; pass e.g. "

@@ -15,7 +15,14 @@ from bindscope.interventions.rowops import Units, unit_shape
 from bindscope.interventions.trace.records import TraceMeans
 from bindscope.protocols import LanguageModel
 
-__all__ = ["EdgeMeans", "SiteMeans", "edge_means", "site_means"]
+__all__ = [
+    "EdgeMeans",
+    "SiteMeans",
+    "checked_feature_means",
+    "checked_means",
+    "edge_means",
+    "site_means",
+]
 
 
 @dataclass(frozen=True)
@@ -89,7 +96,7 @@ def edge_means(
     )
 
 
-def _check_means(
+def checked_means(
     model: LanguageModel, spec: Any, site: str, units: Units
 ) -> dict[int, torch.Tensor]:
     """A ``Mean``'s means, each layer's as ``[U, k]``: checked for presence, shape, finiteness."""
@@ -138,7 +145,7 @@ def _check_means(
     return out
 
 
-def _check_feature_means(model: LanguageModel, spec: Any, units: Units) -> dict[int, torch.Tensor]:
+def checked_feature_means(model: LanguageModel, spec: Any, units: Units) -> dict[int, torch.Tensor]:
     """A feature ``Mean``'s means (``feature_means(...)``, ``[d_sae]``) as ``{layer: [F, 1]}``."""
     dictionary = spec.heads.dictionary
     means = spec.means

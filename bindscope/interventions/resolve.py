@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from bindscope.errors import InterventionError
 from bindscope.interventions.flow_specs import SPEC_TYPES, Spec
+from bindscope.interventions.head_checks import head_pairs
 from bindscope.interventions.rowops import UNIT_SITES, PathOp, RowOp
 from bindscope.interventions.specs import RowContext, Zero
 from bindscope.protocols import LanguageModel
@@ -32,7 +33,7 @@ def as_specs(entry: Intervention, *, option: str = "intervene") -> tuple:
     if isinstance(entry, SPEC_TYPES):
         return (entry,)
     if isinstance(entry, dict):
-        entry = [(layer, h) for layer, hs in entry.items() for h in hs]
+        entry = head_pairs(entry)
     if isinstance(entry, (str, bytes)) or not isinstance(entry, Iterable):
         raise InterventionError(
             f"{entry!r} is not an intervention: pass a spec "

@@ -13,10 +13,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from bindscope.batch import check_text, token_ids
 from bindscope.errors import InterventionError, is_whole, whole_number
 from bindscope.families import FINAL_SITES, SITE_NAMES
 from bindscope.interventions.dictionary import Features
-from bindscope.interventions.means import _check_feature_means, _check_means
+from bindscope.interventions.head_checks import head_pairs
+from bindscope.interventions.means import checked_feature_means, checked_means
 from bindscope.interventions.ops import by_layer
 from bindscope.interventions.rowops import (
     UNIT_SITES,
@@ -31,7 +33,12 @@ from bindscope.protocols import LanguageModel
 
 def _pairs(items: Any, what: str) -> tuple[tuple[int, int], ...]:
     if isinstance(items, dict):
-        items = [(a, b) for a, bs in items.items() for b in bs]
+        items = head_pairs(items)
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        pair = "(layer, head)" if what == "head" else "(query, key)"
+        raise InterventionError(
+            f"{what}s={items!r} is not a list of {pair} pairs; pass e.g. [(3, 0), (2, 1)]"
+        )
     if what == "head":  # checked against the model (HeadSpecError naming it) when used
         return tuple(tuple(x) if isinstance(x, (list, tuple)) else x for x in items)
     out = []
@@ -59,6 +66,13 @@ def _positions(positions: Any) -> tuple[int, ...] | None:
         return None
     if is_whole(positions):
         positions = (positions,)
+    listed = isinstance(positions, Iterable) and not isinstance(positions, (str, bytes))
+    given, positions = positions, tuple(positions) if listed else ()
+    if not positions:  # positions=[] would change nothing
+        raise InterventionError(
+            f"positions={given!r} is not a token position or a list of them; pass e.g. "
+            "positions=[5] (counted from 0 in the unpadded text), or None for every position"
+        )
     return tuple(_integer(p, "position", p) for p in positions)
 
 
@@ -68,14 +82,18 @@ def _layers(layers: object) -> Any:
         return layers
     if is_whole(layers):
         return (int(layers),)
-    return tuple(layers) if isinstance(layers, Iterable) else layers
+    if not isinstance(layers, Iterable):
+        raise InterventionError(
+            f"layers={layers!r} is not a layer index or a list of them; pass e.g. layers=[0, 2]"
+        )
+    return tuple(layers)
 
 
-def _layer_list(layer: object, spec: str) -> tuple[int, ...]:
+def _layer_list(layer: Any, spec: str) -> tuple[int, ...]:
     """A ``layer`` of ``Steer``/``Hook``: one integer or a list (ranges are checked when used)."""
-    layers = _layers(layer)
-    whole = isinstance(layers, tuple) and all(is_whole(x) for x in layers)
-    if not whole or not layers:
+    listed = isinstance(layer, Iterable) and not isinstance(layer, (str, bytes))
+    layers = (layer,) if is_whole(layer) else tuple(layer) if listed else ()
+    if not layers or not all(is_whole(x) for x in layers):
         raise InterventionError(
             f"{spec}: layer={layer!r} is not a layer index; pass one integer, e.g. layer=3, "
             "or a list of them, e.g. layer=[2, 3]"
@@ -100,9 +118,9 @@ class RowContext:
         self.drawn: dict[int, tuple] = {}  # id(spec) -> donors or source states, once per call
         self.edge_masks: dict[int, np.ndarray] = {}  # id(PathPatch) -> its checked mask
 
-    def ids(self, text) -> list[int]:
+    def ids(self, text: str | Sequence[int]) -> list[int]:
         """A text's token ids (a token-id list as it is)."""
-        return self.model.tokenize(text) if isinstance(text, str) else list(text)
+        return token_ids(self.model, text)
 
     def length(self, i: int) -> int:
         """Text ``i``'s length in tokens (tokenised once per call)."""
@@ -302,8 +320,8 @@ class Mean(_Targeted):
 
     def _values(self, model: LanguageModel, site: str, units: Units) -> dict[int, torch.Tensor]:
         if isinstance(self.heads, Features):
-            return _check_feature_means(model, self, units)
-        return _check_means(model, self, site, units)
+            return checked_feature_means(model, self, units)
+        return checked_means(model, self, site, units)
 
 
 @dataclass(frozen=True)
@@ -318,8 +336,7 @@ class Patch(_Targeted):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        source = self.source
-        object.__setattr__(self, "source", (source,) if isinstance(source, str) else tuple(source))
+        object.__setattr__(self, "source", source_texts("Patch", self.source))
 
     def row_ops(self, ctx: RowContext, i: int) -> tuple[RowOp, ...]:
         """Check the spec against the model and text ``i``; its row ops for that text."""
@@ -347,7 +364,7 @@ class Resample(_Targeted):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        object.__setattr__(self, "reference", tuple(self.reference))
+        object.__setattr__(self, "reference", source_texts("Resample", self.reference, "reference"))
         seed = self.seed
         fix = "the donors are drawn with torch.Generator().manual_seed(seed): pass e.g. seed=0"
         seed = whole_number(seed, "Resample: seed", fix, error=InterventionError)
@@ -384,6 +401,22 @@ def short(text: object) -> str:
     """``repr(text)``, cut to 60 characters for an error message."""
     text = repr(text)
     return text if len(text) <= 60 else text[:57] + "...'"
+
+
+def source_texts(spec: str, texts: Any, name: str = "source") -> tuple:
+    """``source=`` (or ``reference=``) as a tuple of checked texts; one string is one text."""
+    if isinstance(texts, str):
+        return (texts,)
+    try:
+        texts = tuple(texts)
+    except TypeError:
+        raise InterventionError(
+            f"{spec}: {name}={short(texts)} is not a text or a list of texts; give a list of "
+            "texts (strings or token-id lists), or a single string"
+        ) from None
+    for k, text in enumerate(texts):
+        check_text(text, f"{spec} {name} #{k}")
+    return texts
 
 
 def _check_source_count(ctx: RowContext, spec: str, sources: Sequence[str]) -> None:

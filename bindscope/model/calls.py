@@ -14,9 +14,10 @@ from bindscope.batch import (
     absolute_positions,
     check_texts,
     read_positions,
+    token_ids,
     widened,
 )
-from bindscope.errors import InterventionError
+from bindscope.errors import InputError, InterventionError
 from bindscope.families import FINAL_SITES, HEAD_SITES
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import PlannedBatch, attention_call, plan_batches
@@ -162,11 +163,13 @@ def loss(
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[torch.Tensor]:
     """Each text's mean next-token cross-entropy (``per_token``: ``[n - 1]`` per token)."""
+    if not isinstance(per_token, bool):
+        raise InputError(f"per_token={per_token!r} is not True or False")
     texts = check_texts(texts)
     found = logits(
         model, texts, intervene=intervene, per_row=per_row, ablate=ablate, batch_size=batch_size
     )
-    ids = [model.tokenize(t) if isinstance(t, str) else list(t) for t in texts]
+    ids = [token_ids(model, t) for t in texts]
     losses = [token_loss(row, text_ids) for row, text_ids in zip(found, ids)]
     return losses if per_token else [row.mean() for row in losses]
 
@@ -295,6 +298,11 @@ def _cut(name: str, value: torch.Tensor, pad: int) -> torch.Tensor:
 
 def _check_capture_sites(model: LanguageModel, sites: str | Sequence[str]) -> list[str]:
     every = [*model.sites, *FINAL_SITES]
+    if not isinstance(sites, (str, list, tuple)):
+        raise InterventionError(
+            f"{model.name}: sites={sites!r} is not a site name or a list of them; pass e.g. "
+            "sites=['resid_post'] (or sites='all')"
+        )
     names = every if sites == "all" else [sites] if isinstance(sites, str) else list(sites)
     if not names:
         raise InterventionError(f"{model.name}: sites=[] captures nothing; name some sites")
@@ -362,7 +370,7 @@ def _check_lens(
     texts = check_texts(texts)
     if chosen is None:
         return texts, None
-    lengths = [len(model.tokenize(t)) if isinstance(t, str) else len(t) for t in texts]
+    lengths = [len(token_ids(model, t)) for t in texts]
     return texts, [  # every text's positions, before any trace
         absolute_positions(chosen, n, model_name=model.name, text=f"text #{i}")
         for i, n in enumerate(lengths)

@@ -9,7 +9,13 @@ from typing import Any
 
 import torch
 
-from bindscope.batch import GENERATION_BATCH_SIZE, check_batch_size, check_texts, sessions
+from bindscope.batch import (
+    GENERATION_BATCH_SIZE,
+    check_batch_size,
+    check_texts,
+    sessions,
+    token_ids,
+)
 from bindscope.errors import InterventionError, PromptTooLongError, whole_number
 from bindscope.interventions import ops
 from bindscope.interventions.plan import plan_batches
@@ -86,7 +92,7 @@ def _check_window(model: LanguageModel, texts: Sequence, max_new_tokens: int) ->
     if not window:
         return
     for i, text in enumerate(texts):
-        n = len(model.tokenize(text)) if isinstance(text, str) else len(text)
+        n = len(token_ids(model, text))
         if n + max_new_tokens > window:
             room = f"at most {window - n} new tokens" if n < window else "no new token"
             raise PromptTooLongError(

@@ -10,7 +10,14 @@ from typing import Any
 
 import torch
 
-from bindscope.batch import DEFAULT_BATCH_SIZE, Batch, check_batch_size, check_rows, check_texts
+from bindscope.batch import (
+    DEFAULT_BATCH_SIZE,
+    Batch,
+    check_batch_size,
+    check_rows,
+    check_texts,
+    token_ids,
+)
 from bindscope.errors import InputError
 from bindscope.families import Family, dims_from_config
 from bindscope.interventions import head_weights, ops
@@ -97,7 +104,7 @@ class Model:
 
     def to_str_tokens(self, text: str | Sequence[int]) -> list[str]:
         """Each token of a text or id list as the string it adds to the decoded prefix."""
-        ids = self.tokenize(text) if isinstance(text, str) else [int(i) for i in text]
+        ids = token_ids(self, text)
         prefixes = [self.tokenizer.decode(ids[:end]) for end in range(len(ids) + 1)]
         # commonprefix compares characters, which is what a decoded prefix needs
         common = [len(os.path.commonprefix(pair)) for pair in itertools.pairwise(prefixes)]  # noqa: RUF071
@@ -105,7 +112,7 @@ class Model:
 
     def encode(self, texts: Sequence[str] | Sequence[Sequence[int]]) -> Batch:
         """Left-pad texts (or pre-tokenized id lists) into one batch."""
-        rows = [t if not isinstance(t, str) else self.tokenize(t) for t in check_texts(texts)]
+        rows = [token_ids(self, t) for t in check_texts(texts)]
         return self.pad(list(range(len(rows))), rows)
 
     def pad(self, indices: list[int], rows: list[list[int]]) -> Batch:
@@ -130,7 +137,7 @@ class Model:
     ) -> Iterator[Batch]:
         """Yield left-padded batches, grouping texts of similar length to cut padding."""
         check_batch_size(batch_size)
-        rows = [t if not isinstance(t, str) else self.tokenize(t) for t in check_texts(texts)]
+        rows = [token_ids(self, t) for t in check_texts(texts)]
         order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
+from bindscope.batch import check_texts
 from bindscope.errors import InputError
 from bindscope.interventions import head_weights, ops
 from bindscope.metrics.attribution import HeadContributions, frozen_norm
@@ -27,7 +28,8 @@ def head_contributions(
             "run it on a local model"
         )
     row, env = model.family_row, model.nnsight
-    out: list[HeadContributions | None] = [None] * len(list(texts))
+    texts = check_texts(texts)
+    out: list[HeadContributions | None] = [None] * len(texts)
     for batch in model.batches(texts, batch_size=batch_size):
         with env.trace(**batch.inputs, **model.trace_options) as tracer:
             found = ops.last_position_inputs(model, row.final_norm)
@@ -64,7 +66,7 @@ def head_attribution(
 
     A target is a token id, a one-token string, or ``(a, b)`` for the difference a - b.
     """
-    texts = list(texts)
+    texts = check_texts(texts)
     if len(targets) != len(texts):
         raise InputError(f"{len(targets)} targets for {len(texts)} texts; give one per text")
     final_norm = underlying_module(getattr(model.nnsight.model, model.family_row.final_norm))

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bindscope.batch import check_texts, token_ids
 from bindscope.errors import InputError
 from bindscope.families import CALL_SITES
 from bindscope.interventions import ops
@@ -55,12 +56,12 @@ def _check_rows(
     model: LanguageModel, texts: list, intervene: Intervention, per_row: PerRow, method: str
 ) -> tuple[list[tuple[RowOp, ...]], bool]:
     # each text's row ops, and whether the estimate needs eager attention
-    if intervene is None and per_row is None:
+    rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row)
+    if not any(rows):
         raise InputError(
             "attribution patching needs intervene= (or per_row=): the specs to estimate, "
             "e.g. Zero(heads), Mean(heads, means), Steer(site, layer, vector) or PatternPatch"
         )
-    rows = resolve_rows(model, texts, intervene=intervene, per_row=per_row)
     if method not in METHODS:
         raise InputError(f"method must be one of {', '.join(METHODS)}, not {method!r}")
     hook = next((op for row in rows for op in row if isinstance(op, HookOp)), None)
@@ -98,7 +99,7 @@ def _check_rows(
 
 def _estimate(
     model: LanguageModel,
-    texts: list,
+    texts: Sequence,
     metric: MetricArg,
     intervene: Intervention = None,
     per_row: PerRow = None,
@@ -107,8 +108,11 @@ def _estimate(
     grad_drop: bool = False,
 ) -> tuple:
     # clean metric [S], then per text {(site, layer): [U]} estimates (and GradDrop's)
+    texts = check_texts(texts)
+    if not isinstance(grad_drop, bool):
+        raise InputError(f"grad_drop={grad_drop!r} is not True or False")
     rows, eager = _check_rows(model, texts, intervene, per_row, method)
-    lengths = [len(model.tokenize(t)) if isinstance(t, str) else len(t) for t in texts]
+    lengths = [len(token_ids(model, t)) for t in texts]
     metrics = check_metrics(model, metric, lengths)
     clean = np.zeros(len(texts))
     found_of: dict[str, list[dict]] = {"estimate": [{} for _ in texts]}
@@ -169,7 +173,7 @@ def attribution_scores(
     model: LanguageModel, texts: Sequence, metric: MetricArg, **options: Any
 ) -> tuple:
     """Clean metric ``[S]`` and estimated change ``[S, L, H]`` (then GradDrop's, if asked)."""
-    clean, *found = _estimate(model, list(texts), metric, **options)
+    clean, *found = _estimate(model, texts, metric, **options)
     tables = [np.stack([_head_table(model, e) for e in per_text]) for per_text in found]
     return (clean, *tables)
 
@@ -185,7 +189,7 @@ def attribution_patching(
     batch_size: int = 16,
 ) -> list[dict[tuple[str, int], torch.Tensor]]:
     """Estimated change of each edited cell alone: ``{(site, layer): [U]}`` per text (NaN: not)."""
-    found = _estimate(model, list(texts), metric, intervene, per_row, method, batch_size)
+    found = _estimate(model, texts, metric, intervene, per_row, method, batch_size)
     return found[1]
 
 
@@ -204,7 +208,7 @@ def head_attribution_patching(
 
     The estimate: ``sum((z' - z) * dm/dz)`` over positions and width; NaN: not intervened.
     """
-    found = _estimate(model, list(texts), metric, intervene, per_row, method, batch_size, grad_drop)
+    found = _estimate(model, texts, metric, intervene, per_row, method, batch_size, grad_drop)
     return [torch.from_numpy(_head_table(model, e)) for e in found[-1]]
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.stats import spearmanr
 
-from bindscope.errors import InputError
+from bindscope.errors import InputError, whole_number
 from bindscope.interventions.graph import edge_mask
 from bindscope.interventions.means import edge_means
 from bindscope.metrics.stats.estimates import Estimate, bootstrap_statistic
@@ -130,6 +130,13 @@ def faithfulness(
     """The share of the metric ``keep`` (an ``[S, R]`` mask of edges, or edge names) keeps."""
     if ablation not in ABLATIONS:
         raise InputError(f"ablation={ablation!r}: choose one of {', '.join(ABLATIONS)}")
+    if len(scores.clean) < 2:
+        raise InputError(
+            f"{model.name}: faithfulness's interval resamples pairs, and the scores hold "
+            f"{len(scores.clean)}; score at least 2 clean/corrupted pairs"
+        )
+    _check_resampling(n_resamples, seed)
+    whole_number(n_random, "n_random", "e.g. n_random=3 (0: no random circuits)", least=0)
     graph = scores.graph
     keep = edge_mask(graph, keep)
     valid = graph.valid
@@ -152,6 +159,11 @@ def faithfulness(
         for mask in _random_masks(valid, n_edges, n_random, seed)
     ]
     return Faithfulness(n_edges, share, patched, np.array(null), np.asarray(ablated), ablation)
+
+
+def _check_resampling(n_resamples: int, seed: int) -> None:
+    whole_number(n_resamples, "n_resamples", "e.g. n_resamples=200", least=1)
+    whole_number(seed, "seed", "e.g. seed=0", least=0)
 
 
 def _check_gap(model: LanguageModel, clean: np.ndarray, ablated: np.ndarray, ablation: str) -> None:
@@ -190,6 +202,7 @@ def stability(
 ) -> float:
     """Mean share of ``select(scores, n)``'s edges selected again from resampled pairs."""
     check_count(n, "n", 1, scores.graph)
+    _check_resampling(n_resamples, seed)
     full = select(scores, n)
     rng = np.random.default_rng(seed)
     pairs = scores.scores.shape[0]

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bindscope.batch import check_batch_size
+from bindscope.batch import check_batch_size, check_texts, token_ids
 from bindscope.errors import InputError, whole_number
 from bindscope.interventions import ops
 from bindscope.interventions.flow_specs import PathPatch
@@ -220,12 +220,14 @@ class _Pairs:
                 "pass LogitDifference(correct, wrong) or TargetLogprob(n) (one, or one per pair)"
             )
         self.model = model
-        self.clean = [self._ids(t) for t in clean]
-        self.corrupted = [self._ids(t) for t in corrupted]
-        if len(self.clean) != len(self.corrupted) or not self.clean:
+        self.clean, self.corrupted = (
+            [token_ids(model, t) for t in check_texts(texts, f"{side} text")]
+            for side, texts in (("clean", clean), ("corrupted", corrupted))
+        )
+        if len(self.clean) != len(self.corrupted):
             raise InputError(
                 f"{len(self.clean)} clean and {len(self.corrupted)} corrupted texts; give one "
-                "corrupted text per clean text (and at least one pair)"
+                "corrupted text per clean text"
             )
         for i, (a, c) in enumerate(zip(self.clean, self.corrupted)):
             if len(a) != len(c):
@@ -237,9 +239,6 @@ class _Pairs:
         self.user = _one_per_row(metric) if callable(metric) else None
         lengths = [len(a) for a in self.clean]
         self.metrics = None if self.user else check_metrics(model, metric, lengths)
-
-    def _ids(self, text: str | Sequence[int]) -> list[int]:
-        return self.model.tokenize(text) if isinstance(text, str) else [int(t) for t in text]
 
     def __len__(self) -> int:
         return len(self.clean)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from bindscope.batch import check_texts, token_ids
 from bindscope.errors import whole_number
 from bindscope.interventions import Spec, Zero
 from bindscope.interventions.dictionary import Dictionary, Features
@@ -72,7 +73,7 @@ def metric_of(
     batch_size: int = 16,
 ) -> np.ndarray:
     """``[S]`` the metric of each text's logits (``model.logits``) under ``intervene``."""
-    ids = [model.tokenize(t) if isinstance(t, str) else list(t) for t in texts]
+    ids = [token_ids(model, t) for t in check_texts(texts)]
     metrics: list[Metric] = check_metrics(model, metric, [len(i) for i in ids])
     logits = model.logits(texts, intervene=intervene, batch_size=batch_size)
     out = np.zeros(len(texts))

@@ -16,6 +16,7 @@ from bindscope.batch import (
     check_batch_size,
     check_texts,
     read_positions,
+    token_ids,
 )
 from bindscope.errors import InputError, InterventionError
 from bindscope.interventions import ops, run_layers
@@ -108,9 +109,7 @@ def _checked_texts(
     corrupt: str | Sequence[int],
     metric: Callable[[torch.Tensor], float],
 ) -> tuple[list[int], list[int]]:
-    clean_ids, corrupt_ids = (
-        model.tokenize(t) if isinstance(t, str) else list(t) for t in check_texts([clean, corrupt])
-    )
+    clean_ids, corrupt_ids = (token_ids(model, t) for t in check_texts([clean, corrupt]))
     n = len(corrupt_ids)
     if len(clean_ids) != n:
         raise InputError(
@@ -134,6 +133,11 @@ def _positions(model: LanguageModel, positions: int | Sequence[int] | None, n: i
 
 
 def _check_sites(model: LanguageModel, sites: str | Iterable[str]) -> list[str]:
+    if not isinstance(sites, (str, list, tuple)):
+        raise InterventionError(
+            f"{model.name}: sites={sites!r} is not a site name or a list of them; pass e.g. "
+            "sites=['resid_post']"
+        )
     names = [sites] if isinstance(sites, str) else list(sites)
     bad = [s for s in names if s not in model.sites or s == "scores"]
     if not names or bad:

@@ -7,7 +7,8 @@ from collections.abc import Callable, Sequence
 import torch
 from tqdm.auto import tqdm
 
-from bindscope.batch import Batch
+from bindscope.batch import Batch, check_texts, token_ids
+from bindscope.errors import whole_number
 from bindscope.interventions import ops
 from bindscope.interventions.plan import PlannedBatch
 from bindscope.metrics.binding import pair_index
@@ -92,7 +93,7 @@ def text_scores(
     model: LanguageModel, texts: Sequence[str], *, batch_size: int = 16, progress: bool = False
 ) -> list[dict[str, torch.Tensor]]:
     """``sink``, ``previous_token`` and ``spread`` ``[L, H]`` per text (BOS as the model's)."""
-    rows = [model.tokenize(t) for t in texts]
+    rows = [token_ids(model, t) for t in check_texts(texts)]
     return score_rows(
         model, rows, text_pairs, spread=True, batch_size=batch_size, progress=progress
     )
@@ -108,6 +109,8 @@ def repeated_scores(
     progress: bool = False,
 ) -> tuple[list[dict[str, torch.Tensor]], list[list[int]]]:
     """``induction`` and ``duplicate_token`` ``[L, H]`` per seeded repeated sequence; its ids."""
+    for name, value, least in (("n", n, 1), ("length", length, 1), ("seed", seed, 0)):
+        whole_number(value, name, f"e.g. {name}={least + 1}", least=least)
     rows, start, tokens = repeated_sequences(model, n=n, length=length, seed=seed)
     pairs = repeated_pairs(start, length)  # the same for every row
     scores = score_rows(model, rows, lambda _n: pairs, batch_size=batch_size, progress=progress)
