@@ -135,7 +135,7 @@ def faithfulness(
             f"{model.name}: faithfulness's interval resamples pairs, and the scores hold "
             f"{len(scores.clean)}; score at least 2 clean/corrupted pairs"
         )
-    _check_resampling(n_resamples, seed)
+    _check_draws(n_resamples, seed)
     whole_number(n_random, "n_random", "e.g. n_random=3 (0: no random circuits)", least=0)
     graph = scores.graph
     keep = edge_mask(graph, keep)
@@ -161,7 +161,7 @@ def faithfulness(
     return Faithfulness(n_edges, share, patched, np.array(null), np.asarray(ablated), ablation)
 
 
-def _check_resampling(n_resamples: int, seed: int) -> None:
+def _check_draws(n_resamples: int, seed: int) -> None:
     whole_number(n_resamples, "n_resamples", "e.g. n_resamples=200", least=1)
     whole_number(seed, "seed", "e.g. seed=0", least=0)
 
@@ -202,7 +202,7 @@ def stability(
 ) -> float:
     """Mean share of ``select(scores, n)``'s edges selected again from resampled pairs."""
     check_count(n, "n", 1, scores.graph)
-    _check_resampling(n_resamples, seed)
+    _check_draws(n_resamples, seed)
     full = select(scores, n)
     rng = np.random.default_rng(seed)
     pairs = scores.scores.shape[0]
