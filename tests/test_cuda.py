@@ -11,7 +11,8 @@ order: rounding alone, bounded as in tests/tolerance.py (eps x magnitude x sqrt(
 depth, times SAFETY). TF32 is off (``highest`` matmul precision, checked): with it, a
 matmul keeps 10 mantissa bits instead of 23 and the bounds would have to use eps = 2^-11,
 not 2^-23. Each check records its largest error and bound; with
-``BINDSCOPE_CUDA_TEST_REPORT=FILE`` they are written there as JSON.
+``BINDSCOPE_CUDA_TEST_REPORT=FILE`` they are written there as JSON (``FILE.gw0``, ... per
+worker under ``-n``).
 
 Excluded from the default run (``addopts`` in pyproject.toml deselects the ``cuda``
 marker); ``pytest -m cuda tests/test_cuda.py`` on a machine without CUDA fails at every
@@ -66,8 +67,9 @@ ERRORS: list[dict] = []  # one row per comparison: family, check, largest error,
 def _report():
     yield
     path = os.environ.get("BINDSCOPE_CUDA_TEST_REPORT")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # under -n, each worker its own file
     if path:
-        with open(path, "w") as f:
+        with open(f"{path}.{worker}" if worker else path, "w") as f:
             json.dump({"device": _device_name(), "rows": ERRORS}, f, indent=1)
 
 
