@@ -107,6 +107,13 @@ def is_whole(value: object) -> TypeGuard[numbers.Integral]:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+def true_or_false(value: object, name: str) -> bool:
+    """``value`` if it is a bool; else ``InputError`` (a flag never takes a truthy stand-in)."""
+    if not isinstance(value, bool):
+        raise InputError(f"{name}={value!r} is not True or False")
+    return value
+
+
 def whole_number(
     value: object,
     name: str,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from bindscope.errors import UnsupportedModelError
+from bindscope.errors import InterventionError, UnsupportedModelError
 
 _LLAMA_LIKE_RENAME = {"embed_out": "lm_head"}
 
@@ -237,3 +237,15 @@ def attention_windows(config: Any) -> tuple[int | None, ...]:
     if types is None:
         return (int(window),) * n_layers
     return tuple(int(window) if t == "sliding_attention" else None for t in types)
+
+
+def site_names(sites: object, model_name: str) -> list[str]:
+    """``sites=`` as a list: one name, or a list or tuple of names (else ``InterventionError``)."""
+    if isinstance(sites, str):
+        return [sites]
+    if isinstance(sites, (list, tuple)):
+        return list(sites)
+    raise InterventionError(
+        f"{model_name}: sites={sites!r} is not a site name or a list of them; pass e.g. "
+        "sites=['resid_post']"
+    )

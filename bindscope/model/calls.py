@@ -17,8 +17,8 @@ from bindscope.batch import (
     token_ids,
     widened,
 )
-from bindscope.errors import InputError, InterventionError
-from bindscope.families import FINAL_SITES, HEAD_SITES
+from bindscope.errors import InterventionError, true_or_false
+from bindscope.families import FINAL_SITES, HEAD_SITES, site_names
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import PlannedBatch, attention_call, plan_batches
 from bindscope.interventions.resolve import HeadList, Intervention, PerRow, resolve_rows
@@ -163,8 +163,7 @@ def loss(
     batch_size: int = DEFAULT_BATCH_SIZE,
 ) -> list[torch.Tensor]:
     """Each text's mean next-token cross-entropy (``per_token``: ``[n - 1]`` per token)."""
-    if not isinstance(per_token, bool):
-        raise InputError(f"per_token={per_token!r} is not True or False")
+    true_or_false(per_token, "per_token")
     texts = check_texts(texts)
     found = logits(
         model, texts, intervene=intervene, per_row=per_row, ablate=ablate, batch_size=batch_size
@@ -298,12 +297,7 @@ def _cut(name: str, value: torch.Tensor, pad: int) -> torch.Tensor:
 
 def _check_capture_sites(model: LanguageModel, sites: str | Sequence[str]) -> list[str]:
     every = [*model.sites, *FINAL_SITES]
-    if not isinstance(sites, (str, list, tuple)):
-        raise InterventionError(
-            f"{model.name}: sites={sites!r} is not a site name or a list of them; pass e.g. "
-            "sites=['resid_post'] (or sites='all')"
-        )
-    names = every if sites == "all" else [sites] if isinstance(sites, str) else list(sites)
+    names = every if isinstance(sites, str) and sites == "all" else site_names(sites, model.name)
     if not names:
         raise InterventionError(f"{model.name}: sites=[] captures nothing; name some sites")
     for name in names:

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from bindscope.batch import check_texts, token_ids
-from bindscope.errors import InputError
+from bindscope.errors import InputError, true_or_false
 from bindscope.families import CALL_SITES
 from bindscope.interventions import ops
 from bindscope.interventions.plan import PlannedBatch, plan_batches
@@ -109,8 +109,7 @@ def _estimate(
 ) -> tuple:
     # clean metric [S], then per text {(site, layer): [U]} estimates (and GradDrop's)
     texts = check_texts(texts)
-    if not isinstance(grad_drop, bool):
-        raise InputError(f"grad_drop={grad_drop!r} is not True or False")
+    true_or_false(grad_drop, "grad_drop")
     rows, eager = _check_rows(model, texts, intervene, per_row, method)
     lengths = [len(token_ids(model, t)) for t in texts]
     metrics = check_metrics(model, metric, lengths)

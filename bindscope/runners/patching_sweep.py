@@ -18,7 +18,8 @@ from bindscope.batch import (
     read_positions,
     token_ids,
 )
-from bindscope.errors import InputError, InterventionError
+from bindscope.errors import InputError, InterventionError, true_or_false
+from bindscope.families import site_names
 from bindscope.interventions import ops, run_layers
 from bindscope.interventions.plan import plan_batches
 from bindscope.interventions.resolve import resolve_rows
@@ -54,8 +55,7 @@ def patching_sweep(
     names = _check_sites(model, sites)
     wanted = model.check_layers(layers)
     where = _positions(model, positions, len(corrupt_ids))
-    if not isinstance(by_head, bool):
-        raise InputError(f"by_head={by_head!r} is not True or False")
+    true_or_false(by_head, "by_head")
     split = [model.n_heads] if by_head else []  # a unit per head: one at a time
     shapes = {s: (len(wanted), len(where), *(split if s in HEAD_SITES else [])) for s in names}
     heads = {s: range(shapes[s][2]) if len(shapes[s]) > 2 else [None] for s in names}
@@ -133,12 +133,7 @@ def _positions(model: LanguageModel, positions: int | Sequence[int] | None, n: i
 
 
 def _check_sites(model: LanguageModel, sites: str | Iterable[str]) -> list[str]:
-    if not isinstance(sites, (str, list, tuple)):
-        raise InterventionError(
-            f"{model.name}: sites={sites!r} is not a site name or a list of them; pass e.g. "
-            "sites=['resid_post']"
-        )
-    names = [sites] if isinstance(sites, str) else list(sites)
+    names = site_names(sites, model.name)
     bad = [s for s in names if s not in model.sites or s == "scores"]
     if not names or bad:
         raise InterventionError(
